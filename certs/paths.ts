@@ -1,0 +1,58 @@
+/**
+ * The PKI directory's fixed layout (SPEC §1), so every process finds its files from `--pki <dir>`:
+ *
+ * ```
+ * <pki>/ca.crt  <pki>/ca.key            cluster CA (ca.key belongs on the CA host only)
+ * <pki>/wake-signing.jwk                controller's private Ed25519 signing key (0600)
+ * <pki>/wake-signing.jwks               public JWKS that agents trust
+ * <pki>/revoked.json                    {"serials":[..],"kids":[..]}
+ * <pki>/pki.json                        {"trustDomain":".."} (CA host only; Herald's own addition)
+ * <pki>/<role>/<name>.crt  .key         role: controller | agent | operator
+ * ```
+ */
+import path from 'node:path';
+import type { Role } from '../protocol/identity.js';
+
+export interface PkiPaths {
+  dir: string;
+  caCrt: string;
+  caKey: string;
+  signingJwk: string;
+  jwks: string;
+  revoked: string;
+  /** `pki.json`: the trust domain the CA was made for. */
+  meta: string;
+  roleDir(role: Role): string;
+  cert(role: Role, name: string): string;
+  key(role: Role, name: string): string;
+}
+
+/** Paths of the PKI layout under `dir`. Does no I/O and validates nothing. */
+export function pkiPaths(dir: string): PkiPaths {
+  return {
+    dir,
+    caCrt: path.join(dir, 'ca.crt'),
+    caKey: path.join(dir, 'ca.key'),
+    signingJwk: path.join(dir, 'wake-signing.jwk'),
+    jwks: path.join(dir, 'wake-signing.jwks'),
+    revoked: path.join(dir, 'revoked.json'),
+    meta: path.join(dir, 'pki.json'),
+    roleDir: (role) => path.join(dir, role),
+    cert: (role, name) => path.join(dir, role, `${name}.crt`),
+    key: (role, name) => path.join(dir, role, `${name}.key`),
+  };
+}
+
+/** The files one party loads into a `PkiMaterial` (certs/tls.ts), from the PKI layout. */
+export interface MaterialPaths {
+  caPath: string;
+  certPath: string;
+  keyPath: string;
+  revokedPath: string;
+  jwksPath: string;
+}
+
+export function materialPaths(dir: string, role: Role, name: string): MaterialPaths {
+  const p = pkiPaths(dir);
+  return { caPath: p.caCrt, certPath: p.cert(role, name), keyPath: p.key(role, name), revokedPath: p.revoked, jwksPath: p.jwks };
+}

@@ -1,0 +1,38 @@
+/**
+ * `herald`: one executable for every role. Each command group registers its own options; heavy
+ * modules (node-forge, SQLite, execa) load only inside the action that needs them, so `--help`
+ * is instant and the agent does not carry the controller's code.
+ */
+import { Command, CommanderError } from 'commander';
+import { HeraldError } from '../protocol/errors.js';
+import { registerCertsCommands } from '../certs/cli.js';
+
+export function buildProgram(): Command {
+  const program = new Command('herald')
+    .description('Push, not poll: signed wake-ups for Heat-style software deployments')
+    .showHelpAfterError('(add --help for usage)')
+    .exitOverride();
+  registerCertsCommands(program);
+  return program;
+}
+
+/** Prints one clear line for a coded or usage error; a stack only for the truly unexpected. */
+export function reportError(err: unknown): number {
+  if (err instanceof CommanderError) return err.exitCode;
+  if (err instanceof HeraldError) {
+    process.stderr.write(`herald: ${err.code}: ${err.message}\n`);
+    return 1;
+  }
+  process.stderr.write(`herald: unexpected error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  return 70;
+}
+
+async function main(): Promise<void> {
+  try {
+    await buildProgram().parseAsync(process.argv);
+  } catch (err) {
+    process.exitCode = reportError(err);
+  }
+}
+
+await main();

@@ -1,0 +1,63 @@
+/**
+ * The seam between the controller's API/store and its push dialer. The dialer may run in this
+ * process or in worker processes (see README "Architecture"); either way the API side only
+ * sees this interface.
+ */
+import type { ErrorCode } from '../protocol/errors.js';
+import type { WakeReason } from '../protocol/wake.js';
+
+export type PushConnectionState = 'idle' | 'connecting' | 'connected' | 'disconnected' | 'half_open';
+
+/** Per-node push state, shown in `GET /v1/nodes/{id}` and metrics. */
+export interface PushState {
+  state: PushConnectionState;
+  connected: boolean;
+  /** Highest generation sent in a wake-up. */
+  generation_pushed: number | null;
+  /** Highest generation the agent acknowledged (its `gen`: last fetched). */
+  generation_acked: number | null;
+  /** ISO time of the last ack. */
+  last_ack_at: string | null;
+  /** Code of the last failure (dial error, nack code, `half_open`, ...). */
+  last_error: ErrorCode | string | null;
+  last_error_at: string | null;
+}
+
+export interface PushTarget {
+  node: string;
+  /** `wss://host:port/v1/wake`, or null when the node has announced none. */
+  url: string | null;
+  /** The node's current metadata generation. */
+  generation: number;
+  /** The generation the agent last acknowledged, as stored. */
+  ackedGeneration: number | null;
+}
+
+export interface AckEvent {
+  node: string;
+  jti: string;
+  gen: number;
+  fetch: 'started' | 'queued' | 'current';
+  latencyMs: number;
+}
+
+export interface PushEvents {
+  ack: (e: AckEvent) => void;
+  nack: (e: { node: string; jti: string | null; code: string }) => void;
+  state: (node: string, s: PushState) => void;
+}
+
+export interface PushService {
+  /** Starts the dialer; connects at once to every target whose acked generation is behind. */
+  start(targets: PushTarget[]): Promise<void>;
+  /** A node's metadata changed in a way that gives the agent work: wake it (coalesced). */
+  notify(node: string, generation: number, reason: WakeReason): void;
+  /** A node's endpoint changed (null: none). A changed URL closes the old connection. */
+  setEndpoint(node: string, url: string | null, generation: number): void;
+  /** The node was deleted: close and forget it. */
+  remove(node: string): void;
+  state(node: string): PushState;
+  on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void;
+  /** Closes every agent connection with 1001 and stops. Idempotent. */
+  close(): Promise<void>;
+}

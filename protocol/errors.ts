@@ -1,0 +1,133 @@
+/**
+ * Every refusal Herald can answer has a stable code, listed here with its meaning. The README's
+ * "Error codes" table documents the same list; `test/protocol/errors.test.ts` keeps the two in
+ * sync. Tests assert on codes, never on messages.
+ */
+export const ERROR_CODES = {
+  // wake-up frames (SPEC §2); also used for metadata signatures where they apply
+  malformed: 'the frame or token is not a well-formed compact JWS with JSON claims',
+  too_large: 'the frame is over the 4 KiB wake-up limit',
+  binary_frame: 'a binary WebSocket frame; wake-ups are text',
+  bad_algorithm: 'the JWS `alg` is not EdDSA',
+  bad_header: 'the protected header has parameters other than alg, kid and typ',
+  missing_kid: 'the protected header has no `kid`',
+  unknown_kid: 'the `kid` is not in the trusted JWKS (or was revoked)',
+  wrong_type: 'the `typ` is not the one expected (a metadata token used as a wake-up, or the reverse)',
+  bad_signature: 'the signature does not verify with the named key',
+  expired: 'the token is past `exp` (beyond the allowed clock skew)',
+  not_yet_valid: '`iat` is in the future beyond the allowed clock skew',
+  lifetime_too_long: '`exp - iat` is over 300 s',
+  issued_before_start: 'the token was issued before the agent started (its replay cache is new)',
+  wrong_audience: '`aud` is not the receiver\'s SPIFFE id',
+  wrong_issuer: '`iss` is not the sender\'s SPIFFE id (the TLS peer, or the expected controller)',
+  replayed: 'the `jti` was already accepted and has not expired',
+  replay_cache_full: 'the replay cache is full of unexpired entries; the token is refused rather than a replay risked',
+  bad_gen: '`gen` is not a non-negative integer',
+  bad_claims: 'a required claim is missing or of the wrong type',
+
+  // metadata responses (SPEC §3), checked by the agent
+  missing_signature: 'the response has no Herald-Signature header',
+  nonce_mismatch: 'the signature was made for another request nonce',
+  digest_mismatch: 'the body does not match the signed `sha256`',
+  rollback: 'the generation is lower than the last one applied',
+  response_too_large: 'the metadata response is over 16 MiB',
+  bad_response: 'the controller answered with an unexpected status or body',
+
+  // TLS peers and identities (SPEC §1)
+  no_client_certificate: 'the peer presented no certificate',
+  untrusted_certificate: 'the certificate does not chain to the cluster CA',
+  certificate_expired: 'the certificate is expired or not yet valid',
+  revoked: 'the certificate\'s serial is in revoked.json',
+  wrong_role: 'the identity\'s role is not the one this endpoint serves',
+  no_identity: 'the certificate has no Herald SPIFFE URI SAN',
+  multiple_identities: 'the certificate has more than one URI SAN',
+  wrong_trust_domain: 'the SPIFFE id is of another trust domain',
+  bad_identity: 'the SPIFFE path is not exactly <role>/<name> with a valid role and name',
+  wrong_eku: 'the certificate\'s extended key usage does not fit its role',
+  wrong_peer: 'the server presented another identity than the one dialled',
+  tls_version: 'the peer did not negotiate TLS 1.3',
+
+  // controller API (SPEC §3)
+  wrong_node: 'an agent asked about another node than its own',
+  not_found: 'no such resource or route',
+  method_not_allowed: 'the route exists but not with this method',
+  invalid_request: 'the body or a parameter failed validation (see `field`)',
+  invalid_json: 'the body is not JSON',
+  unsupported_media_type: 'the body is not application/json',
+  body_too_large: 'the body is over the route\'s limit (1 MiB, signals 4 MiB)',
+  rate_limited: 'too many requests from this identity; retry after Retry-After seconds',
+  unknown_node: 'the deployment or cluster names a node that does not exist',
+  unknown_config: 'the deployment or cluster names a config that does not exist',
+  node_exists: 'a node with this id exists already',
+  node_deleted: 'the node was deleted; only an operator can add it again',
+  endpoint_not_in_san: 'the endpoint host is not among the caller certificate\'s DNS or IP SANs',
+  link_local_endpoint: 'the endpoint is a link-local address',
+  bad_endpoint: 'the endpoint is not wss://host:port/v1/wake',
+  stale_revision: 'the signal is for an older revision than the current one',
+  unknown_revision: 'the signal is for a revision newer than the current one',
+  deployment_busy: 'the deployment belongs to a cluster operation and cannot be changed by hand',
+  restart_in_progress: 'the cluster is already being restarted, created or deleted',
+  cluster_busy: 'the node already belongs to a cluster operation in flight',
+  internal: 'an unexpected error; details are in the controller log only',
+
+  // agent hooks and state (SPEC §4, §5)
+  bad_name: 'a group, tool, input or output name fails its pattern',
+  forbidden_input: 'an input name would steer a loader or shell (PATH, LD_*, BASH_ENV, ...)',
+  unknown_group: 'no hook for this group',
+  unsafe_hooks_dir: 'the hooks dir or hook is not root-owned or is writable by group/others',
+  nul_in_input: 'an input value holds a NUL byte',
+  hook_timeout: 'the hook ran past its timeout and its process group was killed',
+  hook_failed: 'the hook could not be started or answered outside Heat\'s hook protocol',
+  interrupted: 'the agent stopped while the item ran; it runs again only in a new revision',
+  output_not_regular: 'an output path is a symlink or not a regular file',
+  output_too_large: 'an output file is over 1 MiB',
+  bad_config: 'a component config is not {"configs":[...]}',
+
+  // configuration (start-up) and the CLI
+  bad_option: 'a command-line option or configuration value is invalid',
+  pki_exists: 'the PKI directory already holds a CA (use --force to replace it)',
+  pki_missing: 'a file the PKI layout requires is missing',
+  api_error: 'the controller answered the CLI with an error',
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export const ERROR_CODE_LIST = Object.keys(ERROR_CODES) as ErrorCode[];
+
+export function isErrorCode(x: unknown): x is ErrorCode {
+  return typeof x === 'string' && Object.prototype.hasOwnProperty.call(ERROR_CODES, x);
+}
+
+/** The base of every coded Herald error. `code` is stable; `message` is for people. */
+export class HeraldError extends Error {
+  readonly code: ErrorCode;
+  /** The field a validation error is about, as a dotted path (`input_values.port`). */
+  readonly field: string | undefined;
+
+  constructor(code: ErrorCode, message?: string, opts: { cause?: unknown; field?: string } = {}) {
+    super(message ?? ERROR_CODES[code], opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'HeraldError';
+    this.code = code;
+    this.field = opts.field;
+  }
+}
+
+/** A refusal of something a peer sent: a token, frame, response or TLS identity. */
+export class RefusalError extends HeraldError {
+  constructor(code: ErrorCode, message?: string, opts: { cause?: unknown; field?: string } = {}) {
+    super(code, message, opts);
+    this.name = 'RefusalError';
+  }
+}
+
+/** A caller's or configuration mistake found at start-up; names the option. */
+export class ConfigError extends HeraldError {
+  constructor(message: string, opts: { cause?: unknown; field?: string; code?: ErrorCode } = {}) {
+    super(opts.code ?? 'bad_option', message, opts);
+    this.name = 'ConfigError';
+  }
+}
+
+export function codeOf(err: unknown): ErrorCode | undefined {
+  return err instanceof HeraldError ? err.code : undefined;
+}

@@ -1,0 +1,102 @@
+/**
+ * Every limit and default of the Herald contract (SPEC §6), in one place, each named with its
+ * unit. Processes take their defaults from here; tests and docs refer to these names.
+ */
+
+// ---- wake-up channel (agent listener) -------------------------------------------------------
+/** A wake-up frame larger than this is answered `too_large`. */
+export const MAX_WAKE_FRAME_BYTES = 4 * 1024;
+/** The WebSocket layer's own payload limit, set above the frame check so the agent can answer. */
+export const MAX_WS_PAYLOAD_BYTES = 64 * 1024;
+/** Longest allowed `exp - iat` of a wake-up. */
+export const MAX_WAKE_LIFETIME_S = 300;
+/** Lifetime the controller gives its wake-ups. */
+export const WAKE_LIFETIME_S = 60;
+/** Clock skew tolerated either way on `iat`/`exp`. */
+export const CLOCK_SKEW_S = 30;
+/** Entries the replay cache holds before it refuses new tokens (`replay_cache_full`). */
+export const REPLAY_CACHE_CAPACITY = 100_000;
+/** The agent answers every frame within this time; the controller treats silence as half-open. */
+export const FRAME_ANSWER_TIMEOUT_MS = 1_000;
+/** The controller pings every connection this often. */
+export const PING_INTERVAL_MS = 30_000;
+/** The agent closes a connection that sent neither ping nor frame for this long. */
+export const AGENT_IDLE_CLOSE_MS = 90_000;
+/** A push connection counts as healthy when a ping or frame came within this window. */
+export const PUSH_HEALTHY_WINDOW_MS = 90_000;
+/** TLS handshake plus WebSocket upgrade at the listener must finish within this. */
+export const LISTENER_HANDSHAKE_TIMEOUT_MS = 5_000;
+/** Connections at one listener that have not yet authenticated. */
+export const MAX_PENDING_CONNECTIONS = 16;
+/** Authenticated connections at one listener (one per controller identity). */
+export const MAX_AUTHENTICATED_CONNECTIONS = 4;
+/** Bad frames on one connection before it is closed with 1008. */
+export const MAX_BAD_FRAMES = 10;
+/** Default agent listener port. */
+export const DEFAULT_AGENT_PORT = 7443;
+
+// ---- controller API -------------------------------------------------------------------------
+/** Default controller API port. */
+export const DEFAULT_CONTROLLER_PORT = 8443;
+/** Largest request body of any API route but signals. */
+export const MAX_REQUEST_BODY_BYTES = 1024 * 1024;
+/** Largest signal body. */
+export const MAX_SIGNAL_BODY_BYTES = 4 * 1024 * 1024;
+/** Largest metadata response the agent reads. */
+export const MAX_METADATA_RESPONSE_BYTES = 16 * 1024 * 1024;
+/** Endpoint announcements per node: burst, then sustained rate. */
+export const ANNOUNCE_RATE_BURST = 5;
+export const ANNOUNCE_RATE_PER_S = 1;
+/** Metadata fetches per node: burst, then sustained rate. */
+export const FETCH_RATE_BURST = 10;
+export const FETCH_RATE_PER_S = 5;
+/** Any other request per identity: burst, then sustained rate. */
+export const API_RATE_BURST = 200;
+export const API_RATE_PER_S = 100;
+/** Idle keep-alive on API connections: short, so fetch connections do not pile up at fan-out. */
+export const API_KEEP_ALIVE_TIMEOUT_MS = 5_000;
+
+// ---- hooks ----------------------------------------------------------------------------------
+/** Of each of stdout and stderr, the last this many bytes are kept. */
+export const MAX_HOOK_OUTPUT_BYTES = 1024 * 1024;
+/** Largest output file a hook may leave. */
+export const MAX_OUTPUT_FILE_BYTES = 1024 * 1024;
+/** A hook run's default timeout (`options.timeout`, in seconds, overrides). */
+export const HOOK_TIMEOUT_S = 600;
+/** Grace between TERM and KILL of a timed-out hook's process group. */
+export const HOOK_KILL_GRACE_MS = 10_000;
+/** After a hook's own process exits, how long its output pipes may drain (a daemon may hold them). */
+export const HOOK_OUTPUT_DRAIN_MS = 200;
+/** On agent shutdown, how long a running hook may finish before it is recorded as interrupted. */
+export const AGENT_SHUTDOWN_GRACE_MS = 10_000;
+
+// ---- polling --------------------------------------------------------------------------------
+/** Fallback poll interval. */
+export const POLL_INTERVAL_MS = 120_000;
+/** Poll interval while push is healthy. */
+export const POLL_INTERVAL_HEALTHY_MS = 600_000;
+/** Poll jitter, as a fraction either way. */
+export const POLL_JITTER_FRACTION = 0.1;
+
+// ---- push dialer (controller) ---------------------------------------------------------------
+/** Reconnect backoff: first ceiling and cap (full jitter below the ceiling). */
+export const RECONNECT_BACKOFF_BASE_MS = 250;
+export const RECONNECT_BACKOFF_MAX_MS = 30_000;
+/** Connect (TCP + TLS + upgrade) to an agent listener must finish within this. */
+export const DIAL_TIMEOUT_MS = 5_000;
+/** Wake-ups awaiting their answer, across all nodes of one dialer. */
+export const MAX_WAKES_IN_FLIGHT = 2_000;
+
+// ---- signal outbox (agent) ------------------------------------------------------------------
+export const OUTBOX_BACKOFF_BASE_MS = 500;
+export const OUTBOX_BACKOFF_MAX_MS = 60_000;
+
+// ---- cluster restart ------------------------------------------------------------------------
+/** A restart step's deadline is the hook timeout plus this margin. */
+export const RESTART_STEP_MARGIN_S = 60;
+
+// ---- PKI ------------------------------------------------------------------------------------
+export const DEFAULT_TRUST_DOMAIN = 'herald.local';
+export const DEFAULT_CERT_DAYS = 90;
+export const CA_CERT_DAYS = 3650;
+export const RSA_KEY_BITS = 2048;
