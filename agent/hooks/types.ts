@@ -24,7 +24,19 @@ export interface RunOptions {
   onSpawn?: (pid: number) => void;
   /** Default timeout when `options.timeout` is absent, ms. */
   timeoutMs?: number;
+  /** Grace between TERM and KILL of the process group, ms (default HOOK_KILL_GRACE_MS). */
   killGraceMs?: number;
+  /** How long a hook's pipes may drain after it exited, ms (default HOOK_OUTPUT_DRAIN_MS). */
+  drainMs?: number;
+  /**
+   * The agent's effective uid, deciding whether the hooks dir ownership checks apply (only 0 does).
+   * Default `process.getuid?.()`; tests inject it.
+   */
+  uid?: number;
+  /** The agent's environment, of which only PATH, HOME, LANG and LC_* pass. Default process.env. */
+  env?: NodeJS.ProcessEnv;
+  /** Warnings about refused items and unexpected failures (ids and codes only, never values). */
+  log?: { warn(obj: object, msg: string): void };
 }
 
 export type RunItem = (item: MetadataItem, opts: RunOptions) => Promise<RunResult>;

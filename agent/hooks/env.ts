@@ -1,0 +1,52 @@
+/**
+ * The hook's environment, built from scratch (SPEC §4): of the agent's own only PATH, HOME,
+ * LANG and LC_*; then the inputs and `heat_outputs_path`. Key paths, credentials and HERALD_*
+ * variables of the agent never reach a hook.
+ */
+import type { MetadataInput } from '../../protocol/heat.js';
+
+/** Used when the agent itself has no PATH. */
+export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/** The part of the agent's environment a hook inherits. */
+export function baseEnv(agentEnv: NodeJS.ProcessEnv): Record<string, string> {
+  const env: Record<string, string> = { PATH: agentEnv.PATH ?? DEFAULT_PATH };
+  if (agentEnv.HOME !== undefined) env.HOME = agentEnv.HOME;
+  if (agentEnv.LANG !== undefined) env.LANG = agentEnv.LANG;
+  for (const [k, v] of Object.entries(agentEnv)) {
+    if (k.startsWith('LC_') && /^LC_[A-Z]+$/.test(k) && v !== undefined) env[k] = v;
+  }
+  return env;
+}
+
+/**
+ * An input value as an environment string: strings as they are, numbers and booleans in their
+ * usual text, null/absent as empty, lists and objects JSON-encoded (SPEC §5).
+ */
+export function inputEnvValue(value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (value === null || value === undefined) return '';
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return String(value);
+  return JSON.stringify(value) ?? '';
+}
+
+/** The name of the first input whose value holds a NUL byte anywhere (nested strings too). */
+export function inputWithNul(inputs: MetadataInput[]): string | undefined {
+  for (const input of inputs) if (hasNul(input.value, 0)) return input.name;
+  return undefined;
+}
+
+function hasNul(v: unknown, depth: number): boolean {
+  if (typeof v === 'string') return v.includes('\0');
+  if (depth > 64 || typeof v !== 'object' || v === null) return false;
+  if (Array.isArray(v)) return v.some((x) => hasNul(x, depth + 1));
+  return Object.entries(v).some(([k, x]) => k.includes('\0') || hasNul(x, depth + 1));
+}
+
+/** The environment of a `script` run. Input names must have been checked already. */
+export function scriptEnv(agentEnv: NodeJS.ProcessEnv, inputs: MetadataInput[], outputsPath: string): Record<string, string> {
+  const env = baseEnv(agentEnv);
+  for (const input of inputs) env[input.name] = inputEnvValue(input.value);
+  env.heat_outputs_path = outputsPath;
+  return env;
+}

@@ -1,0 +1,199 @@
+/**
+ * Runs one hook process the way SPEC §4 asks: in its own process group, with a timeout that
+ * kills the whole group (TERM, then KILL after a grace), keeping only the tail of stdout and
+ * stderr, and ending when the hook's OWN process exits, even if a daemon it started still holds
+ * the pipes.
+ *
+ * A grandchild that calls `setsid` leaves the group and escapes the kill; nothing short of a
+ * cgroup catches it (documented in the README).
+ */
+import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { constants as osc } from 'node:os';
+import { TailBuffer } from './tail-buffer.js';
+
+export interface ProcessSpec {
+  file: string;
+  args?: string[];
+  cwd: string;
+  env: Record<string, string>;
+  /** Written to stdin, which is then closed; absent: stdin is /dev/null. */
+  stdin?: string;
+  timeoutMs: number;
+  killGraceMs: number;
+  /** After the process exited, how long its pipes may still drain. */
+  drainMs: number;
+  maxOutputBytes: number;
+  signal?: AbortSignal;
+  onSpawn?: (pid: number) => void;
+}
+
+export interface ProcessResult {
+  /** Exit code, or 128 + signal number when a signal ended it. null only when it never started. */
+  exitCode: number | null;
+  exitSignal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  timedOut: boolean;
+  aborted: boolean;
+  /** Set when the process could not be started (ENOENT, EACCES, ...). */
+  spawnError?: Error;
+}
+
+/** How often the group is probed for survivors after a kill, ms. */
+const GROUP_PROBE_MS = 50;
+
+export function runProcess(spec: ProcessSpec): Promise<ProcessResult> {
+  return new Promise((resolve) => {
+    const out = new TailBuffer(spec.maxOutputBytes);
+    const err = new TailBuffer(spec.maxOutputBytes);
+    let timedOut = false;
+    let aborted = false;
+    let killTimer: NodeJS.Timeout | undefined;
+    let killSent = false;
+    let settled = false;
+
+    const result = (exitCode: number | null, exitSignal: NodeJS.Signals | null, spawnError?: Error): ProcessResult => {
+      const r: ProcessResult = { exitCode, exitSignal, stdout: out.text(), stderr: err.text(), timedOut, aborted };
+      if (spawnError !== undefined) r.spawnError = spawnError;
+      return r;
+    };
+
+    let child: ReturnType<typeof spawn>;
+    try {
+      child = spawn(spec.file, spec.args ?? [], {
+        cwd: spec.cwd,
+        env: spec.env,
+        detached: true, // own process group: the timeout kills the hook and its children
+        stdio: [spec.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+        windowsHide: true,
+      });
+    } catch (e) {
+      resolve(result(null, null, e as Error));
+      return;
+    }
+
+    const pid = child.pid;
+    const killGroup = (sig: NodeJS.Signals): void => {
+      if (pid === undefined) return;
+      try {
+        process.kill(-pid, sig);
+      } catch {
+        // ESRCH: the group is gone already
+      }
+    };
+    const groupAlive = (): boolean => pid !== undefined && groupHasLiveMember(pid);
+    const startKill = (): void => {
+      if (killTimer !== undefined || killSent) return;
+      killGroup('SIGTERM');
+      killTimer = setTimeout(() => {
+        killSent = true;
+        killGroup('SIGKILL');
+      }, spec.killGraceMs);
+    };
+
+    const timeout = setTimeout(() => {
+      timedOut = true;
+      startKill();
+    }, spec.timeoutMs);
+    const onAbort = (): void => {
+      if (timedOut) return;
+      aborted = true;
+      startKill();
+    };
+    if (spec.signal?.aborted === true) onAbort();
+    else spec.signal?.addEventListener('abort', onAbort, { once: true });
+
+    child.stdout?.on('data', (b: Buffer) => out.push(b));
+    child.stderr?.on('data', (b: Buffer) => err.push(b));
+    child.stdin?.on('error', () => undefined); // EPIPE: the hook did not read its stdin
+    if (spec.stdin !== undefined) child.stdin?.end(spec.stdin);
+
+    child.once('spawn', () => {
+      if (pid !== undefined) spec.onSpawn?.(pid);
+    });
+
+    const cleanup = (): void => {
+      clearTimeout(timeout);
+      spec.signal?.removeEventListener('abort', onAbort);
+    };
+
+    child.once('error', (e) => {
+      // Only a failure to start ends the run here; after a start, 'exit' does.
+      if (settled || child.pid !== undefined) return;
+      settled = true;
+      cleanup();
+      resolve(result(null, null, e));
+    });
+
+    child.once('exit', (code, sig) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timeout);
+      void (async () => {
+        await drain(child, spec.drainMs);
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+        // After a timeout or abort, the run ends only when the group is gone or got its KILL,
+        // so "killed with its children" holds when the result is seen.
+        if (killTimer !== undefined) {
+          while (!killSent && groupAlive()) await new Promise((r) => setTimeout(r, GROUP_PROBE_MS));
+          clearTimeout(killTimer);
+        }
+        cleanup();
+        const exitCode = code ?? (sig !== null ? 128 + (osc.signals[sig] ?? 0) : null);
+        resolve(result(exitCode, sig));
+      })();
+    });
+  });
+}
+
+/**
+ * True while a process of group `pgid` is alive. kill(-pgid, 0) also counts zombies, and killed
+ * orphans stay zombies until PID 1 reaps them (slowly, in some containers): on Linux, /proc is
+ * read to skip them.
+ */
+function groupHasLiveMember(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+  } catch {
+    return false;
+  }
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return true; // no /proc: trust kill(0)
+  }
+  for (const e of entries) {
+    if (!/^\d+$/.test(e)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${e}/stat`, 'latin1');
+    } catch {
+      continue; // exited meanwhile
+    }
+    // fields after "(comm)": state ppid pgrp ...
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (f[2] === String(pgid) && f[0] !== 'Z' && f[0] !== 'X') return true;
+  }
+  return false;
+}
+
+/** Waits for stdout and stderr to close, at most `ms` (a daemon may keep them open forever). */
+function drain(child: ReturnType<typeof spawn>, ms: number): Promise<void> {
+  const closed = (s: NodeJS.ReadableStream | null): Promise<void> =>
+    s === null || (s as unknown as { closed?: boolean }).closed === true
+      ? Promise.resolve()
+      : new Promise((r) => {
+        s.once('close', () => r());
+        s.once('end', () => r());
+      });
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    Promise.all([closed(child.stdout), closed(child.stderr)]).then(() => undefined),
+    new Promise<void>((r) => {
+      timer = setTimeout(r, ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}

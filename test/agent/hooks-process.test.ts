@@ -1,0 +1,128 @@
+/** The hook runner's process handling, with real children checked in /proc. */
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HOOK_TIMEOUT_STATUS_CODE, INTERRUPTED_STATUS_CODE, runItem } from '../../agent/hooks/run-item.js';
+import { cutMarker, TailBuffer } from '../../agent/hooks/tail-buffer.js';
+import type { RunOptions } from '../../agent/hooks/types.js';
+import { item, procState, tempDir, waitDead, waitFile } from './hooks-helpers.js';
+
+let base: string;
+const leftovers: number[] = [];
+
+beforeAll(async () => {
+  base = await tempDir();
+});
+afterAll(async () => {
+  for (const pid of leftovers) {
+    try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+  }
+  await rm(base, { recursive: true, force: true });
+});
+
+function opts(over: Partial<RunOptions> = {}): RunOptions {
+  return { runsDir: join(base, 'runs'), env: { PATH: process.env.PATH }, uid: 1000, ...over };
+}
+
+describe('TailBuffer', () => {
+  it('keeps the last bytes with a marker', () => {
+    const t = new TailBuffer(10);
+    for (let i = 0; i < 7; i++) t.push(Buffer.from('abc'));
+    expect(t.totalBytes).toBe(21);
+    expect(t.text()).toBe(cutMarker(11) + 'cabcabcabc');
+  });
+  it('keeps everything below the limit without a marker', () => {
+    const t = new TailBuffer(10);
+    t.push(Buffer.from('0123456789'));
+    expect(t.text()).toBe('0123456789');
+  });
+  it('drops a split UTF-8 character whole', () => {
+    const t = new TailBuffer(4);
+    t.push(Buffer.from('xé€')); // 1 + 2 + 3 bytes: the cut lands inside é
+    expect(t.text()).toBe(cutMarker(3) + '€');
+  });
+});
+
+describe('hook processes', () => {
+  it('keeps the last 1 MiB of 5 MiB of stdout, with the marker', async () => {
+    const r = await runItem(item({ config: '#!/bin/sh\nhead -c 5242880 /dev/zero | tr "\\0" a\nprintf END\necho err >&2\n' }), opts());
+    expect(r.deploy_status_code).toBe(0);
+    const marker = cutMarker(5242883 - 1048576);
+    expect(r.deploy_stdout.startsWith(marker)).toBe(true);
+    expect(r.deploy_stdout.length).toBe(marker.length + 1048576);
+    expect(r.deploy_stdout.endsWith('aaaEND')).toBe(true);
+    expect(r.deploy_stderr).toBe('err\n');
+  });
+
+  it('kills the hook and its children at the timeout (TERM)', async () => {
+    const pidfile = join(base, 'timeout.pid');
+    let hookPid = 0;
+    const started = Date.now();
+    const r = await runItem(item({
+      config: '#!/bin/sh\nsleep 60 &\necho $! > "$pidfile"\necho before\nsleep 60\n',
+      inputValues: { pidfile },
+      options: { timeout: 0.5 },
+    }), opts({ onSpawn: (pid) => { hookPid = pid; }, killGraceMs: 5_000 }));
+    const child = Number(await waitFile(pidfile));
+    leftovers.push(child);
+    expect(r.deploy_status_code).toBe(HOOK_TIMEOUT_STATUS_CODE);
+    expect(r.status_reason).toMatch(/^hook_timeout: /);
+    expect(r.deploy_stdout).toBe('before\n');
+    expect(Date.now() - started).toBeLessThan(4_000); // TERM sufficed: no wait for the grace
+    expect(hookPid).toBeGreaterThan(0);
+    expect(await waitDead(hookPid)).toBe(true);
+    expect(await waitDead(child)).toBe(true);
+  });
+
+  it('KILLs children that ignore TERM after the grace', async () => {
+    const pidfile = join(base, 'stubborn.pid');
+    const r = await runItem(item({
+      config: '#!/bin/sh\ntrap "" TERM\nsh -c \'trap "" TERM; echo $$ > "$pidfile"; while :; do sleep 1; done\' &\nwait\n',
+      inputValues: { pidfile },
+    }), opts({ timeoutMs: 500, killGraceMs: 300 }));
+    const child = Number(await waitFile(pidfile));
+    leftovers.push(child);
+    expect(r.status_reason).toMatch(/^hook_timeout: /);
+    expect(await waitDead(child)).toBe(true);
+  });
+
+  it('ends when the hook exits even if a daemon it started holds the pipes', async () => {
+    const pidfile = join(base, 'daemon.pid');
+    const started = Date.now();
+    const r = await runItem(item({
+      config: '#!/bin/sh\nsleep 30 &\necho $! > "$pidfile"\necho done\n',
+      inputValues: { pidfile },
+    }), opts({ timeoutMs: 20_000 }));
+    const daemon = Number(await waitFile(pidfile));
+    leftovers.push(daemon);
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(r).toMatchObject({ deploy_status_code: 0, deploy_stdout: 'done\n' });
+    expect(r.status_reason).toBeUndefined();
+    // the daemon is left alone: it is the hook's business
+    expect(procState(daemon)).toMatch(/^[RSD]$/);
+    process.kill(daemon, 'SIGKILL');
+  });
+
+  it('an abort kills the group and reports interrupted', async () => {
+    const ac = new AbortController();
+    let hookPid = 0;
+    const r = await runItem(item({ config: '#!/bin/sh\nsleep 60\n' }), opts({
+      signal: ac.signal, onSpawn: (pid) => { hookPid = pid; ac.abort(); },
+    }));
+    expect(r.deploy_status_code).toBe(INTERRUPTED_STATUS_CODE);
+    expect(r.status_reason).toMatch(/^interrupted: /);
+    expect(await waitDead(hookPid)).toBe(true);
+  });
+
+  it('does not start when already aborted', async () => {
+    let spawned = false;
+    const r = await runItem(item({}), opts({ signal: AbortSignal.abort(), onSpawn: () => { spawned = true; } }));
+    expect(spawned).toBe(false);
+    expect(r.status_reason).toMatch(/^interrupted: /);
+  });
+
+  it('reports a hook killed by a signal as 128 + signo', async () => {
+    const r = await runItem(item({ config: '#!/bin/sh\nkill -KILL $$\n' }), opts());
+    expect(r.deploy_status_code).toBe(137);
+  });
+});
