@@ -113,7 +113,9 @@ export function verifyCompact(token: string, typ: TokenType, keys: KeySet): Veri
   const key = keys.get(header.kid);
   if (key === undefined) throw new RefusalError('unknown_kid', `kid ${header.kid} is not trusted`);
   const sig = Buffer.from(s, 'base64url');
-  if (sig.length !== 64 || !edVerify(null, Buffer.from(`${h}.${p}`, 'ascii'), key, sig)) {
+  // a non-canonical encoding (stray bits in the last character) decodes to the same bytes: refuse
+  // it, so that one signature has exactly one spelling
+  if (sig.length !== 64 || sig.toString('base64url') !== s || !edVerify(null, Buffer.from(`${h}.${p}`, 'ascii'), key, sig)) {
     throw new RefusalError('bad_signature');
   }
   return { kid: header.kid, claims: parseJsonObject(p, 'payload') };

@@ -79,6 +79,7 @@ describe('wake-up sign and verify', () => {
     ['tampered payload', () => { const [a, , c] = craft(h(), claims()).split('.'); return `${a}.${b64(claims({ gen: 8 }))}.${c}`; }, 'bad_signature'],
     ['tampered signature', () => { const t = craft(h(), claims()); const s = Buffer.from(t.split('.')[2]!, 'base64url'); s[5] = s[5]! ^ 1; return `${t.split('.').slice(0, 2).join('.')}.${s.toString('base64url')}`; }, 'bad_signature'],
     ['signature by a key of the same kid but another secret', () => craft(h(), claims(), other), 'bad_signature'],
+    ['a signature spelled non-canonically (stray bits in its last character)', () => { const t = craft(h(), claims()); const c = t.at(-1)!; const alt = 'AQgw'.includes(c) ? String.fromCharCode(c.charCodeAt(0) + 1) : c; expect(alt).not.toBe(c); return t.slice(0, -1) + alt; }, 'bad_signature'],
     ['alg none', () => `${b64({ alg: 'none', kid: key.priv.kid, typ: WAKE_TYP })}.${b64(claims())}.`, 'bad_algorithm'],
     ['no kid', () => craft({ alg: 'EdDSA', typ: WAKE_TYP }, claims()), 'missing_kid'],
     ['unknown kid', () => craft(h({ kid: other.priv.kid }), claims(), other), 'unknown_kid'],
