@@ -6,6 +6,10 @@
 import { Command, CommanderError } from 'commander';
 import { HeraldError } from '../protocol/errors.js';
 import { registerCertsCommands } from '../certs/cli.js';
+import { registerAgentCommand } from '../agent/cli.js';
+import { registerOperatorCommands } from './operator.js';
+import { registerDemoCommand } from './demo.js';
+import { registerControllerCommand } from '../controller/cli.js';
 
 export function buildProgram(): Command {
   const program = new Command('herald')
@@ -13,6 +17,10 @@ export function buildProgram(): Command {
     .showHelpAfterError('(add --help for usage)')
     .exitOverride();
   registerCertsCommands(program);
+  registerAgentCommand(program);
+  registerControllerCommand(program);
+  registerOperatorCommands(program);
+  registerDemoCommand(program);
   return program;
 }
 

@@ -47,6 +47,16 @@ export const ERROR_CODES = {
   wrong_peer: 'the server presented another identity than the one dialled',
   tls_version: 'the peer did not negotiate TLS 1.3',
 
+  // agent listener: connection-level refusals and WebSocket close reasons (SPEC §2)
+  upgrade_required: 'a plain HTTP request to /v1/wake; only a WebSocket upgrade is served there',
+  too_many_connections: 'the listener holds its limit of pending (16) or authenticated (4) connections',
+  handshake_timeout: 'TLS handshake plus WebSocket upgrade did not finish within 5 s; the socket was destroyed',
+  tls_handshake_failed: 'the TLS handshake failed (a TLS version below 1.3, a bad certificate, or garbage)',
+  idle_timeout: 'the connection sent neither ping nor frame for 90 s (WebSocket close 1000)',
+  connection_replaced: 'a newer connection from the same controller identity replaced this one (WebSocket close 4000)',
+  too_many_bad_frames: 'ten bad frames on one connection (WebSocket close 1008)',
+  shutting_down: 'the agent is stopping (WebSocket close 1001)',
+
   // controller API (SPEC §3)
   wrong_node: 'an agent asked about another node than its own',
   not_found: 'no such resource or route',
@@ -68,6 +78,9 @@ export const ERROR_CODES = {
   deployment_busy: 'the deployment belongs to a cluster operation and cannot be changed by hand',
   restart_in_progress: 'the cluster is already being restarted, created or deleted',
   cluster_busy: 'the node already belongs to a cluster operation in flight',
+  node_in_cluster: 'the node belongs to a cluster; delete the cluster (or remove the node from it) first',
+  deployment_deleting: 'the deployment is being deleted (its DELETE revision runs); it can no longer be changed',
+  bad_input_value: 'an input value does not fit its declared type (see `field`)',
   internal: 'an unexpected error; details are in the controller log only',
 
   // agent hooks and state (SPEC §4, §5)

@@ -56,6 +56,25 @@ export const API_RATE_PER_S = 100;
 /** Idle keep-alive on API connections: short, so fetch connections do not pile up at fan-out. */
 export const API_KEEP_ALIVE_TIMEOUT_MS = 5_000;
 
+/** Idle connections are closed after this, and a request's headers must arrive within it. */
+export const API_HEADERS_TIMEOUT_MS = 10_000;
+/** A whole request (headers and body) must arrive within this. */
+export const API_REQUEST_TIMEOUT_MS = 30_000;
+/** Metadata bodies kept built (one per node, for its current generation). */
+export const METADATA_CACHE_ENTRIES = 20_000;
+/** Server-Sent Events: a comment line this often keeps proxies from closing an idle stream. */
+export const SSE_HEARTBEAT_INTERVAL_MS = 15_000;
+/** Server-Sent Events: a client that lets this much pile up unread is dropped. */
+export const MAX_SSE_BUFFERED_BYTES = 4 * 1024 * 1024;
+/** Acknowledged generations from the push dialer and fetches are written in batches this often. */
+export const ACK_FLUSH_INTERVAL_MS = 500;
+/** Cluster operations are checked for step deadlines and window slots this often. */
+export const CLUSTER_TICK_INTERVAL_MS = 1_000;
+/** On SIGTERM, in-flight requests may finish for this long before their sockets are destroyed. */
+export const CONTROLLER_SHUTDOWN_GRACE_MS = 10_000;
+/** Token buckets kept per identity before idle (full) ones are swept. */
+export const MAX_RATE_BUCKETS = 100_000;
+
 // ---- hooks ----------------------------------------------------------------------------------
 /** Of each of stdout and stderr, the last this many bytes are kept. */
 export const MAX_HOOK_OUTPUT_BYTES = 1024 * 1024;
@@ -86,6 +105,14 @@ export const RECONNECT_BACKOFF_MAX_MS = 30_000;
 export const DIAL_TIMEOUT_MS = 5_000;
 /** Wake-ups awaiting their answer, across all nodes of one dialer. */
 export const MAX_WAKES_IN_FLIGHT = 2_000;
+/**
+ * Push connections being dialled at once by one dialer: the rest wait their turn, so a
+ * controller reconnecting 10,000 agents does not start 10,000 TLS handshakes that then all miss
+ * DIAL_TIMEOUT_MS on a CPU-starved machine (~350 full mutual-TLS handshakes/s on 2 cores).
+ */
+export const MAX_DIALS_IN_FLIGHT = 128;
+/** Time a push connection gets to finish its closing handshake (1001) before it is destroyed. */
+export const PUSH_CLOSE_GRACE_MS = 1_000;
 
 // ---- signal outbox (agent) ------------------------------------------------------------------
 export const OUTBOX_BACKOFF_BASE_MS = 500;

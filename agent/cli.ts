@@ -1,0 +1,146 @@
+/**
+ * `herald agent ...` (SPEC §4). Options are checked here, each error naming its option; the
+ * agent's modules load only inside the action, so `herald --help` stays light.
+ */
+import type { Command } from 'commander';
+import { ConfigError } from '../protocol/errors.js';
+import { isValidName } from '../protocol/identity.js';
+import { DEFAULT_AGENT_PORT } from '../protocol/limits.js';
+
+const UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
+
+/**
+ * A duration like `2s`, `500ms`, `2m`, `1h` (a bare number is seconds), in ms.
+ * @throws ConfigError naming `option`
+ */
+export function parseDuration(value: string, option: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(value.trim());
+  const ms = m ? Math.round(Number(m[1]) * UNITS_MS[m[2] ?? 's']!) : NaN;
+  if (!Number.isFinite(ms) || ms < 1 || ms > 7 * 86_400_000) {
+    throw new ConfigError(`${option} ${JSON.stringify(value)} is not a duration like 120s, 500ms or 2m (up to 7 days)`, { field: option.replace(/^--/, '') });
+  }
+  return ms;
+}
+
+/**
+ * `host:port` or `[v6]:port`; with `defaultPort`, a bare host too.
+ * @throws ConfigError naming `option`
+ */
+export function parseHostPort(value: string, option: string, defaultPort?: number): { host: string; port: number } {
+  const bad = (): never => {
+    throw new ConfigError(`${option} ${JSON.stringify(value)} is not host:port`, { field: option.replace(/^--/, '') });
+  };
+  let host: string;
+  let portText: string | undefined;
+  const v6 = /^\[([0-9a-fA-F:.]+)\](?::(\d+))?$/.exec(value);
+  if (v6) {
+    host = v6[1]!;
+    portText = v6[2];
+  } else {
+    const i = value.lastIndexOf(':');
+    if (i < 0) {
+      host = value;
+    } else {
+      host = value.slice(0, i);
+      portText = value.slice(i + 1);
+    }
+    if (host.includes(':') || !/^[A-Za-z0-9.-]*$/.test(host)) bad();
+  }
+  if (portText === undefined) {
+    if (defaultPort === undefined) bad();
+    portText = String(defaultPort);
+  }
+  if (!/^\d{1,5}$/.test(portText!)) bad();
+  const port = Number(portText);
+  if (port > 65535) bad();
+  return { host: host === '' ? '0.0.0.0' : host, port };
+}
+
+interface AgentCliOptions {
+  node: string;
+  controller: string;
+  listen: string;
+  advertise?: string;
+  pki?: string;
+  stateDir: string;
+  hooksDir?: string;
+  controllerId: string;
+  pollInterval: string;
+  pollIntervalHealthy: string;
+  trustDomain?: string;
+  ca?: string;
+  cert?: string;
+  key?: string;
+}
+
+/** Adds `herald agent` to `program`. */
+export function registerAgentCommand(program: Command): void {
+  program
+    .command('agent')
+    .description('run a node agent: listen for signed wake-ups, fetch signed metadata, apply deployments, signal results')
+    .requiredOption('--node <id>', 'this node\'s id; the certificate must be agent/<id>')
+    .requiredOption('--controller <url>', 'controller API, https://host:port')
+    .option('--listen <host:port>', `wake-up listener address (default port ${DEFAULT_AGENT_PORT})`, `0.0.0.0:${DEFAULT_AGENT_PORT}`)
+    .option('--advertise <host:port>', 'address announced to the controller (default: --listen; needed when --listen is a wildcard)')
+    .option('--pki <dir>', 'PKI directory (or a bundle) in the Herald layout; uses agent/<node>.crt/.key')
+    .requiredOption('--state-dir <dir>', 'durable state: started/finished items, outbox, run directories (made 0700)')
+    .option('--hooks-dir <dir>', 'hooks for groups other than script and component (<dir>/<group>)')
+    .option('--controller-id <name>', 'the controller must present controller/<name>', 'controller')
+    .option('--poll-interval <duration>', 'fallback poll interval, e.g. 120s, 2m (jittered ±10 %)', '120s')
+    .option('--poll-interval-healthy <duration>', 'poll interval while push is healthy', '600s')
+    .option('--trust-domain <domain>', 'SPIFFE trust domain (default: the PKI\'s, else herald.local)')
+    .option('--ca <file>', 'override the CA certificate file')
+    .option('--cert <file>', 'override the agent certificate file')
+    .option('--key <file>', 'override the agent key file')
+    .addHelpText('after', `
+Example:
+  herald agent --node n1 --controller https://ctl.example:8443 --listen 10.0.0.5:7443 \\
+    --pki /etc/herald/pki --state-dir /var/lib/herald --hooks-dir /etc/herald/hooks`)
+    .action(async (o: AgentCliOptions) => {
+      if (!isValidName(o.node)) throw new ConfigError(`--node ${JSON.stringify(o.node)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`, { field: 'node' });
+      if (!isValidName(o.controllerId)) throw new ConfigError(`--controller-id ${JSON.stringify(o.controllerId)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`, { field: 'controller-id' });
+      if (!/^https:\/\/[^/?#@]+\/?$/.test(o.controller)) throw new ConfigError(`--controller must be https://host:port, not ${JSON.stringify(o.controller)}`, { field: 'controller' });
+      if (o.pki === undefined && (o.ca === undefined || o.cert === undefined || o.key === undefined)) {
+        throw new ConfigError('--pki <dir> is required (or all of --ca, --cert and --key)', { field: 'pki' });
+      }
+      const listen = parseHostPort(o.listen, '--listen', DEFAULT_AGENT_PORT);
+      const advertise = o.advertise !== undefined ? parseHostPort(o.advertise, '--advertise', listen.port) : undefined;
+      const pollIntervalMs = parseDuration(o.pollInterval, '--poll-interval');
+      const pollIntervalHealthyMs = parseDuration(o.pollIntervalHealthy, '--poll-interval-healthy');
+      const { startAgent } = await import('./main.js');
+      const agent = await startAgent({
+        node: o.node,
+        controller: o.controller.replace(/\/$/, ''),
+        listen,
+        advertise,
+        pki: o.pki ?? '.',
+        stateDir: o.stateDir,
+        hooksDir: o.hooksDir,
+        controllerId: o.controllerId,
+        pollIntervalMs,
+        pollIntervalHealthyMs,
+        trustDomain: o.trustDomain,
+        ca: o.ca,
+        cert: o.cert,
+        key: o.key,
+      });
+      await new Promise<void>((resolve) => {
+        let signals = 0;
+        const onSignal = (sig: NodeJS.Signals): void => {
+          if (++signals > 1) {
+            agent.log.warn({ signal: sig }, 'second signal: exiting now');
+            process.exit(130);
+          }
+          void agent.stop(sig).then(resolve, (err: unknown) => {
+            agent.log.error({ err }, 'error while stopping');
+            resolve();
+          });
+        };
+        process.on('SIGTERM', onSignal);
+        process.on('SIGINT', onSignal);
+      });
+      // a daemon that stopped: do not wait on a kept-alive socket or a stray timer
+      agent.log.flush();
+      process.exit(0);
+    });
+}

@@ -1,0 +1,288 @@
+/**
+ * The agent's client side of the controller API (SPEC §3, §4): signed metadata fetches,
+ * endpoint announcements and signals, over one keep-alive mutual-TLS agent that dials only
+ * `controller/<--controller-id>`.
+ *
+ * A metadata response is trusted only after `verifyMetadataResponse` (signature, fresh nonce,
+ * audience, issuer, digest, no rollback), on the 200 and on the 304 alike; its body is counted
+ * while it is read and the request is aborted past MAX_METADATA_RESPONSE_BYTES.
+ */
+import https from 'node:https';
+import type http from 'node:http';
+import { HeraldError, RefusalError } from '../protocol/errors.js';
+import { fullJitterMs } from '../protocol/backoff.js';
+import type { MetadataDocument, SignalBody } from '../protocol/heat.js';
+import { KeySet } from '../protocol/jws.js';
+import { MAX_METADATA_RESPONSE_BYTES, MAX_REQUEST_BODY_BYTES } from '../protocol/limits.js';
+import { newNonce, NONCE_HEADER, SIGNATURE_HEADER, verifyMetadataResponse } from '../protocol/metadata.js';
+import { HttpsAgentHolder, refusalCodeOf, type Logger, type PkiMaterial } from '../certs/tls.js';
+
+/** Each API request must finish within this. */
+export const API_REQUEST_TIMEOUT_MS = 30_000;
+/** Endpoint announcement retries: first ceiling and cap. */
+export const ANNOUNCE_BACKOFF_BASE_MS = 500;
+export const ANNOUNCE_BACKOFF_MAX_MS = 60_000;
+
+export type FetchResult =
+  | { status: 200; gen: number; document: MetadataDocument }
+  | { status: 304; gen: number };
+
+export interface FetcherOptions {
+  /** `https://host:port` of the controller API. */
+  controllerUrl: string;
+  node: string;
+  material: PkiMaterial;
+  /** The SPIFFE id the controller must present, and the metadata's `iss`. */
+  controllerSpiffeId: string;
+  /** The last generation applied, for the rollback check. */
+  lastAppliedGen: () => number | undefined;
+  log: Logger;
+  /** Default API_REQUEST_TIMEOUT_MS. */
+  requestTimeoutMs?: number;
+  /** Default MAX_METADATA_RESPONSE_BYTES. */
+  maxMetadataBytes?: number;
+}
+
+interface RawResponse {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: Buffer;
+}
+
+/**
+ * The trusted signing keys, rebuilt only when the JWKS or revoked kids change (a material
+ * snapshot is replaced, never mutated, on every change).
+ */
+export function keySetOf(material: PkiMaterial): () => KeySet {
+  let snap: unknown = null;
+  let keys: KeySet = new KeySet({ keys: [] });
+  return () => {
+    const m = material.current();
+    if (m !== snap) {
+      snap = m;
+      try {
+        keys = new KeySet(m.jwks ?? { keys: [] }, m.revokedKids);
+      } catch {
+        keys = new KeySet({ keys: [] });
+      }
+    }
+    return keys;
+  };
+}
+
+export class Fetcher {
+  readonly #o: FetcherOptions;
+  readonly #base: URL;
+  readonly #agent: HttpsAgentHolder;
+  readonly #keys: () => KeySet;
+  readonly #timeoutMs: number;
+  readonly #maxBytes: number;
+  /** ETag and generation of the last 200 this process holds: If-None-Match only with a document in hand. */
+  #etag: string | undefined;
+  #closed = false;
+  readonly #requests = new Set<http.ClientRequest>();
+  /** Fetches made, for tests. */
+  fetches = 0;
+
+  constructor(opts: FetcherOptions) {
+    this.#o = opts;
+    let base: URL;
+    try {
+      base = new URL(opts.controllerUrl);
+    } catch {
+      throw new HeraldError('bad_option', `--controller ${JSON.stringify(opts.controllerUrl)} is not a URL`);
+    }
+    if (base.protocol !== 'https:' || base.pathname.replace(/\/+$/, '') !== '' || base.search || base.hash || base.username) {
+      throw new HeraldError('bad_option', `--controller must be https://host:port, not ${JSON.stringify(opts.controllerUrl)}`);
+    }
+    this.#base = base;
+    this.#agent = new HttpsAgentHolder(opts.material, opts.controllerSpiffeId, { keepAlive: true, maxSockets: 4 });
+    this.#keys = keySetOf(opts.material);
+    this.#timeoutMs = opts.requestTimeoutMs ?? API_REQUEST_TIMEOUT_MS;
+    this.#maxBytes = opts.maxMetadataBytes ?? MAX_METADATA_RESPONSE_BYTES;
+  }
+
+  get #audience(): string {
+    return this.#o.material.current().identity.spiffeId;
+  }
+
+  /** Forgets the ETag, so the next fetch gets a full body (a 304 would give nothing to apply). */
+  forgetEtag(): void {
+    this.#etag = undefined;
+  }
+
+  /**
+   * Fetches this node's metadata and verifies it.
+   * @throws RefusalError (signature codes, `nonce_mismatch`, `digest_mismatch`, `rollback`,
+   *   `response_too_large`, `bad_response`, `wrong_peer`, ...) or a network error
+   */
+  async fetchMetadata(): Promise<FetchResult> {
+    this.fetches++;
+    const nonce = newNonce();
+    const etag = this.#etag;
+    const headers: Record<string, string> = { [NONCE_HEADER]: nonce, accept: 'application/json' };
+    if (etag !== undefined) headers['if-none-match'] = etag;
+    const res = await this.#request('GET', `/v1/nodes/${encodeURIComponent(this.#o.node)}/metadata`, { headers, maxBytes: this.#maxBytes });
+    if (res.status !== 200 && res.status !== 304) {
+      throw new RefusalError('bad_response', `metadata fetch answered ${res.status}${errorCodeSuffix(res.body)}`);
+    }
+    if (res.status === 304 && etag === undefined) throw new RefusalError('bad_response', 'a 304 to a request without If-None-Match');
+    const sig = res.headers[SIGNATURE_HEADER];
+    const lastApplied = this.#o.lastAppliedGen();
+    const v = verifyMetadataResponse({
+      status: res.status,
+      signature: Array.isArray(sig) ? undefined : sig,
+      ...(res.status === 200 ? { body: res.body } : {}),
+      nonce,
+      audience: this.#audience,
+      issuer: this.#o.controllerSpiffeId,
+      keys: this.#keys(),
+      ...(lastApplied !== undefined ? { lastAppliedGen: lastApplied } : {}),
+    });
+    if (res.status === 304) return { status: 304, gen: v.gen };
+    const document = v.document!;
+    if (document.node !== this.#o.node) throw new RefusalError('bad_response', `the metadata is for node ${String(document.node).slice(0, 80)}`);
+    const tag = res.headers.etag;
+    this.#etag = typeof tag === 'string' && tag.length <= 200 ? tag : `"${v.gen}"`;
+    return { status: 200, gen: v.gen, document };
+  }
+
+  /**
+   * Announces `url` (`wss://host:port/v1/wake`) as this node's endpoint, retrying with backoff
+   * (honouring Retry-After on a 429) until the controller accepts it or `signal` aborts.
+   * Resolves true when accepted, false when aborted.
+   */
+  async announce(url: string, signal?: AbortSignal): Promise<boolean> {
+    const path = `/v1/nodes/${encodeURIComponent(this.#o.node)}/endpoint`;
+    const body = Buffer.from(JSON.stringify({ url }));
+    for (let attempt = 0; !signal?.aborted && !this.#closed; attempt++) {
+      let waitMs = fullJitterMs(attempt, ANNOUNCE_BACKOFF_BASE_MS, ANNOUNCE_BACKOFF_MAX_MS);
+      try {
+        const res = await this.#request('PUT', path, { body, maxBytes: MAX_REQUEST_BODY_BYTES });
+        if (res.status >= 200 && res.status < 300) {
+          this.#o.log.info({ url }, 'endpoint announced');
+          return true;
+        }
+        if (res.status === 429) {
+          const ra = retryAfterMs(res.headers['retry-after']);
+          if (ra !== undefined) waitMs = Math.min(ANNOUNCE_BACKOFF_MAX_MS, ra + Math.floor(Math.random() * 250));
+        }
+        this.#o.log.warn({ url, status: res.status, code: errorCodeOf(res.body), attempt, retryInMs: waitMs }, 'endpoint announcement refused; retrying');
+      } catch (err) {
+        this.#o.log.warn({ url, code: refusalCodeOf(err) ?? (err as { code?: string }).code, err: (err as Error).message, attempt, retryInMs: waitMs }, 'endpoint announcement failed; retrying');
+      }
+      await sleep(Math.max(50, waitMs), signal);
+    }
+    return false;
+  }
+
+  /**
+   * Posts one signal. Resolves with the HTTP status (the outbox decides what it means).
+   * @throws a network or TLS error
+   */
+  async signal(path: string, body: SignalBody): Promise<number> {
+    const res = await this.#request('POST', path, { body: Buffer.from(JSON.stringify(body)), maxBytes: MAX_REQUEST_BODY_BYTES });
+    return res.status;
+  }
+
+  /** Aborts requests in flight and closes the connections. Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const r of this.#requests) r.destroy(new HeraldError('shutting_down'));
+    this.#agent.close();
+  }
+
+  #request(method: string, path: string, o: { headers?: Record<string, string>; body?: Buffer; maxBytes: number }): Promise<RawResponse> {
+    if (this.#closed) return Promise.reject(new HeraldError('shutting_down'));
+    return new Promise((resolve, reject) => {
+      const headers: Record<string, string | number> = { ...(o.headers ?? {}) };
+      if (o.body) {
+        headers['content-type'] = 'application/json';
+        headers['content-length'] = o.body.length;
+      }
+      const req = https.request({
+        protocol: 'https:',
+        hostname: this.#base.hostname.replace(/^\[|\]$/g, ''),
+        port: this.#base.port || 443,
+        method,
+        path,
+        headers,
+        agent: this.#agent.agent,
+      });
+      this.#requests.add(req);
+      let settled = false;
+      const fail = (err: Error): void => {
+        if (settled) return;
+        settled = true;
+        this.#requests.delete(req);
+        reject(err);
+      };
+      req.setTimeout(this.#timeoutMs, () => req.destroy(Object.assign(new Error(`${method} ${path} timed out after ${this.#timeoutMs} ms`), { code: 'ETIMEDOUT' })));
+      req.on('error', fail);
+      req.on('response', (res) => {
+        const declared = Number(res.headers['content-length']);
+        if (Number.isFinite(declared) && declared > o.maxBytes) {
+          req.destroy();
+          return fail(new RefusalError('response_too_large', `${method} ${path}: ${declared} bytes declared`));
+        }
+        const chunks: Buffer[] = [];
+        let n = 0;
+        res.on('data', (d: Buffer) => {
+          n += d.length;
+          if (n > o.maxBytes) {
+            req.destroy();
+            fail(new RefusalError('response_too_large', `${method} ${path}: over ${o.maxBytes} bytes`));
+            return;
+          }
+          chunks.push(d);
+        });
+        res.on('error', fail);
+        res.on('aborted', () => fail(new Error('response aborted')));
+        res.on('end', () => {
+          if (settled) return;
+          settled = true;
+          this.#requests.delete(req);
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks, n) });
+        });
+      });
+      req.end(o.body);
+    });
+  }
+}
+
+function retryAfterMs(h: string | undefined): number | undefined {
+  if (h === undefined) return undefined;
+  const s = Number(h);
+  if (Number.isFinite(s) && s >= 0) return s * 1000;
+  const t = Date.parse(h);
+  return Number.isNaN(t) ? undefined : Math.max(0, t - Date.now());
+}
+
+function errorCodeOf(body: Buffer): string | undefined {
+  try {
+    const c = (JSON.parse(body.toString('utf8')) as { error?: { code?: unknown } })?.error?.code;
+    return typeof c === 'string' ? c.slice(0, 64) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function errorCodeSuffix(body: Buffer): string {
+  const c = errorCodeOf(body);
+  return c ? ` (${c})` : '';
+}
+
+/** Waits `ms`, or less when `signal` aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

@@ -1,0 +1,468 @@
+/**
+ * The agent's wake-up listener (SPEC §2): `wss://host:port/v1/wake`, TLS 1.3, mutual auth.
+ *
+ * It refuses early and cheaply: a socket is counted from the TCP level on and destroyed when
+ * its TLS handshake plus WebSocket upgrade take too long or too many are pending; a peer that is
+ * not a verified, unrevoked controller gets HTTP 403 with a code before the upgrade, so no frame
+ * is ever read from it. After the upgrade every frame is answered at once (ack or nack), and the
+ * only effect a valid wake-up can have is a coalesced fetch.
+ */
+import { EventEmitter } from 'node:events';
+import https from 'node:https';
+import type http from 'node:http';
+import type net from 'node:net';
+import type { Duplex } from 'node:stream';
+import type tls from 'node:tls';
+import type { X509Certificate } from 'node:crypto';
+import { createRequire } from 'node:module';
+import type { WebSocket, WebSocketServer as WebSocketServerType } from 'ws';
+import { codeOf, ERROR_CODES, type ErrorCode } from '../protocol/errors.js';
+import { encodeAck, encodeNack, isNackCode, type FetchState, type NackCode } from '../protocol/frames.js';
+import {
+  AGENT_IDLE_CLOSE_MS, LISTENER_HANDSHAKE_TIMEOUT_MS, MAX_AUTHENTICATED_CONNECTIONS, MAX_BAD_FRAMES,
+  MAX_PENDING_CONNECTIONS, MAX_WAKE_FRAME_BYTES, MAX_WS_PAYLOAD_BYTES, PUSH_HEALTHY_WINDOW_MS,
+} from '../protocol/limits.js';
+import { peekJti, type WakeClaims, type WakeVerifier } from '../protocol/wake.js';
+import type { CertIdentity } from '../certs/identity.js';
+import { authorizeCertificate, authorizePeer, refusalCodeOf, tlsServerOptions, watchServer, type Logger, type PkiMaterial } from '../certs/tls.js';
+
+// `ws` is CommonJS: require() it rather than import it. An ESM import of a CommonJS package
+// runs Node's export lexer over it and keeps a module wrapper; measured here, that is ~3 MB of
+// the agent's idle RSS for ws alone.
+const { WebSocketServer } = createRequire(import.meta.url)('ws') as typeof import('ws');
+
+export const WAKE_PATH = '/v1/wake';
+
+/** WebSocket close codes the listener uses. */
+export const CLOSE_NORMAL = 1000;
+export const CLOSE_GOING_AWAY = 1001;
+export const CLOSE_POLICY = 1008;
+/** A newer connection from the same controller identity took this one's place. */
+export const CLOSE_REPLACED = 4000;
+
+/** How long a closing WebSocket may take its close handshake before it is cut. */
+const CLOSE_HANDSHAKE_MS = 1_000;
+
+export interface WakeListenerOptions {
+  material: PkiMaterial;
+  verifier: WakeVerifier;
+  /** A verified wake-up: start or queue a fetch (the coalescer). Must answer synchronously. */
+  onWake: (claims: WakeClaims) => FetchState;
+  /** The last generation fetched, for the ack's `gen`. */
+  lastFetchedGen: () => number;
+  log: Logger;
+  /** Default LISTENER_HANDSHAKE_TIMEOUT_MS. */
+  handshakeTimeoutMs?: number;
+  /** Default MAX_PENDING_CONNECTIONS. */
+  maxPending?: number;
+  /** Default MAX_AUTHENTICATED_CONNECTIONS. */
+  maxAuthenticated?: number;
+  /** Default AGENT_IDLE_CLOSE_MS. */
+  idleCloseMs?: number;
+  /** Default MAX_BAD_FRAMES. */
+  maxBadFrames?: number;
+  /** Default PUSH_HEALTHY_WINDOW_MS. */
+  healthyWindowMs?: number;
+  /** Clock in ms; injectable. */
+  now?: () => number;
+}
+
+interface Pending {
+  raw: net.Socket;
+  timer: NodeJS.Timeout;
+  peer: string;
+}
+
+interface Conn {
+  ws: WebSocket;
+  identity: CertIdentity;
+  cert: X509Certificate;
+  peer: string;
+  badFrames: number;
+  lastHeard: number;
+  idleTimer: NodeJS.Timeout | undefined;
+  closing: boolean;
+}
+
+/** Counters, for tests and metrics. */
+export interface ListenerStats {
+  pending: number;
+  authenticated: number;
+  refused: number;
+  frames: number;
+  acks: number;
+  nacks: number;
+}
+
+/**
+ * Events: `'push-change'` () when a connection opened or closed (push health may have changed);
+ * `'refused'` ({ code, peer }) for every refusal, also logged.
+ */
+export class WakeListener extends EventEmitter {
+  readonly #o: Required<Omit<WakeListenerOptions, 'material' | 'verifier' | 'onWake' | 'lastFetchedGen' | 'log'>>;
+  readonly #material: PkiMaterial;
+  readonly #verifier: WakeVerifier;
+  readonly #onWake: (claims: WakeClaims) => FetchState;
+  readonly #lastFetchedGen: () => number;
+  readonly #log: Logger;
+  readonly #server: https.Server;
+  readonly #wss: WebSocketServerType;
+  readonly #pending = new Map<string, Pending>();
+  /** Authenticated connections by controller SPIFFE id. */
+  readonly #conns = new Map<string, Conn>();
+  readonly #stopWatching: () => void;
+  readonly #onRevoked = (): void => this.#recheckAll();
+  #closed = false;
+  #closing: Promise<void> | null = null;
+  readonly stats: ListenerStats = { pending: 0, authenticated: 0, refused: 0, frames: 0, acks: 0, nacks: 0 };
+
+  constructor(opts: WakeListenerOptions) {
+    super();
+    this.#o = {
+      handshakeTimeoutMs: LISTENER_HANDSHAKE_TIMEOUT_MS,
+      maxPending: MAX_PENDING_CONNECTIONS,
+      maxAuthenticated: MAX_AUTHENTICATED_CONNECTIONS,
+      idleCloseMs: AGENT_IDLE_CLOSE_MS,
+      maxBadFrames: MAX_BAD_FRAMES,
+      healthyWindowMs: PUSH_HEALTHY_WINDOW_MS,
+      now: Date.now,
+      ...stripUndefined({
+        handshakeTimeoutMs: opts.handshakeTimeoutMs, maxPending: opts.maxPending, maxAuthenticated: opts.maxAuthenticated,
+        idleCloseMs: opts.idleCloseMs, maxBadFrames: opts.maxBadFrames, healthyWindowMs: opts.healthyWindowMs, now: opts.now,
+      }),
+    };
+    this.#material = opts.material;
+    this.#verifier = opts.verifier;
+    this.#onWake = opts.onWake;
+    this.#lastFetchedGen = opts.lastFetchedGen;
+    this.#log = opts.log;
+
+    this.#server = https.createServer({
+      ...tlsServerOptions(this.#material),
+      // the socket is destroyed by our own timer; this only bounds Node's own wait
+      handshakeTimeout: this.#o.handshakeTimeoutMs,
+    });
+    // keep-alive would let a peer hold a pending slot between requests; nothing here wants it
+    this.#server.keepAliveTimeout = 1;
+    this.#server.headersTimeout = this.#o.handshakeTimeoutMs;
+    this.#server.requestTimeout = this.#o.handshakeTimeoutMs;
+    this.#wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: MAX_WS_PAYLOAD_BYTES, clientTracking: false });
+    this.#stopWatching = watchServer(this.#server, this.#material);
+    this.#material.on('revoked-change', this.#onRevoked);
+    this.#material.on('tls-change', this.#onRevoked);
+
+    this.#server.on('connection', (raw: net.Socket) => this.#onTcp(raw));
+    this.#server.on('tlsClientError', (err: Error, sock: tls.TLSSocket) => {
+      this.#refusedLog(refusalCodeOf(err) ?? 'tls_handshake_failed', peerOf(sock), err.message);
+    });
+    this.#server.on('clientError', (_err: Error, sock: Duplex) => sock.destroy());
+    this.#server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => this.#onRequest(req, res));
+    this.#server.on('upgrade', (req: http.IncomingMessage, sock: Duplex, head: Buffer) => this.#onUpgrade(req, sock as tls.TLSSocket, head));
+  }
+
+  /** Listens on `host:port` (port 0: any free port). Resolves with the bound port. */
+  listen(host: string, port: number): Promise<number> {
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error): void => reject(err);
+      this.#server.once('error', onError);
+      this.#server.listen(port, host, () => {
+        this.#server.off('error', onError);
+        this.#server.on('error', (err) => this.#log.error({ err }, 'listener error'));
+        resolve(this.port);
+      });
+    });
+  }
+
+  get port(): number {
+    const a = this.#server.address();
+    return typeof a === 'object' && a !== null ? a.port : 0;
+  }
+
+  /** Authenticated WebSocket connections open now. */
+  get connections(): number {
+    return this.#conns.size;
+  }
+
+  /** Sockets counted as pending authentication now. */
+  get pendingConnections(): number {
+    return this.#pending.size;
+  }
+
+  /** Push is healthy: a connection is open and a ping or frame came within the window. */
+  isPushHealthy(): boolean {
+    const now = this.#o.now();
+    for (const c of this.#conns.values()) if (!c.closing && now - c.lastHeard < this.#o.healthyWindowMs) return true;
+    return false;
+  }
+
+  /** Closes every connection (1001) and stops listening. Idempotent. */
+  close(): Promise<void> {
+    if (this.#closing) return this.#closing;
+    this.#closed = true;
+    this.#stopWatching();
+    this.#material.off('revoked-change', this.#onRevoked);
+    this.#material.off('tls-change', this.#onRevoked);
+    for (const p of this.#pending.values()) {
+      clearTimeout(p.timer);
+      p.raw.destroy();
+    }
+    this.#pending.clear();
+    for (const c of [...this.#conns.values()]) this.#closeConn(c, CLOSE_GOING_AWAY, 'shutting_down');
+    this.#closing = new Promise<void>((resolve) => {
+      this.#server.close(() => resolve());
+      this.#server.closeAllConnections?.();
+    }).then(() => {
+      this.#wss.close();
+    });
+    return this.#closing;
+  }
+
+  // ---- before authentication ---------------------------------------------------------------
+
+  #onTcp(raw: net.Socket): void {
+    const peer = `${raw.remoteAddress ?? '?'}:${raw.remotePort ?? '?'}`;
+    if (this.#closed) {
+      raw.destroy();
+      return;
+    }
+    if (this.#pending.size >= this.#o.maxPending) {
+      raw.destroy();
+      this.#refusedLog('too_many_connections', peer, `${this.#pending.size} connections already pending authentication`);
+      return;
+    }
+    const key = socketKey(raw);
+    const timer = setTimeout(() => {
+      if (this.#pending.get(key)?.raw !== raw) return;
+      this.#pending.delete(key);
+      this.stats.pending = this.#pending.size;
+      raw.destroy();
+      this.#refusedLog('handshake_timeout', peer, `no WebSocket upgrade within ${this.#o.handshakeTimeoutMs} ms`);
+    }, this.#o.handshakeTimeoutMs);
+    timer.unref();
+    this.#pending.set(key, { raw, timer, peer });
+    this.stats.pending = this.#pending.size;
+    raw.once('close', () => this.#unpend(key, raw));
+  }
+
+  /** The socket left the pending set: upgraded (no `raw` given) or gone. */
+  #unpend(key: string, raw?: net.Socket): void {
+    const p = this.#pending.get(key);
+    if (p === undefined || (raw !== undefined && p.raw !== raw)) return;
+    clearTimeout(p.timer);
+    this.#pending.delete(key);
+    this.stats.pending = this.#pending.size;
+  }
+
+  #onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const sock = req.socket as tls.TLSSocket;
+    const peer = peerOf(sock);
+    const auth = authorizePeer(sock, 'controller', this.#material);
+    let status: number;
+    let code: ErrorCode;
+    let message: string;
+    if (!auth.ok) {
+      [status, code, message] = [403, auth.code, auth.message];
+    } else if (pathOf(req.url) === WAKE_PATH) {
+      [status, code, message] = [426, 'upgrade_required', ERROR_CODES.upgrade_required];
+    } else {
+      [status, code, message] = [404, 'not_found', 'the only route is GET /v1/wake with a WebSocket upgrade'];
+    }
+    this.#refusedLog(code, peer, message);
+    const body = JSON.stringify({ error: { code, message } });
+    res.shouldKeepAlive = false;
+    res.writeHead(status, {
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(body),
+      'cache-control': 'no-store',
+      connection: 'close',
+      ...(status === 426 ? { upgrade: 'websocket' } : {}),
+    });
+    res.end(body);
+  }
+
+  #onUpgrade(req: http.IncomingMessage, sock: tls.TLSSocket, head: Buffer): void {
+    const peer = peerOf(sock);
+    if (this.#closed) return abortHandshake(sock, 503, 'shutting_down', ERROR_CODES.shutting_down);
+    const auth = authorizePeer(sock, 'controller', this.#material);
+    if (!auth.ok) {
+      this.#refusedLog(auth.code, peer, auth.message);
+      return abortHandshake(sock, 403, auth.code, auth.message);
+    }
+    if (pathOf(req.url) !== WAKE_PATH) {
+      this.#refusedLog('not_found', peer, `no route ${String(req.url).slice(0, 100)}`);
+      return abortHandshake(sock, 404, 'not_found', 'the only route is /v1/wake');
+    }
+    const id = auth.identity;
+    if (!this.#conns.has(id.spiffeId) && this.#conns.size >= this.#o.maxAuthenticated) {
+      const message = `${this.#conns.size} controller connections are open`;
+      this.#refusedLog('too_many_connections', peer, message, id.spiffeId);
+      return abortHandshake(sock, 503, 'too_many_connections', message);
+    }
+    const cert = sock.getPeerX509Certificate();
+    if (!cert) return abortHandshake(sock, 403, 'no_client_certificate', ERROR_CODES.no_client_certificate);
+    this.#wss.handleUpgrade(req, sock, head, (ws: WebSocket) => {
+      this.#unpend(socketKey(sock));
+      if (this.#closed) {
+        ws.close(CLOSE_GOING_AWAY, 'shutting_down');
+        return;
+      }
+      this.#accept(ws, id, cert, peer);
+    });
+  }
+
+  // ---- authenticated -----------------------------------------------------------------------
+
+  #accept(ws: WebSocket, identity: CertIdentity, cert: X509Certificate, peer: string): void {
+    const old = this.#conns.get(identity.spiffeId);
+    if (old) {
+      this.#log.info({ code: 'connection_replaced', peer: old.peer, identity: identity.spiffeId }, 'a newer connection from the same controller replaces this one');
+      this.#closeConn(old, CLOSE_REPLACED, 'connection_replaced');
+    }
+    const c: Conn = { ws, identity, cert, peer, badFrames: 0, lastHeard: this.#o.now(), idleTimer: undefined, closing: false };
+    this.#conns.set(identity.spiffeId, c);
+    this.stats.authenticated = this.#conns.size;
+    this.#log.info({ peer, identity: identity.spiffeId }, 'controller connected');
+    this.#armIdle(c, this.#o.idleCloseMs);
+
+    ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => this.#onFrame(c, toBuffer(data), isBinary));
+    ws.on('ping', () => {
+      c.lastHeard = this.#o.now();
+    });
+    ws.on('error', (err: Error) => {
+      // ws closes the connection itself (1009 over the payload limit, 1007 bad UTF-8, ...)
+      this.#log.info({ peer, identity: identity.spiffeId, err: err.message, code: (err as { code?: string }).code }, 'wake-up connection error');
+    });
+    ws.on('close', (code: number, reason: Buffer) => {
+      clearTimeout(c.idleTimer);
+      if (this.#conns.get(identity.spiffeId) === c) {
+        this.#conns.delete(identity.spiffeId);
+        this.stats.authenticated = this.#conns.size;
+      }
+      this.#log.info({ peer, identity: identity.spiffeId, close: code, reason: reason.toString().slice(0, 123) }, 'controller disconnected');
+      this.emit('push-change');
+    });
+    this.emit('push-change');
+  }
+
+  #onFrame(c: Conn, buf: Buffer, isBinary: boolean): void {
+    if (c.closing) return;
+    c.lastHeard = this.#o.now();
+    this.stats.frames++;
+    if (isBinary) return this.#nack(c, null, 'binary_frame');
+    if (buf.length > MAX_WAKE_FRAME_BYTES) return this.#nack(c, null, 'too_large');
+    const text = buf.toString('utf8');
+    let claims: WakeClaims;
+    try {
+      claims = this.#verifier.verify(text, c.identity.spiffeId);
+    } catch (err) {
+      const code = codeOf(err);
+      if (code === undefined) this.#log.error({ err, peer: c.peer }, 'unexpected error verifying a wake-up');
+      return this.#nack(c, peekJti(text), isNackCode(code) ? code : 'malformed');
+    }
+    let fetch: FetchState;
+    try {
+      fetch = this.#onWake(claims);
+    } catch (err) {
+      this.#log.error({ err }, 'wake-up handler failed');
+      fetch = 'queued';
+    }
+    this.stats.acks++;
+    c.ws.send(encodeAck(claims.jti, this.#lastFetchedGen(), fetch));
+    this.#log.info({ peer: c.peer, jti: claims.jti, gen: claims.gen, reason: claims.reason, fetch }, 'wake-up');
+  }
+
+  #nack(c: Conn, jti: string | null, code: NackCode): void {
+    this.stats.nacks++;
+    c.badFrames++;
+    c.ws.send(encodeNack(jti, code));
+    this.#refusedLog(code, c.peer, `bad frame ${c.badFrames} of ${this.#o.maxBadFrames}`, c.identity.spiffeId);
+    if (c.badFrames >= this.#o.maxBadFrames) {
+      this.#refusedLog('too_many_bad_frames', c.peer, `${c.badFrames} bad frames`, c.identity.spiffeId);
+      this.#closeConn(c, CLOSE_POLICY, 'too_many_bad_frames');
+    }
+  }
+
+  #armIdle(c: Conn, ms: number): void {
+    c.idleTimer = setTimeout(() => {
+      if (c.closing) return;
+      const quiet = this.#o.now() - c.lastHeard;
+      if (quiet >= this.#o.idleCloseMs) {
+        this.#log.info({ code: 'idle_timeout', peer: c.peer, identity: c.identity.spiffeId }, 'closing an idle wake-up connection');
+        this.#closeConn(c, CLOSE_NORMAL, 'idle_timeout');
+      } else {
+        this.#armIdle(c, this.#o.idleCloseMs - quiet);
+      }
+    }, Math.max(1, ms));
+    c.idleTimer.unref();
+  }
+
+  /** Re-checks every live connection's certificate against the current CA and revocation list. */
+  #recheckAll(): void {
+    for (const c of [...this.#conns.values()]) {
+      const r = authorizeCertificate(c.cert, 'controller', this.#material);
+      if (!r.ok) {
+        this.#refusedLog(r.code, c.peer, r.message, c.identity.spiffeId);
+        this.#closeConn(c, CLOSE_POLICY, r.code);
+      }
+    }
+  }
+
+  #closeConn(c: Conn, code: number, reason: string): void {
+    if (c.closing) return;
+    c.closing = true;
+    clearTimeout(c.idleTimer);
+    if (this.#conns.get(c.identity.spiffeId) === c) {
+      this.#conns.delete(c.identity.spiffeId);
+      this.stats.authenticated = this.#conns.size;
+      this.emit('push-change');
+    }
+    c.ws.close(code, reason);
+    setTimeout(() => c.ws.terminate(), CLOSE_HANDSHAKE_MS).unref();
+  }
+
+  #refusedLog(code: ErrorCode | string, peer: string, message: string, identity?: string): void {
+    this.stats.refused++;
+    this.#log.warn({ code, peer, ...(identity ? { identity } : {}) }, `refused: ${message}`);
+    this.emit('refused', { code, peer });
+  }
+}
+
+/** Writes an HTTP error and closes the socket: the peer reads the code, nothing of it is read. */
+function abortHandshake(sock: Duplex, status: number, code: string, message: string): void {
+  const body = JSON.stringify({ error: { code, message } });
+  const reason = status === 403 ? 'Forbidden' : status === 404 ? 'Not Found' : status === 503 ? 'Service Unavailable' : 'Error';
+  if (sock.writable) {
+    sock.once('finish', () => sock.destroy());
+    sock.end(
+      `HTTP/1.1 ${status} ${reason}\r\nConnection: close\r\nContent-Type: application/json\r\n` +
+        `Cache-Control: no-store\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+  } else {
+    sock.destroy();
+  }
+}
+
+function pathOf(url: string | undefined): string {
+  const u = url ?? '';
+  const q = u.indexOf('?');
+  return q < 0 ? u : u.slice(0, q);
+}
+
+function peerOf(sock: net.Socket | undefined): string {
+  return `${sock?.remoteAddress ?? '?'}:${sock?.remotePort ?? '?'}`;
+}
+
+/** One key per TCP connection, the same for the raw socket and the TLS socket over it. */
+function socketKey(s: net.Socket): string {
+  return `${s.remoteAddress ?? ''}|${s.remotePort ?? ''}|${s.localPort ?? ''}`;
+}
+
+function toBuffer(data: Buffer | ArrayBuffer | Buffer[]): Buffer {
+  if (Buffer.isBuffer(data)) return data;
+  if (Array.isArray(data)) return Buffer.concat(data);
+  return Buffer.from(data);
+}
+
+function stripUndefined<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

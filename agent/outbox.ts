@@ -1,0 +1,155 @@
+/**
+ * The signal outbox's sending loop (SPEC §4). Every signal is on disk (`OutboxStore`) before it
+ * is sent; the queue is drained strictly in order, an entry removed once the controller answered
+ * 2xx, 404 (the deployment is gone) or 409 (a stale or unknown revision: resending cannot help),
+ * and anything else retried with exponential backoff and full jitter. After a restart the loop
+ * starts with whatever the last run left.
+ */
+import { fullJitterMs } from '../protocol/backoff.js';
+import { OUTBOX_BACKOFF_BASE_MS, OUTBOX_BACKOFF_MAX_MS } from '../protocol/limits.js';
+import type { SignalBody } from '../protocol/heat.js';
+import type { Logger } from '../certs/tls.js';
+import type { OutboxEntry, OutboxSignal, OutboxStore } from './outbox-store.js';
+
+/** Sends one signal; resolves with the HTTP status, rejects on a network error. */
+export type SendSignal = (path: string, body: SignalBody) => Promise<number>;
+
+export interface OutboxSenderOptions {
+  store: OutboxStore;
+  send: SendSignal;
+  log: Logger;
+  /** Default OUTBOX_BACKOFF_BASE_MS. */
+  backoffBaseMs?: number;
+  /** Default OUTBOX_BACKOFF_MAX_MS. */
+  backoffMaxMs?: number;
+  random?: () => number;
+}
+
+/** Is this answer final for the entry (remove it), or worth a retry? */
+export function isFinalStatus(status: number): boolean {
+  return (status >= 200 && status < 300) || status === 404 || status === 409;
+}
+
+export class OutboxSender {
+  readonly #o: Required<Omit<OutboxSenderOptions, 'random'>> & { random: () => number };
+  #running: Promise<void> | null = null;
+  #again = false;
+  #stopped = false;
+  #attempt = 0;
+  /** Cuts a backoff wait short. */
+  #wake: (() => void) | null = null;
+  readonly #idleWaiters: Array<() => void> = [];
+  /** Signals delivered (or dropped as final) by this process, for tests. */
+  delivered = 0;
+
+  constructor(opts: OutboxSenderOptions) {
+    this.#o = {
+      backoffBaseMs: OUTBOX_BACKOFF_BASE_MS,
+      backoffMaxMs: OUTBOX_BACKOFF_MAX_MS,
+      random: Math.random,
+      ...opts,
+    };
+  }
+
+  /** Writes the signal durably, then starts sending. Resolves once it is on disk. */
+  async put(signal: OutboxSignal): Promise<OutboxEntry> {
+    const entry = await this.#o.store.enqueue(signal);
+    this.kick();
+    return entry;
+  }
+
+  /** Starts draining (e.g. after a restart); a drain already running picks up new entries. */
+  kick(): void {
+    if (this.#stopped) return;
+    if (this.#running) {
+      this.#again = true;
+      return;
+    }
+    this.#running = this.#drain().finally(() => {
+      this.#running = null;
+      if (this.#again && !this.#stopped) {
+        this.#again = false;
+        this.kick();
+        return;
+      }
+      for (const w of this.#idleWaiters.splice(0)) w();
+    });
+  }
+
+  /** The controller answered something (a fetch): a waiting retry goes now. */
+  retryNow(): void {
+    this.#attempt = 0;
+    this.#wake?.();
+  }
+
+  /** Resolves when the queue was drained (or the sender stopped). */
+  idle(): Promise<void> {
+    if (this.#running === null) return Promise.resolve();
+    return new Promise((resolve) => this.#idleWaiters.push(resolve));
+  }
+
+  /** Stops sending after the request in flight; entries stay on disk for the next start. */
+  stop(): Promise<void> {
+    this.#stopped = true;
+    this.#wake?.();
+    return this.#running ?? Promise.resolve();
+  }
+
+  async #drain(): Promise<void> {
+    while (!this.#stopped) {
+      this.#again = false;
+      let entries: OutboxEntry[];
+      try {
+        entries = await this.#o.store.list();
+      } catch (err) {
+        this.#o.log.error({ err }, 'cannot read the outbox; retrying');
+        await this.#backoff();
+        continue;
+      }
+      if (entries.length === 0) return;
+      for (const e of entries) {
+        if (this.#stopped) return;
+        if (!(await this.#sendOne(e))) break; // keep the order: nothing after a failed entry goes first
+      }
+    }
+  }
+
+  /** Sends one entry until it is final; false when stopped first. */
+  async #sendOne(e: OutboxEntry): Promise<boolean> {
+    while (!this.#stopped) {
+      try {
+        const status = await this.#o.send(e.path, e.body);
+        if (isFinalStatus(status)) {
+          await this.#o.store.remove(e.seq);
+          this.#attempt = 0;
+          this.delivered++;
+          const log = status < 300 ? this.#o.log.info.bind(this.#o.log) : this.#o.log.warn.bind(this.#o.log);
+          log({ deployment_id: e.deployment_id, revision: e.body.revision, status, seq: e.seq }, status < 300 ? 'signal delivered' : 'signal refused for good; dropped');
+          return true;
+        }
+        this.#o.log.warn({ deployment_id: e.deployment_id, status, attempt: this.#attempt }, 'signal not accepted; retrying');
+      } catch (err) {
+        this.#o.log.warn({ deployment_id: e.deployment_id, err: (err as Error).message, code: (err as { code?: string }).code, attempt: this.#attempt }, 'signal not delivered; retrying');
+      }
+      await this.#backoff();
+    }
+    return false;
+  }
+
+  async #backoff(): Promise<void> {
+    const ms = Math.max(10, fullJitterMs(this.#attempt, this.#o.backoffBaseMs, this.#o.backoffMaxMs, this.#o.random));
+    this.#attempt++;
+    if (this.#stopped) return;
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(done, ms);
+      t.unref();
+      const self = this;
+      function done(): void {
+        clearTimeout(t);
+        if (self.#wake === done) self.#wake = null;
+        resolve();
+      }
+      this.#wake = done;
+    });
+  }
+}

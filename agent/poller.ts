@@ -1,0 +1,153 @@
+/**
+ * Fallback polling (SPEC §4): every `intervalMs` (jittered ±10 %) the agent fetches with
+ * If-None-Match whether or not push works; while push is healthy the interval stretches to
+ * `healthyIntervalMs`, and drops back the moment the push connection closes. A failed poll is
+ * retried sooner, with backoff and full jitter, never later than the normal interval.
+ */
+import { fullJitterMs, jittered } from '../protocol/backoff.js';
+import { POLL_INTERVAL_HEALTHY_MS, POLL_INTERVAL_MS, POLL_JITTER_FRACTION } from '../protocol/limits.js';
+
+/** Timers and clock, injectable so tests run without waiting. */
+export interface Timers {
+  now(): number;
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+export const realTimers: Timers = {
+  now: () => Date.now(),
+  setTimeout: (fn, ms) => {
+    const t = setTimeout(fn, ms);
+    t.unref?.();
+    return t;
+  },
+  clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout),
+};
+
+/** First retry ceiling after a failed poll (doubles per failure, capped at the interval). */
+export const POLL_RETRY_BASE_MS = 1_000;
+
+export interface PollerOptions {
+  /** One poll: resolves true when the fetch succeeded (200 or 304), false otherwise. */
+  poll: () => Promise<boolean>;
+  /** Is push healthy right now (a connection open and heard from recently)? */
+  isPushHealthy: () => boolean;
+  /** Default POLL_INTERVAL_MS. */
+  intervalMs?: number;
+  /** Default POLL_INTERVAL_HEALTHY_MS. */
+  healthyIntervalMs?: number;
+  /** Default POLL_JITTER_FRACTION. */
+  jitterFraction?: number;
+  timers?: Timers;
+  random?: () => number;
+}
+
+export class Poller {
+  readonly #poll: () => Promise<boolean>;
+  readonly #healthy: () => boolean;
+  readonly #interval: number;
+  readonly #healthyInterval: number;
+  readonly #jitter: number;
+  readonly #t: Timers;
+  readonly #random: () => number;
+  #timer: unknown = null;
+  /** When the pending timer fires, and whether it was planned with the long interval. */
+  #dueAt = 0;
+  #dueLong = false;
+  #lastPollEnd = 0;
+  #failures = 0;
+  #polling = false;
+  #running = false;
+  #polls = 0;
+
+  constructor(opts: PollerOptions) {
+    const o = { intervalMs: POLL_INTERVAL_MS, healthyIntervalMs: POLL_INTERVAL_HEALTHY_MS, jitterFraction: POLL_JITTER_FRACTION, ...opts };
+    if (!(o.intervalMs > 0) || !(o.healthyIntervalMs > 0)) throw new RangeError('poll intervals must be positive');
+    if (!(o.jitterFraction >= 0 && o.jitterFraction < 1)) throw new RangeError('jitterFraction must be in [0, 1)');
+    this.#poll = o.poll;
+    this.#healthy = o.isPushHealthy;
+    this.#interval = o.intervalMs;
+    // never poll less often while healthy than while not
+    this.#healthyInterval = Math.max(o.intervalMs, o.healthyIntervalMs);
+    this.#jitter = o.jitterFraction;
+    this.#t = o.timers ?? realTimers;
+    this.#random = o.random ?? Math.random;
+  }
+
+  /** Polls done so far. */
+  get polls(): number {
+    return this.#polls;
+  }
+
+  /** When the next poll is due (clock ms), or null when none is planned. */
+  get nextDueAt(): number | null {
+    return this.#timer === null ? null : this.#dueAt;
+  }
+
+  /**
+   * Starts polling. With `immediately`, the first poll runs now (start-up fetch); otherwise
+   * after one interval.
+   */
+  start(immediately = false): void {
+    if (this.#running) return;
+    this.#running = true;
+    this.#lastPollEnd = this.#t.now();
+    if (immediately) void this.#tick();
+    else this.#schedule();
+  }
+
+  /**
+   * Push health may have changed (a connection opened or closed). When it is no longer healthy
+   * and the next poll was planned with the long interval, it is moved to the short one.
+   */
+  pushChanged(): void {
+    if (!this.#running || this.#polling || this.#timer === null) return;
+    if (this.#dueLong && !this.#healthy()) {
+      this.#t.clearTimeout(this.#timer);
+      this.#timer = null;
+      this.#schedule();
+    }
+  }
+
+  /** Stops polling; a poll in flight finishes. Idempotent. */
+  stop(): void {
+    this.#running = false;
+    if (this.#timer !== null) this.#t.clearTimeout(this.#timer);
+    this.#timer = null;
+  }
+
+  #schedule(): void {
+    if (!this.#running) return;
+    let delay: number;
+    if (this.#failures > 0) {
+      delay = Math.max(1, fullJitterMs(this.#failures - 1, POLL_RETRY_BASE_MS, this.#interval, this.#random));
+      this.#dueLong = false;
+    } else {
+      const long = this.#healthy();
+      delay = jittered(long ? this.#healthyInterval : this.#interval, this.#jitter, this.#random);
+      this.#dueLong = long;
+    }
+    const now = this.#t.now();
+    this.#dueAt = Math.max(now, this.#lastPollEnd + delay);
+    this.#timer = this.#t.setTimeout(() => {
+      this.#timer = null;
+      void this.#tick();
+    }, this.#dueAt - now);
+  }
+
+  async #tick(): Promise<void> {
+    if (!this.#running || this.#polling) return;
+    this.#polling = true;
+    this.#polls++;
+    let ok = false;
+    try {
+      ok = await this.#poll();
+    } catch {
+      ok = false;
+    }
+    this.#polling = false;
+    this.#failures = ok ? 0 : this.#failures + 1;
+    this.#lastPollEnd = this.#t.now();
+    this.#schedule();
+  }
+}

@@ -1,0 +1,624 @@
+/**
+ * The PKI itself (SPEC §1): make the CA, issue, revoke, list, bundle, rotate the signing key.
+ * node-forge signs certificates here and nowhere else; Node (OpenSSL) makes the keys and does all
+ * verification. Every function takes the PKI directory and prints nothing; `certs/cli.ts` is
+ * the only caller that talks to a person.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import forge from 'node-forge';
+import { HeraldError } from '../protocol/errors.js';
+import { CA_CERT_DAYS, DEFAULT_CERT_DAYS, DEFAULT_TRUST_DOMAIN, RSA_KEY_BITS } from '../protocol/limits.js';
+import { isRole, isValidName, ROLES, spiffeIdOf, TRUST_DOMAIN_RE, type Role } from '../protocol/identity.js';
+import { normalizeSerial, trustDomainOf } from './identity.js';
+import { ensureDir, PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from './files.js';
+import { pkiPaths, type PkiPaths } from './paths.js';
+
+const DAY_MS = 86_400_000;
+/** Certificates start this long before "now", so a peer whose clock is a little behind accepts them. */
+export const CERT_BACKDATE_MS = 5 * 60_000;
+/** Longest `--days` for a party's certificate. */
+export const MAX_CERT_DAYS = CA_CERT_DAYS;
+const DNS_RE = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
+
+// ---- low level: keys, serials, certificates -----------------------------------------------------
+
+/**
+ * A 128-bit random serial as lowercase hex. The top bit is cleared (or forge's serial reads as
+ * negative) and the next one set (or a leading zero byte makes OpenSSL refuse the DER).
+ */
+export function randomSerial(): string {
+  const b = crypto.randomBytes(16);
+  b[0] = (b[0]! & 0x7f) | 0x40;
+  return b.toString('hex');
+}
+
+/** A new RSA private key as PKCS#8 PEM (made by Node, much faster than forge). */
+export function newRsaKeyPem(): string {
+  return crypto.generateKeyPairSync('rsa', { modulusLength: RSA_KEY_BITS }).privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+}
+
+async function newRsaKeyPemAsync(): Promise<string> {
+  const { privateKey } = await new Promise<crypto.KeyPairKeyObjectResult>((resolve, reject) =>
+    crypto.generateKeyPair('rsa', { modulusLength: RSA_KEY_BITS }, (err, publicKey, privateKey) =>
+      err ? reject(err) : resolve({ publicKey, privateKey })),
+  );
+  return privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+}
+
+/** DER prefix of a PKCS#1 v1.5 DigestInfo for SHA-256 (RFC 8017 §9.2, note 1). */
+const SHA256_DIGEST_INFO_PREFIX = Buffer.from('3031300d060960864801650304020105000420', 'hex');
+
+/**
+ * A signer for forge's `cert.sign(key, md)`: forge builds and hashes the TBSCertificate, Node
+ * (OpenSSL) does the RSA PKCS#1 v1.5 signature, ~30 times faster than forge's own RSA.
+ */
+function rsaSigner(keyPem: string): forge.pki.rsa.PrivateKey {
+  const key = crypto.createPrivateKey(keyPem);
+  const sign = (md: forge.md.MessageDigest): forge.Bytes => {
+    if (md.algorithm !== 'sha256') throw new HeraldError('internal', `unexpected digest ${md.algorithm}`);
+    const digestInfo = Buffer.concat([SHA256_DIGEST_INFO_PREFIX, Buffer.from(md.digest().getBytes(), 'binary')]);
+    return crypto.privateEncrypt({ key, padding: crypto.constants.RSA_PKCS1_PADDING }, digestInfo).toString('binary');
+  };
+  return { sign } as unknown as forge.pki.rsa.PrivateKey;
+}
+
+export interface Pem {
+  cert: string;
+  key: string;
+}
+
+export interface MakeCertificateOptions {
+  /** The CA that signs, or `'self'` for a self-signed certificate (an attacker's). */
+  issuer: Pem | 'self';
+  /** URI SANs, as given: 0, 1 or several (tests make the wrong counts on purpose). */
+  uris: string[];
+  dns?: string[];
+  ip?: string[];
+  /** Extended key usages; neither set leaves the extension out. */
+  eku: { serverAuth?: boolean; clientAuth?: boolean };
+  /** Default: now minus CERT_BACKDATE_MS. */
+  notBefore?: Date;
+  /** Default: notBefore plus DEFAULT_CERT_DAYS. */
+  notAfter?: Date;
+  /** Informational only: Herald never trusts the CN. Default: the last path segment of the first URI. */
+  commonName?: string;
+  /** Reuse this private key (PKCS#8 PEM) instead of making one: thousands of test certs stay fast. */
+  keyPem?: string;
+  /** Default: `randomSerial()`. */
+  serial?: string;
+}
+
+export interface MadeCertificate extends Pem {
+  /** Lowercase hex. */
+  serial: string;
+  notAfter: Date;
+}
+
+/**
+ * Makes a leaf certificate, signed by `issuer` with SHA-256. No validation of names: this is
+ * also how tests make the bad certificates Herald must refuse.
+ */
+export function makeCertificate(opts: MakeCertificateOptions): MadeCertificate {
+  const keyPem = opts.keyPem ?? newRsaKeyPem();
+  const pub = crypto.createPublicKey(keyPem).export({ type: 'spki', format: 'pem' }) as string;
+  const cert = forge.pki.createCertificate();
+  cert.publicKey = forge.pki.publicKeyFromPem(pub);
+  const serial = opts.serial ?? randomSerial();
+  cert.serialNumber = serial;
+  const notBefore = opts.notBefore ?? new Date(Date.now() - CERT_BACKDATE_MS);
+  const notAfter = opts.notAfter ?? new Date(notBefore.getTime() + DEFAULT_CERT_DAYS * DAY_MS);
+  cert.validity.notBefore = notBefore;
+  cert.validity.notAfter = notAfter;
+  const cn = opts.commonName ?? (opts.uris[0]?.split('/').pop() || 'herald');
+  cert.setSubject([{ name: 'commonName', value: cn }]);
+
+  let signerPem: string;
+  let authorityKeyId: string;
+  if (opts.issuer === 'self') {
+    cert.setIssuer(cert.subject.attributes);
+    signerPem = keyPem;
+    authorityKeyId = cert.generateSubjectKeyIdentifier().getBytes();
+  } else {
+    const ca = forge.pki.certificateFromPem(opts.issuer.cert);
+    cert.setIssuer(ca.subject.attributes);
+    signerPem = opts.issuer.key;
+    authorityKeyId = ca.generateSubjectKeyIdentifier().getBytes();
+  }
+
+  const altNames = [
+    ...opts.uris.map((value) => ({ type: 6, value })),
+    ...(opts.dns ?? []).map((value) => ({ type: 2, value })),
+    ...(opts.ip ?? []).map((ip) => ({ type: 7, ip })),
+  ];
+  const extensions: object[] = [
+    { name: 'basicConstraints', cA: false, critical: true },
+    { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
+    { name: 'subjectKeyIdentifier' },
+    { name: 'authorityKeyIdentifier', keyIdentifier: authorityKeyId },
+  ];
+  if (opts.eku.serverAuth || opts.eku.clientAuth) {
+    extensions.push({ name: 'extKeyUsage', serverAuth: !!opts.eku.serverAuth, clientAuth: !!opts.eku.clientAuth });
+  }
+  // a certificate with an empty SAN sequence is malformed DER: leave the extension out instead
+  if (altNames.length > 0) extensions.push({ name: 'subjectAltName', altNames });
+  cert.setExtensions(extensions);
+  cert.sign(rsaSigner(signerPem), forge.md.sha256.create());
+  return { cert: forge.pki.certificateToPem(cert), key: keyPem, serial: normalizeSerial(serial), notAfter };
+}
+
+export interface MakeCaOptions {
+  trustDomain?: string;
+  days?: number;
+  commonName?: string;
+  keyPem?: string;
+}
+
+/**
+ * Makes a CA certificate and key. Its one URI SAN, `spiffe://<trustDomain>`, records the trust
+ * domain it was made for; tests also use this for a second, foreign CA.
+ */
+export function makeCa(opts: MakeCaOptions = {}): Pem {
+  const trustDomain = opts.trustDomain ?? DEFAULT_TRUST_DOMAIN;
+  const keyPem = opts.keyPem ?? newRsaKeyPem();
+  const pub = crypto.createPublicKey(keyPem).export({ type: 'spki', format: 'pem' }) as string;
+  const cert = forge.pki.createCertificate();
+  cert.publicKey = forge.pki.publicKeyFromPem(pub);
+  cert.serialNumber = randomSerial();
+  const notBefore = new Date(Date.now() - CERT_BACKDATE_MS);
+  cert.validity.notBefore = notBefore;
+  cert.validity.notAfter = new Date(notBefore.getTime() + (opts.days ?? CA_CERT_DAYS) * DAY_MS);
+  const subject = [
+    { name: 'commonName', value: opts.commonName ?? `Herald CA ${trustDomain}` },
+    { name: 'organizationName', value: 'Herald' },
+  ];
+  cert.setSubject(subject);
+  cert.setIssuer(subject);
+  cert.setExtensions([
+    { name: 'basicConstraints', cA: true, pathLenConstraint: 0, critical: true },
+    { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
+    { name: 'subjectKeyIdentifier' },
+    { name: 'subjectAltName', altNames: [{ type: 6, value: `spiffe://${trustDomain}` }] },
+  ]);
+  cert.sign(rsaSigner(keyPem), forge.md.sha256.create());
+  return { cert: forge.pki.certificateToPem(cert), key: keyPem };
+}
+
+// ---- signing key (Ed25519 JWK) ----------------------------------------------------------------
+
+export interface PublicJwk {
+  kty: 'OKP';
+  crv: 'Ed25519';
+  x: string;
+  kid: string;
+  alg: 'EdDSA';
+  use: 'sig';
+}
+export interface PrivateJwk extends PublicJwk {
+  d: string;
+}
+export interface Jwks {
+  keys: PublicJwk[];
+}
+
+/** RFC 7638 thumbprint (SHA-256, base64url) of an Ed25519 public key. */
+export function jwkThumbprint(jwk: { crv: string; kty: string; x: string }): string {
+  const canonical = JSON.stringify({ crv: jwk.crv, kty: jwk.kty, x: jwk.x });
+  return crypto.createHash('sha256').update(canonical).digest('base64url');
+}
+
+/** A new Ed25519 signing key as a private JWK, `kid` its thumbprint and `alg` EdDSA (jose needs it so). */
+export function newSigningJwk(): PrivateJwk {
+  const { privateKey } = crypto.generateKeyPairSync('ed25519');
+  const j = privateKey.export({ format: 'jwk' }) as { x?: string; d?: string };
+  if (!j.x || !j.d) throw new HeraldError('internal', 'Ed25519 key export gave no x/d');
+  const base = { kty: 'OKP' as const, crv: 'Ed25519' as const, x: j.x };
+  return { ...base, d: j.d, kid: jwkThumbprint(base), alg: 'EdDSA', use: 'sig' };
+}
+
+export function publicJwkOf(jwk: PrivateJwk | PublicJwk): PublicJwk {
+  return { kty: jwk.kty, crv: jwk.crv, x: jwk.x, kid: jwk.kid, alg: 'EdDSA', use: 'sig' };
+}
+
+// ---- revoked.json -------------------------------------------------------------------------------
+
+export interface RevokedList {
+  /** Lowercase hex serials. */
+  serials: string[];
+  kids: string[];
+}
+
+/**
+ * Parses revoked.json strictly: an object with string arrays `serials` and `kids`.
+ * @throws HeraldError `bad_option` naming what is wrong
+ */
+export function parseRevoked(text: string | Buffer): RevokedList {
+  let j: unknown;
+  try {
+    j = JSON.parse(text.toString());
+  } catch (err) {
+    throw new HeraldError('bad_option', 'revoked.json is not JSON', { cause: err });
+  }
+  const o = j as { serials?: unknown; kids?: unknown };
+  const isStrings = (a: unknown): a is string[] => Array.isArray(a) && a.every((s) => typeof s === 'string');
+  if (typeof j !== 'object' || j === null || !isStrings(o.serials ?? []) || !isStrings(o.kids ?? [])) {
+    throw new HeraldError('bad_option', 'revoked.json must be {"serials":[string..],"kids":[string..]}');
+  }
+  return { serials: ((o.serials ?? []) as string[]).map(normalizeSerial), kids: [...((o.kids ?? []) as string[])] };
+}
+
+function writeRevoked(p: PkiPaths, list: RevokedList): void {
+  writeFileAtomic(p.revoked, JSON.stringify({ serials: list.serials, kids: list.kids }, null, 2) + '\n', PUBLIC_FILE_MODE);
+}
+
+// ---- the PKI directory -------------------------------------------------------------------------
+
+export interface InitPkiOptions {
+  dir: string;
+  trustDomain?: string;
+  /** Extra DNS SANs of the controller certificate, beside `localhost`. */
+  controllerDns?: string[];
+  /** Extra IP SANs of the controller certificate, beside `127.0.0.1`. */
+  controllerIp?: string[];
+  /** Replace an existing CA (and everything `init` writes). */
+  force?: boolean;
+}
+
+export interface InitPkiResult {
+  dir: string;
+  trustDomain: string;
+  kid: string;
+  controller: IssueResult;
+  operator: IssueResult;
+}
+
+/**
+ * Makes a new PKI in `dir`: the CA, the signing key and its JWKS, an empty revoked.json, the
+ * controller certificate `controller/controller` and the operator certificate `operator/admin`.
+ * All options are checked before anything is written.
+ * @throws HeraldError `pki_exists` (and changes nothing) when `<dir>/ca.key` exists without
+ *   `force`; `bad_option` for a bad trust domain, DNS name or IP
+ */
+export async function initPki(opts: InitPkiOptions): Promise<InitPkiResult> {
+  const trustDomain = opts.trustDomain ?? DEFAULT_TRUST_DOMAIN;
+  if (!TRUST_DOMAIN_RE.test(trustDomain)) throw new HeraldError('bad_option', `--trust-domain ${JSON.stringify(trustDomain)} is not a lowercase DNS-like name`);
+  const dns = uniq(['localhost', ...checkDns(opts.controllerDns ?? [], '--controller-dns')]);
+  const ip = uniq(['127.0.0.1', ...checkIps(opts.controllerIp ?? [], '--controller-ip')]);
+  const p = pkiPaths(opts.dir);
+  if (fs.existsSync(p.caKey) && !opts.force) {
+    throw new HeraldError('pki_exists', `${p.caKey} exists; refusing to replace the CA without --force`);
+  }
+
+  const [caKey, opKey, ctlKey] = await Promise.all([newRsaKeyPemAsync(), newRsaKeyPemAsync(), newRsaKeyPemAsync()]);
+  const ca = makeCa({ trustDomain, keyPem: caKey });
+  const jwk = newSigningJwk();
+
+  ensureDir(p.dir);
+  for (const role of ROLES) ensureDir(p.roleDir(role));
+  writeFileAtomic(p.caKey, ca.key, PRIVATE_FILE_MODE);
+  writeFileAtomic(p.caCrt, ca.cert, PUBLIC_FILE_MODE);
+  writeFileAtomic(p.meta, JSON.stringify({ trustDomain }, null, 2) + '\n', PUBLIC_FILE_MODE);
+  writeFileAtomic(p.signingJwk, JSON.stringify(jwk, null, 2) + '\n', PRIVATE_FILE_MODE);
+  writeFileAtomic(p.jwks, JSON.stringify({ keys: [publicJwkOf(jwk)] }, null, 2) + '\n', PUBLIC_FILE_MODE);
+  writeRevoked(p, { serials: [], kids: [] });
+  const controller = issueWith(p, ca, trustDomain, { role: 'controller', name: 'controller', dns, ip, keyPem: ctlKey });
+  const operator = issueWith(p, ca, trustDomain, { role: 'operator', name: 'admin', keyPem: opKey });
+  return { dir: p.dir, trustDomain, kid: jwk.kid, controller, operator };
+}
+
+export interface IssueCertOptions {
+  dir: string;
+  role: string;
+  name: string;
+  dns?: string[];
+  ip?: string[];
+  /** Lifetime in days (default DEFAULT_CERT_DAYS); ignored when notAfter is given. */
+  days?: number;
+  notBefore?: Date;
+  notAfter?: Date;
+  /** Reuse a private key (PKCS#8 PEM) instead of making one. */
+  keyPem?: string;
+}
+
+export interface IssueResult {
+  certPath: string;
+  keyPath: string;
+  /** Lowercase hex. */
+  serial: string;
+  spiffeId: string;
+  notAfter: Date;
+}
+
+/**
+ * Issues (or renews: the files are replaced) the certificate of `role/name`, with the single
+ * URI SAN `spiffe://<trust domain>/<role>/<name>` and the EKUs of its role.
+ * @throws HeraldError `bad_identity` for a bad role or name; `bad_option` for bad DNS, IP or
+ *   days; `pki_missing` when the CA is not there
+ */
+export async function issueCert(opts: IssueCertOptions): Promise<IssueResult> {
+  if (!isRole(opts.role)) throw new HeraldError('bad_identity', `role must be one of ${ROLES.join(', ')}, not ${JSON.stringify(opts.role)}`);
+  if (!isValidName(opts.name)) throw new HeraldError('bad_identity', `name ${JSON.stringify(opts.name)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`);
+  const dns = checkDns(opts.dns ?? [], '--dns');
+  const ip = checkIps(opts.ip ?? [], '--ip');
+  if (opts.days !== undefined && (!Number.isInteger(opts.days) || opts.days < 1 || opts.days > MAX_CERT_DAYS)) {
+    throw new HeraldError('bad_option', `--days must be a whole number from 1 to ${MAX_CERT_DAYS}`);
+  }
+  const p = pkiPaths(opts.dir);
+  const ca = loadCa(p);
+  const trustDomain = readTrustDomain(p);
+  const keyPem = opts.keyPem ?? (await newRsaKeyPemAsync());
+  const role = opts.role;
+  ensureDir(p.roleDir(role));
+  return issueWith(p, ca, trustDomain, { role, name: opts.name, dns, ip, keyPem, days: opts.days, notBefore: opts.notBefore, notAfter: opts.notAfter });
+}
+
+function issueWith(
+  p: PkiPaths,
+  ca: Pem,
+  trustDomain: string,
+  o: { role: Role; name: string; dns?: string[]; ip?: string[]; keyPem: string; days?: number | undefined; notBefore?: Date | undefined; notAfter?: Date | undefined },
+): IssueResult {
+  const spiffeId = spiffeIdOf(trustDomain, o.role, o.name);
+  const notBefore = o.notBefore ?? new Date(Date.now() - CERT_BACKDATE_MS);
+  const notAfter = o.notAfter ?? new Date(notBefore.getTime() + (o.days ?? DEFAULT_CERT_DAYS) * DAY_MS + CERT_BACKDATE_MS);
+  const made = makeCertificate({
+    issuer: ca,
+    uris: [spiffeId],
+    dns: o.dns ?? [],
+    ip: o.ip ?? [],
+    eku: o.role === 'operator' ? { clientAuth: true } : { serverAuth: true, clientAuth: true },
+    notBefore,
+    notAfter,
+    commonName: o.name,
+    keyPem: o.keyPem,
+  });
+  const certPath = p.cert(o.role, o.name);
+  const keyPath = p.key(o.role, o.name);
+  // key first: a watcher that sees the new key before the new certificate keeps its last good
+  // pair until both match (certs/tls.ts)
+  writeFileAtomic(keyPath, made.key, PRIVATE_FILE_MODE);
+  writeFileAtomic(certPath, made.cert, PUBLIC_FILE_MODE);
+  return { certPath, keyPath, serial: made.serial, spiffeId, notAfter };
+}
+
+function loadCa(p: PkiPaths): Pem {
+  const cert = readIfExists(p.caCrt);
+  const key = readIfExists(p.caKey);
+  if (!cert || !key) throw new HeraldError('pki_missing', `no CA in ${p.dir} (run herald certs init --dir ${p.dir})`);
+  return { cert: cert.toString(), key: key.toString() };
+}
+
+/** The trust domain of the PKI in `dir`: pki.json, else the CA's `spiffe://<domain>` SAN. */
+export function readTrustDomain(pOrDir: PkiPaths | string): string {
+  const p = typeof pOrDir === 'string' ? pkiPaths(pOrDir) : pOrDir;
+  const meta = readIfExists(p.meta);
+  if (meta) {
+    try {
+      const td = (JSON.parse(meta.toString()) as { trustDomain?: unknown }).trustDomain;
+      if (typeof td === 'string' && TRUST_DOMAIN_RE.test(td)) return td;
+    } catch {
+      // fall through to the CA certificate
+    }
+  }
+  const ca = readIfExists(p.caCrt);
+  if (!ca) throw new HeraldError('pki_missing', `no ${p.caCrt}`);
+  try {
+    return trustDomainOf(ca);
+  } catch (err) {
+    throw new HeraldError('pki_missing', `cannot tell the trust domain: no valid ${p.meta} and no spiffe:// SAN in ${p.caCrt}`, { cause: err });
+  }
+}
+
+export interface RevokeOptions {
+  dir: string;
+  /** A certificate name (`n1`), `role/name`, or a serial in hex. */
+  target?: string;
+  /** A signing key id to distrust. Exactly one of target and kid. */
+  kid?: string;
+}
+
+export interface RevokeResult {
+  serial?: string;
+  kid?: string;
+  /** `role/name` when the target was a certificate in the PKI. */
+  certificate?: string;
+  /** It was listed already; nothing changed. */
+  already: boolean;
+}
+
+/**
+ * Adds a certificate's serial, or a signing key id, to revoked.json (atomic replace).
+ * A name held by several roles must be given as `role/name`.
+ * @throws HeraldError `bad_option` (ambiguous or malformed target, the active signing kid, an
+ *   unknown kid), `pki_missing` (no such certificate)
+ */
+export async function revoke(opts: RevokeOptions): Promise<RevokeResult> {
+  if ((opts.target === undefined) === (opts.kid === undefined)) {
+    throw new HeraldError('bad_option', 'give exactly one of a certificate (name, role/name or serial) and --kid');
+  }
+  const p = pkiPaths(opts.dir);
+  const current = readRevoked(p);
+  if (opts.kid !== undefined) {
+    const kid = opts.kid;
+    const active = readIfExists(p.signingJwk);
+    if (active && (JSON.parse(active.toString()) as { kid?: string }).kid === kid) {
+      throw new HeraldError('bad_option', `kid ${kid} is the active signing key; run herald certs rotate-signing-key first`);
+    }
+    const jwks = readIfExists(p.jwks);
+    const known = jwks ? ((JSON.parse(jwks.toString()) as Jwks).keys ?? []).some((k) => k.kid === kid) : false;
+    if (!known && !current.kids.includes(kid)) throw new HeraldError('bad_option', `kid ${JSON.stringify(kid)} is not in ${p.jwks}`);
+    if (current.kids.includes(kid)) return { kid, already: true };
+    writeRevoked(p, { serials: current.serials, kids: [...current.kids, kid] });
+    return { kid, already: false };
+  }
+
+  const target = opts.target!.trim();
+  const found = findCertificate(p, target);
+  let serial: string;
+  let certificate: string | undefined;
+  if (found) {
+    serial = normalizeSerial(new crypto.X509Certificate(fs.readFileSync(found.path)).serialNumber);
+    certificate = `${found.role}/${found.name}`;
+  } else if (/^(0x)?[0-9a-fA-F:]+$/.test(target) && !target.includes('/')) {
+    serial = normalizeSerial(target);
+  } else {
+    throw new HeraldError('pki_missing', `no certificate ${JSON.stringify(target)} in ${p.dir} (give a name, role/name or hex serial)`);
+  }
+  const base = certificate ? { serial, certificate } : { serial };
+  if (current.serials.includes(serial)) return { ...base, already: true };
+  writeRevoked(p, { serials: [...current.serials, serial], kids: current.kids });
+  return { ...base, already: false };
+}
+
+function findCertificate(p: PkiPaths, target: string): { role: Role; name: string; path: string } | undefined {
+  const slash = target.split('/');
+  if (slash.length === 2) {
+    const [role = '', name = ''] = slash;
+    if (!isRole(role) || !isValidName(name)) throw new HeraldError('bad_option', `${JSON.stringify(target)} is not role/name`);
+    const file = p.cert(role, name);
+    if (!fs.existsSync(file)) throw new HeraldError('pki_missing', `no certificate ${target} in ${p.dir}`);
+    return { role, name, path: file };
+  }
+  if (slash.length > 2) throw new HeraldError('bad_option', `${JSON.stringify(target)} is not a name, role/name or serial`);
+  if (!isValidName(target)) return undefined;
+  const hits = ROLES.filter((r) => fs.existsSync(p.cert(r, target)));
+  if (hits.length > 1) {
+    throw new HeraldError('bad_option', `${target} names certificates of several roles (${hits.join(', ')}): give role/name`);
+  }
+  const role = hits[0];
+  return role ? { role, name: target, path: p.cert(role, target) } : undefined;
+}
+
+function readRevoked(p: PkiPaths): RevokedList {
+  const raw = readIfExists(p.revoked);
+  return raw ? parseRevoked(raw) : { serials: [], kids: [] };
+}
+
+export interface CertListing {
+  role: Role;
+  name: string;
+  serial: string;
+  spiffeId: string | undefined;
+  notAfter: Date;
+  revoked: boolean;
+}
+
+/** Every certificate under the PKI's role directories, sorted by role then name. */
+export async function listCerts(dir: string): Promise<CertListing[]> {
+  const p = pkiPaths(dir);
+  const revoked = new Set(readRevoked(p).serials);
+  const out: CertListing[] = [];
+  for (const role of ROLES) {
+    let names: string[];
+    try {
+      names = fs.readdirSync(p.roleDir(role));
+    } catch {
+      continue;
+    }
+    for (const f of names.sort()) {
+      if (!f.endsWith('.crt')) continue;
+      const name = f.slice(0, -4);
+      let x: crypto.X509Certificate;
+      try {
+        x = new crypto.X509Certificate(fs.readFileSync(path.join(p.roleDir(role), f)));
+      } catch {
+        continue; // not a certificate: not ours to list
+      }
+      const serial = normalizeSerial(x.serialNumber);
+      let spiffeId: string | undefined;
+      const m = /(?:^|, )URI:(spiffe:\/\/[^,"]*)/.exec(x.subjectAltName ?? '');
+      if (m) spiffeId = m[1];
+      out.push({ role, name, serial, spiffeId, notAfter: new Date(x.validTo), revoked: revoked.has(serial) });
+    }
+  }
+  return out;
+}
+
+export interface BundleOptions {
+  dir: string;
+  role: string;
+  name: string;
+  /** A new or empty directory; made 0700. */
+  out: string;
+}
+
+/**
+ * Copies out exactly what `role/name` needs, in the PKI layout: ca.crt, wake-signing.jwks,
+ * revoked.json, its certificate and key, and for a controller wake-signing.jwk. Never ca.key.
+ * @returns the relative paths written
+ * @throws HeraldError `bad_identity`, `pki_missing`, `bad_option` (out is the PKI dir itself,
+ *   or already holds a ca.key)
+ */
+export async function bundle(opts: BundleOptions): Promise<string[]> {
+  if (!isRole(opts.role)) throw new HeraldError('bad_identity', `role must be one of ${ROLES.join(', ')}`);
+  if (!isValidName(opts.name)) throw new HeraldError('bad_identity', `bad name ${JSON.stringify(opts.name)}`);
+  const role = opts.role;
+  const src = pkiPaths(opts.dir);
+  const dst = pkiPaths(opts.out);
+  if (path.resolve(opts.out) === path.resolve(opts.dir)) throw new HeraldError('bad_option', '--out must not be the PKI directory');
+  if (fs.existsSync(dst.caKey)) throw new HeraldError('bad_option', `${opts.out} holds a ca.key: not a bundle directory`);
+  const files: Array<[from: string, to: string, mode: number]> = [
+    [src.caCrt, dst.caCrt, PUBLIC_FILE_MODE],
+    [src.jwks, dst.jwks, PUBLIC_FILE_MODE],
+    [src.revoked, dst.revoked, PUBLIC_FILE_MODE],
+    [src.cert(role, opts.name), dst.cert(role, opts.name), PUBLIC_FILE_MODE],
+    [src.key(role, opts.name), dst.key(role, opts.name), PRIVATE_FILE_MODE],
+  ];
+  if (role === 'controller') files.push([src.signingJwk, dst.signingJwk, PRIVATE_FILE_MODE]);
+  const data = files.map(([from]) => {
+    const d = readIfExists(from);
+    if (!d) throw new HeraldError('pki_missing', `missing ${from}`);
+    return d;
+  });
+  ensureDir(dst.dir);
+  ensureDir(dst.roleDir(role));
+  files.forEach(([, to, mode], i) => writeFileAtomic(to, data[i]!, mode));
+  return files.map(([, to]) => path.relative(dst.dir, to));
+}
+
+export interface RotateResult {
+  kid: string;
+  /** Kids still in the JWKS beside the new one; revoke them with `revoke --kid` once agents have it. */
+  previousKids: string[];
+}
+
+/**
+ * Makes a new signing key. The JWKS is written first, holding the new public key and every
+ * earlier one not yet revoked, so agents trust the new kid before the controller signs with it.
+ * @throws HeraldError `pki_missing` when there is no JWKS
+ */
+export async function rotateSigningKey(opts: { dir: string }): Promise<RotateResult> {
+  const p = pkiPaths(opts.dir);
+  const raw = readIfExists(p.jwks);
+  if (!raw) throw new HeraldError('pki_missing', `no ${p.jwks}`);
+  const old = (JSON.parse(raw.toString()) as Jwks).keys ?? [];
+  const revokedKids = new Set(readRevoked(p).kids);
+  const jwk = newSigningJwk();
+  const kept = old.filter((k) => k.kid !== jwk.kid && !revokedKids.has(k.kid));
+  writeFileAtomic(p.jwks, JSON.stringify({ keys: [publicJwkOf(jwk), ...kept] }, null, 2) + '\n', PUBLIC_FILE_MODE);
+  writeFileAtomic(p.signingJwk, JSON.stringify(jwk, null, 2) + '\n', PRIVATE_FILE_MODE);
+  return { kid: jwk.kid, previousKids: kept.map((k) => k.kid) };
+}
+
+// ---- option checks ----------------------------------------------------------------------------
+
+function checkDns(names: string[], option: string): string[] {
+  return names.map((n) => {
+    const d = n.toLowerCase();
+    if (d.length > 253 || !DNS_RE.test(d)) throw new HeraldError('bad_option', `${option} ${JSON.stringify(n)} is not a DNS name`);
+    return d;
+  });
+}
+
+function checkIps(ips: string[], option: string): string[] {
+  return ips.map((ip) => {
+    if (net.isIP(ip) === 0) throw new HeraldError('bad_option', `${option} ${JSON.stringify(ip)} is not an IP address`);
+    return ip;
+  });
+}
+
+function uniq(xs: string[]): string[] {
+  return [...new Set(xs)];
+}

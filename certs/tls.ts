@@ -1,0 +1,587 @@
+/**
+ * The TLS helper every listener and dialer uses (SPEC §1): the party's own PKI material, watched
+ * and reloaded from disk; server and client options for TLS 1.3 mutual authentication; and
+ * `authorizePeer`, the one function that decides whether a peer certificate may talk to us.
+ *
+ * Servers request a client certificate without letting OpenSSL reject it
+ * (`rejectUnauthorized: false`), so the refusal can be answered with a code at the HTTP or
+ * WebSocket layer; `authorizePeer` then checks the chain result, dates, revocation and identity
+ * on every connection, resumed TLS sessions included (they skip verification).
+ */
+import crypto from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import fs from 'node:fs';
+import https from 'node:https';
+import path from 'node:path';
+import type tls from 'node:tls';
+import { ConfigError, HeraldError, RefusalError, type ErrorCode } from '../protocol/errors.js';
+import type { Role } from '../protocol/identity.js';
+import { identityOf, normalizeSerial, type CertIdentity } from './identity.js';
+
+/** Quiet time after the last file event before the material is re-read. */
+export const RELOAD_DEBOUNCE_MS = 50;
+
+export interface Logger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+const stderrLogger: Logger = {
+  info: () => {},
+  warn: (obj, msg) => process.stderr.write(`herald: warning: ${msg ?? ''} ${JSON.stringify(obj, errReplacer)}\n`),
+  error: (obj, msg) => process.stderr.write(`herald: error: ${msg ?? ''} ${JSON.stringify(obj, errReplacer)}\n`),
+};
+function errReplacer(_k: string, v: unknown): unknown {
+  return v instanceof Error ? { message: v.message, code: (v as { code?: unknown }).code } : v;
+}
+
+export interface PkiMaterialOptions {
+  caPath: string;
+  certPath: string;
+  keyPath: string;
+  revokedPath: string;
+  /** The trusted signing keys; agents need it, operators do not. */
+  jwksPath?: string | undefined;
+  trustDomain: string;
+  /** pino-like; default writes warnings and errors to stderr. */
+  logger?: Logger | undefined;
+  /** Default RELOAD_DEBOUNCE_MS. */
+  debounceMs?: number | undefined;
+  /** Watch the files' directories (default true); tests may call reload() instead. */
+  watch?: boolean | undefined;
+}
+
+/** The parsed JWKS as read from disk; its keys are checked by protocol/, not here. */
+export interface JwksJson {
+  keys: Array<Record<string, unknown>>;
+}
+
+export interface MaterialSnapshot {
+  ca: Buffer;
+  cert: Buffer;
+  key: Buffer;
+  /** Every certificate in the CA file (several during a CA rotation). */
+  caCerts: readonly crypto.X509Certificate[];
+  /** Lowercase hex. */
+  revokedSerials: ReadonlySet<string>;
+  revokedKids: ReadonlySet<string>;
+  jwks: JwksJson | undefined;
+  trustDomain: string;
+  /** Our own identity, read from our certificate. */
+  identity: CertIdentity;
+}
+
+interface TlsPart {
+  ca: Buffer;
+  cert: Buffer;
+  key: Buffer;
+  caCerts: crypto.X509Certificate[];
+  identity: CertIdentity;
+}
+interface RevokedPart {
+  raw: Buffer | undefined;
+  serials: Set<string>;
+  kids: Set<string>;
+}
+interface JwksPart {
+  raw: Buffer | undefined;
+  jwks: JwksJson | undefined;
+}
+
+export interface ReloadResult {
+  tls: boolean;
+  revoked: boolean;
+  jwks: boolean;
+}
+
+/**
+ * A party's PKI material, kept current from disk. Watches the files' directories (a watch on a
+ * file stops after its first atomic replace); a file that fails to load keeps the last good
+ * content and is logged. A new certificate is taken only once it matches the key, so renewing
+ * the two files one after the other never serves a mismatched pair.
+ *
+ * Events: `'tls-change'` (snapshot) when ca, cert or key changed; `'revoked-change'`
+ * (serials, kids); `'jwks-change'` (jwks); `'load-error'` ({ file, error }) when a changed file
+ * was refused.
+ */
+export class PkiMaterial extends EventEmitter {
+  readonly options: Readonly<PkiMaterialOptions>;
+  #log: Logger;
+  #tls: TlsPart;
+  #revoked: RevokedPart;
+  #jwks: JwksPart;
+  #snapshot: MaterialSnapshot;
+  #watchers: fs.FSWatcher[] = [];
+  #timer: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  /**
+   * Loads every file at once.
+   * @throws ConfigError `pki_missing` when the CA, certificate, key (or a given JWKS) is
+   *   missing; `bad_option` when one does not parse, the key does not match the certificate,
+   *   revoked.json is malformed, or the certificate is not a valid Herald identity
+   */
+  constructor(options: PkiMaterialOptions) {
+    super();
+    this.options = { debounceMs: RELOAD_DEBOUNCE_MS, watch: true, ...options };
+    this.#log = options.logger ?? stderrLogger;
+    try {
+      this.#tls = this.#loadTls();
+      this.#revoked = this.#loadRevoked(undefined);
+      this.#jwks = this.#loadJwks(undefined);
+    } catch (err) {
+      if (err instanceof HeraldError && err.code === 'pki_missing') throw new ConfigError(err.message, { cause: err, code: 'pki_missing' });
+      throw new ConfigError(err instanceof Error ? err.message : String(err), { cause: err });
+    }
+    this.#snapshot = this.#makeSnapshot();
+    if (this.options.watch) this.#watch();
+  }
+
+  /** The current material: an immutable snapshot, replaced (never mutated) on change. */
+  current(): MaterialSnapshot {
+    return this.#snapshot;
+  }
+
+  /**
+   * Re-reads every file now, emits the change events and returns what changed. A file that
+   * fails keeps its last good content (logged, and `'load-error'` emitted).
+   */
+  reload(): ReloadResult {
+    const result: ReloadResult = { tls: false, revoked: false, jwks: false };
+    if (this.#closed) return result;
+    try {
+      const t = this.#loadTls();
+      if (!t.ca.equals(this.#tls.ca) || !t.cert.equals(this.#tls.cert) || !t.key.equals(this.#tls.key)) {
+        if (t.identity.spiffeId !== this.#tls.identity.spiffeId) {
+          throw new HeraldError('bad_identity', `the new certificate is ${t.identity.spiffeId}, not ${this.#tls.identity.spiffeId}`);
+        }
+        this.#tls = t;
+        result.tls = true;
+      }
+    } catch (err) {
+      this.#loadError(this.options.certPath, err);
+    }
+    try {
+      const r = this.#loadRevoked(this.#revoked);
+      if (r !== this.#revoked) {
+        this.#revoked = r;
+        result.revoked = true;
+      }
+    } catch (err) {
+      this.#loadError(this.options.revokedPath, err);
+    }
+    try {
+      const j = this.#loadJwks(this.#jwks);
+      if (j !== this.#jwks) {
+        this.#jwks = j;
+        result.jwks = true;
+      }
+    } catch (err) {
+      this.#loadError(this.options.jwksPath ?? '', err);
+    }
+    if (result.tls || result.revoked || result.jwks) {
+      this.#snapshot = this.#makeSnapshot();
+      if (result.tls) {
+        this.#log.info({ serial: this.#tls.identity.serial, spiffeId: this.#tls.identity.spiffeId }, 'TLS material reloaded');
+        this.emit('tls-change', this.#snapshot);
+      }
+      if (result.revoked) {
+        this.#log.info({ serials: this.#revoked.serials.size, kids: this.#revoked.kids.size }, 'revoked.json reloaded');
+        this.emit('revoked-change', this.#snapshot.revokedSerials, this.#snapshot.revokedKids);
+      }
+      if (result.jwks) {
+        this.#log.info({ keys: this.#jwks.jwks?.keys.length ?? 0 }, 'JWKS reloaded');
+        this.emit('jwks-change', this.#snapshot.jwks);
+      }
+    }
+    return result;
+  }
+
+  /** Stops watching. Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearTimeout(this.#timer);
+    for (const w of this.#watchers) w.close();
+    this.#watchers = [];
+  }
+
+  #loadError(file: string, err: unknown): void {
+    this.#log.error({ file, err }, 'PKI file not loaded; keeping the last good content');
+    this.emit('load-error', { file, error: err });
+  }
+
+  #watch(): void {
+    const o = this.options;
+    const files = [o.caPath, o.certPath, o.keyPath, o.revokedPath, ...(o.jwksPath ? [o.jwksPath] : [])];
+    for (const dir of new Set(files.map((f) => path.dirname(path.resolve(f))))) {
+      try {
+        // any event in the directory: atomic replaces show up under temp names, symlink swaps
+        // (Kubernetes' ..data) under neither name; reload() compares contents anyway
+        const w = fs.watch(dir, { persistent: false }, () => this.#schedule());
+        w.on('error', (err) => this.#log.error({ dir, err }, 'watching the PKI directory failed'));
+        this.#watchers.push(w);
+      } catch (err) {
+        this.#log.error({ dir, err }, 'cannot watch the PKI directory; changes need a restart');
+      }
+    }
+  }
+
+  #schedule(): void {
+    if (this.#closed) return;
+    clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => this.reload(), this.options.debounceMs);
+    this.#timer.unref();
+  }
+
+  #loadTls(): TlsPart {
+    const o = this.options;
+    const ca = mustRead(o.caPath, 'CA certificate');
+    const cert = mustRead(o.certPath, 'certificate');
+    const key = mustRead(o.keyPath, 'private key');
+    const caCerts = splitPemCertificates(ca, o.caPath);
+    let x: crypto.X509Certificate;
+    let k: crypto.KeyObject;
+    try {
+      x = new crypto.X509Certificate(cert);
+    } catch (err) {
+      throw new HeraldError('bad_option', `${o.certPath} is not a PEM certificate`, { cause: err });
+    }
+    try {
+      k = crypto.createPrivateKey(key);
+    } catch (err) {
+      throw new HeraldError('bad_option', `${o.keyPath} is not a PEM private key`, { cause: err });
+    }
+    if (!x.checkPrivateKey(k)) throw new HeraldError('bad_option', `${o.keyPath} does not match ${o.certPath}`);
+    const identity = identityOf(x, o.trustDomain);
+    if (!caCerts.some((c) => x.checkIssued(c) && x.verify(c.publicKey))) {
+      this.#log.warn({ cert: o.certPath, ca: o.caPath }, 'our certificate is not signed by the CA we trust; peers will refuse it');
+    }
+    return { ca, cert, key, caCerts, identity };
+  }
+
+  #loadRevoked(prev: RevokedPart | undefined): RevokedPart {
+    const file = this.options.revokedPath;
+    let raw: Buffer;
+    try {
+      raw = fs.readFileSync(file);
+    } catch (err) {
+      if (prev) throw err;
+      this.#log.warn({ file }, 'no revoked.json: no certificate or signing key is revoked');
+      return { raw: undefined, serials: new Set(), kids: new Set() };
+    }
+    if (prev?.raw && raw.equals(prev.raw)) return prev;
+    const list = parseRevokedJson(raw, file);
+    return { raw, serials: new Set(list.serials), kids: new Set(list.kids) };
+  }
+
+  #loadJwks(prev: JwksPart | undefined): JwksPart {
+    const file = this.options.jwksPath;
+    if (!file) return prev ?? { raw: undefined, jwks: undefined };
+    const raw = mustRead(file, 'JWKS');
+    if (prev?.raw && raw.equals(prev.raw)) return prev;
+    let j: unknown;
+    try {
+      j = JSON.parse(raw.toString());
+    } catch (err) {
+      throw new HeraldError('bad_option', `${file} is not JSON`, { cause: err });
+    }
+    const keys = (j as { keys?: unknown } | null)?.keys;
+    if (!Array.isArray(keys) || !keys.every((k) => typeof k === 'object' && k !== null)) {
+      throw new HeraldError('bad_option', `${file} is not a JWKS ({"keys":[..]})`);
+    }
+    return { raw, jwks: { keys: keys as Array<Record<string, unknown>> } };
+  }
+
+  #makeSnapshot(): MaterialSnapshot {
+    return Object.freeze({
+      ca: this.#tls.ca,
+      cert: this.#tls.cert,
+      key: this.#tls.key,
+      caCerts: this.#tls.caCerts,
+      revokedSerials: this.#revoked.serials,
+      revokedKids: this.#revoked.kids,
+      jwks: this.#jwks.jwks,
+      trustDomain: this.options.trustDomain,
+      identity: this.#tls.identity,
+    });
+  }
+}
+
+function mustRead(file: string, what: string): Buffer {
+  try {
+    return fs.readFileSync(file);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'pki_missing' : 'bad_option';
+    throw new HeraldError(code, `cannot read the ${what} ${file}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+function splitPemCertificates(pem: Buffer, file: string): crypto.X509Certificate[] {
+  const blocks = pem.toString().match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+  if (blocks.length === 0) throw new HeraldError('bad_option', `${file} holds no PEM certificate`);
+  try {
+    return blocks.map((b) => new crypto.X509Certificate(b));
+  } catch (err) {
+    throw new HeraldError('bad_option', `${file} holds a certificate that does not parse`, { cause: err });
+  }
+}
+
+/** revoked.json, strictly; duplicated from pki.ts so this module never loads node-forge. */
+function parseRevokedJson(raw: Buffer, file: string): { serials: string[]; kids: string[] } {
+  let j: unknown;
+  try {
+    j = JSON.parse(raw.toString());
+  } catch (err) {
+    throw new HeraldError('bad_option', `${file} is not JSON`, { cause: err });
+  }
+  const o = (j ?? {}) as { serials?: unknown; kids?: unknown };
+  const ok = (a: unknown): a is string[] => Array.isArray(a) && a.every((s) => typeof s === 'string');
+  const serials = o.serials ?? [];
+  const kids = o.kids ?? [];
+  if (typeof j !== 'object' || j === null || Array.isArray(j) || !ok(serials) || !ok(kids)) {
+    throw new HeraldError('bad_option', `${file} must be {"serials":[string..],"kids":[string..]}`);
+  }
+  return { serials: serials.map(normalizeSerial), kids };
+}
+
+// ---- servers ----------------------------------------------------------------------------------
+
+export interface HeraldServerTlsOptions {
+  key: Buffer;
+  cert: Buffer;
+  ca: Buffer;
+  requestCert: true;
+  rejectUnauthorized: false;
+  minVersion: 'TLSv1.3';
+  maxVersion: 'TLSv1.3';
+}
+
+/**
+ * Options for `https.createServer`/`tls.createServer` (and `setSecureContext`). Servers ignore
+ * a `secureContext` option, hence key/cert/ca. Every connection must then pass `authorizePeer`.
+ */
+export function tlsServerOptions(material: PkiMaterial): HeraldServerTlsOptions {
+  const m = material.current();
+  return { key: m.key, cert: m.cert, ca: m.ca, requestCert: true, rejectUnauthorized: false, minVersion: 'TLSv1.3', maxVersion: 'TLSv1.3' };
+}
+
+/**
+ * Keeps `server` on the current certificate: a renewed certificate, key or CA is taken by new
+ * connections without a restart. Returns a function that stops following.
+ */
+export function watchServer(server: tls.Server, material: PkiMaterial): () => void {
+  const onChange = (): void => server.setSecureContext(tlsServerOptions(material));
+  material.on('tls-change', onChange);
+  return () => material.off('tls-change', onChange);
+}
+
+export type AuthorizeResult =
+  | { ok: true; identity: CertIdentity }
+  | { ok: false; code: ErrorCode; message: string };
+
+/**
+ * THE authorization of a TLS peer, for servers (and for dialers after connect, see
+ * `checkServerSocket`): TLS 1.3; a certificate; chained to our CA (re-checked against the
+ * current CA, as a resumed session skips verification); within its dates now; serial not
+ * revoked; a valid Herald identity of our trust domain whose role is in `want`. Synchronous.
+ * Codes: `tls_version`, `no_client_certificate`, `untrusted_certificate`,
+ * `certificate_expired`, `revoked`, the identity codes of `identityOf`, `wrong_role`.
+ */
+export function authorizePeer(socket: tls.TLSSocket, want: Role | readonly Role[], material: PkiMaterial): AuthorizeResult {
+  const protocol = socket.getProtocol();
+  if (protocol !== 'TLSv1.3') return refuse('tls_version', `the peer negotiated ${protocol ?? 'no TLS'}, not TLSv1.3`);
+  const x = socket.getPeerX509Certificate();
+  if (!x) return refuse('no_client_certificate', 'the peer presented no certificate');
+  if (!socket.authorized) {
+    const e = socket.authorizationError as unknown;
+    const code = typeof e === 'string' ? e : ((e as { code?: string } | null)?.code ?? String(e));
+    if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID') return refuse('certificate_expired', `the certificate is not valid now (${code})`);
+    return refuse('untrusted_certificate', `the certificate does not verify against the cluster CA (${code})`);
+  }
+  return authorizeCertificate(x, want, material);
+}
+
+/**
+ * The checks of `authorizePeer` that need no socket: chain to the current CA, dates now,
+ * revocation, identity and role. For a certificate whose chain OpenSSL has already verified.
+ */
+export function authorizeCertificate(cert: crypto.X509Certificate, want: Role | readonly Role[], material: PkiMaterial, now = Date.now()): AuthorizeResult {
+  const m = material.current();
+  if (!m.caCerts.some((ca) => cert.checkIssued(ca) && cert.verify(ca.publicKey))) {
+    return refuse('untrusted_certificate', 'the certificate is not signed by the current cluster CA');
+  }
+  const from = Date.parse(cert.validFrom);
+  const to = Date.parse(cert.validTo);
+  if (!(now >= from && now <= to)) return refuse('certificate_expired', `the certificate is valid from ${cert.validFrom} to ${cert.validTo}`);
+  const serial = normalizeSerial(cert.serialNumber);
+  if (m.revokedSerials.has(serial)) return refuse('revoked', `serial ${serial} is revoked`);
+  let identity: CertIdentity;
+  try {
+    identity = identityOf(cert, m.trustDomain);
+  } catch (err) {
+    if (err instanceof HeraldError) return refuse(err.code, err.message);
+    throw err;
+  }
+  const roles: readonly Role[] = typeof want === 'string' ? [want] : want;
+  if (!roles.includes(identity.role)) return refuse('wrong_role', `a ${identity.role} may not use this endpoint (wants ${roles.join(' or ')})`);
+  return { ok: true, identity };
+}
+
+function refuse(code: ErrorCode, message: string): AuthorizeResult {
+  return { ok: false, code, message };
+}
+
+// ---- dialers ----------------------------------------------------------------------------------
+
+export interface HeraldClientTlsOptions {
+  ca: Buffer;
+  cert: Buffer;
+  key: Buffer;
+  minVersion: 'TLSv1.3';
+  maxVersion: 'TLSv1.3';
+  rejectUnauthorized: true;
+  checkServerIdentity: (host: string, cert: tls.PeerCertificate) => Error | undefined;
+}
+
+/**
+ * Options for `tls.connect`, `https.request` or a `ws` client dialling `expectedSpiffeId`.
+ * The hostname is ignored: the server must present exactly that SPIFFE id (else `wrong_peer`),
+ * a valid identity with its role's EKUs, and an unrevoked serial, all checked before a byte is
+ * sent. Do not resume TLS sessions with these options: Node skips `checkServerIdentity` on a
+ * resumed session and a resumed client session does not even show the server's certificate
+ * (measured on Node 20), so revocation could not be re-checked. `httpsAgentFor` turns its
+ * session cache off; `ws` and a plain `tls.connect` without `session` do not resume.
+ */
+export function tlsClientOptions(material: PkiMaterial, expectedSpiffeId: string): HeraldClientTlsOptions {
+  const m = material.current();
+  return {
+    ca: m.ca,
+    cert: m.cert,
+    key: m.key,
+    minVersion: 'TLSv1.3',
+    maxVersion: 'TLSv1.3',
+    rejectUnauthorized: true,
+    checkServerIdentity: (_host, cert) => checkServerCertificate(material, expectedSpiffeId, cert),
+  };
+}
+
+/** The server side of a dial: undefined when `cert` is `expectedSpiffeId`, else a RefusalError. */
+export function checkServerCertificate(material: PkiMaterial, expectedSpiffeId: string, cert: tls.PeerCertificate | crypto.X509Certificate): RefusalError | undefined {
+  const m = material.current();
+  let id: CertIdentity;
+  try {
+    id = identityOf(cert, m.trustDomain);
+  } catch (err) {
+    if (err instanceof RefusalError) return err;
+    return new RefusalError('bad_identity', err instanceof Error ? err.message : String(err), { cause: err });
+  }
+  if (id.spiffeId !== expectedSpiffeId) return new RefusalError('wrong_peer', `the server is ${id.spiffeId}, not ${expectedSpiffeId}`);
+  if (m.revokedSerials.has(id.serial)) return new RefusalError('revoked', `the server's serial ${id.serial} is revoked`);
+  return undefined;
+}
+
+/**
+ * Checks a connected client socket's server with `authorizeCertificate` rules (current CA,
+ * dates, revocation) and the expected id, e.g. for a long-lived connection after
+ * 'revoked-change'. Undefined when fine. A resumed session is refused: its certificate is not
+ * visible on the client.
+ */
+export function checkServerSocket(socket: tls.TLSSocket, material: PkiMaterial, expectedSpiffeId: string): RefusalError | undefined {
+  if (socket.getProtocol() !== 'TLSv1.3') return new RefusalError('tls_version', 'the server did not negotiate TLSv1.3');
+  const x = socket.getPeerX509Certificate();
+  if (!x) {
+    const why = socket.isSessionReused() ? 'a resumed session does not show the server certificate; dial without session resumption' : 'the server presented no certificate';
+    return new RefusalError('untrusted_certificate', why);
+  }
+  const expectedRole = /^spiffe:\/\/[^/]+\/([^/]+)\//.exec(expectedSpiffeId)?.[1] as Role | undefined;
+  const r = authorizeCertificate(x, expectedRole ? [expectedRole] : [], material);
+  if (!r.ok) return new RefusalError(r.code, r.message);
+  return r.identity.spiffeId === expectedSpiffeId ? undefined : new RefusalError('wrong_peer', `the server is ${r.identity.spiffeId}, not ${expectedSpiffeId}`);
+}
+
+/**
+ * Maps an error from a dial to a Herald code: our own RefusalErrors keep theirs; OpenSSL's
+ * certificate errors become `certificate_expired` or `untrusted_certificate`; a protocol
+ * version alert becomes `tls_version`. Anything else (ECONNREFUSED, ...) gives undefined.
+ */
+export function refusalCodeOf(err: unknown): ErrorCode | undefined {
+  if (err instanceof HeraldError) return err.code;
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string') return undefined;
+  if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID') return 'certificate_expired';
+  if (/VERSION|PROTOCOL/.test(code) && code.startsWith('ERR_SSL')) return 'tls_version';
+  if (/^(UNABLE_TO_|SELF_SIGNED|DEPTH_ZERO|CERT_|ERR_TLS_CERT)/.test(code)) return 'untrusted_certificate';
+  return undefined;
+}
+
+export interface HttpsAgentOptions {
+  keepAlive?: boolean;
+  maxSockets?: number;
+  /** Idle keep-alive socket timeout. */
+  timeoutMs?: number;
+}
+
+/**
+ * An https.Agent that dials only `expectedSpiffeId` (tlsClientOptions), with keep-alive and
+ * without TLS session resumption, so every new connection checks the server's identity and
+ * revocation (see tlsClientOptions). One agent per expected id. Rebuild it on 'tls-change'
+ * (`HttpsAgentHolder` does).
+ */
+export function httpsAgentFor(material: PkiMaterial, expectedSpiffeId: string, opts: HttpsAgentOptions = {}): https.Agent {
+  return new https.Agent({
+    ...tlsClientOptions(material, expectedSpiffeId),
+    keepAlive: opts.keepAlive ?? true,
+    maxSockets: opts.maxSockets ?? Infinity,
+    maxCachedSessions: 0,
+    ...(opts.timeoutMs !== undefined ? { timeout: opts.timeoutMs } : {}),
+  });
+}
+
+/**
+ * Holds the current `httpsAgentFor` agent and replaces it when our certificate, key or CA
+ * changes; the old agent finishes its requests and closes its sockets. `close()` is idempotent.
+ */
+export class HttpsAgentHolder {
+  #agent: https.Agent;
+  #material: PkiMaterial;
+  #expected: string;
+  #opts: HttpsAgentOptions;
+  #onChange = (): void => this.rebuild();
+  #closed = false;
+
+  constructor(material: PkiMaterial, expectedSpiffeId: string, opts: HttpsAgentOptions = {}) {
+    this.#material = material;
+    this.#expected = expectedSpiffeId;
+    this.#opts = opts;
+    this.#agent = httpsAgentFor(material, expectedSpiffeId, opts);
+    material.on('tls-change', this.#onChange);
+  }
+
+  get agent(): https.Agent {
+    return this.#agent;
+  }
+
+  /** Replaces the agent now (also done on 'tls-change'). */
+  rebuild(): void {
+    if (this.#closed) return;
+    const old = this.#agent;
+    this.#agent = httpsAgentFor(this.#material, this.#expected, this.#opts);
+    retire(old);
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#material.off('tls-change', this.#onChange);
+    this.#agent.destroy();
+  }
+}
+
+/** Lets in-flight requests finish, then closes their sockets instead of keeping them alive. */
+function retire(agent: https.Agent): void {
+  // http.Agent's 'free' handler reads this: a socket freed from now on is destroyed, not pooled
+  (agent as unknown as { keepAlive: boolean }).keepAlive = false;
+  for (const list of Object.values(agent.freeSockets)) for (const s of list ?? []) s.destroy();
+}

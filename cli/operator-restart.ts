@@ -1,0 +1,66 @@
+/**
+ * `herald cluster restart --wait`: follows the restart to its end and turns the result into
+ * an exit status, with the failing node and reason named on stderr.
+ */
+import type { ApiClient } from './operator-client.js';
+import { plainView, ttyView, type ProgressView } from './operator-progress.js';
+import { watchRestart, type WatchEvent } from './operator-watch.js';
+import { formatMs } from './operator-format.js';
+
+export interface FollowOptions {
+  clusterId: string;
+  startedAt: Date;
+  timeoutMs: number;
+  json: boolean;
+  /** Default: a bar on a TTY, lines otherwise. */
+  progress?: 'bar' | 'lines' | undefined;
+  useEvents?: boolean;
+}
+
+/** Follows the restart; returns the exit status (0 complete, 1 failed, 2 timed out). */
+export async function followRestart(client: ApiClient, o: FollowOptions): Promise<number> {
+  const events: WatchEvent[] = [];
+  let view: ProgressView | undefined;
+  if (!o.json) {
+    const tty = process.stderr.isTTY === true && process.stdout.isTTY === true;
+    view = (o.progress ?? (tty ? 'bar' : 'lines')) === 'bar' ? await ttyView(process.stderr) : plainView(process.stdout);
+  }
+  const stopView = (): void => view?.stop();
+  process.once('SIGINT', () => {
+    stopView();
+    process.stderr.write(`herald: stopped following; the restart goes on (herald cluster show ${o.clusterId})\n`);
+    process.exit(130);
+  });
+  let result;
+  try {
+    result = await watchRestart(client, {
+      clusterId: o.clusterId,
+      startedAt: o.startedAt,
+      timeoutMs: o.timeoutMs,
+      useEvents: o.useEvents !== false,
+      onStart: (c) => view?.start(c),
+      onEvent: (e) => {
+        events.push(e);
+        view?.event(e);
+      },
+    });
+  } finally {
+    stopView();
+  }
+  const took = formatMs(Date.now() - o.startedAt.getTime());
+  if (o.json) {
+    process.stdout.write(JSON.stringify({ ok: result.ok, timed_out: result.timedOut, status: result.cluster?.status ?? null, failed: result.failed, events }, null, 2) + '\n');
+  }
+  if (result.ok) {
+    if (!o.json) process.stdout.write(`cluster ${o.clusterId} restarted: RESTART_COMPLETE in ${took}\n`);
+    return 0;
+  }
+  if (result.timedOut) {
+    process.stderr.write(`herald: timeout: cluster ${o.clusterId} did not finish its restart within ${formatMs(o.timeoutMs)} (status ${result.cluster?.status ?? 'unknown'}); it goes on: herald cluster show ${o.clusterId}\n`);
+    return 2;
+  }
+  const status = result.cluster?.status ?? 'unknown';
+  const nodes = result.failed.length ? result.failed.map((f) => `node ${f.node}: ${f.reason}`).join('; ') : result.cluster?.statusReason ?? 'no node reported a reason';
+  process.stderr.write(`herald: restart failed: cluster ${o.clusterId} ${status}: ${nodes}\n`);
+  return 1;
+}

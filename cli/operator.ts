@@ -1,0 +1,390 @@
+/**
+ * The operator CLI (SPEC §3 operator routes): `herald node|config|deploy|cluster ...`. Each
+ * command group takes the connection options (`--controller`, `--pki`, `--as`, `--ca/--cert/
+ * --key`, `--controller-id`, `--json`); they may stand before or after the subcommand. Tables for
+ * people, the API's JSON with `--json`. Modules beyond commander load inside the actions, so
+ * `herald --help` stays instant.
+ */
+import { Command, Option } from 'commander';
+import type { ApiClient, ClientOptions } from './operator-client.js';
+// small and pure: loaded eagerly; the client (certificates, https) and the watcher load lazily
+import { collect, formatMs, keyValues, parseDuration, parseKeyValues, parsePositiveInt, splitList, table } from './operator-format.js';
+
+interface CommonOptions extends ClientOptions {
+  json?: boolean;
+}
+
+/** Exit status of `cluster restart --wait` (and `deploy --wait`) when the operation failed. */
+export const EXIT_FAILED = 1;
+/** Exit status when `--wait` gave up at `--timeout`. */
+export const EXIT_TIMEOUT = 2;
+
+const CONNECTION_HELP = `
+Connection (on every operator command, before or after the subcommand):
+  --controller <url>      controller API (env HERALD_CONTROLLER, default https://127.0.0.1:8443)
+  --pki <dir>             PKI directory (env HERALD_PKI, default ./pki); uses
+                          <pki>/ca.crt and <pki>/operator/<as>.crt|.key
+  --as <name>             operator identity operator/<name> (default admin)
+  --ca/--cert/--key       override the files taken from --pki
+  --controller-id <name>  the server must present controller/<name> (default controller)
+  --json                  print the API's JSON instead of tables`;
+
+/** Adds the connection options to a command group. */
+function withConnectionOptions(cmd: Command): Command {
+  return cmd
+    .option('--controller <url>', 'controller API URL (env HERALD_CONTROLLER)')
+    .option('--pki <dir>', 'PKI directory (env HERALD_PKI)')
+    .option('--as <name>', 'operator identity: uses <pki>/operator/<name>.crt and .key (default admin)')
+    .option('--ca <file>', 'CA certificate (default <pki>/ca.crt)')
+    .option('--cert <file>', 'client certificate (default <pki>/operator/<as>.crt)')
+    .option('--key <file>', 'client key (default <pki>/operator/<as>.key)')
+    .option('--controller-id <name>', 'expected server identity controller/<name> (default controller)')
+    .option('--json', 'print the API JSON instead of tables')
+    .addHelpText('after', CONNECTION_HELP);
+}
+
+/** Runs `fn` with an API client made from the command's (and its parents') options. */
+async function withClient<T>(cmd: Command, fn: (client: ApiClient, o: CommonOptions) => Promise<T>): Promise<T> {
+  const o = cmd.optsWithGlobals<CommonOptions>();
+  const { clientFromOptions } = await import('./operator-client.js');
+  const client = clientFromOptions(o);
+  try {
+    return await fn(client, o);
+  } finally {
+    client.close();
+  }
+}
+
+function out(s: string): void {
+  process.stdout.write(s);
+}
+
+function printJson(v: unknown): void {
+  out(JSON.stringify(v, null, 2) + '\n');
+}
+
+function seg(s: string): string {
+  return encodeURIComponent(s);
+}
+
+type Obj = Record<string, unknown>;
+
+function idOf(o: Obj): string {
+  const v = o.id ?? o.deployment_id ?? o.cluster_id ?? o.config_id;
+  return typeof v === 'string' || typeof v === 'number' ? String(v) : '-';
+}
+
+function itemsOf(body: unknown): Obj[] {
+  const items = (body as { items?: unknown } | undefined)?.items;
+  return Array.isArray(items) ? (items as Obj[]) : [];
+}
+
+function pushOf(n: Obj): Obj {
+  const p = n.push ?? n.push_state;
+  return (p && typeof p === 'object' ? p : n) as Obj;
+}
+
+/** A leaf subcommand with the examples shown under its help. */
+function leaf(parent: Command, nameAndArgs: string, description: string, examples: string[]): Command {
+  const c = parent.command(nameAndArgs).description(description);
+  c.configureHelp({ showGlobalOptions: true });
+  if (examples.length) c.addHelpText('after', `\nExamples:\n${examples.map((e) => `  $ ${e}`).join('\n')}\n`);
+  return c;
+}
+
+// ---- node ---------------------------------------------------------------------------------------
+
+function registerNode(program: Command): void {
+  const node = withConnectionOptions(program.command('node').description('list, show, add and remove nodes (agents)'));
+  leaf(node, 'ls', 'list nodes with their endpoint and push state', ['herald node ls', 'herald node ls --json']).action(async (_o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.get('/v1/nodes');
+      if (o.json) return printJson(body);
+      const rows = itemsOf(body).map((n) => {
+        const p = pushOf(n);
+        return [idOf(n), n.endpoint, p.state ?? (p.connected === true ? 'connected' : p.connected === false ? 'disconnected' : undefined),
+          n.generation, p.generation_acked, p.last_ack_at, p.last_error];
+      });
+      out(table(['ID', 'ENDPOINT', 'PUSH', 'GEN', 'ACKED', 'LAST ACK', 'LAST ERROR'], rows));
+    });
+  });
+  leaf(node, 'show <id>', 'show one node: endpoint, push state (connected, last ack, generations pushed/acked/fetched, last error)', ['herald node show n1'])
+    .action(async (id: string, _o, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const body = await client.get<Obj>(`/v1/nodes/${seg(id)}`);
+        if (o.json) return printJson(body);
+        out(keyValues(body));
+      });
+    });
+  leaf(node, 'add <id>', 'add a node (agents also register themselves when they announce their endpoint)', [
+    'herald node add n1',
+    'herald node add n1 --endpoint wss://10.0.0.5:7443/v1/wake',
+  ])
+    .option('--endpoint <url>', 'the agent listener, wss://host:port/v1/wake')
+    .action(async (id: string, opts: { endpoint?: string }, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const req: Obj = { id };
+        if (opts.endpoint) req.endpoint = opts.endpoint;
+        const body = await client.post<Obj>('/v1/nodes', req);
+        if (o.json) return printJson(body);
+        out(`node ${idOf(body)} added\n`);
+      });
+    });
+  leaf(node, 'rm <id>', 'delete a node; its id stays refused to agents until an operator adds it again', ['herald node rm n1'])
+    .action(async (id: string, _o, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const body = await client.delete(`/v1/nodes/${seg(id)}`);
+        if (o.json) return printJson(body ?? { deleted: id });
+        out(`node ${id} deleted\n`);
+      });
+    });
+}
+
+// ---- config -------------------------------------------------------------------------------------
+
+function registerConfig(program: Command): void {
+  const config = withConnectionOptions(program.command('config').description('create, list and show software configs (immutable)'));
+  leaf(config, 'create', 'create a software config from a file', [
+    'herald config create --name install --file install.sh --input port:Number=8080 --output url',
+    'herald config create --name db --file db.sh --hidden-input password',
+    'herald config create --name both --group component --file component.json',
+  ])
+    .requiredOption('--name <name>', 'config name')
+    .requiredOption('--file <path>', "the config: a script for group script ('-' reads stdin); JSON for group component")
+    .option('--group <group>', 'hook group: script (built in), component, or a hook in the agents\' hooks dir', 'script')
+    .option('--input <name[:Type][=default]>', `declare an input (repeatable); Type one of String, Number, CommaDelimitedList, Json, Boolean`, collect)
+    .option('--hidden-input <name[:Type][=default]>', 'declare an input whose value is never shown (repeatable)', collect)
+    .option('--output <name[:Type]>', 'declare an output (repeatable)', collect)
+    .option('--error-output <name[:Type]>', 'declare an output whose presence fails the deployment (repeatable)', collect)
+    .option('--hook-timeout <duration>', 'options.timeout: kill the run after this long (e.g. 90s, 10m; default 600s)')
+    .action(async (opts: { name: string; file: string; group: string; input?: string[]; hiddenInput?: string[]; output?: string[]; errorOutput?: string[]; hookTimeout?: string }, cmd: Command) => {
+      const { readConfigFile, buildConfigRequest } = await import('./operator-requests.js');
+      const text = await readConfigFile(opts.file);
+      const req = buildConfigRequest({ ...opts, text });
+      await withClient(cmd, async (client, o) => {
+        const body = await client.post<Obj>('/v1/configs', req);
+        if (o.json) return printJson(body);
+        out(`config ${idOf(body)} created (${opts.name}, group ${opts.group})\n`);
+      });
+    });
+  leaf(config, 'ls', 'list configs', ['herald config ls']).action(async (_o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.get('/v1/configs');
+      if (o.json) return printJson(body);
+      const rows = itemsOf(body).map((c) => [idOf(c), c.name, c.group,
+        Array.isArray(c.inputs) ? c.inputs.length : 0, Array.isArray(c.outputs) ? c.outputs.length : 0, c.creation_time ?? c.created_at]);
+      out(table(['ID', 'NAME', 'GROUP', 'INPUTS', 'OUTPUTS', 'CREATED'], rows));
+    });
+  });
+  leaf(config, 'show <id>', 'show one config with its script, inputs (hidden defaults shown as ***) and outputs', ['herald config show 3f1c...'])
+    .action(async (id: string, _o, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const body = await client.get<Obj>(`/v1/configs/${seg(id)}`);
+        if (o.json) return printJson(body);
+        out(keyValues(body));
+      });
+    });
+}
+
+
+// ---- deploy -------------------------------------------------------------------------------------
+
+function registerDeploy(program: Command): void {
+  const deploy = withConnectionOptions(program.command('deploy').description('create, update, show and remove software deployments'));
+  leaf(deploy, 'create', 'deploy a config to a node (a new deployment at revision 1)', [
+    'herald deploy create --node n1 --config 3f1c... --input port=8080',
+    'herald deploy create --node n1 --config 3f1c... --actions CREATE,UPDATE,DELETE --wait',
+  ])
+    .requiredOption('--node <id>', 'the node')
+    .requiredOption('--config <id>', 'the config id')
+    .option('--name <name>', 'deployment name (default: the config\'s); sorts the node\'s deployments')
+    .option('--action <action>', 'this revision\'s action (default CREATE)')
+    .option('--actions <list>', 'actions that run the config, comma-separated (default CREATE,UPDATE)')
+    .option('--input <key=value>', 'an input value (repeatable; json:<JSON> for lists and objects)', collect)
+    .option('--wait', 'wait until the deployment is COMPLETE or FAILED')
+    .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
+    .action(async (opts: { node: string; config: string; name?: string; action?: string; actions?: string; input?: string[]; wait?: boolean; timeout: string }, cmd: Command) => {
+      const req: Obj = { node: opts.node, config_id: opts.config };
+      if (opts.name) req.name = opts.name;
+      if (opts.action) req.action = opts.action;
+      if (opts.actions !== undefined) req.actions = splitList(opts.actions);
+      const inputs = parseKeyValues(opts.input, '--input');
+      if (inputs) req.input_values = inputs;
+      const timeoutMs = parseDuration(opts.timeout, '--timeout');
+      await withClient(cmd, async (client, o) => {
+        const body = await client.post<Obj>('/v1/deployments', req);
+        await reportDeployment(client, body, 'created', opts.wait === true, timeoutMs, o.json === true);
+      });
+    });
+  leaf(deploy, 'update <id>', 'make a new revision with new input values and/or action', [
+    'herald deploy update 9a2b... --input port=9090',
+    'herald deploy update 9a2b... --action UPDATE --wait',
+  ])
+    .option('--action <action>', 'the new revision\'s action')
+    .option('--input <key=value>', 'an input value (repeatable; json:<JSON> for lists and objects)', collect)
+    .option('--wait', 'wait until the new revision is COMPLETE or FAILED')
+    .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
+    .action(async (id: string, opts: { action?: string; input?: string[]; wait?: boolean; timeout: string }, cmd: Command) => {
+      const req: Obj = {};
+      if (opts.action) req.action = opts.action;
+      const inputs = parseKeyValues(opts.input, '--input');
+      if (inputs) req.input_values = inputs;
+      const timeoutMs = parseDuration(opts.timeout, '--timeout');
+      await withClient(cmd, async (client, o) => {
+        const body = await client.patch<Obj>(`/v1/deployments/${seg(id)}`, req);
+        await reportDeployment(client, body ?? (await client.get<Obj>(`/v1/deployments/${seg(id)}`)), 'updated', opts.wait === true, timeoutMs, o.json === true);
+      });
+    });
+  leaf(deploy, 'show <id>', 'show a deployment: revision, status, reason and output values (stdout, stderr, status code)', ['herald deploy show 9a2b...'])
+    .action(async (id: string, _o, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const body = await client.get<Obj>(`/v1/deployments/${seg(id)}`);
+        if (o.json) return printJson(body);
+        out(keyValues(body));
+      });
+    });
+  leaf(deploy, 'ls', 'list deployments', ['herald deploy ls', 'herald deploy ls --node n1'])
+    .option('--node <id>', 'only this node\'s')
+    .action(async (opts: { node?: string }, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const body = await client.get(`/v1/deployments${opts.node ? `?node=${seg(opts.node)}` : ''}`);
+        const items = itemsOf(body).filter((d) => !opts.node || d.node === opts.node);
+        if (o.json) return printJson({ items });
+        out(table(['ID', 'NODE', 'NAME', 'ACTION', 'REV', 'STATUS', 'REASON'],
+          items.map((d) => [idOf(d), d.node, d.name, d.action, d.revision, d.status, d.status_reason])));
+      });
+    });
+  leaf(deploy, 'rm <id>', 'delete a deployment: runs a DELETE revision if DELETE is in its actions, then removes it', ['herald deploy rm 9a2b...'])
+    .action(async (id: string, _o, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const body = await client.delete(`/v1/deployments/${seg(id)}`);
+        if (o.json) return printJson(body ?? { deleted: id });
+        out(`deployment ${id} ${body ? 'is being deleted' : 'deleted'}\n`);
+      });
+    });
+}
+
+async function reportDeployment(client: ApiClient, body: Obj, verb: string, wait: boolean, timeoutMs: number, json: boolean): Promise<void> {
+  const id = idOf(body);
+  let d = body;
+  if (wait) {
+    const deadline = Date.now() + timeoutMs;
+    while (d.status === 'IN_PROGRESS' && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 250));
+      d = await client.get<Obj>(`/v1/deployments/${seg(id)}`);
+    }
+  }
+  if (json) printJson(d);
+  else out(`deployment ${id} ${verb}: revision ${String(d.revision ?? '-')}, ${String(d.status ?? '-')}${d.status_reason ? ` (${String(d.status_reason)})` : ''}\n`);
+  if (wait && d.status === 'IN_PROGRESS') {
+    process.stderr.write(`herald: timed out waiting for deployment ${id}\n`);
+    process.exitCode = EXIT_TIMEOUT;
+  } else if (wait && d.status === 'FAILED') {
+    process.exitCode = EXIT_FAILED;
+  }
+}
+
+// ---- cluster ------------------------------------------------------------------------------------
+
+function registerCluster(program: Command): void {
+  const cluster = withConnectionOptions(program.command('cluster').description('create, list, show, restart and remove clusters'));
+  leaf(cluster, 'create', 'create a cluster: the install config is deployed on every node', [
+    'herald cluster create --name demo --nodes n1,n2,n3 --install <cfg> --uninstall <cfg>',
+    'herald cluster create --name k8s --nodes n1,n2 --install <cfg> --uninstall <cfg> --input version=1.29 --wait',
+  ])
+    .requiredOption('--name <name>', 'cluster name')
+    .requiredOption('--nodes <list>', 'comma-separated node ids')
+    .requiredOption('--install <config>', 'install config id')
+    .requiredOption('--uninstall <config>', 'uninstall config id')
+    .option('--input <key=value>', 'an input value for both configs (repeatable)', collect)
+    .option('--wait', 'wait until CREATE_COMPLETE or CREATE_FAILED')
+    .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
+    .action(async (opts: { name: string; nodes: string; install: string; uninstall: string; input?: string[]; wait?: boolean; timeout: string }, cmd: Command) => {
+      const req: Obj = { name: opts.name, nodes: splitList(opts.nodes), install_config_id: opts.install, uninstall_config_id: opts.uninstall };
+      const inputs = parseKeyValues(opts.input, '--input');
+      if (inputs) req.input_values = inputs;
+      const timeoutMs = parseDuration(opts.timeout, '--timeout');
+      await withClient(cmd, async (client, o) => {
+        let body = await client.post<Obj>('/v1/clusters', req);
+        const id = idOf(body);
+        if (opts.wait) {
+          const deadline = Date.now() + timeoutMs;
+          while (String(body.status ?? '').endsWith('_IN_PROGRESS') && Date.now() < deadline) {
+            await new Promise((r) => setTimeout(r, 250));
+            body = await client.get<Obj>(`/v1/clusters/${seg(id)}`);
+          }
+        }
+        if (o.json) printJson(body);
+        else out(`cluster ${id} created (${opts.name}): ${String(body.status ?? '-')}\n`);
+        if (opts.wait && String(body.status).endsWith('_IN_PROGRESS')) process.exitCode = EXIT_TIMEOUT;
+        else if (opts.wait && String(body.status).endsWith('_FAILED')) process.exitCode = EXIT_FAILED;
+      });
+    });
+  leaf(cluster, 'ls', 'list clusters', ['herald cluster ls']).action(async (_o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.get('/v1/clusters');
+      if (o.json) return printJson(body);
+      const { normalizeCluster } = await import('./operator-watch.js');
+      out(table(['ID', 'NAME', 'STATUS', 'NODES', 'REASON'], itemsOf(body).map((c) => {
+        const n = normalizeCluster(c);
+        return [idOf(c), c.name, c.status, n.nodes.length, c.status_reason];
+      })));
+    });
+  });
+  leaf(cluster, 'show <id>', "show a cluster's status and each node's phase, times and failing reason", ['herald cluster show 7c0d...'])
+    .action(async (id: string, _o, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const body = await client.get<Obj>(`/v1/clusters/${seg(id)}`);
+        if (o.json) return printJson(body);
+        const { normalizeCluster } = await import('./operator-watch.js');
+        const c = normalizeCluster(body);
+        const head: Obj = {};
+        for (const [k, v] of Object.entries(body)) if (!Array.isArray(v) && (v === null || typeof v !== 'object')) head[k] = v;
+        out(keyValues(head));
+        const dur = (a?: number, b?: number): string => (a !== undefined && b !== undefined ? formatMs(b - a) : '-');
+        out('\n' + table(['NODE', 'PHASE', 'UNINSTALL', 'INSTALL', 'REASON'],
+          c.nodes.map((n) => [n.node, n.phase, dur(n.uninstallStartedMs, n.uninstallDoneMs), dur(n.installStartedMs, n.installDoneMs), n.reason])));
+      });
+    });
+  leaf(cluster, 'restart <id>', 'restart the cluster: on each node the uninstall config, then the install config (deploy_action RESTART)', [
+    'herald cluster restart 7c0d... --wait',
+    'herald cluster restart 7c0d... --max-unavailable 2 --wait --timeout 30m',
+  ])
+    .option('--max-unavailable <n>', 'at most this many nodes in a step at once (default: all)')
+    .option('--wait', 'follow the restart live; exit 0 on RESTART_COMPLETE, 1 on RESTART_FAILED, 2 on --timeout')
+    .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
+    .addOption(new Option('--progress <mode>', 'with --wait: bar (default on a terminal) or lines').choices(['bar', 'lines']))
+    .addOption(new Option('--no-events', 'with --wait: only poll the cluster, do not follow /v1/events').hideHelp())
+    .addHelpText('after', '\nWith --wait on a terminal a progress bar shows each node\'s phase; otherwise one line per change:\n  12:00:01.234 n1 uninstalling\n  12:00:01.301 n1 installing\n  12:00:01.350 n1 complete (uninstall 40 ms, install 35 ms)\n')
+    .action(async (id: string, opts: { maxUnavailable?: string; wait?: boolean; timeout: string; progress?: 'bar' | 'lines'; events: boolean }, cmd: Command) => {
+      const body = opts.maxUnavailable === undefined ? undefined : { max_unavailable: parsePositiveInt(opts.maxUnavailable, '--max-unavailable') };
+      const timeoutMs = parseDuration(opts.timeout, '--timeout');
+      await withClient(cmd, async (client, o) => {
+        const startedAt = new Date();
+        await client.patch(`/v1/clusters/${seg(id)}/actions/restart`, body);
+        if (!opts.wait) {
+          if (o.json) printJson({ accepted: true, cluster: id });
+          else out(`restart of cluster ${id} accepted; follow it with: herald cluster show ${id}\n`);
+          return;
+        }
+        const { followRestart } = await import('./operator-restart.js');
+        process.exitCode = await followRestart(client, { clusterId: id, startedAt, timeoutMs, json: o.json === true, progress: opts.progress, useEvents: opts.events });
+      });
+    });
+  leaf(cluster, 'rm <id>', 'delete a cluster: uninstalls on every node, then removes it', ['herald cluster rm 7c0d...'])
+    .action(async (id: string, _o, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const body = await client.delete(`/v1/clusters/${seg(id)}`);
+        if (o.json) return printJson(body ?? { deleted: id });
+        out(`cluster ${id} is being deleted (uninstall on every node, then removal)\n`);
+      });
+    });
+}
+
+/** Registers `herald node`, `config`, `deploy` and `cluster`. */
+export function registerOperatorCommands(program: Command): void {
+  registerNode(program);
+  registerConfig(program);
+  registerDeploy(program);
+  registerCluster(program);
+}

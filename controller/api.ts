@@ -1,0 +1,539 @@
+/**
+ * The controller's HTTPS API (SPEC §3) on node:https, TLS 1.3 with a client certificate
+ * requested on every connection. Per request, in this order: one authorization of the peer
+ * certificate (`authorizePeer`: chain, dates, revocation, a Herald identity), routing, the
+ * route's role check (agent routes only for the node in the path, operator routes only for
+ * operators), the identity's rate limit, the body (size counted while reading, JSON only),
+ * then the handler. Errors become a status and `{"error":{code,message,field?}}` at one edge;
+ * anything unexpected is logged with its stack and answered 500 `internal` without detail.
+ */
+import http from 'node:http';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import type tls from 'node:tls';
+import type { Logger } from 'pino';
+import { authorizePeer, tlsServerOptions, watchServer, type AuthorizeResult, type PkiMaterial } from '../certs/tls.js';
+import { normalizeSerial, type CertIdentity } from '../certs/identity.js';
+import { ERROR_CODES, HeraldError, type ErrorCode } from '../protocol/errors.js';
+import { ROLES } from '../protocol/identity.js';
+import type { Signer } from '../protocol/jws.js';
+import {
+  ANNOUNCE_RATE_BURST,
+  ANNOUNCE_RATE_PER_S,
+  API_HEADERS_TIMEOUT_MS,
+  API_KEEP_ALIVE_TIMEOUT_MS,
+  API_RATE_BURST,
+  API_RATE_PER_S,
+  API_REQUEST_TIMEOUT_MS,
+  CONTROLLER_SHUTDOWN_GRACE_MS,
+  FETCH_RATE_BURST,
+  FETCH_RATE_PER_S,
+  MAX_REQUEST_BODY_BYTES,
+  MAX_SIGNAL_BODY_BYTES,
+  MAX_SSE_BUFFERED_BYTES,
+  SSE_HEARTBEAT_INTERVAL_MS,
+} from '../protocol/limits.js';
+import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../protocol/metadata.js';
+import type { ControllerEvent } from './events.js';
+import type { ControllerMetrics } from './metrics.js';
+import { RateLimiter, type RateRule } from './rate-limit.js';
+import { Router, type RateClass, type Reply, type RouteContext, type RouteSpec } from './router.js';
+import type { ControllerService } from './service.js';
+
+/** Every API error code and its HTTP status: the one mapping. Unlisted codes are 400. */
+export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
+  invalid_request: 400,
+  invalid_json: 400,
+  bad_name: 400,
+  forbidden_input: 400,
+  bad_input_value: 400,
+  bad_config: 400,
+  bad_endpoint: 400,
+  link_local_endpoint: 400,
+  no_client_certificate: 403,
+  untrusted_certificate: 403,
+  certificate_expired: 403,
+  revoked: 403,
+  wrong_role: 403,
+  no_identity: 403,
+  multiple_identities: 403,
+  wrong_trust_domain: 403,
+  bad_identity: 403,
+  wrong_eku: 403,
+  tls_version: 403,
+  wrong_node: 403,
+  endpoint_not_in_san: 403,
+  node_deleted: 403,
+  not_found: 404,
+  method_not_allowed: 405,
+  node_exists: 409,
+  stale_revision: 409,
+  unknown_revision: 409,
+  deployment_busy: 409,
+  deployment_deleting: 409,
+  restart_in_progress: 409,
+  cluster_busy: 409,
+  node_in_cluster: 409,
+  body_too_large: 413,
+  unsupported_media_type: 415,
+  unknown_node: 422,
+  unknown_config: 422,
+  rate_limited: 429,
+  internal: 500,
+};
+
+export function statusOf(code: ErrorCode): number {
+  return STATUS_OF[code] ?? 400;
+}
+
+export interface ApiServerOptions {
+  service: ControllerService;
+  material: PkiMaterial;
+  /** The current metadata signing key (a function, so a rotated key is taken at once). */
+  signer: () => Signer;
+  logger: Logger;
+  metrics: ControllerMetrics;
+  now?: () => number;
+  /** Overrides of the per-identity rate limits (tests). */
+  rates?: Partial<Record<RateClass, RateRule>>;
+  /** Overrides of the body limits (tests). */
+  bodyLimits?: { requestBytes?: number; signalBytes?: number };
+}
+
+interface AuthCacheEntry {
+  epoch: number;
+  result: AuthorizeResult;
+}
+
+class ApiError extends HeraldError {
+  readonly headers: Record<string, string>;
+  constructor(code: ErrorCode, message: string | undefined, headers: Record<string, string> = {}) {
+    super(code, message);
+    this.headers = headers;
+  }
+}
+
+export class ApiServer {
+  readonly server: https.Server;
+  readonly #o: ApiServerOptions;
+  readonly #log: Logger;
+  readonly #now: () => number;
+  readonly #router = new Router();
+  readonly #limiters: Record<RateClass, RateLimiter>;
+  readonly #auth = new WeakMap<tls.TLSSocket, AuthCacheEntry>();
+  readonly #sockets = new Set<tls.TLSSocket>();
+  readonly #streams = new Set<http.ServerResponse>();
+  readonly #controllerId: string;
+  #epoch = 0;
+  #unwatch: () => void;
+  #onRevoked: () => void;
+  #onTls: () => void;
+  #closing: Promise<void> | undefined;
+
+  constructor(o: ApiServerOptions) {
+    this.#o = o;
+    this.#log = o.logger;
+    this.#now = o.now ?? Date.now;
+    const r = o.rates ?? {};
+    this.#limiters = {
+      announce: new RateLimiter(r.announce ?? { burst: ANNOUNCE_RATE_BURST, perS: ANNOUNCE_RATE_PER_S }, this.#now),
+      fetch: new RateLimiter(r.fetch ?? { burst: FETCH_RATE_BURST, perS: FETCH_RATE_PER_S }, this.#now),
+      other: new RateLimiter(r.other ?? { burst: API_RATE_BURST, perS: API_RATE_PER_S }, this.#now),
+    };
+    this.#controllerId = o.material.current().identity.spiffeId;
+    this.server = https.createServer({ ...tlsServerOptions(o.material), handshakeTimeout: API_HEADERS_TIMEOUT_MS }, (req, res) => {
+      void this.#handle(req, res);
+    });
+    // short keep-alive: fetch connections of thousands of agents must not pile up (README "Architecture")
+    this.server.keepAliveTimeout = API_KEEP_ALIVE_TIMEOUT_MS;
+    this.server.headersTimeout = API_HEADERS_TIMEOUT_MS;
+    this.server.requestTimeout = API_REQUEST_TIMEOUT_MS;
+    this.server.on('secureConnection', (s: tls.TLSSocket) => {
+      this.#sockets.add(s);
+      s.once('close', () => this.#sockets.delete(s));
+    });
+    this.server.on('tlsClientError', (err, s) => {
+      this.#log.debug({ err: { message: err.message, code: (err as { code?: string }).code }, remote: s.remoteAddress }, 'TLS handshake failed');
+    });
+    this.#unwatch = watchServer(this.server, o.material);
+    this.#onTls = () => {
+      this.#epoch++;
+    };
+    this.#onRevoked = () => {
+      this.#epoch++;
+      // a live connection of a revoked certificate is closed, not only refused at its next request
+      const revoked = o.material.current().revokedSerials;
+      for (const s of this.#sockets) {
+        const serial = s.getPeerX509Certificate()?.serialNumber;
+        if (serial && revoked.has(normalizeSerial(serial))) {
+          this.#log.warn({ code: 'revoked', serial }, 'closing a connection whose certificate was revoked');
+          s.destroy();
+        }
+      }
+    };
+    o.material.on('tls-change', this.#onTls);
+    o.material.on('revoked-change', this.#onRevoked);
+    this.#routes();
+  }
+
+  /** Listens on host:port (0: any free port) and resolves with the bound address. */
+  listen(port: number, host: string): Promise<AddressInfo> {
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error): void => reject(err);
+      this.server.once('error', onError);
+      this.server.listen(port, host, () => {
+        this.server.off('error', onError);
+        resolve(this.server.address() as AddressInfo);
+      });
+    });
+  }
+
+  /**
+   * Stops accepting, ends event streams, lets in-flight requests finish (at most `graceMs`),
+   * then destroys what is left. Idempotent.
+   */
+  close(graceMs = CONTROLLER_SHUTDOWN_GRACE_MS): Promise<void> {
+    if (this.#closing) return this.#closing;
+    this.#closing = new Promise<void>((resolve) => {
+      this.#unwatch();
+      this.#o.material.off('tls-change', this.#onTls);
+      this.#o.material.off('revoked-change', this.#onRevoked);
+      for (const res of this.#streams) res.end();
+      const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
+      timer.unref();
+      this.server.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.server.closeIdleConnections();
+    });
+    return this.#closing;
+  }
+
+  // ---- the request pipeline ----------------------------------------------------------------
+
+  async #handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    res.setHeader('Cache-Control', 'no-store');
+    res.setHeader('X-Content-Type-Options', 'nosniff');
+    const method = req.method ?? 'GET';
+    let route = 'unmatched';
+    let identity: CertIdentity | undefined;
+    res.once('finish', () => this.#o.metrics.apiRequests.inc({ route, method, status: String(res.statusCode) }));
+    try {
+      const auth = this.#authorize(req.socket as tls.TLSSocket);
+      if (!auth.ok) throw new ApiError(auth.code, auth.message, { Connection: 'close' });
+      identity = auth.identity;
+      const url = new URL(req.url ?? '/', 'https://controller.invalid');
+      const m = this.#router.match(method, url.pathname);
+      if (m.kind === 'none') throw new ApiError('not_found', `no route ${method} ${url.pathname}`);
+      if (m.kind === 'method') throw new ApiError('method_not_allowed', `${method} is not allowed here`, { Allow: m.allowed.join(', ') });
+      const spec = m.route;
+      route = spec.path;
+      this.#checkRole(spec, m.params, identity);
+      const decision = this.#limiters[spec.rate].take(`${identity.spiffeId}`);
+      if (!decision.ok) throw new ApiError('rate_limited', `too many requests; retry after ${decision.retryAfterS} s`, { 'Retry-After': String(decision.retryAfterS) });
+      const body = spec.bodyLimitBytes > 0 ? await this.#readJson(req, spec.bodyLimitBytes) : await this.#drainEmpty(req);
+      const reply = await spec.handler({ req, res, params: m.params, query: url.searchParams, identity, body });
+      if (reply?.raw) {
+        const data = Buffer.from(reply.raw.data);
+        res.writeHead(reply.status, { ...reply.headers, 'Content-Type': reply.raw.contentType, 'Content-Length': String(data.length) });
+        res.end(data);
+      } else if (reply) {
+        this.#send(res, reply.status, reply.body, reply.headers);
+      }
+    } catch (err) {
+      this.#fail(req, res, err, route, identity);
+    }
+  }
+
+  #authorize(socket: tls.TLSSocket): AuthorizeResult {
+    const hit = this.#auth.get(socket);
+    if (hit && hit.epoch === this.#epoch && (!hit.result.ok || hit.result.identity.validTo.getTime() >= this.#now())) return hit.result;
+    const result = authorizePeer(socket, ROLES, this.#o.material);
+    this.#auth.set(socket, { epoch: this.#epoch, result });
+    return result;
+  }
+
+  #checkRole(spec: RouteSpec, params: Record<string, string>, id: CertIdentity): void {
+    if (spec.auth === 'any') return;
+    if (spec.auth === 'operator') {
+      if (id.role !== 'operator') throw new ApiError('wrong_role', `a ${id.role} certificate may not use operator routes`);
+      return;
+    }
+    if (id.role !== 'agent') throw new ApiError('wrong_role', `only the node's agent may use this route, not a ${id.role}`);
+    if (params.node !== id.name) throw new ApiError('wrong_node', `agent ${id.name} may only use its own node's routes`);
+  }
+
+  /** Reads a JSON body of at most `limit` bytes (undefined when empty). */
+  #readJson(req: http.IncomingMessage, limit: number): Promise<unknown> {
+    const declared = req.headers['content-length'];
+    if (declared !== undefined && Number(declared) > limit) {
+      req.resume(); // discard it: the client may still be sending
+      return Promise.reject(new ApiError('body_too_large', `the body is over ${limit} bytes`, { Connection: 'close' }));
+    }
+    return new Promise((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      let total = 0;
+      let done = false;
+      const onData = (c: Buffer): void => {
+        if (done) return;
+        total += c.length;
+        if (total > limit) {
+          done = true;
+          chunks.length = 0;
+          reject(new ApiError('body_too_large', `the body is over ${limit} bytes`, { Connection: 'close' }));
+          return;
+        }
+        chunks.push(c);
+      };
+      req.on('data', onData);
+      req.once('error', (err) => {
+        if (!done) {
+          done = true;
+          reject(err);
+        }
+      });
+      req.once('end', () => {
+        if (done) return;
+        done = true;
+        if (total === 0) return resolve(undefined);
+        const type = req.headers['content-type'] ?? '';
+        if (!/^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i.test(type)) {
+          return reject(new ApiError('unsupported_media_type', 'the body must be application/json'));
+        }
+        try {
+          resolve(JSON.parse(Buffer.concat(chunks, total).toString('utf8')));
+        } catch {
+          reject(new ApiError('invalid_json', 'the body is not valid JSON'));
+        }
+      });
+    });
+  }
+
+  /** Routes without a body still read (and discard) whatever came, up to the request limit. */
+  #drainEmpty(req: http.IncomingMessage): Promise<unknown> {
+    if (req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined) return Promise.resolve(undefined);
+    return this.#readJson(req, MAX_REQUEST_BODY_BYTES).then(() => undefined);
+  }
+
+  #send(res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+    for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+    if (body === undefined) {
+      res.writeHead(status);
+      res.end();
+      return;
+    }
+    const data = Buffer.from(JSON.stringify(body), 'utf8');
+    res.writeHead(status, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': String(data.length) });
+    res.end(data);
+  }
+
+  /** The one error edge. */
+  #fail(req: http.IncomingMessage, res: http.ServerResponse, err: unknown, route: string, identity: CertIdentity | undefined): void {
+    const peer = identity?.spiffeId ?? peerHint(req.socket as tls.TLSSocket);
+    let code: ErrorCode = 'internal';
+    let message: string = ERROR_CODES.internal;
+    let field: string | undefined;
+    let headers: Record<string, string> = {};
+    if (err instanceof HeraldError && err.code !== 'internal') {
+      code = err.code;
+      message = err.message;
+      field = err.field;
+      if (err instanceof ApiError) headers = err.headers;
+      this.#o.metrics.refusals.inc({ code });
+      const level = statusOf(code) === 403 || code === 'rate_limited' || code === 'body_too_large' ? 'warn' : 'info';
+      this.#log[level]({ event: 'refused', code, status: statusOf(code), peer, method: req.method, route, field }, message);
+    } else {
+      this.#log.error({ err, peer, method: req.method, route }, 'request failed unexpectedly');
+    }
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const status = code === 'internal' ? 500 : statusOf(code);
+    this.#send(res, status, { error: { code, message, ...(field !== undefined ? { field } : {}) } }, headers);
+  }
+
+  // ---- routes ------------------------------------------------------------------------------
+
+  #routes(): void {
+    const s = this.#o.service;
+    const reqLimit = this.#o.bodyLimits?.requestBytes ?? MAX_REQUEST_BODY_BYTES;
+    const sigLimit = this.#o.bodyLimits?.signalBytes ?? MAX_SIGNAL_BODY_BYTES;
+    const who = (c: RouteContext): string => c.identity.spiffeId;
+    const ok = (body: unknown): Reply => ({ status: 200, body });
+    const created = (body: Record<string, unknown>, location: string): Reply => ({ status: 201, body, headers: { Location: location } });
+    const items = (list: unknown[]): Reply => ok({ items: list });
+    const add = (method: RouteSpec['method'], path: string, auth: RouteSpec['auth'], handler: RouteSpec['handler'], extra: Partial<RouteSpec> = {}): void => {
+      const needsBody = method === 'POST' || method === 'PUT' || method === 'PATCH';
+      this.#router.add({ method, path, auth, rate: 'other', bodyLimitBytes: needsBody ? reqLimit : 0, handler, ...extra });
+    };
+
+    add('GET', '/healthz', 'any', () => ok({ status: 'ok' }));
+
+    // agent routes
+    add('PUT', '/v1/nodes/:node/endpoint', 'agent', (c) => ok(s.announce(c.params.node!, c.body, c.identity)), { rate: 'announce' });
+    add('GET', '/v1/nodes/:node/metadata', 'agent', (c) => this.#metadata(c), { rate: 'fetch' });
+    add('POST', '/v1/nodes/:node/deployments/:deployment/signal', 'agent', (c) => ok(s.signal(c.params.node!, c.params.deployment!, c.body, who(c))), {
+      bodyLimitBytes: sigLimit,
+    });
+
+    // operator routes
+    add('POST', '/v1/nodes', 'operator', (c) => {
+      const n = s.createNode(c.body, who(c));
+      return created(n, `/v1/nodes/${encodeURIComponent(String(n.id))}`);
+    });
+    add('GET', '/v1/nodes', 'operator', () => items(s.listNodes()));
+    add('GET', '/v1/nodes/:id', 'operator', (c) => ok(s.getNode(c.params.id!)));
+    add('DELETE', '/v1/nodes/:id', 'operator', (c) => {
+      s.deleteNode(c.params.id!, who(c));
+      return { status: 204 };
+    });
+    add('POST', '/v1/configs', 'operator', (c) => {
+      const cfg = s.createConfig(c.body, who(c));
+      return created(cfg, `/v1/configs/${String(cfg.id)}`);
+    });
+    add('GET', '/v1/configs', 'operator', () => items(s.listConfigs()));
+    add('GET', '/v1/configs/:id', 'operator', (c) => ok(s.getConfig(c.params.id!)));
+    add('POST', '/v1/deployments', 'operator', (c) => {
+      const d = s.createDeployment(c.body, who(c));
+      return created(d, `/v1/deployments/${String(d.id)}`);
+    });
+    add('GET', '/v1/deployments', 'operator', (c) => items(s.listDeployments(c.query.get('node') ?? undefined)));
+    add('GET', '/v1/deployments/:id', 'operator', (c) => ok(s.getDeployment(c.params.id!)));
+    add('GET', '/v1/deployments/:id/revisions', 'operator', (c) => items(s.listRevisions(c.params.id!)));
+    add('PATCH', '/v1/deployments/:id', 'operator', (c) => ok(s.updateDeployment(c.params.id!, c.body, who(c))));
+    add('DELETE', '/v1/deployments/:id', 'operator', (c) => {
+      const d = s.deleteDeployment(c.params.id!, who(c));
+      return d === null ? { status: 204 } : { status: 202, body: d };
+    });
+    add('POST', '/v1/clusters', 'operator', (c) => {
+      const cl = s.createCluster(c.body, who(c));
+      return created(cl, `/v1/clusters/${String(cl.id)}`);
+    });
+    add('GET', '/v1/clusters', 'operator', () => items(s.listClusters()));
+    add('GET', '/v1/clusters/:id', 'operator', (c) => ok(s.getCluster(c.params.id!)));
+    add('DELETE', '/v1/clusters/:id', 'operator', (c) => {
+      s.deleteCluster(c.params.id!, who(c));
+      try {
+        return { status: 202, body: s.getCluster(c.params.id!) };
+      } catch {
+        return { status: 204 }; // nothing to uninstall: removed at once
+      }
+    });
+    add('PATCH', '/v1/clusters/:id/actions/restart', 'operator', (c) => {
+      s.restartCluster(c.params.id!, c.body, who(c));
+      return { status: 204 };
+    });
+    add('GET', '/v1/audit', 'operator', (c) => {
+      const limit = Math.min(1000, Math.max(1, Number(c.query.get('limit') ?? 100) || 100));
+      return items(s.store.listAudit(limit));
+    });
+    add('GET', '/v1/events', 'operator', (c) => this.#events(c));
+    add('GET', '/metrics', 'operator', async () => {
+      const m = await this.#o.metrics.text();
+      return { status: 200, raw: { contentType: m.contentType, data: m.body } };
+    });
+  }
+
+  #metadata(c: RouteContext): undefined {
+    const { req, res, identity } = c;
+    const nonceHeader = req.headers[NONCE_HEADER];
+    const nonce = Array.isArray(nonceHeader) ? nonceHeader[0] : nonceHeader;
+    if (nonce !== undefined && !isValidNonce(nonce)) {
+      throw new HeraldError('invalid_request', 'Herald-Nonce must be 16 to 128 base64url characters', { field: 'Herald-Nonce' });
+    }
+    const built = this.#o.service.metadata(c.params.node!);
+    const etag = `"${built.generation}"`;
+    const notModified = matchesEtag(req.headers['if-none-match'], etag);
+    const signature = signMetadata(this.#o.signer(), {
+      iss: this.#controllerId,
+      aud: identity.spiffeId,
+      gen: built.generation,
+      nonce,
+      sha256: notModified ? undefined : built.sha256,
+      nowS: this.#now() / 1000,
+    });
+    this.#o.service.recordFetch(c.params.node!, built.generation);
+    this.#o.metrics.fetches.inc({ status: notModified ? '304' : '200' });
+    res.setHeader('ETag', etag);
+    res.setHeader(SIGNATURE_HEADER, signature);
+    if (notModified) {
+      res.writeHead(304);
+      res.end();
+      return undefined;
+    }
+    res.writeHead(200, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': String(built.body.length) });
+    res.end(built.body);
+    return undefined;
+  }
+
+  #events(c: RouteContext): undefined {
+    const { req, res } = c;
+    res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8', Connection: 'keep-alive' });
+    res.write(': herald events\nretry: 2000\n\n');
+    this.#streams.add(res);
+    this.#o.metrics.eventClients.inc();
+    const send = (e: ControllerEvent): void => {
+      if (res.writableLength > MAX_SSE_BUFFERED_BYTES) {
+        this.#log.warn({ event: 'sse.dropped', peer: c.identity.spiffeId }, 'event stream client too slow; dropped');
+        res.destroy();
+        return;
+      }
+      res.write(`id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify({ type: e.type, at: e.at, ...e.data })}\n\n`);
+    };
+    const unsubscribe = this.#o.service.events.subscribe(send);
+    const heartbeat = setInterval(() => res.write(': keep-alive\n\n'), SSE_HEARTBEAT_INTERVAL_MS);
+    heartbeat.unref();
+    const done = (): void => {
+      if (!this.#streams.delete(res)) return;
+      clearInterval(heartbeat);
+      unsubscribe();
+      this.#o.metrics.eventClients.dec();
+    };
+    res.once('close', done);
+    req.once('close', done);
+    return undefined;
+  }
+}
+
+/** `If-None-Match` with lists, weak tags and `*` (RFC 9110 §13.1.2). */
+export function matchesEtag(header: string | string[] | undefined, etag: string): boolean {
+  if (header === undefined) return false;
+  const value = Array.isArray(header) ? header.join(',') : header;
+  for (const raw of value.split(',')) {
+    const t = raw.trim();
+    if (t === '*') return true;
+    const strong = t.startsWith('W/') ? t.slice(2) : t;
+    if (strong === etag) return true;
+  }
+  return false;
+}
+
+/** For logs about a refused peer: its certificate's serial and subject SAN, if it sent one. */
+function peerHint(socket: tls.TLSSocket): string {
+  try {
+    const x = socket.getPeerX509Certificate?.();
+    if (!x) return `${socket.remoteAddress ?? '?'} (no certificate)`;
+    return `${socket.remoteAddress ?? '?'} serial ${x.serialNumber.toLowerCase()} san ${(x.subjectAltName ?? '').slice(0, 200)}`;
+  } catch {
+    return socket.remoteAddress ?? '?';
+  }
+}
+
+/** A plain-HTTP `GET /healthz` for probes (`--health-listen`); `check` says whether we are healthy. */
+export function createHealthServer(check: () => boolean): http.Server {
+  return http.createServer((req, res) => {
+    res.setHeader('Cache-Control', 'no-store');
+    res.setHeader('X-Content-Type-Options', 'nosniff');
+    const path = (req.url ?? '/').split('?')[0];
+    if (path !== '/healthz' || (req.method !== 'GET' && req.method !== 'HEAD')) {
+      res.writeHead(404, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify({ error: { code: 'not_found', message: 'only GET /healthz here' } }));
+      return;
+    }
+    const healthy = check();
+    res.writeHead(healthy ? 200 : 503, { 'Content-Type': 'application/json' });
+    res.end(JSON.stringify({ status: healthy ? 'ok' : 'unavailable' }));
+  });
+}

@@ -1,0 +1,75 @@
+/**
+ * `herald controller`: the command line of the controller process. Heavy modules (SQLite, ws,
+ * pino) load inside the action, so `herald --help` stays instant.
+ */
+import type { Command } from 'commander';
+import { DEFAULT_CONTROLLER_PORT } from '../protocol/limits.js';
+
+/** The SIGTERM/SIGINT grace before a second signal (or this timeout) forces the exit. */
+export const FORCED_EXIT_AFTER_MS = 30_000;
+
+export function registerControllerCommand(program: Command): void {
+  program
+    .command('controller')
+    .description('run the controller: HTTPS API, signed metadata, push wake-ups, cluster operations')
+    .option('--listen <host:port>', `API address (default 127.0.0.1:${DEFAULT_CONTROLLER_PORT})`)
+    .option('--pki <dir>', 'PKI directory (uses controller/<name>.crt and .key, ca.crt, revoked.json, wake-signing.jwk[s])')
+    .option('--db <file>', 'SQLite database file (created if missing)')
+    .option('--name <name>', 'the controller certificate name (default controller)')
+    .option('--trust-domain <domain>', 'SPIFFE trust domain (default: from the PKI)')
+    .option('--health-listen <host:port>', 'also serve a plain-HTTP GET /healthz for probes (off by default)')
+    .option('--no-auto-register', 'refuse announcements of nodes an operator has not added')
+    .option('--public-url <url>', 'https://host:port agents reach this API at (default from --listen)')
+    .option('--push-workers <n>', 'push dialer worker processes; 0 dials from the API process (default 1)')
+    .option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent (default info)')
+    .option('--config <file>', 'JSON file of options (keys: the long option names); command line and environment win')
+    .option('--ca <file>', 'override <pki>/ca.crt')
+    .option('--cert <file>', 'override <pki>/controller/<name>.crt')
+    .option('--key <file>', 'override <pki>/controller/<name>.key')
+    .option('--signing-key <file>', 'override <pki>/wake-signing.jwk')
+    .addHelpText(
+      'after',
+      `
+Every option can also come from the environment as HERALD_CONTROLLER_<OPTION> (e.g.
+HERALD_CONTROLLER_DB, HERALD_CONTROLLER_AUTO_REGISTER=false) or from --config; the command
+line wins over the environment, which wins over the file. Logs are JSON lines on stderr.
+SIGTERM or SIGINT: stop accepting, finish requests in flight, close agent connections, exit 0.`,
+    )
+    .action(async (flags: Record<string, unknown>, cmd: Command) => {
+      const { resolveOptions } = await import('./options.js');
+      const { startController } = await import('./main.js');
+      const raw: Record<string, unknown> = {};
+      const map: Record<string, string> = {
+        listen: 'listen', pki: 'pki', db: 'db', name: 'name', trustDomain: 'trust-domain', healthListen: 'health-listen',
+        publicUrl: 'public-url', pushWorkers: 'push-workers', logLevel: 'log-level', config: 'config', ca: 'ca', cert: 'cert', key: 'key', signingKey: 'signing-key',
+      };
+      for (const [k, opt] of Object.entries(map)) if (flags[k] !== undefined) raw[opt] = flags[k];
+      // commander sets autoRegister=true by default for --no-auto-register: only the flag counts
+      if (cmd.getOptionValueSource('autoRegister') === 'cli') raw['auto-register'] = flags.autoRegister;
+      const options = resolveOptions(raw);
+      const ctl = await startController(options);
+      await new Promise<void>((resolve) => {
+        let stopping = false;
+        const stop = (signal: NodeJS.Signals): void => {
+          if (stopping) {
+            ctl.logger.warn({ signal }, 'second signal: exiting at once');
+            process.exit(1);
+          }
+          stopping = true;
+          ctl.logger.info({ signal }, 'signal received');
+          const force = setTimeout(() => {
+            ctl.logger.error({ afterMs: FORCED_EXIT_AFTER_MS }, 'shutdown took too long; exiting');
+            process.exit(1);
+          }, FORCED_EXIT_AFTER_MS);
+          force.unref();
+          ctl.close().then(resolve, (err: unknown) => {
+            ctl.logger.error({ err }, 'shutdown failed');
+            process.exitCode = 1;
+            resolve();
+          });
+        };
+        process.once('SIGTERM', stop);
+        process.once('SIGINT', stop);
+      });
+    });
+}

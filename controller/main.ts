@@ -1,0 +1,245 @@
+/**
+ * The controller process: wires the store, the service, the HTTPS API, the push dialer (in this
+ * process or in worker processes) and the optional plain health listener, and shuts them down in
+ * order on SIGTERM/SIGINT: stop accepting, finish in-flight requests, close agent connections
+ * (1001), write what is pending, close the database.
+ */
+import fs from 'node:fs';
+import type http from 'node:http';
+import os from 'node:os';
+import type { AddressInfo } from 'node:net';
+import { pino, type Logger } from 'pino';
+import { trustDomainOf } from '../certs/identity.js';
+import { materialPaths, pkiPaths, type MaterialPaths } from '../certs/paths.js';
+import { PkiMaterial } from '../certs/tls.js';
+import { ConfigError } from '../protocol/errors.js';
+import { DEFAULT_TRUST_DOMAIN, RESTART_STEP_MARGIN_S } from '../protocol/limits.js';
+import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
+import { ApiServer, createHealthServer } from './api.js';
+import { EventBus } from './events.js';
+import { ControllerMetrics } from './metrics.js';
+import type { ControllerOptions } from './options.js';
+import type { PushService } from './push-types.js';
+import type { RateClass } from './router.js';
+import type { RateRule } from './rate-limit.js';
+import { ControllerService } from './service.js';
+import { SqliteStore } from './sqlite-store.js';
+
+export interface StartDeps {
+  /** Default: pino JSON lines to stderr at `options.logLevel`. */
+  logger?: Logger;
+  /** Default: the real dialer (PushDialer, or PushPool with --push-workers ≥ 1). */
+  push?: (ctx: PushContext) => PushService | Promise<PushService>;
+  /** Cluster step margin (default RESTART_STEP_MARGIN_S); tests shorten it. */
+  stepMarginS?: number;
+  clusterTickMs?: number;
+  rates?: Partial<Record<RateClass, RateRule>>;
+  bodyLimits?: { requestBytes?: number; signalBytes?: number };
+}
+
+export interface PushContext {
+  signer: Signer;
+  signingJwk: Ed25519PrivateJwk;
+  issuer: string;
+  trustDomain: string;
+  material: PkiMaterial;
+  materialPaths: MaterialPaths;
+  logger: Logger;
+  metrics: ControllerMetrics;
+  workers: number;
+}
+
+export interface RunningController {
+  /** The bound API address (port 0 resolved). */
+  address: AddressInfo;
+  healthAddress: AddressInfo | null;
+  /** `spiffe://<td>/controller/<name>` */
+  spiffeId: string;
+  service: ControllerService;
+  store: SqliteStore;
+  api: ApiServer;
+  metrics: ControllerMetrics;
+  logger: Logger;
+  /** Graceful shutdown; idempotent. */
+  close(): Promise<void>;
+}
+
+export function createLogger(level: ControllerOptions['logLevel']): Logger {
+  // synchronous: a line written just before a crash is not lost in a buffer
+  return pino({ level, base: { pid: process.pid, name: 'herald-controller' } }, pino.destination({ fd: 2, sync: true }));
+}
+
+/**
+ * The trust domain: --trust-domain, else the PKI's pki.json, else the CA's `spiffe://<domain>`
+ * SAN, else the default.
+ */
+export function resolveTrustDomain(o: ControllerOptions): string {
+  if (o.trustDomain) return o.trustDomain;
+  const p = pkiPaths(o.pki);
+  try {
+    const meta = JSON.parse(fs.readFileSync(p.meta, 'utf8')) as { trustDomain?: unknown };
+    if (typeof meta.trustDomain === 'string') return meta.trustDomain;
+  } catch {
+    // no pki.json outside the CA host: fall through
+  }
+  try {
+    return trustDomainOf(fs.readFileSync(o.ca ?? p.caCrt));
+  } catch {
+    return DEFAULT_TRUST_DOMAIN;
+  }
+}
+
+function loadSigningJwk(file: string): Ed25519PrivateJwk {
+  let jwk: Ed25519PrivateJwk;
+  try {
+    jwk = JSON.parse(fs.readFileSync(file, 'utf8')) as Ed25519PrivateJwk;
+  } catch (err) {
+    throw new ConfigError(`cannot read the signing key ${file}: ${(err as Error).message}`, { cause: err, field: 'signing-key', code: (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'pki_missing' : 'bad_option' });
+  }
+  try {
+    new Signer(jwk);
+  } catch (err) {
+    throw new ConfigError(`${file} is not a private Ed25519 JWK with a kid`, { cause: err, field: 'signing-key' });
+  }
+  return jwk;
+}
+
+/** The real push service: the in-process dialer, or worker processes behind PushPool. */
+async function defaultPush(ctx: PushContext): Promise<PushService> {
+  if (ctx.workers === 0) {
+    const { PushDialer } = await import('./push-dialer.js');
+    return new PushDialer({ signer: ctx.signer, issuer: ctx.issuer, trustDomain: ctx.trustDomain, material: ctx.material, logger: ctx.logger, metrics: ctx.metrics.registry });
+  }
+  const { PushPool } = await import('./push-pool.js');
+  return new PushPool({
+    workers: ctx.workers,
+    signingJwk: ctx.signingJwk,
+    issuer: ctx.issuer,
+    trustDomain: ctx.trustDomain,
+    material: ctx.materialPaths,
+    logger: ctx.logger,
+    metrics: ctx.metrics.registry,
+  });
+}
+
+/**
+ * Starts a controller with checked options. Throws ConfigError (naming the option) before
+ * anything listens when the PKI, certificate or database is not usable.
+ */
+export async function startController(o: ControllerOptions, deps: StartDeps = {}): Promise<RunningController> {
+  const logger = deps.logger ?? createLogger(o.logLevel);
+  const trustDomain = resolveTrustDomain(o);
+  const base = materialPaths(o.pki, 'controller', o.name);
+  const paths: MaterialPaths = { ...base, caPath: o.ca ?? base.caPath, certPath: o.cert ?? base.certPath, keyPath: o.key ?? base.keyPath };
+  const material = new PkiMaterial({ ...paths, trustDomain, logger });
+  const cleanup: Array<() => void | Promise<void>> = [() => material.close()];
+  const undo = async (): Promise<void> => {
+    for (const f of cleanup.reverse()) await f();
+  };
+  try {
+    const me = material.current().identity;
+    if (me.role !== 'controller' || me.name !== o.name) {
+      throw new ConfigError(`${paths.certPath} is ${me.spiffeId}, not controller/${o.name}`, { field: 'cert' });
+    }
+    const signingFile = o.signingKey ?? pkiPaths(o.pki).signingJwk;
+    const signingJwk = loadSigningJwk(signingFile);
+    let signer = new Signer(signingJwk);
+    // a rotated signing key comes with a new JWKS: take the new private key with it
+    material.on('jwks-change', () => {
+      try {
+        signer = new Signer(loadSigningJwk(signingFile));
+        logger.info({ kid: signer.kid }, 'signing key reloaded');
+      } catch (err) {
+        logger.error({ err: { message: (err as Error).message } }, 'signing key not reloaded; keeping the last good one');
+      }
+    });
+
+    const store = new SqliteStore(o.db, { stepMarginS: deps.stepMarginS ?? RESTART_STEP_MARGIN_S });
+    cleanup.push(() => store.close());
+    const metrics = new ControllerMetrics();
+    const events = new EventBus();
+    const push = await (deps.push ?? defaultPush)({
+      signer, signingJwk, issuer: me.spiffeId, trustDomain, material, materialPaths: paths, logger, metrics, workers: o.pushWorkers,
+    });
+    cleanup.push(() => push.close());
+
+    const service = new ControllerService({
+      store, push, events, logger, metrics,
+      publicUrl: o.publicUrl ?? defaultPublicUrl(o.listen.host, o.listen.port),
+      autoRegister: o.autoRegister,
+      ...(deps.clusterTickMs !== undefined ? { clusterTickMs: deps.clusterTickMs } : {}),
+    });
+    cleanup.push(() => service.close());
+    const api = new ApiServer({
+      service, material, signer: () => signer, logger, metrics,
+      ...(deps.rates ? { rates: deps.rates } : {}),
+      ...(deps.bodyLimits ? { bodyLimits: deps.bodyLimits } : {}),
+    });
+    let address: AddressInfo;
+    try {
+      address = await api.listen(o.listen.port, o.listen.host);
+    } catch (err) {
+      throw new ConfigError(`--listen ${o.listen.host}:${o.listen.port}: ${(err as Error).message}`, { cause: err, field: 'listen' });
+    }
+    cleanup.push(() => api.close(0));
+    // port 0 is known only now; nothing has been served yet (this runs before any I/O callback)
+    if (o.publicUrl === null) service.setPublicUrl(defaultPublicUrl(o.listen.host, address.port));
+    await service.start();
+
+    let health: http.Server | null = null;
+    let healthAddress: AddressInfo | null = null;
+    if (o.healthListen) {
+      const h = createHealthServer(() => {
+        try {
+          store.generation();
+          return true;
+        } catch {
+          return false;
+        }
+      });
+      health = h;
+      try {
+        healthAddress = await new Promise<AddressInfo>((resolve, reject) => {
+          h.once('error', reject);
+          h.listen(o.healthListen!.port, o.healthListen!.host, () => resolve(h.address() as AddressInfo));
+        });
+      } catch (err) {
+        throw new ConfigError(`--health-listen ${o.healthListen.host}:${o.healthListen.port}: ${(err as Error).message}`, { cause: err, field: 'health-listen' });
+      }
+    }
+
+    logger.info({
+      event: 'controller.start', listen: `${address.address}:${address.port}`, health: healthAddress ? `${healthAddress.address}:${healthAddress.port}` : null,
+      spiffeId: me.spiffeId, trustDomain, db: o.db, autoRegister: o.autoRegister, pushWorkers: o.pushWorkers, generation: store.generation(),
+    }, 'controller listening');
+
+    let closing: Promise<void> | undefined;
+    const close = (): Promise<void> => {
+      closing ??= (async () => {
+        logger.info({ event: 'controller.stop' }, 'controller shutting down');
+        const h = health;
+        await Promise.all([
+          api.close(),
+          h ? new Promise<void>((r) => h.close(() => r())) : Promise.resolve(),
+        ]);
+        service.close();
+        await push.close();
+        store.close();
+        material.close();
+        logger.info({ event: 'controller.stopped' }, 'controller stopped');
+      })();
+      return closing;
+    };
+    return { address, healthAddress, spiffeId: me.spiffeId, service, store, api, metrics, logger, close };
+  } catch (err) {
+    await undo();
+    throw err;
+  }
+}
+
+/** The URL agents reach the API at, for `deploy_signal_id`. */
+export function defaultPublicUrl(host: string, port: number): string {
+  const h = host === '0.0.0.0' || host === '::' ? os.hostname() : host;
+  return `https://${h.includes(':') ? `[${h}]` : h}:${port}`;
+}
+

@@ -1,0 +1,177 @@
+/**
+ * `herald controller` options, from (highest first) the command line, the environment
+ * (`HERALD_CONTROLLER_<OPTION>`), a JSON config file (`--config`, keys as the long options) and
+ * the defaults. Everything is checked here, before anything starts, and a mistake names the
+ * option (ConfigError `bad_option`).
+ */
+import fs from 'node:fs';
+import net from 'node:net';
+import { ConfigError } from '../protocol/errors.js';
+import { isValidName, TRUST_DOMAIN_RE } from '../protocol/identity.js';
+import { DEFAULT_CONTROLLER_PORT } from '../protocol/limits.js';
+
+export interface HostPort {
+  host: string;
+  port: number;
+}
+
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+const LOG_LEVELS: LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+export interface ControllerOptions {
+  listen: HostPort;
+  pki: string;
+  db: string;
+  /** The controller's certificate name (`<pki>/controller/<name>.crt`). */
+  name: string;
+  /** Undefined: read from the PKI (pki.json, else the CA's SPIFFE SAN). */
+  trustDomain: string | undefined;
+  healthListen: HostPort | null;
+  autoRegister: boolean;
+  /** Base URL agents reach the API at (`deploy_signal_id`); default from --listen. */
+  publicUrl: string | null;
+  /** Push worker processes; 0 runs the dialer in the API process. */
+  pushWorkers: number;
+  logLevel: LogLevel;
+  /** Overrides of the PKI layout's files. */
+  ca: string | undefined;
+  cert: string | undefined;
+  key: string | undefined;
+  signingKey: string | undefined;
+}
+
+/** Option name (long, kebab-case) → key of ControllerOptions. */
+const KEYS = {
+  listen: 'listen',
+  pki: 'pki',
+  db: 'db',
+  name: 'name',
+  'trust-domain': 'trustDomain',
+  'health-listen': 'healthListen',
+  'auto-register': 'autoRegister',
+  'public-url': 'publicUrl',
+  'push-workers': 'pushWorkers',
+  'log-level': 'logLevel',
+  ca: 'ca',
+  cert: 'cert',
+  key: 'key',
+  'signing-key': 'signingKey',
+} as const;
+type OptionName = keyof typeof KEYS;
+
+export const DEFAULT_PUSH_WORKERS = 1;
+export const MAX_PUSH_WORKERS_OPTION = 64;
+
+/** Raw values by option name, each as a string, boolean or number. */
+export type RawOptions = Partial<Record<OptionName, string | boolean | number>>;
+
+export function envName(option: string): string {
+  return `HERALD_CONTROLLER_${option.toUpperCase().replace(/-/g, '_')}`;
+}
+
+/** Options set in the environment. */
+export function fromEnv(env: NodeJS.ProcessEnv): RawOptions & { config?: string } {
+  const out: RawOptions & { config?: string } = {};
+  for (const name of Object.keys(KEYS) as OptionName[]) {
+    const v = env[envName(name)];
+    if (v !== undefined && v !== '') out[name] = v;
+  }
+  const config = env[envName('config')];
+  if (config) out.config = config;
+  return out;
+}
+
+/**
+ * Options from a JSON config file: an object whose keys are the long option names.
+ * @throws ConfigError naming the file and the bad key
+ */
+export function fromConfigFile(file: string): RawOptions {
+  let j: unknown;
+  try {
+    j = JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new ConfigError(`--config ${file}: ${(err as Error).message}`, { cause: err, field: 'config' });
+  }
+  if (typeof j !== 'object' || j === null || Array.isArray(j)) throw new ConfigError(`--config ${file}: must hold a JSON object`, { field: 'config' });
+  const out: RawOptions = {};
+  for (const [k, v] of Object.entries(j)) {
+    if (!(k in KEYS)) throw new ConfigError(`--config ${file}: unknown key "${k}" (keys are the long option names: ${Object.keys(KEYS).join(', ')})`, { field: k });
+    if (typeof v !== 'string' && typeof v !== 'number' && typeof v !== 'boolean') throw new ConfigError(`--config ${file}: "${k}" must be a string, number or boolean`, { field: k });
+    out[k as OptionName] = v;
+  }
+  return out;
+}
+
+/**
+ * Merges the sources (cli over env over file over defaults) and checks every value.
+ * @throws ConfigError bad_option naming the option
+ */
+export function resolveOptions(cli: RawOptions & { config?: string }, env: NodeJS.ProcessEnv = process.env): ControllerOptions {
+  const e = fromEnv(env);
+  const configFile = cli.config ?? e.config;
+  const file = configFile ? fromConfigFile(configFile) : {};
+  const pick = (name: OptionName): string | boolean | number | undefined => cli[name] ?? e[name] ?? file[name];
+  const str = (name: OptionName): string | undefined => {
+    const v = pick(name);
+    if (v === undefined) return undefined;
+    if (typeof v !== 'string' || v.trim() === '') throw new ConfigError(`--${name} must be a non-empty string`, { field: name });
+    return v.trim();
+  };
+
+  const listen = parseHostPort(str('listen') ?? `127.0.0.1:${DEFAULT_CONTROLLER_PORT}`, 'listen');
+  const pki = str('pki');
+  if (!pki) throw new ConfigError(`--pki <dir> is required (or ${envName('pki')})`, { field: 'pki' });
+  const db = str('db');
+  if (!db) throw new ConfigError(`--db <file> is required (or ${envName('db')}); the controller keeps its state there`, { field: 'db' });
+  const name = str('name') ?? 'controller';
+  if (!isValidName(name)) throw new ConfigError(`--name ${JSON.stringify(name)} must match ^[a-z0-9][a-z0-9._-]{0,62}$`, { field: 'name' });
+  const trustDomain = str('trust-domain');
+  if (trustDomain !== undefined && !TRUST_DOMAIN_RE.test(trustDomain)) throw new ConfigError(`--trust-domain ${JSON.stringify(trustDomain)} is not a lowercase DNS-like name`, { field: 'trust-domain' });
+  const hl = str('health-listen');
+  const healthListen = hl === undefined ? null : parseHostPort(hl, 'health-listen');
+  const autoRegister = parseBool(pick('auto-register') ?? true, 'auto-register');
+  const pu = str('public-url');
+  let publicUrl: string | null = null;
+  if (pu !== undefined) {
+    let u: URL;
+    try {
+      u = new URL(pu);
+    } catch {
+      throw new ConfigError(`--public-url ${JSON.stringify(pu)} is not a URL`, { field: 'public-url' });
+    }
+    if (u.protocol !== 'https:' || u.search || u.hash || u.username) throw new ConfigError('--public-url must be https://host[:port] (no query, fragment or user)', { field: 'public-url' });
+    publicUrl = u.toString().replace(/\/+$/, '');
+  }
+  const pw = pick('push-workers') ?? DEFAULT_PUSH_WORKERS;
+  const pushWorkers = typeof pw === 'number' ? pw : Number(pw);
+  if (!Number.isInteger(pushWorkers) || pushWorkers < 0 || pushWorkers > MAX_PUSH_WORKERS_OPTION) {
+    throw new ConfigError(`--push-workers must be a whole number from 0 (dialer in the API process) to ${MAX_PUSH_WORKERS_OPTION}`, { field: 'push-workers' });
+  }
+  const logLevel = (str('log-level') ?? 'info') as LogLevel;
+  if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`, { field: 'log-level' });
+  return {
+    listen, pki, db, name, trustDomain, healthListen, autoRegister, publicUrl, pushWorkers, logLevel,
+    ca: str('ca'), cert: str('cert'), key: str('key'), signingKey: str('signing-key'),
+  };
+}
+
+/**
+ * `host:port` or `[v6]:port`; port 0 to 65535.
+ * @throws ConfigError naming `option`
+ */
+export function parseHostPort(s: string, option: string): HostPort {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(s.trim());
+  const host = m?.[1] ?? m?.[2];
+  const port = Number(m?.[3]);
+  if (!m || !host || !Number.isInteger(port) || port > 65535) throw new ConfigError(`--${option} ${JSON.stringify(s)} must be host:port (IPv6 as [addr]:port)`, { field: option });
+  if (m[1] !== undefined && !net.isIPv6(host)) throw new ConfigError(`--${option}: ${host} is not an IPv6 address`, { field: option });
+  return { host, port };
+}
+
+function parseBool(v: string | boolean | number, option: string): boolean {
+  if (typeof v === 'boolean') return v;
+  const s = String(v).trim().toLowerCase();
+  if (['1', 'true', 'yes', 'on'].includes(s)) return true;
+  if (['0', 'false', 'no', 'off'].includes(s)) return false;
+  throw new ConfigError(`--${option} must be true or false`, { field: option });
+}

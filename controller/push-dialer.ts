@@ -1,0 +1,665 @@
+/**
+ * The controller's push dialer (SPEC §2): one persistent mutual-TLS WebSocket per agent, a signed
+ * wake-up per change (coalesced per node, bounded in flight globally), a `ping` wake-up on every
+ * (re)connect, WebSocket pings from one shared timer wheel, reconnects with exponential backoff
+ * and full jitter, and half-open detection when an answer does not come within 1 s.
+ *
+ * This is the only module of the controller that dials agents (`ws`, `node:tls`). It runs in the
+ * controller process for small setups and tests, or inside push worker processes
+ * (controller/push-worker.ts) behind the PushPool facade: see docs/architecture-push.md.
+ */
+import { EventEmitter } from 'node:events';
+import tls from 'node:tls';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import WebSocket from 'ws';
+import { tlsClientOptions, type PkiMaterial } from '../certs/tls.js';
+import { normalizeSerial } from '../certs/identity.js';
+import { fullJitterMs } from '../protocol/backoff.js';
+import { ConfigError, isErrorCode, RefusalError } from '../protocol/errors.js';
+import { decodeAnswer } from '../protocol/frames.js';
+import { spiffeIdOf } from '../protocol/identity.js';
+import type { Signer } from '../protocol/jws.js';
+import {
+  DIAL_TIMEOUT_MS, FRAME_ANSWER_TIMEOUT_MS, MAX_DIALS_IN_FLIGHT, MAX_WAKE_FRAME_BYTES, MAX_WAKES_IN_FLIGHT,
+  MAX_WS_PAYLOAD_BYTES, PING_INTERVAL_MS, PUSH_CLOSE_GRACE_MS, RECONNECT_BACKOFF_BASE_MS, RECONNECT_BACKOFF_MAX_MS,
+} from '../protocol/limits.js';
+import { newJti, signWake, type WakeReason } from '../protocol/wake.js';
+import { pushCodeOf, type PushErrorCode } from './push-errors.js';
+import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
+import { PingWheel, type WheelMember } from './push-ping-wheel.js';
+import type { AckEvent, PushEvents, PushService, PushState, PushTarget } from './push-types.js';
+
+export interface PushDialerOptions {
+  signer: Signer;
+  /** The controller's SPIFFE id: the wake-ups' `iss`. */
+  issuer: string;
+  trustDomain: string;
+  /** The controller's TLS material (client certificate, CA, revoked serials), watched for changes. */
+  material: PkiMaterial;
+  logger: Logger;
+  /** Registers the push metrics here; a private registry when absent. */
+  metrics?: Registry;
+  /** Instead of `metrics`: where to count (a push worker counts deltas to report). */
+  metricsSink?: PushMetricsSink;
+  /** Wall clock in ms (timestamps, `iat`). Timers use the platform's. */
+  clock?: () => number;
+  /** [0, 1) source for the backoff jitter. */
+  random?: () => number;
+  pingIntervalMs?: number;
+  answerTimeoutMs?: number;
+  dialTimeoutMs?: number;
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+  maxWakesInFlight?: number;
+  maxDialsInFlight?: number;
+  closeGraceMs?: number;
+}
+
+type Resolved = Required<Omit<PushDialerOptions, 'metrics' | 'metricsSink'>>;
+
+interface InFlight {
+  jti: string;
+  gen: number;
+  sentAtMs: number;
+  timer: NodeJS.Timeout;
+}
+
+/** One node. Kept small: there are 10,000 of these, each with a live socket. */
+class NodeEntry implements WheelMember {
+  wheelSlot = -1;
+  readonly node: string;
+  /** `spiffe://<td>/agent/<node>`: the wake-ups' `aud` and the identity the listener must show. */
+  readonly spiffeId: string;
+  url: string | null;
+  generation: number;
+  readonly ps: PushState;
+  ws: WebSocket | null = null;
+  /** A connection to this node is to be kept (it was needed once). */
+  active = false;
+  attempt = 0;
+  retryTimer: NodeJS.Timeout | null = null;
+  dialTimer: NodeJS.Timeout | null = null;
+  dialQueued = false;
+  /** Failure code found during the current dial, preferred over the socket error's. */
+  failCode: PushErrorCode | null = null;
+  peerSerial: string | null = null;
+  inflight: InFlight | null = null;
+  /** A wake-up is wanted (with this reason) once the one in flight is answered. */
+  wantReason: WakeReason | null = null;
+  queued = false;
+  awaitingPong = false;
+
+  constructor(node: string, spiffeId: string, url: string | null, generation: number, acked: number | null) {
+    this.node = node;
+    this.spiffeId = spiffeId;
+    this.url = url;
+    this.generation = generation;
+    this.ps = {
+      state: 'idle', connected: false, generation_pushed: null, generation_acked: acked,
+      last_ack_at: null, last_error: null, last_error_at: null,
+    };
+  }
+}
+
+/** A deployment or restart reason wins over `ping` when wake-ups are coalesced. */
+function mergeReason(a: WakeReason | null, b: WakeReason): WakeReason {
+  if (a === null || a === 'ping') return b;
+  return b === 'ping' ? a : b;
+}
+
+const GOING_AWAY = 1001;
+const POLICY_VIOLATION = 1008;
+
+export class PushDialer implements PushService {
+  readonly #o: Resolved;
+  readonly #log: Logger;
+  readonly #metrics: PushMetricsSink;
+  readonly #events = new EventEmitter();
+  readonly #nodes = new Map<string, NodeEntry>();
+  readonly #wheel: PingWheel<NodeEntry>;
+  /** Nodes waiting for a wake-up slot, in arrival order (fair). */
+  readonly #waiting = new Set<NodeEntry>();
+  readonly #dialWaiting = new Set<NodeEntry>();
+  #inFlight = 0;
+  #dialsInFlight = 0;
+  #connected = 0;
+  #context: tls.SecureContext;
+  #started = false;
+  #closed = false;
+  #closing: Promise<void> | null = null;
+  readonly #onTlsChange = (): void => this.#rebuildContext();
+  readonly #onRevokedChange = (): void => this.#closeRevoked();
+
+  /** @throws ConfigError naming a bad option */
+  constructor(opts: PushDialerOptions) {
+    const o: Resolved = {
+      clock: Date.now,
+      random: Math.random,
+      pingIntervalMs: PING_INTERVAL_MS,
+      answerTimeoutMs: FRAME_ANSWER_TIMEOUT_MS,
+      dialTimeoutMs: DIAL_TIMEOUT_MS,
+      backoffBaseMs: RECONNECT_BACKOFF_BASE_MS,
+      backoffMaxMs: RECONNECT_BACKOFF_MAX_MS,
+      maxWakesInFlight: MAX_WAKES_IN_FLIGHT,
+      maxDialsInFlight: MAX_DIALS_IN_FLIGHT,
+      closeGraceMs: PUSH_CLOSE_GRACE_MS,
+      ...stripUndefined(opts),
+    } as Resolved;
+    if (!o.signer) throw new ConfigError('signer is required');
+    if (!o.material) throw new ConfigError('material is required');
+    if (!o.logger) throw new ConfigError('logger is required');
+    if (typeof o.issuer !== 'string' || !o.issuer.startsWith(`spiffe://${o.trustDomain}/controller/`)) {
+      throw new ConfigError(`issuer must be spiffe://${o.trustDomain}/controller/<name>`, { field: 'issuer' });
+    }
+    for (const k of ['pingIntervalMs', 'answerTimeoutMs', 'dialTimeoutMs', 'backoffBaseMs', 'backoffMaxMs', 'maxWakesInFlight', 'maxDialsInFlight', 'closeGraceMs'] as const) {
+      if (!Number.isFinite(o[k]) || o[k] <= 0) throw new ConfigError(`${k} must be a positive number`, { field: k });
+    }
+    this.#o = o;
+    this.#log = o.logger.child({ component: 'push' });
+    this.#metrics = opts.metricsSink ?? promPushMetrics(opts.metrics);
+    this.#wheel = new PingWheel<NodeEntry>(o.pingIntervalMs, (e) => this.#ping(e));
+    this.#context = this.#buildContext();
+    o.material.on('tls-change', this.#onTlsChange);
+    o.material.on('revoked-change', this.#onRevokedChange);
+  }
+
+  /** Wake-ups awaiting their answer right now (for tests and the worker's reports). */
+  get wakesInFlight(): number {
+    return this.#inFlight;
+  }
+
+  get connectedCount(): number {
+    return this.#connected;
+  }
+
+  async start(targets: PushTarget[]): Promise<void> {
+    if (this.#closed) throw new ConfigError('the push dialer is closed');
+    if (this.#started) throw new ConfigError('the push dialer was started already');
+    this.#started = true;
+    let behind = 0;
+    for (const t of targets) {
+      const e = this.#entry(t.node, t.url, t.generation, t.ackedGeneration);
+      if (t.url !== null && (t.ackedGeneration === null || t.ackedGeneration < t.generation)) {
+        behind++;
+        this.#activate(e);
+      }
+    }
+    this.#log.info({ nodes: targets.length, behind }, 'push dialer started');
+  }
+
+  notify(node: string, generation: number, reason: WakeReason): void {
+    if (this.#closed) return;
+    const e = this.#entry(node, null, generation, null);
+    if (generation > e.generation) e.generation = generation;
+    if (e.url === null) return;
+    if (e.ws !== null && e.ws.readyState === WebSocket.OPEN) this.#requestWake(e, reason);
+    else this.#activate(e); // the wake-up on connect carries the newest generation
+  }
+
+  setEndpoint(node: string, url: string | null, generation: number): void {
+    if (this.#closed) return;
+    const e = this.#entry(node, null, generation, null);
+    if (generation > e.generation) e.generation = generation;
+    if (e.url === url && e.ps.state !== 'idle') return;
+    if (e.url === url && url === null) return;
+    const wasActive = e.active;
+    this.#retire(e, GOING_AWAY, 'endpoint changed');
+    e.url = url;
+    e.attempt = 0;
+    this.#setState(e, 'idle');
+    if (url === null) return;
+    const acked = e.ps.generation_acked;
+    if (wasActive || acked === null || acked < e.generation) this.#activate(e);
+  }
+
+  remove(node: string): void {
+    const e = this.#nodes.get(node);
+    if (!e) return;
+    this.#retire(e, GOING_AWAY, 'node removed');
+    this.#nodes.delete(node);
+  }
+
+  state(node: string): PushState {
+    const e = this.#nodes.get(node);
+    if (!e) {
+      return { state: 'idle', connected: false, generation_pushed: null, generation_acked: null, last_ack_at: null, last_error: null, last_error_at: null };
+    }
+    return { ...e.ps };
+  }
+
+  on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {
+    this.#events.on(event, fn as (...args: unknown[]) => void);
+  }
+
+  off<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {
+    this.#events.off(event, fn as (...args: unknown[]) => void);
+  }
+
+  close(): Promise<void> {
+    if (this.#closing) return this.#closing;
+    this.#closed = true;
+    this.#o.material.off('tls-change', this.#onTlsChange);
+    this.#o.material.off('revoked-change', this.#onRevokedChange);
+    this.#wheel.clear();
+    this.#waiting.clear();
+    this.#dialWaiting.clear();
+    const closing: Promise<void>[] = [];
+    for (const e of this.#nodes.values()) {
+      const p = this.#retire(e, GOING_AWAY, 'controller shutting down');
+      if (p) closing.push(p);
+    }
+    this.#closing = Promise.all(closing).then(() => {
+      this.#log.info({ nodes: this.#nodes.size }, 'push dialer closed');
+    });
+    return this.#closing;
+  }
+
+  // ---- nodes ---------------------------------------------------------------------------------
+
+  #entry(node: string, url: string | null, generation: number, acked: number | null): NodeEntry {
+    let e = this.#nodes.get(node);
+    if (!e) {
+      e = new NodeEntry(node, spiffeIdOf(this.#o.trustDomain, 'agent', node), url, generation, acked);
+      this.#nodes.set(node, e);
+    }
+    return e;
+  }
+
+  #setState(e: NodeEntry, state: PushState['state']): void {
+    e.ps.state = state;
+    e.ps.connected = state === 'connected';
+    this.#emitState(e);
+  }
+
+  #emitState(e: NodeEntry): void {
+    if (this.#events.listenerCount('state') > 0) this.#events.emit('state', e.node, { ...e.ps });
+  }
+
+  #fail(e: NodeEntry, code: PushErrorCode): void {
+    e.ps.last_error = code;
+    e.ps.last_error_at = new Date(this.#o.clock()).toISOString();
+  }
+
+  /** Keeps a connection to this node from now on, dialling now unless one is open or pending. */
+  #activate(e: NodeEntry): void {
+    e.active = true;
+    if (e.url === null || e.ws !== null || e.retryTimer !== null || e.dialQueued) return;
+    if (e.ps.state === 'idle') this.#setState(e, 'connecting');
+    this.#queueDial(e);
+  }
+
+  // ---- dialling ------------------------------------------------------------------------------
+
+  #queueDial(e: NodeEntry): void {
+    if (this.#dialsInFlight < this.#o.maxDialsInFlight) {
+      this.#dial(e);
+    } else {
+      e.dialQueued = true;
+      this.#dialWaiting.add(e);
+    }
+  }
+
+  #dialDone(): void {
+    this.#dialsInFlight--;
+    while (this.#dialsInFlight < this.#o.maxDialsInFlight && this.#dialWaiting.size > 0) {
+      const next = this.#dialWaiting.values().next().value as NodeEntry;
+      this.#dialWaiting.delete(next);
+      next.dialQueued = false;
+      if (!this.#closed && next.active && next.url !== null && next.ws === null) this.#dial(next);
+    }
+  }
+
+  #dial(e: NodeEntry): void {
+    const url = e.url;
+    if (url === null || this.#closed) return;
+    this.#dialsInFlight++;
+    e.failCode = null;
+    e.peerSerial = null;
+    const base = tlsClientOptions(this.#o.material, e.spiffeId);
+    const check = base.checkServerIdentity;
+    let ws: WebSocket;
+    try {
+      const options: tls.ConnectionOptions & WebSocket.ClientOptions = {
+        ...base,
+        secureContext: this.#context,
+        // the SPIFFE id in the URI SAN identifies the agent; SNI would only leak the host name
+        servername: '',
+        perMessageDeflate: false,
+        maxPayload: MAX_WS_PAYLOAD_BYTES,
+        followRedirects: false,
+        checkServerIdentity: (host: string, cert: tls.PeerCertificate): Error | undefined => {
+          // identity, trust domain, EKUs and revocation (certs/tls.ts); the chain is OpenSSL's
+          const err = check(host, cert);
+          if (err === undefined) e.peerSerial = normalizeSerial(cert.serialNumber ?? '');
+          return err;
+        },
+      } as tls.ConnectionOptions & WebSocket.ClientOptions;
+      // @types/ws types checkServerIdentity wrongly (as returning boolean); ws hands it to tls.connect
+      ws = new WebSocket(url, options as WebSocket.ClientOptions);
+    } catch (err) {
+      // a URL ws cannot parse: the API validates endpoints, so this is a bug or a bad store row
+      this.#dialsInFlight--;
+      this.#log.error({ node: e.node, url, err }, 'push endpoint is not a usable URL');
+      this.#fail(e, 'unreachable');
+      this.#metrics.dialFailed('unreachable');
+      this.#setState(e, 'disconnected');
+      return;
+    }
+    e.ws = ws;
+    let dialing = true;
+    const dialEnd = (): void => {
+      if (!dialing) return;
+      dialing = false;
+      if (e.dialTimer) clearTimeout(e.dialTimer);
+      e.dialTimer = null;
+      this.#dialDone();
+    };
+    e.dialTimer = setTimeout(() => {
+      if (e.ws !== ws || ws.readyState !== WebSocket.CONNECTING) return;
+      e.failCode = 'dial_timeout';
+      ws.terminate();
+    }, this.#o.dialTimeoutMs);
+    e.dialTimer.unref();
+
+    ws.on('unexpected-response', (req, res) => {
+      // the listener refuses with a 403 and {"error":{"code":..}} (SPEC §2): keep its code
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => {
+        if (body.length < MAX_WAKE_FRAME_BYTES) body += chunk;
+      });
+      const finish = (): void => {
+        if (e.ws === ws) e.failCode = refusalCodeOf(res.statusCode ?? 0, body);
+        req.destroy();
+        ws.terminate();
+      };
+      res.on('end', finish);
+      res.on('error', finish);
+    });
+    ws.on('open', () => {
+      dialEnd();
+      if (e.ws !== ws) return;
+      this.#onOpen(e);
+    });
+    ws.on('message', (data, isBinary) => {
+      if (e.ws !== ws) return;
+      this.#onMessage(e, data as Buffer, isBinary);
+    });
+    ws.on('pong', () => {
+      e.awaitingPong = false;
+    });
+    ws.on('error', (err) => {
+      if (e.ws !== ws) return;
+      if (e.failCode === null) e.failCode = pushCodeOf(err);
+      this.#log.debug({ node: e.node, code: e.failCode, err: err.message }, 'push connection error');
+    });
+    ws.on('close', (closeCode, reason) => {
+      dialEnd();
+      if (e.ws !== ws) return;
+      const wasOpen = e.ps.state === 'connected';
+      let code = e.failCode;
+      if (code === null) {
+        const r = reason.toString('utf8');
+        code = isErrorCode(r) ? r : wasOpen ? 'connection_closed' : 'connection_reset';
+      }
+      this.#log.info({ node: e.node, code, closeCode }, wasOpen ? 'push connection lost' : 'push dial failed');
+      this.#down(e, code);
+    });
+  }
+
+  #onOpen(e: NodeEntry): void {
+    this.#connected++;
+    this.#metrics.connected(this.#connected);
+    e.awaitingPong = false;
+    this.#wheel.add(e);
+    this.#setState(e, 'connected');
+    this.#log.debug({ node: e.node }, 'push connection open');
+    // nothing is missed while the connection was down: the first wake-up carries the newest gen
+    e.wantReason = null;
+    this.#requestWake(e, 'ping');
+  }
+
+  /** The connection is gone (or given up): clean up, record why, and reconnect with backoff. */
+  #down(e: NodeEntry, code: PushErrorCode): void {
+    this.#detach(e);
+    this.#fail(e, code);
+    this.#metrics.dialFailed(code);
+    this.#setState(e, code === 'half_open' ? 'half_open' : 'disconnected');
+    if (!e.active || this.#closed || e.url === null) return;
+    const delay = fullJitterMs(e.attempt++, this.#o.backoffBaseMs, this.#o.backoffMaxMs, this.#o.random);
+    e.retryTimer = setTimeout(() => {
+      e.retryTimer = null;
+      if (!this.#closed && e.active && e.ws === null && e.url !== null && this.#nodes.get(e.node) === e) this.#queueDial(e);
+    }, delay);
+    e.retryTimer.unref();
+  }
+
+  /** Forgets the socket and everything tied to it; the socket itself is the caller's business. */
+  #detach(e: NodeEntry): WebSocket | null {
+    const ws = e.ws;
+    e.ws = null;
+    if (e.dialTimer) clearTimeout(e.dialTimer);
+    e.dialTimer = null;
+    if (e.ps.connected) {
+      this.#connected--;
+      this.#metrics.connected(this.#connected);
+    }
+    this.#wheel.delete(e);
+    if (e.queued) {
+      this.#waiting.delete(e);
+      e.queued = false;
+    }
+    e.wantReason = null;
+    this.#release(e);
+    return ws;
+  }
+
+  /**
+   * Closes the node's connection on purpose (endpoint changed, node removed, shutdown) and stops
+   * reconnecting. Resolves when the socket is closed (at most closeGraceMs later).
+   */
+  #retire(e: NodeEntry, code: number, reason: string): Promise<void> | null {
+    e.active = false;
+    if (e.retryTimer) clearTimeout(e.retryTimer);
+    e.retryTimer = null;
+    if (e.dialQueued) {
+      this.#dialWaiting.delete(e);
+      e.dialQueued = false;
+    }
+    const wasConnected = e.ps.connected;
+    const ws = this.#detach(e);
+    if (wasConnected) this.#setState(e, 'idle');
+    if (ws === null) return null;
+    return closeSocket(ws, code, reason, this.#o.closeGraceMs);
+  }
+
+  // ---- wake-ups ------------------------------------------------------------------------------
+
+  #requestWake(e: NodeEntry, reason: WakeReason): void {
+    e.wantReason = mergeReason(e.wantReason, reason);
+    if (e.inflight !== null || e.queued) return; // coalesced: sent with the newest gen when due
+    if (this.#inFlight >= this.#o.maxWakesInFlight) {
+      e.queued = true;
+      this.#waiting.add(e);
+      return;
+    }
+    this.#send(e);
+  }
+
+  #send(e: NodeEntry): void {
+    const ws = e.ws;
+    const reason = e.wantReason;
+    if (ws === null || ws.readyState !== WebSocket.OPEN || reason === null) return;
+    e.wantReason = null;
+    const now = this.#o.clock();
+    const gen = e.generation;
+    const jti = newJti();
+    const token = signWake(this.#o.signer, { iss: this.#o.issuer, aud: e.spiffeId, gen, reason, nowS: now / 1000, jti });
+    const timer = setTimeout(() => this.#onAnswerTimeout(e, jti), this.#o.answerTimeoutMs);
+    timer.unref();
+    e.inflight = { jti, gen, sentAtMs: now, timer };
+    this.#inFlight++;
+    ws.send(token);
+    this.#metrics.sent();
+    if (e.ps.generation_pushed === null || gen > e.ps.generation_pushed) e.ps.generation_pushed = gen;
+    this.#emitState(e);
+  }
+
+  /** Frees the node's wake-up slot, if it holds one, and hands free slots to waiting nodes. */
+  #release(e: NodeEntry): void {
+    const f = e.inflight;
+    if (f === null) return;
+    clearTimeout(f.timer);
+    e.inflight = null;
+    this.#inFlight--;
+    this.#pump();
+  }
+
+  #pump(): void {
+    while (this.#inFlight < this.#o.maxWakesInFlight && this.#waiting.size > 0) {
+      const next = this.#waiting.values().next().value as NodeEntry;
+      this.#waiting.delete(next);
+      next.queued = false;
+      this.#send(next);
+    }
+  }
+
+  #onMessage(e: NodeEntry, data: Buffer, isBinary: boolean): void {
+    let answer;
+    try {
+      if (isBinary) throw new RefusalError('binary_frame');
+      answer = decodeAnswer(data.toString('utf8'));
+    } catch (err) {
+      // not an answer at all: the wake-up stays unanswered and the timeout handles the rest
+      this.#log.warn({ node: e.node, code: pushCodeOf(err) }, 'push answer refused');
+      return;
+    }
+    const f = e.inflight;
+    if (f === null || (answer.jti !== f.jti && !(answer.type === 'nack' && answer.jti === null))) {
+      this.#log.debug({ node: e.node, jti: answer.jti }, 'push answer for no wake-up in flight');
+      return;
+    }
+    const now = this.#o.clock();
+    const latencyMs = now - f.sentAtMs;
+    clearTimeout(f.timer);
+    e.inflight = null;
+    this.#inFlight--;
+    if (answer.type === 'ack') {
+      e.attempt = 0; // an answered wake-up proves the connection healthy
+      e.ps.generation_acked = answer.gen;
+      e.ps.last_ack_at = new Date(now).toISOString();
+      this.#metrics.acked(latencyMs / 1000);
+      this.#emitState(e);
+      const ev: AckEvent = { node: e.node, jti: answer.jti, gen: answer.gen, fetch: answer.fetch, latencyMs };
+      this.#events.emit('ack', ev);
+    } else {
+      this.#fail(e, answer.error);
+      this.#metrics.nacked(answer.error);
+      this.#log.warn({ node: e.node, code: answer.error, gen: f.gen }, 'wake-up refused by the agent');
+      this.#emitState(e);
+      this.#events.emit('nack', { node: e.node, jti: answer.jti, code: answer.error });
+    }
+    // waiting nodes first, then this node's own next wake-up joins the queue behind them
+    this.#pump();
+    if (e.wantReason !== null && e.ws !== null) {
+      const reason = e.wantReason;
+      e.wantReason = null;
+      this.#requestWake(e, reason);
+    }
+  }
+
+  #onAnswerTimeout(e: NodeEntry, jti: string): void {
+    if (e.inflight?.jti !== jti) return;
+    // timers run before the poll phase: after a busy stretch (a reconnect storm) the answer may
+    // be waiting unread in the socket. setImmediate runs after the poll phase has read it.
+    setImmediate(() => this.#answerOverdue(e, jti));
+  }
+
+  #answerOverdue(e: NodeEntry, jti: string): void {
+    if (e.inflight?.jti !== jti) return;
+    this.#log.warn({ node: e.node, gen: e.inflight.gen }, 'no answer to a wake-up: push connection is half-open');
+    this.#halfOpen(e);
+  }
+
+  #halfOpen(e: NodeEntry): void {
+    const ws = e.ws;
+    if (ws === null) return;
+    // keep `e.ws` until #down has run so the connected count and state are updated once
+    this.#down(e, 'half_open');
+    ws.terminate();
+  }
+
+  /** The wheel's visit: a connection that did not pong since the last ping is half-open. */
+  #ping(e: NodeEntry): void {
+    const ws = e.ws;
+    if (ws === null || ws.readyState !== WebSocket.OPEN) return;
+    if (e.awaitingPong) {
+      this.#log.warn({ node: e.node }, 'no pong since the last ping: push connection is half-open');
+      this.#halfOpen(e);
+      return;
+    }
+    e.awaitingPong = true;
+    ws.ping();
+  }
+
+  // ---- TLS material --------------------------------------------------------------------------
+
+  /** One client context for every connection: a context per connection costs ~1 ms and ~30 KB. */
+  #buildContext(): tls.SecureContext {
+    const m = this.#o.material.current();
+    return tls.createSecureContext({ ca: m.ca, cert: m.cert, key: m.key, minVersion: 'TLSv1.3', maxVersion: 'TLSv1.3' });
+  }
+
+  #rebuildContext(): void {
+    try {
+      this.#context = this.#buildContext();
+      this.#log.info('push client certificate reloaded');
+    } catch (err) {
+      this.#log.error({ err }, 'reloaded TLS material is unusable; keeping the last good one');
+    }
+  }
+
+  #closeRevoked(): void {
+    const revoked = this.#o.material.current().revokedSerials;
+    for (const e of this.#nodes.values()) {
+      if (e.ws === null || e.peerSerial === null || !revoked.has(e.peerSerial)) continue;
+      const ws = e.ws;
+      this.#log.warn({ node: e.node, serial: e.peerSerial }, 'agent certificate revoked: closing its push connection');
+      this.#down(e, 'revoked');
+      void closeSocket(ws, POLICY_VIOLATION, 'revoked', this.#o.closeGraceMs);
+    }
+  }
+}
+
+/** Closes with `code`, destroying the socket if the peer does not finish the handshake in time. */
+function closeSocket(ws: WebSocket, code: number, reason: string, graceMs: number): Promise<void> {
+  return new Promise((resolve) => {
+    if (ws.readyState === WebSocket.CLOSED) return resolve();
+    const timer = setTimeout(() => ws.terminate(), graceMs);
+    timer.unref();
+    ws.once('close', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    // errors after we gave up on the socket are expected (reset by the peer) and of no interest
+    ws.on('error', () => {});
+    if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
+    else if (ws.readyState === WebSocket.OPEN) ws.close(code, reason);
+  });
+}
+
+/** The code of a refused upgrade: the listener's `{"error":{"code":..}}`, else `upgrade_refused`. */
+function refusalCodeOf(status: number, body: string): PushErrorCode {
+  try {
+    const code = (JSON.parse(body) as { error?: { code?: unknown } })?.error?.code;
+    if (isErrorCode(code)) return code;
+  } catch {
+    // not JSON: fall through
+  }
+  return status === 0 ? 'connection_reset' : 'upgrade_refused';
+}
+
+function stripUndefined<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

@@ -1,0 +1,60 @@
+/**
+ * Why a push connection failed, as the stable codes shown in a node's push state
+ * (`last_error`) and in `herald_push_dial_failures_total{code}`. TLS identity refusals reuse the
+ * protocol's codes (`wrong_peer`, `revoked`, `untrusted_certificate`, ...); a 403 from the agent
+ * listener carries its own code (SPEC §2), which is kept as is.
+ */
+import { codeOf, isErrorCode, type ErrorCode } from '../protocol/errors.js';
+
+export const PUSH_FAILURE_CODES = {
+  connection_refused: 'nothing listens at the node\'s endpoint (TCP connection refused)',
+  connection_reset: 'the agent or the network reset the connection',
+  connection_closed: 'the agent closed an established push connection',
+  dial_timeout: 'TCP, TLS and the WebSocket upgrade did not finish within the dial timeout',
+  unreachable: 'the endpoint\'s host or network is unreachable, or its name does not resolve',
+  tls_error: 'the TLS handshake failed for another reason than the agent\'s certificate',
+  upgrade_refused: 'the agent answered the WebSocket upgrade with an unexpected HTTP status',
+  half_open: 'the agent did not answer a wake-up (or a ping) in time: the connection was dropped',
+  protocol_error: 'the agent sent something that is not a valid answer frame',
+} as const;
+
+export type PushFailureCode = keyof typeof PUSH_FAILURE_CODES;
+export type PushErrorCode = PushFailureCode | ErrorCode;
+
+const NET_CODES: Record<string, PushFailureCode> = {
+  ECONNREFUSED: 'connection_refused',
+  ECONNRESET: 'connection_reset',
+  EPIPE: 'connection_reset',
+  ETIMEDOUT: 'dial_timeout',
+  EHOSTUNREACH: 'unreachable',
+  ENETUNREACH: 'unreachable',
+  EHOSTDOWN: 'unreachable',
+  ENOTFOUND: 'unreachable',
+  EAI_AGAIN: 'unreachable',
+};
+
+/** OpenSSL's verification codes for a server certificate that does not chain to our CA. */
+const UNTRUSTED = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'UNABLE_TO_GET_ISSUER_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'CERT_SIGNATURE_FAILURE', 'CERT_UNTRUSTED',
+  'CERT_REJECTED', 'INVALID_CA', 'INVALID_PURPOSE',
+]);
+
+/** The code of a dial or connection error (never throws; unknown errors become `tls_error`). */
+export function pushCodeOf(err: unknown): PushErrorCode {
+  const herald = codeOf(err);
+  if (herald !== undefined) return herald;
+  const code = (err as { code?: unknown })?.code;
+  if (typeof code === 'string') {
+    if (isErrorCode(code)) return code; // e.g. a checkServerIdentity error that kept its code
+    const net = NET_CODES[code];
+    if (net !== undefined) return net;
+    if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID') return 'certificate_expired';
+    if (UNTRUSTED.has(code)) return 'untrusted_certificate';
+    if (code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_')) return 'tls_error';
+  }
+  const msg = err instanceof Error ? err.message : '';
+  if (/socket hang up/i.test(msg)) return 'connection_reset';
+  if (/Unexpected server response/i.test(msg)) return 'upgrade_refused';
+  return 'tls_error';
+}

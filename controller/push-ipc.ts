@@ -1,0 +1,53 @@
+/**
+ * The messages between the PushPool facade (controller main process) and its push worker
+ * processes, over the `child_process.fork` IPC channel. Both directions are batched per event
+ * loop turn: a fan-out to 10,000 nodes is a handful of IPC messages, not 10,000.
+ */
+import type { MaterialPaths } from '../certs/paths.js';
+import type { Ed25519PrivateJwk } from '../protocol/jws.js';
+import type { WakeReason } from '../protocol/wake.js';
+import type { PushMetricsDelta } from './push-metrics.js';
+import type { AckEvent, PushState, PushTarget } from './push-types.js';
+
+/** Tuning a worker's dialer takes (PushDialerOptions' numbers). */
+export interface PushTuning {
+  pingIntervalMs?: number;
+  answerTimeoutMs?: number;
+  dialTimeoutMs?: number;
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+  maxWakesInFlight?: number;
+  maxDialsInFlight?: number;
+  closeGraceMs?: number;
+}
+
+export interface WorkerInit {
+  t: 'init';
+  worker: number;
+  /** The controller's private signing key: handed over the local IPC pipe, never written out. */
+  signingJwk: Ed25519PrivateJwk;
+  issuer: string;
+  trustDomain: string;
+  material: MaterialPaths;
+  logLevel: string;
+  tuning: PushTuning;
+}
+
+export type ToWorkerCommand =
+  /** `reconnect`: nodes a crashed predecessor held connections to, connected again at once. */
+  | { t: 'start'; targets: PushTarget[]; reconnect: string[] }
+  | { t: 'notify'; node: string; gen: number; reason: WakeReason }
+  | { t: 'endpoint'; node: string; url: string | null; gen: number }
+  | { t: 'remove'; node: string };
+
+export type ToWorker = WorkerInit | { t: 'batch'; cmds: ToWorkerCommand[] } | { t: 'close' };
+
+export type WorkerEvent =
+  | { t: 'state'; node: string; s: PushState }
+  | { t: 'ack'; e: AckEvent }
+  | { t: 'nack'; e: { node: string; jti: string | null; code: string } };
+
+export type FromWorker =
+  | { t: 'ready' }
+  | { t: 'batch'; events: WorkerEvent[]; metrics: PushMetricsDelta | null }
+  | { t: 'closed' };

@@ -1,0 +1,310 @@
+/**
+ * The PushService of a controller whose push connections live in worker processes
+ * (`--push-workers N`). Why: one process may hold 20,000 descriptors here, and 10,000 agents
+ * need 10,000 push connections plus their kept-alive fetch connections to the API; with the
+ * dialers in workers the main process keeps its descriptors for the API (docs/architecture-push.md).
+ *
+ * Nodes are sharded over the workers by a hash of the node id; commands go out and events come
+ * back batched per event-loop turn. The facade mirrors each node's push state and target, so
+ * `state()` is synchronous and a worker that dies is restarted with its shard's targets.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import type { MaterialPaths } from '../certs/paths.js';
+import { ConfigError } from '../protocol/errors.js';
+import type { Ed25519PrivateJwk } from '../protocol/jws.js';
+import { RECONNECT_BACKOFF_MAX_MS } from '../protocol/limits.js';
+import type { WakeReason } from '../protocol/wake.js';
+import type { FromWorker, PushTuning, ToWorker, ToWorkerCommand } from './push-ipc.js';
+import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
+import type { PushEvents, PushService, PushState, PushTarget } from './push-types.js';
+
+/** Longest a worker gets to close its connections (1001) before it is killed. */
+export const PUSH_WORKER_CLOSE_MS = 5_000;
+/** Most push worker processes one controller starts. */
+export const MAX_PUSH_WORKERS = 64;
+/** First delay before a crashed worker is started again (doubling to RECONNECT_BACKOFF_MAX_MS). */
+export const PUSH_WORKER_RESTART_BASE_MS = 500;
+
+export interface PushPoolOptions {
+  /** Worker processes (default 1). */
+  workers?: number;
+  signingJwk: Ed25519PrivateJwk;
+  issuer: string;
+  trustDomain: string;
+  /** The controller's PKI files; each worker loads and watches them itself. */
+  material: MaterialPaths;
+  logger: Logger;
+  metrics?: Registry;
+  /** Default: the compiled `dist/controller/push-worker.js`. */
+  workerScript?: string;
+  tuning?: PushTuning;
+}
+
+interface Shard {
+  index: number;
+  child: ChildProcess | null;
+  ready: boolean;
+  /** Commands waiting for the next flush (or for the worker to be ready). */
+  queue: ToWorkerCommand[];
+  flushScheduled: boolean;
+  restarts: number;
+  connected: number;
+  closedWaiter: (() => void) | null;
+}
+
+const IDLE: PushState = { state: 'idle', connected: false, generation_pushed: null, generation_acked: null, last_ack_at: null, last_error: null, last_error_at: null };
+
+/** The compiled worker beside this module, or under dist/ when this module runs from source. */
+export function defaultWorkerScript(): string {
+  const here = fileURLToPath(import.meta.url);
+  if (here.endsWith('.js')) return path.join(path.dirname(here), 'push-worker.js');
+  return path.resolve(path.dirname(here), '..', 'dist', 'controller', 'push-worker.js');
+}
+
+/** FNV-1a: a stable shard for a node id, the same in every run. */
+export function shardOf(node: string, shards: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < node.length; i++) {
+    h ^= node.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return (h >>> 0) % shards;
+}
+
+export class PushPool implements PushService {
+  readonly #o: PushPoolOptions & { workers: number; workerScript: string; tuning: PushTuning };
+  readonly #log: Logger;
+  readonly #metrics: PushMetricsSink;
+  readonly #events = new EventEmitter();
+  readonly #shards: Shard[];
+  readonly #targets = new Map<string, PushTarget>();
+  readonly #states = new Map<string, PushState>();
+  #started = false;
+  #closed = false;
+  #closing: Promise<void> | null = null;
+
+  /** @throws ConfigError naming a bad option (worker count, missing worker script) */
+  constructor(opts: PushPoolOptions) {
+    const o = { workers: 1, workerScript: defaultWorkerScript(), tuning: {}, ...opts };
+    if (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_PUSH_WORKERS) {
+      throw new ConfigError(`--push-workers must be a whole number from 1 to ${MAX_PUSH_WORKERS}`, { field: 'workers' });
+    }
+    if (!fs.existsSync(o.workerScript)) throw new ConfigError(`push worker ${o.workerScript} not found (run npm run build)`, { field: 'workerScript' });
+    this.#o = o;
+    this.#log = o.logger.child({ component: 'push-pool' });
+    this.#metrics = promPushMetrics(o.metrics);
+    this.#shards = Array.from({ length: o.workers }, (_, index) => ({
+      index, child: null, ready: false, queue: [], flushScheduled: false, restarts: 0, connected: 0, closedWaiter: null,
+    }));
+  }
+
+  async start(targets: PushTarget[]): Promise<void> {
+    if (this.#closed) throw new ConfigError('the push pool is closed');
+    if (this.#started) throw new ConfigError('the push pool was started already');
+    this.#started = true;
+    for (const t of targets) this.#targets.set(t.node, { ...t });
+    await Promise.all(this.#shards.map((s) => this.#spawn(s)));
+    this.#log.info({ workers: this.#shards.length, nodes: targets.length }, 'push workers started');
+  }
+
+  notify(node: string, generation: number, reason: WakeReason): void {
+    if (this.#closed) return;
+    const t = this.#target(node);
+    if (generation > t.generation) t.generation = generation;
+    this.#send(node, { t: 'notify', node, gen: generation, reason });
+  }
+
+  setEndpoint(node: string, url: string | null, generation: number): void {
+    if (this.#closed) return;
+    const t = this.#target(node);
+    t.url = url;
+    if (generation > t.generation) t.generation = generation;
+    this.#send(node, { t: 'endpoint', node, url, gen: generation });
+  }
+
+  remove(node: string): void {
+    if (this.#closed) return;
+    this.#targets.delete(node);
+    this.#states.delete(node);
+    this.#send(node, { t: 'remove', node });
+  }
+
+  state(node: string): PushState {
+    const s = this.#states.get(node);
+    return s ? { ...s } : { ...IDLE };
+  }
+
+  on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {
+    this.#events.on(event, fn as (...args: unknown[]) => void);
+  }
+
+  off<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {
+    this.#events.off(event, fn as (...args: unknown[]) => void);
+  }
+
+  /** Worker process ids, for tests and diagnostics. */
+  get workerPids(): number[] {
+    return this.#shards.flatMap((s) => (s.child?.pid !== undefined ? [s.child.pid] : []));
+  }
+
+  close(): Promise<void> {
+    if (this.#closing) return this.#closing;
+    this.#closed = true;
+    this.#closing = Promise.all(this.#shards.map((s) => this.#closeShard(s))).then(() => {
+      this.#metrics.connected(0);
+      this.#log.info('push workers stopped');
+    });
+    return this.#closing;
+  }
+
+  // ---- workers -------------------------------------------------------------------------------
+
+  #target(node: string): PushTarget {
+    let t = this.#targets.get(node);
+    if (!t) {
+      t = { node, url: null, generation: 0, ackedGeneration: null };
+      this.#targets.set(node, t);
+    }
+    return t;
+  }
+
+  #send(node: string, cmd: ToWorkerCommand): void {
+    const s = this.#shards[shardOf(node, this.#shards.length)]!;
+    s.queue.push(cmd);
+    this.#schedule(s);
+  }
+
+  #schedule(s: Shard): void {
+    if (s.flushScheduled || !s.ready) return;
+    s.flushScheduled = true;
+    setImmediate(() => {
+      s.flushScheduled = false;
+      if (!s.ready || s.child === null || s.queue.length === 0) return;
+      const cmds = s.queue;
+      s.queue = [];
+      this.#post(s, { t: 'batch', cmds });
+    });
+  }
+
+  #post(s: Shard, m: ToWorker): void {
+    try {
+      s.child?.send(m);
+    } catch (err) {
+      this.#log.error({ worker: s.index, err }, 'cannot reach push worker');
+    }
+  }
+
+  #spawn(s: Shard): Promise<void> {
+    return new Promise((resolve) => {
+      const child = fork(this.#o.workerScript, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced' });
+      s.child = child;
+      s.ready = false;
+      child.on('message', (m: FromWorker) => {
+        if (m.t === 'ready') {
+          s.ready = true;
+          const shardTargets = [...this.#targets.values()].filter((t) => shardOf(t.node, this.#shards.length) === s.index);
+          // a restarted worker takes up the connections its predecessor held, not only the
+          // nodes that are behind: their agents count on push being there
+          const reconnect = shardTargets.filter((t) => (this.#states.get(t.node)?.state ?? 'idle') !== 'idle').map((t) => t.node);
+          // the start carries every target: commands queued before it are already folded in
+          s.queue = [];
+          this.#post(s, { t: 'batch', cmds: [{ t: 'start', targets: shardTargets, reconnect }] });
+          resolve();
+        } else if (m.t === 'batch') {
+          this.#onBatch(s, m);
+        } else if (m.t === 'closed') {
+          s.closedWaiter?.();
+        }
+      });
+      child.on('error', (err) => this.#log.error({ worker: s.index, err }, 'push worker error'));
+      child.on('exit', (code, signal) => {
+        if (s.child !== child) return;
+        s.child = null;
+        s.ready = false;
+        s.closedWaiter?.();
+        resolve();
+        if (this.#closed) return;
+        this.#onWorkerLost(s, code, signal);
+      });
+      const init: ToWorker = {
+        t: 'init',
+        worker: s.index,
+        signingJwk: this.#o.signingJwk,
+        issuer: this.#o.issuer,
+        trustDomain: this.#o.trustDomain,
+        material: this.#o.material,
+        logLevel: this.#o.logger.level,
+        tuning: this.#o.tuning,
+      };
+      child.send(init);
+    });
+  }
+
+  #onWorkerLost(s: Shard, code: number | null, signal: NodeJS.Signals | null): void {
+    const delay = Math.min(RECONNECT_BACKOFF_MAX_MS, PUSH_WORKER_RESTART_BASE_MS * 2 ** s.restarts++);
+    this.#log.error({ worker: s.index, code, signal, restartInMs: delay }, 'push worker exited; restarting it');
+    const now = new Date().toISOString();
+    for (const [node, st] of this.#states) {
+      if (shardOf(node, this.#shards.length) !== s.index || !st.connected) continue;
+      const next: PushState = { ...st, state: 'disconnected', connected: false, last_error: 'connection_reset', last_error_at: now };
+      this.#states.set(node, next);
+      this.#events.emit('state', node, { ...next });
+    }
+    s.connected = 0;
+    this.#metrics.connected(this.#shards.reduce((n, x) => n + x.connected, 0));
+    setTimeout(() => {
+      if (!this.#closed) void this.#spawn(s);
+    }, delay).unref();
+  }
+
+  #onBatch(s: Shard, m: Extract<FromWorker, { t: 'batch' }>): void {
+    for (const ev of m.events) {
+      if (ev.t === 'state') {
+        if (!this.#targets.has(ev.node)) continue; // removed meanwhile
+        this.#states.set(ev.node, ev.s);
+        this.#events.emit('state', ev.node, { ...ev.s });
+      } else if (ev.t === 'ack') {
+        const t = this.#targets.get(ev.e.node);
+        if (t) t.ackedGeneration = ev.e.gen;
+        s.restarts = 0;
+        this.#metrics.acked(ev.e.latencyMs / 1000);
+        this.#events.emit('ack', ev.e);
+      } else {
+        this.#metrics.nacked(ev.e.code);
+        this.#events.emit('nack', ev.e);
+      }
+    }
+    if (m.metrics) {
+      s.connected = m.metrics.connected;
+      this.#metrics.connected(this.#shards.reduce((n, x) => n + x.connected, 0));
+      if (m.metrics.sent) this.#metrics.sent(m.metrics.sent);
+      for (const [code, n] of Object.entries(m.metrics.dialFailures)) this.#metrics.dialFailed(code, n);
+    }
+  }
+
+  #closeShard(s: Shard): Promise<void> {
+    const child = s.child;
+    if (child === null || child.exitCode !== null) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => child.kill('SIGKILL'), PUSH_WORKER_CLOSE_MS);
+      timer.unref();
+      child.once('exit', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      if (s.ready) {
+        // flush what is queued, then close
+        if (s.queue.length > 0) this.#post(s, { t: 'batch', cmds: s.queue.splice(0) });
+        this.#post(s, { t: 'close' });
+      } else {
+        child.kill('SIGTERM');
+      }
+    });
+  }
+}

@@ -1,0 +1,113 @@
+/**
+ * A push worker process: runs one PushDialer for its shard of the nodes, driven by the PushPool
+ * facade in the controller's main process over IPC (controller/push-ipc.ts). It loads the TLS
+ * material itself (and watches it, so a renewed certificate or revoked.json applies here too);
+ * the signing key comes over the IPC pipe. Started by `child_process.fork` of the compiled
+ * `dist/controller/push-worker.js`; it exits when its parent does.
+ */
+import pino from 'pino';
+import { PkiMaterial } from '../certs/tls.js';
+import { Signer } from '../protocol/jws.js';
+import { PushDialer } from './push-dialer.js';
+import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent, WorkerInit } from './push-ipc.js';
+import { DeltaPushMetrics } from './push-metrics.js';
+
+function send(m: FromWorker): void {
+  if (process.connected) process.send?.(m);
+}
+
+class Worker {
+  readonly #dialer: PushDialer;
+  readonly #material: PkiMaterial;
+  readonly #metrics = new DeltaPushMetrics();
+  #events: WorkerEvent[] = [];
+  #flushScheduled = false;
+
+  constructor(init: WorkerInit) {
+    const logger = pino({ level: init.logLevel }).child({ push_worker: init.worker });
+    this.#material = new PkiMaterial({ ...init.material, trustDomain: init.trustDomain, logger });
+    this.#dialer = new PushDialer({
+      ...init.tuning,
+      signer: new Signer(init.signingJwk),
+      issuer: init.issuer,
+      trustDomain: init.trustDomain,
+      material: this.#material,
+      logger,
+      metricsSink: this.#metrics,
+    });
+    this.#dialer.on('state', (node, s) => this.#push({ t: 'state', node, s }));
+    this.#dialer.on('ack', (e) => this.#push({ t: 'ack', e }));
+    this.#dialer.on('nack', (e) => this.#push({ t: 'nack', e }));
+  }
+
+  run(cmd: ToWorkerCommand): void {
+    switch (cmd.t) {
+      case 'start': {
+        void this.#dialer.start(cmd.targets);
+        const gens = new Map(cmd.targets.map((t) => [t.node, t.generation]));
+        for (const node of cmd.reconnect) this.#dialer.notify(node, gens.get(node) ?? 0, 'ping');
+        break;
+      }
+      case 'notify':
+        this.#dialer.notify(cmd.node, cmd.gen, cmd.reason);
+        break;
+      case 'endpoint':
+        this.#dialer.setEndpoint(cmd.node, cmd.url, cmd.gen);
+        break;
+      case 'remove':
+        this.#dialer.remove(cmd.node);
+        break;
+    }
+    this.#schedule();
+  }
+
+  async close(): Promise<void> {
+    await this.#dialer.close();
+    this.#material.close();
+    this.#flush();
+  }
+
+  #push(ev: WorkerEvent): void {
+    this.#events.push(ev);
+    this.#schedule();
+  }
+
+  #schedule(): void {
+    if (this.#flushScheduled) return;
+    this.#flushScheduled = true;
+    setImmediate(() => this.#flush());
+  }
+
+  #flush(): void {
+    this.#flushScheduled = false;
+    if (this.#events.length === 0 && !this.#metrics.dirty) return;
+    const events = this.#events;
+    this.#events = [];
+    send({ t: 'batch', events, metrics: this.#metrics.dirty ? this.#metrics.take() : null });
+  }
+}
+
+let worker: Worker | null = null;
+
+process.on('message', (m: ToWorker) => {
+  try {
+    if (m.t === 'init') {
+      worker = new Worker(m);
+      send({ t: 'ready' });
+    } else if (m.t === 'batch') {
+      for (const c of m.cmds) worker?.run(c);
+    } else if (m.t === 'close') {
+      void (worker?.close() ?? Promise.resolve()).then(() => {
+        send({ t: 'closed' });
+        process.disconnect?.();
+      });
+    }
+  } catch (err) {
+    // a bad init (unreadable PKI) is fatal for this worker; the pool reports and restarts it
+    process.stderr.write(`herald push worker: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+    process.exit(1);
+  }
+});
+
+// the parent went away: nothing will drive this dialer any more
+process.on('disconnect', () => process.exit(0));

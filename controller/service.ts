@@ -1,0 +1,389 @@
+/**
+ * The controller's operations, between the API and the store: validates what the store cannot,
+ * runs each change as one store transaction, then wakes the nodes that got work (push), drops
+ * nothing into memory that matters after a crash, and announces changes (events). Cluster
+ * operations advance inside the store's transactions; a timer here only drives deadlines and
+ * restart windows (`tickClusters`), and it is run once at start for what happened while down.
+ */
+import type { Logger } from 'pino';
+import { HeraldError } from '../protocol/errors.js';
+import { DEFAULT_ACTIONS, type DeployAction } from '../protocol/heat.js';
+import { ACK_FLUSH_INTERVAL_MS, CLUSTER_TICK_INTERVAL_MS } from '../protocol/limits.js';
+import type { CertIdentity } from '../certs/identity.js';
+import { hostInSans, parseEndpoint } from './endpoint.js';
+import type { EventBus } from './events.js';
+import { buildMetadataDocument, MetadataCache, type BuiltMetadata } from './metadata-builder.js';
+import type { ControllerMetrics } from './metrics.js';
+import type { PushService } from './push-types.js';
+import type { ChangeSet, NodeRecord, Store } from './store.js';
+import {
+  checkConfig,
+  checkRevisionAction,
+  clusterCreateSchema,
+  coerceInputValues,
+  configCreateSchema,
+  deploymentCreateSchema,
+  deploymentPatchSchema,
+  endpointSchema,
+  mergeInputValues,
+  nodeCreateSchema,
+  parseBody,
+  restartSchema,
+  signalSchema,
+} from './validation.js';
+import { clusterView, configView, deploymentView, nodeView, revisionView, type FetchState } from './views.js';
+
+export interface ControllerServiceOptions {
+  store: Store;
+  push: PushService;
+  events: EventBus;
+  logger: Logger;
+  metrics?: ControllerMetrics | undefined;
+  /** Base of `deploy_signal_id`: `https://host:port` the agents reach this API at. */
+  publicUrl: string;
+  /** Create unknown nodes when their agent announces itself (default true). */
+  autoRegister?: boolean;
+  now?: () => number;
+  clusterTickMs?: number;
+  ackFlushMs?: number;
+}
+
+type View = Record<string, unknown>;
+
+export class ControllerService {
+  readonly store: Store;
+  readonly push: PushService;
+  readonly events: EventBus;
+  readonly #log: Logger;
+  readonly #metrics: ControllerMetrics | undefined;
+  #publicUrl: string;
+  readonly #autoRegister: boolean;
+  readonly #now: () => number;
+  readonly #cache = new MetadataCache();
+  readonly #fetches = new Map<string, FetchState>();
+  #pendingAcks = new Map<string, number>();
+  #tickTimer: NodeJS.Timeout | undefined;
+  #ackTimer: NodeJS.Timeout | undefined;
+  readonly #tickMs: number;
+  readonly #ackMs: number;
+  #closed = false;
+
+  constructor(o: ControllerServiceOptions) {
+    this.store = o.store;
+    this.push = o.push;
+    this.events = o.events;
+    this.#log = o.logger;
+    this.#metrics = o.metrics;
+    this.#publicUrl = o.publicUrl.replace(/\/+$/, '');
+    this.#autoRegister = o.autoRegister ?? true;
+    this.#now = o.now ?? Date.now;
+    this.#tickMs = o.clusterTickMs ?? CLUSTER_TICK_INTERVAL_MS;
+    this.#ackMs = o.ackFlushMs ?? ACK_FLUSH_INTERVAL_MS;
+  }
+
+  /** Sets the base of `deploy_signal_id` (known only once the API is bound, with port 0). */
+  setPublicUrl(url: string): void {
+    this.#publicUrl = url.replace(/\/+$/, '');
+  }
+
+  /** Subscribes to the dialer, starts it with every node, and starts the timers. */
+  async start(): Promise<void> {
+    this.push.on('ack', (e) => this.#noteFetched(e.node, e.gen, false));
+    this.push.on('state', (node, s) => this.events.publish('push', { node, ...s }));
+    this.#tick(); // deadlines that passed while the controller was down
+    await this.push.start(
+      this.store.listNodes().map((n) => ({ node: n.id, url: n.endpoint, generation: n.generation, ackedGeneration: n.ackedGeneration })),
+    );
+    this.#tickTimer = setInterval(() => this.#tick(), this.#tickMs);
+    this.#tickTimer.unref();
+    this.#ackTimer = setInterval(() => this.flushAcks(), this.#ackMs);
+    this.#ackTimer.unref();
+  }
+
+  /** Stops the timers and writes pending acks. Does not close the store or the dialer. Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearInterval(this.#tickTimer);
+    clearInterval(this.#ackTimer);
+    try {
+      this.flushAcks();
+    } catch (err) {
+      this.#log.error({ err }, 'could not write acknowledged generations at shutdown');
+    }
+  }
+
+  // ---- nodes -------------------------------------------------------------------------------
+
+  createNode(body: unknown, who: string): View {
+    const b = parseBody(nodeCreateSchema, body);
+    const url = b.endpoint == null ? null : parseEndpoint(b.endpoint, 'endpoint').url;
+    const { node, changes } = this.store.createNode(b.id, url, who);
+    this.#log.info({ event: 'node.create', node: node.id, who }, 'node created');
+    if (url !== null) this.push.setEndpoint(node.id, url, node.generation);
+    this.#apply(changes);
+    return this.#nodeView(node);
+  }
+
+  /**
+   * An agent's announcement of its listener. The URL's host must be among `caller`'s SANs.
+   * @throws HeraldError bad_endpoint | link_local_endpoint | endpoint_not_in_san | node_deleted | not_found
+   */
+  announce(node: string, body: unknown, caller: CertIdentity): View {
+    const b = parseBody(endpointSchema, body);
+    const ep = parseEndpoint(b.url, 'url');
+    if (!hostInSans(ep.host, caller.dns, caller.ips)) {
+      throw new HeraldError('endpoint_not_in_san', `the endpoint host is not among the certificate's DNS or IP SANs`, { field: 'url' });
+    }
+    const r = this.store.announceEndpoint(node, ep.url, caller.spiffeId, this.#autoRegister);
+    if (r.changed) {
+      this.#log.info({ event: r.created ? 'node.register' : 'node.endpoint', node, endpoint: ep.url }, r.created ? 'node registered by its agent' : 'node endpoint changed');
+      this.push.setEndpoint(node, ep.url, r.node.generation);
+    }
+    this.#apply(r.changes);
+    return this.#nodeView(r.node);
+  }
+
+  listNodes(): View[] {
+    return this.store.listNodes().map((n) => this.#nodeView(n));
+  }
+
+  getNode(id: string): View {
+    const n = this.store.getNode(id);
+    if (!n) throw new HeraldError('not_found', `no node ${id}`);
+    return this.#nodeView(n);
+  }
+
+  deleteNode(id: string, who: string): void {
+    const changes = this.store.deleteNode(id, who);
+    this.push.remove(id);
+    this.#cache.delete(id);
+    this.#fetches.delete(id);
+    this.#pendingAcks.delete(id);
+    this.#log.info({ event: 'node.delete', node: id, who }, 'node deleted');
+    this.#apply(changes);
+  }
+
+  #nodeView(n: NodeRecord): View {
+    return nodeView(n, this.push.state(n.id), this.#fetches.get(n.id) ?? { generation_fetched: null, last_fetch_at: null });
+  }
+
+  // ---- configs -----------------------------------------------------------------------------
+
+  createConfig(body: unknown, who: string): View {
+    const c = checkConfig(parseBody(configCreateSchema, body));
+    const rec = this.store.createConfig(c, who);
+    this.#log.info({ event: 'config.create', config: rec.id, name: rec.name, group: rec.group, who }, 'config created');
+    return configView(rec);
+  }
+
+  listConfigs(): View[] {
+    return this.store.listConfigs().map(configView);
+  }
+
+  getConfig(id: string): View {
+    const c = this.store.getConfig(id);
+    if (!c) throw new HeraldError('not_found', `no config ${id}`);
+    return configView(c);
+  }
+
+  // ---- deployments -------------------------------------------------------------------------
+
+  createDeployment(body: unknown, who: string): View {
+    const b = parseBody(deploymentCreateSchema, body);
+    const config = this.store.getConfig(b.config_id);
+    if (!config) throw new HeraldError('unknown_config', `no config ${b.config_id}`, { field: 'config_id' });
+    const action = checkRevisionAction(b.action) ?? 'CREATE';
+    const actions = b.actions === undefined ? [...DEFAULT_ACTIONS] : [...new Set<DeployAction>(b.actions)];
+    const inputValues = coerceInputValues(config, b.input_values ?? {});
+    const { deployment, changes } = this.store.createDeployment({ node: b.node, configId: config.id, name: b.name ?? null, actions, action, inputValues }, who);
+    this.#log.info({ event: 'deployment.create', deployment: deployment.id, node: deployment.node, action, who }, 'deployment created');
+    this.#apply(changes);
+    return deploymentView(deployment, config);
+  }
+
+  updateDeployment(id: string, body: unknown, who: string): View {
+    const b = parseBody(deploymentPatchSchema, body ?? {});
+    const d = this.store.getDeployment(id);
+    if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
+    const config = this.store.getConfig(d.configId)!;
+    const action = checkRevisionAction(b.action);
+    const inputValues = b.input_values === undefined ? undefined : coerceInputValues(config, mergeInputValues(d.current.inputValues, b.input_values));
+    const { deployment, changes } = this.store.updateDeployment(id, { ...(inputValues ? { inputValues } : {}), ...(action ? { action } : {}) }, who);
+    this.#log.info({ event: 'deployment.update', deployment: id, node: d.node, revision: deployment.current.revision, action: deployment.current.action, who }, 'deployment updated');
+    this.#apply(changes);
+    return deploymentView(deployment, config);
+  }
+
+  /** Returns the deployment while its DELETE revision runs, or null when it was removed at once. */
+  deleteDeployment(id: string, who: string): View | null {
+    const { deployment, changes } = this.store.deleteDeployment(id, who);
+    this.#log.info({ event: 'deployment.delete', deployment: id, runs: deployment !== null, who }, deployment ? 'deployment DELETE revision made' : 'deployment removed');
+    this.#apply(changes);
+    return deployment && deploymentView(deployment, this.store.getConfig(deployment.configId));
+  }
+
+  getDeployment(id: string): View {
+    const d = this.store.getDeployment(id);
+    if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
+    return deploymentView(d, this.store.getConfig(d.configId));
+  }
+
+  listDeployments(node?: string): View[] {
+    return this.store.listDeployments({ node }).map((d) => deploymentView(d, this.store.getConfig(d.configId)));
+  }
+
+  listRevisions(id: string): View[] {
+    const d = this.store.getDeployment(id);
+    if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
+    const config = this.store.getConfig(d.configId);
+    return this.store.listRevisions(id).map((r) => revisionView(r, config));
+  }
+
+  /** An agent's result for its deployment (node already checked against the caller). */
+  signal(node: string, deploymentId: string, body: unknown, who: string): View {
+    const b = parseBody(signalSchema, body);
+    const r = this.store.recordSignal(node, deploymentId, {
+      revision: b.revision,
+      deployStatusCode: b.deploy_status_code,
+      deployStdout: b.deploy_stdout,
+      deployStderr: b.deploy_stderr,
+      outputs: b.outputs,
+      statusReason: b.status_reason,
+    }, who);
+    const status = r.deployment?.current.status ?? 'removed';
+    this.#metrics?.signals.inc({ outcome: r.outcome, status });
+    if (r.outcome === 'recorded') this.#log.info({ event: 'deployment.signal', deployment: deploymentId, node, revision: b.revision, status }, 'signal recorded');
+    this.#apply(r.changes);
+    if (!r.deployment) return { id: deploymentId, deployment_id: deploymentId, node, removed: true };
+    return deploymentView(r.deployment, this.store.getConfig(r.deployment.configId));
+  }
+
+  // ---- metadata ----------------------------------------------------------------------------
+
+  /**
+   * The node's metadata body for its current generation, built once per generation.
+   * @throws HeraldError node_deleted | not_found
+   */
+  metadata(node: string): BuiltMetadata {
+    const n = this.store.getNode(node);
+    if (!n) {
+      if (this.store.isTombstoned(node)) throw new HeraldError('node_deleted', `node ${node} was deleted`);
+      throw new HeraldError('not_found', `no node ${node}`);
+    }
+    return this.#cache.get(node, n.generation, () => buildMetadataDocument(this.store.metadataSource(node)!, (nd, id) => this.signalUrl(nd, id)));
+  }
+
+  signalUrl(node: string, deploymentId: string): string {
+    return `${this.#publicUrl}/v1/nodes/${encodeURIComponent(node)}/deployments/${encodeURIComponent(deploymentId)}/signal`;
+  }
+
+  /** The agent holds generation `gen` now (a 200 or 304 it was sent). */
+  recordFetch(node: string, gen: number): void {
+    this.#noteFetched(node, gen, true);
+  }
+
+  #noteFetched(node: string, gen: number, isFetch: boolean): void {
+    if (isFetch) this.#fetches.set(node, { generation_fetched: gen, last_fetch_at: new Date(this.#now()).toISOString() });
+    const had = this.#pendingAcks.get(node);
+    if (had === undefined || had < gen) this.#pendingAcks.set(node, gen);
+  }
+
+  /** Writes the acknowledged generations gathered since the last flush (one transaction). */
+  flushAcks(): void {
+    if (this.#pendingAcks.size === 0) return;
+    const batch = this.#pendingAcks;
+    this.#pendingAcks = new Map();
+    this.store.recordAcked(batch);
+  }
+
+  // ---- clusters ----------------------------------------------------------------------------
+
+  createCluster(body: unknown, who: string): View {
+    const b = parseBody(clusterCreateSchema, body);
+    if (new Set(b.nodes).size !== b.nodes.length) throw new HeraldError('invalid_request', 'a node is listed twice', { field: 'nodes' });
+    const install = this.store.getConfig(b.install_config_id);
+    if (!install) throw new HeraldError('unknown_config', `no config ${b.install_config_id}`, { field: 'install_config_id' });
+    const uninstall = this.store.getConfig(b.uninstall_config_id);
+    if (!uninstall) throw new HeraldError('unknown_config', `no config ${b.uninstall_config_id}`, { field: 'uninstall_config_id' });
+    const values = b.input_values ?? {};
+    const { cluster, changes } = this.store.createCluster({
+      name: b.name,
+      nodes: b.nodes,
+      installConfigId: install.id,
+      uninstallConfigId: uninstall.id,
+      installInputValues: coerceInputValues(install, values),
+      uninstallInputValues: coerceInputValues(uninstall, values),
+      inputValues: values,
+    }, who, this.#now());
+    this.#log.info({ event: 'cluster.create', cluster: cluster.id, nodes: cluster.nodes.length, who }, 'cluster created');
+    this.#apply(changes);
+    return clusterView(cluster, install, uninstall);
+  }
+
+  restartCluster(id: string, body: unknown, who: string): void {
+    const b = parseBody(restartSchema, body ?? {});
+    const changes = this.store.restartCluster(id, b.max_unavailable ?? null, who, this.#now());
+    this.#log.info({ event: 'cluster.restart', cluster: id, max_unavailable: b.max_unavailable ?? 'all', who }, 'cluster restart started');
+    this.#apply(changes);
+  }
+
+  deleteCluster(id: string, who: string): void {
+    const changes = this.store.deleteCluster(id, who, this.#now());
+    this.#log.info({ event: 'cluster.delete', cluster: id, who }, 'cluster delete started');
+    this.#apply(changes);
+  }
+
+  getCluster(id: string): View {
+    const c = this.store.getCluster(id);
+    if (!c) throw new HeraldError('not_found', `no cluster ${id}`);
+    return clusterView(c, this.store.getConfig(c.installConfigId), this.store.getConfig(c.uninstallConfigId));
+  }
+
+  listClusters(): View[] {
+    return this.store.listClusters().map((c) => clusterView(c, this.store.getConfig(c.installConfigId), this.store.getConfig(c.uninstallConfigId)));
+  }
+
+  /** Advances cluster operations (deadlines, windows) now; the timer calls it. */
+  tick(): void {
+    this.#tick();
+  }
+
+  #tick(): void {
+    if (this.#closed) return;
+    try {
+      this.#apply(this.store.tickClusters(this.#now()));
+    } catch (err) {
+      this.#log.error({ err }, 'cluster tick failed');
+    }
+  }
+
+  // ---- after each transaction --------------------------------------------------------------
+
+  /** Wakes the nodes that got work and announces what changed. */
+  #apply(c: ChangeSet): void {
+    for (const w of c.wakes) this.push.notify(w.node, w.generation, w.reason);
+    for (const id of c.deployments) {
+      const d = this.store.getDeployment(id);
+      if (d) this.events.publish('deployment', deploymentView(d, this.store.getConfig(d.configId)));
+    }
+    for (const id of c.removedDeployments) this.events.publish('deployment', { id, deployment_id: id, deleted: true });
+    for (const id of c.nodes) {
+      const n = this.store.getNode(id);
+      if (n) this.events.publish('node', this.#nodeView(n));
+    }
+    for (const id of c.removedNodes) this.events.publish('node', { id, deleted: true });
+    for (const id of c.clusters) {
+      const cl = this.store.getCluster(id);
+      if (cl) {
+        this.events.publish('cluster', clusterView(cl, this.store.getConfig(cl.installConfigId), this.store.getConfig(cl.uninstallConfigId)));
+        if (!cl.status.endsWith('_IN_PROGRESS')) this.#log.info({ event: 'cluster.status', cluster: id, status: cl.status, reason: cl.statusReason }, 'cluster operation finished');
+      }
+    }
+    for (const id of c.removedClusters) {
+      this.events.publish('cluster', { id, deleted: true });
+      this.#log.info({ event: 'cluster.removed', cluster: id }, 'cluster removed');
+    }
+  }
+}
+

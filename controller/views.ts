@@ -1,0 +1,132 @@
+/**
+ * What the API (and the event stream) shows of stored records. Hidden inputs (`hidden: true`)
+ * are replaced by "***" here, the only way out of the controller for them besides the agent's
+ * own metadata.
+ */
+import type { PushState } from './push-types.js';
+import type { ClusterRecord, ConfigRecord, DeploymentRecord, NodeRecord, RevisionRecord } from './store.js';
+
+export const HIDDEN_VALUE = '***';
+
+export interface FetchState {
+  generation_fetched: number | null;
+  last_fetch_at: string | null;
+}
+
+export function nodeView(n: NodeRecord, push: PushState, fetch: FetchState): Record<string, unknown> {
+  return {
+    id: n.id,
+    endpoint: n.endpoint,
+    generation: n.generation,
+    created_at: n.createdAt,
+    updated_at: n.updatedAt,
+    push: {
+      ...push,
+      generation_acked: maxOf(push.generation_acked, n.ackedGeneration),
+      generation_fetched: fetch.generation_fetched,
+      last_fetch_at: fetch.last_fetch_at,
+    },
+  };
+}
+
+function maxOf(a: number | null, b: number | null): number | null {
+  if (a === null) return b;
+  if (b === null) return a;
+  return Math.max(a, b);
+}
+
+export function hiddenNames(...configs: Array<ConfigRecord | undefined>): Set<string> {
+  const s = new Set<string>();
+  for (const c of configs) for (const i of c?.inputs ?? []) if (i.hidden) s.add(i.name);
+  return s;
+}
+
+export function maskValues(values: Record<string, unknown>, hidden: ReadonlySet<string>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(values)) out[k] = hidden.has(k) ? HIDDEN_VALUE : v;
+  return out;
+}
+
+export function configView(c: ConfigRecord): Record<string, unknown> {
+  return {
+    id: c.id,
+    name: c.name,
+    group: c.group,
+    config: c.config,
+    inputs: c.inputs.map((i) => (i.hidden && i.default !== undefined ? { ...i, default: HIDDEN_VALUE } : i)),
+    outputs: c.outputs,
+    options: c.options,
+    creation_time: c.createdAt,
+  };
+}
+
+export function deploymentView(d: DeploymentRecord, config: ConfigRecord | undefined): Record<string, unknown> {
+  const r = d.current;
+  return {
+    id: d.id,
+    deployment_id: d.id,
+    node: d.node,
+    server_id: d.node,
+    config_id: d.configId,
+    name: d.name ?? config?.name ?? null,
+    actions: d.actions,
+    action: r.action,
+    revision: r.revision,
+    item_id: r.itemId,
+    status: r.status,
+    status_reason: r.statusReason,
+    signalled: r.signalled,
+    input_values: maskValues(r.inputValues, hiddenNames(config)),
+    output_values: r.outputValues,
+    cluster_id: d.clusterId,
+    creation_time: d.createdAt,
+    updated_time: r.updatedAt,
+    signalled_time: r.signalledAt,
+  };
+}
+
+export function revisionView(r: RevisionRecord, config: ConfigRecord | undefined): Record<string, unknown> {
+  return {
+    revision: r.revision,
+    item_id: r.itemId,
+    action: r.action,
+    status: r.status,
+    status_reason: r.statusReason,
+    signalled: r.signalled,
+    input_values: maskValues(r.inputValues, hiddenNames(config)),
+    output_values: r.outputValues,
+    creation_time: r.createdAt,
+    updated_time: r.updatedAt,
+    signalled_time: r.signalledAt,
+  };
+}
+
+export function clusterView(c: ClusterRecord, install: ConfigRecord | undefined, uninstall: ConfigRecord | undefined): Record<string, unknown> {
+  return {
+    id: c.id,
+    name: c.name,
+    status: c.status,
+    status_reason: c.statusReason,
+    install_config_id: c.installConfigId,
+    uninstall_config_id: c.uninstallConfigId,
+    input_values: maskValues(c.inputValues, hiddenNames(install, uninstall)),
+    operation: c.operation,
+    max_unavailable: c.maxUnavailable,
+    operation_started_at: c.operationStartedAt,
+    operation_finished_at: c.operationFinishedAt,
+    creation_time: c.createdAt,
+    updated_time: c.updatedAt,
+    nodes: c.nodes.map((n) => ({
+      node: n.node,
+      phase: n.phase,
+      reason: n.reason,
+      install_deployment_id: n.installDeploymentId,
+      uninstall_deployment_id: n.uninstallDeploymentId,
+      uninstall_started_at: n.uninstallStartedAt,
+      uninstall_finished_at: n.uninstallFinishedAt,
+      install_started_at: n.installStartedAt,
+      install_finished_at: n.installFinishedAt,
+      step_deadline_at: n.stepDeadlineMs === null ? null : new Date(n.stepDeadlineMs).toISOString(),
+    })),
+  };
+}

@@ -1,0 +1,180 @@
+/**
+ * Fallback polling with an injected clock (no real waiting), and the coalescer that wake-ups and
+ * polls share.
+ */
+import { describe, expect, it } from 'vitest';
+import { FetchCoalescer } from '../../agent/coalescer.js';
+import { Poller, type Timers } from '../../agent/poller.js';
+
+class FakeClock implements Timers {
+  t = 0;
+  #seq = 0;
+  readonly #q = new Map<number, { at: number; fn: () => void }>();
+  now = (): number => this.t;
+  setTimeout = (fn: () => void, ms: number): unknown => {
+    const id = ++this.#seq;
+    this.#q.set(id, { at: this.t + ms, fn });
+    return id;
+  };
+  clearTimeout = (h: unknown): void => {
+    this.#q.delete(h as number);
+  };
+  /** When the next timer fires, or null. */
+  next(): number | null {
+    let min: number | null = null;
+    for (const e of this.#q.values()) if (min === null || e.at < min) min = e.at;
+    return min;
+  }
+  /** Moves time forward by `ms`, firing due timers (and letting their promises settle). */
+  async advance(ms: number): Promise<void> {
+    const end = this.t + ms;
+    for (;;) {
+      let due: [number, { at: number; fn: () => void }] | undefined;
+      for (const e of this.#q.entries()) if (e[1].at <= end && (!due || e[1].at < due[1].at)) due = e;
+      if (!due) break;
+      this.#q.delete(due[0]);
+      this.t = due[1].at;
+      due[1].fn();
+      for (let i = 0; i < 10; i++) await Promise.resolve();
+    }
+    this.t = end;
+    for (let i = 0; i < 10; i++) await Promise.resolve();
+  }
+}
+
+function poller(o: { healthy?: () => boolean; ok?: () => boolean; random?: () => number } = {}) {
+  const clock = new FakeClock();
+  const at: number[] = [];
+  const p = new Poller({
+    intervalMs: 120_000,
+    healthyIntervalMs: 600_000,
+    timers: clock,
+    random: o.random ?? (() => 0.5),
+    isPushHealthy: o.healthy ?? (() => false),
+    poll: async () => {
+      at.push(clock.t);
+      return o.ok ? o.ok() : true;
+    },
+  });
+  return { clock, p, at };
+}
+
+describe('poller', () => {
+  it('polls at once on start, then every interval', async () => {
+    const { clock, p, at } = poller();
+    p.start(true);
+    await clock.advance(0);
+    await clock.advance(360_000);
+    expect(at).toEqual([0, 120_000, 240_000, 360_000]);
+  });
+
+  it('jitters each interval by at most ±10 %', async () => {
+    let r = 0;
+    const seq = [0, 1, 0.25, 0.999];
+    const { clock, p, at } = poller({ random: () => seq[r++ % seq.length]! });
+    p.start(false);
+    await clock.advance(1_000_000);
+    const gaps = at.map((t, i) => t - (at[i - 1] ?? 0));
+    for (const g of gaps) {
+      expect(g).toBeGreaterThanOrEqual(108_000);
+      expect(g).toBeLessThanOrEqual(132_000);
+    }
+    expect(new Set(gaps).size).toBeGreaterThan(1);
+  });
+
+  it('stretches to the healthy interval while push is healthy and drops back the moment it closes', async () => {
+    let healthy = true;
+    const { clock, p, at } = poller({ healthy: () => healthy });
+    p.start(true);
+    await clock.advance(0);
+    expect(p.nextDueAt).toBe(600_000);
+    await clock.advance(100_000);
+    healthy = false;
+    p.pushChanged();
+    expect(p.nextDueAt).toBe(120_000);
+    await clock.advance(20_000);
+    expect(at).toEqual([0, 120_000]);
+    expect(p.nextDueAt).toBe(240_000);
+  });
+
+  it('retries a failed poll sooner, with backoff, never later than the interval', async () => {
+    let ok = false;
+    const { clock, p, at } = poller({ ok: () => ok, random: () => 0.999 });
+    p.start(true);
+    await clock.advance(0);
+    await clock.advance(8_000);
+    // ceilings 1 s, 2 s, 4 s: three retries within 8 s
+    expect(at.length).toBeGreaterThanOrEqual(4);
+    ok = true;
+    await clock.advance(200_000);
+    const last = at.slice(-2);
+    expect(last[1]! - last[0]!).toBeGreaterThan(100_000);
+  });
+
+  it('stop() cancels the next poll', async () => {
+    const { clock, p, at } = poller();
+    p.start(true);
+    await clock.advance(0);
+    p.stop();
+    await clock.advance(1_000_000);
+    expect(at).toEqual([0]);
+    expect(p.nextDueAt).toBeNull();
+  });
+});
+
+describe('coalescer', () => {
+  function make(initial?: number) {
+    const release: Array<(gen: number) => void> = [];
+    let fetches = 0;
+    const c = new FetchCoalescer({
+      initialFetchedGen: initial,
+      fetch: () => {
+        fetches++;
+        return new Promise((resolve) => release.push((gen) => resolve({ gen })));
+      },
+    });
+    return { c, release, fetches: () => fetches };
+  }
+
+  it('one fetch in flight, at most one queued, whatever the number of requests', async () => {
+    const { c, release, fetches } = make();
+    expect(c.wake(1)).toBe('started');
+    for (let i = 2; i < 500; i++) expect(c.wake(i)).toBe('queued');
+    expect(c.poll()).toBe('queued');
+    expect(fetches()).toBe(1);
+    release.shift()!(10);
+    await Promise.resolve();
+    await new Promise((r) => setImmediate(r));
+    expect(fetches()).toBe(2);
+    release.shift()!(499);
+    await c.idle();
+    expect(fetches()).toBe(2);
+    expect(c.lastFetchedGen).toBe(499);
+    expect(c.wake(499)).toBe('current');
+  });
+
+  it('drops a queued wake-up that the fetch in flight already covered', async () => {
+    const { c, release, fetches } = make();
+    c.wake(1);
+    c.wake(5);
+    release.shift()!(5);
+    await c.idle();
+    expect(fetches()).toBe(1);
+  });
+
+  it('still runs the queued fetch when the one in flight failed', async () => {
+    let n = 0;
+    const c = new FetchCoalescer({
+      fetch: async () => {
+        n++;
+        if (n === 1) throw new Error('down');
+        return { gen: 3 };
+      },
+    });
+    c.wake(3);
+    c.wake(3);
+    await c.idle();
+    expect(n).toBe(2);
+    expect(c.lastFetchedGen).toBe(3);
+  });
+});

@@ -1,0 +1,101 @@
+/**
+ * The push dialer through worker processes (the PushPool facade): needs the compiled worker
+ * (`npm run build`, which `npm test` runs first).
+ */
+import { EventEmitter } from 'node:events';
+import fs from 'node:fs';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Registry } from 'prom-client';
+import { defaultWorkerScript, PushPool, shardOf } from '../../controller/push-pool.js';
+import type { AckEvent, PushState } from '../../controller/push-types.js';
+import { materialPaths } from '../../certs/paths.js';
+import { CONTROLLER_ID, makePushPki, TD, TestWakeListener, waitForEvent, type PushPki } from '../helpers/wake-listener.js';
+
+let pki: PushPki;
+const open: Array<{ close(): Promise<void> }> = [];
+
+beforeAll(async () => {
+  pki = await makePushPki(['n1', 'n2', 'n3']);
+}, 60_000);
+
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((x) => x.close()));
+});
+
+afterAll(() => pki?.cleanup());
+
+/** The pool's events re-emitted on an EventEmitter, so tests can wait for them with a bound. */
+function pool(registry?: Registry): { p: PushPool; ev: EventEmitter } {
+  const p = new PushPool({
+    workers: 2,
+    signingJwk: pki.signingJwk,
+    issuer: CONTROLLER_ID,
+    trustDomain: TD,
+    material: materialPaths(pki.dir, 'controller', 'controller'),
+    logger: pki.logger,
+    ...(registry ? { metrics: registry } : {}),
+    tuning: { backoffBaseMs: 50, backoffMaxMs: 200 },
+  });
+  open.push(p);
+  const ev = new EventEmitter();
+  p.on('ack', (e) => ev.emit('ack', e));
+  p.on('state', (node, s) => ev.emit('state', { node, s }));
+  return { p, ev };
+}
+
+describe.skipIf(!fs.existsSync(defaultWorkerScript()))('push pool (worker processes)', () => {
+  it('shards nodes stably over the workers', () => {
+    expect(shardOf('n1', 2)).toBe(shardOf('n1', 2));
+    const spread = new Set(Array.from({ length: 50 }, (_, i) => shardOf(`node-${i}`, 4)));
+    expect(spread.size).toBe(4);
+  });
+
+  it('connects, wakes and reports through workers; close() sends 1001', async () => {
+    const ls = await Promise.all(['n1', 'n2', 'n3'].map((node) => TestWakeListener.start({ pkiDir: pki.dir, node })));
+    open.push(...ls);
+    const registry = new Registry();
+    const { p, ev } = pool(registry);
+    const acked = new Set<string>();
+    const all = waitForEvent<AckEvent>(ev, 'ack', (e) => acked.add(e.node).size === 3, 10_000);
+    await p.start(ls.map((l, i) => ({ node: l.node, url: l.url, generation: 10 + i, ackedGeneration: null })));
+    await all;
+    expect(p.workerPids).toHaveLength(2);
+    expect(ls.map((l) => l.wakes[0]?.claims.gen)).toEqual([10, 11, 12]);
+    expect(p.state('n2')).toMatchObject({ state: 'connected', generation_acked: 11 });
+
+    const one = waitForEvent<AckEvent>(ev, 'ack', (e) => e.node === 'n2' && e.gen === 20);
+    p.notify('n2', 20, 'deployment');
+    await one;
+    expect(ls[1]!.wakes.map((w) => w.claims.gen)).toEqual([11, 20]);
+    expect(ls[0]!.wakes).toHaveLength(1);
+
+    const text = await registry.metrics();
+    expect(text).toMatch(/herald_wakeups_acked_total 4/);
+    expect(text).toMatch(/herald_push_connected_agents 3/);
+    expect(text).toMatch(/herald_wakeups_sent_total 4/);
+
+    const codes = Promise.all(ls.map((l) => l.waitFor<number>('close')));
+    await p.close();
+    expect(await codes).toEqual([1001, 1001, 1001]);
+  });
+
+  it('restarts a worker that died and reconnects its nodes with a ping wake-up', async () => {
+    const l = await TestWakeListener.start({ pkiDir: pki.dir, node: 'n1' });
+    open.push(l);
+    const { p, ev } = pool();
+    const first = waitForEvent<AckEvent>(ev, 'ack', (e) => e.node === 'n1', 10_000);
+    await p.start([{ node: 'n1', url: l.url, generation: 3, ackedGeneration: 2 }]);
+    await first;
+    const lost = waitForEvent<{ node: string; s: PushState }>(ev, 'state', (x) => x.node === 'n1' && x.s.state === 'disconnected', 10_000);
+    p.notify('n1', 4, 'deployment');
+    await waitForEvent<AckEvent>(ev, 'ack', (e) => e.gen === 4);
+    const victim = p.workerPids[shardOf('n1', 2)]!;
+    const again = waitForEvent<AckEvent>(ev, 'ack', (e) => e.node === 'n1', 15_000);
+    process.kill(victim, 'SIGKILL');
+    await lost;
+    const e = await again;
+    expect(e.gen).toBe(4);
+    expect(l.wakes.at(-1)!.claims).toMatchObject({ gen: 4, reason: 'ping' });
+    expect(p.workerPids).not.toContain(victim);
+  });
+});

@@ -1,0 +1,70 @@
+/**
+ * A real PKI in a temp dir for the controller's tests: the CA, signing key, `controller/controller`,
+ * `operator/admin`, agents n1 and n2 (SANs 127.0.0.1 and localhost), n3 (DNS n3.example only),
+ * plus an operator certificate from a foreign CA and a self-signed one that forges the operator
+ * URI. One RSA key is reused for the extra certificates (key generation is the slow part).
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { initPki, issueCert, makeCa, makeCertificate, newRsaKeyPem } from '../../certs/pki.js';
+import { pkiPaths } from '../../certs/paths.js';
+import { spiffeIdOf } from '../../protocol/identity.js';
+import { KeySet, type Ed25519PrivateJwk } from '../../protocol/jws.js';
+
+export const TD = 'herald.local';
+
+export interface Cred {
+  ca?: Buffer;
+  cert?: Buffer;
+  key?: Buffer;
+}
+
+export interface ControllerTestPki {
+  dir: string;
+  ca: Buffer;
+  keys: KeySet;
+  signingJwk: Ed25519PrivateJwk;
+  cred(role: 'controller' | 'agent' | 'operator', name: string): Cred;
+  /** Only the CA: a client presenting no certificate. */
+  noCert: Cred;
+  /** operator/admin's URI, signed by another CA. */
+  foreignOperator: Cred;
+  /** A self-signed certificate claiming operator/admin. */
+  forgedOperator: Cred;
+  spiffe(role: 'controller' | 'agent' | 'operator', name: string): string;
+  /** Issues another agent certificate (SANs 127.0.0.1, localhost unless given). */
+  issueAgent(name: string, sans?: { dns?: string[]; ip?: string[] }): Promise<Cred>;
+  cleanup(): void;
+}
+
+export async function makeControllerTestPki(): Promise<ControllerTestPki> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-ctl-pki-'));
+  await initPki({ dir });
+  const keyPem = newRsaKeyPem();
+  for (const n of ['n1', 'n2']) await issueCert({ dir, role: 'agent', name: n, ip: ['127.0.0.1'], dns: ['localhost'], keyPem });
+  await issueCert({ dir, role: 'agent', name: 'n3', dns: ['n3.example'], keyPem });
+  const p = pkiPaths(dir);
+  const ca = fs.readFileSync(p.caCrt);
+  const foreignCa = makeCa({ keyPem });
+  const foreign = makeCertificate({ issuer: foreignCa, uris: [spiffeIdOf(TD, 'operator', 'admin')], eku: { clientAuth: true }, keyPem });
+  const forged = makeCertificate({ issuer: 'self', uris: [spiffeIdOf(TD, 'operator', 'admin')], eku: { clientAuth: true }, keyPem });
+  const signingJwk = JSON.parse(fs.readFileSync(p.signingJwk, 'utf8')) as Ed25519PrivateJwk;
+  const cred = (role: 'controller' | 'agent' | 'operator', name: string): Cred => ({ ca, cert: fs.readFileSync(p.cert(role, name)), key: fs.readFileSync(p.key(role, name)) });
+  return {
+    dir,
+    ca,
+    keys: new KeySet(JSON.parse(fs.readFileSync(p.jwks, 'utf8'))),
+    signingJwk,
+    cred,
+    noCert: { ca },
+    foreignOperator: { ca, cert: Buffer.from(foreign.cert), key: Buffer.from(foreign.key) },
+    forgedOperator: { ca, cert: Buffer.from(forged.cert), key: Buffer.from(forged.key) },
+    spiffe: (role, name) => spiffeIdOf(TD, role, name),
+    issueAgent: async (name, sans) => {
+      await issueCert({ dir, role: 'agent', name, ip: sans?.ip ?? ['127.0.0.1'], dns: sans?.dns ?? ['localhost'], keyPem });
+      return cred('agent', name);
+    },
+    cleanup: () => fs.rmSync(dir, { recursive: true, force: true }),
+  };
+}
