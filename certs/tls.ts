@@ -208,7 +208,13 @@ export class PkiMaterial extends EventEmitter {
   }
 
   #loadError(file: string, err: unknown): void {
-    this.#log.error({ file, err }, 'PKI file not loaded; keeping the last good content');
+    if (err instanceof KeyMismatchError) {
+      // usual mid-renewal (key and certificate are replaced one after the other): the second
+      // replace triggers another reload
+      this.#log.warn({ file, err }, 'key and certificate do not match (yet); keeping the last good pair');
+    } else {
+      this.#log.error({ file, err }, 'PKI file not loaded; keeping the last good content');
+    }
     this.emit('load-error', { file, error: err });
   }
 
@@ -253,7 +259,7 @@ export class PkiMaterial extends EventEmitter {
     } catch (err) {
       throw new HeraldError('bad_option', `${o.keyPath} is not a PEM private key`, { cause: err });
     }
-    if (!x.checkPrivateKey(k)) throw new HeraldError('bad_option', `${o.keyPath} does not match ${o.certPath}`);
+    if (!x.checkPrivateKey(k)) throw new KeyMismatchError(`${o.keyPath} does not match ${o.certPath}`);
     const identity = identityOf(x, o.trustDomain);
     if (!caCerts.some((c) => x.checkIssued(c) && x.verify(c.publicKey))) {
       this.#log.warn({ cert: o.certPath, ca: o.caPath }, 'our certificate is not signed by the CA we trust; peers will refuse it');
@@ -306,6 +312,12 @@ export class PkiMaterial extends EventEmitter {
       trustDomain: this.options.trustDomain,
       identity: this.#tls.identity,
     });
+  }
+}
+
+class KeyMismatchError extends HeraldError {
+  constructor(message: string) {
+    super('bad_option', message);
   }
 }
 

@@ -36,6 +36,11 @@ export function reportError(err: unknown): number {
 }
 
 async function main(): Promise<void> {
+  // `herald certs list | head` closes our stdout early: that is the reader's choice, not an error
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EPIPE') process.exit(0);
+    throw err;
+  });
   try {
     await buildProgram().parseAsync(process.argv);
   } catch (err) {

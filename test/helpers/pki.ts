@@ -11,7 +11,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { initPki, issueCert, makeCa, makeCertificate, newRsaKeyPem, revoke, type Pem } from '../../certs/pki.js';
+import { initPki, issueCert, makeCa, makeCertificate, newRsaKeyPem, readTrustDomain, revoke, type Pem } from '../../certs/pki.js';
 import { pkiPaths, materialPaths, type PkiPaths } from '../../certs/paths.js';
 import { PkiMaterial, type Logger, type PkiMaterialOptions } from '../../certs/tls.js';
 import { spiffeIdOf, type Role } from '../../protocol/identity.js';
@@ -52,10 +52,14 @@ export interface TestPki {
 /** Silent logger for tests that provoke load errors on purpose. */
 export const quietLogger: Logger = { info: () => {}, warn: () => {}, error: () => {} };
 
-export async function makeTestPki(opts: { agents?: string[]; trustDomain?: string; dir?: string } = {}): Promise<TestPki> {
+/**
+ * Makes a PKI in a new temporary directory (removed by cleanup()), or in `dir`; with
+ * `existing: true`, wraps the PKI already in `dir` (e.g. made by `bin/herald certs init`).
+ */
+export async function makeTestPki(opts: { agents?: string[]; trustDomain?: string; dir?: string; existing?: boolean } = {}): Promise<TestPki> {
   const dir = opts.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pki-'));
-  const trustDomain = opts.trustDomain ?? 'herald.local';
-  await initPki({ dir, trustDomain });
+  const trustDomain = opts.existing ? readTrustDomain(dir) : (opts.trustDomain ?? 'herald.local');
+  if (!opts.existing) await initPki({ dir, trustDomain });
   const paths = pkiPaths(dir);
   for (const n of opts.agents ?? []) await issueCert({ dir, role: 'agent', name: n, ip: ['127.0.0.1'], dns: ['localhost'] });
   const ca: Pem = { cert: fs.readFileSync(paths.caCrt, 'utf8'), key: fs.readFileSync(paths.caKey, 'utf8') };
