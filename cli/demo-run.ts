@@ -75,6 +75,39 @@ function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
+/** Set in the environment of every process the demo starts, so cleanup can find them all. */
+const DEMO_ENV_MARKER = 'HERALD_DEMO_ROOT';
+
+/**
+ * SIGKILLs every process of ours whose environment holds one of `markers` (`NAME=value`);
+ * Linux only (reads /proc), elsewhere a no-op. Returns how many it signalled.
+ */
+function killMarked(markers: string[]): number {
+  let n = 0;
+  let pids: string[];
+  try {
+    pids = fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p) && Number(p) !== process.pid);
+  } catch {
+    return 0;
+  }
+  for (const p of pids) {
+    let environ: string[];
+    try {
+      environ = fs.readFileSync(`/proc/${p}/environ`, 'utf8').split('\0');
+    } catch {
+      continue; // gone, or not ours
+    }
+    if (!markers.some((m) => environ.includes(m)) || !isAlive(Number(p))) continue;
+    try {
+      process.kill(Number(p), 'SIGKILL');
+      n++;
+    } catch {
+      // gone already
+    }
+  }
+  return n;
+}
+
 /** True when `pid` runs and is not a zombie. */
 export function isAlive(pid: number | undefined): boolean {
   if (!pid) return false;
@@ -142,7 +175,7 @@ export async function runDemo(o: DemoOptions): Promise<number> {
   const nodes: NodeInfo[] = [];
   let client: ApiClient | undefined;
   let cleaned = false;
-  const env = { ...process.env, HERALD_NO_CA_WARNING: '1' };
+  const env = { ...process.env, HERALD_NO_CA_WARNING: '1', [DEMO_ENV_MARKER]: root };
 
   const startChild = (name: string, args: string[]): Child => {
     const log = path.join(root, 'logs', `${name}.log`);
@@ -187,10 +220,18 @@ export async function runDemo(o: DemoOptions): Promise<number> {
         }
       }
     }
+    // hooks still running when their agent stopped may start a service after the pid files were
+    // read: anything carrying the demo's marker in its environment goes too
+    for (let i = 0; i < 3; i++) {
+      if (killMarked([`${DEMO_ENV_MARKER}=${root}`, `demo_root=${nodesDir}`]) === 0 && i > 0) break;
+      await sleep(200);
+    }
     if (ownDir) fs.rmSync(root, { recursive: true, force: true });
   };
 
+  let interrupted = false;
   const onSignal = (sig: NodeJS.Signals): void => {
+    interrupted = true;
     process.stderr.write(`\nherald demo: ${sig}: stopping everything\n`);
     void cleanup().finally(() => process.exit(130));
   };
@@ -243,7 +284,7 @@ export async function runDemo(o: DemoOptions): Promise<number> {
       fs.mkdirSync(path.join(volume, 'db'), { recursive: true });
       fs.writeFileSync(path.join(volume, 'db', 'data.bin'), crypto.randomBytes(4096));
       fs.writeFileSync(path.join(volume, 'README'), `volume of ${id}: the restart must leave it as it is\n`);
-      const container = spawn('sleep', ['86400'], { detached: true, stdio: 'ignore' });
+      const container = spawn('sleep', ['86400'], { detached: true, stdio: 'ignore', env });
       if (!container.pid) throw new DemoFailure(`could not start the application container of ${id}`);
       fs.writeFileSync(path.join(dir, 'container.pid'), `${container.pid}\n`);
       const info: NodeInfo = { id, dir, volume, containerPid: container.pid, container, containerExited: false, volumeHash: hashDir(volume), servicePid: undefined };
@@ -353,6 +394,8 @@ export async function runDemo(o: DemoOptions): Promise<number> {
     say(ownDir ? 'Stopped everything and removed the directory.' : `Stopped everything; ${root} is kept.`);
     return 0;
   } catch (err) {
+    // after Ctrl-C the steps in flight fail as their processes go: that is not news
+    if (interrupted) return new Promise<number>(() => undefined);
     const msg = err instanceof DemoFailure || err instanceof HeraldError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err);
     process.stderr.write(`herald demo: failed: ${msg}\n`);
     if (o.keep) {
@@ -440,6 +483,7 @@ function keepRunning(say: (s: string) => void, k: { root: string; pkiDir: string
   say(`  ${herald} cluster restart ${k.clusterId} --wait ${conn}`);
   say(`  ${herald} node ls ${conn}`);
   say(`  or: export HERALD_CONTROLLER=${k.controllerUrl} HERALD_PKI=${k.pkiDir}; ${herald} cluster ls`);
+  say('  (this PKI directory also holds the CA key, so the CLI warns about it; HERALD_NO_CA_WARNING=1 silences that)');
   say('');
   say('With curl:');
   say(`  curl --cacert ${p('ca.crt')} --cert ${p('operator/admin.crt')} --key ${p('operator/admin.key')} ${k.controllerUrl}/v1/clusters`);

@@ -106,3 +106,26 @@ describe('watchRestart', () => {
     expect(normalizeCluster({ cluster_id: 'c', nodes: ['n1'] })).toMatchObject({ id: 'c', status: 'UNKNOWN', nodes: [{ node: 'n1', phase: 'pending' }] });
   });
 });
+
+describe('demo timeline', () => {
+  it('orders events and puts nodes that did the same thing at once on one line', async () => {
+    const { timelineLines } = await import('../../cli/demo-run.js');
+    const t0 = new Date('2026-01-01T00:00:00.000Z');
+    const at = (ms: number): Date => new Date(t0.getTime() + ms);
+    const lines = timelineLines([
+      { kind: 'phase', at: at(300), node: 'n1', phase: 'installing' },
+      { kind: 'phase', at: at(2), node: 'n1', phase: 'uninstalling' },
+      { kind: 'phase', at: at(3), node: 'n2', phase: 'uninstalling' },
+      { kind: 'status', at: at(50), status: 'RESTART_IN_PROGRESS' },
+      { kind: 'woken', at: at(70), node: 'n2', detail: '' },
+      { kind: 'status', at: at(900), status: 'RESTART_COMPLETE' },
+    ], t0);
+    expect(lines.map((l) => l.trim().replace(/\s+/g, ' '))).toEqual([
+      '+0 ms restart accepted',
+      '+2 ms n1, n2 uninstalling',
+      '+70 ms n2 woken',
+      '+300 ms n1 uninstall done, installing',
+      '+900 ms cluster RESTART_COMPLETE',
+    ]);
+  });
+});

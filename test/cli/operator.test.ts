@@ -32,7 +32,7 @@ function expectOneLineError(stderr: string, code: string): void {
   expect(stderr).not.toMatch(/\n\s+at /);
 }
 
-describe('herald node', () => {
+describe('herald node', { timeout: 60_000 }, () => {
   it('adds, lists (table and JSON), shows and removes a node', async () => {
     const add = await runCli(['node', 'add', 'web1', ...conn]);
     expect(add).toMatchObject({ code: 0, stderr: '' });
@@ -69,7 +69,7 @@ describe('herald node', () => {
   });
 });
 
-describe('herald config and deploy', () => {
+describe('herald config and deploy', { timeout: 60_000 }, () => {
   it('creates a config from a file with inputs and outputs, lists and shows it', async () => {
     const script = path.join(dir, 'hello.sh');
     fs.writeFileSync(script, '#!/bin/sh\necho "hello $who"\n');
@@ -122,7 +122,7 @@ describe('herald config and deploy', () => {
   });
 });
 
-describe('errors', () => {
+describe('errors', { timeout: 60_000 }, () => {
   it('a bad group name is one line with the code and the field', async () => {
     const script = path.join(dir, 'x.sh');
     fs.writeFileSync(script, 'true\n');
