@@ -80,7 +80,7 @@ export function registerAgentCommand(program: Command): void {
     .description('run a node agent: listen for signed wake-ups, fetch signed metadata, apply deployments, signal results')
     .requiredOption('--node <id>', 'this node\'s id; the certificate must be agent/<id>')
     .requiredOption('--controller <url>', 'controller API, https://host:port')
-    .option('--listen <host:port>', `wake-up listener address (default port ${DEFAULT_AGENT_PORT})`, `0.0.0.0:${DEFAULT_AGENT_PORT}`)
+    .requiredOption('--listen <host:port>', `wake-up listener address (a bare host listens on port ${DEFAULT_AGENT_PORT}; port 0 picks a free one)`)
     .option('--advertise <host:port>', 'address announced to the controller (default: --listen; needed when --listen is a wildcard)')
     .option('--pki <dir>', 'PKI directory (or a bundle) in the Herald layout; uses agent/<node>.crt/.key')
     .requiredOption('--state-dir <dir>', 'durable state: started/finished items, outbox, run directories (made 0700)')

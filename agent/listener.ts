@@ -139,8 +139,8 @@ export class WakeListener extends EventEmitter {
 
     this.#server = https.createServer({
       ...tlsServerOptions(this.#material),
-      // the socket is destroyed by our own timer; this only bounds Node's own wait
-      handshakeTimeout: this.#o.handshakeTimeoutMs,
+      // our own timer (TLS plus upgrade) destroys the socket first; this only bounds Node's wait
+      handshakeTimeout: this.#o.handshakeTimeoutMs + 1_000,
     });
     // keep-alive would let a peer hold a pending slot between requests; nothing here wants it
     this.#server.keepAliveTimeout = 1;

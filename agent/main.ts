@@ -139,8 +139,8 @@ export async function startAgent(cfg: AgentConfig): Promise<RunningAgent> {
   });
 
   let lastFetchOk = false;
+  // no initial generation: a fresh process has not fetched anything yet, whatever it did before
   const coalescer = new FetchCoalescer({
-    initialFetchedGen: state.lastFetchedGeneration,
     fetch: async () => {
       try {
         const r = await fetcher.fetchMetadata();
@@ -149,7 +149,6 @@ export async function startAgent(cfg: AgentConfig): Promise<RunningAgent> {
         if (r.status === 200) {
           log.info({ gen: r.gen, items: r.document.deployments.length }, 'metadata fetched');
           apply.submit(r.document);
-          if ((state.lastFetchedGeneration ?? -1) < r.gen) await state.setLastFetchedGeneration(r.gen);
         } else {
           log.debug({ gen: r.gen }, 'metadata not modified');
         }

@@ -4,19 +4,17 @@
  * protocol's codes (`wrong_peer`, `revoked`, `untrusted_certificate`, ...); a 403 from the agent
  * listener carries its own code (SPEC §2), which is kept as is.
  */
-import { codeOf, isErrorCode, type ErrorCode } from '../protocol/errors.js';
+import { codeOf, ERROR_CODES, isErrorCode, type ErrorCode } from '../protocol/errors.js';
 
-export const PUSH_FAILURE_CODES = {
-  connection_refused: 'nothing listens at the node\'s endpoint (TCP connection refused)',
-  connection_reset: 'the agent or the network reset the connection',
-  connection_closed: 'the agent closed an established push connection',
-  dial_timeout: 'TCP, TLS and the WebSocket upgrade did not finish within the dial timeout',
-  unreachable: 'the endpoint\'s host or network is unreachable, or its name does not resolve',
-  tls_error: 'the TLS handshake failed for another reason than the agent\'s certificate',
-  upgrade_refused: 'the agent answered the WebSocket upgrade with an unexpected HTTP status',
-  half_open: 'the agent did not answer a wake-up (or a ping) in time: the connection was dropped',
-  protocol_error: 'the agent sent something that is not a valid answer frame',
-} as const;
+const PUSH_FAILURE_CODE_LIST = [
+  'connection_refused', 'connection_reset', 'connection_closed', 'dial_timeout', 'unreachable',
+  'tls_error', 'upgrade_refused', 'half_open', 'protocol_error',
+] as const satisfies readonly ErrorCode[];
+
+/** The dialer's own failure codes, with their documented meanings (protocol/errors.ts). */
+export const PUSH_FAILURE_CODES = Object.fromEntries(PUSH_FAILURE_CODE_LIST.map((c) => [c, ERROR_CODES[c]])) as {
+  [K in (typeof PUSH_FAILURE_CODE_LIST)[number]]: string;
+};
 
 export type PushFailureCode = keyof typeof PUSH_FAILURE_CODES;
 export type PushErrorCode = PushFailureCode | ErrorCode;

@@ -96,6 +96,17 @@ export const ERROR_CODES = {
   output_too_large: 'an output file is over 1 MiB',
   bad_config: 'a component config is not {"configs":[...]}',
 
+  // push dialer (controller → agent listener): a node's `last_error` and dial-failure metric
+  connection_refused: 'nothing listens at the node\'s endpoint (TCP connection refused)',
+  connection_reset: 'the agent or the network reset the connection',
+  connection_closed: 'the agent closed an established push connection',
+  dial_timeout: 'TCP, TLS and the WebSocket upgrade did not finish within the dial timeout',
+  unreachable: 'the endpoint\'s host or network is unreachable, or its name does not resolve',
+  tls_error: 'the TLS handshake failed for another reason than the agent\'s certificate',
+  upgrade_refused: 'the agent answered the WebSocket upgrade with an unexpected HTTP status',
+  half_open: 'the agent did not answer a wake-up (or a ping) in time: the connection was dropped',
+  protocol_error: 'the agent sent something that is not a valid answer frame',
+
   // configuration (start-up) and the CLI
   bad_option: 'a command-line option or configuration value is invalid',
   pki_exists: 'the PKI directory already holds a CA (use --force to replace it)',
