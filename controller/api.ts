@@ -372,9 +372,9 @@ export class ApiServer {
     add('GET', '/healthz', 'any', () => ok({ status: 'ok' }));
 
     // agent routes
-    add('PUT', '/v1/nodes/:node/endpoint', 'agent', (c) => ok(s.announce(c.params.node!, c.body, c.identity)), { rate: 'announce' });
+    add('PUT', '/v1/nodes/:node/endpoint', 'agent', async (c) => ok(await s.announce(c.params.node!, c.body, c.identity)), { rate: 'announce' });
     add('GET', '/v1/nodes/:node/metadata', 'agent', (c) => this.#metadata(c), { rate: 'fetch' });
-    add('POST', '/v1/nodes/:node/deployments/:deployment/signal', 'agent', (c) => ok(s.signal(c.params.node!, c.params.deployment!, c.body, who(c))), {
+    add('POST', '/v1/nodes/:node/deployments/:deployment/signal', 'agent', async (c) => ok(await s.signal(c.params.node!, c.params.deployment!, c.body, who(c))), {
       bodyLimitBytes: sigLimit,
     });
 

@@ -339,7 +339,7 @@ export class PushDialer implements PushService {
       ws = new WebSocket(url, options as WebSocket.ClientOptions);
     } catch (err) {
       // a URL ws cannot parse: the API validates endpoints, so this is a bug or a bad store row
-      this.#dialsInFlight--;
+      this.#dialDone();
       this.#log.error({ node: e.node, url, err }, 'push endpoint is not a usable URL');
       this.#fail(e, 'unreachable');
       this.#metrics.dialFailed('unreachable');

@@ -11,6 +11,7 @@ import { DEFAULT_ACTIONS, type DeployAction } from '../protocol/heat.js';
 import { ACK_FLUSH_INTERVAL_MS, CLUSTER_TICK_INTERVAL_MS } from '../protocol/limits.js';
 import type { CertIdentity } from '../certs/identity.js';
 import { hostInSans, parseEndpoint } from './endpoint.js';
+import { GroupCommitter } from './group-commit.js';
 import type { EventBus } from './events.js';
 import { buildMetadataDocument, MetadataCache, type BuiltMetadata } from './metadata-builder.js';
 import type { ControllerMetrics } from './metrics.js';
@@ -60,6 +61,8 @@ export class ControllerService {
   readonly #autoRegister: boolean;
   readonly #now: () => number;
   readonly #cache = new MetadataCache();
+  /** Signals and announcements from many agents share commits (one fsync each batch). */
+  readonly #committer: GroupCommitter;
   readonly #fetches = new Map<string, FetchState>();
   #pendingAcks = new Map<string, number>();
   #tickTimer: NodeJS.Timeout | undefined;
@@ -79,6 +82,7 @@ export class ControllerService {
     this.#now = o.now ?? Date.now;
     this.#tickMs = o.clusterTickMs ?? CLUSTER_TICK_INTERVAL_MS;
     this.#ackMs = o.ackFlushMs ?? ACK_FLUSH_INTERVAL_MS;
+    this.#committer = new GroupCommitter(this.store);
   }
 
   /** Sets the base of `deploy_signal_id` (known only once the API is bound, with port 0). */
@@ -129,13 +133,13 @@ export class ControllerService {
    * An agent's announcement of its listener. The URL's host must be among `caller`'s SANs.
    * @throws HeraldError bad_endpoint | link_local_endpoint | endpoint_not_in_san | node_deleted | not_found
    */
-  announce(node: string, body: unknown, caller: CertIdentity): View {
+  async announce(node: string, body: unknown, caller: CertIdentity): Promise<View> {
     const b = parseBody(endpointSchema, body);
     const ep = parseEndpoint(b.url, 'url');
     if (!hostInSans(ep.host, caller.dns, caller.ips)) {
       throw new HeraldError('endpoint_not_in_san', `the endpoint host is not among the certificate's DNS or IP SANs`, { field: 'url' });
     }
-    const r = this.store.announceEndpoint(node, ep.url, caller.spiffeId, this.#autoRegister);
+    const r = await this.#committer.run(() => this.store.announceEndpoint(node, ep.url, caller.spiffeId, this.#autoRegister));
     if (r.changed) {
       this.#log.info({ event: r.created ? 'node.register' : 'node.endpoint', node, endpoint: ep.url }, r.created ? 'node registered by its agent' : 'node endpoint changed');
       this.push.setEndpoint(node, ep.url, r.node.generation);
@@ -241,16 +245,16 @@ export class ControllerService {
   }
 
   /** An agent's result for its deployment (node already checked against the caller). */
-  signal(node: string, deploymentId: string, body: unknown, who: string): View {
+  async signal(node: string, deploymentId: string, body: unknown, who: string): Promise<View> {
     const b = parseBody(signalSchema, body);
-    const r = this.store.recordSignal(node, deploymentId, {
+    const r = await this.#committer.run(() => this.store.recordSignal(node, deploymentId, {
       revision: b.revision,
       deployStatusCode: b.deploy_status_code,
       deployStdout: b.deploy_stdout,
       deployStderr: b.deploy_stderr,
       outputs: b.outputs,
       statusReason: b.status_reason,
-    }, who);
+    }, who));
     const status = r.deployment?.current.status ?? 'removed';
     this.#metrics?.signals.inc({ outcome: r.outcome, status });
     if (r.outcome === 'recorded') this.#log.info({ event: 'deployment.signal', deployment: deploymentId, node, revision: b.revision, status }, 'signal recorded');

@@ -234,6 +234,8 @@ class Tx {
   readonly touched = new Map<string, WakeReason | null>();
   readonly changes: ChangeSet = emptyChanges();
   readonly removedNodes = new Set<string>();
+  /** Membership of each list, so add() stays O(1): a 10,000-node cluster adds 20,000 ids. */
+  readonly #seen = new Map<string, Set<string>>();
 
   /** The node's metadata changed; `reason` when it also has work (a wake-up). */
   touch(node: string, reason: WakeReason | null = null): void {
@@ -243,7 +245,16 @@ class Tx {
 
   add(list: keyof Omit<ChangeSet, 'generation' | 'touchedNodes' | 'wakes'>, id: string): void {
     const l = this.changes[list];
-    if (!l.includes(id)) l.push(id);
+    let seen = this.#seen.get(list);
+    if (seen === undefined || seen.size !== l.length) {
+      // (re)built when the list was changed behind our back (a splice elsewhere in the store)
+      seen = new Set(l);
+      this.#seen.set(list, seen);
+    }
+    if (!seen.has(id)) {
+      seen.add(id);
+      l.push(id);
+    }
   }
 }
 
@@ -834,6 +845,11 @@ export class SqliteStore implements Store {
     return (this.#s.auditList.all(limit) as Array<{ seq: number; at: string; who: string; action: string; target: string; detail: string | null }>).map((r) => ({
       seq: r.seq, at: r.at, who: r.who, action: r.action, target: r.target, detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
     }));
+  }
+
+  group<T>(fn: () => T): T {
+    this.#assertOpen();
+    return this.#db.transaction(fn).immediate();
   }
 
   /** Closes the database (a WAL checkpoint happens on close). Idempotent. */

@@ -264,6 +264,11 @@ export interface Store {
   activeClusterIds(): string[];
 
   listAudit(limit?: number): AuditRecord[];
+  /**
+   * Runs `fn` in one transaction: the store calls inside it keep their own all-or-nothing
+   * (savepoints) but share one commit (group commit: one fsync for many changes).
+   */
+  group<T>(fn: () => T): T;
   close(): void;
 }
 

@@ -528,3 +528,45 @@ describe('plain health listener', () => {
     }
   });
 });
+
+describe('revocation and unexpected errors', () => {
+  it('refuses a revoked certificate at its next request, on a live connection too', async () => {
+    const rv = await pki.issueAgent('rv');
+    const agent = new https.Agent({ keepAlive: true, ...rv });
+    const get = () => new Promise<number>((resolve, reject) => {
+      const r = https.request({ host: '127.0.0.1', port: t.port, path: '/healthz', servername: 'localhost', agent }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      r.on('error', reject);
+      r.end();
+    });
+    try {
+      expect(await get()).toBe(200);
+      const { revoke } = await import('../../certs/pki.js');
+      await revoke({ dir: pki.dir, target: 'agent/rv' });
+      await waitFor('the revocation to take effect', async () => {
+        const r = await t.req(rv, 'GET', '/healthz');
+        return r.status === 403 && r.json.error.code === 'revoked';
+      });
+      // the kept-alive connection was closed or is refused; it does not get a 200
+      expect(await get().catch(() => 0)).not.toBe(200);
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it('answers an unexpected failure 500 internal without detail, and logs the stack', async () => {
+    const x = await startTestController(pki);
+    try {
+      x.ctl.store.close();
+      const r = await x.req(op, 'GET', '/v1/nodes');
+      expectError(r, 500, 'internal');
+      expect(r.json.error.message).toBe('an unexpected error; details are in the controller log only');
+      const line = x.logLines().find((l) => l.msg === 'request failed unexpectedly') as { err?: { stack?: string } } | undefined;
+      expect(line?.err?.stack).toMatch(/not open|closed/);
+    } finally {
+      await x.close().catch(() => undefined);
+    }
+  });
+});
