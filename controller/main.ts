@@ -144,10 +144,13 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     const signingFile = o.signingKey ?? pkiPaths(o.pki).signingJwk;
     const signingJwk = loadSigningJwk(signingFile);
     let signer = new Signer(signingJwk);
+    let pushService: PushService | undefined;
     // a rotated signing key comes with a new JWKS: take the new private key with it
     material.on('jwks-change', () => {
       try {
-        signer = new Signer(loadSigningJwk(signingFile));
+        const jwk = loadSigningJwk(signingFile);
+        signer = new Signer(jwk);
+        pushService?.setSigningKey(jwk);
         logger.info({ kid: signer.kid }, 'signing key reloaded');
       } catch (err) {
         logger.error({ err: { message: (err as Error).message } }, 'signing key not reloaded; keeping the last good one');
@@ -161,6 +164,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     const push = await (deps.push ?? defaultPush)({
       signer, signingJwk, issuer: me.spiffeId, trustDomain, material, materialPaths: paths, logger, metrics, workers: o.pushWorkers,
     });
+    pushService = push;
     cleanup.push(() => push.close());
 
     const service = new ControllerService({

@@ -19,7 +19,7 @@ import { fullJitterMs } from '../protocol/backoff.js';
 import { ConfigError, isErrorCode, RefusalError } from '../protocol/errors.js';
 import { decodeAnswer } from '../protocol/frames.js';
 import { spiffeIdOf } from '../protocol/identity.js';
-import type { Signer } from '../protocol/jws.js';
+import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import {
   DIAL_TIMEOUT_MS, FRAME_ANSWER_TIMEOUT_MS, MAX_DIALS_IN_FLIGHT, MAX_WAKE_FRAME_BYTES, MAX_WAKES_IN_FLIGHT,
   MAX_WS_PAYLOAD_BYTES, PING_INTERVAL_MS, PUSH_CLOSE_GRACE_MS, RECONNECT_BACKOFF_BASE_MS, RECONNECT_BACKOFF_MAX_MS,
@@ -113,6 +113,7 @@ const POLICY_VIOLATION = 1008;
 
 export class PushDialer implements PushService {
   readonly #o: Resolved;
+  #signer: Signer;
   readonly #log: Logger;
   readonly #metrics: PushMetricsSink;
   readonly #events = new EventEmitter();
@@ -156,6 +157,7 @@ export class PushDialer implements PushService {
       if (!Number.isFinite(o[k]) || o[k] <= 0) throw new ConfigError(`${k} must be a positive number`, { field: k });
     }
     this.#o = o;
+    this.#signer = o.signer;
     this.#log = o.logger.child({ component: 'push' });
     this.#metrics = opts.metricsSink ?? promPushMetrics(opts.metrics);
     this.#wheel = new PingWheel<NodeEntry>(o.pingIntervalMs, (e) => this.#ping(e));
@@ -195,6 +197,10 @@ export class PushDialer implements PushService {
     if (e.url === null) return;
     if (e.ws !== null && e.ws.readyState === WebSocket.OPEN) this.#requestWake(e, reason);
     else this.#activate(e); // the wake-up on connect carries the newest generation
+  }
+
+  setSigningKey(jwk: Ed25519PrivateJwk): void {
+    this.#signer = new Signer(jwk);
   }
 
   setEndpoint(node: string, url: string | null, generation: number): void {
@@ -495,7 +501,7 @@ export class PushDialer implements PushService {
     const now = this.#o.clock();
     const gen = e.generation;
     const jti = newJti();
-    const token = signWake(this.#o.signer, { iss: this.#o.issuer, aud: e.spiffeId, gen, reason, nowS: now / 1000, jti });
+    const token = signWake(this.#signer, { iss: this.#o.issuer, aud: e.spiffeId, gen, reason, nowS: now / 1000, jti });
     const timer = setTimeout(() => this.#onAnswerTimeout(e, jti), this.#o.answerTimeoutMs);
     timer.unref();
     e.inflight = { jti, gen, sentAtMs: now, timer };

@@ -38,7 +38,8 @@ export type ToWorkerCommand =
   | { t: 'start'; targets: PushTarget[]; reconnect: string[] }
   | { t: 'notify'; node: string; gen: number; reason: WakeReason }
   | { t: 'endpoint'; node: string; url: string | null; gen: number }
-  | { t: 'remove'; node: string };
+  | { t: 'remove'; node: string }
+  | { t: 'signing-key'; jwk: Ed25519PrivateJwk };
 
 export type ToWorker = WorkerInit | { t: 'batch'; cmds: ToWorkerCommand[] } | { t: 'close' };
 

@@ -128,6 +128,16 @@ export class PushPool implements PushService {
     this.#send(node, { t: 'endpoint', node, url, gen: generation });
   }
 
+  setSigningKey(jwk: Ed25519PrivateJwk): void {
+    if (this.#closed) return;
+    // a worker restarted later is initialised with the new key; running ones get a command
+    this.#o.signingJwk = jwk;
+    for (const s of this.#shards) {
+      s.queue.push({ t: 'signing-key', jwk });
+      this.#schedule(s);
+    }
+  }
+
   remove(node: string): void {
     if (this.#closed) return;
     this.#targets.delete(node);

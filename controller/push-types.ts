@@ -4,6 +4,7 @@
  * sees this interface.
  */
 import type { ErrorCode } from '../protocol/errors.js';
+import type { Ed25519PrivateJwk } from '../protocol/jws.js';
 import type { WakeReason } from '../protocol/wake.js';
 
 export type PushConnectionState = 'idle' | 'connecting' | 'connected' | 'disconnected' | 'half_open';
@@ -57,6 +58,8 @@ export interface PushService {
   /** The node was deleted: close and forget it. */
   remove(node: string): void;
   state(node: string): PushState;
+  /** A rotated signing key: wake-ups from now on are signed with it. */
+  setSigningKey(jwk: Ed25519PrivateJwk): void;
   on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void;
   /** Closes every agent connection with 1001 and stops. Idempotent. */
   close(): Promise<void>;

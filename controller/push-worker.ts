@@ -57,6 +57,9 @@ class Worker {
       case 'remove':
         this.#dialer.remove(cmd.node);
         break;
+      case 'signing-key':
+        this.#dialer.setSigningKey(cmd.jwk);
+        break;
     }
     this.#schedule();
   }

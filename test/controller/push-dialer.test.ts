@@ -3,11 +3,14 @@
  * certs/ for the run). Every wait is for an event, with a bound.
  */
 import { once } from 'node:events';
+import fs from 'node:fs';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import { PushDialer, type PushDialerOptions } from '../../controller/push-dialer.js';
 import type { AckEvent, PushEvents, PushState } from '../../controller/push-types.js';
+import { pkiPaths } from '../../certs/paths.js';
+import type { Ed25519PrivateJwk } from '../../protocol/jws.js';
 import { CONTROLLER_ID, makePushPki, TD, TestWakeListener, type PushPki } from '../helpers/wake-listener.js';
 
 let pki: PushPki;
@@ -268,5 +271,21 @@ describe('push dialer', () => {
     await n3ack; // n1 went half-open, which freed the slot
     expect(d.state('n1').state).toBe('half_open');
     expect(l3.wakes[0]!.claims.gen).toBe(4);
+  });
+
+  it('signs wake-ups with a rotated signing key from the moment it is handed over', async () => {
+    const { rotateSigningKey } = await import('../../certs/pki.js');
+    const oldKid = pki.signingJwk.kid;
+    const { kid: newKid } = await rotateSigningKey({ dir: pki.dir });
+    const newJwk = JSON.parse(fs.readFileSync(pkiPaths(pki.dir).signingJwk, 'utf8')) as Ed25519PrivateJwk;
+    expect(newJwk.kid).toBe(newKid);
+    const l = await listener('n1'); // trusts both kids, as agents do during a rotation
+    const d = dialer();
+    await connected(d, l, 2);
+    d.setSigningKey(newJwk);
+    const ack = next(d, 'ack', (e) => e.gen === 3);
+    d.notify('n1', 3, 'deployment');
+    await ack;
+    expect(l.wakes.map((w) => w.kid)).toEqual([oldKid, newKid]);
   });
 });

@@ -81,6 +81,10 @@ export class PushStub implements PushService {
   remove(node: string): void {
     this.removed.push(node);
   }
+  readonly signingKids: string[] = [];
+  setSigningKey(jwk: { kid: string }): void {
+    this.signingKids.push(jwk.kid);
+  }
   state(): PushState {
     return { state: 'idle', connected: false, generation_pushed: null, generation_acked: null, last_ack_at: null, last_error: null, last_error_at: null };
   }

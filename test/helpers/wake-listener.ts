@@ -43,6 +43,8 @@ export interface TestWakeListenerOptions {
 
 export interface ReceivedWake {
   claims: WakeClaims;
+  /** The `kid` that signed it. */
+  kid: string;
   at: number;
 }
 
@@ -163,7 +165,8 @@ export class TestWakeListener extends EventEmitter {
         const frame = isBinary ? '' : (data as Buffer).toString('utf8');
         try {
           const claims = this.#verifier.verify(frame, peer);
-          const w = { claims, at: Date.now() };
+          const kid = (JSON.parse(Buffer.from(frame.split('.')[0]!, 'base64url').toString()) as { kid: string }).kid;
+          const w = { claims, kid, at: Date.now() };
           this.wakes.push(w);
           ws.send(encodeAck(claims.jti, claims.gen, 'started'));
           this.emit('wake', w);
