@@ -240,8 +240,10 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
     }
     expect(fs.readFileSync(runs, 'utf8').trim().split('\n').sort()).toHaveLength(3);
     await waitFor('the outbox to drain', () => fs.readdirSync(path.join(a.state, 'outbox')).filter((f) => f.endsWith('.json')).length === 0, 10_000);
-    const log = a.proc.log();
-    const delivered = log.split('\n').filter((l) => l.includes('"signal delivered"'));
+    // the log line follows the outbox removal: wait for it rather than read a log mid-write
+    const deliveredLines = () => a.proc.log().split('\n').filter((l) => l.includes('"signal delivered"'));
+    await waitFor('three delivered signals in the agent log', () => deliveredLines().length >= 3, 5_000);
+    const delivered = deliveredLines();
     expect(delivered).toHaveLength(3);
     expect(new Set(delivered.map((l) => (JSON.parse(l) as { deployment_id: string }).deployment_id)).size).toBe(3);
   });
