@@ -11,8 +11,8 @@
 import { readFile, unlink } from 'node:fs/promises';
 import { readdirSync, readFileSync, readlinkSync, realpathSync, renameSync, writeFileSync } from 'node:fs';
 import { join, sep } from 'node:path';
-import type { MetadataDocument, MetadataItem, SignalBody } from '../protocol/heat.js';
-import { AGENT_SHUTDOWN_GRACE_MS } from '../protocol/limits.js';
+import { fitSignalBody, type MetadataDocument, type MetadataItem, type SignalBody } from '../protocol/heat.js';
+import { AGENT_SHUTDOWN_GRACE_MS, MAX_SIGNAL_BODY_BYTES } from '../protocol/limits.js';
 import type { Logger } from '../certs/tls.js';
 import type { RunItem, RunOptions, RunResult } from './hooks/types.js';
 import { INTERRUPTED_STATUS_CODE, type AgentState } from './state.js';
@@ -198,7 +198,7 @@ export class ApplyLoop {
     };
     if (interrupted) body.status_reason = INTERRUPTED_REASON;
     else if (result.status_reason !== undefined) body.status_reason = result.status_reason;
-    await this.#o.enqueue({ node: this.#o.node, deployment_id: item.deployment_id, path: signalPath(this.#o.node, item.deployment_id), body });
+    await this.#o.enqueue({ node: this.#o.node, deployment_id: item.deployment_id, path: signalPath(this.#o.node, item.deployment_id), body: fitSignalBody(body, MAX_SIGNAL_BODY_BYTES) });
     if (interrupted) await state.markInterrupted(item.id);
     else await state.markFinished(item.id, body.deploy_status_code);
     this.runs++;

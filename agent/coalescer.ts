@@ -31,6 +31,16 @@ export class FetchCoalescer {
   #queued = false;
   #queuedGen: number | undefined;
   #queuedForce = false;
+  /** Highest generation any wake-up has asked for so far. */
+  #askedGen: number | undefined;
+  /**
+   * Highest wake-up generation a successful fetch has answered: one that started after that
+   * wake-up arrived. The controller wakes only after committing, so such a fetch saw what the
+   * wake-up announced; if it saw less, the claim was false and fetching again cannot help. This
+   * keeps a flood of valid wake-ups claiming a future generation at one fetch, not one per fetch
+   * round trip.
+   */
+  #answeredGen: number | undefined;
   #fetches = 0;
   #closed = false;
   readonly #idleWaiters: Array<() => void> = [];
@@ -59,7 +69,8 @@ export class FetchCoalescer {
    * fetched), else `started` or `queued`.
    */
   wake(gen: number): FetchState {
-    if (this.#lastFetchedGen !== undefined && gen <= this.#lastFetchedGen) return 'current';
+    if (this.#covers(gen)) return 'current';
+    if (this.#askedGen === undefined || gen > this.#askedGen) this.#askedGen = gen;
     return this.#request(gen, false);
   }
 
@@ -92,12 +103,18 @@ export class FetchCoalescer {
     return 'queued';
   }
 
+  #covers(gen: number): boolean {
+    return (this.#lastFetchedGen !== undefined && gen <= this.#lastFetchedGen) || (this.#answeredGen !== undefined && gen <= this.#answeredGen);
+  }
+
   #start(): void {
     this.#fetches++;
+    const asked = this.#askedGen;
     const run = async (): Promise<void> => {
       try {
         const { gen } = await this.#o.fetch();
         if (this.#lastFetchedGen === undefined || gen > this.#lastFetchedGen) this.#lastFetchedGen = gen;
+        if (asked !== undefined && (this.#answeredGen === undefined || asked > this.#answeredGen)) this.#answeredGen = asked;
       } catch (err) {
         this.#o.onError?.(err);
       }
@@ -105,7 +122,7 @@ export class FetchCoalescer {
     this.#inFlight = run().finally(() => {
       this.#inFlight = null;
       const again = this.#queued && !this.#closed &&
-        (this.#queuedForce || this.#queuedGen === undefined || this.#lastFetchedGen === undefined || this.#queuedGen > this.#lastFetchedGen);
+        (this.#queuedForce || this.#queuedGen === undefined || !this.#covers(this.#queuedGen));
       this.#queued = false;
       this.#queuedForce = false;
       this.#queuedGen = undefined;

@@ -78,7 +78,7 @@ export interface RunningAgent {
  * @throws ConfigError naming the option when the configuration or PKI is unusable
  */
 export async function startAgent(cfg: AgentConfig): Promise<RunningAgent> {
-  const log = pino({ name: 'herald-agent', level: cfg.logLevel ?? process.env.HERALD_LOG_LEVEL ?? 'info', base: { node: cfg.node } });
+  const log = pino({ name: 'herald-agent', level: cfg.logLevel ?? process.env.HERALD_LOG_LEVEL ?? 'info', base: { node: cfg.node } }, pino.destination({ fd: 2, sync: true }));
 
   // ---- identity and PKI --------------------------------------------------------------------
   const paths = materialPaths(cfg.pki, 'agent', cfg.node);
@@ -113,9 +113,11 @@ export async function startAgent(cfg: AgentConfig): Promise<RunningAgent> {
   }
 
   // ---- durable state -----------------------------------------------------------------------
-  const state = await AgentState.open(cfg.stateDir, { log });
-  const store = await OutboxStore.open(cfg.stateDir, { log });
-  const runsDir = path.join(cfg.stateDir, 'runs');
+  // absolute: hooks run with their run directory as the working directory
+  const stateDir = path.resolve(cfg.stateDir);
+  const state = await AgentState.open(stateDir, { log });
+  const store = await OutboxStore.open(stateDir, { log });
+  const runsDir = path.join(stateDir, 'runs');
   await ensurePrivateDir(runsDir, log);
 
   // ---- parts -------------------------------------------------------------------------------
@@ -162,8 +164,13 @@ export async function startAgent(cfg: AgentConfig): Promise<RunningAgent> {
     },
   });
 
-  const startedAtS = Math.floor(Date.now() / 1000);
-  const verifier = new WakeVerifier({ audience: me.spiffeId, keys: keySetOf(material), startedAtS });
+  // test-only: a skewed wake-up clock (HERALD_TEST_CLOCK_OFFSET_MS), for the security battery's
+  // "agent clock ahead" case; TLS, the state dir and polling keep the real clock
+  const clockOffsetMs = Number(process.env.HERALD_TEST_CLOCK_OFFSET_MS ?? 0) || 0;
+  if (clockOffsetMs !== 0) log.warn({ clockOffsetMs }, 'HERALD_TEST_CLOCK_OFFSET_MS is set: wake-ups are checked against a skewed clock (tests only)');
+  const wakeNowS = (): number => (Date.now() + clockOffsetMs) / 1000;
+  const startedAtS = Math.floor(wakeNowS());
+  const verifier = new WakeVerifier({ audience: me.spiffeId, keys: keySetOf(material), startedAtS, nowS: wakeNowS });
   const listener = new WakeListener({
     material,
     verifier,

@@ -1,7 +1,8 @@
 /**
  * The signal outbox's sending loop (SPEC §4). Every signal is on disk (`OutboxStore`) before it
  * is sent; the queue is drained strictly in order, an entry removed once the controller answered
- * 2xx, 404 (the deployment is gone) or 409 (a stale or unknown revision: resending cannot help),
+ * 2xx, 404 (the deployment is gone), 409 (a stale or unknown revision) or 400/413/422 (the signal
+ * itself is refused: resending the same bytes cannot help),
  * and anything else retried with exponential backoff and full jitter. After a restart the loop
  * starts with whatever the last run left.
  */
@@ -27,7 +28,9 @@ export interface OutboxSenderOptions {
 
 /** Is this answer final for the entry (remove it), or worth a retry? */
 export function isFinalStatus(status: number): boolean {
-  return (status >= 200 && status < 300) || status === 404 || status === 409;
+  // 400, 413 and 422 say the signal itself is wrong: resending the same bytes cannot help, and
+  // retrying it forever would hold back every signal queued behind it
+  return (status >= 200 && status < 300) || [400, 404, 409, 413, 422].includes(status);
 }
 
 export class OutboxSender {

@@ -437,7 +437,7 @@ export function authorizeCertificate(cert: crypto.X509Certificate, want: Role | 
     throw err;
   }
   const roles: readonly Role[] = typeof want === 'string' ? [want] : want;
-  if (!roles.includes(identity.role)) return refuse('wrong_role', `a ${identity.role} may not use this endpoint (wants ${roles.join(' or ')})`);
+  if (!roles.includes(identity.role)) return refuse('wrong_role', `the ${identity.role} role may not use this endpoint (wants ${roles.join(' or ')})`);
   return { ok: true, identity };
 }
 

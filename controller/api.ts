@@ -257,10 +257,10 @@ export class ApiServer {
   #checkRole(spec: RouteSpec, params: Record<string, string>, id: CertIdentity): void {
     if (spec.auth === 'any') return;
     if (spec.auth === 'operator') {
-      if (id.role !== 'operator') throw new ApiError('wrong_role', `a ${id.role} certificate may not use operator routes`);
+      if (id.role !== 'operator') throw new ApiError('wrong_role', `an operator certificate is required, not a ${id.role} one`);
       return;
     }
-    if (id.role !== 'agent') throw new ApiError('wrong_role', `only the node's agent may use this route, not a ${id.role}`);
+    if (id.role !== 'agent') throw new ApiError('wrong_role', `only the node's agent may use this route, not the ${id.role} role`);
     if (params.node !== id.name) throw new ApiError('wrong_node', `agent ${id.name} may only use its own node's routes`);
   }
 
@@ -351,6 +351,7 @@ export class ApiServer {
       return;
     }
     const status = code === 'internal' ? 500 : statusOf(code);
+    if (headers.Connection === 'close') headers = lingerThenClose(req, res, headers);
     this.#send(res, status, { error: { code, message, ...(field !== undefined ? { field } : {}) } }, headers);
   }
 
@@ -495,6 +496,27 @@ export class ApiServer {
     req.once('close', done);
     return undefined;
   }
+}
+
+/** How long a refused client may go on sending (discarded) after its answer, before the close. */
+const CLOSE_LINGER_MS = 2_000;
+
+/**
+ * Closes the connection after this answer without losing it. With `Connection: close`, Node
+ * destroys the socket as soon as the answer is written; request bytes still unread then make the
+ * kernel send a TCP reset, and the client gets EPIPE/ECONNRESET instead of the coded answer (a
+ * 413 to a 4 MiB signal, a 403 to a revoked agent's upload). Instead: answer, half-close, keep
+ * reading and discarding for at most CLOSE_LINGER_MS, then destroy. Returns the headers to send.
+ */
+function lingerThenClose(req: http.IncomingMessage, res: http.ServerResponse, headers: Record<string, string>): Record<string, string> {
+  const { Connection: _close, ...rest } = headers;
+  const socket = req.socket;
+  req.resume();
+  res.once('finish', () => {
+    socket.end();
+    setTimeout(() => socket.destroy(), CLOSE_LINGER_MS).unref();
+  });
+  return rest;
 }
 
 /** `If-None-Match` with lists, weak tags and `*` (RFC 9110 §13.1.2). */

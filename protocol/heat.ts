@@ -105,3 +105,40 @@ export interface SignalBody {
   outputs: Record<string, unknown>;
   status_reason?: string;
 }
+
+/** The marker put where the start of a trimmed stdout or stderr was cut. */
+export function cutMarker(bytes: number): string {
+  return `[herald: ${bytes} bytes cut]\n`;
+}
+
+/**
+ * Makes a signal fit the controller's signal body limit, so that a result is never refused for
+ * its size (and never jams the agent's outbox): stdout and stderr keep their tails (the end of a
+ * log is where the error is), shrinking until the JSON fits; as a last resort the outputs are
+ * dropped and the deployment fails with the reason `signal_too_large`.
+ */
+export function fitSignalBody(body: SignalBody, maxBytes: number): SignalBody {
+  const size = (b: SignalBody) => Buffer.byteLength(JSON.stringify(b), 'utf8');
+  if (size(body) <= maxBytes) return body;
+  let keep = Math.floor(maxBytes / 4);
+  let fitted: SignalBody = body;
+  while (keep >= 1024) {
+    fitted = { ...body, deploy_stdout: tail(body.deploy_stdout, keep), deploy_stderr: tail(body.deploy_stderr, keep) };
+    if (size(fitted) <= maxBytes) return fitted;
+    keep = Math.floor(keep / 2);
+  }
+  return {
+    revision: body.revision,
+    deploy_status_code: body.deploy_status_code === 0 ? -1 : body.deploy_status_code,
+    deploy_stdout: tail(body.deploy_stdout, 1024),
+    deploy_stderr: tail(body.deploy_stderr, 1024),
+    outputs: {},
+    status_reason: 'signal_too_large: the outputs did not fit the signal limit and were dropped',
+  };
+}
+
+/** The last `maxChars` characters of `s` (JSON escaping may grow them), with a cut marker. */
+function tail(s: string, maxChars: number): string {
+  if (s.length <= maxChars) return s;
+  return cutMarker(Buffer.byteLength(s.slice(0, s.length - maxChars), 'utf8')) + s.slice(s.length - maxChars);
+}

@@ -13,7 +13,7 @@
  * `status_reason` is then `<code>: <message>`, and the same line is appended to deploy_stderr.
  */
 import { mkdtemp, rm, writeFile, chmod } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { HeraldError, type ErrorCode } from '../../protocol/errors.js';
 import { checkGroupName, checkInputName, checkOutputName, type ComponentConfig, type MetadataItem } from '../../protocol/heat.js';
 import {
@@ -58,7 +58,7 @@ class ItemFailure extends HeraldError {}
 export async function runItem(item: MetadataItem, opts: RunOptions): Promise<RunResult> {
   if (typeof opts.runsDir !== 'string' || opts.runsDir === '') throw new TypeError('runItem: runsDir is required');
   const o: Resolved = {
-    runsDir: opts.runsDir,
+    runsDir: resolve(opts.runsDir),
     hooksDir: opts.hooksDir,
     signal: opts.signal,
     onSpawn: opts.onSpawn,

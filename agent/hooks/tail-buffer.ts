@@ -3,10 +3,9 @@
  * where the error is (SPEC §4).
  */
 
-/** The marker put before kept output when its start was cut. */
-export function cutMarker(bytes: number): string {
-  return `[herald: ${bytes} bytes cut]\n`;
-}
+import { cutMarker } from '../../protocol/heat.js';
+
+export { cutMarker };
 
 export class TailBuffer {
   private chunks: Buffer[] = [];

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { checkFrameSize, decodeAnswer, encodeAck, encodeNack, NACK_CODES } from '../../protocol/frames.js';
 import { codeOf, ERROR_CODES } from '../../protocol/errors.js';
 import { fullJitterMs, jittered } from '../../protocol/backoff.js';
+import { fitSignalBody } from '../../protocol/heat.js';
 
 const code = (fn: () => unknown) => {
   try {
@@ -54,5 +55,34 @@ describe('backoff', () => {
   it('jitters an interval by at most the fraction either way', () => {
     expect(jittered(1000, 0.1, () => 0)).toBe(900);
     expect(jittered(1000, 0.1, () => 1)).toBe(1100);
+  });
+});
+
+describe('fitSignalBody', () => {
+  const base = { revision: 1, deploy_status_code: 0, deploy_stdout: 'ok', deploy_stderr: '', outputs: { a: 'b' } };
+  const size = (b: object) => Buffer.byteLength(JSON.stringify(b));
+
+  it('leaves a body that fits alone', () => {
+    expect(fitSignalBody(base, 1024)).toBe(base);
+  });
+
+  it('keeps the tails of stdout and stderr, with the cut marker, until the body fits', () => {
+    const big = { ...base, deploy_stdout: `${'x'.repeat(300_000)}THE END`, deploy_stderr: `${'"'.repeat(300_000)}ERR` };
+    const fitted = fitSignalBody(big, 200_000);
+    expect(size(fitted)).toBeLessThanOrEqual(200_000);
+    expect(fitted.deploy_stdout.endsWith('THE END')).toBe(true);
+    expect(fitted.deploy_stdout.startsWith('[herald: ')).toBe(true);
+    expect(fitted.deploy_stderr.endsWith('ERR')).toBe(true);
+    expect(fitted.outputs).toEqual({ a: 'b' });
+    expect(fitted.deploy_status_code).toBe(0);
+  });
+
+  it('drops outputs that cannot fit and fails the deployment with signal_too_large', () => {
+    const huge = { ...base, outputs: { blob: 'y'.repeat(300_000) } };
+    const fitted = fitSignalBody(huge, 100_000);
+    expect(size(fitted)).toBeLessThanOrEqual(100_000);
+    expect(fitted.outputs).toEqual({});
+    expect(fitted.deploy_status_code).not.toBe(0);
+    expect(fitted.status_reason).toMatch(/^signal_too_large/);
   });
 });
