@@ -675,6 +675,9 @@ export class SqliteStore implements Store {
     const { changes } = this.#tx((tx) => {
       for (const [i, n] of c.nodes.entries()) {
         if (!this.#s.nodeGet.get(n)) throw new HeraldError('unknown_node', `no node ${n}`, { field: `nodes.${i}` });
+        // two clusters' uninstall and install steps must never run on one node at once
+        const other = this.#s.cnByNode.get(n) as { cluster_id: string } | undefined;
+        if (other) throw new HeraldError('cluster_busy', `node ${n} already belongs to cluster ${other.cluster_id}`, { field: `nodes.${i}` });
       }
       const install = this.getConfig(c.installConfigId);
       if (!install) throw new HeraldError('unknown_config', `no config ${c.installConfigId}`, { field: 'install_config_id' });

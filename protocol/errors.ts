@@ -77,7 +77,7 @@ export const ERROR_CODES = {
   unknown_revision: 'the signal is for a revision newer than the current one',
   deployment_busy: 'the deployment belongs to a cluster operation and cannot be changed by hand',
   restart_in_progress: 'the cluster is already being restarted, created or deleted',
-  cluster_busy: 'the node already belongs to a cluster operation in flight',
+  cluster_busy: 'the node already belongs to another cluster',
   node_in_cluster: 'the node belongs to a cluster; delete the cluster (or remove the node from it) first',
   deployment_deleting: 'the deployment is being deleted (its DELETE revision runs); it can no longer be changed',
   bad_input_value: 'an input value does not fit its declared type (see `field`)',

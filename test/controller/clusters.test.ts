@@ -126,6 +126,15 @@ describe('clusters in-process', () => {
     expect((await t.req(op, 'PATCH', '/v1/clusters/nope/actions/restart')).json.error.code).toBe('not_found');
   });
 
+  it('refuses a node that already belongs to another cluster (cluster_busy, naming the field)', async () => {
+    const { id, agents } = await createCluster('first', ['c1']);
+    const second = await t.req(op, 'POST', '/v1/clusters', { name: 'second', nodes: ['c2', 'c1'], install_config_id: install, uninstall_config_id: uninstall });
+    expect(second.status).toBe(409);
+    expect(second.json.error).toMatchObject({ code: 'cluster_busy', field: 'nodes.1' });
+    expect((await t.req(op, 'DELETE', `/v1/clusters/${id}`)).status).toBe(202);
+    await agents.until(async () => ((await t.req(op, 'GET', `/v1/clusters/${id}`)).status === 404 ? 'gone' : 'there'), ['gone']);
+  });
+
   it('restarts 5 nodes: 204, 409 while running, uninstall before install on each, RESTART everywhere', async () => {
     const { id, agents } = await createCluster('k8s', NODES);
     const wakes = t.push.notified.length;
