@@ -1,0 +1,23 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import * as limits from '../../protocol/limits.js';
+
+const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+const section = readme.slice(readme.indexOf('### Limits'), readme.indexOf('## Departures from the contract'));
+
+describe('limits documentation', () => {
+  it('documents every limit of protocol/limits.ts in the README limits table', () => {
+    const missing = Object.keys(limits).filter((name) => !section.includes(`\`${name}\``));
+    expect(missing).toEqual([]);
+  });
+
+  it('names no limit in the README that protocol/limits.ts does not have', () => {
+    const named = [...section.matchAll(/`([A-Z][A-Z0-9_]+)`/g)].map((m) => m[1]!);
+    expect(named.filter((n) => !(n in limits))).toEqual([]);
+  });
+
+  it('every limit name carries its unit, or is a count, fraction or name', () => {
+    const unitless = /(_MS|_S|_BYTES|_BITS|_DAYS|_PER_S|_BURST|_CAPACITY|_CONNECTIONS|_FRAMES|_FRACTION|_PORT|_ENTRIES|_BUCKETS|_IN_FLIGHT|_DOMAIN)$/;
+    expect(Object.keys(limits).filter((n) => !unitless.test(n))).toEqual([]);
+  });
+});
