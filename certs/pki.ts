@@ -597,8 +597,10 @@ export async function rotateSigningKey(opts: { dir: string }): Promise<RotateRes
   const revokedKids = new Set(readRevoked(p).kids);
   const jwk = newSigningJwk();
   const kept = old.filter((k) => k.kid !== jwk.kid && !revokedKids.has(k.kid));
-  writeFileAtomic(p.jwks, JSON.stringify({ keys: [publicJwkOf(jwk), ...kept] }, null, 2) + '\n', PUBLIC_FILE_MODE);
+  // the private key first: a controller on this host reloads its key when the JWKS changes, so
+  // the key must already be in place by then
   writeFileAtomic(p.signingJwk, JSON.stringify(jwk, null, 2) + '\n', PRIVATE_FILE_MODE);
+  writeFileAtomic(p.jwks, JSON.stringify({ keys: [publicJwkOf(jwk), ...kept] }, null, 2) + '\n', PUBLIC_FILE_MODE);
   return { kid: jwk.kid, previousKids: kept.map((k) => k.kid) };
 }
 

@@ -22,6 +22,7 @@ import {
   ANNOUNCE_RATE_PER_S,
   API_HEADERS_TIMEOUT_MS,
   API_KEEP_ALIVE_TIMEOUT_MS,
+  API_LISTEN_BACKLOG_CONNECTIONS,
   API_RATE_BURST,
   API_RATE_PER_S,
   API_REQUEST_TIMEOUT_MS,
@@ -181,7 +182,7 @@ export class ApiServer {
     return new Promise((resolve, reject) => {
       const onError = (err: Error): void => reject(err);
       this.server.once('error', onError);
-      this.server.listen(port, host, () => {
+      this.server.listen({ port, host, backlog: API_LISTEN_BACKLOG_CONNECTIONS }, () => {
         this.server.off('error', onError);
         resolve(this.server.address() as AddressInfo);
       });
@@ -351,8 +352,9 @@ export class ApiServer {
       return;
     }
     const status = code === 'internal' ? 500 : statusOf(code);
-    if (headers.Connection === 'close') headers = lingerThenClose(req, res, headers);
-    this.#send(res, status, { error: { code, message, ...(field !== undefined ? { field } : {}) } }, headers);
+    const send = (): void => this.#send(res, status, { error: { code, message, ...(field !== undefined ? { field } : {}) } }, headers);
+    if (headers.Connection === 'close' && !req.complete) afterBody(req, send);
+    else send();
   }
 
   // ---- routes ------------------------------------------------------------------------------
@@ -498,25 +500,28 @@ export class ApiServer {
   }
 }
 
-/** How long a refused client may go on sending (discarded) after its answer, before the close. */
+/** How long a refused request's body is read (and discarded) before the answer goes out anyway. */
 const CLOSE_LINGER_MS = 2_000;
 
 /**
- * Closes the connection after this answer without losing it. With `Connection: close`, Node
- * destroys the socket as soon as the answer is written; request bytes still unread then make the
- * kernel send a TCP reset, and the client gets EPIPE/ECONNRESET instead of the coded answer (a
- * 413 to a 4 MiB signal, a 403 to a revoked agent's upload). Instead: answer, half-close, keep
- * reading and discarding for at most CLOSE_LINGER_MS, then destroy. Returns the headers to send.
+ * Sends a `Connection: close` answer once the request body is in (discarded), or after
+ * CLOSE_LINGER_MS. Node destroys the socket as soon as such an answer is written; request bytes
+ * still unread then make the kernel send a TCP reset, and the client gets EPIPE/ECONNRESET
+ * instead of the coded answer (a 413 to a 4 MiB signal, a 403 to a revoked agent's upload).
  */
-function lingerThenClose(req: http.IncomingMessage, res: http.ServerResponse, headers: Record<string, string>): Record<string, string> {
-  const { Connection: _close, ...rest } = headers;
-  const socket = req.socket;
+function afterBody(req: http.IncomingMessage, send: () => void): void {
+  let sent = false;
+  const once = (): void => {
+    if (sent) return;
+    sent = true;
+    clearTimeout(timer);
+    send();
+  };
+  const timer = setTimeout(once, CLOSE_LINGER_MS);
+  timer.unref();
+  req.once('end', once);
+  req.once('close', once);
   req.resume();
-  res.once('finish', () => {
-    socket.end();
-    setTimeout(() => socket.destroy(), CLOSE_LINGER_MS).unref();
-  });
-  return rest;
 }
 
 /** `If-None-Match` with lists, weak tags and `*` (RFC 9110 §13.1.2). */

@@ -55,6 +55,12 @@ export const API_RATE_BURST = 200;
 export const API_RATE_PER_S = 100;
 /** Idle keep-alive on API connections: short, so fetch connections do not pile up at fan-out. */
 export const API_KEEP_ALIVE_TIMEOUT_MS = 5_000;
+/**
+ * Connections the kernel may queue for the API before it accepts them (capped by
+ * net.core.somaxconn). After a fan-out thousands of agents connect at once; with Node's default
+ * (511) the rest overflow into SYN retransmits (1 s, 3 s, 7 s, ...) and resets (`npm run bench`).
+ */
+export const API_LISTEN_BACKLOG_CONNECTIONS = 4_096;
 
 /** Idle connections are closed after this, and a request's headers must arrive within it. */
 export const API_HEADERS_TIMEOUT_MS = 10_000;
