@@ -1,0 +1,273 @@
+/**
+ * Small helpers shared by the benchmark's processes: a clock comparable across processes,
+ * percentiles, /proc readers (CPU and RSS of a process and its children), bounded waits.
+ */
+import fs from 'node:fs';
+
+/** Epoch milliseconds with microsecond resolution, comparable between processes of one machine. */
+export function nowMs(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Nearest-rank percentile of `xs` (p in 0..100); NaN for an empty list. */
+export function pct(xs: readonly number[], p: number): number {
+  if (xs.length === 0) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
+}
+
+export function median(xs: readonly number[]): number {
+  if (xs.length === 0) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+export interface Dist {
+  n: number;
+  p50: number;
+  p99: number;
+  min: number;
+  max: number;
+  mean: number;
+}
+
+export function dist(xs: readonly number[]): Dist {
+  return {
+    n: xs.length,
+    p50: pct(xs, 50),
+    p99: pct(xs, 99),
+    min: xs.length ? xs.reduce((a, b) => (b < a ? b : a), Infinity) : NaN,
+    max: xs.length ? xs.reduce((a, b) => (b > a ? b : a), -Infinity) : NaN,
+    mean: xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN,
+  };
+}
+
+/**
+ * A figure measured in several runs: the median of the runs' values, with the spread of all
+ * samples pooled (p50, p99, min, max) and each run's own value kept.
+ */
+export interface RunFigure {
+  median: number;
+  runs: number[];
+  p50: number;
+  p99: number;
+  min: number;
+  max: number;
+}
+
+export function runFigure(runs: readonly number[]): RunFigure {
+  const d = dist(runs);
+  return { median: median(runs), runs: [...runs], p50: d.p50, p99: d.p99, min: d.min, max: d.max };
+}
+
+/** Polls `fn` every `everyMs` until it returns a truthy value or `ms` passes (then throws). */
+export async function waitFor<T>(what: string, fn: () => T | Promise<T>, ms: number, everyMs = 25): Promise<NonNullable<T>> {
+  const t0 = Date.now();
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v as NonNullable<T>;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() - t0 > ms) {
+      throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? ` (last error: ${(last as Error).message ?? String(last)})` : ''}`);
+    }
+    await sleep(everyMs);
+  }
+}
+
+// ---- /proc ------------------------------------------------------------------------------------
+
+const CLK_TCK = 100;
+
+export interface ProcSample {
+  pid: number;
+  /** utime + stime, seconds (10 ms resolution). */
+  cpuS: number;
+  /** Sum of the threads' on-CPU time from schedstat, seconds (ns resolution), when available. */
+  cpuPreciseS: number | null;
+  rssKb: number;
+}
+
+function statFields(pid: number): string[] | null {
+  try {
+    const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return s.slice(s.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return null;
+  }
+}
+
+/** Parent pid of `pid`, or null when gone. */
+export function ppidOf(pid: number): number | null {
+  const f = statFields(pid);
+  return f ? Number(f[1]) : null;
+}
+
+/** CPU and RSS of one process from /proc, or null when it is gone. */
+export function procSample(pid: number): ProcSample | null {
+  const f = statFields(pid);
+  if (!f) return null;
+  const cpuS = (Number(f[11]) + Number(f[12])) / CLK_TCK;
+  let rssKb = 0;
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    rssKb = m ? Number(m[1]) : 0;
+  } catch {
+    return null;
+  }
+  let precise: number | null = null;
+  try {
+    let ns = 0;
+    for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
+      const line = fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8');
+      ns += Number(line.split(' ')[0]);
+    }
+    precise = ns / 1e9;
+  } catch {
+    precise = null;
+  }
+  return { pid, cpuS, cpuPreciseS: precise, rssKb };
+}
+
+/** Direct children of `pid` (Linux /proc scan). */
+export function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    if (ppidOf(Number(d)) === pid) out.push(Number(d));
+  }
+  return out;
+}
+
+/** A process and its direct children (the controller and its push workers), summed. */
+export interface TreeSample {
+  cpuS: number;
+  rssKb: number;
+  pids: number[];
+  byPid: Record<number, { cpuS: number; rssKb: number }>;
+}
+
+export function treeSample(pid: number): TreeSample {
+  const pids = [pid, ...childrenOf(pid)];
+  const out: TreeSample = { cpuS: 0, rssKb: 0, pids: [], byPid: {} };
+  for (const p of pids) {
+    const s = procSample(p);
+    if (!s) continue;
+    const cpu = s.cpuPreciseS ?? s.cpuS;
+    out.cpuS += cpu;
+    out.rssKb += s.rssKb;
+    out.pids.push(p);
+    out.byPid[p] = { cpuS: cpu, rssKb: s.rssKb };
+  }
+  return out;
+}
+
+/** Loopback counters from /proc/net/dev: bytes and packets received (each packet once). */
+export function loCounters(): { bytes: number; packets: number } | null {
+  try {
+    const line = fs.readFileSync('/proc/net/dev', 'utf8').split('\n').find((l) => l.trim().startsWith('lo:'));
+    if (!line) return null;
+    const f = line.trim().slice(3).trim().split(/\s+/).map(Number);
+    return { bytes: f[0]!, packets: f[1]! };
+  } catch {
+    return null;
+  }
+}
+
+export function loadAvg(): number[] {
+  try {
+    return fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** Prints a progress line to stderr (the report goes to files). */
+export function say(msg: string): void {
+  const t = new Date().toISOString().slice(11, 19);
+  process.stderr.write(`[bench ${t}] ${msg}\n`);
+}
+
+/** A logger with the shape the agent modules take; counts warnings and keeps the last few. */
+export class CountingLogger {
+  warns = 0;
+  errors = 0;
+  readonly last: string[] = [];
+  readonly #echo: boolean;
+
+  constructor(echo = false) {
+    this.#echo = echo;
+  }
+
+  info(): void {}
+  debug(): void {}
+  warn(obj: object, msg?: string): void {
+    this.warns++;
+    this.#keep('warn', obj, msg);
+  }
+  error(obj: object, msg?: string): void {
+    this.errors++;
+    this.#keep('error', obj, msg);
+  }
+  #keep(level: string, obj: object, msg?: string): void {
+    let o = '';
+    try {
+      o = JSON.stringify(obj, (_k, v: unknown) => (v instanceof Error ? { message: v.message, code: (v as { code?: unknown }).code } : v));
+    } catch {
+      o = '?';
+    }
+    const line = `${level}: ${msg ?? ''} ${o}`.slice(0, 400);
+    if (this.#echo) process.stderr.write(line + '\n');
+    this.last.push(line);
+    if (this.last.length > 20) this.last.shift();
+  }
+}
+
+export function round(x: number, digits = 1): number {
+  if (!Number.isFinite(x)) return x;
+  const f = 10 ** digits;
+  return Math.round(x * f) / f;
+}
+
+/** TCP counters of this network namespace that tell of overload (listen queue overflows, resets). */
+export function tcpTroubles(): Record<string, number> {
+  const out: Record<string, number> = {};
+  try {
+    const lines = fs.readFileSync('/proc/net/netstat', 'utf8').split('\n');
+    for (let i = 0; i + 1 < lines.length; i += 2) {
+      const keys = lines[i]!.split(/\s+/);
+      const vals = lines[i + 1]!.split(/\s+/);
+      if (keys[0] !== 'TcpExt:') continue;
+      keys.forEach((k, j) => {
+        if (['ListenOverflows', 'ListenDrops', 'TCPAbortOnData', 'TCPAbortOnClose', 'TCPReqQFullDrop', 'TCPReqQFullDoCookies', 'SyncookiesSent', 'TCPTimeouts', 'TCPSynRetrans'].includes(k)) out[k] = Number(vals[j]);
+      });
+    }
+    const snmp = fs.readFileSync('/proc/net/snmp', 'utf8').split('\n');
+    for (let i = 0; i + 1 < snmp.length; i += 2) {
+      const keys = snmp[i]!.split(/\s+/);
+      const vals = snmp[i + 1]!.split(/\s+/);
+      if (keys[0] !== 'Tcp:') continue;
+      keys.forEach((k, j) => {
+        if (['AttemptFails', 'EstabResets', 'OutRsts'].includes(k)) out[k] = Number(vals[j]);
+      });
+    }
+  } catch {
+    // not Linux
+  }
+  return out;
+}
+
+export function diffCounters(a: Record<string, number>, b: Record<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const k of Object.keys(b)) {
+    const d = (b[k] ?? 0) - (a[k] ?? 0);
+    if (d !== 0) out[k] = d;
+  }
+  return out;
+}
