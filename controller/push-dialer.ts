@@ -29,8 +29,10 @@ import { pushCodeOf, type PushErrorCode } from './push-errors.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
 import { PingWheel, type WheelMember } from './push-ping-wheel.js';
 import type { AckEvent, PushEvents, PushService, PushState, PushTarget } from './push-types.js';
+import type { PushTuning } from './push-ipc.js';
 
-export interface PushDialerOptions {
+/** Timeouts and bounds (`PushTuning`, shared with the worker processes) default to protocol/limits.ts. */
+export interface PushDialerOptions extends PushTuning {
   signer: Signer;
   /** The controller's SPIFFE id: the wake-ups' `iss`. */
   issuer: string;
@@ -46,14 +48,6 @@ export interface PushDialerOptions {
   clock?: () => number;
   /** [0, 1) source for the backoff jitter. */
   random?: () => number;
-  pingIntervalMs?: number;
-  answerTimeoutMs?: number;
-  dialTimeoutMs?: number;
-  backoffBaseMs?: number;
-  backoffMaxMs?: number;
-  maxWakesInFlight?: number;
-  maxDialsInFlight?: number;
-  closeGraceMs?: number;
 }
 
 type Resolved = Required<Omit<PushDialerOptions, 'metrics' | 'metricsSink'>>;
