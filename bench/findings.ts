@@ -88,11 +88,14 @@ export function findings(r: ReportInput['results']): string[] {
   }
 
   p('### 3. Problems the benchmark found on the way (not timing goals)', '');
-  p('- **A wake-up whose fetch fails is not retried until the next poll** (120 s, or 600 s while push is healthy).');
-  p('  Seen twice: with changes to one node faster than the API\'s 5 fetches/s per node, the fetch gets 429 and the');
-  p('  agent drops it (it had acked the wake-up `started`); and under overload, fetches that die with ECONNRESET.');
-  p('  Fix (agent/coalescer.ts): while a wake-up\'s generation is not covered, retry with backoff, honouring');
-  p('  `Retry-After`. The latency phase spreads its changes over 4 agents to stay under the limit.');
+  p('- **A wake-up whose fetch fails is not retried until the next poll** (120 s, or 600 s while push is healthy):');
+  p('  the agent has acked it `started`, the controller counts it delivered, and the change waits. Seen twice. (a) Under');
+  p('  load, 1-5 % of a 1,000-agent fan-out\'s fetches died with ECONNRESET: the agent reused a kept-alive socket the');
+  p('  API had just closed (its 5 s idle timeout; the agent\'s own 4 s timer fired late). Fixed for that case: the');
+  p('  fetcher retries a GET once on a new connection when a reused socket was reset (below); since then every run');
+  p('  fetched N of N. (b) Changes to one node faster than the API\'s 5 fetches/s per node: the fetch gets 429 and is');
+  p('  dropped. Still open; fix in agent/coalescer.ts: while a wake-up\'s generation is not covered, retry with');
+  p('  backoff, honouring `Retry-After`. The latency phase spreads its changes over 4 agents to stay under the limit.');
   p('- **Listen backlog**: the API listened with Node\'s default backlog (511). At 5,000 agents the kernel counted');
   p('  19,226 listen-queue overflows in one fan-out (`npm run bench -- --only fanout --n 5000`, before the fix): SYN');
   p('  retransmits of 1, 3, 7 s and resets, 295 agents whose fetch failed, the last fetch after 111 s. Fixed (below).');
@@ -135,6 +138,7 @@ export function findings(r: ReportInput['results']): string[] {
   p('|---|---|---|');
   p('| `Tx.add` kept its lists\' membership in a Set (was `Array.includes`, O(N²) for a cluster\'s 2N deployment ids) | `controller/sqlite-store.ts` | `createCluster` of 5,000 nodes in the store alone: 9.0 s (7.2 s of it in `add`) → O(N); `POST /v1/clusters` for 10,000 nodes is answered in seconds |');
   p('| one TLS context per https agent (`secureContext`), instead of a new one per connection (the key parsed again each time) | `certs/tls.ts` `httpsAgentFor` | ~4 ms of CPU per new fetch connection in the harness profile (`createSecureContext`, 1 per fetch) → 1 per agent |');
+  p('| the fetcher retries a GET once on a new connection when a reused kept-alive socket was reset (ECONNRESET/EPIPE, `req.reusedSocket`) | `agent/fetcher.ts` `#request` | 1,000-agent fan-out under load: 12 of 1,000 agents never fetched the change (their wake-up lost until the next poll) → 1,000 of 1,000 |');
   p('| the API listens with a backlog of 4,096 (`API_LISTEN_BACKLOG_CONNECTIONS`) instead of Node\'s 511 | `controller/api.ts`, `protocol/limits.ts` | 5,000-agent fan-out: 19,226 listen overflows and 295 lost fetches → see the fan-out table of this run |');
   p('');
   return L;

@@ -171,6 +171,8 @@ process.on('message', (m: ToHarness) => {
         send({ t: 'reply', id: m.id, data: counters() });
         return;
       case 'arm':
+        // the log ring shows the run's own warnings from now on, not the start-up's
+        log.last.length = 0;
         for (const a of agents) a.mark(m.target);
         send({ t: 'reply', id: m.id, data: nowMs() });
         return;

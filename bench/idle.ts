@@ -31,7 +31,7 @@ import path from 'node:path';
 import { metricSum } from './api-client.js';
 import { Fleet } from './fleet.js';
 import { slot, type BenchPki } from './pki-cache.js';
-import { startAgentProc, startController, stopController, stopProc } from './procs.js';
+import { startAgentProc, startController, stopController, stopProc, type ControllerProc } from './procs.js';
 import { loCounters, procSample, round, say, sleep, waitFor } from './util.js';
 
 export interface FootprintResult {
@@ -60,16 +60,48 @@ export interface IdleResult {
   problems: string[];
 }
 
+/** What one part of the phase measured (main.ts runs the parts side by side and combines them). */
+export interface IdlePart {
+  exact: boolean;
+  agents: number;
+  ping?: TrafficResult['ping'];
+  poll?: TrafficResult['poll'];
+  footprint?: FootprintResult;
+  problems: string[];
+}
+
+export function combineIdle(parts: IdlePart[]): IdleResult {
+  const ping = parts.find((x) => x.ping)?.ping;
+  const poll = parts.find((x) => x.poll)?.poll;
+  const footprint = parts.find((x) => x.footprint)?.footprint ?? null;
+  const problems = parts.flatMap((x) => x.problems);
+  if (!ping || !poll) return { traffic: null, footprint, problems };
+  return {
+    traffic: {
+      exact: parts.every((x) => x.exact), agents: parts[0]!.agents, ping, poll,
+      perAgentHourBytes: {
+        pushHealthy: Math.round(120 * ping.bytesPerPing + 6 * poll.bytesPerPoll),
+        pushOff30s: Math.round(120 * poll.bytesPerPoll),
+        pushOff120s: Math.round(30 * poll.bytesPerPoll),
+      },
+    },
+    footprint,
+    problems,
+  };
+}
+
 export interface IdleOptions {
   pki: BenchPki;
   runDir: string;
   port: number;
   quick: boolean;
   exactLo: boolean;
+  /** `push`: window 1 and the footprint; `poll`: window 2. Each in a namespace of its own. */
+  part: 'push' | 'poll';
 }
 
-export async function idlePhase(o: IdleOptions): Promise<IdleResult> {
-  const dir = path.join(o.runDir, 'idle');
+export async function idlePhase(o: IdleOptions): Promise<IdlePart> {
+  const dir = path.join(o.runDir, `idle-${o.part}`);
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(dir, { recursive: true });
   const problems: string[] = [];
@@ -78,13 +110,30 @@ export async function idlePhase(o: IdleOptions): Promise<IdleResult> {
   // pings come in clusters, and only a full interval holds exactly one per connection
   const w1 = 30;
   const w2 = o.quick ? 8 : 16;
+  const out: IdlePart = { exact: o.exactLo, agents: m, problems };
   const ctl = await startController({ pki: o.pki, dir, port: o.port });
-  let traffic: TrafficResult | null = null;
+  try {
+    if (!loCounters()) throw new Error('no loopback counters in /proc/net/dev');
+    if (o.part === 'push') await pushWindow(o, ctl, dir, m, w1, out);
+    else await pollWindow(o, ctl, dir, m, w2, out);
+  } catch (err) {
+    problems.push((err as Error).message);
+  } finally {
+    await stopController(ctl);
+  }
+  fs.rmSync(path.join(dir, 'agents'), { recursive: true, force: true });
+  return out;
+}
+
+/** Window 1 (push healthy, pings only) and the footprint of a real idle agent. */
+async function pushWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: number, w1: number, out: IdlePart): Promise<void> {
+  const problems = out.problems;
   const foot = slot('l', 0);
   const footProc = startAgentProc({
     pki: o.pki, node: foot.node, controllerUrl: ctl.url, listen: `${foot.ip}:${foot.port}`, stateDir: path.join(dir, 'state-foot'), logFile: path.join(dir, 'agent-foot.log'),
   });
   const fp: FootprintResult = { freshRssKb: NaN, freshRssMaxKb: NaN, freshCpuSPerHour: NaN, windowS: 0, pushConnected: false, afterHooksRssKb: NaN };
+  out.footprint = fp;
   let foot0: ReturnType<typeof procSample> = null;
   let tFoot0 = 0;
   const sampler = setInterval(() => {
@@ -92,15 +141,13 @@ export async function idlePhase(o: IdleOptions): Promise<IdleResult> {
     if (x) fp.freshRssMaxKb = Number.isFinite(fp.freshRssMaxKb) ? Math.max(fp.freshRssMaxKb, x.rssKb) : x.rssKb;
   }, 1_000);
   try {
-    if (!loCounters()) throw new Error('no loopback counters in /proc/net/dev');
     await waitFor('the footprint agent push-connected', async () => {
       const r = await ctl.op.request<{ push?: { connected?: boolean } }>('GET', `/v1/nodes/${foot.node}`);
       return r.json?.push?.connected === true;
-    }, 30_000, 100).catch((err: Error) => problems.push(`footprint agent: ${err.message}`));
+    }, 30_000, 100);
     fp.pushConnected = true;
-    // ---- window 1: push healthy ----
     const slots = Array.from({ length: m }, (_, i) => slot('b', i));
-    const a = await Fleet.start({ pki: o.pki, slots, controllerUrl: ctl.url, stateRoot: path.join(dir, 'push'), hook: 'noop', procs: 1 });
+    const a = await Fleet.start({ pki: o.pki, slots, controllerUrl: ctl.url, stateRoot: path.join(dir, 'agents'), hook: 'noop', procs: 1 });
     await waitFor(`${m} agents connected`, async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= m + 1, 60_000, 200);
     // the footprint window starts once its agent's start-up is long over
     foot0 = footProc.pid ? procSample(footProc.pid) : null;
@@ -112,53 +159,17 @@ export async function idlePhase(o: IdleOptions): Promise<IdleResult> {
     const l1 = loCounters()!;
     const c1 = await a.fleet.counters();
     await a.fleet.stop();
-    // the footprint agent's own pings are in the window too: count them as one more agent's
+    // the footprint agent's pings are in the window too: counted as one more agent's share
     const pings = c1.pings - c0.pings;
     const polls1 = c1.polls - c0.polls;
     if (polls1 !== 0) problems.push(`${polls1} polls fell into the ping window`);
     if (pings === 0) problems.push('no ping in the ping window');
-    const ping = {
+    const share = Math.max(1, (pings * (m + 1)) / m);
+    out.ping = {
       windowS: w1, bytes: l1.bytes - l0.bytes, packets: l1.packets - l0.packets, pings, polls: polls1,
-      bytesPerPing: round((l1.bytes - l0.bytes) / Math.max(1, pings * (m + 1) / m), 1), packetsPerPing: round((l1.packets - l0.packets) / Math.max(1, pings * (m + 1) / m), 2),
+      bytesPerPing: round((l1.bytes - l0.bytes) / share, 1), packetsPerPing: round((l1.packets - l0.packets) / share, 2),
     };
-    say(`idle traffic: ${pings} pings, ${ping.bytes} B in ${w1} s → ${ping.bytesPerPing} B per ping`);
-
-    // ---- window 2: push off, polling every 8 s ----
-    await sleep(1_000);
-    // nodes an operator added without an endpoint, whose agents never announce one: nothing
-    // dials them, and their metadata exists to be polled
-    const quiet = Array.from({ length: m }, (_, i) => slot('b', m + i));
-    for (const q of quiet) await ctl.op.must(201, 'POST', '/v1/nodes', { id: q.node });
-    const b = await Fleet.start({
-      pki: o.pki, slots: quiet, controllerUrl: ctl.url, stateRoot: path.join(dir, 'poll'), hook: 'noop', procs: 1, announce: false,
-      pollIntervalMs: 8_000, pollIntervalHealthyMs: 8_000,
-    });
-    await waitFor('start-up fetches', async () => (await b.fleet.counters()).fetch200 >= m, 30_000, 200);
-    await sleep(9_000);
-    const d0 = await b.fleet.counters();
-    const k0 = loCounters()!;
-    await sleep(w2 * 1000);
-    const k1 = loCounters()!;
-    const d1 = await b.fleet.counters();
-    await b.fleet.stop();
-    const polls = d1.polls - d0.polls;
-    const poll = {
-      windowS: w2, bytes: k1.bytes - k0.bytes, packets: k1.packets - k0.packets, polls,
-      bytesPerPoll: round((k1.bytes - k0.bytes) / Math.max(1, polls), 1), packetsPerPoll: round((k1.packets - k0.packets) / Math.max(1, polls), 2),
-      status304: d1.fetch304 - d0.fetch304,
-    };
-    if (polls === 0) problems.push('no poll in the poll window');
-    say(`idle traffic: ${polls} polls (${poll.status304} answered 304), ${poll.bytes} B in ${w2} s → ${poll.bytesPerPoll} B per poll`);
-    traffic = {
-      exact: o.exactLo, agents: m, ping, poll,
-      perAgentHourBytes: {
-        pushHealthy: Math.round(120 * ping.bytesPerPing + 6 * poll.bytesPerPoll),
-        pushOff30s: Math.round(120 * poll.bytesPerPoll),
-        pushOff120s: Math.round(30 * poll.bytesPerPoll),
-      },
-    };
-  } catch (err) {
-    problems.push((err as Error).message);
+    say(`idle traffic: ${pings} pings, ${out.ping.bytes} B in ${w1} s → ${out.ping.bytesPerPing} B per ping`);
   } finally {
     clearInterval(sampler);
     const x = footProc.pid ? procSample(footProc.pid) : null;
@@ -169,9 +180,33 @@ export async function idlePhase(o: IdleOptions): Promise<IdleResult> {
       fp.freshCpuSPerHour = round((((x.cpuPreciseS ?? x.cpuS) - (foot0.cpuPreciseS ?? foot0.cpuS)) * 3600) / w, 3);
     }
     await stopProc(footProc, 'SIGTERM', 5_000);
-    await stopController(ctl);
   }
-  fs.rmSync(path.join(dir, 'push'), { recursive: true, force: true });
-  fs.rmSync(path.join(dir, 'poll'), { recursive: true, force: true });
-  return { traffic, footprint: fp, problems };
+}
+
+/** Window 2: push off, polling every 8 s. */
+async function pollWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: number, w2: number, out: IdlePart): Promise<void> {
+  // nodes an operator added without an endpoint, whose agents never announce one: nothing
+  // dials them, and their metadata exists to be polled
+  const quiet = Array.from({ length: m }, (_, i) => slot('b', m + i));
+  for (const q of quiet) await ctl.op.must(201, 'POST', '/v1/nodes', { id: q.node });
+  const b = await Fleet.start({
+    pki: o.pki, slots: quiet, controllerUrl: ctl.url, stateRoot: path.join(dir, 'agents'), hook: 'noop', procs: 1, announce: false,
+    pollIntervalMs: 8_000, pollIntervalHealthyMs: 8_000,
+  });
+  await waitFor('start-up fetches', async () => (await b.fleet.counters()).fetch200 >= m, 30_000, 200);
+  await sleep(9_000);
+  const d0 = await b.fleet.counters();
+  const k0 = loCounters()!;
+  await sleep(w2 * 1000);
+  const k1 = loCounters()!;
+  const d1 = await b.fleet.counters();
+  await b.fleet.stop();
+  const polls = d1.polls - d0.polls;
+  out.poll = {
+    windowS: w2, bytes: k1.bytes - k0.bytes, packets: k1.packets - k0.packets, polls,
+    bytesPerPoll: round((k1.bytes - k0.bytes) / Math.max(1, polls), 1), packetsPerPoll: round((k1.packets - k0.packets) / Math.max(1, polls), 2),
+    status304: d1.fetch304 - d0.fetch304,
+  };
+  if (polls === 0) out.problems.push('no poll in the poll window');
+  say(`idle traffic: ${polls} polls (${out.poll.status304} answered 304), ${out.poll.bytes} B in ${w2} s → ${out.poll.bytesPerPoll} B per poll`);
 }

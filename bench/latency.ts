@@ -46,6 +46,8 @@ export interface LatencyResult {
     agents: number;
     /** Medians, ms, from the agents' log lines (ms resolution). */
     breakdown: { patchToWake: number; wakeToFetched: number; fetchedToItemStarted: number; itemStartedToHook: number; samples: number } | null;
+    /** Every sample, ms, in the order taken. */
+    samplesMs: number[];
   };
   polling2s: {
     agents: number;
@@ -55,6 +57,7 @@ export interface LatencyResult {
     /** The model used for 30 s / 120 s, applied to 2 s, to check it against the measurement. */
     modelP50Ms: number;
     modelP99Ms: number;
+    samplesMs: number[];
   };
   expected: Array<{ intervalS: number; p50Ms: number; p99Ms: number; meanMs: number; maxMs: number }>;
   problems: string[];
@@ -68,12 +71,17 @@ export interface LatencyOptions {
   pushWorkers?: number | undefined;
   /** Node flags for the controller and the push agents (--profile: the preload). */
   profArgs?: string[];
+  /**
+   * `push` (needs a quiet machine: main.ts runs it last) or `poll` (seconds-scale, insensitive
+   * to load: main.ts runs it in a child process beside the fan-out).
+   */
+  part: 'push' | 'poll';
 }
 
 const HOOK = '#!/bin/sh\n: > "$mark_dir/$mark"\n';
 
 export async function latencyPhase(o: LatencyOptions): Promise<{ result: LatencyResult; afterHooksRssKb: number }> {
-  const dir = path.join(o.runDir, 'latency');
+  const dir = path.join(o.runDir, `latency-${o.part}`);
   fs.mkdirSync(dir, { recursive: true });
   const markDir = path.join(dir, 'marks');
   fs.mkdirSync(markDir, { recursive: true });
@@ -109,7 +117,7 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
 
   // ---- push: changes round-robin over a few agents, one change in flight at a time -----
   const PUSH_AGENTS = 4;
-  const pushSlots = Array.from({ length: PUSH_AGENTS }, (_, i) => slot('l', 1 + i));
+  const pushSlots = o.part === 'push' ? Array.from({ length: PUSH_AGENTS }, (_, i) => slot('l', 1 + i)) : [];
   const pushProcs = pushSlots.map((a, i) => {
     const p = startAgentProc({
       pki: o.pki, node: a.node, controllerUrl: ctl.url, listen: `${a.ip}:${a.port}`, stateDir: path.join(dir, `state-push-${i}`), logFile: path.join(dir, `agent-push-${i}.log`), nodeArgs: o.profArgs,
@@ -120,15 +128,15 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
   const result: LatencyResult = {
     push: {
       samples: 0, hookStartMs: dist([]), patchAnsweredMs: dist([]), completeMs: dist([]), runs: [], medianOfRunsP50: NaN, medianOfRunsP99: NaN,
-      coldHookStartMs: NaN, coldCompleteMs: NaN, agents: PUSH_AGENTS, breakdown: null,
+      coldHookStartMs: NaN, coldCompleteMs: NaN, agents: PUSH_AGENTS, breakdown: null, samplesMs: [],
     },
-    polling2s: { agents: 0, samples: 0, hookStartMs: dist([]), runs: [], modelP50Ms: NaN, modelP99Ms: NaN },
+    polling2s: { agents: 0, samples: 0, hookStartMs: dist([]), runs: [], modelP50Ms: NaN, modelP99Ms: NaN, samplesMs: [] },
     expected: [],
     problems,
   };
   const hookStarts: number[] = [];
   const changes: Array<{ agent: number; revision: number; t0: number; hook: number }> = [];
-  try {
+  if (o.part === 'push') try {
     for (const a of pushSlots) await waitConnected(ctl, a.node, 30_000);
     await sleep(500);
     // cold: the first deployment an agent ever runs
@@ -174,6 +182,7 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
     for (const p of profiled) process.kill(p, 'SIGUSR2');
     const ok = hookStarts.filter(Number.isFinite);
     result.push.samples = ok.length;
+    result.push.samplesMs = ok.map((x) => round(x, 3));
     result.push.hookStartMs = rd(dist(ok));
     result.push.patchAnsweredMs = rd(dist(answered));
     result.push.completeMs = rd(dist(complete));
@@ -195,7 +204,7 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
   const perAgent = o.quick ? 5 : 12;
   const pollLat: number[] = [];
   const pollProcs: ChildProcess[] = [];
-  try {
+  if (o.part === 'poll') try {
     const deps: Array<{ node: string; id: string }> = [];
     for (let i = 0; i < pollAgents; i++) {
       const s = slot('l', 10 + i);
@@ -240,6 +249,7 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
     result.polling2s.agents = pollAgents;
     result.polling2s.samples = pollLat.length;
     result.polling2s.hookStartMs = rd(dist(pollLat));
+    result.polling2s.samplesMs = pollLat.map((x) => round(x, 1));
     result.polling2s.runs = chunks(pollLat, 50).map((c) => {
       const d = dist(c);
       return { p50: round(d.p50, 1), p99: round(d.p99, 1), min: round(d.min, 1), max: round(d.max, 1) };
@@ -251,13 +261,15 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
   for (const p of pollProcs) await stopProc(p, 'SIGTERM', 5_000);
 
   // ---- the computed expectations -----------------------------------------------------------
-  const after = hookStarts.filter(Number.isFinite);
-  const model = (intervalS: number): { p50Ms: number; p99Ms: number; meanMs: number; maxMs: number } => pollModel(intervalS * 1000, after);
-  const m2 = model(2);
-  result.polling2s.modelP50Ms = round(m2.p50Ms, 1);
-  result.polling2s.modelP99Ms = round(m2.p99Ms, 1);
-  result.expected = [30, 120].map((s) => ({ intervalS: s, ...mapRound(model(s)) }));
-  if (result.push.samples < 200) problems.push(`only ${result.push.samples} push changes measured`);
+  if (o.part === 'push') {
+    const after = hookStarts.filter(Number.isFinite);
+    const model = (intervalS: number): { p50Ms: number; p99Ms: number; meanMs: number; maxMs: number } => pollModel(intervalS * 1000, after);
+    const m2 = model(2);
+    result.polling2s.modelP50Ms = round(m2.p50Ms, 1);
+    result.polling2s.modelP99Ms = round(m2.p99Ms, 1);
+    result.expected = [30, 120].map((s) => ({ intervalS: s, ...mapRound(model(s)) }));
+    if (result.push.samples < 200) problems.push(`only ${result.push.samples} push changes measured`);
+  }
 
   const afterHooks = pushProcs[0]?.pid ? procSample(pushProcs[0].pid) : null;
   watcher.close();

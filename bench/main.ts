@@ -19,7 +19,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { fanout, type FanoutResult } from './fanout.js';
-import { idlePhase, type IdleResult } from './idle.js';
+import { combineIdle, idlePhase, type IdlePart, type IdleResult } from './idle.js';
 import type { ChildProcess } from 'node:child_process';
 import { latencyPhase, type LatencyResult } from './latency.js';
 import { benchPki, slot, type AgentSlot } from './pki-cache.js';
@@ -94,18 +94,21 @@ function maybeEnterNamespace(args: BenchArgs): boolean {
   return true;
 }
 
-/** Runs the idle phase in a child process inside a network namespace of its own. */
-function runIdleChild(args: BenchArgs, runDir: string): Promise<IdleResult> {
-  const resultFile = path.join(runDir, 'idle-result.json');
+/**
+ * Runs a part of a phase in a child process inside a network namespace of its own (its loopback
+ * counts only its own traffic, and its ports clash with nothing); resolves with its result.
+ */
+function runChild<T>(args: BenchArgs, runDir: string, child: string, fallback: (why: string) => T): Promise<T> {
+  const resultFile = path.join(runDir, `${child}-result.json`);
   const script = 'ip link set lo up 2>/dev/null || ifconfig lo up; exec "$0" "$@"';
-  const childArgs = [fileURLToPath(import.meta.url), '--child', 'idle', '--result', resultFile, ...(args.quick ? ['--quick'] : [])];
+  const childArgs = [fileURLToPath(import.meta.url), '--child', child, '--result', resultFile, ...(args.quick ? ['--quick'] : [])];
   return new Promise((resolve) => {
     const c: ChildProcess = track(spawn('unshare', ['-n', 'sh', '-c', script, process.execPath, ...childArgs], { stdio: ['ignore', 'inherit', 'inherit'] }));
     c.once('exit', (code) => {
       try {
-        resolve(JSON.parse(fs.readFileSync(resultFile, 'utf8')) as IdleResult);
+        resolve(JSON.parse(fs.readFileSync(resultFile, 'utf8')) as T);
       } catch {
-        resolve({ traffic: null, footprint: null, problems: [`idle phase child exited ${code} without a result`] });
+        resolve(fallback(`the ${child} child exited ${code} without a result`));
       }
     });
   });
@@ -114,12 +117,17 @@ function runIdleChild(args: BenchArgs, runDir: string): Promise<IdleResult> {
 async function childMain(args: BenchArgs): Promise<number> {
   const tmp = path.join(ROOT, 'tmp');
   const { pki } = await benchPki(path.join(tmp, 'bench-pki'), []);
-  if (args.child === 'idle') {
-    const r = await idlePhase({ pki, runDir: path.join(tmp, 'bench-run'), port: 18443, quick: args.quick, exactLo: true });
-    fs.writeFileSync(args.result!, JSON.stringify(r));
-    return 0;
+  const runDir = path.join(tmp, 'bench-run');
+  let r: unknown;
+  if (args.child === 'idle-push' || args.child === 'idle-poll') {
+    r = await idlePhase({ pki, runDir, port: 18443, quick: args.quick, exactLo: true, part: args.child === 'idle-push' ? 'push' : 'poll' });
+  } else if (args.child === 'latency-poll') {
+    r = (await latencyPhase({ pki, runDir, port: 18443, quick: args.quick, part: 'poll' })).result;
+  } else {
+    throw new Error(`unknown --child ${args.child}`);
   }
-  throw new Error(`unknown --child ${args.child}`);
+  fs.writeFileSync(args.result!, JSON.stringify(r));
+  return 0;
 }
 
 async function main(): Promise<number> {
@@ -160,11 +168,17 @@ async function main(): Promise<number> {
   } = { fanout: [] };
   const failures: string[] = [];
 
-  // The idle phase mostly waits (for the controller's 30 s pings): inside our namespace it runs
-  // beside the fan-out and restart phases, in a network namespace of its own, so that its
-  // loopback counts only its own traffic. Without namespaces it runs alone, after the others.
-  let idleChild: Promise<IdleResult> | null = null;
-  if (want('idle') && inNs) idleChild = runIdleChild(args, runDir);
+  // The idle phase mostly waits (for the controller's 30 s pings) and polling latency is counted
+  // in seconds: inside our namespace both run beside the fan-out and restart phases, each part in
+  // a network namespace of its own (its loopback counts only its own traffic). Without
+  // namespaces they run alone, after the others.
+  const idleParts: Array<Promise<IdlePart>> = [];
+  let pollChild: Promise<LatencyResult | null> | null = null;
+  const failedPart = (why: string): IdlePart => ({ exact: false, agents: 0, problems: [why] });
+  if (want('idle') && inNs) {
+    idleParts.push(runChild(args, runDir, 'idle-push', failedPart), runChild(args, runDir, 'idle-poll', failedPart));
+  }
+  if (want('latency') && inNs) pollChild = runChild<LatencyResult | null>(args, runDir, 'latency-poll', (why) => (failures.push(`latency (polling): ${why}`), null));
 
   if (want('fanout')) {
     for (const n of ns) {
@@ -185,12 +199,23 @@ async function main(): Promise<number> {
     failures.push(...results.restartFast.problems.map((p) => `restart (no-op hooks): ${p}`));
   }
   if (want('idle')) {
-    results.idle = idleChild ? await idleChild : await idlePhase({ pki, runDir, port: port + 3, quick: args.quick, exactLo: false });
+    const parts = inNs
+      ? await Promise.all(idleParts)
+      : [
+        await idlePhase({ pki, runDir, port: port + 3, quick: args.quick, exactLo: false, part: 'push' }),
+        await idlePhase({ pki, runDir, port: port + 3, quick: args.quick, exactLo: false, part: 'poll' }),
+      ];
+    results.idle = combineIdle(parts);
     failures.push(...results.idle.problems.map((p) => `idle: ${p}`));
   }
-  // last, on a machine the other phases no longer load
+  // push latency last, on a machine the other phases no longer load
   if (want('latency')) {
-    const r = await latencyPhase({ pki, runDir, port, quick: args.quick, pushWorkers: args.pushWorkers, profArgs });
+    const r = await latencyPhase({ pki, runDir, port, quick: args.quick, pushWorkers: args.pushWorkers, profArgs, part: 'push' });
+    const poll = pollChild ? await pollChild : (await latencyPhase({ pki, runDir, port, quick: args.quick, part: 'poll' })).result;
+    if (poll) {
+      r.result.polling2s = { ...poll.polling2s, modelP50Ms: r.result.polling2s.modelP50Ms, modelP99Ms: r.result.polling2s.modelP99Ms };
+      r.result.problems.push(...poll.problems);
+    }
     results.latency = r.result;
     if (results.idle?.footprint) results.idle.footprint.afterHooksRssKb = r.afterHooksRssKb;
     failures.push(...r.result.problems.map((p) => `latency: ${p}`));
