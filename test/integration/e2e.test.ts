@@ -62,6 +62,12 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
     expect(lines[0]).toContain('agent/n1');
   });
 
+  it('warns at start when the agent can read the CA key or the signing key (it runs from the whole PKI dir here)', async () => {
+    await waitFor('the warning in the agent log', () => n1.proc.log().includes('can read a CA or controller secret'), 10_000);
+    const warned = n1.proc.log().split('\n').filter((l) => l.includes('can read a CA or controller secret')).map((l) => (JSON.parse(l) as { file: string }).file);
+    expect(warned.map((f) => path.basename(f)).sort()).toEqual(['ca.key', 'wake-signing.jwk']);
+  });
+
   it('runs a script deployment within a second: COMPLETE with its outputs', async () => {
     const started = path.join(c.work, 'hello.started');
     const cfg = await mkConfig(c, {
