@@ -131,7 +131,9 @@ async function setUp(o: FanoutOptions, label: string, problems: string[]): Promi
   await waitFor(`${n} agents connected`, async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n, 60_000 + n * 15, 200)
     .catch((err: Error) => problems.push(`${label}: ${err.message}`));
   const connectAllMs = Date.now() - t0;
-  await waitFor('start-up fetches', async () => (await fleet.counters()).fetch200 >= n, 30_000, 200).catch((err: Error) => problems.push(`${label}: ${err.message}`));
+  // not a check: an agent whose start-up fetch is still retrying (its first one raced its
+  // announcement) fetches on its wake-up like any other
+  await waitFor('start-up fetches', async () => (await fleet.counters()).fetch200 >= n, 30_000, 200).catch(() => undefined);
   await sleep(n >= 5000 ? 3_000 : 500);
   const connected = treeSample(ctl.pid);
   const c0 = await fleet.counters();

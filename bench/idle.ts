@@ -201,7 +201,9 @@ async function pollWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: n
   const k1 = loCounters()!;
   const d1 = await b.fleet.counters();
   await b.fleet.stop();
-  const polls = d1.polls - d0.polls;
+  // the exchanges the window saw answered (a poll that began before the window and ended in it
+  // counts; one that began in it and ended after does not): the bytes on the wire are theirs
+  const polls = d1.fetch304 + d1.fetch200 - d0.fetch304 - d0.fetch200;
   out.poll = {
     windowS: w2, bytes: k1.bytes - k0.bytes, packets: k1.packets - k0.packets, polls,
     bytesPerPoll: round((k1.bytes - k0.bytes) / Math.max(1, polls), 1), packetsPerPoll: round((k1.packets - k0.packets) / Math.max(1, polls), 2),

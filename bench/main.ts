@@ -45,10 +45,12 @@ export interface BenchArgs {
   /** Internal: run one phase as a child process and write its result to `result`. */
   child: string | null;
   result: string | null;
+  /** Re-render BENCHMARKS.md from a stored BENCHMARKS.json (no measuring). */
+  render: string | null;
 }
 
 function parseArgs(argv: string[]): BenchArgs {
-  const a: BenchArgs = { quick: false, only: null, ns: [], runs: null, pushWorkers: undefined, out: ROOT, noNamespace: false, profile: null, crash: true, child: null, result: null };
+  const a: BenchArgs = { quick: false, only: null, ns: [], runs: null, pushWorkers: undefined, out: ROOT, noNamespace: false, profile: null, crash: true, child: null, result: null, render: null };
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i]!;
     const next = (): string => {
@@ -66,9 +68,10 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--no-crash') a.crash = false;
     else if (v === '--child') a.child = next();
     else if (v === '--result') a.result = next();
+    else if (v === '--render') a.render = path.resolve(next());
     else if (v === '--profile') a.profile = path.resolve(next());
     else if (v === '--help' || v === '-h') {
-      process.stdout.write('usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000] [--runs 3] [--push-workers N] [--no-namespace] [--profile dir]\n');
+      process.stdout.write('usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json]\n');
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);
   }
@@ -133,6 +136,18 @@ async function childMain(args: BenchArgs): Promise<number> {
 async function main(): Promise<number> {
   const args = parseArgs(process.argv.slice(2));
   if (args.child) return childMain(args);
+  if (args.render) {
+    const j = JSON.parse(fs.readFileSync(args.render, 'utf8')) as {
+      command: string; date: string; elapsedS: number; mode: string; machine: Record<string, unknown>; isolation: string;
+      pki: { issued: number; issueMs: number }; checks: { failures: string[] }; results: Parameters<typeof writeReport>[0]['results'];
+    };
+    writeReport({
+      out: args.out, started: new Date(j.date), elapsedS: j.elapsedS, quick: j.mode === 'quick', command: j.command, namespace: j.isolation.startsWith('own'),
+      pkiIssued: j.pki.issued, pkiIssueMs: j.pki.issueMs, results: j.results, failures: j.checks.failures, machine: j.machine,
+    });
+    say(`BENCHMARKS.md re-rendered from ${args.render}`);
+    return 0;
+  }
   if (maybeEnterNamespace(args)) return -1;
   const inNs = process.env.HERALD_BENCH_NS === '1';
   const started = new Date();
@@ -175,13 +190,20 @@ async function main(): Promise<number> {
   const idleParts: Array<Promise<IdlePart>> = [];
   let pollChild: Promise<LatencyResult | null> | null = null;
   const failedPart = (why: string): IdlePart => ({ exact: false, agents: 0, problems: [why] });
-  if (want('idle') && inNs) {
-    idleParts.push(runChild(args, runDir, 'idle-push', failedPart), runChild(args, runDir, 'idle-poll', failedPart));
-  }
-  if (want('latency') && inNs) pollChild = runChild<LatencyResult | null>(args, runDir, 'latency-poll', (why) => (failures.push(`latency (polling): ${why}`), null));
+  let childrenStarted = false;
+  // started after the smallest fan-out, whose figures their own start-up would disturb most
+  const startChildren = (): void => {
+    if (childrenStarted) return;
+    childrenStarted = true;
+    if (want('idle') && inNs) {
+      idleParts.push(runChild(args, runDir, 'idle-push', failedPart), runChild(args, runDir, 'idle-poll', failedPart));
+    }
+    if (want('latency') && inNs) pollChild = runChild<LatencyResult | null>(args, runDir, 'latency-poll', (why) => (failures.push(`latency (polling): ${why}`), null));
+  };
 
   if (want('fanout')) {
-    for (const n of ns) {
+    for (const [i, n] of [...ns].sort((a, b) => a - b).entries()) {
+      if (i === 1) startChildren();
       const runs = args.runs ?? (args.quick ? 1 : n >= 5_000 ? 1 : 3);
       const crash = args.crash && (args.quick ? n < 1_000 : n !== 5_000);
       const r = await fanout({
@@ -191,6 +213,7 @@ async function main(): Promise<number> {
       failures.push(...r.problems.map((p) => `fan-out N=${n}: ${p}`));
     }
   }
+  startChildren();
   if (want('restart')) {
     const runs = args.runs ?? (args.quick ? 2 : 3);
     results.restart = await restartPhase({ pki, runDir, port: port + 2, runs: args.quick ? 1 : runs, pushWorkers: args.pushWorkers, profArgs, runner: 'real' });

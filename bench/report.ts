@@ -24,6 +24,8 @@ export interface ReportInput {
   pkiIssueMs: number;
   results: { latency?: LatencyResult; fanout: FanoutResult[]; restart?: RestartResult; restartFast?: RestartResult; idle?: IdleResult };
   failures: string[];
+  /** Re-rendering a stored run (`--render`): its machine and load, not today's. */
+  machine?: Record<string, unknown>;
 }
 
 export interface Goal {
@@ -95,11 +97,15 @@ export function goals(r: ReportInput['results']): Goal[] {
     out.push({ figure: `controller RSS per connected agent (N = ${largest.n.toLocaleString('en-US')})`, goal: '≤ 80 KB', measured: `${fmt(v)} KB`, met: v <= 80, by: ratio(v, 80) });
     const rc = largest.crash;
     if (rc) {
-      const v2 = rc.connectAllMs;
+      // a figure never reached is NaN in memory and null in a stored BENCHMARKS.json
+      const v2 = typeof rc.connectAllMs === 'number' ? rc.connectAllMs : NaN;
+      const N = largest.n.toLocaleString('en-US');
+      const connected = Number.isFinite(v2) ? s(v2) : `not all within the ${fmt(60 + largest.n / 100, 0)} s window (${rc.metricsConnected.toLocaleString('en-US')} of ${N})`;
+      const lost = rc.noneLost ? 'none lost' : `${(largest.n - rc.fetched).toLocaleString('en-US')} not delivered within the window`;
       out.push({
-        figure: `reconnect all ${largest.n.toLocaleString('en-US')} after a controller restart (crash with a change pending)`, goal: '≤ 30 s, no wake-up lost',
-        measured: `${s(v2)}, ${rc.noneLost ? 'none lost' : `LOST: ${largest.n - rc.fetched}`}`, met: v2 <= 30_000 && rc.noneLost,
-        by: `${ratio(v2 / 1000, 30)}${rc.noneLost ? '' : '; wake-ups lost'}${largest.n < 10_000 ? ` (N = ${largest.n.toLocaleString('en-US')}, not 10,000)` : ''}`,
+        figure: `reconnect all ${N} after a controller restart (crash with a change pending)`, goal: '≤ 30 s, no wake-up lost',
+        measured: `${connected}, ${lost}`, met: v2 <= 30_000 && rc.noneLost,
+        by: `${Number.isFinite(v2) ? ratio(v2 / 1000, 30) : 'missed'}${rc.noneLost ? '' : '; not every agent had the change by the end of the window'}${largest.n < 10_000 ? ` (N = ${N}, not 10,000)` : ''}`,
       });
     }
   }
@@ -129,7 +135,7 @@ export function goals(r: ReportInput['results']): Goal[] {
 }
 
 export function writeReport(i: ReportInput): void {
-  const m = machine();
+  const m = i.machine ?? { ...machine(), loadAverageAtStart: startLoad };
   const g = goals(i.results);
   const json = {
     generatedBy: 'npm run bench (bench/main.ts)',
@@ -137,7 +143,7 @@ export function writeReport(i: ReportInput): void {
     date: i.started.toISOString(),
     elapsedS: round(i.elapsedS, 1),
     mode: i.quick ? 'quick' : 'full',
-    machine: { ...m, loadAverageAtStart: startLoad },
+    machine: m,
     isolation: i.namespace ? 'own network + PID namespaces (loopback counters are Herald-only)' : 'host namespaces (loopback shared with other processes)',
     pki: { issued: i.pkiIssued, issueMs: i.pkiIssueMs },
     goals: g,
@@ -159,11 +165,14 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   p('# Herald benchmarks');
   p();
   p(`Produced by \`${i.command}\` on ${i.started.toISOString().replace('T', ' ').slice(0, 19)} UTC in ${fmt(i.elapsedS, 0)} s (${i.quick ? 'quick' : 'full'} run); every figure below`);
-  p('comes from that run, and the raw figures are in `BENCHMARKS.json`. Regenerate with `npm run bench`');
-  p('(full, < 10 min) or `npm run bench -- --quick` (< 2 min).');
+  p('comes from that run, and the raw figures are in `BENCHMARKS.json`. Regenerate with `npm run bench` (full) or');
+  p('`npm run bench -- --quick`. Issue 7 asks for < 10 min and < 2 min; see "Run time" at the end for where the time goes.');
   p();
   p(`Machine: ${String(m.cores)} cores (${String(m.cpuModel)}), ${String(m.memoryGiB)} GiB, Node ${String(m.node)}, ${String(m.platform)}; commit ${String(m.commit)}${m.dirty ? ' (with uncommitted changes)' : ''}.`);
-  p(`Load average at start ${startLoad.join(' ')}, at end ${(m.loadAverageAtEnd as number[]).join(' ')}: ${startLoad[0]! > Number(m.cores) ? '**the machine was busy with other work during this run; timings are upper bounds**' : 'the machine was otherwise quiet'}.`);
+  const load0 = (m.loadAverageAtStart as number[] | undefined) ?? [];
+  const load1 = (m.loadAverageAtEnd as number[] | undefined) ?? [];
+  const busy = Math.max(load0[0] ?? 0, load1[0] ?? 0, load1[2] ?? 0) > Number(m.cores);
+  p(`Load average (1, 5, 15 min) at start ${load0.join(' ')}, at end ${load1.join(' ')}${busy ? ': **other work shared the machine during this run (the benchmark\'s own processes count too); timings are upper bounds**' : ''}.`);
   p(`Isolation: ${i.namespace ? 'the benchmark ran in its own network and PID namespaces (its loopback carried only Herald traffic; every process it started died with it)' : 'host namespaces (loopback shared with other processes: traffic figures approximate)'}.`);
   p(`Controller, push workers, harness processes and agents all ran on this one machine, on 127.0.0.0/8.`);
   p();
@@ -319,11 +328,26 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p();
   }
   L.push(...findings(i.results));
+  p('## Run time');
+  p();
+  p(`This run took ${fmt(i.elapsedS / 60, 1)} min (${i.quick ? 'quick; the issue asks for < 2 min' : 'full; the issue asks for < 10 min'}). A fan-out run needs a fresh controller and N fresh agents (a node`);
+  p('belongs to one cluster at a time, and completing a cluster operation is O(N) per signal: finding 3), and connecting');
+  p('N fresh agents costs ~3 full TLS handshakes each plus an fsync\'d registration, on the same two cores:');
+  for (const f of i.results.fanout) {
+    const c = f.runs.map((x) => x.connectAllMs);
+    p(`- N = ${f.n.toLocaleString('en-US')}: connecting took ${c.map((x) => `${fmt(x / 1000, 0)} s`).join(', ')}${f.crash ? ' (+ one more set-up for the crash run)' : ''}.`);
+  }
+  p('The idle phase (two 30 s windows) and the polling latency run beside the fan-out in their own network');
+  p('namespaces, so they add little. With persistent fetch connections (finding 2) a set-up would cost about a third.');
+  p();
   p('## How to read and rerun');
   p();
   p('- `npm run bench` (full: N = 100, 1,000, 5,000, 10,000), `npm run bench -- --quick` (N = 100, 1,000, shorter');
   p('  windows). `--only latency,fanout,restart,idle`, `--n 2000`, `--runs 5`, `--push-workers 2` select and tune;');
   p('  `--no-namespace` runs on the host network. Certificates are cached in `tmp/bench-pki` (gitignored) between runs.');
+  p('- `--profile <dir>`: every process runs the V8 profiler over the measured windows only and writes a');
+  p('  `.cpuprofile` per process; `node dist/bench/prof-top.js <file>` lists the heaviest functions.');
+  p('- `--render BENCHMARKS.json` rewrites BENCHMARKS.md from a stored run\'s raw figures, measuring nothing.');
   p('- A latency is reported as p50/p99/min/max over its samples; a fan-out time is the median over the runs, each');
   p('  run listed.');
   p('- No timing is asserted in `npm test`; `npm run bench` exits non-zero only when a correctness check fails.');
