@@ -21,7 +21,7 @@
  * Window 2's agents have names no agent ever announced here, so nothing dials them.
  *
  * The agent footprint is measured here too: a real `herald agent` connected to this controller
- * that never gets work, sampled from /proc over the whole phase.
+ * that never gets work, sampled from /proc over window 1.
  *
  * This phase only waits most of its time, so main.ts runs it in a child process in a network
  * namespace of its own, beside the fan-out and restart phases.
@@ -136,6 +136,19 @@ async function pushWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: n
   out.footprint = fp;
   let foot0: ReturnType<typeof procSample> = null;
   let tFoot0 = 0;
+  let footDone = false;
+  const footEnd = (): void => {
+    if (footDone) return;
+    footDone = true;
+    clearInterval(sampler);
+    const x = footProc.pid ? procSample(footProc.pid) : null;
+    if (x && foot0) {
+      const w = (Date.now() - tFoot0) / 1000;
+      fp.windowS = round(w, 1);
+      fp.freshRssKb = x.rssKb;
+      fp.freshCpuSPerHour = round((((x.cpuPreciseS ?? x.cpuS) - (foot0.cpuPreciseS ?? foot0.cpuS)) * 3600) / w, 3);
+    }
+  };
   const sampler = setInterval(() => {
     const x = footProc.pid ? procSample(footProc.pid) : null;
     if (x) fp.freshRssMaxKb = Number.isFinite(fp.freshRssMaxKb) ? Math.max(fp.freshRssMaxKb, x.rssKb) : x.rssKb;
@@ -149,15 +162,17 @@ async function pushWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: n
     const slots = Array.from({ length: m }, (_, i) => slot('b', i));
     const a = await Fleet.start({ pki: o.pki, slots, controllerUrl: ctl.url, stateRoot: path.join(dir, 'agents'), hook: 'noop', procs: 1 });
     await waitFor(`${m} agents connected`, async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= m + 1, 60_000, 200);
-    // the footprint window starts once its agent's start-up is long over
+    await sleep(32_000);
+    // the footprint window is the ping window: its agent's start-up (lazy compilation, the
+    // first GCs) is long over, and it holds exactly one ping
     foot0 = footProc.pid ? procSample(footProc.pid) : null;
     tFoot0 = Date.now();
-    await sleep(32_000);
     const c0 = await a.fleet.counters();
     const l0 = loCounters()!;
     await sleep(w1 * 1000);
     const l1 = loCounters()!;
     const c1 = await a.fleet.counters();
+    footEnd();
     await a.fleet.stop();
     // the footprint agent's pings are in the window too: counted as one more agent's share
     const pings = c1.pings - c0.pings;
@@ -171,14 +186,7 @@ async function pushWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: n
     };
     say(`idle traffic: ${pings} pings, ${out.ping.bytes} B in ${w1} s → ${out.ping.bytesPerPing} B per ping`);
   } finally {
-    clearInterval(sampler);
-    const x = footProc.pid ? procSample(footProc.pid) : null;
-    if (x && foot0) {
-      const w = (Date.now() - tFoot0) / 1000;
-      fp.windowS = round(w, 1);
-      fp.freshRssKb = x.rssKb;
-      fp.freshCpuSPerHour = round((((x.cpuPreciseS ?? x.cpuS) - (foot0.cpuPreciseS ?? foot0.cpuS)) * 3600) / w, 3);
-    }
+    footEnd();
     await stopProc(footProc, 'SIGTERM', 5_000);
   }
 }

@@ -47,7 +47,7 @@ beforeAll(async () => {
   await b.startController();
   await b.startAgent('h1');
   await waitFor('the victim to apply its first metadata', () => stateOf(v1)?.last_applied_generation === 1, 20_000, 50);
-  await b.quiesce();
+  await b.quiesce(3_000); // past any start-up poll retry (a first retry comes within 1 s)
 }, 120_000);
 
 afterAll(async () => {

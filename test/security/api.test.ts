@@ -39,7 +39,7 @@ beforeAll(async () => {
   await waitRevisionComplete(d2, 2);
   await b.revoke('operator', 'lost');
   await waitFor('the controller to re-read revoked.json', async () => (await req(b.cred('operator', 'lost'), 'GET', '/v1/nodes')).json?.error?.code === 'revoked', 10_000, 50);
-  await b.quiesce();
+  await b.quiesce(3_000); // past any start-up poll retry (a first retry comes within 1 s)
 }, 120_000);
 
 afterAll(async () => {

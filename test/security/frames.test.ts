@@ -38,7 +38,7 @@ beforeAll(async () => {
   await b.startController();
   beforeStartS = Math.floor(Date.now() / 1000);
   n1 = await b.startAgent('n1');
-  await b.quiesce();
+  await b.quiesce(3_000); // past any start-up poll retry (a first retry comes within 1 s)
 }, 120_000);
 
 afterAll(async () => {

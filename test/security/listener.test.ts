@@ -23,7 +23,7 @@ beforeAll(async () => {
   for (const c of ['c2', 'r-new', 'r-resume', 'r-live']) await b.issue('controller', c);
   await b.startController();
   n1 = await b.startAgent('n1');
-  await b.quiesce();
+  await b.quiesce(3_000); // past any start-up poll retry (a first retry comes within 1 s)
 }, 120_000);
 
 afterAll(async () => {
