@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { codeOf } from '../../protocol/errors.js';
 import { SqliteStore } from '../../controller/sqlite-store.js';
 import type { NewConfig } from '../../controller/store.js';
+import { thrownCode } from '../helpers/codes.js';
 
 const WHO = 'spiffe://herald.local/operator/admin';
 const CONFIG: NewConfig = { name: 'c', group: 'script', config: 'x', inputs: [], outputs: [{ name: 'o', type: 'String', error_output: false }], options: {} };
@@ -22,15 +23,6 @@ function open(file = ':memory:'): SqliteStore {
 afterEach(() => {
   for (const s of stores.splice(0)) s.close();
 });
-
-function thrownCode(fn: () => unknown): string | undefined {
-  try {
-    fn();
-  } catch (err) {
-    return codeOf(err);
-  }
-  return undefined;
-}
 
 describe('generations', () => {
   it('one global sequence, bumped once per transaction that changes a node\'s metadata', () => {

@@ -1,17 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { checkFrameSize, decodeAnswer, encodeAck, encodeNack, NACK_CODES } from '../../protocol/frames.js';
-import { codeOf, ERROR_CODES } from '../../protocol/errors.js';
+import { ERROR_CODES } from '../../protocol/errors.js';
 import { fullJitterMs, jittered } from '../../protocol/backoff.js';
 import { fitSignalBody } from '../../protocol/heat.js';
-
-const code = (fn: () => unknown) => {
-  try {
-    fn();
-  } catch (e) {
-    return codeOf(e);
-  }
-  return undefined;
-};
+import { thrownCode as code } from '../helpers/codes.js';
 
 describe('answer frames', () => {
   it('round-trips an ack', () => {

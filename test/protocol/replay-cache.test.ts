@@ -1,15 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ReplayCache } from '../../protocol/replay-cache.js';
-import { codeOf } from '../../protocol/errors.js';
-
-const code = (fn: () => void): string | undefined => {
-  try {
-    fn();
-  } catch (e) {
-    return codeOf(e);
-  }
-  return undefined;
-};
+import { thrownCode as code } from '../helpers/codes.js';
 
 describe('ReplayCache', () => {
   it('stays bounded when fed 10x its capacity of unexpired tokens, refusing rather than forgetting', () => {

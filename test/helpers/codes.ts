@@ -1,0 +1,11 @@
+/** The code of the HeraldError `fn` throws, or undefined when it throws none (or an uncoded one). */
+import { codeOf } from '../../protocol/errors.js';
+
+export function thrownCode(fn: () => unknown): string | undefined {
+  try {
+    fn();
+  } catch (err) {
+    return codeOf(err);
+  }
+  return undefined;
+}
