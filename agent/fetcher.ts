@@ -13,7 +13,7 @@ import { HeraldError, RefusalError } from '../protocol/errors.js';
 import { fullJitterMs } from '../protocol/backoff.js';
 import type { MetadataDocument, SignalBody } from '../protocol/heat.js';
 import { KeySet } from '../protocol/jws.js';
-import { MAX_METADATA_RESPONSE_BYTES, MAX_REQUEST_BODY_BYTES } from '../protocol/limits.js';
+import { AGENT_API_MAX_CONNECTIONS, MAX_METADATA_RESPONSE_BYTES, MAX_REQUEST_BODY_BYTES } from '../protocol/limits.js';
 import { newNonce, NONCE_HEADER, SIGNATURE_HEADER, verifyMetadataResponse } from '../protocol/metadata.js';
 import { HttpsAgentHolder, refusalCodeOf, type Logger, type PkiMaterial } from '../certs/tls.js';
 
@@ -70,6 +70,16 @@ export function keySetOf(material: PkiMaterial): () => KeySet {
   };
 }
 
+/** The controller answered 429: try again, not before `retryAfterMs` when it said so. */
+export class RateLimitedError extends RefusalError {
+  readonly retryAfterMs: number | undefined;
+  constructor(message: string, retryAfterMs: number | undefined) {
+    super('rate_limited', message);
+    this.name = 'RateLimitedError';
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
 export class Fetcher {
   readonly #o: FetcherOptions;
   readonly #base: URL;
@@ -96,7 +106,7 @@ export class Fetcher {
       throw new HeraldError('bad_option', `--controller must be https://host:port, not ${JSON.stringify(opts.controllerUrl)}`);
     }
     this.#base = base;
-    this.#agent = new HttpsAgentHolder(opts.material, opts.controllerSpiffeId, { keepAlive: true, maxSockets: 4 });
+    this.#agent = new HttpsAgentHolder(opts.material, opts.controllerSpiffeId, { keepAlive: true, maxSockets: AGENT_API_MAX_CONNECTIONS });
     this.#keys = keySetOf(opts.material);
     this.#timeoutMs = opts.requestTimeoutMs ?? API_REQUEST_TIMEOUT_MS;
     this.#maxBytes = opts.maxMetadataBytes ?? MAX_METADATA_RESPONSE_BYTES;
@@ -123,6 +133,9 @@ export class Fetcher {
     const headers: Record<string, string> = { [NONCE_HEADER]: nonce, accept: 'application/json' };
     if (etag !== undefined) headers['if-none-match'] = etag;
     const res = await this.#request('GET', `/v1/nodes/${encodeURIComponent(this.#o.node)}/metadata`, { headers, maxBytes: this.#maxBytes });
+    if (res.status === 429) {
+      throw new RateLimitedError(`metadata fetch answered 429${errorCodeSuffix(res.body)}`, retryAfterMs(res.headers['retry-after']));
+    }
     if (res.status !== 200 && res.status !== 304) {
       throw new RefusalError('bad_response', `metadata fetch answered ${res.status}${errorCodeSuffix(res.body)}`);
     }

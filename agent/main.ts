@@ -13,7 +13,7 @@ import { createRequire } from 'node:module';
 import type { Logger as PinoLogger } from 'pino';
 import { ConfigError, codeOf } from '../protocol/errors.js';
 import { spiffeIdOf, TRUST_DOMAIN_RE } from '../protocol/identity.js';
-import { AGENT_SHUTDOWN_GRACE_MS, DEFAULT_TRUST_DOMAIN, POLL_INTERVAL_HEALTHY_MS, POLL_INTERVAL_MS } from '../protocol/limits.js';
+import { AGENT_FIRST_POLL_WAIT_MS, AGENT_SHUTDOWN_GRACE_MS, DEFAULT_TRUST_DOMAIN, POLL_INTERVAL_HEALTHY_MS, POLL_INTERVAL_MS } from '../protocol/limits.js';
 import { WakeVerifier } from '../protocol/wake.js';
 import { trustDomainOf } from '../certs/identity.js';
 import { materialPaths, pkiPaths } from '../certs/paths.js';
@@ -21,7 +21,7 @@ import { PkiMaterial, refusalCodeOf } from '../certs/tls.js';
 import { ensurePrivateDir } from './atomic-file.js';
 import { ApplyLoop } from './apply.js';
 import { FetchCoalescer } from './coalescer.js';
-import { Fetcher, keySetOf } from './fetcher.js';
+import { Fetcher, keySetOf, RateLimitedError } from './fetcher.js';
 import type { RunItem } from './hooks/types.js';
 import { WakeListener } from './listener.js';
 import { OutboxSender } from './outbox.js';
@@ -159,6 +159,8 @@ export async function startAgent(cfg: AgentConfig): Promise<RunningAgent> {
         lastFetchOk = false;
         const code = codeOf(err) ?? refusalCodeOf(err) ?? (err as { code?: string }).code;
         log.warn({ code, err: (err as Error).message }, 'metadata fetch failed');
+        // a wake-up's fetch that failed is retried by the poller soon, not at the next interval
+        poller.fetchFailed(err instanceof RateLimitedError ? err.retryAfterMs : 0);
         throw err;
       }
     },
@@ -209,9 +211,18 @@ export async function startAgent(cfg: AgentConfig): Promise<RunningAgent> {
     log.error({ err }, 'endpoint announcement stopped');
     return false;
   });
-  poller.start(true);
-
   let stopping: Promise<void> | null = null;
+  // the start-up fetch waits for the announcement (bounded): a node the announcement registers
+  // does not exist before it, and a fetch racing it would be a 404 and a retry
+  let firstPollTimer: NodeJS.Timeout | undefined;
+  const firstPollWait = new Promise<void>((resolve) => {
+    firstPollTimer = setTimeout(resolve, AGENT_FIRST_POLL_WAIT_MS);
+  });
+  void Promise.race([announcing, firstPollWait]).then(() => {
+    clearTimeout(firstPollTimer);
+    if (stopping === null) poller.start(true);
+  });
+
   const stop = (reason = 'stop'): Promise<void> => {
     stopping ??= (async () => {
       log.info({ reason }, 'agent stopping');

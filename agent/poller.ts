@@ -56,6 +56,8 @@ export class Poller {
   #dueLong = false;
   #lastPollEnd = 0;
   #failures = 0;
+  /** The least delay of the next retry (a Retry-After), used once. */
+  #floorMs = 0;
   #polling = false;
   #running = false;
   #polls = 0;
@@ -109,6 +111,23 @@ export class Poller {
     }
   }
 
+  /**
+   * A fetch outside a poll failed (the one a wake-up started): the next poll comes as after a
+   * failed poll (backoff with full jitter), not after the long interval, and not before
+   * `notBeforeMs` (a Retry-After). During a poll only the floor is noted: the poll's own
+   * result reschedules.
+   */
+  fetchFailed(notBeforeMs = 0): void {
+    // a Retry-After never holds polling back beyond the normal interval
+    this.#floorMs = Math.min(this.#interval, Math.max(this.#floorMs, notBeforeMs));
+    if (!this.#running || this.#polling) return;
+    this.#failures++;
+    this.#lastPollEnd = this.#t.now();
+    if (this.#timer !== null) this.#t.clearTimeout(this.#timer);
+    this.#timer = null;
+    this.#schedule();
+  }
+
   /** Stops polling; a poll in flight finishes. Idempotent. */
   stop(): void {
     this.#running = false;
@@ -120,13 +139,14 @@ export class Poller {
     if (!this.#running) return;
     let delay: number;
     if (this.#failures > 0) {
-      delay = Math.max(1, fullJitterMs(this.#failures - 1, POLL_RETRY_BASE_MS, this.#interval, this.#random));
+      delay = Math.max(1, this.#floorMs, fullJitterMs(this.#failures - 1, POLL_RETRY_BASE_MS, this.#interval, this.#random));
       this.#dueLong = false;
     } else {
       const long = this.#healthy();
       delay = jittered(long ? this.#healthyInterval : this.#interval, this.#jitter, this.#random);
       this.#dueLong = long;
     }
+    this.#floorMs = 0;
     const now = this.#t.now();
     this.#dueAt = Math.max(now, this.#lastPollEnd + delay);
     this.#timer = this.#t.setTimeout(() => {
@@ -147,6 +167,7 @@ export class Poller {
     }
     this.#polling = false;
     this.#failures = ok ? 0 : this.#failures + 1;
+    if (ok) this.#floorMs = 0;
     this.#lastPollEnd = this.#t.now();
     this.#schedule();
   }

@@ -21,6 +21,7 @@ import {
   ANNOUNCE_RATE_BURST,
   ANNOUNCE_RATE_PER_S,
   API_HEADERS_TIMEOUT_MS,
+  API_AGENT_MAX_CONNECTIONS,
   API_KEEP_ALIVE_TIMEOUT_MS,
   API_LISTEN_BACKLOG_CONNECTIONS,
   API_RATE_BURST,
@@ -80,6 +81,7 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   unknown_node: 422,
   unknown_config: 422,
   rate_limited: 429,
+  too_many_connections: 429,
   internal: 500,
 };
 
@@ -123,6 +125,9 @@ export class ApiServer {
   readonly #limiters: Record<RateClass, RateLimiter>;
   readonly #auth = new WeakMap<tls.TLSSocket, AuthCacheEntry>();
   readonly #sockets = new Set<tls.TLSSocket>();
+  /** Open connections per agent identity, and the connections past API_AGENT_MAX_CONNECTIONS. */
+  readonly #agentConnections = new Map<string, number>();
+  readonly #overLimit = new WeakSet<tls.TLSSocket>();
   readonly #streams = new Set<http.ServerResponse>();
   readonly #controllerId: string;
   #epoch = 0;
@@ -145,13 +150,14 @@ export class ApiServer {
     this.server = https.createServer({ ...tlsServerOptions(o.material), handshakeTimeout: API_HEADERS_TIMEOUT_MS }, (req, res) => {
       void this.#handle(req, res);
     });
-    // short keep-alive: fetch connections of thousands of agents must not pile up (README "Architecture")
+    // long keep-alive: an agent's polls and wake-up fetches reuse one connection (README "Scale")
     this.server.keepAliveTimeout = API_KEEP_ALIVE_TIMEOUT_MS;
     this.server.headersTimeout = API_HEADERS_TIMEOUT_MS;
     this.server.requestTimeout = API_REQUEST_TIMEOUT_MS;
     this.server.on('secureConnection', (s: tls.TLSSocket) => {
       this.#sockets.add(s);
       s.once('close', () => this.#sockets.delete(s));
+      this.#countAgentConnection(s);
     });
     this.server.on('tlsClientError', (err, s) => {
       this.#log.debug({ err: { message: err.message, code: (err as { code?: string }).code }, remote: s.remoteAddress }, 'TLS handshake failed');
@@ -224,6 +230,9 @@ export class ApiServer {
       const auth = this.#authorize(req.socket as tls.TLSSocket);
       if (!auth.ok) throw new ApiError(auth.code, auth.message, { Connection: 'close' });
       identity = auth.identity;
+      if (this.#overLimit.has(req.socket as tls.TLSSocket)) {
+        throw new ApiError('too_many_connections', `agent ${identity.name} already holds ${API_AGENT_MAX_CONNECTIONS} API connections`, { Connection: 'close', 'Retry-After': '1' });
+      }
       const url = new URL(req.url ?? '/', 'https://controller.invalid');
       const m = this.#router.match(method, url.pathname);
       if (m.kind === 'none') throw new ApiError('not_found', `no route ${method} ${url.pathname}`);
@@ -245,6 +254,25 @@ export class ApiServer {
     } catch (err) {
       this.#fail(req, res, err, route, identity);
     }
+  }
+
+  /**
+   * Counts an authenticated agent's connections (kept alive for minutes, see
+   * API_KEEP_ALIVE_TIMEOUT_MS); past API_AGENT_MAX_CONNECTIONS the connection's requests
+   * are refused `too_many_connections` and it is closed.
+   */
+  #countAgentConnection(s: tls.TLSSocket): void {
+    const auth = this.#authorize(s);
+    if (!auth.ok || auth.identity.role !== 'agent') return;
+    const id = auth.identity.spiffeId;
+    const n = (this.#agentConnections.get(id) ?? 0) + 1;
+    this.#agentConnections.set(id, n);
+    if (n > API_AGENT_MAX_CONNECTIONS) this.#overLimit.add(s);
+    s.once('close', () => {
+      const left = (this.#agentConnections.get(id) ?? 1) - 1;
+      if (left <= 0) this.#agentConnections.delete(id);
+      else this.#agentConnections.set(id, left);
+    });
   }
 
   #authorize(socket: tls.TLSSocket): AuthorizeResult {
@@ -342,7 +370,7 @@ export class ApiServer {
       field = err.field;
       if (err instanceof ApiError) headers = err.headers;
       this.#o.metrics.refusals.inc({ code });
-      const level = statusOf(code) === 403 || code === 'rate_limited' || code === 'body_too_large' ? 'warn' : 'info';
+      const level = statusOf(code) === 403 || code === 'rate_limited' || code === 'too_many_connections' || code === 'body_too_large' ? 'warn' : 'info';
       this.#log[level]({ event: 'refused', code, status: statusOf(code), peer, method: req.method, route, field }, message);
     } else {
       this.#log.error({ err, peer, method: req.method, route }, 'request failed unexpectedly');

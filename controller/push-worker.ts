@@ -13,7 +13,9 @@ import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent, WorkerInit } f
 import { DeltaPushMetrics } from './push-metrics.js';
 
 function send(m: FromWorker): void {
-  if (process.connected) process.send?.(m);
+  // with a callback, a parent that has just died is an EPIPE here, not an unhandled 'error'
+  // event that would crash this process before its 'disconnect' handler runs
+  if (process.connected) process.send?.(m, undefined, {}, () => undefined);
 }
 
 class Worker {

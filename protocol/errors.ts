@@ -49,7 +49,7 @@ export const ERROR_CODES = {
 
   // agent listener: connection-level refusals and WebSocket close reasons (SPEC §2)
   upgrade_required: 'a plain HTTP request to /v1/wake; only a WebSocket upgrade is served there',
-  too_many_connections: 'the listener holds its limit of pending (16) or authenticated (4) connections',
+  too_many_connections: 'the listener holds its limit of pending (16) or authenticated (4) connections; at the API (429), the agent identity already holds 8 connections',
   handshake_timeout: 'TLS handshake plus WebSocket upgrade did not finish within 5 s; the socket was destroyed',
   tls_handshake_failed: 'the TLS handshake failed (a TLS version below 1.3, a bad certificate, or garbage)',
   idle_timeout: 'the connection sent neither ping nor frame for 90 s (WebSocket close 1000)',

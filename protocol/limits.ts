@@ -53,8 +53,22 @@ export const FETCH_RATE_PER_S = 5;
 /** Any other request per identity: burst, then sustained rate. */
 export const API_RATE_BURST = 200;
 export const API_RATE_PER_S = 100;
-/** Idle keep-alive on API connections: short, so fetch connections do not pile up at fan-out. */
-export const API_KEEP_ALIVE_TIMEOUT_MS = 5_000;
+/**
+ * Idle keep-alive on API connections: longer than the agent's longest poll gap while push is
+ * healthy (POLL_INTERVAL_HEALTHY_MS + jitter), so an agent's polls and its fetch after a wake-up
+ * reuse one TLS connection instead of a full mutual handshake each (`npm run bench`: fan-out
+ * fetches and idle traffic). The push connections live in worker processes, so the main
+ * process's descriptors hold one such connection per agent.
+ */
+export const API_KEEP_ALIVE_TIMEOUT_MS = 900_000;
+/**
+ * Open API connections one agent identity may hold (the agent itself uses at most
+ * AGENT_API_MAX_CONNECTIONS); requests on more are answered 429 `too_many_connections` and closed,
+ * so a stolen agent key cannot hold thousands of kept-alive connections.
+ */
+export const API_AGENT_MAX_CONNECTIONS = 8;
+/** Connections the agent's fetcher opens to the API at once. */
+export const AGENT_API_MAX_CONNECTIONS = 4;
 /**
  * Connections the kernel may queue for the API before it accepts them (capped by
  * net.core.somaxconn). After a fan-out thousands of agents connect at once; with Node's default
@@ -94,6 +108,11 @@ export const HOOK_KILL_GRACE_MS = 10_000;
 export const HOOK_OUTPUT_DRAIN_MS = 200;
 /** On agent shutdown, how long a running hook may finish before it is recorded as interrupted. */
 export const AGENT_SHUTDOWN_GRACE_MS = 10_000;
+/**
+ * The agent's start-up fetch waits for its endpoint announcement at most this long: a node the
+ * announcement registers does not exist before it, and a fetch racing it would be a 404.
+ */
+export const AGENT_FIRST_POLL_WAIT_MS = 5_000;
 
 // ---- polling --------------------------------------------------------------------------------
 /** Fallback poll interval. */

@@ -11,7 +11,7 @@ import { tlsServerOptions, type PkiMaterial } from '../../certs/tls.js';
 import { codeOf } from '../../protocol/errors.js';
 import type { MetadataDocument } from '../../protocol/heat.js';
 import { NONCE_HEADER, sha256b64url, signMetadata } from '../../protocol/metadata.js';
-import { Fetcher } from '../../agent/fetcher.js';
+import { Fetcher, RateLimitedError } from '../../agent/fetcher.js';
 import { makeAgentTestPki, quietLog, type AgentTestPki } from '../helpers/agent-pki.js';
 
 let pki: AgentTestPki;
@@ -174,6 +174,19 @@ describe('metadata fetch', () => {
       res.end(JSON.stringify({ error: { code: 'wrong_node' } }));
     });
     expect(await refused(fetcher(srv.url).fetchMetadata())).toBe('bad_response');
+  });
+});
+
+describe('metadata fetch refused with 429', () => {
+  it('is rate_limited and carries the Retry-After, so the agent retries not before it', async () => {
+    const srv = await server((_req, res) => {
+      res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '3' });
+      res.end('{"error":{"code":"rate_limited"}}');
+    });
+    const err = await fetcher(srv.url).fetchMetadata().then(() => null, (e: unknown) => e);
+    expect(err).toBeInstanceOf(RateLimitedError);
+    expect((err as RateLimitedError).code).toBe('rate_limited');
+    expect((err as RateLimitedError).retryAfterMs).toBe(3_000);
   });
 });
 

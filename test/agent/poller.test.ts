@@ -111,6 +111,36 @@ describe('poller', () => {
     expect(last[1]! - last[0]!).toBeGreaterThan(100_000);
   });
 
+  it('a failed fetch outside a poll (a wake-up\'s) brings the next poll forward, as a failed poll would', async () => {
+    const { clock, p, at } = poller({ healthy: () => true, random: () => 0.999 });
+    p.start(true);
+    await clock.advance(0);
+    expect(p.nextDueAt).toBeGreaterThan(500_000);
+    await clock.advance(50_000);
+    p.fetchFailed();
+    // first retry ceiling 1 s (full jitter), not the 600 s healthy interval
+    expect(p.nextDueAt).toBeLessThanOrEqual(51_000);
+    await clock.advance(1_000);
+    expect(at.length).toBe(2);
+    expect(at[1]).toBeGreaterThan(50_000);
+    expect(at[1]).toBeLessThanOrEqual(51_000);
+    // that poll succeeded: back to the long interval
+    expect(p.nextDueAt! - at[1]!).toBeGreaterThan(500_000);
+  });
+
+  it('honours a Retry-After floor on the retry, once', async () => {
+    let ok = false;
+    const { clock, p, at } = poller({ ok: () => ok, random: () => 0 });
+    p.start(true);
+    await clock.advance(0);
+    p.fetchFailed(7_000);
+    expect(p.nextDueAt).toBe(7_000);
+    ok = true;
+    await clock.advance(7_000);
+    expect(at).toEqual([0, 7_000]);
+    expect(p.nextDueAt).toBe(7_000 + 108_000);
+  });
+
   it('stop() cancels the next poll', async () => {
     const { clock, p, at } = poller();
     p.start(true);

@@ -513,6 +513,58 @@ describe('rate limits (SPEC §6 defaults)', () => {
   });
 });
 
+describe('kept-alive connections per agent (API_AGENT_MAX_CONNECTIONS)', () => {
+  /** `n` requests at once from one agent identity, each on a connection of its own, all kept open. */
+  async function burst(agent: https.Agent, node: string, n: number): Promise<Res[]> {
+    return Promise.all(Array.from({ length: n }, () => new Promise<Res>((resolve, reject) => {
+      const req = https.request({ host: '127.0.0.1', port: t.port, path: `/v1/nodes/${node}/metadata`, servername: 'localhost', agent }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString();
+          let json: unknown;
+          try {
+            json = JSON.parse(text);
+          } catch {
+            json = undefined;
+          }
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json } as unknown as Res);
+        });
+      });
+      req.on('error', reject);
+      req.end();
+    })));
+  }
+
+  it('answers the 9th open connection of one agent 429 too_many_connections and closes it; other identities are not counted', async () => {
+    const kc = await pki.issueAgent('kc1');
+    const other = await pki.issueAgent('kc2');
+    await t.req(kc, 'PUT', '/v1/nodes/kc1/endpoint', { url: 'wss://127.0.0.1:7443/v1/wake' });
+    const a = new https.Agent({ ...kc, keepAlive: true, maxSockets: 9, maxCachedSessions: 0 });
+    const b = new https.Agent({ ...other, keepAlive: true, maxSockets: 9, maxCachedSessions: 0 });
+    try {
+      const rs = await burst(a, 'kc1', 9);
+      const refused = rs.filter((r) => r.status === 429);
+      expect(refused.length).toBe(1);
+      expectError(refused[0]!, 429, 'too_many_connections');
+      expect(refused[0]!.headers.connection).toBe('close');
+      expect(rs.filter((r) => r.status === 200).length).toBe(8);
+      // another agent's connections are its own count (its node is unknown: 404, not 429)
+      const os = await burst(b, 'kc2', 8);
+      expect(os.map((r) => r.status)).toEqual(Array(8).fill(404));
+      // with 8 of kc1's connections still open, a new one is refused again
+      const more = await t.req(kc, 'GET', '/v1/nodes/kc1/metadata');
+      expectError(more, 429, 'too_many_connections');
+      // once they are closed, new connections are served
+      a.destroy();
+      await waitFor('kc1 served again', async () => (await t.req(kc, 'GET', '/v1/nodes/kc1/metadata')).status === 200, 5_000);
+    } finally {
+      a.destroy();
+      b.destroy();
+    }
+  });
+});
+
 describe('plain health listener', () => {
   it('serves GET /healthz without TLS when --health-listen is set', async () => {
     const h = await startTestController(pki, { healthListen: { host: '127.0.0.1', port: 0 } });
