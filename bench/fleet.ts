@@ -36,7 +36,7 @@ interface Member {
 
 export class Fleet {
   readonly members: Member[] = [];
-  readonly size: number;
+  size: number;
   #id = 0;
 
   private constructor(size: number) {
@@ -44,10 +44,21 @@ export class Fleet {
   }
 
   static async start(o: FleetOptions): Promise<{ fleet: Fleet; startMs: number; failed: string[] }> {
+    const fleet = new Fleet(0);
+    const r = await fleet.grow(o);
+    return { fleet, ...r };
+  }
+
+  /**
+   * Adds `o.slots` as more agents in `o.procs` new harness processes (a fleet grows from one
+   * N to the next without restarting the agents it has).
+   */
+  async grow(o: FleetOptions): Promise<{ startMs: number; failed: string[] }> {
     const procs = Math.max(1, Math.min(o.procs, o.slots.length));
-    const fleet = new Fleet(o.slots.length);
     const t0 = Date.now();
+    const added: Member[] = [];
     for (let i = 0; i < procs; i++) {
+      const index = this.members.length;
       const slots = o.slots.filter((_, j) => j % procs === i);
       const child = track(fork(HARNESS, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced', execArgv: o.execArgv ?? [] }));
       const pending = new Map<number, (data: unknown) => void>();
@@ -62,13 +73,13 @@ export class Fleet {
         }
       });
       child.once('exit', (code, sig) => {
-        onStarted({ ms: -1, failed: [`harness ${i} exited ${code ?? sig}`] });
+        onStarted({ ms: -1, failed: [`harness ${index} exited ${code ?? sig}`] });
         for (const f of pending.values()) f(undefined);
         pending.clear();
       });
       const start: HarnessStart = {
         t: 'start',
-        index: i,
+        index,
         slots,
         pki: {
           dir: o.pki.dir, caPath: o.pki.caPath, keyPath: o.pki.sharedKeyPath, revokedPath: path.join(o.pki.dir, 'revoked.json'),
@@ -84,11 +95,13 @@ export class Fleet {
         fetchConcurrency: o.fetchConcurrency ?? 64,
       };
       child.send(start);
-      fleet.members.push({ child, pending, started });
+      const m = { child, pending, started };
+      this.members.push(m);
+      added.push(m);
     }
-    const results = await Promise.all(fleet.members.map((m) => m.started));
-    const failed = results.flatMap((r) => r.failed);
-    return { fleet, startMs: Date.now() - t0, failed };
+    const results = await Promise.all(added.map((m) => m.started));
+    this.size += o.slots.length;
+    return { startMs: Date.now() - t0, failed: results.flatMap((r) => r.failed) };
   }
 
   #ask<T>(m: Member, msg: Omit<Extract<ToHarness, { id: number }>, 'id'>, timeoutMs = 60_000): Promise<T> {
@@ -124,8 +137,13 @@ export class Fleet {
   }
 
   /** Clears every agent's per-run records and sets the item name this run waits for. */
-  async arm(target: string): Promise<void> {
-    await this.all({ t: 'arm', target } as never);
+  async arm(target: string, minRevision = 0): Promise<void> {
+    await this.all({ t: 'arm', target, minRevision } as never);
+  }
+
+  /** While off, held hooks end at once (between measuring windows; see harness.ts). */
+  async hold(on: boolean): Promise<void> {
+    await this.all({ t: 'hold', on } as never);
   }
 
   async progress(): Promise<{ acked: number; fetched: number }> {

@@ -32,7 +32,8 @@ export interface HarnessStart {
 export type ToHarness =
   | HarnessStart
   | { t: 'counters'; id: number }
-  | { t: 'arm'; id: number; target: string }
+  | { t: 'arm'; id: number; target: string; minRevision: number }
+  | { t: 'hold'; id: number; on: boolean }
   | { t: 'progress'; id: number }
   | { t: 'report'; id: number }
   | { t: 'release'; id: number }
@@ -79,10 +80,14 @@ let pings = 0;
 }
 const agents: SimAgent[] = [];
 let releaseHeld: (() => void) | null = null;
+/** Hooks started while this is false end at once (between measuring windows). */
+let holding = true;
 let held: Promise<void> = new Promise((r) => (releaseHeld = r));
 
 function send(m: FromHarness): void {
-  if (process.connected) process.send?.(m);
+  // with a callback, a parent that has just died is an EPIPE here, not an unhandled 'error'
+  // event that would crash this process before its 'disconnect' handler runs
+  if (process.connected) process.send?.(m, undefined, {}, () => undefined);
 }
 
 const OK: RunResult = { deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} };
@@ -95,6 +100,10 @@ async function hookOf(mode: HookMode): Promise<RunItem> {
   return (_item, opts) =>
     new Promise<RunResult>((resolve) => {
       const done = (): void => resolve({ ...OK });
+      if (!holding) {
+        done();
+        return;
+      }
       void held.then(done);
       opts.signal?.addEventListener('abort', done, { once: true });
     });
@@ -173,7 +182,7 @@ process.on('message', (m: ToHarness) => {
       case 'arm':
         // the log ring shows the run's own warnings from now on, not the start-up's
         log.last.length = 0;
-        for (const a of agents) a.mark(m.target);
+        for (const a of agents) a.mark(m.target, m.minRevision);
         send({ t: 'reply', id: m.id, data: nowMs() });
         return;
       case 'progress': {
@@ -189,6 +198,10 @@ process.on('message', (m: ToHarness) => {
       }
       case 'report':
         send({ t: 'reply', id: m.id, data: agents.map(runReport) });
+        return;
+      case 'hold':
+        holding = m.on;
+        send({ t: 'reply', id: m.id, data: true });
         return;
       case 'release': {
         const r = releaseHeld;

@@ -18,7 +18,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { fanout, type FanoutResult } from './fanout.js';
+import { fanoutAll, type FanoutResult } from './fanout.js';
 import { combineIdle, idlePhase, type IdlePart, type IdleResult } from './idle.js';
 import type { ChildProcess } from 'node:child_process';
 import { latencyPhase, type LatencyResult } from './latency.js';
@@ -202,16 +202,19 @@ async function main(): Promise<number> {
   };
 
   if (want('fanout')) {
-    for (const [i, n] of [...ns].sort((a, b) => a - b).entries()) {
-      if (i === 1) startChildren();
-      const runs = args.runs ?? (args.quick ? 1 : n >= 5_000 ? 1 : 3);
-      const crash = args.crash && (args.quick ? n < 1_000 : n !== 5_000);
-      const r = await fanout({
-        pki, runDir, port: port + 1, n, runs, pushWorkers: args.pushWorkers, crash, harnessExecArgv: profArgs, controllerExtra: [], controllerNodeArgs: profArgs, profile: args.profile !== null,
-      });
-      results.fanout.push(r);
-      failures.push(...r.problems.map((p) => `fan-out N=${n}: ${p}`));
-    }
+    const sorted = [...ns].sort((a, b) => a - b);
+    const rs = await fanoutAll({
+      pki, runDir, port: port + 1, ns: sorted, pushWorkers: args.pushWorkers,
+      runsFor: (n) => args.runs ?? (args.quick ? 1 : n >= 5_000 ? 1 : 3),
+      crashFor: (n) => args.crash && (args.quick ? n < 1_000 : n !== 5_000),
+      harnessExecArgv: profArgs, controllerExtra: [], controllerNodeArgs: profArgs, profile: args.profile !== null,
+      // the side phases start after the smallest N, whose figures their own start-up would disturb most
+      onStep: (i) => {
+        if (i === 0) startChildren();
+      },
+    });
+    results.fanout.push(...rs);
+    for (const r of rs) failures.push(...r.problems.map((p) => `fan-out N=${r.n}: ${p}`));
   }
   startChildren();
   if (want('restart')) {

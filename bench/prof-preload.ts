@@ -12,7 +12,7 @@ const dir = process.env.HERALD_BENCH_PROFILE_DIR;
 if (dir) {
   let session: Session | null = null;
   let k = 0;
-  process.on('SIGUSR2', () => {
+  const toggle = (): void => {
     if (session === null) {
       const s = new Session();
       s.connect();
@@ -30,5 +30,10 @@ if (dir) {
       }
       s.disconnect();
     });
-  });
+  };
+  process.on('SIGUSR2', toggle);
+  // HERALD_BENCH_PROFILE_FROM_START=<name>: processes whose script name contains it profile
+  // from their first line (a harness's start-up, before anyone could signal it)
+  const from = process.env.HERALD_BENCH_PROFILE_FROM_START;
+  if (from && (process.argv[1] ?? '').includes(from)) toggle();
 }

@@ -22,7 +22,8 @@ import { PkiMaterial, type Logger } from '../certs/tls.js';
 import { ensurePrivateDir } from '../agent/atomic-file.js';
 import { ApplyLoop } from '../agent/apply.js';
 import { FetchCoalescer } from '../agent/coalescer.js';
-import { Fetcher, keySetOf } from '../agent/fetcher.js';
+import { Fetcher, keySetOf, RateLimitedError } from '../agent/fetcher.js';
+import { AGENT_FIRST_POLL_WAIT_MS } from '../protocol/limits.js';
 import type { RunItem } from '../agent/hooks/types.js';
 import { WakeListener } from '../agent/listener.js';
 import { OutboxSender } from '../agent/outbox.js';
@@ -128,6 +129,7 @@ export class SimAgent {
   #state!: AgentState;
   readonly #announceAbort = new AbortController();
   #announcing: Promise<boolean> = Promise.resolve(false);
+  #stopped = false;
   #wakesVerified = 0;
   #fetch200 = 0;
   #fetch304 = 0;
@@ -140,6 +142,8 @@ export class SimAgent {
   announcedAt = 0;
   /** Name of the metadata item the current run waits for (see FetchRecord.hit). */
   target: string | null = null;
+  /** ... at this revision or later (a restart's step is a new revision of an existing item). */
+  targetMinRevision = 0;
 
   constructor(o: SimAgentOptions) {
     this.slot = o.slot;
@@ -190,7 +194,7 @@ export class SimAgent {
             let hit = false;
             for (const it of r.document.deployments as MetadataItem[]) {
               if (typeof it.revision === 'number' && it.revision > maxRev) maxRev = it.revision;
-              if (this.target !== null && it.name === this.target) hit = true;
+              if (this.target !== null && it.name === this.target && (typeof it.revision !== 'number' || it.revision >= this.targetMinRevision)) hit = true;
             }
             this.fetches.push({ t: nowMs(), status: 200, gen: r.gen, maxRev, hit, poll });
             apply.submit(r.document);
@@ -204,6 +208,7 @@ export class SimAgent {
           lastFetchOk = false;
           this.#fetchErrors++;
           log.warn({ node: o.slot.node, code: (err as { code?: string }).code, err: (err as Error).message }, 'metadata fetch failed');
+          this.#poller.fetchFailed(err instanceof RateLimitedError ? err.retryAfterMs : 0);
           throw err;
         }
       },
@@ -244,12 +249,18 @@ export class SimAgent {
         return ok;
       });
     }
-    this.#poller.start(true);
+    // as agent/main.ts: the start-up fetch waits for the announcement (bounded)
+    let t: NodeJS.Timeout | undefined;
+    void Promise.race([this.#announcing, new Promise((r) => (t = setTimeout(r, AGENT_FIRST_POLL_WAIT_MS)))]).then(() => {
+      clearTimeout(t);
+      if (!this.#stopped) this.#poller.start(true);
+    });
   }
 
   /** Starts a new measuring window: the per-run records are cleared. */
-  mark(target: string | null = null): void {
+  mark(target: string | null = null, minRevision = 0): void {
     this.target = target;
+    this.targetMinRevision = minRevision;
     this.wakes = [];
     this.fetches = [];
     this.spawns = [];
@@ -280,6 +291,7 @@ export class SimAgent {
   }
 
   async stop(): Promise<void> {
+    this.#stopped = true;
     this.#poller?.stop();
     this.#announceAbort.abort();
     this.#coalescer?.close();
