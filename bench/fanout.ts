@@ -110,14 +110,17 @@ export function harnessProcsFor(added: number): number {
   return Math.min(4, Math.max(Math.ceil(added / AGENTS_PER_HARNESS), added <= 2_000 ? 1 : 2));
 }
 
-/** Where the simulated agents keep their state: tmpfs when there is one (see the report). */
-function agentStateRoot(runDir: string): string {
+/**
+ * Where simulated agents keep their state: tmpfs when there is one (on a fleet each agent has a
+ * disk of its own; here thousands would queue on one), else under the run directory.
+ */
+export function agentStateRoot(runDir: string, label: string): string {
   const shm = '/dev/shm';
   try {
     fs.accessSync(shm, fs.constants.W_OK);
-    return path.join(shm, `herald-bench-${process.pid}`);
+    return path.join(shm, `herald-bench-${process.pid}-${label}`);
   } catch {
-    return path.join(runDir, 'fanout', 'agents');
+    return path.join(runDir, label, 'agents');
   }
 }
 
@@ -142,7 +145,7 @@ class Bed {
   #harnessCpuS = 0;
   constructor(readonly o: FanoutOptions) {
     this.dir = path.join(o.runDir, 'fanout');
-    this.stateRoot = agentStateRoot(o.runDir);
+    this.stateRoot = agentStateRoot(o.runDir, 'fanout');
   }
 
   async start(): Promise<void> {

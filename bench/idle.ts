@@ -8,13 +8,13 @@
  * 1. push healthy, nothing to do, for one ping interval (30 s): the controller's WebSocket pings;
  *    the pings the agents received are counted (ws 'ping' events in the harness) and bytes per
  *    ping derived;
- * 2. push off (nodes without an endpoint, agents that never announce one) polling every 8 s: every poll is a new
- *    TLS connection (the API closes idle keep-alive connections after 5 s, as it does for the
- *    real 30 s, 120 s and 600 s intervals), a GET with If-None-Match, a signed 304, the close.
- *    Bytes per poll = window bytes / polls in the window.
+ * 2. push off (nodes without an endpoint, agents that never announce one) polling every 8 s: each
+ *    poll is a GET with If-None-Match and a signed 304 on the agent's kept-alive API connection
+ *    (opened by its start-up fetch before the window; the API keeps idle connections 15 min, so
+ *    at the real 30 s, 120 s and 600 s intervals too). Bytes per poll = window bytes / polls.
  * Per agent-hour: push healthy = 120 pings + 6 polls (the 600 s healthy interval); push off =
  * 120 polls (30 s) or 30 polls (120 s). The intervals are shortened only to fill the window
- * with events; each event is the same bytes at any interval above the 5 s keep-alive.
+ * with events; each event is the same bytes at any interval under the 15 min keep-alive.
  *
  * Window 1 opens 32 s after the last agent connected: the controller pings a connection first a
  * whole interval (30 s) after it opened, and the start-up connections' closes are over by then.

@@ -306,14 +306,14 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p();
     p(`IP bytes and packets from the loopback interface's counters (\`/proc/net/dev\`)${t.exact ? ', inside the benchmark\'s own network namespace: every byte is Herald\'s' : ' of the host: **approximate**, other processes share it'}. ${t.agents} harness agents and a controller. Window 1: push healthy, nothing to do`);
     p(`(${t.ping.windowS} s): ${t.ping.pings} WebSocket pings, ${t.ping.bytes.toLocaleString('en-US')} B in ${t.ping.packets} packets. Window 2: push off (no endpoint announced),`);
-    p(`polling every 8 s (${t.poll.windowS} s): ${t.poll.polls} polls (${t.poll.status304} answered 304), ${t.poll.bytes.toLocaleString('en-US')} B in ${t.poll.packets} packets. Every poll is a new TLS`);
-    p('connection, as at the real intervals (the API closes idle connections after 5 s). Per hour: push healthy = 120');
+    p(`polling every 8 s (${t.poll.windowS} s): ${t.poll.polls} polls (${t.poll.status304} answered 304), ${t.poll.bytes.toLocaleString('en-US')} B in ${t.poll.packets} packets. Each poll reuses the`);
+    p('agent\'s kept-alive API connection, as at the real intervals (the API keeps idle connections 15 min). Per hour: push healthy = 120');
     p('pings (every 30 s) + 6 polls (every 600 s); push off = 120 polls (30 s) or 30 polls (120 s).');
     p();
     p('| | per event | per agent-hour |');
     p('|---|---|---|');
     p(`| ping (30 s) | ${t.ping.bytesPerPing} B, ${t.ping.packetsPerPing} packets | ${kb(120 * t.ping.bytesPerPing)} |`);
-    p(`| poll with 304 (new TLS connection) | ${t.poll.bytesPerPoll.toLocaleString('en-US')} B, ${t.poll.packetsPerPoll} packets | at 600 s: ${kb(6 * t.poll.bytesPerPoll)} |`);
+    p(`| poll with 304 (kept-alive connection) | ${t.poll.bytesPerPoll.toLocaleString('en-US')} B, ${t.poll.packetsPerPoll} packets | at 600 s: ${kb(6 * t.poll.bytesPerPoll)} |`);
     p(`| **Herald, push healthy** | | **${kb(t.perAgentHourBytes.pushHealthy)}** |`);
     p(`| Herald, push off, polling every 30 s | | ${kb(t.perAgentHourBytes.pushOff30s)} |`);
     p(`| Herald, push off, polling every 120 s | | ${kb(t.perAgentHourBytes.pushOff120s)} |`);

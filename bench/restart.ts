@@ -7,6 +7,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import { agentStateRoot } from './fanout.js';
 import { metricSum } from './api-client.js';
 import { Fleet } from './fleet.js';
 import { slot, type BenchPki } from './pki-cache.js';
@@ -46,11 +47,13 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
   const problems: string[] = [];
   const ctl = await startController({ pki: o.pki, dir, port: o.port, pushWorkers: o.pushWorkers, nodeArgs: o.profArgs });
   const slots = Array.from({ length: n }, (_, i) => slot('b', i));
+  const stateRoot = agentStateRoot(o.runDir, `restart-${o.runner}`);
+  fs.rmSync(stateRoot, { recursive: true, force: true });
   const result: RestartResult = { nodes: n, runner: o.runner, createMs: NaN, runs: [], restartMs: dist([]), medianMs: NaN, problems };
   // the real hook runner spawns a process per step, and spawn() costs a Node process ~10 ms of
   // page-table copying here, more the larger it is: small harness processes, so that 200 spawns
   // per restart do not queue in one process as they never would on 100 machines
-  const { fleet, failed } = await Fleet.start({ pki: o.pki, slots, controllerUrl: ctl.url, stateRoot: path.join(dir, 'agents'), hook: o.runner, procs: RESTART_HARNESS_PROCS, execArgv: o.profArgs });
+  const { fleet, failed } = await Fleet.start({ pki: o.pki, slots, controllerUrl: ctl.url, stateRoot, hook: o.runner, procs: RESTART_HARNESS_PROCS, execArgv: o.profArgs });
   try {
     if (failed.length) problems.push(`${failed.length} agents failed to start`);
     await waitFor(`${n} agents connected`, async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n, 60_000, 100);
@@ -91,7 +94,7 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
     await stopController(ctl, 'SIGKILL');
     await fleet.stop();
   }
-  fs.rmSync(path.join(dir, 'agents'), { recursive: true, force: true });
+  fs.rmSync(stateRoot, { recursive: true, force: true });
   return result;
 }
 

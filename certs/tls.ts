@@ -15,6 +15,7 @@ import https from 'node:https';
 import path from 'node:path';
 import tls from 'node:tls';
 import { ConfigError, HeraldError, RefusalError, type ErrorCode } from '../protocol/errors.js';
+import { API_KEEP_ALIVE_TIMEOUT_MS } from '../protocol/limits.js';
 import type { Role } from '../protocol/identity.js';
 import { identityOf, normalizeSerial, type CertIdentity } from './identity.js';
 
@@ -550,6 +551,10 @@ export function httpsAgentFor(material: PkiMaterial, expectedSpiffeId: string, o
     // `npm run bench`, where 10,000 agents each open one for a fan-out)
     secureContext: tls.createSecureContext({ ca: base.ca, cert: base.cert, key: base.key, minVersion: base.minVersion, maxVersion: base.maxVersion }),
     keepAlive: opts.keepAlive ?? true,
+    // http.Agent turns TCP keep-alive on for its sockets with this idle time (default 1 s): an
+    // idle kept-alive connection would then send a probe and get an ACK every second, 2 packets
+    // a second per agent (`npm run bench`, idle traffic). The API closes idle connections first.
+    keepAliveMsecs: API_KEEP_ALIVE_TIMEOUT_MS,
     maxSockets: opts.maxSockets ?? Infinity,
     maxCachedSessions: 0,
     ...(opts.timeoutMs !== undefined ? { timeout: opts.timeoutMs } : {}),

@@ -13,6 +13,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { API_KEEP_ALIVE_TIMEOUT_MS } from '../../protocol/limits.js';
 import {
   authorizePeer, HttpsAgentHolder, PkiMaterial, refusalCodeOf, tlsClientOptions, tlsServerOptions, watchServer,
 } from '../../certs/tls.js';
@@ -250,6 +251,13 @@ describe('a dialer (tlsClientOptions)', () => {
     ok.rebuild();
     expect(await get(ok.agent)).toBe('200');
     expect(await get(wrong.agent)).toBe('wrong_peer');
+  });
+
+  it('keeps its connections without TCP keep-alive probes before the API closes them (http.Agent probes every second by default)', () => {
+    const h = new HttpsAgentHolder(dialer, 'spiffe://herald.local/controller/controller');
+    closers.push(() => h.close());
+    const msecs = (h.agent as unknown as { keepAliveMsecs: number }).keepAliveMsecs;
+    expect(msecs).toBeGreaterThanOrEqual(API_KEEP_ALIVE_TIMEOUT_MS);
   });
 });
 
