@@ -26,8 +26,12 @@ import { slot, type BenchPki } from './pki-cache.js';
 import { exited, startController, stopController, type ControllerProc } from './procs.js';
 import { childrenOf, diffCounters, dist, nowMs, round, say, sleep, tcpTroubles, treeSample, waitFor, type Dist } from './util.js';
 
-/** Agents per harness process at most (each holds a listener, a push and an API connection). */
-const AGENTS_PER_HARNESS = 2_500;
+/**
+ * Agents per harness process at most. Each holds a listener, a push and an API connection; more
+ * to one event loop and, while new agents handshake, the old ones answer pings and wake-ups
+ * later than the controller's 1 s limit and get dropped as half-open (then redialled).
+ */
+const AGENTS_PER_HARNESS = 1_250;
 
 export interface FanoutRun {
   run: number;
@@ -107,7 +111,7 @@ export interface FanoutOptions {
 /** Harness processes to add when the fleet grows by `added` agents. */
 export function harnessProcsFor(added: number): number {
   if (added <= 200) return 1;
-  return Math.min(4, Math.max(Math.ceil(added / AGENTS_PER_HARNESS), added <= 2_000 ? 1 : 2));
+  return Math.min(8, Math.max(Math.ceil(added / AGENTS_PER_HARNESS), 1));
 }
 
 /**
@@ -170,7 +174,7 @@ class Bed {
     const cpu0 = treeSample(this.ctl.pid).cpuS;
     const t0 = Date.now();
     const fo = {
-      pki: o.pki, slots, controllerUrl: this.ctl.url, stateRoot: this.stateRoot, hook: 'hold' as const, procs: harnessProcsFor(slots.length), execArgv: o.harnessExecArgv,
+      pki: o.pki, slots, controllerUrl: this.ctl.url, stateRoot: this.stateRoot, hook: 'hold' as const, procs: harnessProcsFor(slots.length), execArgv: o.harnessExecArgv, startConcurrency: 8,
     };
     let failed: string[];
     let startMs: number;

@@ -55,30 +55,29 @@ export function findings(r: ReportInput['results']): string[] {
   if (f1k) {
     const fetched = median(f1k.runs.map((x) => x.allFetchedMs));
     const acked = median(f1k.runs.map((x) => x.allAckedMs));
-    p(`At 1,000 agents the last wake-up was acked after ${f(acked / 1000, 2)} s and the last fetch done after ${f(fetched / 1000, 2)} s. The wake-ups are cheap`);
-    p('(the push worker signs and sends 1,000 of them in well under 100 ms of CPU); the fetches are not: every woken');
-    p('agent opens a NEW mutual-TLS connection to the API, because the API closes idle connections after 5 s');
-    p('(`API_KEEP_ALIVE_TIMEOUT_MS`). A fan-out is thus N full handshakes on the controller\'s single main thread');
-    p('(`getPeerX509Certificate` + `authorizePeer` + RSA on every connection) and N on the agents, whose side costs');
-    p('more: Node calls `getPeerCertificate(true)` for every `checkServerIdentity` (~2 ms each in the harness profile).');
+    const cpu = median(f1k.runs.map((x) => x.controllerCpuS));
+    p(`At 1,000 agents the last wake-up was acked after ${f(acked / 1000, 2)} s and the last fetch done after ${f(fetched / 1000, 2)} s. A woken agent now`);
+    p('fetches on its kept-alive API connection (no handshake; see the changes below), so what is left is CPU on the');
+    p(`two shared cores: the controller spent ${f(cpu, 2)} s (${f((cpu / 1000) * 1000, 2)} ms per agent: building each node's document for its new`);
+    p('generation, signing the response, SQLite reads, the wake-ups), and the simulated agents, on the same two cores,');
+    p('verify two Ed25519 signatures each, write their state and answer, about as much again. The goal leaves 1.2 ms');
+    p('of CPU per agent for both sides together (0.6 s × 2 cores / 1,000): the physical floor of NODE20-NOTES (wake +');
+    p('verify + kept-alive fetch, ~1.2 ms) with nothing else on the machine. On a fleet the agents\' half runs on');
+    p('their own machines; here it competes with the controller.');
   }
-  p('All of it runs on this machine\'s two cores, the simulated agents\' handshakes included; when a harness process');
-  p('falls more than 1 s behind, the controller declares its connections half-open (`FRAME_ANSWER_TIMEOUT_MS`) and');
-  p('reconnects them, which adds handshakes to a machine already short of CPU. The harness keeps at most 64 fetches');
-  p('of a process in flight to keep that in check (bench/sim-agent.ts); the fetches still have to be done by the same');
-  p('two cores.', '');
-  p('What would fix it: keep each agent\'s fetch connection open (a long keep-alive on the API: with the push');
-  p('connections in worker processes, the main process has room for 10,000 idle sockets inside its 20,000');
-  p('descriptors, at ~70 KB each), so that a woken agent sends one request on a warm connection (~1 ms end to end,');
-  p('the physical floor in NODE20-NOTES); or TLS session resumption with tickets (about half the handshake); or');
-  p('deliver the signed metadata on the push connection itself. Until then the goals are missed by the factors in');
-  p('the goals table.', '');
+  p('What would fix the rest: build the per-node metadata documents of a cluster-wide change in the transaction');
+  p('that makes it (one pass, not one per first fetch), sign metadata responses in a worker (the main thread');
+  p('also serves the API), and measure with the agents on other machines.', '');
   if (big) {
     const c = big.crash;
     const run = big.runs[0];
-    p(`At N = ${big.n.toLocaleString('en-US')}: connecting the fresh agents took ${f((run?.connectAllMs ?? NaN) / 1000)} s and ${f(run?.controllerCpuConnectS)} s of controller CPU`);
-    p(`(~${f(((run?.controllerCpuConnectS ?? NaN) * 1000) / big.n)} ms per agent: the announcement, the start-up fetches and the push dial, each a full`);
-    p(`handshake). The controller held ${f(run?.controllerRssKb.perAgent)} KB of RSS per connected agent (goal ≤ 80 KB).`);
+    p(`Growing the fleet to N = ${big.n.toLocaleString('en-US')} (+${(run?.agentsAdded ?? big.n).toLocaleString('en-US')} agents) took ${f((run?.connectAllMs ?? NaN) / 1000)} s and ${f(run?.controllerCpuConnectS)} s of controller CPU`);
+    p(`(~${f(((run?.controllerCpuConnectS ?? NaN) * 1000) / (run?.agentsAdded ?? big.n))} ms per agent: the announcement's TLS handshake and registration, the push dial, the start-up`);
+    p(`fetch). The controller held ${f(run?.controllerRssKb.perAgent)} KB of RSS per connected agent (goal ≤ 80 KB): a push connection in the`);
+    p('worker (~60-70 KB: OpenSSL and the TLS socket) plus, now, the agent\'s kept-alive API connection in the main');
+    p('process. That is the price of the fetch and traffic figures; what would lower it: fewer bytes per TLS socket');
+    p('(OpenSSL\'s read/write buffers are most of it; `SSL_MODE_RELEASE_BUFFERS` is not reachable from Node) or');
+    p('closing API connections after a wake-up\'s fetch on controllers short of memory.');
     if (c) {
       // a figure never reached is null in a stored BENCHMARKS.json
       const all = typeof c.connectAllMs === 'number' && Number.isFinite(c.connectAllMs);
@@ -86,38 +85,35 @@ export function findings(r: ReportInput['results']): string[] {
         ? `had all ${big.n.toLocaleString('en-US')} connected again after ${f(c.connectAllMs / 1000)} s`
         : `had ${c.metricsConnected.toLocaleString('en-US')} of ${big.n.toLocaleString('en-US')} connected again when the window closed`;
       p(`After a crash with a change pending, the restarted controller ${conn}; ${c.fetched.toLocaleString('en-US')} agents held the change after`);
-      p(`${f(c.allFetchedMs / 1000)} s, ${c.fetchedByPoll.toLocaleString('en-US')} of them through their own poll (120 s) rather than their wake-up.`);
-      p(`${c.noneLost ? 'None was lost.' : 'The rest would have had it at their next poll: not lost for good, but not pushed.'} The redial is bounded by \`MAX_DIALS_IN_FLIGHT\``);
-      p('(128 per worker) and, again, by full handshakes; the agents\' handshakes compete for the same two cores.');
+      p(`${f(c.allFetchedMs / 1000)} s, ${c.fetchedByPoll.toLocaleString('en-US')} of them through a poll rather than their wake-up.`);
+      p(`${c.noneLost ? 'None was lost.' : 'The rest would have had it at their next poll: not lost for good, but not pushed.'} A reconnect storm is two full mutual handshakes per agent (the push`);
+      p('dial, and the fetch: the kept-alive API connections died with the old process), both sides on these two cores;');
+      p('the redial is bounded by `MAX_DIALS_IN_FLIGHT` (128 per worker). What would fix it: more push workers on a');
+      p('machine with more cores (`--push-workers`), TLS session resumption for the redial (tickets kept across a');
+      p('restart), or cheaper handshakes (ECDSA certificates: smaller, though NODE20-NOTES measured the CPU as similar).');
     }
     p('');
   }
 
-  p('### 3. Problems the benchmark found on the way (not timing goals)', '');
-  p('- **A wake-up whose fetch fails is not retried until the next poll** (120 s, or 600 s while push is healthy):');
-  p('  the agent has acked it `started`, the controller counts it delivered, and the change waits. Seen twice. (a) Under');
-  p('  load, 1-5 % of a 1,000-agent fan-out\'s fetches died with ECONNRESET: the agent reused a kept-alive socket the');
-  p('  API had just closed (its 5 s idle timeout; the agent\'s own 4 s timer fired late). Fixed for that case: the');
-  p('  fetcher retries a GET once on a new connection when a reused socket was reset (below); since then every run');
-  p('  fetched N of N. (b) Changes to one node faster than the API\'s 5 fetches/s per node: the fetch gets 429 and is');
-  p('  dropped. Still open; fix in agent/coalescer.ts: while a wake-up\'s generation is not covered, retry with');
-  p('  backoff, honouring `Retry-After`. The latency phase spreads its changes over 4 agents to stay under the limit.');
-  p('- **Listen backlog**: the API listened with Node\'s default backlog (511). At 5,000 agents the kernel counted');
-  p('  19,226 listen-queue overflows in one fan-out (`npm run bench -- --only fanout --n 5000`, before the fix): SYN');
-  p('  retransmits of 1, 3, 7 s and resets, 295 agents whose fetch failed, the last fetch after 111 s. Fixed (below).');
-  p('- **Cluster bookkeeping is O(N) per signal**: every signal of a cluster step loads the whole cluster (all its');
-  p('  nodes) two or three times (`#onClusterStepResult`, `#advanceCluster`, then `clusterView` for the event). In the');
-  p('  100-node restart profile `getCluster` alone is the largest self-time item of the saturated controller main');
-  p('  thread. A 10,000-node restart is O(N²) and, with `MAX_PLAN_ROUNDS = 10_000`, throws "did not settle" (one');
-  p('  start action is applied per round). This, and a node belonging to one cluster at a time, is why each fan-out');
-  p('  run here starts from a fresh controller and fresh agents. Fix: look up the one node row by its deployment,');
-  p('  keep per-phase counts (or a COUNT query) for the planner, apply a plan\'s start actions in one round, and');
-  p('  build the cluster view for events only when someone listens.');
-  p('- **Start-up fetch races the announcement**: an agent\'s first poll reaches the controller before its');
-  p('  announcement has created the node, gets 404, and retries after a backoff: one wasted TLS connection per agent');
-  p('  start, 10,000 of them when a fleet starts. Fix: poll once the first announcement attempt has answered.');
-  p('- A push worker crashes with an unhandled `EPIPE` from `process.send` when its parent has just died (seen when the');
-  p('  benchmark kills a controller); harmless, but noisy.', '');
+  p('### 3. Problems the benchmark found on the way, and their state', '');
+  p('- **A wake-up whose fetch failed waited for the next poll** (120 s, or 600 s while push is healthy): the agent');
+  p('  had acked it `started`. Causes seen: a 429 when one node changes faster than 5 fetches/s, and resets of');
+  p('  kept-alive sockets. Fixed: a failed fetch brings the next poll forward with backoff (1 s, 2 s, ... full');
+  p('  jitter), never before a 429\'s `Retry-After` (`agent/poller.ts` `fetchFailed`); a GET on a reset reused socket');
+  p('  is retried once at once (`agent/fetcher.ts`).');
+  p('- **Listen backlog**: with Node\'s default (511), a 5,000-agent fan-out made 19,226 listen-queue overflows and');
+  p('  295 lost fetches. Fixed: `API_LISTEN_BACKLOG_CONNECTIONS` = 4,096.');
+  p('- **Cluster bookkeeping was O(N) per signal and O(N²) per restart**: every signal reloaded the whole cluster,');
+  p('  and a plan applied one action per round (`MAX_PLAN_ROUNDS` 10,000: a restart of more than 10,000 nodes threw');
+  p('  "did not settle"). Fixed in `controller/sqlite-store.ts`: a plan\'s actions are applied together (a constant');
+  p('  number of rounds), and a signal that cannot change the plan returns after one aggregate query.');
+  p('- **The start-up fetch raced the announcement**: 805 of 1,000 agents\' first fetch was a 404 (the node did not');
+  p('  exist yet) and a retry. Fixed: the start-up poll waits for the announcement (at most 5 s).');
+  p('- **Kept-alive sockets probed every second**: Node\'s http.Agent turns TCP keep-alive on with a 1 s idle time,');
+  p('  so each idle agent sent a probe and got an ACK every second (333 kB in a 30 s window of 100 idle agents,');
+  p('  3.3 kB per agent per ping interval). Fixed: `keepAliveMsecs` is the API\'s 15 min keep-alive.');
+  p('- A push worker crashed with an unhandled `EPIPE` when its parent had just died. Fixed: `process.send` with a');
+  p('  callback.', '');
 
   if (t || fp) {
     p('### 4. Idle traffic and footprint', '');
@@ -125,10 +121,9 @@ export function findings(r: ReportInput['results']): string[] {
       const pings = 120 * t.ping.bytesPerPing;
       const polls = 6 * t.poll.bytesPerPoll;
       p(`Per agent-hour with push healthy: ${f(pings / 1000)} kB of pings (${f(t.ping.bytesPerPing, 0)} B each: ping, pong and an ACK) and ${f(polls / 1000)} kB of`);
-      p(`polls: six a hour at the 600 s healthy interval, each a new TLS connection of ${f(t.poll.bytesPerPoll / 1000)} kB (two RSA certificate chains,`);
-      p('the request, the signed 304, the close). The polls are most of it. What would fix it: a longer healthy poll');
-      p('interval (at ~1 h the total is within the goal), TLS session resumption for polls (no certificates), or');
-      p('ECDSA certificates (a fifth of the size); the pings alone are within the goal.', '');
+      p(`polls: six an hour at the 600 s healthy interval, each ${f(t.poll.bytesPerPoll / 1000, 2)} kB on the agent's kept-alive connection (the request, the`);
+      p('signed 304, their ACKs). Before the long keep-alive every poll was a new TLS connection with two RSA certificate');
+      p('chains: ~10 kB each, 85 kB per agent-hour in all (run of commit 90099bc).', '');
     }
     if (fp) {
       p(`The idle agent holds ${f(fp.freshRssKb / 1024)} MB RSS (goal 52 MB) and spends ${f(fp.freshCpuSPerHour, 2)} CPU-s per hour (goal 0.5): the`);
@@ -150,6 +145,16 @@ export function findings(r: ReportInput['results']): string[] {
   const f5k = r.fanout.find((x) => x.n === 5_000)?.runs[0];
   const after5k = f5k ? `${(f5k.tcp.ListenOverflows ?? 0).toLocaleString('en-US')} overflows, ${f5k.fetched.toLocaleString('en-US')} of 5,000 fetched (this run)` : 'see the fan-out table';
   p(`| the API listens with a backlog of 4,096 (\`API_LISTEN_BACKLOG_CONNECTIONS\`) instead of Node's 511 | \`controller/api.ts\`, \`protocol/limits.ts\` | 5,000-agent fan-out: 19,226 listen overflows, 295 lost fetches → ${after5k} |`);
+  const fetched = (n: number): string => {
+    const x = r.fanout.find((y) => y.n === n);
+    return x ? `${f(median(x.runs.map((y) => y.allFetchedMs)) / 1000, 2)} s` : 'n/a';
+  };
+  const idleNow = t ? `${f(t.perAgentHourBytes.pushHealthy / 1000)} kB` : 'n/a';
+  p(`| the API keeps idle connections 15 min (was 5 s), so a woken agent fetches and an idle one polls on a warm connection; at most 8 per agent identity | \`protocol/limits.ts\`, \`controller/api.ts\` | all fetched, 1,000 agents: 6.64 s → ${fetched(1_000)}; 10,000: 102.2 s → ${fetched(10_000)}; a poll on the wire ~10 kB → ${t ? `${f(t.poll.bytesPerPoll / 1000, 2)} kB` : 'n/a'} (before: run of commit 90099bc) |`);
+  p(`| no TCP keep-alive probe every second on kept-alive API sockets (\`keepAliveMsecs\`) | \`certs/tls.ts\` | idle window, 100 agents, 30 s: 333 kB, 6,309 packets → ${t ? `${f(t.ping.bytes / 1000)} kB, ${t.ping.packets.toLocaleString('en-US')} packets` : 'n/a'}; push healthy per agent-hour: 84.9 kB (run of commit 90099bc) → ${idleNow} |`);
+  p('| the start-up poll waits for the endpoint announcement (at most 5 s) | `agent/main.ts` | growing to 1,000 agents: 805 start-up fetches answered 404 and retried → none |');
+  p('| a failed wake-up fetch is retried by the poller with backoff, honouring `Retry-After` | `agent/poller.ts`, `agent/fetcher.ts` | crash run, 10,000 agents: 5 agents without the change at the end of the window, 5,238 fetched only by a poll (run of commit 90099bc) → see the crash table |');
+  p('| cluster plans apply all their actions per round; a signal that cannot change the plan costs one aggregate query | `controller/sqlite-store.ts` | a restart of more than 10,000 nodes: threw "did not settle" → settles (`test/controller/clusters.test.ts`); 10,000 signals no longer reload the cluster each |');
   p('');
   return L;
 }

@@ -35,6 +35,12 @@ export function isInFlight(phase: ClusterNodePhase): boolean {
  * The next actions for one cluster. Timeouts come first (the caller applies them and plans
  * again); then window starts; `finish` only when nothing is in flight or startable.
  * `maxUnavailable` is the window of a restart (≥ 1).
+ *
+ * A plan is all timeouts, all starts, or one `finish`, and its actions are independent: each
+ * names a different node, and the starts together fit the room left in the window. So the
+ * caller applies every action of a plan before planning again, which gives the same result as
+ * applying them one at a time, with one exception it must honour: a start whose deadline has
+ * already passed (no budget) is timed out by the next plan before any other node starts.
  */
 export function planCluster(op: ClusterOperation, maxUnavailable: number, nodes: readonly PlanNode[], nowMs: number): ClusterAction[] {
   const timeouts = nodes.filter((n) => isInFlight(n.phase) && n.stepDeadlineMs !== null && n.stepDeadlineMs <= nowMs);

@@ -378,11 +378,14 @@ export class ControllerService {
     }
     for (const id of c.removedNodes) this.events.publish('node', { id, deleted: true });
     for (const id of c.clusters) {
-      const cl = this.store.getCluster(id);
-      if (cl) {
-        this.events.publish('cluster', clusterView(cl, this.store.getConfig(cl.installConfigId), this.store.getConfig(cl.uninstallConfigId)));
-        if (!cl.status.endsWith('_IN_PROGRESS')) this.#log.info({ event: 'cluster.status', cluster: id, status: cl.status, reason: cl.statusReason }, 'cluster operation finished');
+      // every signal of a cluster step lands here: the whole view (all N nodes) is built only
+      // for someone listening to the event stream, the status alone otherwise
+      if (this.events.subscribers > 0) {
+        const cl = this.store.getCluster(id);
+        if (cl) this.events.publish('cluster', clusterView(cl, this.store.getConfig(cl.installConfigId), this.store.getConfig(cl.uninstallConfigId)));
       }
+      const st = this.store.getClusterStatus(id);
+      if (st && !st.status.endsWith('_IN_PROGRESS')) this.#log.info({ event: 'cluster.status', cluster: id, status: st.status, reason: st.statusReason }, 'cluster operation finished');
     }
     for (const id of c.removedClusters) {
       this.events.publish('cluster', { id, deleted: true });

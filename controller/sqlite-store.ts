@@ -141,6 +141,17 @@ const MIGRATIONS: Migration[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 2,
+    name: 'cluster_nodes_phase_indexes',
+    // what #glance reads on every signal of a cluster step: an index seek per question, not every
+    // node's row of the cluster (all the primary key's index would give); and a restart window's
+    // next pending nodes in position order without sorting all of them
+    sql: `
+      CREATE INDEX cluster_nodes_by_deadline ON cluster_nodes (cluster_id, phase, step_deadline_ms);
+      CREATE INDEX cluster_nodes_by_position ON cluster_nodes (cluster_id, phase, position);
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
@@ -148,8 +159,12 @@ export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
 const IN_PROGRESS_REASON = 'Deploy data available';
 const CLUSTER_INSTALL_ACTIONS: DeployAction[] = ['CREATE', 'UPDATE', 'RESTART'];
 const CLUSTER_UNINSTALL_ACTIONS: DeployAction[] = ['RESTART', 'DELETE'];
-/** Safety stop for the plan/apply loop of one cluster in one transaction. */
-const MAX_PLAN_ROUNDS = 10_000;
+/**
+ * Safety stop for the plan/apply loop of one cluster in one transaction. Each round applies a
+ * whole plan, so at most three rounds act whatever the cluster's size (window starts; the
+ * timeouts of steps started with no budget left; finish), and a fourth finds nothing to do.
+ */
+const MAX_PLAN_ROUNDS = 8;
 
 interface NodeRow {
   id: string;
@@ -228,6 +243,9 @@ const DEPLOYMENT_SELECT = `
          r.revision, r.item_id, r.action, r.input_values, r.status, r.status_reason, r.output_values,
          r.signalled, r.created_at AS r_created_at, r.updated_at AS r_updated_at, r.signalled_at
   FROM deployments d JOIN revisions r ON r.deployment_id = d.id AND r.revision = d.revision`;
+
+/** What starting or failing a node's step needs of its cluster. */
+type StepCluster = Pick<ClusterRecord, 'id' | 'operation'>;
 
 /** The state of one transaction: which nodes' metadata changed, and what to announce. */
 class Tx {
@@ -356,6 +374,7 @@ export class SqliteStore implements Store {
       clusterList: p('SELECT * FROM clusters ORDER BY created_at, id'),
       clusterActive: p(`SELECT id FROM clusters WHERE status LIKE '%_IN_PROGRESS' ORDER BY created_at, id`),
       clusterName: p('SELECT name FROM clusters WHERE id = ?'),
+      clusterStatus: p('SELECT status, status_reason FROM clusters WHERE id = ?'),
       clusterStart: p('UPDATE clusters SET status = ?, status_reason = ?, operation = ?, max_unavailable = ?, op_started_at = ?, op_finished_at = NULL, updated_at = ? WHERE id = ?'),
       clusterFinish: p('UPDATE clusters SET status = ?, status_reason = ?, op_finished_at = ?, updated_at = ? WHERE id = ?'),
       clusterDelete: p('DELETE FROM clusters WHERE id = ?'),
@@ -363,6 +382,19 @@ export class SqliteStore implements Store {
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
       cnList: p('SELECT * FROM cluster_nodes WHERE cluster_id = ? ORDER BY position'),
       cnByNode: p('SELECT cluster_id FROM cluster_nodes WHERE node = ? LIMIT 1'),
+      cnGet: p('SELECT * FROM cluster_nodes WHERE cluster_id = ? AND node = ?'),
+      // #glance: each sub-query is one seek in an index on (cluster_id, phase, ...) (MIN and EXISTS
+      // stop at the first entry), so its cost does not grow with the cluster's size
+      cnGlance: p(`SELECT
+          (SELECT MIN(step_deadline_ms) FROM cluster_nodes WHERE cluster_id = @id AND phase = 'uninstalling') AS due_uninstall,
+          (SELECT MIN(step_deadline_ms) FROM cluster_nodes WHERE cluster_id = @id AND phase = 'installing') AS due_install,
+          EXISTS (SELECT 1 FROM cluster_nodes WHERE cluster_id = @id AND phase IN ('uninstalling', 'installing')) AS in_flight,
+          EXISTS (SELECT 1 FROM cluster_nodes WHERE cluster_id = @id AND phase = 'pending') AS pending,
+          EXISTS (SELECT 1 FROM cluster_nodes WHERE cluster_id = @id AND phase = 'failed') AS failed`),
+      // nodes in flight, counted only up to the window: all #glance needs is the room left in it
+      cnInFlightCount: p(`SELECT COUNT(*) AS n FROM (SELECT 1 FROM cluster_nodes WHERE cluster_id = @id AND phase IN ('uninstalling', 'installing') LIMIT @window)`),
+      cnInFlight: p(`SELECT * FROM cluster_nodes WHERE cluster_id = ? AND phase IN ('uninstalling', 'installing')`),
+      cnFirstPending: p(`SELECT * FROM cluster_nodes WHERE cluster_id = ? AND phase = 'pending' ORDER BY position LIMIT ?`),
       cnByDeployment: p(`SELECT * FROM cluster_nodes WHERE install_deployment_id = ? OR uninstall_deployment_id = ?`),
       cnReset: p(`UPDATE cluster_nodes SET phase = 'pending', step_deadline_ms = NULL, uninstall_started_at = NULL, uninstall_finished_at = NULL,
                   install_started_at = NULL, install_finished_at = NULL, reason = NULL WHERE cluster_id = ?`),
@@ -636,7 +668,7 @@ export class SqliteStore implements Store {
         this.#removeDeployment(tx, deploymentId);
         removed = true;
       }
-      if (d.clusterId !== null) this.#onClusterStepResult(tx, d.clusterId, deploymentId, result.status === 'COMPLETE', result.statusReason, nowMs);
+      if (d.clusterId !== null) this.#onClusterStepResult(tx, d.clusterId, d.node, deploymentId, result.status === 'COMPLETE', result.statusReason, nowMs);
     });
     return { outcome, deployment: removed ? null : (this.getDeployment(deploymentId) ?? null), changes };
   }
@@ -704,6 +736,11 @@ export class SqliteStore implements Store {
     return { cluster: this.getCluster(id)!, changes };
   }
 
+  getClusterStatus(id: string): { status: ClusterStatus; statusReason: string } | undefined {
+    const r = this.#s.clusterStatus.get(id) as { status: ClusterStatus; status_reason: string } | undefined;
+    return r ? { status: r.status, statusReason: r.status_reason } : undefined;
+  }
+
   getCluster(id: string): ClusterRecord | undefined {
     const r = this.#s.clusterGet.get(id) as ClusterRow | undefined;
     return r && clusterOf(r, this.#s.cnList.all(id) as ClusterNodeRow[]);
@@ -759,8 +796,8 @@ export class SqliteStore implements Store {
     return c;
   }
 
-  /** Starts a node's step: a new revision of its uninstall or install deployment. */
-  #startStep(tx: Tx, c: ClusterRecord, n: ClusterNodeRecord, step: 'uninstall' | 'install', nowMs: number): void {
+  /** Starts a node's step: a new revision of its uninstall or install deployment. Returns its deadline. */
+  #startStep(tx: Tx, c: StepCluster, n: ClusterNodeRecord, step: 'uninstall' | 'install', nowMs: number): number {
     const depId = step === 'install' ? n.installDeploymentId : n.uninstallDeploymentId;
     const d = this.#mustDeployment(depId);
     const action: DeployAction = c.operation === 'delete' ? 'DELETE' : 'RESTART';
@@ -771,14 +808,24 @@ export class SqliteStore implements Store {
     if (step === 'uninstall') this.#s.cnStartUninstall.run(deadline, at, c.id, n.node);
     else this.#s.cnStartInstall.run(deadline, at, c.id, n.node);
     tx.add('clusters', c.id);
+    return deadline;
   }
 
-  /** A signal ended the step of the node whose deployment is `depId`: record it, then advance. */
-  #onClusterStepResult(tx: Tx, clusterId: string, depId: string, ok: boolean, reason: string, nowMs: number): void {
-    const c = this.getCluster(clusterId);
-    if (!c || !c.status.endsWith('_IN_PROGRESS')) return;
-    const n = c.nodes.find((x) => (x.installDeploymentId === depId && x.phase === 'installing') || (x.uninstallDeploymentId === depId && x.phase === 'uninstalling'));
-    if (!n) return; // a late result of a step no longer in flight
+  /**
+   * A signal ended the step of `node` (whose deployment is `depId`): record it, then advance.
+   * Reads the cluster's row and this node's row only, never the whole cluster: a cluster step
+   * gets one signal per node, so anything O(nodes) here is O(nodes²) per operation.
+   */
+  #onClusterStepResult(tx: Tx, clusterId: string, node: string, depId: string, ok: boolean, reason: string, nowMs: number): void {
+    const row = this.#s.clusterGet.get(clusterId) as ClusterRow | undefined;
+    if (!row || !row.status.endsWith('_IN_PROGRESS')) return;
+    const c: StepCluster = { id: row.id, operation: row.operation as ClusterOperation };
+    const nr = this.#s.cnGet.get(clusterId, node) as ClusterNodeRow | undefined;
+    const n = nr && clusterNodeOf(nr);
+    // (a cluster's deployments are on its node, so `node` is the one whose deployment is `depId`)
+    if (!n || !((n.installDeploymentId === depId && n.phase === 'installing') || (n.uninstallDeploymentId === depId && n.phase === 'uninstalling'))) {
+      return; // a late result of a step no longer in flight
+    }
     const at = this.#iso(nowMs);
     if (!ok) {
       this.#failStep(tx, c, n, reason, nowMs);
@@ -795,35 +842,56 @@ export class SqliteStore implements Store {
     this.#advanceCluster(tx, clusterId, nowMs);
   }
 
-  #failStep(tx: Tx, c: ClusterRecord, n: ClusterNodeRecord, reason: string, nowMs: number): void {
+  #failStep(tx: Tx, c: StepCluster, n: ClusterNodeRecord, reason: string, nowMs: number): void {
     const at = this.#iso(nowMs);
     if (n.phase === 'uninstalling') this.#s.cnFailUninstall.run(at, `uninstall: ${reason}`, c.id, n.node);
     else this.#s.cnFailInstall.run(at, `install: ${reason}`, c.id, n.node);
     tx.add('clusters', c.id);
   }
 
-  /** Plans and applies until the cluster has nothing more to do right now. */
+  /**
+   * What the cluster's indexes tell of its next plan, without loading its nodes:
+   * - 'quiet': the plan is certainly empty (a step in flight, none past its deadline, and none
+   *   can start: not a restart, a node failed, none pending, or the window is full);
+   * - `{ room }`: the plan is certainly "start the first `room` pending nodes" (a restart, no
+   *   failure, none past its deadline, room in the window), so the planner needs only the nodes
+   *   in flight (fewer than the window) and those `room` nodes to make it;
+   * - 'all': anything else (timeouts, finishing): the planner needs every node.
+   */
+  #glance(c: ClusterRow, nowMs: number): 'quiet' | 'all' | { room: number } {
+    const q = this.#s.cnGlance.get({ id: c.id }) as { due_uninstall: number | null; due_install: number | null; in_flight: number; pending: number; failed: number };
+    if ((q.due_uninstall !== null && q.due_uninstall <= nowMs) || (q.due_install !== null && q.due_install <= nowMs)) return 'all'; // timeouts
+    const idle = q.in_flight === 0 ? 'all' : 'quiet'; // when nothing can start: finishing, or waiting
+    if (c.operation !== 'restart' || q.failed !== 0 || q.pending === 0) return idle;
+    const inFlight = (this.#s.cnInFlightCount.get({ id: c.id, window: c.max_unavailable }) as { n: number }).n;
+    return inFlight >= c.max_unavailable ? idle : { room: c.max_unavailable - inFlight };
+  }
+
+  /**
+   * Plans and applies until the cluster has nothing more to do right now. All the actions of
+   * one plan are applied before planning again (they are independent: see planCluster), so the
+   * number of rounds does not depend on the cluster's size; all in the caller's transaction.
+   * A signal that leaves the plan empty (the common case) or fills a window slot reads no more
+   * than the window's nodes.
+   */
   #advanceCluster(tx: Tx, clusterId: string, nowMs: number): void {
     for (let round = 0; round < MAX_PLAN_ROUNDS; round++) {
-      const c = this.getCluster(clusterId);
-      if (!c || !c.status.endsWith('_IN_PROGRESS')) return;
+      const row = this.#s.clusterGet.get(clusterId) as ClusterRow | undefined;
+      if (!row || !row.status.endsWith('_IN_PROGRESS')) return;
+      const g = this.#glance(row, nowMs);
+      if (g === 'quiet') return;
+      // for a window to fill, the nodes in flight and the next pending ones give the same plan as all
+      const rows = g === 'all'
+        ? (this.#s.cnList.all(clusterId) as ClusterNodeRow[])
+        : [...(this.#s.cnInFlight.all(clusterId) as ClusterNodeRow[]), ...(this.#s.cnFirstPending.all(clusterId, g.room) as ClusterNodeRow[])];
+      const c = clusterOf(row, rows);
       const plan: PlanNode[] = c.nodes.map((n) => ({ node: n.node, position: n.position, phase: n.phase, stepDeadlineMs: n.stepDeadlineMs, reason: n.reason }));
       const actions = planCluster(c.operation, c.maxUnavailable, plan, nowMs);
       if (actions.length === 0) return;
-      const a = actions[0]!; // one at a time: each changes what the next plan sees
-      const n = c.nodes.find((x) => a.type !== 'finish' && x.node === a.node);
-      if (a.type === 'timeout' && n) {
-        const d = this.#mustDeployment(n.phase === 'installing' ? n.installDeploymentId : n.uninstallDeploymentId);
-        const startedAt = Date.parse((n.phase === 'installing' ? n.installStartedAt : n.uninstallStartedAt) ?? c.updatedAt);
-        const why = `no result within the step deadline (${Math.round((n.stepDeadlineMs! - startedAt) / 1000)} s)`;
-        // recorded as the revision's result: a late signal for it is then a duplicate
-        if (!d.current.signalled) this.#setResult(tx, d, 'FAILED', why, null, nowMs);
-        this.#failStep(tx, c, n, why, nowMs);
-      } else if (a.type === 'start' && n) {
-        this.#startStep(tx, c, n, a.step, nowMs);
-      } else if (a.type === 'finish') {
+      const first = actions[0]!;
+      if (first.type === 'finish') {
         const at = this.#iso(nowMs);
-        if (a.remove) {
+        if (first.remove) {
           for (const { id } of this.#s.depIdsByCluster.all(clusterId) as Array<{ id: string }>) this.#removeDeployment(tx, id);
           this.#s.cnDelete.run(clusterId);
           this.#s.clusterDelete.run(clusterId);
@@ -831,12 +899,28 @@ export class SqliteStore implements Store {
           const i = tx.changes.clusters.indexOf(clusterId);
           if (i >= 0) tx.changes.clusters.splice(i, 1);
         } else {
-          this.#s.clusterFinish.run(a.status, a.reason, at, at, clusterId);
+          this.#s.clusterFinish.run(first.status, first.reason, at, at, clusterId);
           tx.add('clusters', clusterId);
         }
         return;
-      } else {
-        throw new HeraldError('internal', `cluster ${clusterId}: plan names an unknown node`);
+      }
+      const byNode = new Map(c.nodes.map((n) => [n.node, n]));
+      for (const a of actions) {
+        if (a.type === 'finish' || a.type !== first.type) break; // (a plan is all timeouts or all starts)
+        const n = byNode.get(a.node);
+        if (!n) throw new HeraldError('internal', `cluster ${clusterId}: plan names an unknown node`);
+        if (a.type === 'timeout') {
+          const d = this.#mustDeployment(n.phase === 'installing' ? n.installDeploymentId : n.uninstallDeploymentId);
+          const startedAt = Date.parse((n.phase === 'installing' ? n.installStartedAt : n.uninstallStartedAt) ?? c.updatedAt);
+          const why = `no result within the step deadline (${Math.round((n.stepDeadlineMs! - startedAt) / 1000)} s)`;
+          // recorded as the revision's result: a late signal for it is then a duplicate
+          if (!d.current.signalled) this.#setResult(tx, d, 'FAILED', why, null, nowMs);
+          this.#failStep(tx, c, n, why, nowMs);
+        } else {
+          // a step started with no budget left times out before any other node starts (the next
+          // plan's timeouts come first): stop here and plan again, as one start at a time would
+          if (this.#startStep(tx, c, n, a.step, nowMs) <= nowMs) break;
+        }
       }
     }
     throw new HeraldError('internal', `cluster ${clusterId} did not settle`);
@@ -944,6 +1028,22 @@ function deploymentOf(r: DeploymentRow): DeploymentRecord {
   };
 }
 
+function clusterNodeOf(n: ClusterNodeRow): ClusterNodeRecord {
+  return {
+    node: n.node,
+    position: n.position,
+    phase: n.phase as ClusterNodePhase,
+    installDeploymentId: n.install_deployment_id,
+    uninstallDeploymentId: n.uninstall_deployment_id,
+    stepDeadlineMs: n.step_deadline_ms,
+    uninstallStartedAt: n.uninstall_started_at,
+    uninstallFinishedAt: n.uninstall_finished_at,
+    installStartedAt: n.install_started_at,
+    installFinishedAt: n.install_finished_at,
+    reason: n.reason,
+  };
+}
+
 function clusterOf(r: ClusterRow, nodes: ClusterNodeRow[]): ClusterRecord {
   return {
     id: r.id,
@@ -959,18 +1059,6 @@ function clusterOf(r: ClusterRow, nodes: ClusterNodeRow[]): ClusterRecord {
     operationFinishedAt: r.op_finished_at,
     createdAt: r.created_at,
     updatedAt: r.updated_at,
-    nodes: nodes.map((n) => ({
-      node: n.node,
-      position: n.position,
-      phase: n.phase as ClusterNodePhase,
-      installDeploymentId: n.install_deployment_id,
-      uninstallDeploymentId: n.uninstall_deployment_id,
-      stepDeadlineMs: n.step_deadline_ms,
-      uninstallStartedAt: n.uninstall_started_at,
-      uninstallFinishedAt: n.uninstall_finished_at,
-      installStartedAt: n.install_started_at,
-      installFinishedAt: n.install_finished_at,
-      reason: n.reason,
-    })),
+    nodes: nodes.map(clusterNodeOf),
   };
 }

@@ -253,6 +253,8 @@ export interface Store {
 
   createCluster(c: NewCluster, who: string, nowMs?: number): { cluster: ClusterRecord; changes: ChangeSet };
   getCluster(id: string): ClusterRecord | undefined;
+  /** A cluster's status alone (no nodes): O(1), for the path of every signal. */
+  getClusterStatus(id: string): { status: ClusterStatus; statusReason: string } | undefined;
   listClusters(): ClusterRecord[];
   /** Starts a restart (window `maxUnavailable`, default all nodes). */
   restartCluster(id: string, maxUnavailable: number | null, who: string, nowMs?: number): ChangeSet;
