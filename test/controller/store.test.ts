@@ -8,7 +8,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { codeOf } from '../../protocol/errors.js';
-import { SqliteStore } from '../../controller/sqlite-store.js';
+import { SCHEMA_VERSION, SqliteStore } from '../../controller/sqlite-store.js';
 import type { NewConfig } from '../../controller/store.js';
 import { thrownCode } from '../helpers/codes.js';
 
@@ -169,6 +169,32 @@ describe('the database file', () => {
       expect(s2.getNode('a')!.endpoint).toBe('wss://h:1/v1/wake');
       s2.createNode('b', null, WHO);
       expect(s2.getNode('b')!.generation).toBe(gen + 1);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('migrates a version 1 database: the cluster indexes are added, the data kept', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-store-'));
+    const file = path.join(dir, 'h.db');
+    const indexes = (db: Database.Database) =>
+      (db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'cluster_nodes' AND name NOT LIKE 'sqlite_%' ORDER BY name").all() as Array<{ name: string }>).map((r) => r.name);
+    try {
+      const s1 = new SqliteStore(file);
+      s1.createNode('a', null, WHO);
+      s1.close();
+      // what version 1 left behind: no cluster_nodes index but the one by node
+      const db = new Database(file);
+      db.exec('DROP INDEX cluster_nodes_by_deadline; DROP INDEX cluster_nodes_by_position; DELETE FROM schema_migrations WHERE version > 1');
+      expect(indexes(db)).toEqual(['cluster_nodes_by_node']);
+      db.close();
+      const s2 = open(file);
+      expect(s2.getNode('a')).toBeDefined();
+      s2.close();
+      const after = new Database(file, { readonly: true });
+      expect(indexes(after)).toEqual(['cluster_nodes_by_deadline', 'cluster_nodes_by_node', 'cluster_nodes_by_position']);
+      expect((after.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number }).v).toBe(SCHEMA_VERSION);
+      after.close();
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
