@@ -1,8 +1,10 @@
 /**
  * Fallback polling (SPEC §4): every `intervalMs` (jittered ±10 %) the agent fetches with
  * If-None-Match whether or not push works; while push is healthy the interval stretches to
- * `healthyIntervalMs`, and drops back the moment the push connection closes. A failed poll is
- * retried sooner, with backoff and full jitter, never later than the normal interval.
+ * `healthyIntervalMs`, and drops back the moment the push connection closes (when the short
+ * interval has already passed, at a random moment within one interval, so a fleet that loses
+ * its controller does not poll it all at once). A failed poll is retried sooner, with backoff
+ * and full jitter, never later than the normal interval.
  */
 import { fullJitterMs, jittered } from '../protocol/backoff.js';
 import { POLL_INTERVAL_HEALTHY_MS, POLL_INTERVAL_MS, POLL_JITTER_FRACTION } from '../protocol/limits.js';
@@ -107,7 +109,7 @@ export class Poller {
     if (this.#dueLong && !this.#healthy()) {
       this.#t.clearTimeout(this.#timer);
       this.#timer = null;
-      this.#schedule();
+      this.#schedule(true);
     }
   }
 
@@ -135,7 +137,14 @@ export class Poller {
     this.#timer = null;
   }
 
-  #schedule(): void {
+  /**
+   * Plans the next poll. `spread`: push was just lost; when the short interval has already
+   * passed since the last poll, the poll comes at a random moment within one interval rather
+   * than at once. A controller that dies drops every agent's push connection at the same
+   * moment, and 10,000 agents polling it at once while it restarts would only delay the
+   * redial that delivers their changes (`npm run bench`, crash run).
+   */
+  #schedule(spread = false): void {
     if (!this.#running) return;
     let delay: number;
     if (this.#failures > 0) {
@@ -148,7 +157,7 @@ export class Poller {
     }
     this.#floorMs = 0;
     const now = this.#t.now();
-    this.#dueAt = Math.max(now, this.#lastPollEnd + delay);
+    this.#dueAt = this.#lastPollEnd + delay < now && spread ? now + Math.floor(this.#random() * delay) : Math.max(now, this.#lastPollEnd + delay);
     this.#timer = this.#t.setTimeout(() => {
       this.#timer = null;
       void this.#tick();

@@ -99,7 +99,10 @@ async function hookOf(mode: HookMode): Promise<RunItem> {
   // does not reach the controller inside a measuring window
   return (_item, opts) =>
     new Promise<RunResult>((resolve) => {
-      const done = (): void => resolve({ ...OK });
+      const done = (): void => {
+        opts.signal?.removeEventListener('abort', done);
+        resolve({ ...OK });
+      };
       if (!holding) {
         done();
         return;

@@ -141,6 +141,23 @@ describe('poller', () => {
     expect(p.nextDueAt).toBe(7_000 + 108_000);
   });
 
+  it('when push is lost long after the last poll, polls at a random moment within one interval, not at once (no herd)', async () => {
+    let healthy = true;
+    let r = 0.25;
+    const { clock, p, at } = poller({ healthy: () => healthy, random: () => r });
+    p.start(true);
+    await clock.advance(0);
+    await clock.advance(400_000);
+    // the controller died: every agent's push drops now; the short interval passed long ago
+    healthy = false;
+    r = 0.75;
+    p.pushChanged();
+    // 0.75 of the jittered interval (120 s × 1.05 at this random value)
+    expect(p.nextDueAt).toBe(400_000 + 94_500);
+    await clock.advance(94_500);
+    expect(at).toEqual([0, 494_500]);
+  });
+
   it('stop() cancels the next poll', async () => {
     const { clock, p, at } = poller();
     p.start(true);
