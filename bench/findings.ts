@@ -113,7 +113,12 @@ export function findings(r: ReportInput['results']): string[] {
   p('  so each idle agent sent a probe and got an ACK every second (333 kB in a 30 s window of 100 idle agents,');
   p('  3.3 kB per agent per ping interval). Fixed: `keepAliveMsecs` is the API\'s 15 min keep-alive.');
   p('- A push worker crashed with an unhandled `EPIPE` when its parent had just died. Fixed: `process.send` with a');
-  p('  callback.', '');
+  p('  callback.');
+  p('- **A hook failed to start with `spawn ETXTBSY`** (one 100-node restart ended RESTART_FAILED): the runner had the');
+  p('  script open for writing at the instant another spawn in the same process forked, and the fork\'s copy of');
+  p('  the descriptor (until its exec) made the kernel refuse to execute the file. Ten agents share a harness');
+  p('  process here; a real agent runs one hook at a time, but nothing else may spawn meanwhile either. Fixed: a');
+  p('  start refused with ETXTBSY is tried again (10 ms, doubling, within 1 s; `agent/hooks/run-process.ts`).', '');
 
   if (t || fp) {
     p('### 4. Idle traffic and footprint', '');

@@ -206,7 +206,8 @@ async function main(): Promise<number> {
     const rs = await fanoutAll({
       pki, runDir, port: port + 1, ns: sorted, pushWorkers: args.pushWorkers,
       runsFor: (n) => args.runs ?? (args.quick ? 1 : n >= 5_000 ? 1 : 3),
-      crashFor: (n) => args.crash && (args.quick ? n < 1_000 : n !== 5_000),
+      // full: the smallest N and the goal's 10,000 (each crash run reconnects every agent)
+      crashFor: (n) => args.crash && (args.quick ? n < 1_000 : n === 100 || n === 10_000),
       harnessExecArgv: profArgs, controllerExtra: [], controllerNodeArgs: profArgs, profile: args.profile !== null,
       // the side phases start after the smallest N, whose figures their own start-up would disturb most
       onStep: (i) => {

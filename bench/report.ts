@@ -100,8 +100,8 @@ export function goals(r: ReportInput['results']): Goal[] {
       // a figure never reached is NaN in memory and null in a stored BENCHMARKS.json
       const v2 = typeof rc.connectAllMs === 'number' ? rc.connectAllMs : NaN;
       const N = largest.n.toLocaleString('en-US');
-      const connected = Number.isFinite(v2) ? s(v2) : `not all within the ${fmt(60 + largest.n / 100, 0)} s window (${rc.metricsConnected.toLocaleString('en-US')} of ${N})`;
-      const lost = rc.noneLost ? 'none lost' : `${(largest.n - rc.fetched).toLocaleString('en-US')} not delivered within the window`;
+      const connected = Number.isFinite(v2) ? s(v2) : `not all within the ${fmt(Math.min(90, 60 + largest.n / 100), 0)} s window (${rc.metricsConnected.toLocaleString('en-US')} of ${N})`;
+      const lost = rc.noneLost ? 'none lost' : `${rc.fetched.toLocaleString('en-US')} of ${N} had the change when the window closed`;
       out.push({
         figure: `reconnect all ${N} after a controller restart (crash with a change pending)`, goal: '≤ 30 s, no wake-up lost',
         measured: `${connected}, ${lost}`, met: v2 <= 30_000 && rc.noneLost,
@@ -269,12 +269,16 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p('any wake-up leaves. Started again on the same database, it finds every node behind and dials them all (SPEC: at');
     p('start, every node whose acknowledged generation is behind); the agents\' kept-alive API connections died with it:');
     p();
-    p('| N | SIGKILL → answering again | → all connected again | → all acked | → all fetched | fetched by a poll instead | controller CPU | none lost |');
+    p('The window is at most 90 s (the goal is 30 s); changes not yet delivered when it closes are committed and');
+    p('still being delivered (the controller keeps dialling, the agents keep polling), so "all had it" = no means late,');
+    p('not lost.');
+    p();
+    p('| N | SIGKILL → answering again | → all connected again | → all acked | → all fetched | fetched by a poll instead | controller CPU | all had the change in the window |');
     p('|---|---|---|---|---|---|---|---|');
     for (const f of r.fanout) {
       const c = f.crash;
       if (!c) continue;
-      p(`| ${f.n.toLocaleString('en-US')} | ${s(c.restartMs, 1)} | ${s(c.connectAllMs, 1)} | ${s(c.allAckedMs, 1)} | ${s(c.allFetchedMs, 1)} | ${c.fetchedByPoll} | ${fmt(c.controllerCpuS, 1)} s | ${c.noneLost ? 'yes' : '**no**'} |`);
+      p(`| ${f.n.toLocaleString('en-US')} | ${s(c.restartMs, 1)} | ${s(c.connectAllMs, 1)} | ${s(c.allAckedMs, 1)} | ${s(c.allFetchedMs, 1)} | ${c.fetchedByPoll} | ${fmt(c.controllerCpuS, 1)} s | ${c.noneLost ? 'yes' : `**no**: ${c.fetched.toLocaleString('en-US')} of ${f.n.toLocaleString('en-US')} (${c.acked.toLocaleString('en-US')} acked, ${c.metricsConnected.toLocaleString('en-US')} connected)`} |`);
     }
     p();
   }

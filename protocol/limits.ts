@@ -109,6 +109,12 @@ export const HOOK_OUTPUT_DRAIN_MS = 200;
 /** On agent shutdown, how long a running hook may finish before it is recorded as interrupted. */
 export const AGENT_SHUTDOWN_GRACE_MS = 10_000;
 /**
+ * A hook whose start fails with ETXTBSY (its script still open for writing in a process another
+ * spawn forked at that moment) is started again after this, doubling, within the MAX_WAIT.
+ */
+export const HOOK_SPAWN_BUSY_RETRY_MS = 10;
+export const HOOK_SPAWN_BUSY_MAX_WAIT_MS = 1_000;
+/**
  * The agent's start-up fetch waits for its endpoint announcement at most this long: a node the
  * announcement registers does not exist before it, and a fetch racing it would be a 404.
  */

@@ -10,6 +10,7 @@
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { constants as osc } from 'node:os';
+import { HOOK_SPAWN_BUSY_MAX_WAIT_MS, HOOK_SPAWN_BUSY_RETRY_MS } from '../../protocol/limits.js';
 import { TailBuffer } from './tail-buffer.js';
 
 export interface ProcessSpec {
@@ -43,7 +44,24 @@ export interface ProcessResult {
 /** How often the group is probed for survivors after a kill, ms. */
 const GROUP_PROBE_MS = 50;
 
-export function runProcess(spec: ProcessSpec): Promise<ProcessResult> {
+/**
+ * Runs the process; a start refused with ETXTBSY is tried again (doubling delays from
+ * HOOK_SPAWN_BUSY_RETRY_MS, within HOOK_SPAWN_BUSY_MAX_WAIT_MS). ETXTBSY: the script file is
+ * still open for writing somewhere, typically in a process forked by another spawn while the
+ * runner had the file open (between that fork and its exec). It clears by itself at once.
+ */
+export async function runProcess(spec: ProcessSpec): Promise<ProcessResult> {
+  let waited = 0;
+  for (let delay = HOOK_SPAWN_BUSY_RETRY_MS; ; delay *= 2) {
+    const r = await runProcessOnce(spec);
+    const busy = (r.spawnError as NodeJS.ErrnoException | undefined)?.code === 'ETXTBSY';
+    if (!busy || waited + delay > HOOK_SPAWN_BUSY_MAX_WAIT_MS || spec.signal?.aborted === true) return r;
+    await new Promise((res) => setTimeout(res, delay));
+    waited += delay;
+  }
+}
+
+function runProcessOnce(spec: ProcessSpec): Promise<ProcessResult> {
   return new Promise((resolve) => {
     const out = new TailBuffer(spec.maxOutputBytes);
     const err = new TailBuffer(spec.maxOutputBytes);

@@ -126,3 +126,26 @@ describe('hook processes', () => {
     expect(r.deploy_status_code).toBe(137);
   });
 });
+
+describe('a script busy being written (ETXTBSY)', () => {
+  it('is started once the writer lets go, not failed', async () => {
+    const { mkdtemp, open, rm: rmDir } = await import('node:fs/promises');
+    const { tmpdir } = await import('node:os');
+    const { runProcess } = await import('../../agent/hooks/run-process.js');
+    const dir = await mkdtemp(join(tmpdir(), 'herald-txtbsy-'));
+    try {
+      const script = join(dir, 'hook');
+      // a writable descriptor held open: exec of the file fails with ETXTBSY while it exists
+      const fh = await open(script, 'w', 0o700);
+      await fh.write('#!/bin/sh\necho started\n');
+      const released = new Promise<void>((resolve) => setTimeout(() => void fh.close().then(resolve), 60));
+      const r = await runProcess({ file: script, cwd: dir, env: { PATH: '/usr/bin:/bin' }, timeoutMs: 10_000, killGraceMs: 1_000, drainMs: 100, maxOutputBytes: 1024 });
+      await released;
+      expect(r.spawnError).toBeUndefined();
+      expect(r.exitCode).toBe(0);
+      expect(r.stdout).toBe('started\n');
+    } finally {
+      await rmDir(dir, { recursive: true, force: true });
+    }
+  });
+});
