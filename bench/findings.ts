@@ -31,7 +31,7 @@ export function findings(r: ReportInput['results']): string[] {
   if (b) {
     p(`Of the median ${f(lat?.push.hookStartMs.p50)} ms: ${f(b.patchToWake)} ms until the agent verified the wake-up (the PATCH's commit, an IPC hop to`);
     p(`the push worker, signing, the frame), ${f(b.wakeToFetched)} ms for the kept-alive, signature-checked fetch, ${f(b.fetchedToItemStarted)} ms until the item`);
-    p(`is marked started (two atomic, fsync'd state writes: the fetched generation, then the item), and ${f(b.itemStartedToHook)} ms from there`);
+    p(`is marked started (the apply loop, then one atomic, fsync'd state write), and ${f(b.itemStartedToHook)} ms from there`);
     p('to the hook\'s first line.');
   }
   p('The largest item is `child_process.spawn` itself: the agent\'s profile shows ~10-12 ms of synchronous CPU per');
@@ -39,9 +39,8 @@ export function findings(r: ReportInput['results']): string[] {
   p('The same `spawn(\'/bin/sh\')` takes ~9 ms from a 46 MB Node process and ~17 ms from a 150 MB one on this machine, so');
   p('the agent pays it per hook whatever Herald does around it. What would fix it: launch hooks through a tiny');
   p('resident launcher (forked once at start, a few MB; its fork+exec is well under 1 ms), or a native spawn that uses');
-  p('`posix_spawn`/`vfork`. Then: write the fetched generation after starting the hook rather than before (one fsync');
-  p('off the path), and avoid the IPC hop to the push worker for single changes. Together that is ~15 ms of the');
-  p('median; the goal needs all of it.', '');
+  p('`posix_spawn`/`vfork`. Then: the PATCH\'s commit waits for an fsync (`synchronous=FULL`: an acknowledged change');
+  p('survives power loss), and a single change takes an IPC hop to the push worker; the goal needs all of it.', '');
   p('The conformance check\'s "deployment COMPLETE in 947 ms after POST" (issue 7) is not the push path\'s steady');
   p('state: it posts its deployment the moment the agent has announced itself, and the controller answers the API');
   p('before its push worker process is up (the log says "controller listening" after the agent\'s announcement and');
@@ -64,6 +63,16 @@ export function findings(r: ReportInput['results']): string[] {
     p('of CPU per agent for both sides together (0.6 s × 2 cores / 1,000): the physical floor of NODE20-NOTES (wake +');
     p('verify + kept-alive fetch, ~1.2 ms) with nothing else on the machine. On a fleet the agents\' half runs on');
     p('their own machines; here it competes with the controller.');
+  }
+  if (big) {
+    const run = big.runs[0];
+    if (run) {
+      p(`At ${big.n.toLocaleString('en-US')} agents the request itself (one transaction making ${big.n.toLocaleString('en-US')} revisions) was answered after ${f(run.commitMs / 1000, 2)} s, the last`);
+      p(`wake-up acked after ${f(run.allAckedMs / 1000, 2)} s: one push worker signs and sends every wake-up (Ed25519, one per node), and the`);
+      p('simulated agents verify and answer them in ten harness processes on the same cores, which are also busy');
+      p('with the first fetches. More push workers on more cores, and the agents elsewhere, are what the acked goal');
+      p('assumes; signing a wake-up per node is required (each names its node as the audience).');
+    }
   }
   p('What would fix the rest: build the per-node metadata documents of a cluster-wide change in the transaction');
   p('that makes it (one pass, not one per first fetch), sign metadata responses in a worker (the main thread');
@@ -131,13 +140,25 @@ export function findings(r: ReportInput['results']): string[] {
       p('chains: ~10 kB each, 85 kB per agent-hour in all (run of commit 90099bc).', '');
     }
     if (fp) {
-      p(`The idle agent holds ${f(fp.freshRssKb / 1024)} MB RSS (goal 52 MB) and spends ${f(fp.freshCpuSPerHour, 2)} CPU-s per hour (goal 0.5): the`);
-      p('CPU is the 120 pings an hour and the timers around them; the RSS is Node plus what the idle agent loads');
-      p('(TLS, ws, pino, the state); the hook runner and execa load only with the first hook (the latency agent after');
-      p(`its hooks: ${f(fp.afterHooksRssKb / 1024)} MB). The footprint agent idles beside the fan-out runs: on a loaded machine each wake-up`);
-      p('of an idle process costs it more CPU (cold caches, contended cores), so the CPU figure is an upper bound; for the');
-      p('goal, compare a run of `npm run bench -- --only idle` on a quiet machine.', '');
+      p(`The idle agent holds ${f(fp.freshRssKb / 1024)} MB RSS (goal 52 MB) and spent ${f(fp.freshCpuSPerHour, 2)} CPU-s per hour (goal 0.5). The RSS is Node`);
+      p('plus what the idle agent loads (TLS, ws, pino, the state); the hook runner and execa load only with the first');
+      p(`hook (the latency agent after its hooks: ${f(fp.afterHooksRssKb / 1024)} MB). The CPU figure is a 30 s sample of all the agent's threads (V8's`);
+      p('helper threads included), 40 s after its start, while the fan-out runs beside it on the same two cores; Herald');
+      p('itself does one ping answer in that window and has no other timer running. What it is has not been profiled');
+      p('yet: `--profile` over the idle window, and a longer window on a quiet machine (`npm run bench -- --only idle`),');
+      p('would tell V8\'s start-up tail from steady cost.', '');
     }
+  }
+
+  const rs = r.restart;
+  const rf = r.restartFast;
+  if (rs) {
+    p('### 5. 100-node cluster restart (goal ≤ 2 s)', '');
+    p(`With real hooks the restart took ${f(rs.medianMs / 1000, 2)} s; with no-op hooks (the same agents, wake-ups, fetches, signals and cluster`);
+    p(`state machine) ${rf ? f(rf.medianMs / 1000, 2) : 'n/a'} s. The difference is 200 hook processes (uninstall then install on each node) started on`);
+    p('this machine\'s two cores: each `spawn` costs its Node process a fork of its whole address space (finding 1),');
+    p('here in harness processes holding ten agents each. On 100 machines they would run in parallel. What would fix');
+    p('it here and there: the resident launcher of finding 1.', '');
   }
 
   p('## Product changes made for this benchmark', '');
