@@ -70,14 +70,34 @@ export function keySetOf(material: PkiMaterial): () => KeySet {
   };
 }
 
+/** The controller answered the metadata request with a status other than 200 or 304. */
+export class FetchStatusError extends RefusalError {
+  readonly status: number;
+  constructor(status: number, message: string, code: 'bad_response' | 'rate_limited' = 'bad_response') {
+    super(code, message);
+    this.name = 'FetchStatusError';
+    this.status = status;
+  }
+}
+
 /** The controller answered 429: try again, not before `retryAfterMs` when it said so. */
-export class RateLimitedError extends RefusalError {
+export class RateLimitedError extends FetchStatusError {
   readonly retryAfterMs: number | undefined;
   constructor(message: string, retryAfterMs: number | undefined) {
-    super('rate_limited', message);
+    super(429, message, 'rate_limited');
     this.name = 'RateLimitedError';
     this.retryAfterMs = retryAfterMs;
   }
+}
+
+/**
+ * Whether a failed fetch may succeed if tried again soon: a network error, a timeout, a 429 or
+ * a 5xx. A refused answer (signature, nonce, audience, digest, rollback, ...) is not retried
+ * early: it waits for the next poll.
+ */
+export function isTransientFetchError(err: unknown): boolean {
+  if (err instanceof FetchStatusError) return err.status === 429 || err.status >= 500;
+  return !(err instanceof HeraldError);
 }
 
 export class Fetcher {
@@ -137,7 +157,7 @@ export class Fetcher {
       throw new RateLimitedError(`metadata fetch answered 429${errorCodeSuffix(res.body)}`, retryAfterMs(res.headers['retry-after']));
     }
     if (res.status !== 200 && res.status !== 304) {
-      throw new RefusalError('bad_response', `metadata fetch answered ${res.status}${errorCodeSuffix(res.body)}`);
+      throw new FetchStatusError(res.status, `metadata fetch answered ${res.status}${errorCodeSuffix(res.body)}`);
     }
     if (res.status === 304 && etag === undefined) throw new RefusalError('bad_response', 'a 304 to a request without If-None-Match');
     const sig = res.headers[SIGNATURE_HEADER];

@@ -21,7 +21,7 @@ import { PkiMaterial, refusalCodeOf } from '../certs/tls.js';
 import { ensurePrivateDir } from './atomic-file.js';
 import { ApplyLoop } from './apply.js';
 import { FetchCoalescer } from './coalescer.js';
-import { Fetcher, keySetOf, RateLimitedError } from './fetcher.js';
+import { Fetcher, isTransientFetchError, keySetOf, RateLimitedError } from './fetcher.js';
 import type { RunItem } from './hooks/types.js';
 import { WakeListener } from './listener.js';
 import { OutboxSender } from './outbox.js';
@@ -159,8 +159,9 @@ export async function startAgent(cfg: AgentConfig): Promise<RunningAgent> {
         lastFetchOk = false;
         const code = codeOf(err) ?? refusalCodeOf(err) ?? (err as { code?: string }).code;
         log.warn({ code, err: (err as Error).message }, 'metadata fetch failed');
-        // a wake-up's fetch that failed is retried by the poller soon, not at the next interval
-        poller.fetchFailed(err instanceof RateLimitedError ? err.retryAfterMs : 0);
+        // a wake-up's fetch that failed for a passing reason is retried by the poller soon, not at
+        // the next interval; a refused answer waits for the next poll
+        if (isTransientFetchError(err)) poller.fetchFailed(err instanceof RateLimitedError ? err.retryAfterMs : 0);
         throw err;
       }
     },

@@ -107,9 +107,10 @@ export function findings(r: ReportInput['results']): string[] {
   p('### 3. Problems the benchmark found on the way, and their state', '');
   p('- **A wake-up whose fetch failed waited for the next poll** (120 s, or 600 s while push is healthy): the agent');
   p('  had acked it `started`. Causes seen: a 429 when one node changes faster than 5 fetches/s, and resets of');
-  p('  kept-alive sockets. Fixed: a failed fetch brings the next poll forward with backoff (1 s, 2 s, ... full');
-  p('  jitter), never before a 429\'s `Retry-After` (`agent/poller.ts` `fetchFailed`); a GET on a reset reused socket');
-  p('  is retried once at once (`agent/fetcher.ts`).');
+  p('  kept-alive sockets. Fixed: a fetch that failed for a passing reason (network error, timeout, 429, 5xx)');
+  p('  brings the next poll forward with backoff (1 s, 2 s, ... full jitter), never before a 429\'s `Retry-After`');
+  p('  (`agent/poller.ts` `fetchFailed`; a refused answer still waits for the next poll); a GET on a reset reused');
+  p('  socket is retried once at once (`agent/fetcher.ts`).');
   p('- **Listen backlog**: with Node\'s default (511), a 5,000-agent fan-out made 19,226 listen-queue overflows and');
   p('  295 lost fetches. Fixed: `API_LISTEN_BACKLOG_CONNECTIONS` = 4,096.');
   p('- **Cluster bookkeeping was O(N) per signal and O(N²) per restart**: every signal reloaded the whole cluster,');

@@ -22,7 +22,7 @@ import { PkiMaterial, type Logger } from '../certs/tls.js';
 import { ensurePrivateDir } from '../agent/atomic-file.js';
 import { ApplyLoop } from '../agent/apply.js';
 import { FetchCoalescer } from '../agent/coalescer.js';
-import { Fetcher, keySetOf, RateLimitedError } from '../agent/fetcher.js';
+import { Fetcher, isTransientFetchError, keySetOf, RateLimitedError } from '../agent/fetcher.js';
 import { AGENT_FIRST_POLL_WAIT_MS } from '../protocol/limits.js';
 import type { RunItem } from '../agent/hooks/types.js';
 import { WakeListener } from '../agent/listener.js';
@@ -208,7 +208,7 @@ export class SimAgent {
           lastFetchOk = false;
           this.#fetchErrors++;
           log.warn({ node: o.slot.node, code: (err as { code?: string }).code, err: (err as Error).message }, 'metadata fetch failed');
-          this.#poller.fetchFailed(err instanceof RateLimitedError ? err.retryAfterMs : 0);
+          if (isTransientFetchError(err)) this.#poller.fetchFailed(err instanceof RateLimitedError ? err.retryAfterMs : 0);
           throw err;
         }
       },

@@ -8,10 +8,10 @@ import https from 'node:https';
 import type http from 'node:http';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { tlsServerOptions, type PkiMaterial } from '../../certs/tls.js';
-import { codeOf } from '../../protocol/errors.js';
+import { codeOf, RefusalError } from '../../protocol/errors.js';
 import type { MetadataDocument } from '../../protocol/heat.js';
 import { NONCE_HEADER, sha256b64url, signMetadata } from '../../protocol/metadata.js';
-import { Fetcher, RateLimitedError } from '../../agent/fetcher.js';
+import { Fetcher, FetchStatusError, isTransientFetchError, RateLimitedError } from '../../agent/fetcher.js';
 import { makeAgentTestPki, quietLog, type AgentTestPki } from '../helpers/agent-pki.js';
 
 let pki: AgentTestPki;
@@ -187,6 +187,17 @@ describe('metadata fetch refused with 429', () => {
     expect(err).toBeInstanceOf(RateLimitedError);
     expect((err as RateLimitedError).code).toBe('rate_limited');
     expect((err as RateLimitedError).retryAfterMs).toBe(3_000);
+  });
+});
+
+describe('which failed fetches are retried early', () => {
+  it('network errors, 429 and 5xx are; refused answers and other statuses are not', () => {
+    expect(isTransientFetchError(Object.assign(new Error('reset'), { code: 'ECONNRESET' }))).toBe(true);
+    expect(isTransientFetchError(new RateLimitedError('429', 1_000))).toBe(true);
+    expect(isTransientFetchError(new FetchStatusError(503, 'unavailable'))).toBe(true);
+    expect(isTransientFetchError(new FetchStatusError(403, 'wrong_node'))).toBe(false);
+    expect(isTransientFetchError(new RefusalError('nonce_mismatch'))).toBe(false);
+    expect(isTransientFetchError(new RefusalError('bad_signature'))).toBe(false);
   });
 });
 
