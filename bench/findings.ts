@@ -143,11 +143,13 @@ export function findings(r: ReportInput['results']): string[] {
     if (fp) {
       p(`The idle agent holds ${f(fp.freshRssKb / 1024)} MB RSS (goal 52 MB) and spent ${f(fp.freshCpuSPerHour, 2)} CPU-s per hour (goal 0.5). The RSS is Node`);
       p('plus what the idle agent loads (TLS, ws, pino, the state); the hook runner and execa load only with the first');
-      p(`hook (the latency agent after its hooks: ${f(fp.afterHooksRssKb / 1024)} MB). The CPU figure is a 30 s sample of all the agent's threads (V8's`);
-      p('helper threads included), 40 s after its start, while the fan-out runs beside it on the same two cores; Herald');
-      p('itself does one ping answer in that window and has no other timer running. What it is has not been profiled');
-      p('yet: `--profile` over the idle window, and a longer window on a quiet machine (`npm run bench -- --only idle`),');
-      p('would tell V8\'s start-up tail from steady cost.', '');
+      p(`hook (the latency agent after its hooks: ${f(fp.afterHooksRssKb / 1024)} MB). The CPU figure is a ${f(fp.windowS, 0)} s sample of all the agent's threads`);
+      p('(V8\'s helper threads included), from ~60 s after its start, while the fan-out runs beside it on the same two');
+      p('cores. In that time Herald answers a ping every 30 s and runs no other timer; per-thread schedstat of an idle');
+      p('agent shows the main thread alone busy (the ping, the wake-up log line, V8\'s idle-time GC of the start-up');
+      p('garbage). What would lower it: a longer warm-up before sampling and a quiet machine (the goal is about a');
+      p('steady state), and fewer start-up allocations (lazy loading of what the idle path does not use, as the hook');
+      p('runner already is).', '');
     }
   }
 
