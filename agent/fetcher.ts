@@ -91,13 +91,19 @@ export class RateLimitedError extends FetchStatusError {
 }
 
 /**
- * Whether a failed fetch may succeed if tried again soon: a network error, a timeout, a 429 or
- * a 5xx. A refused answer (signature, nonce, audience, digest, rollback, ...) is not retried
- * early: it waits for the next poll.
+ * When a failed fetch is worth trying again soon: for a network error, a timeout, a 429 or a
+ * 5xx, the least delay (a 429's Retry-After, else 0); null for a refused answer (signature,
+ * nonce, audience, digest, rollback, ...), which waits for the next poll.
  */
+export function earlyRetryDelayMs(err: unknown): number | null {
+  if (err instanceof RateLimitedError) return err.retryAfterMs ?? 0;
+  if (err instanceof FetchStatusError) return err.status >= 500 ? 0 : null;
+  return err instanceof HeraldError ? null : 0;
+}
+
+/** Whether a failed fetch is worth trying again soon (see earlyRetryDelayMs). */
 export function isTransientFetchError(err: unknown): boolean {
-  if (err instanceof FetchStatusError) return err.status === 429 || err.status >= 500;
-  return !(err instanceof HeraldError);
+  return earlyRetryDelayMs(err) !== null;
 }
 
 export class Fetcher {

@@ -21,7 +21,7 @@ import { PkiMaterial, refusalCodeOf } from '../certs/tls.js';
 import { ensurePrivateDir } from './atomic-file.js';
 import { ApplyLoop } from './apply.js';
 import { FetchCoalescer } from './coalescer.js';
-import { Fetcher, isTransientFetchError, keySetOf, RateLimitedError } from './fetcher.js';
+import { earlyRetryDelayMs, Fetcher, keySetOf } from './fetcher.js';
 import type { RunItem } from './hooks/types.js';
 import { WakeListener } from './listener.js';
 import { OutboxSender } from './outbox.js';
@@ -161,7 +161,8 @@ export async function startAgent(cfg: AgentConfig): Promise<RunningAgent> {
         log.warn({ code, err: (err as Error).message }, 'metadata fetch failed');
         // a wake-up's fetch that failed for a passing reason is retried by the poller soon, not at
         // the next interval; a refused answer waits for the next poll
-        if (isTransientFetchError(err)) poller.fetchFailed(err instanceof RateLimitedError ? err.retryAfterMs : 0);
+        const retryMs = earlyRetryDelayMs(err);
+        if (retryMs !== null) poller.fetchFailed(retryMs);
         throw err;
       }
     },
@@ -212,17 +213,9 @@ export async function startAgent(cfg: AgentConfig): Promise<RunningAgent> {
     log.error({ err }, 'endpoint announcement stopped');
     return false;
   });
+  poller.startAfter(announcing, AGENT_FIRST_POLL_WAIT_MS);
+
   let stopping: Promise<void> | null = null;
-  // the start-up fetch waits for the announcement (bounded): a node the announcement registers
-  // does not exist before it, and a fetch racing it would be a 404 and a retry
-  let firstPollTimer: NodeJS.Timeout | undefined;
-  const firstPollWait = new Promise<void>((resolve) => {
-    firstPollTimer = setTimeout(resolve, AGENT_FIRST_POLL_WAIT_MS);
-  });
-  void Promise.race([announcing, firstPollWait]).then(() => {
-    clearTimeout(firstPollTimer);
-    if (stopping === null) poller.start(true);
-  });
 
   const stop = (reason = 'stop'): Promise<void> => {
     stopping ??= (async () => {

@@ -62,6 +62,7 @@ export class Poller {
   #floorMs = 0;
   #polling = false;
   #running = false;
+  #stopped = false;
   #polls = 0;
 
   constructor(opts: PollerOptions) {
@@ -94,10 +95,27 @@ export class Poller {
    */
   start(immediately = false): void {
     if (this.#running) return;
+    this.#stopped = false;
     this.#running = true;
     this.#lastPollEnd = this.#t.now();
     if (immediately) void this.#tick();
     else this.#schedule();
+  }
+
+  /**
+   * Starts polling (the first poll at once) when `ready` settles, or after `maxWaitMs`, whichever
+   * comes first; not if `stop()` came meanwhile. The agent's start-up fetch waits so for its
+   * endpoint announcement: a node the announcement registers does not exist before it.
+   */
+  startAfter(ready: Promise<unknown>, maxWaitMs: number): void {
+    let timer: unknown = null;
+    const go = (): void => {
+      if (timer !== null) this.#t.clearTimeout(timer);
+      timer = null;
+      if (!this.#stopped) this.start(true);
+    };
+    timer = this.#t.setTimeout(go, maxWaitMs);
+    void ready.then(go, go);
   }
 
   /**
@@ -132,6 +150,7 @@ export class Poller {
 
   /** Stops polling; a poll in flight finishes. Idempotent. */
   stop(): void {
+    this.#stopped = true;
     this.#running = false;
     if (this.#timer !== null) this.#t.clearTimeout(this.#timer);
     this.#timer = null;

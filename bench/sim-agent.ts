@@ -22,7 +22,7 @@ import { PkiMaterial, type Logger } from '../certs/tls.js';
 import { ensurePrivateDir } from '../agent/atomic-file.js';
 import { ApplyLoop } from '../agent/apply.js';
 import { FetchCoalescer } from '../agent/coalescer.js';
-import { Fetcher, isTransientFetchError, keySetOf, RateLimitedError } from '../agent/fetcher.js';
+import { earlyRetryDelayMs, Fetcher, keySetOf } from '../agent/fetcher.js';
 import { AGENT_FIRST_POLL_WAIT_MS } from '../protocol/limits.js';
 import type { RunItem } from '../agent/hooks/types.js';
 import { WakeListener } from '../agent/listener.js';
@@ -129,7 +129,6 @@ export class SimAgent {
   #state!: AgentState;
   readonly #announceAbort = new AbortController();
   #announcing: Promise<boolean> = Promise.resolve(false);
-  #stopped = false;
   #wakesVerified = 0;
   #fetch200 = 0;
   #fetch304 = 0;
@@ -208,7 +207,8 @@ export class SimAgent {
           lastFetchOk = false;
           this.#fetchErrors++;
           log.warn({ node: o.slot.node, code: (err as { code?: string }).code, err: (err as Error).message }, 'metadata fetch failed');
-          if (isTransientFetchError(err)) this.#poller.fetchFailed(err instanceof RateLimitedError ? err.retryAfterMs : 0);
+          const retryMs = earlyRetryDelayMs(err);
+          if (retryMs !== null) this.#poller.fetchFailed(retryMs);
           throw err;
         }
       },
@@ -250,11 +250,7 @@ export class SimAgent {
       });
     }
     // as agent/main.ts: the start-up fetch waits for the announcement (bounded)
-    let t: NodeJS.Timeout | undefined;
-    void Promise.race([this.#announcing, new Promise((r) => (t = setTimeout(r, AGENT_FIRST_POLL_WAIT_MS)))]).then(() => {
-      clearTimeout(t);
-      if (!this.#stopped) this.#poller.start(true);
-    });
+    this.#poller.startAfter(this.#announcing, AGENT_FIRST_POLL_WAIT_MS);
   }
 
   /** Starts a new measuring window: the per-run records are cleared. */
@@ -291,7 +287,6 @@ export class SimAgent {
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
     this.#poller?.stop();
     this.#announceAbort.abort();
     this.#coalescer?.close();
