@@ -92,6 +92,21 @@ export const ACK_FLUSH_INTERVAL_MS = 500;
 export const CLUSTER_TICK_INTERVAL_MS = 1_000;
 /** On SIGTERM, in-flight requests may finish for this long before their sockets are destroyed. */
 export const CONTROLLER_SHUTDOWN_GRACE_MS = 10_000;
+/**
+ * Free-form JSON values (configs, options, input values, signal outputs, hook answers) may be
+ * nested at most this many levels (SPEC §3): deeper ones are refused before anything walks them.
+ */
+export const MAX_JSON_DEPTH_LEVELS = 64;
+/** Signals per node: burst, then sustained rate (a signal may be 4 MiB to parse). */
+export const SIGNAL_RATE_BURST = 20;
+export const SIGNAL_RATE_PER_S = 5;
+/**
+ * A metadata fetch within this long of a wake-up the controller sent that node is never
+ * rate-limited (SPEC §3): the controller asked for it.
+ */
+export const WAKE_FETCH_EXEMPT_MS = 5_000;
+/** Refusals before authentication are logged at most once per code per this interval, with the count. */
+export const REFUSAL_LOG_INTERVAL_MS = 10_000;
 /** Token buckets kept per identity before idle (full) ones are swept. */
 export const MAX_RATE_BUCKETS = 100_000;
 
