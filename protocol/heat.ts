@@ -62,6 +62,11 @@ export interface MetadataInput {
   type: InputType;
   value: unknown;
   description?: string;
+  /**
+   * Set when any config that feeds the deployment (for a cluster's deployments, every config of
+   * the cluster) marks this input hidden: the agent masks its value in hook output (SPEC §4).
+   */
+  hidden?: true;
 }
 
 export interface MetadataOutput {
