@@ -31,16 +31,6 @@ export class FetchCoalescer {
   #queued = false;
   #queuedGen: number | undefined;
   #queuedForce = false;
-  /** Highest generation any wake-up has asked for so far. */
-  #askedGen: number | undefined;
-  /**
-   * Highest wake-up generation a successful fetch has answered: one that started after that
-   * wake-up arrived. The controller wakes only after committing, so such a fetch saw what the
-   * wake-up announced; if it saw less, the claim was false and fetching again cannot help. This
-   * keeps a flood of valid wake-ups claiming a future generation at one fetch, not one per fetch
-   * round trip.
-   */
-  #answeredGen: number | undefined;
   #fetches = 0;
   #closed = false;
   readonly #idleWaiters: Array<() => void> = [];
@@ -67,10 +57,15 @@ export class FetchCoalescer {
   /**
    * A verified wake-up for generation `gen`: `current` when a fetch already saw it (nothing
    * fetched), else `started` or `queued`.
+   *
+   * `gen` is a hint, never a fact (SPEC §2): it is compared only with the generation last
+   * fetched and verified, never with what other wake-ups claimed. So no wake-up, however high
+   * its claimed `gen`, can make a later one look `current`: a claim above what was fetched always
+   * leads to a (coalesced) fetch. A flood of such claims still costs one fetch in flight and at
+   * most one queued at any time.
    */
   wake(gen: number): FetchState {
     if (this.#covers(gen)) return 'current';
-    if (this.#askedGen === undefined || gen > this.#askedGen) this.#askedGen = gen;
     return this.#request(gen, false);
   }
 
@@ -103,18 +98,17 @@ export class FetchCoalescer {
     return 'queued';
   }
 
+  /** A fetch already saw `gen`: only a fetched (and verified) generation counts. */
   #covers(gen: number): boolean {
-    return (this.#lastFetchedGen !== undefined && gen <= this.#lastFetchedGen) || (this.#answeredGen !== undefined && gen <= this.#answeredGen);
+    return this.#lastFetchedGen !== undefined && gen <= this.#lastFetchedGen;
   }
 
   #start(): void {
     this.#fetches++;
-    const asked = this.#askedGen;
     const run = async (): Promise<void> => {
       try {
         const { gen } = await this.#o.fetch();
         if (this.#lastFetchedGen === undefined || gen > this.#lastFetchedGen) this.#lastFetchedGen = gen;
-        if (asked !== undefined && (this.#answeredGen === undefined || asked > this.#answeredGen)) this.#answeredGen = asked;
       } catch (err) {
         this.#o.onError?.(err);
       }

@@ -278,6 +278,24 @@ describe('coalescing', () => {
     expect(s.coalescer.lastFetchedGen).toBe(1000);
   });
 
+  it('a wake-up claiming gen 2^53-1 does not mute later ones: gen is compared only with the generation fetched', async () => {
+    const s = await setup({ initialFetchedGen: 10 });
+    const ws = await connect(s.port);
+    expect(await ask(ws, wake(Number.MAX_SAFE_INTEGER))).toMatchObject({ type: 'ack', fetch: 'started', gen: 10 });
+    s.release(11); // the controller's real generation: the claim was false
+    await s.coalescer.idle();
+    expect(s.coalescer.lastFetchedGen).toBe(11);
+    // the next real wake-ups are fetched, and the ack names what was fetched, never the claim
+    expect(await ask(ws, wake(12))).toMatchObject({ type: 'ack', fetch: 'started', gen: 11 });
+    s.release(12);
+    await s.coalescer.idle();
+    expect(await ask(ws, wake(13))).toMatchObject({ type: 'ack', fetch: 'started', gen: 12 });
+    s.release(13);
+    await s.coalescer.idle();
+    expect(s.fetches()).toBe(3);
+    expect(await ask(ws, wake(13))).toMatchObject({ type: 'ack', fetch: 'current', gen: 13 });
+  });
+
   it('answers current for a generation already fetched and fetches nothing', async () => {
     const s = await setup({ initialFetchedGen: 10 });
     const ws = await connect(s.port);

@@ -209,6 +209,19 @@ describe('coalescer', () => {
     expect(fetches()).toBe(1);
   });
 
+  it('a claimed gen never covers a later wake-up: only the fetched generation does', async () => {
+    const { c, release, fetches } = make(10);
+    expect(c.wake(Number.MAX_SAFE_INTEGER)).toBe('started');
+    release.shift()!(11);
+    await c.idle();
+    expect(c.lastFetchedGen).toBe(11);
+    expect(c.wake(12)).toBe('started');
+    expect(fetches()).toBe(2);
+    release.shift()!(12);
+    await c.idle();
+    expect(c.wake(12)).toBe('current');
+  });
+
   it('still runs the queued fetch when the one in flight failed', async () => {
     let n = 0;
     const c = new FetchCoalescer({
