@@ -1,11 +1,13 @@
 /**
  * The agent listener URL a node announces (SPEC §3): `wss://host:port/v1/wake`, whose host must
  * be one of the announcing certificate's DNS or IP SANs, so a stolen agent key cannot aim the
- * controller's dialer at another host. Link-local addresses (169.254/16, fe80::/10, cloud
- * metadata services live there) and unspecified ones are refused. Names are compared exactly
- * (no wildcard SANs) and are not resolved here.
+ * controller's dialer at another host. An IP host is checked by the one address classifier
+ * (protocol/address.ts): unspecified, link-local and cloud metadata addresses are refused in
+ * every spelling. Names are compared exactly (no wildcard SANs) and are not resolved here: the
+ * push dialer checks what they resolve to, by the same rules, when it dials.
  */
 import net from 'node:net';
+import { addressRefusal } from '../protocol/address.js';
 import { HeraldError } from '../protocol/errors.js';
 
 export const WAKE_PATH = '/v1/wake';
@@ -19,7 +21,7 @@ export interface ParsedEndpoint {
 
 /**
  * Parses and checks an endpoint URL's form.
- * @throws HeraldError bad_endpoint | link_local_endpoint (field `field`)
+ * @throws HeraldError bad_endpoint | link_local_endpoint | forbidden_endpoint (field `field`)
  */
 export function parseEndpoint(raw: string, field = 'url'): ParsedEndpoint {
   let u: URL;
@@ -33,8 +35,8 @@ export function parseEndpoint(raw: string, field = 'url'): ParsedEndpoint {
   if (u.username || u.password || u.search || u.hash) throw new HeraldError('bad_endpoint', 'the endpoint must not carry user info, query or fragment', { field });
   const host = u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname;
   if (host === '') throw new HeraldError('bad_endpoint', 'the endpoint has no host', { field });
-  if (isUnspecified(host)) throw new HeraldError('bad_endpoint', 'the endpoint host is an unspecified address', { field });
-  if (isLinkLocal(host)) throw new HeraldError('link_local_endpoint', 'the endpoint host is a link-local address', { field });
+  const refusal = addressRefusal(host);
+  if (refusal !== null) throw new HeraldError(refusal.code, `the endpoint host is ${REFUSAL_TEXT[refusal.kind]}${refusal.carriedIpv4 ? ` (it carries ${refusal.carriedIpv4})` : ''}`, { field });
   return { url: u.toString(), host };
 }
 
@@ -60,18 +62,13 @@ export function normalizeIp(ip: string): string {
   }
 }
 
-export function isLinkLocal(host: string): boolean {
-  if (net.isIPv4(host)) return host.startsWith('169.254.');
-  if (!net.isIPv6(host)) return false;
-  const n = normalizeIp(host);
-  const first = parseInt(n.split(':')[0] || '0', 16);
-  if ((first & 0xffc0) === 0xfe80) return true;
-  // IPv4-mapped (::ffff:169.254.x.y, shown as ::ffff:a9fe:xxxx)
-  const mapped = /^::ffff:([0-9a-f]{1,4}):[0-9a-f]{1,4}$/.exec(n);
-  return mapped !== null && parseInt(mapped[1]!, 16) >> 8 === 0xa9 && (parseInt(mapped[1]!, 16) & 0xff) === 0xfe;
-}
+const REFUSAL_TEXT = {
+  unspecified: 'an unspecified address',
+  link_local: 'a link-local address',
+  metadata: 'a cloud metadata service address',
+} as const;
 
-function isUnspecified(host: string): boolean {
-  if (net.isIPv4(host)) return host === '0.0.0.0';
-  return net.isIPv6(host) && normalizeIp(host) === '::';
+/** Whether `host` is a link-local address in any spelling (protocol/address.ts decides). */
+export function isLinkLocal(host: string): boolean {
+  return addressRefusal(host)?.kind === 'link_local';
 }

@@ -8,13 +8,16 @@
  * controller process for small setups and tests, or inside push worker processes
  * (controller/push-worker.ts) behind the PushPool facade: see docs/architecture-push.md.
  */
+import dns from 'node:dns';
 import { EventEmitter } from 'node:events';
+import type net from 'node:net';
 import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import WebSocket from 'ws';
 import { tlsClientOptions, type PkiMaterial } from '../certs/tls.js';
 import { normalizeSerial } from '../certs/identity.js';
+import { addressRefusal, parseIp } from '../protocol/address.js';
 import { fullJitterMs } from '../protocol/backoff.js';
 import { ConfigError, isErrorCode, RefusalError } from '../protocol/errors.js';
 import { decodeAnswer } from '../protocol/frames.js';
@@ -48,7 +51,21 @@ export interface PushDialerOptions extends PushTuning {
   clock?: () => number;
   /** [0, 1) source for the backoff jitter. */
   random?: () => number;
+  /**
+   * Resolves an endpoint's DNS name to every address it has (default `dns.lookup` with
+   * `all: true`). Each address is checked by protocol/address.ts before the socket connects to it.
+   */
+  lookup?: DialLookup;
 }
+
+/** The resolver the dialer asks for a name's addresses (the shape of `dns.lookup(..., {all: true})`). */
+export type DialLookup = (
+  hostname: string,
+  options: dns.LookupAllOptions,
+  callback: (err: NodeJS.ErrnoException | null, addresses: dns.LookupAddress[]) => void,
+) => void;
+
+const systemLookup: DialLookup = (hostname, options, callback) => dns.lookup(hostname, options, callback);
 
 type Resolved = Required<Omit<PushDialerOptions, 'metrics' | 'metricsSink'>>;
 
@@ -131,6 +148,7 @@ export class PushDialer implements PushService {
     const o: Resolved = {
       clock: Date.now,
       random: Math.random,
+      lookup: systemLookup,
       pingIntervalMs: PING_INTERVAL_MS,
       answerTimeoutMs: FRAME_ANSWER_TIMEOUT_MS,
       dialTimeoutMs: DIAL_TIMEOUT_MS,
@@ -313,6 +331,15 @@ export class PushDialer implements PushService {
   #dial(e: NodeEntry): void {
     const url = e.url;
     if (url === null || this.#closed) return;
+    // an address stored before today's rules (or by an operator's POST) is checked here too
+    const literal = literalRefusal(url);
+    if (literal !== null) {
+      this.#log.warn({ event: 'push.dial_refused', node: e.node, code: literal.code, address: literal.host }, 'push dial refused: the endpoint is an address the controller never dials');
+      this.#fail(e, literal.code);
+      this.#metrics.dialFailed(literal.code);
+      this.#setState(e, 'disconnected');
+      return;
+    }
     this.#dialsInFlight++;
     e.failCode = null;
     e.peerSerial = null;
@@ -328,6 +355,9 @@ export class PushDialer implements PushService {
         perMessageDeflate: false,
         maxPayload: MAX_WS_PAYLOAD_BYTES,
         followRedirects: false,
+        // a name is resolved here and each address checked; the socket connects to exactly the
+        // addresses checked, so a DNS answer that changes between check and connect cannot slip by
+        lookup: this.#checkedLookup(e),
         checkServerIdentity: (host: string, cert: tls.PeerCertificate): Error | undefined => {
           // identity, trust domain, EKUs and revocation (certs/tls.ts); the chain is OpenSSL's
           const err = check(host, cert);
@@ -406,6 +436,28 @@ export class PushDialer implements PushService {
       this.#log.info({ node: e.node, code, closeCode }, wasOpen ? 'push connection lost' : 'push dial failed');
       this.#down(e, code);
     });
+  }
+
+  /** A `lookup` for the socket that refuses the dial when any resolved address is refused. */
+  #checkedLookup(e: NodeEntry): net.LookupFunction {
+    const resolve = this.#o.lookup;
+    return (hostname, options, callback) => {
+      resolve(hostname, { ...options, all: true }, (err, addresses) => {
+        if (err) return callback(err, '');
+        if (!Array.isArray(addresses) || addresses.length === 0) {
+          return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), '');
+        }
+        for (const a of addresses) {
+          const r = addressRefusal(a.address);
+          if (r === null) continue;
+          e.failCode = r.code;
+          this.#log.warn({ event: 'push.dial_refused', node: e.node, code: r.code, host: hostname, address: a.address }, 'push dial refused: the endpoint name resolves to an address the controller never dials');
+          return callback(new RefusalError(r.code, `${hostname} resolves to ${a.address}, an address the controller never dials`), '');
+        }
+        if (options.all) callback(null, addresses);
+        else callback(null, addresses[0]!.address, addresses[0]!.family);
+      });
+    };
   }
 
   #onOpen(e: NodeEntry): void {
@@ -658,6 +710,20 @@ function refusalCodeOf(status: number, body: string): PushErrorCode {
     // not JSON: fall through
   }
   return status === 0 ? 'connection_reset' : 'upgrade_refused';
+}
+
+/** The refusal of an endpoint whose host is an IP literal the controller never dials, else null. */
+function literalRefusal(url: string): { code: PushErrorCode; host: string } | null {
+  let host: string;
+  try {
+    host = new URL(url).hostname;
+  } catch {
+    return null; // ws reports an unusable URL itself
+  }
+  if (host.startsWith('[')) host = host.slice(1, -1);
+  if (parseIp(host) === null) return null;
+  const r = addressRefusal(host);
+  return r === null ? null : { code: r.code, host };
 }
 
 function stripUndefined<T extends object>(o: T): Partial<T> {

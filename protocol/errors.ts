@@ -72,6 +72,7 @@ export const ERROR_CODES = {
   node_deleted: 'the node was deleted; only an operator can add it again',
   endpoint_not_in_san: 'the endpoint host is not among the caller certificate\'s DNS or IP SANs',
   link_local_endpoint: 'the endpoint is a link-local address',
+  forbidden_endpoint: 'the endpoint is a cloud metadata service address (in any spelling), or its DNS name resolved to one of the refused addresses when the controller dialled it',
   bad_endpoint: 'the endpoint is not wss://host:port/v1/wake',
   stale_revision: 'the signal is for an older revision than the current one',
   unknown_revision: 'the signal is for a revision newer than the current one',
@@ -113,6 +114,7 @@ export const ERROR_CODES = {
   pki_exists: 'the PKI directory already holds a CA (use --force to replace it)',
   pki_missing: 'a file the PKI layout requires is missing',
   api_error: 'the controller answered the CLI with an error',
+  hidden_input_in_argv: 'a CLI warning, not a refusal: a hidden input\'s value was given with --input, where every local user can read it in the process list (use --input-file)',
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
