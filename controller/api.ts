@@ -22,19 +22,26 @@ import {
   ANNOUNCE_RATE_PER_S,
   API_HEADERS_TIMEOUT_MS,
   API_AGENT_MAX_CONNECTIONS,
+  API_IDENTITY_MAX_CONNECTIONS,
   API_KEEP_ALIVE_TIMEOUT_MS,
   API_LISTEN_BACKLOG_CONNECTIONS,
   API_RATE_BURST,
+  API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS,
   API_RATE_PER_S,
   API_REQUEST_TIMEOUT_MS,
+  API_UNAUTHENTICATED_MAX_CONNECTIONS,
   CONTROLLER_SHUTDOWN_GRACE_MS,
   FETCH_RATE_BURST,
   FETCH_RATE_PER_S,
   MAX_REQUEST_BODY_BYTES,
   MAX_SIGNAL_BODY_BYTES,
   MAX_SSE_BUFFERED_BYTES,
+  REFUSAL_LOG_INTERVAL_MS,
+  SIGNAL_RATE_BURST,
+  SIGNAL_RATE_PER_S,
   SSE_HEARTBEAT_INTERVAL_MS,
 } from '../protocol/limits.js';
+import { RefusalSummary } from '../protocol/refusal-summary.js';
 import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../protocol/metadata.js';
 import type { ControllerEvent } from './events.js';
 import type { ControllerMetrics } from './metrics.js';
@@ -125,9 +132,16 @@ export class ApiServer {
   readonly #limiters: Record<RateClass, RateLimiter>;
   readonly #auth = new WeakMap<tls.TLSSocket, AuthCacheEntry>();
   readonly #sockets = new Set<tls.TLSSocket>();
-  /** Open connections per agent identity, and the connections past API_AGENT_MAX_CONNECTIONS. */
-  readonly #agentConnections = new Map<string, number>();
+  /** Open connections per identity, and the connections past its role's cap. */
+  readonly #connections = new Map<string, number>();
   readonly #overLimit = new WeakSet<tls.TLSSocket>();
+  /** Open connections whose certificate did not authorize, all peers together. */
+  #unauthenticated = 0;
+  /** Consecutive 429 answers per connection. */
+  readonly #rateLimited = new WeakMap<tls.TLSSocket, number>();
+  /** Refusals anyone can cause in bulk are logged as a summary (SPEC §3). */
+  readonly #summary: RefusalSummary;
+  readonly #summaryTimer: NodeJS.Timeout;
   readonly #streams = new Set<http.ServerResponse>();
   readonly #controllerId: string;
   #epoch = 0;
@@ -144,9 +158,16 @@ export class ApiServer {
     this.#limiters = {
       announce: new RateLimiter(r.announce ?? { burst: ANNOUNCE_RATE_BURST, perS: ANNOUNCE_RATE_PER_S }, this.#now),
       fetch: new RateLimiter(r.fetch ?? { burst: FETCH_RATE_BURST, perS: FETCH_RATE_PER_S }, this.#now),
+      signal: new RateLimiter(r.signal ?? { burst: SIGNAL_RATE_BURST, perS: SIGNAL_RATE_PER_S }, this.#now),
       other: new RateLimiter(r.other ?? { burst: API_RATE_BURST, perS: API_RATE_PER_S }, this.#now),
     };
     this.#controllerId = o.material.current().identity.spiffeId;
+    this.#summary = new RefusalSummary(
+      ({ code, count, fields }) => this.#log.warn({ event: 'refused', code, count, ...fields }, `refused ${count} time(s) in the last ${REFUSAL_LOG_INTERVAL_MS / 1000} s: ${ERROR_CODES[code as ErrorCode] ?? code}`),
+      this.#now,
+    );
+    this.#summaryTimer = setInterval(() => this.#summary.flush(), REFUSAL_LOG_INTERVAL_MS);
+    this.#summaryTimer.unref();
     this.server = https.createServer({ ...tlsServerOptions(o.material), handshakeTimeout: API_HEADERS_TIMEOUT_MS }, (req, res) => {
       void this.#handle(req, res);
     });
@@ -157,10 +178,11 @@ export class ApiServer {
     this.server.on('secureConnection', (s: tls.TLSSocket) => {
       this.#sockets.add(s);
       s.once('close', () => this.#sockets.delete(s));
-      this.#countAgentConnection(s);
+      this.#countConnection(s);
     });
     this.server.on('tlsClientError', (err, s) => {
-      this.#log.debug({ err: { message: err.message, code: (err as { code?: string }).code }, remote: s.remoteAddress }, 'TLS handshake failed');
+      this.#o.metrics.refusals.inc({ code: 'tls_handshake_failed' });
+      this.#summary.record('tls_handshake_failed', { remote: s.remoteAddress, err: (err as { code?: string }).code ?? err.message.slice(0, 120) });
     });
     this.#unwatch = watchServer(this.server, o.material);
     this.#onTls = () => {
@@ -205,6 +227,8 @@ export class ApiServer {
       this.#unwatch();
       this.#o.material.off('tls-change', this.#onTls);
       this.#o.material.off('revoked-change', this.#onRevoked);
+      clearInterval(this.#summaryTimer);
+      this.#summary.flush(true);
       for (const res of this.#streams) res.end();
       const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
       timer.unref();
@@ -231,7 +255,8 @@ export class ApiServer {
       if (!auth.ok) throw new ApiError(auth.code, auth.message, { Connection: 'close' });
       identity = auth.identity;
       if (this.#overLimit.has(req.socket as tls.TLSSocket)) {
-        throw new ApiError('too_many_connections', `agent ${identity.name} already holds ${API_AGENT_MAX_CONNECTIONS} API connections`, { Connection: 'close', 'Retry-After': '1' });
+        const cap = identity.role === 'agent' ? API_AGENT_MAX_CONNECTIONS : API_IDENTITY_MAX_CONNECTIONS;
+        throw new ApiError('too_many_connections', `${identity.spiffeId} already holds ${cap} API connections`, { Connection: 'close', 'Retry-After': '1' });
       }
       const url = new URL(req.url ?? '/', 'https://controller.invalid');
       const m = this.#router.match(method, url.pathname);
@@ -239,10 +264,14 @@ export class ApiServer {
       if (m.kind === 'method') throw new ApiError('method_not_allowed', `${method} is not allowed here`, { Allow: m.allowed.join(', ') });
       const spec = m.route;
       route = spec.path;
+      // the rate limit comes before the role check: refusals cost the caller its budget too
+      if (!(spec.rate === 'fetch' && this.#o.service.wokeRecently(identity.name))) {
+        const decision = this.#limiters[spec.rate].take(identity.spiffeId);
+        if (!decision.ok) throw new ApiError('rate_limited', `too many requests; retry after ${decision.retryAfterS} s`, { 'Retry-After': String(decision.retryAfterS) });
+      }
       this.#checkRole(spec, m.params, identity);
-      const decision = this.#limiters[spec.rate].take(`${identity.spiffeId}`);
-      if (!decision.ok) throw new ApiError('rate_limited', `too many requests; retry after ${decision.retryAfterS} s`, { 'Retry-After': String(decision.retryAfterS) });
       const body = spec.bodyLimitBytes > 0 ? await this.#readJson(req, spec.bodyLimitBytes) : await this.#drainEmpty(req);
+      this.#rateLimited.delete(req.socket as tls.TLSSocket);
       const reply = await spec.handler({ req, res, params: m.params, query: url.searchParams, identity, body });
       if (reply?.raw) {
         const data = Buffer.from(reply.raw.data);
@@ -257,21 +286,35 @@ export class ApiServer {
   }
 
   /**
-   * Counts an authenticated agent's connections (kept alive for minutes, see
-   * API_KEEP_ALIVE_TIMEOUT_MS); past API_AGENT_MAX_CONNECTIONS the connection's requests
-   * are refused `too_many_connections` and it is closed.
+   * One connection policy for every identity (SPEC §3): connections are kept alive for minutes
+   * (API_KEEP_ALIVE_TIMEOUT_MS), so each identity holds at most its role's cap
+   * (API_AGENT_MAX_CONNECTIONS for agents, API_IDENTITY_MAX_CONNECTIONS otherwise); requests on
+   * more are refused `too_many_connections` and the connection closed. Peers whose certificate
+   * did not authorize are answered 403 and closed at their first request; at most
+   * API_UNAUTHENTICATED_MAX_CONNECTIONS of them are open at once, further ones are destroyed.
    */
-  #countAgentConnection(s: tls.TLSSocket): void {
+  #countConnection(s: tls.TLSSocket): void {
     const auth = this.#authorize(s);
-    if (!auth.ok || auth.identity.role !== 'agent') return;
+    if (!auth.ok) {
+      if (this.#unauthenticated >= API_UNAUTHENTICATED_MAX_CONNECTIONS) {
+        this.#o.metrics.refusals.inc({ code: 'too_many_connections' });
+        this.#summary.record('too_many_connections', { remote: s.remoteAddress, unauthenticated: true });
+        s.destroy();
+        return;
+      }
+      this.#unauthenticated++;
+      s.once('close', () => this.#unauthenticated--);
+      return;
+    }
     const id = auth.identity.spiffeId;
-    const n = (this.#agentConnections.get(id) ?? 0) + 1;
-    this.#agentConnections.set(id, n);
-    if (n > API_AGENT_MAX_CONNECTIONS) this.#overLimit.add(s);
+    const cap = auth.identity.role === 'agent' ? API_AGENT_MAX_CONNECTIONS : API_IDENTITY_MAX_CONNECTIONS;
+    const n = (this.#connections.get(id) ?? 0) + 1;
+    this.#connections.set(id, n);
+    if (n > cap) this.#overLimit.add(s);
     s.once('close', () => {
-      const left = (this.#agentConnections.get(id) ?? 1) - 1;
-      if (left <= 0) this.#agentConnections.delete(id);
-      else this.#agentConnections.set(id, left);
+      const left = (this.#connections.get(id) ?? 1) - 1;
+      if (left <= 0) this.#connections.delete(id);
+      else this.#connections.set(id, left);
     });
   }
 
@@ -368,10 +411,23 @@ export class ApiServer {
       code = err.code;
       message = err.message;
       field = err.field;
-      if (err instanceof ApiError) headers = err.headers;
+      if (err instanceof ApiError) headers = { ...err.headers };
       this.#o.metrics.refusals.inc({ code });
-      const level = statusOf(code) === 403 || code === 'rate_limited' || code === 'too_many_connections' || code === 'body_too_large' ? 'warn' : 'info';
-      this.#log[level]({ event: 'refused', code, status: statusOf(code), peer, method: req.method, route, field }, message);
+      const status = statusOf(code);
+      const socket = req.socket as tls.TLSSocket;
+      // a 403 closes its connection; so do repeated 429s (one does not: the retry reuses it)
+      if (status === 403) headers.Connection = 'close';
+      if (code === 'rate_limited') {
+        const n = (this.#rateLimited.get(socket) ?? 0) + 1;
+        this.#rateLimited.set(socket, n);
+        if (n >= API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS) headers.Connection = 'close';
+      }
+      // refusals a peer can repeat in bulk are summarised; the rest are one line each
+      // (per identity and route once authenticated; per code alone before, see RefusalSummary)
+      if (status === 403 || status === 413 || status === 429) {
+        this.#summary.record(code, { status, peer, method: req.method, route }, identity ? `${code} ${identity.spiffeId} ${req.method} ${route}` : code);
+      }
+      else this.#log.info({ event: 'refused', code, status, peer, method: req.method, route, field }, message);
     } else {
       this.#log.error({ err, peer, method: req.method, route }, 'request failed unexpectedly');
     }
@@ -407,6 +463,7 @@ export class ApiServer {
     add('GET', '/v1/nodes/:node/metadata', 'agent', (c) => this.#metadata(c), { rate: 'fetch' });
     add('POST', '/v1/nodes/:node/deployments/:deployment/signal', 'agent', async (c) => ok(await s.signal(c.params.node!, c.params.deployment!, c.body, who(c))), {
       bodyLimitBytes: sigLimit,
+      rate: 'signal',
     });
 
     // operator routes

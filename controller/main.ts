@@ -23,7 +23,7 @@ import type { PushService } from './push-types.js';
 import type { RateClass } from './router.js';
 import type { RateRule } from './rate-limit.js';
 import { ControllerService } from './service.js';
-import { SqliteStore } from './sqlite-store.js';
+import { looseDatabaseFiles, SqliteStore } from './sqlite-store.js';
 
 export interface StartDeps {
   /** Default: pino JSON lines to stderr at `options.logLevel`. */
@@ -159,6 +159,9 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
 
     const store = new SqliteStore(o.db, { stepMarginS: deps.stepMarginS ?? RESTART_STEP_MARGIN_S });
     cleanup.push(() => store.close());
+    for (const { file, mode } of looseDatabaseFiles(o.db)) {
+      logger.warn({ code: 'unsafe_file_mode', file, mode }, `${file} is readable or writable by group or others (mode ${mode}); it holds hidden input values: chmod 600 it`);
+    }
     const metrics = new ControllerMetrics();
     const events = new EventBus();
     const push = await (deps.push ?? defaultPush)({

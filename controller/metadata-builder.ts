@@ -6,7 +6,7 @@
 import { sha256b64url } from '../protocol/metadata.js';
 import type { MetadataDocument, MetadataInput, MetadataItem } from '../protocol/heat.js';
 import { METADATA_CACHE_ENTRIES } from '../protocol/limits.js';
-import type { MetadataSource } from './store.js';
+import type { DeploymentRecord, MetadataSource } from './store.js';
 
 export const SIGNAL_TRANSPORT = 'HERALD_SIGNAL';
 
@@ -32,21 +32,30 @@ const DERIVED_DESCRIPTIONS: Record<string, string> = {
  * The document for `src`. `signalUrl(node, deploymentId)` gives `deploy_signal_id`.
  * Sorted by name (the deployment's, else its config's), then creation time, then id.
  */
-export function buildMetadataDocument(src: MetadataSource, signalUrl: (node: string, deploymentId: string) => string): MetadataDocument {
+export function buildMetadataDocument(
+  src: MetadataSource,
+  signalUrl: (node: string, deploymentId: string) => string,
+  hiddenOf: (d: DeploymentRecord) => ReadonlySet<string>,
+): MetadataDocument {
   const items: MetadataItem[] = src.entries.map(({ deployment: d, config: c, cluster }) => {
     const r = d.current;
     const name = d.name ?? c.name;
     const inputs: MetadataInput[] = [];
     const declared = new Set<string>();
+    const hidden = hiddenOf(d);
     for (const i of c.inputs) {
       declared.add(i.name);
       const v = Object.prototype.hasOwnProperty.call(r.inputValues, i.name) ? r.inputValues[i.name] : i.default;
       const input: MetadataInput = { name: i.name, type: i.type, value: v ?? (i.type === 'String' ? '' : null) };
       if (i.description !== undefined) input.description = i.description;
+      if (hidden.has(i.name)) input.hidden = true;
       inputs.push(input);
     }
     for (const [k, v] of Object.entries(r.inputValues)) {
-      if (!declared.has(k)) inputs.push({ name: k, type: 'String', value: typeof v === 'string' ? v : JSON.stringify(v) });
+      if (declared.has(k)) continue;
+      const input: MetadataInput = { name: k, type: 'String', value: typeof v === 'string' ? v : JSON.stringify(v) };
+      if (hidden.has(k)) input.hidden = true;
+      inputs.push(input);
     }
     const derived: Record<string, string> = {
       deploy_server_id: d.node,

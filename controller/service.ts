@@ -8,7 +8,7 @@
 import type { Logger } from 'pino';
 import { HeraldError } from '../protocol/errors.js';
 import { DEFAULT_ACTIONS, type DeployAction } from '../protocol/heat.js';
-import { ACK_FLUSH_INTERVAL_MS, CLUSTER_TICK_INTERVAL_MS } from '../protocol/limits.js';
+import { ACK_FLUSH_INTERVAL_MS, CLUSTER_TICK_INTERVAL_MS, WAKE_FETCH_EXEMPT_MS } from '../protocol/limits.js';
 import type { CertIdentity } from '../certs/identity.js';
 import { hostInSans, parseEndpoint } from './endpoint.js';
 import { GroupCommitter } from './group-commit.js';
@@ -16,7 +16,7 @@ import type { EventBus } from './events.js';
 import { buildMetadataDocument, MetadataCache, type BuiltMetadata } from './metadata-builder.js';
 import type { ControllerMetrics } from './metrics.js';
 import type { PushService } from './push-types.js';
-import type { ChangeSet, NodeRecord, Store } from './store.js';
+import type { ChangeSet, DeploymentRecord, NodeRecord, Store } from './store.js';
 import {
   checkConfig,
   checkRevisionAction,
@@ -32,7 +32,7 @@ import {
   restartSchema,
   signalSchema,
 } from './validation.js';
-import { clusterView, configView, deploymentView, nodeView, revisionView, type FetchState } from './views.js';
+import { clusterView, configView, deploymentView, hiddenNames, nodeView, revisionView, type FetchState } from './views.js';
 
 export interface ControllerServiceOptions {
   store: Store;
@@ -64,6 +64,8 @@ export class ControllerService {
   /** Signals and announcements from many agents share commits (one fsync each batch). */
   readonly #committer: GroupCommitter;
   readonly #fetches = new Map<string, FetchState>();
+  /** When the controller last sent each node a wake-up, oldest first (entries older than WAKE_FETCH_EXEMPT_MS are dropped). */
+  readonly #wokeAt = new Map<string, number>();
   #pendingAcks = new Map<string, number>();
   #tickTimer: NodeJS.Timeout | undefined;
   #ackTimer: NodeJS.Timeout | undefined;
@@ -203,7 +205,7 @@ export class ControllerService {
     const { deployment, changes } = this.store.createDeployment({ node: b.node, configId: config.id, name: b.name ?? null, actions, action, inputValues }, who);
     this.#log.info({ event: 'deployment.create', deployment: deployment.id, node: deployment.node, action, who }, 'deployment created');
     this.#apply(changes);
-    return deploymentView(deployment, config);
+    return deploymentView(deployment, config, this.hiddenInputsOf(deployment));
   }
 
   updateDeployment(id: string, body: unknown, who: string): View {
@@ -216,7 +218,7 @@ export class ControllerService {
     const { deployment, changes } = this.store.updateDeployment(id, { ...(inputValues ? { inputValues } : {}), ...(action ? { action } : {}) }, who);
     this.#log.info({ event: 'deployment.update', deployment: id, node: d.node, revision: deployment.current.revision, action: deployment.current.action, who }, 'deployment updated');
     this.#apply(changes);
-    return deploymentView(deployment, config);
+    return deploymentView(deployment, config, this.hiddenInputsOf(deployment));
   }
 
   /** Returns the deployment while its DELETE revision runs, or null when it was removed at once. */
@@ -224,29 +226,42 @@ export class ControllerService {
     const { deployment, changes } = this.store.deleteDeployment(id, who);
     this.#log.info({ event: 'deployment.delete', deployment: id, runs: deployment !== null, who }, deployment ? 'deployment DELETE revision made' : 'deployment removed');
     this.#apply(changes);
-    return deployment && deploymentView(deployment, this.store.getConfig(deployment.configId));
+    return deployment && this.#deploymentView(deployment);
   }
 
   getDeployment(id: string): View {
     const d = this.store.getDeployment(id);
     if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
-    return deploymentView(d, this.store.getConfig(d.configId));
+    return this.#deploymentView(d);
   }
 
   listDeployments(node?: string): View[] {
-    return this.store.listDeployments({ node }).map((d) => deploymentView(d, this.store.getConfig(d.configId)));
+    return this.store.listDeployments({ node }).map((d) => this.#deploymentView(d));
   }
 
   listRevisions(id: string): View[] {
     const d = this.store.getDeployment(id);
     if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
-    const config = this.store.getConfig(d.configId);
-    return this.store.listRevisions(id).map((r) => revisionView(r, config));
+    const hidden = this.hiddenInputsOf(d);
+    return this.store.listRevisions(id).map((r) => revisionView(r, hidden));
   }
 
-  /** An agent's result for its deployment (node already checked against the caller). */
+  /**
+   * An agent's result for its deployment (node already checked against the caller). A result
+   * that cannot change anything (a duplicate of the current revision's, a stale or unknown
+   * revision, another node's deployment) is answered from one read, before any write or
+   * group commit; the answer is a small summary, never the (up to 4 MiB) outputs echoed back.
+   */
   async signal(node: string, deploymentId: string, body: unknown, who: string): Promise<View> {
     const b = parseBody(signalSchema, body);
+    const known = this.store.getDeployment(deploymentId);
+    if (!known || known.node !== node) throw new HeraldError('not_found', `node ${node} has no deployment ${deploymentId}`);
+    if (b.revision < known.current.revision) throw new HeraldError('stale_revision', `revision ${b.revision} is older than the current ${known.current.revision}`, { field: 'revision' });
+    if (b.revision > known.current.revision) throw new HeraldError('unknown_revision', `revision ${b.revision} is newer than the current ${known.current.revision}`, { field: 'revision' });
+    if (known.current.signalled) {
+      this.#metrics?.signals.inc({ outcome: 'duplicate', status: known.current.status });
+      return signalSummary(known);
+    }
     const r = await this.#committer.run(() => this.store.recordSignal(node, deploymentId, {
       revision: b.revision,
       deployStatusCode: b.deploy_status_code,
@@ -260,7 +275,38 @@ export class ControllerService {
     if (r.outcome === 'recorded') this.#log.info({ event: 'deployment.signal', deployment: deploymentId, node, revision: b.revision, status }, 'signal recorded');
     this.#apply(r.changes);
     if (!r.deployment) return { id: deploymentId, deployment_id: deploymentId, node, removed: true };
-    return deploymentView(r.deployment, this.store.getConfig(r.deployment.configId));
+    return signalSummary(r.deployment);
+  }
+
+  /**
+   * The controller sent `node` a wake-up within WAKE_FETCH_EXEMPT_MS: its fetch answers that
+   * wake-up and is not rate-limited (SPEC §3). The limit bounds what an agent asks for itself.
+   */
+  wokeRecently(node: string): boolean {
+    const at = this.#wokeAt.get(node);
+    return at !== undefined && this.#now() - at < WAKE_FETCH_EXEMPT_MS;
+  }
+
+  #forgetOldWakes(now: number): void {
+    for (const [node, at] of this.#wokeAt) {
+      if (now - at < WAKE_FETCH_EXEMPT_MS) break;
+      this.#wokeAt.delete(node);
+    }
+  }
+
+  #deploymentView(d: DeploymentRecord): View {
+    return deploymentView(d, this.store.getConfig(d.configId), this.hiddenInputsOf(d));
+  }
+
+  /**
+   * Names of the inputs hidden for `d`: hidden by its own config or, for a cluster's deployment,
+   * by any config of the cluster (a cluster hands every cluster input to each of its
+   * deployments, so a value one config hides must be hidden wherever it goes). Every view,
+   * event and the metadata's `hidden` flags come from here.
+   */
+  hiddenInputsOf(d: DeploymentRecord): Set<string> {
+    const ids = d.clusterId === null ? [d.configId] : [d.configId, ...(this.store.clusterConfigIds(d.clusterId) ?? [])];
+    return hiddenNames(...ids.map((id) => this.store.getConfig(id)));
   }
 
   // ---- metadata ----------------------------------------------------------------------------
@@ -275,7 +321,7 @@ export class ControllerService {
       if (this.store.isTombstoned(node)) throw new HeraldError('node_deleted', `node ${node} was deleted`);
       throw new HeraldError('not_found', `no node ${node}`);
     }
-    return this.#cache.get(node, n.generation, () => buildMetadataDocument(this.store.metadataSource(node)!, (nd, id) => this.signalUrl(nd, id)));
+    return this.#cache.get(node, n.generation, () => buildMetadataDocument(this.store.metadataSource(node)!, (nd, id) => this.signalUrl(nd, id), (d) => this.hiddenInputsOf(d)));
   }
 
   signalUrl(node: string, deploymentId: string): string {
@@ -366,10 +412,18 @@ export class ControllerService {
 
   /** Wakes the nodes that got work and announces what changed. */
   #apply(c: ChangeSet): void {
-    for (const w of c.wakes) this.push.notify(w.node, w.generation, w.reason);
+    if (c.wakes.length > 0) {
+      const now = this.#now();
+      for (const w of c.wakes) {
+        this.push.notify(w.node, w.generation, w.reason);
+        this.#wokeAt.delete(w.node); // re-inserted last: the map stays in wake order
+        this.#wokeAt.set(w.node, now);
+      }
+      this.#forgetOldWakes(now);
+    }
     for (const id of c.deployments) {
       const d = this.store.getDeployment(id);
-      if (d) this.events.publish('deployment', deploymentView(d, this.store.getConfig(d.configId)));
+      if (d) this.events.publish('deployment', this.#deploymentView(d));
     }
     for (const id of c.removedDeployments) this.events.publish('deployment', { id, deployment_id: id, deleted: true });
     for (const id of c.nodes) {
@@ -394,3 +448,8 @@ export class ControllerService {
   }
 }
 
+/** What a signal is answered with: where the deployment stands, without its outputs. */
+function signalSummary(d: DeploymentRecord): View {
+  const r = d.current;
+  return { id: d.id, deployment_id: d.id, node: d.node, revision: r.revision, status: r.status, status_reason: r.statusReason, signalled: r.signalled };
+}

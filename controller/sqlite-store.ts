@@ -4,6 +4,8 @@
  * prepared once. Synchronous by design: a transaction never interleaves with another request.
  */
 import { randomUUID } from 'node:crypto';
+import { closeSync, constants, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
+import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { ConfigError, HeraldError } from '../protocol/errors.js';
 import type { DeployAction } from '../protocol/heat.js';
@@ -300,6 +302,7 @@ export class SqliteStore implements Store {
     this.#now = opts.now ?? Date.now;
     this.#marginS = opts.stepMarginS ?? RESTART_STEP_MARGIN_S;
     try {
+      if (path !== ':memory:' && path !== '') createPrivateFile(path);
       this.#db = new Database(path);
     } catch (err) {
       throw new ConfigError(`--db ${path}: cannot open the database: ${(err as Error).message}`, { cause: err });
@@ -375,6 +378,7 @@ export class SqliteStore implements Store {
       clusterActive: p(`SELECT id FROM clusters WHERE status LIKE '%_IN_PROGRESS' ORDER BY created_at, id`),
       clusterName: p('SELECT name FROM clusters WHERE id = ?'),
       clusterStatus: p('SELECT status, status_reason FROM clusters WHERE id = ?'),
+      clusterConfigIds: p('SELECT install_config_id, uninstall_config_id FROM clusters WHERE id = ?'),
       clusterStart: p('UPDATE clusters SET status = ?, status_reason = ?, operation = ?, max_unavailable = ?, op_started_at = ?, op_finished_at = NULL, updated_at = ? WHERE id = ?'),
       clusterFinish: p('UPDATE clusters SET status = ?, status_reason = ?, op_finished_at = ?, updated_at = ? WHERE id = ?'),
       clusterDelete: p('DELETE FROM clusters WHERE id = ?'),
@@ -741,6 +745,11 @@ export class SqliteStore implements Store {
     return r ? { status: r.status, statusReason: r.status_reason } : undefined;
   }
 
+  clusterConfigIds(id: string): string[] | undefined {
+    const r = this.#s.clusterConfigIds.get(id) as { install_config_id: string; uninstall_config_id: string } | undefined;
+    return r ? [r.install_config_id, r.uninstall_config_id] : undefined;
+  }
+
   getCluster(id: string): ClusterRecord | undefined {
     const r = this.#s.clusterGet.get(id) as ClusterRow | undefined;
     return r && clusterOf(r, this.#s.cnList.all(id) as ClusterNodeRow[]);
@@ -1062,3 +1071,35 @@ function clusterOf(r: ClusterRow, nodes: ClusterNodeRow[]): ClusterRecord {
     nodes: nodes.map(clusterNodeOf),
   };
 }
+
+/**
+ * Creates the database file 0600 (its directory 0700 when Herald creates it) before SQLite
+ * opens it: SQLite gives its `-wal` and `-shm` files the database file's mode, so all three
+ * stay private (SPEC §3). An existing file is left as it is; `looseDatabaseFiles` reports it.
+ */
+function createPrivateFile(path: string): void {
+  const dir = dirname(path);
+  if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  try {
+    closeSync(openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o600));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  }
+}
+
+/** The database's files (`path`, `-wal`, `-shm`) that group or others may read or write, with their modes. */
+export function looseDatabaseFiles(path: string): Array<{ file: string; mode: string }> {
+  if (path === ':memory:' || path === '') return [];
+  const loose: Array<{ file: string; mode: string }> = [];
+  for (const file of [path, `${path}-wal`, `${path}-shm`]) {
+    let mode: number;
+    try {
+      mode = statSync(file).mode & 0o777;
+    } catch {
+      continue;
+    }
+    if ((mode & 0o077) !== 0) loose.push({ file, mode: mode.toString(8).padStart(4, '0') });
+  }
+  return loose;
+}
+

@@ -255,6 +255,8 @@ export interface Store {
   getCluster(id: string): ClusterRecord | undefined;
   /** A cluster's status alone (no nodes): O(1), for the path of every signal. */
   getClusterStatus(id: string): { status: ClusterStatus; statusReason: string } | undefined;
+  /** Every config that feeds the cluster's deployments (their hidden inputs are hidden in all of them). */
+  clusterConfigIds(id: string): string[] | undefined;
   listClusters(): ClusterRecord[];
   /** Starts a restart (window `maxUnavailable`, default all nodes). */
   restartCluster(id: string, maxUnavailable: number | null, who: string, nowMs?: number): ChangeSet;

@@ -18,6 +18,8 @@ import {
   type InputType,
 } from '../protocol/heat.js';
 import { NAME_RE } from '../protocol/identity.js';
+import { withinJsonDepth } from '../protocol/json-depth.js';
+import { MAX_JSON_DEPTH_LEVELS } from '../protocol/limits.js';
 import type { ConfigInput, ConfigOutput, ConfigRecord, NewConfig } from './store.js';
 
 const MAX_NAME_CHARS = 255;
@@ -30,7 +32,10 @@ const MAX_TIMEOUT_S = 86_400;
 const displayName = z.string().min(1).max(MAX_NAME_CHARS).regex(/^[^\u0000-\u001f\u007f]+$/, 'must not contain control characters');
 const nodeId = z.string().regex(NAME_RE, `must match ${NAME_RE.source}`);
 const resourceId = z.string().min(1).max(64);
-const valuesRecord = z.record(z.string(), z.unknown());
+/** A free-form JSON value: nested at most MAX_JSON_DEPTH_LEVELS (SPEC §3). */
+const TOO_DEEP = `is nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels`;
+const jsonValue = z.unknown().refine((v) => withinJsonDepth(v), TOO_DEEP);
+const valuesRecord = z.record(z.string(), jsonValue);
 const action = z.enum(DEPLOY_ACTIONS);
 
 export const nodeCreateSchema = z.strictObject({
@@ -43,7 +48,7 @@ export const endpointSchema = z.strictObject({ url: z.string().max(MAX_URL_CHARS
 const inputSchema = z.object({
   name: z.string(),
   type: z.enum(INPUT_TYPES).default('String'),
-  default: z.unknown().optional(),
+  default: jsonValue.optional(),
   description: z.string().max(MAX_DESCRIPTION_CHARS).optional(),
   hidden: z.boolean().optional(),
 });
@@ -58,7 +63,7 @@ const outputSchema = z.object({
 export const configCreateSchema = z.strictObject({
   name: displayName,
   group: z.string(),
-  config: z.unknown().refine((v) => v !== undefined && v !== null, 'is required'),
+  config: z.unknown().refine((v) => v !== undefined && v !== null, 'is required').refine((v) => withinJsonDepth(v), TOO_DEEP),
   inputs: z.array(inputSchema).max(MAX_IO_ENTRIES).optional(),
   outputs: z.array(outputSchema).max(MAX_IO_ENTRIES).optional(),
   options: valuesRecord.optional(),

@@ -60,7 +60,11 @@ export function configView(c: ConfigRecord): Record<string, unknown> {
   };
 }
 
-export function deploymentView(d: DeploymentRecord, config: ConfigRecord | undefined): Record<string, unknown> {
+/**
+ * @param hidden names hidden by any config that feeds the deployment (Service.hiddenInputsOf):
+ *   for a cluster's deployment that is every config of the cluster, not only its own
+ */
+export function deploymentView(d: DeploymentRecord, config: ConfigRecord | undefined, hidden: ReadonlySet<string>): Record<string, unknown> {
   const r = d.current;
   return {
     id: d.id,
@@ -76,7 +80,7 @@ export function deploymentView(d: DeploymentRecord, config: ConfigRecord | undef
     status: r.status,
     status_reason: r.statusReason,
     signalled: r.signalled,
-    input_values: maskValues(r.inputValues, hiddenNames(config)),
+    input_values: maskValues(r.inputValues, hidden),
     output_values: r.outputValues,
     cluster_id: d.clusterId,
     creation_time: d.createdAt,
@@ -85,7 +89,7 @@ export function deploymentView(d: DeploymentRecord, config: ConfigRecord | undef
   };
 }
 
-export function revisionView(r: RevisionRecord, config: ConfigRecord | undefined): Record<string, unknown> {
+export function revisionView(r: RevisionRecord, hidden: ReadonlySet<string>): Record<string, unknown> {
   return {
     revision: r.revision,
     item_id: r.itemId,
@@ -93,7 +97,7 @@ export function revisionView(r: RevisionRecord, config: ConfigRecord | undefined
     status: r.status,
     status_reason: r.statusReason,
     signalled: r.signalled,
-    input_values: maskValues(r.inputValues, hiddenNames(config)),
+    input_values: maskValues(r.inputValues, hidden),
     output_values: r.outputValues,
     creation_time: r.createdAt,
     updated_time: r.updatedAt,

@@ -83,6 +83,7 @@ export const ERROR_CODES = {
   deployment_deleting: 'the deployment is being deleted (its DELETE revision runs); it can no longer be changed',
   bad_input_value: 'an input value does not fit its declared type (see `field`)',
   internal: 'an unexpected error; details are in the controller log only',
+  unsafe_file_mode: 'a file that holds secrets (the database or its -wal/-shm) is readable or writable by group or others (reported at start)',
 
   // agent hooks and state (SPEC §4, §5)
   bad_name: 'a group, tool, input or output name fails its pattern',

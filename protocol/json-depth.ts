@@ -60,3 +60,4 @@ export function jsonTextDepth(text: string, limit = MAX_JSON_DEPTH_LEVELS): numb
   }
   return max;
 }
+

@@ -67,6 +67,20 @@ export const API_KEEP_ALIVE_TIMEOUT_MS = 900_000;
  * so a stolen agent key cannot hold thousands of kept-alive connections.
  */
 export const API_AGENT_MAX_CONNECTIONS = 8;
+/**
+ * Open API connections one operator or controller identity may hold (a CLI `--wait`, event
+ * streams, a dashboard); past it, as for agents, requests are refused `too_many_connections`
+ * and the connection closed. One policy for every identity (SPEC §3).
+ */
+export const API_IDENTITY_MAX_CONNECTIONS = 32;
+/**
+ * Open API connections whose certificate did not authorize (no certificate, another CA, revoked,
+ * no Herald identity), all peers together. Each is answered 403 and closed at its first request;
+ * past this many at once, new ones are destroyed at the handshake.
+ */
+export const API_UNAUTHENTICATED_MAX_CONNECTIONS = 64;
+/** Consecutive 429 answers on one connection before it is closed (one 429 does not close it). */
+export const API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS = 3;
 /** Connections the agent's fetcher opens to the API at once. */
 export const AGENT_API_MAX_CONNECTIONS = 4;
 /**

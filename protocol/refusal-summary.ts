@@ -15,6 +15,7 @@ export interface RefusalLine {
 }
 
 interface Pending {
+  code: string;
   lastLoggedMs: number;
   count: number;
   fields: Record<string, unknown>;
@@ -36,30 +37,35 @@ export class RefusalSummary {
     this.#intervalMs = intervalMs;
   }
 
-  /** Counts one refusal; logs it at once unless its code was logged within the interval. */
-  record(code: string, fields: Record<string, unknown> = {}): void {
+  /**
+   * Counts one refusal; logs it at once unless one of the same `key` was logged within the
+   * interval. The key is the code unless given: a caller that knows who asked (an
+   * authenticated identity) can summarise per identity, but a key must never be something an
+   * unauthenticated peer can vary at will, or the summary is no bound.
+   */
+  record(code: string, fields: Record<string, unknown> = {}, key: string = code): void {
     const now = this.#now();
-    let p = this.#byCode.get(code);
+    let p = this.#byCode.get(key);
     if (!p) {
-      p = { lastLoggedMs: -Infinity, count: 0, fields };
-      this.#byCode.set(code, p);
+      p = { code, lastLoggedMs: -Infinity, count: 0, fields };
+      this.#byCode.set(key, p);
     }
     if (p.count === 0) p.fields = fields;
     p.count++;
-    if (now - p.lastLoggedMs >= this.#intervalMs) this.#log(code, p, now);
+    if (now - p.lastLoggedMs >= this.#intervalMs) this.#log(p, now);
   }
 
   /** Logs what was counted and not yet logged, for codes whose interval has passed (all with `force`). */
   flush(force = false): void {
     const now = this.#now();
-    for (const [code, p] of this.#byCode) {
-      if (p.count > 0 && (force || now - p.lastLoggedMs >= this.#intervalMs)) this.#log(code, p, now);
-      else if (p.count === 0 && now - p.lastLoggedMs >= this.#intervalMs) this.#byCode.delete(code);
+    for (const [key, p] of this.#byCode) {
+      if (p.count > 0 && (force || now - p.lastLoggedMs >= this.#intervalMs)) this.#log(p, now);
+      else if (p.count === 0 && now - p.lastLoggedMs >= this.#intervalMs) this.#byCode.delete(key);
     }
   }
 
-  #log(code: string, p: Pending, now: number): void {
-    this.#emit({ code, count: p.count, fields: p.fields });
+  #log(p: Pending, now: number): void {
+    this.#emit({ code: p.code, count: p.count, fields: p.fields });
     p.count = 0;
     p.lastLoggedMs = now;
   }

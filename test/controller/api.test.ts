@@ -379,8 +379,12 @@ describe('metadata', () => {
     const url = `/v1/nodes/m1/deployments/${depA.id}/signal`;
     const first = await t.req(m1, 'POST', url, { revision: 1, deploy_status_code: 0, deploy_stdout: 'out', deploy_stderr: 'err', outputs: { result: 'r1', undeclared: 'x' } });
     expect(first.status, first.text).toBe(200);
-    expect(first.json).toMatchObject({ status: 'COMPLETE', status_reason: 'Outputs received', signalled: true, output_values: { result: 'r1', deploy_stdout: 'out', deploy_stderr: 'err', deploy_status_code: 0 } });
-    expect(first.json.output_values.undeclared).toBeUndefined();
+    // the answer is a summary: the outputs are not echoed back to the agent
+    expect(first.json).toMatchObject({ deployment_id: depA.id, revision: 1, status: 'COMPLETE', status_reason: 'Outputs received', signalled: true });
+    expect(first.json.output_values).toBeUndefined();
+    const view = await t.req(op, 'GET', `/v1/deployments/${depA.id}`);
+    expect(view.json).toMatchObject({ output_values: { result: 'r1', deploy_stdout: 'out', deploy_stderr: 'err', deploy_status_code: 0 } });
+    expect(view.json.output_values.undeclared).toBeUndefined();
     const dup = await t.req(m1, 'POST', url, { revision: 1, deploy_status_code: 3, deploy_stdout: 'other', deploy_stderr: '', outputs: {} });
     expect(dup.status).toBe(200);
     expect(dup.json.status).toBe('COMPLETE');
@@ -399,9 +403,9 @@ describe('metadata', () => {
 
     await t.req(op, 'PATCH', `/v1/deployments/${depA.id}`, {});
     const nz = await t.req(m1, 'POST', url, { revision: 3, deploy_status_code: 2, deploy_stdout: '', deploy_stderr: 'bad', outputs: {}, status_reason: 'interrupted' });
-    expect(nz.json).toMatchObject({ status: 'FAILED', status_reason: 'interrupted', output_values: { deploy_status_code: 2 } });
+    expect(nz.json).toMatchObject({ status: 'FAILED', status_reason: 'interrupted' });
     const shown = await t.req(op, 'GET', `/v1/deployments/${depA.id}`);
-    expect(shown.json).toMatchObject({ status: 'FAILED', revision: 3, status_reason: 'interrupted' });
+    expect(shown.json).toMatchObject({ status: 'FAILED', revision: 3, status_reason: 'interrupted', output_values: { deploy_status_code: 2 } });
   });
 
   it('signals are only for the node\'s own deployments', async () => {
