@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import forge from 'node-forge';
+import { expandedIp } from '../protocol/address.js';
 import { HeraldError } from '../protocol/errors.js';
 import { CA_CERT_DAYS, DEFAULT_CERT_DAYS, DEFAULT_TRUST_DOMAIN, RSA_KEY_BITS } from '../protocol/limits.js';
 import { isRole, isValidName, ROLES, spiffeIdOf, TRUST_DOMAIN_RE, type Role } from '../protocol/identity.js';
@@ -614,10 +615,16 @@ function checkDns(names: string[], option: string): string[] {
   });
 }
 
+/**
+ * Each IP SAN in the one text form node-forge encodes correctly (protocol/address.ts
+ * `expandedIp`): it throws on a dotted IPv4 tail (`::ffff:169.254.169.254`) and miscounts some
+ * compressed forms, so an address is checked and rewritten here, before any key is made.
+ */
 function checkIps(ips: string[], option: string): string[] {
   return ips.map((ip) => {
-    if (net.isIP(ip) === 0) throw new HeraldError('bad_option', `${option} ${JSON.stringify(ip)} is not an IP address`);
-    return ip;
+    const expanded = net.isIP(ip.trim()) === 0 ? null : expandedIp(ip);
+    if (expanded === null) throw new HeraldError('bad_option', `${option} ${JSON.stringify(ip)} is not an IP address (a dotted IPv4 address or an IPv6 address without a zone)`);
+    return expanded;
   });
 }
 

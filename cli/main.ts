@@ -4,7 +4,7 @@
  * is instant and the agent does not carry the controller's code.
  */
 import { Command, CommanderError } from 'commander';
-import { HeraldError } from '../protocol/errors.js';
+import { HeraldError, isErrorCode } from '../protocol/errors.js';
 import { registerCertsCommands } from '../certs/cli.js';
 import { registerAgentCommand } from '../agent/cli.js';
 import { registerOperatorCommands } from './operator.js';
@@ -24,11 +24,33 @@ export function buildProgram(): Command {
   return program;
 }
 
-/** Prints one clear line for a coded or usage error; a stack only for the truly unexpected. */
+/**
+ * The HeraldError `err` is or wraps (through `cause`, a few levels deep), else undefined. A
+ * coded error wrapped by a library (or by another copy of this module) is still a coded error.
+ */
+function heraldErrorOf(err: unknown): HeraldError | undefined {
+  let e: unknown = err;
+  for (let depth = 0; depth < 8 && e !== null && typeof e === 'object'; depth++) {
+    if (e instanceof HeraldError) return e;
+    const x = e as { name?: unknown; code?: unknown; message?: unknown };
+    if (x.name === 'HeraldError' || x.name === 'RefusalError' || x.name === 'ConfigError') {
+      if (isErrorCode(x.code)) return new HeraldError(x.code, typeof x.message === 'string' ? x.message : undefined);
+    }
+    e = (e as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/**
+ * Prints one clear line for a coded or usage error, never a stack; a stack only for the truly
+ * unexpected.
+ */
 export function reportError(err: unknown): number {
   if (err instanceof CommanderError) return err.exitCode;
-  if (err instanceof HeraldError) {
-    process.stderr.write(`herald: ${err.code}: ${err.message}\n`);
+  const coded = heraldErrorOf(err);
+  if (coded !== undefined) {
+    // one line, whatever a library put in the message
+    process.stderr.write(`herald: ${coded.code}: ${coded.message.split('\n')[0]!}\n`);
     return 1;
   }
   process.stderr.write(`herald: unexpected error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
