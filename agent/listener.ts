@@ -20,8 +20,9 @@ import { codeOf, ERROR_CODES, type ErrorCode } from '../protocol/errors.js';
 import { encodeAck, encodeNack, isNackCode, type FetchState, type NackCode } from '../protocol/frames.js';
 import {
   AGENT_IDLE_CLOSE_MS, LISTENER_HANDSHAKE_TIMEOUT_MS, MAX_AUTHENTICATED_CONNECTIONS, MAX_BAD_FRAMES,
-  MAX_PENDING_CONNECTIONS, MAX_WAKE_FRAME_BYTES, MAX_WS_PAYLOAD_BYTES, PUSH_HEALTHY_WINDOW_MS,
+  MAX_PENDING_CONNECTIONS, MAX_WAKE_FRAME_BYTES, MAX_WS_PAYLOAD_BYTES, PUSH_HEALTHY_WINDOW_MS, REFUSAL_LOG_INTERVAL_MS,
 } from '../protocol/limits.js';
+import { RefusalSummary, type RefusalLine } from '../protocol/refusal-summary.js';
 import { peekJti, type WakeClaims, type WakeVerifier } from '../protocol/wake.js';
 import type { CertIdentity } from '../certs/identity.js';
 import { authorizeCertificate, authorizePeer, refusalCodeOf, tlsServerOptions, watchServer, type Logger, type PkiMaterial } from '../certs/tls.js';
@@ -63,6 +64,8 @@ export interface WakeListenerOptions {
   maxBadFrames?: number;
   /** Default PUSH_HEALTHY_WINDOW_MS. */
   healthyWindowMs?: number;
+  /** Refusals before authentication: at most one log line per code per this long. Default REFUSAL_LOG_INTERVAL_MS. */
+  refusalLogIntervalMs?: number;
   /** Clock in ms; injectable. */
   now?: () => number;
 }
@@ -88,7 +91,16 @@ interface Conn {
 export interface ListenerStats {
   pending: number;
   authenticated: number;
+  /** Every refusal, before and after authentication. */
   refused: number;
+  /**
+   * Refusals before authentication (a TCP connect over the pending cap, a handshake timeout, a
+   * failed TLS handshake, a 403): anyone can cause these, so they are counted here and logged as
+   * a summary (at most one line per code per REFUSAL_LOG_INTERVAL_MS), never one line each.
+   */
+  refusedBeforeAuth: number;
+  /** The same, by code. */
+  refusedBeforeAuthByCode: Record<string, number>;
   frames: number;
   acks: number;
   nacks: number;
@@ -108,13 +120,17 @@ export class WakeListener extends EventEmitter {
   readonly #server: https.Server;
   readonly #wss: WebSocketServerType;
   readonly #pending = new Map<string, Pending>();
+  /** Raw sockets this listener destroyed before authentication (already counted as refused). */
+  readonly #cut = new WeakSet<net.Socket>();
   /** Authenticated connections by controller SPIFFE id. */
   readonly #conns = new Map<string, Conn>();
   readonly #stopWatching: () => void;
   readonly #onRevoked = (): void => this.#recheckAll();
   #closed = false;
   #closing: Promise<void> | null = null;
-  readonly stats: ListenerStats = { pending: 0, authenticated: 0, refused: 0, frames: 0, acks: 0, nacks: 0 };
+  readonly #summary: RefusalSummary;
+  readonly #summaryTimer: NodeJS.Timeout;
+  readonly stats: ListenerStats = { pending: 0, authenticated: 0, refused: 0, refusedBeforeAuth: 0, refusedBeforeAuthByCode: Object.create(null) as Record<string, number>, frames: 0, acks: 0, nacks: 0 };
 
   constructor(opts: WakeListenerOptions) {
     super();
@@ -125,10 +141,12 @@ export class WakeListener extends EventEmitter {
       idleCloseMs: AGENT_IDLE_CLOSE_MS,
       maxBadFrames: MAX_BAD_FRAMES,
       healthyWindowMs: PUSH_HEALTHY_WINDOW_MS,
+      refusalLogIntervalMs: REFUSAL_LOG_INTERVAL_MS,
       now: Date.now,
       ...stripUndefined({
         handshakeTimeoutMs: opts.handshakeTimeoutMs, maxPending: opts.maxPending, maxAuthenticated: opts.maxAuthenticated,
-        idleCloseMs: opts.idleCloseMs, maxBadFrames: opts.maxBadFrames, healthyWindowMs: opts.healthyWindowMs, now: opts.now,
+        idleCloseMs: opts.idleCloseMs, maxBadFrames: opts.maxBadFrames, healthyWindowMs: opts.healthyWindowMs,
+        refusalLogIntervalMs: opts.refusalLogIntervalMs, now: opts.now,
       }),
     };
     this.#material = opts.material;
@@ -136,6 +154,10 @@ export class WakeListener extends EventEmitter {
     this.#onWake = opts.onWake;
     this.#lastFetchedGen = opts.lastFetchedGen;
     this.#log = opts.log;
+    this.#summary = new RefusalSummary((line) => this.#logSummary(line), this.#o.now, this.#o.refusalLogIntervalMs);
+    // what was counted after a code's line is logged when its interval has passed
+    this.#summaryTimer = setInterval(() => this.#summary.flush(), this.#o.refusalLogIntervalMs);
+    this.#summaryTimer.unref();
 
     this.#server = https.createServer({
       ...tlsServerOptions(this.#material),
@@ -153,7 +175,12 @@ export class WakeListener extends EventEmitter {
 
     this.#server.on('connection', (raw: net.Socket) => this.#onTcp(raw));
     this.#server.on('tlsClientError', (err: Error, sock: tls.TLSSocket) => {
-      this.#refusedLog(refusalCodeOf(err) ?? 'tls_handshake_failed', peerOf(sock), err.message);
+      // a socket this listener cut itself (over the pending cap, handshake timeout) was refused
+      // and counted already; its TLS layer reports the cut as a hang-up (`_parent` is the raw
+      // socket under Node's TLSSocket)
+      const raw = (sock as unknown as { _parent?: net.Socket })._parent;
+      if (raw !== undefined && this.#cut.has(raw)) return;
+      this.#refusedBeforeAuth(refusalCodeOf(err) ?? 'tls_handshake_failed', peerOf(sock), err.message);
     });
     this.#server.on('clientError', (_err: Error, sock: Duplex) => sock.destroy());
     this.#server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => this.#onRequest(req, res));
@@ -199,6 +226,8 @@ export class WakeListener extends EventEmitter {
   close(): Promise<void> {
     if (this.#closing) return this.#closing;
     this.#closed = true;
+    clearInterval(this.#summaryTimer);
+    this.#summary.flush(true);
     this.#stopWatching();
     this.#material.off('revoked-change', this.#onRevoked);
     this.#material.off('tls-change', this.#onRevoked);
@@ -226,8 +255,9 @@ export class WakeListener extends EventEmitter {
       return;
     }
     if (this.#pending.size >= this.#o.maxPending) {
+      this.#cut.add(raw);
       raw.destroy();
-      this.#refusedLog('too_many_connections', peer, `${this.#pending.size} connections already pending authentication`);
+      this.#refusedBeforeAuth('too_many_connections', peer, `${this.#pending.size} connections already pending authentication`);
       return;
     }
     const key = socketKey(raw);
@@ -235,8 +265,9 @@ export class WakeListener extends EventEmitter {
       if (this.#pending.get(key)?.raw !== raw) return;
       this.#pending.delete(key);
       this.stats.pending = this.#pending.size;
+      this.#cut.add(raw);
       raw.destroy();
-      this.#refusedLog('handshake_timeout', peer, `no WebSocket upgrade within ${this.#o.handshakeTimeoutMs} ms`);
+      this.#refusedBeforeAuth('handshake_timeout', peer, `no WebSocket upgrade within ${this.#o.handshakeTimeoutMs} ms`);
     }, this.#o.handshakeTimeoutMs);
     timer.unref();
     this.#pending.set(key, { raw, timer, peer });
@@ -267,7 +298,8 @@ export class WakeListener extends EventEmitter {
     } else {
       [status, code, message] = [404, 'not_found', 'the only route is GET /v1/wake with a WebSocket upgrade'];
     }
-    this.#refusedLog(code, peer, message);
+    if (auth.ok) this.#refusedLog(code, peer, message, auth.identity.spiffeId);
+    else this.#refusedBeforeAuth(code, peer, message);
     const body = JSON.stringify({ error: { code, message } });
     res.shouldKeepAlive = false;
     res.writeHead(status, {
@@ -285,7 +317,7 @@ export class WakeListener extends EventEmitter {
     if (this.#closed) return abortHandshake(sock, 503, 'shutting_down', ERROR_CODES.shutting_down);
     const auth = authorizePeer(sock, 'controller', this.#material);
     if (!auth.ok) {
-      this.#refusedLog(auth.code, peer, auth.message);
+      this.#refusedBeforeAuth(auth.code, peer, auth.message);
       return abortHandshake(sock, 403, auth.code, auth.message);
     }
     if (pathOf(req.url) !== WAKE_PATH) {
@@ -420,10 +452,28 @@ export class WakeListener extends EventEmitter {
     setTimeout(() => c.ws.terminate(), CLOSE_HANDSHAKE_MS).unref();
   }
 
+  /** A refusal of an authenticated controller: one log line each (it has an identity to name). */
   #refusedLog(code: ErrorCode | string, peer: string, message: string, identity?: string): void {
     this.stats.refused++;
     this.#log.warn({ code, peer, ...(identity ? { identity } : {}) }, `refused: ${message}`);
     this.emit('refused', { code, peer });
+  }
+
+  /** A refusal anyone could cause: counted, and logged only as a summary (SPEC §3). */
+  #refusedBeforeAuth(code: ErrorCode | string, peer: string, message: string): void {
+    this.stats.refused++;
+    this.stats.refusedBeforeAuth++;
+    this.stats.refusedBeforeAuthByCode[code] = (this.stats.refusedBeforeAuthByCode[code] ?? 0) + 1;
+    this.#summary.record(code, { peer, message });
+    this.emit('refused', { code, peer });
+  }
+
+  #logSummary(line: RefusalLine): void {
+    const { peer, message } = line.fields as { peer?: string; message?: string };
+    this.#log.warn(
+      { code: line.code, count: line.count, peer, beforeAuth: true },
+      line.count === 1 ? `refused: ${message ?? line.code}` : `refused: ${line.count} times since the last line (first: ${peer ?? '?'}: ${message ?? line.code})`,
+    );
   }
 }
 

@@ -15,7 +15,7 @@ import { pkiPaths } from '../../certs/paths.js';
 import type { PkiMaterial } from '../../certs/tls.js';
 import { decodeAnswer, type AnswerFrame } from '../../protocol/frames.js';
 import { WAKE_TYP } from '../../protocol/jws.js';
-import { MAX_WAKE_FRAME_BYTES } from '../../protocol/limits.js';
+import { MAX_PENDING_CONNECTIONS, MAX_WAKE_FRAME_BYTES } from '../../protocol/limits.js';
 import { newJti, signWake, WakeVerifier } from '../../protocol/wake.js';
 import { FetchCoalescer } from '../../agent/coalescer.js';
 import { keySetOf } from '../../agent/fetcher.js';
@@ -345,6 +345,36 @@ describe('connection limits', () => {
     await vi.waitFor(() => expect(s.listener.pendingConnections).toBe(0));
     await connect(s.port);
     expect(s.listener.connections).toBe(1);
+  });
+
+  it('with the 16 pending slots held, 500 more connects are counted and logged as a summary, not a line each', async () => {
+    const s = await setup({ handshakeTimeoutMs: 30_000 });
+    const held: net.Socket[] = [];
+    for (let i = 0; i < MAX_PENDING_CONNECTIONS; i++) {
+      const sock = net.connect(s.port, '127.0.0.1');
+      sock.on('error', () => undefined);
+      held.push(sock);
+      open.push({ close: () => sock.destroy() });
+    }
+    await vi.waitFor(() => expect(s.listener.pendingConnections).toBe(MAX_PENDING_CONNECTIONS));
+    const before = s.listener.stats.refusedBeforeAuth;
+    const EXTRA = 500;
+    await Promise.all(Array.from({ length: EXTRA }, () => new Promise<void>((resolve) => {
+      const sock = net.connect(s.port, '127.0.0.1');
+      sock.on('error', () => undefined);
+      sock.on('close', () => resolve());
+    })));
+    await vi.waitFor(() => expect(s.listener.stats.refusedBeforeAuthByCode.too_many_connections).toBe(EXTRA));
+    expect(s.listener.stats.refusedBeforeAuth - before).toBe(EXTRA);
+    const summaryLines = (): Array<Record<string, unknown>> => s.lines.filter((l) => l.code === 'too_many_connections');
+    // one line at the first refusal; the rest wait for the interval (or close) to be logged with a count
+    expect(summaryLines().length).toBeLessThanOrEqual(2);
+    for (const h of held) h.destroy();
+    await s.listener.close();
+    const lines = summaryLines();
+    expect(lines.length).toBeLessThanOrEqual(3);
+    expect(lines.reduce((n, l) => n + Number(l.count), 0)).toBe(EXTRA);
+    expect(lines[0]).toMatchObject({ code: 'too_many_connections', count: 1, peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
   });
 
   it('holds at most maxAuthenticated controllers, one connection per identity', async () => {
