@@ -2,8 +2,10 @@
  * Property-based fuzzing of every API body schema (configs, deployments and their patches,
  * nodes, endpoints, signals, clusters and restarts) over real TLS against an in-process
  * controller: random JSON, valid bodies with fields swapped for random values or extra keys,
- * and random bytes under random content types. Every answer is a coded 4xx refusal whose status
- * matches its code, or a 2xx; never a 500; each within a bounded time.
+ * random bytes under random content types, and valid bodies made extreme (nested deep, arrays
+ * wide, strings long, objects with many keys) in every free-form and named field. Every answer
+ * is a coded 4xx refusal whose status matches its code, or a 2xx; never a 500; each within a
+ * bounded time; and whatever was accepted, every read route still answers after it.
  */
 import https from 'node:https';
 import fc from 'fast-check';
@@ -30,10 +32,10 @@ const statuses = new Map<number, number>();
 
 beforeAll(async () => {
   pki = await makeControllerTestPki();
-  t = await startTestController(pki, {}, { rates: { announce: GENEROUS, fetch: GENEROUS, other: GENEROUS } });
+  t = await startTestController(pki, {}, { rates: { announce: GENEROUS, fetch: GENEROUS, other: GENEROUS, signal: GENEROUS } });
   const op = pki.cred('operator', 'admin');
   for (const n of ['n1', 'n2']) expect((await send(op, 'POST', '/v1/nodes', JSON.stringify({ id: n }))).status).toBe(201);
-  const cfg = await send(op, 'POST', '/v1/configs', JSON.stringify({ name: 'c', group: 'script', config: '#!/bin/sh\ntrue\n', inputs: [{ name: 'x', type: 'Number' }], outputs: [{ name: 'out' }] }));
+  const cfg = await send(op, 'POST', '/v1/configs', JSON.stringify({ name: 'c', group: 'script', config: '#!/bin/sh\ntrue\n', inputs: [{ name: 'x', type: 'Number' }, { name: 'j', type: 'Json' }], outputs: [{ name: 'out' }] }));
   configId = cfg.json.id as string;
   deploymentId = (await send(op, 'POST', '/v1/deployments', JSON.stringify({ node: 'n1', config_id: configId }))).json.deployment_id as string;
   clusterId = (await send(op, 'POST', '/v1/clusters', JSON.stringify({ name: 'k', nodes: ['n2'], install_config_id: configId, uninstall_config_id: configId }))).json.id as string;
@@ -176,6 +178,92 @@ const targets: Target[] = [
   },
 ];
 
+/** A value made extreme in one way, written as JSON text (a deep one is too deep to stringify). */
+interface Extreme {
+  what: string;
+  json: string;
+}
+
+const extremeValue: fc.Arbitrary<Extreme> = fc.oneof(
+  fc.constantFrom(63, 64, 65, 500, 5_000, 100_000).map((d) => ({ what: `nested ${d}`, json: `${'['.repeat(d)}1${']'.repeat(d)}` })),
+  fc.constantFrom(63, 64, 65, 3_000).map((d) => ({ what: `objects nested ${d}`, json: `${'{"a":'.repeat(d)}1${'}'.repeat(d)}` })),
+  fc.constantFrom(1_000, 20_000, 60_000).map((n) => ({ what: `array of ${n}`, json: JSON.stringify(Array.from({ length: n }, (_, i) => ({ i }))) })),
+  fc.constantFrom(1_000, 100_000, 900_000, 2_000_000).map((n) => ({ what: `string of ${n}`, json: JSON.stringify('x\u00e9"\n'.repeat(Math.ceil(n / 6)).slice(0, n)) })),
+  fc.constantFrom(100, 5_000, 40_000).map((n) => ({ what: `${n} keys`, json: JSON.stringify(Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, i]))) })),
+);
+
+interface ExtremeTarget {
+  name: string;
+  who: () => Cred;
+  method: string;
+  path: () => string;
+  /** A valid body with `v` in one of its free-form or named fields, as JSON text. */
+  body: (v: Extreme) => Promise<string>;
+}
+
+/** Puts `v` where the placeholder string stands in `template`. */
+const place = (template: unknown, v: Extreme): string => JSON.stringify(template).replace('"__V__"', v.json).replaceAll('__CFG__', configId);
+const pick = <T>(v: Extreme, options: T[]): T => options[v.json.length % options.length]!;
+
+const extremeTargets: ExtremeTarget[] = [
+  {
+    name: 'POST /v1/configs', who: op, method: 'POST', path: () => '/v1/configs',
+    body: async (v) => place(pick(v, [
+      { name: 'e', group: 'script', config: '__V__' },
+      { name: 'e', group: 'script', config: 'x', options: { o: '__V__' } },
+      { name: 'e', group: 'script', config: 'x', inputs: [{ name: 'j', type: 'Json', default: '__V__' }] },
+      { name: 'e', group: 'component', config: { configs: [{ actions: ['CREATE'], tool: 'script', config: '__V__' }] } },
+      { name: '__V__', group: 'script', config: 'x' },
+    ]), v),
+  },
+  {
+    name: 'POST /v1/deployments', who: op, method: 'POST', path: () => '/v1/deployments',
+    body: async (v) => place(pick(v, [
+      { node: 'n1', config_id: '__CFG__', input_values: { j: '__V__' } },
+      { node: 'n1', config_id: '__CFG__', input_values: '__V__' },
+      { node: 'n1', config_id: '__CFG__', name: '__V__' },
+    ]), v),
+  },
+  {
+    name: 'PATCH /v1/deployments/{id}', who: op, method: 'PATCH', path: () => `/v1/deployments/${deploymentId}`,
+    body: async (v) => place(pick(v, [{ input_values: { j: '__V__' } }, { input_values: '__V__' }]), v),
+  },
+  {
+    name: 'POST /v1/nodes', who: op, method: 'POST', path: () => '/v1/nodes',
+    body: async (v) => place(pick(v, [{ id: '__V__' }, { id: 'e1', endpoint: '__V__' }]), v),
+  },
+  {
+    name: 'PUT /v1/nodes/{node}/endpoint', who: n1, method: 'PUT', path: () => '/v1/nodes/n1/endpoint',
+    body: async (v) => place({ url: '__V__' }, v),
+  },
+  {
+    name: 'POST /v1/nodes/{node}/deployments/{id}/signal', who: n1, method: 'POST', path: () => `/v1/nodes/n1/deployments/${deploymentId}/signal`,
+    body: async (v) => {
+      const revision = (await send(op(), 'GET', `/v1/deployments/${deploymentId}`, undefined)).json.revision as number;
+      if (v.json.length % 2 === 0) await send(op(), 'PATCH', `/v1/deployments/${deploymentId}`, '{}'); // a fresh revision to record into
+      const current = revision + (v.json.length % 2 === 0 ? 1 : 0);
+      return place(pick(v, [
+        { revision: current, deploy_status_code: 0, outputs: { out: '__V__' } },
+        { revision: current, deploy_status_code: 0, outputs: '__V__' },
+        { revision: current, deploy_status_code: 0, deploy_stdout: '__V__' },
+        { revision: current, deploy_status_code: 1, status_reason: '__V__' },
+      ]), v);
+    },
+  },
+  {
+    name: 'POST /v1/clusters', who: op, method: 'POST', path: () => '/v1/clusters',
+    body: async (v) => place(pick(v, [
+      { name: 'e', nodes: ['e9'], install_config_id: '__CFG__', uninstall_config_id: '__CFG__', input_values: { j: '__V__' } },
+      { name: 'e', nodes: '__V__', install_config_id: '__CFG__', uninstall_config_id: '__CFG__' },
+      { name: '__V__', nodes: ['e9'], install_config_id: '__CFG__', uninstall_config_id: '__CFG__' },
+    ]), v),
+  },
+  {
+    name: 'PATCH /v1/clusters/{id}/actions/restart', who: op, method: 'PATCH', path: () => `/v1/clusters/${clusterId}/actions/restart`,
+    body: async (v) => place({ max_unavailable: '__V__' }, v),
+  },
+];
+
 function encode(body: unknown): string | undefined {
   return body === undefined ? undefined : (JSON.stringify(body) ?? 'null').replaceAll('__CFG__', configId);
 }
@@ -206,6 +294,19 @@ describe('fuzz: API bodies', () => {
       const deep = `${'['.repeat(depth)}${']'.repeat(depth)}`;
       for (const target of targets) check(await send(target.who(), target.method, target.path(), `{"config":${deep},"input_values":{"x":${deep}}}`), `${target.name} depth ${depth}`);
     }
+  });
+
+  it.each(extremeTargets.map((x) => [x.name, x] as const))('%s: valid bodies made extreme get a coded 4xx or a 2xx, and every read route answers after', async (_name, target) => {
+    await fc.assert(fc.asyncProperty(extremeValue, async (v) => {
+      const body = await target.body(v);
+      check(await send(target.who(), target.method, target.path(), body), `${target.name} ${v.what}`);
+    }), { numRuns: Math.max(20, RUNS / 5) });
+    for (const p of ['/v1/nodes', '/v1/configs', '/v1/deployments', `/v1/deployments/${deploymentId}`, `/v1/deployments/${deploymentId}/revisions`, '/v1/clusters', `/v1/clusters/${clusterId}`, '/v1/audit']) {
+      const a = await send(op(), 'GET', p, undefined);
+      expect({ p, status: a.status }).toEqual({ p, status: 200 });
+    }
+    const md = await send(n1(), 'GET', '/v1/nodes/n1/metadata', undefined);
+    expect(md.status).toBe(200);
   });
 
   it('took bounded time per input and logged no unexpected error', () => {
