@@ -12,7 +12,8 @@ import { readFile, unlink } from 'node:fs/promises';
 import { readdirSync, readFileSync, readlinkSync, realpathSync, renameSync, writeFileSync } from 'node:fs';
 import { join, sep } from 'node:path';
 import { fitSignalBody, type MetadataDocument, type MetadataItem, type SignalBody } from '../protocol/heat.js';
-import { AGENT_SHUTDOWN_GRACE_MS, MAX_SIGNAL_BODY_BYTES } from '../protocol/limits.js';
+import { withinJsonDepth } from '../protocol/json-depth.js';
+import { AGENT_SHUTDOWN_GRACE_MS, MAX_JSON_DEPTH_LEVELS, MAX_SIGNAL_BODY_BYTES } from '../protocol/limits.js';
 import type { Logger } from '../certs/tls.js';
 import type { RunItem, RunOptions, RunResult } from './hooks/types.js';
 import { INTERRUPTED_STATUS_CODE, type AgentState } from './state.js';
@@ -93,7 +94,10 @@ export class ApplyLoop {
     if (this.#stopping) return;
     if (this.#latest === null || doc.generation >= this.#latest.generation) this.#latest = doc;
     if (this.#running) return;
-    this.#running = this.#loop().finally(() => {
+    this.#running = this.#loop().catch((err: unknown) => {
+      // never an unhandled rejection: what failed is logged, the next document starts a new loop
+      this.#o.log.error({ err }, 'the apply loop failed');
+    }).finally(() => {
       this.#running = null;
       for (const w of this.#idleWaiters.splice(0)) w();
     });
@@ -189,16 +193,8 @@ export class ApplyLoop {
     }
     await unlink(this.#runningFile).catch(() => undefined);
     const interrupted = this.#abort.signal.aborted;
-    const body: SignalBody = {
-      revision: item.revision,
-      deploy_status_code: interrupted ? INTERRUPTED_STATUS_CODE : result.deploy_status_code,
-      deploy_stdout: result.deploy_stdout,
-      deploy_stderr: result.deploy_stderr,
-      outputs: result.outputs,
-    };
-    if (interrupted) body.status_reason = INTERRUPTED_REASON;
-    else if (result.status_reason !== undefined) body.status_reason = result.status_reason;
-    await this.#o.enqueue({ node: this.#o.node, deployment_id: item.deployment_id, path: signalPath(this.#o.node, item.deployment_id), body: fitSignalBody(body, MAX_SIGNAL_BODY_BYTES) });
+    const body = signalBodyOf(item, result, interrupted);
+    await this.#o.enqueue({ node: this.#o.node, deployment_id: item.deployment_id, path: signalPath(this.#o.node, item.deployment_id), body });
     if (interrupted) await state.markInterrupted(item.id);
     else await state.markFinished(item.id, body.deploy_status_code);
     this.runs++;
@@ -276,6 +272,39 @@ function groupsWorkingIn(dir: string): Set<number> {
     }
   }
   return out;
+}
+
+/**
+ * The signal of a run, fitted to the signal limit. Whatever a hook answered, this cannot throw:
+ * outputs nested deeper than the one depth guard allows (SPEC §3) are dropped and the deployment
+ * fails `hook_answer_too_deep`, so nothing below (JSON.stringify, the outbox) walks them.
+ */
+export function signalBodyOf(item: Pick<MetadataItem, 'revision'>, result: RunResult, interrupted: boolean): SignalBody {
+  const body: SignalBody = {
+    revision: item.revision,
+    deploy_status_code: interrupted ? INTERRUPTED_STATUS_CODE : result.deploy_status_code,
+    deploy_stdout: String(result.deploy_stdout),
+    deploy_stderr: String(result.deploy_stderr),
+    outputs: result.outputs,
+  };
+  if (interrupted) body.status_reason = INTERRUPTED_REASON;
+  else if (result.status_reason !== undefined) body.status_reason = result.status_reason;
+  if (!withinJsonDepth(body.outputs)) {
+    const reason = `hook_answer_too_deep: the outputs are nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels and were dropped`;
+    body.outputs = {};
+    if (!interrupted) {
+      body.deploy_status_code = body.deploy_status_code === 0 ? RUNNER_ERROR_STATUS_CODE : body.deploy_status_code;
+      body.status_reason = reason;
+    }
+    body.deploy_stderr += `${body.deploy_stderr === '' || body.deploy_stderr.endsWith('\n') ? '' : '\n'}[herald] ${reason}\n`;
+  }
+  try {
+    return fitSignalBody(body, MAX_SIGNAL_BODY_BYTES);
+  } catch (err) {
+    // an output JSON cannot encode (a cycle, a BigInt): the result is still told, without them
+    const reason = `hook_failed: the outputs could not be encoded (${(err as Error)?.message ?? String(err)})`;
+    return fitSignalBody({ ...body, outputs: {}, deploy_status_code: body.deploy_status_code === 0 ? RUNNER_ERROR_STATUS_CODE : body.deploy_status_code, status_reason: reason }, MAX_SIGNAL_BODY_BYTES);
+  }
 }
 
 function isRunnable(item: unknown): item is MetadataItem {

@@ -98,6 +98,7 @@ export const ERROR_CODES = {
   output_too_large: 'an output file is over 1 MiB',
   bad_config: 'a component config is not {"configs":[...]}',
   signal_too_large: 'a result\'s outputs did not fit the 4 MiB signal limit and were dropped (stdout and stderr keep their tails)',
+  hook_answer_too_deep: 'a hook\'s answer (or its outputs) is nested deeper than 64 levels: the deployment fails and the answer is not read',
 
   // push dialer (controller → agent listener): a node's `last_error` and dial-failure metric
   connection_refused: 'nothing listens at the node\'s endpoint (TCP connection refused)',

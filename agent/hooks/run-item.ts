@@ -4,7 +4,8 @@
  *
  * Status codes Herald chooses itself (a hook's own exit code is passed through unchanged):
  * - HOOK_ERROR_STATUS_CODE (-1): refused or failed before or around the run (bad_name,
- *   forbidden_input, nul_in_input, unknown_group, unsafe_hooks_dir, bad_config, hook_failed).
+ *   forbidden_input, nul_in_input, unknown_group, unsafe_hooks_dir, bad_config, hook_failed,
+ *   hook_answer_too_deep).
  *   Never a real exit code, so it cannot be mistaken for one. A refused output
  *   (output_not_regular, output_too_large) keeps a non-zero exit code and turns 0 into -1.
  * - HOOK_TIMEOUT_STATUS_CODE (124, as timeout(1)): hook_timeout.
@@ -15,9 +16,10 @@
 import { mkdtemp, rm, writeFile, chmod } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { HeraldError, type ErrorCode } from '../../protocol/errors.js';
+import { jsonTextDepth, withinJsonDepth } from '../../protocol/json-depth.js';
 import { checkGroupName, checkInputName, checkOutputName, type ComponentConfig, type MetadataItem } from '../../protocol/heat.js';
 import {
-  HOOK_KILL_GRACE_MS, HOOK_OUTPUT_DRAIN_MS, HOOK_TIMEOUT_S, MAX_HOOK_OUTPUT_BYTES, MAX_OUTPUT_FILE_BYTES,
+  HOOK_KILL_GRACE_MS, HOOK_OUTPUT_DRAIN_MS, HOOK_TIMEOUT_S, MAX_HOOK_OUTPUT_BYTES, MAX_JSON_DEPTH_LEVELS, MAX_OUTPUT_FILE_BYTES,
 } from '../../protocol/limits.js';
 import { ensurePrivateDir } from '../atomic-file.js';
 import { INTERRUPTED_STATUS_CODE } from '../state.js';
@@ -94,6 +96,10 @@ function checkItem(item: MetadataItem): { inputNames: Set<string>; outputNames: 
   const outputNames = item.outputs.map((output, i) => checkOutputName(output?.name, `outputs[${i}].name`));
   const nul = inputWithNul(item.inputs);
   if (nul !== undefined) throw new ItemFailure('nul_in_input', `input ${nul} holds a NUL byte`);
+  // the controller refuses deeper values; checked again before anything stringifies them
+  for (const [what, v] of [['config', item.config], ['options', item.options], ...item.inputs.map((x) => [`input ${x.name}`, x.value] as const)] as const) {
+    if (!withinJsonDepth(v)) throw new ItemFailure('bad_config', `${what} is nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels`);
+  }
   return { inputNames, outputNames: [...new Set(outputNames)] };
 }
 
@@ -209,6 +215,12 @@ async function runHook(item: MetadataItem, group: string, outputNames: string[],
     const bad = abnormal(p, o, `hook ${group}`);
     if (bad !== undefined) return bad;
     const exitCode = p.exitCode ?? HOOK_ERROR_STATUS_CODE;
+    // the one depth guard (SPEC §3), on the text before it is parsed: an answer nested thousands
+    // of levels would overflow the stack of whatever stringifies or walks it later (the signal)
+    if (jsonTextDepth(p.stdout) > MAX_JSON_DEPTH_LEVELS) {
+      return failed('hook_answer_too_deep', `hook ${group}'s answer on stdout is nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels; not read`,
+        exitCode !== 0 ? exitCode : HOOK_ERROR_STATUS_CODE, { deploy_stdout: p.stdout, deploy_stderr: p.stderr, outputs: {} });
+    }
     let answer: unknown;
     try {
       answer = p.stdout.trim() === '' ? undefined : JSON.parse(p.stdout);
