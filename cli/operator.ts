@@ -8,7 +8,8 @@
 import { Command, Option } from 'commander';
 import type { ApiClient, ClientOptions } from './operator-client.js';
 // small and pure: loaded eagerly; the client (certificates, https) and the watcher load lazily
-import { collect, formatMs, keyValues, parseDuration, parseKeyValues, parsePositiveInt, splitList, table } from './operator-format.js';
+import { collect, formatMs, keyValues, parseDuration, parsePositiveInt, splitList, table } from './operator-format.js';
+import { gatherInputs, hiddenOnArgvWarning, INPUT_FILE_HELP, warnHiddenOnArgv } from './operator-inputs.js';
 
 interface CommonOptions extends ClientOptions {
   json?: boolean;
@@ -159,6 +160,9 @@ function registerConfig(program: Command): void {
     .option('--hook-timeout <duration>', 'options.timeout: kill the run after this long (e.g. 90s, 10m; default 600s)')
     .action(async (opts: { name: string; file: string; group: string; input?: string[]; hiddenInput?: string[]; output?: string[]; errorOutput?: string[]; hookTimeout?: string }, cmd: Command) => {
       const { readConfigFile, buildConfigRequest } = await import('./operator-requests.js');
+      for (const spec of opts.hiddenInput ?? []) {
+        if (spec.includes('=')) process.stderr.write(hiddenOnArgvWarning(spec.slice(0, spec.indexOf('=')).split(':')[0]!, '--hidden-input'));
+      }
       const text = await readConfigFile(opts.file);
       const req = buildConfigRequest({ ...opts, text });
       await withClient(cmd, async (client, o) => {
@@ -194,6 +198,7 @@ function registerDeploy(program: Command): void {
   leaf(deploy, 'create', 'deploy a config to a node (a new deployment at revision 1)', [
     'herald deploy create --node n1 --config 3f1c... --input port=8080',
     'herald deploy create --node n1 --config 3f1c... --actions CREATE,UPDATE,DELETE --wait',
+    'herald deploy create --node n1 --config 3f1c... --input-file secrets.json --input port=8080',
   ])
     .requiredOption('--node <id>', 'the node')
     .requiredOption('--config <id>', 'the config id')
@@ -201,17 +206,19 @@ function registerDeploy(program: Command): void {
     .option('--action <action>', 'this revision\'s action (default CREATE)')
     .option('--actions <list>', 'actions that run the config, comma-separated (default CREATE,UPDATE)')
     .option('--input <key=value>', 'an input value (repeatable; json:<JSON> for lists and objects)', collect)
+    .option('--input-file <file>', INPUT_FILE_HELP)
     .option('--wait', 'wait until the deployment is COMPLETE or FAILED')
     .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
-    .action(async (opts: { node: string; config: string; name?: string; action?: string; actions?: string; input?: string[]; wait?: boolean; timeout: string }, cmd: Command) => {
+    .action(async (opts: { node: string; config: string; name?: string; action?: string; actions?: string; input?: string[]; inputFile?: string; wait?: boolean; timeout: string }, cmd: Command) => {
       const req: Obj = { node: opts.node, config_id: opts.config };
       if (opts.name) req.name = opts.name;
       if (opts.action) req.action = opts.action;
       if (opts.actions !== undefined) req.actions = splitList(opts.actions);
-      const inputs = parseKeyValues(opts.input, '--input');
-      if (inputs) req.input_values = inputs;
+      const inputs = await gatherInputs(opts);
+      if (inputs.values) req.input_values = inputs.values;
       const timeoutMs = parseDuration(opts.timeout, '--timeout');
       await withClient(cmd, async (client, o) => {
+        await warnHiddenOnArgv(client, [opts.config], inputs.argvNames);
         const body = await client.post<Obj>('/v1/deployments', req);
         await reportDeployment(client, body, 'created', opts.wait === true, timeoutMs, o.json === true);
       });
@@ -219,18 +226,25 @@ function registerDeploy(program: Command): void {
   leaf(deploy, 'update <id>', 'make a new revision with new input values and/or action', [
     'herald deploy update 9a2b... --input port=9090',
     'herald deploy update 9a2b... --action UPDATE --wait',
+    'herald deploy update 9a2b... --input-file - < secrets.json',
   ])
     .option('--action <action>', 'the new revision\'s action')
     .option('--input <key=value>', 'an input value (repeatable; json:<JSON> for lists and objects)', collect)
+    .option('--input-file <file>', INPUT_FILE_HELP)
     .option('--wait', 'wait until the new revision is COMPLETE or FAILED')
     .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
-    .action(async (id: string, opts: { action?: string; input?: string[]; wait?: boolean; timeout: string }, cmd: Command) => {
+    .action(async (id: string, opts: { action?: string; input?: string[]; inputFile?: string; wait?: boolean; timeout: string }, cmd: Command) => {
       const req: Obj = {};
       if (opts.action) req.action = opts.action;
-      const inputs = parseKeyValues(opts.input, '--input');
-      if (inputs) req.input_values = inputs;
+      const inputs = await gatherInputs(opts);
+      if (inputs.values) req.input_values = inputs.values;
       const timeoutMs = parseDuration(opts.timeout, '--timeout');
       await withClient(cmd, async (client, o) => {
+        if (inputs.argvNames.length > 0) {
+          const current = await client.get<Obj>(`/v1/deployments/${seg(id)}`).catch(() => undefined);
+          const configId = current?.config_id;
+          await warnHiddenOnArgv(client, [typeof configId === 'string' ? configId : undefined], inputs.argvNames);
+        }
         const body = await client.patch<Obj>(`/v1/deployments/${seg(id)}`, req);
         await reportDeployment(client, body ?? (await client.get<Obj>(`/v1/deployments/${seg(id)}`)), 'updated', opts.wait === true, timeoutMs, o.json === true);
       });
@@ -291,20 +305,24 @@ function registerCluster(program: Command): void {
   leaf(cluster, 'create', 'create a cluster: the install config is deployed on every node', [
     'herald cluster create --name demo --nodes n1,n2,n3 --install <cfg> --uninstall <cfg>',
     'herald cluster create --name k8s --nodes n1,n2 --install <cfg> --uninstall <cfg> --input version=1.29 --wait',
+    'herald cluster create --name db --nodes n1,n2 --install <cfg> --uninstall <cfg> --input-file secrets.json',
   ])
     .requiredOption('--name <name>', 'cluster name')
     .requiredOption('--nodes <list>', 'comma-separated node ids')
     .requiredOption('--install <config>', 'install config id')
     .requiredOption('--uninstall <config>', 'uninstall config id')
     .option('--input <key=value>', 'an input value for both configs (repeatable)', collect)
+    .option('--input-file <file>', `${INPUT_FILE_HELP} (values for both configs)`)
     .option('--wait', 'wait until CREATE_COMPLETE or CREATE_FAILED')
     .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
-    .action(async (opts: { name: string; nodes: string; install: string; uninstall: string; input?: string[]; wait?: boolean; timeout: string }, cmd: Command) => {
+    .action(async (opts: { name: string; nodes: string; install: string; uninstall: string; input?: string[]; inputFile?: string; wait?: boolean; timeout: string }, cmd: Command) => {
       const req: Obj = { name: opts.name, nodes: splitList(opts.nodes), install_config_id: opts.install, uninstall_config_id: opts.uninstall };
-      const inputs = parseKeyValues(opts.input, '--input');
-      if (inputs) req.input_values = inputs;
+      const inputs = await gatherInputs(opts);
+      if (inputs.values) req.input_values = inputs.values;
       const timeoutMs = parseDuration(opts.timeout, '--timeout');
       await withClient(cmd, async (client, o) => {
+        // both configs receive every cluster input: a name hidden by either is hidden
+        await warnHiddenOnArgv(client, [opts.install, opts.uninstall], inputs.argvNames);
         let body = await client.post<Obj>('/v1/clusters', req);
         const id = idOf(body);
         if (opts.wait) {

@@ -136,12 +136,13 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Runs `bin/herald ...args` to its end. */
-export function runCli(args: string[], opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv; cwd?: string } = {}): Promise<CliResult> {
+/** Runs `bin/herald ...args` to its end; `input` is written to its standard input. */
+export function runCli(args: string[], opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv; cwd?: string; input?: string } = {}): Promise<CliResult> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [HERALD_BIN, ...args], { env: opts.env ?? TEST_ENV, cwd: opts.cwd, timeout: opts.timeoutMs ?? 60_000, maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
+    const child = execFile(process.execPath, [HERALD_BIN, ...args], { env: opts.env ?? TEST_ENV, cwd: opts.cwd, timeout: opts.timeoutMs ?? 60_000, maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
       const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
       resolve({ code, stdout: stdout.toString(), stderr: stderr.toString() });
     });
+    if (opts.input !== undefined) child.stdin?.end(opts.input);
   });
 }
