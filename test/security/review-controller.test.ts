@@ -250,7 +250,7 @@ describe('one connection and refusal policy for every identity (review item 6, S
   });
   afterAll(async () => t?.close());
 
-  it(`an operator holds at most ${API_IDENTITY_MAX_CONNECTIONS} kept-alive connections; the next is 429 too_many_connections and closed`, async () => {
+  it('an operator holds at most API_IDENTITY_MAX_CONNECTIONS (32) kept-alive connections; the next is 429 too_many_connections and closed', async () => {
     const cred = pki.cred('operator', 'admin');
     const conns: Conn[] = [];
     try {
@@ -330,7 +330,7 @@ describe('refusals before authentication (SPEC §3)', () => {
     expect(t.logLines().filter((l) => /handshake/i.test(String(l.msg)) && l.event !== 'refused').length).toBe(0);
   });
 
-  it(`at most ${API_UNAUTHENTICATED_MAX_CONNECTIONS} connections without a valid certificate are held; further ones are destroyed`, async () => {
+  it('at most API_UNAUTHENTICATED_MAX_CONNECTIONS (64) connections without a valid certificate are held; further ones are destroyed', async () => {
     const held: Conn[] = [];
     try {
       for (let i = 0; i < API_UNAUTHENTICATED_MAX_CONNECTIONS; i++) held.push(await Conn.open(t.port, pki.noCert));
@@ -377,7 +377,7 @@ describe('signals (review item 8)', () => {
     expect((await t.req(op, 'GET', '/v1/audit?limit=1000')).json.items.length).toBe(audit);
   });
 
-  it(`signals are limited per node: burst ${SIGNAL_RATE_BURST}, then 429 rate_limited with Retry-After`, async () => {
+  it('signals are limited per node: burst SIGNAL_RATE_BURST (20), then 429 rate_limited with Retry-After', async () => {
     const url = `/v1/nodes/n1/deployments/${depId}/signal`;
     const codes: Array<number> = [];
     for (let i = 0; i < SIGNAL_RATE_BURST + 5; i++) codes.push((await t.req(n1(), 'POST', url, { revision: 1, deploy_status_code: 0 })).status);
