@@ -2,16 +2,16 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { ERROR_CODE_LIST, HeraldError, RefusalError, codeOf, isErrorCode } from '../../protocol/errors.js';
 
-const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+const readme = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8');
 const documented = new Set([...readme.matchAll(/^\| `([a-z0-9_]+)` \|/gm)].map((m) => m[1]));
 
 describe('error codes', () => {
-  it('every code is documented in the README error table', () => {
+  it('every code is documented in the docs/errors.md table', () => {
     const missing = ERROR_CODE_LIST.filter((c) => !documented.has(c));
     expect(missing).toEqual([]);
   });
 
-  it('the README documents no code that does not exist', () => {
+  it('docs/errors.md documents no code that does not exist', () => {
     const table = readme.slice(readme.indexOf('## Error codes'));
     const rows = [...table.matchAll(/^\| `([a-z0-9_]+)` \|/gm)].map((m) => m[1]!);
     expect(rows.filter((c) => !isErrorCode(c))).toEqual([]);
