@@ -21,6 +21,7 @@ import { PkiMaterial, refusalCodeOf } from '../certs/tls.js';
 import { ensurePrivateDir } from './atomic-file.js';
 import { ApplyLoop } from './apply.js';
 import { FetchCoalescer } from './coalescer.js';
+import { checkRootOwned, UnsafeStateDirError, type OwnerFs } from './root-owned.js';
 import { earlyRetryDelayMs, Fetcher, keySetOf } from './fetcher.js';
 import type { RunItem } from './hooks/types.js';
 import { WakeListener } from './listener.js';
@@ -57,6 +58,10 @@ export interface AgentConfig {
   key?: string | undefined;
   shutdownGraceMs?: number | undefined;
   logLevel?: string | undefined;
+  /** The effective uid the root-ownership checks go by (default process.getuid()); tests inject it. */
+  uid?: number | undefined;
+  /** The file system those checks stat (default node:fs). */
+  ownerFs?: OwnerFs | undefined;
 }
 
 export const DEFAULT_AGENT_CONFIG = {
@@ -115,10 +120,26 @@ export async function startAgent(cfg: AgentConfig): Promise<RunningAgent> {
   // ---- durable state -----------------------------------------------------------------------
   // absolute: hooks run with their run directory as the working directory
   const stateDir = path.resolve(cfg.stateDir);
+  // as root: nothing anyone else could write is trusted (SPEC §4); checked before the state dir
+  // is touched, and again once it exists (it may have been made meanwhile by someone else)
+  const ownership = { stateDir, hooksDir: cfg.hooksDir, uid: cfg.uid ?? process.getuid?.(), fs: cfg.ownerFs };
+  const checkOwnership = (): void => {
+    try {
+      checkRootOwned(ownership);
+    } catch (err) {
+      if (err instanceof UnsafeStateDirError) {
+        log.error({ code: err.code, field: err.field, path: err.path, owner: err.ownerUid, mode: err.mode }, 'refusing to start: unsafe state or hooks dir');
+      }
+      material.close();
+      throw err;
+    }
+  };
+  checkOwnership();
   const state = await AgentState.open(stateDir, { log });
   const store = await OutboxStore.open(stateDir, { log });
   const runsDir = path.join(stateDir, 'runs');
   await ensurePrivateDir(runsDir, log);
+  checkOwnership();
 
   // ---- parts -------------------------------------------------------------------------------
   const fetcher = new Fetcher({

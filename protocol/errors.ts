@@ -99,6 +99,7 @@ export const ERROR_CODES = {
   bad_config: 'a component config is not {"configs":[...]}',
   signal_too_large: 'a result\'s outputs did not fit the 4 MiB signal limit and were dropped (stdout and stderr keep their tails)',
   hook_answer_too_deep: 'a hook\'s answer (or its outputs) is nested deeper than 64 levels: the deployment fails and the answer is not read',
+  unsafe_state_dir: 'the agent runs as root and its state dir, a directory above it, the hooks dir or a hook is not root-owned or is writable by group/others: it refuses to start',
 
   // push dialer (controller → agent listener): a node's `last_error` and dial-failure metric
   connection_refused: 'nothing listens at the node\'s endpoint (TCP connection refused)',
