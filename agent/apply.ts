@@ -6,9 +6,10 @@
  * next start is signalled FAILED `interrupted` and never re-run: a new revision has a new id.
  *
  * The running hook's process group is also recorded (`running.json`), so that an agent killed
- * with SIGKILL can kill the group it left behind at its next start.
+ * with SIGKILL can kill the group it left behind at its next start, and then remove the run
+ * directories it left (their config and outputs may hold secrets, SPEC §4).
  */
-import { readFile, unlink } from 'node:fs/promises';
+import { readdir, readFile, rm, unlink } from 'node:fs/promises';
 import { readdirSync, readFileSync, readlinkSync, realpathSync, renameSync, writeFileSync } from 'node:fs';
 import { join, sep } from 'node:path';
 import { fitSignalBody, type MetadataDocument, type MetadataItem, type SignalBody } from '../protocol/heat.js';
@@ -69,11 +70,12 @@ export class ApplyLoop {
   }
 
   /**
-   * At start: kills a process group a killed agent left behind, and signals every item that was
-   * started and never finished as FAILED `interrupted`.
+   * At start: kills a process group a killed agent left behind, removes the run directories it
+   * left, and signals every item that was started and never finished as FAILED `interrupted`.
    */
   async recover(): Promise<void> {
     await this.#killLeftover();
+    await this.#removeLeftoverRunDirs();
     for (const it of this.#o.state.interruptedItems()) {
       const body: SignalBody = {
         revision: it.revision,
@@ -245,6 +247,30 @@ export class ApplyLoop {
       }
     }
     await unlink(this.#runningFile).catch(() => undefined);
+  }
+
+  /**
+   * Removes whatever a killed agent left in the runs dir. Only this process makes run dirs and
+   * none has started yet, so everything there is a leftover. Symlinks are removed, not followed.
+   */
+  async #removeLeftoverRunDirs(): Promise<void> {
+    const dir = this.#o.runOptions.runsDir;
+    let names: string[];
+    try {
+      names = await readdir(dir);
+    } catch {
+      return; // no runs dir yet
+    }
+    let removed = 0;
+    for (const n of names) {
+      try {
+        await rm(join(dir, n), { recursive: true, force: true });
+        removed++;
+      } catch (err) {
+        this.#o.log.error({ err: (err as Error).message, entry: n }, 'cannot remove a run directory left by the previous run');
+      }
+    }
+    if (removed > 0) this.#o.log.warn({ removed, code: 'interrupted' }, 'removed run directories left by a previous run that was killed');
   }
 }
 

@@ -1,0 +1,161 @@
+/**
+ * What a real `bin/herald agent` does at start with what it finds on disk (SPEC §4):
+ * - run directories left by an agent killed with SIGKILL while a hook ran (config and outputs,
+ *   secrets included) are removed when it starts again (issue 11 item 10);
+ * - as root, a state dir (or a directory above it, or the hooks dir) that someone else owns is
+ *   refused: the agent does not start, exits non-zero, and logs `unsafe_state_dir` (item 3).
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { MetadataItem } from '../../protocol/heat.js';
+import { sha256b64url, signMetadata } from '../../protocol/metadata.js';
+import { hasExited, startHerald, stopProc, type Proc } from '../helpers/procs.js';
+import { Battery, isBuilt, jsonLines, QUIET_POLL, waitFor, type AgentProc } from './helpers/battery.js';
+import { FakeController, type MetadataAnswer } from './helpers/fake-controller.js';
+import { waitDead } from '../agent/hooks-helpers.js';
+
+const built = isBuilt();
+const isRoot = process.getuid?.() === 0;
+let b: Battery;
+let fake: FakeController;
+/** Agents started outside the battery (the refused ones), killed at the end whatever happened. */
+const extra: Proc[] = [];
+
+beforeAll(async () => {
+  if (!built) return;
+  b = await Battery.create();
+  fake = await new FakeController(b.cred('controller', 'controller')).listen();
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all(extra.map((p) => stopProc(p, 'SIGKILL')));
+  await fake?.close();
+  await b?.close();
+});
+
+/** A 200 signed as the controller signs it, for `node`. */
+function signed200(node: string, nonce: string, gen: number, items: MetadataItem[]): MetadataAnswer {
+  const body = Buffer.from(JSON.stringify({ node, generation: gen, deployments: items }));
+  const sig = signMetadata(b.signer, { iss: b.spiffe('controller', 'controller'), aud: b.spiffe('agent', node), gen, nonce, sha256: sha256b64url(body), nowS: Date.now() / 1000 });
+  return { status: 200, headers: { etag: `"${gen}"`, 'herald-signature': sig }, body };
+}
+
+describe.skipIf(!built)('agent restart: run directories a killed agent left', () => {
+  let a: AgentProc;
+  const secret = `s3cr3t-${crypto.randomBytes(6).toString('hex')}`;
+
+  it('a run dir (config, outputs, a secret) left by SIGKILL during a hook is removed at the next start', async () => {
+    const started = path.join(b.work, 'hook-started');
+    const item: MetadataItem = {
+      id: 'slow-1', name: 'slow', group: 'script', creation_time: new Date().toISOString(),
+      config: `#!/bin/sh\nprintf '%s' "$db_password" > "$heat_outputs_path.result"\necho $$ > ${started}\nexec sleep 600\n`,
+      inputs: [{ name: 'db_password', type: 'String', value: secret, hidden: true }], outputs: [{ name: 'result', type: 'String', error_output: false }],
+      options: {}, deployment_id: 'd-slow', revision: 1, signalled: false,
+    };
+    fake.answer = ({ nonce }) => signed200('k1', nonce, 1, [item]);
+    a = await b.startAgent('k1', { controllerUrl: fake.url });
+    const hookPid = Number((await waitFor('the hook to start', () => (fs.existsSync(started) ? fs.readFileSync(started, 'utf8').trim() || null : null), 20_000, 20)));
+    const runs = path.join(a.state, 'runs');
+    const left = fs.readdirSync(runs);
+    expect(left).toHaveLength(1);
+    expect(fs.readFileSync(path.join(runs, left[0]!, 'outputs.result'), 'utf8')).toBe(secret);
+
+    // the agent alone is killed; its hook (own process group) keeps running
+    process.kill(a.proc.child.pid!, 'SIGKILL');
+    await a.proc.exited;
+    expect(fs.readdirSync(runs)).toEqual(left);
+
+    fake.answer = ({ nonce }) => signed200('k1', nonce, 2, [{ ...item, signalled: true }]);
+    const signals = fake.signals.length;
+    a = await b.startAgent('k1', { controllerUrl: fake.url });
+    // at start: the hook's group killed, the run dir gone, the item signalled interrupted
+    expect(await waitDead(hookPid, 5_000)).toBe(true);
+    expect(fs.readdirSync(runs)).toEqual([]);
+    const s = await waitFor('the interrupted signal', () => fake.signals.slice(signals).find((x) => x.path.includes('d-slow')), 10_000, 20);
+    expect((s.body as { status_reason?: string }).status_reason).toBe('interrupted');
+    expect(a.lines().some((l) => l.msg === 'removed run directories left by a previous run that was killed' && l.removed === 1)).toBe(true);
+    expect(JSON.stringify(fake.signals)).not.toContain(secret);
+  }, 60_000);
+});
+
+describe.skipIf(!built || !isRoot)('agent restart: as root, a state dir someone else owns', () => {
+  /** Starts `herald agent` for `node` with `stateDir`; resolves with its exit code and log lines. */
+  async function startRefused(node: string, stateDir: string, hooksDir: string): Promise<{ code: number | null; lines: Array<Record<string, unknown>>; stderr: string }> {
+    await b.issue('agent', node);
+    const proc = startHerald(`refused-${node}`, [
+      'agent', '--node', node, '--controller', fake.url, '--listen', '127.0.0.1:0', '--pki', b.pkiDir,
+      '--state-dir', stateDir, '--hooks-dir', hooksDir, ...QUIET_POLL,
+    ], b.work);
+    extra.push(proc);
+    await Promise.race([proc.exited, new Promise((r) => setTimeout(r, 20_000))]);
+    expect(hasExited(proc)).toBe(true);
+    return { code: proc.child.exitCode, lines: jsonLines(proc.log()), stderr: proc.log() };
+  }
+
+  // each: [title, node, make it unsafe (returns the state dir and hooks dir), the path refused]
+  const cases: Array<[string, string, () => { state: string; hooks: string; bad: string }]> = [
+    ['a state dir owned by uid 65534', 'u1', () => {
+      const state = path.join(b.work, 'state-u1');
+      fs.mkdirSync(state, { mode: 0o700 });
+      fs.chownSync(state, 65534, 65534);
+      return { state, hooks: mkHooks('u1'), bad: state };
+    }],
+    ['a directory above the state dir owned by uid 65534', 'u2', () => {
+      const above = path.join(b.work, 'theirs-u2');
+      fs.mkdirSync(above, { mode: 0o755 });
+      fs.chownSync(above, 65534, 65534);
+      const state = path.join(above, 'state');
+      fs.mkdirSync(state, { mode: 0o700 });
+      return { state, hooks: mkHooks('u2'), bad: above };
+    }],
+    ['a group-writable directory above the state dir', 'u3', () => {
+      const above = path.join(b.work, 'groupw-u3');
+      fs.mkdirSync(above);
+      fs.chmodSync(above, 0o775);
+      return { state: path.join(above, 'state'), hooks: mkHooks('u3'), bad: above };
+    }],
+    ['an outbox entry planted by uid 65534', 'u4', () => {
+      const state = path.join(b.work, 'state-u4');
+      fs.mkdirSync(path.join(state, 'outbox'), { recursive: true, mode: 0o700 });
+      const planted = path.join(state, 'outbox', '00000000000000000001-d-forged.json');
+      fs.writeFileSync(planted, '{}', { mode: 0o600 });
+      fs.chownSync(planted, 65534, 65534);
+      return { state, hooks: mkHooks('u4'), bad: planted };
+    }],
+    ['a hooks dir owned by uid 65534', 'u5', () => {
+      const hooks = mkHooks('u5');
+      fs.chownSync(hooks, 65534, 65534);
+      return { state: path.join(b.work, 'state-u5'), hooks, bad: hooks };
+    }],
+  ];
+
+  function mkHooks(node: string): string {
+    const d = path.join(b.work, `hooks-${node}`);
+    fs.mkdirSync(d, { recursive: true, mode: 0o755 });
+    return d;
+  }
+
+  it.each(cases)('%s: the agent refuses to start with unsafe_state_dir', async (_title, node, unsafe) => {
+    const { state, hooks, bad } = unsafe();
+    const before = fs.existsSync(state) ? fs.statSync(state).mode : undefined;
+    const r = await startRefused(node, state, hooks);
+    expect(r.code).not.toBe(0);
+    expect(r.code).not.toBeNull();
+    const line = r.lines.find((l) => l.code === 'unsafe_state_dir');
+    expect(line, r.stderr.slice(-2000)).toMatchObject({ code: 'unsafe_state_dir', path: fs.realpathSync(bad) });
+    expect(r.stderr).toContain('herald: unsafe_state_dir:');
+    expect(r.lines.some((l) => l.msg === 'agent started')).toBe(false);
+    // nothing was fixed up (chmod) or sent
+    if (before !== undefined) expect(fs.statSync(state).mode).toBe(before);
+    expect(fake.requests.filter((q) => q.path.includes(`/nodes/${node}/`))).toEqual([]);
+  }, 30_000);
+
+  it('control: the same agent with a root-owned state dir starts', async () => {
+    const state = path.join(b.work, 'state-u6');
+    const a = await b.startAgent('u6', { controllerUrl: fake.url, hooksDir: mkHooks('u6') });
+    expect(a.lines().some((l) => l.msg === 'agent started')).toBe(true);
+    expect(fs.statSync(state).uid).toBe(0);
+  }, 30_000);
+});
