@@ -25,6 +25,7 @@ import { ensurePrivateDir } from '../atomic-file.js';
 import { INTERRUPTED_STATUS_CODE } from '../state.js';
 import { baseEnv, inputWithNul, scriptEnv } from './env.js';
 import { resolveHook } from './hooks-dir.js';
+import { hiddenValues, maskResult } from './mask.js';
 import { readOutputs } from './outputs.js';
 import { runProcess, type ProcessResult } from './run-process.js';
 import type { RunOptions, RunResult } from './types.js';
@@ -55,9 +56,21 @@ class ItemFailure extends HeraldError {}
 
 /**
  * Runs `item` per its group. Never throws for anything about the item or its hook; it may throw
- * only for a programming error in the options (e.g. a missing runsDir).
+ * only for a programming error in the options (e.g. a missing runsDir). Values of hidden inputs
+ * are masked (`***`) in the result's stdout, stderr, outputs and reason (SPEC §4).
  */
 export async function runItem(item: MetadataItem, opts: RunOptions): Promise<RunResult> {
+  const result = await runUnmasked(item, opts);
+  let hidden: string[];
+  try {
+    hidden = hiddenValues(Array.isArray(item?.inputs) ? item.inputs : []);
+  } catch {
+    hidden = [];
+  }
+  return maskResult(result, hidden);
+}
+
+async function runUnmasked(item: MetadataItem, opts: RunOptions): Promise<RunResult> {
   if (typeof opts.runsDir !== 'string' || opts.runsDir === '') throw new TypeError('runItem: runsDir is required');
   const o: Resolved = {
     runsDir: resolve(opts.runsDir),

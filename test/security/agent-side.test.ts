@@ -338,6 +338,22 @@ describe.skipIf(!built)('agent side: hooks and outputs', () => {
     });
   });
 
+  it('a hidden value a hook prints to stdout and stderr is signalled as *** (the hook ran with the real value)', async () => {
+    const secret = `pr1nted-${crypto.randomBytes(8).toString('hex')}`;
+    const d = await deploy({
+      name: 'printed', group: 'script', outputs: [{ name: 'echo' }],
+      config: '#!/bin/sh\necho "pw=$db_password"\necho "err=$db_password" >&2\nprintf "%s" "$db_password" | wc -c\nprintf "out=%s" "$db_password" > "$heat_outputs_path.echo"\n',
+      inputs: [{ name: 'db_password', hidden: true }],
+    }, { db_password: secret });
+    expect(d.status, d.status_reason).toBe('COMPLETE');
+    // the hook saw the value (its length), the signal carries only the mask
+    expect(d.output_values.deploy_stdout).toBe(`pw=***\n${secret.length}\n`);
+    expect(d.output_values.deploy_stderr).toBe('err=***\n');
+    expect(d.output_values.echo).toBe('out=***');
+    expect(h1.proc.log()).not.toContain(secret);
+    expect(grepDir(h1.state, secret)).toEqual([]);
+  });
+
   it('a hidden input is absent from logs, events, API responses, outbox and state dir', async () => {
     const secret = `hunter2-${crypto.randomBytes(8).toString('hex')}`;
     const secretDefault = `default-${crypto.randomBytes(8).toString('hex')}`;
