@@ -13,6 +13,8 @@
 import { readdir, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { SignalBody } from '../protocol/heat.js';
+import { jsonTextDepth } from '../protocol/json-depth.js';
+import { MAX_JSON_DEPTH_LEVELS } from '../protocol/limits.js';
 import { ensurePrivateDir, fsyncDir, TEMP_PREFIX, writeFileAtomic, type WarnLogger } from './atomic-file.js';
 
 export const OUTBOX_DIR = 'outbox';
@@ -163,6 +165,9 @@ function cleanBody(b: SignalBody): SignalBody {
 }
 
 function parseEntry(text: string, seq: number): OutboxEntry | undefined {
+  // the one depth guard (SPEC §3): an entry nested deeper than any signal the agent writes would
+  // overflow the stack when sent, and jam the outbox (nothing after it goes first)
+  if (jsonTextDepth(text, MAX_JSON_DEPTH_LEVELS + 2) > MAX_JSON_DEPTH_LEVELS + 2) return undefined;
   try {
     const o = JSON.parse(text) as OutboxEntry;
     if (o.seq !== seq || typeof o.node !== 'string' || typeof o.deployment_id !== 'string' || typeof o.path !== 'string'

@@ -72,4 +72,18 @@ describe('OutboxStore', () => {
     expect((await readdir(join(dir, OUTBOX_DIR))).sort()).toEqual(['000000000001-deployment.json', '000000000002-d2.json.bad']);
     expect((await again.enqueue(sig('d9', 9))).seq).toBe(3);
   });
+
+  it('sets aside an entry nested deeper than the depth guard, instead of overflowing the stack on every send', async () => {
+    const dir = join(base, 'f');
+    await OutboxStore.open(dir);
+    const deep = '['.repeat(5_000) + ']'.repeat(5_000);
+    const planted = `{"seq":1,"node":"n1","deployment_id":"d1","path":"/x","enqueued_at":"2026-01-01T00:00:00Z","body":{"revision":1,"deploy_status_code":0,"deploy_stdout":"","deploy_stderr":"","outputs":{"x":${deep}}}}`;
+    await writeFile(join(dir, OUTBOX_DIR, '000000000001-d1.json'), planted);
+    const s = await OutboxStore.open(dir);
+    await s.enqueue(sig('d2', 2));
+    const list = await s.list();
+    expect(list.map((e) => e.deployment_id)).toEqual(['d2']);
+    expect(() => JSON.stringify(list)).not.toThrow();
+    expect((await readdir(join(dir, OUTBOX_DIR))).sort()).toEqual(['000000000001-d1.json.bad', '000000000002-d2.json']);
+  });
 });
