@@ -3,6 +3,7 @@
  * are replaced by "***" here, the only way out of the controller for them besides the agent's
  * own metadata.
  */
+import type { ClusterView, ConfigView, DeploymentView, NodeView, RevisionView } from '../protocol/rest.js';
 import type { PushState } from './push-types.js';
 import type { ClusterRecord, ConfigRecord, DeploymentRecord, NodeRecord, RevisionRecord } from './store.js';
 
@@ -13,7 +14,7 @@ export interface FetchState {
   last_fetch_at: string | null;
 }
 
-export function nodeView(n: NodeRecord, push: PushState, fetch: FetchState): Record<string, unknown> {
+export function nodeView(n: NodeRecord, push: PushState, fetch: FetchState): NodeView {
   return {
     id: n.id,
     endpoint: n.endpoint,
@@ -47,7 +48,7 @@ export function maskValues(values: Record<string, unknown>, hidden: ReadonlySet<
   return out;
 }
 
-export function configView(c: ConfigRecord): Record<string, unknown> {
+export function configView(c: ConfigRecord): ConfigView {
   return {
     id: c.id,
     name: c.name,
@@ -64,7 +65,7 @@ export function configView(c: ConfigRecord): Record<string, unknown> {
  * @param hidden names hidden by any config that feeds the deployment (Service.hiddenInputsOf):
  *   for a cluster's deployment that is every config of the cluster, not only its own
  */
-export function deploymentView(d: DeploymentRecord, config: ConfigRecord | undefined, hidden: ReadonlySet<string>): Record<string, unknown> {
+export function deploymentView(d: DeploymentRecord, config: ConfigRecord | undefined, hidden: ReadonlySet<string>): DeploymentView {
   const r = d.current;
   return {
     id: d.id,
@@ -89,7 +90,7 @@ export function deploymentView(d: DeploymentRecord, config: ConfigRecord | undef
   };
 }
 
-export function revisionView(r: RevisionRecord, hidden: ReadonlySet<string>): Record<string, unknown> {
+export function revisionView(r: RevisionRecord, hidden: ReadonlySet<string>): RevisionView {
   return {
     revision: r.revision,
     item_id: r.itemId,
@@ -105,7 +106,7 @@ export function revisionView(r: RevisionRecord, hidden: ReadonlySet<string>): Re
   };
 }
 
-export function clusterView(c: ClusterRecord, install: ConfigRecord | undefined, uninstall: ConfigRecord | undefined): Record<string, unknown> {
+export function clusterView(c: ClusterRecord, install: ConfigRecord | undefined, uninstall: ConfigRecord | undefined): ClusterView {
   return {
     id: c.id,
     name: c.name,

@@ -1,0 +1,193 @@
+/**
+ * The controller's REST contract (SPEC §3 operator routes): the JSON bodies `GET/POST/PATCH
+ * /v1/...` answer with, the list envelope, the error body and the `/v1/events` payloads. The
+ * controller's views (controller/views.ts) return these types and the CLI reads them, so both
+ * sides compile against one shape and neither guesses at field names.
+ *
+ * Types only. They are `type` aliases, not interfaces, so a view stays assignable to
+ * `Record<string, unknown>` where a caller still wants that. Times are ISO 8601 strings.
+ */
+import type { DeployAction, InputType } from './heat.js';
+
+// ---- lists and errors ---------------------------------------------------------------------------
+
+/** Every `GET` of a collection (`/v1/nodes`, `/v1/configs`, ...) answers `{ "items": [...] }`. */
+export type ListEnvelope<T> = { items: T[] };
+
+/**
+ * The body of every refusal: a stable code (protocol/errors.ts), a message for people, and the
+ * request field at fault when there is one.
+ */
+export type ErrorBody = { error: { code: string; message: string; field?: string } };
+
+// ---- nodes --------------------------------------------------------------------------------------
+
+export type PushConnectionState = 'idle' | 'connecting' | 'connected' | 'disconnected' | 'half_open';
+
+/** A node's push state as `GET /v1/nodes/{id}` shows it (the dialer's state plus the fetches). */
+export type PushStateView = {
+  state: PushConnectionState;
+  connected: boolean;
+  /** Highest generation sent in a wake-up. */
+  generation_pushed: number | null;
+  /** Highest generation the agent acknowledged or fetched. */
+  generation_acked: number | null;
+  generation_fetched: number | null;
+  last_ack_at: string | null;
+  last_fetch_at: string | null;
+  /** Code of the last failure (dial error, nack code, `half_open`, ...). */
+  last_error: string | null;
+  last_error_at: string | null;
+};
+
+/** `GET /v1/nodes/{id}`, an item of `GET /v1/nodes`, the answer of `POST /v1/nodes`. */
+export type NodeView = {
+  id: string;
+  /** `wss://host:port/v1/wake`, or null before the agent announced one. */
+  endpoint: string | null;
+  generation: number;
+  created_at: string;
+  updated_at: string;
+  push: PushStateView;
+};
+
+// ---- configs ------------------------------------------------------------------------------------
+
+export type ConfigInputView = {
+  name: string;
+  type: InputType;
+  /** `"***"` when the input is hidden. */
+  default?: unknown;
+  description?: string;
+  hidden?: boolean;
+};
+
+export type ConfigOutputView = {
+  name: string;
+  type: InputType;
+  error_output: boolean;
+  description?: string;
+};
+
+/** `GET /v1/configs/{id}`, an item of `GET /v1/configs`, the answer of `POST /v1/configs`. */
+export type ConfigView = {
+  id: string;
+  name: string;
+  group: string;
+  config: unknown;
+  inputs: ConfigInputView[];
+  outputs: ConfigOutputView[];
+  options: Record<string, unknown>;
+  creation_time: string;
+};
+
+// ---- deployments --------------------------------------------------------------------------------
+
+export type DeploymentStatus = 'IN_PROGRESS' | 'COMPLETE' | 'FAILED';
+
+/** One revision of a deployment: an item of `GET /v1/deployments/{id}/revisions`. */
+export type RevisionView = {
+  revision: number;
+  item_id: string;
+  action: DeployAction;
+  status: DeploymentStatus;
+  status_reason: string;
+  signalled: boolean;
+  /** Hidden inputs shown as `"***"`. */
+  input_values: Record<string, unknown>;
+  /** Declared outputs plus deploy_stdout/stderr/status_code; null before the signal. */
+  output_values: Record<string, unknown> | null;
+  creation_time: string;
+  updated_time: string;
+  signalled_time: string | null;
+};
+
+/**
+ * `GET /v1/deployments/{id}` (its current revision inlined), an item of `GET /v1/deployments`,
+ * the answer of `POST`, `PATCH` and a 202 `DELETE`. `deployment_id` and `server_id` repeat
+ * `id` and `node` under Heat's names.
+ */
+export type DeploymentView = {
+  id: string;
+  deployment_id: string;
+  node: string;
+  server_id: string;
+  config_id: string;
+  name: string | null;
+  actions: DeployAction[];
+  action: DeployAction;
+  revision: number;
+  item_id: string;
+  status: DeploymentStatus;
+  status_reason: string;
+  signalled: boolean;
+  input_values: Record<string, unknown>;
+  output_values: Record<string, unknown> | null;
+  /** The cluster this deployment belongs to, else null. */
+  cluster_id: string | null;
+  creation_time: string;
+  updated_time: string;
+  signalled_time: string | null;
+};
+
+// ---- clusters -----------------------------------------------------------------------------------
+
+export type ClusterStatus =
+  | 'CREATE_IN_PROGRESS' | 'CREATE_COMPLETE' | 'CREATE_FAILED'
+  | 'RESTART_IN_PROGRESS' | 'RESTART_COMPLETE' | 'RESTART_FAILED'
+  | 'DELETE_IN_PROGRESS' | 'DELETE_FAILED';
+export type ClusterOperation = 'create' | 'restart' | 'delete';
+export type ClusterNodePhase = 'pending' | 'uninstalling' | 'installing' | 'complete' | 'failed';
+
+/** One member of a cluster, in the cluster's `nodes`. */
+export type ClusterNodeView = {
+  node: string;
+  phase: ClusterNodePhase;
+  /** Why the node failed, else null. */
+  reason: string | null;
+  install_deployment_id: string;
+  uninstall_deployment_id: string;
+  uninstall_started_at: string | null;
+  uninstall_finished_at: string | null;
+  install_started_at: string | null;
+  install_finished_at: string | null;
+  /** When the step in flight must have its result, else null. */
+  step_deadline_at: string | null;
+};
+
+/** `GET /v1/clusters/{id}`, an item of `GET /v1/clusters`, the answer of `POST /v1/clusters`. */
+export type ClusterView = {
+  id: string;
+  name: string;
+  status: ClusterStatus;
+  status_reason: string;
+  install_config_id: string;
+  uninstall_config_id: string;
+  /** Hidden inputs (of either config) shown as `"***"`. */
+  input_values: Record<string, unknown>;
+  operation: ClusterOperation;
+  max_unavailable: number;
+  operation_started_at: string | null;
+  operation_finished_at: string | null;
+  creation_time: string;
+  updated_time: string;
+  nodes: ClusterNodeView[];
+};
+
+// ---- events -------------------------------------------------------------------------------------
+
+export type EventType = 'deployment' | 'node' | 'cluster' | 'push';
+
+/** What a `deleted` event carries instead of the resource. */
+export type DeletedView = { id: string; deleted: true };
+
+/**
+ * The JSON `data` of one `/v1/events` Server-Sent Event (whose `event:` is `type`): the event's
+ * type and time, then the resource as the API shows it (or a deletion, or a node's push state).
+ */
+export type EventData = { at: string } & (
+  | ({ type: 'node' } & (NodeView | DeletedView))
+  | ({ type: 'deployment' } & (DeploymentView | (DeletedView & { deployment_id: string })))
+  | ({ type: 'cluster' } & (ClusterView | DeletedView))
+  | ({ type: 'push'; node: string } & Omit<PushStateView, 'generation_fetched' | 'last_fetch_at'>)
+);
