@@ -210,6 +210,28 @@ describe.skipIf(!built)('agent side: names checked again before anything runs', 
   });
 });
 
+describe.skipIf(!built)('agent side: a wake-up\'s gen is a hint', () => {
+  it('a wake-up claiming gen 2^53-1 does not mute push: the next real wake-up is fetched and its work runs', async () => {
+    const real = ++gen;
+    const fetches = fake.metadataRequests;
+    fake.answer = ({ nonce }) => signed200({ nonce, gen: real, items: [] });
+    const c = await openWs(v1.port, b.cred('controller', 'c2'));
+    expect(await ask(c, validWake(b.signer, b.spiffe('controller', 'c2'), V1(), Number.MAX_SAFE_INTEGER))).toMatchObject({ type: 'ack', fetch: 'started' });
+    await waitFor('the fetch the false claim caused', () => fake.metadataRequests > fetches, 10_000, 20);
+    await sleep(SETTLE_MS);
+    // a real change: the controller's next generation, with work in it
+    const next = ++gen;
+    const signals = fake.signals.length;
+    fake.answer = ({ nonce }) => signed200({ nonce, gen: next, items: [evil('after-max')] });
+    const a = await ask(c, validWake(b.signer, b.spiffe('controller', 'c2'), V1(), next));
+    expect(a).toMatchObject({ type: 'ack', fetch: 'started', gen: real });
+    await waitFor('the real change to be applied and signalled', () => fake.signals.length > signals, 10_000, 20);
+    expect(fs.readFileSync(marker, 'utf8')).toBe('after-max\n');
+    fs.rmSync(marker);
+    c.ws.terminate();
+  });
+});
+
 describe.skipIf(!built)('agent side: a controller API impersonated', () => {
   let imp: AgentProc;
   let impostor: FakeController;
