@@ -159,3 +159,12 @@ describe.skipIf(!built || !isRoot)('agent restart: as root, a state dir someone 
     expect(fs.statSync(state).uid).toBe(0);
   }, 30_000);
 });
+
+describe.skipIf(!built)('agent restart: teardown', () => {
+  it('leaves no process, socket or temp file behind', async () => {
+    await Promise.all(extra.map((p) => stopProc(p, 'SIGKILL')));
+    await fake.close();
+    await b.close();
+    expect(await b.leftovers()).toEqual([]);
+  });
+});
