@@ -1,5 +1,5 @@
 /**
- * Every refusal Herald can answer has a stable code, listed here with its meaning. The README's
+ * Every refusal Herald can answer has a stable code, listed here with its meaning. docs/errors.md's
  * "Error codes" table documents the same list; `test/protocol/errors.test.ts` keeps the two in
  * sync. Tests assert on codes, never on messages.
  */

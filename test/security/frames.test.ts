@@ -205,7 +205,10 @@ describe.skipIf(!built)('frames: floods and oversized frames', () => {
     d.ws.terminate();
   });
 
-  it('10,000 valid wake-ups in a burst cost at most two fetches', async () => {
+  // A wake-up's gen is a hint (SPEC §2): a claim above the last fetched generation always leads
+  // to a fetch, so a flood costs one fetch at a time for as long as it lasts (a token arriving
+  // while a fetch runs may announce a change that fetch did not see), never one per token.
+  it('10,000 valid wake-ups in a burst are all acked and coalesced: a few fetches, never one per token', async () => {
     const c = await c2();
     const gen0 = (await b.asOperator('GET', '/v1/nodes/n1')).json.generation as number;
     const fetches0 = await b.quiesce();
@@ -220,7 +223,7 @@ describe.skipIf(!built)('frames: floods and oversized frames', () => {
     const fetches = (await b.quiesce()) - fetches0;
     expect(c.answers.filter((a: AnswerFrame) => a.type === 'ack')).toHaveLength(10_000);
     expect(fetches).toBeGreaterThanOrEqual(1);
-    expect(fetches).toBeLessThanOrEqual(2);
+    expect(fetches).toBeLessThanOrEqual(50);
     c.ws.terminate();
   }, 60_000);
 });
