@@ -467,55 +467,55 @@ export class ApiServer {
     });
 
     // operator routes
-    add('POST', '/v1/nodes', 'operator', (c) => {
-      const n = s.createNode(c.body, who(c));
+    add('POST', '/v1/nodes', 'operator', async (c) => {
+      const n = await s.createNode(c.body, who(c));
       return created(n, `/v1/nodes/${encodeURIComponent(String(n.id))}`);
     });
-    add('GET', '/v1/nodes', 'operator', () => items(s.listNodes()));
-    add('GET', '/v1/nodes/:id', 'operator', (c) => ok(s.getNode(c.params.id!)));
-    add('DELETE', '/v1/nodes/:id', 'operator', (c) => {
-      s.deleteNode(c.params.id!, who(c));
+    add('GET', '/v1/nodes', 'operator', async () => items(await s.listNodes()));
+    add('GET', '/v1/nodes/:id', 'operator', async (c) => ok(await s.getNode(c.params.id!)));
+    add('DELETE', '/v1/nodes/:id', 'operator', async (c) => {
+      await s.deleteNode(c.params.id!, who(c));
       return { status: 204 };
     });
-    add('POST', '/v1/configs', 'operator', (c) => {
-      const cfg = s.createConfig(c.body, who(c));
+    add('POST', '/v1/configs', 'operator', async (c) => {
+      const cfg = await s.createConfig(c.body, who(c));
       return created(cfg, `/v1/configs/${String(cfg.id)}`);
     });
-    add('GET', '/v1/configs', 'operator', () => items(s.listConfigs()));
-    add('GET', '/v1/configs/:id', 'operator', (c) => ok(s.getConfig(c.params.id!)));
-    add('POST', '/v1/deployments', 'operator', (c) => {
-      const d = s.createDeployment(c.body, who(c));
+    add('GET', '/v1/configs', 'operator', async () => items(await s.listConfigs()));
+    add('GET', '/v1/configs/:id', 'operator', async (c) => ok(await s.getConfig(c.params.id!)));
+    add('POST', '/v1/deployments', 'operator', async (c) => {
+      const d = await s.createDeployment(c.body, who(c));
       return created(d, `/v1/deployments/${String(d.id)}`);
     });
-    add('GET', '/v1/deployments', 'operator', (c) => items(s.listDeployments(c.query.get('node') ?? undefined)));
-    add('GET', '/v1/deployments/:id', 'operator', (c) => ok(s.getDeployment(c.params.id!)));
-    add('GET', '/v1/deployments/:id/revisions', 'operator', (c) => items(s.listRevisions(c.params.id!)));
-    add('PATCH', '/v1/deployments/:id', 'operator', (c) => ok(s.updateDeployment(c.params.id!, c.body, who(c))));
-    add('DELETE', '/v1/deployments/:id', 'operator', (c) => {
-      const d = s.deleteDeployment(c.params.id!, who(c));
+    add('GET', '/v1/deployments', 'operator', async (c) => items(await s.listDeployments(c.query.get('node') ?? undefined)));
+    add('GET', '/v1/deployments/:id', 'operator', async (c) => ok(await s.getDeployment(c.params.id!)));
+    add('GET', '/v1/deployments/:id/revisions', 'operator', async (c) => items(await s.listRevisions(c.params.id!)));
+    add('PATCH', '/v1/deployments/:id', 'operator', async (c) => ok(await s.updateDeployment(c.params.id!, c.body, who(c))));
+    add('DELETE', '/v1/deployments/:id', 'operator', async (c) => {
+      const d = await s.deleteDeployment(c.params.id!, who(c));
       return d === null ? { status: 204 } : { status: 202, body: d };
     });
-    add('POST', '/v1/clusters', 'operator', (c) => {
-      const cl = s.createCluster(c.body, who(c));
+    add('POST', '/v1/clusters', 'operator', async (c) => {
+      const cl = await s.createCluster(c.body, who(c));
       return created(cl, `/v1/clusters/${String(cl.id)}`);
     });
-    add('GET', '/v1/clusters', 'operator', () => items(s.listClusters()));
-    add('GET', '/v1/clusters/:id', 'operator', (c) => ok(s.getCluster(c.params.id!)));
-    add('DELETE', '/v1/clusters/:id', 'operator', (c) => {
-      s.deleteCluster(c.params.id!, who(c));
+    add('GET', '/v1/clusters', 'operator', async () => items(await s.listClusters()));
+    add('GET', '/v1/clusters/:id', 'operator', async (c) => ok(await s.getCluster(c.params.id!)));
+    add('DELETE', '/v1/clusters/:id', 'operator', async (c) => {
+      await s.deleteCluster(c.params.id!, who(c));
       try {
-        return { status: 202, body: s.getCluster(c.params.id!) };
+        return { status: 202, body: await s.getCluster(c.params.id!) };
       } catch {
         return { status: 204 }; // nothing to uninstall: removed at once
       }
     });
-    add('PATCH', '/v1/clusters/:id/actions/restart', 'operator', (c) => {
-      s.restartCluster(c.params.id!, c.body, who(c));
+    add('PATCH', '/v1/clusters/:id/actions/restart', 'operator', async (c) => {
+      await s.restartCluster(c.params.id!, c.body, who(c));
       return { status: 204 };
     });
-    add('GET', '/v1/audit', 'operator', (c) => {
+    add('GET', '/v1/audit', 'operator', async (c) => {
       const limit = Math.min(1000, Math.max(1, Number(c.query.get('limit') ?? 100) || 100));
-      return items(s.store.listAudit(limit));
+      return items(await s.store.listAudit(limit));
     });
     add('GET', '/v1/events', 'operator', (c) => this.#events(c));
     add('GET', '/metrics', 'operator', async () => {
@@ -524,14 +524,14 @@ export class ApiServer {
     });
   }
 
-  #metadata(c: RouteContext): undefined {
+  async #metadata(c: RouteContext): Promise<undefined> {
     const { req, res, identity } = c;
     const nonceHeader = req.headers[NONCE_HEADER];
     const nonce = Array.isArray(nonceHeader) ? nonceHeader[0] : nonceHeader;
     if (nonce !== undefined && !isValidNonce(nonce)) {
       throw new HeraldError('invalid_request', 'Herald-Nonce must be 16 to 128 base64url characters', { field: 'Herald-Nonce' });
     }
-    const built = this.#o.service.metadata(c.params.node!);
+    const built = await this.#o.service.metadata(c.params.node!);
     const etag = `"${built.generation}"`;
     const notModified = matchesEtag(req.headers['if-none-match'], etag);
     const signature = signMetadata(this.#o.signer(), {
@@ -633,9 +633,9 @@ function peerHint(socket: tls.TLSSocket): string {
   }
 }
 
-/** A plain-HTTP `GET /healthz` for probes (`--health-listen`); `check` says whether we are healthy. */
-export function createHealthServer(check: () => boolean): http.Server {
-  return http.createServer((req, res) => {
+/** A plain-HTTP `GET /healthz` for probes (`--health-listen`); `check` says whether we are healthy (never rejects). */
+export function createHealthServer(check: () => Promise<boolean>): http.Server {
+  return http.createServer(async (req, res) => {
     res.setHeader('Cache-Control', 'no-store');
     res.setHeader('X-Content-Type-Options', 'nosniff');
     const path = (req.url ?? '/').split('?')[0];
@@ -644,7 +644,7 @@ export function createHealthServer(check: () => boolean): http.Server {
       res.end(JSON.stringify({ error: { code: 'not_found', message: 'only GET /healthz here' } }));
       return;
     }
-    const healthy = check();
+    const healthy = await check();
     res.writeHead(healthy ? 200 : 503, { 'Content-Type': 'application/json' });
     res.end(JSON.stringify({ status: healthy ? 'ok' : 'unavailable' }));
   });

@@ -1,18 +1,18 @@
 /**
  * Group commit: changes that arrive together (signals and announcements from many agents after
  * a fan-out) share one transaction and so one fsync, instead of one each. Each change keeps its
- * own all-or-nothing (a savepoint inside the shared transaction) and its own result or error;
- * the promises settle only after the shared commit, so nothing is acknowledged before it is
- * durable.
+ * own all-or-nothing (a savepoint inside the shared transaction), its own generation and its
+ * own result or error; the promises settle only after the shared commit, so nothing is
+ * acknowledged before it is durable.
  */
-import type { Store } from './store.js';
+import type { Committed, Store, TxFn } from './store.js';
 
 /** Changes gathered into one commit at most. */
 export const MAX_GROUP_COMMIT = 256;
 
 interface Pending {
-  fn: () => unknown;
-  resolve: (v: unknown) => void;
+  fn: TxFn<unknown>;
+  resolve: (v: Committed<unknown>) => void;
   reject: (e: unknown) => void;
 }
 
@@ -27,43 +27,38 @@ export class GroupCommitter {
     this.#max = max;
   }
 
-  /** Runs `fn` (store calls) in the next shared transaction; settles after its commit. */
-  run<T>(fn: () => T): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      this.#queue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
-      if (this.#queue.length >= this.#max) this.flush();
+  /**
+   * Runs `fn` in the next shared transaction (in its own savepoint); resolves after the commit
+   * with its result and change set, or rejects with its error (or the shared commit's).
+   */
+  run<T>(fn: TxFn<T>): Promise<Committed<T>> {
+    return new Promise<Committed<T>>((resolve, reject) => {
+      this.#queue.push({ fn, resolve: resolve as (v: Committed<unknown>) => void, reject });
+      if (this.#queue.length >= this.#max) void this.flush();
       else if (!this.#scheduled) {
         this.#scheduled = true;
-        setImmediate(() => this.flush());
+        setImmediate(() => void this.flush());
       }
     });
   }
 
-  /** Commits what is queued now. */
-  flush(): void {
+  /** Commits what is queued now; resolves once its promises are settled. Never rejects. */
+  async flush(): Promise<void> {
     this.#scheduled = false;
     const batch = this.#queue;
     this.#queue = [];
     if (batch.length === 0) return;
-    const outcomes: Array<{ ok: true; v: unknown } | { ok: false; e: unknown }> = [];
+    let outcomes;
     try {
-      this.#store.group(() => {
-        for (const p of batch) {
-          try {
-            outcomes.push({ ok: true, v: p.fn() });
-          } catch (e) {
-            outcomes.push({ ok: false, e });
-          }
-        }
-      });
+      outcomes = await this.#store.group(batch.map((p) => p.fn));
     } catch (err) {
       for (const p of batch) p.reject(err);
       return;
     }
     batch.forEach((p, i) => {
       const o = outcomes[i]!;
-      if (o.ok) p.resolve(o.v);
-      else p.reject(o.e);
+      if (o.ok) p.resolve(o.value);
+      else p.reject(o.error);
     });
   }
 }

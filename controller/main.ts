@@ -16,6 +16,7 @@ import { ConfigError } from '../protocol/errors.js';
 import { DEFAULT_TRUST_DOMAIN, RESTART_STEP_MARGIN_S } from '../protocol/limits.js';
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import { ApiServer, createHealthServer } from './api.js';
+import { ClusterEngine } from './clusters/engine.js';
 import { EventBus } from './events.js';
 import { ControllerMetrics } from './metrics.js';
 import type { ControllerOptions } from './options.js';
@@ -157,7 +158,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       }
     });
 
-    const store = new SqliteStore(o.db, { stepMarginS: deps.stepMarginS ?? RESTART_STEP_MARGIN_S });
+    const store = new SqliteStore(o.db);
     cleanup.push(() => store.close());
     for (const { file, mode } of looseDatabaseFiles(o.db)) {
       logger.warn({ code: 'unsafe_file_mode', file, mode }, `${file} is readable or writable by group or others (mode ${mode}); it holds hidden input values: chmod 600 it`);
@@ -172,6 +173,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
 
     const service = new ControllerService({
       store, push, events, logger, metrics,
+      clusters: new ClusterEngine({ stepMarginS: deps.stepMarginS ?? RESTART_STEP_MARGIN_S }),
       publicUrl: o.publicUrl ?? defaultPublicUrl(o.listen.host, o.listen.port),
       autoRegister: o.autoRegister,
       ...(deps.clusterTickMs !== undefined ? { clusterTickMs: deps.clusterTickMs } : {}),
@@ -196,14 +198,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     let health: http.Server | null = null;
     let healthAddress: AddressInfo | null = null;
     if (o.healthListen) {
-      const h = createHealthServer(() => {
-        try {
-          store.generation();
-          return true;
-        } catch {
-          return false;
-        }
-      });
+      const h = createHealthServer(() => store.generation().then(() => true, () => false));
       health = h;
       try {
         healthAddress = await new Promise<AddressInfo>((resolve, reject) => {
@@ -217,7 +212,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
 
     logger.info({
       event: 'controller.start', listen: `${address.address}:${address.port}`, health: healthAddress ? `${healthAddress.address}:${healthAddress.port}` : null,
-      spiffeId: me.spiffeId, trustDomain, db: o.db, autoRegister: o.autoRegister, pushWorkers: o.pushWorkers, generation: store.generation(),
+      spiffeId: me.spiffeId, trustDomain, db: o.db, autoRegister: o.autoRegister, pushWorkers: o.pushWorkers, generation: await store.generation(),
     }, 'controller listening');
 
     let closing: Promise<void> | undefined;
@@ -229,9 +224,9 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
           api.close(),
           h ? new Promise<void>((r) => h.close(() => r())) : Promise.resolve(),
         ]);
-        service.close();
+        await service.close();
         await push.close();
-        store.close();
+        await store.close();
         material.close();
         logger.info({ event: 'controller.stopped' }, 'controller stopped');
       })();

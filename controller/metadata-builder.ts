@@ -98,25 +98,34 @@ export class MetadataCache {
     this.#max = max;
   }
 
-  /** The body for (node, generation), building it with `build` when not cached. */
-  get(node: string, generation: number, build: () => MetadataDocument): BuiltMetadata {
+  /** The cached body for (node, generation), if any (marked recently used). */
+  peek(node: string, generation: number): BuiltMetadata | undefined {
     const hit = this.#entries.get(node);
-    if (hit && hit.generation === generation) {
-      this.#entries.delete(node);
-      this.#entries.set(node, hit);
-      return hit;
-    }
-    const doc = build();
-    const body = Buffer.from(JSON.stringify(doc), 'utf8');
-    const built: BuiltMetadata = { node, generation: doc.generation, body, sha256: sha256b64url(body) };
+    if (!hit || hit.generation !== generation) return undefined;
     this.#entries.delete(node);
-    this.#entries.set(node, built);
+    this.#entries.set(node, hit);
+    return hit;
+  }
+
+  /** Encodes `doc`, keeps it for its node unless a newer generation is kept already, and returns it. */
+  put(doc: MetadataDocument): BuiltMetadata {
+    const body = Buffer.from(JSON.stringify(doc), 'utf8');
+    const built: BuiltMetadata = { node: doc.node, generation: doc.generation, body, sha256: sha256b64url(body) };
+    const had = this.#entries.get(doc.node);
+    if (had && had.generation > built.generation) return built; // (two builds raced; the newer stays)
+    this.#entries.delete(doc.node);
+    this.#entries.set(doc.node, built);
     while (this.#entries.size > this.#max) {
       const oldest = this.#entries.keys().next();
       if (oldest.done) break;
       this.#entries.delete(oldest.value);
     }
     return built;
+  }
+
+  /** The body for (node, generation), building it with `build` when not cached. */
+  get(node: string, generation: number, build: () => MetadataDocument): BuiltMetadata {
+    return this.peek(node, generation) ?? this.put(build());
   }
 
   delete(node: string): void {

@@ -2,20 +2,23 @@
  * The controller's operations, between the API and the store: validates what the store cannot,
  * runs each change as one store transaction, then wakes the nodes that got work (push), drops
  * nothing into memory that matters after a crash, and announces changes (events). Cluster
- * operations advance inside the store's transactions; a timer here only drives deadlines and
- * restart windows (`tickClusters`), and it is run once at start for what happened while down.
+ * operations are the cluster engine's (clusters/engine.ts), run inside the store transaction
+ * that records their event; a timer here only drives deadlines and restart windows (the
+ * engine's tick), and it is run once at start for what happened while down.
  */
 import type { Logger } from 'pino';
 import { HeraldError } from '../protocol/errors.js';
 import { DEFAULT_ACTIONS, type DeployAction } from '../protocol/heat.js';
 import { ACK_FLUSH_INTERVAL_MS, CLUSTER_TICK_INTERVAL_MS, WAKE_FETCH_EXEMPT_MS } from '../protocol/limits.js';
 import type { CertIdentity } from '../certs/identity.js';
+import { ClusterEngine } from './clusters/engine.js';
 import { hostInSans, parseEndpoint } from './endpoint.js';
 import { GroupCommitter } from './group-commit.js';
 import type { EventBus } from './events.js';
 import { buildMetadataDocument, MetadataCache, type BuiltMetadata } from './metadata-builder.js';
 import type { ControllerMetrics } from './metrics.js';
 import type { PushService } from './push-types.js';
+import { recordSignal } from './signal.js';
 import type { ChangeSet, DeploymentRecord, NodeRecord, Store } from './store.js';
 import {
   checkConfig,
@@ -45,6 +48,8 @@ export interface ControllerServiceOptions {
   /** Create unknown nodes when their agent announces itself (default true). */
   autoRegister?: boolean;
   now?: () => number;
+  /** The cluster engine (default: one with the default step margin). */
+  clusters?: ClusterEngine;
   clusterTickMs?: number;
   ackFlushMs?: number;
 }
@@ -53,6 +58,7 @@ type View = Record<string, unknown>;
 
 export class ControllerService {
   readonly store: Store;
+  readonly clusters: ClusterEngine;
   readonly push: PushService;
   readonly events: EventBus;
   readonly #log: Logger;
@@ -68,6 +74,9 @@ export class ControllerService {
   readonly #wokeAt = new Map<string, number>();
   #pendingAcks = new Map<string, number>();
   #tickTimer: NodeJS.Timeout | undefined;
+  /** The tick in progress, if any: a slow one is not run twice at once. */
+  #ticking: Promise<void> | undefined;
+  #flushing: Promise<void> | undefined;
   #ackTimer: NodeJS.Timeout | undefined;
   readonly #tickMs: number;
   readonly #ackMs: number;
@@ -75,6 +84,7 @@ export class ControllerService {
 
   constructor(o: ControllerServiceOptions) {
     this.store = o.store;
+    this.clusters = o.clusters ?? new ClusterEngine();
     this.push = o.push;
     this.events = o.events;
     this.#log = o.logger;
@@ -96,24 +106,30 @@ export class ControllerService {
   async start(): Promise<void> {
     this.push.on('ack', (e) => this.#noteFetched(e.node, e.gen, false));
     this.push.on('state', (node, s) => this.events.publish('push', { node, ...s }));
-    this.#tick(); // deadlines that passed while the controller was down
+    await this.tick(); // deadlines that passed while the controller was down
     await this.push.start(
-      this.store.listNodes().map((n) => ({ node: n.id, url: n.endpoint, generation: n.generation, ackedGeneration: n.ackedGeneration })),
+      (await this.store.listNodes()).map((n) => ({ node: n.id, url: n.endpoint, generation: n.generation, ackedGeneration: n.ackedGeneration })),
     );
-    this.#tickTimer = setInterval(() => this.#tick(), this.#tickMs);
+    this.#tickTimer = setInterval(() => void this.tick(), this.#tickMs);
     this.#tickTimer.unref();
-    this.#ackTimer = setInterval(() => this.flushAcks(), this.#ackMs);
+    this.#ackTimer = setInterval(() => {
+      this.flushAcks().catch((err: unknown) => this.#log.error({ err }, 'could not write acknowledged generations'));
+    }, this.#ackMs);
     this.#ackTimer.unref();
   }
 
-  /** Stops the timers and writes pending acks. Does not close the store or the dialer. Idempotent. */
-  close(): void {
+  /**
+   * Stops the timers, waits for a tick in progress and writes pending acks. Does not close the
+   * store or the dialer. Idempotent; never rejects.
+   */
+  async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     clearInterval(this.#tickTimer);
     clearInterval(this.#ackTimer);
+    await this.#ticking;
     try {
-      this.flushAcks();
+      await this.flushAcks();
     } catch (err) {
       this.#log.error({ err }, 'could not write acknowledged generations at shutdown');
     }
@@ -121,13 +137,13 @@ export class ControllerService {
 
   // ---- nodes -------------------------------------------------------------------------------
 
-  createNode(body: unknown, who: string): View {
+  async createNode(body: unknown, who: string): Promise<View> {
     const b = parseBody(nodeCreateSchema, body);
     const url = b.endpoint == null ? null : parseEndpoint(b.endpoint, 'endpoint').url;
-    const { node, changes } = this.store.createNode(b.id, url, who);
+    const { node, changes } = await this.store.createNode(b.id, url, who);
     this.#log.info({ event: 'node.create', node: node.id, who }, 'node created');
     if (url !== null) this.push.setEndpoint(node.id, url, node.generation);
-    this.#apply(changes);
+    await this.#apply(changes);
     return this.#nodeView(node);
   }
 
@@ -141,33 +157,35 @@ export class ControllerService {
     if (!hostInSans(ep.host, caller.dns, caller.ips)) {
       throw new HeraldError('endpoint_not_in_san', `the endpoint host is not among the certificate's DNS or IP SANs`, { field: 'url' });
     }
-    const r = await this.#committer.run(() => this.store.announceEndpoint(node, ep.url, caller.spiffeId, this.#autoRegister));
+    const { result: r, changes } = await this.#committer.run((tx) => tx.announceEndpoint(node, ep.url, caller.spiffeId, this.#autoRegister));
+    // read after the commit: the node's generation is given at the end of its unit
+    const n = (await this.store.getNode(node))!;
     if (r.changed) {
       this.#log.info({ event: r.created ? 'node.register' : 'node.endpoint', node, endpoint: ep.url }, r.created ? 'node registered by its agent' : 'node endpoint changed');
-      this.push.setEndpoint(node, ep.url, r.node.generation);
+      this.push.setEndpoint(node, ep.url, n.generation);
     }
-    this.#apply(r.changes);
-    return this.#nodeView(r.node);
+    await this.#apply(changes);
+    return this.#nodeView(n);
   }
 
-  listNodes(): View[] {
-    return this.store.listNodes().map((n) => this.#nodeView(n));
+  async listNodes(): Promise<View[]> {
+    return (await this.store.listNodes()).map((n) => this.#nodeView(n));
   }
 
-  getNode(id: string): View {
-    const n = this.store.getNode(id);
+  async getNode(id: string): Promise<View> {
+    const n = await this.store.getNode(id);
     if (!n) throw new HeraldError('not_found', `no node ${id}`);
     return this.#nodeView(n);
   }
 
-  deleteNode(id: string, who: string): void {
-    const changes = this.store.deleteNode(id, who);
+  async deleteNode(id: string, who: string): Promise<void> {
+    const changes = await this.store.deleteNode(id, who);
     this.push.remove(id);
     this.#cache.delete(id);
     this.#fetches.delete(id);
     this.#pendingAcks.delete(id);
     this.#log.info({ event: 'node.delete', node: id, who }, 'node deleted');
-    this.#apply(changes);
+    await this.#apply(changes);
   }
 
   #nodeView(n: NodeRecord): View {
@@ -176,74 +194,77 @@ export class ControllerService {
 
   // ---- configs -----------------------------------------------------------------------------
 
-  createConfig(body: unknown, who: string): View {
+  async createConfig(body: unknown, who: string): Promise<View> {
     const c = checkConfig(parseBody(configCreateSchema, body));
-    const rec = this.store.createConfig(c, who);
+    const rec = await this.store.createConfig(c, who);
     this.#log.info({ event: 'config.create', config: rec.id, name: rec.name, group: rec.group, who }, 'config created');
     return configView(rec);
   }
 
-  listConfigs(): View[] {
-    return this.store.listConfigs().map(configView);
+  async listConfigs(): Promise<View[]> {
+    return (await this.store.listConfigs()).map(configView);
   }
 
-  getConfig(id: string): View {
-    const c = this.store.getConfig(id);
+  async getConfig(id: string): Promise<View> {
+    const c = await this.store.getConfig(id);
     if (!c) throw new HeraldError('not_found', `no config ${id}`);
     return configView(c);
   }
 
   // ---- deployments -------------------------------------------------------------------------
 
-  createDeployment(body: unknown, who: string): View {
+  async createDeployment(body: unknown, who: string): Promise<View> {
     const b = parseBody(deploymentCreateSchema, body);
-    const config = this.store.getConfig(b.config_id);
+    const config = await this.store.getConfig(b.config_id);
     if (!config) throw new HeraldError('unknown_config', `no config ${b.config_id}`, { field: 'config_id' });
     const action = checkRevisionAction(b.action) ?? 'CREATE';
     const actions = b.actions === undefined ? [...DEFAULT_ACTIONS] : [...new Set<DeployAction>(b.actions)];
     const inputValues = coerceInputValues(config, b.input_values ?? {});
-    const { deployment, changes } = this.store.createDeployment({ node: b.node, configId: config.id, name: b.name ?? null, actions, action, inputValues }, who);
+    const { deployment, changes } = await this.store.createDeployment({ node: b.node, configId: config.id, name: b.name ?? null, actions, action, inputValues }, who);
     this.#log.info({ event: 'deployment.create', deployment: deployment.id, node: deployment.node, action, who }, 'deployment created');
-    this.#apply(changes);
-    return deploymentView(deployment, config, this.hiddenInputsOf(deployment));
+    await this.#apply(changes);
+    return deploymentView(deployment, config, await this.hiddenInputsOf(deployment));
   }
 
-  updateDeployment(id: string, body: unknown, who: string): View {
+  async updateDeployment(id: string, body: unknown, who: string): Promise<View> {
     const b = parseBody(deploymentPatchSchema, body ?? {});
-    const d = this.store.getDeployment(id);
+    const d = await this.store.getDeployment(id);
     if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
-    const config = this.store.getConfig(d.configId)!;
+    const config = (await this.store.getConfig(d.configId))!;
     const action = checkRevisionAction(b.action);
     const inputValues = b.input_values === undefined ? undefined : coerceInputValues(config, mergeInputValues(d.current.inputValues, b.input_values));
-    const { deployment, changes } = this.store.updateDeployment(id, { ...(inputValues ? { inputValues } : {}), ...(action ? { action } : {}) }, who);
+    const { deployment, changes } = await this.store.updateDeployment(id, { ...(inputValues ? { inputValues } : {}), ...(action ? { action } : {}) }, who);
     this.#log.info({ event: 'deployment.update', deployment: id, node: d.node, revision: deployment.current.revision, action: deployment.current.action, who }, 'deployment updated');
-    this.#apply(changes);
-    return deploymentView(deployment, config, this.hiddenInputsOf(deployment));
+    await this.#apply(changes);
+    return deploymentView(deployment, config, await this.hiddenInputsOf(deployment));
   }
 
-  /** Returns the deployment while its DELETE revision runs, or null when it was removed at once. */
-  deleteDeployment(id: string, who: string): View | null {
-    const { deployment, changes } = this.store.deleteDeployment(id, who);
+  /** Resolves with the deployment while its DELETE revision runs, or null when it was removed at once. */
+  async deleteDeployment(id: string, who: string): Promise<View | null> {
+    const { deployment, changes } = await this.store.deleteDeployment(id, who);
     this.#log.info({ event: 'deployment.delete', deployment: id, runs: deployment !== null, who }, deployment ? 'deployment DELETE revision made' : 'deployment removed');
-    this.#apply(changes);
+    await this.#apply(changes);
     return deployment && this.#deploymentView(deployment);
   }
 
-  getDeployment(id: string): View {
-    const d = this.store.getDeployment(id);
+  async getDeployment(id: string): Promise<View> {
+    const d = await this.store.getDeployment(id);
     if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
     return this.#deploymentView(d);
   }
 
-  listDeployments(node?: string): View[] {
-    return this.store.listDeployments({ node }).map((d) => this.#deploymentView(d));
+  async listDeployments(node?: string): Promise<View[]> {
+    const list = await this.store.listDeployments({ node });
+    const views: View[] = [];
+    for (const d of list) views.push(await this.#deploymentView(d));
+    return views;
   }
 
-  listRevisions(id: string): View[] {
-    const d = this.store.getDeployment(id);
+  async listRevisions(id: string): Promise<View[]> {
+    const d = await this.store.getDeployment(id);
     if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
-    const hidden = this.hiddenInputsOf(d);
-    return this.store.listRevisions(id).map((r) => revisionView(r, hidden));
+    const hidden = await this.hiddenInputsOf(d);
+    return (await this.store.listRevisions(id)).map((r) => revisionView(r, hidden));
   }
 
   /**
@@ -254,7 +275,7 @@ export class ControllerService {
    */
   async signal(node: string, deploymentId: string, body: unknown, who: string): Promise<View> {
     const b = parseBody(signalSchema, body);
-    const known = this.store.getDeployment(deploymentId);
+    const known = await this.store.getDeployment(deploymentId);
     if (!known || known.node !== node) throw new HeraldError('not_found', `node ${node} has no deployment ${deploymentId}`);
     if (b.revision < known.current.revision) throw new HeraldError('stale_revision', `revision ${b.revision} is older than the current ${known.current.revision}`, { field: 'revision' });
     if (b.revision > known.current.revision) throw new HeraldError('unknown_revision', `revision ${b.revision} is newer than the current ${known.current.revision}`, { field: 'revision' });
@@ -262,18 +283,19 @@ export class ControllerService {
       this.#metrics?.signals.inc({ outcome: 'duplicate', status: known.current.status });
       return signalSummary(known);
     }
-    const r = await this.#committer.run(() => this.store.recordSignal(node, deploymentId, {
+    const input = {
       revision: b.revision,
       deployStatusCode: b.deploy_status_code,
       deployStdout: b.deploy_stdout,
       deployStderr: b.deploy_stderr,
       outputs: b.outputs,
       statusReason: b.status_reason,
-    }, who));
+    };
+    const { result: r, changes } = await this.#committer.run((tx) => recordSignal(tx, this.clusters, node, deploymentId, input, who, this.#now()));
     const status = r.deployment?.current.status ?? 'removed';
     this.#metrics?.signals.inc({ outcome: r.outcome, status });
     if (r.outcome === 'recorded') this.#log.info({ event: 'deployment.signal', deployment: deploymentId, node, revision: b.revision, status }, 'signal recorded');
-    this.#apply(r.changes);
+    await this.#apply(changes);
     if (!r.deployment) return { id: deploymentId, deployment_id: deploymentId, node, removed: true };
     return signalSummary(r.deployment);
   }
@@ -294,8 +316,8 @@ export class ControllerService {
     }
   }
 
-  #deploymentView(d: DeploymentRecord): View {
-    return deploymentView(d, this.store.getConfig(d.configId), this.hiddenInputsOf(d));
+  async #deploymentView(d: DeploymentRecord): Promise<View> {
+    return deploymentView(d, await this.store.getConfig(d.configId), await this.hiddenInputsOf(d));
   }
 
   /**
@@ -304,24 +326,34 @@ export class ControllerService {
    * deployments, so a value one config hides must be hidden wherever it goes). Every view,
    * event and the metadata's `hidden` flags come from here.
    */
-  hiddenInputsOf(d: DeploymentRecord): Set<string> {
-    const ids = d.clusterId === null ? [d.configId] : [d.configId, ...(this.store.clusterConfigIds(d.clusterId) ?? [])];
-    return hiddenNames(...ids.map((id) => this.store.getConfig(id)));
+  async hiddenInputsOf(d: DeploymentRecord): Promise<Set<string>> {
+    const ids = d.clusterId === null ? [d.configId] : [d.configId, ...((await this.store.clusterConfigIds(d.clusterId)) ?? [])];
+    const configs = [];
+    for (const id of ids) configs.push(await this.store.getConfig(id));
+    return hiddenNames(...configs);
   }
 
   // ---- metadata ----------------------------------------------------------------------------
 
   /**
-   * The node's metadata body for its current generation, built once per generation.
+   * The node's metadata body for its current generation, built once per generation: a cached
+   * one costs one read (the node's row).
    * @throws HeraldError node_deleted | not_found
    */
-  metadata(node: string): BuiltMetadata {
-    const n = this.store.getNode(node);
+  async metadata(node: string): Promise<BuiltMetadata> {
+    const n = await this.store.getNode(node);
     if (!n) {
-      if (this.store.isTombstoned(node)) throw new HeraldError('node_deleted', `node ${node} was deleted`);
+      if (await this.store.isTombstoned(node)) throw new HeraldError('node_deleted', `node ${node} was deleted`);
       throw new HeraldError('not_found', `no node ${node}`);
     }
-    return this.#cache.get(node, n.generation, () => buildMetadataDocument(this.store.metadataSource(node)!, (nd, id) => this.signalUrl(nd, id), (d) => this.hiddenInputsOf(d)));
+    const hit = this.#cache.peek(node, n.generation);
+    if (hit) return hit;
+    // one snapshot: the node (its generation) and its deployments are read together
+    const src = await this.store.metadataSource(node);
+    if (!src) throw new HeraldError('not_found', `no node ${node}`);
+    const hidden = new Map<string, Set<string>>();
+    for (const e of src.entries) hidden.set(e.deployment.id, await this.hiddenInputsOf(e.deployment));
+    return this.#cache.put(buildMetadataDocument(src, (nd, id) => this.signalUrl(nd, id), (d) => hidden.get(d.id)!));
   }
 
   signalUrl(node: string, deploymentId: string): string {
@@ -340,24 +372,28 @@ export class ControllerService {
   }
 
   /** Writes the acknowledged generations gathered since the last flush (one transaction). */
-  flushAcks(): void {
+  async flushAcks(): Promise<void> {
+    await this.#flushing; // (one flush at a time: a batch never overtakes the one before it)
     if (this.#pendingAcks.size === 0) return;
     const batch = this.#pendingAcks;
     this.#pendingAcks = new Map();
-    this.store.recordAcked(batch);
+    this.#flushing = this.store.recordAcked(batch).finally(() => {
+      this.#flushing = undefined;
+    });
+    await this.#flushing;
   }
 
   // ---- clusters ----------------------------------------------------------------------------
 
-  createCluster(body: unknown, who: string): View {
+  async createCluster(body: unknown, who: string): Promise<View> {
     const b = parseBody(clusterCreateSchema, body);
     if (new Set(b.nodes).size !== b.nodes.length) throw new HeraldError('invalid_request', 'a node is listed twice', { field: 'nodes' });
-    const install = this.store.getConfig(b.install_config_id);
+    const install = await this.store.getConfig(b.install_config_id);
     if (!install) throw new HeraldError('unknown_config', `no config ${b.install_config_id}`, { field: 'install_config_id' });
-    const uninstall = this.store.getConfig(b.uninstall_config_id);
+    const uninstall = await this.store.getConfig(b.uninstall_config_id);
     if (!uninstall) throw new HeraldError('unknown_config', `no config ${b.uninstall_config_id}`, { field: 'uninstall_config_id' });
     const values = b.input_values ?? {};
-    const { cluster, changes } = this.store.createCluster({
+    const { result: id, changes } = await this.store.transaction((tx) => this.clusters.create(tx, {
       name: b.name,
       nodes: b.nodes,
       installConfigId: install.id,
@@ -365,44 +401,56 @@ export class ControllerService {
       installInputValues: coerceInputValues(install, values),
       uninstallInputValues: coerceInputValues(uninstall, values),
       inputValues: values,
-    }, who, this.#now());
+    }, who, this.#now()));
+    const cluster = (await this.store.getCluster(id))!;
     this.#log.info({ event: 'cluster.create', cluster: cluster.id, nodes: cluster.nodes.length, who }, 'cluster created');
-    this.#apply(changes);
+    await this.#apply(changes);
     return clusterView(cluster, install, uninstall);
   }
 
-  restartCluster(id: string, body: unknown, who: string): void {
+  async restartCluster(id: string, body: unknown, who: string): Promise<void> {
     const b = parseBody(restartSchema, body ?? {});
-    const changes = this.store.restartCluster(id, b.max_unavailable ?? null, who, this.#now());
+    const { changes } = await this.store.transaction((tx) => this.clusters.restart(tx, id, b.max_unavailable ?? null, who, this.#now()));
     this.#log.info({ event: 'cluster.restart', cluster: id, max_unavailable: b.max_unavailable ?? 'all', who }, 'cluster restart started');
-    this.#apply(changes);
+    await this.#apply(changes);
   }
 
-  deleteCluster(id: string, who: string): void {
-    const changes = this.store.deleteCluster(id, who, this.#now());
+  async deleteCluster(id: string, who: string): Promise<void> {
+    const { changes } = await this.store.transaction((tx) => this.clusters.delete(tx, id, who, this.#now()));
     this.#log.info({ event: 'cluster.delete', cluster: id, who }, 'cluster delete started');
-    this.#apply(changes);
+    await this.#apply(changes);
   }
 
-  getCluster(id: string): View {
-    const c = this.store.getCluster(id);
+  async getCluster(id: string): Promise<View> {
+    const c = await this.store.getCluster(id);
     if (!c) throw new HeraldError('not_found', `no cluster ${id}`);
-    return clusterView(c, this.store.getConfig(c.installConfigId), this.store.getConfig(c.uninstallConfigId));
+    return clusterView(c, await this.store.getConfig(c.installConfigId), await this.store.getConfig(c.uninstallConfigId));
   }
 
-  listClusters(): View[] {
-    return this.store.listClusters().map((c) => clusterView(c, this.store.getConfig(c.installConfigId), this.store.getConfig(c.uninstallConfigId)));
+  async listClusters(): Promise<View[]> {
+    const views: View[] = [];
+    for (const c of await this.store.listClusters()) views.push(clusterView(c, await this.store.getConfig(c.installConfigId), await this.store.getConfig(c.uninstallConfigId)));
+    return views;
   }
 
-  /** Advances cluster operations (deadlines, windows) now; the timer calls it. */
-  tick(): void {
-    this.#tick();
+  /**
+   * Advances cluster operations (deadlines, windows) now; the timer calls it. A transaction
+   * only when some operation is in flight; a tick still running is waited for, not doubled.
+   * Never rejects (a failure is logged).
+   */
+  tick(): Promise<void> {
+    if (this.#closed) return Promise.resolve();
+    this.#ticking ??= this.#tick().finally(() => {
+      this.#ticking = undefined;
+    });
+    return this.#ticking;
   }
 
-  #tick(): void {
-    if (this.#closed) return;
+  async #tick(): Promise<void> {
     try {
-      this.#apply(this.store.tickClusters(this.#now()));
+      if ((await this.store.activeClusterIds()).length === 0) return;
+      const { changes } = await this.store.transaction((tx) => this.clusters.tick(tx, this.#now()));
+      await this.#apply(changes);
     } catch (err) {
       this.#log.error({ err }, 'cluster tick failed');
     }
@@ -410,8 +458,8 @@ export class ControllerService {
 
   // ---- after each transaction --------------------------------------------------------------
 
-  /** Wakes the nodes that got work and announces what changed. */
-  #apply(c: ChangeSet): void {
+  /** Wakes the nodes that got work (at once), then announces what changed. */
+  async #apply(c: ChangeSet): Promise<void> {
     if (c.wakes.length > 0) {
       const now = this.#now();
       for (const w of c.wakes) {
@@ -422,12 +470,12 @@ export class ControllerService {
       this.#forgetOldWakes(now);
     }
     for (const id of c.deployments) {
-      const d = this.store.getDeployment(id);
-      if (d) this.events.publish('deployment', this.#deploymentView(d));
+      const d = await this.store.getDeployment(id);
+      if (d) this.events.publish('deployment', await this.#deploymentView(d));
     }
     for (const id of c.removedDeployments) this.events.publish('deployment', { id, deployment_id: id, deleted: true });
     for (const id of c.nodes) {
-      const n = this.store.getNode(id);
+      const n = await this.store.getNode(id);
       if (n) this.events.publish('node', this.#nodeView(n));
     }
     for (const id of c.removedNodes) this.events.publish('node', { id, deleted: true });
@@ -435,10 +483,10 @@ export class ControllerService {
       // every signal of a cluster step lands here: the whole view (all N nodes) is built only
       // for someone listening to the event stream, the status alone otherwise
       if (this.events.subscribers > 0) {
-        const cl = this.store.getCluster(id);
-        if (cl) this.events.publish('cluster', clusterView(cl, this.store.getConfig(cl.installConfigId), this.store.getConfig(cl.uninstallConfigId)));
+        const cl = await this.store.getCluster(id);
+        if (cl) this.events.publish('cluster', clusterView(cl, await this.store.getConfig(cl.installConfigId), await this.store.getConfig(cl.uninstallConfigId)));
       }
-      const st = this.store.getClusterStatus(id);
+      const st = await this.store.getClusterStatus(id);
       if (st && !st.status.endsWith('_IN_PROGRESS')) this.#log.info({ event: 'cluster.status', cluster: id, status: st.status, reason: st.statusReason }, 'cluster operation finished');
     }
     for (const id of c.removedClusters) {

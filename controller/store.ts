@@ -1,291 +1,143 @@
 /**
- * The controller's durable state, behind a narrow interface: nodes (and tombstones of deleted
- * ids), immutable configs, deployments with one row per revision, clusters and their per-node
- * phases, the audit trail, and the one global generation sequence (SPEC §3 "Generations").
+ * The controller's durable state, behind one asynchronous interface: nodes (and tombstones of
+ * deleted ids), immutable configs, deployments with one row per revision, clusters and their
+ * per-node phases, the audit trail, and the one global generation sequence (SPEC §3
+ * "Generations"). SqliteStore implements it; a PostgreSQL store can (SPEC §7).
  *
- * Every mutating method is one transaction: the change, its audit row and the generation bump
- * commit together or not at all, and each returns a `ChangeSet` saying which nodes to wake and
- * what to announce. Validation of names and input values happens above (controller/service.ts);
- * the store checks only what needs its data (existence, revisions, states). A PostgreSQL store
- * can implement the same interface.
+ * Changes run in transactions: `transaction(fn)` gives `fn` a `StoreTx`, and everything `fn`
+ * does through it commits together (with its audit rows and one generation bump for the nodes
+ * it touched) or not at all; the result says which nodes to wake and what to announce. The
+ * store is persistence only: Heat's status rules (heat-status.ts), signals (signal.ts) and the
+ * cluster engine (clusters/engine.ts) run inside a transaction on top of it. Validation of
+ * names and input values happens above (service.ts); the store checks only what needs its
+ * data (existence, revisions, states).
  */
-import type { DeployAction, InputType } from '../protocol/heat.js';
-import type { WakeReason } from '../protocol/wake.js';
+import type { ClusterTx } from './clusters/tx.js';
+import type {
+  AnnounceResult,
+  AuditRecord,
+  ChangeSet,
+  ClusterRecord,
+  ClusterStatus,
+  ConfigRecord,
+  DeploymentPatch,
+  DeploymentRecord,
+  MetadataSource,
+  NewConfig,
+  NewDeployment,
+  NodeRecord,
+  RevisionRecord,
+} from './records.js';
 
-export { SqliteStore } from './sqlite-store.js';
+export type * from './records.js';
 
-export type DeploymentStatus = 'IN_PROGRESS' | 'COMPLETE' | 'FAILED';
-
-export interface NodeRecord {
-  id: string;
-  /** `wss://host:port/v1/wake`, or null before the agent announced one. */
-  endpoint: string | null;
-  /** Sequence value of the node's latest metadata change. */
-  generation: number;
-  /** The highest generation the agent is known to have fetched (ack or fetch), if any. */
-  ackedGeneration: number | null;
-  createdAt: string;
-  updatedAt: string;
-}
-
-export interface ConfigInput {
-  name: string;
-  type: InputType;
-  default?: unknown;
-  description?: string;
-  hidden?: boolean;
-}
-
-export interface ConfigOutput {
-  name: string;
-  type: InputType;
-  error_output: boolean;
-  description?: string;
-}
-
-export interface ConfigRecord {
-  id: string;
-  name: string;
-  group: string;
-  config: unknown;
-  inputs: ConfigInput[];
-  outputs: ConfigOutput[];
-  options: Record<string, unknown>;
-  createdAt: string;
-}
-
-export type NewConfig = Omit<ConfigRecord, 'id' | 'createdAt'>;
-
-export interface RevisionRecord {
-  revision: number;
-  /** The metadata item `id` of this revision: new per revision, stored (SPEC §5). */
-  itemId: string;
-  action: DeployAction;
-  /** As stored, hidden ones included: mask before showing (service.ts). */
-  inputValues: Record<string, unknown>;
-  status: DeploymentStatus;
-  statusReason: string;
-  /** Declared outputs present in the signal plus deploy_stdout/stderr/status_code; null before. */
-  outputValues: Record<string, unknown> | null;
-  /** The controller holds this revision's result (or nothing runs for it). */
-  signalled: boolean;
-  createdAt: string;
-  updatedAt: string;
-  signalledAt: string | null;
-}
-
-export type ClusterRole = 'install' | 'uninstall';
-
-export interface DeploymentRecord {
-  id: string;
-  node: string;
-  configId: string;
-  name: string | null;
-  actions: DeployAction[];
-  clusterId: string | null;
-  clusterRole: ClusterRole | null;
-  createdAt: string;
-  updatedAt: string;
-  /** The current revision. */
-  current: RevisionRecord;
-}
-
-export interface NewDeployment {
-  node: string;
-  configId: string;
-  name: string | null;
-  actions: DeployAction[];
-  action: DeployAction;
-  inputValues: Record<string, unknown>;
-}
-
-export interface DeploymentPatch {
-  /** Replaces the stored values (service.ts merges a PATCH into them first). */
-  inputValues?: Record<string, unknown>;
-  action?: DeployAction;
-}
-
-export interface SignalInput {
-  revision: number;
-  deployStatusCode: number;
-  deployStdout: string;
-  deployStderr: string;
-  outputs: Record<string, unknown>;
-  statusReason?: string | undefined;
-}
-
-export type ClusterStatus =
-  | 'CREATE_IN_PROGRESS' | 'CREATE_COMPLETE' | 'CREATE_FAILED'
-  | 'RESTART_IN_PROGRESS' | 'RESTART_COMPLETE' | 'RESTART_FAILED'
-  | 'DELETE_IN_PROGRESS' | 'DELETE_FAILED';
-export type ClusterOperation = 'create' | 'restart' | 'delete';
-export type ClusterNodePhase = 'pending' | 'uninstalling' | 'installing' | 'complete' | 'failed';
-
-export interface ClusterNodeRecord {
-  node: string;
-  position: number;
-  phase: ClusterNodePhase;
-  installDeploymentId: string;
-  uninstallDeploymentId: string;
-  /** When the step in flight must have its result (epoch ms), else null. */
-  stepDeadlineMs: number | null;
-  uninstallStartedAt: string | null;
-  uninstallFinishedAt: string | null;
-  installStartedAt: string | null;
-  installFinishedAt: string | null;
-  reason: string | null;
-}
-
-export interface ClusterRecord {
-  id: string;
-  name: string;
-  status: ClusterStatus;
-  statusReason: string;
-  installConfigId: string;
-  uninstallConfigId: string;
-  inputValues: Record<string, unknown>;
-  operation: ClusterOperation;
-  maxUnavailable: number;
-  operationStartedAt: string | null;
-  operationFinishedAt: string | null;
-  createdAt: string;
-  updatedAt: string;
-  nodes: ClusterNodeRecord[];
-}
-
-export interface NewCluster {
-  name: string;
-  nodes: string[];
-  installConfigId: string;
-  uninstallConfigId: string;
-  /** Already checked against each config's inputs (service.ts). */
-  installInputValues: Record<string, unknown>;
-  uninstallInputValues: Record<string, unknown>;
-  /** As given (stored for display; masked above). */
-  inputValues: Record<string, unknown>;
-}
-
-export interface Wake {
-  node: string;
-  generation: number;
-  reason: WakeReason;
-}
-
-/** What one transaction changed: who to wake, what to announce. */
-export interface ChangeSet {
-  /** The new sequence value, when some node's metadata changed. */
-  generation: number | null;
-  /** Nodes whose metadata changed (their generation is now `generation`). */
-  touchedNodes: string[];
-  /** Nodes that have work: wake them with their new generation. */
-  wakes: Wake[];
-  nodes: string[];
-  removedNodes: string[];
-  deployments: string[];
-  removedDeployments: string[];
-  clusters: string[];
-  removedClusters: string[];
-}
-
-export interface AuditRecord {
-  seq: number;
-  at: string;
-  who: string;
-  action: string;
-  target: string;
-  detail: Record<string, unknown> | null;
-}
-
-export interface MetadataSource {
-  node: NodeRecord;
-  /** The node's deployments with their current revision and config, unsorted. */
-  entries: Array<{ deployment: DeploymentRecord; config: ConfigRecord; cluster: { id: string; name: string } | null }>;
-}
-
-export interface AnnounceResult {
-  node: NodeRecord;
-  created: boolean;
-  /** The URL differs from the stored one (or the node is new). */
-  changed: boolean;
+/** A transaction's outcome: what `fn` returned, and what the transaction changed. */
+export interface Committed<T> {
+  result: T;
   changes: ChangeSet;
 }
 
+/** A unit of work in a transaction; it must use only `tx` (a call on the store itself from inside waits for the transaction: a deadlock). */
+export type TxFn<T> = (tx: StoreTx) => Promise<T>;
+
+/** One unit's outcome in a group commit. */
+export type UnitOutcome<T> = { ok: true; value: Committed<T> } | { ok: false; error: unknown };
+
 /**
- * The controller's storage. Methods throw HeraldError with a code (`not_found`, `node_exists`,
- * `node_deleted`, `unknown_node`, `unknown_config`, `stale_revision`, `unknown_revision`,
- * `deployment_busy`, `deployment_deleting`, `node_in_cluster`, `restart_in_progress`); `who` is
- * the caller's SPIFFE id, written to the audit trail.
+ * Reads outside any transaction. Each sees only committed data: while a write transaction is
+ * open, a read waits for its end (SQLite: one connection), or reads the last committed state
+ * (a store with MVCC). Each resolves to one consistent snapshot of what it returns.
  */
-export interface Store {
+export interface StoreReads {
   /** The sequence's current value (0 before any change). */
-  generation(): number;
-
-  createNode(id: string, endpoint: string | null, who: string): { node: NodeRecord; changes: ChangeSet };
-  /** An agent's announcement; creates the node when `autoRegister` (else `not_found`). */
-  announceEndpoint(id: string, url: string, who: string, autoRegister: boolean): AnnounceResult;
-  getNode(id: string): NodeRecord | undefined;
-  isTombstoned(id: string): boolean;
-  listNodes(): NodeRecord[];
-  /** Removes the node and its deployments, leaves a tombstone. */
-  deleteNode(id: string, who: string): ChangeSet;
-  /** Raises nodes' acknowledged generations (never lowers them); one transaction for the batch. */
-  recordAcked(acks: ReadonlyMap<string, number>): void;
-
-  createConfig(c: NewConfig, who: string): ConfigRecord;
-  getConfig(id: string): ConfigRecord | undefined;
-  listConfigs(): ConfigRecord[];
-
-  createDeployment(d: NewDeployment, who: string): { deployment: DeploymentRecord; changes: ChangeSet };
-  updateDeployment(id: string, p: DeploymentPatch, who: string): { deployment: DeploymentRecord; changes: ChangeSet };
-  /** `deployment` is null when it was removed at once (no DELETE run). */
-  deleteDeployment(id: string, who: string): { deployment: DeploymentRecord | null; changes: ChangeSet };
-  getDeployment(id: string): DeploymentRecord | undefined;
-  listDeployments(filter?: { node?: string | undefined }): DeploymentRecord[];
+  generation(): Promise<number>;
+  getNode(id: string): Promise<NodeRecord | undefined>;
+  isTombstoned(id: string): Promise<boolean>;
+  listNodes(): Promise<NodeRecord[]>;
+  getConfig(id: string): Promise<ConfigRecord | undefined>;
+  listConfigs(): Promise<ConfigRecord[]>;
+  getDeployment(id: string): Promise<DeploymentRecord | undefined>;
+  listDeployments(filter?: { node?: string | undefined }): Promise<DeploymentRecord[]>;
   /** Revisions of a deployment, oldest first. */
-  listRevisions(id: string): RevisionRecord[];
-  recordSignal(node: string, deploymentId: string, s: SignalInput, who: string, nowMs?: number): {
-    outcome: 'recorded' | 'duplicate';
-    deployment: DeploymentRecord | null;
-    changes: ChangeSet;
-  };
-
-  metadataSource(node: string): MetadataSource | undefined;
-
-  createCluster(c: NewCluster, who: string, nowMs?: number): { cluster: ClusterRecord; changes: ChangeSet };
-  getCluster(id: string): ClusterRecord | undefined;
+  listRevisions(id: string): Promise<RevisionRecord[]>;
+  /** The node with every deployment's current revision and config, in one snapshot. */
+  metadataSource(node: string): Promise<MetadataSource | undefined>;
+  getCluster(id: string): Promise<ClusterRecord | undefined>;
   /** A cluster's status alone (no nodes): O(1), for the path of every signal. */
-  getClusterStatus(id: string): { status: ClusterStatus; statusReason: string } | undefined;
+  getClusterStatus(id: string): Promise<{ status: ClusterStatus; statusReason: string } | undefined>;
   /** Every config that feeds the cluster's deployments (their hidden inputs are hidden in all of them). */
-  clusterConfigIds(id: string): string[] | undefined;
-  listClusters(): ClusterRecord[];
-  /** Starts a restart (window `maxUnavailable`, default all nodes). */
-  restartCluster(id: string, maxUnavailable: number | null, who: string, nowMs?: number): ChangeSet;
-  /** Uninstalls everywhere; the cluster and its deployments are removed once all succeeded. */
-  deleteCluster(id: string, who: string, nowMs?: number): ChangeSet;
-  /** Fails steps past their deadline and fills restart windows; returns what changed. */
-  tickClusters(nowMs?: number): ChangeSet;
-  /** Cluster ids with an operation in flight (the timer only needs these). */
-  activeClusterIds(): string[];
-
-  listAudit(limit?: number): AuditRecord[];
-  /**
-   * Runs `fn` in one transaction: the store calls inside it keep their own all-or-nothing
-   * (savepoints) but share one commit (group commit: one fsync for many changes).
-   */
-  group<T>(fn: () => T): T;
-  close(): void;
+  clusterConfigIds(id: string): Promise<string[] | undefined>;
+  listClusters(): Promise<ClusterRecord[]>;
+  /** Cluster ids with an operation in flight (the timer opens a transaction only when there are some). */
+  activeClusterIds(): Promise<string[]>;
+  /** The newest `limit` (default 100) audit rows, newest first. */
+  listAudit(limit?: number): Promise<AuditRecord[]>;
 }
 
-export function emptyChanges(): ChangeSet {
-  return {
-    generation: null,
-    touchedNodes: [],
-    wakes: [],
-    nodes: [],
-    removedNodes: [],
-    deployments: [],
-    removedDeployments: [],
-    clusters: [],
-    removedClusters: [],
-  };
+/**
+ * The controller's storage. Methods reject with HeraldError and a code (`not_found`,
+ * `node_exists`, `node_deleted`, `unknown_node`, `unknown_config`, `deployment_busy`,
+ * `deployment_deleting`, `node_in_cluster`, `cluster_busy`; `internal` once closed); `who` is
+ * the caller's SPIFFE id, written to the audit trail.
+ */
+export interface Store extends StoreReads {
+  /**
+   * Runs `fn` in one transaction (SQLite: BEGIN IMMEDIATE … COMMIT; transactions never
+   * interleave). When `fn` resolves, the touched nodes take one new generation, and the
+   * transaction commits; when it rejects (or the commit fails) everything is rolled back and
+   * the promise rejects with that error. Resolves only after the commit is durable.
+   */
+  transaction<T>(fn: TxFn<T>): Promise<Committed<T>>;
+  /**
+   * Group commit: runs `units` in order in one transaction, each in its own savepoint with its
+   * own generation and change set, so one unit's error undoes that unit alone; one commit (one
+   * fsync) for all. Resolves after the commit with each unit's outcome; rejects only when the
+   * shared transaction itself fails (then nothing of any unit was kept).
+   */
+  group<T>(units: ReadonlyArray<TxFn<T>>): Promise<Array<UnitOutcome<T>>>;
+
+  // one-transaction shortcuts for what StoreTx does; records are read after the commit
+  createNode(id: string, endpoint: string | null, who: string): Promise<{ node: NodeRecord; changes: ChangeSet }>;
+  /** An agent's announcement; creates the node when `autoRegister` (else `not_found`). */
+  announceEndpoint(id: string, url: string, who: string, autoRegister: boolean): Promise<AnnounceResult>;
+  /** Removes the node and its deployments, leaves a tombstone. */
+  deleteNode(id: string, who: string): Promise<ChangeSet>;
+  createConfig(c: NewConfig, who: string): Promise<ConfigRecord>;
+  createDeployment(d: NewDeployment, who: string): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }>;
+  updateDeployment(id: string, p: DeploymentPatch, who: string): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }>;
+  /** `deployment` is null when it was removed at once (no DELETE run). */
+  deleteDeployment(id: string, who: string): Promise<{ deployment: DeploymentRecord | null; changes: ChangeSet }>;
+
+  /** Raises nodes' acknowledged generations (never lowers them); one transaction for the batch, no generation. */
+  recordAcked(acks: ReadonlyMap<string, number>): Promise<void>;
+  /** Waits for the open transaction, then closes; later calls reject `internal`. Idempotent. */
+  close(): Promise<void>;
+}
+
+/**
+ * One open transaction (or a savepoint of a group commit). Reads through it see its own
+ * writes; a store with row locks locks the rows it reads for change (`SELECT … FOR UPDATE`:
+ * the deployment a signal or a revision changes, the cluster head, see clusters/tx.ts). It is
+ * valid only until the callback that received it settles; using it later rejects `internal`.
+ */
+export interface StoreTx extends ClusterTx {
+  node(id: string): Promise<NodeRecord | undefined>;
+  /** @throws HeraldError node_exists (field `id`) */
+  createNode(id: string, endpoint: string | null, who: string): Promise<void>;
+  /**
+   * Sets the node's endpoint; creates the node when unknown and `autoRegister`.
+   * @throws HeraldError node_deleted | not_found
+   */
+  announceEndpoint(id: string, url: string, who: string, autoRegister: boolean): Promise<{ created: boolean; changed: boolean }>;
+  /** @throws HeraldError not_found | node_in_cluster */
+  deleteNode(id: string, who: string): Promise<void>;
+  createConfig(c: NewConfig, who: string): Promise<ConfigRecord>;
+  /** @throws HeraldError unknown_node (field `node`) | unknown_config (field `config_id`) */
+  createDeployment(d: NewDeployment, who: string): Promise<DeploymentRecord>;
+  /** A new revision (action default UPDATE). @throws HeraldError not_found | deployment_busy | deployment_deleting */
+  updateDeployment(id: string, p: DeploymentPatch, who: string): Promise<DeploymentRecord>;
+  /** Runs its DELETE when listed (resolves with it), else removes it at once (resolves null). @throws HeraldError not_found | deployment_busy */
+  deleteDeployment(id: string, who: string): Promise<DeploymentRecord | null>;
+  /** Removes the deployment and its revisions (touching its node); nothing when it is gone already. */
+  removeDeployment(id: string): Promise<void>;
 }

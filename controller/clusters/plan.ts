@@ -1,18 +1,18 @@
 /**
  * The cluster operations' state machine (SPEC §3 "Clusters"), as a pure planner: given a
- * cluster's operation and its nodes' phases, what happens next. The store applies the plan in
- * the same transaction that recorded the event (a signal or a timer tick), so the plan is never
- * only in memory: a controller killed at any point carries the operation on from the database.
+ * cluster's operation and its nodes' phases, what happens next. The engine (engine.ts) applies
+ * the plan in the same transaction that recorded the event (a signal or a timer tick), so the
+ * plan is never only in memory: a controller killed at any point carries the operation on from the database.
  *
  * - create: every node installs at once; CREATE_COMPLETE when all did, else CREATE_FAILED.
  * - restart: a sliding window of at most `maxUnavailable` nodes; each runs its uninstall step,
- *   then (started by the store in the transaction that records the uninstall's success) its
+ *   then (started by the engine in the transaction that records the uninstall's success) its
  *   install step. After a failure no new node starts; the operation ends RESTART_FAILED once the
  *   nodes in flight finish. Nodes never started stay `pending`, untouched.
  * - delete: every node uninstalls at once; a node whose uninstall succeeded loses its
  *   deployments; the cluster is removed when all did, else DELETE_FAILED.
  */
-import type { ClusterNodePhase, ClusterOperation, ClusterStatus } from './store.js';
+import type { ClusterNodePhase, ClusterOperation, ClusterStatus } from '../records.js';
 
 export interface PlanNode {
   node: string;

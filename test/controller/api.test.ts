@@ -615,7 +615,7 @@ describe('revocation and unexpected errors', () => {
   it('answers an unexpected failure 500 internal without detail, and logs the stack', async () => {
     const x = await startTestController(pki);
     try {
-      x.ctl.store.close();
+      await x.ctl.store.close();
       const r = await x.req(op, 'GET', '/v1/nodes');
       expectError(r, 500, 'internal');
       expect(r.json.error.message).toBe('an unexpected error; details are in the controller log only');

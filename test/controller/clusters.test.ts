@@ -11,8 +11,10 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { makeControllerTestPki, type ControllerTestPki, type Cred } from '../helpers/controller-pki.js';
 import { request, startTestController, waitFor, type TestController } from '../helpers/controller-harness.js';
 import { controllerBuilt, startControllerProcess } from '../helpers/controller-process.js';
+import { ClusterEngine } from '../../controller/clusters/engine.js';
+import { recordSignal } from '../../controller/signal.js';
 import { SqliteStore } from '../../controller/sqlite-store.js';
-import type { ClusterRecord } from '../../controller/store.js';
+import type { ChangeSet, ClusterRecord, StoreTx } from '../../controller/store.js';
 
 const GENEROUS = { burst: 100_000, perS: 100_000 };
 const NODES = ['c1', 'c2', 'c3', 'c4', 'c5'];
@@ -304,101 +306,118 @@ describe('large clusters in the store (real SQLite file)', () => {
   const STEP_MS = 10_000; // the configs' hook timeout (10 s); no margin
   let work: string;
   let store: SqliteStore;
+  let engine: ClusterEngine;
 
   const ok = (revision: number, code = 0) => ({ revision, deployStatusCode: code, deployStdout: '', deployStderr: code === 0 ? '' : 'exploded', outputs: {} });
   const names = (n: number) => Array.from({ length: n }, (_, i) => `n${String(i).padStart(5, '0')}`);
 
   /** A store on a file with `n` nodes and an install and an uninstall config (timeout `timeoutS`). */
-  function open(n: number, o: { timeoutS?: number; stepMarginS?: number } = {}): { nodes: string[]; install: string; uninstall: string } {
+  async function open(n: number, o: { timeoutS?: number; stepMarginS?: number } = {}): Promise<{ nodes: string[]; install: string; uninstall: string }> {
     work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-big-cluster-'));
-    store = new SqliteStore(path.join(work, 'h.db'), { now: () => T0, stepMarginS: o.stepMarginS ?? 0 });
+    store = new SqliteStore(path.join(work, 'h.db'), { now: () => T0 });
+    engine = new ClusterEngine({ stepMarginS: o.stepMarginS ?? 0 });
     const nodes = names(n);
-    store.group(() => {
-      for (const node of nodes) store.createNode(node, null, WHO);
+    await store.transaction(async (tx) => {
+      for (const node of nodes) await tx.createNode(node, null, WHO);
     });
-    const mk = (name: string) => store.createConfig({ name, group: 'script', config: '#!/bin/sh\n', inputs: [], outputs: [], options: { timeout: o.timeoutS ?? STEP_MS / 1000 } }, WHO).id;
-    return { nodes, install: mk('install'), uninstall: mk('uninstall') };
+    const mk = async (name: string) => (await store.createConfig({ name, group: 'script', config: '#!/bin/sh\n', inputs: [], outputs: [], options: { timeout: o.timeoutS ?? STEP_MS / 1000 } }, WHO)).id;
+    return { nodes, install: await mk('install'), uninstall: await mk('uninstall') };
   }
 
-  function create(o: { nodes: string[]; install: string; uninstall: string }, nowMs = T0): ClusterRecord {
-    return store.createCluster({
+  async function create(o: { nodes: string[]; install: string; uninstall: string }, nowMs = T0): Promise<ClusterRecord> {
+    const { result: id } = await store.transaction((tx) => engine.create(tx, {
       name: 'big', nodes: o.nodes, installConfigId: o.install, uninstallConfigId: o.uninstall, installInputValues: {}, uninstallInputValues: {}, inputValues: {},
-    }, WHO, nowMs).cluster;
+    }, WHO, nowMs));
+    return (await store.getCluster(id))!;
   }
 
-  /** Signals `revision` of `depId` (its own transaction, or a savepoint inside a group). */
-  function signal(node: string, depId: string, revision: number, nowMs: number, code = 0) {
-    const r = store.recordSignal(node, depId, ok(revision, code), WHO, nowMs);
-    expect(r.outcome).toBe('recorded');
-    return r;
+  /** What the service's timer does: the engine's tick in one transaction. */
+  const tickClusters = async (nowMs: number): Promise<ChangeSet> => (await store.transaction((tx) => engine.tick(tx, nowMs))).changes;
+  const restartCluster = async (id: string, max: number | null, nowMs: number): Promise<ChangeSet> =>
+    (await store.transaction((tx) => engine.restart(tx, id, max, WHO, nowMs))).changes;
+  const getCluster = async (id: string): Promise<ClusterRecord> => (await store.getCluster(id))!;
+
+  /** Signals `revision` of `depId` in its own transaction. */
+  async function signal(node: string, depId: string, revision: number, nowMs: number, code = 0) {
+    const { result, changes } = await store.transaction((tx) => recordSignal(tx, engine, node, depId, ok(revision, code), WHO, nowMs));
+    expect(result.outcome).toBe('recorded');
+    return { ...result, changes };
   }
 
-  afterEach(() => {
-    store?.close();
+  /**
+   * One group commit of signals, each its own savepoint, as the service's group committer makes
+   * them; resolves with each signal's outcome and changes, in order.
+   */
+  async function signals(list: ReadonlyArray<{ node: string; depId: string; revision: number; nowMs: number; code?: number }>) {
+    const units = list.map((x) => (tx: StoreTx) => recordSignal(tx, engine, x.node, x.depId, ok(x.revision, x.code ?? 0), WHO, x.nowMs));
+    return (await store.group(units)).map((o) => {
+      if (!o.ok) throw o.error;
+      expect(o.value.result.outcome).toBe('recorded');
+      return { ...o.value.result, changes: o.value.changes };
+    });
+  }
+
+  afterEach(async () => {
+    await store?.close();
     if (work) fs.rmSync(work, { recursive: true, force: true });
   });
 
-  it('restarts more than 10,000 nodes with the default window: all start at once, every signal moves its node on, RESTART_COMPLETE', () => {
-    const o = open(BIG);
-    const c0 = create(o);
+  it('restarts more than 10,000 nodes with the default window: all start at once, every signal moves its node on, RESTART_COMPLETE', async () => {
+    const o = await open(BIG);
+    const c0 = await create(o);
     expect(c0.nodes.length).toBe(BIG);
     // every install times out in one tick (faster than 10,000 signals here; signals come below)
-    expect(store.tickClusters(T0 + STEP_MS - 1).generation).toBeNull();
-    expect(store.tickClusters(T0 + STEP_MS).clusters).toEqual([c0.id]);
-    const failed = store.getCluster(c0.id)!;
+    expect((await tickClusters(T0 + STEP_MS - 1)).generation).toBeNull();
+    expect((await tickClusters(T0 + STEP_MS)).clusters).toEqual([c0.id]);
+    const failed = await getCluster(c0.id);
     expect(failed.status).toBe('CREATE_FAILED');
     expect(failed.nodes.every((n) => n.phase === 'failed' && n.reason === 'install: no result within the step deadline (10 s)')).toBe(true);
 
     const t1 = T0 + 2 * STEP_MS;
-    const changes = store.restartCluster(c0.id, null, WHO, t1);
-    const c1 = store.getCluster(c0.id)!;
+    const changes = await restartCluster(c0.id, null, t1);
+    const c1 = await getCluster(c0.id);
     expect(c1).toMatchObject({ status: 'RESTART_IN_PROGRESS', maxUnavailable: BIG });
     expect(c1.nodes.every((n) => n.phase === 'uninstalling' && n.stepDeadlineMs === t1 + STEP_MS)).toBe(true);
     expect(changes.wakes.length).toBe(BIG);
     expect(changes.wakes.every((w) => w.reason === 'restart')).toBe(true);
-    expect(store.getDeployment(c1.nodes[BIG - 1]!.uninstallDeploymentId)!.current).toMatchObject({ revision: 2, action: 'RESTART', status: 'IN_PROGRESS' });
+    expect((await store.getDeployment(c1.nodes[BIG - 1]!.uninstallDeploymentId))!.current).toMatchObject({ revision: 2, action: 'RESTART', status: 'IN_PROGRESS' });
 
     // one shared transaction per phase keeps the test fast; each signal is still its own savepoint
-    store.group(() => {
-      for (const n of c1.nodes) {
-        // the uninstall's success starts this node's install, in the same transaction
-        const r = signal(n.node, n.uninstallDeploymentId, 2, t1 + 1);
-        expect(r.changes.wakes.map((w) => `${w.node}:${w.reason}`)).toEqual([`${n.node}:restart`]);
-      }
+    const uninstalled = await signals(c1.nodes.map((n) => ({ node: n.node, depId: n.uninstallDeploymentId, revision: 2, nowMs: t1 + 1 })));
+    c1.nodes.forEach((n, i) => {
+      // the uninstall's success starts this node's install, in the same transaction
+      expect(uninstalled[i]!.changes.wakes.map((w) => `${w.node}:${w.reason}`)).toEqual([`${n.node}:restart`]);
     });
-    const c2 = store.getCluster(c0.id)!;
+    const c2 = await getCluster(c0.id);
     expect(c2.status).toBe('RESTART_IN_PROGRESS');
     expect(c2.nodes.every((n) => n.phase === 'installing' && n.uninstallFinishedAt !== null && n.stepDeadlineMs === t1 + 1 + STEP_MS)).toBe(true);
-    expect(store.getDeployment(c2.nodes[BIG - 1]!.installDeploymentId)!.current).toMatchObject({ revision: 2, action: 'RESTART', status: 'IN_PROGRESS' });
+    expect((await store.getDeployment(c2.nodes[BIG - 1]!.installDeploymentId))!.current).toMatchObject({ revision: 2, action: 'RESTART', status: 'IN_PROGRESS' });
 
-    store.group(() => {
-      for (const n of c2.nodes) expect(signal(n.node, n.installDeploymentId, 2, t1 + 2).changes.wakes).toEqual([]);
-    });
+    const installed = await signals(c2.nodes.map((n) => ({ node: n.node, depId: n.installDeploymentId, revision: 2, nowMs: t1 + 2 })));
+    for (const r of installed) expect(r.changes.wakes).toEqual([]);
     // (had it finished before the last signal, the later ones would have found no step in flight)
-    const c3 = store.getCluster(c0.id)!;
+    const c3 = await getCluster(c0.id);
     expect(c3).toMatchObject({ status: 'RESTART_COMPLETE', statusReason: `restart complete on ${BIG} node(s)` });
     expect(c3.nodes.every((n) => n.phase === 'complete')).toBe(true);
     // nothing left to do: a tick changes nothing
-    expect(store.tickClusters(t1 + 10 * STEP_MS).generation).toBeNull();
+    expect((await tickClusters(t1 + 10 * STEP_MS)).generation).toBeNull();
   }, 120_000); // a few seconds; the margin is for a loaded machine
 
-  it('one tick fails every step past its deadline at once, and only those; a late signal is a duplicate', () => {
-    const o = open(2_000);
-    const c0 = create(o);
+  it('one tick fails every step past its deadline at once, and only those; a late signal is a duplicate', async () => {
+    const o = await open(2_000);
+    const c0 = await create(o);
     // the first half answers (one of them failing: a failure does not stop the create)
     const answered = c0.nodes.slice(0, 1_000);
-    store.group(() => {
-      for (const n of answered) signal(n.node, n.installDeploymentId, 1, T0 + 1, n.position === 7 ? 1 : 0);
-    });
-    expect(store.getCluster(c0.id)!.status).toBe('CREATE_IN_PROGRESS');
+    await signals(answered.map((n) => ({ node: n.node, depId: n.installDeploymentId, revision: 1, nowMs: T0 + 1, code: n.position === 7 ? 1 : 0 })));
+    expect((await getCluster(c0.id)).status).toBe('CREATE_IN_PROGRESS');
     // nothing past its deadline yet: the tick changes nothing
-    const early = store.tickClusters(T0 + STEP_MS - 1);
+    const early = await tickClusters(T0 + STEP_MS - 1);
     expect(early.generation).toBeNull();
     expect(early.clusters).toEqual([]);
 
-    const tick = store.tickClusters(T0 + STEP_MS);
+    const tick = await tickClusters(T0 + STEP_MS);
     expect(tick.clusters).toEqual([c0.id]);
-    const c1 = store.getCluster(c0.id)!;
+    const c1 = await getCluster(c0.id);
     expect(c1.status).toBe('CREATE_FAILED');
     expect(c1.nodes.slice(0, 1_000).filter((n) => n.phase !== 'complete').map((n) => n.position)).toEqual([7]);
     expect(c1.nodes[7]!).toMatchObject({ phase: 'failed', reason: expect.stringMatching(/^install: /) });
@@ -407,34 +426,34 @@ describe('large clusters in the store (real SQLite file)', () => {
     expect(c1.statusReason.split('; ').length).toBe(1_001);
     // the deadline is recorded as each revision's result: a late signal is a duplicate
     const x = c1.nodes[1_999]!;
-    expect(store.getDeployment(x.installDeploymentId)!.current).toMatchObject({ status: 'FAILED', signalled: true });
-    expect(store.recordSignal(x.node, x.installDeploymentId, ok(1), WHO, T0 + STEP_MS + 1).outcome).toBe('duplicate');
+    expect((await store.getDeployment(x.installDeploymentId))!.current).toMatchObject({ status: 'FAILED', signalled: true });
+    expect((await store.transaction((tx) => recordSignal(tx, engine, x.node, x.installDeploymentId, ok(1), WHO, T0 + STEP_MS + 1))).result.outcome).toBe('duplicate');
 
     // a restart from it with a window of 100: 100 start, the rest wait; past the deadline, those
     // 100 fail in one tick and nobody else starts
-    store.restartCluster(c0.id, 100, WHO, T0 + 2 * STEP_MS);
-    const c2 = store.getCluster(c0.id)!;
+    await restartCluster(c0.id, 100, T0 + 2 * STEP_MS);
+    const c2 = await getCluster(c0.id);
     expect(c2.nodes.slice(0, 100).every((n) => n.phase === 'uninstalling')).toBe(true);
     expect(c2.nodes.slice(100).every((n) => n.phase === 'pending')).toBe(true);
-    expect(store.tickClusters(T0 + 3 * STEP_MS - 1).generation).toBeNull();
-    store.tickClusters(T0 + 3 * STEP_MS);
-    const c3 = store.getCluster(c0.id)!;
+    expect((await tickClusters(T0 + 3 * STEP_MS - 1)).generation).toBeNull();
+    await tickClusters(T0 + 3 * STEP_MS);
+    const c3 = await getCluster(c0.id);
     expect(c3.status).toBe('RESTART_FAILED');
     expect(c3.nodes.slice(0, 100).every((n) => n.phase === 'failed' && n.reason === 'uninstall: no result within the step deadline (10 s)')).toBe(true);
     expect(c3.nodes.slice(100).every((n) => n.phase === 'pending' && n.uninstallStartedAt === null)).toBe(true);
   });
 
-  it('a windowed restart of 1,000 nodes fills the window in position order and never exceeds it', () => {
+  it('a windowed restart of 1,000 nodes fills the window in position order and never exceeds it', async () => {
     const WINDOW = 37;
-    const o = open(1_000);
-    const c0 = create(o);
-    store.tickClusters(T0 + STEP_MS); // every install times out: CREATE_FAILED, a restart repairs
-    expect(store.getCluster(c0.id)!.status).toBe('CREATE_FAILED');
-    store.restartCluster(c0.id, WINDOW, WHO, T0 + 2 * STEP_MS);
+    const o = await open(1_000);
+    const c0 = await create(o);
+    await tickClusters(T0 + STEP_MS); // every install times out: CREATE_FAILED, a restart repairs
+    expect((await getCluster(c0.id)).status).toBe('CREATE_FAILED');
+    await restartCluster(c0.id, WINDOW, T0 + 2 * STEP_MS);
     let at = T0 + 2 * STEP_MS;
     let started = 0;
     for (;;) {
-      const c = store.getCluster(c0.id)!;
+      const c = await getCluster(c0.id);
       const busy = c.nodes.filter((n) => n.phase === 'uninstalling' || n.phase === 'installing');
       const touched = c.nodes.filter((n) => n.phase !== 'pending');
       // the nodes ever started are the first ones by position, and the window is full while any wait
@@ -443,22 +462,20 @@ describe('large clusters in the store (real SQLite file)', () => {
       started = touched.length;
       if (busy.length === 0) break;
       at += 1;
-      store.group(() => {
-        for (const n of busy) signal(n.node, n.phase === 'installing' ? n.installDeploymentId : n.uninstallDeploymentId, 2, at);
-      });
+      await signals(busy.map((n) => ({ node: n.node, depId: n.phase === 'installing' ? n.installDeploymentId : n.uninstallDeploymentId, revision: 2, nowMs: at })));
     }
     expect(started).toBe(1_000);
-    expect(store.getCluster(c0.id)!.status).toBe('RESTART_COMPLETE');
+    expect((await getCluster(c0.id)).status).toBe('RESTART_COMPLETE');
   });
 
-  it('a step started with no budget left fails before any other node of the window starts', () => {
+  it('a step started with no budget left fails before any other node of the window starts', async () => {
     // a hook timeout of 1 s and a margin of -1 s: a step's deadline is the moment it starts
-    const o = open(5, { timeoutS: 1, stepMarginS: -1 });
-    const c0 = create(o);
-    store.tickClusters(T0);
-    expect(store.getCluster(c0.id)!.status).toBe('CREATE_FAILED');
-    store.restartCluster(c0.id, 3, WHO, T0 + 1);
-    const c = store.getCluster(c0.id)!;
+    const o = await open(5, { timeoutS: 1, stepMarginS: -1 });
+    const c0 = await create(o);
+    await tickClusters(T0);
+    expect((await getCluster(c0.id)).status).toBe('CREATE_FAILED');
+    await restartCluster(c0.id, 3, T0 + 1);
+    const c = await getCluster(c0.id);
     expect(c.status).toBe('RESTART_FAILED');
     expect(c.nodes.map((n) => n.phase)).toEqual(['failed', 'pending', 'pending', 'pending', 'pending']);
     expect(c.statusReason).toBe('restart failed on n00000: uninstall: no result within the step deadline (0 s)');

@@ -8,9 +8,12 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { codeOf } from '../../protocol/errors.js';
+import { ClusterEngine } from '../../controller/clusters/engine.js';
+import { recordSignal, type SignalOutcome } from '../../controller/signal.js';
 import { SCHEMA_VERSION, SqliteStore } from '../../controller/sqlite-store.js';
-import type { NewConfig } from '../../controller/store.js';
+import type { NewConfig, SignalInput } from '../../controller/store.js';
 import { thrownCode } from '../helpers/codes.js';
+import { rejectedCode } from '../helpers/controller-codes.js';
 
 const WHO = 'spiffe://herald.local/operator/admin';
 const CONFIG: NewConfig = { name: 'c', group: 'script', config: 'x', inputs: [], outputs: [{ name: 'o', type: 'String', error_output: false }], options: {} };
@@ -20,177 +23,182 @@ function open(file = ':memory:'): SqliteStore {
   stores.push(s);
   return s;
 }
-afterEach(() => {
-  for (const s of stores.splice(0)) s.close();
+afterEach(async () => {
+  for (const s of stores.splice(0)) await s.close();
 });
+/** An agent's result, as the service records it: one transaction (signal.ts). */
+function signal(s: SqliteStore, node: string, dep: string, input: SignalInput, nowMs = Date.now()) {
+  return s.transaction((tx) => recordSignal(tx, new ClusterEngine(), node, dep, input, WHO, nowMs))
+    .then(({ result, changes }): SignalOutcome & { changes: typeof changes } => ({ ...result, changes }));
+}
 
 describe('generations', () => {
-  it('one global sequence, bumped once per transaction that changes a node\'s metadata', () => {
+  it('one global sequence, bumped once per transaction that changes a node\'s metadata', async () => {
     const s = open();
-    expect(s.generation()).toBe(0);
-    const a = s.createNode('a', null, WHO);
+    expect(await s.generation()).toBe(0);
+    const a = await s.createNode('a', null, WHO);
     expect(a.node.generation).toBe(1);
     expect(a.changes.generation).toBe(1);
-    const b = s.createNode('b', null, WHO);
+    const b = await s.createNode('b', null, WHO);
     expect(b.node.generation).toBe(2);
-    const cfg = s.createConfig(CONFIG, WHO);
-    expect(s.generation()).toBe(2); // a config changes no node
-    const d = s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'UPDATE'], action: 'CREATE', inputValues: {} }, WHO);
+    const cfg = await s.createConfig(CONFIG, WHO);
+    expect(await s.generation()).toBe(2); // a config changes no node
+    const d = await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'UPDATE'], action: 'CREATE', inputValues: {} }, WHO);
     expect(d.changes.wakes).toEqual([{ node: 'a', generation: 3, reason: 'deployment' }]);
-    expect(s.getNode('a')!.generation).toBe(3);
-    expect(s.getNode('b')!.generation).toBe(2);
-    const sig = s.recordSignal('a', d.deployment.id, { revision: 1, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} }, WHO);
+    expect((await s.getNode('a'))!.generation).toBe(3);
+    expect((await s.getNode('b'))!.generation).toBe(2);
+    const sig = await signal(s, 'a', d.deployment.id, { revision: 1, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} });
     expect(sig.changes.generation).toBe(4);
     expect(sig.changes.wakes).toEqual([]); // a signal bumps, but wakes nobody
-    expect(s.getNode('a')!.generation).toBe(4);
+    expect((await s.getNode('a'))!.generation).toBe(4);
   });
 
-  it('a deleted and re-created node gets a generation higher than any it had', () => {
+  it('a deleted and re-created node gets a generation higher than any it had', async () => {
     const s = open();
-    s.createNode('a', null, WHO);
-    const cfg = s.createConfig(CONFIG, WHO);
-    for (let i = 0; i < 3; i++) s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} }, WHO);
-    const high = s.getNode('a')!.generation;
-    s.deleteNode('a', WHO);
-    expect(s.getNode('a')).toBeUndefined();
-    expect(s.isTombstoned('a')).toBe(true);
-    expect(s.listDeployments({ node: 'a' })).toEqual([]);
-    expect(thrownCode(() => s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true))).toBe('node_deleted');
-    const again = s.createNode('a', null, WHO);
+    await s.createNode('a', null, WHO);
+    const cfg = await s.createConfig(CONFIG, WHO);
+    for (let i = 0; i < 3; i++) await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} }, WHO);
+    const high = (await s.getNode('a'))!.generation;
+    await s.deleteNode('a', WHO);
+    expect(await s.getNode('a')).toBeUndefined();
+    expect(await s.isTombstoned('a')).toBe(true);
+    expect(await s.listDeployments({ node: 'a' })).toEqual([]);
+    expect(await rejectedCode(s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true))).toBe('node_deleted');
+    const again = await s.createNode('a', null, WHO);
     expect(again.node.generation).toBeGreaterThan(high);
-    expect(s.isTombstoned('a')).toBe(false);
+    expect(await s.isTombstoned('a')).toBe(false);
   });
 });
 
 describe('nodes', () => {
-  it('announce creates (auto-register), updates only on change, refuses unknown without auto-register', () => {
+  it('announce creates (auto-register), updates only on change, refuses unknown without auto-register', async () => {
     const s = open();
-    const r = s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true);
+    const r = await s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true);
     expect(r).toMatchObject({ created: true, changed: true });
-    expect(s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true)).toMatchObject({ created: false, changed: false });
-    expect(s.announceEndpoint('a', 'wss://h:2/v1/wake', WHO, true)).toMatchObject({ created: false, changed: true });
-    expect(thrownCode(() => s.announceEndpoint('b', 'wss://h:1/v1/wake', WHO, false))).toBe('not_found');
-    expect(thrownCode(() => s.createNode('a', null, WHO))).toBe('node_exists');
+    expect(await s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true)).toMatchObject({ created: false, changed: false });
+    expect(await s.announceEndpoint('a', 'wss://h:2/v1/wake', WHO, true)).toMatchObject({ created: false, changed: true });
+    expect(await rejectedCode(s.announceEndpoint('b', 'wss://h:1/v1/wake', WHO, false))).toBe('not_found');
+    expect(await rejectedCode(s.createNode('a', null, WHO))).toBe('node_exists');
   });
 
-  it('acked generations only grow', () => {
+  it('acked generations only grow', async () => {
     const s = open();
-    s.createNode('a', null, WHO);
-    s.recordAcked(new Map([['a', 5]]));
-    s.recordAcked(new Map([['a', 3], ['ghost', 9]]));
-    expect(s.getNode('a')!.ackedGeneration).toBe(5);
+    await s.createNode('a', null, WHO);
+    await s.recordAcked(new Map([['a', 5]]));
+    await s.recordAcked(new Map([['a', 3], ['ghost', 9]]));
+    expect((await s.getNode('a'))!.ackedGeneration).toBe(5);
   });
 });
 
 describe('deployments and signals', () => {
-  it('revisions get new item ids; stale/unknown revisions refused; first result wins; Heat status', () => {
+  it('revisions get new item ids; stale/unknown revisions refused; first result wins; Heat status', async () => {
     const s = open();
-    s.createNode('a', null, WHO);
-    const cfg = s.createConfig({ ...CONFIG, outputs: [{ name: 'e', type: 'String', error_output: true }] }, WHO);
-    const { deployment: d } = s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'UPDATE'], action: 'CREATE', inputValues: { k: 'v' } }, WHO);
-    const u = s.updateDeployment(d.id, {}, WHO).deployment;
+    await s.createNode('a', null, WHO);
+    const cfg = await s.createConfig({ ...CONFIG, outputs: [{ name: 'e', type: 'String', error_output: true }] }, WHO);
+    const { deployment: d } = await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'UPDATE'], action: 'CREATE', inputValues: { k: 'v' } }, WHO);
+    const u = (await s.updateDeployment(d.id, {}, WHO)).deployment;
     expect(u.current).toMatchObject({ revision: 2, action: 'UPDATE', inputValues: { k: 'v' }, status: 'IN_PROGRESS' });
     expect(u.current.itemId).not.toBe(d.current.itemId);
     const sig = (revision: number, code = 0, outputs: Record<string, unknown> = {}) =>
-      s.recordSignal('a', d.id, { revision, deployStatusCode: code, deployStdout: 'o', deployStderr: 'e', outputs }, WHO);
-    expect(thrownCode(() => sig(1))).toBe('stale_revision');
-    expect(thrownCode(() => sig(3))).toBe('unknown_revision');
-    expect(thrownCode(() => s.recordSignal('b', d.id, { revision: 2, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} }, WHO))).toBe('not_found');
-    const first = sig(2, 0, { e: 'bad' });
+      signal(s, 'a', d.id, { revision, deployStatusCode: code, deployStdout: 'o', deployStderr: 'e', outputs });
+    expect(await rejectedCode(sig(1))).toBe('stale_revision');
+    expect(await rejectedCode(sig(3))).toBe('unknown_revision');
+    expect(await rejectedCode(signal(s, 'b', d.id, { revision: 2, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} }))).toBe('not_found');
+    const first = await sig(2, 0, { e: 'bad' });
     expect(first.outcome).toBe('recorded');
     expect(first.deployment!.current).toMatchObject({ status: 'FAILED', signalled: true, outputValues: { e: 'bad', deploy_stdout: 'o', deploy_stderr: 'e', deploy_status_code: 0 } });
-    const second = sig(2, 0);
+    const second = await sig(2, 0);
     expect(second.outcome).toBe('duplicate');
     expect(second.changes.generation).toBeNull();
     expect(second.deployment!.current.status).toBe('FAILED');
-    expect(s.listRevisions(d.id).map((r) => r.revision)).toEqual([1, 2]);
+    expect((await s.listRevisions(d.id)).map((r) => r.revision)).toEqual([1, 2]);
   });
 
-  it('an action outside actions completes at once ("not triggered") without a wake-up', () => {
+  it('an action outside actions completes at once ("not triggered") without a wake-up', async () => {
     const s = open();
-    s.createNode('a', null, WHO);
-    const cfg = s.createConfig(CONFIG, WHO);
-    const r = s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['UPDATE'], action: 'CREATE', inputValues: {} }, WHO);
+    await s.createNode('a', null, WHO);
+    const cfg = await s.createConfig(CONFIG, WHO);
+    const r = await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['UPDATE'], action: 'CREATE', inputValues: {} }, WHO);
     expect(r.deployment.current).toMatchObject({ status: 'COMPLETE', signalled: true });
     expect(r.deployment.current.statusReason).toMatch(/not triggered/);
     expect(r.changes.wakes).toEqual([]);
     expect(r.changes.generation).not.toBeNull();
   });
 
-  it('DELETE runs only when listed and removes the deployment once signalled', () => {
+  it('DELETE runs only when listed and removes the deployment once signalled', async () => {
     const s = open();
-    s.createNode('a', null, WHO);
-    const cfg = s.createConfig(CONFIG, WHO);
-    const plain = s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} }, WHO).deployment;
-    expect(s.deleteDeployment(plain.id, WHO).deployment).toBeNull();
-    expect(s.getDeployment(plain.id)).toBeUndefined();
-    const listed = s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'DELETE'], action: 'CREATE', inputValues: {} }, WHO).deployment;
-    const del = s.deleteDeployment(listed.id, WHO);
+    await s.createNode('a', null, WHO);
+    const cfg = await s.createConfig(CONFIG, WHO);
+    const plain = (await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} }, WHO)).deployment;
+    expect((await s.deleteDeployment(plain.id, WHO)).deployment).toBeNull();
+    expect(await s.getDeployment(plain.id)).toBeUndefined();
+    const listed = (await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'DELETE'], action: 'CREATE', inputValues: {} }, WHO)).deployment;
+    const del = await s.deleteDeployment(listed.id, WHO);
     expect(del.deployment!.current).toMatchObject({ action: 'DELETE', revision: 2, status: 'IN_PROGRESS' });
     expect(del.changes.wakes.length).toBe(1);
-    expect(s.deleteDeployment(listed.id, WHO).changes.generation).toBeNull(); // already running
-    expect(thrownCode(() => s.updateDeployment(listed.id, {}, WHO))).toBe('deployment_deleting');
-    const sig = s.recordSignal('a', listed.id, { revision: 2, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} }, WHO);
+    expect((await s.deleteDeployment(listed.id, WHO)).changes.generation).toBeNull(); // already running
+    expect(await rejectedCode(s.updateDeployment(listed.id, {}, WHO))).toBe('deployment_deleting');
+    const sig = await signal(s, 'a', listed.id, { revision: 2, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} });
     expect(sig.deployment).toBeNull();
     expect(sig.changes.removedDeployments).toEqual([listed.id]);
-    expect(s.getDeployment(listed.id)).toBeUndefined();
+    expect(await s.getDeployment(listed.id)).toBeUndefined();
   });
 
-  it('unknown node or config is refused with its code and field', () => {
+  it('unknown node or config is refused with its code and field', async () => {
     const s = open();
-    s.createNode('a', null, WHO);
-    expect(thrownCode(() => s.createDeployment({ node: 'zz', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} }, WHO))).toBe('unknown_node');
-    expect(thrownCode(() => s.createDeployment({ node: 'a', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} }, WHO))).toBe('unknown_config');
+    await s.createNode('a', null, WHO);
+    expect(await rejectedCode(s.createDeployment({ node: 'zz', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} }, WHO))).toBe('unknown_node');
+    expect(await rejectedCode(s.createDeployment({ node: 'a', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} }, WHO))).toBe('unknown_config');
   });
 
-  it('audits who changed what', () => {
+  it('audits who changed what', async () => {
     const s = open();
-    s.createNode('a', null, WHO);
-    expect(s.listAudit()[0]).toMatchObject({ who: WHO, action: 'node.create', target: 'a' });
+    await s.createNode('a', null, WHO);
+    expect((await s.listAudit())[0]).toMatchObject({ who: WHO, action: 'node.create', target: 'a' });
   });
 });
 
 describe('the database file', () => {
-  it('survives reopening, keeps the sequence, and records its schema version', () => {
+  it('survives reopening, keeps the sequence, and records its schema version', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-store-'));
     const file = path.join(dir, 'h.db');
     try {
       const s1 = new SqliteStore(file);
-      s1.createNode('a', 'wss://h:1/v1/wake', WHO);
-      const cfg = s1.createConfig(CONFIG, WHO);
-      const d = s1.createDeployment({ node: 'a', configId: cfg.id, name: 'n', actions: ['CREATE'], action: 'CREATE', inputValues: { x: 1 } }, WHO).deployment;
-      const gen = s1.generation();
-      s1.close();
-      s1.close(); // idempotent
+      await s1.createNode('a', 'wss://h:1/v1/wake', WHO);
+      const cfg = await s1.createConfig(CONFIG, WHO);
+      const d = (await s1.createDeployment({ node: 'a', configId: cfg.id, name: 'n', actions: ['CREATE'], action: 'CREATE', inputValues: { x: 1 } }, WHO)).deployment;
+      const gen = await s1.generation();
+      await s1.close();
+      await s1.close(); // idempotent
       const s2 = open(file);
-      expect(s2.generation()).toBe(gen);
-      expect(s2.getDeployment(d.id)).toEqual(d);
-      expect(s2.getConfig(cfg.id)).toEqual(cfg);
-      expect(s2.getNode('a')!.endpoint).toBe('wss://h:1/v1/wake');
-      s2.createNode('b', null, WHO);
-      expect(s2.getNode('b')!.generation).toBe(gen + 1);
+      expect(await s2.generation()).toBe(gen);
+      expect(await s2.getDeployment(d.id)).toEqual(d);
+      expect(await s2.getConfig(cfg.id)).toEqual(cfg);
+      expect((await s2.getNode('a'))!.endpoint).toBe('wss://h:1/v1/wake');
+      await s2.createNode('b', null, WHO);
+      expect((await s2.getNode('b'))!.generation).toBe(gen + 1);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
 
-  it('migrates a version 1 database: the cluster indexes are added, the data kept', () => {
+  it('migrates a version 1 database: the cluster indexes are added, the data kept', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-store-'));
     const file = path.join(dir, 'h.db');
     const indexes = (db: Database.Database) =>
       (db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'cluster_nodes' AND name NOT LIKE 'sqlite_%' ORDER BY name").all() as Array<{ name: string }>).map((r) => r.name);
     try {
       const s1 = new SqliteStore(file);
-      s1.createNode('a', null, WHO);
-      s1.close();
+      await s1.createNode('a', null, WHO);
+      await s1.close();
       // what version 1 left behind: no cluster_nodes index but the one by node
       const db = new Database(file);
       db.exec('DROP INDEX cluster_nodes_by_deadline; DROP INDEX cluster_nodes_by_position; DELETE FROM schema_migrations WHERE version > 1');
       expect(indexes(db)).toEqual(['cluster_nodes_by_node']);
       db.close();
       const s2 = open(file);
-      expect(s2.getNode('a')).toBeDefined();
-      s2.close();
+      expect(await s2.getNode('a')).toBeDefined();
+      await s2.close();
       const after = new Database(file, { readonly: true });
       expect(indexes(after)).toEqual(['cluster_nodes_by_deadline', 'cluster_nodes_by_node', 'cluster_nodes_by_position']);
       expect((after.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number }).v).toBe(SCHEMA_VERSION);
@@ -200,11 +208,11 @@ describe('the database file', () => {
     }
   });
 
-  it('refuses a database written by a newer schema', () => {
+  it('refuses a database written by a newer schema', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-store-'));
     const file = path.join(dir, 'h.db');
     try {
-      new SqliteStore(file).close();
+      await new SqliteStore(file).close();
       const db = new Database(file);
       db.prepare("INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, 'future', 'now')").run();
       db.close();
@@ -219,23 +227,25 @@ describe('group commit', () => {
   it('shares one transaction but keeps each change\'s own result or error', async () => {
     const { GroupCommitter } = await import('../../controller/group-commit.js');
     const s = open();
-    s.createNode('a', null, WHO);
-    const cfg = s.createConfig(CONFIG, WHO);
-    const ids = [0, 1, 2].map(() => s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} }, WHO).deployment.id);
+    await s.createNode('a', null, WHO);
+    const cfg = await s.createConfig(CONFIG, WHO);
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push((await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} }, WHO)).deployment.id);
     const g = new GroupCommitter(s);
+    const engine = new ClusterEngine();
     const body = (revision: number) => ({ revision, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} });
     const results = await Promise.allSettled([
-      g.run(() => s.recordSignal('a', ids[0]!, body(1), WHO)),
-      g.run(() => s.recordSignal('a', ids[1]!, body(7), WHO)), // unknown_revision: only this one fails
-      g.run(() => s.recordSignal('a', ids[2]!, body(1), WHO)),
+      g.run((tx) => recordSignal(tx, engine, 'a', ids[0]!, body(1), WHO, Date.now())),
+      g.run((tx) => recordSignal(tx, engine, 'a', ids[1]!, body(7), WHO, Date.now())), // unknown_revision: only this one fails
+      g.run((tx) => recordSignal(tx, engine, 'a', ids[2]!, body(1), WHO, Date.now())),
     ]);
     expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
     expect(codeOf((results[1] as PromiseRejectedResult).reason)).toBe('unknown_revision');
-    expect(s.getDeployment(ids[0]!)!.current.signalled).toBe(true);
-    expect(s.getDeployment(ids[1]!)!.current.signalled).toBe(false);
-    expect(s.getDeployment(ids[2]!)!.current.signalled).toBe(true);
+    expect((await s.getDeployment(ids[0]!))!.current.signalled).toBe(true);
+    expect((await s.getDeployment(ids[1]!))!.current.signalled).toBe(false);
+    expect((await s.getDeployment(ids[2]!))!.current.signalled).toBe(true);
     const gens = results.filter((r) => r.status === 'fulfilled').map((r) => (r as PromiseFulfilledResult<{ changes: { generation: number } }>).value.changes.generation);
     expect(gens[1]).toBeGreaterThan(gens[0]!);
-    expect(s.getNode('a')!.generation).toBe(gens[1]);
+    expect((await s.getNode('a'))!.generation).toBe(gens[1]);
   });
 });

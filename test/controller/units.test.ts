@@ -9,7 +9,7 @@ import { RateLimiter } from '../../controller/rate-limit.js';
 import { matchesEtag, statusOf } from '../../controller/api.js';
 import { coerceValue, mergeInputValues } from '../../controller/validation.js';
 import { parseHostPort, resolveOptions } from '../../controller/options.js';
-import { planCluster } from '../../controller/cluster-machine.js';
+import { planCluster } from '../../controller/clusters/plan.js';
 
 function code(fn: () => unknown): string | undefined {
   try {

@@ -1,0 +1,122 @@
+/**
+ * What the cluster engine needs of a transaction, and nothing more: a store's transaction
+ * object implements it (SqliteStore's does), and so does the in-memory fake the engine's unit
+ * tests run against. Every method acts inside the caller's open transaction: nothing is
+ * visible to other readers until it commits, and all of it is undone if it rolls back.
+ *
+ * Locking (for stores with row locks, such as PostgreSQL): the engine reads a cluster's head
+ * (`clusterHead`) before it reads or changes any of that cluster's nodes, in every entry point,
+ * so a store that takes the head row's lock there (`SELECT … FOR UPDATE`) serialises all work
+ * on one cluster; `claimActiveClusters` is the tick's `FOR UPDATE SKIP LOCKED`, so controllers
+ * sharing a database advance each cluster once. SQLite's one writer needs neither.
+ *
+ * Each change method notes what it changed in `changes` (the node it touched or woke, the
+ * deployment, the cluster), so a store cannot forget to announce it.
+ */
+import type { WakeReason } from '../../protocol/wake.js';
+import type { DeployAction } from '../../protocol/heat.js';
+import type { ChangeSetBuilder } from '../change-set.js';
+import type {
+  ClusterNodeRecord,
+  ClusterOperation,
+  ClusterRecord,
+  ClusterStatus,
+  ConfigRecord,
+  DeploymentRecord,
+  DeploymentStatus,
+  NewCluster,
+} from '../records.js';
+
+/** A cluster's own row, without its nodes. */
+export type ClusterHead = Pick<ClusterRecord, 'id' | 'status' | 'operation' | 'maxUnavailable' | 'updatedAt'>;
+
+/** What the cluster's node phases say at a glance (each answer an index seek, not a scan). */
+export interface ClusterGlance {
+  /** Earliest deadline (epoch ms) among the nodes uninstalling, or null when none is. */
+  dueUninstallMs: number | null;
+  /** Earliest deadline (epoch ms) among the nodes installing, or null when none is. */
+  dueInstallMs: number | null;
+  inFlight: boolean;
+  pending: boolean;
+  failed: boolean;
+}
+
+/** A change to one node's step (SPEC §3 "Clusters"); timestamps are the call's `nowMs`. */
+export type NodeStepChange =
+  /** The step starts: phase uninstalling or installing until `deadlineMs` (epoch ms). Starting the uninstall clears the install's marks. */
+  | { type: 'start'; step: 'uninstall' | 'install'; deadlineMs: number }
+  /** The uninstall succeeded (the phase stays until the install starts or the node completes). */
+  | { type: 'uninstalled' }
+  /** Phase complete, no deadline; `installFinished` stamps the install's end. */
+  | { type: 'complete'; installFinished: boolean }
+  /** Phase failed, no deadline; stamps `step`'s end and keeps `reason`. */
+  | { type: 'fail'; step: 'uninstall' | 'install'; reason: string };
+
+/** A revision's result: Heat's status rules (heat-status.ts) or the engine's deadline. */
+export interface StepResult {
+  status: DeploymentStatus;
+  statusReason: string;
+  /** Null when no result came (a deadline passed). */
+  outputValues: Record<string, unknown> | null;
+}
+
+/** Creating a cluster: what NewCluster says, plus the first step's deadline. */
+export interface ClusterRows extends NewCluster {
+  /** Actions of each node's install deployment (made with a triggered CREATE revision). */
+  installActions: DeployAction[];
+  /** Actions of each node's uninstall deployment (made with CREATE, which they do not list: not triggered). */
+  uninstallActions: DeployAction[];
+  /** When every node's install must have its result (epoch ms). */
+  stepDeadlineMs: number;
+}
+
+export interface ClusterTx {
+  /** What this transaction changed so far; change methods note into it. */
+  readonly changes: ChangeSetBuilder;
+
+  /** Appends an audit row; `who` is a SPIFFE id. */
+  audit(who: string, action: string, target: string, detail?: Record<string, unknown> | null): Promise<void>;
+
+  /** A config (immutable, so a store may cache it). */
+  config(id: string): Promise<ConfigRecord | undefined>;
+  /** A deployment with its current revision, as this transaction sees it. */
+  deployment(id: string): Promise<DeploymentRecord | undefined>;
+  /**
+   * Adds revision `d.current.revision + 1` with `action` and the current input values, and
+   * makes it current. Touches `d.node`, and wakes it with `reason` when `action` is among the
+   * deployment's actions; otherwise the revision completes at once ("not triggered").
+   * @returns whether the revision was triggered
+   */
+  newRevision(d: DeploymentRecord, action: DeployAction, reason: WakeReason): Promise<boolean>;
+  /** Records `r` as the current revision's result (signalled from now on); touches its node, wakes nobody. */
+  recordResult(d: DeploymentRecord, r: StepResult, nowMs: number): Promise<void>;
+
+  /**
+   * Inserts a cluster in CREATE_IN_PROGRESS with, for each node in order, its install and
+   * uninstall deployments and its row (phase installing until `stepDeadlineMs`).
+   * @returns the new cluster's id
+   * @throws HeraldError unknown_node | cluster_busy (field `nodes.<i>`), unknown_config
+   */
+  insertCluster(c: ClusterRows, nowMs: number): Promise<string>;
+  /** The cluster's head row; a store with row locks locks it for the rest of the transaction. */
+  clusterHead(id: string): Promise<ClusterHead | undefined>;
+  /** Ids of clusters with an operation in flight that no other transaction holds, locked (oldest first). */
+  claimActiveClusters(): Promise<string[]>;
+  glance(clusterId: string): Promise<ClusterGlance>;
+  /** How many of the cluster's nodes are in flight, counting no further than `upTo`. */
+  countInFlight(clusterId: string, upTo: number): Promise<number>;
+  /** Every node of the cluster, by position. */
+  clusterNodes(clusterId: string): Promise<ClusterNodeRecord[]>;
+  /** The nodes uninstalling or installing (any order). */
+  nodesInFlight(clusterId: string): Promise<ClusterNodeRecord[]>;
+  /** The first `limit` pending nodes by position. */
+  firstPending(clusterId: string, limit: number): Promise<ClusterNodeRecord[]>;
+  clusterNode(clusterId: string, node: string): Promise<ClusterNodeRecord | undefined>;
+  setNodeStep(clusterId: string, node: string, change: NodeStepChange, nowMs: number): Promise<void>;
+  /** Starts operation `op` with window `maxUnavailable`: status `<OP>_IN_PROGRESS`, every node pending with its marks cleared. */
+  beginOperation(clusterId: string, op: ClusterOperation, maxUnavailable: number, nowMs: number): Promise<void>;
+  /** Ends the operation in `status` with `reason`. */
+  finishCluster(clusterId: string, status: ClusterStatus, reason: string, nowMs: number): Promise<void>;
+  /** Removes the cluster, its node rows and every deployment it made (touching their nodes). */
+  removeCluster(clusterId: string): Promise<void>;
+}

@@ -1,0 +1,203 @@
+/**
+ * The records the controller stores, as every store returns them (SQLite today, PostgreSQL
+ * next), and the `ChangeSet` a transaction reports. Types only: the store's interface is in
+ * store.ts, the cluster engine's narrow one in clusters/tx.ts, and both import these.
+ */
+import type { DeployAction, InputType } from '../protocol/heat.js';
+import type { WakeReason } from '../protocol/wake.js';
+
+export type DeploymentStatus = 'IN_PROGRESS' | 'COMPLETE' | 'FAILED';
+
+export interface NodeRecord {
+  id: string;
+  /** `wss://host:port/v1/wake`, or null before the agent announced one. */
+  endpoint: string | null;
+  /** Sequence value of the node's latest metadata change. */
+  generation: number;
+  /** The highest generation the agent is known to have fetched (ack or fetch), if any. */
+  ackedGeneration: number | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface ConfigInput {
+  name: string;
+  type: InputType;
+  default?: unknown;
+  description?: string;
+  hidden?: boolean;
+}
+
+export interface ConfigOutput {
+  name: string;
+  type: InputType;
+  error_output: boolean;
+  description?: string;
+}
+
+export interface ConfigRecord {
+  id: string;
+  name: string;
+  group: string;
+  config: unknown;
+  inputs: ConfigInput[];
+  outputs: ConfigOutput[];
+  options: Record<string, unknown>;
+  createdAt: string;
+}
+
+export type NewConfig = Omit<ConfigRecord, 'id' | 'createdAt'>;
+
+export interface RevisionRecord {
+  revision: number;
+  /** The metadata item `id` of this revision: new per revision, stored (SPEC §5). */
+  itemId: string;
+  action: DeployAction;
+  /** As stored, hidden ones included: mask before showing (service.ts). */
+  inputValues: Record<string, unknown>;
+  status: DeploymentStatus;
+  statusReason: string;
+  /** Declared outputs present in the signal plus deploy_stdout/stderr/status_code; null before. */
+  outputValues: Record<string, unknown> | null;
+  /** The controller holds this revision's result (or nothing runs for it). */
+  signalled: boolean;
+  createdAt: string;
+  updatedAt: string;
+  signalledAt: string | null;
+}
+
+export type ClusterRole = 'install' | 'uninstall';
+
+export interface DeploymentRecord {
+  id: string;
+  node: string;
+  configId: string;
+  name: string | null;
+  actions: DeployAction[];
+  clusterId: string | null;
+  clusterRole: ClusterRole | null;
+  createdAt: string;
+  updatedAt: string;
+  /** The current revision. */
+  current: RevisionRecord;
+}
+
+export interface NewDeployment {
+  node: string;
+  configId: string;
+  name: string | null;
+  actions: DeployAction[];
+  action: DeployAction;
+  inputValues: Record<string, unknown>;
+}
+
+export interface DeploymentPatch {
+  /** Replaces the stored values (service.ts merges a PATCH into them first). */
+  inputValues?: Record<string, unknown>;
+  action?: DeployAction;
+}
+
+export interface SignalInput {
+  revision: number;
+  deployStatusCode: number;
+  deployStdout: string;
+  deployStderr: string;
+  outputs: Record<string, unknown>;
+  statusReason?: string | undefined;
+}
+
+export type ClusterStatus =
+  | 'CREATE_IN_PROGRESS' | 'CREATE_COMPLETE' | 'CREATE_FAILED'
+  | 'RESTART_IN_PROGRESS' | 'RESTART_COMPLETE' | 'RESTART_FAILED'
+  | 'DELETE_IN_PROGRESS' | 'DELETE_FAILED';
+export type ClusterOperation = 'create' | 'restart' | 'delete';
+export type ClusterNodePhase = 'pending' | 'uninstalling' | 'installing' | 'complete' | 'failed';
+
+export interface ClusterNodeRecord {
+  node: string;
+  position: number;
+  phase: ClusterNodePhase;
+  installDeploymentId: string;
+  uninstallDeploymentId: string;
+  /** When the step in flight must have its result (epoch ms), else null. */
+  stepDeadlineMs: number | null;
+  uninstallStartedAt: string | null;
+  uninstallFinishedAt: string | null;
+  installStartedAt: string | null;
+  installFinishedAt: string | null;
+  reason: string | null;
+}
+
+export interface ClusterRecord {
+  id: string;
+  name: string;
+  status: ClusterStatus;
+  statusReason: string;
+  installConfigId: string;
+  uninstallConfigId: string;
+  inputValues: Record<string, unknown>;
+  operation: ClusterOperation;
+  maxUnavailable: number;
+  operationStartedAt: string | null;
+  operationFinishedAt: string | null;
+  createdAt: string;
+  updatedAt: string;
+  nodes: ClusterNodeRecord[];
+}
+
+export interface NewCluster {
+  name: string;
+  nodes: string[];
+  installConfigId: string;
+  uninstallConfigId: string;
+  /** Already checked against each config's inputs (service.ts). */
+  installInputValues: Record<string, unknown>;
+  uninstallInputValues: Record<string, unknown>;
+  /** As given (stored for display; masked above). */
+  inputValues: Record<string, unknown>;
+}
+
+export interface Wake {
+  node: string;
+  generation: number;
+  reason: WakeReason;
+}
+
+/** What one transaction changed: who to wake, what to announce. */
+export interface ChangeSet {
+  /** The new sequence value, when some node's metadata changed. */
+  generation: number | null;
+  /** Nodes whose metadata changed (their generation is now `generation`). */
+  touchedNodes: string[];
+  /** Nodes that have work: wake them with their new generation. */
+  wakes: Wake[];
+  nodes: string[];
+  removedNodes: string[];
+  deployments: string[];
+  removedDeployments: string[];
+  clusters: string[];
+  removedClusters: string[];
+}
+
+export interface AuditRecord {
+  seq: number;
+  at: string;
+  who: string;
+  action: string;
+  target: string;
+  detail: Record<string, unknown> | null;
+}
+
+export interface MetadataSource {
+  node: NodeRecord;
+  /** The node's deployments with their current revision and config, unsorted. */
+  entries: Array<{ deployment: DeploymentRecord; config: ConfigRecord; cluster: { id: string; name: string } | null }>;
+}
+
+export interface AnnounceResult {
+  node: NodeRecord;
+  created: boolean;
+  /** The URL differs from the stored one (or the node is new). */
+  changed: boolean;
+  changes: ChangeSet;
+}
