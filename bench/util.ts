@@ -3,6 +3,7 @@
  * percentiles, /proc readers (CPU and RSS of a process and its children), bounded waits.
  */
 import fs from 'node:fs';
+import { parseProcStat, type ProcStat } from '../protocol/proc-stat.js';
 
 /** Epoch milliseconds with microsecond resolution, comparable between processes of one machine. */
 export function nowMs(): number {
@@ -94,10 +95,9 @@ export interface ProcSample {
   rssKb: number;
 }
 
-function statFields(pid: number): string[] | null {
+function statOf(pid: number): ProcStat | null {
   try {
-    const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return s.slice(s.lastIndexOf(')') + 2).split(' ');
+    return parseProcStat(fs.readFileSync(`/proc/${pid}/stat`, 'latin1')) ?? null;
   } catch {
     return null;
   }
@@ -105,15 +105,14 @@ function statFields(pid: number): string[] | null {
 
 /** Parent pid of `pid`, or null when gone. */
 export function ppidOf(pid: number): number | null {
-  const f = statFields(pid);
-  return f ? Number(f[1]) : null;
+  return statOf(pid)?.ppid ?? null;
 }
 
 /** CPU and RSS of one process from /proc, or null when it is gone. */
 export function procSample(pid: number): ProcSample | null {
-  const f = statFields(pid);
-  if (!f) return null;
-  const cpuS = (Number(f[11]) + Number(f[12])) / CLK_TCK;
+  const st = statOf(pid);
+  if (!st) return null;
+  const cpuS = (st.utimeTicks + st.stimeTicks) / CLK_TCK;
   let rssKb = 0;
   try {
     const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));

@@ -13,9 +13,11 @@ import { expandedIp } from '../protocol/address.js';
 import { HeraldError } from '../protocol/errors.js';
 import { CA_CERT_DAYS, DEFAULT_CERT_DAYS, DEFAULT_TRUST_DOMAIN, RSA_KEY_BITS } from '../protocol/limits.js';
 import { isRole, isValidName, ROLES, spiffeIdOf, TRUST_DOMAIN_RE, type Role } from '../protocol/identity.js';
-import { normalizeSerial, trustDomainOf } from './identity.js';
+import { normalizeSerial } from './identity.js';
 import { ensureDir, PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from './files.js';
 import { pkiPaths, type PkiPaths } from './paths.js';
+import { parseRevoked, type RevokedList } from './revoked.js';
+import { readTrustDomain } from './trust-domain.js';
 
 const DAY_MS = 86_400_000;
 /** Certificates start this long before "now", so a peer whose clock is a little behind accepts them. */
@@ -225,31 +227,6 @@ export function publicJwkOf(jwk: PrivateJwk | PublicJwk): PublicJwk {
 
 // ---- revoked.json -------------------------------------------------------------------------------
 
-export interface RevokedList {
-  /** Lowercase hex serials. */
-  serials: string[];
-  kids: string[];
-}
-
-/**
- * Parses revoked.json strictly: an object with string arrays `serials` and `kids`.
- * @throws HeraldError `bad_option` naming what is wrong
- */
-export function parseRevoked(text: string | Buffer): RevokedList {
-  let j: unknown;
-  try {
-    j = JSON.parse(text.toString());
-  } catch (err) {
-    throw new HeraldError('bad_option', 'revoked.json is not JSON', { cause: err });
-  }
-  const o = j as { serials?: unknown; kids?: unknown };
-  const isStrings = (a: unknown): a is string[] => Array.isArray(a) && a.every((s) => typeof s === 'string');
-  if (typeof j !== 'object' || j === null || !isStrings(o.serials ?? []) || !isStrings(o.kids ?? [])) {
-    throw new HeraldError('bad_option', 'revoked.json must be {"serials":[string..],"kids":[string..]}');
-  }
-  return { serials: ((o.serials ?? []) as string[]).map(normalizeSerial), kids: [...((o.kids ?? []) as string[])] };
-}
-
 function writeRevoked(p: PkiPaths, list: RevokedList): void {
   writeFileAtomic(p.revoked, JSON.stringify({ serials: list.serials, kids: list.kids }, null, 2) + '\n', PUBLIC_FILE_MODE);
 }
@@ -348,7 +325,7 @@ export async function issueCert(opts: IssueCertOptions): Promise<IssueResult> {
   }
   const p = pkiPaths(opts.dir);
   const ca = loadCa(p);
-  const trustDomain = readTrustDomain(p);
+  const trustDomain = readTrustDomain(p.dir);
   const keyPem = opts.keyPem ?? (await newRsaKeyPemAsync());
   const role = opts.role;
   ensureDir(p.roleDir(role));
@@ -389,27 +366,6 @@ function loadCa(p: PkiPaths): Pem {
   const key = readIfExists(p.caKey);
   if (!cert || !key) throw new HeraldError('pki_missing', `no CA in ${p.dir} (run herald certs init --dir ${p.dir})`);
   return { cert: cert.toString(), key: key.toString() };
-}
-
-/** The trust domain of the PKI in `dir`: pki.json, else the CA's `spiffe://<domain>` SAN. */
-export function readTrustDomain(pOrDir: PkiPaths | string): string {
-  const p = typeof pOrDir === 'string' ? pkiPaths(pOrDir) : pOrDir;
-  const meta = readIfExists(p.meta);
-  if (meta) {
-    try {
-      const td = (JSON.parse(meta.toString()) as { trustDomain?: unknown }).trustDomain;
-      if (typeof td === 'string' && TRUST_DOMAIN_RE.test(td)) return td;
-    } catch {
-      // fall through to the CA certificate
-    }
-  }
-  const ca = readIfExists(p.caCrt);
-  if (!ca) throw new HeraldError('pki_missing', `no ${p.caCrt}`);
-  try {
-    return trustDomainOf(ca);
-  } catch (err) {
-    throw new HeraldError('pki_missing', `cannot tell the trust domain: no valid ${p.meta} and no spiffe:// SAN in ${p.caCrt}`, { cause: err });
-  }
 }
 
 export interface RevokeOptions {
@@ -494,7 +450,7 @@ function findCertificate(p: PkiPaths, target: string): { role: Role; name: strin
 
 function readRevoked(p: PkiPaths): RevokedList {
   const raw = readIfExists(p.revoked);
-  return raw ? parseRevoked(raw) : { serials: [], kids: [] };
+  return raw ? parseRevoked(raw, p.revoked) : { serials: [], kids: [] };
 }
 
 export interface CertListing {

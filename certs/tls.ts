@@ -18,6 +18,8 @@ import { ConfigError, HeraldError, RefusalError, type ErrorCode } from '../proto
 import { API_KEEP_ALIVE_TIMEOUT_MS } from '../protocol/limits.js';
 import type { Role } from '../protocol/identity.js';
 import { identityOf, normalizeSerial, type CertIdentity } from './identity.js';
+import { parseRevoked } from './revoked.js';
+import { tlsCodeOf } from './tls-codes.js';
 
 /** Quiet time after the last file event before the material is re-read. */
 export const RELOAD_DEBOUNCE_MS = 50;
@@ -279,7 +281,7 @@ export class PkiMaterial extends EventEmitter {
       return { raw: undefined, serials: new Set(), kids: new Set() };
     }
     if (prev?.raw && raw.equals(prev.raw)) return prev;
-    const list = parseRevokedJson(raw, file);
+    const list = parseRevoked(raw, file);
     return { raw, serials: new Set(list.serials), kids: new Set(list.kids) };
   }
 
@@ -341,24 +343,6 @@ function splitPemCertificates(pem: Buffer, file: string): crypto.X509Certificate
   }
 }
 
-/** revoked.json, strictly; duplicated from pki.ts so this module never loads node-forge. */
-function parseRevokedJson(raw: Buffer, file: string): { serials: string[]; kids: string[] } {
-  let j: unknown;
-  try {
-    j = JSON.parse(raw.toString());
-  } catch (err) {
-    throw new HeraldError('bad_option', `${file} is not JSON`, { cause: err });
-  }
-  const o = (j ?? {}) as { serials?: unknown; kids?: unknown };
-  const ok = (a: unknown): a is string[] => Array.isArray(a) && a.every((s) => typeof s === 'string');
-  const serials = o.serials ?? [];
-  const kids = o.kids ?? [];
-  if (typeof j !== 'object' || j === null || Array.isArray(j) || !ok(serials) || !ok(kids)) {
-    throw new HeraldError('bad_option', `${file} must be {"serials":[string..],"kids":[string..]}`);
-  }
-  return { serials: serials.map(normalizeSerial), kids };
-}
-
 // ---- servers ----------------------------------------------------------------------------------
 
 export interface HeraldServerTlsOptions {
@@ -410,7 +394,7 @@ export function authorizePeer(socket: tls.TLSSocket, want: Role | readonly Role[
   if (!socket.authorized) {
     const e = socket.authorizationError as unknown;
     const code = typeof e === 'string' ? e : ((e as { code?: string } | null)?.code ?? String(e));
-    if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID') return refuse('certificate_expired', `the certificate is not valid now (${code})`);
+    if (tlsCodeOf(code) === 'certificate_expired') return refuse('certificate_expired', `the certificate is not valid now (${code})`);
     return refuse('untrusted_certificate', `the certificate does not verify against the cluster CA (${code})`);
   }
   return authorizeCertificate(x, want, material);
@@ -515,18 +499,14 @@ export function checkServerSocket(socket: tls.TLSSocket, material: PkiMaterial, 
 }
 
 /**
- * Maps an error from a dial to a Herald code: our own RefusalErrors keep theirs; OpenSSL's
- * certificate errors become `certificate_expired` or `untrusted_certificate`; a protocol
- * version alert becomes `tls_version`. Anything else (ECONNREFUSED, ...) gives undefined.
+ * Maps an error from a TLS connection to a Herald code: our own HeraldErrors keep theirs;
+ * OpenSSL's and Node's TLS codes map as `tlsCodeOf` (certs/tls-codes.ts) says. Anything else
+ * (ECONNREFUSED, a generic handshake failure, ...) gives undefined.
  */
 export function refusalCodeOf(err: unknown): ErrorCode | undefined {
   if (err instanceof HeraldError) return err.code;
   const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code !== 'string') return undefined;
-  if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID') return 'certificate_expired';
-  if (/VERSION|PROTOCOL/.test(code) && code.startsWith('ERR_SSL')) return 'tls_version';
-  if (/^(UNABLE_TO_|SELF_SIGNED|DEPTH_ZERO|CERT_|ERR_TLS_CERT)/.test(code)) return 'untrusted_certificate';
-  return undefined;
+  return typeof code === 'string' ? tlsCodeOf(code) : undefined;
 }
 
 export interface HttpsAgentOptions {

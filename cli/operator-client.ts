@@ -8,18 +8,17 @@ import fs from 'node:fs';
 import https from 'node:https';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import { HeraldError, isErrorCode, type ErrorCode } from '../protocol/errors.js';
-import { DEFAULT_CONTROLLER_PORT } from '../protocol/limits.js';
+import { API_REQUEST_TIMEOUT_MS, DEFAULT_CONTROLLER_PORT } from '../protocol/limits.js';
 import { isValidName, spiffeIdOf } from '../protocol/identity.js';
 import { trustDomainOf } from '../certs/identity.js';
 import { httpsAgentFor, PkiMaterial } from '../certs/tls.js';
+import { tlsCodeOf } from '../certs/tls-codes.js';
 import { pkiPaths } from '../certs/paths.js';
 
 /** Default controller URL when neither `--controller` nor `HERALD_CONTROLLER` is given. */
 export const DEFAULT_CONTROLLER_URL = `https://127.0.0.1:${DEFAULT_CONTROLLER_PORT}`;
 /** Default PKI directory when neither `--pki` nor `HERALD_PKI` is given. */
 export const DEFAULT_PKI_DIR = 'pki';
-/** One API request (not the event stream) fails after this long without an answer. */
-export const API_REQUEST_TIMEOUT_MS = 30_000;
 /** Largest API response the CLI reads. */
 export const MAX_API_RESPONSE_BYTES = 64 * 1024 * 1024;
 
@@ -141,19 +140,15 @@ function connectionError(url: URL, err: unknown): HeraldError {
     case 'ECONNRESET':
     case 'EPIPE':
       return new ApiError(0, 'api_error', `${where} closed the connection (was this operator certificate refused, e.g. revoked or of another CA?)`, undefined, err);
-    case 'UNABLE_TO_VERIFY_LEAF_SIGNATURE':
-    case 'SELF_SIGNED_CERT_IN_CHAIN':
-    case 'DEPTH_ZERO_SELF_SIGNED_CERT':
-    case 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY':
-    case 'CERT_SIGNATURE_FAILURE':
+  }
+  switch (e.code === undefined ? undefined : tlsCodeOf(e.code)) {
+    case 'untrusted_certificate':
       return new ApiError(0, 'untrusted_certificate', `the controller's certificate does not chain to --ca (${e.code})`, undefined, err);
-    case 'CERT_HAS_EXPIRED':
-    case 'CERT_NOT_YET_VALID':
+    case 'certificate_expired':
       return new ApiError(0, 'certificate_expired', `the controller's certificate is not valid now (${e.code})`, undefined, err);
+    case 'tls_version':
+      return new ApiError(0, 'tls_version', `${where} did not negotiate TLS 1.3`, undefined, err);
     default:
-      if (/wrong version|tlsv1 alert protocol version|unsupported protocol/i.test(e.message ?? '')) {
-        return new ApiError(0, 'tls_version', `${where} did not negotiate TLS 1.3`, undefined, err);
-      }
       return new ApiError(0, 'api_error', `cannot talk to ${where}: ${e.code ? `${e.code} ` : ''}${(e.message ?? String(err)).split('\n')[0]}`, undefined, err);
   }
 }

@@ -5,6 +5,7 @@
  * listener carries its own code (SPEC §2), which is kept as is.
  */
 import { codeOf, ERROR_CODES, isErrorCode, type ErrorCode } from '../protocol/errors.js';
+import { tlsCodeOf } from '../certs/tls-codes.js';
 
 const PUSH_FAILURE_CODE_LIST = [
   'connection_refused', 'connection_reset', 'connection_closed', 'dial_timeout', 'unreachable',
@@ -31,14 +32,10 @@ const NET_CODES: Record<string, PushFailureCode> = {
   EAI_AGAIN: 'unreachable',
 };
 
-/** OpenSSL's verification codes for a server certificate that does not chain to our CA. */
-const UNTRUSTED = new Set([
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'UNABLE_TO_GET_ISSUER_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'CERT_SIGNATURE_FAILURE', 'CERT_UNTRUSTED',
-  'CERT_REJECTED', 'INVALID_CA', 'INVALID_PURPOSE',
-]);
-
-/** The code of a dial or connection error (never throws; unknown errors become `tls_error`). */
+/**
+ * The code of a dial or connection error (never throws): Herald's own, a network code, the TLS
+ * mapping of certs/tls-codes.ts, else `tls_error` (any other `ERR_SSL_*` included).
+ */
 export function pushCodeOf(err: unknown): PushErrorCode {
   const herald = codeOf(err);
   if (herald !== undefined) return herald;
@@ -47,9 +44,8 @@ export function pushCodeOf(err: unknown): PushErrorCode {
     if (isErrorCode(code)) return code; // e.g. a checkServerIdentity error that kept its code
     const net = NET_CODES[code];
     if (net !== undefined) return net;
-    if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID') return 'certificate_expired';
-    if (UNTRUSTED.has(code)) return 'untrusted_certificate';
-    if (code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_')) return 'tls_error';
+    const tls = tlsCodeOf(code);
+    if (tls !== undefined) return tls;
   }
   const msg = err instanceof Error ? err.message : '';
   if (/socket hang up/i.test(msg)) return 'connection_reset';

@@ -92,7 +92,10 @@ export const API_LISTEN_BACKLOG_CONNECTIONS = 4_096;
 
 /** Idle connections are closed after this, and a request's headers must arrive within it. */
 export const API_HEADERS_TIMEOUT_MS = 10_000;
-/** A whole request (headers and body) must arrive within this. */
+/**
+ * A whole request (headers and body) must arrive within this at the API; a client of the API (the
+ * agent's fetcher, the operator CLI) gives up on an answer after as long.
+ */
 export const API_REQUEST_TIMEOUT_MS = 30_000;
 /** Metadata bodies kept built (one per node, for its current generation). */
 export const METADATA_CACHE_ENTRIES = 20_000;

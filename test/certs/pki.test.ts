@@ -6,10 +6,11 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as jose from 'jose';
 import {
-  bundle, initPki, issueCert, jwkThumbprint, listCerts, makeCertificate, newRsaKeyPem, parseRevoked, randomSerial,
+  bundle, initPki, issueCert, jwkThumbprint, listCerts, makeCertificate, newRsaKeyPem, randomSerial,
   revoke, rotateSigningKey, type Pem,
 } from '../../certs/pki.js';
 import { pkiPaths } from '../../certs/paths.js';
+import { parseRevoked } from '../../certs/revoked.js';
 import { codeOf } from '../../protocol/errors.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pki-test-'));

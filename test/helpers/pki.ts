@@ -11,7 +11,8 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { initPki, issueCert, makeCa, makeCertificate, newRsaKeyPem, readTrustDomain, revoke, type Pem } from '../../certs/pki.js';
+import { initPki, issueCert, makeCa, makeCertificate, newRsaKeyPem, revoke, type Pem } from '../../certs/pki.js';
+import { readTrustDomain } from '../../certs/trust-domain.js';
 import { pkiPaths, materialPaths, type PkiPaths } from '../../certs/paths.js';
 import { PkiMaterial, type Logger, type PkiMaterialOptions } from '../../certs/tls.js';
 import { spiffeIdOf, type Role } from '../../protocol/identity.js';

@@ -9,6 +9,7 @@ import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { isLiveState, parseProcStat, type ProcStat } from '../../protocol/proc-stat.js';
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const HERALD = path.join(REPO, 'bin', 'herald');
@@ -153,4 +154,19 @@ export async function waitFor<T>(what: string, fn: () => Promise<T> | T, ms = 15
     if (Date.now() - t0 > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? ` (last error: ${(last as Error).message ?? String(last)})` : ''}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
+}
+
+/** `/proc/<pid>/stat` of `pid`, parsed; undefined when the process is gone (or no /proc). */
+export function readProcStat(pid: number): ProcStat | undefined {
+  try {
+    return parseProcStat(fs.readFileSync(`/proc/${pid}/stat`, 'latin1'));
+  } catch {
+    return undefined;
+  }
+}
+
+/** Does `pid` run (and is not a zombie)? */
+export function procAlive(pid: number): boolean {
+  const s = readProcStat(pid);
+  return s !== undefined && isLiveState(s.state);
 }
