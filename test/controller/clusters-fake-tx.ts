@@ -1,0 +1,275 @@
+/**
+ * An in-memory `ClusterTx` (controller/clusters/tx.ts) for the engine's unit tests: maps for
+ * configs, deployments with their revisions, and clusters with their node rows. No SQL, no
+ * rollback (a test that needs one uses the real store). It counts the reads it serves, so a
+ * test can check what a signal costs.
+ */
+import { HeraldError } from '../../protocol/errors.js';
+import type { DeployAction } from '../../protocol/heat.js';
+import type { WakeReason } from '../../protocol/wake.js';
+import { ChangeSetBuilder } from '../../controller/change-set.js';
+import type { ClusterGlance, ClusterHead, ClusterRows, ClusterTx, NodeStepChange, StepResult } from '../../controller/clusters/tx.js';
+import type {
+  ChangeSet,
+  ClusterNodeRecord,
+  ClusterOperation,
+  ClusterStatus,
+  ConfigRecord,
+  DeploymentRecord,
+  RevisionRecord,
+} from '../../controller/records.js';
+
+interface FakeCluster {
+  head: ClusterHead & { name: string; statusReason: string };
+  nodes: ClusterNodeRecord[];
+}
+
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+/** The data every fake transaction works on. */
+export class FakeClusterData {
+  readonly configs = new Map<string, ConfigRecord>();
+  readonly deployments = new Map<string, { d: Omit<DeploymentRecord, 'current'>; revisions: RevisionRecord[] }>();
+  readonly clusters = new Map<string, FakeCluster>();
+  readonly audit: Array<{ who: string; action: string; target: string }> = [];
+  /** Reads served, by method name. */
+  readonly reads = new Map<string, number>();
+  #seq = 0;
+
+  id(prefix: string): string {
+    return `${prefix}-${++this.#seq}`;
+  }
+
+  /** A config whose hook timeout is `timeoutS` seconds. */
+  addConfig(name: string, timeoutS: number): string {
+    const id = this.id('cfg');
+    this.configs.set(id, { id, name, group: 'script', config: '', inputs: [], outputs: [], options: { timeout: timeoutS }, createdAt: iso(0) });
+    return id;
+  }
+
+  deployment(id: string): DeploymentRecord | undefined {
+    const e = this.deployments.get(id);
+    return e && { ...e.d, current: { ...e.revisions[e.revisions.length - 1]! } };
+  }
+
+  cluster(id: string): FakeCluster | undefined {
+    return this.clusters.get(id);
+  }
+
+  read(name: string): void {
+    this.reads.set(name, (this.reads.get(name) ?? 0) + 1);
+  }
+
+  /** Runs `fn` on a fresh transaction; resolves with its result and what it changed (no generation: the fake has no sequence). */
+  async run<T>(fn: (tx: FakeClusterTx) => Promise<T>): Promise<{ result: T; changes: ChangeSet }> {
+    const tx = new FakeClusterTx(this);
+    const result = await fn(tx);
+    return { result, changes: tx.changes.build(tx.changes.needsGeneration ? 1 : null) };
+  }
+}
+
+export class FakeClusterTx implements ClusterTx {
+  readonly changes = new ChangeSetBuilder();
+  readonly #w: FakeClusterData;
+
+  constructor(w: FakeClusterData) {
+    this.#w = w;
+  }
+
+  async audit(who: string, action: string, target: string): Promise<void> {
+    this.#w.audit.push({ who, action, target });
+  }
+
+  async config(id: string): Promise<ConfigRecord | undefined> {
+    this.#w.read('config');
+    return this.#w.configs.get(id);
+  }
+
+  async deployment(id: string): Promise<DeploymentRecord | undefined> {
+    this.#w.read('deployment');
+    return this.#w.deployment(id);
+  }
+
+  async newRevision(d: DeploymentRecord, action: DeployAction, reason: WakeReason): Promise<boolean> {
+    return this.#revise(d.id, action, reason);
+  }
+
+  #revise(id: string, action: DeployAction, reason: WakeReason): boolean {
+    const e = this.#w.deployments.get(id)!;
+    const prev = e.revisions[e.revisions.length - 1];
+    const triggered = e.d.actions.includes(action);
+    e.revisions.push({
+      revision: (prev?.revision ?? 0) + 1,
+      itemId: this.#w.id('item'),
+      action,
+      inputValues: prev?.inputValues ?? {},
+      status: triggered ? 'IN_PROGRESS' : 'COMPLETE',
+      statusReason: triggered ? 'Deploy data available' : 'not triggered',
+      outputValues: null,
+      signalled: !triggered,
+      createdAt: iso(0),
+      updatedAt: iso(0),
+      signalledAt: null,
+    });
+    this.changes.touch(e.d.node, triggered ? reason : null);
+    this.changes.deploymentChanged(id);
+    return triggered;
+  }
+
+  async recordResult(d: DeploymentRecord, r: StepResult, nowMs: number): Promise<void> {
+    const e = this.#w.deployments.get(d.id)!;
+    const cur = e.revisions[e.revisions.length - 1]!;
+    Object.assign(cur, { status: r.status, statusReason: r.statusReason, outputValues: r.outputValues, signalled: true, signalledAt: iso(nowMs) });
+    this.changes.touch(d.node);
+    this.changes.deploymentChanged(d.id);
+  }
+
+  async insertCluster(c: ClusterRows, nowMs: number): Promise<string> {
+    for (const [i, n] of c.nodes.entries()) {
+      for (const other of this.#w.clusters.values()) {
+        if (other.nodes.some((x) => x.node === n)) throw new HeraldError('cluster_busy', `node ${n} is in a cluster`, { field: `nodes.${i}` });
+      }
+    }
+    const id = this.#w.id('cluster');
+    const at = iso(nowMs);
+    const nodes: ClusterNodeRecord[] = c.nodes.map((node, position) => {
+      const mk = (role: 'install' | 'uninstall', configId: string, actions: DeployAction[]): string => {
+        const depId = this.#w.id(role);
+        this.#w.deployments.set(depId, {
+          d: { id: depId, node, configId, name: `${c.name}-${role}`, actions, clusterId: id, clusterRole: role, createdAt: at, updatedAt: at },
+          revisions: [],
+        });
+        this.changes.deploymentChanged(depId);
+        this.#revise(depId, 'CREATE', 'deployment');
+        return depId;
+      };
+      return {
+        node,
+        position,
+        phase: 'installing',
+        installDeploymentId: mk('install', c.installConfigId, c.installActions),
+        uninstallDeploymentId: mk('uninstall', c.uninstallConfigId, c.uninstallActions),
+        stepDeadlineMs: c.stepDeadlineMs,
+        uninstallStartedAt: null,
+        uninstallFinishedAt: null,
+        installStartedAt: at,
+        installFinishedAt: null,
+        reason: null,
+      };
+    });
+    this.#w.clusters.set(id, {
+      head: { id, name: c.name, status: 'CREATE_IN_PROGRESS', statusReason: 'create in progress', operation: 'create', maxUnavailable: c.nodes.length, updatedAt: at },
+      nodes,
+    });
+    this.changes.clusterChanged(id);
+    return id;
+  }
+
+  #cluster(id: string): FakeCluster {
+    const c = this.#w.clusters.get(id);
+    if (!c) throw new Error(`the fake has no cluster ${id}`);
+    return c;
+  }
+
+  async clusterHead(id: string): Promise<ClusterHead | undefined> {
+    this.#w.read('clusterHead');
+    const c = this.#w.clusters.get(id);
+    return c && { id: c.head.id, status: c.head.status, operation: c.head.operation, maxUnavailable: c.head.maxUnavailable, updatedAt: c.head.updatedAt };
+  }
+
+  async claimActiveClusters(): Promise<string[]> {
+    return [...this.#w.clusters.values()].filter((c) => c.head.status.endsWith('_IN_PROGRESS')).map((c) => c.head.id);
+  }
+
+  async glance(clusterId: string): Promise<ClusterGlance> {
+    this.#w.read('glance');
+    const nodes = this.#cluster(clusterId).nodes;
+    const due = (phase: string): number | null => {
+      const ds = nodes.filter((n) => n.phase === phase && n.stepDeadlineMs !== null).map((n) => n.stepDeadlineMs!);
+      return ds.length === 0 ? null : Math.min(...ds);
+    };
+    return {
+      dueUninstallMs: due('uninstalling'),
+      dueInstallMs: due('installing'),
+      inFlight: nodes.some((n) => n.phase === 'uninstalling' || n.phase === 'installing'),
+      pending: nodes.some((n) => n.phase === 'pending'),
+      failed: nodes.some((n) => n.phase === 'failed'),
+    };
+  }
+
+  async countInFlight(clusterId: string, upTo: number): Promise<number> {
+    this.#w.read('countInFlight');
+    return Math.min(upTo, this.#cluster(clusterId).nodes.filter((n) => n.phase === 'uninstalling' || n.phase === 'installing').length);
+  }
+
+  async clusterNodes(clusterId: string): Promise<ClusterNodeRecord[]> {
+    this.#w.read('clusterNodes');
+    return this.#cluster(clusterId).nodes.map((n) => ({ ...n }));
+  }
+
+  async nodesInFlight(clusterId: string): Promise<ClusterNodeRecord[]> {
+    this.#w.read('nodesInFlight');
+    return this.#cluster(clusterId).nodes.filter((n) => n.phase === 'uninstalling' || n.phase === 'installing').map((n) => ({ ...n }));
+  }
+
+  async firstPending(clusterId: string, limit: number): Promise<ClusterNodeRecord[]> {
+    this.#w.read('firstPending');
+    return this.#cluster(clusterId).nodes.filter((n) => n.phase === 'pending').slice(0, limit).map((n) => ({ ...n }));
+  }
+
+  async clusterNode(clusterId: string, node: string): Promise<ClusterNodeRecord | undefined> {
+    this.#w.read('clusterNode');
+    const n = this.#w.clusters.get(clusterId)?.nodes.find((x) => x.node === node);
+    return n && { ...n };
+  }
+
+  async setNodeStep(clusterId: string, node: string, change: NodeStepChange, nowMs: number): Promise<void> {
+    const n = this.#cluster(clusterId).nodes.find((x) => x.node === node)!;
+    const at = iso(nowMs);
+    switch (change.type) {
+      case 'start':
+        if (change.step === 'uninstall') Object.assign(n, { phase: 'uninstalling', uninstallStartedAt: at, uninstallFinishedAt: null, installStartedAt: null, installFinishedAt: null });
+        else Object.assign(n, { phase: 'installing', installStartedAt: at, installFinishedAt: null });
+        Object.assign(n, { stepDeadlineMs: change.deadlineMs, reason: null });
+        break;
+      case 'uninstalled':
+        n.uninstallFinishedAt = at;
+        break;
+      case 'complete':
+        Object.assign(n, { phase: 'complete', stepDeadlineMs: null });
+        if (change.installFinished) n.installFinishedAt = at;
+        break;
+      case 'fail':
+        Object.assign(n, { phase: 'failed', stepDeadlineMs: null, reason: change.reason });
+        if (change.step === 'uninstall') n.uninstallFinishedAt = at;
+        else n.installFinishedAt = at;
+        break;
+    }
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async beginOperation(clusterId: string, op: ClusterOperation, maxUnavailable: number, nowMs: number): Promise<void> {
+    const c = this.#cluster(clusterId);
+    Object.assign(c.head, { status: `${op.toUpperCase()}_IN_PROGRESS`, statusReason: `${op} in progress`, operation: op, maxUnavailable, updatedAt: iso(nowMs) });
+    for (const n of c.nodes) {
+      Object.assign(n, { phase: 'pending', stepDeadlineMs: null, uninstallStartedAt: null, uninstallFinishedAt: null, installStartedAt: null, installFinishedAt: null, reason: null });
+    }
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async finishCluster(clusterId: string, status: ClusterStatus, reason: string, nowMs: number): Promise<void> {
+    Object.assign(this.#cluster(clusterId).head, { status, statusReason: reason, updatedAt: iso(nowMs) });
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async removeCluster(clusterId: string): Promise<void> {
+    for (const [id, e] of this.#w.deployments) {
+      if (e.d.clusterId !== clusterId) continue;
+      this.#w.deployments.delete(id);
+      this.changes.touch(e.d.node);
+      this.changes.deploymentRemoved(id);
+    }
+    this.#w.clusters.delete(clusterId);
+    this.changes.clusterRemoved(clusterId);
+  }
+}
