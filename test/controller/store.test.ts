@@ -11,7 +11,7 @@ import { codeOf } from '../../protocol/errors.js';
 import { ClusterEngine } from '../../controller/clusters/engine.js';
 import { recordSignal, type SignalOutcome } from '../../controller/signal.js';
 import { SCHEMA_VERSION, SqliteStore } from '../../controller/sqlite-store.js';
-import type { NewConfig, SignalInput } from '../../controller/store.js';
+import type { NewConfig, SignalInput, StoreTx } from '../../controller/store.js';
 import { thrownCode } from '../helpers/codes.js';
 import { rejectedCode } from '../helpers/controller-codes.js';
 
@@ -249,3 +249,69 @@ describe('group commit', () => {
     expect((await s.getNode('a'))!.generation).toBe(gens[1]);
   });
 });
+
+describe('transactions', () => {
+  it('a read outside waits while a transaction is open, and sees only what it committed', async () => {
+    const s = open();
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const tx = s.transaction(async (t) => {
+      await t.createNode('a', null, WHO);
+      await gate; // the transaction stays open across turns of the event loop
+      await t.createNode('b', null, WHO);
+    });
+    let seen: unknown = 'pending';
+    const read = s.listNodes().then((l) => (seen = l.map((n) => n.id)));
+    await new Promise((r) => setImmediate(r));
+    expect(seen).toBe('pending');
+    release();
+    await tx;
+    await read;
+    expect(seen).toEqual(['a', 'b']);
+  });
+
+  it('a rejected callback rolls everything back, and a second transaction waits for the first', async () => {
+    const s = open();
+    const order: string[] = [];
+    const first = s.transaction(async (t) => {
+      await t.createNode('a', null, WHO);
+      await new Promise((r) => setImmediate(r));
+      order.push('first');
+      throw new Error('boom');
+    });
+    const second = s.transaction(async (t) => {
+      order.push('second');
+      expect(await t.node('a')).toBeUndefined();
+      await t.createNode('b', null, WHO);
+    });
+    await expect(first).rejects.toThrow('boom');
+    const { changes } = await second;
+    expect(order).toEqual(['first', 'second']);
+    expect(changes.generation).toBe(1); // the rolled-back bump is gone too
+    expect((await s.listNodes()).map((n) => n.id)).toEqual(['b']);
+  });
+
+  it('a transaction object used after its callback settled rejects internal', async () => {
+    const s = open();
+    let kept: StoreTx | undefined;
+    await s.transaction(async (t) => {
+      kept = t;
+    });
+    expect(await rejectedCode(kept!.createNode('late', null, WHO))).toBe('internal');
+    expect(await s.getNode('late')).toBeUndefined();
+  });
+
+  it('close waits for the open transaction; later calls reject internal', async () => {
+    const s = open();
+    const tx = s.transaction(async (t) => {
+      await new Promise((r) => setImmediate(r));
+      await t.createNode('a', null, WHO);
+    });
+    const closed = s.close();
+    await tx;
+    await closed;
+    expect(await rejectedCode(s.getNode('a'))).toBe('internal');
+    expect(await rejectedCode(s.createNode('b', null, WHO))).toBe('internal');
+  });
+});
+
