@@ -216,14 +216,16 @@ describe('deep JSON (review item 5)', () => {
   });
   afterAll(async () => t?.close());
 
-  it.each([
+  type DeepCase = [string, string, () => string, (v: unknown) => unknown, string, () => Cred];
+  const deepCases: DeepCase[] = [
     ['a signal output', 'POST', () => `/v1/nodes/n1/deployments/${depId}/signal`, (v: unknown) => ({ revision: 1, deploy_status_code: 0, outputs: { out: v } }), 'outputs.out', n1],
     ['a config', 'POST', () => '/v1/configs', (v: unknown) => ({ name: 'deep', group: 'x', config: v }), 'config', () => op],
     ['an option', 'POST', () => '/v1/configs', (v: unknown) => ({ name: 'deep', group: 'x', config: 'c', options: { o: v } }), 'options.o', () => op],
     ['an input default', 'POST', () => '/v1/configs', (v: unknown) => ({ name: 'deep', group: 'x', config: 'c', inputs: [{ name: 'i', type: 'Json', default: v }] }), 'inputs.0.default', () => op],
     ['a Json input value', 'POST', () => '/v1/deployments', (v: unknown) => ({ node: 'n1', config_id: configId, input_values: { doc: v } }), 'input_values.doc', () => op],
     ['a Json input value in a patch', 'PATCH', () => `/v1/deployments/${depId}`, (v: unknown) => ({ input_values: { doc: v } }), 'input_values.doc', () => op],
-  ] as const)('%s nested past the limit is 400 invalid_request naming the field; the API stays whole', async (_what, method, p, body, field, cred) => {
+  ];
+  it.each(deepCases)('%s nested past the limit is 400 invalid_request naming the field; the API stays whole', async (_what, method, p, body, field, cred) => {
     for (const depth of [MAX_JSON_DEPTH_LEVELS + 1, 4_200, 200_000]) {
       // written as text: the test's own JSON.stringify would overflow the stack first
       const rawBody = JSON.stringify(body('__DEEP__')).replace('"__DEEP__"', `${'['.repeat(depth)}1${']'.repeat(depth)}`);
