@@ -5,20 +5,17 @@
  * uninstalling → installing → complete in order) and one per wake-up the events report.
  * Renderers (plain lines, a progress bar, the demo's timeline) only consume these.
  */
-import type { ApiClient, EventStream, SseEvent } from './operator-client.js';
+import type { ClusterNodePhase, ClusterStatus, ClusterView, EventData } from '../protocol/rest.js';
+import type { ApiClient, SseEvent } from './operator-client.js';
 
 /** How often the cluster is read while a restart runs. */
 export const WATCH_POLL_INTERVAL_MS = 1_000;
 
-export const NODE_PHASES = ['pending', 'uninstalling', 'installing', 'complete', 'failed'] as const;
-export type NodePhase = (typeof NODE_PHASES)[number];
-
-/** One node's state in a cluster, normalized from whatever shape the controller sends. */
+/** One node's state in a cluster, its times as epoch ms. */
 export interface NodeState {
   node: string;
-  phase: string;
+  phase: ClusterNodePhase;
   reason: string | undefined;
-  /** Times the controller recorded, as epoch ms, when it sent them. */
   uninstallStartedMs: number | undefined;
   uninstallDoneMs: number | undefined;
   installStartedMs: number | undefined;
@@ -27,16 +24,16 @@ export interface NodeState {
 
 export interface ClusterState {
   id: string;
-  name: string | undefined;
-  status: string;
+  name: string;
+  status: ClusterStatus;
   statusReason: string | undefined;
   nodes: NodeState[];
 }
 
 export type WatchEvent =
-  | { kind: 'phase'; at: Date; node: string; phase: string; reason?: string; uninstallMs?: number; installMs?: number }
+  | { kind: 'phase'; at: Date; node: string; phase: ClusterNodePhase; reason?: string; uninstallMs?: number; installMs?: number }
   | { kind: 'woken'; at: Date; node: string; detail: string }
-  | { kind: 'status'; at: Date; status: string; reason?: string };
+  | { kind: 'status'; at: Date; status: ClusterStatus; reason?: string };
 
 export interface WatchResult {
   ok: boolean;
@@ -46,97 +43,171 @@ export interface WatchResult {
   failed: { node: string; reason: string }[];
 }
 
-function str(v: unknown): string | undefined {
-  return typeof v === 'string' && v.length > 0 ? v : undefined;
+function msOf(iso: string | null): number | undefined {
+  if (iso === null) return undefined;
+  const t = Date.parse(iso);
+  return Number.isFinite(t) ? t : undefined;
 }
 
-function timeMs(...vs: unknown[]): number | undefined {
-  for (const v of vs) {
-    if (typeof v === 'number' && Number.isFinite(v)) return v > 1e12 ? v : v * 1000;
-    if (typeof v === 'string') {
-      const t = Date.parse(v);
-      if (Number.isFinite(t)) return t;
+/** A cluster as the API shows it, with its times as epoch ms. */
+export function clusterStateOf(c: ClusterView): ClusterState {
+  return {
+    id: c.id,
+    name: c.name,
+    status: c.status,
+    statusReason: c.status_reason || undefined,
+    nodes: c.nodes.map((n) => ({
+      node: n.node,
+      phase: n.phase,
+      reason: n.reason ?? undefined,
+      uninstallStartedMs: msOf(n.uninstall_started_at),
+      uninstallDoneMs: msOf(n.uninstall_finished_at),
+      installStartedMs: msOf(n.install_started_at),
+      installDoneMs: msOf(n.install_finished_at),
+    })),
+  };
+}
+
+const ORDER: Record<ClusterNodePhase, number> = { pending: 0, uninstalling: 1, installing: 2, complete: 3, failed: 3 };
+
+interface Seen {
+  phase: ClusterNodePhase;
+  uninstallStart?: number;
+  uninstallDone?: number;
+  installStart?: number;
+  installDone?: number;
+}
+
+/**
+ * Turns successive looks at a cluster into events: each node's phase changes in order (the
+ * phases that passed between two looks filled in), and the cluster's status changes. Pure.
+ */
+export class PhaseTracker {
+  readonly #seen = new Map<string, Seen>();
+  #lastStatus = '';
+
+  /** The events between the previous look and `c`, seen at `now` (epoch ms). */
+  next(c: ClusterState, now: number): WatchEvent[] {
+    const out: WatchEvent[] = [];
+    for (const n of c.nodes) out.push(...this.#nodeEvents(n, now));
+    if (c.status !== this.#lastStatus) {
+      this.#lastStatus = c.status;
+      const ev: WatchEvent = { kind: 'status', at: new Date(now), status: c.status };
+      if (c.statusReason) ev.reason = c.statusReason;
+      out.push(ev);
     }
+    return out;
   }
+
+  #nodeEvents(n: NodeState, now: number): WatchEvent[] {
+    const s = this.#seen.get(n.node) ?? { phase: 'pending' };
+    const from = ORDER[s.phase];
+    const to = ORDER[n.phase];
+    if (n.phase === s.phase || to < from) return [];
+    const steps: ClusterNodePhase[] = [];
+    if (from < 1 && to >= 2 && n.phase !== 'failed') steps.push('uninstalling');
+    if (from < 2 && to >= 3 && n.phase === 'complete') steps.push('installing');
+    steps.push(n.phase);
+    this.#seen.set(n.node, s);
+    return steps.map((phase) => this.#step(n, s, phase, now));
+  }
+
+  #step(n: NodeState, s: Seen, phase: ClusterNodePhase, now: number): WatchEvent {
+    const at = phaseTime(n, phase) ?? now;
+    if (phase === 'uninstalling') s.uninstallStart = n.uninstallStartedMs ?? at;
+    if (phase === 'installing') {
+      s.uninstallDone = n.uninstallDoneMs ?? at;
+      s.installStart = n.installStartedMs ?? s.uninstallDone;
+    }
+    if (phase === 'complete') s.installDone = n.installDoneMs ?? at;
+    s.phase = phase;
+    const ev: WatchEvent = { kind: 'phase', at: new Date(at), node: n.node, phase };
+    if (phase === 'failed' && n.reason) ev.reason = n.reason;
+    if (phase === 'complete' || phase === 'failed') {
+      // the controller's times when it gives them, else what this watcher saw
+      const us = n.uninstallStartedMs ?? s.uninstallStart;
+      const ud = n.uninstallDoneMs ?? s.uninstallDone;
+      const is = n.installStartedMs ?? s.installStart;
+      const id = n.installDoneMs ?? s.installDone;
+      if (us !== undefined && ud !== undefined) ev.uninstallMs = ud - us;
+      if (is !== undefined && id !== undefined) ev.installMs = id - is;
+    }
+    return ev;
+  }
+}
+
+function phaseTime(n: NodeState, phase: ClusterNodePhase): number | undefined {
+  if (phase === 'uninstalling') return n.uninstallStartedMs;
+  if (phase === 'installing') return n.installStartedMs ?? n.uninstallDoneMs;
+  if (phase === 'complete') return n.installDoneMs;
   return undefined;
 }
 
-function pick(o: Record<string, unknown>, ...paths: string[]): unknown[] {
-  return paths.map((p) => p.split('.').reduce<unknown>((acc, k) => (acc && typeof acc === 'object' ? (acc as Record<string, unknown>)[k] : undefined), o));
+/** How a restart ended, or undefined while it runs. */
+export function outcomeOf(c: ClusterState): WatchResult | undefined {
+  const failed = c.nodes.filter((n) => n.phase === 'failed').map((n) => ({ node: n.node, reason: n.reason ?? 'no reason given' }));
+  if (c.status === 'RESTART_COMPLETE') return { ok: true, timedOut: false, cluster: c, failed };
+  if (c.status === 'RESTART_FAILED' || c.status === 'CREATE_FAILED' || c.status === 'DELETE_FAILED') return { ok: false, timedOut: false, cluster: c, failed };
+  return undefined;
 }
 
-/** Normalizes one node entry of a cluster (an object, or a bare id). */
-export function normalizeNode(entry: unknown, key?: string): NodeState | undefined {
-  if (typeof entry === 'string') return { node: entry, phase: 'pending', reason: undefined, uninstallStartedMs: undefined, uninstallDoneMs: undefined, installStartedMs: undefined, installDoneMs: undefined };
-  if (!entry || typeof entry !== 'object') return undefined;
-  const o = entry as Record<string, unknown>;
-  const node = str(o.node) ?? str(o.node_id) ?? str(o.id) ?? str(o.name) ?? key;
-  if (!node) return undefined;
-  return {
-    node,
-    phase: str(o.phase) ?? str(o.status)?.toLowerCase() ?? 'pending',
-    reason: str(o.reason) ?? str(o.status_reason) ?? str(o.error) ?? str(o.failure_reason),
-    uninstallStartedMs: timeMs(...pick(o, 'uninstall_started_at', 'uninstall.started_at', 'times.uninstall_started_at', 'times.uninstalling', 'uninstalling_at')),
-    uninstallDoneMs: timeMs(...pick(o, 'uninstall_finished_at', 'uninstall_completed_at', 'uninstall_done_at', 'uninstall.finished_at', 'uninstall.completed_at', 'times.uninstall_finished_at', 'times.uninstall_completed_at')),
-    installStartedMs: timeMs(...pick(o, 'install_started_at', 'install.started_at', 'times.install_started_at', 'times.installing', 'installing_at')),
-    installDoneMs: timeMs(...pick(o, 'install_finished_at', 'install_completed_at', 'install_done_at', 'install.finished_at', 'install.completed_at', 'times.install_finished_at', 'times.install_completed_at', 'times.complete', 'completed_at')),
-  };
+/** The `/v1/events` payload, or undefined for an event that is not the controller's JSON. */
+function eventDataOf(e: SseEvent): EventData | undefined {
+  const d = e.data as { type?: unknown } | null;
+  return typeof d === 'object' && d !== null && typeof d.type === 'string' ? (d as EventData) : undefined;
 }
 
-/** Normalizes a cluster resource; tolerant of node lists as arrays, maps or bare ids. */
-export function normalizeCluster(body: unknown): ClusterState {
-  const o = (body && typeof body === 'object' ? body : {}) as Record<string, unknown>;
-  const nodes: NodeState[] = [];
-  const lists = [o.members, o.node_states, o.phases, o.nodes];
-  const list = lists.find((l) => Array.isArray(l) && l.some((x) => x && typeof x === 'object'))
-    ?? lists.find((l) => l && typeof l === 'object' && !Array.isArray(l))
-    ?? lists.find((l) => Array.isArray(l));
-  if (Array.isArray(list)) {
-    for (const e of list) {
-      const n = normalizeNode(e);
-      if (n) nodes.push(n);
-    }
-  } else if (list && typeof list === 'object') {
-    for (const [k, v] of Object.entries(list as Record<string, unknown>)) {
-      const n = normalizeNode(typeof v === 'string' ? { phase: v } : v, k);
-      if (n) nodes.push(n);
-    }
+/** Does the event touch the watched cluster (so its state is worth reading now)? */
+function touches(d: EventData, clusterId: string, members: ReadonlySet<string>): boolean {
+  switch (d.type) {
+    case 'cluster':
+      return d.id === clusterId;
+    case 'deployment':
+      return 'node' in d ? d.cluster_id === clusterId || members.has(d.node) : false;
+    case 'node':
+      return members.has(d.id);
+    case 'push':
+      return members.has(d.node);
   }
-  return {
-    id: str(o.id) ?? str(o.cluster_id) ?? '',
-    name: str(o.name),
-    status: str(o.status) ?? 'UNKNOWN',
-    statusReason: str(o.status_reason) ?? str(o.reason),
-    nodes,
-  };
 }
 
-const ORDER: Record<string, number> = { pending: 0, uninstalling: 1, installing: 2, complete: 3, failed: 3 };
+/**
+ * Wake-ups seen in the push-state events: a member's `last_ack_at` that moved, after the
+ * restart was accepted. Pure apart from its memory of the last ack per node.
+ */
+export class WakeTracker {
+  readonly #lastAck = new Map<string, number>();
+  constructor(readonly startedAtMs: number) {}
 
-/** Which node an event is about, and whether it is a push acknowledgement. */
-function eventFacts(e: SseEvent): { node?: string; cluster?: string; ack: boolean; detail: string; lastAckMs?: number } {
-  const d = (e.data && typeof e.data === 'object' ? e.data : {}) as Record<string, unknown>;
-  const inner = (d.data && typeof d.data === 'object' ? d.data : d.payload && typeof d.payload === 'object' ? d.payload : {}) as Record<string, unknown>;
-  const kind = [e.event, str(d.type), str(d.kind), str(d.event)].filter(Boolean).join(' ').toLowerCase();
-  const node = str(d.node) ?? str(d.node_id) ?? str(inner.node) ?? str(inner.node_id);
-  const isCluster = /cluster/.test(kind);
-  const cluster = str(d.cluster_id) ?? str(d.cluster) ?? str(inner.cluster_id) ?? str(inner.cluster) ?? (isCluster ? str(inner.id) ?? str(d.id) : undefined);
-  const fetch = str(d.fetch) ?? str(inner.fetch);
-  const latency = d.latency_ms ?? d.latencyMs ?? inner.latency_ms ?? inner.latencyMs;
-  const gen = d.gen ?? d.generation ?? inner.gen ?? inner.generation;
-  // an acknowledged wake-up: named so, or a push event carrying the ack's `fetch` field
-  const ack = !/nack/.test(kind) && (/(^|[\s._-])ack($|[\s._-])/.test(kind) || (/push/.test(kind) && fetch !== undefined));
-  const parts: string[] = [];
-  if (typeof gen === 'number') parts.push(`gen ${gen}`);
-  if (fetch) parts.push(`fetch ${fetch}`);
-  if (typeof latency === 'number') parts.push(`ack in ${Math.round(latency)} ms`);
-  // the controller's push-state events carry the time of the node's last acknowledged wake-up
-  const lastAckMs = /push/.test(kind) ? timeMs(d.last_ack_at, inner.last_ack_at) : undefined;
-  const facts: { node?: string; cluster?: string; ack: boolean; detail: string; lastAckMs?: number } = { ack, detail: parts.join(', ') };
-  if (node) facts.node = node;
-  if (cluster) facts.cluster = cluster;
-  if (lastAckMs !== undefined) facts.lastAckMs = lastAckMs;
-  return facts;
+  woken(d: EventData, members: ReadonlySet<string>): WatchEvent | undefined {
+    if (d.type !== 'push' || !members.has(d.node)) return undefined;
+    const ackMs = msOf(d.last_ack_at);
+    if (ackMs === undefined || ackMs < this.startedAtMs || ackMs === this.#lastAck.get(d.node)) return undefined;
+    this.#lastAck.set(d.node, ackMs);
+    return { kind: 'woken', at: new Date(ackMs), node: d.node, detail: d.generation_acked === null ? '' : `gen ${d.generation_acked}` };
+  }
+}
+
+/**
+ * `fn` made single-flight: a call while one runs does not start a second, it asks for one more
+ * run after the current one (so the last call always sees fresh state).
+ */
+function coalesced(fn: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  let again = false;
+  return () => {
+    if (running) {
+      again = true;
+      return running;
+    }
+    running = (async () => {
+      do {
+        again = false;
+        await fn();
+      } while (again);
+    })().finally(() => (running = undefined));
+    return running;
+  };
 }
 
 export interface WatchOptions {
@@ -154,121 +225,47 @@ export interface WatchOptions {
 
 /** Follows one cluster until its restart is complete, failed, or the timeout passes. */
 export async function watchRestart(client: ApiClient, opts: WatchOptions): Promise<WatchResult> {
-  const seen = new Map<string, { phase: string; at: number; uninstallStart?: number; uninstallDone?: number; installStart?: number; installDone?: number }>();
-  let lastStatus = '';
-  let started = false;
-  let stream: EventStream | undefined;
-  let fetching: Promise<void> | undefined;
-  let refetch = false;
-  let done: ((r: WatchResult) => void) | undefined;
-  const finished = new Promise<WatchResult>((resolve) => (done = resolve));
+  let settle!: (r: WatchResult) => void;
+  const finished = new Promise<WatchResult>((resolve) => (settle = resolve));
   let settled = false;
-  const emit = opts.onEvent;
-
   const finish = (r: WatchResult): void => {
-    if (settled) return;
+    if (!settled) settle(r);
     settled = true;
-    done?.(r);
   };
-
-  const apply = (c: ClusterState): void => {
-    const now = Date.now();
-    if (!started) {
-      started = true;
-      opts.onStart?.(c);
-    }
-    for (const n of c.nodes) {
-      const prev = seen.get(n.node) ?? { phase: 'pending', at: opts.startedAt.getTime() };
-      const from = ORDER[prev.phase] ?? 0;
-      const to = ORDER[n.phase] ?? 0;
-      if (n.phase !== prev.phase && to >= from) {
-        // fill in the phases that passed between two looks, so every node's story reads in order
-        const steps: string[] = [];
-        if (from < 1 && to >= 2 && n.phase !== 'failed') steps.push('uninstalling');
-        if (from < 2 && to >= 3 && n.phase === 'complete') steps.push('installing');
-        steps.push(n.phase);
-        for (const phase of steps) {
-          const s = seen.get(n.node) ?? { phase: 'pending', at: opts.startedAt.getTime() };
-          const at = phaseTime(n, phase) ?? now;
-          if (phase === 'uninstalling') s.uninstallStart = n.uninstallStartedMs ?? at;
-          if (phase === 'installing') {
-            s.uninstallDone = n.uninstallDoneMs ?? at;
-            s.installStart = n.installStartedMs ?? s.uninstallDone;
-          }
-          if (phase === 'complete') s.installDone = n.installDoneMs ?? at;
-          s.phase = phase;
-          s.at = at;
-          seen.set(n.node, s);
-          const ev: WatchEvent = { kind: 'phase', at: new Date(at), node: n.node, phase };
-          if (phase === 'failed' && n.reason) ev.reason = n.reason;
-          if (phase === 'complete' || phase === 'failed') {
-            // the controller's times when it gives them, else what this watcher saw
-            const us = n.uninstallStartedMs ?? s.uninstallStart;
-            const ud = n.uninstallDoneMs ?? s.uninstallDone;
-            const is = n.installStartedMs ?? s.installStart;
-            const id = n.installDoneMs ?? s.installDone;
-            if (us !== undefined && ud !== undefined) ev.uninstallMs = ud - us;
-            if (is !== undefined && id !== undefined) ev.installMs = id - is;
-          }
-          emit(ev);
-        }
-      }
-    }
-    if (c.status !== lastStatus) {
-      lastStatus = c.status;
-      const ev: WatchEvent = { kind: 'status', at: new Date(now), status: c.status };
-      if (c.statusReason) ev.reason = c.statusReason;
-      emit(ev);
-    }
-    const failed = c.nodes.filter((n) => n.phase === 'failed').map((n) => ({ node: n.node, reason: n.reason ?? 'no reason given' }));
-    if (c.status === 'RESTART_COMPLETE') finish({ ok: true, timedOut: false, cluster: c, failed });
-    else if (c.status === 'RESTART_FAILED' || (c.status.endsWith('_FAILED') && !c.status.startsWith('RESTART'))) finish({ ok: false, timedOut: false, cluster: c, failed });
-  };
-
-  let lastCluster: ClusterState | undefined;
-  const lastAck = new Map<string, number>();
+  const phases = new PhaseTracker();
+  const wakes = new WakeTracker(opts.startedAt.getTime());
+  let last: ClusterState | undefined;
+  let members: ReadonlySet<string> = new Set();
   let lastError: Error | undefined;
-  const fetchOnce = (): Promise<void> => {
-    if (fetching) {
-      refetch = true;
-      return fetching;
-    }
-    fetching = (async () => {
-      do {
-        refetch = false;
-        try {
-          lastCluster = normalizeCluster(await client.get(`/v1/clusters/${encodeURIComponent(opts.clusterId)}`));
-          lastError = undefined;
-          apply(lastCluster);
-        } catch (err) {
-          lastError = err as Error;
-          // 404 means the cluster is gone; anything else is retried by the next poll
-          if ((err as { status?: number }).status === 404) finish({ ok: false, timedOut: false, cluster: lastCluster, failed: [] });
-        }
-      } while (refetch && !settled);
-    })().finally(() => (fetching = undefined));
-    return fetching;
-  };
 
-  if (opts.useEvents !== false) {
-    stream = client.events((e) => {
-      if (settled) return;
-      const f = eventFacts(e);
-      const members = lastCluster?.nodes.map((n) => n.node) ?? [];
-      if (f.node && members.includes(f.node)) {
-        if (f.ack) {
-          emit({ kind: 'woken', at: new Date(), node: f.node, detail: f.detail });
-        } else if (f.lastAckMs !== undefined && f.lastAckMs >= opts.startedAt.getTime() && f.lastAckMs !== lastAck.get(f.node)) {
-          lastAck.set(f.node, f.lastAckMs);
-          emit({ kind: 'woken', at: new Date(f.lastAckMs), node: f.node, detail: f.detail });
-        }
-      }
-      if (f.cluster === opts.clusterId || (f.node && members.includes(f.node)) || (!f.cluster && !f.node)) void fetchOnce();
-    });
-  }
-  const poll = setInterval(() => void fetchOnce(), opts.pollIntervalMs ?? WATCH_POLL_INTERVAL_MS);
-  const timeout = setTimeout(() => finish({ ok: false, timedOut: true, cluster: lastCluster, failed: [] }), opts.timeoutMs);
-  void fetchOnce();
+  const look = coalesced(async () => {
+    if (settled) return;
+    try {
+      const c = clusterStateOf(await client.get<ClusterView>(`/v1/clusters/${encodeURIComponent(opts.clusterId)}`));
+      if (last === undefined) opts.onStart?.(c);
+      last = c;
+      members = new Set(c.nodes.map((n) => n.node));
+      lastError = undefined;
+      for (const e of phases.next(c, Date.now())) opts.onEvent(e);
+      const end = outcomeOf(c);
+      if (end) finish(end);
+    } catch (err) {
+      lastError = err as Error;
+      // 404 means the cluster is gone; anything else is retried by the next poll
+      if ((err as { status?: number }).status === 404) finish({ ok: false, timedOut: false, cluster: last, failed: [] });
+    }
+  });
+
+  const stream = opts.useEvents === false ? undefined : client.events((e) => {
+    const d = eventDataOf(e);
+    if (settled || !d) return;
+    const woken = wakes.woken(d, members);
+    if (woken) opts.onEvent(woken);
+    if (touches(d, opts.clusterId, members)) void look();
+  });
+  const poll = setInterval(() => void look(), opts.pollIntervalMs ?? WATCH_POLL_INTERVAL_MS);
+  const timeout = setTimeout(() => finish({ ok: false, timedOut: true, cluster: last, failed: [] }), opts.timeoutMs);
+  void look();
   try {
     const r = await finished;
     if (!r.cluster && lastError) throw lastError;
@@ -278,11 +275,4 @@ export async function watchRestart(client: ApiClient, opts: WatchOptions): Promi
     clearTimeout(timeout);
     stream?.close();
   }
-}
-
-function phaseTime(n: NodeState, phase: string): number | undefined {
-  if (phase === 'uninstalling') return n.uninstallStartedMs;
-  if (phase === 'installing') return n.installStartedMs ?? n.uninstallDoneMs;
-  if (phase === 'complete') return n.installDoneMs;
-  return undefined;
 }

@@ -6,6 +6,7 @@
  * `herald --help` stays instant.
  */
 import { Command, Option } from 'commander';
+import type { ClusterView, ConfigView, DeploymentView, ListEnvelope, NodeView } from '../protocol/rest.js';
 import type { ApiClient, ClientOptions } from './operator-client.js';
 // small and pure: loaded eagerly; the client (certificates, https) and the watcher load lazily
 import { collect, formatMs, keyValues, parseDuration, parsePositiveInt, splitList, table } from './operator-format.js';
@@ -70,19 +71,26 @@ function seg(s: string): string {
 
 type Obj = Record<string, unknown>;
 
-function idOf(o: Obj): string {
-  const v = o.id ?? o.deployment_id ?? o.cluster_id ?? o.config_id;
-  return typeof v === 'string' || typeof v === 'number' ? String(v) : '-';
+/** How often `--wait` re-reads the resource. */
+const WAIT_POLL_INTERVAL_MS = 250;
+
+/**
+ * `--wait`: re-reads `path` while `busy` holds of the last answer and `timeoutMs` has not
+ * passed; returns the last answer.
+ */
+async function waitWhile<T>(client: ApiClient, path: string, first: T, busy: (v: T) => boolean, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let v = first;
+  while (busy(v) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, WAIT_POLL_INTERVAL_MS));
+    v = await client.get<T>(path);
+  }
+  return v;
 }
 
-function itemsOf(body: unknown): Obj[] {
-  const items = (body as { items?: unknown } | undefined)?.items;
-  return Array.isArray(items) ? (items as Obj[]) : [];
-}
-
-function pushOf(n: Obj): Obj {
-  const p = n.push ?? n.push_state;
-  return (p && typeof p === 'object' ? p : n) as Obj;
+/** The exit status `--wait` ends with: EXIT_TIMEOUT while still busy, EXIT_FAILED on failure. */
+function waitExitCode(stillBusy: boolean, failed: boolean): number | undefined {
+  return stillBusy ? EXIT_TIMEOUT : failed ? EXIT_FAILED : undefined;
 }
 
 /** A leaf subcommand with the examples shown under its help. */
@@ -99,20 +107,16 @@ function registerNode(program: Command): void {
   const node = withConnectionOptions(program.command('node').description('list, show, add and remove nodes (agents)'));
   leaf(node, 'ls', 'list nodes with their endpoint and push state', ['herald node ls', 'herald node ls --json']).action(async (_o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
-      const body = await client.get('/v1/nodes');
+      const body = await client.get<ListEnvelope<NodeView>>('/v1/nodes');
       if (o.json) return printJson(body);
-      const rows = itemsOf(body).map((n) => {
-        const p = pushOf(n);
-        return [idOf(n), n.endpoint, p.state ?? (p.connected === true ? 'connected' : p.connected === false ? 'disconnected' : undefined),
-          n.generation, p.generation_acked, p.last_ack_at, p.last_error];
-      });
+      const rows = body.items.map(({ id, endpoint, generation, push: p }) => [id, endpoint, p.state, generation, p.generation_acked, p.last_ack_at, p.last_error]);
       out(table(['ID', 'ENDPOINT', 'PUSH', 'GEN', 'ACKED', 'LAST ACK', 'LAST ERROR'], rows));
     });
   });
   leaf(node, 'show <id>', 'show one node: endpoint, push state (connected, last ack, generations pushed/acked/fetched, last error)', ['herald node show n1'])
     .action(async (id: string, _o, cmd: Command) => {
       await withClient(cmd, async (client, o) => {
-        const body = await client.get<Obj>(`/v1/nodes/${seg(id)}`);
+        const body = await client.get<NodeView>(`/v1/nodes/${seg(id)}`);
         if (o.json) return printJson(body);
         out(keyValues(body));
       });
@@ -126,9 +130,9 @@ function registerNode(program: Command): void {
       await withClient(cmd, async (client, o) => {
         const req: Obj = { id };
         if (opts.endpoint) req.endpoint = opts.endpoint;
-        const body = await client.post<Obj>('/v1/nodes', req);
+        const body = await client.post<NodeView>('/v1/nodes', req);
         if (o.json) return printJson(body);
-        out(`node ${idOf(body)} added\n`);
+        out(`node ${body.id} added\n`);
       });
     });
   leaf(node, 'rm <id>', 'delete a node; its id stays refused to agents until an operator adds it again', ['herald node rm n1'])
@@ -166,24 +170,23 @@ function registerConfig(program: Command): void {
       const text = await readConfigFile(opts.file);
       const req = buildConfigRequest({ ...opts, text });
       await withClient(cmd, async (client, o) => {
-        const body = await client.post<Obj>('/v1/configs', req);
+        const body = await client.post<ConfigView>('/v1/configs', req);
         if (o.json) return printJson(body);
-        out(`config ${idOf(body)} created (${opts.name}, group ${opts.group})\n`);
+        out(`config ${body.id} created (${opts.name}, group ${opts.group})\n`);
       });
     });
   leaf(config, 'ls', 'list configs', ['herald config ls']).action(async (_o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
-      const body = await client.get('/v1/configs');
+      const body = await client.get<ListEnvelope<ConfigView>>('/v1/configs');
       if (o.json) return printJson(body);
-      const rows = itemsOf(body).map((c) => [idOf(c), c.name, c.group,
-        Array.isArray(c.inputs) ? c.inputs.length : 0, Array.isArray(c.outputs) ? c.outputs.length : 0, c.creation_time ?? c.created_at]);
+      const rows = body.items.map((c) => [c.id, c.name, c.group, c.inputs.length, c.outputs.length, c.creation_time]);
       out(table(['ID', 'NAME', 'GROUP', 'INPUTS', 'OUTPUTS', 'CREATED'], rows));
     });
   });
   leaf(config, 'show <id>', 'show one config with its script, inputs (hidden defaults shown as ***) and outputs', ['herald config show 3f1c...'])
     .action(async (id: string, _o, cmd: Command) => {
       await withClient(cmd, async (client, o) => {
-        const body = await client.get<Obj>(`/v1/configs/${seg(id)}`);
+        const body = await client.get<ConfigView>(`/v1/configs/${seg(id)}`);
         if (o.json) return printJson(body);
         out(keyValues(body));
       });
@@ -219,7 +222,7 @@ function registerDeploy(program: Command): void {
       const timeoutMs = parseDuration(opts.timeout, '--timeout');
       await withClient(cmd, async (client, o) => {
         await warnHiddenOnArgv(client, [opts.config], inputs.argvNames);
-        const body = await client.post<Obj>('/v1/deployments', req);
+        const body = await client.post<DeploymentView>('/v1/deployments', req);
         await reportDeployment(client, body, 'created', opts.wait === true, timeoutMs, o.json === true);
       });
     });
@@ -241,18 +244,17 @@ function registerDeploy(program: Command): void {
       const timeoutMs = parseDuration(opts.timeout, '--timeout');
       await withClient(cmd, async (client, o) => {
         if (inputs.argvNames.length > 0) {
-          const current = await client.get<Obj>(`/v1/deployments/${seg(id)}`).catch(() => undefined);
-          const configId = current?.config_id;
-          await warnHiddenOnArgv(client, [typeof configId === 'string' ? configId : undefined], inputs.argvNames);
+          const current = await client.get<DeploymentView>(`/v1/deployments/${seg(id)}`).catch(() => undefined);
+          await warnHiddenOnArgv(client, [current?.config_id], inputs.argvNames);
         }
-        const body = await client.patch<Obj>(`/v1/deployments/${seg(id)}`, req);
-        await reportDeployment(client, body ?? (await client.get<Obj>(`/v1/deployments/${seg(id)}`)), 'updated', opts.wait === true, timeoutMs, o.json === true);
+        const body = await client.patch<DeploymentView>(`/v1/deployments/${seg(id)}`, req);
+        await reportDeployment(client, body, 'updated', opts.wait === true, timeoutMs, o.json === true);
       });
     });
   leaf(deploy, 'show <id>', 'show a deployment: revision, status, reason and output values (stdout, stderr, status code)', ['herald deploy show 9a2b...'])
     .action(async (id: string, _o, cmd: Command) => {
       await withClient(cmd, async (client, o) => {
-        const body = await client.get<Obj>(`/v1/deployments/${seg(id)}`);
+        const body = await client.get<DeploymentView>(`/v1/deployments/${seg(id)}`);
         if (o.json) return printJson(body);
         out(keyValues(body));
       });
@@ -261,11 +263,10 @@ function registerDeploy(program: Command): void {
     .option('--node <id>', 'only this node\'s')
     .action(async (opts: { node?: string }, cmd: Command) => {
       await withClient(cmd, async (client, o) => {
-        const body = await client.get(`/v1/deployments${opts.node ? `?node=${seg(opts.node)}` : ''}`);
-        const items = itemsOf(body).filter((d) => !opts.node || d.node === opts.node);
-        if (o.json) return printJson({ items });
+        const body = await client.get<ListEnvelope<DeploymentView>>(`/v1/deployments${opts.node ? `?node=${seg(opts.node)}` : ''}`);
+        if (o.json) return printJson(body);
         out(table(['ID', 'NODE', 'NAME', 'ACTION', 'REV', 'STATUS', 'REASON'],
-          items.map((d) => [idOf(d), d.node, d.name, d.action, d.revision, d.status, d.status_reason])));
+          body.items.map((d) => [d.id, d.node, d.name, d.action, d.revision, d.status, d.status_reason])));
       });
     });
   leaf(deploy, 'rm <id>', 'delete a deployment: runs a DELETE revision if DELETE is in its actions, then removes it', ['herald deploy rm 9a2b...'])
@@ -278,24 +279,14 @@ function registerDeploy(program: Command): void {
     });
 }
 
-async function reportDeployment(client: ApiClient, body: Obj, verb: string, wait: boolean, timeoutMs: number, json: boolean): Promise<void> {
-  const id = idOf(body);
-  let d = body;
-  if (wait) {
-    const deadline = Date.now() + timeoutMs;
-    while (d.status === 'IN_PROGRESS' && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 250));
-      d = await client.get<Obj>(`/v1/deployments/${seg(id)}`);
-    }
-  }
+async function reportDeployment(client: ApiClient, body: DeploymentView, verb: string, wait: boolean, timeoutMs: number, json: boolean): Promise<void> {
+  const busy = (d: DeploymentView): boolean => d.status === 'IN_PROGRESS';
+  const d = wait ? await waitWhile(client, `/v1/deployments/${seg(body.id)}`, body, busy, timeoutMs) : body;
   if (json) printJson(d);
-  else out(`deployment ${id} ${verb}: revision ${String(d.revision ?? '-')}, ${String(d.status ?? '-')}${d.status_reason ? ` (${String(d.status_reason)})` : ''}\n`);
-  if (wait && d.status === 'IN_PROGRESS') {
-    process.stderr.write(`herald: timed out waiting for deployment ${id}\n`);
-    process.exitCode = EXIT_TIMEOUT;
-  } else if (wait && d.status === 'FAILED') {
-    process.exitCode = EXIT_FAILED;
-  }
+  else out(`deployment ${d.id} ${verb}: revision ${d.revision}, ${d.status}${d.status_reason ? ` (${d.status_reason})` : ''}\n`);
+  if (!wait) return;
+  if (busy(d)) process.stderr.write(`herald: timed out waiting for deployment ${d.id}\n`);
+  process.exitCode = waitExitCode(busy(d), d.status === 'FAILED') ?? process.exitCode;
 }
 
 // ---- cluster ------------------------------------------------------------------------------------
@@ -323,39 +314,28 @@ function registerCluster(program: Command): void {
       await withClient(cmd, async (client, o) => {
         // both configs receive every cluster input: a name hidden by either is hidden
         await warnHiddenOnArgv(client, [opts.install, opts.uninstall], inputs.argvNames);
-        let body = await client.post<Obj>('/v1/clusters', req);
-        const id = idOf(body);
-        if (opts.wait) {
-          const deadline = Date.now() + timeoutMs;
-          while (String(body.status ?? '').endsWith('_IN_PROGRESS') && Date.now() < deadline) {
-            await new Promise((r) => setTimeout(r, 250));
-            body = await client.get<Obj>(`/v1/clusters/${seg(id)}`);
-          }
-        }
+        const first = await client.post<ClusterView>('/v1/clusters', req);
+        const busy = (c: ClusterView): boolean => c.status.endsWith('_IN_PROGRESS');
+        const body = opts.wait ? await waitWhile(client, `/v1/clusters/${seg(first.id)}`, first, busy, timeoutMs) : first;
         if (o.json) printJson(body);
-        else out(`cluster ${id} created (${opts.name}): ${String(body.status ?? '-')}\n`);
-        if (opts.wait && String(body.status).endsWith('_IN_PROGRESS')) process.exitCode = EXIT_TIMEOUT;
-        else if (opts.wait && String(body.status).endsWith('_FAILED')) process.exitCode = EXIT_FAILED;
+        else out(`cluster ${body.id} created (${opts.name}): ${body.status}\n`);
+        if (opts.wait) process.exitCode = waitExitCode(busy(body), body.status.endsWith('_FAILED')) ?? process.exitCode;
       });
     });
   leaf(cluster, 'ls', 'list clusters', ['herald cluster ls']).action(async (_o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
-      const body = await client.get('/v1/clusters');
+      const body = await client.get<ListEnvelope<ClusterView>>('/v1/clusters');
       if (o.json) return printJson(body);
-      const { normalizeCluster } = await import('./operator-watch.js');
-      out(table(['ID', 'NAME', 'STATUS', 'NODES', 'REASON'], itemsOf(body).map((c) => {
-        const n = normalizeCluster(c);
-        return [idOf(c), c.name, c.status, n.nodes.length, c.status_reason];
-      })));
+      out(table(['ID', 'NAME', 'STATUS', 'NODES', 'REASON'], body.items.map((c) => [c.id, c.name, c.status, c.nodes.length, c.status_reason])));
     });
   });
   leaf(cluster, 'show <id>', "show a cluster's status and each node's phase, times and failing reason", ['herald cluster show 7c0d...'])
     .action(async (id: string, _o, cmd: Command) => {
       await withClient(cmd, async (client, o) => {
-        const body = await client.get<Obj>(`/v1/clusters/${seg(id)}`);
+        const body = await client.get<ClusterView>(`/v1/clusters/${seg(id)}`);
         if (o.json) return printJson(body);
-        const { normalizeCluster } = await import('./operator-watch.js');
-        const c = normalizeCluster(body);
+        const { clusterStateOf } = await import('./operator-watch.js');
+        const c = clusterStateOf(body);
         const head: Obj = {};
         for (const [k, v] of Object.entries(body)) if (!Array.isArray(v) && (v === null || typeof v !== 'object')) head[k] = v;
         out(keyValues(head));

@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { SseParser, ApiError, type SseEvent } from '../../cli/operator-client.js';
 import { parseDuration, parseInputDecl, parseKeyValues, table, keyValues } from '../../cli/operator-format.js';
 import { buildConfigRequest } from '../../cli/operator-requests.js';
-import { normalizeCluster, watchRestart, type WatchEvent } from '../../cli/operator-watch.js';
+import { clusterStateOf, watchRestart, type WatchEvent } from '../../cli/operator-watch.js';
+import type { ClusterNodePhase, ClusterNodeView, ClusterStatus, ClusterView } from '../../protocol/rest.js';
 import { lineOf } from '../../cli/operator-progress.js';
 import type { ApiClient } from '../../cli/operator-client.js';
 import { HeraldError } from '../../protocol/errors.js';
@@ -61,9 +62,16 @@ describe('ApiError', () => {
 });
 
 describe('watchRestart', () => {
-  const node = (n: string, phase: string, extra: Record<string, unknown> = {}): Record<string, unknown> => ({ node: n, phase, ...extra });
+  const node = (n: string, phase: ClusterNodePhase, extra: Partial<ClusterNodeView> = {}): ClusterNodeView => ({
+    node: n, phase, reason: null, install_deployment_id: `i-${n}`, uninstall_deployment_id: `u-${n}`,
+    uninstall_started_at: null, uninstall_finished_at: null, install_started_at: null, install_finished_at: null, step_deadline_at: null, ...extra,
+  });
+  const cluster = (id: string, status: ClusterStatus, nodes: ClusterNodeView[]): ClusterView => ({
+    id, name: 'demo', status, status_reason: '', install_config_id: 'ci', uninstall_config_id: 'cu', input_values: {}, operation: 'restart',
+    max_unavailable: nodes.length, operation_started_at: null, operation_finished_at: null, creation_time: '', updated_time: '', nodes,
+  });
 
-  function fakeClient(states: unknown[]): ApiClient {
+  function fakeClient(states: ClusterView[]): ApiClient {
     let i = 0;
     return {
       get: async () => states[Math.min(i++, states.length - 1)],
@@ -75,11 +83,11 @@ describe('watchRestart', () => {
     const t = Date.parse('2026-01-01T00:00:00.000Z');
     const iso = (ms: number): string => new Date(t + ms).toISOString();
     const client = fakeClient([
-      { id: 'c', status: 'RESTART_IN_PROGRESS', nodes: [node('n1', 'uninstalling'), node('n2', 'pending')] },
-      { id: 'c', status: 'RESTART_COMPLETE', nodes: [
+      cluster('c', 'RESTART_IN_PROGRESS', [node('n1', 'uninstalling'), node('n2', 'pending')]),
+      cluster('c', 'RESTART_COMPLETE', [
         node('n1', 'complete', { uninstall_started_at: iso(0), uninstall_finished_at: iso(40), install_started_at: iso(40), install_finished_at: iso(75) }),
         node('n2', 'complete'),
-      ] },
+      ]),
     ]);
     const events: WatchEvent[] = [];
     const r = await watchRestart(client, { clusterId: 'c', startedAt: new Date(t), timeoutMs: 5_000, pollIntervalMs: 10, onEvent: (e) => events.push(e) });
@@ -92,18 +100,40 @@ describe('watchRestart', () => {
 
   it('reports the failing node on RESTART_FAILED and times out otherwise', async () => {
     const failed = await watchRestart(fakeClient([
-      { id: 'c', status: 'RESTART_FAILED', nodes: [node('n1', 'complete'), node('n2', 'failed', { reason: 'exit 3' }), node('n3', 'pending')] },
+      cluster('c', 'RESTART_FAILED', [node('n1', 'complete'), node('n2', 'failed', { reason: 'exit 3' }), node('n3', 'pending')]),
     ]), { clusterId: 'c', startedAt: new Date(), timeoutMs: 5_000, pollIntervalMs: 10, onEvent: () => undefined });
     expect(failed).toMatchObject({ ok: false, timedOut: false, failed: [{ node: 'n2', reason: 'exit 3' }] });
 
-    const slow = await watchRestart(fakeClient([{ id: 'c', status: 'RESTART_IN_PROGRESS', nodes: [node('n1', 'uninstalling')] }]),
+    const slow = await watchRestart(fakeClient([cluster('c', 'RESTART_IN_PROGRESS', [node('n1', 'uninstalling')])]),
       { clusterId: 'c', startedAt: new Date(), timeoutMs: 100, pollIntervalMs: 10, onEvent: () => undefined });
     expect(slow).toMatchObject({ ok: false, timedOut: true });
   });
 
-  it('normalizes node maps and bare ids', () => {
-    expect(normalizeCluster({ id: 'c', status: 'X', nodes: { n1: 'complete' } }).nodes[0]).toMatchObject({ node: 'n1', phase: 'complete' });
-    expect(normalizeCluster({ cluster_id: 'c', nodes: ['n1'] })).toMatchObject({ id: 'c', status: 'UNKNOWN', nodes: [{ node: 'n1', phase: 'pending' }] });
+  it('reads the typed cluster view: times as epoch ms, an empty reason as none', () => {
+    const c = clusterStateOf(cluster('c', 'RESTART_IN_PROGRESS', [node('n1', 'installing', { uninstall_finished_at: '2026-01-01T00:00:00.040Z' })]));
+    expect(c).toMatchObject({ id: 'c', name: 'demo', status: 'RESTART_IN_PROGRESS', statusReason: undefined });
+    expect(c.nodes).toEqual([{ node: 'n1', phase: 'installing', reason: undefined, uninstallStartedMs: undefined, uninstallDoneMs: Date.parse('2026-01-01T00:00:00.040Z'), installStartedMs: undefined, installDoneMs: undefined }]);
+  });
+
+  it('reports wake-ups from the push-state events of member nodes, once per acknowledgement', async () => {
+    const t = Date.now();
+    let onEvent: ((e: SseEvent) => void) | undefined;
+    let looks = 0;
+    const states = [cluster('c', 'RESTART_IN_PROGRESS', [node('n1', 'uninstalling')]), cluster('c', 'RESTART_COMPLETE', [node('n1', 'complete')])];
+    const client = {
+      get: async () => states[Math.min(looks++, 1)],
+      events: (fn: (e: SseEvent) => void) => ((onEvent = fn), { close: () => undefined }),
+    } as unknown as ApiClient;
+    const events: WatchEvent[] = [];
+    const push = (n: string, ackMs: number): SseEvent => ({ event: 'push', id: '1', data: { type: 'push', at: '', node: n, state: 'connected', connected: true, generation_pushed: 3, generation_acked: 3, last_ack_at: new Date(ackMs).toISOString(), last_error: null, last_error_at: null } });
+    const watching = watchRestart(client, { clusterId: 'c', startedAt: new Date(t), timeoutMs: 5_000, pollIntervalMs: 60_000, onEvent: (e) => events.push(e) });
+    await new Promise((r) => setTimeout(r, 20));
+    onEvent!(push('n1', t + 5));
+    onEvent!(push('n1', t + 5));
+    onEvent!(push('other', t + 6));
+    onEvent!(push('n1', t - 1_000));
+    expect(await watching).toMatchObject({ ok: true });
+    expect(events.filter((e) => e.kind === 'woken')).toEqual([{ kind: 'woken', at: new Date(t + 5), node: 'n1', detail: 'gen 3' }]);
   });
 });
 
