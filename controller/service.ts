@@ -157,9 +157,12 @@ export class ControllerService {
     if (!hostInSans(ep.host, caller.dns, caller.ips)) {
       throw new HeraldError('endpoint_not_in_san', `the endpoint host is not among the certificate's DNS or IP SANs`, { field: 'url' });
     }
-    const { result: r, changes } = await this.#committer.run((tx) => tx.announceEndpoint(node, ep.url, caller.spiffeId, this.#autoRegister));
-    // read after the commit: the node's generation is given at the end of its unit
-    const n = (await this.store.getNode(node))!;
+    const { result: r, changes } = await this.#committer.run(async (tx) => {
+      const done = await tx.announceEndpoint(node, ep.url, caller.spiffeId, this.#autoRegister);
+      return { ...done, node: (await tx.node(node))! };
+    });
+    // the unit touched this node alone: its generation is the unit's, given at the unit's end
+    const n: NodeRecord = { ...r.node, generation: changes.generation ?? r.node.generation };
     if (r.changed) {
       this.#log.info({ event: r.created ? 'node.register' : 'node.endpoint', node, endpoint: ep.url }, r.created ? 'node registered by its agent' : 'node endpoint changed');
       this.push.setEndpoint(node, ep.url, n.generation);
