@@ -5,12 +5,12 @@
  * `npm run bench` at an earlier commit, or `npm run bench -- --profile <dir>`, which brackets each
  * measured window with the V8 profiler in every process (bench/prof-preload.ts).
  */
-import type { ReportInput } from './report.js';
+import type { BenchResults } from './results.js';
 import { median, round } from './util.js';
 
 const f = (x: number | undefined, d = 1): string => (x === undefined || !Number.isFinite(x) ? 'n/a' : round(x, d).toLocaleString('en-US'));
 
-export function findings(r: ReportInput['results']): string[] {
+export function findings(r: BenchResults): string[] {
   const L: string[] = [];
   const p = (...xs: string[]): void => {
     L.push(...xs);

@@ -7,10 +7,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { FanoutResult } from './fanout.js';
-import type { IdleResult } from './idle.js';
-import type { LatencyResult } from './latency.js';
-import type { RestartResult } from './restart.js';
 import { findings } from './findings.js';
+import type { BenchResults } from './results.js';
 import { loadAvg, median, round } from './util.js';
 
 export interface ReportInput {
@@ -22,7 +20,7 @@ export interface ReportInput {
   namespace: boolean;
   pkiIssued: number;
   pkiIssueMs: number;
-  results: { latency?: LatencyResult; fanout: FanoutResult[]; restart?: RestartResult; restartFast?: RestartResult; idle?: IdleResult };
+  results: BenchResults;
   failures: string[];
   /** Re-rendering a stored run (`--render`): its machine and load, not today's. */
   machine?: Record<string, unknown>;

@@ -4,6 +4,7 @@
  * order on SIGTERM/SIGINT: stop accepting, finish in-flight requests, close agent connections
  * (1001), write what is pending, close the database.
  */
+import { readTrustDomain } from '../certs/trust-domain.js';
 import fs from 'node:fs';
 import type http from 'node:http';
 import os from 'node:os';
@@ -75,19 +76,7 @@ export function createLogger(level: ControllerOptions['logLevel']): Logger {
  * SAN, else the default.
  */
 export function resolveTrustDomain(o: ControllerOptions): string {
-  if (o.trustDomain) return o.trustDomain;
-  const p = pkiPaths(o.pki);
-  try {
-    const meta = JSON.parse(fs.readFileSync(p.meta, 'utf8')) as { trustDomain?: unknown };
-    if (typeof meta.trustDomain === 'string') return meta.trustDomain;
-  } catch {
-    // no pki.json outside the CA host: fall through
-  }
-  try {
-    return trustDomainOf(fs.readFileSync(o.ca ?? p.caCrt));
-  } catch {
-    return DEFAULT_TRUST_DOMAIN;
-  }
+  return o.trustDomain || readTrustDomain(o.pki, { caPath: o.ca, fallback: DEFAULT_TRUST_DOMAIN });
 }
 
 function loadSigningJwk(file: string): Ed25519PrivateJwk {

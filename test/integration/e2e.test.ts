@@ -3,6 +3,7 @@
  * `bin/herald` processes on 127.0.0.1 with a PKI made by `bin/herald certs`. Needs
  * `npm run build` first (`npm test` does it).
  */
+import { readProcStat } from '../helpers/procs.js';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -25,27 +26,17 @@ afterAll(async () => {
   c?.cleanup();
 });
 
-/** Reads a process's state letter from /proc (Z: zombie), or null when it is gone. */
+/** A process's state letter from /proc (Z: zombie), or null when it is gone. */
 function procState(pid: number): string | null {
-  try {
-    const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return s.slice(s.lastIndexOf(')') + 2).split(' ')[0] ?? null;
-  } catch {
-    return null;
-  }
+  return readProcStat(pid)?.state ?? null;
 }
 
 /** Is any process of group `pgid` still running (not a zombie)? */
 function groupAlive(pgid: number): boolean {
   for (const d of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
-    try {
-      const s = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
-      if (Number(f[2]) === pgid && f[0] !== 'Z') return true;
-    } catch {
-      // exited meanwhile
-    }
+    const s = readProcStat(Number(d));
+    if (s && s.pgrp === pgid && s.state !== 'Z') return true;
   }
   return false;
 }

@@ -9,12 +9,17 @@
  * - the agent's state dir (every path, size and content hash): an attack that made an agent run
  *   something leaves a run dir, a changed `state.json` or an outbox entry.
  *
+ * An agent can also run inside the test process (`startAgentInProcess`), through the same
+ * `startAgent()` that `herald agent` calls, when a test must hand it a dependency no process
+ * option sets (a skewed clock).
+ *
  * `close()` kills every process group it started, removes the temp dir, and `leftovers()` says
  * what (if anything) is still there: processes whose command line names the work dir, listening
  * ports, the dir itself.
  *
  * Needs `npm run build` first (`npm test` does it).
  */
+import { procAlive } from '../../helpers/procs.js';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -24,6 +29,8 @@ import { initPki, issueCert, newRsaKeyPem, revoke, type Pem } from '../../../cer
 import { pkiPaths } from '../../../certs/paths.js';
 import { spiffeIdOf, type Role } from '../../../protocol/identity.js';
 import { Signer, type Ed25519PrivateJwk } from '../../../protocol/jws.js';
+import { startAgent as startAgentHere, type RunningAgent } from '../../../agent/main.js';
+import type { AgentDeps } from '../../../agent/assemble.js';
 import { api, freePort, hasExited, isBuilt, startHerald, stopProc, waitFor, type ApiResponse, type Proc } from '../../helpers/procs.js';
 
 export const TD = 'herald.local';
@@ -49,6 +56,15 @@ export interface AgentProc {
   hooks: string;
   /** Agent log lines (pino JSON) written since the agent started. */
   lines(): Array<Record<string, unknown>>;
+}
+
+/** An agent running inside the test process (see `Battery.startAgentInProcess`). */
+export interface InProcessAgent {
+  node: string;
+  port: number;
+  state: string;
+  hooks: string;
+  agent: RunningAgent;
 }
 
 export interface ControllerProc {
@@ -84,6 +100,7 @@ export class Battery {
   readonly op: FullCred;
   ctl!: ControllerProc;
   readonly agents = new Map<string, AgentProc>();
+  readonly inProcess = new Map<string, InProcessAgent>();
   #procs: Proc[] = [];
   #ports: number[] = [];
   #closed = false;
@@ -179,6 +196,31 @@ export class Battery {
     return a;
   }
 
+  /**
+   * Starts agent `node` inside this process with `deps` (a clock, say), configured as
+   * `startAgent()` configures `bin/herald agent`, and waits until the controller pushes to it.
+   */
+  async startAgentInProcess(node: string, o: { deps?: Partial<Omit<AgentDeps, 'log'>>; pollIntervalMs?: number; pollIntervalHealthyMs?: number } = {}): Promise<InProcessAgent> {
+    if (!fs.existsSync(pkiPaths(this.pkiDir).cert('agent', node))) await this.issue('agent', node);
+    const port = await freePort();
+    this.#ports.push(port);
+    const state = path.join(this.work, `state-${node}`);
+    const hooks = path.join(this.work, `hooks-${node}`);
+    fs.mkdirSync(hooks, { recursive: true, mode: 0o755 });
+    const agent = await startAgentHere({
+      node, controller: `https://127.0.0.1:${this.ctl.port}`, listen: { host: '127.0.0.1', port }, pki: this.pkiDir, stateDir: state, hooksDir: hooks,
+      controllerId: 'controller', pollIntervalMs: o.pollIntervalMs ?? 600_000, pollIntervalHealthyMs: o.pollIntervalHealthyMs ?? 600_000,
+      logLevel: process.env.HERALD_TEST_LOG ?? 'silent',
+    }, o.deps);
+    const a: InProcessAgent = { node, port, state, hooks, agent };
+    this.inProcess.set(node, a);
+    await waitFor(`agent ${node} to announce its endpoint and be pushed to`, async () => {
+      const r = await api(this.ctl.port, this.op, 'GET', `/v1/nodes/${node}`);
+      return r.status === 200 && String(r.json?.endpoint ?? '').includes(`:${port}/`) && r.json?.push?.connected === true;
+    }, 30_000, 50);
+    return a;
+  }
+
   agent(node: string): AgentProc {
     const a = this.agents.get(node);
     if (!a) throw new Error(`no agent ${node}`);
@@ -212,7 +254,7 @@ export class Battery {
    * `quietMs`. Resolves with the fetch counter.
    */
   async quiesce(quietMs = 500, timeoutMs = 20_000): Promise<number> {
-    const look = async (): Promise<string> => JSON.stringify([await this.fetchCount(), [...this.agents.keys()].map((n) => this.snapshot(n))]);
+    const look = async (): Promise<string> => JSON.stringify([await this.fetchCount(), [...this.agents.keys(), ...this.inProcess.keys()].map((n) => this.snapshot(n))]);
     let last = await look();
     let since = Date.now();
     const t0 = Date.now();
@@ -231,7 +273,7 @@ export class Battery {
 
   /** Every path in the agent's state dir with its size and content hash (directories as `dir`). */
   snapshot(node: string): Record<string, string> {
-    return snapshotDir(this.agent(node).state);
+    return snapshotDir(this.inProcess.get(node)?.state ?? this.agent(node).state);
   }
 
   /**
@@ -249,7 +291,7 @@ export class Battery {
     if (fetchesAfter !== fetches) throw new Error(`the attack caused ${fetchesAfter - fetches} metadata request(s)`);
     nodes.forEach((n, i) => {
       assertSameState(n, before[i]!, after[i]!);
-      assertNoWork(this.agent(n).state);
+      assertNoWork(this.inProcess.get(n)?.state ?? this.agent(n).state);
     });
     return out;
   }
@@ -260,6 +302,7 @@ export class Battery {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    await Promise.all([...this.inProcess.values()].map((a) => a.agent.stop('test over')));
     await Promise.all(this.#procs.map((p) => stopProc(p, 'SIGKILL')));
     if (!process.env.KEEP) fs.rmSync(this.work, { recursive: true, force: true });
   }
@@ -349,14 +392,7 @@ export function assertNoWork(stateDir: string): void {
   }
 }
 
-function pidAlive(pid: number): boolean {
-  try {
-    const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return s.slice(s.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
-}
+const pidAlive = procAlive;
 
 /** Live (non-zombie) processes whose command line or working directory is inside `dir`. */
 export function processesMentioning(dir: string): number[] {
