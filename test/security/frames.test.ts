@@ -20,7 +20,7 @@ import { PkiMaterial, type Logger } from '../../certs/tls.js';
 import { FetchCoalescer } from '../../agent/coalescer.js';
 import { keySetOf } from '../../agent/fetcher.js';
 import { WakeListener } from '../../agent/listener.js';
-import { Battery, isBuilt, metricSum, sleep, waitFor, type AgentProc } from './helpers/battery.js';
+import { Battery, isBuilt, metricSum, sleep, waitFor, type AgentProc, type InProcessAgent } from './helpers/battery.js';
 import { ask, b64, closeAllWs, craft, openWs, rawTcp, rawUpgrade, upgradeRequest, validWake, type OpenWs } from './helpers/wire.js';
 
 const built = isBuilt();
@@ -309,12 +309,10 @@ describe.skipIf(!built)('frames: connection caps', () => {
 });
 
 describe.skipIf(!built)('frames: an agent whose clock is 10 minutes ahead', () => {
-  let skew: AgentProc;
+  let skew: InProcessAgent;
   beforeAll(async () => {
-    skew = await b.startAgent('skew', {
-      env: { HERALD_TEST_CLOCK_OFFSET_MS: String(10 * 60_000) },
-      extra: ['--poll-interval', '2s', '--poll-interval-healthy', '2s'],
-    });
+    // in this process: the clock is a dependency of the agent's assembly, which no option sets
+    skew = await b.startAgentInProcess('skew', { deps: { now: () => Date.now() + 10 * 60_000 }, pollIntervalMs: 2_000, pollIntervalHealthyMs: 2_000 });
   }, 60_000);
 
   it('refuses a fresh wake-up with expired', async () => {

@@ -1,0 +1,385 @@
+/**
+ * The agent's one wiring (SPEC §4): the PKI material, the state dir, the fetcher, the outbox, the
+ * apply loop, the fetch coalescer, the wake-up listener and the poller, assembled from explicit
+ * dependencies (logger, clock, random, hook runner, file system owner checks). `agent/main.ts`
+ * (the process), the benchmark's simulated agents and the tests run these same parts wired this
+ * same way; what differs between them is only what they hand in.
+ *
+ * `assembleAgent()` checks and opens everything that can be refused at start-up (the identity,
+ * the JWKS, a wildcard listen address without an advertised one, a state or hooks dir another
+ * user could write when running as root); `start()` recovers, listens, announces and polls.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { codeOf, ConfigError } from '../protocol/errors.js';
+import type { FetchState } from '../protocol/frames.js';
+import type { MetadataItem } from '../protocol/heat.js';
+import { spiffeIdOf, TRUST_DOMAIN_RE } from '../protocol/identity.js';
+import { AGENT_FIRST_POLL_WAIT_MS, AGENT_SHUTDOWN_GRACE_MS, DEFAULT_TRUST_DOMAIN, POLL_INTERVAL_HEALTHY_MS, POLL_INTERVAL_MS } from '../protocol/limits.js';
+import { WakeVerifier, type WakeClaims } from '../protocol/wake.js';
+import { trustDomainOf } from '../certs/identity.js';
+import { materialPaths, pkiPaths } from '../certs/paths.js';
+import { PkiMaterial, refusalCodeOf, type Logger } from '../certs/tls.js';
+import { ApplyLoop } from './apply.js';
+import { ensurePrivateDir } from './atomic-file.js';
+import { FetchCoalescer } from './coalescer.js';
+import { earlyRetryDelayMs, Fetcher, keySetOf, type FetchResult } from './fetcher.js';
+import type { RunItem } from './hooks/types.js';
+import { WakeListener } from './listener.js';
+import { OutboxSender } from './outbox.js';
+import { OutboxStore } from './outbox-store.js';
+import { Poller, realTimers } from './poller.js';
+import { checkRootOwned, UnsafeStateDirError, type OwnerFs } from './root-owned.js';
+import { AgentState } from './state.js';
+
+export interface HostPort {
+  host: string;
+  port: number;
+}
+
+export interface AgentConfig {
+  node: string;
+  /** `https://host:port` */
+  controller: string;
+  listen: HostPort;
+  advertise?: HostPort | undefined;
+  pki: string;
+  stateDir: string;
+  hooksDir?: string | undefined;
+  controllerId: string;
+  pollIntervalMs: number;
+  pollIntervalHealthyMs: number;
+  /** Default: from the PKI (pki.json, else the CA's SPIFFE SAN), else herald.local. */
+  trustDomain?: string | undefined;
+  /** Override of the PKI layout's files. */
+  ca?: string | undefined;
+  cert?: string | undefined;
+  key?: string | undefined;
+  shutdownGraceMs?: number | undefined;
+  logLevel?: string | undefined;
+  /**
+   * Announce the listener's endpoint to the controller (default true). False: the controller
+   * never learns it and never dials, so only polling fetches (the benchmark's push-off runs).
+   */
+  announce?: boolean | undefined;
+}
+
+export const DEFAULT_AGENT_CONFIG = {
+  controllerId: 'controller',
+  pollIntervalMs: POLL_INTERVAL_MS,
+  pollIntervalHealthyMs: POLL_INTERVAL_HEALTHY_MS,
+} as const;
+
+/** What happened, for a caller that counts or times it; none of these changes what the agent does. */
+export interface AgentObserver {
+  /** A wake-up was verified and answered with `fetch`. */
+  wake?(claims: WakeClaims, fetch: FetchState): void;
+  /** A metadata fetch succeeded; `poll`: a poll started it (else a wake-up, or a queued request). */
+  fetched?(result: FetchResult, poll: boolean): void;
+  /** A metadata fetch failed (already logged). */
+  fetchFailed?(err: unknown): void;
+  /** A hook process started. */
+  spawn?(pid: number, item: MetadataItem): void;
+}
+
+/** The logger every part takes; `debug` is used when there is one. */
+export interface AgentLogger extends Logger {
+  debug?(obj: object, msg?: string): void;
+}
+
+export interface AgentDeps {
+  /** Every part logs here (main.ts: pino on stderr). */
+  log: AgentLogger;
+  /**
+   * The wall clock, ms since the epoch (default Date.now): wake-up verification (`iat`, `exp`,
+   * the start time), the listener's idle and health windows, the poller, and the timestamps the
+   * state dir and the outbox record. TLS validity is OpenSSL's and keeps the system clock.
+   */
+  now?: () => number;
+  /** Uniform in [0, 1) (default Math.random): the poll jitter and the outbox's retry backoff. */
+  random?: () => number;
+  /** Runs one deployment item. Default: `agent/hooks/run-item.ts`, loaded at the first item. */
+  runItem?: RunItem;
+  /**
+   * Every metadata fetch runs through this (default: runs it). The benchmark bounds how many of
+   * one harness process's simulated agents fetch at once.
+   */
+  runFetch?: <T>(fetch: () => Promise<T>) => Promise<T>;
+  /** Watch the PKI files for rotation and revocation (default true). */
+  watchPki?: boolean;
+  /** The effective uid the root-ownership checks go by (default process.getuid()). */
+  uid?: number | undefined;
+  /** The file system those checks stat (default node:fs). */
+  ownerFs?: OwnerFs;
+  observe?: AgentObserver;
+}
+
+export interface AgentParts {
+  material: PkiMaterial;
+  state: AgentState;
+  fetcher: Fetcher;
+  outbox: OutboxSender;
+  apply: ApplyLoop;
+  coalescer: FetchCoalescer;
+  listener: WakeListener;
+  poller: Poller;
+}
+
+export interface AssembledAgent {
+  /** The agent's SPIFFE id (from its certificate). */
+  readonly identity: string;
+  readonly parts: AgentParts;
+  /**
+   * Recovers interrupted items (and what a killed agent left), drains the outbox, listens,
+   * announces the endpoint, and starts polling once the announcement is through (bounded).
+   * Resolves with the bound port.
+   * @throws ConfigError `listen` when the address cannot be bound (everything is closed then)
+   */
+  start(): Promise<number>;
+  /** Resolves when the announcement is over: true when the controller took it. */
+  announced(): Promise<boolean>;
+  /** No new work; a running hook may finish within `shutdownGraceMs`; then everything closes. Idempotent. */
+  stop(reason?: string): Promise<void>;
+}
+
+/**
+ * Assembles the agent's parts and opens its state dir.
+ * @throws ConfigError naming the option when the configuration or PKI is unusable
+ *   (`unsafe_state_dir` when running as root over a dir another user could write)
+ */
+export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<AssembledAgent> {
+  const { log, observe = {} } = deps;
+  const now = deps.now ?? Date.now;
+  const runFetch = deps.runFetch ?? (<T>(f: () => Promise<T>): Promise<T> => f());
+
+  // ---- identity and PKI --------------------------------------------------------------------
+  const paths = materialPaths(cfg.pki, 'agent', cfg.node);
+  const trustDomain = cfg.trustDomain ?? trustDomainFromPki(cfg.pki, cfg.ca ?? paths.caPath);
+  const material = new PkiMaterial({
+    caPath: cfg.ca ?? paths.caPath,
+    certPath: cfg.cert ?? paths.certPath,
+    keyPath: cfg.key ?? paths.keyPath,
+    revokedPath: paths.revokedPath,
+    jwksPath: paths.jwksPath,
+    trustDomain,
+    logger: log,
+    watch: deps.watchPki ?? true,
+  });
+  const refuse = (err: Error): never => {
+    material.close();
+    throw err;
+  };
+  const me = material.current().identity;
+  if (me.role !== 'agent' || me.name !== cfg.node) {
+    refuse(new ConfigError(`--node ${cfg.node}: the certificate ${cfg.cert ?? paths.certPath} is ${me.spiffeId}, not ${spiffeIdOf(trustDomain, 'agent', cfg.node)}`, { field: 'node' }));
+  }
+  if (!material.current().jwks) {
+    refuse(new ConfigError(`--pki ${cfg.pki}: no ${paths.jwksPath}; the agent cannot verify wake-ups or metadata`, { field: 'pki', code: 'pki_missing' }));
+  }
+  if (cfg.advertise === undefined && WILDCARD_HOSTS.has(cfg.listen.host)) {
+    refuse(new ConfigError(`--listen ${formatHostPort(cfg.listen)} binds every address: give --advertise host:port, the address the controller dials`, { field: 'advertise' }));
+  }
+
+  // ---- durable state -----------------------------------------------------------------------
+  // absolute: hooks run with their run directory as the working directory
+  const stateDir = path.resolve(cfg.stateDir);
+  // as root: nothing anyone else could write is trusted (SPEC §4); checked before the state dir
+  // is touched, and again once it exists (it may have been made meanwhile by someone else)
+  const ownership = { stateDir, hooksDir: cfg.hooksDir, uid: 'uid' in deps ? deps.uid : process.getuid?.(), ...(deps.ownerFs ? { fs: deps.ownerFs } : {}) };
+  const checkOwnership = (): void => {
+    try {
+      checkRootOwned(ownership);
+    } catch (err) {
+      if (err instanceof UnsafeStateDirError) {
+        log.error({ code: err.code, field: err.field, path: err.path, owner: err.ownerUid, mode: err.mode }, 'refusing to start: unsafe state or hooks dir');
+      }
+      refuse(err as Error);
+    }
+  };
+  checkOwnership();
+  const date = (): Date => new Date(now());
+  let state: AgentState;
+  let store: OutboxStore;
+  try {
+    state = await AgentState.open(stateDir, { log, now: date });
+    store = await OutboxStore.open(stateDir, { log, now: date });
+  } catch (err) {
+    return refuse(err as Error);
+  }
+  const runsDir = path.join(stateDir, 'runs');
+  await ensurePrivateDir(runsDir, log);
+  checkOwnership();
+
+  // ---- parts -------------------------------------------------------------------------------
+  const fetcher = new Fetcher({
+    controllerUrl: cfg.controller,
+    node: cfg.node,
+    material,
+    controllerSpiffeId: spiffeIdOf(trustDomain, 'controller', cfg.controllerId),
+    lastAppliedGen: () => state.lastAppliedGeneration,
+    log,
+  });
+  const outbox = new OutboxSender({ store, send: (p, body) => fetcher.signal(p, body), log, ...(deps.random ? { random: deps.random } : {}) });
+  let runItem: RunItem | undefined = deps.runItem;
+  const apply = new ApplyLoop({
+    node: cfg.node,
+    state,
+    enqueue: (s) => outbox.put(s),
+    loadRunItem: async () => (runItem ??= (await import('./hooks/run-item.js')).runItem),
+    runOptions: { runsDir, ...(cfg.hooksDir ? { hooksDir: path.resolve(cfg.hooksDir) } : {}), log },
+    log,
+    ...(observe.spawn ? { onSpawn: observe.spawn } : {}),
+  });
+
+  let lastFetchOk = false;
+  /** True while a poll asks the coalescer, whose fetch starts synchronously within that call. */
+  let polling = false;
+  // no initial generation: a fresh process has not fetched anything yet, whatever it did before
+  const coalescer = new FetchCoalescer({
+    fetch: async () => {
+      const poll = polling;
+      try {
+        const r = await runFetch(() => fetcher.fetchMetadata());
+        lastFetchOk = true;
+        outbox.retryNow();
+        if (r.status === 200) {
+          log.info({ gen: r.gen, items: r.document.deployments.length }, 'metadata fetched');
+          apply.submit(r.document);
+        } else {
+          log.debug?.({ gen: r.gen }, 'metadata not modified');
+        }
+        observe.fetched?.(r, poll);
+        return { gen: r.gen };
+      } catch (err) {
+        lastFetchOk = false;
+        const code = codeOf(err) ?? refusalCodeOf(err) ?? (err as { code?: string }).code;
+        log.warn({ code, err: (err as Error).message }, 'metadata fetch failed');
+        observe.fetchFailed?.(err);
+        // a wake-up's fetch that failed for a passing reason is retried by the poller soon, not at
+        // the next interval; a refused answer waits for the next poll
+        const retryMs = earlyRetryDelayMs(err);
+        if (retryMs !== null) poller.fetchFailed(retryMs);
+        throw err;
+      }
+    },
+  });
+
+  const nowS = (): number => now() / 1000;
+  const verifier = new WakeVerifier({ audience: me.spiffeId, keys: keySetOf(material), startedAtS: Math.floor(nowS()), nowS });
+  const listener = new WakeListener({
+    material,
+    verifier,
+    onWake: (claims) => {
+      const fetch = coalescer.wake(claims.gen);
+      observe.wake?.(claims, fetch);
+      return fetch;
+    },
+    lastFetchedGen: () => coalescer.lastFetchedGen,
+    log,
+    now,
+  });
+  const poller = new Poller({
+    intervalMs: cfg.pollIntervalMs,
+    healthyIntervalMs: cfg.pollIntervalHealthyMs,
+    isPushHealthy: () => listener.isPushHealthy(),
+    poll: async () => {
+      polling = true;
+      try {
+        coalescer.poll();
+      } finally {
+        polling = false;
+      }
+      await coalescer.idle();
+      return lastFetchOk;
+    },
+    timers: { ...realTimers, now },
+    ...(deps.random ? { random: deps.random } : {}),
+  });
+  listener.on('push-change', () => poller.pushChanged());
+
+  // ---- start and stop ----------------------------------------------------------------------
+  const announceAbort = new AbortController();
+  let announcing: Promise<boolean> = Promise.resolve(false);
+  let started = false;
+
+  const start = async (): Promise<number> => {
+    started = true;
+    await apply.recover();
+    outbox.kick();
+    let port: number;
+    try {
+      port = await listener.listen(cfg.listen.host, cfg.listen.port);
+    } catch (err) {
+      await listener.close();
+      await outbox.stop();
+      fetcher.close();
+      material.close();
+      throw new ConfigError(`--listen ${formatHostPort(cfg.listen)}: ${(err as Error).message}`, { field: 'listen', cause: err });
+    }
+    const adv = cfg.advertise ?? cfg.listen;
+    const url = `wss://${formatHost(adv.host)}:${adv.port === 0 || cfg.advertise === undefined ? port : adv.port}/v1/wake`;
+    log.info({ listen: `${formatHost(cfg.listen.host)}:${port}`, url, controller: cfg.controller, identity: me.spiffeId }, 'agent started');
+    if (cfg.announce ?? true) {
+      announcing = fetcher.announce(url, announceAbort.signal).catch((err: unknown) => {
+        log.error({ err }, 'endpoint announcement stopped');
+        return false;
+      });
+    }
+    poller.startAfter(announcing, AGENT_FIRST_POLL_WAIT_MS);
+    return port;
+  };
+
+  let stopping: Promise<void> | null = null;
+  const stop = (reason = 'stop'): Promise<void> => {
+    stopping ??= (async () => {
+      log.info({ reason }, 'agent stopping');
+      poller.stop();
+      announceAbort.abort();
+      coalescer.close();
+      await listener.close();
+      await apply.stop(cfg.shutdownGraceMs ?? AGENT_SHUTDOWN_GRACE_MS);
+      await announcing;
+      // one short chance to deliver what is queued; the rest waits on disk for the next start
+      if (started) await Promise.race([outbox.idle(), new Promise((r) => setTimeout(r, 1_000).unref())]);
+      await outbox.stop();
+      fetcher.close();
+      material.close();
+      await state.flush().catch(() => undefined);
+      log.info({}, 'agent stopped');
+    })();
+    return stopping;
+  };
+
+  return {
+    identity: me.spiffeId,
+    parts: { material, state, fetcher, outbox, apply, coalescer, listener, poller },
+    start,
+    announced: () => announcing,
+    stop,
+  };
+}
+
+const WILDCARD_HOSTS = new Set(['0.0.0.0', '::', '[::]', '']);
+
+/** The trust domain a PKI dir was made for, without loading node-forge. */
+export function trustDomainFromPki(dir: string, caPath: string): string {
+  try {
+    const td = (JSON.parse(fs.readFileSync(pkiPaths(dir).meta, 'utf8')) as { trustDomain?: unknown }).trustDomain;
+    if (typeof td === 'string' && TRUST_DOMAIN_RE.test(td)) return td;
+  } catch {
+    // a bundle has no pki.json: ask the CA certificate
+  }
+  try {
+    return trustDomainOf(fs.readFileSync(caPath));
+  } catch {
+    return DEFAULT_TRUST_DOMAIN;
+  }
+}
+
+function formatHost(h: string): string {
+  return h.includes(':') ? `[${h}]` : h;
+}
+
+export function formatHostPort(hp: HostPort): string {
+  return `${formatHost(hp.host)}:${hp.port}`;
+}
