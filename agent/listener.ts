@@ -108,6 +108,8 @@ export interface ListenerStats {
 
 /**
  * Events: `'push-change'` () when a connection opened or closed (push health may have changed);
+ * `'connected'` ({ identity, peer }) when a controller's WebSocket is accepted;
+ * `'disconnected'` ({ identity, peer, code }) when one closed, with the close code it saw;
  * `'refused'` ({ code, peer }) for every refusal, also logged.
  */
 export class WakeListener extends EventEmitter {
@@ -354,6 +356,7 @@ export class WakeListener extends EventEmitter {
     this.#conns.set(identity.spiffeId, c);
     this.stats.authenticated = this.#conns.size;
     this.#log.info({ peer, identity: identity.spiffeId }, 'controller connected');
+    this.emit('connected', { identity: identity.spiffeId, peer });
     this.#armIdle(c, this.#o.idleCloseMs);
 
     ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => this.#onFrame(c, toBuffer(data), isBinary));
@@ -371,6 +374,7 @@ export class WakeListener extends EventEmitter {
         this.stats.authenticated = this.#conns.size;
       }
       this.#log.info({ peer, identity: identity.spiffeId, close: code, reason: reason.toString().slice(0, 123) }, 'controller disconnected');
+      this.emit('disconnected', { identity: identity.spiffeId, peer, code });
       this.emit('push-change');
     });
     this.emit('push-change');

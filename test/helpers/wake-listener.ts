@@ -1,31 +1,31 @@
 /**
- * A minimal agent-like wake-up listener for the controller's push tests, built only on
- * `protocol/` and `certs/tls.ts`: TLS 1.3 mutual auth, `authorizePeer` for a controller before the
- * upgrade (403 + code otherwise), wake-ups verified with `WakeVerifier`, each answered with an
- * ack (gen = the wake-up's gen, as if fetched at once) or a nack. Modes for the failures the
- * dialer must survive: `silent` accepts TLS and the upgrade but never answers a frame (and never
- * pongs: a half-open peer), and `stop()`/`listen()` take the port down and up again.
+ * The agent's own wake-up listener (`agent/listener.ts`) for the controller's push tests, with
+ * the agent's own fetch coalescer behind it: TLS 1.3 mutual auth, a controller authorized
+ * before the upgrade (403 + code otherwise), wake-ups verified by `WakeVerifier`, each answered
+ * with an ack or a nack, all by the real code. Only the metadata fetch is fake (the smallest
+ * interface behind the coalescer): the controller is taken to serve, in no time, the newest
+ * generation a wake-up named, so an ack already carries the gen of the wake-up that started or
+ * queued the fetch (`fetch` says which), as if fetched at once.
+ *
+ * Faults the dialer must survive: `silent` puts a TCP relay in front of the listener that passes
+ * the TLS handshake and the upgrade and then drops everything the agent sends (no ack, no pong:
+ * a half-open peer); `stop()`/`listen()` take the port down and up again.
  */
 import { EventEmitter, once } from 'node:events';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
-import { pkiPaths } from '../../certs/paths.js';
+import { materialPaths, pkiPaths } from '../../certs/paths.js';
 import { initPki, issueCert } from '../../certs/pki.js';
-import { Signer, type Ed25519PrivateJwk } from '../../protocol/jws.js';
-import https from 'node:https';
-import type net from 'node:net';
-import type tls from 'node:tls';
-import { WebSocketServer, type WebSocket } from 'ws';
-import { materialPaths } from '../../certs/paths.js';
-import { authorizePeer, PkiMaterial, tlsServerOptions } from '../../certs/tls.js';
-import { codeOf } from '../../protocol/errors.js';
-import { encodeAck, encodeNack, isNackCode } from '../../protocol/frames.js';
+import { PkiMaterial } from '../../certs/tls.js';
 import { spiffeIdOf } from '../../protocol/identity.js';
-import { KeySet } from '../../protocol/jws.js';
-import { MAX_WS_PAYLOAD_BYTES } from '../../protocol/limits.js';
-import { peekJti, WakeVerifier, type WakeClaims } from '../../protocol/wake.js';
+import { Signer, type Ed25519PrivateJwk } from '../../protocol/jws.js';
+import { WakeVerifier, type WakeClaims } from '../../protocol/wake.js';
+import { FetchCoalescer } from '../../agent/coalescer.js';
+import { keySetOf } from '../../agent/fetcher.js';
+import { WakeListener } from '../../agent/listener.js';
 
 export type ListenerMode = 'answer' | 'silent';
 
@@ -48,28 +48,41 @@ export interface ReceivedWake {
   at: number;
 }
 
+/** The real verifier; it only notes the `kid` of the last token it accepted. */
+class KidNotingVerifier extends WakeVerifier {
+  lastKid = '';
+  override verify(frame: string, peerSpiffeId: string): WakeClaims {
+    const claims = super.verify(frame, peerSpiffeId);
+    this.lastKid = (JSON.parse(Buffer.from(frame.split('.')[0]!, 'base64url').toString()) as { kid: string }).kid;
+    return claims;
+  }
+}
+
+const quietLog = pino({ level: process.env.HERALD_TEST_LOG ?? 'silent' });
+
 /**
- * Events: 'wake' (ReceivedWake), 'nack' (code), 'connection' (), 'close' (code: number),
- * 'refused' (code).
+ * Events: 'wake' (ReceivedWake, after its ack was written), 'nack' (code), 'connection' (),
+ * 'close' (the close code the listener saw), 'refused' (code of any other refusal).
  */
 export class TestWakeListener extends EventEmitter {
   readonly node: string;
   readonly material: PkiMaterial;
+  /** Verified wake-ups (in `silent` mode too: the listener answers them, the relay drops it). */
   readonly wakes: ReceivedWake[] = [];
   readonly nacks: string[] = [];
   readonly closeCodes: number[] = [];
   readonly refusals: string[] = [];
   /** Authenticated WebSocket connections accepted so far. */
   connections = 0;
-  /** TLS handshakes completed (including ones the client then aborts). */
-  tlsConnections = 0;
-  mode: ListenerMode;
+  readonly mode: ListenerMode;
   port: number;
-  readonly #verifier: WakeVerifier;
-  readonly #wss: WebSocketServer;
-  #server: https.Server | null = null;
-  readonly #sockets = new Set<net.Socket>();
-  readonly #clients = new Set<WebSocket>();
+  readonly #verifier: KidNotingVerifier;
+  readonly #coalescer: FetchCoalescer;
+  /** The generation the fake controller serves: the newest a verified wake-up named. */
+  #served = 0;
+  #listener: WakeListener | null = null;
+  #relay: net.Server | null = null;
+  readonly #relayed = new Set<net.Socket>();
 
   private constructor(opts: TestWakeListenerOptions) {
     super();
@@ -78,9 +91,8 @@ export class TestWakeListener extends EventEmitter {
     this.mode = opts.mode ?? 'answer';
     this.port = opts.port ?? 0;
     this.material = new PkiMaterial({ ...materialPaths(opts.pkiDir, 'agent', opts.certName ?? opts.node), trustDomain: td, watch: false });
-    const keys = new KeySet(this.material.current().jwks, this.material.current().revokedKids);
-    this.#verifier = new WakeVerifier({ audience: spiffeIdOf(td, 'agent', opts.node), keys: () => keys, startedAtS: Date.now() / 1000 });
-    this.#wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: MAX_WS_PAYLOAD_BYTES, autoPong: false });
+    this.#verifier = new KidNotingVerifier({ audience: spiffeIdOf(td, 'agent', opts.node), keys: keySetOf(this.material), startedAtS: Date.now() / 1000 });
+    this.#coalescer = new FetchCoalescer({ fetch: () => Promise.resolve({ gen: this.#served }) });
   }
 
   static async start(opts: TestWakeListenerOptions): Promise<TestWakeListener> {
@@ -93,93 +105,105 @@ export class TestWakeListener extends EventEmitter {
     return `wss://127.0.0.1:${this.port}/v1/wake`;
   }
 
-  /** Starts listening (again, on the same port after stop()). */
+  /** Starts listening (again, on the same port after stop()): a new agent listener each time. */
   async listen(): Promise<void> {
-    const server = https.createServer(tlsServerOptions(this.material));
-    server.on('connection', (s: net.Socket) => {
-      this.#sockets.add(s);
-      s.on('close', () => this.#sockets.delete(s));
+    const coalescer = this.#coalescer;
+    const listener = new WakeListener({
+      material: this.material,
+      verifier: this.#verifier,
+      onWake: (claims) => {
+        if (claims.gen > this.#served) this.#served = claims.gen;
+        const w: ReceivedWake = { claims, kid: this.#verifier.lastKid, at: Date.now() };
+        this.wakes.push(w);
+        queueMicrotask(() => this.emit('wake', w));
+        return coalescer.wake(claims.gen);
+      },
+      // a fetch started or queued by a wake-up sees #served (see the note at the top)
+      lastFetchedGen: () => (coalescer.busy ? this.#served : coalescer.lastFetchedGen),
+      log: quietLog,
     });
-    server.on('secureConnection', () => this.tlsConnections++);
-    server.on('tlsClientError', () => {});
-    server.on('request', (_req, res) => {
-      res.writeHead(426, { 'content-type': 'application/json' }).end('{"error":{"code":"upgrade_required"}}');
+    let nacksSeen = 0;
+    listener.on('connected', () => {
+      this.connections++;
+      this.emit('connection');
     });
-    server.on('upgrade', (req, socket, head) => this.#upgrade(req, socket as tls.TLSSocket, head));
-    server.listen(this.port, '127.0.0.1');
-    await once(server, 'listening');
-    this.port = (server.address() as net.AddressInfo).port;
-    this.#server = server;
+    listener.on('disconnected', ({ code }: { code: number }) => {
+      this.closeCodes.push(code);
+      this.emit('close', code);
+    });
+    listener.on('refused', ({ code }: { code: string }) => {
+      // a nack is counted before it is reported; every other refusal leaves the count alone
+      if (listener.stats.nacks > nacksSeen) {
+        nacksSeen = listener.stats.nacks;
+        this.nacks.push(code);
+        this.emit('nack', code);
+      } else {
+        this.refusals.push(code);
+        this.emit('refused', code);
+      }
+    });
+    if (this.mode === 'answer') {
+      this.port = await listener.listen('127.0.0.1', this.port);
+    } else {
+      const upstream = await listener.listen('127.0.0.1', 0);
+      this.#relay = this.#startRelay(upstream);
+      this.#relay.listen(this.port, '127.0.0.1');
+      await once(this.#relay, 'listening');
+      this.port = (this.#relay.address() as net.AddressInfo).port;
+    }
+    this.#listener = listener;
   }
 
-  /** Takes the port down: no new connections, and every open one is destroyed. */
+  /**
+   * Passes bytes both ways until the listener has accepted the upgrade and the dialer then sends
+   * its first frame (so it has read the 101); from then on what the agent sends is dropped.
+   */
+  #startRelay(upstream: number): net.Server {
+    return net.createServer((client) => {
+      const acceptedBefore = this.connections;
+      let mute = false;
+      const up = net.connect(upstream, '127.0.0.1');
+      this.#relayed.add(client).add(up);
+      client.on('data', (d) => {
+        if (this.connections > acceptedBefore) mute = true;
+        up.write(d);
+      });
+      up.on('data', (d) => {
+        if (!mute) client.write(d);
+      });
+      const end = (): void => {
+        client.destroy();
+        up.destroy();
+        this.#relayed.delete(client);
+        this.#relayed.delete(up);
+      };
+      for (const s of [client, up]) {
+        s.on('error', () => {});
+        s.on('close', end);
+      }
+    });
+  }
+
+  /** Takes the port down: the agent listener closes (1001 to every connection) and stops listening. */
   async stop(): Promise<void> {
-    const server = this.#server;
-    this.#server = null;
-    for (const ws of this.#clients) ws.terminate();
-    for (const s of this.#sockets) s.destroy();
-    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-
-  /** Destroys every open WebSocket without a close frame (the dialer sees a lost connection). */
-  dropConnections(): void {
-    for (const ws of this.#clients) ws.terminate();
+    const listener = this.#listener;
+    const relay = this.#relay;
+    this.#listener = null;
+    this.#relay = null;
+    for (const s of this.#relayed) s.destroy();
+    if (relay) await new Promise<void>((resolve) => relay.close(() => resolve()));
+    await listener?.close();
   }
 
   async close(): Promise<void> {
     await this.stop();
-    this.#wss.close();
+    this.#coalescer.close();
     this.material.close();
   }
 
   /** Resolves with the first event `event` whose arguments satisfy `pred`, or rejects after `timeoutMs`. */
   waitFor<T = unknown>(event: string, pred: (arg: T) => boolean = () => true, timeoutMs = 5_000): Promise<T> {
     return waitForEvent<T>(this, event, pred, timeoutMs);
-  }
-
-  #upgrade(req: import('node:http').IncomingMessage, socket: tls.TLSSocket, head: Buffer): void {
-    const auth = authorizePeer(socket, 'controller', this.material);
-    if (!auth.ok) {
-      this.refusals.push(auth.code);
-      this.emit('refused', auth.code);
-      const body = JSON.stringify({ error: { code: auth.code, message: auth.message } });
-      socket.end(`HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
-      return;
-    }
-    const peer = auth.identity.spiffeId;
-    this.#wss.handleUpgrade(req, socket, head, (ws) => {
-      this.connections++;
-      this.#clients.add(ws);
-      // a half-open peer does not pong either
-      ws.on('ping', (d) => {
-        if (this.mode !== 'silent') ws.pong(d);
-      });
-      ws.on('close', (code) => {
-        this.#clients.delete(ws);
-        this.closeCodes.push(code);
-        this.emit('close', code);
-      });
-      ws.on('error', () => {});
-      ws.on('message', (data, isBinary) => {
-        if (this.mode === 'silent') return;
-        const frame = isBinary ? '' : (data as Buffer).toString('utf8');
-        try {
-          const claims = this.#verifier.verify(frame, peer);
-          const kid = (JSON.parse(Buffer.from(frame.split('.')[0]!, 'base64url').toString()) as { kid: string }).kid;
-          const w = { claims, kid, at: Date.now() };
-          this.wakes.push(w);
-          ws.send(encodeAck(claims.jti, claims.gen, 'started'));
-          this.emit('wake', w);
-        } catch (err) {
-          const code = codeOf(err);
-          const nack = isNackCode(code) ? code : 'malformed';
-          this.nacks.push(nack);
-          ws.send(encodeNack(peekJti(frame), nack));
-          this.emit('nack', nack);
-        }
-      });
-      this.emit('connection');
-    });
   }
 }
 
