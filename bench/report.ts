@@ -148,6 +148,7 @@ export function writeReport(i: ReportInput): void {
     checks: { ok: i.failures.length === 0, failures: i.failures },
     results: i.results,
   };
+  fs.mkdirSync(i.out, { recursive: true });
   fs.writeFileSync(path.join(i.out, 'BENCHMARKS.json'), JSON.stringify(json, null, 2) + '\n');
   fs.writeFileSync(path.join(i.out, 'BENCHMARKS.md'), markdown(i, m, g));
 }
