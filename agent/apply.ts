@@ -9,6 +9,7 @@
  * with SIGKILL can kill the group it left behind at its next start, and then remove the run
  * directories it left (their config and outputs may hold secrets, SPEC §4).
  */
+import { isLiveState, parseProcStat } from '../protocol/proc-stat.js';
 import { readdir, readFile, rm, unlink } from 'node:fs/promises';
 import { readdirSync, readFileSync, readlinkSync, realpathSync, renameSync, writeFileSync } from 'node:fs';
 import { join, sep } from 'node:path';
@@ -289,10 +290,8 @@ function groupsWorkingIn(dir: string): Set<number> {
     try {
       const cwd = readlinkSync(`/proc/${pid}/cwd`);
       if (cwd !== root && !cwd.startsWith(root + sep)) continue;
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const pgid = Number(f[2]);
-      if (f[0] !== 'Z' && Number.isSafeInteger(pgid)) out.add(pgid);
+      const s = parseProcStat(readFileSync(`/proc/${pid}/stat`, 'latin1'));
+      if (s && isLiveState(s.state)) out.add(s.pgrp);
     } catch {
       // gone, or not ours to read
     }
@@ -341,10 +340,7 @@ function isRunnable(item: unknown): item is MetadataItem {
 /** Field 22 of /proc/<pid>/stat (start time in clock ticks), or null when there is no such process. */
 function procStart(pid: number): string | null {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // the command name (field 2) may hold spaces and parentheses: count from the last ')'
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return rest[19] ?? null;
+    return parseProcStat(readFileSync(`/proc/${pid}/stat`, 'latin1'))?.startTimeTicks ?? null;
   } catch {
     return null;
   }

@@ -9,16 +9,15 @@
  * the JWKS, a wildcard listen address without an advertised one, a state or hooks dir another
  * user could write when running as root); `start()` recovers, listens, announces and polls.
  */
-import fs from 'node:fs';
+import { readTrustDomain } from '../certs/trust-domain.js';
 import path from 'node:path';
 import { codeOf, ConfigError } from '../protocol/errors.js';
 import type { FetchState } from '../protocol/frames.js';
 import type { MetadataItem } from '../protocol/heat.js';
-import { spiffeIdOf, TRUST_DOMAIN_RE } from '../protocol/identity.js';
+import { spiffeIdOf } from '../protocol/identity.js';
 import { AGENT_FIRST_POLL_WAIT_MS, AGENT_SHUTDOWN_GRACE_MS, DEFAULT_TRUST_DOMAIN, POLL_INTERVAL_HEALTHY_MS, POLL_INTERVAL_MS } from '../protocol/limits.js';
 import { WakeVerifier, type WakeClaims } from '../protocol/wake.js';
-import { trustDomainOf } from '../certs/identity.js';
-import { materialPaths, pkiPaths } from '../certs/paths.js';
+import { materialPaths } from '../certs/paths.js';
 import { PkiMaterial, refusalCodeOf, type Logger } from '../certs/tls.js';
 import { ApplyLoop } from './apply.js';
 import { ensurePrivateDir } from './atomic-file.js';
@@ -154,7 +153,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
 
   // ---- identity and PKI --------------------------------------------------------------------
   const paths = materialPaths(cfg.pki, 'agent', cfg.node);
-  const trustDomain = cfg.trustDomain ?? trustDomainFromPki(cfg.pki, cfg.ca ?? paths.caPath);
+  const trustDomain = cfg.trustDomain ?? readTrustDomain(cfg.pki, { caPath: cfg.ca ?? paths.caPath, fallback: DEFAULT_TRUST_DOMAIN });
   const material = new PkiMaterial({
     caPath: cfg.ca ?? paths.caPath,
     certPath: cfg.cert ?? paths.certPath,
@@ -360,21 +359,6 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
 }
 
 const WILDCARD_HOSTS = new Set(['0.0.0.0', '::', '[::]', '']);
-
-/** The trust domain a PKI dir was made for, without loading node-forge. */
-export function trustDomainFromPki(dir: string, caPath: string): string {
-  try {
-    const td = (JSON.parse(fs.readFileSync(pkiPaths(dir).meta, 'utf8')) as { trustDomain?: unknown }).trustDomain;
-    if (typeof td === 'string' && TRUST_DOMAIN_RE.test(td)) return td;
-  } catch {
-    // a bundle has no pki.json: ask the CA certificate
-  }
-  try {
-    return trustDomainOf(fs.readFileSync(caPath));
-  } catch {
-    return DEFAULT_TRUST_DOMAIN;
-  }
-}
 
 function formatHost(h: string): string {
   return h.includes(':') ? `[${h}]` : h;

@@ -7,6 +7,7 @@
  * audience, issuer, digest, no rollback), on the 200 and on the 304 alike; its body is counted
  * while it is read and the request is aborted past MAX_METADATA_RESPONSE_BYTES.
  */
+import { API_REQUEST_TIMEOUT_MS } from '../protocol/limits.js';
 import https from 'node:https';
 import type http from 'node:http';
 import { HeraldError, RefusalError } from '../protocol/errors.js';
@@ -18,7 +19,6 @@ import { newNonce, NONCE_HEADER, SIGNATURE_HEADER, verifyMetadataResponse } from
 import { HttpsAgentHolder, refusalCodeOf, type Logger, type PkiMaterial } from '../certs/tls.js';
 
 /** Each API request must finish within this. */
-export const API_REQUEST_TIMEOUT_MS = 30_000;
 /** Endpoint announcement retries: first ceiling and cap. */
 export const ANNOUNCE_BACKOFF_BASE_MS = 500;
 export const ANNOUNCE_BACKOFF_MAX_MS = 60_000;

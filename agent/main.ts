@@ -14,7 +14,7 @@ import type { Logger as PinoLogger } from 'pino';
 import { pkiPaths } from '../certs/paths.js';
 import { assembleAgent, type AgentConfig, type AgentDeps } from './assemble.js';
 
-export { DEFAULT_AGENT_CONFIG, formatHostPort, trustDomainFromPki, type AgentConfig, type HostPort } from './assemble.js';
+export { DEFAULT_AGENT_CONFIG, formatHostPort, type AgentConfig, type HostPort } from './assemble.js';
 
 // CommonJS, so require()d: see the note in listener.ts (idle RSS)
 const { pino } = createRequire(import.meta.url)('pino') as typeof import('pino');

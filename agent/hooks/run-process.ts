@@ -7,6 +7,7 @@
  * A grandchild that calls `setsid` leaves the group and escapes the kill; nothing short of a
  * cgroup catches it (documented in the README).
  */
+import { isLiveState, parseProcStat } from '../../protocol/proc-stat.js';
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { constants as osc } from 'node:os';
@@ -191,9 +192,8 @@ function groupHasLiveMember(pgid: number): boolean {
     } catch {
       continue; // exited meanwhile
     }
-    // fields after "(comm)": state ppid pgrp ...
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (f[2] === String(pgid) && f[0] !== 'Z' && f[0] !== 'X') return true;
+    const s = parseProcStat(stat);
+    if (s?.pgrp === pgid && isLiveState(s.state)) return true;
   }
   return false;
 }

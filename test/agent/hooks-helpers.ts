@@ -1,4 +1,5 @@
 /** Shared bits of the hook runner tests: items, temp dirs, /proc polling. */
+import { readProcStat } from '../helpers/procs.js';
 import { readFileSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -27,12 +28,7 @@ export function item(over: Partial<MetadataItem> & { inputValues?: Record<string
 
 /** The state letter of /proc/<pid>/stat, undefined when the process is gone. */
 export function procState(pid: number): string | undefined {
-  try {
-    const t = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return t.slice(t.lastIndexOf(')') + 2).split(' ')[0];
-  } catch {
-    return undefined;
-  }
+  return readProcStat(pid)?.state;
 }
 
 /** Polls /proc until the process is gone or a zombie; false when still alive after `boundMs`. */
