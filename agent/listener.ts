@@ -316,24 +316,33 @@ export class WakeListener extends EventEmitter {
 
   #onUpgrade(req: http.IncomingMessage, sock: tls.TLSSocket, head: Buffer): void {
     const peer = peerOf(sock);
-    if (this.#closed) return abortHandshake(sock, 503, 'shutting_down', ERROR_CODES.shutting_down);
+    if (this.#closed) {
+      abortHandshake(sock, 503, 'shutting_down', ERROR_CODES.shutting_down);
+      return;
+    }
     const auth = authorizePeer(sock, 'controller', this.#material);
     if (!auth.ok) {
       this.#refusedBeforeAuth(auth.code, peer, auth.message);
-      return abortHandshake(sock, 403, auth.code, auth.message);
+      abortHandshake(sock, 403, auth.code, auth.message);
+      return;
     }
     if (pathOf(req.url) !== WAKE_PATH) {
       this.#refusedLog('not_found', peer, `no route ${String(req.url).slice(0, 100)}`);
-      return abortHandshake(sock, 404, 'not_found', 'the only route is /v1/wake');
+      abortHandshake(sock, 404, 'not_found', 'the only route is /v1/wake');
+      return;
     }
     const id = auth.identity;
     if (!this.#conns.has(id.spiffeId) && this.#conns.size >= this.#o.maxAuthenticated) {
       const message = `${this.#conns.size} controller connections are open`;
       this.#refusedLog('too_many_connections', peer, message, id.spiffeId);
-      return abortHandshake(sock, 503, 'too_many_connections', message);
+      abortHandshake(sock, 503, 'too_many_connections', message);
+      return;
     }
     const cert = sock.getPeerX509Certificate();
-    if (!cert) return abortHandshake(sock, 403, 'no_client_certificate', ERROR_CODES.no_client_certificate);
+    if (!cert) {
+      abortHandshake(sock, 403, 'no_client_certificate', ERROR_CODES.no_client_certificate);
+      return;
+    }
     this.#wss.handleUpgrade(req, sock, head, (ws: WebSocket) => {
       this.#unpend(socketKey(sock));
       if (this.#closed) {
@@ -384,8 +393,14 @@ export class WakeListener extends EventEmitter {
     if (c.closing) return;
     c.lastHeard = this.#o.now();
     this.stats.frames++;
-    if (isBinary) return this.#nack(c, null, 'binary_frame');
-    if (buf.length > MAX_WAKE_FRAME_BYTES) return this.#nack(c, null, 'too_large');
+    if (isBinary) {
+      this.#nack(c, null, 'binary_frame');
+      return;
+    }
+    if (buf.length > MAX_WAKE_FRAME_BYTES) {
+      this.#nack(c, null, 'too_large');
+      return;
+    }
     const text = buf.toString('utf8');
     let claims: WakeClaims;
     try {
@@ -393,7 +408,8 @@ export class WakeListener extends EventEmitter {
     } catch (err) {
       const code = codeOf(err);
       if (code === undefined) this.#log.error({ err, peer: c.peer }, 'unexpected error verifying a wake-up');
-      return this.#nack(c, peekJti(text), isNackCode(code) ? code : 'malformed');
+      this.#nack(c, peekJti(text), isNackCode(code) ? code : 'malformed');
+      return;
     }
     let fetch: FetchState;
     try {

@@ -125,7 +125,7 @@ export class OutboxStore {
 
   /** Removes the entry durably; a missing entry is not an error (idempotent). */
   async remove(seq: number): Promise<void> {
-    const prefix = String(seq).padStart(SEQ_DIGITS, '0') + '-';
+    const prefix = `${String(seq).padStart(SEQ_DIGITS, '0')}-`;
     let removed = false;
     for (const name of await readdir(this.dir)) {
       if (name.startsWith(prefix) && ENTRY_RE.test(name)) {

@@ -106,7 +106,7 @@ export class AgentState {
 
   /** True once the item id was started here, whether it finished or not. */
   hasRun(id: string): boolean {
-    return Object.prototype.hasOwnProperty.call(this.data.items, id);
+    return  Object.hasOwn(this.data.items, id);
   }
 
   get(id: string): ItemRecord | undefined {
@@ -194,7 +194,7 @@ function parseState(text: string, file: string): StateFile {
   let raw: unknown;
   try {
     raw = JSON.parse(text);
-  } catch (err) {
+  } catch {
     return bad('not JSON');
   }
   if (typeof raw !== 'object' || raw === null) return bad('not an object');

@@ -198,7 +198,10 @@ async function main(): Promise<number> {
     if (want('idle') && inNs) {
       idleParts.push(runChild(args, runDir, 'idle-push', failedPart), runChild(args, runDir, 'idle-poll', failedPart));
     }
-    if (want('latency') && inNs) pollChild = runChild<LatencyResult | null>(args, runDir, 'latency-poll', (why) => (failures.push(`latency (polling): ${why}`), null));
+    if (want('latency') && inNs) pollChild = runChild<LatencyResult | null>(args, runDir, 'latency-poll', (why) => {
+      failures.push(`latency (polling): ${why}`);
+      return null;
+    });
   };
 
   if (want('fanout')) {
@@ -254,7 +257,7 @@ async function main(): Promise<number> {
     started,
     elapsedS,
     quick: args.quick,
-    command: `npm run bench${process.argv.length > 2 ? ' -- ' + process.argv.slice(2).join(' ') : ''}`,
+    command: `npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}`,
     namespace: inNs,
     pkiIssued: issued,
     pkiIssueMs: issueMs,

@@ -85,7 +85,9 @@ export async function benchPki(dir: string, slots: AgentSlot[]): Promise<{ pki: 
     const ca: Pem = { cert: caPem, key: fs.readFileSync(p.caKey, 'utf8') };
     const keyPem = fs.readFileSync(sharedKeyPath, 'utf8');
     const chunks: AgentSlot[][] = Array.from({ length: threads }, () => []);
-    missing.forEach((s, i) => chunks[i % threads]!.push(s));
+    missing.forEach((s, i) => {
+      chunks[i % threads]!.push(s);
+    });
     await Promise.all(chunks.map((chunk) => runIssuer({ ca, keyPem, dir, slots: chunk })));
     for (const s of missing) manifest.issued[s.node] = s.ip;
     fs.writeFileSync(manifestPath, JSON.stringify(manifest));

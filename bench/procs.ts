@@ -143,7 +143,7 @@ export function startAgentProc(a: AgentProcArgs): ChildProcess {
 
 export function tail(file: string, lines = 15): string {
   try {
-    return `--- ${file}\n` + fs.readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+    return `--- ${file}\n${fs.readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n')}`;
   } catch {
     return `(no ${file})`;
   }

@@ -23,7 +23,9 @@ export function top(file: string, n = 25): string {
   const parent = new Map<number, number>();
   for (const x of prof.nodes) for (const c of x.children ?? []) parent.set(c, x.id);
   const us = new Map<number, number>();
-  prof.samples.forEach((id, i) => us.set(id, (us.get(id) ?? 0) + (prof.timeDeltas[i] ?? 0)));
+  prof.samples.forEach((id, i) => {
+    us.set(id, (us.get(id) ?? 0) + (prof.timeDeltas[i] ?? 0));
+  });
   const key = (x: ProfNode): string => `${x.callFrame.functionName || '(anonymous)'} ${x.callFrame.url.replace(/^.*\/(dist|node_modules)\//, '$1/')}:${x.callFrame.lineNumber + 1}`;
   const self = new Map<string, number>();
   const incl = new Map<string, number>();
@@ -53,5 +55,5 @@ if (process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/^.*\//,
     process.stderr.write('usage: node dist/bench/prof-top.js <file.cpuprofile> [n]\n');
     process.exit(2);
   }
-  process.stdout.write(top(file, Number(process.argv[3] ?? 25)) + '\n');
+  process.stdout.write(`${top(file, Number(process.argv[3] ?? 25))}\n`);
 }

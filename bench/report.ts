@@ -149,7 +149,7 @@ export function writeReport(i: ReportInput): void {
     results: i.results,
   };
   fs.mkdirSync(i.out, { recursive: true });
-  fs.writeFileSync(path.join(i.out, 'BENCHMARKS.json'), JSON.stringify(json, null, 2) + '\n');
+  fs.writeFileSync(path.join(i.out, 'BENCHMARKS.json'), `${JSON.stringify(json, null, 2)}\n`);
   fs.writeFileSync(path.join(i.out, 'BENCHMARKS.md'), markdown(i, m, g));
 }
 
@@ -212,7 +212,7 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     const pp99 = d.p99;
     p(`| polling every 2 s (measured) | ${fmt(q.p50 / pp50, 0)}× | ${fmt(q.p99 / pp99, 0)}× |`);
     for (const e of l.expected) p(`| polling every ${e.intervalS} s (computed) | ${fmt(e.p50Ms / pp50, 0)}× | ${fmt(e.p99Ms / pp99, 0)}× |`);
-    p('| os-collect-config, 30 s (issue 7: median 15.5 s, max 27.7 s) | ' + `${fmt(15_500 / pp50, 0)}× | – |`);
+    p(`| os-collect-config, 30 s (issue 7: median 15.5 s, max 27.7 s) | ${fmt(15_500 / pp50, 0)}× | – |`);
     p();
     p(`Also measured on the push path: PATCH answered (committed) p50 ${ms(l.push.patchAnsweredMs.p50, 2)}, p99 ${ms(l.push.patchAnsweredMs.p99, 2)};`);
     p(`PATCH → deployment COMPLETE in the API (hook run, signal, commit) p50 ${ms(l.push.completeMs.p50, 1)}, p99 ${ms(l.push.completeMs.p99, 1)}.`);

@@ -35,13 +35,20 @@ export interface Dist {
   mean: number;
 }
 
+/** The value of `xs` that `better` keeps over every other, scanning from `start` (a NaN never wins, unlike Math.min/max). */
+function extreme(xs: readonly number[], better: (b: number, a: number) => boolean, start: number): number {
+  let a = start;
+  for (const b of xs) if (better(b, a)) a = b;
+  return a;
+}
+
 export function dist(xs: readonly number[]): Dist {
   return {
     n: xs.length,
     p50: pct(xs, 50),
     p99: pct(xs, 99),
-    min: xs.length ? xs.reduce((a, b) => (b < a ? b : a), Infinity) : NaN,
-    max: xs.length ? xs.reduce((a, b) => (b > a ? b : a), -Infinity) : NaN,
+    min: xs.length ? extreme(xs, (b, a) => b < a, Infinity) : NaN,
+    max: xs.length ? extreme(xs, (b, a) => b > a, -Infinity) : NaN,
     mean: xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN,
   };
 }
@@ -222,7 +229,7 @@ export class CountingLogger {
       o = '?';
     }
     const line = `${level}: ${msg ?? ''} ${o}`.slice(0, 400);
-    if (this.#echo) process.stderr.write(line + '\n');
+    if (this.#echo) process.stderr.write(`${line}\n`);
     this.last.push(line);
     if (this.last.length > 20) this.last.shift();
   }

@@ -228,7 +228,7 @@ export function publicJwkOf(jwk: PrivateJwk | PublicJwk): PublicJwk {
 // ---- revoked.json -------------------------------------------------------------------------------
 
 function writeRevoked(p: PkiPaths, list: RevokedList): void {
-  writeFileAtomic(p.revoked, JSON.stringify({ serials: list.serials, kids: list.kids }, null, 2) + '\n', PUBLIC_FILE_MODE);
+  writeFileAtomic(p.revoked, `${JSON.stringify({ serials: list.serials, kids: list.kids }, null, 2)}\n`, PUBLIC_FILE_MODE);
 }
 
 // ---- the PKI directory -------------------------------------------------------------------------
@@ -277,9 +277,9 @@ export async function initPki(opts: InitPkiOptions): Promise<InitPkiResult> {
   for (const role of ROLES) ensureDir(p.roleDir(role));
   writeFileAtomic(p.caKey, ca.key, PRIVATE_FILE_MODE);
   writeFileAtomic(p.caCrt, ca.cert, PUBLIC_FILE_MODE);
-  writeFileAtomic(p.meta, JSON.stringify({ trustDomain }, null, 2) + '\n', PUBLIC_FILE_MODE);
-  writeFileAtomic(p.signingJwk, JSON.stringify(jwk, null, 2) + '\n', PRIVATE_FILE_MODE);
-  writeFileAtomic(p.jwks, JSON.stringify({ keys: [publicJwkOf(jwk)] }, null, 2) + '\n', PUBLIC_FILE_MODE);
+  writeFileAtomic(p.meta, `${JSON.stringify({ trustDomain }, null, 2)}\n`, PUBLIC_FILE_MODE);
+  writeFileAtomic(p.signingJwk, `${JSON.stringify(jwk, null, 2)}\n`, PRIVATE_FILE_MODE);
+  writeFileAtomic(p.jwks, `${JSON.stringify({ keys: [publicJwkOf(jwk)] }, null, 2)}\n`, PUBLIC_FILE_MODE);
   writeRevoked(p, { serials: [], kids: [] });
   const controller = issueWith(p, ca, trustDomain, { role: 'controller', name: 'controller', dns, ip, keyPem: ctlKey });
   const operator = issueWith(p, ca, trustDomain, { role: 'operator', name: 'admin', keyPem: opKey });
@@ -531,7 +531,9 @@ export async function bundle(opts: BundleOptions): Promise<string[]> {
   });
   ensureDir(dst.dir);
   ensureDir(dst.roleDir(role));
-  files.forEach(([, to, mode], i) => writeFileAtomic(to, data[i]!, mode));
+  files.forEach(([, to, mode], i) => {
+    writeFileAtomic(to, data[i]!, mode);
+  });
   return files.map(([, to]) => path.relative(dst.dir, to));
 }
 
@@ -556,8 +558,8 @@ export async function rotateSigningKey(opts: { dir: string }): Promise<RotateRes
   const kept = old.filter((k) => k.kid !== jwk.kid && !revokedKids.has(k.kid));
   // the private key first: a controller on this host reloads its key when the JWKS changes, so
   // the key must already be in place by then
-  writeFileAtomic(p.signingJwk, JSON.stringify(jwk, null, 2) + '\n', PRIVATE_FILE_MODE);
-  writeFileAtomic(p.jwks, JSON.stringify({ keys: [publicJwkOf(jwk), ...kept] }, null, 2) + '\n', PUBLIC_FILE_MODE);
+  writeFileAtomic(p.signingJwk, `${JSON.stringify(jwk, null, 2)}\n`, PRIVATE_FILE_MODE);
+  writeFileAtomic(p.jwks, `${JSON.stringify({ keys: [publicJwkOf(jwk), ...kept] }, null, 2)}\n`, PUBLIC_FILE_MODE);
   return { kid: jwk.kid, previousKids: kept.map((k) => k.kid) };
 }
 

@@ -33,7 +33,7 @@ export function hashDir(dir: string): string {
   const walk = (d: string): void => {
     for (const e of fs.readdirSync(d, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
       const p = path.join(d, e.name);
-      h.update(path.relative(dir, p) + '\0');
+      h.update(`${path.relative(dir, p)}\0`);
       if (e.isDirectory()) walk(p);
       else h.update(fs.readFileSync(p));
     }
@@ -70,7 +70,10 @@ export async function startController(sup: DemoSupervisor, root: string, pkiDir:
   const url = `https://127.0.0.1:${port}`;
   const child = sup.startHerald('controller', ['controller', '--listen', `127.0.0.1:${port}`, '--pki', pkiDir, '--db', path.join(root, 'controller.db')]);
   const api = clientFromOptions({ controller: url, pki: pkiDir }, sup.env);
-  await sup.waitFor('the controller to answer', timeoutMs, async () => (await api.get('/v1/nodes'), true), [child]);
+  await sup.waitFor('the controller to answer', timeoutMs, async () => {
+    await api.get('/v1/nodes');
+    return true;
+  }, [child]);
   return { url, child, api };
 }
 

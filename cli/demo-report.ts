@@ -73,7 +73,7 @@ export function writeStopScript(root: string, children: Child[], nodes: DemoNode
     removeDir ? `rm -rf '${root}'` : `echo 'kept ${root}'`,
     'true',
   ];
-  fs.writeFileSync(file, lines.join('\n') + '\n', { mode: 0o700 });
+  fs.writeFileSync(file, `${lines.join('\n')}\n`, { mode: 0o700 });
   return file;
 }
 

@@ -97,7 +97,7 @@ function prepare(o: DemoOptions): Run {
   fs.mkdirSync(root, { recursive: true, mode: 0o700 });
   const nodesDir = path.join(root, 'nodes');
   const t0 = Date.now();
-  const say = (s: string): void => void out.write(s + '\n');
+  const say = (s: string): void => void out.write(`${s}\n`);
   return {
     root,
     ownDir: o.dir === undefined,
@@ -120,7 +120,8 @@ async function setUp(run: Run): Promise<string> {
   run.say(`Herald demo: a ${n}-node cluster restart on 127.0.0.1, in ${run.root}`);
   await makePki(run.pkiDir, run.ids);
   run.step(`PKI made: CA, controller, operator admin, ${n} agents`);
-  const ctl = (run.ctl = await startController(run.sup, run.root, run.pkiDir, run.stepTimeoutMs));
+  const ctl = await startController(run.sup, run.root, run.pkiDir, run.stepTimeoutMs);
+  run.ctl = ctl;
   run.step(`controller listening on ${ctl.url} (log: logs/controller.log)`);
   const agents = await startNodes(run.sup, ctl, { pkiDir: run.pkiDir, nodesDir: run.nodesDir, ids: run.ids, timeoutMs: run.stepTimeoutMs, nodes: run.nodes });
   run.step(`${n} agents registered; each node has a volume and an application container (a sleep process)`);

@@ -229,7 +229,7 @@ export class ApiClient {
       req.end(payload);
     });
     if (res.status >= 400) throw errorFromBody(res.status, res.text, res.headers);
-    let parsed: unknown = undefined;
+    let parsed: unknown ;
     if (res.text.length > 0) {
       try {
         parsed = JSON.parse(res.text);
@@ -348,8 +348,9 @@ export class SseParser {
 
   push(chunk: string): void {
     this.buf += chunk;
-    let nl: number;
-    while ((nl = this.buf.search(/\r\n|\r|\n/)) >= 0) {
+    for (;;) {
+      const nl = this.buf.search(/\r\n|\r|\n/);
+      if (nl < 0) break;
       const line = this.buf.slice(0, nl);
       const sepLen = this.buf.startsWith('\r\n', nl) ? 2 : 1;
       this.buf = this.buf.slice(nl + sepLen);

@@ -24,9 +24,9 @@ export function cell(v: unknown): string {
 export function table(headers: string[], rows: unknown[][]): string {
   const cells = [headers, ...rows.map((r) => headers.map((_, i) => cell(r[i])))];
   const widths = headers.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? '').length)));
-  return cells
+  return `${cells
     .map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i] ?? 0))).join('  ').trimEnd())
-    .join('\n') + '\n';
+    .join('\n')}\n`;
 }
 
 /**
@@ -39,15 +39,15 @@ export function keyValues(obj: Record<string, unknown>, indent = ''): string {
   let out = '';
   for (const k of keys) {
     const v = obj[k];
-    const label = `${indent}${(k + ':').padEnd(width + 1)}`;
+    const label = `${indent}${(`${k}:`).padEnd(width + 1)}`;
     if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
       const inner = v as Record<string, unknown>;
-      out += Object.keys(inner).length === 0 ? `${label} {}\n` : `${indent}${k}:\n${keyValues(inner, indent + '  ')}`;
+      out += Object.keys(inner).length === 0 ? `${label} {}\n` : `${indent}${k}:\n${keyValues(inner, `${indent}  `)}`;
     } else if (Array.isArray(v) && v.some((x) => x !== null && typeof x === 'object')) {
       out += `${indent}${k}:\n`;
       for (const item of v) {
         if (item !== null && typeof item === 'object') {
-          const body = keyValues(item as Record<string, unknown>, indent + '    ');
+          const body = keyValues(item as Record<string, unknown>, `${indent}    `);
           out += `${indent}  - ${body.slice(indent.length + 4)}`;
         } else {
           out += `${indent}  - ${cell(item)}\n`;

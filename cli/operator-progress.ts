@@ -42,7 +42,7 @@ export function lineOf(e: WatchEvent): string {
 export function plainView(out: Writable): ProgressView {
   return {
     start: () => undefined,
-    event: (e) => void out.write(lineOf(e) + '\n'),
+    event: (e) => void out.write(`${lineOf(e)}\n`),
     stop: () => undefined,
   };
 }
@@ -94,7 +94,7 @@ export async function ttyView(out: NodeJS.WriteStream): Promise<ProgressView> {
         const detail = e.phase === 'failed' ? `failed: ${e.reason ?? ''}` : e.phase + durationsText(e);
         bars.get(e.node)?.update(STEP_OF[e.phase] ?? 0, { phase: detail });
         overall?.update(progressOf(), { phase: summary() });
-        if (e.phase === 'failed') multi.log(lineOf(e) + '\n');
+        if (e.phase === 'failed') multi.log(`${lineOf(e)}\n`);
       } else if (e.kind === 'status') {
         overall?.update(progressOf(), { phase: `${summary()}  ${e.status}` });
       }

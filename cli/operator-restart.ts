@@ -4,7 +4,7 @@
  */
 import type { ApiClient } from './operator-client.js';
 import { plainView, ttyView, type ProgressView } from './operator-progress.js';
-import { watchRestart, type WatchEvent } from './operator-watch.js';
+import { watchRestart, type WatchEvent, type WatchResult } from './operator-watch.js';
 import { formatMs } from './operator-format.js';
 
 export interface FollowOptions {
@@ -31,7 +31,7 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
     process.stderr.write(`herald: stopped following; the restart goes on (herald cluster show ${o.clusterId})\n`);
     process.exit(130);
   });
-  let result;
+  let result: WatchResult;
   try {
     result = await watchRestart(client, {
       clusterId: o.clusterId,
@@ -49,7 +49,7 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
   }
   const took = formatMs(Date.now() - o.startedAt.getTime());
   if (o.json) {
-    process.stdout.write(JSON.stringify({ ok: result.ok, timed_out: result.timedOut, status: result.cluster?.status ?? null, failed: result.failed, events }, null, 2) + '\n');
+    process.stdout.write(`${JSON.stringify({ ok: result.ok, timed_out: result.timedOut, status: result.cluster?.status ?? null, failed: result.failed, events }, null, 2)}\n`);
   }
   if (result.ok) {
     if (!o.json) process.stdout.write(`cluster ${o.clusterId} restarted: RESTART_COMPLETE in ${took}\n`);

@@ -5,7 +5,7 @@
  * people, the API's JSON with `--json`. Modules beyond commander load inside the actions, so
  * `herald --help` stays instant.
  */
-import { Command, Option } from 'commander';
+import { type Command, Option } from 'commander';
 import type { ClusterView, ConfigView, DeploymentView, ListEnvelope, NodeView } from '../protocol/rest.js';
 import type { ApiClient, ClientOptions } from './operator-client.js';
 // small and pure: loaded eagerly; the client (certificates, https) and the watcher load lazily
@@ -62,7 +62,7 @@ function out(s: string): void {
 }
 
 function printJson(v: unknown): void {
-  out(JSON.stringify(v, null, 2) + '\n');
+  out(`${JSON.stringify(v, null, 2)}\n`);
 }
 
 function seg(s: string): string {
@@ -340,8 +340,8 @@ function registerCluster(program: Command): void {
         for (const [k, v] of Object.entries(body)) if (!Array.isArray(v) && (v === null || typeof v !== 'object')) head[k] = v;
         out(keyValues(head));
         const dur = (a?: number, b?: number): string => (a !== undefined && b !== undefined ? formatMs(b - a) : '-');
-        out('\n' + table(['NODE', 'PHASE', 'UNINSTALL', 'INSTALL', 'REASON'],
-          c.nodes.map((n) => [n.node, n.phase, dur(n.uninstallStartedMs, n.uninstallDoneMs), dur(n.installStartedMs, n.installDoneMs), n.reason])));
+        out(`\n${table(['NODE', 'PHASE', 'UNINSTALL', 'INSTALL', 'REASON'],
+          c.nodes.map((n) => [n.node, n.phase, dur(n.uninstallStartedMs, n.uninstallDoneMs), dur(n.installStartedMs, n.installDoneMs), n.reason]))}`);
       });
     });
   leaf(cluster, 'restart <id>', 'restart the cluster: on each node the uninstall config, then the install config (deploy_action RESTART)', [

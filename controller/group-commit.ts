@@ -5,7 +5,7 @@
  * own result or error; the promises settle only after the shared commit, so nothing is
  * acknowledged before it is durable.
  */
-import type { Committed, Store, TxFn } from './store.js';
+import type { Committed, Store, TxFn, UnitOutcome } from './store.js';
 
 /** Changes gathered into one commit at most. */
 export const MAX_GROUP_COMMIT = 256;
@@ -48,7 +48,7 @@ export class GroupCommitter {
     const batch = this.#queue;
     this.#queue = [];
     if (batch.length === 0) return;
-    let outcomes;
+    let outcomes: Array<UnitOutcome<unknown>>;
     try {
       outcomes = await this.#store.group(batch.map((p) => p.fn));
     } catch (err) {

@@ -10,7 +10,7 @@ export function heatResult(config: ConfigRecord, s: SignalInput): StepResult & {
   const outputValues: Record<string, unknown> = {};
   const reasons: string[] = [];
   for (const o of config.outputs) {
-    if (!Object.prototype.hasOwnProperty.call(s.outputs, o.name)) continue;
+    if (!Object.hasOwn(s.outputs, o.name)) continue;
     const v = s.outputs[o.name];
     outputValues[o.name] = v;
     if (o.error_output) reasons.push(`${o.name} : ${typeof v === 'string' ? v : JSON.stringify(v)}`);

@@ -10,7 +10,6 @@ import type http from 'node:http';
 import os from 'node:os';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
-import { trustDomainOf } from '../certs/identity.js';
 import { materialPaths, pkiPaths, type MaterialPaths } from '../certs/paths.js';
 import { PkiMaterial } from '../certs/tls.js';
 import { ConfigError } from '../protocol/errors.js';

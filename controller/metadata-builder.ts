@@ -45,7 +45,7 @@ export function buildMetadataDocument(
     const hidden = hiddenOf(d);
     for (const i of c.inputs) {
       declared.add(i.name);
-      const v = Object.prototype.hasOwnProperty.call(r.inputValues, i.name) ? r.inputValues[i.name] : i.default;
+      const v = Object.hasOwn(r.inputValues, i.name) ? r.inputValues[i.name] : i.default;
       const input: MetadataInput = { name: i.name, type: i.type, value: v ?? (i.type === 'String' ? '' : null) };
       if (i.description !== undefined) input.description = i.description;
       if (hidden.has(i.name)) input.hidden = true;

@@ -20,7 +20,7 @@ import { normalizeSerial } from '../certs/identity.js';
 import { addressRefusal, parseIp } from '../protocol/address.js';
 import { fullJitterMs } from '../protocol/backoff.js';
 import { ConfigError, isErrorCode, RefusalError } from '../protocol/errors.js';
-import { decodeAnswer } from '../protocol/frames.js';
+import { type AnswerFrame, decodeAnswer } from '../protocol/frames.js';
 import { spiffeIdOf } from '../protocol/identity.js';
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import {
@@ -578,7 +578,7 @@ export class PushDialer implements PushService {
   }
 
   #onMessage(e: NodeEntry, data: Buffer, isBinary: boolean): void {
-    let answer;
+    let answer: AnswerFrame;
     try {
       if (isBinary) throw new RefusalError('binary_frame');
       answer = decodeAnswer(data.toString('utf8'));

@@ -29,7 +29,9 @@ const MAX_URL_CHARS = 2048;
 /** Largest `options.timeout` a config may ask for: one day. */
 const MAX_TIMEOUT_S = 86_400;
 
-const displayName = z.string().min(1).max(MAX_NAME_CHARS).regex(/^[^\u0000-\u001f\u007f]+$/, 'must not contain control characters');
+// biome-ignore lint/suspicious/noControlCharactersInRegex: the pattern exists to reject control characters in display names
+const NO_CONTROL_CHARS_RE = /^[^\u0000-\u001f\u007f]+$/;
+const displayName = z.string().min(1).max(MAX_NAME_CHARS).regex(NO_CONTROL_CHARS_RE, 'must not contain control characters');
 const nodeId = z.string().regex(NAME_RE, `must match ${NAME_RE.source}`);
 const resourceId = z.string().min(1).max(64);
 /** A free-form JSON value: nested at most MAX_JSON_DEPTH_LEVELS (SPEC §3). */

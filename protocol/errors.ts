@@ -125,7 +125,7 @@ export type ErrorCode = keyof typeof ERROR_CODES;
 export const ERROR_CODE_LIST = Object.keys(ERROR_CODES) as ErrorCode[];
 
 export function isErrorCode(x: unknown): x is ErrorCode {
-  return typeof x === 'string' && Object.prototype.hasOwnProperty.call(ERROR_CODES, x);
+  return typeof x === 'string' && Object.hasOwn(ERROR_CODES, x);
 }
 
 /** The base of every coded Herald error. `code` is stable; `message` is for people. */

@@ -5,7 +5,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { RefusalError } from './errors.js';
-import { KeySet, METADATA_TYP, Signer, verifyCompact } from './jws.js';
+import { type KeySet, METADATA_TYP, type Signer, verifyCompact } from './jws.js';
 import type { MetadataDocument } from './heat.js';
 
 export const NONCE_HEADER = 'herald-nonce';

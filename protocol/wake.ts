@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { RefusalError } from './errors.js';
-import { KeySet, Signer, verifyCompact, WAKE_TYP } from './jws.js';
+import { type KeySet, type Signer, verifyCompact, WAKE_TYP } from './jws.js';
 import { CLOCK_SKEW_S, MAX_WAKE_FRAME_BYTES, MAX_WAKE_LIFETIME_S, WAKE_LIFETIME_S } from './limits.js';
 import { ReplayCache } from './replay-cache.js';
 

@@ -5,7 +5,7 @@
  * the output is absent, as in Heat.
  */
 import { constants as fsc } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { type FileHandle, open } from 'node:fs/promises';
 import type { ErrorCode } from '../../protocol/errors.js';
 
 export interface OutputProblem {
@@ -35,7 +35,7 @@ export async function readOutputs(outputsPath: string, names: string[], maxBytes
 type ReadOne = { kind: 'value'; value: string } | { kind: 'absent' } | { kind: 'not_regular' } | { kind: 'too_large' };
 
 async function readOne(path: string, maxBytes: number): Promise<ReadOne> {
-  let fh;
+  let fh: FileHandle;
   try {
     fh = await open(path, fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK | fsc.O_NOCTTY);
   } catch (err) {

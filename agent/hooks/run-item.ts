@@ -105,7 +105,9 @@ function checkItem(item: MetadataItem): { inputNames: Set<string>; outputNames: 
   checkGroupName(item.group, 'group');
   if (!Array.isArray(item.inputs) || !Array.isArray(item.outputs)) throw new ItemFailure('bad_config', 'inputs and outputs must be lists');
   const inputNames = new Set<string>();
-  item.inputs.forEach((input, i) => inputNames.add(checkInputName(input?.name, `inputs[${i}].name`)));
+  item.inputs.forEach((input, i) => {
+    inputNames.add(checkInputName(input?.name, `inputs[${i}].name`));
+  });
   const outputNames = item.outputs.map((output, i) => checkOutputName(output?.name, `outputs[${i}].name`));
   const nul = inputWithNul(item.inputs);
   if (nul !== undefined) throw new ItemFailure('nul_in_input', `input ${nul} holds a NUL byte`);
@@ -246,7 +248,7 @@ async function runHook(item: MetadataItem, group: string, outputNames: string[],
     }
     const a = answer as Record<string, unknown>;
     const outputs: Record<string, unknown> = {};
-    for (const name of outputNames) if (Object.prototype.hasOwnProperty.call(a, name)) outputs[name] = a[name];
+    for (const name of outputNames) if (Object.hasOwn(a, name)) outputs[name] = a[name];
     return {
       deploy_status_code: statusCodeOf(a.deploy_status_code) ?? exitCode,
       deploy_stdout: textOf(a.deploy_stdout) ?? '',

@@ -52,7 +52,7 @@ export function stepBudgetMs(config: ConfigRecord, marginS: number): number {
 }
 
 function inProgress(h: ClusterHead | undefined): h is ClusterHead {
-  return h !== undefined && h.status.endsWith('_IN_PROGRESS');
+  return h?.status.endsWith('_IN_PROGRESS') === true;
 }
 
 export class ClusterEngine {

@@ -145,7 +145,10 @@ describe('outbox sender', () => {
     // a restart drains what the last run left, in order
     const sent: string[] = [];
     const statuses = [409, 404];
-    const again = new OutboxSender({ store: await OutboxStore.open(dir), log: quietLog(), send: async (p) => (sent.push(p), statuses.shift() ?? 200) });
+    const again = new OutboxSender({ store: await OutboxStore.open(dir), log: quietLog(), send: async (p) => {
+      sent.push(p);
+      return statuses.shift() ?? 200;
+    } });
     again.kick();
     await again.idle();
     expect(sent).toEqual(['/p1', '/p2']);

@@ -29,7 +29,7 @@ describe('TailBuffer', () => {
     const t = new TailBuffer(10);
     for (let i = 0; i < 7; i++) t.push(Buffer.from('abc'));
     expect(t.totalBytes).toBe(21);
-    expect(t.text()).toBe(cutMarker(11) + 'cabcabcabc');
+    expect(t.text()).toBe(`${cutMarker(11)}cabcabcabc`);
   });
   it('keeps everything below the limit without a marker', () => {
     const t = new TailBuffer(10);
@@ -39,7 +39,7 @@ describe('TailBuffer', () => {
   it('drops a split UTF-8 character whole', () => {
     const t = new TailBuffer(4);
     t.push(Buffer.from('xé€')); // 1 + 2 + 3 bytes: the cut lands inside é
-    expect(t.text()).toBe(cutMarker(3) + '€');
+    expect(t.text()).toBe(`${cutMarker(3)}€`);
   });
 });
 

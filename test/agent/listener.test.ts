@@ -201,7 +201,7 @@ describe('frames over a live connection', () => {
       [craft({ alg: 'EdDSA', typ: WAKE_TYP }), 'missing_kid'],
       [craft({ ...good, kid: 'someone-else' }), 'unknown_kid'],
       [craft({ ...good, typ: 'herald-metadata+jwt' }), 'wrong_type'],
-      [wake(1).slice(0, -4) + 'AAAA', 'bad_signature'],
+      [`${wake(1).slice(0, -4)}AAAA`, 'bad_signature'],
       [wake(1, { iat: nowS() - 200, exp: nowS() - 100 }), 'expired'],
       [wake(1, { iat: nowS() + 100, exp: nowS() + 160 }), 'not_yet_valid'],
       [wake(1, { exp: nowS() + 301 }), 'lifetime_too_long'],

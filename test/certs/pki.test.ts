@@ -77,7 +77,9 @@ describe('initPki', () => {
     expect(await codeOfRejection(initPki({ dir }))).toBe('pki_exists');
     expect(await codeOfRejection(initPki({ dir, trustDomain: 'other.example' }))).toBe('pki_exists');
     const after = [p.caCrt, p.caKey, p.jwks, p.signingJwk, p.cert('controller', 'controller')].map((f) => fs.readFileSync(f));
-    after.forEach((b, i) => expect(b.equals(before[i]!)).toBe(true));
+    after.forEach((b, i) => {
+      expect(b.equals(before[i]!)).toBe(true);
+    });
   });
 
   it('replaces the CA with force', async () => {

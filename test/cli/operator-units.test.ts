@@ -122,7 +122,10 @@ describe('watchRestart', () => {
     const states = [cluster('c', 'RESTART_IN_PROGRESS', [node('n1', 'uninstalling')]), cluster('c', 'RESTART_COMPLETE', [node('n1', 'complete')])];
     const client = {
       get: async () => states[Math.min(looks++, 1)],
-      events: (fn: (e: SseEvent) => void) => ((onEvent = fn), { close: () => undefined }),
+      events: (fn: (e: SseEvent) => void) => {
+        onEvent = fn;
+        return { close: () => undefined };
+      },
     } as unknown as ApiClient;
     const events: WatchEvent[] = [];
     const push = (n: string, ackMs: number): SseEvent => ({ event: 'push', id: '1', data: { type: 'push', at: '', node: n, state: 'connected', connected: true, generation_pushed: 3, generation_acked: 3, last_ack_at: new Date(ackMs).toISOString(), last_error: null, last_error_at: null } });

@@ -427,7 +427,7 @@ describe('metadata', () => {
 
 describe('hidden inputs', () => {
   it('are "***" in responses and events, absent from logs, and delivered to the agent', async () => {
-    const SECRET = 'hunter2-' + Math.random().toString(36).slice(2);
+    const SECRET = `hunter2-${Math.random().toString(36).slice(2)}`;
     const events: string[] = [];
     const stream = await new Promise<{ close: () => void }>((resolve, reject) => {
       const req = https.request({ host: '127.0.0.1', port: t.port, path: '/v1/events', ...op, servername: 'localhost', agent: false }, (res) => {
@@ -442,7 +442,7 @@ describe('hidden inputs', () => {
     try {
       await t.req(op, 'POST', '/v1/nodes', { id: 'h1' });
       const h1 = await pki.issueAgent('h1');
-      const cfg = await t.req(op, 'POST', '/v1/configs', { name: 'sec', group: 'script', config: 'x', inputs: [{ name: 'password', hidden: true, default: SECRET + '-default' }, { name: 'user' }] });
+      const cfg = await t.req(op, 'POST', '/v1/configs', { name: 'sec', group: 'script', config: 'x', inputs: [{ name: 'password', hidden: true, default: `${SECRET}-default` }, { name: 'user' }] });
       expect(cfg.text).not.toContain(SECRET);
       expect(cfg.json.inputs[0].default).toBe('***');
       const d = await t.req(op, 'POST', '/v1/deployments', { node: 'h1', config_id: cfg.json.id, input_values: { password: SECRET, user: 'bob' } });

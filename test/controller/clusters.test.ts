@@ -198,7 +198,10 @@ describe('clusters in-process', () => {
       expect(inside).toBeLessThanOrEqual(2);
     }
     await t.req(op, 'DELETE', `/v1/clusters/${id}`);
-    await waitFor('removed', async () => (await agents.pass(), (await t.req(op, 'GET', `/v1/clusters/${id}`)).status === 404));
+    await waitFor('removed', async () => {
+      await agents.pass();
+      return (await t.req(op, 'GET', `/v1/clusters/${id}`)).status === 404;
+    });
   });
 
   it('a failing install makes RESTART_FAILED naming the node, later nodes untouched; a restart repairs', async () => {
@@ -218,7 +221,10 @@ describe('clusters in-process', () => {
     expect((await t.req(op, 'PATCH', `/v1/clusters/${id}/actions/restart`)).status).toBe(204);
     expect(await agents.until(status(id), ['RESTART_COMPLETE', 'RESTART_FAILED'])).toBe('RESTART_COMPLETE');
     await t.req(op, 'DELETE', `/v1/clusters/${id}`);
-    await waitFor('removed', async () => (await agents.pass(), (await t.req(op, 'GET', `/v1/clusters/${id}`)).status === 404));
+    await waitFor('removed', async () => {
+      await agents.pass();
+      return (await t.req(op, 'GET', `/v1/clusters/${id}`)).status === 404;
+    });
   });
 
   it('an agent that never answers fails its step at the deadline instead of hanging the restart', async () => {
@@ -238,7 +244,10 @@ describe('clusters in-process', () => {
     expect(dep).toMatchObject({ status: 'FAILED', signalled: true });
     agents.silent.clear();
     await t.req(op, 'DELETE', `/v1/clusters/${id}`);
-    await waitFor('removed', async () => (await agents.pass(), (await t.req(op, 'GET', `/v1/clusters/${id}`)).status === 404));
+    await waitFor('removed', async () => {
+      await agents.pass();
+      return (await t.req(op, 'GET', `/v1/clusters/${id}`)).status === 404;
+    });
   });
 
   it('a failing create is CREATE_FAILED, and a restart from it repairs', async () => {
@@ -336,13 +345,6 @@ describe('large clusters in the store (real SQLite file)', () => {
   const restartCluster = async (id: string, max: number | null, nowMs: number): Promise<ChangeSet> =>
     (await store.transaction((tx) => engine.restart(tx, id, max, WHO, nowMs))).changes;
   const getCluster = async (id: string): Promise<ClusterRecord> => (await store.getCluster(id))!;
-
-  /** Signals `revision` of `depId` in its own transaction. */
-  async function signal(node: string, depId: string, revision: number, nowMs: number, code = 0) {
-    const { result, changes } = await store.transaction((tx) => recordSignal(tx, engine, node, depId, ok(revision, code), WHO, nowMs));
-    expect(result.outcome).toBe('recorded');
-    return { ...result, changes };
-  }
 
   /**
    * One group commit of signals, each its own savepoint, as the service's group committer makes

@@ -96,10 +96,14 @@ export async function makeTestPki(opts: { agents?: string[]; trustDomain?: strin
       const day = 86_400_000;
       const now = Date.now();
       const base = { uris: [uri], dns: ['localhost'], ip: ['127.0.0.1'], keyPem: key(), eku: roleEku };
+      const foreign = (): Pem => {
+        foreignCa ??= makeCa({ trustDomain, keyPem: key() });
+        return foreignCa;
+      };
       const made =
         kind === 'expired' ? makeCertificate({ ...base, issuer: ca, notBefore: new Date(now - 30 * day), notAfter: new Date(now - day) })
         : kind === 'not-yet-valid' ? makeCertificate({ ...base, issuer: ca, notBefore: new Date(now + day), notAfter: new Date(now + 30 * day) })
-        : kind === 'foreign' ? makeCertificate({ ...base, issuer: (foreignCa ??= makeCa({ trustDomain, keyPem: key() })) })
+        : kind === 'foreign' ? makeCertificate({ ...base, issuer: foreign() })
         : kind === 'forged' ? makeCertificate({ ...base, issuer: 'self' })
         : makeCertificate({ ...base, issuer: ca, eku: role === 'operator' ? { serverAuth: true } : { clientAuth: true } });
       fs.mkdirSync(badDir, { recursive: true, mode: 0o700 });

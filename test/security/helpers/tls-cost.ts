@@ -60,7 +60,7 @@ export function opensslPair(dir: string, keyArgs: string[]): Pair {
   return { ca: r('ca.crt'), serverCert: r('server.crt'), serverKey: r('server.key'), clientCert: r('client.crt'), clientKey: r('client.key') };
 }
 
-const SERVER = String.raw`
+const SERVER = `
 const tls = require('node:tls');
 const o = JSON.parse(process.env.HERALD_TLS_PAIR);
 let n = 0;
