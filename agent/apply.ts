@@ -86,9 +86,17 @@ export class ApplyLoop {
         outputs: {},
         status_reason: INTERRUPTED_REASON,
       };
-      await this.#o.enqueue({ node: this.#o.node, deployment_id: it.deployment_id, path: signalPath(this.#o.node, it.deployment_id), body });
+      await this.#o.enqueue({
+        node: this.#o.node,
+        deployment_id: it.deployment_id,
+        path: signalPath(this.#o.node, it.deployment_id),
+        body,
+      });
       await this.#o.state.markInterrupted(it.id);
-      this.#o.log.warn({ item: it.id, deployment_id: it.deployment_id, revision: it.revision, code: 'interrupted' }, 'an item was running when the agent stopped; signalled FAILED interrupted');
+      this.#o.log.warn(
+        { item: it.id, deployment_id: it.deployment_id, revision: it.revision, code: 'interrupted' },
+        'an item was running when the agent stopped; signalled FAILED interrupted',
+      );
     }
   }
 
@@ -97,13 +105,15 @@ export class ApplyLoop {
     if (this.#stopping) return;
     if (this.#latest === null || doc.generation >= this.#latest.generation) this.#latest = doc;
     if (this.#running) return;
-    this.#running = this.#loop().catch((err: unknown) => {
-      // never an unhandled rejection: what failed is logged, the next document starts a new loop
-      this.#o.log.error({ err }, 'the apply loop failed');
-    }).finally(() => {
-      this.#running = null;
-      for (const w of this.#idleWaiters.splice(0)) w();
-    });
+    this.#running = this.#loop()
+      .catch((err: unknown) => {
+        // never an unhandled rejection: what failed is logged, the next document starts a new loop
+        this.#o.log.error({ err }, 'the apply loop failed');
+      })
+      .finally(() => {
+        this.#running = null;
+        for (const w of this.#idleWaiters.splice(0)) w();
+      });
   }
 
   /** Resolves when nothing is running or waiting to run. */
@@ -146,7 +156,9 @@ export class ApplyLoop {
       if (completed && !this.#stopping) {
         const prev = this.#o.state.lastAppliedGeneration;
         if (prev === undefined || doc.generation > prev) await this.#o.state.setLastAppliedGeneration(doc.generation);
-        await this.#o.state.prune(doc.deployments.map((d) => d?.id).filter((x): x is string => typeof x === 'string')).catch(() => 0);
+        await this.#o.state
+          .prune(doc.deployments.map((d) => d?.id).filter((x): x is string => typeof x === 'string'))
+          .catch(() => 0);
       }
     }
   }
@@ -156,7 +168,10 @@ export class ApplyLoop {
     for (const item of doc.deployments) {
       if (this.#stopping) return false;
       if (!isRunnable(item)) {
-        this.#o.log.warn({ item: (item as { id?: unknown })?.id }, 'metadata item without id, deployment_id or revision; skipped');
+        this.#o.log.warn(
+          { item: (item as { id?: unknown })?.id },
+          'metadata item without id, deployment_id or revision; skipped',
+        );
         continue;
       }
       if (item.signalled === true || this.#o.state.hasRun(item.id)) continue;
@@ -197,11 +212,19 @@ export class ApplyLoop {
     await unlink(this.#runningFile).catch(() => undefined);
     const interrupted = this.#abort.signal.aborted;
     const body = signalBodyOf(item, result, interrupted);
-    await this.#o.enqueue({ node: this.#o.node, deployment_id: item.deployment_id, path: signalPath(this.#o.node, item.deployment_id), body });
+    await this.#o.enqueue({
+      node: this.#o.node,
+      deployment_id: item.deployment_id,
+      path: signalPath(this.#o.node, item.deployment_id),
+      body,
+    });
     if (interrupted) await state.markInterrupted(item.id);
     else await state.markFinished(item.id, body.deploy_status_code);
     this.runs++;
-    log.info({ ...meta, status: body.deploy_status_code, reason: body.status_reason, ms: Date.now() - t0 }, 'deployment item finished');
+    log.info(
+      { ...meta, status: body.deploy_status_code, reason: body.status_reason, ms: Date.now() - t0 },
+      'deployment item finished',
+    );
   }
 
   /**
@@ -268,10 +291,17 @@ export class ApplyLoop {
         await rm(join(dir, n), { recursive: true, force: true });
         removed++;
       } catch (err) {
-        this.#o.log.error({ err: (err as Error).message, entry: n }, 'cannot remove a run directory left by the previous run');
+        this.#o.log.error(
+          { err: (err as Error).message, entry: n },
+          'cannot remove a run directory left by the previous run',
+        );
       }
     }
-    if (removed > 0) this.#o.log.warn({ removed, code: 'interrupted' }, 'removed run directories left by a previous run that was killed');
+    if (removed > 0)
+      this.#o.log.warn(
+        { removed, code: 'interrupted' },
+        'removed run directories left by a previous run that was killed',
+      );
   }
 }
 
@@ -304,7 +334,11 @@ function groupsWorkingIn(dir: string): Set<number> {
  * outputs nested deeper than the one depth guard allows (SPEC §3) are dropped and the deployment
  * fails `hook_answer_too_deep`, so nothing below (JSON.stringify, the outbox) walks them.
  */
-export function signalBodyOf(item: Pick<MetadataItem, 'revision'>, result: RunResult, interrupted: boolean): SignalBody {
+export function signalBodyOf(
+  item: Pick<MetadataItem, 'revision'>,
+  result: RunResult,
+  interrupted: boolean,
+): SignalBody {
   const body: SignalBody = {
     revision: item.revision,
     deploy_status_code: interrupted ? INTERRUPTED_STATUS_CODE : result.deploy_status_code,
@@ -328,13 +362,28 @@ export function signalBodyOf(item: Pick<MetadataItem, 'revision'>, result: RunRe
   } catch (err) {
     // an output JSON cannot encode (a cycle, a BigInt): the result is still told, without them
     const reason = `hook_failed: the outputs could not be encoded (${(err as Error)?.message ?? String(err)})`;
-    return fitSignalBody({ ...body, outputs: {}, deploy_status_code: body.deploy_status_code === 0 ? RUNNER_ERROR_STATUS_CODE : body.deploy_status_code, status_reason: reason }, MAX_SIGNAL_BODY_BYTES);
+    return fitSignalBody(
+      {
+        ...body,
+        outputs: {},
+        deploy_status_code: body.deploy_status_code === 0 ? RUNNER_ERROR_STATUS_CODE : body.deploy_status_code,
+        status_reason: reason,
+      },
+      MAX_SIGNAL_BODY_BYTES,
+    );
   }
 }
 
 function isRunnable(item: unknown): item is MetadataItem {
   const i = item as Partial<MetadataItem> | null;
-  return typeof i === 'object' && i !== null && typeof i.id === 'string' && i.id !== '' && typeof i.deployment_id === 'string' && Number.isSafeInteger(i.revision);
+  return (
+    typeof i === 'object' &&
+    i !== null &&
+    typeof i.id === 'string' &&
+    i.id !== '' &&
+    typeof i.deployment_id === 'string' &&
+    Number.isSafeInteger(i.revision)
+  );
 }
 
 /** Field 22 of /proc/<pid>/stat (start time in clock ticks), or null when there is no such process. */

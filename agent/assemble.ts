@@ -15,7 +15,13 @@ import { codeOf, ConfigError } from '../protocol/errors.js';
 import type { FetchState } from '../protocol/frames.js';
 import type { MetadataItem } from '../protocol/heat.js';
 import { spiffeIdOf } from '../protocol/identity.js';
-import { AGENT_FIRST_POLL_WAIT_MS, AGENT_SHUTDOWN_GRACE_MS, DEFAULT_TRUST_DOMAIN, POLL_INTERVAL_HEALTHY_MS, POLL_INTERVAL_MS } from '../protocol/limits.js';
+import {
+  AGENT_FIRST_POLL_WAIT_MS,
+  AGENT_SHUTDOWN_GRACE_MS,
+  DEFAULT_TRUST_DOMAIN,
+  POLL_INTERVAL_HEALTHY_MS,
+  POLL_INTERVAL_MS,
+} from '../protocol/limits.js';
 import { WakeVerifier, type WakeClaims } from '../protocol/wake.js';
 import { materialPaths } from '../certs/paths.js';
 import { PkiMaterial, refusalCodeOf, type Logger } from '../certs/tls.js';
@@ -153,7 +159,8 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
 
   // ---- identity and PKI --------------------------------------------------------------------
   const paths = materialPaths(cfg.pki, 'agent', cfg.node);
-  const trustDomain = cfg.trustDomain ?? readTrustDomain(cfg.pki, { caPath: cfg.ca ?? paths.caPath, fallback: DEFAULT_TRUST_DOMAIN });
+  const trustDomain =
+    cfg.trustDomain ?? readTrustDomain(cfg.pki, { caPath: cfg.ca ?? paths.caPath, fallback: DEFAULT_TRUST_DOMAIN });
   const material = new PkiMaterial({
     caPath: cfg.ca ?? paths.caPath,
     certPath: cfg.cert ?? paths.certPath,
@@ -170,13 +177,28 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
   };
   const me = material.current().identity;
   if (me.role !== 'agent' || me.name !== cfg.node) {
-    refuse(new ConfigError(`--node ${cfg.node}: the certificate ${cfg.cert ?? paths.certPath} is ${me.spiffeId}, not ${spiffeIdOf(trustDomain, 'agent', cfg.node)}`, { field: 'node' }));
+    refuse(
+      new ConfigError(
+        `--node ${cfg.node}: the certificate ${cfg.cert ?? paths.certPath} is ${me.spiffeId}, not ${spiffeIdOf(trustDomain, 'agent', cfg.node)}`,
+        { field: 'node' },
+      ),
+    );
   }
   if (!material.current().jwks) {
-    refuse(new ConfigError(`--pki ${cfg.pki}: no ${paths.jwksPath}; the agent cannot verify wake-ups or metadata`, { field: 'pki', code: 'pki_missing' }));
+    refuse(
+      new ConfigError(`--pki ${cfg.pki}: no ${paths.jwksPath}; the agent cannot verify wake-ups or metadata`, {
+        field: 'pki',
+        code: 'pki_missing',
+      }),
+    );
   }
   if (cfg.advertise === undefined && WILDCARD_HOSTS.has(cfg.listen.host)) {
-    refuse(new ConfigError(`--listen ${formatHostPort(cfg.listen)} binds every address: give --advertise host:port, the address the controller dials`, { field: 'advertise' }));
+    refuse(
+      new ConfigError(
+        `--listen ${formatHostPort(cfg.listen)} binds every address: give --advertise host:port, the address the controller dials`,
+        { field: 'advertise' },
+      ),
+    );
   }
 
   // ---- durable state -----------------------------------------------------------------------
@@ -184,13 +206,21 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
   const stateDir = path.resolve(cfg.stateDir);
   // as root: nothing anyone else could write is trusted (SPEC §4); checked before the state dir
   // is touched, and again once it exists (it may have been made meanwhile by someone else)
-  const ownership = { stateDir, hooksDir: cfg.hooksDir, uid: 'uid' in deps ? deps.uid : process.getuid?.(), ...(deps.ownerFs ? { fs: deps.ownerFs } : {}) };
+  const ownership = {
+    stateDir,
+    hooksDir: cfg.hooksDir,
+    uid: 'uid' in deps ? deps.uid : process.getuid?.(),
+    ...(deps.ownerFs ? { fs: deps.ownerFs } : {}),
+  };
   const checkOwnership = (): void => {
     try {
       checkRootOwned(ownership);
     } catch (err) {
       if (err instanceof UnsafeStateDirError) {
-        log.error({ code: err.code, field: err.field, path: err.path, owner: err.ownerUid, mode: err.mode }, 'refusing to start: unsafe state or hooks dir');
+        log.error(
+          { code: err.code, field: err.field, path: err.path, owner: err.ownerUid, mode: err.mode },
+          'refusing to start: unsafe state or hooks dir',
+        );
       }
       refuse(err as Error);
     }
@@ -218,7 +248,12 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     lastAppliedGen: () => state.lastAppliedGeneration,
     log,
   });
-  const outbox = new OutboxSender({ store, send: (p, body) => fetcher.signal(p, body), log, ...(deps.random ? { random: deps.random } : {}) });
+  const outbox = new OutboxSender({
+    store,
+    send: (p, body) => fetcher.signal(p, body),
+    log,
+    ...(deps.random ? { random: deps.random } : {}),
+  });
   let runItem: RunItem | undefined = deps.runItem;
   const apply = new ApplyLoop({
     node: cfg.node,
@@ -264,7 +299,12 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
   });
 
   const nowS = (): number => now() / 1000;
-  const verifier = new WakeVerifier({ audience: me.spiffeId, keys: keySetOf(material), startedAtS: Math.floor(nowS()), nowS });
+  const verifier = new WakeVerifier({
+    audience: me.spiffeId,
+    keys: keySetOf(material),
+    startedAtS: Math.floor(nowS()),
+    nowS,
+  });
   const listener = new WakeListener({
     material,
     verifier,
@@ -313,11 +353,17 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
       await outbox.stop();
       fetcher.close();
       material.close();
-      throw new ConfigError(`--listen ${formatHostPort(cfg.listen)}: ${(err as Error).message}`, { field: 'listen', cause: err });
+      throw new ConfigError(`--listen ${formatHostPort(cfg.listen)}: ${(err as Error).message}`, {
+        field: 'listen',
+        cause: err,
+      });
     }
     const adv = cfg.advertise ?? cfg.listen;
     const url = `wss://${formatHost(adv.host)}:${adv.port === 0 || cfg.advertise === undefined ? port : adv.port}/v1/wake`;
-    log.info({ listen: `${formatHost(cfg.listen.host)}:${port}`, url, controller: cfg.controller, identity: me.spiffeId }, 'agent started');
+    log.info(
+      { listen: `${formatHost(cfg.listen.host)}:${port}`, url, controller: cfg.controller, identity: me.spiffeId },
+      'agent started',
+    );
     if (cfg.announce ?? true) {
       announcing = fetcher.announce(url, announceAbort.signal).catch((err: unknown) => {
         log.error({ err }, 'endpoint announcement stopped');

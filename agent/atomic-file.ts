@@ -29,7 +29,11 @@ export const TEMP_PREFIX = '.tmp-';
  * @throws the file system's error (ENOENT when the directory is missing, ...); the temporary file
  *   is removed first
  */
-export async function writeFileAtomic(path: string, data: string | Uint8Array, mode = PRIVATE_FILE_MODE): Promise<void> {
+export async function writeFileAtomic(
+  path: string,
+  data: string | Uint8Array,
+  mode = PRIVATE_FILE_MODE,
+): Promise<void> {
   const dir = dirname(path);
   const tmp = join(dir, `${TEMP_PREFIX}${basename(path)}-${randomBytes(6).toString('hex')}`);
   const fh = await open(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, mode);

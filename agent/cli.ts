@@ -17,7 +17,10 @@ export function parseDuration(value: string, option: string): number {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(value.trim());
   const ms = m ? Math.round(Number(m[1]) * UNITS_MS[m[2] ?? 's']!) : NaN;
   if (!Number.isFinite(ms) || ms < 1 || ms > 7 * 86_400_000) {
-    throw new ConfigError(`${option} ${JSON.stringify(value)} is not a duration like 120s, 500ms or 2m (up to 7 days)`, { field: option.replace(/^--/, '') });
+    throw new ConfigError(
+      `${option} ${JSON.stringify(value)} is not a duration like 120s, 500ms or 2m (up to 7 days)`,
+      { field: option.replace(/^--/, '') },
+    );
   }
   return ms;
 }
@@ -77,29 +80,50 @@ interface AgentCliOptions {
 export function registerAgentCommand(program: Command): void {
   program
     .command('agent')
-    .description('run a node agent: listen for signed wake-ups, fetch signed metadata, apply deployments, signal results')
-    .requiredOption('--node <id>', 'this node\'s id; the certificate must be agent/<id>')
+    .description(
+      'run a node agent: listen for signed wake-ups, fetch signed metadata, apply deployments, signal results',
+    )
+    .requiredOption('--node <id>', "this node's id; the certificate must be agent/<id>")
     .requiredOption('--controller <url>', 'controller API, https://host:port')
-    .requiredOption('--listen <host:port>', `wake-up listener address (a bare host listens on port ${DEFAULT_AGENT_PORT}; port 0 picks a free one)`)
-    .option('--advertise <host:port>', 'address announced to the controller (default: --listen; needed when --listen is a wildcard)')
+    .requiredOption(
+      '--listen <host:port>',
+      `wake-up listener address (a bare host listens on port ${DEFAULT_AGENT_PORT}; port 0 picks a free one)`,
+    )
+    .option(
+      '--advertise <host:port>',
+      'address announced to the controller (default: --listen; needed when --listen is a wildcard)',
+    )
     .option('--pki <dir>', 'PKI directory (or a bundle) in the Herald layout; uses agent/<node>.crt/.key')
     .requiredOption('--state-dir <dir>', 'durable state: started/finished items, outbox, run directories (made 0700)')
     .option('--hooks-dir <dir>', 'hooks for groups other than script and component (<dir>/<group>)')
     .option('--controller-id <name>', 'the controller must present controller/<name>', 'controller')
     .option('--poll-interval <duration>', 'fallback poll interval, e.g. 120s, 2m (jittered ±10 %)', '120s')
     .option('--poll-interval-healthy <duration>', 'poll interval while push is healthy', '600s')
-    .option('--trust-domain <domain>', 'SPIFFE trust domain (default: the PKI\'s, else herald.local)')
+    .option('--trust-domain <domain>', "SPIFFE trust domain (default: the PKI's, else herald.local)")
     .option('--ca <file>', 'override the CA certificate file')
     .option('--cert <file>', 'override the agent certificate file')
     .option('--key <file>', 'override the agent key file')
-    .addHelpText('after', `
+    .addHelpText(
+      'after',
+      `
 Example:
   herald agent --node n1 --controller https://ctl.example:8443 --listen 10.0.0.5:7443 \\
-    --pki /etc/herald/pki --state-dir /var/lib/herald --hooks-dir /etc/herald/hooks`)
+    --pki /etc/herald/pki --state-dir /var/lib/herald --hooks-dir /etc/herald/hooks`,
+    )
     .action(async (o: AgentCliOptions) => {
-      if (!isValidName(o.node)) throw new ConfigError(`--node ${JSON.stringify(o.node)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`, { field: 'node' });
-      if (!isValidName(o.controllerId)) throw new ConfigError(`--controller-id ${JSON.stringify(o.controllerId)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`, { field: 'controller-id' });
-      if (!/^https:\/\/[^/?#@]+\/?$/.test(o.controller)) throw new ConfigError(`--controller must be https://host:port, not ${JSON.stringify(o.controller)}`, { field: 'controller' });
+      if (!isValidName(o.node))
+        throw new ConfigError(`--node ${JSON.stringify(o.node)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`, {
+          field: 'node',
+        });
+      if (!isValidName(o.controllerId))
+        throw new ConfigError(
+          `--controller-id ${JSON.stringify(o.controllerId)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`,
+          { field: 'controller-id' },
+        );
+      if (!/^https:\/\/[^/?#@]+\/?$/.test(o.controller))
+        throw new ConfigError(`--controller must be https://host:port, not ${JSON.stringify(o.controller)}`, {
+          field: 'controller',
+        });
       if (o.pki === undefined && (o.ca === undefined || o.cert === undefined || o.key === undefined)) {
         throw new ConfigError('--pki <dir> is required (or all of --ca, --cert and --key)', { field: 'pki' });
       }

@@ -115,7 +115,9 @@ export class FetchCoalescer {
     };
     this.#inFlight = run().finally(() => {
       this.#inFlight = null;
-      const again = this.#queued && !this.#closed &&
+      const again =
+        this.#queued &&
+        !this.#closed &&
         (this.#queuedForce || this.#queuedGen === undefined || !this.#covers(this.#queuedGen));
       this.#queued = false;
       this.#queuedForce = false;

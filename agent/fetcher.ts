@@ -23,9 +23,7 @@ import { HttpsAgentHolder, refusalCodeOf, type Logger, type PkiMaterial } from '
 export const ANNOUNCE_BACKOFF_BASE_MS = 500;
 export const ANNOUNCE_BACKOFF_MAX_MS = 60_000;
 
-export type FetchResult =
-  | { status: 200; gen: number; document: MetadataDocument }
-  | { status: 304; gen: number };
+export type FetchResult = { status: 200; gen: number; document: MetadataDocument } | { status: 304; gen: number };
 
 export interface FetcherOptions {
   /** `https://host:port` of the controller API. */
@@ -128,11 +126,23 @@ export class Fetcher {
     } catch {
       throw new HeraldError('bad_option', `--controller ${JSON.stringify(opts.controllerUrl)} is not a URL`);
     }
-    if (base.protocol !== 'https:' || base.pathname.replace(/\/+$/, '') !== '' || base.search || base.hash || base.username) {
-      throw new HeraldError('bad_option', `--controller must be https://host:port, not ${JSON.stringify(opts.controllerUrl)}`);
+    if (
+      base.protocol !== 'https:' ||
+      base.pathname.replace(/\/+$/, '') !== '' ||
+      base.search ||
+      base.hash ||
+      base.username
+    ) {
+      throw new HeraldError(
+        'bad_option',
+        `--controller must be https://host:port, not ${JSON.stringify(opts.controllerUrl)}`,
+      );
     }
     this.#base = base;
-    this.#agent = new HttpsAgentHolder(opts.material, opts.controllerSpiffeId, { keepAlive: true, maxSockets: AGENT_API_MAX_CONNECTIONS });
+    this.#agent = new HttpsAgentHolder(opts.material, opts.controllerSpiffeId, {
+      keepAlive: true,
+      maxSockets: AGENT_API_MAX_CONNECTIONS,
+    });
     this.#keys = keySetOf(opts.material);
     this.#timeoutMs = opts.requestTimeoutMs ?? API_REQUEST_TIMEOUT_MS;
     this.#maxBytes = opts.maxMetadataBytes ?? MAX_METADATA_RESPONSE_BYTES;
@@ -158,14 +168,21 @@ export class Fetcher {
     const etag = this.#etag;
     const headers: Record<string, string> = { [NONCE_HEADER]: nonce, accept: 'application/json' };
     if (etag !== undefined) headers['if-none-match'] = etag;
-    const res = await this.#request('GET', `/v1/nodes/${encodeURIComponent(this.#o.node)}/metadata`, { headers, maxBytes: this.#maxBytes });
+    const res = await this.#request('GET', `/v1/nodes/${encodeURIComponent(this.#o.node)}/metadata`, {
+      headers,
+      maxBytes: this.#maxBytes,
+    });
     if (res.status === 429) {
-      throw new RateLimitedError(`metadata fetch answered 429${errorCodeSuffix(res.body)}`, retryAfterMs(res.headers['retry-after']));
+      throw new RateLimitedError(
+        `metadata fetch answered 429${errorCodeSuffix(res.body)}`,
+        retryAfterMs(res.headers['retry-after']),
+      );
     }
     if (res.status !== 200 && res.status !== 304) {
       throw new FetchStatusError(res.status, `metadata fetch answered ${res.status}${errorCodeSuffix(res.body)}`);
     }
-    if (res.status === 304 && etag === undefined) throw new RefusalError('bad_response', 'a 304 to a request without If-None-Match');
+    if (res.status === 304 && etag === undefined)
+      throw new RefusalError('bad_response', 'a 304 to a request without If-None-Match');
     const sig = res.headers[SIGNATURE_HEADER];
     const lastApplied = this.#o.lastAppliedGen();
     const v = verifyMetadataResponse({
@@ -180,7 +197,8 @@ export class Fetcher {
     });
     if (res.status === 304) return { status: 304, gen: v.gen };
     const document = v.document!;
-    if (document.node !== this.#o.node) throw new RefusalError('bad_response', `the metadata is for node ${String(document.node).slice(0, 80)}`);
+    if (document.node !== this.#o.node)
+      throw new RefusalError('bad_response', `the metadata is for node ${String(document.node).slice(0, 80)}`);
     const tag = res.headers.etag;
     this.#etag = typeof tag === 'string' && tag.length <= 200 ? tag : `"${v.gen}"`;
     return { status: 200, gen: v.gen, document };
@@ -206,9 +224,21 @@ export class Fetcher {
           const ra = retryAfterMs(res.headers['retry-after']);
           if (ra !== undefined) waitMs = Math.min(ANNOUNCE_BACKOFF_MAX_MS, ra + Math.floor(Math.random() * 250));
         }
-        this.#o.log.warn({ url, status: res.status, code: errorCodeOf(res.body), attempt, retryInMs: waitMs }, 'endpoint announcement refused; retrying');
+        this.#o.log.warn(
+          { url, status: res.status, code: errorCodeOf(res.body), attempt, retryInMs: waitMs },
+          'endpoint announcement refused; retrying',
+        );
       } catch (err) {
-        this.#o.log.warn({ url, code: refusalCodeOf(err) ?? (err as { code?: string }).code, err: (err as Error).message, attempt, retryInMs: waitMs }, 'endpoint announcement failed; retrying');
+        this.#o.log.warn(
+          {
+            url,
+            code: refusalCodeOf(err) ?? (err as { code?: string }).code,
+            err: (err as Error).message,
+            attempt,
+            retryInMs: waitMs,
+          },
+          'endpoint announcement failed; retrying',
+        );
       }
       await sleep(Math.max(50, waitMs), signal);
     }
@@ -220,7 +250,10 @@ export class Fetcher {
    * @throws a network or TLS error
    */
   async signal(path: string, body: SignalBody): Promise<number> {
-    const res = await this.#request('POST', path, { body: Buffer.from(JSON.stringify(body)), maxBytes: MAX_REQUEST_BODY_BYTES });
+    const res = await this.#request('POST', path, {
+      body: Buffer.from(JSON.stringify(body)),
+      maxBytes: MAX_REQUEST_BODY_BYTES,
+    });
     return res.status;
   }
 
@@ -232,7 +265,12 @@ export class Fetcher {
     this.#agent.close();
   }
 
-  #request(method: string, path: string, o: { headers?: Record<string, string>; body?: Buffer; maxBytes: number }, retried = false): Promise<RawResponse> {
+  #request(
+    method: string,
+    path: string,
+    o: { headers?: Record<string, string>; body?: Buffer; maxBytes: number },
+    retried = false,
+  ): Promise<RawResponse> {
     if (this.#closed) return Promise.reject(new HeraldError('shutting_down'));
     return new Promise((resolve, reject) => {
       const headers: Record<string, string | number> = { ...(o.headers ?? {}) };
@@ -257,12 +295,22 @@ export class Fetcher {
         this.#requests.delete(req);
         reject(err);
       };
-      req.setTimeout(this.#timeoutMs, () => req.destroy(Object.assign(new Error(`${method} ${path} timed out after ${this.#timeoutMs} ms`), { code: 'ETIMEDOUT' })));
+      req.setTimeout(this.#timeoutMs, () =>
+        req.destroy(
+          Object.assign(new Error(`${method} ${path} timed out after ${this.#timeoutMs} ms`), { code: 'ETIMEDOUT' }),
+        ),
+      );
       req.on('error', (err: NodeJS.ErrnoException) => {
         // A kept-alive socket the API closed (its 5 s idle timeout) just as we reused it: the
         // request never reached it. Once, on a new connection, for a GET; otherwise the fetch of
         // an acked wake-up would wait for the next poll (measured by `npm run bench` under load).
-        if (!settled && !retried && method === 'GET' && req.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) {
+        if (
+          !settled &&
+          !retried &&
+          method === 'GET' &&
+          req.reusedSocket &&
+          (err.code === 'ECONNRESET' || err.code === 'EPIPE')
+        ) {
           settled = true;
           this.#requests.delete(req);
           resolve(this.#request(method, path, o, true));

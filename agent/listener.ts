@@ -19,13 +19,28 @@ import type { WebSocket, WebSocketServer as WebSocketServerType } from 'ws';
 import { codeOf, ERROR_CODES, type ErrorCode } from '../protocol/errors.js';
 import { encodeAck, encodeNack, isNackCode, type FetchState, type NackCode } from '../protocol/frames.js';
 import {
-  AGENT_IDLE_CLOSE_MS, LISTENER_HANDSHAKE_TIMEOUT_MS, MAX_AUTHENTICATED_CONNECTIONS, MAX_BAD_FRAMES,
-  MAX_PENDING_CONNECTIONS, MAX_WAKE_FRAME_BYTES, MAX_WS_PAYLOAD_BYTES, PUSH_HEALTHY_WINDOW_MS, REFUSAL_LOG_INTERVAL_MS,
+  AGENT_IDLE_CLOSE_MS,
+  LISTENER_HANDSHAKE_TIMEOUT_MS,
+  MAX_AUTHENTICATED_CONNECTIONS,
+  MAX_BAD_FRAMES,
+  MAX_PENDING_CONNECTIONS,
+  MAX_WAKE_FRAME_BYTES,
+  MAX_WS_PAYLOAD_BYTES,
+  PUSH_HEALTHY_WINDOW_MS,
+  REFUSAL_LOG_INTERVAL_MS,
 } from '../protocol/limits.js';
 import { RefusalSummary, type RefusalLine } from '../protocol/refusal-summary.js';
 import { peekJti, type WakeClaims, type WakeVerifier } from '../protocol/wake.js';
 import type { CertIdentity } from '../certs/identity.js';
-import { authorizeCertificate, authorizePeer, refusalCodeOf, tlsServerOptions, watchServer, type Logger, type PkiMaterial } from '../certs/tls.js';
+import {
+  authorizeCertificate,
+  authorizePeer,
+  refusalCodeOf,
+  tlsServerOptions,
+  watchServer,
+  type Logger,
+  type PkiMaterial,
+} from '../certs/tls.js';
 
 // `ws` is CommonJS: require() it rather than import it. An ESM import of a CommonJS package
 // runs Node's export lexer over it and keeps a module wrapper; measured here, that is ~3 MB of
@@ -132,7 +147,16 @@ export class WakeListener extends EventEmitter {
   #closing: Promise<void> | null = null;
   readonly #summary: RefusalSummary;
   readonly #summaryTimer: NodeJS.Timeout;
-  readonly stats: ListenerStats = { pending: 0, authenticated: 0, refused: 0, refusedBeforeAuth: 0, refusedBeforeAuthByCode: Object.create(null) as Record<string, number>, frames: 0, acks: 0, nacks: 0 };
+  readonly stats: ListenerStats = {
+    pending: 0,
+    authenticated: 0,
+    refused: 0,
+    refusedBeforeAuth: 0,
+    refusedBeforeAuthByCode: Object.create(null) as Record<string, number>,
+    frames: 0,
+    acks: 0,
+    nacks: 0,
+  };
 
   constructor(opts: WakeListenerOptions) {
     super();
@@ -146,9 +170,14 @@ export class WakeListener extends EventEmitter {
       refusalLogIntervalMs: REFUSAL_LOG_INTERVAL_MS,
       now: Date.now,
       ...stripUndefined({
-        handshakeTimeoutMs: opts.handshakeTimeoutMs, maxPending: opts.maxPending, maxAuthenticated: opts.maxAuthenticated,
-        idleCloseMs: opts.idleCloseMs, maxBadFrames: opts.maxBadFrames, healthyWindowMs: opts.healthyWindowMs,
-        refusalLogIntervalMs: opts.refusalLogIntervalMs, now: opts.now,
+        handshakeTimeoutMs: opts.handshakeTimeoutMs,
+        maxPending: opts.maxPending,
+        maxAuthenticated: opts.maxAuthenticated,
+        idleCloseMs: opts.idleCloseMs,
+        maxBadFrames: opts.maxBadFrames,
+        healthyWindowMs: opts.healthyWindowMs,
+        refusalLogIntervalMs: opts.refusalLogIntervalMs,
+        now: opts.now,
       }),
     };
     this.#material = opts.material;
@@ -170,7 +199,12 @@ export class WakeListener extends EventEmitter {
     this.#server.keepAliveTimeout = 1;
     this.#server.headersTimeout = this.#o.handshakeTimeoutMs;
     this.#server.requestTimeout = this.#o.handshakeTimeoutMs;
-    this.#wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: MAX_WS_PAYLOAD_BYTES, clientTracking: false });
+    this.#wss = new WebSocketServer({
+      noServer: true,
+      perMessageDeflate: false,
+      maxPayload: MAX_WS_PAYLOAD_BYTES,
+      clientTracking: false,
+    });
     this.#stopWatching = watchServer(this.#server, this.#material);
     this.#material.on('revoked-change', this.#onRevoked);
     this.#material.on('tls-change', this.#onRevoked);
@@ -186,7 +220,9 @@ export class WakeListener extends EventEmitter {
     });
     this.#server.on('clientError', (_err: Error, sock: Duplex) => sock.destroy());
     this.#server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => this.#onRequest(req, res));
-    this.#server.on('upgrade', (req: http.IncomingMessage, sock: Duplex, head: Buffer) => this.#onUpgrade(req, sock as tls.TLSSocket, head));
+    this.#server.on('upgrade', (req: http.IncomingMessage, sock: Duplex, head: Buffer) =>
+      this.#onUpgrade(req, sock as tls.TLSSocket, head),
+    );
   }
 
   /** Listens on `host:port` (port 0: any free port). Resolves with the bound port. */
@@ -259,7 +295,11 @@ export class WakeListener extends EventEmitter {
     if (this.#pending.size >= this.#o.maxPending) {
       this.#cut.add(raw);
       raw.destroy();
-      this.#refusedBeforeAuth('too_many_connections', peer, `${this.#pending.size} connections already pending authentication`);
+      this.#refusedBeforeAuth(
+        'too_many_connections',
+        peer,
+        `${this.#pending.size} connections already pending authentication`,
+      );
       return;
     }
     const key = socketKey(raw);
@@ -269,7 +309,11 @@ export class WakeListener extends EventEmitter {
       this.stats.pending = this.#pending.size;
       this.#cut.add(raw);
       raw.destroy();
-      this.#refusedBeforeAuth('handshake_timeout', peer, `no WebSocket upgrade within ${this.#o.handshakeTimeoutMs} ms`);
+      this.#refusedBeforeAuth(
+        'handshake_timeout',
+        peer,
+        `no WebSocket upgrade within ${this.#o.handshakeTimeoutMs} ms`,
+      );
     }, this.#o.handshakeTimeoutMs);
     timer.unref();
     this.#pending.set(key, { raw, timer, peer });
@@ -358,23 +402,40 @@ export class WakeListener extends EventEmitter {
   #accept(ws: WebSocket, identity: CertIdentity, cert: X509Certificate, peer: string): void {
     const old = this.#conns.get(identity.spiffeId);
     if (old) {
-      this.#log.info({ code: 'connection_replaced', peer: old.peer, identity: identity.spiffeId }, 'a newer connection from the same controller replaces this one');
+      this.#log.info(
+        { code: 'connection_replaced', peer: old.peer, identity: identity.spiffeId },
+        'a newer connection from the same controller replaces this one',
+      );
       this.#closeConn(old, CLOSE_REPLACED, 'connection_replaced');
     }
-    const c: Conn = { ws, identity, cert, peer, badFrames: 0, lastHeard: this.#o.now(), idleTimer: undefined, closing: false };
+    const c: Conn = {
+      ws,
+      identity,
+      cert,
+      peer,
+      badFrames: 0,
+      lastHeard: this.#o.now(),
+      idleTimer: undefined,
+      closing: false,
+    };
     this.#conns.set(identity.spiffeId, c);
     this.stats.authenticated = this.#conns.size;
     this.#log.info({ peer, identity: identity.spiffeId }, 'controller connected');
     this.emit('connected', { identity: identity.spiffeId, peer });
     this.#armIdle(c, this.#o.idleCloseMs);
 
-    ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => this.#onFrame(c, toBuffer(data), isBinary));
+    ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) =>
+      this.#onFrame(c, toBuffer(data), isBinary),
+    );
     ws.on('ping', () => {
       c.lastHeard = this.#o.now();
     });
     ws.on('error', (err: Error) => {
       // ws closes the connection itself (1009 over the payload limit, 1007 bad UTF-8, ...)
-      this.#log.info({ peer, identity: identity.spiffeId, err: err.message, code: (err as { code?: string }).code }, 'wake-up connection error');
+      this.#log.info(
+        { peer, identity: identity.spiffeId, err: err.message, code: (err as { code?: string }).code },
+        'wake-up connection error',
+      );
     });
     ws.on('close', (code: number, reason: Buffer) => {
       clearTimeout(c.idleTimer);
@@ -382,7 +443,10 @@ export class WakeListener extends EventEmitter {
         this.#conns.delete(identity.spiffeId);
         this.stats.authenticated = this.#conns.size;
       }
-      this.#log.info({ peer, identity: identity.spiffeId, close: code, reason: reason.toString().slice(0, 123) }, 'controller disconnected');
+      this.#log.info(
+        { peer, identity: identity.spiffeId, close: code, reason: reason.toString().slice(0, 123) },
+        'controller disconnected',
+      );
       this.emit('disconnected', { identity: identity.spiffeId, peer, code });
       this.emit('push-change');
     });
@@ -435,16 +499,22 @@ export class WakeListener extends EventEmitter {
   }
 
   #armIdle(c: Conn, ms: number): void {
-    c.idleTimer = setTimeout(() => {
-      if (c.closing) return;
-      const quiet = this.#o.now() - c.lastHeard;
-      if (quiet >= this.#o.idleCloseMs) {
-        this.#log.info({ code: 'idle_timeout', peer: c.peer, identity: c.identity.spiffeId }, 'closing an idle wake-up connection');
-        this.#closeConn(c, CLOSE_NORMAL, 'idle_timeout');
-      } else {
-        this.#armIdle(c, this.#o.idleCloseMs - quiet);
-      }
-    }, Math.max(1, ms));
+    c.idleTimer = setTimeout(
+      () => {
+        if (c.closing) return;
+        const quiet = this.#o.now() - c.lastHeard;
+        if (quiet >= this.#o.idleCloseMs) {
+          this.#log.info(
+            { code: 'idle_timeout', peer: c.peer, identity: c.identity.spiffeId },
+            'closing an idle wake-up connection',
+          );
+          this.#closeConn(c, CLOSE_NORMAL, 'idle_timeout');
+        } else {
+          this.#armIdle(c, this.#o.idleCloseMs - quiet);
+        }
+      },
+      Math.max(1, ms),
+    );
     c.idleTimer.unref();
   }
 
@@ -492,7 +562,9 @@ export class WakeListener extends EventEmitter {
     const { peer, message } = line.fields as { peer?: string; message?: string };
     this.#log.warn(
       { code: line.code, count: line.count, peer, beforeAuth: true },
-      line.count === 1 ? `refused: ${message ?? line.code}` : `refused: ${line.count} times since the last line (first: ${peer ?? '?'}: ${message ?? line.code})`,
+      line.count === 1
+        ? `refused: ${message ?? line.code}`
+        : `refused: ${line.count} times since the last line (first: ${peer ?? '?'}: ${message ?? line.code})`,
     );
   }
 }
@@ -500,7 +572,8 @@ export class WakeListener extends EventEmitter {
 /** Writes an HTTP error and closes the socket: the peer reads the code, nothing of it is read. */
 function abortHandshake(sock: Duplex, status: number, code: string, message: string): void {
   const body = JSON.stringify({ error: { code, message } });
-  const reason = status === 403 ? 'Forbidden' : status === 404 ? 'Not Found' : status === 503 ? 'Service Unavailable' : 'Error';
+  const reason =
+    status === 403 ? 'Forbidden' : status === 404 ? 'Not Found' : status === 503 ? 'Service Unavailable' : 'Error';
   if (sock.writable) {
     sock.once('finish', () => sock.destroy());
     sock.end(

@@ -33,12 +33,19 @@ export interface RunningAgent {
  * @throws ConfigError naming the option when the configuration or PKI is unusable
  */
 export async function startAgent(cfg: AgentConfig, deps: Partial<Omit<AgentDeps, 'log'>> = {}): Promise<RunningAgent> {
-  const log = pino({ name: 'herald-agent', level: cfg.logLevel ?? process.env.HERALD_LOG_LEVEL ?? 'info', base: { node: cfg.node } }, pino.destination({ fd: 2, sync: true }));
+  const log = pino(
+    { name: 'herald-agent', level: cfg.logLevel ?? process.env.HERALD_LOG_LEVEL ?? 'info', base: { node: cfg.node } },
+    pino.destination({ fd: 2, sync: true }),
+  );
   const agent = await assembleAgent(cfg, { ...deps, log });
   // after the start-up checks, so that a refusal stays one line
   const p = pkiPaths(cfg.pki);
   for (const secret of [p.caKey, p.signingJwk]) {
-    if (readable(secret)) log.warn({ file: secret }, 'this agent can read a CA or controller secret; it belongs on the CA host or controller only');
+    if (readable(secret))
+      log.warn(
+        { file: secret },
+        'this agent can read a CA or controller secret; it belongs on the CA host or controller only',
+      );
   }
   const port = await agent.start();
   return { port, log, stop: agent.stop };

@@ -80,12 +80,21 @@ export class OutboxStore {
    */
   async enqueue(signal: OutboxSignal): Promise<OutboxEntry> {
     const body = cleanBody(signal.body);
-    if (typeof signal.node !== 'string' || typeof signal.deployment_id !== 'string' || typeof signal.path !== 'string') {
+    if (
+      typeof signal.node !== 'string' ||
+      typeof signal.deployment_id !== 'string' ||
+      typeof signal.path !== 'string'
+    ) {
       throw new TypeError('outbox signal needs string node, deployment_id and path');
     }
     const seq = this.nextSeq++;
     const entry: OutboxEntry = {
-      seq, node: signal.node, deployment_id: signal.deployment_id, path: signal.path, body, enqueued_at: this.now().toISOString(),
+      seq,
+      node: signal.node,
+      deployment_id: signal.deployment_id,
+      path: signal.path,
+      body,
+      enqueued_at: this.now().toISOString(),
     };
     await writeFileAtomic(join(this.dir, fileName(seq, signal.deployment_id)), JSON.stringify(entry));
     return entry;
@@ -148,9 +157,16 @@ function fileName(seq: number, deploymentId: string): string {
 /** Copies exactly SignalBody's keys, checking their types. */
 function cleanBody(b: SignalBody): SignalBody {
   if (typeof b !== 'object' || b === null) throw new TypeError('signal body must be an object');
-  if (!Number.isSafeInteger(b.revision) || typeof b.deploy_status_code !== 'number' || typeof b.deploy_stdout !== 'string'
-    || typeof b.deploy_stderr !== 'string' || typeof b.outputs !== 'object' || b.outputs === null || Array.isArray(b.outputs)
-    || (b.status_reason !== undefined && typeof b.status_reason !== 'string')) {
+  if (
+    !Number.isSafeInteger(b.revision) ||
+    typeof b.deploy_status_code !== 'number' ||
+    typeof b.deploy_stdout !== 'string' ||
+    typeof b.deploy_stderr !== 'string' ||
+    typeof b.outputs !== 'object' ||
+    b.outputs === null ||
+    Array.isArray(b.outputs) ||
+    (b.status_reason !== undefined && typeof b.status_reason !== 'string')
+  ) {
     throw new TypeError('signal body does not have the SignalBody shape');
   }
   const body: SignalBody = {
@@ -170,9 +186,22 @@ function parseEntry(text: string, seq: number): OutboxEntry | undefined {
   if (jsonTextDepth(text, MAX_JSON_DEPTH_LEVELS + 2) > MAX_JSON_DEPTH_LEVELS + 2) return undefined;
   try {
     const o = JSON.parse(text) as OutboxEntry;
-    if (o.seq !== seq || typeof o.node !== 'string' || typeof o.deployment_id !== 'string' || typeof o.path !== 'string'
-      || typeof o.enqueued_at !== 'string') return undefined;
-    return { seq, node: o.node, deployment_id: o.deployment_id, path: o.path, body: cleanBody(o.body), enqueued_at: o.enqueued_at };
+    if (
+      o.seq !== seq ||
+      typeof o.node !== 'string' ||
+      typeof o.deployment_id !== 'string' ||
+      typeof o.path !== 'string' ||
+      typeof o.enqueued_at !== 'string'
+    )
+      return undefined;
+    return {
+      seq,
+      node: o.node,
+      deployment_id: o.deployment_id,
+      path: o.path,
+      body: cleanBody(o.body),
+      enqueued_at: o.enqueued_at,
+    };
   } catch {
     return undefined;
   }

@@ -127,12 +127,26 @@ export class OutboxSender {
           this.#attempt = 0;
           this.delivered++;
           const log = status < 300 ? this.#o.log.info.bind(this.#o.log) : this.#o.log.warn.bind(this.#o.log);
-          log({ deployment_id: e.deployment_id, revision: e.body.revision, status, seq: e.seq }, status < 300 ? 'signal delivered' : 'signal refused for good; dropped');
+          log(
+            { deployment_id: e.deployment_id, revision: e.body.revision, status, seq: e.seq },
+            status < 300 ? 'signal delivered' : 'signal refused for good; dropped',
+          );
           return true;
         }
-        this.#o.log.warn({ deployment_id: e.deployment_id, status, attempt: this.#attempt }, 'signal not accepted; retrying');
+        this.#o.log.warn(
+          { deployment_id: e.deployment_id, status, attempt: this.#attempt },
+          'signal not accepted; retrying',
+        );
       } catch (err) {
-        this.#o.log.warn({ deployment_id: e.deployment_id, err: (err as Error).message, code: (err as { code?: string }).code, attempt: this.#attempt }, 'signal not delivered; retrying');
+        this.#o.log.warn(
+          {
+            deployment_id: e.deployment_id,
+            err: (err as Error).message,
+            code: (err as { code?: string }).code,
+            attempt: this.#attempt,
+          },
+          'signal not delivered; retrying',
+        );
       }
       await this.#backoff();
     }

@@ -66,7 +66,12 @@ export class Poller {
   #polls = 0;
 
   constructor(opts: PollerOptions) {
-    const o = { intervalMs: POLL_INTERVAL_MS, healthyIntervalMs: POLL_INTERVAL_HEALTHY_MS, jitterFraction: POLL_JITTER_FRACTION, ...opts };
+    const o = {
+      intervalMs: POLL_INTERVAL_MS,
+      healthyIntervalMs: POLL_INTERVAL_HEALTHY_MS,
+      jitterFraction: POLL_JITTER_FRACTION,
+      ...opts,
+    };
     if (!(o.intervalMs > 0) || !(o.healthyIntervalMs > 0)) throw new RangeError('poll intervals must be positive');
     if (!(o.jitterFraction >= 0 && o.jitterFraction < 1)) throw new RangeError('jitterFraction must be in [0, 1)');
     this.#poll = o.poll;
@@ -167,7 +172,11 @@ export class Poller {
     if (!this.#running) return;
     let delay: number;
     if (this.#failures > 0) {
-      delay = Math.max(1, this.#floorMs, fullJitterMs(this.#failures - 1, POLL_RETRY_BASE_MS, this.#interval, this.#random));
+      delay = Math.max(
+        1,
+        this.#floorMs,
+        fullJitterMs(this.#failures - 1, POLL_RETRY_BASE_MS, this.#interval, this.#random),
+      );
       this.#dueLong = false;
     } else {
       const long = this.#healthy();
@@ -176,7 +185,10 @@ export class Poller {
     }
     this.#floorMs = 0;
     const now = this.#t.now();
-    this.#dueAt = this.#lastPollEnd + delay < now && spread ? now + Math.floor(this.#random() * delay) : Math.max(now, this.#lastPollEnd + delay);
+    this.#dueAt =
+      this.#lastPollEnd + delay < now && spread
+        ? now + Math.floor(this.#random() * delay)
+        : Math.max(now, this.#lastPollEnd + delay);
     this.#timer = this.#t.setTimeout(() => {
       this.#timer = null;
       void this.#tick();

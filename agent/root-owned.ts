@@ -139,7 +139,10 @@ export class UnsafeStateDirError extends ConfigError {
   readonly mode: string;
 
   constructor(path: string, field: string, st: OwnerStat) {
-    super(`--${field}: ${path} is owned by uid ${st.uid} with mode ${(st.mode & 0o7777).toString(8)}; an agent running as root needs it (and every directory above it) owned by root and not writable by group or others`, { field, code: 'unsafe_state_dir' });
+    super(
+      `--${field}: ${path} is owned by uid ${st.uid} with mode ${(st.mode & 0o7777).toString(8)}; an agent running as root needs it (and every directory above it) owned by root and not writable by group or others`,
+      { field, code: 'unsafe_state_dir' },
+    );
     this.name = 'ConfigError';
     this.path = path;
     this.ownerUid = st.uid;

@@ -75,7 +75,12 @@ export class AgentState {
   static async open(dir: string, opts: AgentStateOptions = {}): Promise<AgentState> {
     await ensurePrivateDir(dir, opts.log);
     const file = join(dir, STATE_FILE);
-    let data: StateFile = { version: STATE_VERSION, last_fetched_generation: null, last_applied_generation: null, items: Object.create(null) as Record<string, ItemRecord> };
+    let data: StateFile = {
+      version: STATE_VERSION,
+      last_fetched_generation: null,
+      last_applied_generation: null,
+      items: Object.create(null) as Record<string, ItemRecord>,
+    };
     let text: string | undefined;
     try {
       text = await readFile(file, 'utf8');
@@ -106,7 +111,7 @@ export class AgentState {
 
   /** True once the item id was started here, whether it finished or not. */
   hasRun(id: string): boolean {
-    return  Object.hasOwn(this.data.items, id);
+    return Object.hasOwn(this.data.items, id);
   }
 
   get(id: string): ItemRecord | undefined {
@@ -115,7 +120,11 @@ export class AgentState {
 
   /** Records, durably, that the item is about to run. Await it before spawning the hook. */
   markStarted(id: string, meta: { deployment_id: string; revision: number }): Promise<void> {
-    this.data.items[id] = { deployment_id: meta.deployment_id, revision: meta.revision, started_at: this.now().toISOString() };
+    this.data.items[id] = {
+      deployment_id: meta.deployment_id,
+      revision: meta.revision,
+      started_at: this.now().toISOString(),
+    };
     return this.save();
   }
 
@@ -189,7 +198,9 @@ export class AgentState {
 
 function parseState(text: string, file: string): StateFile {
   const bad = (why: string): never => {
-    throw new ConfigError(`${file} is not valid agent state (${why}); move it away to start afresh`, { field: 'state-dir' });
+    throw new ConfigError(`${file} is not valid agent state (${why}); move it away to start afresh`, {
+      field: 'state-dir',
+    });
   };
   let raw: unknown;
   try {
@@ -200,7 +211,8 @@ function parseState(text: string, file: string): StateFile {
   if (typeof raw !== 'object' || raw === null) return bad('not an object');
   const o = raw as Record<string, unknown>;
   if (o.version !== STATE_VERSION) return bad(`version ${String(o.version)}`);
-  const gen = (v: unknown): number | null => (v === null || v === undefined ? null : Number.isSafeInteger(v) ? (v as number) : bad('generation'));
+  const gen = (v: unknown): number | null =>
+    v === null || v === undefined ? null : Number.isSafeInteger(v) ? (v as number) : bad('generation');
   const itemsRaw = o.items;
   if (typeof itemsRaw !== 'object' || itemsRaw === null || Array.isArray(itemsRaw)) return bad('items');
   // null prototype: an id such as `__proto__` stays an ordinary key
@@ -208,12 +220,26 @@ function parseState(text: string, file: string): StateFile {
   for (const [id, r] of Object.entries(itemsRaw as Record<string, unknown>)) {
     if (typeof r !== 'object' || r === null) return bad(`item ${id}`);
     const rec = r as Record<string, unknown>;
-    if (typeof rec.deployment_id !== 'string' || !Number.isSafeInteger(rec.revision) || typeof rec.started_at !== 'string') return bad(`item ${id}`);
-    const out: ItemRecord = { deployment_id: rec.deployment_id, revision: rec.revision as number, started_at: rec.started_at };
+    if (
+      typeof rec.deployment_id !== 'string' ||
+      !Number.isSafeInteger(rec.revision) ||
+      typeof rec.started_at !== 'string'
+    )
+      return bad(`item ${id}`);
+    const out: ItemRecord = {
+      deployment_id: rec.deployment_id,
+      revision: rec.revision as number,
+      started_at: rec.started_at,
+    };
     if (typeof rec.finished_at === 'string') out.finished_at = rec.finished_at;
     if (typeof rec.status_code === 'number') out.status_code = rec.status_code;
     if (rec.interrupted === true) out.interrupted = true;
     items[id] = out;
   }
-  return { version: STATE_VERSION, last_fetched_generation: gen(o.last_fetched_generation), last_applied_generation: gen(o.last_applied_generation), items };
+  return {
+    version: STATE_VERSION,
+    last_fetched_generation: gen(o.last_fetched_generation),
+    last_applied_generation: gen(o.last_applied_generation),
+    items,
+  };
 }

@@ -63,7 +63,13 @@ export class OperatorClient {
   }
 
   /** Like request(), but throws unless the status is `want`. */
-  async must<T = Record<string, unknown>>(want: number, method: string, path: string, body?: unknown, timeoutMs?: number): Promise<T> {
+  async must<T = Record<string, unknown>>(
+    want: number,
+    method: string,
+    path: string,
+    body?: unknown,
+    timeoutMs?: number,
+  ): Promise<T> {
     const r = await this.request<T>(method, path, body, timeoutMs);
     if (r.status !== want) throw new Error(`${method} ${path} → ${r.status} (wanted ${want}): ${r.raw.slice(0, 300)}`);
     return r.json;

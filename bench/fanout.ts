@@ -24,7 +24,19 @@ import { Fleet } from './fleet.js';
 import type { AgentRunReport } from './harness.js';
 import { slot, type BenchPki } from './pki-cache.js';
 import { exited, startController, stopController, type ControllerProc } from './procs.js';
-import { childrenOf, diffCounters, dist, nowMs, round, say, sleep, tcpTroubles, treeSample, waitFor, type Dist } from './util.js';
+import {
+  childrenOf,
+  diffCounters,
+  dist,
+  nowMs,
+  round,
+  say,
+  sleep,
+  tcpTroubles,
+  treeSample,
+  waitFor,
+  type Dist,
+} from './util.js';
 
 /**
  * Agents per harness process at most. Each holds a listener, a push and an API connection; more
@@ -164,10 +176,21 @@ class Bed {
     fs.rmSync(this.stateRoot, { recursive: true, force: true });
     fs.mkdirSync(this.dir, { recursive: true });
     const o = this.o;
-    this.ctl = await startController({ pki: o.pki, dir: this.dir, port: o.port, pushWorkers: o.pushWorkers, extra: o.controllerExtra, nodeArgs: o.controllerNodeArgs });
+    this.ctl = await startController({
+      pki: o.pki,
+      dir: this.dir,
+      port: o.port,
+      pushWorkers: o.pushWorkers,
+      extra: o.controllerExtra,
+      nodeArgs: o.controllerNodeArgs,
+    });
     await sleep(300);
     this.baselineRssKb = treeSample(this.ctl.pid).rssKb;
-    const cfg = await this.ctl.op.must<{ id: string }>(201, 'POST', '/v1/configs', { name: 'fanout', group: 'script', config: '#!/bin/sh\ntrue\n' });
+    const cfg = await this.ctl.op.must<{ id: string }>(201, 'POST', '/v1/configs', {
+      name: 'fanout',
+      group: 'script',
+      config: '#!/bin/sh\ntrue\n',
+    });
     this.configId = cfg.id;
   }
 
@@ -181,7 +204,14 @@ class Bed {
     const cpu0 = treeSample(this.ctl.pid).cpuS;
     const t0 = Date.now();
     const fo = {
-      pki: o.pki, slots, controllerUrl: this.ctl.url, stateRoot: this.stateRoot, hook: 'hold' as const, procs: harnessProcsFor(slots.length), execArgv: o.harnessExecArgv, startConcurrency: 8,
+      pki: o.pki,
+      slots,
+      controllerUrl: this.ctl.url,
+      stateRoot: this.stateRoot,
+      hook: 'hold' as const,
+      procs: harnessProcsFor(slots.length),
+      execArgv: o.harnessExecArgv,
+      startConcurrency: 8,
     };
     let failed: string[];
     let startMs: number;
@@ -194,26 +224,42 @@ class Bed {
       ({ failed, startMs } = await this.fleet.grow(fo));
     }
     say(`fan-out: ${slots.length} agents started in ${startMs} ms`);
-    if (failed.length > 0) problems.push(`growing to ${n}: ${failed.length} agents failed to start: ${failed.slice(0, 3).join('; ')}`);
+    if (failed.length > 0)
+      problems.push(`growing to ${n}: ${failed.length} agents failed to start: ${failed.slice(0, 3).join('; ')}`);
     const ctl = this.ctl;
-    await waitFor(`${n} agents connected`, async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n, 60_000 + (n - have) * 30, 200)
-      .catch((err: Error) => problems.push(`growing to ${n}: ${err.message}`));
+    await waitFor(
+      `${n} agents connected`,
+      async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n,
+      60_000 + (n - have) * 30,
+      200,
+    ).catch((err: Error) => problems.push(`growing to ${n}: ${err.message}`));
     const connectAllMs = Date.now() - t0;
     for (const p of profiled) killQuietly(p, 'SIGUSR2');
     const fleet = this.fleet;
     // not a check: an agent whose start-up fetch is still retrying fetches on its wake-up like any other
-    await waitFor('start-up fetches', async () => (await fleet.counters()).fetch200 >= n, 30_000, 200).catch(() => undefined);
+    await waitFor('start-up fetches', async () => (await fleet.counters()).fetch200 >= n, 30_000, 200).catch(
+      () => undefined,
+    );
     await sleep(n >= 5000 ? 2_000 : 500);
     const now = treeSample(ctl.pid);
     const harnessCpuS = fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
     const c0 = await fleet.counters();
     const m0 = await ctl.op.metrics();
-    say(`fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s)`);
+    say(
+      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s)`,
+    );
     this.#harnessCpuS = harnessCpuS;
     return {
-      connectAllMs, agentsAdded: n - have, cpuConnectS: round(now.cpuS - cpu0, 2),
-      rss: { baseline: this.baselineRssKb, connected: now.rssKb, perAgent: round((now.rssKb - this.baselineRssKb) / n, 1) },
-      agentsConnected: c0.agentsConnected, metricsConnected: metricSum(m0, 'herald_push_connected_agents'),
+      connectAllMs,
+      agentsAdded: n - have,
+      cpuConnectS: round(now.cpuS - cpu0, 2),
+      rss: {
+        baseline: this.baselineRssKb,
+        connected: now.rssKb,
+        perAgent: round((now.rssKb - this.baselineRssKb) / n, 1),
+      },
+      agentsConnected: c0.agentsConnected,
+      metricsConnected: metricSum(m0, 'herald_push_connected_agents'),
     };
   }
 
@@ -237,7 +283,8 @@ class Bed {
     try {
       await waitFor(`cluster ${c.name} to finish`, async () => !(await status())?.endsWith('_IN_PROGRESS'), limit, 100);
       const del = await ctl.op.request('DELETE', `/v1/clusters/${c.id}`, undefined, 120_000);
-      if (del.status !== 202 && del.status !== 204) throw new Error(`DELETE /v1/clusters/${c.id} → ${del.status}: ${del.raw.slice(0, 200)}`);
+      if (del.status !== 202 && del.status !== 204)
+        throw new Error(`DELETE /v1/clusters/${c.id} → ${del.status}: ${del.raw.slice(0, 200)}`);
       await waitFor(`cluster ${c.name} to be deleted`, async () => (await status()) === null, limit, 100);
     } catch (err) {
       problems.push(`settling ${c.name}: ${(err as Error).message}`);
@@ -270,7 +317,15 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
   try {
     for (const [i, n] of o.ns.entries()) {
       const problems: string[] = [];
-      const result: FanoutResult = { n, harnessProcs: 0, pushWorkers: o.pushWorkers ?? 'default', runs: [], crash: null, checksOk: false, problems };
+      const result: FanoutResult = {
+        n,
+        harnessProcs: 0,
+        pushWorkers: o.pushWorkers ?? 'default',
+        runs: [],
+        crash: null,
+        checksOk: false,
+        problems,
+      };
       results.push(result);
       await bed.settle(n, problems);
       const g = await bed.grow(n, problems);
@@ -289,14 +344,25 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
         if (profiled.length) await sleep(2_000);
         const c = await fleet.counters();
         result.runs.push({
-          ...run, connectAllMs: g.connectAllMs, agentsAdded: g.agentsAdded, controllerCpuConnectS: g.cpuConnectS, controllerRssKb: g.rss,
-          agentsConnected: g.agentsConnected, metricsConnected: g.metricsConnected, harnessWarns: c.warns, harnessLast: c.lastLog.slice(-4),
+          ...run,
+          connectAllMs: g.connectAllMs,
+          agentsAdded: g.agentsAdded,
+          controllerCpuConnectS: g.cpuConnectS,
+          controllerRssKb: g.rss,
+          agentsConnected: g.agentsConnected,
+          metricsConnected: g.metricsConnected,
+          harnessWarns: c.warns,
+          harnessLast: c.lastLog.slice(-4),
         });
-        say(`fan-out N=${n} run ${r}: commit ${round(run.commitMs)} ms, all acked ${round(run.allAckedMs)} ms, all fetched ${round(run.allFetchedMs)} ms${run.timedOut ? ' (TIMED OUT)' : ''}`);
+        say(
+          `fan-out N=${n} run ${r}: commit ${round(run.commitMs)} ms, all acked ${round(run.allAckedMs)} ms, all fetched ${round(run.allFetchedMs)} ms${run.timedOut ? ' (TIMED OUT)' : ''}`,
+        );
       }
       if (o.crashFor(n)) {
         result.crash = await crashRun(bed, n, nodes, CRASH_WINDOW_MS(n), problems);
-        say(`fan-out N=${n} crash: restarted in ${result.crash.restartMs} ms, all connected ${round(result.crash.connectAllMs)} ms, all fetched ${round(result.crash.allFetchedMs)} ms after`);
+        say(
+          `fan-out N=${n} crash: restarted in ${result.crash.restartMs} ms, all connected ${round(result.crash.connectAllMs)} ms, all fetched ${round(result.crash.allFetchedMs)} ms after`,
+        );
       }
       result.problems.push(...checks(result));
       result.checksOk = result.problems.length === 0;
@@ -315,11 +381,13 @@ function checks(result: FanoutResult): string[] {
   for (const r of result.runs) {
     if (r.agentsConnected !== n) bad.push(`run ${r.run}: agents connected ${r.agentsConnected}/${n}`);
     if (r.metricsConnected !== n) bad.push(`run ${r.run}: controller connected gauge ${r.metricsConnected}/${n}`);
-    if (r.wakesVerifiedAgents !== n) bad.push(`run ${r.run}: wake-ups verified by ${r.wakesVerifiedAgents}/${n} agents`);
+    if (r.wakesVerifiedAgents !== n)
+      bad.push(`run ${r.run}: wake-ups verified by ${r.wakesVerifiedAgents}/${n} agents`);
     if (r.acked !== n) bad.push(`run ${r.run}: acked ${r.acked}/${n}`);
     if (r.fetched !== n) bad.push(`run ${r.run}: fetched (200, signature checked) ${r.fetched}/${n}`);
     if (r.metricsAckedDelta < n) bad.push(`run ${r.run}: controller counted ${r.metricsAckedDelta} acks`);
-    if (r.metricsFetch200Delta < n) bad.push(`run ${r.run}: controller answered ${r.metricsFetch200Delta} fetches with 200`);
+    if (r.metricsFetch200Delta < n)
+      bad.push(`run ${r.run}: controller answered ${r.metricsFetch200Delta} fetches with 200`);
   }
   // a crash run that had not delivered to every agent when its window closed is a missed goal
   // (reported), not a failed check: the changes are committed and still being delivered
@@ -332,7 +400,13 @@ function checks(result: FanoutResult): string[] {
  * on the same database, it must reconnect every agent and deliver the change to each. The
  * change: a restart of the last run's cluster (every node's uninstall step gets a new revision).
  */
-async function crashRun(bed: Bed, n: number, nodes: string[], timeoutMs: number, problems: string[]): Promise<CrashRun> {
+async function crashRun(
+  bed: Bed,
+  n: number,
+  nodes: string[],
+  timeoutMs: number,
+  problems: string[],
+): Promise<CrashRun> {
   const fleet = bed.fleet!;
   // the last run's cluster must be complete for a restart; keep it (not deleted)
   const c = bed.cluster;
@@ -341,15 +415,31 @@ async function crashRun(bed: Bed, n: number, nodes: string[], timeoutMs: number,
   let cluster = c;
   if (cluster !== null) {
     const id = cluster.id;
-    await waitFor(`cluster ${cluster.name} to finish`, async () => (await bed.ctl.op.request<{ status: string }>('GET', `/v1/clusters/${id}`)).json?.status?.endsWith('_COMPLETE'), 60_000 + n * 20, 100)
-      .catch((err: Error) => problems.push(`crash: ${err.message}`));
+    await waitFor(
+      `cluster ${cluster.name} to finish`,
+      async () =>
+        (await bed.ctl.op.request<{ status: string }>('GET', `/v1/clusters/${id}`)).json?.status?.endsWith('_COMPLETE'),
+      60_000 + n * 20,
+      100,
+    ).catch((err: Error) => problems.push(`crash: ${err.message}`));
   } else {
-    const created = await bed.ctl.op.must<{ id: string }>(201, 'POST', '/v1/clusters', { name: `fan${n}crash`, nodes, install_config_id: bed.configId, uninstall_config_id: bed.configId }, 120_000);
+    const created = await bed.ctl.op.must<{ id: string }>(
+      201,
+      'POST',
+      '/v1/clusters',
+      { name: `fan${n}crash`, nodes, install_config_id: bed.configId, uninstall_config_id: bed.configId },
+      120_000,
+    );
     cluster = { id: created.id, name: `fan${n}crash` };
     bed.cluster = cluster;
     const id = created.id;
-    await waitFor('crash cluster to be created', async () => (await bed.ctl.op.request<{ status: string }>('GET', `/v1/clusters/${id}`)).json?.status?.endsWith('_COMPLETE'), 60_000 + n * 20, 100)
-      .catch((err: Error) => problems.push(`crash: ${err.message}`));
+    await waitFor(
+      'crash cluster to be created',
+      async () =>
+        (await bed.ctl.op.request<{ status: string }>('GET', `/v1/clusters/${id}`)).json?.status?.endsWith('_COMPLETE'),
+      60_000 + n * 20,
+      100,
+    ).catch((err: Error) => problems.push(`crash: ${err.message}`));
   }
   await fleet.hold(true);
   const workers = childrenOf(bed.ctl.pid);
@@ -362,13 +452,27 @@ async function crashRun(bed: Bed, n: number, nodes: string[], timeoutMs: number,
   for (const p of workers) killQuietly(p);
   await exited(bed.ctl.proc);
   const o = bed.o;
-  const ctl = await startController({ pki: o.pki, dir: bed.dir, port: o.port, pushWorkers: o.pushWorkers, db: bed.ctl.db, extra: o.controllerExtra, nodeArgs: o.controllerNodeArgs, label: `controller-after-crash-${n}` });
+  const ctl = await startController({
+    pki: o.pki,
+    dir: bed.dir,
+    port: o.port,
+    pushWorkers: o.pushWorkers,
+    db: bed.ctl.db,
+    extra: o.controllerExtra,
+    nodeArgs: o.controllerNodeArgs,
+    label: `controller-after-crash-${n}`,
+  });
   bed.ctl = ctl;
   const tUp = nowMs();
   const cpu0 = treeSample(ctl.pid).cpuS;
   let tConnected = NaN;
   // not a check: how many were connected when the window closed is reported (metricsConnected)
-  const connected = waitFor('all agents connected again', async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n, timeoutMs, 50)
+  const connected = waitFor(
+    'all agents connected again',
+    async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n,
+    timeoutMs,
+    50,
+  )
     .then(() => {
       tConnected = nowMs();
     })
@@ -380,8 +484,14 @@ async function crashRun(bed: Bed, n: number, nodes: string[], timeoutMs: number,
   const m = await ctl.op.metrics();
   const mine = new Set(nodes);
   const ours = reports.filter((r) => mine.has(r.node));
-  const acks = ours.map((r) => r.tAck).filter((t): t is number => t !== null).map((t) => t - tUp);
-  const fetches = ours.map((r) => r.tFetch).filter((t): t is number => t !== null).map((t) => t - tUp);
+  const acks = ours
+    .map((r) => r.tAck)
+    .filter((t): t is number => t !== null)
+    .map((t) => t - tUp);
+  const fetches = ours
+    .map((r) => r.tFetch)
+    .filter((t): t is number => t !== null)
+    .map((t) => t - tUp);
   return {
     restartMs: round(tUp - tKill, 1),
     connectAllMs: round(tConnected - tUp, 1),
@@ -397,7 +507,17 @@ async function crashRun(bed: Bed, n: number, nodes: string[], timeoutMs: number,
   };
 }
 
-type RunCore = Omit<FanoutRun, 'connectAllMs' | 'agentsAdded' | 'controllerCpuConnectS' | 'controllerRssKb' | 'agentsConnected' | 'metricsConnected' | 'harnessWarns' | 'harnessLast'>;
+type RunCore = Omit<
+  FanoutRun,
+  | 'connectAllMs'
+  | 'agentsAdded'
+  | 'controllerCpuConnectS'
+  | 'controllerRssKb'
+  | 'agentsConnected'
+  | 'metricsConnected'
+  | 'harnessWarns'
+  | 'harnessLast'
+>;
 
 async function oneRun(bed: Bed, nodes: string[], name: string, run: number, timeoutMs: number): Promise<RunCore> {
   const n = nodes.length;
@@ -408,7 +528,13 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
   const tcp0 = tcpTroubles();
   await fleet.arm(`${name}-install`);
   const t0 = nowMs();
-  const created = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/clusters', { name, nodes, install_config_id: bed.configId, uninstall_config_id: bed.configId }, 120_000);
+  const created = await ctl.op.must<{ id: string }>(
+    201,
+    'POST',
+    '/v1/clusters',
+    { name, nodes, install_config_id: bed.configId, uninstall_config_id: bed.configId },
+    120_000,
+  );
   const tCommit = nowMs();
   bed.cluster = { id: created.id, name };
   const w = await fleet.waitRun(n, timeoutMs);
@@ -416,8 +542,14 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
   await sleep(100);
   const reports: AgentRunReport[] = await fleet.report();
   const m1 = await ctl.op.metrics();
-  const acks = reports.map((r) => r.tAck).filter((t): t is number => t !== null).map((t) => t - t0);
-  const fetches = reports.map((r) => r.tFetch).filter((t): t is number => t !== null).map((t) => t - t0);
+  const acks = reports
+    .map((r) => r.tAck)
+    .filter((t): t is number => t !== null)
+    .map((t) => t - t0);
+  const fetches = reports
+    .map((r) => r.tFetch)
+    .filter((t): t is number => t !== null)
+    .map((t) => t - t0);
   return {
     run,
     commitMs: round(tCommit - t0, 2),
@@ -431,12 +563,21 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
     wakesVerifiedAgents: reports.filter((r) => r.wakes > 0).length,
     controllerCpuS: round(cpu1 - cpu0, 2),
     metricsAckedDelta: metricSum(m1, 'herald_wakeups_acked_total') - metricSum(m0, 'herald_wakeups_acked_total'),
-    metricsFetch200Delta: metricSum(m1, 'herald_metadata_fetches_total', 'status="200"') - metricSum(m0, 'herald_metadata_fetches_total', 'status="200"'),
+    metricsFetch200Delta:
+      metricSum(m1, 'herald_metadata_fetches_total', 'status="200"') -
+      metricSum(m0, 'herald_metadata_fetches_total', 'status="200"'),
     timedOut: w.timedOut,
     tcp: diffCounters(tcp0, tcpTroubles()),
   };
 }
 
 function roundDist(d: Dist): Dist {
-  return { n: d.n, p50: round(d.p50, 2), p99: round(d.p99, 2), min: round(d.min, 2), max: round(d.max, 2), mean: round(d.mean, 2) };
+  return {
+    n: d.n,
+    p50: round(d.p50, 2),
+    p99: round(d.p99, 2),
+    min: round(d.min, 2),
+    max: round(d.max, 2),
+    mean: round(d.mean, 2),
+  };
 }

@@ -8,7 +8,8 @@
 import type { BenchResults } from './results.js';
 import { median, round } from './util.js';
 
-const f = (x: number | undefined, d = 1): string => (x === undefined || !Number.isFinite(x) ? 'n/a' : round(x, d).toLocaleString('en-US'));
+const f = (x: number | undefined, d = 1): string =>
+  x === undefined || !Number.isFinite(x) ? 'n/a' : round(x, d).toLocaleString('en-US');
 
 export function findings(r: BenchResults): string[] {
   const L: string[] = [];
@@ -29,17 +30,27 @@ export function findings(r: BenchResults): string[] {
 
   p('### 1. PATCH → hook started (goal p50 ≤ 5 ms, p99 ≤ 15 ms)', '');
   if (b) {
-    p(`Of the median ${f(lat?.push.hookStartMs.p50)} ms: ${f(b.patchToWake)} ms until the agent verified the wake-up (the PATCH's commit, an IPC hop to`);
-    p(`the push worker, signing, the frame), ${f(b.wakeToFetched)} ms for the kept-alive, signature-checked fetch, ${f(b.fetchedToItemStarted)} ms until the item`);
-    p(`is marked started (the apply loop, then one atomic, fsync'd state write), and ${f(b.itemStartedToHook)} ms from there`);
-    p('to the hook\'s first line.');
+    p(
+      `Of the median ${f(lat?.push.hookStartMs.p50)} ms: ${f(b.patchToWake)} ms until the agent verified the wake-up (the PATCH's commit, an IPC hop to`,
+    );
+    p(
+      `the push worker, signing, the frame), ${f(b.wakeToFetched)} ms for the kept-alive, signature-checked fetch, ${f(b.fetchedToItemStarted)} ms until the item`,
+    );
+    p(
+      `is marked started (the apply loop, then one atomic, fsync'd state write), and ${f(b.itemStartedToHook)} ms from there`,
+    );
+    p("to the hook's first line.");
   }
-  p('The largest item is `child_process.spawn` itself: the agent\'s profile shows ~10-12 ms of synchronous CPU per');
+  p("The largest item is `child_process.spawn` itself: the agent's profile shows ~10-12 ms of synchronous CPU per");
   p('hook in the native `spawn` (Node forks the whole agent process on Linux; copying its page tables is what costs).');
-  p('The same `spawn(\'/bin/sh\')` takes ~9 ms from a 46 MB Node process and ~17 ms from a 150 MB one on this machine, so');
+  p(
+    "The same `spawn('/bin/sh')` takes ~9 ms from a 46 MB Node process and ~17 ms from a 150 MB one on this machine, so",
+  );
   p('the agent pays it per hook whatever Herald does around it. What would fix it: launch hooks through a tiny');
-  p('resident launcher (forked once at start, a few MB; its fork+exec is well under 1 ms), or a native spawn that uses');
-  p('`posix_spawn`/`vfork`. Then: the PATCH\'s commit waits for an fsync (`synchronous=FULL`: an acknowledged change');
+  p(
+    'resident launcher (forked once at start, a few MB; its fork+exec is well under 1 ms), or a native spawn that uses',
+  );
+  p("`posix_spawn`/`vfork`. Then: the PATCH's commit waits for an fsync (`synchronous=FULL`: an acknowledged change");
   p('survives power loss), and a single change takes an IPC hop to the push worker; the goal needs all of it.', '');
   p('The conformance check\'s "deployment COMPLETE in 947 ms after POST" (issue 7) is not the push path\'s steady');
   p('state: it posts its deployment the moment the agent has announced itself, and the controller answers the API');
@@ -47,7 +58,9 @@ export function findings(r: BenchResults): string[] {
   p('the deployment were already served). The wake-up waits for the worker to fork and load (~0.1 s idle, up to ~1 s');
   p('under the parallel test load of that run), then for the dial; and the first hook also loads the hook runner');
   p(`lazily. Measured here: the first change after an agent started (push already connected) reached its hook in`);
-  p(`${f(lat?.push.coldHookStartMs)} ms and COMPLETE in ${f(lat?.push.coldCompleteMs)} ms; the same check re-run on a quiet machine reported 154 ms. Fix: start`);
+  p(
+    `${f(lat?.push.coldHookStartMs)} ms and COMPLETE in ${f(lat?.push.coldCompleteMs)} ms; the same check re-run on a quiet machine reported 154 ms. Fix: start`,
+  );
   p('the push workers before the API starts listening, so that the first wake-up does not wait for them.', '');
 
   p('### 2. Fan-out: all fetched (goal 1,000 agents ≤ 0.6 s, 10,000 ≤ 8 s)', '');
@@ -55,20 +68,30 @@ export function findings(r: BenchResults): string[] {
     const fetched = median(f1k.runs.map((x) => x.allFetchedMs));
     const acked = median(f1k.runs.map((x) => x.allAckedMs));
     const cpu = median(f1k.runs.map((x) => x.controllerCpuS));
-    p(`At 1,000 agents the last wake-up was acked after ${f(acked / 1000, 2)} s and the last fetch done after ${f(fetched / 1000, 2)} s. A woken agent now`);
+    p(
+      `At 1,000 agents the last wake-up was acked after ${f(acked / 1000, 2)} s and the last fetch done after ${f(fetched / 1000, 2)} s. A woken agent now`,
+    );
     p('fetches on its kept-alive API connection (no handshake; see the changes below), so what is left is CPU on the');
-    p(`two shared cores: the controller spent ${f(cpu, 2)} s (${f((cpu / 1000) * 1000, 2)} ms per agent: building each node's document for its new`);
-    p('generation, signing the response, SQLite reads, the wake-ups), and the simulated agents, on the same two cores,');
+    p(
+      `two shared cores: the controller spent ${f(cpu, 2)} s (${f((cpu / 1000) * 1000, 2)} ms per agent: building each node's document for its new`,
+    );
+    p(
+      'generation, signing the response, SQLite reads, the wake-ups), and the simulated agents, on the same two cores,',
+    );
     p('verify two Ed25519 signatures each, write their state and answer, about as much again. The goal leaves 1.2 ms');
     p('of CPU per agent for both sides together (0.6 s × 2 cores / 1,000): the physical floor of NODE20-NOTES (wake +');
-    p('verify + kept-alive fetch, ~1.2 ms) with nothing else on the machine. On a fleet the agents\' half runs on');
+    p("verify + kept-alive fetch, ~1.2 ms) with nothing else on the machine. On a fleet the agents' half runs on");
     p('their own machines; here it competes with the controller.');
   }
   if (big) {
     const run = big.runs[0];
     if (run) {
-      p(`At ${big.n.toLocaleString('en-US')} agents the request itself (one transaction making ${big.n.toLocaleString('en-US')} revisions) was answered after ${f(run.commitMs / 1000, 2)} s, the last`);
-      p(`wake-up acked after ${f(run.allAckedMs / 1000, 2)} s: one push worker signs and sends every wake-up (Ed25519, one per node), and the`);
+      p(
+        `At ${big.n.toLocaleString('en-US')} agents the request itself (one transaction making ${big.n.toLocaleString('en-US')} revisions) was answered after ${f(run.commitMs / 1000, 2)} s, the last`,
+      );
+      p(
+        `wake-up acked after ${f(run.allAckedMs / 1000, 2)} s: one push worker signs and sends every wake-up (Ed25519, one per node), and the`,
+      );
       p('simulated agents verify and answer them in ten harness processes on the same cores, which are also busy');
       p('with the first fetches. More push workers on more cores, and the agents elsewhere, are what the acked goal');
       p('assumes; signing a wake-up per node is required (each names its node as the audience).');
@@ -80,26 +103,42 @@ export function findings(r: BenchResults): string[] {
   if (big) {
     const c = big.crash;
     const run = big.runs[0];
-    p(`Growing the fleet to N = ${big.n.toLocaleString('en-US')} (+${(run?.agentsAdded ?? big.n).toLocaleString('en-US')} agents) took ${f((run?.connectAllMs ?? NaN) / 1000)} s and ${f(run?.controllerCpuConnectS)} s of controller CPU`);
-    p(`(~${f(((run?.controllerCpuConnectS ?? NaN) * 1000) / (run?.agentsAdded ?? big.n))} ms per agent: the announcement's TLS handshake and registration, the push dial, the start-up`);
-    p(`fetch). The controller held ${f(run?.controllerRssKb.perAgent)} KB of RSS per connected agent (goal ≤ 80 KB): a push connection in the`);
-    p('worker (~60-70 KB: OpenSSL and the TLS socket) plus, now, the agent\'s kept-alive API connection in the main');
+    p(
+      `Growing the fleet to N = ${big.n.toLocaleString('en-US')} (+${(run?.agentsAdded ?? big.n).toLocaleString('en-US')} agents) took ${f((run?.connectAllMs ?? NaN) / 1000)} s and ${f(run?.controllerCpuConnectS)} s of controller CPU`,
+    );
+    p(
+      `(~${f(((run?.controllerCpuConnectS ?? NaN) * 1000) / (run?.agentsAdded ?? big.n))} ms per agent: the announcement's TLS handshake and registration, the push dial, the start-up`,
+    );
+    p(
+      `fetch). The controller held ${f(run?.controllerRssKb.perAgent)} KB of RSS per connected agent (goal ≤ 80 KB): a push connection in the`,
+    );
+    p("worker (~60-70 KB: OpenSSL and the TLS socket) plus, now, the agent's kept-alive API connection in the main");
     p('process. That is the price of the fetch and traffic figures; what would lower it: fewer bytes per TLS socket');
-    p('(OpenSSL\'s read/write buffers are most of it; `SSL_MODE_RELEASE_BUFFERS` is not reachable from Node) or');
-    p('closing API connections after a wake-up\'s fetch on controllers short of memory.');
+    p("(OpenSSL's read/write buffers are most of it; `SSL_MODE_RELEASE_BUFFERS` is not reachable from Node) or");
+    p("closing API connections after a wake-up's fetch on controllers short of memory.");
     if (c) {
       // a figure never reached is null in a stored BENCHMARKS.json
       const all = typeof c.connectAllMs === 'number' && Number.isFinite(c.connectAllMs);
       const conn = all
         ? `had all ${big.n.toLocaleString('en-US')} connected again after ${f(c.connectAllMs / 1000)} s`
         : `had ${c.metricsConnected.toLocaleString('en-US')} of ${big.n.toLocaleString('en-US')} connected again when the window closed`;
-      p(`After a crash with a change pending, the restarted controller ${conn}; ${c.fetched.toLocaleString('en-US')} agents held the change after`);
-      p(`${f(c.allFetchedMs / 1000)} s, ${c.fetchedByPoll.toLocaleString('en-US')} of them through a poll rather than their wake-up.`);
-      p(`${c.noneLost ? 'None was lost.' : 'The rest would have had it at their next poll: not lost for good, but not pushed.'} A reconnect storm is two full mutual handshakes per agent (the push`);
-      p('dial, and the fetch: the kept-alive API connections died with the old process), both sides on these two cores;');
+      p(
+        `After a crash with a change pending, the restarted controller ${conn}; ${c.fetched.toLocaleString('en-US')} agents held the change after`,
+      );
+      p(
+        `${f(c.allFetchedMs / 1000)} s, ${c.fetchedByPoll.toLocaleString('en-US')} of them through a poll rather than their wake-up.`,
+      );
+      p(
+        `${c.noneLost ? 'None was lost.' : 'The rest would have had it at their next poll: not lost for good, but not pushed.'} A reconnect storm is two full mutual handshakes per agent (the push`,
+      );
+      p(
+        'dial, and the fetch: the kept-alive API connections died with the old process), both sides on these two cores;',
+      );
       p('the redial is bounded by `MAX_DIALS_IN_FLIGHT` (128 per worker). What would fix it: more push workers on a');
       p('machine with more cores (`--push-workers`), TLS session resumption for the redial (tickets kept across a');
-      p('restart), or cheaper handshakes (ECDSA certificates: smaller, though NODE20-NOTES measured the CPU as similar).');
+      p(
+        'restart), or cheaper handshakes (ECDSA certificates: smaller, though NODE20-NOTES measured the CPU as similar).',
+      );
     }
     p('');
   }
@@ -108,24 +147,26 @@ export function findings(r: BenchResults): string[] {
   p('- **A wake-up whose fetch failed waited for the next poll** (120 s, or 600 s while push is healthy): the agent');
   p('  had acked it `started`. Causes seen: a 429 when one node changes faster than 5 fetches/s, and resets of');
   p('  kept-alive sockets. Fixed: a fetch that failed for a passing reason (network error, timeout, 429, 5xx)');
-  p('  brings the next poll forward with backoff (1 s, 2 s, ... full jitter), never before a 429\'s `Retry-After`');
+  p("  brings the next poll forward with backoff (1 s, 2 s, ... full jitter), never before a 429's `Retry-After`");
   p('  (`agent/poller.ts` `fetchFailed`; a refused answer still waits for the next poll); a GET on a reset reused');
   p('  socket is retried once at once (`agent/fetcher.ts`).');
-  p('- **Listen backlog**: with Node\'s default (511), a 5,000-agent fan-out made 19,226 listen-queue overflows and');
+  p("- **Listen backlog**: with Node's default (511), a 5,000-agent fan-out made 19,226 listen-queue overflows and");
   p('  295 lost fetches. Fixed: `API_LISTEN_BACKLOG_CONNECTIONS` = 4,096.');
   p('- **Cluster bookkeeping was O(N) per signal and O(N²) per restart**: every signal reloaded the whole cluster,');
   p('  and a plan applied one action per round (`MAX_PLAN_ROUNDS` 10,000: a restart of more than 10,000 nodes threw');
   p('  "did not settle"). Fixed in `controller/sqlite-store.ts`: a plan\'s actions are applied together (a constant');
   p('  number of rounds), and a signal that cannot change the plan returns after one aggregate query.');
-  p('- **The start-up fetch raced the announcement**: 805 of 1,000 agents\' first fetch was a 404 (the node did not');
+  p("- **The start-up fetch raced the announcement**: 805 of 1,000 agents' first fetch was a 404 (the node did not");
   p('  exist yet) and a retry. Fixed: the start-up poll waits for the announcement (at most 5 s).');
-  p('- **Kept-alive sockets probed every second**: Node\'s http.Agent turns TCP keep-alive on with a 1 s idle time,');
+  p("- **Kept-alive sockets probed every second**: Node's http.Agent turns TCP keep-alive on with a 1 s idle time,");
   p('  so each idle agent sent a probe and got an ACK every second (333 kB in a 30 s window of 100 idle agents,');
-  p('  3.3 kB per agent per ping interval). Fixed: `keepAliveMsecs` is the API\'s 15 min keep-alive.');
+  p("  3.3 kB per agent per ping interval). Fixed: `keepAliveMsecs` is the API's 15 min keep-alive.");
   p('- A push worker crashed with an unhandled `EPIPE` when its parent had just died. Fixed: `process.send` with a');
   p('  callback.');
-  p('- **A hook failed to start with `spawn ETXTBSY`** (one 100-node restart ended RESTART_FAILED): the runner had the');
-  p('  script open for writing at the instant another spawn in the same process forked, and the fork\'s copy of');
+  p(
+    '- **A hook failed to start with `spawn ETXTBSY`** (one 100-node restart ended RESTART_FAILED): the runner had the',
+  );
+  p("  script open for writing at the instant another spawn in the same process forked, and the fork's copy of");
   p('  the descriptor (until its exec) made the kernel refuse to execute the file. Ten agents share a harness');
   p('  process here; a real agent runs one hook at a time, but nothing else may spawn meanwhile either. Fixed: a');
   p('  start refused with ETXTBSY is tried again (10 ms, doubling, within 1 s; `agent/hooks/run-process.ts`).', '');
@@ -135,18 +176,32 @@ export function findings(r: BenchResults): string[] {
     if (t) {
       const pings = 120 * t.ping.bytesPerPing;
       const polls = 6 * t.poll.bytesPerPoll;
-      p(`Per agent-hour with push healthy: ${f(pings / 1000)} kB of pings (${f(t.ping.bytesPerPing, 0)} B each: ping, pong and an ACK) and ${f(polls / 1000)} kB of`);
-      p(`polls: six an hour at the 600 s healthy interval, each ${f(t.poll.bytesPerPoll / 1000, 2)} kB on the agent's kept-alive connection (the request, the`);
-      p('signed 304, their ACKs). Before the long keep-alive every poll was a new TLS connection with two RSA certificate');
+      p(
+        `Per agent-hour with push healthy: ${f(pings / 1000)} kB of pings (${f(t.ping.bytesPerPing, 0)} B each: ping, pong and an ACK) and ${f(polls / 1000)} kB of`,
+      );
+      p(
+        `polls: six an hour at the 600 s healthy interval, each ${f(t.poll.bytesPerPoll / 1000, 2)} kB on the agent's kept-alive connection (the request, the`,
+      );
+      p(
+        'signed 304, their ACKs). Before the long keep-alive every poll was a new TLS connection with two RSA certificate',
+      );
       p('chains: ~10 kB each, 85 kB per agent-hour in all (run of commit 90099bc).', '');
     }
     if (fp) {
-      p(`The idle agent holds ${f(fp.freshRssKb / 1024)} MB RSS (goal 52 MB) and spent ${f(fp.freshCpuSPerHour, 2)} CPU-s per hour (goal 0.5). The RSS is Node`);
-      p('plus what the idle agent loads (TLS, ws, pino, the state); the hook runner and execa load only with the first');
-      p(`hook (the latency agent after its hooks: ${f(fp.afterHooksRssKb / 1024)} MB). The CPU figure is a ${f(fp.windowS, 0)} s sample of all the agent's threads`);
-      p('(V8\'s helper threads included), from ~60 s after its start, while the fan-out runs beside it on the same two');
-      p('cores. In that time Herald answers a ping every 30 s and runs no other timer; per-thread schedstat of an idle');
-      p('agent shows the main thread alone busy (the ping, the wake-up log line, V8\'s idle-time GC of the start-up');
+      p(
+        `The idle agent holds ${f(fp.freshRssKb / 1024)} MB RSS (goal 52 MB) and spent ${f(fp.freshCpuSPerHour, 2)} CPU-s per hour (goal 0.5). The RSS is Node`,
+      );
+      p(
+        'plus what the idle agent loads (TLS, ws, pino, the state); the hook runner and execa load only with the first',
+      );
+      p(
+        `hook (the latency agent after its hooks: ${f(fp.afterHooksRssKb / 1024)} MB). The CPU figure is a ${f(fp.windowS, 0)} s sample of all the agent's threads`,
+      );
+      p("(V8's helper threads included), from ~60 s after its start, while the fan-out runs beside it on the same two");
+      p(
+        'cores. In that time Herald answers a ping every 30 s and runs no other timer; per-thread schedstat of an idle',
+      );
+      p("agent shows the main thread alone busy (the ping, the wake-up log line, V8's idle-time GC of the start-up");
       p('garbage). What would lower it: a longer warm-up before sampling and a quiet machine (the goal is about a');
       p('steady state), and fewer start-up allocations (lazy loading of what the idle path does not use, as the hook');
       p('runner already is).', '');
@@ -157,9 +212,13 @@ export function findings(r: BenchResults): string[] {
   const rf = r.restartFast;
   if (rs) {
     p('### 5. 100-node cluster restart (goal ≤ 2 s)', '');
-    p(`With real hooks the restart took ${f(rs.medianMs / 1000, 2)} s; with no-op hooks (the same agents, wake-ups, fetches, signals and cluster`);
-    p(`state machine) ${rf ? f(rf.medianMs / 1000, 2) : 'n/a'} s. The difference is 200 hook processes (uninstall then install on each node) started on`);
-    p('this machine\'s two cores: each `spawn` costs its Node process a fork of its whole address space (finding 1),');
+    p(
+      `With real hooks the restart took ${f(rs.medianMs / 1000, 2)} s; with no-op hooks (the same agents, wake-ups, fetches, signals and cluster`,
+    );
+    p(
+      `state machine) ${rf ? f(rf.medianMs / 1000, 2) : 'n/a'} s. The difference is 200 hook processes (uninstall then install on each node) started on`,
+    );
+    p("this machine's two cores: each `spawn` costs its Node process a fork of its whole address space (finding 1),");
     p('here in harness processes holding ten agents each. On 100 machines they would run in parallel. What would fix');
     p('it here and there: the resident launcher of finding 1.', '');
   }
@@ -168,22 +227,42 @@ export function findings(r: BenchResults): string[] {
   p('Each small, each measured by this suite:', '');
   p('| change | where | before → after |');
   p('|---|---|---|');
-  p('| `Tx.add` kept its lists\' membership in a Set (was `Array.includes`, O(N²) for a cluster\'s 2N deployment ids) | `controller/sqlite-store.ts` | `createCluster` of 5,000 nodes in the store alone: 9.0 s (7.2 s of it in `add`) → O(N); `POST /v1/clusters` for 10,000 nodes is answered in seconds |');
-  p('| one TLS context per https agent (`secureContext`), instead of a new one per connection (the key parsed again each time) | `certs/tls.ts` `httpsAgentFor` | ~4 ms of CPU per new fetch connection in the harness profile (`createSecureContext`, 1 per fetch) → 1 per agent |');
-  p('| the fetcher retries a GET once on a new connection when a reused kept-alive socket was reset (ECONNRESET/EPIPE, `req.reusedSocket`) | `agent/fetcher.ts` `#request` | 1,000-agent fan-out under load: 12 of 1,000 agents never fetched the change (their wake-up lost until the next poll) → 1,000 of 1,000 |');
+  p(
+    "| `Tx.add` kept its lists' membership in a Set (was `Array.includes`, O(N²) for a cluster's 2N deployment ids) | `controller/sqlite-store.ts` | `createCluster` of 5,000 nodes in the store alone: 9.0 s (7.2 s of it in `add`) → O(N); `POST /v1/clusters` for 10,000 nodes is answered in seconds |",
+  );
+  p(
+    '| one TLS context per https agent (`secureContext`), instead of a new one per connection (the key parsed again each time) | `certs/tls.ts` `httpsAgentFor` | ~4 ms of CPU per new fetch connection in the harness profile (`createSecureContext`, 1 per fetch) → 1 per agent |',
+  );
+  p(
+    '| the fetcher retries a GET once on a new connection when a reused kept-alive socket was reset (ECONNRESET/EPIPE, `req.reusedSocket`) | `agent/fetcher.ts` `#request` | 1,000-agent fan-out under load: 12 of 1,000 agents never fetched the change (their wake-up lost until the next poll) → 1,000 of 1,000 |',
+  );
   const f5k = r.fanout.find((x) => x.n === 5_000)?.runs[0];
-  const after5k = f5k ? `${(f5k.tcp.ListenOverflows ?? 0).toLocaleString('en-US')} overflows, ${f5k.fetched.toLocaleString('en-US')} of 5,000 fetched (this run)` : 'see the fan-out table';
-  p(`| the API listens with a backlog of 4,096 (\`API_LISTEN_BACKLOG_CONNECTIONS\`) instead of Node's 511 | \`controller/api.ts\`, \`protocol/limits.ts\` | 5,000-agent fan-out: 19,226 listen overflows, 295 lost fetches → ${after5k} |`);
+  const after5k = f5k
+    ? `${(f5k.tcp.ListenOverflows ?? 0).toLocaleString('en-US')} overflows, ${f5k.fetched.toLocaleString('en-US')} of 5,000 fetched (this run)`
+    : 'see the fan-out table';
+  p(
+    `| the API listens with a backlog of 4,096 (\`API_LISTEN_BACKLOG_CONNECTIONS\`) instead of Node's 511 | \`controller/api.ts\`, \`protocol/limits.ts\` | 5,000-agent fan-out: 19,226 listen overflows, 295 lost fetches → ${after5k} |`,
+  );
   const fetched = (n: number): string => {
     const x = r.fanout.find((y) => y.n === n);
     return x ? `${f(median(x.runs.map((y) => y.allFetchedMs)) / 1000, 2)} s` : 'n/a';
   };
   const idleNow = t ? `${f(t.perAgentHourBytes.pushHealthy / 1000)} kB` : 'n/a';
-  p(`| the API keeps idle connections 15 min (was 5 s), so a woken agent fetches and an idle one polls on a warm connection; at most 8 per agent identity | \`protocol/limits.ts\`, \`controller/api.ts\` | all fetched, 1,000 agents: 6.64 s → ${fetched(1_000)}; 10,000: 102.2 s → ${fetched(10_000)}; a poll on the wire ~10 kB → ${t ? `${f(t.poll.bytesPerPoll / 1000, 2)} kB` : 'n/a'} (before: run of commit 90099bc) |`);
-  p(`| no TCP keep-alive probe every second on kept-alive API sockets (\`keepAliveMsecs\`) | \`certs/tls.ts\` | idle window, 100 agents, 30 s: 333 kB, 6,309 packets → ${t ? `${f(t.ping.bytes / 1000)} kB, ${t.ping.packets.toLocaleString('en-US')} packets` : 'n/a'}; push healthy per agent-hour: 84.9 kB (run of commit 90099bc) → ${idleNow} |`);
-  p('| the start-up poll waits for the endpoint announcement (at most 5 s) | `agent/main.ts` | growing to 1,000 agents: 805 start-up fetches answered 404 and retried → none |');
-  p('| a failed wake-up fetch is retried by the poller with backoff, honouring `Retry-After` | `agent/poller.ts`, `agent/fetcher.ts` | crash run, 10,000 agents: 5 agents without the change at the end of the window, 5,238 fetched only by a poll (run of commit 90099bc) → see the crash table |');
-  p('| cluster plans apply all their actions per round; a signal that cannot change the plan costs one aggregate query | `controller/sqlite-store.ts` | a restart of more than 10,000 nodes: threw "did not settle" → settles (`test/controller/clusters.test.ts`); 10,000 signals no longer reload the cluster each |');
+  p(
+    `| the API keeps idle connections 15 min (was 5 s), so a woken agent fetches and an idle one polls on a warm connection; at most 8 per agent identity | \`protocol/limits.ts\`, \`controller/api.ts\` | all fetched, 1,000 agents: 6.64 s → ${fetched(1_000)}; 10,000: 102.2 s → ${fetched(10_000)}; a poll on the wire ~10 kB → ${t ? `${f(t.poll.bytesPerPoll / 1000, 2)} kB` : 'n/a'} (before: run of commit 90099bc) |`,
+  );
+  p(
+    `| no TCP keep-alive probe every second on kept-alive API sockets (\`keepAliveMsecs\`) | \`certs/tls.ts\` | idle window, 100 agents, 30 s: 333 kB, 6,309 packets → ${t ? `${f(t.ping.bytes / 1000)} kB, ${t.ping.packets.toLocaleString('en-US')} packets` : 'n/a'}; push healthy per agent-hour: 84.9 kB (run of commit 90099bc) → ${idleNow} |`,
+  );
+  p(
+    '| the start-up poll waits for the endpoint announcement (at most 5 s) | `agent/main.ts` | growing to 1,000 agents: 805 start-up fetches answered 404 and retried → none |',
+  );
+  p(
+    '| a failed wake-up fetch is retried by the poller with backoff, honouring `Retry-After` | `agent/poller.ts`, `agent/fetcher.ts` | crash run, 10,000 agents: 5 agents without the change at the end of the window, 5,238 fetched only by a poll (run of commit 90099bc) → see the crash table |',
+  );
+  p(
+    '| cluster plans apply all their actions per round; a signal that cannot change the plan costs one aggregate query | `controller/sqlite-store.ts` | a restart of more than 10,000 nodes: threw "did not settle" → settles (`test/controller/clusters.test.ts`); 10,000 signals no longer reload the cluster each |',
+  );
   p('');
   return L;
 }

@@ -60,7 +60,13 @@ export class Fleet {
     for (let i = 0; i < procs; i++) {
       const index = this.members.length;
       const slots = o.slots.filter((_, j) => j % procs === i);
-      const child = track(fork(HARNESS, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced', execArgv: o.execArgv ?? [] }));
+      const child = track(
+        fork(HARNESS, [], {
+          stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+          serialization: 'advanced',
+          execArgv: o.execArgv ?? [],
+        }),
+      );
       const pending = new Map<number, (data: unknown) => void>();
       let onStarted!: (v: { ms: number; failed: string[] }) => void;
       const started = new Promise<{ ms: number; failed: string[] }>((r) => (onStarted = r));
@@ -82,8 +88,12 @@ export class Fleet {
         index,
         slots,
         pki: {
-          dir: o.pki.dir, caPath: o.pki.caPath, keyPath: o.pki.sharedKeyPath, revokedPath: path.join(o.pki.dir, 'revoked.json'),
-          jwksPath: path.join(o.pki.dir, 'wake-signing.jwks'), trustDomain: o.pki.trustDomain,
+          dir: o.pki.dir,
+          caPath: o.pki.caPath,
+          keyPath: o.pki.sharedKeyPath,
+          revokedPath: path.join(o.pki.dir, 'revoked.json'),
+          jwksPath: path.join(o.pki.dir, 'wake-signing.jwks'),
+          trustDomain: o.pki.trustDomain,
         },
         controllerUrl: o.controllerUrl,
         stateRoot: o.stateRoot,
@@ -173,16 +183,18 @@ export class Fleet {
   }
 
   async stop(): Promise<void> {
-    await Promise.all(this.members.map(async (m) => {
-      try {
-        await this.#ask(m, { t: 'stop' }, 20_000);
-      } catch {
-        m.child.kill('SIGKILL');
-      }
-      const t = setTimeout(() => m.child.kill('SIGKILL'), 5_000);
-      await exited(m.child);
-      clearTimeout(t);
-    }));
+    await Promise.all(
+      this.members.map(async (m) => {
+        try {
+          await this.#ask(m, { t: 'stop' }, 20_000);
+        } catch {
+          m.child.kill('SIGKILL');
+        }
+        const t = setTimeout(() => m.child.kill('SIGKILL'), 5_000);
+        await exited(m.child);
+        clearTimeout(t);
+      }),
+    );
   }
 
   pids(): number[] {

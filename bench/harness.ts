@@ -61,9 +61,7 @@ export interface HarnessCounters extends SimCounters {
   pings: number;
 }
 
-export type FromHarness =
-  | { t: 'started'; ms: number; failed: string[] }
-  | { t: 'reply'; id: number; data: unknown };
+export type FromHarness = { t: 'started'; ms: number; failed: string[] } | { t: 'reply'; id: number; data: unknown };
 
 const log = new CountingLogger(process.env.HERALD_BENCH_ECHO === '1');
 
@@ -71,7 +69,9 @@ const log = new CountingLogger(process.env.HERALD_BENCH_ECHO === '1');
 // this process is a listener's connection, and the listener requires the same `ws` module.
 let pings = 0;
 {
-  const ws = createRequire(import.meta.url)('ws') as { WebSocket: { prototype: { emit: (ev: string | symbol, ...a: unknown[]) => boolean } } };
+  const ws = createRequire(import.meta.url)('ws') as {
+    WebSocket: { prototype: { emit: (ev: string | symbol, ...a: unknown[]) => boolean } };
+  };
   const emit = ws.WebSocket.prototype.emit;
   ws.WebSocket.prototype.emit = function (this: unknown, ev: string | symbol, ...rest: unknown[]): boolean {
     if (ev === 'ping') pings++;
@@ -148,8 +148,22 @@ async function start(m: HarnessStart): Promise<void> {
 
 function counters(): HarnessCounters {
   const sum: HarnessCounters = {
-    agents: agents.length, agentsConnected: 0, connected: 0, wakesVerified: 0, acks: 0, nacks: 0, fetch200: 0, fetch304: 0,
-    fetchErrors: 0, polls: 0, runs: 0, signalsDelivered: 0, refused: 0, warns: log.warns, errors: log.errors, lastLog: log.last.slice(-5),
+    agents: agents.length,
+    agentsConnected: 0,
+    connected: 0,
+    wakesVerified: 0,
+    acks: 0,
+    nacks: 0,
+    fetch200: 0,
+    fetch304: 0,
+    fetchErrors: 0,
+    polls: 0,
+    runs: 0,
+    signalsDelivered: 0,
+    refused: 0,
+    warns: log.warns,
+    errors: log.errors,
+    lastLog: log.last.slice(-5),
     rssKb: Math.round(process.memoryUsage.rss() / 1024),
     pings,
   };
@@ -170,7 +184,14 @@ function runReport(a: SimAgent): AgentRunReport {
   } else {
     tAck = a.wakes.find((w) => w.fetch !== 'current')?.t ?? null;
   }
-  return { node: a.slot.node, tAck, tFetch: f?.t ?? null, fetchWasPoll: f?.poll ?? false, wakes: a.wakes.length, fetches200: a.fetches.filter((x) => x.status === 200).length };
+  return {
+    node: a.slot.node,
+    tAck,
+    tFetch: f?.t ?? null,
+    fetchWasPoll: f?.poll ?? false,
+    wakes: a.wakes.length,
+    fetches200: a.fetches.filter((x) => x.status === 200).length,
+  };
 }
 
 process.on('message', (m: ToHarness) => {

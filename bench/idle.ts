@@ -49,8 +49,24 @@ export interface FootprintResult {
 export interface TrafficResult {
   exact: boolean;
   agents: number;
-  ping: { windowS: number; bytes: number; packets: number; pings: number; polls: number; bytesPerPing: number; packetsPerPing: number };
-  poll: { windowS: number; bytes: number; packets: number; polls: number; bytesPerPoll: number; packetsPerPoll: number; status304: number };
+  ping: {
+    windowS: number;
+    bytes: number;
+    packets: number;
+    pings: number;
+    polls: number;
+    bytesPerPing: number;
+    packetsPerPing: number;
+  };
+  poll: {
+    windowS: number;
+    bytes: number;
+    packets: number;
+    polls: number;
+    bytesPerPoll: number;
+    packetsPerPoll: number;
+    status304: number;
+  };
   perAgentHourBytes: { pushHealthy: number; pushOff30s: number; pushOff120s: number };
 }
 
@@ -78,7 +94,10 @@ export function combineIdle(parts: IdlePart[]): IdleResult {
   if (!ping || !poll) return { traffic: null, footprint, problems };
   return {
     traffic: {
-      exact: parts.every((x) => x.exact), agents: parts[0]!.agents, ping, poll,
+      exact: parts.every((x) => x.exact),
+      agents: parts[0]!.agents,
+      ping,
+      poll,
       perAgentHourBytes: {
         pushHealthy: Math.round(120 * ping.bytesPerPing + 6 * poll.bytesPerPoll),
         pushOff30s: Math.round(120 * poll.bytesPerPoll),
@@ -129,13 +148,32 @@ export async function idlePhase(o: IdleOptions): Promise<IdlePart> {
 const FOOTPRINT_EXTRA_MS = 90_000;
 
 /** Window 1 (push healthy, pings only) and the footprint of a real idle agent. */
-async function pushWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: number, w1: number, out: IdlePart): Promise<void> {
+async function pushWindow(
+  o: IdleOptions,
+  ctl: ControllerProc,
+  dir: string,
+  m: number,
+  w1: number,
+  out: IdlePart,
+): Promise<void> {
   const problems = out.problems;
   const foot = slot('l', 0);
   const footProc = startAgentProc({
-    pki: o.pki, node: foot.node, controllerUrl: ctl.url, listen: `${foot.ip}:${foot.port}`, stateDir: path.join(dir, 'state-foot'), logFile: path.join(dir, 'agent-foot.log'),
+    pki: o.pki,
+    node: foot.node,
+    controllerUrl: ctl.url,
+    listen: `${foot.ip}:${foot.port}`,
+    stateDir: path.join(dir, 'state-foot'),
+    logFile: path.join(dir, 'agent-foot.log'),
   });
-  const fp: FootprintResult = { freshRssKb: NaN, freshRssMaxKb: NaN, freshCpuSPerHour: NaN, windowS: 0, pushConnected: false, afterHooksRssKb: NaN };
+  const fp: FootprintResult = {
+    freshRssKb: NaN,
+    freshRssMaxKb: NaN,
+    freshCpuSPerHour: NaN,
+    windowS: 0,
+    pushConnected: false,
+    afterHooksRssKb: NaN,
+  };
   out.footprint = fp;
   let foot0: ReturnType<typeof procSample> = null;
   let tFoot0 = 0;
@@ -157,14 +195,31 @@ async function pushWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: n
     if (x) fp.freshRssMaxKb = Number.isFinite(fp.freshRssMaxKb) ? Math.max(fp.freshRssMaxKb, x.rssKb) : x.rssKb;
   }, 1_000);
   try {
-    await waitFor('the footprint agent push-connected', async () => {
-      const r = await ctl.op.request<{ push?: { connected?: boolean } }>('GET', `/v1/nodes/${foot.node}`);
-      return r.json?.push?.connected === true;
-    }, 30_000, 100);
+    await waitFor(
+      'the footprint agent push-connected',
+      async () => {
+        const r = await ctl.op.request<{ push?: { connected?: boolean } }>('GET', `/v1/nodes/${foot.node}`);
+        return r.json?.push?.connected === true;
+      },
+      30_000,
+      100,
+    );
     fp.pushConnected = true;
     const slots = Array.from({ length: m }, (_, i) => slot('b', i));
-    const a = await Fleet.start({ pki: o.pki, slots, controllerUrl: ctl.url, stateRoot: path.join(dir, 'agents'), hook: 'noop', procs: 1 });
-    await waitFor(`${m} agents connected`, async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= m + 1, 60_000, 200);
+    const a = await Fleet.start({
+      pki: o.pki,
+      slots,
+      controllerUrl: ctl.url,
+      stateRoot: path.join(dir, 'agents'),
+      hook: 'noop',
+      procs: 1,
+    });
+    await waitFor(
+      `${m} agents connected`,
+      async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= m + 1,
+      60_000,
+      200,
+    );
     await sleep(32_000);
     // the footprint window is the ping window: its agent's start-up (lazy compilation, the
     // first GCs) is long over, and it holds exactly one ping
@@ -187,8 +242,13 @@ async function pushWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: n
     if (pings === 0) problems.push('no ping in the ping window');
     const share = Math.max(1, (pings * (m + 1)) / m);
     out.ping = {
-      windowS: w1, bytes: l1.bytes - l0.bytes, packets: l1.packets - l0.packets, pings, polls: polls1,
-      bytesPerPing: round((l1.bytes - l0.bytes) / share, 1), packetsPerPing: round((l1.packets - l0.packets) / share, 2),
+      windowS: w1,
+      bytes: l1.bytes - l0.bytes,
+      packets: l1.packets - l0.packets,
+      pings,
+      polls: polls1,
+      bytesPerPing: round((l1.bytes - l0.bytes) / share, 1),
+      packetsPerPing: round((l1.packets - l0.packets) / share, 2),
     };
     say(`idle traffic: ${pings} pings, ${out.ping.bytes} B in ${w1} s → ${out.ping.bytesPerPing} B per ping`);
   } finally {
@@ -198,14 +258,28 @@ async function pushWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: n
 }
 
 /** Window 2: push off, polling every 8 s. */
-async function pollWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: number, w2: number, out: IdlePart): Promise<void> {
+async function pollWindow(
+  o: IdleOptions,
+  ctl: ControllerProc,
+  dir: string,
+  m: number,
+  w2: number,
+  out: IdlePart,
+): Promise<void> {
   // nodes an operator added without an endpoint, whose agents never announce one: nothing
   // dials them, and their metadata exists to be polled
   const quiet = Array.from({ length: m }, (_, i) => slot('b', m + i));
   for (const q of quiet) await ctl.op.must(201, 'POST', '/v1/nodes', { id: q.node });
   const b = await Fleet.start({
-    pki: o.pki, slots: quiet, controllerUrl: ctl.url, stateRoot: path.join(dir, 'agents'), hook: 'noop', procs: 1, announce: false,
-    pollIntervalMs: 8_000, pollIntervalHealthyMs: 8_000,
+    pki: o.pki,
+    slots: quiet,
+    controllerUrl: ctl.url,
+    stateRoot: path.join(dir, 'agents'),
+    hook: 'noop',
+    procs: 1,
+    announce: false,
+    pollIntervalMs: 8_000,
+    pollIntervalHealthyMs: 8_000,
   });
   await waitFor('start-up fetches', async () => (await b.fleet.counters()).fetch200 >= m, 30_000, 200);
   await sleep(9_000);
@@ -219,10 +293,16 @@ async function pollWindow(o: IdleOptions, ctl: ControllerProc, dir: string, m: n
   // counts; one that began in it and ended after does not): the bytes on the wire are theirs
   const polls = d1.fetch304 + d1.fetch200 - d0.fetch304 - d0.fetch200;
   out.poll = {
-    windowS: w2, bytes: k1.bytes - k0.bytes, packets: k1.packets - k0.packets, polls,
-    bytesPerPoll: round((k1.bytes - k0.bytes) / Math.max(1, polls), 1), packetsPerPoll: round((k1.packets - k0.packets) / Math.max(1, polls), 2),
+    windowS: w2,
+    bytes: k1.bytes - k0.bytes,
+    packets: k1.packets - k0.packets,
+    polls,
+    bytesPerPoll: round((k1.bytes - k0.bytes) / Math.max(1, polls), 1),
+    packetsPerPoll: round((k1.packets - k0.packets) / Math.max(1, polls), 2),
     status304: d1.fetch304 - d0.fetch304,
   };
   if (polls === 0) out.problems.push('no poll in the poll window');
-  say(`idle traffic: ${polls} polls (${out.poll.status304} answered 304), ${out.poll.bytes} B in ${w2} s → ${out.poll.bytesPerPoll} B per poll`);
+  say(
+    `idle traffic: ${polls} polls (${out.poll.status304} answered 304), ${out.poll.bytes} B in ${w2} s → ${out.poll.bytesPerPoll} B per poll`,
+  );
 }

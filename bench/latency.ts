@@ -45,7 +45,13 @@ export interface LatencyResult {
     coldCompleteMs: number;
     agents: number;
     /** Medians, ms, from the agents' log lines (ms resolution). */
-    breakdown: { patchToWake: number; wakeToFetched: number; fetchedToItemStarted: number; itemStartedToHook: number; samples: number } | null;
+    breakdown: {
+      patchToWake: number;
+      wakeToFetched: number;
+      fetchedToItemStarted: number;
+      itemStartedToHook: number;
+      samples: number;
+    } | null;
     /** Every sample, ms, in the order taken. */
     samplesMs: number[];
   };
@@ -86,7 +92,13 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
   const markDir = path.join(dir, 'marks');
   fs.mkdirSync(markDir, { recursive: true });
   const problems: string[] = [];
-  const ctl = await startController({ pki: o.pki, dir, port: o.port, pushWorkers: o.pushWorkers, nodeArgs: o.profArgs });
+  const ctl = await startController({
+    pki: o.pki,
+    dir,
+    port: o.port,
+    pushWorkers: o.pushWorkers,
+    nodeArgs: o.profArgs,
+  });
   const marks = new Map<string, number>();
   const waiters = new Map<string, (t: number) => void>();
   const watcher = fs.watch(markDir, (_ev, f) => {
@@ -112,7 +124,13 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
   };
   const procs: ChildProcess[] = [];
   const cfg = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/configs', {
-    name: 'latency', group: 'script', config: HOOK, inputs: [{ name: 'mark_dir', type: 'String' }, { name: 'mark', type: 'String' }],
+    name: 'latency',
+    group: 'script',
+    config: HOOK,
+    inputs: [
+      { name: 'mark_dir', type: 'String' },
+      { name: 'mark', type: 'String' },
+    ],
   });
 
   // ---- push: changes round-robin over a few agents, one change in flight at a time -----
@@ -120,150 +138,205 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
   const pushSlots = o.part === 'push' ? Array.from({ length: PUSH_AGENTS }, (_, i) => slot('l', 1 + i)) : [];
   const pushProcs = pushSlots.map((a, i) => {
     const p = startAgentProc({
-      pki: o.pki, node: a.node, controllerUrl: ctl.url, listen: `${a.ip}:${a.port}`, stateDir: path.join(dir, `state-push-${i}`), logFile: path.join(dir, `agent-push-${i}.log`), nodeArgs: o.profArgs,
+      pki: o.pki,
+      node: a.node,
+      controllerUrl: ctl.url,
+      listen: `${a.ip}:${a.port}`,
+      stateDir: path.join(dir, `state-push-${i}`),
+      logFile: path.join(dir, `agent-push-${i}.log`),
+      nodeArgs: o.profArgs,
     });
     procs.push(p);
     return p;
   });
   const result: LatencyResult = {
     push: {
-      samples: 0, hookStartMs: dist([]), patchAnsweredMs: dist([]), completeMs: dist([]), runs: [], medianOfRunsP50: NaN, medianOfRunsP99: NaN,
-      coldHookStartMs: NaN, coldCompleteMs: NaN, agents: PUSH_AGENTS, breakdown: null, samplesMs: [],
+      samples: 0,
+      hookStartMs: dist([]),
+      patchAnsweredMs: dist([]),
+      completeMs: dist([]),
+      runs: [],
+      medianOfRunsP50: NaN,
+      medianOfRunsP99: NaN,
+      coldHookStartMs: NaN,
+      coldCompleteMs: NaN,
+      agents: PUSH_AGENTS,
+      breakdown: null,
+      samplesMs: [],
     },
-    polling2s: { agents: 0, samples: 0, hookStartMs: dist([]), runs: [], modelP50Ms: NaN, modelP99Ms: NaN, samplesMs: [] },
+    polling2s: {
+      agents: 0,
+      samples: 0,
+      hookStartMs: dist([]),
+      runs: [],
+      modelP50Ms: NaN,
+      modelP99Ms: NaN,
+      samplesMs: [],
+    },
     expected: [],
     problems,
   };
   const hookStarts: number[] = [];
   const changes: Array<{ agent: number; revision: number; t0: number; hook: number }> = [];
-  if (o.part === 'push') try {
-    for (const a of pushSlots) await waitConnected(ctl, a.node, 30_000);
-    await sleep(500);
-    // cold: the first deployment an agent ever runs
-    const deps: Array<{ id: string; revision: number }> = [];
-    for (const [i, a] of pushSlots.entries()) {
-      const t0 = nowMs();
-      const dep = await ctl.op.must<{ id: string; revision: number }>(201, 'POST', '/v1/deployments', {
-        node: a.node, config_id: cfg.id, action: 'CREATE', input_values: { mark_dir: markDir, mark: `cold${i}` },
-      });
-      const th = await waitMark(`cold${i}`, 15_000);
-      await waitComplete(ctl, dep.id, dep.revision, 15_000);
-      if (i === 0) {
-        result.push.coldHookStartMs = round(th - t0, 2);
-        result.push.coldCompleteMs = round(nowMs() - t0, 2);
+  if (o.part === 'push')
+    try {
+      for (const a of pushSlots) await waitConnected(ctl, a.node, 30_000);
+      await sleep(500);
+      // cold: the first deployment an agent ever runs
+      const deps: Array<{ id: string; revision: number }> = [];
+      for (const [i, a] of pushSlots.entries()) {
+        const t0 = nowMs();
+        const dep = await ctl.op.must<{ id: string; revision: number }>(201, 'POST', '/v1/deployments', {
+          node: a.node,
+          config_id: cfg.id,
+          action: 'CREATE',
+          input_values: { mark_dir: markDir, mark: `cold${i}` },
+        });
+        const th = await waitMark(`cold${i}`, 15_000);
+        await waitComplete(ctl, dep.id, dep.revision, 15_000);
+        if (i === 0) {
+          result.push.coldHookStartMs = round(th - t0, 2);
+          result.push.coldCompleteMs = round(nowMs() - t0, 2);
+        }
+        deps.push(dep);
       }
-      deps.push(dep);
-    }
-    say(`latency: cold first change → hook ${result.push.coldHookStartMs} ms, COMPLETE ${result.push.coldCompleteMs} ms`);
+      say(
+        `latency: cold first change → hook ${result.push.coldHookStartMs} ms, COMPLETE ${result.push.coldCompleteMs} ms`,
+      );
 
-    const count = 200;
-    const profiled = o.profArgs?.length ? [ctl.pid, ...childrenOf(ctl.pid), ...pushProcs.map((p) => p.pid!)] : [];
-    for (const p of profiled) process.kill(p, 'SIGUSR2');
-    const answered: number[] = [];
-    const complete: number[] = [];
-    for (let k = 1; k <= count; k++) {
-      await sleep(10 + Math.random() * 20);
-      const i = k % PUSH_AGENTS;
-      const dep = deps[i]!;
-      const mark = `p${k}`;
-      const t0 = nowMs();
-      const r = await ctl.op.must<{ revision: number }>(200, 'PATCH', `/v1/deployments/${dep.id}`, { input_values: { mark } });
-      answered.push(nowMs() - t0);
-      dep.revision = r.revision;
-      const th = await waitMark(mark, 15_000).catch((err: Error) => {
-        problems.push(err.message);
-        return NaN;
+      const count = 200;
+      const profiled = o.profArgs?.length ? [ctl.pid, ...childrenOf(ctl.pid), ...pushProcs.map((p) => p.pid!)] : [];
+      for (const p of profiled) process.kill(p, 'SIGUSR2');
+      const answered: number[] = [];
+      const complete: number[] = [];
+      for (let k = 1; k <= count; k++) {
+        await sleep(10 + Math.random() * 20);
+        const i = k % PUSH_AGENTS;
+        const dep = deps[i]!;
+        const mark = `p${k}`;
+        const t0 = nowMs();
+        const r = await ctl.op.must<{ revision: number }>(200, 'PATCH', `/v1/deployments/${dep.id}`, {
+          input_values: { mark },
+        });
+        answered.push(nowMs() - t0);
+        dep.revision = r.revision;
+        const th = await waitMark(mark, 15_000).catch((err: Error) => {
+          problems.push(err.message);
+          return NaN;
+        });
+        hookStarts.push(th - t0);
+        changes.push({ agent: i, revision: r.revision, t0, hook: th });
+        await waitComplete(ctl, dep.id, dep.revision, 15_000).catch((err: Error) => problems.push(err.message));
+        complete.push(nowMs() - t0);
+      }
+      for (const p of profiled) process.kill(p, 'SIGUSR2');
+      const ok = hookStarts.filter(Number.isFinite);
+      result.push.samples = ok.length;
+      result.push.samplesMs = ok.map((x) => round(x, 3));
+      result.push.hookStartMs = rd(dist(ok));
+      result.push.patchAnsweredMs = rd(dist(answered));
+      result.push.completeMs = rd(dist(complete));
+      result.push.runs = chunks(ok, 50).map((c) => {
+        const d = dist(c);
+        return { p50: round(d.p50, 2), p99: round(d.p99, 2), min: round(d.min, 2), max: round(d.max, 2) };
       });
-      hookStarts.push(th - t0);
-      changes.push({ agent: i, revision: r.revision, t0, hook: th });
-      await waitComplete(ctl, dep.id, dep.revision, 15_000).catch((err: Error) => problems.push(err.message));
-      complete.push(nowMs() - t0);
+      result.push.medianOfRunsP50 = round(medianOf(result.push.runs.map((r) => r.p50)), 2);
+      result.push.medianOfRunsP99 = round(medianOf(result.push.runs.map((r) => r.p99)), 2);
+      result.push.breakdown = breakdown(
+        changes,
+        pushSlots.map((_, i) => path.join(dir, `agent-push-${i}.log`)),
+      );
+      say(
+        `latency push: ${ok.length} changes, hook started p50 ${result.push.hookStartMs.p50} ms, p99 ${result.push.hookStartMs.p99} ms`,
+      );
+    } catch (err) {
+      problems.push(`push latency: ${(err as Error).message}`);
+      say(tail(path.join(dir, 'agent-push-0.log')));
     }
-    for (const p of profiled) process.kill(p, 'SIGUSR2');
-    const ok = hookStarts.filter(Number.isFinite);
-    result.push.samples = ok.length;
-    result.push.samplesMs = ok.map((x) => round(x, 3));
-    result.push.hookStartMs = rd(dist(ok));
-    result.push.patchAnsweredMs = rd(dist(answered));
-    result.push.completeMs = rd(dist(complete));
-    result.push.runs = chunks(ok, 50).map((c) => {
-      const d = dist(c);
-      return { p50: round(d.p50, 2), p99: round(d.p99, 2), min: round(d.min, 2), max: round(d.max, 2) };
-    });
-    result.push.medianOfRunsP50 = round(medianOf(result.push.runs.map((r) => r.p50)), 2);
-    result.push.medianOfRunsP99 = round(medianOf(result.push.runs.map((r) => r.p99)), 2);
-    result.push.breakdown = breakdown(changes, pushSlots.map((_, i) => path.join(dir, `agent-push-${i}.log`)));
-    say(`latency push: ${ok.length} changes, hook started p50 ${result.push.hookStartMs.p50} ms, p99 ${result.push.hookStartMs.p99} ms`);
-  } catch (err) {
-    problems.push(`push latency: ${(err as Error).message}`);
-    say(tail(path.join(dir, 'agent-push-0.log')));
-  }
 
   // ---- polling at 2 s, push off ----------------------------------------------------------
   const pollAgents = o.quick ? 20 : 20;
   const perAgent = o.quick ? 5 : 12;
   const pollLat: number[] = [];
   const pollProcs: ChildProcess[] = [];
-  if (o.part === 'poll') try {
-    const deps: Array<{ node: string; id: string }> = [];
-    for (let i = 0; i < pollAgents; i++) {
-      const s = slot('l', 10 + i);
-      // the advertised port has no listener: the controller's dials fail, the agent polls
-      const p = startAgentProc({
-        pki: o.pki, node: s.node, controllerUrl: ctl.url, listen: `${s.ip}:${s.port}`, advertise: `${s.ip}:1`,
-        stateDir: path.join(dir, `state-poll-${i}`), logFile: path.join(dir, `agent-poll-${i}.log`), extra: ['--poll-interval', '2s'],
-      });
-      pollProcs.push(p);
-      procs.push(p);
-    }
-    for (let i = 0; i < pollAgents; i++) {
-      const s = slot('l', 10 + i);
-      await waitFor(`poll agent ${s.node} announced`, async () => {
-        const r = await ctl.op.request<{ endpoint?: string }>('GET', `/v1/nodes/${s.node}`);
-        return r.status === 200 && typeof r.json?.endpoint === 'string';
-      }, 30_000, 100);
-      const d = await ctl.op.must<{ id: string; revision: number }>(201, 'POST', '/v1/deployments', {
-        node: s.node, config_id: cfg.id, action: 'CREATE', input_values: { mark_dir: markDir, mark: `q${i}-0` },
-      });
-      deps.push({ node: s.node, id: d.id });
-    }
-    // the creations above are picked up by a poll; wait for all before measuring
-    await Promise.all(deps.map((_, i) => waitMark(`q${i}-0`, 15_000)));
-    await sleep(500);
-    say(`latency polling: ${pollAgents} agents × ${perAgent} changes at 2 s`);
-    await Promise.all(deps.map(async (d, i) => {
-      await sleep(Math.random() * 2_000);
-      for (let k = 1; k <= perAgent; k++) {
-        const mark = `q${i}-${k}`;
-        const t0 = nowMs();
-        await ctl.op.must(200, 'PATCH', `/v1/deployments/${d.id}`, { input_values: { mark } });
-        const th = await waitMark(mark, 15_000).catch((err: Error) => {
-          problems.push(err.message);
-          return NaN;
+  if (o.part === 'poll')
+    try {
+      const deps: Array<{ node: string; id: string }> = [];
+      for (let i = 0; i < pollAgents; i++) {
+        const s = slot('l', 10 + i);
+        // the advertised port has no listener: the controller's dials fail, the agent polls
+        const p = startAgentProc({
+          pki: o.pki,
+          node: s.node,
+          controllerUrl: ctl.url,
+          listen: `${s.ip}:${s.port}`,
+          advertise: `${s.ip}:1`,
+          stateDir: path.join(dir, `state-poll-${i}`),
+          logFile: path.join(dir, `agent-poll-${i}.log`),
+          extra: ['--poll-interval', '2s'],
         });
-        if (Number.isFinite(th)) pollLat.push(th - t0);
-        // a random pause, so the next change lands at a random phase of the poll cycle
-        await sleep(200 + Math.random() * 400);
+        pollProcs.push(p);
+        procs.push(p);
       }
-    }));
-    result.polling2s.agents = pollAgents;
-    result.polling2s.samples = pollLat.length;
-    result.polling2s.hookStartMs = rd(dist(pollLat));
-    result.polling2s.samplesMs = pollLat.map((x) => round(x, 1));
-    result.polling2s.runs = chunks(pollLat, 50).map((c) => {
-      const d = dist(c);
-      return { p50: round(d.p50, 1), p99: round(d.p99, 1), min: round(d.min, 1), max: round(d.max, 1) };
-    });
-    say(`latency polling 2 s: ${pollLat.length} changes, p50 ${result.polling2s.hookStartMs.p50} ms`);
-  } catch (err) {
-    problems.push(`polling latency: ${(err as Error).message}`);
-  }
+      for (let i = 0; i < pollAgents; i++) {
+        const s = slot('l', 10 + i);
+        await waitFor(
+          `poll agent ${s.node} announced`,
+          async () => {
+            const r = await ctl.op.request<{ endpoint?: string }>('GET', `/v1/nodes/${s.node}`);
+            return r.status === 200 && typeof r.json?.endpoint === 'string';
+          },
+          30_000,
+          100,
+        );
+        const d = await ctl.op.must<{ id: string; revision: number }>(201, 'POST', '/v1/deployments', {
+          node: s.node,
+          config_id: cfg.id,
+          action: 'CREATE',
+          input_values: { mark_dir: markDir, mark: `q${i}-0` },
+        });
+        deps.push({ node: s.node, id: d.id });
+      }
+      // the creations above are picked up by a poll; wait for all before measuring
+      await Promise.all(deps.map((_, i) => waitMark(`q${i}-0`, 15_000)));
+      await sleep(500);
+      say(`latency polling: ${pollAgents} agents × ${perAgent} changes at 2 s`);
+      await Promise.all(
+        deps.map(async (d, i) => {
+          await sleep(Math.random() * 2_000);
+          for (let k = 1; k <= perAgent; k++) {
+            const mark = `q${i}-${k}`;
+            const t0 = nowMs();
+            await ctl.op.must(200, 'PATCH', `/v1/deployments/${d.id}`, { input_values: { mark } });
+            const th = await waitMark(mark, 15_000).catch((err: Error) => {
+              problems.push(err.message);
+              return NaN;
+            });
+            if (Number.isFinite(th)) pollLat.push(th - t0);
+            // a random pause, so the next change lands at a random phase of the poll cycle
+            await sleep(200 + Math.random() * 400);
+          }
+        }),
+      );
+      result.polling2s.agents = pollAgents;
+      result.polling2s.samples = pollLat.length;
+      result.polling2s.hookStartMs = rd(dist(pollLat));
+      result.polling2s.samplesMs = pollLat.map((x) => round(x, 1));
+      result.polling2s.runs = chunks(pollLat, 50).map((c) => {
+        const d = dist(c);
+        return { p50: round(d.p50, 1), p99: round(d.p99, 1), min: round(d.min, 1), max: round(d.max, 1) };
+      });
+      say(`latency polling 2 s: ${pollLat.length} changes, p50 ${result.polling2s.hookStartMs.p50} ms`);
+    } catch (err) {
+      problems.push(`polling latency: ${(err as Error).message}`);
+    }
   for (const p of pollProcs) await stopProc(p, 'SIGTERM', 5_000);
 
   // ---- the computed expectations -----------------------------------------------------------
   if (o.part === 'push') {
     const after = hookStarts.filter(Number.isFinite);
-    const model = (intervalS: number): { p50Ms: number; p99Ms: number; meanMs: number; maxMs: number } => pollModel(intervalS * 1000, after);
+    const model = (intervalS: number): { p50Ms: number; p99Ms: number; meanMs: number; maxMs: number } =>
+      pollModel(intervalS * 1000, after);
     const m2 = model(2);
     result.polling2s.modelP50Ms = round(m2.p50Ms, 1);
     result.polling2s.modelP99Ms = round(m2.p99Ms, 1);
@@ -282,10 +355,17 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
  * Where the time of each change went, from the agents' own log lines (pino, ms): the wake-up,
  * the fetch, the item's start (after its state write) before the hook's first line.
  */
-function breakdown(changes: Array<{ agent: number; revision: number; t0: number; hook: number }>, logs: string[]): LatencyResult['push']['breakdown'] {
+function breakdown(
+  changes: Array<{ agent: number; revision: number; t0: number; hook: number }>,
+  logs: string[],
+): LatencyResult['push']['breakdown'] {
   const lines = logs.map((f) => {
     try {
-      return fs.readFileSync(f, 'utf8').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { time: number; msg: string; revision?: number });
+      return fs
+        .readFileSync(f, 'utf8')
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as { time: number; msg: string; revision?: number });
     } catch {
       return [];
     }
@@ -299,9 +379,17 @@ function breakdown(changes: Array<{ agent: number; revision: number; t0: number;
     const i = ls.findIndex((l) => l.msg === 'deployment item started' && l.revision === ch.revision);
     if (i < 0) continue;
     let f = -1;
-    for (let j = i - 1; j >= 0; j--) if (ls[j]!.msg === 'metadata fetched') { f = j; break; }
+    for (let j = i - 1; j >= 0; j--)
+      if (ls[j]!.msg === 'metadata fetched') {
+        f = j;
+        break;
+      }
     let w = -1;
-    for (let j = f - 1; j >= 0; j--) if (ls[j]!.msg === 'wake-up') { w = j; break; }
+    for (let j = f - 1; j >= 0; j--)
+      if (ls[j]!.msg === 'wake-up') {
+        w = j;
+        break;
+      }
     if (f < 0 || w < 0 || !Number.isFinite(ch.hook)) continue;
     a.push(ls[w]!.time - ch.t0);
     b.push(ls[f]!.time - ls[w]!.time);
@@ -310,22 +398,38 @@ function breakdown(changes: Array<{ agent: number; revision: number; t0: number;
   }
   if (a.length === 0) return null;
   const md = (xs: number[]): number => round(dist(xs).p50, 1);
-  return { patchToWake: md(a), wakeToFetched: md(b), fetchedToItemStarted: md(c), itemStartedToHook: md(d), samples: a.length };
+  return {
+    patchToWake: md(a),
+    wakeToFetched: md(b),
+    fetchedToItemStarted: md(c),
+    itemStartedToHook: md(d),
+    samples: a.length,
+  };
 }
 
 async function waitConnected(ctl: ControllerProc, node: string, ms: number): Promise<void> {
-  await waitFor(`agent ${node} push-connected`, async () => {
-    const r = await ctl.op.request<{ push?: { connected?: boolean } }>('GET', `/v1/nodes/${node}`);
-    return r.status === 200 && r.json?.push?.connected === true;
-  }, ms, 20);
+  await waitFor(
+    `agent ${node} push-connected`,
+    async () => {
+      const r = await ctl.op.request<{ push?: { connected?: boolean } }>('GET', `/v1/nodes/${node}`);
+      return r.status === 200 && r.json?.push?.connected === true;
+    },
+    ms,
+    20,
+  );
 }
 
 async function waitComplete(ctl: ControllerProc, id: string, revision: number, ms: number): Promise<void> {
-  await waitFor(`deployment ${id} revision ${revision} COMPLETE`, async () => {
-    const r = await ctl.op.request<{ revision?: number; status?: string }>('GET', `/v1/deployments/${id}`);
-    if (r.json?.status === 'FAILED') throw new Error(`deployment FAILED: ${r.raw.slice(0, 200)}`);
-    return r.status === 200 && r.json?.revision === revision && r.json?.status === 'COMPLETE';
-  }, ms, 2);
+  await waitFor(
+    `deployment ${id} revision ${revision} COMPLETE`,
+    async () => {
+      const r = await ctl.op.request<{ revision?: number; status?: string }>('GET', `/v1/deployments/${id}`);
+      if (r.json?.status === 'FAILED') throw new Error(`deployment FAILED: ${r.raw.slice(0, 200)}`);
+      return r.status === 200 && r.json?.revision === revision && r.json?.status === 'COMPLETE';
+    },
+    ms,
+    2,
+  );
 }
 
 /**
@@ -334,7 +438,10 @@ async function waitComplete(ctl: ControllerProc, id: string, revision: number, m
  * then costs what a push-woken change costs after the wake-up (approximated by the measured
  * push latency, resampled). Monte Carlo, 200,000 draws, fixed seed.
  */
-export function pollModel(intervalMs: number, after: number[]): { p50Ms: number; p99Ms: number; meanMs: number; maxMs: number } {
+export function pollModel(
+  intervalMs: number,
+  after: number[],
+): { p50Ms: number; p99Ms: number; meanMs: number; maxMs: number } {
   let seed = 42;
   const rnd = (): number => {
     seed = (seed * 1103515245 + 12345) & 0x7fffffff;
@@ -379,7 +486,14 @@ function medianOf(xs: number[]): number {
 }
 
 function rd(d: Dist): Dist {
-  return { n: d.n, p50: round(d.p50, 2), p99: round(d.p99, 2), min: round(d.min, 2), max: round(d.max, 2), mean: round(d.mean, 2) };
+  return {
+    n: d.n,
+    p50: round(d.p50, 2),
+    p99: round(d.p99, 2),
+    min: round(d.min, 2),
+    max: round(d.max, 2),
+    mean: round(d.mean, 2),
+  };
 }
 
 function mapRound<T extends Record<string, number>>(o: T): T {

@@ -50,7 +50,20 @@ export interface BenchArgs {
 }
 
 function parseArgs(argv: string[]): BenchArgs {
-  const a: BenchArgs = { quick: false, only: null, ns: [], runs: null, pushWorkers: undefined, out: ROOT, noNamespace: false, profile: null, crash: true, child: null, result: null, render: null };
+  const a: BenchArgs = {
+    quick: false,
+    only: null,
+    ns: [],
+    runs: null,
+    pushWorkers: undefined,
+    out: ROOT,
+    noNamespace: false,
+    profile: null,
+    crash: true,
+    child: null,
+    result: null,
+    render: null,
+  };
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i]!;
     const next = (): string => {
@@ -71,7 +84,9 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--render') a.render = path.resolve(next());
     else if (v === '--profile') a.profile = path.resolve(next());
     else if (v === '--help' || v === '-h') {
-      process.stdout.write('usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json]\n');
+      process.stdout.write(
+        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json]\n',
+      );
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);
   }
@@ -84,10 +99,27 @@ function maybeEnterNamespace(args: BenchArgs): boolean {
   const probe = spawnSync('unshare', ['-n', '-p', '-f', '--kill-child', '--mount-proc', 'true'], { stdio: 'ignore' });
   if (probe.status !== 0) return false;
   const script = 'ip link set lo up 2>/dev/null || ifconfig lo up; exec "$0" "$@"';
-  const child = spawn('unshare', ['-n', '-p', '-f', '--kill-child', '--mount-proc', 'sh', '-c', script, process.execPath, ...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)], {
-    stdio: 'inherit',
-    env: { ...process.env, HERALD_BENCH_NS: '1' },
-  });
+  const child = spawn(
+    'unshare',
+    [
+      '-n',
+      '-p',
+      '-f',
+      '--kill-child',
+      '--mount-proc',
+      'sh',
+      '-c',
+      script,
+      process.execPath,
+      ...process.execArgv,
+      fileURLToPath(import.meta.url),
+      ...process.argv.slice(2),
+    ],
+    {
+      stdio: 'inherit',
+      env: { ...process.env, HERALD_BENCH_NS: '1' },
+    },
+  );
   const forward = (s: NodeJS.Signals): void => {
     child.kill(s);
   };
@@ -104,9 +136,20 @@ function maybeEnterNamespace(args: BenchArgs): boolean {
 function runChild<T>(args: BenchArgs, runDir: string, child: string, fallback: (why: string) => T): Promise<T> {
   const resultFile = path.join(runDir, `${child}-result.json`);
   const script = 'ip link set lo up 2>/dev/null || ifconfig lo up; exec "$0" "$@"';
-  const childArgs = [fileURLToPath(import.meta.url), '--child', child, '--result', resultFile, ...(args.quick ? ['--quick'] : [])];
+  const childArgs = [
+    fileURLToPath(import.meta.url),
+    '--child',
+    child,
+    '--result',
+    resultFile,
+    ...(args.quick ? ['--quick'] : []),
+  ];
   return new Promise((resolve) => {
-    const c: ChildProcess = track(spawn('unshare', ['-n', 'sh', '-c', script, process.execPath, ...childArgs], { stdio: ['ignore', 'inherit', 'inherit'] }));
+    const c: ChildProcess = track(
+      spawn('unshare', ['-n', 'sh', '-c', script, process.execPath, ...childArgs], {
+        stdio: ['ignore', 'inherit', 'inherit'],
+      }),
+    );
     c.once('exit', (code) => {
       try {
         resolve(JSON.parse(fs.readFileSync(resultFile, 'utf8')) as T);
@@ -123,7 +166,14 @@ async function childMain(args: BenchArgs): Promise<number> {
   const runDir = path.join(tmp, 'bench-run');
   let r: unknown;
   if (args.child === 'idle-push' || args.child === 'idle-poll') {
-    r = await idlePhase({ pki, runDir, port: 18443, quick: args.quick, exactLo: true, part: args.child === 'idle-push' ? 'push' : 'poll' });
+    r = await idlePhase({
+      pki,
+      runDir,
+      port: 18443,
+      quick: args.quick,
+      exactLo: true,
+      part: args.child === 'idle-push' ? 'push' : 'poll',
+    });
   } else if (args.child === 'latency-poll') {
     r = (await latencyPhase({ pki, runDir, port: 18443, quick: args.quick, part: 'poll' })).result;
   } else {
@@ -138,12 +188,28 @@ async function main(): Promise<number> {
   if (args.child) return childMain(args);
   if (args.render) {
     const j = JSON.parse(fs.readFileSync(args.render, 'utf8')) as {
-      command: string; date: string; elapsedS: number; mode: string; machine: Record<string, unknown>; isolation: string;
-      pki: { issued: number; issueMs: number }; checks: { failures: string[] }; results: Parameters<typeof writeReport>[0]['results'];
+      command: string;
+      date: string;
+      elapsedS: number;
+      mode: string;
+      machine: Record<string, unknown>;
+      isolation: string;
+      pki: { issued: number; issueMs: number };
+      checks: { failures: string[] };
+      results: Parameters<typeof writeReport>[0]['results'];
     };
     writeReport({
-      out: args.out, started: new Date(j.date), elapsedS: j.elapsedS, quick: j.mode === 'quick', command: j.command, namespace: j.isolation.startsWith('own'),
-      pkiIssued: j.pki.issued, pkiIssueMs: j.pki.issueMs, results: j.results, failures: j.checks.failures, machine: j.machine,
+      out: args.out,
+      started: new Date(j.date),
+      elapsedS: j.elapsedS,
+      quick: j.mode === 'quick',
+      command: j.command,
+      namespace: j.isolation.startsWith('own'),
+      pkiIssued: j.pki.issued,
+      pkiIssueMs: j.pki.issueMs,
+      results: j.results,
+      failures: j.checks.failures,
+      machine: j.machine,
     });
     say(`BENCHMARKS.md re-rendered from ${args.render}`);
     return 0;
@@ -159,7 +225,9 @@ async function main(): Promise<number> {
   fs.rmSync(runDir, { recursive: true, force: true });
   fs.mkdirSync(runDir, { recursive: true });
 
-  say(`Herald benchmark (${args.quick ? 'quick' : 'full'})${inNs ? ' in its own network and PID namespaces' : ''}; load average ${loadAvg().join(' ')}`);
+  say(
+    `Herald benchmark (${args.quick ? 'quick' : 'full'})${inNs ? ' in its own network and PID namespaces' : ''}; load average ${loadAvg().join(' ')}`,
+  );
   const maxN = Math.max(...ns, 100);
   const slots: AgentSlot[] = [
     ...Array.from({ length: maxN }, (_, i) => slot('b', i)),
@@ -198,20 +266,28 @@ async function main(): Promise<number> {
     if (want('idle') && inNs) {
       idleParts.push(runChild(args, runDir, 'idle-push', failedPart), runChild(args, runDir, 'idle-poll', failedPart));
     }
-    if (want('latency') && inNs) pollChild = runChild<LatencyResult | null>(args, runDir, 'latency-poll', (why) => {
-      failures.push(`latency (polling): ${why}`);
-      return null;
-    });
+    if (want('latency') && inNs)
+      pollChild = runChild<LatencyResult | null>(args, runDir, 'latency-poll', (why) => {
+        failures.push(`latency (polling): ${why}`);
+        return null;
+      });
   };
 
   if (want('fanout')) {
     const sorted = [...ns].sort((a, b) => a - b);
     const rs = await fanoutAll({
-      pki, runDir, port: port + 1, ns: sorted, pushWorkers: args.pushWorkers,
+      pki,
+      runDir,
+      port: port + 1,
+      ns: sorted,
+      pushWorkers: args.pushWorkers,
       runsFor: (n) => args.runs ?? (args.quick ? 1 : n >= 5_000 ? 1 : 3),
       // full: the smallest N and the goal's 10,000 (each crash run reconnects every agent)
       crashFor: (n) => args.crash && (args.quick ? n < 1_000 : n === 100 || n === 10_000),
-      harnessExecArgv: profArgs, controllerExtra: [], controllerNodeArgs: profArgs, profile: args.profile !== null,
+      harnessExecArgv: profArgs,
+      controllerExtra: [],
+      controllerNodeArgs: profArgs,
+      profile: args.profile !== null,
       // the side phases start after the smallest N, whose figures their own start-up would disturb most
       onStep: (i) => {
         if (i === 0) startChildren();
@@ -223,27 +299,57 @@ async function main(): Promise<number> {
   startChildren();
   if (want('restart')) {
     const runs = args.runs ?? (args.quick ? 2 : 3);
-    results.restart = await restartPhase({ pki, runDir, port: port + 2, runs: args.quick ? 1 : runs, pushWorkers: args.pushWorkers, profArgs, runner: 'real' });
+    results.restart = await restartPhase({
+      pki,
+      runDir,
+      port: port + 2,
+      runs: args.quick ? 1 : runs,
+      pushWorkers: args.pushWorkers,
+      profArgs,
+      runner: 'real',
+    });
     failures.push(...results.restart.problems.map((p) => `restart: ${p}`));
-    results.restartFast = await restartPhase({ pki, runDir, port: port + 2, runs, pushWorkers: args.pushWorkers, profArgs, runner: 'noop' });
+    results.restartFast = await restartPhase({
+      pki,
+      runDir,
+      port: port + 2,
+      runs,
+      pushWorkers: args.pushWorkers,
+      profArgs,
+      runner: 'noop',
+    });
     failures.push(...results.restartFast.problems.map((p) => `restart (no-op hooks): ${p}`));
   }
   if (want('idle')) {
     const parts = inNs
       ? await Promise.all(idleParts)
       : [
-        await idlePhase({ pki, runDir, port: port + 3, quick: args.quick, exactLo: false, part: 'push' }),
-        await idlePhase({ pki, runDir, port: port + 3, quick: args.quick, exactLo: false, part: 'poll' }),
-      ];
+          await idlePhase({ pki, runDir, port: port + 3, quick: args.quick, exactLo: false, part: 'push' }),
+          await idlePhase({ pki, runDir, port: port + 3, quick: args.quick, exactLo: false, part: 'poll' }),
+        ];
     results.idle = combineIdle(parts);
     failures.push(...results.idle.problems.map((p) => `idle: ${p}`));
   }
   // push latency last, on a machine the other phases no longer load
   if (want('latency')) {
-    const r = await latencyPhase({ pki, runDir, port, quick: args.quick, pushWorkers: args.pushWorkers, profArgs, part: 'push' });
-    const poll = pollChild ? await pollChild : (await latencyPhase({ pki, runDir, port, quick: args.quick, part: 'poll' })).result;
+    const r = await latencyPhase({
+      pki,
+      runDir,
+      port,
+      quick: args.quick,
+      pushWorkers: args.pushWorkers,
+      profArgs,
+      part: 'push',
+    });
+    const poll = pollChild
+      ? await pollChild
+      : (await latencyPhase({ pki, runDir, port, quick: args.quick, part: 'poll' })).result;
     if (poll) {
-      r.result.polling2s = { ...poll.polling2s, modelP50Ms: r.result.polling2s.modelP50Ms, modelP99Ms: r.result.polling2s.modelP99Ms };
+      r.result.polling2s = {
+        ...poll.polling2s,
+        modelP50Ms: r.result.polling2s.modelP50Ms,
+        modelP99Ms: r.result.polling2s.modelP99Ms,
+      };
       r.result.problems.push(...poll.problems);
     }
     results.latency = r.result;
@@ -264,7 +370,9 @@ async function main(): Promise<number> {
     results,
     failures,
   });
-  say(`done in ${elapsedS.toFixed(0)} s; ${failures.length === 0 ? 'all checks passed' : `${failures.length} check(s) FAILED`}`);
+  say(
+    `done in ${elapsedS.toFixed(0)} s; ${failures.length === 0 ? 'all checks passed' : `${failures.length} check(s) FAILED`}`,
+  );
   for (const f of failures) say(`FAILED: ${f}`);
   return failures.length === 0 ? 0 : 1;
 }

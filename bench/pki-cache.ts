@@ -31,7 +31,11 @@ export interface AgentSlot {
 /** Agent `i` of a group: `b00042` at 127.20.0.43, `r00001` at 127.21.0.2, ... */
 export function slot(group: 'b' | 'r' | 'l', i: number): AgentSlot {
   const second = group === 'b' ? 20 : group === 'r' ? 21 : 22;
-  return { node: `${group}${String(i).padStart(5, '0')}`, ip: `127.${second}.${Math.floor(i / 250)}.${(i % 250) + 1}`, port: AGENT_PORT };
+  return {
+    node: `${group}${String(i).padStart(5, '0')}`,
+    ip: `127.${second}.${Math.floor(i / 250)}.${(i % 250) + 1}`,
+    port: AGENT_PORT,
+  };
 }
 
 export interface BenchPki {
@@ -56,7 +60,10 @@ interface Manifest {
  * Opens (or makes) the cached PKI in `dir` and makes sure every slot has a certificate.
  * Reports how many were issued and how long it took.
  */
-export async function benchPki(dir: string, slots: AgentSlot[]): Promise<{ pki: BenchPki; issued: number; issueMs: number }> {
+export async function benchPki(
+  dir: string,
+  slots: AgentSlot[],
+): Promise<{ pki: BenchPki; issued: number; issueMs: number }> {
   const p = pkiPaths(dir);
   if (!fs.existsSync(p.caKey)) {
     fs.rmSync(dir, { recursive: true, force: true });
@@ -103,7 +110,11 @@ export async function benchPki(dir: string, slots: AgentSlot[]): Promise<{ pki: 
       if (!fs.existsSync(k)) fs.copyFileSync(sharedKeyPath, k);
       fs.chmodSync(k, 0o600);
     },
-    operator: { ca: fs.readFileSync(p.caCrt), cert: fs.readFileSync(p.cert('operator', 'admin')), key: fs.readFileSync(p.key('operator', 'admin')) },
+    operator: {
+      ca: fs.readFileSync(p.caCrt),
+      cert: fs.readFileSync(p.cert('operator', 'admin')),
+      key: fs.readFileSync(p.key('operator', 'admin')),
+    },
   };
   return { pki, issued: missing.length, issueMs: Date.now() - t0 };
 }

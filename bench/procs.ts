@@ -92,23 +92,48 @@ export async function startController(a: ControllerArgs): Promise<ControllerProc
   const log = path.join(a.dir, `${a.label ?? 'controller'}.log`);
   const fd = fs.openSync(log, 'a');
   const args = [
-    HERALD_ENTRY, 'controller', '--listen', `127.0.0.1:${a.port}`, '--pki', a.pki.dir, '--db', db,
-    '--log-level', a.logLevel ?? 'info', ...(a.pushWorkers !== undefined ? ['--push-workers', String(a.pushWorkers)] : []), ...(a.extra ?? []),
+    HERALD_ENTRY,
+    'controller',
+    '--listen',
+    `127.0.0.1:${a.port}`,
+    '--pki',
+    a.pki.dir,
+    '--db',
+    db,
+    '--log-level',
+    a.logLevel ?? 'info',
+    ...(a.pushWorkers !== undefined ? ['--push-workers', String(a.pushWorkers)] : []),
+    ...(a.extra ?? []),
   ];
   const spawnedAt = Date.now();
   const proc = track(spawn(process.execPath, [...(a.nodeArgs ?? []), ...args], { stdio: ['ignore', fd, fd] }));
   fs.closeSync(fd);
   const op = new OperatorClient(a.pki.operator, '127.0.0.1', a.port, 64);
   try {
-    await waitFor('the controller to answer /healthz', async () => {
-      if (proc.exitCode !== null) throw new Error(`controller exited ${proc.exitCode}; see ${log}`);
-      return (await op.request('GET', '/healthz', undefined, 2_000)).status === 200;
-    }, 60_000, 10);
+    await waitFor(
+      'the controller to answer /healthz',
+      async () => {
+        if (proc.exitCode !== null) throw new Error(`controller exited ${proc.exitCode}; see ${log}`);
+        return (await op.request('GET', '/healthz', undefined, 2_000)).status === 200;
+      },
+      60_000,
+      10,
+    );
   } catch (err) {
     say(tail(log));
     throw err;
   }
-  return { proc, pid: proc.pid!, port: a.port, url: `https://127.0.0.1:${a.port}`, db, op, log, spawnedAt, readyAt: Date.now() };
+  return {
+    proc,
+    pid: proc.pid!,
+    port: a.port,
+    url: `https://127.0.0.1:${a.port}`,
+    db,
+    op,
+    log,
+    spawnedAt,
+    readyAt: Date.now(),
+  };
 }
 
 export async function stopController(c: ControllerProc, sig: NodeJS.Signals = 'SIGTERM'): Promise<void> {
@@ -133,8 +158,20 @@ export function startAgentProc(a: AgentProcArgs): ChildProcess {
   a.pki.ensureLayoutKey(a.node);
   const fd = fs.openSync(a.logFile, 'a');
   const args = [
-    HERALD_ENTRY, 'agent', '--node', a.node, '--controller', a.controllerUrl, '--listen', a.listen,
-    ...(a.advertise ? ['--advertise', a.advertise] : []), '--pki', a.pki.dir, '--state-dir', a.stateDir, ...(a.extra ?? []),
+    HERALD_ENTRY,
+    'agent',
+    '--node',
+    a.node,
+    '--controller',
+    a.controllerUrl,
+    '--listen',
+    a.listen,
+    ...(a.advertise ? ['--advertise', a.advertise] : []),
+    '--pki',
+    a.pki.dir,
+    '--state-dir',
+    a.stateDir,
+    ...(a.extra ?? []),
   ];
   const c = track(spawn(process.execPath, [...(a.nodeArgs ?? []), ...args], { stdio: ['ignore', fd, fd] }));
   fs.closeSync(fd);

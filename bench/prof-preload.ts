@@ -16,7 +16,9 @@ if (dir) {
     if (session === null) {
       const s = new Session();
       s.connect();
-      s.post('Profiler.enable', () => s.post('Profiler.setSamplingInterval', { interval: 200 }, () => s.post('Profiler.start')));
+      s.post('Profiler.enable', () =>
+        s.post('Profiler.setSamplingInterval', { interval: 200 }, () => s.post('Profiler.start')),
+      );
       session = s;
       return;
     }
@@ -24,7 +26,9 @@ if (dir) {
     session = null;
     s.post('Profiler.stop', (err, res) => {
       if (!err && res) {
-        const title = path.basename(process.argv[1] ?? 'node').replace(/\.js$/, '') + (process.argv[2] ? `-${process.argv[2]}` : '');
+        const title =
+          path.basename(process.argv[1] ?? 'node').replace(/\.js$/, '') +
+          (process.argv[2] ? `-${process.argv[2]}` : '');
         fs.mkdirSync(dir, { recursive: true });
         fs.writeFileSync(path.join(dir, `${title}-${process.pid}-${k++}.cpuprofile`), JSON.stringify(res.profile));
       }

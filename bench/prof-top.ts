@@ -26,7 +26,8 @@ export function top(file: string, n = 25): string {
   prof.samples.forEach((id, i) => {
     us.set(id, (us.get(id) ?? 0) + (prof.timeDeltas[i] ?? 0));
   });
-  const key = (x: ProfNode): string => `${x.callFrame.functionName || '(anonymous)'} ${x.callFrame.url.replace(/^.*\/(dist|node_modules)\//, '$1/')}:${x.callFrame.lineNumber + 1}`;
+  const key = (x: ProfNode): string =>
+    `${x.callFrame.functionName || '(anonymous)'} ${x.callFrame.url.replace(/^.*\/(dist|node_modules)\//, '$1/')}:${x.callFrame.lineNumber + 1}`;
   const self = new Map<string, number>();
   const incl = new Map<string, number>();
   let total = 0;
@@ -44,7 +45,10 @@ export function top(file: string, n = 25): string {
   }
   const show = (m: Map<string, number>, title: string): string[] => [
     `-- ${title} (of ${(total / 1000).toFixed(0)} ms sampled)`,
-    ...[...m].sort((a, b) => b[1] - a[1]).slice(0, n).map(([k, v]) => `${(v / 1000).toFixed(0).padStart(8)} ms ${((v / total) * 100).toFixed(1).padStart(5)} %  ${k}`),
+    ...[...m]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(([k, v]) => `${(v / 1000).toFixed(0).padStart(8)} ms ${((v / total) * 100).toFixed(1).padStart(5)} %  ${k}`),
   ];
   return [...show(self, 'self time'), '', ...show(incl, 'inclusive time')].join('\n');
 }

@@ -53,14 +53,18 @@ export function machine(): Record<string, unknown> {
   };
 }
 
-const fmt = (x: number | null | undefined, d = 1): string => (x === null || x === undefined || !Number.isFinite(x) ? 'n/a' : round(x, d).toLocaleString('en-US'));
+const fmt = (x: number | null | undefined, d = 1): string =>
+  x === null || x === undefined || !Number.isFinite(x) ? 'n/a' : round(x, d).toLocaleString('en-US');
 const ms = (x: number | null | undefined, d = 1): string => `${fmt(x, d)} ms`;
-const s = (xMs: number | null | undefined, d = 2): string => (xMs === null || xMs === undefined || !Number.isFinite(xMs) ? 'n/a' : `${fmt(xMs / 1000, d)} s`);
+const s = (xMs: number | null | undefined, d = 2): string =>
+  xMs === null || xMs === undefined || !Number.isFinite(xMs) ? 'n/a' : `${fmt(xMs / 1000, d)} s`;
 const kb = (bytes: number): string => `${fmt(bytes / 1000, 1)} kB`;
 
 function ratio(got: number, goal: number): string {
   if (!Number.isFinite(got)) return 'not measured';
-  return got <= goal ? `met (${fmt((got / goal) * 100, 0)} % of the limit)` : `missed by ${fmt(got - goal, got - goal < 10 ? 2 : 0)} (${fmt(got / goal, 1)}×)`;
+  return got <= goal
+    ? `met (${fmt((got / goal) * 100, 0)} % of the limit)`
+    : `missed by ${fmt(got - goal, got - goal < 10 ? 2 : 0)} (${fmt(got / goal, 1)}×)`;
 }
 
 export function goals(r: ReportInput['results']): Goal[] {
@@ -70,39 +74,63 @@ export function goals(r: ReportInput['results']): Goal[] {
     const p50 = lat.push.hookStartMs.p50;
     const p99 = lat.push.hookStartMs.p99;
     out.push({
-      figure: 'PATCH → hook started, one agent', goal: 'p50 ≤ 5 ms, p99 ≤ 15 ms', measured: `p50 ${ms(p50, 2)}, p99 ${ms(p99, 2)}`,
-      met: p50 <= 5 && p99 <= 15, by: `p50 ${ratio(p50, 5)}; p99 ${ratio(p99, 15)}`,
+      figure: 'PATCH → hook started, one agent',
+      goal: 'p50 ≤ 5 ms, p99 ≤ 15 ms',
+      measured: `p50 ${ms(p50, 2)}, p99 ${ms(p99, 2)}`,
+      met: p50 <= 5 && p99 <= 15,
+      by: `p50 ${ratio(p50, 5)}; p99 ${ratio(p99, 15)}`,
     });
   }
   const fo = (n: number): FanoutResult | undefined => r.fanout.find((f) => f.n === n);
   const f1k = fo(1_000);
   if (f1k) {
     const v = median(f1k.runs.map((x) => x.allFetchedMs));
-    out.push({ figure: '1,000 agents: all fetched after one change', goal: '≤ 0.6 s', measured: s(v), met: v <= 600, by: ratio(v / 1000, 0.6) });
+    out.push({
+      figure: '1,000 agents: all fetched after one change',
+      goal: '≤ 0.6 s',
+      measured: s(v),
+      met: v <= 600,
+      by: ratio(v / 1000, 0.6),
+    });
   }
   const f10k = fo(10_000);
   if (f10k) {
     const a = median(f10k.runs.map((x) => x.allAckedMs));
     const f = median(f10k.runs.map((x) => x.allFetchedMs));
     out.push({
-      figure: '10,000 agents: all acked / all fetched', goal: '≤ 1.5 s / ≤ 8 s', measured: `${s(a)} / ${s(f)}`,
-      met: a <= 1500 && f <= 8000, by: `acked ${ratio(a / 1000, 1.5)}; fetched ${ratio(f / 1000, 8)}`,
+      figure: '10,000 agents: all acked / all fetched',
+      goal: '≤ 1.5 s / ≤ 8 s',
+      measured: `${s(a)} / ${s(f)}`,
+      met: a <= 1500 && f <= 8000,
+      by: `acked ${ratio(a / 1000, 1.5)}; fetched ${ratio(f / 1000, 8)}`,
     });
   }
   const largest = [...r.fanout].sort((a, b) => b.n - a.n)[0];
   if (largest) {
     const v = median(largest.runs.map((x) => x.controllerRssKb.perAgent));
-    out.push({ figure: `controller RSS per connected agent (N = ${largest.n.toLocaleString('en-US')})`, goal: '≤ 80 KB', measured: `${fmt(v)} KB`, met: v <= 80, by: ratio(v, 80) });
+    out.push({
+      figure: `controller RSS per connected agent (N = ${largest.n.toLocaleString('en-US')})`,
+      goal: '≤ 80 KB',
+      measured: `${fmt(v)} KB`,
+      met: v <= 80,
+      by: ratio(v, 80),
+    });
     const rc = largest.crash;
     if (rc) {
       // a figure never reached is NaN in memory and null in a stored BENCHMARKS.json
       const v2 = typeof rc.connectAllMs === 'number' ? rc.connectAllMs : NaN;
       const N = largest.n.toLocaleString('en-US');
-      const connected = Number.isFinite(v2) ? s(v2) : `not all within the ${fmt(Math.min(90, 60 + largest.n / 100), 0)} s window (${rc.metricsConnected.toLocaleString('en-US')} of ${N})`;
-      const lost = rc.noneLost ? 'none lost' : `${rc.fetched.toLocaleString('en-US')} of ${N} had the change when the window closed`;
+      const connected = Number.isFinite(v2)
+        ? s(v2)
+        : `not all within the ${fmt(Math.min(90, 60 + largest.n / 100), 0)} s window (${rc.metricsConnected.toLocaleString('en-US')} of ${N})`;
+      const lost = rc.noneLost
+        ? 'none lost'
+        : `${rc.fetched.toLocaleString('en-US')} of ${N} had the change when the window closed`;
       out.push({
-        figure: `reconnect all ${N} after a controller restart (crash with a change pending)`, goal: '≤ 30 s, no wake-up lost',
-        measured: `${connected}, ${lost}`, met: v2 <= 30_000 && rc.noneLost,
+        figure: `reconnect all ${N} after a controller restart (crash with a change pending)`,
+        goal: '≤ 30 s, no wake-up lost',
+        measured: `${connected}, ${lost}`,
+        met: v2 <= 30_000 && rc.noneLost,
         by: `${Number.isFinite(v2) ? ratio(v2 / 1000, 30) : 'missed'}${rc.noneLost ? '' : '; not every agent had the change by the end of the window'}${largest.n < 10_000 ? ` (N = ${N}, not 10,000)` : ''}`,
       });
     }
@@ -110,22 +138,34 @@ export function goals(r: ReportInput['results']): Goal[] {
   const t = r.idle?.traffic;
   if (t) {
     const v = t.perAgentHourBytes.pushHealthy / 1000;
-    out.push({ figure: 'idle IP traffic per agent', goal: '≤ 37 kB/h', measured: `${fmt(v)} kB/h${t.exact ? '' : ' (approximate)'}`, met: v <= 37, by: ratio(v, 37) });
+    out.push({
+      figure: 'idle IP traffic per agent',
+      goal: '≤ 37 kB/h',
+      measured: `${fmt(v)} kB/h${t.exact ? '' : ' (approximate)'}`,
+      met: v <= 37,
+      by: ratio(v, 37),
+    });
   }
   const fp = r.idle?.footprint;
   if (fp) {
     const rss = fp.freshRssKb / 1024;
     const cpu = fp.freshCpuSPerHour;
     out.push({
-      figure: 'agent idle footprint', goal: 'RSS ≤ 52 MB, CPU ≤ 0.5 s/h', measured: `RSS ${fmt(rss)} MB, CPU ${fmt(cpu, 2)} s/h`,
-      met: rss <= 52 && cpu <= 0.5, by: `RSS ${ratio(rss, 52)}; CPU ${ratio(cpu, 0.5)}`,
+      figure: 'agent idle footprint',
+      goal: 'RSS ≤ 52 MB, CPU ≤ 0.5 s/h',
+      measured: `RSS ${fmt(rss)} MB, CPU ${fmt(cpu, 2)} s/h`,
+      met: rss <= 52 && cpu <= 0.5,
+      by: `RSS ${ratio(rss, 52)}; CPU ${ratio(cpu, 0.5)}`,
     });
   }
   if (r.restart) {
     const v = r.restart.medianMs;
     const fast = r.restartFast?.medianMs;
     out.push({
-      figure: '100-node cluster restart, trivial scripts', goal: '≤ 2 s', measured: `${s(v)} (no-op hooks: ${s(fast)})`, met: v <= 2000,
+      figure: '100-node cluster restart, trivial scripts',
+      goal: '≤ 2 s',
+      measured: `${s(v)} (no-op hooks: ${s(fast)})`,
+      met: v <= 2000,
       by: `${ratio(v / 1000, 2)}; with no-op hooks ${ratio((fast ?? NaN) / 1000, 2)}`,
     });
   }
@@ -142,7 +182,9 @@ export function writeReport(i: ReportInput): void {
     elapsedS: round(i.elapsedS, 1),
     mode: i.quick ? 'quick' : 'full',
     machine: m,
-    isolation: i.namespace ? 'own network + PID namespaces (loopback counters are Herald-only)' : 'host namespaces (loopback shared with other processes)',
+    isolation: i.namespace
+      ? 'own network + PID namespaces (loopback counters are Herald-only)'
+      : 'host namespaces (loopback shared with other processes)',
     pki: { issued: i.pkiIssued, issueMs: i.pkiIssueMs },
     goals: g,
     checks: { ok: i.failures.length === 0, failures: i.failures },
@@ -163,68 +205,111 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   };
   p('# Herald benchmarks');
   p();
-  p(`Produced by \`${i.command}\` on ${i.started.toISOString().replace('T', ' ').slice(0, 19)} UTC in ${fmt(i.elapsedS, 0)} s (${i.quick ? 'quick' : 'full'} run); every figure below`);
+  p(
+    `Produced by \`${i.command}\` on ${i.started.toISOString().replace('T', ' ').slice(0, 19)} UTC in ${fmt(i.elapsedS, 0)} s (${i.quick ? 'quick' : 'full'} run); every figure below`,
+  );
   p('comes from that run, and the raw figures are in `BENCHMARKS.json`. Regenerate with `npm run bench` (full) or');
-  p('`npm run bench -- --quick`. Issue 7 asks for < 10 min and < 2 min; see "Run time" at the end for where the time goes.');
+  p(
+    '`npm run bench -- --quick`. Issue 7 asks for < 10 min and < 2 min; see "Run time" at the end for where the time goes.',
+  );
   p();
-  p(`Machine: ${String(m.cores)} cores (${String(m.cpuModel)}), ${String(m.memoryGiB)} GiB, Node ${String(m.node)}, ${String(m.platform)}; commit ${String(m.commit)}${m.dirty ? ' (with uncommitted changes)' : ''}.`);
+  p(
+    `Machine: ${String(m.cores)} cores (${String(m.cpuModel)}), ${String(m.memoryGiB)} GiB, Node ${String(m.node)}, ${String(m.platform)}; commit ${String(m.commit)}${m.dirty ? ' (with uncommitted changes)' : ''}.`,
+  );
   const load0 = (m.loadAverageAtStart as number[] | undefined) ?? [];
   const load1 = (m.loadAverageAtEnd as number[] | undefined) ?? [];
   const busy = Math.max(load0[0] ?? 0, load1[0] ?? 0, load1[2] ?? 0) > Number(m.cores);
-  p(`Load average (1, 5, 15 min) at start ${load0.join(' ')}, at end ${load1.join(' ')}${busy ? ': **other work shared the machine during this run (the benchmark\'s own processes count too); timings are upper bounds**' : ''}.`);
-  p(`Isolation: ${i.namespace ? 'the benchmark ran in its own network and PID namespaces (its loopback carried only Herald traffic; every process it started died with it)' : 'host namespaces (loopback shared with other processes: traffic figures approximate)'}.`);
+  p(
+    `Load average (1, 5, 15 min) at start ${load0.join(' ')}, at end ${load1.join(' ')}${busy ? ": **other work shared the machine during this run (the benchmark's own processes count too); timings are upper bounds**" : ''}.`,
+  );
+  p(
+    `Isolation: ${i.namespace ? 'the benchmark ran in its own network and PID namespaces (its loopback carried only Herald traffic; every process it started died with it)' : 'host namespaces (loopback shared with other processes: traffic figures approximate)'}.`,
+  );
   p(`Controller, push workers, harness processes and agents all ran on this one machine, on 127.0.0.0/8.`);
   p();
-  p(`Checks: ${i.failures.length === 0 ? 'all passed (every agent connected, every wake-up verified, every fetch answered 200 with a checked signature, for every N; every restart completed)' : `**${i.failures.length} FAILED**`}`);
+  p(
+    `Checks: ${i.failures.length === 0 ? 'all passed (every agent connected, every wake-up verified, every fetch answered 200 with a checked signature, for every N; every restart completed)' : `**${i.failures.length} FAILED**`}`,
+  );
   for (const f of i.failures) p(`- ${f}`);
   p();
   p('## Goals');
   p();
   p('| figure | goal | measured | verdict |');
   p('|---|---|---|---|');
-  for (const x of g) p(`| ${x.figure} | ${x.goal} | ${x.measured} | ${x.met === null ? '' : x.met ? '**met**' : '**missed**'}: ${x.by} |`);
+  for (const x of g)
+    p(
+      `| ${x.figure} | ${x.goal} | ${x.measured} | ${x.met === null ? '' : x.met ? '**met**' : '**missed**'}: ${x.by} |`,
+    );
   p();
 
   if (r.latency) {
     const l = r.latency;
     p('## Latency: PATCH → hook process started (one agent, real processes)');
     p();
-    p('`herald controller` and `herald agent` processes; a `script` hook whose first line creates a marker file (a shell');
+    p(
+      '`herald controller` and `herald agent` processes; a `script` hook whose first line creates a marker file (a shell',
+    );
     p('builtin); the time is the inotify event of that file. One change at a time, each waiting for the previous one');
-    p(`to be signalled COMPLETE. Push: ${l.push.samples} changes, round-robin over ${l.push.agents} agents (the controller allows one node 5 metadata`);
-    p(`fetches a second, so back-to-back changes to one node would measure that limit). Polling: ${l.polling2s.samples} changes over ${l.polling2s.agents} agents polling every 2 s whose`);
-    p('announced endpoint has no listener (push off). 30 s and 120 s: computed (the only computed rows): the poller\'s');
+    p(
+      `to be signalled COMPLETE. Push: ${l.push.samples} changes, round-robin over ${l.push.agents} agents (the controller allows one node 5 metadata`,
+    );
+    p(
+      `fetches a second, so back-to-back changes to one node would measure that limit). Polling: ${l.polling2s.samples} changes over ${l.polling2s.agents} agents polling every 2 s whose`,
+    );
+    p("announced endpoint has no listener (push off). 30 s and 120 s: computed (the only computed rows): the poller's");
     p('±10 % jittered interval, a change at a uniformly random moment, plus the measured push-path cost.');
     p();
-    p('| path | samples | p50 | p99 | min | max | median of runs\' p50 (runs of 50) |');
+    p("| path | samples | p50 | p99 | min | max | median of runs' p50 (runs of 50) |");
     p('|---|---|---|---|---|---|---|');
     const d = l.push.hookStartMs;
-    p(`| push | ${d.n} | ${ms(d.p50, 2)} | ${ms(d.p99, 2)} | ${ms(d.min, 2)} | ${ms(d.max, 2)} | ${ms(l.push.medianOfRunsP50, 2)} (runs: ${l.push.runs.map((x) => fmt(x.p50, 2)).join(', ')}) |`);
+    p(
+      `| push | ${d.n} | ${ms(d.p50, 2)} | ${ms(d.p99, 2)} | ${ms(d.min, 2)} | ${ms(d.max, 2)} | ${ms(l.push.medianOfRunsP50, 2)} (runs: ${l.push.runs.map((x) => fmt(x.p50, 2)).join(', ')}) |`,
+    );
     const q = l.polling2s.hookStartMs;
-    p(`| polling 2 s, push off | ${q.n} | ${ms(q.p50, 0)} | ${ms(q.p99, 0)} | ${ms(q.min, 0)} | ${ms(q.max, 0)} | ${l.polling2s.runs.map((x) => fmt(x.p50, 0)).join(', ')} |`);
-    for (const e of l.expected) p(`| polling ${e.intervalS} s (computed) | – | ${s(e.p50Ms, 1)} | ${s(e.p99Ms, 1)} | – | ${s(e.maxMs, 1)} | mean ${s(e.meanMs, 1)} |`);
+    p(
+      `| polling 2 s, push off | ${q.n} | ${ms(q.p50, 0)} | ${ms(q.p99, 0)} | ${ms(q.min, 0)} | ${ms(q.max, 0)} | ${l.polling2s.runs.map((x) => fmt(x.p50, 0)).join(', ')} |`,
+    );
+    for (const e of l.expected)
+      p(
+        `| polling ${e.intervalS} s (computed) | – | ${s(e.p50Ms, 1)} | ${s(e.p99Ms, 1)} | – | ${s(e.maxMs, 1)} | mean ${s(e.meanMs, 1)} |`,
+      );
     p();
-    p(`Model check: for 2 s the model gives p50 ${ms(l.polling2s.modelP50Ms, 0)}, p99 ${ms(l.polling2s.modelP99Ms, 0)}; measured ${ms(q.p50, 0)}, ${ms(q.p99, 0)}.`);
+    p(
+      `Model check: for 2 s the model gives p50 ${ms(l.polling2s.modelP50Ms, 0)}, p99 ${ms(l.polling2s.modelP99Ms, 0)}; measured ${ms(q.p50, 0)}, ${ms(q.p99, 0)}.`,
+    );
     p();
     p('| push is faster than … | at p50 | at p99 |');
     p('|---|---|---|');
     const pp50 = d.p50;
     const pp99 = d.p99;
     p(`| polling every 2 s (measured) | ${fmt(q.p50 / pp50, 0)}× | ${fmt(q.p99 / pp99, 0)}× |`);
-    for (const e of l.expected) p(`| polling every ${e.intervalS} s (computed) | ${fmt(e.p50Ms / pp50, 0)}× | ${fmt(e.p99Ms / pp99, 0)}× |`);
+    for (const e of l.expected)
+      p(`| polling every ${e.intervalS} s (computed) | ${fmt(e.p50Ms / pp50, 0)}× | ${fmt(e.p99Ms / pp99, 0)}× |`);
     p(`| os-collect-config, 30 s (issue 7: median 15.5 s, max 27.7 s) | ${fmt(15_500 / pp50, 0)}× | – |`);
     p();
-    p(`Also measured on the push path: PATCH answered (committed) p50 ${ms(l.push.patchAnsweredMs.p50, 2)}, p99 ${ms(l.push.patchAnsweredMs.p99, 2)};`);
-    p(`PATCH → deployment COMPLETE in the API (hook run, signal, commit) p50 ${ms(l.push.completeMs.p50, 1)}, p99 ${ms(l.push.completeMs.p99, 1)}.`);
-    p(`First change after the agent started (POST /v1/deployments, cold): hook started ${ms(l.push.coldHookStartMs, 1)}, COMPLETE ${ms(l.push.coldCompleteMs, 1)}.`);
+    p(
+      `Also measured on the push path: PATCH answered (committed) p50 ${ms(l.push.patchAnsweredMs.p50, 2)}, p99 ${ms(l.push.patchAnsweredMs.p99, 2)};`,
+    );
+    p(
+      `PATCH → deployment COMPLETE in the API (hook run, signal, commit) p50 ${ms(l.push.completeMs.p50, 1)}, p99 ${ms(l.push.completeMs.p99, 1)}.`,
+    );
+    p(
+      `First change after the agent started (POST /v1/deployments, cold): hook started ${ms(l.push.coldHookStartMs, 1)}, COMPLETE ${ms(l.push.coldCompleteMs, 1)}.`,
+    );
     p();
     const b = l.push.breakdown;
     if (b) {
-      p(`Where the push path's time goes (medians of ${b.samples} changes; from the agent's own log lines, ms resolution):`);
+      p(
+        `Where the push path's time goes (medians of ${b.samples} changes; from the agent's own log lines, ms resolution):`,
+      );
       p();
-      p('| PATCH sent → wake-up verified | → metadata fetched | → item started (state written) | → hook\'s first line |');
+      p(
+        "| PATCH sent → wake-up verified | → metadata fetched | → item started (state written) | → hook's first line |",
+      );
       p('|---|---|---|---|');
-      p(`| ${ms(b.patchToWake)} | ${ms(b.wakeToFetched)} | ${ms(b.fetchedToItemStarted)} | ${ms(b.itemStartedToHook)} |`);
+      p(
+        `| ${ms(b.patchToWake)} | ${ms(b.wakeToFetched)} | ${ms(b.fetchedToItemStarted)} | ${ms(b.itemStartedToHook)} |`,
+      );
       p();
     }
   }
@@ -232,52 +317,76 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   if (r.fanout.length > 0) {
     p('## Fan-out: one change to every node');
     p();
-    p('N simulated agents (the agent\'s own listener, TLS, verifier, fetcher with signature check, state and poller;');
+    p("N simulated agents (the agent's own listener, TLS, verifier, fetcher with signature check, state and poller;");
     p('see `bench/sim-agent.ts`) in several harness processes, beside a real `herald controller` (default options:');
     p('one push worker). The change: one `POST /v1/clusters` naming all N nodes (one request, one transaction, one');
     p('wake-up per node). "Acked": the agent verified its wake-up and answered; "fetched": the agent holds a 200');
     p('whose signature, nonce, audience and digest it checked. Times from sending the request. Hooks are held in');
     p('the measuring window (a no-op that ends when released), so no signal reaches the controller inside it.');
     p('One controller and one fleet serve every N: the fleet grows from one N to the next and its agents stay');
-    p('connected; between runs the held hooks end, and the run\'s cluster completes and is deleted (a node belongs');
+    p("connected; between runs the held hooks end, and the run's cluster completes and is deleted (a node belongs");
     p('to one cluster at a time). The simulated agents keep their state on tmpfs (`/dev/shm`, where there is one):');
     p('on a fleet each agent has a disk of its own, here 10,000 would share one.');
     p();
-    p('| N | runs | request answered | all acked (median) | all fetched (median) | all fetched, runs | ack p50 / p99 | fetch p50 / p99 | controller CPU per run | CPU per agent |');
+    p(
+      '| N | runs | request answered | all acked (median) | all fetched (median) | all fetched, runs | ack p50 / p99 | fetch p50 / p99 | controller CPU per run | CPU per agent |',
+    );
     p('|---|---|---|---|---|---|---|---|---|---|');
     for (const f of r.fanout) {
       const med = (k: 'commitMs' | 'allAckedMs' | 'allFetchedMs'): number => median(f.runs.map((x) => x[k]));
       const mid = f.runs[Math.floor(f.runs.length / 2)];
       const cpu = median(f.runs.map((x) => x.controllerCpuS));
-      p(`| ${f.n.toLocaleString('en-US')} | ${f.runs.length} | ${s(med('commitMs'), 3)} | ${s(med('allAckedMs'), 3)} | ${s(med('allFetchedMs'), 3)} | ${f.runs.map((x) => fmt(x.allFetchedMs / 1000, 2)).join(', ')} s | ${mid ? `${ms(mid.ackMs.p50, 0)} / ${ms(mid.ackMs.p99, 0)}` : ''} | ${mid ? `${ms(mid.fetchMs.p50, 0)} / ${ms(mid.fetchMs.p99, 0)}` : ''} | ${fmt(cpu, 2)} s | ${fmt((cpu / f.n) * 1e6, 0)} µs |`);
+      p(
+        `| ${f.n.toLocaleString('en-US')} | ${f.runs.length} | ${s(med('commitMs'), 3)} | ${s(med('allAckedMs'), 3)} | ${s(med('allFetchedMs'), 3)} | ${f.runs.map((x) => fmt(x.allFetchedMs / 1000, 2)).join(', ')} s | ${mid ? `${ms(mid.ackMs.p50, 0)} / ${ms(mid.ackMs.p99, 0)}` : ''} | ${mid ? `${ms(mid.fetchMs.p50, 0)} / ${ms(mid.fetchMs.p99, 0)}` : ''} | ${fmt(cpu, 2)} s | ${fmt((cpu / f.n) * 1e6, 0)} µs |`,
+      );
     }
     p();
-    p('| N | agents connected (own count / controller gauge), each run | wake-ups verified (agents), each run | fetched 200 + signature (agents), each run | agents added to reach N: time to connect them | controller CPU to connect them | controller RSS: empty → N connected | per agent |');
+    p(
+      '| N | agents connected (own count / controller gauge), each run | wake-ups verified (agents), each run | fetched 200 + signature (agents), each run | agents added to reach N: time to connect them | controller CPU to connect them | controller RSS: empty → N connected | per agent |',
+    );
     p('|---|---|---|---|---|---|---|---|');
     for (const f of r.fanout) {
       const rss = f.runs[0]?.controllerRssKb;
       const added = f.runs[0]?.agentsAdded ?? f.n;
-      p(`| ${f.n.toLocaleString('en-US')} | ${f.runs.map((x) => `${x.agentsConnected} / ${x.metricsConnected}`).join(', ')} | ${f.runs.map((x) => x.wakesVerifiedAgents).join(', ')} | ${f.runs.map((x) => x.fetched).join(', ')} | +${added.toLocaleString('en-US')}: ${s(median(f.runs.map((x) => x.connectAllMs)), 1)} | ${fmt(median(f.runs.map((x) => x.controllerCpuConnectS)), 1)} s | ${rss ? `${fmt(rss.baseline / 1024, 0)} → ${fmt(rss.connected / 1024, 0)} MB` : ''} | ${fmt(median(f.runs.map((x) => x.controllerRssKb.perAgent)), 1)} KB |`);
+      p(
+        `| ${f.n.toLocaleString('en-US')} | ${f.runs.map((x) => `${x.agentsConnected} / ${x.metricsConnected}`).join(', ')} | ${f.runs.map((x) => x.wakesVerifiedAgents).join(', ')} | ${f.runs.map((x) => x.fetched).join(', ')} | +${added.toLocaleString('en-US')}: ${s(median(f.runs.map((x) => x.connectAllMs)), 1)} | ${fmt(median(f.runs.map((x) => x.controllerCpuConnectS)), 1)} s | ${rss ? `${fmt(rss.baseline / 1024, 0)} → ${fmt(rss.connected / 1024, 0)} MB` : ''} | ${fmt(median(f.runs.map((x) => x.controllerRssKb.perAgent)), 1)} KB |`,
+      );
     }
     p();
-    p('RSS per agent: (RSS of the controller and its push workers with N connected − RSS of the empty controller at the');
+    p(
+      'RSS per agent: (RSS of the controller and its push workers with N connected − RSS of the empty controller at the',
+    );
     p('start) / N; after a crash run the controller is a new process, so later N carry its own history too.');
     p();
-    p('Crash with a change pending: the controller commits a change to every node (a restart of the last run\'s cluster:');
-    p('a new revision of every node\'s uninstall step) with its push workers stopped (SIGSTOP), then gets SIGKILL before');
-    p('any wake-up leaves. Started again on the same database, it finds every node behind and dials them all (SPEC: at');
-    p('start, every node whose acknowledged generation is behind); the agents\' kept-alive API connections died with it:');
+    p(
+      "Crash with a change pending: the controller commits a change to every node (a restart of the last run's cluster:",
+    );
+    p(
+      "a new revision of every node's uninstall step) with its push workers stopped (SIGSTOP), then gets SIGKILL before",
+    );
+    p(
+      'any wake-up leaves. Started again on the same database, it finds every node behind and dials them all (SPEC: at',
+    );
+    p(
+      "start, every node whose acknowledged generation is behind); the agents' kept-alive API connections died with it:",
+    );
     p();
     p('The window is at most 90 s (the goal is 30 s); changes not yet delivered when it closes are committed and');
-    p('still being delivered (the controller keeps dialling, the agents keep polling), so "all had it" = no means late,');
+    p(
+      'still being delivered (the controller keeps dialling, the agents keep polling), so "all had it" = no means late,',
+    );
     p('not lost.');
     p();
-    p('| N | SIGKILL → answering again | → all connected again | → all acked | → all fetched | fetched by a poll instead | controller CPU | all had the change in the window |');
+    p(
+      '| N | SIGKILL → answering again | → all connected again | → all acked | → all fetched | fetched by a poll instead | controller CPU | all had the change in the window |',
+    );
     p('|---|---|---|---|---|---|---|---|');
     for (const f of r.fanout) {
       const c = f.crash;
       if (!c) continue;
-      p(`| ${f.n.toLocaleString('en-US')} | ${s(c.restartMs, 1)} | ${s(c.connectAllMs, 1)} | ${s(c.allAckedMs, 1)} | ${s(c.allFetchedMs, 1)} | ${c.fetchedByPoll} | ${fmt(c.controllerCpuS, 1)} s | ${c.noneLost ? 'yes' : `**no**: ${c.fetched.toLocaleString('en-US')} of ${f.n.toLocaleString('en-US')} (${c.acked.toLocaleString('en-US')} acked, ${c.metricsConnected.toLocaleString('en-US')} connected)`} |`);
+      p(
+        `| ${f.n.toLocaleString('en-US')} | ${s(c.restartMs, 1)} | ${s(c.connectAllMs, 1)} | ${s(c.allAckedMs, 1)} | ${s(c.allFetchedMs, 1)} | ${c.fetchedByPoll} | ${fmt(c.controllerCpuS, 1)} s | ${c.noneLost ? 'yes' : `**no**: ${c.fetched.toLocaleString('en-US')} of ${f.n.toLocaleString('en-US')} (${c.acked.toLocaleString('en-US')} acked, ${c.metricsConnected.toLocaleString('en-US')} connected)`} |`,
+      );
     }
     p();
   }
@@ -286,17 +395,23 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     const x = r.restart;
     p(`## Cluster restart: ${x.nodes} nodes, trivial scripts`);
     p();
-    p('Harness agents (the agent\'s own modules, ten per harness process). Real hooks: the real hook runner');
-    p('(`agent/hooks/run-item.ts`), a real `/bin/sh` process per step, uninstall then install on every node: 200 spawns per');
-    p('restart, all on this machine\'s two cores. No-op hooks: the same agents with a runner that returns success at once,');
-    p('so the figure is Herald\'s own orchestration (wake-ups, fetches, signals, the cluster state machine).');
+    p("Harness agents (the agent's own modules, ten per harness process). Real hooks: the real hook runner");
+    p(
+      '(`agent/hooks/run-item.ts`), a real `/bin/sh` process per step, uninstall then install on every node: 200 spawns per',
+    );
+    p(
+      "restart, all on this machine's two cores. No-op hooks: the same agents with a runner that returns success at once,",
+    );
+    p("so the figure is Herald's own orchestration (wake-ups, fetches, signals, the cluster state machine).");
     p('`PATCH /v1/clusters/{id}/actions/restart` → `GET` shows `RESTART_COMPLETE` (polled every 10 ms).');
     p();
     p('| hooks | runs | median | p50 | p99 | min | max | each run | controller CPU per restart |');
     p('|---|---|---|---|---|---|---|---|---|');
     for (const y of [r.restart, r.restartFast]) {
       if (!y) continue;
-      p(`| ${y.runner === 'real' ? 'real (/bin/sh)' : 'no-op'} | ${y.runs.length} | ${s(y.medianMs)} | ${s(y.restartMs.p50)} | ${s(y.restartMs.p99)} | ${s(y.restartMs.min)} | ${s(y.restartMs.max)} | ${y.runs.map((z) => fmt(z.ms / 1000, 2)).join(', ')} s | ${fmt(median(y.runs.map((z) => z.controllerCpuS)), 2)} s |`);
+      p(
+        `| ${y.runner === 'real' ? 'real (/bin/sh)' : 'no-op'} | ${y.runs.length} | ${s(y.medianMs)} | ${s(y.restartMs.p50)} | ${s(y.restartMs.p99)} | ${s(y.restartMs.min)} | ${s(y.restartMs.max)} | ${y.runs.map((z) => fmt(z.ms / 1000, 2)).join(', ')} s | ${fmt(median(y.runs.map((z) => z.controllerCpuS)), 2)} s |`,
+      );
     }
     p();
     p(`Creating the cluster (install on every node, real hooks) took ${s(x.createMs)}.`);
@@ -307,16 +422,28 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   if (t) {
     p('## Idle traffic per agent, on the wire');
     p();
-    p(`IP bytes and packets from the loopback interface's counters (\`/proc/net/dev\`)${t.exact ? ', inside the benchmark\'s own network namespace: every byte is Herald\'s' : ' of the host: **approximate**, other processes share it'}. ${t.agents} harness agents and a controller. Window 1: push healthy, nothing to do`);
-    p(`(${t.ping.windowS} s): ${t.ping.pings} WebSocket pings, ${t.ping.bytes.toLocaleString('en-US')} B in ${t.ping.packets} packets. Window 2: push off (no endpoint announced),`);
-    p(`polling every 8 s (${t.poll.windowS} s): ${t.poll.polls} polls (${t.poll.status304} answered 304), ${t.poll.bytes.toLocaleString('en-US')} B in ${t.poll.packets} packets. Each poll reuses the`);
-    p('agent\'s kept-alive API connection, as at the real intervals (the API keeps idle connections 15 min). Per hour: push healthy = 120');
+    p(
+      `IP bytes and packets from the loopback interface's counters (\`/proc/net/dev\`)${t.exact ? ", inside the benchmark's own network namespace: every byte is Herald's" : ' of the host: **approximate**, other processes share it'}. ${t.agents} harness agents and a controller. Window 1: push healthy, nothing to do`,
+    );
+    p(
+      `(${t.ping.windowS} s): ${t.ping.pings} WebSocket pings, ${t.ping.bytes.toLocaleString('en-US')} B in ${t.ping.packets} packets. Window 2: push off (no endpoint announced),`,
+    );
+    p(
+      `polling every 8 s (${t.poll.windowS} s): ${t.poll.polls} polls (${t.poll.status304} answered 304), ${t.poll.bytes.toLocaleString('en-US')} B in ${t.poll.packets} packets. Each poll reuses the`,
+    );
+    p(
+      "agent's kept-alive API connection, as at the real intervals (the API keeps idle connections 15 min). Per hour: push healthy = 120",
+    );
     p('pings (every 30 s) + 6 polls (every 600 s); push off = 120 polls (30 s) or 30 polls (120 s).');
     p();
     p('| | per event | per agent-hour |');
     p('|---|---|---|');
-    p(`| ping (30 s) | ${t.ping.bytesPerPing} B, ${t.ping.packetsPerPing} packets | ${kb(120 * t.ping.bytesPerPing)} |`);
-    p(`| poll with 304 (kept-alive connection) | ${t.poll.bytesPerPoll.toLocaleString('en-US')} B, ${t.poll.packetsPerPoll} packets | at 600 s: ${kb(6 * t.poll.bytesPerPoll)} |`);
+    p(
+      `| ping (30 s) | ${t.ping.bytesPerPing} B, ${t.ping.packetsPerPing} packets | ${kb(120 * t.ping.bytesPerPing)} |`,
+    );
+    p(
+      `| poll with 304 (kept-alive connection) | ${t.poll.bytesPerPoll.toLocaleString('en-US')} B, ${t.poll.packetsPerPoll} packets | at 600 s: ${kb(6 * t.poll.bytesPerPoll)} |`,
+    );
     p(`| **Herald, push healthy** | | **${kb(t.perAgentHourBytes.pushHealthy)}** |`);
     p(`| Herald, push off, polling every 30 s | | ${kb(t.perAgentHourBytes.pushOff30s)} |`);
     p(`| Herald, push off, polling every 120 s | | ${kb(t.perAgentHourBytes.pushOff120s)} |`);
@@ -328,27 +455,37 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   if (fp) {
     p('## Agent footprint');
     p();
-    p(`A real \`herald agent\` that never got work, push connected (${fp.pushConnected ? 'yes' : 'no'}), sampled from \`/proc\` over ${fp.windowS} s, from the`);
+    p(
+      `A real \`herald agent\` that never got work, push connected (${fp.pushConnected ? 'yes' : 'no'}), sampled from \`/proc\` over ${fp.windowS} s, from the`,
+    );
     p('30 s ping window on (it started more than 30 s before; in full runs the sample goes on alone after the window,');
-    p('while the fan-out runs beside it). CPU from the threads\' schedstat, ns resolution; RSS from VmRSS.');
+    p("while the fan-out runs beside it). CPU from the threads' schedstat, ns resolution; RSS from VmRSS.");
     p();
     p('| | RSS | CPU |');
     p('|---|---|---|');
-    p(`| idle agent | ${fmt(fp.freshRssKb / 1024)} MB (max seen ${fmt(fp.freshRssMaxKb / 1024)} MB) | ${fmt(fp.freshCpuSPerHour, 3)} s per hour |`);
-    p(`| the latency agent after ${r.latency?.push.samples ?? '?'} hook runs | ${fmt(fp.afterHooksRssKb / 1024)} MB | |`);
+    p(
+      `| idle agent | ${fmt(fp.freshRssKb / 1024)} MB (max seen ${fmt(fp.freshRssMaxKb / 1024)} MB) | ${fmt(fp.freshCpuSPerHour, 3)} s per hour |`,
+    );
+    p(
+      `| the latency agent after ${r.latency?.push.samples ?? '?'} hook runs | ${fmt(fp.afterHooksRssKb / 1024)} MB | |`,
+    );
     p('| os-collect-config (issue 7) | 51.8 MB | 0.6 s per hour at 30 s |');
     p();
   }
   L.push(...findings(i.results));
   p('## Run time');
   p();
-  p(`This run took ${fmt(i.elapsedS / 60, 1)} min (${i.quick ? 'quick; the issue asks for < 2 min' : 'full; the issue asks for < 10 min'}). Most of it is connecting`);
-  p('agents (two full mutual TLS handshakes each, and the simulated agents\' own start-up, on the same two cores) and');
+  p(
+    `This run took ${fmt(i.elapsedS / 60, 1)} min (${i.quick ? 'quick; the issue asks for < 2 min' : 'full; the issue asks for < 10 min'}). Most of it is connecting`,
+  );
+  p("agents (two full mutual TLS handshakes each, and the simulated agents' own start-up, on the same two cores) and");
   p('the crash runs, which reconnect every agent:');
   for (const f of i.results.fanout) {
     const r0 = f.runs[0];
     if (!r0) continue;
-    p(`- N = ${f.n.toLocaleString('en-US')}: adding ${(r0.agentsAdded ?? f.n).toLocaleString('en-US')} agents took ${fmt(r0.connectAllMs / 1000, 0)} s${f.crash ? `; the crash run ${fmt((f.crash.restartMs + (Number.isFinite(f.crash.allFetchedMs) ? f.crash.allFetchedMs : 0)) / 1000, 0)} s` : ''}.`);
+    p(
+      `- N = ${f.n.toLocaleString('en-US')}: adding ${(r0.agentsAdded ?? f.n).toLocaleString('en-US')} agents took ${fmt(r0.connectAllMs / 1000, 0)} s${f.crash ? `; the crash run ${fmt((f.crash.restartMs + (Number.isFinite(f.crash.allFetchedMs) ? f.crash.allFetchedMs : 0)) / 1000, 0)} s` : ''}.`,
+    );
   }
   p('The idle phase (two 30 s windows) and the polling latency run beside the fan-out in their own network');
   p('namespaces, so they add little.');
@@ -357,10 +494,12 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   p();
   p('- `npm run bench` (full: N = 100, 1,000, 5,000, 10,000), `npm run bench -- --quick` (N = 100, 1,000, shorter');
   p('  windows). `--only latency,fanout,restart,idle`, `--n 2000`, `--runs 5`, `--push-workers 2` select and tune;');
-  p('  `--no-namespace` runs on the host network. Certificates are cached in `tmp/bench-pki` (gitignored) between runs.');
+  p(
+    '  `--no-namespace` runs on the host network. Certificates are cached in `tmp/bench-pki` (gitignored) between runs.',
+  );
   p('- `--profile <dir>`: every process runs the V8 profiler over the measured windows only and writes a');
   p('  `.cpuprofile` per process; `node dist/bench/prof-top.js <file>` lists the heaviest functions.');
-  p('- `--render BENCHMARKS.json` rewrites BENCHMARKS.md from a stored run\'s raw figures, measuring nothing.');
+  p("- `--render BENCHMARKS.json` rewrites BENCHMARKS.md from a stored run's raw figures, measuring nothing.");
   p('- A latency is reported as p50/p99/min/max over its samples; a fan-out time is the median over the runs, each');
   p('  run listed.');
   p('- No timing is asserted in `npm test`; `npm run bench` exits non-zero only when a correctness check fails.');

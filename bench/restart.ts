@@ -45,24 +45,62 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(dir, { recursive: true });
   const problems: string[] = [];
-  const ctl = await startController({ pki: o.pki, dir, port: o.port, pushWorkers: o.pushWorkers, nodeArgs: o.profArgs });
+  const ctl = await startController({
+    pki: o.pki,
+    dir,
+    port: o.port,
+    pushWorkers: o.pushWorkers,
+    nodeArgs: o.profArgs,
+  });
   const slots = Array.from({ length: n }, (_, i) => slot('b', i));
   const stateRoot = agentStateRoot(o.runDir, `restart-${o.runner}`);
   fs.rmSync(stateRoot, { recursive: true, force: true });
-  const result: RestartResult = { nodes: n, runner: o.runner, createMs: NaN, runs: [], restartMs: dist([]), medianMs: NaN, problems };
+  const result: RestartResult = {
+    nodes: n,
+    runner: o.runner,
+    createMs: NaN,
+    runs: [],
+    restartMs: dist([]),
+    medianMs: NaN,
+    problems,
+  };
   // the real hook runner spawns a process per step, and spawn() costs a Node process ~10 ms of
   // page-table copying here, more the larger it is: small harness processes, so that 200 spawns
   // per restart do not queue in one process as they never would on 100 machines
-  const { fleet, failed } = await Fleet.start({ pki: o.pki, slots, controllerUrl: ctl.url, stateRoot, hook: o.runner, procs: RESTART_HARNESS_PROCS, execArgv: o.profArgs });
+  const { fleet, failed } = await Fleet.start({
+    pki: o.pki,
+    slots,
+    controllerUrl: ctl.url,
+    stateRoot,
+    hook: o.runner,
+    procs: RESTART_HARNESS_PROCS,
+    execArgv: o.profArgs,
+  });
   try {
     if (failed.length) problems.push(`${failed.length} agents failed to start`);
-    await waitFor(`${n} agents connected`, async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n, 60_000, 100);
+    await waitFor(
+      `${n} agents connected`,
+      async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n,
+      60_000,
+      100,
+    );
     const script = '#!/bin/sh\ntrue\n';
-    const install = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/configs', { name: 'install', group: 'script', config: script });
-    const uninstall = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/configs', { name: 'uninstall', group: 'script', config: script });
+    const install = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/configs', {
+      name: 'install',
+      group: 'script',
+      config: script,
+    });
+    const uninstall = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/configs', {
+      name: 'uninstall',
+      group: 'script',
+      config: script,
+    });
     let t0 = nowMs();
     const cl = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/clusters', {
-      name: 'bench', nodes: slots.map((s) => s.node), install_config_id: install.id, uninstall_config_id: uninstall.id,
+      name: 'bench',
+      nodes: slots.map((s) => s.node),
+      install_config_id: install.id,
+      uninstall_config_id: uninstall.id,
     });
     await waitStatus(ctl.op, cl.id, 'CREATE_COMPLETE', 60_000);
     result.createMs = round(nowMs() - t0, 1);
@@ -98,13 +136,23 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
   return result;
 }
 
-async function waitStatus(op: { request: <T>(m: string, p: string) => Promise<{ status: number; json: T }> }, id: string, want: string, ms: number): Promise<string> {
+async function waitStatus(
+  op: { request: <T>(m: string, p: string) => Promise<{ status: number; json: T }> },
+  id: string,
+  want: string,
+  ms: number,
+): Promise<string> {
   let last = '';
-  await waitFor(`cluster ${want}`, async () => {
-    const r = await op.request<{ status?: string }>('GET', `/v1/clusters/${id}`);
-    last = r.json?.status ?? '';
-    if (last.endsWith('_FAILED')) throw new Error(`cluster ${last}`);
-    return last === want;
-  }, ms, 10);
+  await waitFor(
+    `cluster ${want}`,
+    async () => {
+      const r = await op.request<{ status?: string }>('GET', `/v1/clusters/${id}`);
+      last = r.json?.status ?? '';
+      if (last.endsWith('_FAILED')) throw new Error(`cluster ${last}`);
+      return last === want;
+    },
+    ms,
+    10,
+  );
   return last;
 }

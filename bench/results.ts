@@ -4,4 +4,10 @@ import type { IdleResult } from './idle.js';
 import type { LatencyResult } from './latency.js';
 import type { RestartResult } from './restart.js';
 
-export type BenchResults = { latency?: LatencyResult; fanout: FanoutResult[]; restart?: RestartResult; restartFast?: RestartResult; idle?: IdleResult };
+export type BenchResults = {
+  latency?: LatencyResult;
+  fanout: FanoutResult[];
+  restart?: RestartResult;
+  restartFast?: RestartResult;
+  idle?: IdleResult;
+};

@@ -162,7 +162,12 @@ export class SimAgent {
               let hit = false;
               for (const it of r.document.deployments as MetadataItem[]) {
                 if (typeof it.revision === 'number' && it.revision > maxRev) maxRev = it.revision;
-                if (this.target !== null && it.name === this.target && (typeof it.revision !== 'number' || it.revision >= this.targetMinRevision)) hit = true;
+                if (
+                  this.target !== null &&
+                  it.name === this.target &&
+                  (typeof it.revision !== 'number' || it.revision >= this.targetMinRevision)
+                )
+                  hit = true;
               }
               this.fetches.push({ t: nowMs(), status: 200, gen: r.gen, maxRev, hit, poll });
             } else {

@@ -38,7 +38,10 @@ async function execaWay(): Promise<Way | undefined> {
   }
 }
 
-const COMMANDS: Array<[string, string[]]> = [['/bin/true', []], ['sh', ['-c', 'true']]];
+const COMMANDS: Array<[string, string[]]> = [
+  ['/bin/true', []],
+  ['sh', ['-c', 'true']],
+];
 
 /** Grows the heap to about `mb` MB of touched memory, as an agent that has run a while. */
 function ballast(mb: number): Buffer[] {
@@ -55,20 +58,27 @@ async function timeOne(way: Way, file: string, args: string[]): Promise<number> 
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { n: { type: 'string', default: '200' }, 'rss-mb': { type: 'string', default: '54' } } });
+  const { values } = parseArgs({
+    options: { n: { type: 'string', default: '200' }, 'rss-mb': { type: 'string', default: '54' } },
+  });
   const n = Number(values.n);
   const execa = await execaWay();
   const ways: Record<string, Way> = execa ? { spawn: spawnWay, execa } : { spawn: spawnWay };
   const keep = ballast(Number(values['rss-mb']));
   if (!execa) process.stdout.write('execa is not installed (npm install --no-save execa@9.6.1): spawn only\n');
-  process.stdout.write(`spawn cost, N=${n} each, from a process of ${(process.memoryUsage().rss / 2 ** 20).toFixed(0)} MB RSS (${keep.length} MB ballast)\n`);
+  process.stdout.write(
+    `spawn cost, N=${n} each, from a process of ${(process.memoryUsage().rss / 2 ** 20).toFixed(0)} MB RSS (${keep.length} MB ballast)\n`,
+  );
   for (const [file, args] of COMMANDS) {
     // interleaved, so a noisy neighbour on a shared machine hits both ways alike
     const samples = Object.fromEntries(Object.keys(ways).map((w) => [w, [] as number[]]));
     for (const w of Object.keys(ways)) for (let i = 0; i < 10; i++) await timeOne(ways[w]!, file, args); // warm-up
-    for (let i = 0; i < n; i++) for (const w of Object.keys(ways)) samples[w]!.push(await timeOne(ways[w]!, file, args));
+    for (let i = 0; i < n; i++)
+      for (const w of Object.keys(ways)) samples[w]!.push(await timeOne(ways[w]!, file, args));
     for (const [w, xs] of Object.entries(samples)) {
-      process.stdout.write(`  ${[file, ...args].join(' ').padEnd(12)} ${w.padEnd(6)} p50 ${pct(xs, 50).toFixed(0).padStart(6)} µs  p99 ${pct(xs, 99).toFixed(0).padStart(6)} µs\n`);
+      process.stdout.write(
+        `  ${[file, ...args].join(' ').padEnd(12)} ${w.padEnd(6)} p50 ${pct(xs, 50).toFixed(0).padStart(6)} µs  p99 ${pct(xs, 99).toFixed(0).padStart(6)} µs\n`,
+      );
     }
   }
 }

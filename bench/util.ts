@@ -72,7 +72,12 @@ export function runFigure(runs: readonly number[]): RunFigure {
 }
 
 /** Polls `fn` every `everyMs` until it returns a truthy value or `ms` passes (then throws). */
-export async function waitFor<T>(what: string, fn: () => T | Promise<T>, ms: number, everyMs = 25): Promise<NonNullable<T>> {
+export async function waitFor<T>(
+  what: string,
+  fn: () => T | Promise<T>,
+  ms: number,
+  everyMs = 25,
+): Promise<NonNullable<T>> {
   const t0 = Date.now();
   let last: unknown;
   for (;;) {
@@ -83,7 +88,9 @@ export async function waitFor<T>(what: string, fn: () => T | Promise<T>, ms: num
       last = err;
     }
     if (Date.now() - t0 > ms) {
-      throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? ` (last error: ${(last as Error).message ?? String(last)})` : ''}`);
+      throw new Error(
+        `timed out after ${ms} ms waiting for ${what}${last ? ` (last error: ${(last as Error).message ?? String(last)})` : ''}`,
+      );
     }
     await sleep(everyMs);
   }
@@ -177,7 +184,10 @@ export function treeSample(pid: number): TreeSample {
 /** Loopback counters from /proc/net/dev: bytes and packets received (each packet once). */
 export function loCounters(): { bytes: number; packets: number } | null {
   try {
-    const line = fs.readFileSync('/proc/net/dev', 'utf8').split('\n').find((l) => l.trim().startsWith('lo:'));
+    const line = fs
+      .readFileSync('/proc/net/dev', 'utf8')
+      .split('\n')
+      .find((l) => l.trim().startsWith('lo:'));
     if (!line) return null;
     const f = line.trim().slice(3).trim().split(/\s+/).map(Number);
     return { bytes: f[0]!, packets: f[1]! };
@@ -224,7 +234,9 @@ export class CountingLogger {
   #keep(level: string, obj: object, msg?: string): void {
     let o = '';
     try {
-      o = JSON.stringify(obj, (_k, v: unknown) => (v instanceof Error ? { message: v.message, code: (v as { code?: unknown }).code } : v));
+      o = JSON.stringify(obj, (_k, v: unknown) =>
+        v instanceof Error ? { message: v.message, code: (v as { code?: unknown }).code } : v,
+      );
     } catch {
       o = '?';
     }
@@ -251,7 +263,20 @@ export function tcpTroubles(): Record<string, number> {
       const vals = lines[i + 1]!.split(/\s+/);
       if (keys[0] !== 'TcpExt:') continue;
       keys.forEach((k, j) => {
-        if (['ListenOverflows', 'ListenDrops', 'TCPAbortOnData', 'TCPAbortOnClose', 'TCPReqQFullDrop', 'TCPReqQFullDoCookies', 'SyncookiesSent', 'TCPTimeouts', 'TCPSynRetrans'].includes(k)) out[k] = Number(vals[j]);
+        if (
+          [
+            'ListenOverflows',
+            'ListenDrops',
+            'TCPAbortOnData',
+            'TCPAbortOnClose',
+            'TCPReqQFullDrop',
+            'TCPReqQFullDoCookies',
+            'SyncookiesSent',
+            'TCPTimeouts',
+            'TCPSynRetrans',
+          ].includes(k)
+        )
+          out[k] = Number(vals[j]);
       });
     }
     const snmp = fs.readFileSync('/proc/net/snmp', 'utf8').split('\n');

@@ -12,7 +12,8 @@ function collect(value: string, previous: string[]): string[] {
 
 function parseDays(value: string): number {
   const n = Number(value);
-  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < 1) throw new HeraldError('bad_option', `--days must be a positive whole number, not ${JSON.stringify(value)}`);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < 1)
+    throw new HeraldError('bad_option', `--days must be a positive whole number, not ${JSON.stringify(value)}`);
   return n;
 }
 
@@ -37,22 +38,48 @@ Layout of a PKI directory:
 
   certs
     .command('init')
-    .description('create a CA, a signing key, the controller certificate "controller" and the operator certificate "admin"')
+    .description(
+      'create a CA, a signing key, the controller certificate "controller" and the operator certificate "admin"',
+    )
     .requiredOption('--dir <pki>', 'PKI directory to create (made 0700)')
     .option('--trust-domain <domain>', 'SPIFFE trust domain', 'herald.local')
-    .option('--controller-dns <name>', 'extra DNS SAN for the controller certificate (repeatable; localhost is always included)', collect, [])
-    .option('--controller-ip <ip>', 'extra IP SAN for the controller certificate (repeatable; 127.0.0.1 is always included)', collect, [])
+    .option(
+      '--controller-dns <name>',
+      'extra DNS SAN for the controller certificate (repeatable; localhost is always included)',
+      collect,
+      [],
+    )
+    .option(
+      '--controller-ip <ip>',
+      'extra IP SAN for the controller certificate (repeatable; 127.0.0.1 is always included)',
+      collect,
+      [],
+    )
     .option('--force', 'replace an existing CA and everything init writes', false)
     .addHelpText('after', '\nRefuses (pki_exists) and changes nothing when <pki>/ca.key exists, unless --force.')
-    .action(async (o: { dir: string; trustDomain: string; controllerDns: string[]; controllerIp: string[]; force: boolean }) => {
-      const { initPki } = await import('./pki.js');
-      const r = await initPki({ dir: o.dir, trustDomain: o.trustDomain, controllerDns: o.controllerDns, controllerIp: o.controllerIp, force: o.force });
-      out(`PKI created in ${r.dir} (trust domain ${r.trustDomain})`);
-      out(`  CA              ${o.dir}/ca.crt`);
-      out(`  signing key     ${o.dir}/wake-signing.jwk (kid ${r.kid})`);
-      out(`  controller      ${r.controller.certPath}  ${r.controller.spiffeId}  serial ${r.controller.serial}`);
-      out(`  operator        ${r.operator.certPath}  ${r.operator.spiffeId}  serial ${r.operator.serial}`);
-    });
+    .action(
+      async (o: {
+        dir: string;
+        trustDomain: string;
+        controllerDns: string[];
+        controllerIp: string[];
+        force: boolean;
+      }) => {
+        const { initPki } = await import('./pki.js');
+        const r = await initPki({
+          dir: o.dir,
+          trustDomain: o.trustDomain,
+          controllerDns: o.controllerDns,
+          controllerIp: o.controllerIp,
+          force: o.force,
+        });
+        out(`PKI created in ${r.dir} (trust domain ${r.trustDomain})`);
+        out(`  CA              ${o.dir}/ca.crt`);
+        out(`  signing key     ${o.dir}/wake-signing.jwk (kid ${r.kid})`);
+        out(`  controller      ${r.controller.certPath}  ${r.controller.spiffeId}  serial ${r.controller.serial}`);
+        out(`  operator        ${r.operator.certPath}  ${r.operator.spiffeId}  serial ${r.operator.serial}`);
+      },
+    );
 
   certs
     .command('issue')
@@ -66,7 +93,14 @@ Layout of a PKI directory:
     .addHelpText('after', '\nExample: herald certs issue agent n1 --dir ./pki --ip 10.0.0.5 --dns n1.example')
     .action(async (role: string, name: string, o: { dir: string; dns: string[]; ip: string[]; days?: number }) => {
       const { issueCert } = await import('./pki.js');
-      const r = await issueCert({ dir: o.dir, role, name, dns: o.dns, ip: o.ip, ...(o.days !== undefined ? { days: o.days } : {}) });
+      const r = await issueCert({
+        dir: o.dir,
+        role,
+        name,
+        dns: o.dns,
+        ip: o.ip,
+        ...(o.days !== undefined ? { days: o.days } : {}),
+      });
       out(`issued ${r.spiffeId}`);
       out(`  certificate  ${r.certPath}`);
       out(`  key          ${r.keyPath} (0600)`);
@@ -86,10 +120,15 @@ Layout of a PKI directory:
     )
     .action(async (target: string | undefined, o: { dir: string; kid?: string }) => {
       const { revoke } = await import('./pki.js');
-      if (target !== undefined && o.kid !== undefined) throw new HeraldError('bad_option', 'give a certificate or --kid, not both');
-      if (target === undefined && o.kid === undefined) throw new HeraldError('bad_option', 'missing <target> (name, role/name or serial) or --kid <kid>');
+      if (target !== undefined && o.kid !== undefined)
+        throw new HeraldError('bad_option', 'give a certificate or --kid, not both');
+      if (target === undefined && o.kid === undefined)
+        throw new HeraldError('bad_option', 'missing <target> (name, role/name or serial) or --kid <kid>');
       const r = await revoke({ dir: o.dir, ...(o.kid !== undefined ? { kid: o.kid } : { target: target! }) });
-      const what = r.kid !== undefined ? `signing key ${r.kid}` : `serial ${r.serial}${r.certificate ? ` (${r.certificate})` : ''}`;
+      const what =
+        r.kid !== undefined
+          ? `signing key ${r.kid}`
+          : `serial ${r.serial}${r.certificate ? ` (${r.certificate})` : ''}`;
       out(r.already ? `${what} was already revoked` : `revoked ${what}`);
     });
 
@@ -102,7 +141,13 @@ Layout of a PKI directory:
       const { listCerts } = await import('./pki.js');
       const rows = await listCerts(o.dir);
       if (o.json) {
-        out(JSON.stringify(rows.map((r) => ({ ...r, notAfter: r.notAfter.toISOString() })), null, 2));
+        out(
+          JSON.stringify(
+            rows.map((r) => ({ ...r, notAfter: r.notAfter.toISOString() })),
+            null,
+            2,
+          ),
+        );
         return;
       }
       const table = [
@@ -120,7 +165,10 @@ Layout of a PKI directory:
     .argument('<name>', 'the certificate name')
     .requiredOption('--dir <pki>', 'PKI directory')
     .requiredOption('--out <dir>', 'directory to write the bundle to (made 0700)')
-    .addHelpText('after', '\nWrites ca.crt, wake-signing.jwks, revoked.json, <role>/<name>.crt/.key, and for a controller wake-signing.jwk.')
+    .addHelpText(
+      'after',
+      '\nWrites ca.crt, wake-signing.jwks, revoked.json, <role>/<name>.crt/.key, and for a controller wake-signing.jwk.',
+    )
     .action(async (role: string, name: string, o: { dir: string; out: string }) => {
       const { bundle } = await import('./pki.js');
       const files = await bundle({ dir: o.dir, role, name, out: o.out });
@@ -140,6 +188,7 @@ Layout of a PKI directory:
       const { rotateSigningKey } = await import('./pki.js');
       const r = await rotateSigningKey({ dir: o.dir });
       out(`new signing key ${r.kid}`);
-      if (r.previousKids.length) out(`still trusted: ${r.previousKids.join(', ')} (revoke with --kid once agents have the new JWKS)`);
+      if (r.previousKids.length)
+        out(`still trusted: ${r.previousKids.join(', ')} (revoke with --kid once agents have the new JWKS)`);
     });
 }

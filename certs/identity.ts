@@ -33,7 +33,12 @@ export type CertInput = tls.PeerCertificate | crypto.X509Certificate | string | 
 
 /** Lowercase hex without `0x`, colons or leading zeros, so serials compare as strings. */
 export function normalizeSerial(serial: string): string {
-  const s = serial.trim().toLowerCase().replace(/^0x/, '').replace(/:/g, '').replace(/^0+(?=.)/, '');
+  const s = serial
+    .trim()
+    .toLowerCase()
+    .replace(/^0x/, '')
+    .replace(/:/g, '')
+    .replace(/^0+(?=.)/, '');
   return s;
 }
 
@@ -131,12 +136,16 @@ export function identityOf(cert: CertInput, trustDomain: string): CertIdentity {
   if (uris.length > 1) throw new RefusalError('multiple_identities', `the certificate has ${uris.length} URI SANs`);
   const uri = uris[0]!.value;
   if (!uri.startsWith('spiffe://')) throw new RefusalError('no_identity', 'the URI SAN is not a spiffe:// id');
-  if (uri.includes('%')) throw new RefusalError('bad_identity', 'percent-escapes are not allowed in a Herald SPIFFE id');
+  if (uri.includes('%'))
+    throw new RefusalError('bad_identity', 'percent-escapes are not allowed in a Herald SPIFFE id');
   const id = parseSpiffeId(uri, trustDomain);
   const ekus = x.keyUsage ?? [];
   const missing = ROLE_EKUS[id.role].filter((oid) => !ekus.includes(oid));
   if (missing.length > 0) {
-    throw new RefusalError('wrong_eku', `a ${id.role} certificate needs ${ekuNames(ROLE_EKUS[id.role])}; this one has ${ekuNames(ekus) || 'none'}`);
+    throw new RefusalError(
+      'wrong_eku',
+      `a ${id.role} certificate needs ${ekuNames(ROLE_EKUS[id.role])}; this one has ${ekuNames(ekus) || 'none'}`,
+    );
   }
   return {
     ...id,

@@ -54,5 +54,11 @@ export interface MaterialPaths {
 
 export function materialPaths(dir: string, role: Role, name: string): MaterialPaths {
   const p = pkiPaths(dir);
-  return { caPath: p.caCrt, certPath: p.cert(role, name), keyPath: p.key(role, name), revokedPath: p.revoked, jwksPath: p.jwks };
+  return {
+    caPath: p.caCrt,
+    certPath: p.cert(role, name),
+    keyPath: p.key(role, name),
+    revokedPath: p.revoked,
+    jwksPath: p.jwks,
+  };
 }

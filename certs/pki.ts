@@ -40,13 +40,16 @@ export function randomSerial(): string {
 
 /** A new RSA private key as PKCS#8 PEM (made by Node, much faster than forge). */
 export function newRsaKeyPem(): string {
-  return crypto.generateKeyPairSync('rsa', { modulusLength: RSA_KEY_BITS }).privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+  return crypto
+    .generateKeyPairSync('rsa', { modulusLength: RSA_KEY_BITS })
+    .privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
 }
 
 async function newRsaKeyPemAsync(): Promise<string> {
   const { privateKey } = await new Promise<crypto.KeyPairKeyObjectResult>((resolve, reject) =>
     crypto.generateKeyPair('rsa', { modulusLength: RSA_KEY_BITS }, (err, publicKey, privateKey) =>
-      err ? reject(err) : resolve({ publicKey, privateKey })),
+      err ? reject(err) : resolve({ publicKey, privateKey }),
+    ),
   );
   return privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
 }
@@ -228,7 +231,11 @@ export function publicJwkOf(jwk: PrivateJwk | PublicJwk): PublicJwk {
 // ---- revoked.json -------------------------------------------------------------------------------
 
 function writeRevoked(p: PkiPaths, list: RevokedList): void {
-  writeFileAtomic(p.revoked, `${JSON.stringify({ serials: list.serials, kids: list.kids }, null, 2)}\n`, PUBLIC_FILE_MODE);
+  writeFileAtomic(
+    p.revoked,
+    `${JSON.stringify({ serials: list.serials, kids: list.kids }, null, 2)}\n`,
+    PUBLIC_FILE_MODE,
+  );
 }
 
 // ---- the PKI directory -------------------------------------------------------------------------
@@ -261,7 +268,11 @@ export interface InitPkiResult {
  */
 export async function initPki(opts: InitPkiOptions): Promise<InitPkiResult> {
   const trustDomain = opts.trustDomain ?? DEFAULT_TRUST_DOMAIN;
-  if (!TRUST_DOMAIN_RE.test(trustDomain)) throw new HeraldError('bad_option', `--trust-domain ${JSON.stringify(trustDomain)} is not a lowercase DNS-like name`);
+  if (!TRUST_DOMAIN_RE.test(trustDomain))
+    throw new HeraldError(
+      'bad_option',
+      `--trust-domain ${JSON.stringify(trustDomain)} is not a lowercase DNS-like name`,
+    );
   const dns = uniq(['localhost', ...checkDns(opts.controllerDns ?? [], '--controller-dns')]);
   const ip = uniq(['127.0.0.1', ...checkIps(opts.controllerIp ?? [], '--controller-ip')]);
   const p = pkiPaths(opts.dir);
@@ -316,8 +327,13 @@ export interface IssueResult {
  *   days; `pki_missing` when the CA is not there
  */
 export async function issueCert(opts: IssueCertOptions): Promise<IssueResult> {
-  if (!isRole(opts.role)) throw new HeraldError('bad_identity', `role must be one of ${ROLES.join(', ')}, not ${JSON.stringify(opts.role)}`);
-  if (!isValidName(opts.name)) throw new HeraldError('bad_identity', `name ${JSON.stringify(opts.name)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`);
+  if (!isRole(opts.role))
+    throw new HeraldError('bad_identity', `role must be one of ${ROLES.join(', ')}, not ${JSON.stringify(opts.role)}`);
+  if (!isValidName(opts.name))
+    throw new HeraldError(
+      'bad_identity',
+      `name ${JSON.stringify(opts.name)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`,
+    );
   const dns = checkDns(opts.dns ?? [], '--dns');
   const ip = checkIps(opts.ip ?? [], '--ip');
   if (opts.days !== undefined && (!Number.isInteger(opts.days) || opts.days < 1 || opts.days > MAX_CERT_DAYS)) {
@@ -329,18 +345,37 @@ export async function issueCert(opts: IssueCertOptions): Promise<IssueResult> {
   const keyPem = opts.keyPem ?? (await newRsaKeyPemAsync());
   const role = opts.role;
   ensureDir(p.roleDir(role));
-  return issueWith(p, ca, trustDomain, { role, name: opts.name, dns, ip, keyPem, days: opts.days, notBefore: opts.notBefore, notAfter: opts.notAfter });
+  return issueWith(p, ca, trustDomain, {
+    role,
+    name: opts.name,
+    dns,
+    ip,
+    keyPem,
+    days: opts.days,
+    notBefore: opts.notBefore,
+    notAfter: opts.notAfter,
+  });
 }
 
 function issueWith(
   p: PkiPaths,
   ca: Pem,
   trustDomain: string,
-  o: { role: Role; name: string; dns?: string[]; ip?: string[]; keyPem: string; days?: number | undefined; notBefore?: Date | undefined; notAfter?: Date | undefined },
+  o: {
+    role: Role;
+    name: string;
+    dns?: string[];
+    ip?: string[];
+    keyPem: string;
+    days?: number | undefined;
+    notBefore?: Date | undefined;
+    notAfter?: Date | undefined;
+  },
 ): IssueResult {
   const spiffeId = spiffeIdOf(trustDomain, o.role, o.name);
   const notBefore = o.notBefore ?? new Date(Date.now() - CERT_BACKDATE_MS);
-  const notAfter = o.notAfter ?? new Date(notBefore.getTime() + (o.days ?? DEFAULT_CERT_DAYS) * DAY_MS + CERT_BACKDATE_MS);
+  const notAfter =
+    o.notAfter ?? new Date(notBefore.getTime() + (o.days ?? DEFAULT_CERT_DAYS) * DAY_MS + CERT_BACKDATE_MS);
   const made = makeCertificate({
     issuer: ca,
     uris: [spiffeId],
@@ -401,11 +436,15 @@ export async function revoke(opts: RevokeOptions): Promise<RevokeResult> {
     const kid = opts.kid;
     const active = readIfExists(p.signingJwk);
     if (active && (JSON.parse(active.toString()) as { kid?: string }).kid === kid) {
-      throw new HeraldError('bad_option', `kid ${kid} is the active signing key; run herald certs rotate-signing-key first`);
+      throw new HeraldError(
+        'bad_option',
+        `kid ${kid} is the active signing key; run herald certs rotate-signing-key first`,
+      );
     }
     const jwks = readIfExists(p.jwks);
     const known = jwks ? ((JSON.parse(jwks.toString()) as Jwks).keys ?? []).some((k) => k.kid === kid) : false;
-    if (!known && !current.kids.includes(kid)) throw new HeraldError('bad_option', `kid ${JSON.stringify(kid)} is not in ${p.jwks}`);
+    if (!known && !current.kids.includes(kid))
+      throw new HeraldError('bad_option', `kid ${JSON.stringify(kid)} is not in ${p.jwks}`);
     if (current.kids.includes(kid)) return { kid, already: true };
     writeRevoked(p, { serials: current.serials, kids: [...current.kids, kid] });
     return { kid, already: false };
@@ -421,7 +460,10 @@ export async function revoke(opts: RevokeOptions): Promise<RevokeResult> {
   } else if (/^(0x)?[0-9a-fA-F:]+$/.test(target) && !target.includes('/')) {
     serial = normalizeSerial(target);
   } else {
-    throw new HeraldError('pki_missing', `no certificate ${JSON.stringify(target)} in ${p.dir} (give a name, role/name or hex serial)`);
+    throw new HeraldError(
+      'pki_missing',
+      `no certificate ${JSON.stringify(target)} in ${p.dir} (give a name, role/name or hex serial)`,
+    );
   }
   const base = certificate ? { serial, certificate } : { serial };
   if (current.serials.includes(serial)) return { ...base, already: true };
@@ -433,16 +475,21 @@ function findCertificate(p: PkiPaths, target: string): { role: Role; name: strin
   const slash = target.split('/');
   if (slash.length === 2) {
     const [role = '', name = ''] = slash;
-    if (!isRole(role) || !isValidName(name)) throw new HeraldError('bad_option', `${JSON.stringify(target)} is not role/name`);
+    if (!isRole(role) || !isValidName(name))
+      throw new HeraldError('bad_option', `${JSON.stringify(target)} is not role/name`);
     const file = p.cert(role, name);
     if (!fs.existsSync(file)) throw new HeraldError('pki_missing', `no certificate ${target} in ${p.dir}`);
     return { role, name, path: file };
   }
-  if (slash.length > 2) throw new HeraldError('bad_option', `${JSON.stringify(target)} is not a name, role/name or serial`);
+  if (slash.length > 2)
+    throw new HeraldError('bad_option', `${JSON.stringify(target)} is not a name, role/name or serial`);
   if (!isValidName(target)) return undefined;
   const hits = ROLES.filter((r) => fs.existsSync(p.cert(r, target)));
   if (hits.length > 1) {
-    throw new HeraldError('bad_option', `${target} names certificates of several roles (${hits.join(', ')}): give role/name`);
+    throw new HeraldError(
+      'bad_option',
+      `${target} names certificates of several roles (${hits.join(', ')}): give role/name`,
+    );
   }
   const role = hits[0];
   return role ? { role, name: target, path: p.cert(role, target) } : undefined;
@@ -514,8 +561,10 @@ export async function bundle(opts: BundleOptions): Promise<string[]> {
   const role = opts.role;
   const src = pkiPaths(opts.dir);
   const dst = pkiPaths(opts.out);
-  if (path.resolve(opts.out) === path.resolve(opts.dir)) throw new HeraldError('bad_option', '--out must not be the PKI directory');
-  if (fs.existsSync(dst.caKey)) throw new HeraldError('bad_option', `${opts.out} holds a ca.key: not a bundle directory`);
+  if (path.resolve(opts.out) === path.resolve(opts.dir))
+    throw new HeraldError('bad_option', '--out must not be the PKI directory');
+  if (fs.existsSync(dst.caKey))
+    throw new HeraldError('bad_option', `${opts.out} holds a ca.key: not a bundle directory`);
   const files: Array<[from: string, to: string, mode: number]> = [
     [src.caCrt, dst.caCrt, PUBLIC_FILE_MODE],
     [src.jwks, dst.jwks, PUBLIC_FILE_MODE],
@@ -568,7 +617,8 @@ export async function rotateSigningKey(opts: { dir: string }): Promise<RotateRes
 function checkDns(names: string[], option: string): string[] {
   return names.map((n) => {
     const d = n.toLowerCase();
-    if (d.length > 253 || !DNS_RE.test(d)) throw new HeraldError('bad_option', `${option} ${JSON.stringify(n)} is not a DNS name`);
+    if (d.length > 253 || !DNS_RE.test(d))
+      throw new HeraldError('bad_option', `${option} ${JSON.stringify(n)} is not a DNS name`);
     return d;
   });
 }
@@ -581,7 +631,11 @@ function checkDns(names: string[], option: string): string[] {
 function checkIps(ips: string[], option: string): string[] {
   return ips.map((ip) => {
     const expanded = net.isIP(ip.trim()) === 0 ? null : expandedIp(ip);
-    if (expanded === null) throw new HeraldError('bad_option', `${option} ${JSON.stringify(ip)} is not an IP address (a dotted IPv4 address or an IPv6 address without a zone)`);
+    if (expanded === null)
+      throw new HeraldError(
+        'bad_option',
+        `${option} ${JSON.stringify(ip)} is not an IP address (a dotted IPv4 address or an IPv6 address without a zone)`,
+      );
     return expanded;
   });
 }

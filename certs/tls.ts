@@ -134,7 +134,8 @@ export class PkiMaterial extends EventEmitter {
       this.#revoked = this.#loadRevoked(undefined);
       this.#jwks = this.#loadJwks(undefined);
     } catch (err) {
-      if (err instanceof HeraldError && err.code === 'pki_missing') throw new ConfigError(err.message, { cause: err, code: 'pki_missing' });
+      if (err instanceof HeraldError && err.code === 'pki_missing')
+        throw new ConfigError(err.message, { cause: err, code: 'pki_missing' });
       throw new ConfigError(err instanceof Error ? err.message : String(err), { cause: err });
     }
     this.#snapshot = this.#makeSnapshot();
@@ -157,7 +158,10 @@ export class PkiMaterial extends EventEmitter {
       const t = this.#loadTls();
       if (!t.ca.equals(this.#tls.ca) || !t.cert.equals(this.#tls.cert) || !t.key.equals(this.#tls.key)) {
         if (t.identity.spiffeId !== this.#tls.identity.spiffeId) {
-          throw new HeraldError('bad_identity', `the new certificate is ${t.identity.spiffeId}, not ${this.#tls.identity.spiffeId}`);
+          throw new HeraldError(
+            'bad_identity',
+            `the new certificate is ${t.identity.spiffeId}, not ${this.#tls.identity.spiffeId}`,
+          );
         }
         this.#tls = t;
         result.tls = true;
@@ -186,7 +190,10 @@ export class PkiMaterial extends EventEmitter {
     if (result.tls || result.revoked || result.jwks) {
       this.#snapshot = this.#makeSnapshot();
       if (result.tls) {
-        this.#log.info({ serial: this.#tls.identity.serial, spiffeId: this.#tls.identity.spiffeId }, 'TLS material reloaded');
+        this.#log.info(
+          { serial: this.#tls.identity.serial, spiffeId: this.#tls.identity.spiffeId },
+          'TLS material reloaded',
+        );
         this.emit('tls-change', this.#snapshot);
       }
       if (result.revoked) {
@@ -265,7 +272,10 @@ export class PkiMaterial extends EventEmitter {
     if (!x.checkPrivateKey(k)) throw new KeyMismatchError(`${o.keyPath} does not match ${o.certPath}`);
     const identity = identityOf(x, o.trustDomain);
     if (!caCerts.some((c) => x.checkIssued(c) && x.verify(c.publicKey))) {
-      this.#log.warn({ cert: o.certPath, ca: o.caPath }, 'our certificate is not signed by the CA we trust; peers will refuse it');
+      this.#log.warn(
+        { cert: o.certPath, ca: o.caPath },
+        'our certificate is not signed by the CA we trust; peers will refuse it',
+      );
     }
     return { ca, cert, key, caCerts, identity };
   }
@@ -361,7 +371,15 @@ export interface HeraldServerTlsOptions {
  */
 export function tlsServerOptions(material: PkiMaterial): HeraldServerTlsOptions {
   const m = material.current();
-  return { key: m.key, cert: m.cert, ca: m.ca, requestCert: true, rejectUnauthorized: false, minVersion: 'TLSv1.3', maxVersion: 'TLSv1.3' };
+  return {
+    key: m.key,
+    cert: m.cert,
+    ca: m.ca,
+    requestCert: true,
+    rejectUnauthorized: false,
+    minVersion: 'TLSv1.3',
+    maxVersion: 'TLSv1.3',
+  };
 }
 
 /**
@@ -374,9 +392,7 @@ export function watchServer(server: tls.Server, material: PkiMaterial): () => vo
   return () => material.off('tls-change', onChange);
 }
 
-export type AuthorizeResult =
-  | { ok: true; identity: CertIdentity }
-  | { ok: false; code: ErrorCode; message: string };
+export type AuthorizeResult = { ok: true; identity: CertIdentity } | { ok: false; code: ErrorCode; message: string };
 
 /**
  * THE authorization of a TLS peer, for servers (and for dialers after connect, see
@@ -386,7 +402,11 @@ export type AuthorizeResult =
  * Codes: `tls_version`, `no_client_certificate`, `untrusted_certificate`,
  * `certificate_expired`, `revoked`, the identity codes of `identityOf`, `wrong_role`.
  */
-export function authorizePeer(socket: tls.TLSSocket, want: Role | readonly Role[], material: PkiMaterial): AuthorizeResult {
+export function authorizePeer(
+  socket: tls.TLSSocket,
+  want: Role | readonly Role[],
+  material: PkiMaterial,
+): AuthorizeResult {
   const protocol = socket.getProtocol();
   if (protocol !== 'TLSv1.3') return refuse('tls_version', `the peer negotiated ${protocol ?? 'no TLS'}, not TLSv1.3`);
   const x = socket.getPeerX509Certificate();
@@ -394,7 +414,8 @@ export function authorizePeer(socket: tls.TLSSocket, want: Role | readonly Role[
   if (!socket.authorized) {
     const e = socket.authorizationError as unknown;
     const code = typeof e === 'string' ? e : ((e as { code?: string } | null)?.code ?? String(e));
-    if (tlsCodeOf(code) === 'certificate_expired') return refuse('certificate_expired', `the certificate is not valid now (${code})`);
+    if (tlsCodeOf(code) === 'certificate_expired')
+      return refuse('certificate_expired', `the certificate is not valid now (${code})`);
     return refuse('untrusted_certificate', `the certificate does not verify against the cluster CA (${code})`);
   }
   return authorizeCertificate(x, want, material);
@@ -404,14 +425,20 @@ export function authorizePeer(socket: tls.TLSSocket, want: Role | readonly Role[
  * The checks of `authorizePeer` that need no socket: chain to the current CA, dates now,
  * revocation, identity and role. For a certificate whose chain OpenSSL has already verified.
  */
-export function authorizeCertificate(cert: crypto.X509Certificate, want: Role | readonly Role[], material: PkiMaterial, now = Date.now()): AuthorizeResult {
+export function authorizeCertificate(
+  cert: crypto.X509Certificate,
+  want: Role | readonly Role[],
+  material: PkiMaterial,
+  now = Date.now(),
+): AuthorizeResult {
   const m = material.current();
   if (!m.caCerts.some((ca) => cert.checkIssued(ca) && cert.verify(ca.publicKey))) {
     return refuse('untrusted_certificate', 'the certificate is not signed by the current cluster CA');
   }
   const from = Date.parse(cert.validFrom);
   const to = Date.parse(cert.validTo);
-  if (!(now >= from && now <= to)) return refuse('certificate_expired', `the certificate is valid from ${cert.validFrom} to ${cert.validTo}`);
+  if (!(now >= from && now <= to))
+    return refuse('certificate_expired', `the certificate is valid from ${cert.validFrom} to ${cert.validTo}`);
   const serial = normalizeSerial(cert.serialNumber);
   if (m.revokedSerials.has(serial)) return refuse('revoked', `serial ${serial} is revoked`);
   let identity: CertIdentity;
@@ -422,7 +449,8 @@ export function authorizeCertificate(cert: crypto.X509Certificate, want: Role | 
     throw err;
   }
   const roles: readonly Role[] = typeof want === 'string' ? [want] : want;
-  if (!roles.includes(identity.role)) return refuse('wrong_role', `the ${identity.role} role may not use this endpoint (wants ${roles.join(' or ')})`);
+  if (!roles.includes(identity.role))
+    return refuse('wrong_role', `the ${identity.role} role may not use this endpoint (wants ${roles.join(' or ')})`);
   return { ok: true, identity };
 }
 
@@ -465,7 +493,11 @@ export function tlsClientOptions(material: PkiMaterial, expectedSpiffeId: string
 }
 
 /** The server side of a dial: undefined when `cert` is `expectedSpiffeId`, else a RefusalError. */
-export function checkServerCertificate(material: PkiMaterial, expectedSpiffeId: string, cert: tls.PeerCertificate | crypto.X509Certificate): RefusalError | undefined {
+export function checkServerCertificate(
+  material: PkiMaterial,
+  expectedSpiffeId: string,
+  cert: tls.PeerCertificate | crypto.X509Certificate,
+): RefusalError | undefined {
   const m = material.current();
   let id: CertIdentity;
   try {
@@ -474,8 +506,10 @@ export function checkServerCertificate(material: PkiMaterial, expectedSpiffeId: 
     if (err instanceof RefusalError) return err;
     return new RefusalError('bad_identity', err instanceof Error ? err.message : String(err), { cause: err });
   }
-  if (id.spiffeId !== expectedSpiffeId) return new RefusalError('wrong_peer', `the server is ${id.spiffeId}, not ${expectedSpiffeId}`);
-  if (m.revokedSerials.has(id.serial)) return new RefusalError('revoked', `the server's serial ${id.serial} is revoked`);
+  if (id.spiffeId !== expectedSpiffeId)
+    return new RefusalError('wrong_peer', `the server is ${id.spiffeId}, not ${expectedSpiffeId}`);
+  if (m.revokedSerials.has(id.serial))
+    return new RefusalError('revoked', `the server's serial ${id.serial} is revoked`);
   return undefined;
 }
 
@@ -485,17 +519,26 @@ export function checkServerCertificate(material: PkiMaterial, expectedSpiffeId: 
  * 'revoked-change'. Undefined when fine. A resumed session is refused: its certificate is not
  * visible on the client.
  */
-export function checkServerSocket(socket: tls.TLSSocket, material: PkiMaterial, expectedSpiffeId: string): RefusalError | undefined {
-  if (socket.getProtocol() !== 'TLSv1.3') return new RefusalError('tls_version', 'the server did not negotiate TLSv1.3');
+export function checkServerSocket(
+  socket: tls.TLSSocket,
+  material: PkiMaterial,
+  expectedSpiffeId: string,
+): RefusalError | undefined {
+  if (socket.getProtocol() !== 'TLSv1.3')
+    return new RefusalError('tls_version', 'the server did not negotiate TLSv1.3');
   const x = socket.getPeerX509Certificate();
   if (!x) {
-    const why = socket.isSessionReused() ? 'a resumed session does not show the server certificate; dial without session resumption' : 'the server presented no certificate';
+    const why = socket.isSessionReused()
+      ? 'a resumed session does not show the server certificate; dial without session resumption'
+      : 'the server presented no certificate';
     return new RefusalError('untrusted_certificate', why);
   }
   const expectedRole = /^spiffe:\/\/[^/]+\/([^/]+)\//.exec(expectedSpiffeId)?.[1] as Role | undefined;
   const r = authorizeCertificate(x, expectedRole ? [expectedRole] : [], material);
   if (!r.ok) return new RefusalError(r.code, r.message);
-  return r.identity.spiffeId === expectedSpiffeId ? undefined : new RefusalError('wrong_peer', `the server is ${r.identity.spiffeId}, not ${expectedSpiffeId}`);
+  return r.identity.spiffeId === expectedSpiffeId
+    ? undefined
+    : new RefusalError('wrong_peer', `the server is ${r.identity.spiffeId}, not ${expectedSpiffeId}`);
 }
 
 /**
@@ -522,14 +565,24 @@ export interface HttpsAgentOptions {
  * revocation (see tlsClientOptions). One agent per expected id. Rebuild it on 'tls-change'
  * (`HttpsAgentHolder` does).
  */
-export function httpsAgentFor(material: PkiMaterial, expectedSpiffeId: string, opts: HttpsAgentOptions = {}): https.Agent {
+export function httpsAgentFor(
+  material: PkiMaterial,
+  expectedSpiffeId: string,
+  opts: HttpsAgentOptions = {},
+): https.Agent {
   const base = tlsClientOptions(material, expectedSpiffeId);
   return new https.Agent({
     ...base,
     // one context for all of this agent's connections: without it every new connection parses
     // the key and certificates into a context of its own (~1-4 ms of CPU each; measured by
     // `npm run bench`, where 10,000 agents each open one for a fan-out)
-    secureContext: tls.createSecureContext({ ca: base.ca, cert: base.cert, key: base.key, minVersion: base.minVersion, maxVersion: base.maxVersion }),
+    secureContext: tls.createSecureContext({
+      ca: base.ca,
+      cert: base.cert,
+      key: base.key,
+      minVersion: base.minVersion,
+      maxVersion: base.maxVersion,
+    }),
     keepAlive: opts.keepAlive ?? true,
     // http.Agent turns TCP keep-alive on for its sockets with this idle time (default 1 s): an
     // idle kept-alive connection would then send a probe and get an ACK every second, 2 packets

@@ -34,6 +34,10 @@ export function readTrustDomain(dir: string, o: TrustDomainLookup = {}): string 
     return trustDomainOf(fs.readFileSync(caPath));
   } catch (err) {
     if (o.fallback !== undefined) return o.fallback;
-    throw new HeraldError('pki_missing', `cannot tell the trust domain: no valid ${p.meta} and no spiffe:// SAN in ${caPath}`, { cause: err });
+    throw new HeraldError(
+      'pki_missing',
+      `cannot tell the trust domain: no valid ${p.meta} and no spiffe:// SAN in ${caPath}`,
+      { cause: err },
+    );
   }
 }

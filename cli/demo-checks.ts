@@ -30,11 +30,22 @@ export function checkNodes(nodes: DemoNode[]): NodeChecks {
     const orderOk = runs.slice(-2).join(',') === 'uninstall RESTART,install RESTART';
     if (!containerOk) failures.push(`${n.id}: the application container (pid ${n.containerPid}) is gone`);
     if (!volumeOk) failures.push(`${n.id}: the volume's files changed`);
-    if (!serviceOk) failures.push(`${n.id}: the service pid did not change to a new running process (${oldPid ?? '-'} → ${newPid ?? '-'})`);
+    if (!serviceOk)
+      failures.push(
+        `${n.id}: the service pid did not change to a new running process (${oldPid ?? '-'} → ${newPid ?? '-'})`,
+      );
     if (!orderOk) failures.push(`${n.id}: the scripts did not run uninstall then install (${runs.join(', ')})`);
     n.servicePid = newPid;
-    return [n.id, `${n.containerPid} same ${mark(containerOk)}`, `same ${mark(volumeOk)}`,
-      `${oldPid ?? '-'} → ${newPid ?? '-'} changed ${mark(serviceOk)}`, `${runs.slice(-2).map((r) => r.split(' ')[0]).join(' → ')} ${mark(orderOk)}`];
+    return [
+      n.id,
+      `${n.containerPid} same ${mark(containerOk)}`,
+      `same ${mark(volumeOk)}`,
+      `${oldPid ?? '-'} → ${newPid ?? '-'} changed ${mark(serviceOk)}`,
+      `${runs
+        .slice(-2)
+        .map((r) => r.split(' ')[0])
+        .join(' → ')} ${mark(orderOk)}`,
+    ];
   });
   return { rows, failures };
 }

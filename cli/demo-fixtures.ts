@@ -55,7 +55,9 @@ export function readPid(file: string): number | undefined {
 /** The CA, controller and operator (`initPki`), and one agent certificate per node. */
 export async function makePki(pkiDir: string, ids: string[]): Promise<void> {
   await initPki({ dir: pkiDir });
-  await Promise.all(ids.map((id) => issueCert({ dir: pkiDir, role: 'agent', name: id, dns: ['localhost'], ip: ['127.0.0.1'] })));
+  await Promise.all(
+    ids.map((id) => issueCert({ dir: pkiDir, role: 'agent', name: id, dns: ['localhost'], ip: ['127.0.0.1'] })),
+  );
 }
 
 export interface DemoController {
@@ -65,15 +67,33 @@ export interface DemoController {
 }
 
 /** The controller on the embedded SQLite, once it answers the API. */
-export async function startController(sup: DemoSupervisor, root: string, pkiDir: string, timeoutMs: number): Promise<DemoController> {
+export async function startController(
+  sup: DemoSupervisor,
+  root: string,
+  pkiDir: string,
+  timeoutMs: number,
+): Promise<DemoController> {
   const port = await freePort();
   const url = `https://127.0.0.1:${port}`;
-  const child = sup.startHerald('controller', ['controller', '--listen', `127.0.0.1:${port}`, '--pki', pkiDir, '--db', path.join(root, 'controller.db')]);
+  const child = sup.startHerald('controller', [
+    'controller',
+    '--listen',
+    `127.0.0.1:${port}`,
+    '--pki',
+    pkiDir,
+    '--db',
+    path.join(root, 'controller.db'),
+  ]);
   const api = clientFromOptions({ controller: url, pki: pkiDir }, sup.env);
-  await sup.waitFor('the controller to answer', timeoutMs, async () => {
-    await api.get('/v1/nodes');
-    return true;
-  }, [child]);
+  await sup.waitFor(
+    'the controller to answer',
+    timeoutMs,
+    async () => {
+      await api.get('/v1/nodes');
+      return true;
+    },
+    [child],
+  );
   return { url, child, api };
 }
 
@@ -87,7 +107,16 @@ function makeNode(sup: DemoSupervisor, nodesDir: string, id: string): DemoNode {
   const container = spawn('sleep', ['86400'], { detached: true, stdio: 'ignore', env: sup.env });
   if (!container.pid) throw new DemoFailure(`could not start the application container of ${id}`);
   fs.writeFileSync(path.join(dir, 'container.pid'), `${container.pid}\n`);
-  const node: DemoNode = { id, dir, volume, containerPid: container.pid, container, containerExited: false, volumeHash: hashDir(volume), servicePid: undefined };
+  const node: DemoNode = {
+    id,
+    dir,
+    volume,
+    containerPid: container.pid,
+    container,
+    containerExited: false,
+    volumeHash: hashDir(volume),
+    servicePid: undefined,
+  };
   container.on('exit', () => (node.containerExited = true));
   return node;
 }
@@ -97,23 +126,45 @@ function makeNode(sup: DemoSupervisor, nodesDir: string, id: string): DemoNode {
  * quick), once every agent has announced its endpoint. Pushes each node to `nodes` as it is
  * made, so a failure half-way still stops what was started.
  */
-export async function startNodes(sup: DemoSupervisor, ctl: DemoController, o: { pkiDir: string; nodesDir: string; ids: string[]; timeoutMs: number; nodes: DemoNode[] }): Promise<Child[]> {
+export async function startNodes(
+  sup: DemoSupervisor,
+  ctl: DemoController,
+  o: { pkiDir: string; nodesDir: string; ids: string[]; timeoutMs: number; nodes: DemoNode[] },
+): Promise<Child[]> {
   fs.mkdirSync(o.nodesDir, { recursive: true });
   const agents: Child[] = [];
   for (const id of o.ids) {
     const node = makeNode(sup, o.nodesDir, id);
     o.nodes.push(node);
     const agentPort = await freePort();
-    agents.push(sup.startHerald(`agent-${id}`, [
-      'agent', '--node', id, '--controller', ctl.url, '--listen', `127.0.0.1:${agentPort}`, '--pki', o.pkiDir,
-      '--state-dir', path.join(node.dir, 'agent-state'), '--poll-interval', '30s',
-    ]));
+    agents.push(
+      sup.startHerald(`agent-${id}`, [
+        'agent',
+        '--node',
+        id,
+        '--controller',
+        ctl.url,
+        '--listen',
+        `127.0.0.1:${agentPort}`,
+        '--pki',
+        o.pkiDir,
+        '--state-dir',
+        path.join(node.dir, 'agent-state'),
+        '--poll-interval',
+        '30s',
+      ]),
+    );
   }
-  await sup.waitFor('every agent to announce its endpoint', o.timeoutMs, async () => {
-    const body = await ctl.api.get<ListEnvelope<NodeView>>('/v1/nodes');
-    const ready = new Set(body.items.filter((n) => n.endpoint).map((n) => n.id));
-    return o.ids.every((id) => ready.has(id)) ? true : undefined;
-  }, [ctl.child, ...agents]);
+  await sup.waitFor(
+    'every agent to announce its endpoint',
+    o.timeoutMs,
+    async () => {
+      const body = await ctl.api.get<ListEnvelope<NodeView>>('/v1/nodes');
+      const ready = new Set(body.items.filter((n) => n.endpoint).map((n) => n.id));
+      return o.ids.every((id) => ready.has(id)) ? true : undefined;
+    },
+    [ctl.child, ...agents],
+  );
   return agents;
 }
 
@@ -122,22 +173,51 @@ export async function startNodes(sup: DemoSupervisor, ctl: DemoController, o: { 
  * CREATE_COMPLETE and every node's service runs. Returns the cluster's id.
  * @throws DemoFailure on CREATE_FAILED (naming the failed nodes) or a service that is not running
  */
-export async function createCluster(sup: DemoSupervisor, api: ApiClient, o: { nodesDir: string; nodes: DemoNode[]; timeoutMs: number; watch: Child[] }): Promise<string> {
+export async function createCluster(
+  sup: DemoSupervisor,
+  api: ApiClient,
+  o: { nodesDir: string; nodes: DemoNode[]; timeoutMs: number; watch: Child[] },
+): Promise<string> {
   const input = [{ name: 'demo_root', type: 'String', default: o.nodesDir }];
-  const install = await api.post<ConfigView>('/v1/configs', { name: 'demo-install', group: 'script', config: INSTALL_SCRIPT, inputs: input, outputs: [{ name: 'service_pid', type: 'String' }] });
-  const uninstall = await api.post<ConfigView>('/v1/configs', { name: 'demo-uninstall', group: 'script', config: UNINSTALL_SCRIPT, inputs: input });
-  const created = await api.post<ClusterView>('/v1/clusters', { name: 'demo', nodes: o.nodes.map((n) => n.id), install_config_id: install.id, uninstall_config_id: uninstall.id });
-  await sup.waitFor('the cluster to be created', o.timeoutMs, async () => {
-    const c = await api.get<ClusterView>(`/v1/clusters/${encodeURIComponent(created.id)}`);
-    if (c.status === 'CREATE_FAILED') {
-      const why = c.nodes.filter((n) => n.phase === 'failed').map((n) => `${n.node}: ${n.reason ?? '?'}`).join('; ');
-      throw new DemoFailure(`the cluster's creation failed: ${why || c.status_reason || 'no reason'}`);
-    }
-    return c.status === 'CREATE_COMPLETE' ? true : undefined;
-  }, o.watch);
+  const install = await api.post<ConfigView>('/v1/configs', {
+    name: 'demo-install',
+    group: 'script',
+    config: INSTALL_SCRIPT,
+    inputs: input,
+    outputs: [{ name: 'service_pid', type: 'String' }],
+  });
+  const uninstall = await api.post<ConfigView>('/v1/configs', {
+    name: 'demo-uninstall',
+    group: 'script',
+    config: UNINSTALL_SCRIPT,
+    inputs: input,
+  });
+  const created = await api.post<ClusterView>('/v1/clusters', {
+    name: 'demo',
+    nodes: o.nodes.map((n) => n.id),
+    install_config_id: install.id,
+    uninstall_config_id: uninstall.id,
+  });
+  await sup.waitFor(
+    'the cluster to be created',
+    o.timeoutMs,
+    async () => {
+      const c = await api.get<ClusterView>(`/v1/clusters/${encodeURIComponent(created.id)}`);
+      if (c.status === 'CREATE_FAILED') {
+        const why = c.nodes
+          .filter((n) => n.phase === 'failed')
+          .map((n) => `${n.node}: ${n.reason ?? '?'}`)
+          .join('; ');
+        throw new DemoFailure(`the cluster's creation failed: ${why || c.status_reason || 'no reason'}`);
+      }
+      return c.status === 'CREATE_COMPLETE' ? true : undefined;
+    },
+    o.watch,
+  );
   for (const n of o.nodes) {
     n.servicePid = readPid(path.join(n.dir, 'service.pid'));
-    if (!isAlive(n.servicePid)) throw new DemoFailure(`the install script ran on ${n.id} but its service is not running`);
+    if (!isAlive(n.servicePid))
+      throw new DemoFailure(`the install script ran on ${n.id} but its service is not running`);
   }
   return created.id;
 }

@@ -24,14 +24,20 @@ function labelOf(e: WatchEvent): string {
  * a few milliseconds on one line: `+2 ms  n1, n2, n3 uninstalling`.
  */
 export function timelineLines(events: WatchEvent[], startedAt: Date, mergeWithinMs = 5): string[] {
-  const sorted = events.filter((e) => e.kind !== 'status' || !e.status.endsWith('_IN_PROGRESS')).sort((a, b) => a.at.getTime() - b.at.getTime());
+  const sorted = events
+    .filter((e) => e.kind !== 'status' || !e.status.endsWith('_IN_PROGRESS'))
+    .sort((a, b) => a.at.getTime() - b.at.getTime());
   const lines: string[] = [`${'+0 ms'.padStart(19)}  restart accepted`];
-  for (let i = 0; i < sorted.length;) {
+  for (let i = 0; i < sorted.length; ) {
     const first = sorted[i]!;
     const label = labelOf(first);
     const nodes: string[] = [];
     let j = i;
-    while (j < sorted.length && labelOf(sorted[j]!) === label && sorted[j]!.at.getTime() - first.at.getTime() <= mergeWithinMs) {
+    while (
+      j < sorted.length &&
+      labelOf(sorted[j]!) === label &&
+      sorted[j]!.at.getTime() - first.at.getTime() <= mergeWithinMs
+    ) {
       const e = sorted[j]!;
       if (e.kind !== 'status') nodes.push(e.node);
       j++;
@@ -46,16 +52,21 @@ export function timelineLines(events: WatchEvent[], startedAt: Date, mergeWithin
 /** One row per node: when it was woken, finished its uninstall, was woken again, finished its install. */
 export function wakeTable(events: WatchEvent[], ids: string[], startedAt: Date): string {
   const nth = (node: string, pred: (e: WatchEvent) => boolean, n = 0): string => {
-    const e = events.filter((x) => x.kind !== 'status' && x.node === node && pred(x)).sort((a, b) => a.at.getTime() - b.at.getTime())[n];
+    const e = events
+      .filter((x) => x.kind !== 'status' && x.node === node && pred(x))
+      .sort((a, b) => a.at.getTime() - b.at.getTime())[n];
     return e ? `+${formatMs(e.at.getTime() - startedAt.getTime())}` : '-';
   };
-  return table(['NODE', 'WOKEN', 'UNINSTALL DONE', 'WOKEN AGAIN', 'INSTALL DONE'], ids.map((id) => [
-    id,
-    nth(id, (e) => e.kind === 'woken'),
-    nth(id, (e) => e.kind === 'phase' && e.phase === 'installing'),
-    nth(id, (e) => e.kind === 'woken', 1),
-    nth(id, (e) => e.kind === 'phase' && e.phase === 'complete'),
-  ])).trimEnd();
+  return table(
+    ['NODE', 'WOKEN', 'UNINSTALL DONE', 'WOKEN AGAIN', 'INSTALL DONE'],
+    ids.map((id) => [
+      id,
+      nth(id, (e) => e.kind === 'woken'),
+      nth(id, (e) => e.kind === 'phase' && e.phase === 'installing'),
+      nth(id, (e) => e.kind === 'woken', 1),
+      nth(id, (e) => e.kind === 'phase' && e.phase === 'complete'),
+    ]),
+  ).trimEnd();
 }
 
 /** Writes `<root>/stop.sh`, which stops what `--keep` left running; returns its path. */
@@ -78,14 +89,27 @@ export function writeStopScript(root: string, children: Child[], nodes: DemoNode
 }
 
 /** Tells how to use what `--keep` left running, and how to stop it. */
-export function keepRunning(say: (s: string) => void, k: { root: string; pkiDir: string; controllerUrl: string; clusterId: string; children: Child[]; nodes: DemoNode[]; ownDir: boolean }): void {
+export function keepRunning(
+  say: (s: string) => void,
+  k: {
+    root: string;
+    pkiDir: string;
+    controllerUrl: string;
+    clusterId: string;
+    children: Child[];
+    nodes: DemoNode[];
+    ownDir: boolean;
+  },
+): void {
   const stop = writeStopScript(k.root, k.children, k.nodes, k.ownDir);
   const bin = path.relative(process.cwd(), heraldBin());
   const herald = bin.startsWith('..') ? heraldBin() : bin;
   const conn = `--controller ${k.controllerUrl} --pki ${k.pkiDir}`;
   const p = (f: string): string => path.join(k.pkiDir, f);
   say('');
-  say(`Left running (--keep): the controller, ${k.nodes.length} agents, their containers and services. Logs: ${path.join(k.root, 'logs')}`);
+  say(
+    `Left running (--keep): the controller, ${k.nodes.length} agents, their containers and services. Logs: ${path.join(k.root, 'logs')}`,
+  );
   say('');
   say('With the CLI:');
   say(`  ${herald} cluster show ${k.clusterId} ${conn}`);
@@ -95,9 +119,15 @@ export function keepRunning(say: (s: string) => void, k: { root: string; pkiDir:
   say('  (this PKI directory also holds the CA key, so the CLI warns about it; HERALD_NO_CA_WARNING=1 silences that)');
   say('');
   say('With curl:');
-  say(`  curl --cacert ${p('ca.crt')} --cert ${p('operator/admin.crt')} --key ${p('operator/admin.key')} ${k.controllerUrl}/v1/clusters`);
-  say(`  curl -X PATCH --cacert ${p('ca.crt')} --cert ${p('operator/admin.crt')} --key ${p('operator/admin.key')} ${k.controllerUrl}/v1/clusters/${k.clusterId}/actions/restart`);
-  say(`  curl -N --cacert ${p('ca.crt')} --cert ${p('operator/admin.crt')} --key ${p('operator/admin.key')} ${k.controllerUrl}/v1/events`);
+  say(
+    `  curl --cacert ${p('ca.crt')} --cert ${p('operator/admin.crt')} --key ${p('operator/admin.key')} ${k.controllerUrl}/v1/clusters`,
+  );
+  say(
+    `  curl -X PATCH --cacert ${p('ca.crt')} --cert ${p('operator/admin.crt')} --key ${p('operator/admin.key')} ${k.controllerUrl}/v1/clusters/${k.clusterId}/actions/restart`,
+  );
+  say(
+    `  curl -N --cacert ${p('ca.crt')} --cert ${p('operator/admin.crt')} --key ${p('operator/admin.key')} ${k.controllerUrl}/v1/events`,
+  );
   say('');
   say(`Stop everything${k.ownDir ? ' and remove the directory' : ''}: sh ${stop}`);
 }

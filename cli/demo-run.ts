@@ -12,7 +12,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { HeraldError } from '../protocol/errors.js';
 import { checkNodes } from './demo-checks.js';
-import { createCluster, makePki, readPid, startController, startNodes, type DemoController, type DemoNode } from './demo-fixtures.js';
+import {
+  createCluster,
+  makePki,
+  readPid,
+  startController,
+  startNodes,
+  type DemoController,
+  type DemoNode,
+} from './demo-fixtures.js';
 import { keepRunning, timelineLines, wakeTable, writeStopScript } from './demo-report.js';
 import { DemoFailure, DemoSupervisor, tail } from './demo-supervisor.js';
 import { formatMs, parseDuration, parsePositiveInt, table } from './operator-format.js';
@@ -54,7 +62,9 @@ export async function runDemo(o: DemoOptions): Promise<number> {
   const run = prepare(o);
   const stop = async (): Promise<void> => {
     run.ctl?.api.close();
-    await run.sup.stopAll(() => run.nodes.flatMap((n) => [readPid(path.join(n.dir, 'service.pid')), n.servicePid, n.containerPid]));
+    await run.sup.stopAll(() =>
+      run.nodes.flatMap((n) => [readPid(path.join(n.dir, 'service.pid')), n.servicePid, n.containerPid]),
+    );
     if (run.ownDir) fs.rmSync(run.root, { recursive: true, force: true });
   };
   let interrupted = false;
@@ -69,7 +79,15 @@ export async function runDemo(o: DemoOptions): Promise<number> {
     const clusterId = await setUp(run);
     await restartAndCheck(run, clusterId);
     if (o.keep) {
-      keepRunning(run.say, { root: run.root, pkiDir: run.pkiDir, controllerUrl: run.ctl!.url, clusterId, children: run.sup.children, nodes: run.nodes, ownDir: run.ownDir });
+      keepRunning(run.say, {
+        root: run.root,
+        pkiDir: run.pkiDir,
+        controllerUrl: run.ctl!.url,
+        clusterId,
+        children: run.sup.children,
+        nodes: run.nodes,
+        ownDir: run.ownDir,
+      });
       release(run);
       return 0;
     }
@@ -123,11 +141,24 @@ async function setUp(run: Run): Promise<string> {
   const ctl = await startController(run.sup, run.root, run.pkiDir, run.stepTimeoutMs);
   run.ctl = ctl;
   run.step(`controller listening on ${ctl.url} (log: logs/controller.log)`);
-  const agents = await startNodes(run.sup, ctl, { pkiDir: run.pkiDir, nodesDir: run.nodesDir, ids: run.ids, timeoutMs: run.stepTimeoutMs, nodes: run.nodes });
+  const agents = await startNodes(run.sup, ctl, {
+    pkiDir: run.pkiDir,
+    nodesDir: run.nodesDir,
+    ids: run.ids,
+    timeoutMs: run.stepTimeoutMs,
+    nodes: run.nodes,
+  });
   run.step(`${n} agents registered; each node has a volume and an application container (a sleep process)`);
   const createStart = Date.now();
-  const clusterId = await createCluster(run.sup, ctl.api, { nodesDir: run.nodesDir, nodes: run.nodes, timeoutMs: run.stepTimeoutMs, watch: [ctl.child, ...agents] });
-  run.step(`cluster ${clusterId} CREATE_COMPLETE in ${formatMs(Date.now() - createStart)}: the service runs on every node`);
+  const clusterId = await createCluster(run.sup, ctl.api, {
+    nodesDir: run.nodesDir,
+    nodes: run.nodes,
+    timeoutMs: run.stepTimeoutMs,
+    watch: [ctl.child, ...agents],
+  });
+  run.step(
+    `cluster ${clusterId} CREATE_COMPLETE in ${formatMs(Date.now() - createStart)}: the service runs on every node`,
+  );
   return clusterId;
 }
 
@@ -137,18 +168,31 @@ async function restartAndCheck(run: Run, clusterId: string): Promise<void> {
   run.say('');
   const startedAt = new Date();
   await api.patch(`/v1/clusters/${encodeURIComponent(clusterId)}/actions/restart`);
-  run.step(`restart: PATCH /v1/clusters/${clusterId}/actions/restart → 204 in ${formatMs(Date.now() - startedAt.getTime())}`);
+  run.step(
+    `restart: PATCH /v1/clusters/${clusterId}/actions/restart → 204 in ${formatMs(Date.now() - startedAt.getTime())}`,
+  );
   const events: WatchEvent[] = [];
-  const result = await watchRestart(api, { clusterId, startedAt, timeoutMs: run.stepTimeoutMs, pollIntervalMs: 250, onEvent: (e) => void events.push(e) });
+  const result = await watchRestart(api, {
+    clusterId,
+    startedAt,
+    timeoutMs: run.stepTimeoutMs,
+    pollIntervalMs: 250,
+    onEvent: (e) => void events.push(e),
+  });
   if (result.timedOut) throw new DemoFailure(`the restart did not finish within ${formatMs(run.stepTimeoutMs)}`);
-  if (!result.ok) throw new DemoFailure(`the restart ended ${result.cluster?.status ?? '?'}: ${result.failed.map((f) => `${f.node}: ${f.reason}`).join('; ')}`);
+  if (!result.ok)
+    throw new DemoFailure(
+      `the restart ended ${result.cluster?.status ?? '?'}: ${result.failed.map((f) => `${f.node}: ${f.reason}`).join('; ')}`,
+    );
   const totalMs = Date.now() - startedAt.getTime();
 
   for (const line of timelineLines(events, startedAt)) run.say(line);
   run.say('');
   run.say('Per node, after the PATCH (woken = the agent acknowledged a signed wake-up):');
   run.say(wakeTable(events, run.ids, startedAt));
-  run.say(`RESTART_COMPLETE ${formatMs(totalMs)} after the PATCH, with the agents' fallback polling set to 30 s: push did it.`);
+  run.say(
+    `RESTART_COMPLETE ${formatMs(totalMs)} after the PATCH, with the agents' fallback polling set to 30 s: push did it.`,
+  );
 
   const { rows, failures } = checkNodes(run.nodes);
   run.say('');
@@ -158,7 +202,9 @@ async function restartAndCheck(run: Run, clusterId: string): Promise<void> {
     for (const f of failures) run.say(`✗ ${f}`);
     throw new DemoFailure(`${failures.length} check(s) failed`);
   }
-  run.say(`✓ all ${run.ids.length} nodes re-provisioned: new service pids, same containers, same volumes (${((Date.now() - run.t0) / 1000).toFixed(1)} s in all)`);
+  run.say(
+    `✓ all ${run.ids.length} nodes re-provisioned: new service pids, same containers, same volumes (${((Date.now() - run.t0) / 1000).toFixed(1)} s in all)`,
+  );
 }
 
 /** `--keep`: lets the demo exit with everything still running. */
@@ -170,14 +216,22 @@ function release(run: Run): void {
 
 /** One line for the failure; then either `--keep`'s stop script or the logs of what died, and a stop. */
 async function reportFailure(run: Run, err: unknown, keep: boolean, stop: () => Promise<void>): Promise<void> {
-  const msg = err instanceof DemoFailure || err instanceof HeraldError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err);
+  const msg =
+    err instanceof DemoFailure || err instanceof HeraldError
+      ? err.message
+      : err instanceof Error
+        ? (err.stack ?? err.message)
+        : String(err);
   process.stderr.write(`herald demo: failed: ${msg}\n`);
   if (keep) {
-    process.stderr.write(`herald demo: --keep: left everything in ${run.root} (logs in ${path.join(run.root, 'logs')}; stop with: sh ${path.join(run.root, 'stop.sh')})\n`);
+    process.stderr.write(
+      `herald demo: --keep: left everything in ${run.root} (logs in ${path.join(run.root, 'logs')}; stop with: sh ${path.join(run.root, 'stop.sh')})\n`,
+    );
     writeStopScript(run.root, run.sup.children, run.nodes, run.ownDir);
     release(run);
     return;
   }
-  for (const c of run.sup.children.filter((c) => c.exited)) process.stderr.write(`  ${c.name} exited; its log:\n${tail(c.log)}\n`);
+  for (const c of run.sup.children.filter((c) => c.exited))
+    process.stderr.write(`  ${c.name} exited; its log:\n${tail(c.log)}\n`);
   await stop();
 }

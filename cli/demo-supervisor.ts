@@ -83,7 +83,13 @@ export function killIfAlive(pid: number | undefined): void {
 /** The last lines of a log file, indented, for a failure message. */
 export function tail(file: string, lines = 15): string {
   try {
-    return fs.readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).map((l) => `    ${l}`).join('\n');
+    return fs
+      .readFileSync(file, 'utf8')
+      .trimEnd()
+      .split('\n')
+      .slice(-lines)
+      .map((l) => `    ${l}`)
+      .join('\n');
   } catch {
     return '    (no log)';
   }
@@ -140,7 +146,12 @@ export class DemoSupervisor {
     const log = path.join(this.#root, 'logs', `${name}.log`);
     fs.mkdirSync(path.dirname(log), { recursive: true });
     const fd = fs.openSync(log, 'a');
-    const proc = spawn(process.execPath, [heraldBin(), ...args], { detached: true, stdio: ['ignore', fd, fd], env: this.env, cwd: this.#root });
+    const proc = spawn(process.execPath, [heraldBin(), ...args], {
+      detached: true,
+      stdio: ['ignore', fd, fd],
+      env: this.env,
+      cwd: this.#root,
+    });
     fs.closeSync(fd);
     const c: Child = { name, proc, log, exited: false };
     proc.on('exit', () => (c.exited = true));
@@ -159,7 +170,10 @@ export class DemoSupervisor {
     let lastErr: unknown;
     for (;;) {
       const dead = watch.find((c) => c.exited);
-      if (dead) throw new DemoFailure(`${dead.name} exited while waiting for ${what}; its log (${dead.log}):\n${tail(dead.log)}`);
+      if (dead)
+        throw new DemoFailure(
+          `${dead.name} exited while waiting for ${what}; its log (${dead.log}):\n${tail(dead.log)}`,
+        );
       try {
         const v = await fn();
         if (v !== undefined) return v;
@@ -168,7 +182,9 @@ export class DemoSupervisor {
         lastErr = err;
       }
       if (Date.now() > deadline) {
-        throw new DemoFailure(`timed out after ${formatMs(timeoutMs)} waiting for ${what}${lastErr ? ` (last error: ${(lastErr as Error).message})` : ''}`);
+        throw new DemoFailure(
+          `timed out after ${formatMs(timeoutMs)} waiting for ${what}${lastErr ? ` (last error: ${(lastErr as Error).message})` : ''}`,
+        );
       }
       await sleep(POLL_MS);
     }
@@ -183,7 +199,10 @@ export class DemoSupervisor {
   async stopAll(pids: () => Array<number | undefined>): Promise<void> {
     if (this.#stopped) return;
     this.#stopped = true;
-    const order = [...this.children.filter((c) => c.name !== 'controller'), ...this.children.filter((c) => c.name === 'controller')];
+    const order = [
+      ...this.children.filter((c) => c.name !== 'controller'),
+      ...this.children.filter((c) => c.name === 'controller'),
+    ];
     for (const c of order) signalGroup(c, 'SIGTERM');
     const deadline = Date.now() + STOP_GRACE_MS;
     while (order.some((c) => !c.exited) && Date.now() < deadline) await sleep(50);

@@ -53,7 +53,9 @@ export function reportError(err: unknown): number {
     process.stderr.write(`herald: ${coded.code}: ${coded.message.split('\n')[0]!}\n`);
     return 1;
   }
-  process.stderr.write(`herald: unexpected error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.stderr.write(
+    `herald: unexpected error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+  );
   return 70;
 }
 

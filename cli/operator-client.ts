@@ -79,19 +79,29 @@ export function clientFromOptions(o: ClientOptions, env: NodeJS.ProcessEnv = pro
   try {
     url = new URL(controller);
   } catch {
-    throw new HeraldError('bad_option', `--controller ${JSON.stringify(controller)} is not a URL (e.g. ${DEFAULT_CONTROLLER_URL})`);
+    throw new HeraldError(
+      'bad_option',
+      `--controller ${JSON.stringify(controller)} is not a URL (e.g. ${DEFAULT_CONTROLLER_URL})`,
+    );
   }
-  if (url.protocol !== 'https:') throw new HeraldError('bad_option', `--controller must be an https:// URL, not ${JSON.stringify(controller)}`);
+  if (url.protocol !== 'https:')
+    throw new HeraldError('bad_option', `--controller must be an https:// URL, not ${JSON.stringify(controller)}`);
   const as = o.as ?? env.HERALD_AS ?? 'admin';
-  if (!isValidName(as)) throw new HeraldError('bad_option', `--as ${JSON.stringify(as)} is not a valid name (^[a-z0-9][a-z0-9._-]{0,62}$)`);
+  if (!isValidName(as))
+    throw new HeraldError('bad_option', `--as ${JSON.stringify(as)} is not a valid name (^[a-z0-9][a-z0-9._-]{0,62}$)`);
   const controllerId = o.controllerId ?? env.HERALD_CONTROLLER_ID ?? 'controller';
-  if (!isValidName(controllerId)) throw new HeraldError('bad_option', `--controller-id ${JSON.stringify(controllerId)} is not a valid name`);
+  if (!isValidName(controllerId))
+    throw new HeraldError('bad_option', `--controller-id ${JSON.stringify(controllerId)} is not a valid name`);
   const pkiDir = o.pki ?? env.HERALD_PKI ?? DEFAULT_PKI_DIR;
   const p = pkiPaths(pkiDir);
   const caPath = o.ca ?? p.caCrt;
   const certPath = o.cert ?? p.cert('operator', as);
   const keyPath = o.key ?? p.key('operator', as);
-  for (const [file, option] of [[caPath, '--ca'], [certPath, '--cert'], [keyPath, '--key']] as const) {
+  for (const [file, option] of [
+    [caPath, '--ca'],
+    [certPath, '--cert'],
+    [keyPath, '--key'],
+  ] as const) {
     if (!fs.existsSync(file)) {
       throw new HeraldError('pki_missing', `${file} not found (${option}; set --pki or HERALD_PKI, or ${option})`);
     }
@@ -116,7 +126,9 @@ function warnIfCaHost(caKey: string, signingJwk: string, env: NodeJS.ProcessEnv)
   for (const f of [caKey, signingJwk]) {
     try {
       fs.accessSync(f, fs.constants.R_OK);
-      process.stderr.write(`herald: warning: this operator can read ${f}; keep it on the CA host only (copy out with \`herald certs bundle operator <name>\`)\n`);
+      process.stderr.write(
+        `herald: warning: this operator can read ${f}; keep it on the CA host only (copy out with \`herald certs bundle operator <name>\`)\n`,
+      );
       return;
     } catch {
       // not readable: as it should be
@@ -131,7 +143,13 @@ function connectionError(url: URL, err: unknown): HeraldError {
   const where = url.origin;
   switch (e.code) {
     case 'ECONNREFUSED':
-      return new ApiError(0, 'api_error', `cannot connect to ${where}: connection refused (is the controller running? see --controller / HERALD_CONTROLLER)`, undefined, err);
+      return new ApiError(
+        0,
+        'api_error',
+        `cannot connect to ${where}: connection refused (is the controller running? see --controller / HERALD_CONTROLLER)`,
+        undefined,
+        err,
+      );
     case 'ENOTFOUND':
     case 'EAI_AGAIN':
       return new ApiError(0, 'api_error', `cannot resolve ${url.hostname}`, undefined, err);
@@ -139,17 +157,41 @@ function connectionError(url: URL, err: unknown): HeraldError {
       return new ApiError(0, 'api_error', `${where} did not answer in time`, undefined, err);
     case 'ECONNRESET':
     case 'EPIPE':
-      return new ApiError(0, 'api_error', `${where} closed the connection (was this operator certificate refused, e.g. revoked or of another CA?)`, undefined, err);
+      return new ApiError(
+        0,
+        'api_error',
+        `${where} closed the connection (was this operator certificate refused, e.g. revoked or of another CA?)`,
+        undefined,
+        err,
+      );
   }
   switch (e.code === undefined ? undefined : tlsCodeOf(e.code)) {
     case 'untrusted_certificate':
-      return new ApiError(0, 'untrusted_certificate', `the controller's certificate does not chain to --ca (${e.code})`, undefined, err);
+      return new ApiError(
+        0,
+        'untrusted_certificate',
+        `the controller's certificate does not chain to --ca (${e.code})`,
+        undefined,
+        err,
+      );
     case 'certificate_expired':
-      return new ApiError(0, 'certificate_expired', `the controller's certificate is not valid now (${e.code})`, undefined, err);
+      return new ApiError(
+        0,
+        'certificate_expired',
+        `the controller's certificate is not valid now (${e.code})`,
+        undefined,
+        err,
+      );
     case 'tls_version':
       return new ApiError(0, 'tls_version', `${where} did not negotiate TLS 1.3`, undefined, err);
     default:
-      return new ApiError(0, 'api_error', `cannot talk to ${where}: ${e.code ? `${e.code} ` : ''}${(e.message ?? String(err)).split('\n')[0]}`, undefined, err);
+      return new ApiError(
+        0,
+        'api_error',
+        `cannot talk to ${where}: ${e.code ? `${e.code} ` : ''}${(e.message ?? String(err)).split('\n')[0]}`,
+        undefined,
+        err,
+      );
   }
 }
 
@@ -221,20 +263,28 @@ export class ApiClient {
           }
           chunks.push(c);
         });
-        r.on('end', () => resolve({ status: r.statusCode ?? 0, headers: r.headers, text: Buffer.concat(chunks).toString('utf8') }));
+        r.on('end', () =>
+          resolve({ status: r.statusCode ?? 0, headers: r.headers, text: Buffer.concat(chunks).toString('utf8') }),
+        );
         r.on('error', reject);
       });
-      req.setTimeout(API_REQUEST_TIMEOUT_MS, () => req.destroy(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' })));
+      req.setTimeout(API_REQUEST_TIMEOUT_MS, () =>
+        req.destroy(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' })),
+      );
       req.on('error', (err) => reject(connectionError(this.baseUrl, err)));
       req.end(payload);
     });
     if (res.status >= 400) throw errorFromBody(res.status, res.text, res.headers);
-    let parsed: unknown ;
+    let parsed: unknown;
     if (res.text.length > 0) {
       try {
         parsed = JSON.parse(res.text);
       } catch {
-        throw new ApiError(res.status, 'api_error', `the controller answered ${method} ${path} with a body that is not JSON`);
+        throw new ApiError(
+          res.status,
+          'api_error',
+          `the controller answered ${method} ${path} with a body that is not JSON`,
+        );
       }
     }
     return { status: res.status, headers: res.headers, body: parsed as T };

@@ -25,7 +25,12 @@ export function table(headers: string[], rows: unknown[][]): string {
   const cells = [headers, ...rows.map((r) => headers.map((_, i) => cell(r[i])))];
   const widths = headers.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? '').length)));
   return `${cells
-    .map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i] ?? 0))).join('  ').trimEnd())
+    .map((r) =>
+      r
+        .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i] ?? 0)))
+        .join('  ')
+        .trimEnd(),
+    )
     .join('\n')}\n`;
 }
 
@@ -56,7 +61,11 @@ export function keyValues(obj: Record<string, unknown>, indent = ''): string {
     } else if (Array.isArray(v)) {
       out += `${label} ${v.length === 0 ? '[]' : v.map(cell).join(', ')}\n`;
     } else if (typeof v === 'string' && v.includes('\n')) {
-      out += `${indent}${k}: |\n${v.replace(/\n$/, '').split('\n').map((l) => `${indent}    ${l}`).join('\n')}\n`;
+      out += `${indent}${k}: |\n${v
+        .replace(/\n$/, '')
+        .split('\n')
+        .map((l) => `${indent}    ${l}`)
+        .join('\n')}\n`;
     } else {
       out += `${label} ${cell(v)}\n`;
     }
@@ -99,7 +108,8 @@ export function parseDuration(s: string, option: string): number {
  * @throws HeraldError `bad_option` naming `option`
  */
 export function parsePositiveInt(s: string, option: string): number {
-  if (!/^\d+$/.test(s) || Number(s) < 1) throw new HeraldError('bad_option', `${option} must be a whole number of at least 1, not ${JSON.stringify(s)}`);
+  if (!/^\d+$/.test(s) || Number(s) < 1)
+    throw new HeraldError('bad_option', `${option} must be a whole number of at least 1, not ${JSON.stringify(s)}`);
   return Number(s);
 }
 
@@ -155,7 +165,11 @@ export function parseInputDecl(spec: string, option: string, hidden = false): In
   const name = colon < 0 ? head : head.slice(0, colon);
   const typeText = colon < 0 ? 'String' : head.slice(colon + 1);
   const type = INPUT_TYPES.find((t) => t.toLowerCase() === typeText.toLowerCase());
-  if (!type) throw new HeraldError('bad_option', `${option} ${JSON.stringify(spec)}: type must be one of ${INPUT_TYPES.join(', ')}`);
+  if (!type)
+    throw new HeraldError(
+      'bad_option',
+      `${option} ${JSON.stringify(spec)}: type must be one of ${INPUT_TYPES.join(', ')}`,
+    );
   const decl: InputDecl = { name, type };
   if (eq >= 0) decl.default = spec.slice(eq + 1);
   if (hidden) decl.hidden = true;
@@ -178,5 +192,8 @@ export function parseOutputDecl(spec: string, option: string, errorOutput = fals
 
 /** Splits `a,b , c` into `['a','b','c']`, dropping empties. */
 export function splitList(s: string | undefined): string[] {
-  return (s ?? '').split(',').map((x) => x.trim()).filter((x) => x.length > 0);
+  return (s ?? '')
+    .split(',')
+    .map((x) => x.trim())
+    .filter((x) => x.length > 0);
 }

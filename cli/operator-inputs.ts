@@ -26,7 +26,11 @@ export interface GatheredInputs {
 }
 
 function badFile(file: string, why: string, cause?: unknown): HeraldError {
-  return new HeraldError('bad_option', `${INPUT_FILE_OPTION} ${JSON.stringify(file)} ${why}`, cause === undefined ? {} : { cause });
+  return new HeraldError(
+    'bad_option',
+    `${INPUT_FILE_OPTION} ${JSON.stringify(file)} ${why}`,
+    cause === undefined ? {} : { cause },
+  );
 }
 
 async function readCapped(stream: NodeJS.ReadableStream, file: string): Promise<Buffer> {
@@ -47,7 +51,10 @@ async function readCapped(stream: NodeJS.ReadableStream, file: string): Promise<
  * @throws HeraldError `bad_option` naming `--input-file` when the file cannot be read, is too
  *   large, is not JSON or is not a JSON object
  */
-export async function readInputFile(file: string, stdin: NodeJS.ReadableStream = process.stdin): Promise<Record<string, unknown>> {
+export async function readInputFile(
+  file: string,
+  stdin: NodeJS.ReadableStream = process.stdin,
+): Promise<Record<string, unknown>> {
   let raw: Buffer;
   if (file === '-') {
     raw = await readCapped(stdin, file);
@@ -85,7 +92,10 @@ export async function readInputFile(file: string, stdin: NodeJS.ReadableStream =
  * The values of `--input-file` (when given) overlaid with `--input` pairs.
  * @throws HeraldError `bad_option` naming `--input` or `--input-file`
  */
-export async function gatherInputs(o: { input?: string[]; inputFile?: string }, stdin?: NodeJS.ReadableStream): Promise<GatheredInputs> {
+export async function gatherInputs(
+  o: { input?: string[]; inputFile?: string },
+  stdin?: NodeJS.ReadableStream,
+): Promise<GatheredInputs> {
   const argv = parseKeyValues(o.input, '--input');
   const fromFile = o.inputFile === undefined ? undefined : await readInputFile(o.inputFile, stdin);
   if (argv === undefined && fromFile === undefined) return { values: undefined, argvNames: [] };
@@ -104,14 +114,20 @@ export function hiddenOnArgvWarning(name: string, option = '--input'): string {
  * configs are fetched from the controller; one that cannot be fetched is skipped (the request
  * that follows reports why).
  */
-export async function warnHiddenOnArgv(client: ApiClient, configIds: Array<string | undefined>, argvNames: string[], write: (s: string) => void = (s) => process.stderr.write(s)): Promise<void> {
+export async function warnHiddenOnArgv(
+  client: ApiClient,
+  configIds: Array<string | undefined>,
+  argvNames: string[],
+  write: (s: string) => void = (s) => process.stderr.write(s),
+): Promise<void> {
   if (argvNames.length === 0) return;
   const hidden = new Set<string>();
   for (const id of new Set(configIds.filter((x): x is string => typeof x === 'string' && x !== ''))) {
     try {
       const c = await client.get<{ inputs?: unknown }>(`/v1/configs/${encodeURIComponent(id)}`);
       if (Array.isArray(c?.inputs)) {
-        for (const i of c.inputs as Array<{ name?: unknown; hidden?: unknown }>) if (i?.hidden === true && typeof i.name === 'string') hidden.add(i.name);
+        for (const i of c.inputs as Array<{ name?: unknown; hidden?: unknown }>)
+          if (i?.hidden === true && typeof i.name === 'string') hidden.add(i.name);
       }
     } catch {
       // unknown config or no access: the create/update request says so with its code

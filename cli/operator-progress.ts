@@ -84,7 +84,8 @@ export async function ttyView(out: NodeJS.WriteStream): Promise<ProgressView> {
       for (const n of c.nodes) phases.set(n.node, 'pending');
       overall = multi.create(c.nodes.length * 2, 0, { label: 'restart'.padEnd(labelWidth), phase: summary() });
       if (c.nodes.length <= MAX_BARS_PER_NODE) {
-        for (const n of c.nodes) bars.set(n.node, multi.create(2, 0, { label: n.node.padEnd(labelWidth), phase: 'pending' }));
+        for (const n of c.nodes)
+          bars.set(n.node, multi.create(2, 0, { label: n.node.padEnd(labelWidth), phase: 'pending' }));
       }
     },
     event(e) {

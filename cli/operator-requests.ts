@@ -24,9 +24,14 @@ export async function readConfigFile(file: string): Promise<string> {
       buf = await fs.readFile(file);
     }
   } catch (err) {
-    throw new HeraldError('bad_option', `--file ${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found' : (err as Error).message}`, { cause: err });
+    throw new HeraldError(
+      'bad_option',
+      `--file ${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found' : (err as Error).message}`,
+      { cause: err },
+    );
   }
-  if (buf.length > MAX_CONFIG_FILE_BYTES) throw new HeraldError('bad_option', `--file ${file} is over ${MAX_CONFIG_FILE_BYTES} bytes`);
+  if (buf.length > MAX_CONFIG_FILE_BYTES)
+    throw new HeraldError('bad_option', `--file ${file} is over ${MAX_CONFIG_FILE_BYTES} bytes`);
   return buf.toString('utf8');
 }
 
@@ -52,7 +57,10 @@ export function buildConfigRequest(o: ConfigCreateOptions): Record<string, unkno
     try {
       config = JSON.parse(o.text);
     } catch {
-      throw new HeraldError('bad_option', '--file: a component config must be JSON ({"configs":[{"actions":[..],"tool":"script","config":".."}]})');
+      throw new HeraldError(
+        'bad_option',
+        '--file: a component config must be JSON ({"configs":[{"actions":[..],"tool":"script","config":".."}]})',
+      );
     }
   }
   const inputs = [
@@ -66,6 +74,7 @@ export function buildConfigRequest(o: ConfigCreateOptions): Record<string, unkno
   const req: Record<string, unknown> = { name: o.name, group: o.group, config };
   if (inputs.length) req.inputs = inputs;
   if (outputs.length) req.outputs = outputs;
-  if (o.hookTimeout !== undefined) req.options = { timeout: Math.ceil(parseDuration(o.hookTimeout, '--hook-timeout') / 1000) };
+  if (o.hookTimeout !== undefined)
+    req.options = { timeout: Math.ceil(parseDuration(o.hookTimeout, '--hook-timeout') / 1000) };
   return req;
 }

@@ -23,7 +23,8 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
   let view: ProgressView | undefined;
   if (!o.json) {
     const tty = process.stderr.isTTY === true && process.stdout.isTTY === true;
-    view = (o.progress ?? (tty ? 'bar' : 'lines')) === 'bar' ? await ttyView(process.stderr) : plainView(process.stdout);
+    view =
+      (o.progress ?? (tty ? 'bar' : 'lines')) === 'bar' ? await ttyView(process.stderr) : plainView(process.stdout);
   }
   const stopView = (): void => view?.stop();
   process.once('SIGINT', () => {
@@ -49,18 +50,24 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
   }
   const took = formatMs(Date.now() - o.startedAt.getTime());
   if (o.json) {
-    process.stdout.write(`${JSON.stringify({ ok: result.ok, timed_out: result.timedOut, status: result.cluster?.status ?? null, failed: result.failed, events }, null, 2)}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ ok: result.ok, timed_out: result.timedOut, status: result.cluster?.status ?? null, failed: result.failed, events }, null, 2)}\n`,
+    );
   }
   if (result.ok) {
     if (!o.json) process.stdout.write(`cluster ${o.clusterId} restarted: RESTART_COMPLETE in ${took}\n`);
     return 0;
   }
   if (result.timedOut) {
-    process.stderr.write(`herald: timeout: cluster ${o.clusterId} did not finish its restart within ${formatMs(o.timeoutMs)} (status ${result.cluster?.status ?? 'unknown'}); it goes on: herald cluster show ${o.clusterId}\n`);
+    process.stderr.write(
+      `herald: timeout: cluster ${o.clusterId} did not finish its restart within ${formatMs(o.timeoutMs)} (status ${result.cluster?.status ?? 'unknown'}); it goes on: herald cluster show ${o.clusterId}\n`,
+    );
     return 2;
   }
   const status = result.cluster?.status ?? 'unknown';
-  const nodes = result.failed.length ? result.failed.map((f) => `node ${f.node}: ${f.reason}`).join('; ') : result.cluster?.statusReason ?? 'no node reported a reason';
+  const nodes = result.failed.length
+    ? result.failed.map((f) => `node ${f.node}: ${f.reason}`).join('; ')
+    : (result.cluster?.statusReason ?? 'no node reported a reason');
   process.stderr.write(`herald: restart failed: cluster ${o.clusterId} ${status}: ${nodes}\n`);
   return 1;
 }

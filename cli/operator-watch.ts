@@ -31,7 +31,15 @@ export interface ClusterState {
 }
 
 export type WatchEvent =
-  | { kind: 'phase'; at: Date; node: string; phase: ClusterNodePhase; reason?: string; uninstallMs?: number; installMs?: number }
+  | {
+      kind: 'phase';
+      at: Date;
+      node: string;
+      phase: ClusterNodePhase;
+      reason?: string;
+      uninstallMs?: number;
+      installMs?: number;
+    }
   | { kind: 'woken'; at: Date; node: string; detail: string }
   | { kind: 'status'; at: Date; status: ClusterStatus; reason?: string };
 
@@ -145,9 +153,12 @@ function phaseTime(n: NodeState, phase: ClusterNodePhase): number | undefined {
 
 /** How a restart ended, or undefined while it runs. */
 export function outcomeOf(c: ClusterState): WatchResult | undefined {
-  const failed = c.nodes.filter((n) => n.phase === 'failed').map((n) => ({ node: n.node, reason: n.reason ?? 'no reason given' }));
+  const failed = c.nodes
+    .filter((n) => n.phase === 'failed')
+    .map((n) => ({ node: n.node, reason: n.reason ?? 'no reason given' }));
   if (c.status === 'RESTART_COMPLETE') return { ok: true, timedOut: false, cluster: c, failed };
-  if (c.status === 'RESTART_FAILED' || c.status === 'CREATE_FAILED' || c.status === 'DELETE_FAILED') return { ok: false, timedOut: false, cluster: c, failed };
+  if (c.status === 'RESTART_FAILED' || c.status === 'CREATE_FAILED' || c.status === 'DELETE_FAILED')
+    return { ok: false, timedOut: false, cluster: c, failed };
   return undefined;
 }
 
@@ -184,7 +195,12 @@ export class WakeTracker {
     const ackMs = msOf(d.last_ack_at);
     if (ackMs === undefined || ackMs < this.startedAtMs || ackMs === this.#lastAck.get(d.node)) return undefined;
     this.#lastAck.set(d.node, ackMs);
-    return { kind: 'woken', at: new Date(ackMs), node: d.node, detail: d.generation_acked === null ? '' : `gen ${d.generation_acked}` };
+    return {
+      kind: 'woken',
+      at: new Date(ackMs),
+      node: d.node,
+      detail: d.generation_acked === null ? '' : `gen ${d.generation_acked}`,
+    };
   }
 }
 
@@ -252,17 +268,21 @@ export async function watchRestart(client: ApiClient, opts: WatchOptions): Promi
     } catch (err) {
       lastError = err as Error;
       // 404 means the cluster is gone; anything else is retried by the next poll
-      if ((err as { status?: number }).status === 404) finish({ ok: false, timedOut: false, cluster: last, failed: [] });
+      if ((err as { status?: number }).status === 404)
+        finish({ ok: false, timedOut: false, cluster: last, failed: [] });
     }
   });
 
-  const stream = opts.useEvents === false ? undefined : client.events((e) => {
-    const d = eventDataOf(e);
-    if (settled || !d) return;
-    const woken = wakes.woken(d, members);
-    if (woken) opts.onEvent(woken);
-    if (touches(d, opts.clusterId, members)) void look();
-  });
+  const stream =
+    opts.useEvents === false
+      ? undefined
+      : client.events((e) => {
+          const d = eventDataOf(e);
+          if (settled || !d) return;
+          const woken = wakes.woken(d, members);
+          if (woken) opts.onEvent(woken);
+          if (touches(d, opts.clusterId, members)) void look();
+        });
   const poll = setInterval(() => void look(), opts.pollIntervalMs ?? WATCH_POLL_INTERVAL_MS);
   const timeout = setTimeout(() => finish({ ok: false, timedOut: true, cluster: last, failed: [] }), opts.timeoutMs);
   void look();

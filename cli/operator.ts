@@ -78,7 +78,13 @@ const WAIT_POLL_INTERVAL_MS = 250;
  * `--wait`: re-reads `path` while `busy` holds of the last answer and `timeoutMs` has not
  * passed; returns the last answer.
  */
-async function waitWhile<T>(client: ApiClient, path: string, first: T, busy: (v: T) => boolean, timeoutMs: number): Promise<T> {
+async function waitWhile<T>(
+  client: ApiClient,
+  path: string,
+  first: T,
+  busy: (v: T) => boolean,
+  timeoutMs: number,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let v = first;
   while (busy(v) && Date.now() < deadline) {
@@ -105,22 +111,36 @@ function leaf(parent: Command, nameAndArgs: string, description: string, example
 
 function registerNode(program: Command): void {
   const node = withConnectionOptions(program.command('node').description('list, show, add and remove nodes (agents)'));
-  leaf(node, 'ls', 'list nodes with their endpoint and push state', ['herald node ls', 'herald node ls --json']).action(async (_o, cmd: Command) => {
+  leaf(node, 'ls', 'list nodes with their endpoint and push state', ['herald node ls', 'herald node ls --json']).action(
+    async (_o, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const body = await client.get<ListEnvelope<NodeView>>('/v1/nodes');
+        if (o.json) return printJson(body);
+        const rows = body.items.map(({ id, endpoint, generation, push: p }) => [
+          id,
+          endpoint,
+          p.state,
+          generation,
+          p.generation_acked,
+          p.last_ack_at,
+          p.last_error,
+        ]);
+        out(table(['ID', 'ENDPOINT', 'PUSH', 'GEN', 'ACKED', 'LAST ACK', 'LAST ERROR'], rows));
+      });
+    },
+  );
+  leaf(
+    node,
+    'show <id>',
+    'show one node: endpoint, push state (connected, last ack, generations pushed/acked/fetched, last error)',
+    ['herald node show n1'],
+  ).action(async (id: string, _o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
-      const body = await client.get<ListEnvelope<NodeView>>('/v1/nodes');
+      const body = await client.get<NodeView>(`/v1/nodes/${seg(id)}`);
       if (o.json) return printJson(body);
-      const rows = body.items.map(({ id, endpoint, generation, push: p }) => [id, endpoint, p.state, generation, p.generation_acked, p.last_ack_at, p.last_error]);
-      out(table(['ID', 'ENDPOINT', 'PUSH', 'GEN', 'ACKED', 'LAST ACK', 'LAST ERROR'], rows));
+      out(keyValues(body));
     });
   });
-  leaf(node, 'show <id>', 'show one node: endpoint, push state (connected, last ack, generations pushed/acked/fetched, last error)', ['herald node show n1'])
-    .action(async (id: string, _o, cmd: Command) => {
-      await withClient(cmd, async (client, o) => {
-        const body = await client.get<NodeView>(`/v1/nodes/${seg(id)}`);
-        if (o.json) return printJson(body);
-        out(keyValues(body));
-      });
-    });
   leaf(node, 'add <id>', 'add a node (agents also register themselves when they announce their endpoint)', [
     'herald node add n1',
     'herald node add n1 --endpoint wss://10.0.0.5:7443/v1/wake',
@@ -135,46 +155,81 @@ function registerNode(program: Command): void {
         out(`node ${body.id} added\n`);
       });
     });
-  leaf(node, 'rm <id>', 'delete a node; its id stays refused to agents until an operator adds it again', ['herald node rm n1'])
-    .action(async (id: string, _o, cmd: Command) => {
-      await withClient(cmd, async (client, o) => {
-        const body = await client.delete(`/v1/nodes/${seg(id)}`);
-        if (o.json) return printJson(body ?? { deleted: id });
-        out(`node ${id} deleted\n`);
-      });
+  leaf(node, 'rm <id>', 'delete a node; its id stays refused to agents until an operator adds it again', [
+    'herald node rm n1',
+  ]).action(async (id: string, _o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.delete(`/v1/nodes/${seg(id)}`);
+      if (o.json) return printJson(body ?? { deleted: id });
+      out(`node ${id} deleted\n`);
     });
+  });
 }
 
 // ---- config -------------------------------------------------------------------------------------
 
 function registerConfig(program: Command): void {
-  const config = withConnectionOptions(program.command('config').description('create, list and show software configs (immutable)'));
+  const config = withConnectionOptions(
+    program.command('config').description('create, list and show software configs (immutable)'),
+  );
   leaf(config, 'create', 'create a software config from a file', [
     'herald config create --name install --file install.sh --input port:Number=8080 --output url',
     'herald config create --name db --file db.sh --hidden-input password',
     'herald config create --name both --group component --file component.json',
   ])
     .requiredOption('--name <name>', 'config name')
-    .requiredOption('--file <path>', "the config: a script for group script ('-' reads stdin); JSON for group component")
-    .option('--group <group>', 'hook group: script (built in), component, or a hook in the agents\' hooks dir', 'script')
-    .option('--input <name[:Type][=default]>', `declare an input (repeatable); Type one of String, Number, CommaDelimitedList, Json, Boolean`, collect)
-    .option('--hidden-input <name[:Type][=default]>', 'declare an input whose value is never shown (repeatable)', collect)
+    .requiredOption(
+      '--file <path>',
+      "the config: a script for group script ('-' reads stdin); JSON for group component",
+    )
+    .option('--group <group>', "hook group: script (built in), component, or a hook in the agents' hooks dir", 'script')
+    .option(
+      '--input <name[:Type][=default]>',
+      `declare an input (repeatable); Type one of String, Number, CommaDelimitedList, Json, Boolean`,
+      collect,
+    )
+    .option(
+      '--hidden-input <name[:Type][=default]>',
+      'declare an input whose value is never shown (repeatable)',
+      collect,
+    )
     .option('--output <name[:Type]>', 'declare an output (repeatable)', collect)
-    .option('--error-output <name[:Type]>', 'declare an output whose presence fails the deployment (repeatable)', collect)
+    .option(
+      '--error-output <name[:Type]>',
+      'declare an output whose presence fails the deployment (repeatable)',
+      collect,
+    )
     .option('--hook-timeout <duration>', 'options.timeout: kill the run after this long (e.g. 90s, 10m; default 600s)')
-    .action(async (opts: { name: string; file: string; group: string; input?: string[]; hiddenInput?: string[]; output?: string[]; errorOutput?: string[]; hookTimeout?: string }, cmd: Command) => {
-      const { readConfigFile, buildConfigRequest } = await import('./operator-requests.js');
-      for (const spec of opts.hiddenInput ?? []) {
-        if (spec.includes('=')) process.stderr.write(hiddenOnArgvWarning(spec.slice(0, spec.indexOf('=')).split(':')[0]!, '--hidden-input'));
-      }
-      const text = await readConfigFile(opts.file);
-      const req = buildConfigRequest({ ...opts, text });
-      await withClient(cmd, async (client, o) => {
-        const body = await client.post<ConfigView>('/v1/configs', req);
-        if (o.json) return printJson(body);
-        out(`config ${body.id} created (${opts.name}, group ${opts.group})\n`);
-      });
-    });
+    .action(
+      async (
+        opts: {
+          name: string;
+          file: string;
+          group: string;
+          input?: string[];
+          hiddenInput?: string[];
+          output?: string[];
+          errorOutput?: string[];
+          hookTimeout?: string;
+        },
+        cmd: Command,
+      ) => {
+        const { readConfigFile, buildConfigRequest } = await import('./operator-requests.js');
+        for (const spec of opts.hiddenInput ?? []) {
+          if (spec.includes('='))
+            process.stderr.write(
+              hiddenOnArgvWarning(spec.slice(0, spec.indexOf('=')).split(':')[0]!, '--hidden-input'),
+            );
+        }
+        const text = await readConfigFile(opts.file);
+        const req = buildConfigRequest({ ...opts, text });
+        await withClient(cmd, async (client, o) => {
+          const body = await client.post<ConfigView>('/v1/configs', req);
+          if (o.json) return printJson(body);
+          out(`config ${body.id} created (${opts.name}, group ${opts.group})\n`);
+        });
+      },
+    );
   leaf(config, 'ls', 'list configs', ['herald config ls']).action(async (_o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
       const body = await client.get<ListEnvelope<ConfigView>>('/v1/configs');
@@ -183,21 +238,23 @@ function registerConfig(program: Command): void {
       out(table(['ID', 'NAME', 'GROUP', 'INPUTS', 'OUTPUTS', 'CREATED'], rows));
     });
   });
-  leaf(config, 'show <id>', 'show one config with its script, inputs (hidden defaults shown as ***) and outputs', ['herald config show 3f1c...'])
-    .action(async (id: string, _o, cmd: Command) => {
-      await withClient(cmd, async (client, o) => {
-        const body = await client.get<ConfigView>(`/v1/configs/${seg(id)}`);
-        if (o.json) return printJson(body);
-        out(keyValues(body));
-      });
+  leaf(config, 'show <id>', 'show one config with its script, inputs (hidden defaults shown as ***) and outputs', [
+    'herald config show 3f1c...',
+  ]).action(async (id: string, _o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.get<ConfigView>(`/v1/configs/${seg(id)}`);
+      if (o.json) return printJson(body);
+      out(keyValues(body));
     });
+  });
 }
-
 
 // ---- deploy -------------------------------------------------------------------------------------
 
 function registerDeploy(program: Command): void {
-  const deploy = withConnectionOptions(program.command('deploy').description('create, update, show and remove software deployments'));
+  const deploy = withConnectionOptions(
+    program.command('deploy').description('create, update, show and remove software deployments'),
+  );
   leaf(deploy, 'create', 'deploy a config to a node (a new deployment at revision 1)', [
     'herald deploy create --node n1 --config 3f1c... --input port=8080',
     'herald deploy create --node n1 --config 3f1c... --actions CREATE,UPDATE,DELETE --wait',
@@ -205,85 +262,127 @@ function registerDeploy(program: Command): void {
   ])
     .requiredOption('--node <id>', 'the node')
     .requiredOption('--config <id>', 'the config id')
-    .option('--name <name>', 'deployment name (default: the config\'s); sorts the node\'s deployments')
-    .option('--action <action>', 'this revision\'s action (default CREATE)')
+    .option('--name <name>', "deployment name (default: the config's); sorts the node's deployments")
+    .option('--action <action>', "this revision's action (default CREATE)")
     .option('--actions <list>', 'actions that run the config, comma-separated (default CREATE,UPDATE)')
     .option('--input <key=value>', 'an input value (repeatable; json:<JSON> for lists and objects)', collect)
     .option('--input-file <file>', INPUT_FILE_HELP)
     .option('--wait', 'wait until the deployment is COMPLETE or FAILED')
     .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
-    .action(async (opts: { node: string; config: string; name?: string; action?: string; actions?: string; input?: string[]; inputFile?: string; wait?: boolean; timeout: string }, cmd: Command) => {
-      const req: Obj = { node: opts.node, config_id: opts.config };
-      if (opts.name) req.name = opts.name;
-      if (opts.action) req.action = opts.action;
-      if (opts.actions !== undefined) req.actions = splitList(opts.actions);
-      const inputs = await gatherInputs(opts);
-      if (inputs.values) req.input_values = inputs.values;
-      const timeoutMs = parseDuration(opts.timeout, '--timeout');
-      await withClient(cmd, async (client, o) => {
-        await warnHiddenOnArgv(client, [opts.config], inputs.argvNames);
-        const body = await client.post<DeploymentView>('/v1/deployments', req);
-        await reportDeployment(client, body, 'created', opts.wait === true, timeoutMs, o.json === true);
-      });
-    });
+    .action(
+      async (
+        opts: {
+          node: string;
+          config: string;
+          name?: string;
+          action?: string;
+          actions?: string;
+          input?: string[];
+          inputFile?: string;
+          wait?: boolean;
+          timeout: string;
+        },
+        cmd: Command,
+      ) => {
+        const req: Obj = { node: opts.node, config_id: opts.config };
+        if (opts.name) req.name = opts.name;
+        if (opts.action) req.action = opts.action;
+        if (opts.actions !== undefined) req.actions = splitList(opts.actions);
+        const inputs = await gatherInputs(opts);
+        if (inputs.values) req.input_values = inputs.values;
+        const timeoutMs = parseDuration(opts.timeout, '--timeout');
+        await withClient(cmd, async (client, o) => {
+          await warnHiddenOnArgv(client, [opts.config], inputs.argvNames);
+          const body = await client.post<DeploymentView>('/v1/deployments', req);
+          await reportDeployment(client, body, 'created', opts.wait === true, timeoutMs, o.json === true);
+        });
+      },
+    );
   leaf(deploy, 'update <id>', 'make a new revision with new input values and/or action', [
     'herald deploy update 9a2b... --input port=9090',
     'herald deploy update 9a2b... --action UPDATE --wait',
     'herald deploy update 9a2b... --input-file - < secrets.json',
   ])
-    .option('--action <action>', 'the new revision\'s action')
+    .option('--action <action>', "the new revision's action")
     .option('--input <key=value>', 'an input value (repeatable; json:<JSON> for lists and objects)', collect)
     .option('--input-file <file>', INPUT_FILE_HELP)
     .option('--wait', 'wait until the new revision is COMPLETE or FAILED')
     .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
-    .action(async (id: string, opts: { action?: string; input?: string[]; inputFile?: string; wait?: boolean; timeout: string }, cmd: Command) => {
-      const req: Obj = {};
-      if (opts.action) req.action = opts.action;
-      const inputs = await gatherInputs(opts);
-      if (inputs.values) req.input_values = inputs.values;
-      const timeoutMs = parseDuration(opts.timeout, '--timeout');
-      await withClient(cmd, async (client, o) => {
-        if (inputs.argvNames.length > 0) {
-          const current = await client.get<DeploymentView>(`/v1/deployments/${seg(id)}`).catch(() => undefined);
-          await warnHiddenOnArgv(client, [current?.config_id], inputs.argvNames);
-        }
-        const body = await client.patch<DeploymentView>(`/v1/deployments/${seg(id)}`, req);
-        await reportDeployment(client, body, 'updated', opts.wait === true, timeoutMs, o.json === true);
-      });
+    .action(
+      async (
+        id: string,
+        opts: { action?: string; input?: string[]; inputFile?: string; wait?: boolean; timeout: string },
+        cmd: Command,
+      ) => {
+        const req: Obj = {};
+        if (opts.action) req.action = opts.action;
+        const inputs = await gatherInputs(opts);
+        if (inputs.values) req.input_values = inputs.values;
+        const timeoutMs = parseDuration(opts.timeout, '--timeout');
+        await withClient(cmd, async (client, o) => {
+          if (inputs.argvNames.length > 0) {
+            const current = await client.get<DeploymentView>(`/v1/deployments/${seg(id)}`).catch(() => undefined);
+            await warnHiddenOnArgv(client, [current?.config_id], inputs.argvNames);
+          }
+          const body = await client.patch<DeploymentView>(`/v1/deployments/${seg(id)}`, req);
+          await reportDeployment(client, body, 'updated', opts.wait === true, timeoutMs, o.json === true);
+        });
+      },
+    );
+  leaf(
+    deploy,
+    'show <id>',
+    'show a deployment: revision, status, reason and output values (stdout, stderr, status code)',
+    ['herald deploy show 9a2b...'],
+  ).action(async (id: string, _o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.get<DeploymentView>(`/v1/deployments/${seg(id)}`);
+      if (o.json) return printJson(body);
+      out(keyValues(body));
     });
-  leaf(deploy, 'show <id>', 'show a deployment: revision, status, reason and output values (stdout, stderr, status code)', ['herald deploy show 9a2b...'])
-    .action(async (id: string, _o, cmd: Command) => {
-      await withClient(cmd, async (client, o) => {
-        const body = await client.get<DeploymentView>(`/v1/deployments/${seg(id)}`);
-        if (o.json) return printJson(body);
-        out(keyValues(body));
-      });
-    });
+  });
   leaf(deploy, 'ls', 'list deployments', ['herald deploy ls', 'herald deploy ls --node n1'])
-    .option('--node <id>', 'only this node\'s')
+    .option('--node <id>', "only this node's")
     .action(async (opts: { node?: string }, cmd: Command) => {
       await withClient(cmd, async (client, o) => {
-        const body = await client.get<ListEnvelope<DeploymentView>>(`/v1/deployments${opts.node ? `?node=${seg(opts.node)}` : ''}`);
+        const body = await client.get<ListEnvelope<DeploymentView>>(
+          `/v1/deployments${opts.node ? `?node=${seg(opts.node)}` : ''}`,
+        );
         if (o.json) return printJson(body);
-        out(table(['ID', 'NODE', 'NAME', 'ACTION', 'REV', 'STATUS', 'REASON'],
-          body.items.map((d) => [d.id, d.node, d.name, d.action, d.revision, d.status, d.status_reason])));
+        out(
+          table(
+            ['ID', 'NODE', 'NAME', 'ACTION', 'REV', 'STATUS', 'REASON'],
+            body.items.map((d) => [d.id, d.node, d.name, d.action, d.revision, d.status, d.status_reason]),
+          ),
+        );
       });
     });
-  leaf(deploy, 'rm <id>', 'delete a deployment: runs a DELETE revision if DELETE is in its actions, then removes it', ['herald deploy rm 9a2b...'])
-    .action(async (id: string, _o, cmd: Command) => {
-      await withClient(cmd, async (client, o) => {
-        const body = await client.delete(`/v1/deployments/${seg(id)}`);
-        if (o.json) return printJson(body ?? { deleted: id });
-        out(`deployment ${id} ${body ? 'is being deleted' : 'deleted'}\n`);
-      });
+  leaf(deploy, 'rm <id>', 'delete a deployment: runs a DELETE revision if DELETE is in its actions, then removes it', [
+    'herald deploy rm 9a2b...',
+  ]).action(async (id: string, _o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.delete(`/v1/deployments/${seg(id)}`);
+      if (o.json) return printJson(body ?? { deleted: id });
+      out(`deployment ${id} ${body ? 'is being deleted' : 'deleted'}\n`);
     });
+  });
 }
 
-async function reportDeployment(client: ApiClient, body: DeploymentView, verb: string, wait: boolean, timeoutMs: number, json: boolean): Promise<void> {
+async function reportDeployment(
+  client: ApiClient,
+  body: DeploymentView,
+  verb: string,
+  wait: boolean,
+  timeoutMs: number,
+  json: boolean,
+): Promise<void> {
   const busy = (d: DeploymentView): boolean => d.status === 'IN_PROGRESS';
   const d = wait ? await waitWhile(client, `/v1/deployments/${seg(body.id)}`, body, busy, timeoutMs) : body;
   if (json) printJson(d);
-  else out(`deployment ${d.id} ${verb}: revision ${d.revision}, ${d.status}${d.status_reason ? ` (${d.status_reason})` : ''}\n`);
+  else
+    out(
+      `deployment ${d.id} ${verb}: revision ${d.revision}, ${d.status}${d.status_reason ? ` (${d.status_reason})` : ''}\n`,
+    );
   if (!wait) return;
   if (busy(d)) process.stderr.write(`herald: timed out waiting for deployment ${d.id}\n`);
   process.exitCode = waitExitCode(busy(d), d.status === 'FAILED') ?? process.exitCode;
@@ -292,7 +391,9 @@ async function reportDeployment(client: ApiClient, body: DeploymentView, verb: s
 // ---- cluster ------------------------------------------------------------------------------------
 
 function registerCluster(program: Command): void {
-  const cluster = withConnectionOptions(program.command('cluster').description('create, list, show, restart and remove clusters'));
+  const cluster = withConnectionOptions(
+    program.command('cluster').description('create, list, show, restart and remove clusters'),
+  );
   leaf(cluster, 'create', 'create a cluster: the install config is deployed on every node', [
     'herald cluster create --name demo --nodes n1,n2,n3 --install <cfg> --uninstall <cfg>',
     'herald cluster create --name k8s --nodes n1,n2 --install <cfg> --uninstall <cfg> --input version=1.29 --wait',
@@ -306,77 +407,143 @@ function registerCluster(program: Command): void {
     .option('--input-file <file>', `${INPUT_FILE_HELP} (values for both configs)`)
     .option('--wait', 'wait until CREATE_COMPLETE or CREATE_FAILED')
     .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
-    .action(async (opts: { name: string; nodes: string; install: string; uninstall: string; input?: string[]; inputFile?: string; wait?: boolean; timeout: string }, cmd: Command) => {
-      const req: Obj = { name: opts.name, nodes: splitList(opts.nodes), install_config_id: opts.install, uninstall_config_id: opts.uninstall };
-      const inputs = await gatherInputs(opts);
-      if (inputs.values) req.input_values = inputs.values;
-      const timeoutMs = parseDuration(opts.timeout, '--timeout');
-      await withClient(cmd, async (client, o) => {
-        // both configs receive every cluster input: a name hidden by either is hidden
-        await warnHiddenOnArgv(client, [opts.install, opts.uninstall], inputs.argvNames);
-        const first = await client.post<ClusterView>('/v1/clusters', req);
-        const busy = (c: ClusterView): boolean => c.status.endsWith('_IN_PROGRESS');
-        const body = opts.wait ? await waitWhile(client, `/v1/clusters/${seg(first.id)}`, first, busy, timeoutMs) : first;
-        if (o.json) printJson(body);
-        else out(`cluster ${body.id} created (${opts.name}): ${body.status}\n`);
-        if (opts.wait) process.exitCode = waitExitCode(busy(body), body.status.endsWith('_FAILED')) ?? process.exitCode;
-      });
-    });
+    .action(
+      async (
+        opts: {
+          name: string;
+          nodes: string;
+          install: string;
+          uninstall: string;
+          input?: string[];
+          inputFile?: string;
+          wait?: boolean;
+          timeout: string;
+        },
+        cmd: Command,
+      ) => {
+        const req: Obj = {
+          name: opts.name,
+          nodes: splitList(opts.nodes),
+          install_config_id: opts.install,
+          uninstall_config_id: opts.uninstall,
+        };
+        const inputs = await gatherInputs(opts);
+        if (inputs.values) req.input_values = inputs.values;
+        const timeoutMs = parseDuration(opts.timeout, '--timeout');
+        await withClient(cmd, async (client, o) => {
+          // both configs receive every cluster input: a name hidden by either is hidden
+          await warnHiddenOnArgv(client, [opts.install, opts.uninstall], inputs.argvNames);
+          const first = await client.post<ClusterView>('/v1/clusters', req);
+          const busy = (c: ClusterView): boolean => c.status.endsWith('_IN_PROGRESS');
+          const body = opts.wait
+            ? await waitWhile(client, `/v1/clusters/${seg(first.id)}`, first, busy, timeoutMs)
+            : first;
+          if (o.json) printJson(body);
+          else out(`cluster ${body.id} created (${opts.name}): ${body.status}\n`);
+          if (opts.wait)
+            process.exitCode = waitExitCode(busy(body), body.status.endsWith('_FAILED')) ?? process.exitCode;
+        });
+      },
+    );
   leaf(cluster, 'ls', 'list clusters', ['herald cluster ls']).action(async (_o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
       const body = await client.get<ListEnvelope<ClusterView>>('/v1/clusters');
       if (o.json) return printJson(body);
-      out(table(['ID', 'NAME', 'STATUS', 'NODES', 'REASON'], body.items.map((c) => [c.id, c.name, c.status, c.nodes.length, c.status_reason])));
+      out(
+        table(
+          ['ID', 'NAME', 'STATUS', 'NODES', 'REASON'],
+          body.items.map((c) => [c.id, c.name, c.status, c.nodes.length, c.status_reason]),
+        ),
+      );
     });
   });
-  leaf(cluster, 'show <id>', "show a cluster's status and each node's phase, times and failing reason", ['herald cluster show 7c0d...'])
-    .action(async (id: string, _o, cmd: Command) => {
-      await withClient(cmd, async (client, o) => {
-        const body = await client.get<ClusterView>(`/v1/clusters/${seg(id)}`);
-        if (o.json) return printJson(body);
-        const { clusterStateOf } = await import('./operator-watch.js');
-        const c = clusterStateOf(body);
-        const head: Obj = {};
-        for (const [k, v] of Object.entries(body)) if (!Array.isArray(v) && (v === null || typeof v !== 'object')) head[k] = v;
-        out(keyValues(head));
-        const dur = (a?: number, b?: number): string => (a !== undefined && b !== undefined ? formatMs(b - a) : '-');
-        out(`\n${table(['NODE', 'PHASE', 'UNINSTALL', 'INSTALL', 'REASON'],
-          c.nodes.map((n) => [n.node, n.phase, dur(n.uninstallStartedMs, n.uninstallDoneMs), dur(n.installStartedMs, n.installDoneMs), n.reason]))}`);
-      });
+  leaf(cluster, 'show <id>', "show a cluster's status and each node's phase, times and failing reason", [
+    'herald cluster show 7c0d...',
+  ]).action(async (id: string, _o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.get<ClusterView>(`/v1/clusters/${seg(id)}`);
+      if (o.json) return printJson(body);
+      const { clusterStateOf } = await import('./operator-watch.js');
+      const c = clusterStateOf(body);
+      const head: Obj = {};
+      for (const [k, v] of Object.entries(body))
+        if (!Array.isArray(v) && (v === null || typeof v !== 'object')) head[k] = v;
+      out(keyValues(head));
+      const dur = (a?: number, b?: number): string => (a !== undefined && b !== undefined ? formatMs(b - a) : '-');
+      out(
+        `\n${table(
+          ['NODE', 'PHASE', 'UNINSTALL', 'INSTALL', 'REASON'],
+          c.nodes.map((n) => [
+            n.node,
+            n.phase,
+            dur(n.uninstallStartedMs, n.uninstallDoneMs),
+            dur(n.installStartedMs, n.installDoneMs),
+            n.reason,
+          ]),
+        )}`,
+      );
     });
-  leaf(cluster, 'restart <id>', 'restart the cluster: on each node the uninstall config, then the install config (deploy_action RESTART)', [
-    'herald cluster restart 7c0d... --wait',
-    'herald cluster restart 7c0d... --max-unavailable 2 --wait --timeout 30m',
-  ])
+  });
+  leaf(
+    cluster,
+    'restart <id>',
+    'restart the cluster: on each node the uninstall config, then the install config (deploy_action RESTART)',
+    [
+      'herald cluster restart 7c0d... --wait',
+      'herald cluster restart 7c0d... --max-unavailable 2 --wait --timeout 30m',
+    ],
+  )
     .option('--max-unavailable <n>', 'at most this many nodes in a step at once (default: all)')
     .option('--wait', 'follow the restart live; exit 0 on RESTART_COMPLETE, 1 on RESTART_FAILED, 2 on --timeout')
     .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
-    .addOption(new Option('--progress <mode>', 'with --wait: bar (default on a terminal) or lines').choices(['bar', 'lines']))
+    .addOption(
+      new Option('--progress <mode>', 'with --wait: bar (default on a terminal) or lines').choices(['bar', 'lines']),
+    )
     .addOption(new Option('--no-events', 'with --wait: only poll the cluster, do not follow /v1/events').hideHelp())
-    .addHelpText('after', '\nWith --wait on a terminal a progress bar shows each node\'s phase; otherwise one line per change:\n  12:00:01.234 n1 uninstalling\n  12:00:01.301 n1 installing\n  12:00:01.350 n1 complete (uninstall 40 ms, install 35 ms)\n')
-    .action(async (id: string, opts: { maxUnavailable?: string; wait?: boolean; timeout: string; progress?: 'bar' | 'lines'; events: boolean }, cmd: Command) => {
-      const body = opts.maxUnavailable === undefined ? undefined : { max_unavailable: parsePositiveInt(opts.maxUnavailable, '--max-unavailable') };
-      const timeoutMs = parseDuration(opts.timeout, '--timeout');
-      await withClient(cmd, async (client, o) => {
-        const startedAt = new Date();
-        await client.patch(`/v1/clusters/${seg(id)}/actions/restart`, body);
-        if (!opts.wait) {
-          if (o.json) printJson({ accepted: true, cluster: id });
-          else out(`restart of cluster ${id} accepted; follow it with: herald cluster show ${id}\n`);
-          return;
-        }
-        const { followRestart } = await import('./operator-restart.js');
-        process.exitCode = await followRestart(client, { clusterId: id, startedAt, timeoutMs, json: o.json === true, progress: opts.progress, useEvents: opts.events });
-      });
+    .addHelpText(
+      'after',
+      "\nWith --wait on a terminal a progress bar shows each node's phase; otherwise one line per change:\n  12:00:01.234 n1 uninstalling\n  12:00:01.301 n1 installing\n  12:00:01.350 n1 complete (uninstall 40 ms, install 35 ms)\n",
+    )
+    .action(
+      async (
+        id: string,
+        opts: { maxUnavailable?: string; wait?: boolean; timeout: string; progress?: 'bar' | 'lines'; events: boolean },
+        cmd: Command,
+      ) => {
+        const body =
+          opts.maxUnavailable === undefined
+            ? undefined
+            : { max_unavailable: parsePositiveInt(opts.maxUnavailable, '--max-unavailable') };
+        const timeoutMs = parseDuration(opts.timeout, '--timeout');
+        await withClient(cmd, async (client, o) => {
+          const startedAt = new Date();
+          await client.patch(`/v1/clusters/${seg(id)}/actions/restart`, body);
+          if (!opts.wait) {
+            if (o.json) printJson({ accepted: true, cluster: id });
+            else out(`restart of cluster ${id} accepted; follow it with: herald cluster show ${id}\n`);
+            return;
+          }
+          const { followRestart } = await import('./operator-restart.js');
+          process.exitCode = await followRestart(client, {
+            clusterId: id,
+            startedAt,
+            timeoutMs,
+            json: o.json === true,
+            progress: opts.progress,
+            useEvents: opts.events,
+          });
+        });
+      },
+    );
+  leaf(cluster, 'rm <id>', 'delete a cluster: uninstalls on every node, then removes it', [
+    'herald cluster rm 7c0d...',
+  ]).action(async (id: string, _o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.delete(`/v1/clusters/${seg(id)}`);
+      if (o.json) return printJson(body ?? { deleted: id });
+      out(`cluster ${id} is being deleted (uninstall on every node, then removal)\n`);
     });
-  leaf(cluster, 'rm <id>', 'delete a cluster: uninstalls on every node, then removes it', ['herald cluster rm 7c0d...'])
-    .action(async (id: string, _o, cmd: Command) => {
-      await withClient(cmd, async (client, o) => {
-        const body = await client.delete(`/v1/clusters/${seg(id)}`);
-        if (o.json) return printJson(body ?? { deleted: id });
-        out(`cluster ${id} is being deleted (uninstall on every node, then removal)\n`);
-      });
-    });
+  });
 }
 
 /** Registers `herald node`, `config`, `deploy` and `cluster`. */

@@ -163,14 +163,21 @@ export class ApiServer {
     };
     this.#controllerId = o.material.current().identity.spiffeId;
     this.#summary = new RefusalSummary(
-      ({ code, count, fields }) => this.#log.warn({ event: 'refused', code, count, ...fields }, `refused ${count} time(s) in the last ${REFUSAL_LOG_INTERVAL_MS / 1000} s: ${ERROR_CODES[code as ErrorCode] ?? code}`),
+      ({ code, count, fields }) =>
+        this.#log.warn(
+          { event: 'refused', code, count, ...fields },
+          `refused ${count} time(s) in the last ${REFUSAL_LOG_INTERVAL_MS / 1000} s: ${ERROR_CODES[code as ErrorCode] ?? code}`,
+        ),
       this.#now,
     );
     this.#summaryTimer = setInterval(() => this.#summary.flush(), REFUSAL_LOG_INTERVAL_MS);
     this.#summaryTimer.unref();
-    this.server = https.createServer({ ...tlsServerOptions(o.material), handshakeTimeout: API_HEADERS_TIMEOUT_MS }, (req, res) => {
-      void this.#handle(req, res);
-    });
+    this.server = https.createServer(
+      { ...tlsServerOptions(o.material), handshakeTimeout: API_HEADERS_TIMEOUT_MS },
+      (req, res) => {
+        void this.#handle(req, res);
+      },
+    );
     // long keep-alive: an agent's polls and wake-up fetches reuse one connection (README "Scale")
     this.server.keepAliveTimeout = API_KEEP_ALIVE_TIMEOUT_MS;
     this.server.headersTimeout = API_HEADERS_TIMEOUT_MS;
@@ -182,7 +189,10 @@ export class ApiServer {
     });
     this.server.on('tlsClientError', (err, s) => {
       this.#o.metrics.refusals.inc({ code: 'tls_handshake_failed' });
-      this.#summary.record('tls_handshake_failed', { remote: s.remoteAddress, err: (err as { code?: string }).code ?? err.message.slice(0, 120) });
+      this.#summary.record('tls_handshake_failed', {
+        remote: s.remoteAddress,
+        err: (err as { code?: string }).code ?? err.message.slice(0, 120),
+      });
     });
     this.#unwatch = watchServer(this.server, o.material);
     this.#onTls = () => {
@@ -256,26 +266,38 @@ export class ApiServer {
       identity = auth.identity;
       if (this.#overLimit.has(req.socket as tls.TLSSocket)) {
         const cap = identity.role === 'agent' ? API_AGENT_MAX_CONNECTIONS : API_IDENTITY_MAX_CONNECTIONS;
-        throw new ApiError('too_many_connections', `${identity.spiffeId} already holds ${cap} API connections`, { Connection: 'close', 'Retry-After': '1' });
+        throw new ApiError('too_many_connections', `${identity.spiffeId} already holds ${cap} API connections`, {
+          Connection: 'close',
+          'Retry-After': '1',
+        });
       }
       const url = new URL(req.url ?? '/', 'https://controller.invalid');
       const m = this.#router.match(method, url.pathname);
       if (m.kind === 'none') throw new ApiError('not_found', `no route ${method} ${url.pathname}`);
-      if (m.kind === 'method') throw new ApiError('method_not_allowed', `${method} is not allowed here`, { Allow: m.allowed.join(', ') });
+      if (m.kind === 'method')
+        throw new ApiError('method_not_allowed', `${method} is not allowed here`, { Allow: m.allowed.join(', ') });
       const spec = m.route;
       route = spec.path;
       // the rate limit comes before the role check: refusals cost the caller its budget too
       if (!(spec.rate === 'fetch' && this.#o.service.wokeRecently(identity.name))) {
         const decision = this.#limiters[spec.rate].take(identity.spiffeId);
-        if (!decision.ok) throw new ApiError('rate_limited', `too many requests; retry after ${decision.retryAfterS} s`, { 'Retry-After': String(decision.retryAfterS) });
+        if (!decision.ok)
+          throw new ApiError('rate_limited', `too many requests; retry after ${decision.retryAfterS} s`, {
+            'Retry-After': String(decision.retryAfterS),
+          });
       }
       this.#checkRole(spec, m.params, identity);
-      const body = spec.bodyLimitBytes > 0 ? await this.#readJson(req, spec.bodyLimitBytes) : await this.#drainEmpty(req);
+      const body =
+        spec.bodyLimitBytes > 0 ? await this.#readJson(req, spec.bodyLimitBytes) : await this.#drainEmpty(req);
       this.#rateLimited.delete(req.socket as tls.TLSSocket);
       const reply = await spec.handler({ req, res, params: m.params, query: url.searchParams, identity, body });
       if (reply?.raw) {
         const data = Buffer.from(reply.raw.data);
-        res.writeHead(reply.status, { ...reply.headers, 'Content-Type': reply.raw.contentType, 'Content-Length': String(data.length) });
+        res.writeHead(reply.status, {
+          ...reply.headers,
+          'Content-Type': reply.raw.contentType,
+          'Content-Length': String(data.length),
+        });
         res.end(data);
       } else if (reply) {
         this.#send(res, reply.status, reply.body, reply.headers);
@@ -320,7 +342,8 @@ export class ApiServer {
 
   #authorize(socket: tls.TLSSocket): AuthorizeResult {
     const hit = this.#auth.get(socket);
-    if (hit && hit.epoch === this.#epoch && (!hit.result.ok || hit.result.identity.validTo.getTime() >= this.#now())) return hit.result;
+    if (hit && hit.epoch === this.#epoch && (!hit.result.ok || hit.result.identity.validTo.getTime() >= this.#now()))
+      return hit.result;
     const result = authorizePeer(socket, ROLES, this.#o.material);
     this.#auth.set(socket, { epoch: this.#epoch, result });
     return result;
@@ -329,11 +352,14 @@ export class ApiServer {
   #checkRole(spec: RouteSpec, params: Record<string, string>, id: CertIdentity): void {
     if (spec.auth === 'any') return;
     if (spec.auth === 'operator') {
-      if (id.role !== 'operator') throw new ApiError('wrong_role', `an operator certificate is required, not a ${id.role} one`);
+      if (id.role !== 'operator')
+        throw new ApiError('wrong_role', `an operator certificate is required, not a ${id.role} one`);
       return;
     }
-    if (id.role !== 'agent') throw new ApiError('wrong_role', `only the node's agent may use this route, not the ${id.role} role`);
-    if (params.node !== id.name) throw new ApiError('wrong_node', `agent ${id.name} may only use its own node's routes`);
+    if (id.role !== 'agent')
+      throw new ApiError('wrong_role', `only the node's agent may use this route, not the ${id.role} role`);
+    if (params.node !== id.name)
+      throw new ApiError('wrong_node', `agent ${id.name} may only use its own node's routes`);
   }
 
   /** Reads a JSON body of at most `limit` bytes (undefined when empty). */
@@ -384,7 +410,8 @@ export class ApiServer {
 
   /** Routes without a body still read (and discard) whatever came, up to the request limit. */
   #drainEmpty(req: http.IncomingMessage): Promise<unknown> {
-    if (req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined) return Promise.resolve(undefined);
+    if (req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined)
+      return Promise.resolve(undefined);
     return this.#readJson(req, MAX_REQUEST_BODY_BYTES).then(() => undefined);
   }
 
@@ -401,7 +428,13 @@ export class ApiServer {
   }
 
   /** The one error edge. */
-  #fail(req: http.IncomingMessage, res: http.ServerResponse, err: unknown, route: string, identity: CertIdentity | undefined): void {
+  #fail(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    err: unknown,
+    route: string,
+    identity: CertIdentity | undefined,
+  ): void {
     const peer = identity?.spiffeId ?? peerHint(req.socket as tls.TLSSocket);
     let code: ErrorCode = 'internal';
     let message: string = ERROR_CODES.internal;
@@ -425,9 +458,12 @@ export class ApiServer {
       // refusals a peer can repeat in bulk are summarised; the rest are one line each
       // (per identity and route once authenticated; per code alone before, see RefusalSummary)
       if (status === 403 || status === 413 || status === 429) {
-        this.#summary.record(code, { status, peer, method: req.method, route }, identity ? `${code} ${identity.spiffeId} ${req.method} ${route}` : code);
-      }
-      else this.#log.info({ event: 'refused', code, status, peer, method: req.method, route, field }, message);
+        this.#summary.record(
+          code,
+          { status, peer, method: req.method, route },
+          identity ? `${code} ${identity.spiffeId} ${req.method} ${route}` : code,
+        );
+      } else this.#log.info({ event: 'refused', code, status, peer, method: req.method, route, field }, message);
     } else {
       this.#log.error({ err, peer, method: req.method, route }, 'request failed unexpectedly');
     }
@@ -436,7 +472,8 @@ export class ApiServer {
       return;
     }
     const status = code === 'internal' ? 500 : statusOf(code);
-    const send = (): void => this.#send(res, status, { error: { code, message, ...(field !== undefined ? { field } : {}) } }, headers);
+    const send = (): void =>
+      this.#send(res, status, { error: { code, message, ...(field !== undefined ? { field } : {}) } }, headers);
     if (headers.Connection === 'close' && !req.complete) afterBody(req, send);
     else send();
   }
@@ -449,22 +486,52 @@ export class ApiServer {
     const sigLimit = this.#o.bodyLimits?.signalBytes ?? MAX_SIGNAL_BODY_BYTES;
     const who = (c: RouteContext): string => c.identity.spiffeId;
     const ok = (body: unknown): Reply => ({ status: 200, body });
-    const created = (body: Record<string, unknown>, location: string): Reply => ({ status: 201, body, headers: { Location: location } });
+    const created = (body: Record<string, unknown>, location: string): Reply => ({
+      status: 201,
+      body,
+      headers: { Location: location },
+    });
     const items = (list: unknown[]): Reply => ok({ items: list });
-    const add = (method: RouteSpec['method'], path: string, auth: RouteSpec['auth'], handler: RouteSpec['handler'], extra: Partial<RouteSpec> = {}): void => {
+    const add = (
+      method: RouteSpec['method'],
+      path: string,
+      auth: RouteSpec['auth'],
+      handler: RouteSpec['handler'],
+      extra: Partial<RouteSpec> = {},
+    ): void => {
       const needsBody = method === 'POST' || method === 'PUT' || method === 'PATCH';
-      this.#router.add({ method, path, auth, rate: 'other', bodyLimitBytes: needsBody ? reqLimit : 0, handler, ...extra });
+      this.#router.add({
+        method,
+        path,
+        auth,
+        rate: 'other',
+        bodyLimitBytes: needsBody ? reqLimit : 0,
+        handler,
+        ...extra,
+      });
     };
 
     add('GET', '/healthz', 'any', () => ok({ status: 'ok' }));
 
     // agent routes
-    add('PUT', '/v1/nodes/:node/endpoint', 'agent', async (c) => ok(await s.announce(c.params.node!, c.body, c.identity)), { rate: 'announce' });
+    add(
+      'PUT',
+      '/v1/nodes/:node/endpoint',
+      'agent',
+      async (c) => ok(await s.announce(c.params.node!, c.body, c.identity)),
+      { rate: 'announce' },
+    );
     add('GET', '/v1/nodes/:node/metadata', 'agent', (c) => this.#metadata(c), { rate: 'fetch' });
-    add('POST', '/v1/nodes/:node/deployments/:deployment/signal', 'agent', async (c) => ok(await s.signal(c.params.node!, c.params.deployment!, c.body, who(c))), {
-      bodyLimitBytes: sigLimit,
-      rate: 'signal',
-    });
+    add(
+      'POST',
+      '/v1/nodes/:node/deployments/:deployment/signal',
+      'agent',
+      async (c) => ok(await s.signal(c.params.node!, c.params.deployment!, c.body, who(c))),
+      {
+        bodyLimitBytes: sigLimit,
+        rate: 'signal',
+      },
+    );
 
     // operator routes
     add('POST', '/v1/nodes', 'operator', async (c) => {
@@ -487,10 +554,14 @@ export class ApiServer {
       const d = await s.createDeployment(c.body, who(c));
       return created(d, `/v1/deployments/${String(d.id)}`);
     });
-    add('GET', '/v1/deployments', 'operator', async (c) => items(await s.listDeployments(c.query.get('node') ?? undefined)));
+    add('GET', '/v1/deployments', 'operator', async (c) =>
+      items(await s.listDeployments(c.query.get('node') ?? undefined)),
+    );
     add('GET', '/v1/deployments/:id', 'operator', async (c) => ok(await s.getDeployment(c.params.id!)));
     add('GET', '/v1/deployments/:id/revisions', 'operator', async (c) => items(await s.listRevisions(c.params.id!)));
-    add('PATCH', '/v1/deployments/:id', 'operator', async (c) => ok(await s.updateDeployment(c.params.id!, c.body, who(c))));
+    add('PATCH', '/v1/deployments/:id', 'operator', async (c) =>
+      ok(await s.updateDeployment(c.params.id!, c.body, who(c))),
+    );
     add('DELETE', '/v1/deployments/:id', 'operator', async (c) => {
       const d = await s.deleteDeployment(c.params.id!, who(c));
       return d === null ? { status: 204 } : { status: 202, body: d };
@@ -529,7 +600,9 @@ export class ApiServer {
     const nonceHeader = req.headers[NONCE_HEADER];
     const nonce = Array.isArray(nonceHeader) ? nonceHeader[0] : nonceHeader;
     if (nonce !== undefined && !isValidNonce(nonce)) {
-      throw new HeraldError('invalid_request', 'Herald-Nonce must be 16 to 128 base64url characters', { field: 'Herald-Nonce' });
+      throw new HeraldError('invalid_request', 'Herald-Nonce must be 16 to 128 base64url characters', {
+        field: 'Herald-Nonce',
+      });
     }
     const built = await this.#o.service.metadata(c.params.node!);
     const etag = `"${built.generation}"`;
@@ -551,7 +624,10 @@ export class ApiServer {
       res.end();
       return undefined;
     }
-    res.writeHead(200, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': String(built.body.length) });
+    res.writeHead(200, {
+      'Content-Type': 'application/json; charset=utf-8',
+      'Content-Length': String(built.body.length),
+    });
     res.end(built.body);
     return undefined;
   }

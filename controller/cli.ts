@@ -13,7 +13,10 @@ export function registerControllerCommand(program: Command): void {
     .command('controller')
     .description('run the controller: HTTPS API, signed metadata, push wake-ups, cluster operations')
     .option('--listen <host:port>', `API address (default 127.0.0.1:${DEFAULT_CONTROLLER_PORT})`)
-    .option('--pki <dir>', 'PKI directory (uses controller/<name>.crt and .key, ca.crt, revoked.json, wake-signing.jwk[s])')
+    .option(
+      '--pki <dir>',
+      'PKI directory (uses controller/<name>.crt and .key, ca.crt, revoked.json, wake-signing.jwk[s])',
+    )
     .option('--db <file>', 'SQLite database file (created if missing)')
     .option('--name <name>', 'the controller certificate name (default controller)')
     .option('--trust-domain <domain>', 'SPIFFE trust domain (default: from the PKI)')
@@ -40,8 +43,20 @@ SIGTERM or SIGINT: stop accepting, finish requests in flight, close agent connec
       const { startController } = await import('./main.js');
       const raw: Record<string, unknown> = {};
       const map: Record<string, string> = {
-        listen: 'listen', pki: 'pki', db: 'db', name: 'name', trustDomain: 'trust-domain', healthListen: 'health-listen',
-        publicUrl: 'public-url', pushWorkers: 'push-workers', logLevel: 'log-level', config: 'config', ca: 'ca', cert: 'cert', key: 'key', signingKey: 'signing-key',
+        listen: 'listen',
+        pki: 'pki',
+        db: 'db',
+        name: 'name',
+        trustDomain: 'trust-domain',
+        healthListen: 'health-listen',
+        publicUrl: 'public-url',
+        pushWorkers: 'push-workers',
+        logLevel: 'log-level',
+        config: 'config',
+        ca: 'ca',
+        cert: 'cert',
+        key: 'key',
+        signingKey: 'signing-key',
       };
       for (const [k, opt] of Object.entries(map)) if (flags[k] !== undefined) raw[opt] = flags[k];
       // commander sets autoRegister=true by default for --no-auto-register: only the flag counts

@@ -31,12 +31,19 @@ export function parseEndpoint(raw: string, field = 'url'): ParsedEndpoint {
     throw new HeraldError('bad_endpoint', 'the endpoint is not a URL', { field });
   }
   if (u.protocol !== 'wss:') throw new HeraldError('bad_endpoint', 'the endpoint must use wss://', { field });
-  if (u.pathname !== WAKE_PATH) throw new HeraldError('bad_endpoint', `the endpoint path must be ${WAKE_PATH}`, { field });
-  if (u.username || u.password || u.search || u.hash) throw new HeraldError('bad_endpoint', 'the endpoint must not carry user info, query or fragment', { field });
+  if (u.pathname !== WAKE_PATH)
+    throw new HeraldError('bad_endpoint', `the endpoint path must be ${WAKE_PATH}`, { field });
+  if (u.username || u.password || u.search || u.hash)
+    throw new HeraldError('bad_endpoint', 'the endpoint must not carry user info, query or fragment', { field });
   const host = u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname;
   if (host === '') throw new HeraldError('bad_endpoint', 'the endpoint has no host', { field });
   const refusal = addressRefusal(host);
-  if (refusal !== null) throw new HeraldError(refusal.code, `the endpoint host is ${REFUSAL_TEXT[refusal.kind]}${refusal.carriedIpv4 ? ` (it carries ${refusal.carriedIpv4})` : ''}`, { field });
+  if (refusal !== null)
+    throw new HeraldError(
+      refusal.code,
+      `the endpoint host is ${REFUSAL_TEXT[refusal.kind]}${refusal.carriedIpv4 ? ` (it carries ${refusal.carriedIpv4})` : ''}`,
+      { field },
+    );
   return { url: u.toString(), host };
 }
 

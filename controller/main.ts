@@ -67,7 +67,10 @@ export interface RunningController {
 
 export function createLogger(level: ControllerOptions['logLevel']): Logger {
   // synchronous: a line written just before a crash is not lost in a buffer
-  return pino({ level, base: { pid: process.pid, name: 'herald-controller' } }, pino.destination({ fd: 2, sync: true }));
+  return pino(
+    { level, base: { pid: process.pid, name: 'herald-controller' } },
+    pino.destination({ fd: 2, sync: true }),
+  );
 }
 
 /**
@@ -83,7 +86,11 @@ function loadSigningJwk(file: string): Ed25519PrivateJwk {
   try {
     jwk = JSON.parse(fs.readFileSync(file, 'utf8')) as Ed25519PrivateJwk;
   } catch (err) {
-    throw new ConfigError(`cannot read the signing key ${file}: ${(err as Error).message}`, { cause: err, field: 'signing-key', code: (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'pki_missing' : 'bad_option' });
+    throw new ConfigError(`cannot read the signing key ${file}: ${(err as Error).message}`, {
+      cause: err,
+      field: 'signing-key',
+      code: (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'pki_missing' : 'bad_option',
+    });
   }
   try {
     new Signer(jwk);
@@ -97,7 +104,14 @@ function loadSigningJwk(file: string): Ed25519PrivateJwk {
 async function defaultPush(ctx: PushContext): Promise<PushService> {
   if (ctx.workers === 0) {
     const { PushDialer } = await import('./push-dialer.js');
-    return new PushDialer({ signer: ctx.signer, issuer: ctx.issuer, trustDomain: ctx.trustDomain, material: ctx.material, logger: ctx.logger, metrics: ctx.metrics.registry });
+    return new PushDialer({
+      signer: ctx.signer,
+      issuer: ctx.issuer,
+      trustDomain: ctx.trustDomain,
+      material: ctx.material,
+      logger: ctx.logger,
+      metrics: ctx.metrics.registry,
+    });
   }
   const { PushPool } = await import('./push-pool.js');
   return new PushPool({
@@ -119,7 +133,12 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
   const logger = deps.logger ?? createLogger(o.logLevel);
   const trustDomain = resolveTrustDomain(o);
   const base = materialPaths(o.pki, 'controller', o.name);
-  const paths: MaterialPaths = { ...base, caPath: o.ca ?? base.caPath, certPath: o.cert ?? base.certPath, keyPath: o.key ?? base.keyPath };
+  const paths: MaterialPaths = {
+    ...base,
+    caPath: o.ca ?? base.caPath,
+    certPath: o.cert ?? base.certPath,
+    keyPath: o.key ?? base.keyPath,
+  };
   const material = new PkiMaterial({ ...paths, trustDomain, logger });
   const cleanup: Array<() => void | Promise<void>> = [() => material.close()];
   const undo = async (): Promise<void> => {
@@ -142,25 +161,43 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         pushService?.setSigningKey(jwk);
         logger.info({ kid: signer.kid }, 'signing key reloaded');
       } catch (err) {
-        logger.error({ err: { message: (err as Error).message } }, 'signing key not reloaded; keeping the last good one');
+        logger.error(
+          { err: { message: (err as Error).message } },
+          'signing key not reloaded; keeping the last good one',
+        );
       }
     });
 
     const store = new SqliteStore(o.db);
     cleanup.push(() => store.close());
     for (const { file, mode } of looseDatabaseFiles(o.db)) {
-      logger.warn({ code: 'unsafe_file_mode', file, mode }, `${file} is readable or writable by group or others (mode ${mode}); it holds hidden input values: chmod 600 it`);
+      logger.warn(
+        { code: 'unsafe_file_mode', file, mode },
+        `${file} is readable or writable by group or others (mode ${mode}); it holds hidden input values: chmod 600 it`,
+      );
     }
     const metrics = new ControllerMetrics();
     const events = new EventBus();
     const push = await (deps.push ?? defaultPush)({
-      signer, signingJwk, issuer: me.spiffeId, trustDomain, material, materialPaths: paths, logger, metrics, workers: o.pushWorkers,
+      signer,
+      signingJwk,
+      issuer: me.spiffeId,
+      trustDomain,
+      material,
+      materialPaths: paths,
+      logger,
+      metrics,
+      workers: o.pushWorkers,
     });
     pushService = push;
     cleanup.push(() => push.close());
 
     const service = new ControllerService({
-      store, push, events, logger, metrics,
+      store,
+      push,
+      events,
+      logger,
+      metrics,
       clusters: new ClusterEngine({ stepMarginS: deps.stepMarginS ?? RESTART_STEP_MARGIN_S }),
       publicUrl: o.publicUrl ?? defaultPublicUrl(o.listen.host, o.listen.port),
       autoRegister: o.autoRegister,
@@ -168,7 +205,11 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     });
     cleanup.push(() => service.close());
     const api = new ApiServer({
-      service, material, signer: () => signer, logger, metrics,
+      service,
+      material,
+      signer: () => signer,
+      logger,
+      metrics,
       ...(deps.rates ? { rates: deps.rates } : {}),
       ...(deps.bodyLimits ? { bodyLimits: deps.bodyLimits } : {}),
     });
@@ -176,7 +217,10 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     try {
       address = await api.listen(o.listen.port, o.listen.host);
     } catch (err) {
-      throw new ConfigError(`--listen ${o.listen.host}:${o.listen.port}: ${(err as Error).message}`, { cause: err, field: 'listen' });
+      throw new ConfigError(`--listen ${o.listen.host}:${o.listen.port}: ${(err as Error).message}`, {
+        cause: err,
+        field: 'listen',
+      });
     }
     cleanup.push(() => api.close(0));
     // port 0 is known only now; nothing has been served yet (this runs before any I/O callback)
@@ -186,7 +230,12 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     let health: http.Server | null = null;
     let healthAddress: AddressInfo | null = null;
     if (o.healthListen) {
-      const h = createHealthServer(() => store.generation().then(() => true, () => false));
+      const h = createHealthServer(() =>
+        store.generation().then(
+          () => true,
+          () => false,
+        ),
+      );
       health = h;
       try {
         healthAddress = await new Promise<AddressInfo>((resolve, reject) => {
@@ -194,24 +243,34 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
           h.listen(o.healthListen!.port, o.healthListen!.host, () => resolve(h.address() as AddressInfo));
         });
       } catch (err) {
-        throw new ConfigError(`--health-listen ${o.healthListen.host}:${o.healthListen.port}: ${(err as Error).message}`, { cause: err, field: 'health-listen' });
+        throw new ConfigError(
+          `--health-listen ${o.healthListen.host}:${o.healthListen.port}: ${(err as Error).message}`,
+          { cause: err, field: 'health-listen' },
+        );
       }
     }
 
-    logger.info({
-      event: 'controller.start', listen: `${address.address}:${address.port}`, health: healthAddress ? `${healthAddress.address}:${healthAddress.port}` : null,
-      spiffeId: me.spiffeId, trustDomain, db: o.db, autoRegister: o.autoRegister, pushWorkers: o.pushWorkers, generation: await store.generation(),
-    }, 'controller listening');
+    logger.info(
+      {
+        event: 'controller.start',
+        listen: `${address.address}:${address.port}`,
+        health: healthAddress ? `${healthAddress.address}:${healthAddress.port}` : null,
+        spiffeId: me.spiffeId,
+        trustDomain,
+        db: o.db,
+        autoRegister: o.autoRegister,
+        pushWorkers: o.pushWorkers,
+        generation: await store.generation(),
+      },
+      'controller listening',
+    );
 
     let closing: Promise<void> | undefined;
     const close = (): Promise<void> => {
       closing ??= (async () => {
         logger.info({ event: 'controller.stop' }, 'controller shutting down');
         const h = health;
-        await Promise.all([
-          api.close(),
-          h ? new Promise<void>((r) => h.close(() => r())) : Promise.resolve(),
-        ]);
+        await Promise.all([api.close(), h ? new Promise<void>((r) => h.close(() => r())) : Promise.resolve()]);
         await service.close();
         await push.close();
         await store.close();
@@ -232,4 +291,3 @@ export function defaultPublicUrl(host: string, port: number): string {
   const h = host === '0.0.0.0' || host === '::' ? os.hostname() : host;
   return `https://${h.includes(':') ? `[${h}]` : h}:${port}`;
 }
-

@@ -66,7 +66,8 @@ export function buildMetadataDocument(
       deploy_signal_id: signalUrl(d.node, d.id),
       deploy_signal_verb: 'POST',
     };
-    for (const [k, v] of Object.entries(derived)) inputs.push({ name: k, type: 'String', value: v, description: DERIVED_DESCRIPTIONS[k]! });
+    for (const [k, v] of Object.entries(derived))
+      inputs.push({ name: k, type: 'String', value: v, description: DERIVED_DESCRIPTIONS[k]! });
     return {
       id: r.itemId,
       name,
@@ -74,14 +75,21 @@ export function buildMetadataDocument(
       creation_time: d.createdAt,
       config: c.config,
       inputs,
-      outputs: c.outputs.map((o) => ({ name: o.name, type: o.type, error_output: o.error_output, ...(o.description !== undefined ? { description: o.description } : {}) })),
+      outputs: c.outputs.map((o) => ({
+        name: o.name,
+        type: o.type,
+        error_output: o.error_output,
+        ...(o.description !== undefined ? { description: o.description } : {}),
+      })),
       options: c.options,
       deployment_id: d.id,
       revision: r.revision,
       signalled: r.signalled,
     };
   });
-  items.sort((a, b) => cmp(a.name, b.name) || cmp(a.creation_time, b.creation_time) || cmp(a.deployment_id, b.deployment_id));
+  items.sort(
+    (a, b) => cmp(a.name, b.name) || cmp(a.creation_time, b.creation_time) || cmp(a.deployment_id, b.deployment_id),
+  );
   return { node: src.node.id, generation: src.node.generation, deployments: items };
 }
 

@@ -92,11 +92,17 @@ export function fromConfigFile(file: string): RawOptions {
   } catch (err) {
     throw new ConfigError(`--config ${file}: ${(err as Error).message}`, { cause: err, field: 'config' });
   }
-  if (typeof j !== 'object' || j === null || Array.isArray(j)) throw new ConfigError(`--config ${file}: must hold a JSON object`, { field: 'config' });
+  if (typeof j !== 'object' || j === null || Array.isArray(j))
+    throw new ConfigError(`--config ${file}: must hold a JSON object`, { field: 'config' });
   const out: RawOptions = {};
   for (const [k, v] of Object.entries(j)) {
-    if (!(k in KEYS)) throw new ConfigError(`--config ${file}: unknown key "${k}" (keys are the long option names: ${Object.keys(KEYS).join(', ')})`, { field: k });
-    if (typeof v !== 'string' && typeof v !== 'number' && typeof v !== 'boolean') throw new ConfigError(`--config ${file}: "${k}" must be a string, number or boolean`, { field: k });
+    if (!(k in KEYS))
+      throw new ConfigError(
+        `--config ${file}: unknown key "${k}" (keys are the long option names: ${Object.keys(KEYS).join(', ')})`,
+        { field: k },
+      );
+    if (typeof v !== 'string' && typeof v !== 'number' && typeof v !== 'boolean')
+      throw new ConfigError(`--config ${file}: "${k}" must be a string, number or boolean`, { field: k });
     out[k as OptionName] = v;
   }
   return out;
@@ -106,7 +112,10 @@ export function fromConfigFile(file: string): RawOptions {
  * Merges the sources (cli over env over file over defaults) and checks every value.
  * @throws ConfigError bad_option naming the option
  */
-export function resolveOptions(cli: RawOptions & { config?: string }, env: NodeJS.ProcessEnv = process.env): ControllerOptions {
+export function resolveOptions(
+  cli: RawOptions & { config?: string },
+  env: NodeJS.ProcessEnv = process.env,
+): ControllerOptions {
   const e = fromEnv(env);
   const configFile = cli.config ?? e.config;
   const file = configFile ? fromConfigFile(configFile) : {};
@@ -114,7 +123,8 @@ export function resolveOptions(cli: RawOptions & { config?: string }, env: NodeJ
   const str = (name: OptionName): string | undefined => {
     const v = pick(name);
     if (v === undefined) return undefined;
-    if (typeof v !== 'string' || v.trim() === '') throw new ConfigError(`--${name} must be a non-empty string`, { field: name });
+    if (typeof v !== 'string' || v.trim() === '')
+      throw new ConfigError(`--${name} must be a non-empty string`, { field: name });
     return v.trim();
   };
 
@@ -122,11 +132,18 @@ export function resolveOptions(cli: RawOptions & { config?: string }, env: NodeJ
   const pki = str('pki');
   if (!pki) throw new ConfigError(`--pki <dir> is required (or ${envName('pki')})`, { field: 'pki' });
   const db = str('db');
-  if (!db) throw new ConfigError(`--db <file> is required (or ${envName('db')}); the controller keeps its state there`, { field: 'db' });
+  if (!db)
+    throw new ConfigError(`--db <file> is required (or ${envName('db')}); the controller keeps its state there`, {
+      field: 'db',
+    });
   const name = str('name') ?? 'controller';
-  if (!isValidName(name)) throw new ConfigError(`--name ${JSON.stringify(name)} must match ^[a-z0-9][a-z0-9._-]{0,62}$`, { field: 'name' });
+  if (!isValidName(name))
+    throw new ConfigError(`--name ${JSON.stringify(name)} must match ^[a-z0-9][a-z0-9._-]{0,62}$`, { field: 'name' });
   const trustDomain = str('trust-domain');
-  if (trustDomain !== undefined && !TRUST_DOMAIN_RE.test(trustDomain)) throw new ConfigError(`--trust-domain ${JSON.stringify(trustDomain)} is not a lowercase DNS-like name`, { field: 'trust-domain' });
+  if (trustDomain !== undefined && !TRUST_DOMAIN_RE.test(trustDomain))
+    throw new ConfigError(`--trust-domain ${JSON.stringify(trustDomain)} is not a lowercase DNS-like name`, {
+      field: 'trust-domain',
+    });
   const hl = str('health-listen');
   const healthListen = hl === undefined ? null : parseHostPort(hl, 'health-listen');
   const autoRegister = parseBool(pick('auto-register') ?? true, 'auto-register');
@@ -139,19 +156,38 @@ export function resolveOptions(cli: RawOptions & { config?: string }, env: NodeJ
     } catch {
       throw new ConfigError(`--public-url ${JSON.stringify(pu)} is not a URL`, { field: 'public-url' });
     }
-    if (u.protocol !== 'https:' || u.search || u.hash || u.username) throw new ConfigError('--public-url must be https://host[:port] (no query, fragment or user)', { field: 'public-url' });
+    if (u.protocol !== 'https:' || u.search || u.hash || u.username)
+      throw new ConfigError('--public-url must be https://host[:port] (no query, fragment or user)', {
+        field: 'public-url',
+      });
     publicUrl = u.toString().replace(/\/+$/, '');
   }
   const pw = pick('push-workers') ?? DEFAULT_PUSH_WORKERS;
   const pushWorkers = typeof pw === 'number' ? pw : Number(pw);
   if (!Number.isInteger(pushWorkers) || pushWorkers < 0 || pushWorkers > MAX_PUSH_WORKERS_OPTION) {
-    throw new ConfigError(`--push-workers must be a whole number from 0 (dialer in the API process) to ${MAX_PUSH_WORKERS_OPTION}`, { field: 'push-workers' });
+    throw new ConfigError(
+      `--push-workers must be a whole number from 0 (dialer in the API process) to ${MAX_PUSH_WORKERS_OPTION}`,
+      { field: 'push-workers' },
+    );
   }
   const logLevel = (str('log-level') ?? 'info') as LogLevel;
-  if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`, { field: 'log-level' });
+  if (!LOG_LEVELS.includes(logLevel))
+    throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`, { field: 'log-level' });
   return {
-    listen, pki, db, name, trustDomain, healthListen, autoRegister, publicUrl, pushWorkers, logLevel,
-    ca: str('ca'), cert: str('cert'), key: str('key'), signingKey: str('signing-key'),
+    listen,
+    pki,
+    db,
+    name,
+    trustDomain,
+    healthListen,
+    autoRegister,
+    publicUrl,
+    pushWorkers,
+    logLevel,
+    ca: str('ca'),
+    cert: str('cert'),
+    key: str('key'),
+    signingKey: str('signing-key'),
   };
 }
 
@@ -163,8 +199,12 @@ export function parseHostPort(s: string, option: string): HostPort {
   const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(s.trim());
   const host = m?.[1] ?? m?.[2];
   const port = Number(m?.[3]);
-  if (!m || !host || !Number.isInteger(port) || port > 65535) throw new ConfigError(`--${option} ${JSON.stringify(s)} must be host:port (IPv6 as [addr]:port)`, { field: option });
-  if (m[1] !== undefined && !net.isIPv6(host)) throw new ConfigError(`--${option}: ${host} is not an IPv6 address`, { field: option });
+  if (!m || !host || !Number.isInteger(port) || port > 65535)
+    throw new ConfigError(`--${option} ${JSON.stringify(s)} must be host:port (IPv6 as [addr]:port)`, {
+      field: option,
+    });
+  if (m[1] !== undefined && !net.isIPv6(host))
+    throw new ConfigError(`--${option}: ${host} is not an IPv6 address`, { field: option });
   return { host, port };
 }
 

@@ -24,8 +24,16 @@ import { type AnswerFrame, decodeAnswer } from '../protocol/frames.js';
 import { spiffeIdOf } from '../protocol/identity.js';
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import {
-  DIAL_TIMEOUT_MS, FRAME_ANSWER_TIMEOUT_MS, MAX_DIALS_IN_FLIGHT, MAX_WAKE_FRAME_BYTES, MAX_WAKES_IN_FLIGHT,
-  MAX_WS_PAYLOAD_BYTES, PING_INTERVAL_MS, PUSH_CLOSE_GRACE_MS, RECONNECT_BACKOFF_BASE_MS, RECONNECT_BACKOFF_MAX_MS,
+  DIAL_TIMEOUT_MS,
+  FRAME_ANSWER_TIMEOUT_MS,
+  MAX_DIALS_IN_FLIGHT,
+  MAX_WAKE_FRAME_BYTES,
+  MAX_WAKES_IN_FLIGHT,
+  MAX_WS_PAYLOAD_BYTES,
+  PING_INTERVAL_MS,
+  PUSH_CLOSE_GRACE_MS,
+  RECONNECT_BACKOFF_BASE_MS,
+  RECONNECT_BACKOFF_MAX_MS,
 } from '../protocol/limits.js';
 import { newJti, signWake, type WakeReason } from '../protocol/wake.js';
 import { pushCodeOf, type PushErrorCode } from './push-errors.js';
@@ -107,8 +115,13 @@ class NodeEntry implements WheelMember {
     this.url = url;
     this.generation = generation;
     this.ps = {
-      state: 'idle', connected: false, generation_pushed: null, generation_acked: acked,
-      last_ack_at: null, last_error: null, last_error_at: null,
+      state: 'idle',
+      connected: false,
+      generation_pushed: null,
+      generation_acked: acked,
+      last_ack_at: null,
+      last_error: null,
+      last_error_at: null,
     };
   }
 }
@@ -165,7 +178,16 @@ export class PushDialer implements PushService {
     if (typeof o.issuer !== 'string' || !o.issuer.startsWith(`spiffe://${o.trustDomain}/controller/`)) {
       throw new ConfigError(`issuer must be spiffe://${o.trustDomain}/controller/<name>`, { field: 'issuer' });
     }
-    for (const k of ['pingIntervalMs', 'answerTimeoutMs', 'dialTimeoutMs', 'backoffBaseMs', 'backoffMaxMs', 'maxWakesInFlight', 'maxDialsInFlight', 'closeGraceMs'] as const) {
+    for (const k of [
+      'pingIntervalMs',
+      'answerTimeoutMs',
+      'dialTimeoutMs',
+      'backoffBaseMs',
+      'backoffMaxMs',
+      'maxWakesInFlight',
+      'maxDialsInFlight',
+      'closeGraceMs',
+    ] as const) {
       if (!Number.isFinite(o[k]) || o[k] <= 0) throw new ConfigError(`${k} must be a positive number`, { field: k });
     }
     this.#o = o;
@@ -241,7 +263,15 @@ export class PushDialer implements PushService {
   state(node: string): PushState {
     const e = this.#nodes.get(node);
     if (!e) {
-      return { state: 'idle', connected: false, generation_pushed: null, generation_acked: null, last_ack_at: null, last_error: null, last_error_at: null };
+      return {
+        state: 'idle',
+        connected: false,
+        generation_pushed: null,
+        generation_acked: null,
+        last_ack_at: null,
+        last_error: null,
+        last_error_at: null,
+      };
     }
     return { ...e.ps };
   }
@@ -334,7 +364,10 @@ export class PushDialer implements PushService {
     // an address stored before today's rules (or by an operator's POST) is checked here too
     const literal = literalRefusal(url);
     if (literal !== null) {
-      this.#log.warn({ event: 'push.dial_refused', node: e.node, code: literal.code, address: literal.host }, 'push dial refused: the endpoint is an address the controller never dials');
+      this.#log.warn(
+        { event: 'push.dial_refused', node: e.node, code: literal.code, address: literal.host },
+        'push dial refused: the endpoint is an address the controller never dials',
+      );
       this.#fail(e, literal.code);
       this.#metrics.dialFailed(literal.code);
       this.#setState(e, 'disconnected');
@@ -451,8 +484,14 @@ export class PushDialer implements PushService {
           const r = addressRefusal(a.address);
           if (r === null) continue;
           e.failCode = r.code;
-          this.#log.warn({ event: 'push.dial_refused', node: e.node, code: r.code, host: hostname, address: a.address }, 'push dial refused: the endpoint name resolves to an address the controller never dials');
-          return callback(new RefusalError(r.code, `${hostname} resolves to ${a.address}, an address the controller never dials`), '');
+          this.#log.warn(
+            { event: 'push.dial_refused', node: e.node, code: r.code, host: hostname, address: a.address },
+            'push dial refused: the endpoint name resolves to an address the controller never dials',
+          );
+          return callback(
+            new RefusalError(r.code, `${hostname} resolves to ${a.address}, an address the controller never dials`),
+            '',
+          );
         }
         if (options.all) callback(null, addresses);
         else callback(null, addresses[0]!.address, addresses[0]!.family);
@@ -482,7 +521,8 @@ export class PushDialer implements PushService {
     const delay = fullJitterMs(e.attempt++, this.#o.backoffBaseMs, this.#o.backoffMaxMs, this.#o.random);
     e.retryTimer = setTimeout(() => {
       e.retryTimer = null;
-      if (!this.#closed && e.active && e.ws === null && e.url !== null && this.#nodes.get(e.node) === e) this.#queueDial(e);
+      if (!this.#closed && e.active && e.ws === null && e.url !== null && this.#nodes.get(e.node) === e)
+        this.#queueDial(e);
     }, delay);
     e.retryTimer.unref();
   }
@@ -660,7 +700,13 @@ export class PushDialer implements PushService {
   /** One client context for every connection: a context per connection costs ~1 ms and ~30 KB. */
   #buildContext(): tls.SecureContext {
     const m = this.#o.material.current();
-    return tls.createSecureContext({ ca: m.ca, cert: m.cert, key: m.key, minVersion: 'TLSv1.3', maxVersion: 'TLSv1.3' });
+    return tls.createSecureContext({
+      ca: m.ca,
+      cert: m.cert,
+      key: m.key,
+      minVersion: 'TLSv1.3',
+      maxVersion: 'TLSv1.3',
+    });
   }
 
   #rebuildContext(): void {

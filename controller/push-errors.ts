@@ -8,8 +8,15 @@ import { codeOf, ERROR_CODES, isErrorCode, type ErrorCode } from '../protocol/er
 import { tlsCodeOf } from '../certs/tls-codes.js';
 
 const PUSH_FAILURE_CODE_LIST = [
-  'connection_refused', 'connection_reset', 'connection_closed', 'dial_timeout', 'unreachable',
-  'tls_error', 'upgrade_refused', 'half_open', 'protocol_error',
+  'connection_refused',
+  'connection_reset',
+  'connection_closed',
+  'dial_timeout',
+  'unreachable',
+  'tls_error',
+  'upgrade_refused',
+  'half_open',
+  'protocol_error',
 ] as const satisfies readonly ErrorCode[];
 
 /** The dialer's own failure codes, with their documented meanings (protocol/errors.ts). */

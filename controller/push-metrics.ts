@@ -26,11 +26,25 @@ export const ACK_LATENCY_BUCKETS_S = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
  */
 export function promPushMetrics(registry: Registry = new Registry()): PushMetricsSink {
   const registers = [registry];
-  const connected = new Gauge({ name: 'herald_push_connected_agents', help: 'Agents with an open push connection', registers });
+  const connected = new Gauge({
+    name: 'herald_push_connected_agents',
+    help: 'Agents with an open push connection',
+    registers,
+  });
   const sent = new Counter({ name: 'herald_wakeups_sent_total', help: 'Wake-ups sent to agents', registers });
   const acked = new Counter({ name: 'herald_wakeups_acked_total', help: 'Wake-ups the agent acknowledged', registers });
-  const nacked = new Counter({ name: 'herald_wakeups_nacked_total', help: 'Wake-ups the agent refused, by code', labelNames: ['code'] as const, registers });
-  const latency = new Histogram({ name: 'herald_wake_ack_latency_seconds', help: 'From sending a wake-up to its ack', buckets: ACK_LATENCY_BUCKETS_S, registers });
+  const nacked = new Counter({
+    name: 'herald_wakeups_nacked_total',
+    help: 'Wake-ups the agent refused, by code',
+    labelNames: ['code'] as const,
+    registers,
+  });
+  const latency = new Histogram({
+    name: 'herald_wake_ack_latency_seconds',
+    help: 'From sending a wake-up to its ack',
+    buckets: ACK_LATENCY_BUCKETS_S,
+    registers,
+  });
   const dialFailures = new Counter({
     name: 'herald_push_dial_failures_total',
     help: 'Failed dials and lost push connections, by code',

@@ -22,7 +22,8 @@ export class PingWheel<T extends WheelMember> {
    * @param visit called for each member of the bucket due; must not throw
    */
   constructor(intervalMs: number, visit: (member: T) => void, slots = 30) {
-    if (!(intervalMs > 0) || !Number.isInteger(slots) || slots < 1) throw new RangeError('intervalMs must be > 0 and slots a positive integer');
+    if (!(intervalMs > 0) || !Number.isInteger(slots) || slots < 1)
+      throw new RangeError('intervalMs must be > 0 and slots a positive integer');
     this.#slots = Array.from({ length: slots }, () => new Set<T>());
     this.#tickMs = Math.max(1, Math.floor(intervalMs / slots));
     this.#visit = visit;

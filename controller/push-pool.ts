@@ -58,7 +58,15 @@ interface Shard {
   closedWaiter: (() => void) | null;
 }
 
-const IDLE: PushState = { state: 'idle', connected: false, generation_pushed: null, generation_acked: null, last_ack_at: null, last_error: null, last_error_at: null };
+const IDLE: PushState = {
+  state: 'idle',
+  connected: false,
+  generation_pushed: null,
+  generation_acked: null,
+  last_ack_at: null,
+  last_error: null,
+  last_error_at: null,
+};
 
 /** The compiled worker beside this module, or under dist/ when this module runs from source. */
 export function defaultWorkerScript(): string {
@@ -93,14 +101,24 @@ export class PushPool implements PushService {
   constructor(opts: PushPoolOptions) {
     const o = { workers: 1, workerScript: defaultWorkerScript(), tuning: {}, ...opts };
     if (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_PUSH_WORKERS) {
-      throw new ConfigError(`--push-workers must be a whole number from 1 to ${MAX_PUSH_WORKERS}`, { field: 'workers' });
+      throw new ConfigError(`--push-workers must be a whole number from 1 to ${MAX_PUSH_WORKERS}`, {
+        field: 'workers',
+      });
     }
-    if (!fs.existsSync(o.workerScript)) throw new ConfigError(`push worker ${o.workerScript} not found (run npm run build)`, { field: 'workerScript' });
+    if (!fs.existsSync(o.workerScript))
+      throw new ConfigError(`push worker ${o.workerScript} not found (run npm run build)`, { field: 'workerScript' });
     this.#o = o;
     this.#log = o.logger.child({ component: 'push-pool' });
     this.#metrics = promPushMetrics(o.metrics);
     this.#shards = Array.from({ length: o.workers }, (_, index) => ({
-      index, child: null, ready: false, queue: [], flushScheduled: false, restarts: 0, connected: 0, closedWaiter: null,
+      index,
+      child: null,
+      ready: false,
+      queue: [],
+      flushScheduled: false,
+      restarts: 0,
+      connected: 0,
+      closedWaiter: null,
     }));
   }
 
@@ -212,16 +230,23 @@ export class PushPool implements PushService {
 
   #spawn(s: Shard): Promise<void> {
     return new Promise((resolve) => {
-      const child = fork(this.#o.workerScript, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced' });
+      const child = fork(this.#o.workerScript, [], {
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+        serialization: 'advanced',
+      });
       s.child = child;
       s.ready = false;
       child.on('message', (m: FromWorker) => {
         if (m.t === 'ready') {
           s.ready = true;
-          const shardTargets = [...this.#targets.values()].filter((t) => shardOf(t.node, this.#shards.length) === s.index);
+          const shardTargets = [...this.#targets.values()].filter(
+            (t) => shardOf(t.node, this.#shards.length) === s.index,
+          );
           // a restarted worker takes up the connections its predecessor held, not only the
           // nodes that are behind: their agents count on push being there
-          const reconnect = shardTargets.filter((t) => (this.#states.get(t.node)?.state ?? 'idle') !== 'idle').map((t) => t.node);
+          const reconnect = shardTargets
+            .filter((t) => (this.#states.get(t.node)?.state ?? 'idle') !== 'idle')
+            .map((t) => t.node);
           // the start carries every target: commands queued before it are already folded in
           s.queue = [];
           this.#post(s, { t: 'batch', cmds: [{ t: 'start', targets: shardTargets, reconnect }] });
@@ -262,7 +287,13 @@ export class PushPool implements PushService {
     const now = new Date().toISOString();
     for (const [node, st] of this.#states) {
       if (shardOf(node, this.#shards.length) !== s.index || !st.connected) continue;
-      const next: PushState = { ...st, state: 'disconnected', connected: false, last_error: 'connection_reset', last_error_at: now };
+      const next: PushState = {
+        ...st,
+        state: 'disconnected',
+        connected: false,
+        last_error: 'connection_reset',
+        last_error_at: now,
+      };
       this.#states.set(node, next);
       this.#events.emit('state', node, { ...next });
     }

@@ -109,7 +109,7 @@ process.on('message', (m: ToWorker) => {
     }
   } catch (err) {
     // a bad init (unreadable PKI) is fatal for this worker; the pool reports and restarts it
-    process.stderr.write(`herald push worker: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+    process.stderr.write(`herald push worker: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
     process.exit(1);
   }
 });

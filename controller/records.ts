@@ -107,9 +107,14 @@ export interface SignalInput {
 }
 
 export type ClusterStatus =
-  | 'CREATE_IN_PROGRESS' | 'CREATE_COMPLETE' | 'CREATE_FAILED'
-  | 'RESTART_IN_PROGRESS' | 'RESTART_COMPLETE' | 'RESTART_FAILED'
-  | 'DELETE_IN_PROGRESS' | 'DELETE_FAILED';
+  | 'CREATE_IN_PROGRESS'
+  | 'CREATE_COMPLETE'
+  | 'CREATE_FAILED'
+  | 'RESTART_IN_PROGRESS'
+  | 'RESTART_COMPLETE'
+  | 'RESTART_FAILED'
+  | 'DELETE_IN_PROGRESS'
+  | 'DELETE_FAILED';
 export type ClusterOperation = 'create' | 'restart' | 'delete';
 export type ClusterNodePhase = 'pending' | 'uninstalling' | 'installing' | 'complete' | 'failed';
 

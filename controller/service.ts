@@ -35,7 +35,15 @@ import {
   restartSchema,
   signalSchema,
 } from './validation.js';
-import { clusterView, configView, deploymentView, hiddenNames, nodeView, revisionView, type FetchState } from './views.js';
+import {
+  clusterView,
+  configView,
+  deploymentView,
+  hiddenNames,
+  nodeView,
+  revisionView,
+  type FetchState,
+} from './views.js';
 
 export interface ControllerServiceOptions {
   store: Store;
@@ -108,7 +116,12 @@ export class ControllerService {
     this.push.on('state', (node, s) => this.events.publish('push', { node, ...s }));
     await this.tick(); // deadlines that passed while the controller was down
     await this.push.start(
-      (await this.store.listNodes()).map((n) => ({ node: n.id, url: n.endpoint, generation: n.generation, ackedGeneration: n.ackedGeneration })),
+      (await this.store.listNodes()).map((n) => ({
+        node: n.id,
+        url: n.endpoint,
+        generation: n.generation,
+        ackedGeneration: n.ackedGeneration,
+      })),
     );
     this.#tickTimer = setInterval(() => void this.tick(), this.#tickMs);
     this.#tickTimer.unref();
@@ -155,7 +168,9 @@ export class ControllerService {
     const b = parseBody(endpointSchema, body);
     const ep = parseEndpoint(b.url, 'url');
     if (!hostInSans(ep.host, caller.dns, caller.ips)) {
-      throw new HeraldError('endpoint_not_in_san', `the endpoint host is not among the certificate's DNS or IP SANs`, { field: 'url' });
+      throw new HeraldError('endpoint_not_in_san', `the endpoint host is not among the certificate's DNS or IP SANs`, {
+        field: 'url',
+      });
     }
     const { result: r, changes } = await this.#committer.run(async (tx) => {
       const done = await tx.announceEndpoint(node, ep.url, caller.spiffeId, this.#autoRegister);
@@ -164,7 +179,10 @@ export class ControllerService {
     // the unit touched this node alone: its generation is the unit's, given at the unit's end
     const n: NodeRecord = { ...r.node, generation: changes.generation ?? r.node.generation };
     if (r.changed) {
-      this.#log.info({ event: r.created ? 'node.register' : 'node.endpoint', node, endpoint: ep.url }, r.created ? 'node registered by its agent' : 'node endpoint changed');
+      this.#log.info(
+        { event: r.created ? 'node.register' : 'node.endpoint', node, endpoint: ep.url },
+        r.created ? 'node registered by its agent' : 'node endpoint changed',
+      );
       this.push.setEndpoint(node, ep.url, n.generation);
     }
     await this.#apply(changes);
@@ -192,7 +210,11 @@ export class ControllerService {
   }
 
   #nodeView(n: NodeRecord): View {
-    return nodeView(n, this.push.state(n.id), this.#fetches.get(n.id) ?? { generation_fetched: null, last_fetch_at: null });
+    return nodeView(
+      n,
+      this.push.state(n.id),
+      this.#fetches.get(n.id) ?? { generation_fetched: null, last_fetch_at: null },
+    );
   }
 
   // ---- configs -----------------------------------------------------------------------------
@@ -223,8 +245,14 @@ export class ControllerService {
     const action = checkRevisionAction(b.action) ?? 'CREATE';
     const actions = b.actions === undefined ? [...DEFAULT_ACTIONS] : [...new Set<DeployAction>(b.actions)];
     const inputValues = coerceInputValues(config, b.input_values ?? {});
-    const { deployment, changes } = await this.store.createDeployment({ node: b.node, configId: config.id, name: b.name ?? null, actions, action, inputValues }, who);
-    this.#log.info({ event: 'deployment.create', deployment: deployment.id, node: deployment.node, action, who }, 'deployment created');
+    const { deployment, changes } = await this.store.createDeployment(
+      { node: b.node, configId: config.id, name: b.name ?? null, actions, action, inputValues },
+      who,
+    );
+    this.#log.info(
+      { event: 'deployment.create', deployment: deployment.id, node: deployment.node, action, who },
+      'deployment created',
+    );
     await this.#apply(changes);
     return deploymentView(deployment, config, await this.hiddenInputsOf(deployment));
   }
@@ -235,9 +263,26 @@ export class ControllerService {
     if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
     const config = (await this.store.getConfig(d.configId))!;
     const action = checkRevisionAction(b.action);
-    const inputValues = b.input_values === undefined ? undefined : coerceInputValues(config, mergeInputValues(d.current.inputValues, b.input_values));
-    const { deployment, changes } = await this.store.updateDeployment(id, { ...(inputValues ? { inputValues } : {}), ...(action ? { action } : {}) }, who);
-    this.#log.info({ event: 'deployment.update', deployment: id, node: d.node, revision: deployment.current.revision, action: deployment.current.action, who }, 'deployment updated');
+    const inputValues =
+      b.input_values === undefined
+        ? undefined
+        : coerceInputValues(config, mergeInputValues(d.current.inputValues, b.input_values));
+    const { deployment, changes } = await this.store.updateDeployment(
+      id,
+      { ...(inputValues ? { inputValues } : {}), ...(action ? { action } : {}) },
+      who,
+    );
+    this.#log.info(
+      {
+        event: 'deployment.update',
+        deployment: id,
+        node: d.node,
+        revision: deployment.current.revision,
+        action: deployment.current.action,
+        who,
+      },
+      'deployment updated',
+    );
     await this.#apply(changes);
     return deploymentView(deployment, config, await this.hiddenInputsOf(deployment));
   }
@@ -245,7 +290,10 @@ export class ControllerService {
   /** Resolves with the deployment while its DELETE revision runs, or null when it was removed at once. */
   async deleteDeployment(id: string, who: string): Promise<View | null> {
     const { deployment, changes } = await this.store.deleteDeployment(id, who);
-    this.#log.info({ event: 'deployment.delete', deployment: id, runs: deployment !== null, who }, deployment ? 'deployment DELETE revision made' : 'deployment removed');
+    this.#log.info(
+      { event: 'deployment.delete', deployment: id, runs: deployment !== null, who },
+      deployment ? 'deployment DELETE revision made' : 'deployment removed',
+    );
     await this.#apply(changes);
     return deployment && this.#deploymentView(deployment);
   }
@@ -279,9 +327,20 @@ export class ControllerService {
   async signal(node: string, deploymentId: string, body: unknown, who: string): Promise<View> {
     const b = parseBody(signalSchema, body);
     const known = await this.store.getDeployment(deploymentId);
-    if (!known || known.node !== node) throw new HeraldError('not_found', `node ${node} has no deployment ${deploymentId}`);
-    if (b.revision < known.current.revision) throw new HeraldError('stale_revision', `revision ${b.revision} is older than the current ${known.current.revision}`, { field: 'revision' });
-    if (b.revision > known.current.revision) throw new HeraldError('unknown_revision', `revision ${b.revision} is newer than the current ${known.current.revision}`, { field: 'revision' });
+    if (!known || known.node !== node)
+      throw new HeraldError('not_found', `node ${node} has no deployment ${deploymentId}`);
+    if (b.revision < known.current.revision)
+      throw new HeraldError(
+        'stale_revision',
+        `revision ${b.revision} is older than the current ${known.current.revision}`,
+        { field: 'revision' },
+      );
+    if (b.revision > known.current.revision)
+      throw new HeraldError(
+        'unknown_revision',
+        `revision ${b.revision} is newer than the current ${known.current.revision}`,
+        { field: 'revision' },
+      );
     if (known.current.signalled) {
       this.#metrics?.signals.inc({ outcome: 'duplicate', status: known.current.status });
       return signalSummary(known);
@@ -294,10 +353,16 @@ export class ControllerService {
       outputs: b.outputs,
       statusReason: b.status_reason,
     };
-    const { result: r, changes } = await this.#committer.run((tx) => recordSignal(tx, this.clusters, node, deploymentId, input, who, this.#now()));
+    const { result: r, changes } = await this.#committer.run((tx) =>
+      recordSignal(tx, this.clusters, node, deploymentId, input, who, this.#now()),
+    );
     const status = r.deployment?.current.status ?? 'removed';
     this.#metrics?.signals.inc({ outcome: r.outcome, status });
-    if (r.outcome === 'recorded') this.#log.info({ event: 'deployment.signal', deployment: deploymentId, node, revision: b.revision, status }, 'signal recorded');
+    if (r.outcome === 'recorded')
+      this.#log.info(
+        { event: 'deployment.signal', deployment: deploymentId, node, revision: b.revision, status },
+        'signal recorded',
+      );
     await this.#apply(changes);
     if (!r.deployment) return { id: deploymentId, deployment_id: deploymentId, node, removed: true };
     return signalSummary(r.deployment);
@@ -330,7 +395,8 @@ export class ControllerService {
    * event and the metadata's `hidden` flags come from here.
    */
   async hiddenInputsOf(d: DeploymentRecord): Promise<Set<string>> {
-    const ids = d.clusterId === null ? [d.configId] : [d.configId, ...((await this.store.clusterConfigIds(d.clusterId)) ?? [])];
+    const ids =
+      d.clusterId === null ? [d.configId] : [d.configId, ...((await this.store.clusterConfigIds(d.clusterId)) ?? [])];
     const configs = [];
     for (const id of ids) configs.push(await this.store.getConfig(id));
     return hiddenNames(...configs);
@@ -356,7 +422,13 @@ export class ControllerService {
     if (!src) throw new HeraldError('not_found', `no node ${node}`);
     const hidden = new Map<string, Set<string>>();
     for (const e of src.entries) hidden.set(e.deployment.id, await this.hiddenInputsOf(e.deployment));
-    return this.#cache.put(buildMetadataDocument(src, (nd, id) => this.signalUrl(nd, id), (d) => hidden.get(d.id)!));
+    return this.#cache.put(
+      buildMetadataDocument(
+        src,
+        (nd, id) => this.signalUrl(nd, id),
+        (d) => hidden.get(d.id)!,
+      ),
+    );
   }
 
   signalUrl(node: string, deploymentId: string): string {
@@ -369,7 +441,8 @@ export class ControllerService {
   }
 
   #noteFetched(node: string, gen: number, isFetch: boolean): void {
-    if (isFetch) this.#fetches.set(node, { generation_fetched: gen, last_fetch_at: new Date(this.#now()).toISOString() });
+    if (isFetch)
+      this.#fetches.set(node, { generation_fetched: gen, last_fetch_at: new Date(this.#now()).toISOString() });
     const had = this.#pendingAcks.get(node);
     if (had === undefined || had < gen) this.#pendingAcks.set(node, gen);
   }
@@ -390,31 +463,49 @@ export class ControllerService {
 
   async createCluster(body: unknown, who: string): Promise<View> {
     const b = parseBody(clusterCreateSchema, body);
-    if (new Set(b.nodes).size !== b.nodes.length) throw new HeraldError('invalid_request', 'a node is listed twice', { field: 'nodes' });
+    if (new Set(b.nodes).size !== b.nodes.length)
+      throw new HeraldError('invalid_request', 'a node is listed twice', { field: 'nodes' });
     const install = await this.store.getConfig(b.install_config_id);
-    if (!install) throw new HeraldError('unknown_config', `no config ${b.install_config_id}`, { field: 'install_config_id' });
+    if (!install)
+      throw new HeraldError('unknown_config', `no config ${b.install_config_id}`, { field: 'install_config_id' });
     const uninstall = await this.store.getConfig(b.uninstall_config_id);
-    if (!uninstall) throw new HeraldError('unknown_config', `no config ${b.uninstall_config_id}`, { field: 'uninstall_config_id' });
+    if (!uninstall)
+      throw new HeraldError('unknown_config', `no config ${b.uninstall_config_id}`, { field: 'uninstall_config_id' });
     const values = b.input_values ?? {};
-    const { result: id, changes } = await this.store.transaction((tx) => this.clusters.create(tx, {
-      name: b.name,
-      nodes: b.nodes,
-      installConfigId: install.id,
-      uninstallConfigId: uninstall.id,
-      installInputValues: coerceInputValues(install, values),
-      uninstallInputValues: coerceInputValues(uninstall, values),
-      inputValues: values,
-    }, who, this.#now()));
+    const { result: id, changes } = await this.store.transaction((tx) =>
+      this.clusters.create(
+        tx,
+        {
+          name: b.name,
+          nodes: b.nodes,
+          installConfigId: install.id,
+          uninstallConfigId: uninstall.id,
+          installInputValues: coerceInputValues(install, values),
+          uninstallInputValues: coerceInputValues(uninstall, values),
+          inputValues: values,
+        },
+        who,
+        this.#now(),
+      ),
+    );
     const cluster = (await this.store.getCluster(id))!;
-    this.#log.info({ event: 'cluster.create', cluster: cluster.id, nodes: cluster.nodes.length, who }, 'cluster created');
+    this.#log.info(
+      { event: 'cluster.create', cluster: cluster.id, nodes: cluster.nodes.length, who },
+      'cluster created',
+    );
     await this.#apply(changes);
     return clusterView(cluster, install, uninstall);
   }
 
   async restartCluster(id: string, body: unknown, who: string): Promise<void> {
     const b = parseBody(restartSchema, body ?? {});
-    const { changes } = await this.store.transaction((tx) => this.clusters.restart(tx, id, b.max_unavailable ?? null, who, this.#now()));
-    this.#log.info({ event: 'cluster.restart', cluster: id, max_unavailable: b.max_unavailable ?? 'all', who }, 'cluster restart started');
+    const { changes } = await this.store.transaction((tx) =>
+      this.clusters.restart(tx, id, b.max_unavailable ?? null, who, this.#now()),
+    );
+    this.#log.info(
+      { event: 'cluster.restart', cluster: id, max_unavailable: b.max_unavailable ?? 'all', who },
+      'cluster restart started',
+    );
     await this.#apply(changes);
   }
 
@@ -427,12 +518,19 @@ export class ControllerService {
   async getCluster(id: string): Promise<View> {
     const c = await this.store.getCluster(id);
     if (!c) throw new HeraldError('not_found', `no cluster ${id}`);
-    return clusterView(c, await this.store.getConfig(c.installConfigId), await this.store.getConfig(c.uninstallConfigId));
+    return clusterView(
+      c,
+      await this.store.getConfig(c.installConfigId),
+      await this.store.getConfig(c.uninstallConfigId),
+    );
   }
 
   async listClusters(): Promise<View[]> {
     const views: View[] = [];
-    for (const c of await this.store.listClusters()) views.push(clusterView(c, await this.store.getConfig(c.installConfigId), await this.store.getConfig(c.uninstallConfigId)));
+    for (const c of await this.store.listClusters())
+      views.push(
+        clusterView(c, await this.store.getConfig(c.installConfigId), await this.store.getConfig(c.uninstallConfigId)),
+      );
     return views;
   }
 
@@ -487,10 +585,22 @@ export class ControllerService {
       // for someone listening to the event stream, the status alone otherwise
       if (this.events.subscribers > 0) {
         const cl = await this.store.getCluster(id);
-        if (cl) this.events.publish('cluster', clusterView(cl, await this.store.getConfig(cl.installConfigId), await this.store.getConfig(cl.uninstallConfigId)));
+        if (cl)
+          this.events.publish(
+            'cluster',
+            clusterView(
+              cl,
+              await this.store.getConfig(cl.installConfigId),
+              await this.store.getConfig(cl.uninstallConfigId),
+            ),
+          );
       }
       const st = await this.store.getClusterStatus(id);
-      if (st && !st.status.endsWith('_IN_PROGRESS')) this.#log.info({ event: 'cluster.status', cluster: id, status: st.status, reason: st.statusReason }, 'cluster operation finished');
+      if (st && !st.status.endsWith('_IN_PROGRESS'))
+        this.#log.info(
+          { event: 'cluster.status', cluster: id, status: st.status, reason: st.statusReason },
+          'cluster operation finished',
+        );
     }
     for (const id of c.removedClusters) {
       this.events.publish('cluster', { id, deleted: true });
@@ -502,5 +612,13 @@ export class ControllerService {
 /** What a signal is answered with: where the deployment stands, without its outputs. */
 function signalSummary(d: DeploymentRecord): View {
   const r = d.current;
-  return { id: d.id, deployment_id: d.id, node: d.node, revision: r.revision, status: r.status, status_reason: r.statusReason, signalled: r.signalled };
+  return {
+    id: d.id,
+    deployment_id: d.id,
+    node: d.node,
+    revision: r.revision,
+    status: r.status,
+    status_reason: r.statusReason,
+    signalled: r.signalled,
+  };
 }

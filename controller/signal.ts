@@ -21,11 +21,27 @@ export interface SignalOutcome {
  * Records `s` for `node`'s deployment `deploymentId` at `nowMs` (epoch ms); `who` is audited.
  * @throws HeraldError not_found (not this node's deployment) | stale_revision | unknown_revision
  */
-export async function recordSignal(tx: StoreTx, engine: ClusterEngine, node: string, deploymentId: string, s: SignalInput, who: string, nowMs: number): Promise<SignalOutcome> {
+export async function recordSignal(
+  tx: StoreTx,
+  engine: ClusterEngine,
+  node: string,
+  deploymentId: string,
+  s: SignalInput,
+  who: string,
+  nowMs: number,
+): Promise<SignalOutcome> {
   const d = await tx.deployment(deploymentId);
   if (!d || d.node !== node) throw new HeraldError('not_found', `node ${node} has no deployment ${deploymentId}`);
-  if (s.revision < d.current.revision) throw new HeraldError('stale_revision', `revision ${s.revision} is older than the current ${d.current.revision}`, { field: 'revision' });
-  if (s.revision > d.current.revision) throw new HeraldError('unknown_revision', `revision ${s.revision} is newer than the current ${d.current.revision}`, { field: 'revision' });
+  if (s.revision < d.current.revision)
+    throw new HeraldError('stale_revision', `revision ${s.revision} is older than the current ${d.current.revision}`, {
+      field: 'revision',
+    });
+  if (s.revision > d.current.revision)
+    throw new HeraldError(
+      'unknown_revision',
+      `revision ${s.revision} is newer than the current ${d.current.revision}`,
+      { field: 'revision' },
+    );
   if (d.current.signalled) return { outcome: 'duplicate', deployment: d };
   const config = await tx.config(d.configId);
   if (!config) throw new HeraldError('internal', `deployment ${deploymentId} has no config ${d.configId}`);
@@ -38,7 +54,17 @@ export async function recordSignal(tx: StoreTx, engine: ClusterEngine, node: str
       return { outcome: 'recorded', deployment: null };
     }
   } else {
-    await engine.onStepResult(tx, { clusterId: d.clusterId, node: d.node, deploymentId, ok: result.status === 'COMPLETE', reason: result.statusReason }, nowMs);
+    await engine.onStepResult(
+      tx,
+      {
+        clusterId: d.clusterId,
+        node: d.node,
+        deploymentId,
+        ok: result.status === 'COMPLETE',
+        reason: result.statusReason,
+      },
+      nowMs,
+    );
   }
   return { outcome: 'recorded', deployment: (await tx.deployment(deploymentId)) ?? null };
 }

@@ -179,7 +179,10 @@ export interface DeploymentRow {
   r_updated_at: string;
   signalled_at: string | null;
 }
-export type RevisionRow = Omit<DeploymentRow, 'id' | 'node' | 'config_id' | 'name' | 'actions' | 'cluster_id' | 'cluster_role' | 'd_created_at' | 'd_updated_at'>;
+export type RevisionRow = Omit<
+  DeploymentRow,
+  'id' | 'node' | 'config_id' | 'name' | 'actions' | 'cluster_id' | 'cluster_role' | 'd_created_at' | 'd_updated_at'
+>;
 export interface ClusterRow {
   id: string;
   name: string;
@@ -223,20 +226,28 @@ export function prepareStatements(db: Database.Database) {
   return {
     seqGet: p(`SELECT value FROM sequence WHERE name = 'generation'`),
     seqBump: p(`UPDATE sequence SET value = value + 1 WHERE name = 'generation' RETURNING value`),
-    nodeInsert: p('INSERT INTO nodes (id, endpoint, generation, acked_generation, created_at, updated_at) VALUES (?, ?, 0, NULL, ?, ?)'),
+    nodeInsert: p(
+      'INSERT INTO nodes (id, endpoint, generation, acked_generation, created_at, updated_at) VALUES (?, ?, 0, NULL, ?, ?)',
+    ),
     nodeGet: p('SELECT * FROM nodes WHERE id = ?'),
     nodeList: p('SELECT * FROM nodes ORDER BY id'),
     nodeSetEndpoint: p('UPDATE nodes SET endpoint = ?, updated_at = ? WHERE id = ?'),
     nodeSetGen: p('UPDATE nodes SET generation = ? WHERE id = ?'),
-    nodeAck: p('UPDATE nodes SET acked_generation = ? WHERE id = ? AND (acked_generation IS NULL OR acked_generation < ?)'),
+    nodeAck: p(
+      'UPDATE nodes SET acked_generation = ? WHERE id = ? AND (acked_generation IS NULL OR acked_generation < ?)',
+    ),
     nodeDelete: p('DELETE FROM nodes WHERE id = ?'),
     tombInsert: p('INSERT OR REPLACE INTO node_tombstones (id, deleted_at, deleted_by) VALUES (?, ?, ?)'),
     tombGet: p('SELECT id FROM node_tombstones WHERE id = ?'),
     tombDelete: p('DELETE FROM node_tombstones WHERE id = ?'),
-    configInsert: p('INSERT INTO configs (id, name, grp, config, inputs, outputs, options, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)'),
+    configInsert: p(
+      'INSERT INTO configs (id, name, grp, config, inputs, outputs, options, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+    ),
     configGet: p('SELECT * FROM configs WHERE id = ?'),
     configList: p('SELECT * FROM configs ORDER BY created_at, id'),
-    depInsert: p('INSERT INTO deployments (id, node, config_id, name, actions, revision, cluster_id, cluster_role, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?)'),
+    depInsert: p(
+      'INSERT INTO deployments (id, node, config_id, name, actions, revision, cluster_id, cluster_role, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?)',
+    ),
     depGet: p(`${DEPLOYMENT_SELECT} WHERE d.id = ?`),
     depList: p(`${DEPLOYMENT_SELECT} ORDER BY d.created_at, d.id`),
     depByNode: p(`${DEPLOYMENT_SELECT} WHERE d.node = ? ORDER BY d.created_at, d.id`),
@@ -244,15 +255,18 @@ export function prepareStatements(db: Database.Database) {
     depIdsByCluster: p('SELECT id, node FROM deployments WHERE cluster_id = ?'),
     depSetRevision: p('UPDATE deployments SET revision = ?, updated_at = ? WHERE id = ?'),
     depDelete: p('DELETE FROM deployments WHERE id = ?'),
-    revInsert: p(`INSERT INTO revisions (deployment_id, revision, item_id, action, input_values, status, status_reason, output_values, signalled, created_at, updated_at, signalled_at)
+    revInsert:
+      p(`INSERT INTO revisions (deployment_id, revision, item_id, action, input_values, status, status_reason, output_values, signalled, created_at, updated_at, signalled_at)
                   VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)`),
-    revResult: p(`UPDATE revisions SET status = ?, status_reason = ?, output_values = ?, signalled = 1, signalled_at = ?, updated_at = ?
+    revResult:
+      p(`UPDATE revisions SET status = ?, status_reason = ?, output_values = ?, signalled = 1, signalled_at = ?, updated_at = ?
                   WHERE deployment_id = ? AND revision = ?`),
     revList: p(`SELECT revision, item_id, action, input_values, status, status_reason, output_values, signalled,
                        created_at AS r_created_at, updated_at AS r_updated_at, signalled_at
                 FROM revisions WHERE deployment_id = ? ORDER BY revision`),
     revDelete: p('DELETE FROM revisions WHERE deployment_id = ?'),
-    clusterInsert: p(`INSERT INTO clusters (id, name, status, status_reason, install_config_id, uninstall_config_id, input_values, operation, max_unavailable, op_started_at, op_finished_at, created_at, updated_at)
+    clusterInsert:
+      p(`INSERT INTO clusters (id, name, status, status_reason, install_config_id, uninstall_config_id, input_values, operation, max_unavailable, op_started_at, op_finished_at, created_at, updated_at)
                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)`),
     clusterGet: p('SELECT * FROM clusters WHERE id = ?'),
     clusterList: p('SELECT * FROM clusters ORDER BY created_at, id'),
@@ -260,10 +274,15 @@ export function prepareStatements(db: Database.Database) {
     clusterName: p('SELECT name FROM clusters WHERE id = ?'),
     clusterStatus: p('SELECT status, status_reason FROM clusters WHERE id = ?'),
     clusterConfigIds: p('SELECT install_config_id, uninstall_config_id FROM clusters WHERE id = ?'),
-    clusterStart: p('UPDATE clusters SET status = ?, status_reason = ?, operation = ?, max_unavailable = ?, op_started_at = ?, op_finished_at = NULL, updated_at = ? WHERE id = ?'),
-    clusterFinish: p('UPDATE clusters SET status = ?, status_reason = ?, op_finished_at = ?, updated_at = ? WHERE id = ?'),
+    clusterStart: p(
+      'UPDATE clusters SET status = ?, status_reason = ?, operation = ?, max_unavailable = ?, op_started_at = ?, op_finished_at = NULL, updated_at = ? WHERE id = ?',
+    ),
+    clusterFinish: p(
+      'UPDATE clusters SET status = ?, status_reason = ?, op_finished_at = ?, updated_at = ? WHERE id = ?',
+    ),
     clusterDelete: p('DELETE FROM clusters WHERE id = ?'),
-    cnInsert: p(`INSERT INTO cluster_nodes (cluster_id, node, position, phase, install_deployment_id, uninstall_deployment_id, step_deadline_ms, install_started_at)
+    cnInsert:
+      p(`INSERT INTO cluster_nodes (cluster_id, node, position, phase, install_deployment_id, uninstall_deployment_id, step_deadline_ms, install_started_at)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
     cnList: p('SELECT * FROM cluster_nodes WHERE cluster_id = ? ORDER BY position'),
     cnByNode: p('SELECT cluster_id FROM cluster_nodes WHERE node = ? LIMIT 1'),
@@ -277,20 +296,33 @@ export function prepareStatements(db: Database.Database) {
         EXISTS (SELECT 1 FROM cluster_nodes WHERE cluster_id = @id AND phase = 'pending') AS pending,
         EXISTS (SELECT 1 FROM cluster_nodes WHERE cluster_id = @id AND phase = 'failed') AS failed`),
     // nodes in flight, counted only up to the window: all the glance needs is the room left in it
-    cnInFlightCount: p(`SELECT COUNT(*) AS n FROM (SELECT 1 FROM cluster_nodes WHERE cluster_id = @id AND phase IN ('uninstalling', 'installing') LIMIT @window)`),
+    cnInFlightCount: p(
+      `SELECT COUNT(*) AS n FROM (SELECT 1 FROM cluster_nodes WHERE cluster_id = @id AND phase IN ('uninstalling', 'installing') LIMIT @window)`,
+    ),
     cnInFlight: p(`SELECT * FROM cluster_nodes WHERE cluster_id = ? AND phase IN ('uninstalling', 'installing')`),
-    cnFirstPending: p(`SELECT * FROM cluster_nodes WHERE cluster_id = ? AND phase = 'pending' ORDER BY position LIMIT ?`),
+    cnFirstPending: p(
+      `SELECT * FROM cluster_nodes WHERE cluster_id = ? AND phase = 'pending' ORDER BY position LIMIT ?`,
+    ),
     cnByDeployment: p(`SELECT * FROM cluster_nodes WHERE install_deployment_id = ? OR uninstall_deployment_id = ?`),
-    cnReset: p(`UPDATE cluster_nodes SET phase = 'pending', step_deadline_ms = NULL, uninstall_started_at = NULL, uninstall_finished_at = NULL,
+    cnReset:
+      p(`UPDATE cluster_nodes SET phase = 'pending', step_deadline_ms = NULL, uninstall_started_at = NULL, uninstall_finished_at = NULL,
                 install_started_at = NULL, install_finished_at = NULL, reason = NULL WHERE cluster_id = ?`),
-    cnStartUninstall: p(`UPDATE cluster_nodes SET phase = 'uninstalling', step_deadline_ms = ?, uninstall_started_at = ?, uninstall_finished_at = NULL,
+    cnStartUninstall:
+      p(`UPDATE cluster_nodes SET phase = 'uninstalling', step_deadline_ms = ?, uninstall_started_at = ?, uninstall_finished_at = NULL,
                          install_started_at = NULL, install_finished_at = NULL, reason = NULL WHERE cluster_id = ? AND node = ?`),
-    cnStartInstall: p(`UPDATE cluster_nodes SET phase = 'installing', step_deadline_ms = ?, install_started_at = ?, install_finished_at = NULL, reason = NULL
+    cnStartInstall:
+      p(`UPDATE cluster_nodes SET phase = 'installing', step_deadline_ms = ?, install_started_at = ?, install_finished_at = NULL, reason = NULL
                        WHERE cluster_id = ? AND node = ?`),
     cnUninstallDone: p(`UPDATE cluster_nodes SET uninstall_finished_at = ? WHERE cluster_id = ? AND node = ?`),
-    cnComplete: p(`UPDATE cluster_nodes SET phase = 'complete', step_deadline_ms = NULL, install_finished_at = COALESCE(?, install_finished_at) WHERE cluster_id = ? AND node = ?`),
-    cnFailUninstall: p(`UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, uninstall_finished_at = ?, reason = ? WHERE cluster_id = ? AND node = ?`),
-    cnFailInstall: p(`UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, install_finished_at = ?, reason = ? WHERE cluster_id = ? AND node = ?`),
+    cnComplete: p(
+      `UPDATE cluster_nodes SET phase = 'complete', step_deadline_ms = NULL, install_finished_at = COALESCE(?, install_finished_at) WHERE cluster_id = ? AND node = ?`,
+    ),
+    cnFailUninstall: p(
+      `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, uninstall_finished_at = ?, reason = ? WHERE cluster_id = ? AND node = ?`,
+    ),
+    cnFailInstall: p(
+      `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, install_finished_at = ?, reason = ? WHERE cluster_id = ? AND node = ?`,
+    ),
     cnDelete: p('DELETE FROM cluster_nodes WHERE cluster_id = ?'),
     auditInsert: p('INSERT INTO audit (at, who, action, target, detail) VALUES (?, ?, ?, ?, ?)'),
     auditList: p('SELECT * FROM audit ORDER BY seq DESC LIMIT ?'),
@@ -302,7 +334,14 @@ export type Statements = ReturnType<typeof prepareStatements>;
 // ---- row mapping ----------------------------------------------------------------------------
 
 export function nodeOf(r: NodeRow): NodeRecord {
-  return { id: r.id, endpoint: r.endpoint, generation: r.generation, ackedGeneration: r.acked_generation, createdAt: r.created_at, updatedAt: r.updated_at };
+  return {
+    id: r.id,
+    endpoint: r.endpoint,
+    generation: r.generation,
+    ackedGeneration: r.acked_generation,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
 }
 
 export function configOf(r: ConfigRow): ConfigRecord {

@@ -76,17 +76,23 @@ export class SqliteStore implements Store {
   }
 
   #migrate(path: string, now: () => number): void {
-    this.#db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT');
+    this.#db.exec(
+      'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT',
+    );
     const row = this.#db.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number | null };
     const current = row.v ?? 0;
     if (current > SCHEMA_VERSION) {
-      throw new ConfigError(`--db ${path}: schema version ${current} is newer than this Herald knows (${SCHEMA_VERSION}); use a newer Herald`);
+      throw new ConfigError(
+        `--db ${path}: schema version ${current} is newer than this Herald knows (${SCHEMA_VERSION}); use a newer Herald`,
+      );
     }
     for (const m of MIGRATIONS) {
       if (m.version <= current) continue;
       this.#db.transaction(() => {
         this.#db.exec(m.sql);
-        this.#db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, new Date(now()).toISOString());
+        this.#db
+          .prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)')
+          .run(m.version, m.name, new Date(now()).toISOString());
       })();
     }
   }
@@ -101,7 +107,8 @@ export class SqliteStore implements Store {
       return await fn();
     } finally {
       const next = this.#waiting.shift();
-      if (next) next(); // handed over: still busy
+      if (next)
+        next(); // handed over: still busy
       else this.#busy = false;
     }
   }
@@ -189,7 +196,11 @@ export class SqliteStore implements Store {
 
   // ---- one-transaction shortcuts -----------------------------------------------------------
 
-  async createNode(id: string, endpoint: string | null, who: string): Promise<{ node: NodeRecord; changes: ChangeSet }> {
+  async createNode(
+    id: string,
+    endpoint: string | null,
+    who: string,
+  ): Promise<{ node: NodeRecord; changes: ChangeSet }> {
     const { changes } = await this.transaction((tx) => tx.createNode(id, endpoint, who));
     return { node: (await this.getNode(id))!, changes };
   }
@@ -212,12 +223,19 @@ export class SqliteStore implements Store {
     return { deployment: result, changes };
   }
 
-  async updateDeployment(id: string, p: DeploymentPatch, who: string): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }> {
+  async updateDeployment(
+    id: string,
+    p: DeploymentPatch,
+    who: string,
+  ): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }> {
     const { result, changes } = await this.transaction((tx) => tx.updateDeployment(id, p, who));
     return { deployment: result, changes };
   }
 
-  async deleteDeployment(id: string, who: string): Promise<{ deployment: DeploymentRecord | null; changes: ChangeSet }> {
+  async deleteDeployment(
+    id: string,
+    who: string,
+  ): Promise<{ deployment: DeploymentRecord | null; changes: ChangeSet }> {
     const { result, changes } = await this.transaction((tx) => tx.deleteDeployment(id, who));
     return { deployment: result, changes };
   }
@@ -339,4 +357,3 @@ export function looseDatabaseFiles(path: string): Array<{ file: string; mode: st
   }
   return loose;
 }
-

@@ -97,7 +97,9 @@ export class SqliteRows {
   }
 
   deployments(filter: { node?: string | undefined } = {}): DeploymentRecord[] {
-    const rows = (filter.node === undefined ? this.s.depList.all() : this.s.depByNode.all(filter.node)) as DeploymentRow[];
+    const rows = (
+      filter.node === undefined ? this.s.depList.all() : this.s.depByNode.all(filter.node)
+    ) as DeploymentRow[];
     return rows.map(deploymentOf);
   }
 
@@ -127,7 +129,15 @@ export class SqliteRows {
 
   clusterHead(id: string): ClusterHead | undefined {
     const r = this.s.clusterGet.get(id) as ClusterRow | undefined;
-    return r && { id: r.id, status: r.status as ClusterStatus, operation: r.operation as ClusterOperation, maxUnavailable: r.max_unavailable, updatedAt: r.updated_at };
+    return (
+      r && {
+        id: r.id,
+        status: r.status as ClusterStatus,
+        operation: r.operation as ClusterOperation,
+        maxUnavailable: r.max_unavailable,
+        updatedAt: r.updated_at,
+      }
+    );
   }
 
   cluster(id: string): ClusterRecord | undefined {
@@ -146,7 +156,9 @@ export class SqliteRows {
   }
 
   clusters(): ClusterRecord[] {
-    return (this.s.clusterList.all() as ClusterRow[]).map((r) => clusterOf(r, this.s.cnList.all(r.id) as ClusterNodeRow[]));
+    return (this.s.clusterList.all() as ClusterRow[]).map((r) =>
+      clusterOf(r, this.s.cnList.all(r.id) as ClusterNodeRow[]),
+    );
   }
 
   activeClusterIds(): string[] {
@@ -154,8 +166,22 @@ export class SqliteRows {
   }
 
   audit(limit: number): AuditRecord[] {
-    return (this.s.auditList.all(limit) as Array<{ seq: number; at: string; who: string; action: string; target: string; detail: string | null }>).map((r) => ({
-      seq: r.seq, at: r.at, who: r.who, action: r.action, target: r.target, detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
+    return (
+      this.s.auditList.all(limit) as Array<{
+        seq: number;
+        at: string;
+        who: string;
+        action: string;
+        target: string;
+        detail: string | null;
+      }>
+    ).map((r) => ({
+      seq: r.seq,
+      at: r.at,
+      who: r.who,
+      action: r.action,
+      target: r.target,
+      detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
     }));
   }
 }
@@ -182,7 +208,12 @@ export class SqliteTx implements StoreTx {
     if (this.#ended) throw new HeraldError('internal', 'a transaction object was used after its transaction ended');
   }
 
-  async audit(who: string, action: string, target: string, detail: Record<string, unknown> | null = null): Promise<void> {
+  async audit(
+    who: string,
+    action: string,
+    target: string,
+    detail: Record<string, unknown> | null = null,
+  ): Promise<void> {
     this.#live();
     this.#s.auditInsert.run(this.#r.iso(), who, action, target, detail === null ? null : JSON.stringify(detail));
   }
@@ -204,13 +235,23 @@ export class SqliteTx implements StoreTx {
     await this.audit(who, 'node.create', id, endpoint === null ? null : { endpoint });
   }
 
-  async announceEndpoint(id: string, url: string, who: string, autoRegister: boolean): Promise<{ created: boolean; changed: boolean }> {
+  async announceEndpoint(
+    id: string,
+    url: string,
+    who: string,
+    autoRegister: boolean,
+  ): Promise<{ created: boolean; changed: boolean }> {
     this.#live();
     const row = this.#s.nodeGet.get(id) as NodeRow | undefined;
     const now = this.#r.iso();
     if (row === undefined) {
-      if (this.#s.tombGet.get(id)) throw new HeraldError('node_deleted', `node ${id} was deleted; an operator must add it again`);
-      if (!autoRegister) throw new HeraldError('not_found', `node ${id} is not registered (the controller runs with --no-auto-register)`);
+      if (this.#s.tombGet.get(id))
+        throw new HeraldError('node_deleted', `node ${id} was deleted; an operator must add it again`);
+      if (!autoRegister)
+        throw new HeraldError(
+          'not_found',
+          `node ${id} is not registered (the controller runs with --no-auto-register)`,
+        );
       this.#s.nodeInsert.run(id, url, now, now);
       this.changes.touch(id);
       await this.audit(who, 'node.register', id, { endpoint: url });
@@ -245,7 +286,16 @@ export class SqliteTx implements StoreTx {
   async createConfig(c: NewConfig, who: string): Promise<ConfigRecord> {
     this.#live();
     const id = randomUUID();
-    this.#s.configInsert.run(id, c.name, c.group, JSON.stringify(c.config), JSON.stringify(c.inputs), JSON.stringify(c.outputs), JSON.stringify(c.options), this.#r.iso());
+    this.#s.configInsert.run(
+      id,
+      c.name,
+      c.group,
+      JSON.stringify(c.config),
+      JSON.stringify(c.inputs),
+      JSON.stringify(c.outputs),
+      JSON.stringify(c.options),
+      this.#r.iso(),
+    );
     await this.audit(who, 'config.create', id, { name: c.name, group: c.group });
     return this.#r.config(id)!;
   }
@@ -268,10 +318,20 @@ export class SqliteTx implements StoreTx {
   async updateDeployment(id: string, p: DeploymentPatch, who: string): Promise<DeploymentRecord> {
     this.#live();
     const d = this.#mustDeployment(id);
-    if (d.clusterId !== null) throw new HeraldError('deployment_busy', `deployment ${id} belongs to cluster ${d.clusterId}`);
-    if (d.current.action === 'DELETE') throw new HeraldError('deployment_deleting', `deployment ${id} is being deleted`);
+    if (d.clusterId !== null)
+      throw new HeraldError('deployment_busy', `deployment ${id} belongs to cluster ${d.clusterId}`);
+    if (d.current.action === 'DELETE')
+      throw new HeraldError('deployment_deleting', `deployment ${id} is being deleted`);
     const action = p.action ?? 'UPDATE';
-    this.#newRevision(id, d.node, d.actions, d.current.revision, action, p.inputValues ?? d.current.inputValues, 'deployment');
+    this.#newRevision(
+      id,
+      d.node,
+      d.actions,
+      d.current.revision,
+      action,
+      p.inputValues ?? d.current.inputValues,
+      'deployment',
+    );
     await this.audit(who, 'deployment.update', id, { revision: d.current.revision + 1, action });
     return this.#r.deployment(id)!;
   }
@@ -279,7 +339,8 @@ export class SqliteTx implements StoreTx {
   async deleteDeployment(id: string, who: string): Promise<DeploymentRecord | null> {
     this.#live();
     const d = this.#mustDeployment(id);
-    if (d.clusterId !== null) throw new HeraldError('deployment_busy', `deployment ${id} belongs to cluster ${d.clusterId}`);
+    if (d.clusterId !== null)
+      throw new HeraldError('deployment_busy', `deployment ${id} belongs to cluster ${d.clusterId}`);
     if (d.current.action === 'DELETE' && !d.current.signalled) return d; // its DELETE runs already
     if (d.actions.includes('DELETE')) {
       this.#newRevision(id, d.node, d.actions, d.current.revision, 'DELETE', d.current.inputValues, 'deployment');
@@ -304,7 +365,15 @@ export class SqliteTx implements StoreTx {
   async recordResult(d: DeploymentRecord, r: StepResult, nowMs: number): Promise<void> {
     this.#live();
     const at = this.#r.iso(nowMs);
-    this.#s.revResult.run(r.status, r.statusReason, r.outputValues === null ? null : JSON.stringify(r.outputValues), at, at, d.id, d.current.revision);
+    this.#s.revResult.run(
+      r.status,
+      r.statusReason,
+      r.outputValues === null ? null : JSON.stringify(r.outputValues),
+      at,
+      at,
+      d.id,
+      d.current.revision,
+    );
     this.changes.touch(d.node); // the item now reads signalled: true; no work, so no wake-up
     this.changes.deploymentChanged(d.id);
   }
@@ -315,9 +384,16 @@ export class SqliteTx implements StoreTx {
     return d;
   }
 
-  #insertDeployment(id: string, d: NewDeployment, clusterId: string | null, role: 'install' | 'uninstall' | null, reason: WakeReason): void {
+  #insertDeployment(
+    id: string,
+    d: NewDeployment,
+    clusterId: string | null,
+    role: 'install' | 'uninstall' | null,
+    reason: WakeReason,
+  ): void {
     if (!this.#s.nodeGet.get(d.node)) throw new HeraldError('unknown_node', `no node ${d.node}`, { field: 'node' });
-    if (!this.#r.config(d.configId)) throw new HeraldError('unknown_config', `no config ${d.configId}`, { field: 'config_id' });
+    if (!this.#r.config(d.configId))
+      throw new HeraldError('unknown_config', `no config ${d.configId}`, { field: 'config_id' });
     const now = this.#r.iso();
     this.#s.depInsert.run(id, d.node, d.configId, d.name, JSON.stringify(d.actions), clusterId, role, now, now);
     this.changes.deploymentChanged(id);
@@ -325,13 +401,35 @@ export class SqliteTx implements StoreTx {
   }
 
   /** Adds revision `prev + 1` and makes it current. A revision whose action is not listed completes at once. */
-  #newRevision(id: string, node: string, actions: DeployAction[], prev: number, action: DeployAction, inputValues: Record<string, unknown>, reason: WakeReason): boolean {
+  #newRevision(
+    id: string,
+    node: string,
+    actions: DeployAction[],
+    prev: number,
+    action: DeployAction,
+    inputValues: Record<string, unknown>,
+    reason: WakeReason,
+  ): boolean {
     const now = this.#r.iso();
     const revision = prev + 1;
     const triggered = actions.includes(action);
     const status: DeploymentStatus = triggered ? 'IN_PROGRESS' : 'COMPLETE';
-    const why = triggered ? IN_PROGRESS_REASON : `not triggered: action ${action} is not in actions (${actions.join(', ')})`;
-    this.#s.revInsert.run(id, revision, randomUUID(), action, JSON.stringify(inputValues), status, why, triggered ? 0 : 1, now, now, triggered ? null : now);
+    const why = triggered
+      ? IN_PROGRESS_REASON
+      : `not triggered: action ${action} is not in actions (${actions.join(', ')})`;
+    this.#s.revInsert.run(
+      id,
+      revision,
+      randomUUID(),
+      action,
+      JSON.stringify(inputValues),
+      status,
+      why,
+      triggered ? 0 : 1,
+      now,
+      now,
+      triggered ? null : now,
+    );
     this.#s.depSetRevision.run(revision, now, id);
     this.changes.touch(node, triggered ? reason : null);
     this.changes.deploymentChanged(id);
@@ -355,23 +453,62 @@ export class SqliteTx implements StoreTx {
       if (!this.#s.nodeGet.get(n)) throw new HeraldError('unknown_node', `no node ${n}`, { field: `nodes.${i}` });
       // two clusters' uninstall and install steps must never run on one node at once
       const other = this.#s.cnByNode.get(n) as { cluster_id: string } | undefined;
-      if (other) throw new HeraldError('cluster_busy', `node ${n} already belongs to cluster ${other.cluster_id}`, { field: `nodes.${i}` });
+      if (other)
+        throw new HeraldError('cluster_busy', `node ${n} already belongs to cluster ${other.cluster_id}`, {
+          field: `nodes.${i}`,
+        });
     }
-    if (!this.#r.config(c.installConfigId)) throw new HeraldError('unknown_config', `no config ${c.installConfigId}`, { field: 'install_config_id' });
-    if (!this.#r.config(c.uninstallConfigId)) throw new HeraldError('unknown_config', `no config ${c.uninstallConfigId}`, { field: 'uninstall_config_id' });
+    if (!this.#r.config(c.installConfigId))
+      throw new HeraldError('unknown_config', `no config ${c.installConfigId}`, { field: 'install_config_id' });
+    if (!this.#r.config(c.uninstallConfigId))
+      throw new HeraldError('unknown_config', `no config ${c.uninstallConfigId}`, { field: 'uninstall_config_id' });
     const id = randomUUID();
     const now = this.#r.iso(nowMs);
-    this.#s.clusterInsert.run(id, c.name, 'CREATE_IN_PROGRESS', 'create in progress', c.installConfigId, c.uninstallConfigId,
-      JSON.stringify(c.inputValues), 'create', c.nodes.length, now, now, now);
+    this.#s.clusterInsert.run(
+      id,
+      c.name,
+      'CREATE_IN_PROGRESS',
+      'create in progress',
+      c.installConfigId,
+      c.uninstallConfigId,
+      JSON.stringify(c.inputValues),
+      'create',
+      c.nodes.length,
+      now,
+      now,
+      now,
+    );
     for (const [position, node] of c.nodes.entries()) {
       const installId = randomUUID();
       const uninstallId = randomUUID();
-      this.#insertDeployment(installId, {
-        node, configId: c.installConfigId, name: `${c.name}-install`, actions: c.installActions, action: 'CREATE', inputValues: c.installInputValues,
-      }, id, 'install', 'deployment');
-      this.#insertDeployment(uninstallId, {
-        node, configId: c.uninstallConfigId, name: `${c.name}-uninstall`, actions: c.uninstallActions, action: 'CREATE', inputValues: c.uninstallInputValues,
-      }, id, 'uninstall', 'deployment');
+      this.#insertDeployment(
+        installId,
+        {
+          node,
+          configId: c.installConfigId,
+          name: `${c.name}-install`,
+          actions: c.installActions,
+          action: 'CREATE',
+          inputValues: c.installInputValues,
+        },
+        id,
+        'install',
+        'deployment',
+      );
+      this.#insertDeployment(
+        uninstallId,
+        {
+          node,
+          configId: c.uninstallConfigId,
+          name: `${c.name}-uninstall`,
+          actions: c.uninstallActions,
+          action: 'CREATE',
+          inputValues: c.uninstallInputValues,
+        },
+        id,
+        'uninstall',
+        'deployment',
+      );
       this.#s.cnInsert.run(id, node, position, 'installing', installId, uninstallId, c.stepDeadlineMs, now);
     }
     this.changes.clusterChanged(id);
@@ -390,8 +527,20 @@ export class SqliteTx implements StoreTx {
 
   async glance(clusterId: string): Promise<ClusterGlance> {
     this.#live();
-    const q = this.#s.cnGlance.get({ id: clusterId }) as { due_uninstall: number | null; due_install: number | null; in_flight: number; pending: number; failed: number };
-    return { dueUninstallMs: q.due_uninstall, dueInstallMs: q.due_install, inFlight: q.in_flight !== 0, pending: q.pending !== 0, failed: q.failed !== 0 };
+    const q = this.#s.cnGlance.get({ id: clusterId }) as {
+      due_uninstall: number | null;
+      due_install: number | null;
+      in_flight: number;
+      pending: number;
+      failed: number;
+    };
+    return {
+      dueUninstallMs: q.due_uninstall,
+      dueInstallMs: q.due_install,
+      inFlight: q.in_flight !== 0,
+      pending: q.pending !== 0,
+      failed: q.failed !== 0,
+    };
   }
 
   async countInFlight(clusterId: string, upTo: number): Promise<number> {
@@ -445,7 +594,15 @@ export class SqliteTx implements StoreTx {
   async beginOperation(clusterId: string, op: ClusterOperation, maxUnavailable: number, nowMs: number): Promise<void> {
     this.#live();
     const now = this.#r.iso(nowMs);
-    this.#s.clusterStart.run(`${op.toUpperCase()}_IN_PROGRESS`, `${op} in progress`, op, maxUnavailable, now, now, clusterId);
+    this.#s.clusterStart.run(
+      `${op.toUpperCase()}_IN_PROGRESS`,
+      `${op} in progress`,
+      op,
+      maxUnavailable,
+      now,
+      now,
+      clusterId,
+    );
     this.#s.cnReset.run(clusterId);
     this.changes.clusterChanged(clusterId);
   }

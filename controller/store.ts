@@ -104,7 +104,11 @@ export interface Store extends StoreReads {
   deleteNode(id: string, who: string): Promise<ChangeSet>;
   createConfig(c: NewConfig, who: string): Promise<ConfigRecord>;
   createDeployment(d: NewDeployment, who: string): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }>;
-  updateDeployment(id: string, p: DeploymentPatch, who: string): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }>;
+  updateDeployment(
+    id: string,
+    p: DeploymentPatch,
+    who: string,
+  ): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }>;
   /** `deployment` is null when it was removed at once (no DELETE run). */
   deleteDeployment(id: string, who: string): Promise<{ deployment: DeploymentRecord | null; changes: ChangeSet }>;
 
@@ -128,7 +132,12 @@ export interface StoreTx extends ClusterTx {
    * Sets the node's endpoint; creates the node when unknown and `autoRegister`.
    * @throws HeraldError node_deleted | not_found
    */
-  announceEndpoint(id: string, url: string, who: string, autoRegister: boolean): Promise<{ created: boolean; changed: boolean }>;
+  announceEndpoint(
+    id: string,
+    url: string,
+    who: string,
+    autoRegister: boolean,
+  ): Promise<{ created: boolean; changed: boolean }>;
   /** @throws HeraldError not_found | node_in_cluster */
   deleteNode(id: string, who: string): Promise<void>;
   createConfig(c: NewConfig, who: string): Promise<ConfigRecord>;

@@ -31,7 +31,11 @@ const MAX_TIMEOUT_S = 86_400;
 
 // biome-ignore lint/suspicious/noControlCharactersInRegex: the pattern exists to reject control characters in display names
 const NO_CONTROL_CHARS_RE = /^[^\u0000-\u001f\u007f]+$/;
-const displayName = z.string().min(1).max(MAX_NAME_CHARS).regex(NO_CONTROL_CHARS_RE, 'must not contain control characters');
+const displayName = z
+  .string()
+  .min(1)
+  .max(MAX_NAME_CHARS)
+  .regex(NO_CONTROL_CHARS_RE, 'must not contain control characters');
 const nodeId = z.string().regex(NAME_RE, `must match ${NAME_RE.source}`);
 const resourceId = z.string().min(1).max(64);
 /** A free-form JSON value: nested at most MAX_JSON_DEPTH_LEVELS (SPEC §3). */
@@ -65,7 +69,10 @@ const outputSchema = z.object({
 export const configCreateSchema = z.strictObject({
   name: displayName,
   group: z.string(),
-  config: z.unknown().refine((v) => v !== undefined && v !== null, 'is required').refine((v) => withinJsonDepth(v), TOO_DEEP),
+  config: z
+    .unknown()
+    .refine((v) => v !== undefined && v !== null, 'is required')
+    .refine((v) => withinJsonDepth(v), TOO_DEEP),
   inputs: z.array(inputSchema).max(MAX_IO_ENTRIES).optional(),
   outputs: z.array(outputSchema).max(MAX_IO_ENTRIES).optional(),
   options: valuesRecord.optional(),
@@ -75,7 +82,10 @@ export const deploymentCreateSchema = z.strictObject({
   node: nodeId,
   config_id: resourceId,
   name: displayName.optional(),
-  actions: z.array(action).max(DEPLOY_ACTIONS.length * 2).optional(),
+  actions: z
+    .array(action)
+    .max(DEPLOY_ACTIONS.length * 2)
+    .optional(),
   action: action.optional(),
   input_values: valuesRecord.optional(),
 });
@@ -134,11 +144,13 @@ export function checkConfig(c: z.output<typeof configCreateSchema>): NewConfig {
   for (const [i, inp] of (c.inputs ?? []).entries()) {
     const field = `inputs.${i}.name`;
     checkInputName(inp.name, field);
-    if ((DERIVED_INPUT_NAMES as readonly string[]).includes(inp.name)) throw new RefusalError('bad_name', `${inp.name} is derived by Herald`, { field });
+    if ((DERIVED_INPUT_NAMES as readonly string[]).includes(inp.name))
+      throw new RefusalError('bad_name', `${inp.name} is derived by Herald`, { field });
     if (seen.has(inp.name)) throw new HeraldError('invalid_request', `input ${inp.name} is declared twice`, { field });
     seen.add(inp.name);
     const out: ConfigInput = { name: inp.name, type: inp.type };
-    if (inp.default !== undefined && inp.default !== null) out.default = coerceValue(inp.type, inp.default, `inputs.${i}.default`);
+    if (inp.default !== undefined && inp.default !== null)
+      out.default = coerceValue(inp.type, inp.default, `inputs.${i}.default`);
     if (inp.description !== undefined) out.description = inp.description;
     if (inp.hidden !== undefined) out.hidden = inp.hidden;
     inputs.push(out);
@@ -148,7 +160,8 @@ export function checkConfig(c: z.output<typeof configCreateSchema>): NewConfig {
   for (const [i, o] of (c.outputs ?? []).entries()) {
     const field = `outputs.${i}.name`;
     checkOutputName(o.name, field);
-    if ((STANDARD_OUTPUT_NAMES as readonly string[]).includes(o.name)) throw new RefusalError('bad_name', `${o.name} is reported by every signal`, { field });
+    if ((STANDARD_OUTPUT_NAMES as readonly string[]).includes(o.name))
+      throw new RefusalError('bad_name', `${o.name} is reported by every signal`, { field });
     if (seenOut.has(o.name)) throw new HeraldError('invalid_request', `output ${o.name} is declared twice`, { field });
     seenOut.add(o.name);
     const out: ConfigOutput = { name: o.name, type: o.type, error_output: o.error_output };
@@ -159,7 +172,11 @@ export function checkConfig(c: z.output<typeof configCreateSchema>): NewConfig {
   if (options.timeout !== undefined) {
     const t = options.timeout;
     if (typeof t !== 'number' || !Number.isFinite(t) || t <= 0 || t > MAX_TIMEOUT_S) {
-      throw new HeraldError('invalid_request', `options.timeout must be a number of seconds from 1 to ${MAX_TIMEOUT_S}`, { field: 'options.timeout' });
+      throw new HeraldError(
+        'invalid_request',
+        `options.timeout must be a number of seconds from 1 to ${MAX_TIMEOUT_S}`,
+        { field: 'options.timeout' },
+      );
     }
   }
   if (c.group === 'script' && typeof c.config !== 'string') {
@@ -173,16 +190,26 @@ export function checkConfig(c: z.output<typeof configCreateSchema>): NewConfig {
 function checkComponentConfig(config: unknown): void {
   const configs = (config as { configs?: unknown } | null)?.configs;
   if (typeof config !== 'object' || config === null || Array.isArray(config) || !Array.isArray(configs)) {
-    throw new RefusalError('bad_config', 'a component config is {"configs":[{"actions":[..],"tool":"..","config":..}, ..]}', { field: 'config.configs' });
+    throw new RefusalError(
+      'bad_config',
+      'a component config is {"configs":[{"actions":[..],"tool":"..","config":..}, ..]}',
+      { field: 'config.configs' },
+    );
   }
   for (const [i, sub] of configs.entries()) {
     const s = sub as { actions?: unknown; tool?: unknown; config?: unknown } | null;
-    if (typeof s !== 'object' || s === null) throw new RefusalError('bad_config', 'each component entry is an object', { field: `config.configs.${i}` });
+    if (typeof s !== 'object' || s === null)
+      throw new RefusalError('bad_config', 'each component entry is an object', { field: `config.configs.${i}` });
     checkGroupName(s.tool, `config.configs.${i}.tool`);
     if (!Array.isArray(s.actions) || !s.actions.every((a) => (DEPLOY_ACTIONS as readonly unknown[]).includes(a))) {
-      throw new RefusalError('bad_config', `actions must be a list of ${DEPLOY_ACTIONS.join(', ')}`, { field: `config.configs.${i}.actions` });
+      throw new RefusalError('bad_config', `actions must be a list of ${DEPLOY_ACTIONS.join(', ')}`, {
+        field: `config.configs.${i}.actions`,
+      });
     }
-    if (s.config === undefined) throw new RefusalError('bad_config', 'each component entry needs its config', { field: `config.configs.${i}.config` });
+    if (s.config === undefined)
+      throw new RefusalError('bad_config', 'each component entry needs its config', {
+        field: `config.configs.${i}.config`,
+      });
   }
 }
 
@@ -193,13 +220,18 @@ function checkComponentConfig(config: unknown): void {
  * type, undeclared ones kept as Strings (as Heat does). A null value means "unset".
  * @throws RefusalError bad_name | forbidden_input; HeraldError bad_input_value
  */
-export function coerceInputValues(config: ConfigRecord, values: Record<string, unknown>, prefix = 'input_values'): Record<string, unknown> {
+export function coerceInputValues(
+  config: ConfigRecord,
+  values: Record<string, unknown>,
+  prefix = 'input_values',
+): Record<string, unknown> {
   const declared = new Map(config.inputs.map((i) => [i.name, i]));
   const out: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(values)) {
     const field = `${prefix}.${name}`;
     checkInputName(name, field);
-    if ((DERIVED_INPUT_NAMES as readonly string[]).includes(name)) throw new RefusalError('bad_name', `${name} is derived by Herald`, { field });
+    if ((DERIVED_INPUT_NAMES as readonly string[]).includes(name))
+      throw new RefusalError('bad_name', `${name} is derived by Herald`, { field });
     if (value === null || value === undefined) continue;
     out[name] = coerceValue(declared.get(name)?.type ?? 'String', value, field);
   }
@@ -242,7 +274,8 @@ export function coerceValue(type: InputType, value: unknown, field: string): unk
     }
     case 'CommaDelimitedList': {
       if (typeof value === 'string') return value === '' ? [] : value.split(',').map((s) => s.trim());
-      if (Array.isArray(value) && value.every((v) => ['string', 'number', 'boolean'].includes(typeof v))) return value.map(String);
+      if (Array.isArray(value) && value.every((v) => ['string', 'number', 'boolean'].includes(typeof v)))
+        return value.map(String);
       return bad();
     }
     case 'Json': {
@@ -259,7 +292,10 @@ export function coerceValue(type: InputType, value: unknown, field: string): unk
 }
 
 /** PATCH semantics for input values: given keys replace, null removes, others are kept. */
-export function mergeInputValues(current: Record<string, unknown>, patch: Record<string, unknown>): Record<string, unknown> {
+export function mergeInputValues(
+  current: Record<string, unknown>,
+  patch: Record<string, unknown>,
+): Record<string, unknown> {
   const out: Record<string, unknown> = { ...current };
   for (const [k, v] of Object.entries(patch)) {
     if (v === null) delete out[k];
@@ -270,6 +306,11 @@ export function mergeInputValues(current: Record<string, unknown>, patch: Record
 
 /** @throws HeraldError invalid_request when `action` is DELETE (use the DELETE route) */
 export function checkRevisionAction(a: DeployAction | undefined): DeployAction | undefined {
-  if (a === 'DELETE') throw new HeraldError('invalid_request', 'action DELETE: delete the deployment instead (DELETE /v1/deployments/{id})', { field: 'action' });
+  if (a === 'DELETE')
+    throw new HeraldError(
+      'invalid_request',
+      'action DELETE: delete the deployment instead (DELETE /v1/deployments/{id})',
+      { field: 'action' },
+    );
   return a;
 }

@@ -65,7 +65,11 @@ export function configView(c: ConfigRecord): ConfigView {
  * @param hidden names hidden by any config that feeds the deployment (Service.hiddenInputsOf):
  *   for a cluster's deployment that is every config of the cluster, not only its own
  */
-export function deploymentView(d: DeploymentRecord, config: ConfigRecord | undefined, hidden: ReadonlySet<string>): DeploymentView {
+export function deploymentView(
+  d: DeploymentRecord,
+  config: ConfigRecord | undefined,
+  hidden: ReadonlySet<string>,
+): DeploymentView {
   const r = d.current;
   return {
     id: d.id,
@@ -106,7 +110,11 @@ export function revisionView(r: RevisionRecord, hidden: ReadonlySet<string>): Re
   };
 }
 
-export function clusterView(c: ClusterRecord, install: ConfigRecord | undefined, uninstall: ConfigRecord | undefined): ClusterView {
+export function clusterView(
+  c: ClusterRecord,
+  install: ConfigRecord | undefined,
+  uninstall: ConfigRecord | undefined,
+): ClusterView {
   return {
     id: c.id,
     name: c.name,

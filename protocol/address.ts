@@ -35,7 +35,8 @@ const METADATA_IPV4 = ['169.254.169.254', '100.100.100.200', '168.63.129.16'];
 /** IPv6 cloud metadata services: AWS IMDS on Nitro. */
 const METADATA_IPV6 = ['fd00:ec2::254'];
 
-const IPV4_RE = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
+const IPV4_RE =
+  /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
 const HEX_GROUP_RE = /^[0-9a-fA-F]{1,4}$/;
 
 /** Four bytes of a dotted-quad IPv4 address (no leading zeros: those are ambiguous), or null. */

@@ -1,5 +1,10 @@
 /** Exponential backoff with full jitter: a delay drawn uniformly below min(cap, base * 2^attempt). */
-export function fullJitterMs(attempt: number, baseMs: number, capMs: number, random: () => number = Math.random): number {
+export function fullJitterMs(
+  attempt: number,
+  baseMs: number,
+  capMs: number,
+  random: () => number = Math.random,
+): number {
   const ceiling = Math.min(capMs, baseMs * 2 ** Math.min(attempt, 30));
   return Math.floor(random() * ceiling);
 }

@@ -18,8 +18,8 @@ export const ERROR_CODES = {
   not_yet_valid: '`iat` is in the future beyond the allowed clock skew',
   lifetime_too_long: '`exp - iat` is over 300 s',
   issued_before_start: 'the token was issued before the agent started (its replay cache is new)',
-  wrong_audience: '`aud` is not the receiver\'s SPIFFE id',
-  wrong_issuer: '`iss` is not the sender\'s SPIFFE id (the TLS peer, or the expected controller)',
+  wrong_audience: "`aud` is not the receiver's SPIFFE id",
+  wrong_issuer: "`iss` is not the sender's SPIFFE id (the TLS peer, or the expected controller)",
   replayed: 'the `jti` was already accepted and has not expired',
   replay_cache_full: 'the replay cache is full of unexpired entries; the token is refused rather than a replay risked',
   bad_gen: '`gen` is not a non-negative integer',
@@ -37,19 +37,20 @@ export const ERROR_CODES = {
   no_client_certificate: 'the peer presented no certificate',
   untrusted_certificate: 'the certificate does not chain to the cluster CA',
   certificate_expired: 'the certificate is expired or not yet valid',
-  revoked: 'the certificate\'s serial is in revoked.json',
-  wrong_role: 'the identity\'s role is not the one this endpoint serves',
+  revoked: "the certificate's serial is in revoked.json",
+  wrong_role: "the identity's role is not the one this endpoint serves",
   no_identity: 'the certificate has no Herald SPIFFE URI SAN',
   multiple_identities: 'the certificate has more than one URI SAN',
   wrong_trust_domain: 'the SPIFFE id is of another trust domain',
   bad_identity: 'the SPIFFE path is not exactly <role>/<name> with a valid role and name',
-  wrong_eku: 'the certificate\'s extended key usage does not fit its role',
+  wrong_eku: "the certificate's extended key usage does not fit its role",
   wrong_peer: 'the server presented another identity than the one dialled',
   tls_version: 'the peer did not negotiate TLS 1.3',
 
   // agent listener: connection-level refusals and WebSocket close reasons (SPEC §2)
   upgrade_required: 'a plain HTTP request to /v1/wake; only a WebSocket upgrade is served there',
-  too_many_connections: 'the listener holds its limit of pending (16) or authenticated (4) connections; at the API (429), the agent identity already holds 8 connections',
+  too_many_connections:
+    'the listener holds its limit of pending (16) or authenticated (4) connections; at the API (429), the agent identity already holds 8 connections',
   handshake_timeout: 'TLS handshake plus WebSocket upgrade did not finish within 5 s; the socket was destroyed',
   tls_handshake_failed: 'the TLS handshake failed (a TLS version below 1.3, a bad certificate, or garbage)',
   idle_timeout: 'the connection sent neither ping nor frame for 90 s (WebSocket close 1000)',
@@ -64,15 +65,16 @@ export const ERROR_CODES = {
   invalid_request: 'the body or a parameter failed validation (see `field`)',
   invalid_json: 'the body is not JSON',
   unsupported_media_type: 'the body is not application/json',
-  body_too_large: 'the body is over the route\'s limit (1 MiB, signals 4 MiB)',
+  body_too_large: "the body is over the route's limit (1 MiB, signals 4 MiB)",
   rate_limited: 'too many requests from this identity; retry after Retry-After seconds',
   unknown_node: 'the deployment or cluster names a node that does not exist',
   unknown_config: 'the deployment or cluster names a config that does not exist',
   node_exists: 'a node with this id exists already',
   node_deleted: 'the node was deleted; only an operator can add it again',
-  endpoint_not_in_san: 'the endpoint host is not among the caller certificate\'s DNS or IP SANs',
+  endpoint_not_in_san: "the endpoint host is not among the caller certificate's DNS or IP SANs",
   link_local_endpoint: 'the endpoint is a link-local address',
-  forbidden_endpoint: 'the endpoint is a cloud metadata service address (in any spelling), or its DNS name resolved to one of the refused addresses when the controller dialled it',
+  forbidden_endpoint:
+    'the endpoint is a cloud metadata service address (in any spelling), or its DNS name resolved to one of the refused addresses when the controller dialled it',
   bad_endpoint: 'the endpoint is not wss://host:port/v1/wake',
   stale_revision: 'the signal is for an older revision than the current one',
   unknown_revision: 'the signal is for a revision newer than the current one',
@@ -83,7 +85,8 @@ export const ERROR_CODES = {
   deployment_deleting: 'the deployment is being deleted (its DELETE revision runs); it can no longer be changed',
   bad_input_value: 'an input value does not fit its declared type (see `field`)',
   internal: 'an unexpected error; details are in the controller log only',
-  unsafe_file_mode: 'a file that holds secrets (the database or its -wal/-shm) is readable or writable by group or others (reported at start)',
+  unsafe_file_mode:
+    'a file that holds secrets (the database or its -wal/-shm) is readable or writable by group or others (reported at start)',
 
   // agent hooks and state (SPEC §4, §5)
   bad_name: 'a group, tool, input or output name fails its pattern',
@@ -92,22 +95,25 @@ export const ERROR_CODES = {
   unsafe_hooks_dir: 'the hooks dir or hook is not root-owned or is writable by group/others',
   nul_in_input: 'an input value holds a NUL byte',
   hook_timeout: 'the hook ran past its timeout and its process group was killed',
-  hook_failed: 'the hook could not be started or answered outside Heat\'s hook protocol',
+  hook_failed: "the hook could not be started or answered outside Heat's hook protocol",
   interrupted: 'the agent stopped while the item ran; it runs again only in a new revision',
   output_not_regular: 'an output path is a symlink or not a regular file',
   output_too_large: 'an output file is over 1 MiB',
   bad_config: 'a component config is not {"configs":[...]}',
-  signal_too_large: 'a result\'s outputs did not fit the 4 MiB signal limit and were dropped (stdout and stderr keep their tails)',
-  hook_answer_too_deep: 'a hook\'s answer (or its outputs) is nested deeper than 64 levels: the deployment fails and the answer is not read',
-  unsafe_state_dir: 'the agent runs as root and its state dir, a directory above it, the hooks dir or a hook is not root-owned or is writable by group/others: it refuses to start',
+  signal_too_large:
+    "a result's outputs did not fit the 4 MiB signal limit and were dropped (stdout and stderr keep their tails)",
+  hook_answer_too_deep:
+    "a hook's answer (or its outputs) is nested deeper than 64 levels: the deployment fails and the answer is not read",
+  unsafe_state_dir:
+    'the agent runs as root and its state dir, a directory above it, the hooks dir or a hook is not root-owned or is writable by group/others: it refuses to start',
 
   // push dialer (controller → agent listener): a node's `last_error` and dial-failure metric
-  connection_refused: 'nothing listens at the node\'s endpoint (TCP connection refused)',
+  connection_refused: "nothing listens at the node's endpoint (TCP connection refused)",
   connection_reset: 'the agent or the network reset the connection',
   connection_closed: 'the agent closed an established push connection',
   dial_timeout: 'TCP, TLS and the WebSocket upgrade did not finish within the dial timeout',
-  unreachable: 'the endpoint\'s host or network is unreachable, or its name does not resolve',
-  tls_error: 'the TLS handshake failed for another reason than the agent\'s certificate',
+  unreachable: "the endpoint's host or network is unreachable, or its name does not resolve",
+  tls_error: "the TLS handshake failed for another reason than the agent's certificate",
   upgrade_refused: 'the agent answered the WebSocket upgrade with an unexpected HTTP status',
   half_open: 'the agent did not answer a wake-up (or a ping) in time: the connection was dropped',
   protocol_error: 'the agent sent something that is not a valid answer frame',
@@ -117,7 +123,8 @@ export const ERROR_CODES = {
   pki_exists: 'the PKI directory already holds a CA (use --force to replace it)',
   pki_missing: 'a file the PKI layout requires is missing',
   api_error: 'the controller answered the CLI with an error',
-  hidden_input_in_argv: 'a CLI warning, not a refusal: a hidden input\'s value was given with --input, where every local user can read it in the process list (use --input-file)',
+  hidden_input_in_argv:
+    "a CLI warning, not a refusal: a hidden input's value was given with --input, where every local user can read it in the process list (use --input-file)",
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -6,9 +6,25 @@ import { MAX_WAKE_FRAME_BYTES } from './limits.js';
 
 /** The codes a nack may carry. */
 export const NACK_CODES = [
-  'malformed', 'too_large', 'binary_frame', 'bad_algorithm', 'bad_header', 'missing_kid', 'unknown_kid',
-  'wrong_type', 'bad_signature', 'expired', 'not_yet_valid', 'lifetime_too_long', 'issued_before_start',
-  'wrong_audience', 'wrong_issuer', 'replayed', 'replay_cache_full', 'bad_gen', 'bad_claims',
+  'malformed',
+  'too_large',
+  'binary_frame',
+  'bad_algorithm',
+  'bad_header',
+  'missing_kid',
+  'unknown_kid',
+  'wrong_type',
+  'bad_signature',
+  'expired',
+  'not_yet_valid',
+  'lifetime_too_long',
+  'issued_before_start',
+  'wrong_audience',
+  'wrong_issuer',
+  'replayed',
+  'replay_cache_full',
+  'bad_gen',
+  'bad_claims',
 ] as const satisfies readonly ErrorCode[];
 export type NackCode = (typeof NACK_CODES)[number];
 
@@ -54,13 +70,19 @@ export function decodeAnswer(data: string): AnswerFrame {
   }
   if (typeof v !== 'object' || v === null) throw new RefusalError('malformed', 'answer is not an object');
   if (v.type === 'ack') {
-    if (typeof v.jti !== 'string' || !Number.isSafeInteger(v.gen) || (v.gen as number) < 0 || !['started', 'queued', 'current'].includes(v.fetch as string)) {
+    if (
+      typeof v.jti !== 'string' ||
+      !Number.isSafeInteger(v.gen) ||
+      (v.gen as number) < 0 ||
+      !['started', 'queued', 'current'].includes(v.fetch as string)
+    ) {
       throw new RefusalError('malformed', 'ack needs jti, gen and fetch');
     }
     return { type: 'ack', jti: v.jti, gen: v.gen as number, fetch: v.fetch as FetchState };
   }
   if (v.type === 'nack') {
-    if ((v.jti !== null && typeof v.jti !== 'string') || !isNackCode(v.error)) throw new RefusalError('malformed', 'nack needs jti and a known error');
+    if ((v.jti !== null && typeof v.jti !== 'string') || !isNackCode(v.error))
+      throw new RefusalError('malformed', 'nack needs jti and a known error');
     return { type: 'nack', jti: v.jti as string | null, error: v.error };
   }
   throw new RefusalError('malformed', 'answer type is neither ack nor nack');

@@ -56,7 +56,10 @@ export const FORBIDDEN_INPUT_RULES: readonly ForbiddenInputRule[] = Object.freez
   exact('HOME', 'where shells and tools read their start-up files'),
   exact('SHELL', 'the shell programs start for commands'),
   exact('ENV', 'a POSIX sh or ksh sources this file at start'),
-  family('BASH_', 'bash: BASH_ENV is sourced at start, BASH_FUNC_* define functions, BASH_XTRACEFD, BASH_LOADABLES_PATH'),
+  family(
+    'BASH_',
+    'bash: BASH_ENV is sourced at start, BASH_FUNC_* define functions, BASH_XTRACEFD, BASH_LOADABLES_PATH',
+  ),
   exact('BASHOPTS', 'bash options at start'),
   exact('SHELLOPTS', 'shell options at start'),
   exact('IFS', 'how the shell splits words'),
@@ -100,10 +103,10 @@ export const FORBIDDEN_INPUT_RULES: readonly ForbiddenInputRule[] = Object.freez
   exact('LESSOPEN', 'less runs this command on every file it opens'),
   exact('LESSCLOSE', 'less runs this command on every file it closes'),
   // the hook's own environment, which Herald sets
-  family('LC_', 'locale: Herald passes the agent\'s own LC_* to hooks'),
-  exact('LANG', 'locale: Herald passes the agent\'s own LANG'),
+  family('LC_', "locale: Herald passes the agent's own LC_* to hooks"),
+  exact('LANG', "locale: Herald passes the agent's own LANG"),
   exact('LANGUAGE', 'message language list'),
-  family('HERALD_', 'Herald\'s own settings'),
+  family('HERALD_', "Herald's own settings"),
   exact('heat_outputs_path', 'Herald sets it: where the hook writes its outputs'),
 ]);
 
@@ -112,8 +115,13 @@ const FORBIDDEN_INPUT_PREFIXES = FORBIDDEN_INPUT_RULES.filter((r) => r.kind === 
 
 /** Inputs Herald derives for every item (SPEC §5); a config may not declare them itself. */
 export const DERIVED_INPUT_NAMES = [
-  'deploy_server_id', 'deploy_action', 'deploy_stack_id', 'deploy_resource_name',
-  'deploy_signal_transport', 'deploy_signal_id', 'deploy_signal_verb',
+  'deploy_server_id',
+  'deploy_action',
+  'deploy_stack_id',
+  'deploy_resource_name',
+  'deploy_signal_transport',
+  'deploy_signal_id',
+  'deploy_signal_verb',
 ] as const;
 
 /** The outputs every signal reports beside the declared ones. */
@@ -131,24 +139,31 @@ export function isForbiddenInputName(name: string): boolean {
 
 /** @throws RefusalError bad_name */
 export function checkGroupName(name: unknown, field = 'group'): string {
-  if (typeof name !== 'string' || !GROUP_RE.test(name)) throw new RefusalError('bad_name', `${field} must match ${GROUP_RE.source}`, { field });
+  if (typeof name !== 'string' || !GROUP_RE.test(name))
+    throw new RefusalError('bad_name', `${field} must match ${GROUP_RE.source}`, { field });
   return name;
 }
 
 /** @throws RefusalError bad_name | forbidden_input */
 export function checkInputName(name: unknown, field = 'inputs.name'): string {
-  if (typeof name !== 'string' || !IO_NAME_RE.test(name)) throw new RefusalError('bad_name', `${field} must match ${IO_NAME_RE.source}`, { field });
+  if (typeof name !== 'string' || !IO_NAME_RE.test(name))
+    throw new RefusalError('bad_name', `${field} must match ${IO_NAME_RE.source}`, { field });
   const rule = forbiddenInputRule(name);
   if (rule !== undefined) {
     const what = rule.kind === 'prefix' ? `the ${rule.match}* family` : rule.match;
-    throw new RefusalError('forbidden_input', `input name ${name} would steer a loader, interpreter or shell (${what}: ${rule.why})`, { field });
+    throw new RefusalError(
+      'forbidden_input',
+      `input name ${name} would steer a loader, interpreter or shell (${what}: ${rule.why})`,
+      { field },
+    );
   }
   return name;
 }
 
 /** @throws RefusalError bad_name */
 export function checkOutputName(name: unknown, field = 'outputs.name'): string {
-  if (typeof name !== 'string' || !IO_NAME_RE.test(name)) throw new RefusalError('bad_name', `${field} must match ${IO_NAME_RE.source}`, { field });
+  if (typeof name !== 'string' || !IO_NAME_RE.test(name))
+    throw new RefusalError('bad_name', `${field} must match ${IO_NAME_RE.source}`, { field });
   return name;
 }
 

@@ -41,9 +41,14 @@ export function spiffeIdOf(trustDomain: string, role: Role, name: string): strin
  */
 export function parseSpiffeId(uri: string, trustDomain: string): Identity {
   const m = /^spiffe:\/\/([^/]*)\/([^/]*)\/([^/]*)$/.exec(uri);
-  if (!m) throw new RefusalError('bad_identity', `not spiffe://<domain>/<role>/<name>: ${JSON.stringify(uri.slice(0, 200))}`);
+  if (!m)
+    throw new RefusalError('bad_identity', `not spiffe://<domain>/<role>/<name>: ${JSON.stringify(uri.slice(0, 200))}`);
   const [, domain = '', role = '', name = ''] = m;
-  if (domain !== trustDomain) throw new RefusalError('wrong_trust_domain', `trust domain ${JSON.stringify(domain.slice(0, 100))} is not ${trustDomain}`);
+  if (domain !== trustDomain)
+    throw new RefusalError(
+      'wrong_trust_domain',
+      `trust domain ${JSON.stringify(domain.slice(0, 100))} is not ${trustDomain}`,
+    );
   if (!isRole(role)) throw new RefusalError('bad_identity', `unknown role ${JSON.stringify(role.slice(0, 40))}`);
   if (!isValidName(name)) throw new RefusalError('bad_identity', `bad name ${JSON.stringify(name.slice(0, 80))}`);
   return { role, name, trustDomain, spiffeId: uri };

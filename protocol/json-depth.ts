@@ -45,7 +45,8 @@ export function jsonTextDepth(text: string, limit = MAX_JSON_DEPTH_LEVELS): numb
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (inString) {
-      if (c === 0x5c) i++; // backslash: skip the escaped character
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped character
       else if (c === 0x22) inString = false;
       continue;
     }
@@ -60,4 +61,3 @@ export function jsonTextDepth(text: string, limit = MAX_JSON_DEPTH_LEVELS): numb
   }
   return max;
 }
-

@@ -32,7 +32,8 @@ export class Signer {
   readonly #headers = new Map<string, string>();
 
   constructor(jwk: Ed25519PrivateJwk) {
-    if (jwk?.kty !== 'OKP' || jwk.crv !== 'Ed25519' || typeof jwk.d !== 'string') throw new TypeError('signing key must be a private Ed25519 JWK');
+    if (jwk?.kty !== 'OKP' || jwk.crv !== 'Ed25519' || typeof jwk.d !== 'string')
+      throw new TypeError('signing key must be a private Ed25519 JWK');
     if (typeof jwk.kid !== 'string' || !KID_RE.test(jwk.kid)) throw new TypeError('signing key must carry a kid');
     this.kid = jwk.kid;
     this.#key = createPrivateKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x, d: jwk.d }, format: 'jwk' });
@@ -103,19 +104,26 @@ export function verifyCompact(token: string, typ: TokenType, keys: KeySet): Veri
     throw new RefusalError('malformed', 'a JWS part is not base64url');
   }
   const header = parseJsonObject(h, 'header');
-  if (header.alg !== 'EdDSA') throw new RefusalError('bad_algorithm', `alg ${JSON.stringify(String(header.alg)).slice(0, 40)} is not EdDSA`);
+  if (header.alg !== 'EdDSA')
+    throw new RefusalError('bad_algorithm', `alg ${JSON.stringify(String(header.alg)).slice(0, 40)} is not EdDSA`);
   for (const k of Object.keys(header)) {
-    if (!HEADER_KEYS.includes(k)) throw new RefusalError('bad_header', `header parameter ${JSON.stringify(k.slice(0, 40))} is not allowed`);
+    if (!HEADER_KEYS.includes(k))
+      throw new RefusalError('bad_header', `header parameter ${JSON.stringify(k.slice(0, 40))} is not allowed`);
   }
   if (header.kid === undefined) throw new RefusalError('missing_kid');
-  if (typeof header.kid !== 'string' || !KID_RE.test(header.kid)) throw new RefusalError('bad_header', 'kid is not a short base64url string');
+  if (typeof header.kid !== 'string' || !KID_RE.test(header.kid))
+    throw new RefusalError('bad_header', 'kid is not a short base64url string');
   if (header.typ !== typ) throw new RefusalError('wrong_type', `typ is not ${typ}`);
   const key = keys.get(header.kid);
   if (key === undefined) throw new RefusalError('unknown_kid', `kid ${header.kid} is not trusted`);
   const sig = Buffer.from(s, 'base64url');
   // a non-canonical encoding (stray bits in the last character) decodes to the same bytes: refuse
   // it, so that one signature has exactly one spelling
-  if (sig.length !== 64 || sig.toString('base64url') !== s || !edVerify(null, Buffer.from(`${h}.${p}`, 'ascii'), key, sig)) {
+  if (
+    sig.length !== 64 ||
+    sig.toString('base64url') !== s ||
+    !edVerify(null, Buffer.from(`${h}.${p}`, 'ascii'), key, sig)
+  ) {
     throw new RefusalError('bad_signature');
   }
   return { kid: header.kid, claims: parseJsonObject(p, 'payload') };
@@ -130,7 +138,8 @@ function parseJsonObject(part: string, what: string): Record<string, unknown> {
   } catch {
     throw new RefusalError('malformed', `the ${what} is not JSON`);
   }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new RefusalError('malformed', `the ${what} is not a JSON object`);
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    throw new RefusalError('malformed', `the ${what} is not a JSON object`);
   return v as Record<string, unknown>;
 }
 

@@ -100,13 +100,19 @@ export function verifyMetadataResponse(v: VerifyMetadataInput): VerifiedMetadata
     } catch {
       throw new RefusalError('bad_response', 'metadata body is not JSON');
     }
-    if (typeof document !== 'object' || document === null || document.generation !== gen || !Array.isArray(document.deployments)) {
+    if (
+      typeof document !== 'object' ||
+      document === null ||
+      document.generation !== gen ||
+      !Array.isArray(document.deployments)
+    ) {
       throw new RefusalError('bad_response', 'metadata body does not match its signed generation');
     }
   } else if (c.sha256 !== undefined) {
     // a 200's signature pasted onto a 304 (or the reverse) is not what was signed for this answer
     throw new RefusalError('bad_response', 'a 304 signature must not carry a digest');
   }
-  if (v.lastAppliedGen !== undefined && gen < v.lastAppliedGen) throw new RefusalError('rollback', `generation ${gen} is older than ${v.lastAppliedGen}`);
+  if (v.lastAppliedGen !== undefined && gen < v.lastAppliedGen)
+    throw new RefusalError('rollback', `generation ${gen} is older than ${v.lastAppliedGen}`);
   return document === undefined ? { gen } : { gen, document };
 }

@@ -31,7 +31,10 @@ export function parseProcStat(text: string): ProcStat | undefined {
   const open = text.indexOf(' (');
   const close = text.lastIndexOf(')');
   if (open < 0 || close < open) return undefined;
-  const f = text.slice(close + 2).trimEnd().split(' ');
+  const f = text
+    .slice(close + 2)
+    .trimEnd()
+    .split(' ');
   if (f.length < 20) return undefined;
   const pid = Number(text.slice(0, open));
   const ppid = Number(f[1]);
@@ -39,7 +42,16 @@ export function parseProcStat(text: string): ProcStat | undefined {
   const utimeTicks = Number(f[11]);
   const stimeTicks = Number(f[12]);
   if (![pid, ppid, pgrp, utimeTicks, stimeTicks].every(Number.isSafeInteger) || !/^\d+$/.test(f[19]!)) return undefined;
-  return { pid, comm: text.slice(open + 2, close), state: f[0]!, ppid, pgrp, utimeTicks, stimeTicks, startTimeTicks: f[19]! };
+  return {
+    pid,
+    comm: text.slice(open + 2, close),
+    state: f[0]!,
+    ppid,
+    pgrp,
+    utimeTicks,
+    stimeTicks,
+    startTimeTicks: f[19]!,
+  };
 }
 
 /** A state of a process that still runs: neither a zombie (`Z`) nor dead (`X`, `x`). */

@@ -96,8 +96,10 @@ export class WakeVerifier {
     if (typeof c.iss !== 'string' || typeof c.aud !== 'string' || typeof c.jti !== 'string' || !JTI_RE.test(c.jti)) {
       throw new RefusalError('bad_claims', 'iss, aud and jti must be strings; jti 128-bit base64url');
     }
-    if (!Number.isSafeInteger(c.iat) || !Number.isSafeInteger(c.exp)) throw new RefusalError('bad_claims', 'iat and exp must be integers');
-    if (!(WAKE_REASONS as readonly unknown[]).includes(c.reason)) throw new RefusalError('bad_claims', 'reason is not deployment, restart or ping');
+    if (!Number.isSafeInteger(c.iat) || !Number.isSafeInteger(c.exp))
+      throw new RefusalError('bad_claims', 'iat and exp must be integers');
+    if (!(WAKE_REASONS as readonly unknown[]).includes(c.reason))
+      throw new RefusalError('bad_claims', 'reason is not deployment, restart or ping');
     if (c.aud !== o.audience) throw new RefusalError('wrong_audience');
     if (c.iss !== peerSpiffeId) throw new RefusalError('wrong_issuer');
     const iat = c.iat as number;

@@ -43,7 +43,8 @@ function typeOnlySpecifiers(file, text) {
   const specs = new Set();
   const sf = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, false);
   for (const st of sf.statements) {
-    const typeOnly = (ts.isImportDeclaration(st) && st.importClause?.isTypeOnly) || (ts.isExportDeclaration(st) && st.isTypeOnly);
+    const typeOnly =
+      (ts.isImportDeclaration(st) && st.importClause?.isTypeOnly) || (ts.isExportDeclaration(st) && st.isTypeOnly);
     if (typeOnly && st.moduleSpecifier && ts.isStringLiteral(st.moduleSpecifier)) specs.add(st.moduleSpecifier.text);
   }
   return specs;
@@ -75,16 +76,22 @@ const components = [];
 for (const start of files) {
   if (index.has(start)) continue;
   const work = [{ v: start, it: edges.get(start).values() }];
-  index.set(start, next); low.set(start, next); next++;
-  stack.push(start); onStack.add(start);
+  index.set(start, next);
+  low.set(start, next);
+  next++;
+  stack.push(start);
+  onStack.add(start);
   while (work.length > 0) {
     const top = work[work.length - 1];
     const step = top.it.next();
     if (!step.done) {
       const w = step.value;
       if (!index.has(w)) {
-        index.set(w, next); low.set(w, next); next++;
-        stack.push(w); onStack.add(w);
+        index.set(w, next);
+        low.set(w, next);
+        next++;
+        stack.push(w);
+        onStack.add(w);
         work.push({ v: w, it: edges.get(w).values() });
       } else if (onStack.has(w)) {
         low.set(top.v, Math.min(low.get(top.v), index.get(w)));
@@ -136,5 +143,7 @@ const rel = (f) => path.relative(ROOT, f);
 for (const comp of components) {
   console.log(`import circle among ${comp.length} module(s): ${loopOf(comp).map(rel).join(' -> ')}`);
 }
-console.log(`check-cycles: ${files.length} modules, ${components.length} import circle(s)${withTypes ? '' : ' (type-only imports left out)'}`);
+console.log(
+  `check-cycles: ${files.length} modules, ${components.length} import circle(s)${withTypes ? '' : ' (type-only imports left out)'}`,
+);
 process.exit(components.length > 0 ? 1 : 0);

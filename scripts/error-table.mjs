@@ -2,7 +2,11 @@
 // Run after `npm run build`.
 import fs from 'node:fs';
 import { ERROR_CODES } from '../dist/protocol/errors.js';
-const rows = ['| code | meaning |', '|---|---|', ...Object.entries(ERROR_CODES).map(([c, d]) => `| \`${c}\` | ${d.replace(/\|/g, '\\|')} |`)];
+const rows = [
+  '| code | meaning |',
+  '|---|---|',
+  ...Object.entries(ERROR_CODES).map(([c, d]) => `| \`${c}\` | ${d.replace(/\|/g, '\\|')} |`),
+];
 if (process.argv.includes('--write')) {
   const readme = fs.readFileSync('docs/errors.md', 'utf8');
   const re = /(<!-- error-table:start[^\n]*-->\n)[\s\S]*?(\n<!-- error-table:end -->)/;

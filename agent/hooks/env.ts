@@ -44,7 +44,11 @@ function hasNul(v: unknown, depth: number): boolean {
 }
 
 /** The environment of a `script` run. Input names must have been checked already. */
-export function scriptEnv(agentEnv: NodeJS.ProcessEnv, inputs: MetadataInput[], outputsPath: string): Record<string, string> {
+export function scriptEnv(
+  agentEnv: NodeJS.ProcessEnv,
+  inputs: MetadataInput[],
+  outputsPath: string,
+): Record<string, string> {
   const env = baseEnv(agentEnv);
   for (const input of inputs) env[input.name] = inputEnvValue(input.value);
   env.heat_outputs_path = outputsPath;

@@ -18,9 +18,15 @@ const STICKY = 0o1000;
  * @throws RefusalError unknown_group (no hooks dir, no such file, not an executable regular file)
  *   | unsafe_hooks_dir | bad_name
  */
-export async function resolveHook(hooksDir: string | undefined, group: string, uid: number | undefined): Promise<string> {
-  if (!GROUP_RE.test(group)) throw new RefusalError('bad_name', `group ${JSON.stringify(group)} must match ${GROUP_RE.source}`);
-  if (hooksDir === undefined) throw new RefusalError('unknown_group', `no hook for group ${group}: the agent has no --hooks-dir`);
+export async function resolveHook(
+  hooksDir: string | undefined,
+  group: string,
+  uid: number | undefined,
+): Promise<string> {
+  if (!GROUP_RE.test(group))
+    throw new RefusalError('bad_name', `group ${JSON.stringify(group)} must match ${GROUP_RE.source}`);
+  if (hooksDir === undefined)
+    throw new RefusalError('unknown_group', `no hook for group ${group}: the agent has no --hooks-dir`);
   const linkPath = join(hooksDir, group);
   try {
     await lstat(linkPath);
@@ -38,7 +44,10 @@ export async function resolveHook(hooksDir: string | undefined, group: string, u
   if ((st.mode & 0o111) === 0) throw new RefusalError('unknown_group', `hook ${linkPath} is not executable`);
   if (uid === 0) {
     if (st.uid !== 0 || (st.mode & 0o022) !== 0) {
-      throw new RefusalError('unsafe_hooks_dir', `hook ${real} must be owned by root and not writable by group or others`);
+      throw new RefusalError(
+        'unsafe_hooks_dir',
+        `hook ${real} must be owned by root and not writable by group or others`,
+      );
     }
     await checkChain(await realpath(hooksDir));
     await checkChain(dirname(real));

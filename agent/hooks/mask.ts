@@ -68,7 +68,8 @@ export function maskValue(v: unknown, values: readonly string[], depth = 0): unk
   if (v === null || typeof v !== 'object' || depth > MAX_JSON_DEPTH_LEVELS) return v;
   if (Array.isArray(v)) return v.map((x) => maskValue(x, values, depth + 1));
   const out: Record<string, unknown> = {};
-  for (const [k, x] of Object.entries(v as Record<string, unknown>)) out[maskText(k, values)] = maskValue(x, values, depth + 1);
+  for (const [k, x] of Object.entries(v as Record<string, unknown>))
+    out[maskText(k, values)] = maskValue(x, values, depth + 1);
   return out;
 }
 

@@ -26,8 +26,14 @@ export async function readOutputs(outputsPath: string, names: string[], maxBytes
   for (const name of names) {
     const r = await readOne(`${outputsPath}.${name}`, maxBytes);
     if (r.kind === 'value') values[name] = r.value;
-    else if (r.kind === 'not_regular') problems.push({ name, code: 'output_not_regular', message: `output ${name} is a symlink or not a regular file; not read` });
-    else if (r.kind === 'too_large') problems.push({ name, code: 'output_too_large', message: `output ${name} is over ${maxBytes} bytes; not read` });
+    else if (r.kind === 'not_regular')
+      problems.push({
+        name,
+        code: 'output_not_regular',
+        message: `output ${name} is a symlink or not a regular file; not read`,
+      });
+    else if (r.kind === 'too_large')
+      problems.push({ name, code: 'output_too_large', message: `output ${name} is over ${maxBytes} bytes; not read` });
   }
   return { values, problems };
 }

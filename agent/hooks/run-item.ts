@@ -17,9 +17,20 @@ import { mkdtemp, rm, writeFile, chmod } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { HeraldError, type ErrorCode } from '../../protocol/errors.js';
 import { jsonTextDepth, withinJsonDepth } from '../../protocol/json-depth.js';
-import { checkGroupName, checkInputName, checkOutputName, type ComponentConfig, type MetadataItem } from '../../protocol/heat.js';
 import {
-  HOOK_KILL_GRACE_MS, HOOK_OUTPUT_DRAIN_MS, HOOK_TIMEOUT_S, MAX_HOOK_OUTPUT_BYTES, MAX_JSON_DEPTH_LEVELS, MAX_OUTPUT_FILE_BYTES,
+  checkGroupName,
+  checkInputName,
+  checkOutputName,
+  type ComponentConfig,
+  type MetadataItem,
+} from '../../protocol/heat.js';
+import {
+  HOOK_KILL_GRACE_MS,
+  HOOK_OUTPUT_DRAIN_MS,
+  HOOK_TIMEOUT_S,
+  MAX_HOOK_OUTPUT_BYTES,
+  MAX_JSON_DEPTH_LEVELS,
+  MAX_OUTPUT_FILE_BYTES,
 } from '../../protocol/limits.js';
 import { ensurePrivateDir } from '../atomic-file.js';
 import { INTERRUPTED_STATUS_CODE } from '../state.js';
@@ -86,24 +97,34 @@ async function runUnmasked(item: MetadataItem, opts: RunOptions): Promise<RunRes
   };
   try {
     const { inputNames, outputNames } = checkItem(item);
-    if (o.signal?.aborted === true) throw new ItemFailure('interrupted', 'the agent is stopping; the item did not start');
+    if (o.signal?.aborted === true)
+      throw new ItemFailure('interrupted', 'the agent is stopping; the item did not start');
     if (item.group === 'script') return await runScript(item, item.config, outputNames, o);
     if (item.group === 'component') return await runComponent(item, inputNames, outputNames, o);
     return await runHook(item, item.group, outputNames, o);
   } catch (err) {
     if (err instanceof HeraldError) {
       o.log?.warn({ item: item?.id, deployment_id: item?.deployment_id, code: err.code }, 'deployment item refused');
-      return failed(err.code, err.message, err.code === 'interrupted' ? INTERRUPTED_STATUS_CODE : HOOK_ERROR_STATUS_CODE);
+      return failed(
+        err.code,
+        err.message,
+        err.code === 'interrupted' ? INTERRUPTED_STATUS_CODE : HOOK_ERROR_STATUS_CODE,
+      );
     }
     o.log?.warn({ item: item?.id, deployment_id: item?.deployment_id, err }, 'deployment item failed unexpectedly');
-    return failed('hook_failed', `the agent could not run the item: ${(err as Error)?.message ?? String(err)}`, HOOK_ERROR_STATUS_CODE);
+    return failed(
+      'hook_failed',
+      `the agent could not run the item: ${(err as Error)?.message ?? String(err)}`,
+      HOOK_ERROR_STATUS_CODE,
+    );
   }
 }
 
 /** Checks every name the item carries and its input values; returns the names. */
 function checkItem(item: MetadataItem): { inputNames: Set<string>; outputNames: string[] } {
   checkGroupName(item.group, 'group');
-  if (!Array.isArray(item.inputs) || !Array.isArray(item.outputs)) throw new ItemFailure('bad_config', 'inputs and outputs must be lists');
+  if (!Array.isArray(item.inputs) || !Array.isArray(item.outputs))
+    throw new ItemFailure('bad_config', 'inputs and outputs must be lists');
   const inputNames = new Set<string>();
   item.inputs.forEach((input, i) => {
     inputNames.add(checkInputName(input?.name, `inputs[${i}].name`));
@@ -112,8 +133,13 @@ function checkItem(item: MetadataItem): { inputNames: Set<string>; outputNames: 
   const nul = inputWithNul(item.inputs);
   if (nul !== undefined) throw new ItemFailure('nul_in_input', `input ${nul} holds a NUL byte`);
   // the controller refuses deeper values; checked again before anything stringifies them
-  for (const [what, v] of [['config', item.config], ['options', item.options], ...item.inputs.map((x) => [`input ${x.name}`, x.value] as const)] as const) {
-    if (!withinJsonDepth(v)) throw new ItemFailure('bad_config', `${what} is nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels`);
+  for (const [what, v] of [
+    ['config', item.config],
+    ['options', item.options],
+    ...item.inputs.map((x) => [`input ${x.name}`, x.value] as const),
+  ] as const) {
+    if (!withinJsonDepth(v))
+      throw new ItemFailure('bad_config', `${what} is nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels`);
   }
   return { inputNames, outputNames: [...new Set(outputNames)] };
 }
@@ -125,7 +151,12 @@ function itemTimeoutMs(item: MetadataItem): number | undefined {
   return typeof n === 'number' && Number.isFinite(n) && n > 0 ? Math.ceil(n * 1000) : undefined;
 }
 
-function failed(code: ErrorCode, message: string, statusCode: number, base?: Omit<RunResult, 'deploy_status_code'>): RunResult {
+function failed(
+  code: ErrorCode,
+  message: string,
+  statusCode: number,
+  base?: Omit<RunResult, 'deploy_status_code'>,
+): RunResult {
   const reason = `${code}: ${message}`;
   const stderr = base?.deploy_stderr ?? '';
   return {
@@ -151,7 +182,10 @@ async function withRunDir<T>(o: Resolved, fn: (dir: string) => Promise<T>): Prom
 
 function processOptions(o: Resolved) {
   return {
-    timeoutMs: o.timeoutMs, killGraceMs: o.killGraceMs, drainMs: o.drainMs, maxOutputBytes: MAX_HOOK_OUTPUT_BYTES,
+    timeoutMs: o.timeoutMs,
+    killGraceMs: o.killGraceMs,
+    drainMs: o.drainMs,
+    maxOutputBytes: MAX_HOOK_OUTPUT_BYTES,
     ...(o.signal === undefined ? {} : { signal: o.signal }),
     ...(o.onSpawn === undefined ? {} : { onSpawn: o.onSpawn }),
   };
@@ -160,11 +194,23 @@ function processOptions(o: Resolved) {
 /** The result of a run that timed out, was aborted or could not start; undefined otherwise. */
 function abnormal(p: ProcessResult, o: Resolved, what: string): RunResult | undefined {
   const base = { deploy_stdout: p.stdout, deploy_stderr: p.stderr, outputs: {} };
-  if (p.spawnError !== undefined) return failed('hook_failed', `could not start ${what}: ${p.spawnError.message}`, HOOK_ERROR_STATUS_CODE, base);
+  if (p.spawnError !== undefined)
+    return failed('hook_failed', `could not start ${what}: ${p.spawnError.message}`, HOOK_ERROR_STATUS_CODE, base);
   if (p.timedOut) {
-    return failed('hook_timeout', `${what} ran past its ${o.timeoutMs / 1000} s timeout; its process group was killed`, HOOK_TIMEOUT_STATUS_CODE, base);
+    return failed(
+      'hook_timeout',
+      `${what} ran past its ${o.timeoutMs / 1000} s timeout; its process group was killed`,
+      HOOK_TIMEOUT_STATUS_CODE,
+      base,
+    );
   }
-  if (p.aborted) return failed('interrupted', `the agent stopped while ${what} ran; its process group was killed`, INTERRUPTED_STATUS_CODE, base);
+  if (p.aborted)
+    return failed(
+      'interrupted',
+      `the agent stopped while ${what} ran; its process group was killed`,
+      INTERRUPTED_STATUS_CODE,
+      base,
+    );
   return undefined;
 }
 
@@ -176,25 +222,45 @@ async function runScript(item: MetadataItem, config: unknown, outputNames: strin
     await writeFile(file, config, { mode: 0o700, flag: 'wx' });
     await chmod(file, 0o700);
     const outputsPath = join(dir, 'outputs');
-    const p = await runProcess({ file, cwd: dir, env: scriptEnv(o.env, item.inputs, outputsPath), ...processOptions(o) });
+    const p = await runProcess({
+      file,
+      cwd: dir,
+      env: scriptEnv(o.env, item.inputs, outputsPath),
+      ...processOptions(o),
+    });
     const bad = abnormal(p, o, 'the script');
     if (bad !== undefined) return bad;
     const code = p.exitCode ?? HOOK_ERROR_STATUS_CODE;
     const { values, problems } = await readOutputs(outputsPath, outputNames, MAX_OUTPUT_FILE_BYTES);
-    const result: RunResult = { deploy_status_code: code, deploy_stdout: p.stdout, deploy_stderr: p.stderr, outputs: values };
+    const result: RunResult = {
+      deploy_status_code: code,
+      deploy_stdout: p.stdout,
+      deploy_stderr: p.stderr,
+      outputs: values,
+    };
     const first = problems[0];
     if (first === undefined) return result;
     // An output planted as a symlink is an attack indicator: the deployment fails, named.
     const message = problems.map((x) => x.message).join('; ');
-    o.log?.warn({ item: item.id, deployment_id: item.deployment_id, codes: problems.map((x) => x.code) }, 'hook outputs refused');
+    o.log?.warn(
+      { item: item.id, deployment_id: item.deployment_id, codes: problems.map((x) => x.code) },
+      'hook outputs refused',
+    );
     return failed(first.code, message, code !== 0 ? code : HOOK_ERROR_STATUS_CODE, result);
   });
 }
 
 /** The built-in `component` group: the sub-config whose actions hold deploy_action, or nothing. */
-async function runComponent(item: MetadataItem, inputNames: Set<string>, outputNames: string[], o: Resolved): Promise<RunResult> {
+async function runComponent(
+  item: MetadataItem,
+  inputNames: Set<string>,
+  outputNames: string[],
+  o: Resolved,
+): Promise<RunResult> {
   const configs = parseComponent(item.config);
-  const action = inputNames.has('deploy_action') ? item.inputs.find((i) => i.name === 'deploy_action')?.value : undefined;
+  const action = inputNames.has('deploy_action')
+    ? item.inputs.find((i) => i.name === 'deploy_action')?.value
+    : undefined;
   const sub = typeof action === 'string' ? configs.find((c) => c.actions.includes(action)) : undefined;
   if (sub === undefined) return { deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} };
   if (sub.tool === 'script') return runScript(item, sub.config, outputNames, o);
@@ -208,7 +274,12 @@ function parseComponent(config: unknown): ComponentConfig['configs'] {
     throw new ItemFailure('bad_config', 'a component config must be {"configs":[...]}');
   }
   return configs.map((c, i) => {
-    if (typeof c !== 'object' || c === null || !Array.isArray(c.actions) || !c.actions.every((a) => typeof a === 'string')) {
+    if (
+      typeof c !== 'object' ||
+      c === null ||
+      !Array.isArray(c.actions) ||
+      !c.actions.every((a) => typeof a === 'string')
+    ) {
       throw new ItemFailure('bad_config', `config.configs[${i}] needs "actions": a list of action names`);
     }
     checkGroupName(c.tool, `config.configs[${i}].tool`);
@@ -226,15 +297,25 @@ function parseComponent(config: unknown): ComponentConfig['configs'] {
 async function runHook(item: MetadataItem, group: string, outputNames: string[], o: Resolved): Promise<RunResult> {
   const hook = await resolveHook(o.hooksDir, group, o.uid);
   return withRunDir(o, async (dir) => {
-    const p = await runProcess({ file: hook, cwd: dir, env: baseEnv(o.env), stdin: JSON.stringify(item), ...processOptions(o) });
+    const p = await runProcess({
+      file: hook,
+      cwd: dir,
+      env: baseEnv(o.env),
+      stdin: JSON.stringify(item),
+      ...processOptions(o),
+    });
     const bad = abnormal(p, o, `hook ${group}`);
     if (bad !== undefined) return bad;
     const exitCode = p.exitCode ?? HOOK_ERROR_STATUS_CODE;
     // the one depth guard (SPEC §3), on the text before it is parsed: an answer nested thousands
     // of levels would overflow the stack of whatever stringifies or walks it later (the signal)
     if (jsonTextDepth(p.stdout) > MAX_JSON_DEPTH_LEVELS) {
-      return failed('hook_answer_too_deep', `hook ${group}'s answer on stdout is nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels; not read`,
-        exitCode !== 0 ? exitCode : HOOK_ERROR_STATUS_CODE, { deploy_stdout: p.stdout, deploy_stderr: p.stderr, outputs: {} });
+      return failed(
+        'hook_answer_too_deep',
+        `hook ${group}'s answer on stdout is nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels; not read`,
+        exitCode !== 0 ? exitCode : HOOK_ERROR_STATUS_CODE,
+        { deploy_stdout: p.stdout, deploy_stderr: p.stderr, outputs: {} },
+      );
     }
     let answer: unknown;
     try {
@@ -243,8 +324,12 @@ async function runHook(item: MetadataItem, group: string, outputNames: string[],
       answer = undefined;
     }
     if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) {
-      return failed('hook_failed', `hook ${group} exited ${exitCode} without a JSON object on stdout`,
-        exitCode !== 0 ? exitCode : HOOK_ERROR_STATUS_CODE, { deploy_stdout: p.stdout, deploy_stderr: p.stderr, outputs: {} });
+      return failed(
+        'hook_failed',
+        `hook ${group} exited ${exitCode} without a JSON object on stdout`,
+        exitCode !== 0 ? exitCode : HOOK_ERROR_STATUS_CODE,
+        { deploy_stdout: p.stdout, deploy_stderr: p.stderr, outputs: {} },
+      );
     }
     const a = answer as Record<string, unknown>;
     const outputs: Record<string, unknown> = {};

@@ -204,9 +204,9 @@ function drain(child: ReturnType<typeof spawn>, ms: number): Promise<void> {
     s === null || (s as unknown as { closed?: boolean }).closed === true
       ? Promise.resolve()
       : new Promise((r) => {
-        s.once('close', () => r());
-        s.once('end', () => r());
-      });
+          s.once('close', () => r());
+          s.once('end', () => r());
+        });
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([
     Promise.all([closed(child.stdout), closed(child.stderr)]).then(() => undefined),

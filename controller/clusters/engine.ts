@@ -71,13 +71,17 @@ export class ClusterEngine {
    */
   async create(tx: ClusterTx, c: NewCluster, who: string, nowMs: number): Promise<string> {
     const install = await tx.config(c.installConfigId);
-    if (!install) throw new HeraldError('unknown_config', `no config ${c.installConfigId}`, { field: 'install_config_id' });
-    const id = await tx.insertCluster({
-      ...c,
-      installActions: CLUSTER_INSTALL_ACTIONS,
-      uninstallActions: CLUSTER_UNINSTALL_ACTIONS,
-      stepDeadlineMs: nowMs + stepBudgetMs(install, this.#marginS),
-    }, nowMs);
+    if (!install)
+      throw new HeraldError('unknown_config', `no config ${c.installConfigId}`, { field: 'install_config_id' });
+    const id = await tx.insertCluster(
+      {
+        ...c,
+        installActions: CLUSTER_INSTALL_ACTIONS,
+        uninstallActions: CLUSTER_UNINSTALL_ACTIONS,
+        stepDeadlineMs: nowMs + stepBudgetMs(install, this.#marginS),
+      },
+      nowMs,
+    );
     await tx.audit(who, 'cluster.create', id, { name: c.name, nodes: c.nodes });
     return id;
   }
@@ -125,7 +129,13 @@ export class ClusterEngine {
     if (!inProgress(head)) return;
     const n = await tx.clusterNode(o.clusterId, o.node);
     // (a cluster's deployments are on its node, so `node` is the one whose deployment is `deploymentId`)
-    if (!n || !((n.installDeploymentId === o.deploymentId && n.phase === 'installing') || (n.uninstallDeploymentId === o.deploymentId && n.phase === 'uninstalling'))) {
+    if (
+      !n ||
+      !(
+        (n.installDeploymentId === o.deploymentId && n.phase === 'installing') ||
+        (n.uninstallDeploymentId === o.deploymentId && n.phase === 'uninstalling')
+      )
+    ) {
       return;
     }
     if (!o.ok) {
@@ -150,7 +160,13 @@ export class ClusterEngine {
   }
 
   /** Starts a node's step: a new revision of its uninstall or install deployment. Returns its deadline (epoch ms). */
-  async #startStep(tx: ClusterTx, c: StepCluster, n: ClusterNodeRecord, step: 'uninstall' | 'install', nowMs: number): Promise<number> {
+  async #startStep(
+    tx: ClusterTx,
+    c: StepCluster,
+    n: ClusterNodeRecord,
+    step: 'uninstall' | 'install',
+    nowMs: number,
+  ): Promise<number> {
     const depId = step === 'install' ? n.installDeploymentId : n.uninstallDeploymentId;
     const d = await tx.deployment(depId);
     if (!d) throw new HeraldError('not_found', `no deployment ${depId}`);
@@ -180,7 +196,11 @@ export class ClusterEngine {
    */
   async #glance(tx: ClusterTx, c: ClusterHead, nowMs: number): Promise<'quiet' | 'all' | { room: number }> {
     const q = await tx.glance(c.id);
-    if ((q.dueUninstallMs !== null && q.dueUninstallMs <= nowMs) || (q.dueInstallMs !== null && q.dueInstallMs <= nowMs)) return 'all'; // timeouts
+    if (
+      (q.dueUninstallMs !== null && q.dueUninstallMs <= nowMs) ||
+      (q.dueInstallMs !== null && q.dueInstallMs <= nowMs)
+    )
+      return 'all'; // timeouts
     const idle = q.inFlight ? 'quiet' : 'all'; // when nothing can start: finishing, or waiting
     if (c.operation !== 'restart' || q.failed || !q.pending) return idle;
     const inFlight = await tx.countInFlight(c.id, c.maxUnavailable);
@@ -201,10 +221,17 @@ export class ClusterEngine {
       const g = await this.#glance(tx, c, nowMs);
       if (g === 'quiet') return;
       // for a window to fill, the nodes in flight and the next pending ones give the same plan as all
-      const nodes = g === 'all'
-        ? await tx.clusterNodes(clusterId)
-        : [...(await tx.nodesInFlight(clusterId)), ...(await tx.firstPending(clusterId, g.room))];
-      const plan: PlanNode[] = nodes.map((n) => ({ node: n.node, position: n.position, phase: n.phase, stepDeadlineMs: n.stepDeadlineMs, reason: n.reason }));
+      const nodes =
+        g === 'all'
+          ? await tx.clusterNodes(clusterId)
+          : [...(await tx.nodesInFlight(clusterId)), ...(await tx.firstPending(clusterId, g.room))];
+      const plan: PlanNode[] = nodes.map((n) => ({
+        node: n.node,
+        position: n.position,
+        phase: n.phase,
+        stepDeadlineMs: n.stepDeadlineMs,
+        reason: n.reason,
+      }));
       const actions = planCluster(c.operation, c.maxUnavailable, plan, nowMs);
       if (actions.length === 0) return;
       const first = actions[0]!;
@@ -226,9 +253,10 @@ export class ClusterEngine {
           const startedAt = Date.parse((installing ? n.installStartedAt : n.uninstallStartedAt) ?? c.updatedAt);
           const why = `no result within the step deadline (${Math.round((n.stepDeadlineMs! - startedAt) / 1000)} s)`;
           // recorded as the revision's result: a late signal for it is then a duplicate
-          if (!d.current.signalled) await tx.recordResult(d, { status: 'FAILED', statusReason: why, outputValues: null }, nowMs);
+          if (!d.current.signalled)
+            await tx.recordResult(d, { status: 'FAILED', statusReason: why, outputValues: null }, nowMs);
           await this.#failStep(tx, c, n, why, nowMs);
-        } else if (await this.#startStep(tx, c, n, a.step, nowMs) <= nowMs) {
+        } else if ((await this.#startStep(tx, c, n, a.step, nowMs)) <= nowMs) {
           // a step started with no budget left times out before any other node starts (the next
           // plan's timeouts come first): stop here and plan again, as one start at a time would
           break;

@@ -42,7 +42,12 @@ export function isInFlight(phase: ClusterNodePhase): boolean {
  * applying them one at a time, with one exception it must honour: a start whose deadline has
  * already passed (no budget) is timed out by the next plan before any other node starts.
  */
-export function planCluster(op: ClusterOperation, maxUnavailable: number, nodes: readonly PlanNode[], nowMs: number): ClusterAction[] {
+export function planCluster(
+  op: ClusterOperation,
+  maxUnavailable: number,
+  nodes: readonly PlanNode[],
+  nowMs: number,
+): ClusterAction[] {
   const timeouts = nodes.filter((n) => isInFlight(n.phase) && n.stepDeadlineMs !== null && n.stepDeadlineMs <= nowMs);
   if (timeouts.length > 0) return timeouts.map((n) => ({ type: 'timeout', node: n.node }));
 
@@ -51,7 +56,10 @@ export function planCluster(op: ClusterOperation, maxUnavailable: number, nodes:
   const actions: ClusterAction[] = [];
   if (op === 'restart' && failed.length === 0) {
     const room = Math.max(0, maxUnavailable - inFlight);
-    const pending = nodes.filter((n) => n.phase === 'pending').sort((a, b) => a.position - b.position).slice(0, room);
+    const pending = nodes
+      .filter((n) => n.phase === 'pending')
+      .sort((a, b) => a.position - b.position)
+      .slice(0, room);
     for (const n of pending) actions.push({ type: 'start', node: n.node, step: 'uninstall' });
   }
   if (actions.length > 0 || inFlight > 0) return actions;
@@ -62,10 +70,24 @@ export function planCluster(op: ClusterOperation, maxUnavailable: number, nodes:
       .sort((a, b) => a.position - b.position)
       .map((n) => `${n.node}: ${n.reason ?? 'failed'}`)
       .join('; ');
-    return [{ type: 'finish', status: `${OP}_FAILED` as ClusterStatus, reason: `${OP.toLowerCase()} failed on ${reason}`, remove: false }];
+    return [
+      {
+        type: 'finish',
+        status: `${OP}_FAILED` as ClusterStatus,
+        reason: `${OP.toLowerCase()} failed on ${reason}`,
+        remove: false,
+      },
+    ];
   }
   if (op === 'delete') return [{ type: 'finish', status: 'DELETE_IN_PROGRESS', reason: 'deleted', remove: true }];
   const untouched = nodes.filter((n) => n.phase === 'pending').length;
   if (untouched > 0) return []; // cannot happen for create; a restart with room starts them above
-  return [{ type: 'finish', status: `${OP}_COMPLETE` as ClusterStatus, reason: `${OP.toLowerCase()} complete on ${nodes.length} node(s)`, remove: false }];
+  return [
+    {
+      type: 'finish',
+      status: `${OP}_COMPLETE` as ClusterStatus,
+      reason: `${OP.toLowerCase()} complete on ${nodes.length} node(s)`,
+      remove: false,
+    },
+  ];
 }

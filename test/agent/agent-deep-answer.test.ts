@@ -30,7 +30,11 @@ beforeAll(async () => {
   await chmod(base, 0o755);
   hooksDir = join(base, 'hooks');
   await mkdir(hooksDir, { mode: 0o755 });
-  for (const [group, levels] of [['deep', DEEP_LEVELS], ['edge', MAX_JSON_DEPTH_LEVELS - 1], ['over', MAX_JSON_DEPTH_LEVELS]] as const) {
+  for (const [group, levels] of [
+    ['deep', DEEP_LEVELS],
+    ['edge', MAX_JSON_DEPTH_LEVELS - 1],
+    ['over', MAX_JSON_DEPTH_LEVELS],
+  ] as const) {
     await writeFile(join(hooksDir, group), deepHook(levels), { mode: 0o755 });
     await chmod(join(hooksDir, group), 0o755);
   }
@@ -60,7 +64,11 @@ describe('hook answers deeper than the depth guard', () => {
   it('outputs too deep from any runner are dropped before the signal is encoded: the deployment fails, the loop goes on', async () => {
     let deep: unknown = 'x';
     for (let i = 0; i < DEEP_LEVELS; i++) deep = [deep];
-    const body = signalBodyOf({ revision: 3 }, { deploy_status_code: 0, deploy_stdout: 'out', deploy_stderr: '', outputs: { result: deep } }, false);
+    const body = signalBodyOf(
+      { revision: 3 },
+      { deploy_status_code: 0, deploy_stdout: 'out', deploy_stderr: '', outputs: { result: deep } },
+      false,
+    );
     expect(body.outputs).toEqual({});
     expect(body.deploy_status_code).toBe(HOOK_ERROR_STATUS_CODE);
     expect(body.status_reason?.split(':')[0]).toBe('hook_answer_too_deep');
@@ -72,22 +80,31 @@ describe('hook answers deeper than the depth guard', () => {
     const store = await OutboxStore.open(dir);
     const queued: OutboxSignal[] = [];
     const apply = new ApplyLoop({
-      node: 'n1', state, log: quietLog(),
+      node: 'n1',
+      state,
+      log: quietLog(),
       enqueue: async (s) => {
         queued.push(s);
         return store.enqueue(s);
       },
-      loadRunItem: async () => async (it) => (it.id === 'deep-1'
-        ? { deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: { result: deep } }
-        : { deploy_status_code: 0, deploy_stdout: 'after', deploy_stderr: '', outputs: {} }),
+      loadRunItem: async () => async (it) =>
+        it.id === 'deep-1'
+          ? { deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: { result: deep } }
+          : { deploy_status_code: 0, deploy_stdout: 'after', deploy_stderr: '', outputs: {} },
       runOptions: { runsDir: join(dir, 'runs') },
     });
     apply.submit({ node: 'n1', generation: 1, deployments: [item({ id: 'deep-1' }), item({ id: 'after-1' })] });
     await apply.idle();
-    expect(queued.map((q) => [q.body.deploy_status_code, q.body.status_reason?.split(':')[0]])).toEqual([[HOOK_ERROR_STATUS_CODE, 'hook_answer_too_deep'], [0, undefined]]);
+    expect(queued.map((q) => [q.body.deploy_status_code, q.body.status_reason?.split(':')[0]])).toEqual([
+      [HOOK_ERROR_STATUS_CODE, 'hook_answer_too_deep'],
+      [0, undefined],
+    ]);
     const files = (await readdir(join(dir, 'outbox'))).filter((f) => f.endsWith('.json'));
     expect(files).toHaveLength(2);
-    expect((await store.list()).map((e) => e.body.status_reason?.split(":")[0])).toEqual(["hook_answer_too_deep", undefined]);
+    expect((await store.list()).map((e) => e.body.status_reason?.split(':')[0])).toEqual([
+      'hook_answer_too_deep',
+      undefined,
+    ]);
     expect(state.hasRun('deep-1') && state.hasRun('after-1')).toBe(true);
   });
 });

@@ -22,7 +22,9 @@ beforeAll(async () => {
   hooksDir = join(base, 'hooks');
   await mkdir(hooksDir, { mode: 0o755 });
   // a Heat-protocol hook that repeats its hidden input everywhere it can
-  await writeFile(join(hooksDir, 'leaky'), `#!${process.execPath}
+  await writeFile(
+    join(hooksDir, 'leaky'),
+    `#!${process.execPath}
 let s = '';
 process.stdin.on('data', (b) => { s += b; });
 process.stdin.on('end', () => {
@@ -31,13 +33,20 @@ process.stdin.on('end', () => {
   process.stderr.write('connecting with ' + pw + '\\n');
   process.stdout.write(JSON.stringify({ deploy_stdout: 'pw=' + pw, deploy_stderr: 'err ' + pw, deploy_status_code: 0, result: { nested: ['x' + pw + 'y'] } }));
 });
-`, { mode: 0o755 });
+`,
+    { mode: 0o755 },
+  );
   await chmod(join(hooksDir, 'leaky'), 0o755);
 });
 afterAll(async () => rm(base, { recursive: true, force: true }));
 
 const opts = () => ({ runsDir: join(base, 'runs'), hooksDir, uid: 1000, env: { PATH: process.env.PATH } });
-const hidden = (name: string, value: unknown, type: MetadataInput['type'] = 'String'): MetadataInput => ({ name, type, value, hidden: true });
+const hidden = (name: string, value: unknown, type: MetadataInput['type'] = 'String'): MetadataInput => ({
+  name,
+  type,
+  value,
+  hidden: true,
+});
 
 describe('hidden values in hook output', () => {
   it('a script printing the secret (in two pieces, with a pause between writes) shows *** in stdout, stderr and outputs', async () => {
@@ -64,7 +73,14 @@ describe('hidden values in hook output', () => {
   });
 
   it('a Heat-protocol hook echoing the secret in its answer and outputs is masked there too', async () => {
-    const r = await runItem(item({ group: 'leaky', inputs: [hidden('db_password', SECRET)], outputs: [{ name: 'result', type: 'Json', error_output: false }] }), opts());
+    const r = await runItem(
+      item({
+        group: 'leaky',
+        inputs: [hidden('db_password', SECRET)],
+        outputs: [{ name: 'result', type: 'Json', error_output: false }],
+      }),
+      opts(),
+    );
     expect(r.deploy_status_code).toBe(0);
     expect(JSON.stringify(r)).not.toContain(SECRET);
     expect(r.deploy_stdout).toBe(`pw=${MASK}`);
@@ -73,10 +89,16 @@ describe('hidden values in hook output', () => {
   });
 
   it('a hidden list is masked in the JSON form the script sees; an input not hidden is not masked', async () => {
-    const r = await runItem(item({
-      config: '#!/bin/sh\necho "keys=$keys"\necho "user=$user"\n',
-      inputs: [hidden('keys', ['k1-abcdef', 'k2-ghijkl'], 'CommaDelimitedList'), { name: 'user', type: 'String', value: 'k1-abcdef' }],
-    }), opts());
+    const r = await runItem(
+      item({
+        config: '#!/bin/sh\necho "keys=$keys"\necho "user=$user"\n',
+        inputs: [
+          hidden('keys', ['k1-abcdef', 'k2-ghijkl'], 'CommaDelimitedList'),
+          { name: 'user', type: 'String', value: 'k1-abcdef' },
+        ],
+      }),
+      opts(),
+    );
     expect(r.deploy_stdout).toBe(`keys=${MASK}\nuser=k1-abcdef\n`);
   });
 

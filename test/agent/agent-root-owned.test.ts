@@ -27,7 +27,9 @@ function mk(...parts: string[]): string {
   return d;
 }
 
-function verdict(o: Parameters<typeof checkRootOwned>[0]): { code: string | undefined; field?: string | undefined } | 'ok' {
+function verdict(
+  o: Parameters<typeof checkRootOwned>[0],
+): { code: string | undefined; field?: string | undefined } | 'ok' {
   try {
     checkRootOwned(o);
     return 'ok';
@@ -39,12 +41,15 @@ function verdict(o: Parameters<typeof checkRootOwned>[0]): { code: string | unde
 /** node:fs, except that `owned` paths look owned by `uid` and `modes` override their mode. */
 function fakeFs(owned: Record<string, number>, modes: Record<string, number> = {}): OwnerFs {
   const wrap = (p: string, st: fs.Stats) => ({
-    uid: owned[p] ?? st.uid, mode: modes[p] ?? st.mode, isDirectory: () => st.isDirectory(), isSymbolicLink: () => st.isSymbolicLink(),
+    uid: owned[p] ?? st.uid,
+    mode: modes[p] ?? st.mode,
+    isDirectory: () => st.isDirectory(),
+    isSymbolicLink: () => st.isSymbolicLink(),
   });
   return { ...NODE_OWNER_FS, stat: (p) => wrap(p, fs.statSync(p)), lstat: (p) => wrap(p, fs.lstatSync(p)) };
 }
 
-describe('as root, the state dir and hooks must be root\'s alone (injected file system)', () => {
+describe("as root, the state dir and hooks must be root's alone (injected file system)", () => {
   it('control: a root-owned 0700 state dir under root-owned 0755 dirs (and a sticky /tmp) passes', () => {
     const state = mk('ok', 'state');
     expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({}) })).toBe('ok');
@@ -52,17 +57,26 @@ describe('as root, the state dir and hooks must be root\'s alone (injected file 
 
   it('a state dir owned by another uid is refused unsafe_state_dir', () => {
     const state = mk('other', 'state');
-    expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({ [state]: 1000 }) })).toEqual({ code: 'unsafe_state_dir', field: 'state-dir' });
+    expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({ [state]: 1000 }) })).toEqual({
+      code: 'unsafe_state_dir',
+      field: 'state-dir',
+    });
   });
 
   it('a directory above the state dir owned by another uid, or group-writable, is refused', () => {
     const state = mk('above', 'a', 'state');
     const parent = path.dirname(state);
-    expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({ [parent]: 1000 }) })).toMatchObject({ code: 'unsafe_state_dir' });
-    expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({}, { [parent]: 0o40775 }) })).toMatchObject({ code: 'unsafe_state_dir' });
+    expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({ [parent]: 1000 }) })).toMatchObject({
+      code: 'unsafe_state_dir',
+    });
+    expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({}, { [parent]: 0o40775 }) })).toMatchObject({
+      code: 'unsafe_state_dir',
+    });
     // world-writable with the sticky bit (like /tmp) is fine above, never for the dir itself
     expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({}, { [parent]: 0o41777 }) })).toBe('ok');
-    expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({}, { [state]: 0o41777 }) })).toMatchObject({ code: 'unsafe_state_dir' });
+    expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({}, { [state]: 0o41777 }) })).toMatchObject({
+      code: 'unsafe_state_dir',
+    });
   });
 
   it('an outbox entry or running.json planted by another uid is refused', () => {
@@ -70,8 +84,12 @@ describe('as root, the state dir and hooks must be root\'s alone (injected file 
     const outbox = mk('planted', 'state', 'outbox');
     fs.writeFileSync(path.join(outbox, '000001-d.json'), '{}');
     fs.writeFileSync(path.join(state, 'running.json'), '{}');
-    expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({ [path.join(outbox, '000001-d.json')]: 1000 }) })).toMatchObject({ code: 'unsafe_state_dir' });
-    expect(verdict({ stateDir: state, uid: 0, fs: fakeFs({ [path.join(state, 'running.json')]: 1000 }) })).toMatchObject({ code: 'unsafe_state_dir' });
+    expect(
+      verdict({ stateDir: state, uid: 0, fs: fakeFs({ [path.join(outbox, '000001-d.json')]: 1000 }) }),
+    ).toMatchObject({ code: 'unsafe_state_dir' });
+    expect(
+      verdict({ stateDir: state, uid: 0, fs: fakeFs({ [path.join(state, 'running.json')]: 1000 }) }),
+    ).toMatchObject({ code: 'unsafe_state_dir' });
   });
 
   it('a hooks dir or a hook owned by another uid, or writable by others, is refused (field hooks-dir)', () => {
@@ -81,14 +99,25 @@ describe('as root, the state dir and hooks must be root\'s alone (injected file 
     const hook = path.join(hooks, 'ansible');
     fs.writeFileSync(hook, '#!/bin/sh\n', { mode: 0o755 });
     expect(verdict({ stateDir: state, hooksDir: hooks, uid: 0, fs: fakeFs({}) })).toBe('ok');
-    expect(verdict({ stateDir: state, hooksDir: hooks, uid: 0, fs: fakeFs({ [hooks]: 1000 }) })).toEqual({ code: 'unsafe_state_dir', field: 'hooks-dir' });
-    expect(verdict({ stateDir: state, hooksDir: hooks, uid: 0, fs: fakeFs({ [hook]: 1000 }) })).toEqual({ code: 'unsafe_state_dir', field: 'hooks-dir' });
-    expect(verdict({ stateDir: state, hooksDir: hooks, uid: 0, fs: fakeFs({}, { [hook]: 0o100757 }) })).toEqual({ code: 'unsafe_state_dir', field: 'hooks-dir' });
+    expect(verdict({ stateDir: state, hooksDir: hooks, uid: 0, fs: fakeFs({ [hooks]: 1000 }) })).toEqual({
+      code: 'unsafe_state_dir',
+      field: 'hooks-dir',
+    });
+    expect(verdict({ stateDir: state, hooksDir: hooks, uid: 0, fs: fakeFs({ [hook]: 1000 }) })).toEqual({
+      code: 'unsafe_state_dir',
+      field: 'hooks-dir',
+    });
+    expect(verdict({ stateDir: state, hooksDir: hooks, uid: 0, fs: fakeFs({}, { [hook]: 0o100757 }) })).toEqual({
+      code: 'unsafe_state_dir',
+      field: 'hooks-dir',
+    });
   });
 
   it('a state dir not made yet is judged by the nearest directory that exists', () => {
     const parent = mk('later');
-    expect(verdict({ stateDir: path.join(parent, 'x', 'state'), uid: 0, fs: fakeFs({ [parent]: 1000 }) })).toMatchObject({ code: 'unsafe_state_dir' });
+    expect(
+      verdict({ stateDir: path.join(parent, 'x', 'state'), uid: 0, fs: fakeFs({ [parent]: 1000 }) }),
+    ).toMatchObject({ code: 'unsafe_state_dir' });
     expect(verdict({ stateDir: path.join(parent, 'x', 'state'), uid: 0, fs: fakeFs({}) })).toBe('ok');
   });
 

@@ -37,8 +37,18 @@ function tmp(): string {
 
 function item(id: string, over: Partial<MetadataItem> = {}): MetadataItem {
   return {
-    id, name: id, group: 'script', creation_time: '2026-01-01T00:00:00Z', config: '#!/bin/sh\n', inputs: [], outputs: [], options: {},
-    deployment_id: `d-${id}`, revision: 1, signalled: false, ...over,
+    id,
+    name: id,
+    group: 'script',
+    creation_time: '2026-01-01T00:00:00Z',
+    config: '#!/bin/sh\n',
+    inputs: [],
+    outputs: [],
+    options: {},
+    deployment_id: `d-${id}`,
+    revision: 1,
+    signalled: false,
+    ...over,
   };
 }
 
@@ -61,7 +71,10 @@ async function rig(dir = tmp(), runItem?: RunItem, answer = { status: 200 }): Pr
   const store = await OutboxStore.open(dir);
   const sent: Rig['sent'] = [];
   const outbox = new OutboxSender({
-    store, log: quietLog(), backoffBaseMs: 5, backoffMaxMs: 20,
+    store,
+    log: quietLog(),
+    backoffBaseMs: 5,
+    backoffMaxMs: 20,
     send: async (p, body) => {
       sent.push({ path: p, body });
       return answer.status;
@@ -70,12 +83,17 @@ async function rig(dir = tmp(), runItem?: RunItem, answer = { status: 200 }): Pr
   closers.push(() => outbox.stop());
   const ran: string[] = [];
   const apply = new ApplyLoop({
-    node: 'n1', state, enqueue: (s) => outbox.put(s), log: quietLog(),
+    node: 'n1',
+    state,
+    enqueue: (s) => outbox.put(s),
+    log: quietLog(),
     runOptions: { runsDir: path.join(dir, 'runs') },
-    loadRunItem: async () => runItem ?? (async (it) => {
-      ran.push(it.id);
-      return { deploy_status_code: 0, deploy_stdout: `ran ${it.id}`, deploy_stderr: '', outputs: { x: it.id } };
-    }),
+    loadRunItem: async () =>
+      runItem ??
+      (async (it) => {
+        ran.push(it.id);
+        return { deploy_status_code: 0, deploy_stdout: `ran ${it.id}`, deploy_stderr: '', outputs: { x: it.id } };
+      }),
   });
   return { state, store, outbox, apply, ran, sent, answer };
 }
@@ -90,8 +108,18 @@ describe('apply loop', () => {
     await r.apply.idle();
     expect(r.ran).toEqual(['a', 'c', 'd']);
     await r.outbox.idle();
-    expect(r.sent.map((s) => s.path)).toEqual(['/v1/nodes/n1/deployments/d-a/signal', '/v1/nodes/n1/deployments/d-c/signal', '/v1/nodes/n1/deployments/d-d/signal']);
-    expect(r.sent[0]!.body).toEqual({ revision: 1, deploy_status_code: 0, deploy_stdout: 'ran a', deploy_stderr: '', outputs: { x: 'a' } });
+    expect(r.sent.map((s) => s.path)).toEqual([
+      '/v1/nodes/n1/deployments/d-a/signal',
+      '/v1/nodes/n1/deployments/d-c/signal',
+      '/v1/nodes/n1/deployments/d-d/signal',
+    ]);
+    expect(r.sent[0]!.body).toEqual({
+      revision: 1,
+      deploy_status_code: 0,
+      deploy_stdout: 'ran a',
+      deploy_stderr: '',
+      outputs: { x: 'a' },
+    });
     expect(r.state.lastAppliedGeneration).toBe(4);
     expect(r.state.get('a')?.finished_at).toBeDefined();
   });
@@ -108,7 +136,9 @@ describe('apply loop', () => {
     expect(r.sent[0]!.path).toBe('/v1/nodes/n1/deployments/d-x/signal');
     expect(r.sent[0]!.body).toMatchObject({ revision: 2, status_reason: INTERRUPTED_REASON });
     expect(r.sent[0]!.body.deploy_status_code).not.toBe(0);
-    r.apply.submit(doc(5, [item('x', { deployment_id: 'd-x', revision: 2 }), item('y', { deployment_id: 'd-x', revision: 3 })]));
+    r.apply.submit(
+      doc(5, [item('x', { deployment_id: 'd-x', revision: 2 }), item('y', { deployment_id: 'd-x', revision: 3 })]),
+    );
     await r.apply.idle();
     expect(r.ran).toEqual(['y']);
   });
@@ -117,7 +147,13 @@ describe('apply loop', () => {
     const dir = tmp();
     const r = await rig(dir, async (_it, opts) => {
       await new Promise<void>((resolve) => opts.signal?.addEventListener('abort', () => resolve()));
-      return { deploy_status_code: 143, deploy_stdout: '', deploy_stderr: 'killed', outputs: {}, status_reason: 'interrupted: x' };
+      return {
+        deploy_status_code: 143,
+        deploy_stdout: '',
+        deploy_stderr: 'killed',
+        outputs: {},
+        status_reason: 'interrupted: x',
+      };
     });
     r.apply.submit(doc(1, [item('slow'), item('never')]));
     await vi.waitFor(() => expect(r.state.hasRun('slow')).toBe(true));
@@ -135,8 +171,18 @@ describe('outbox sender', () => {
   it('keeps a signal on disk until the controller takes it, retrying in order; 404 and 409 are final', async () => {
     const dir = tmp();
     const r = await rig(dir, undefined, { status: 503 });
-    await r.outbox.put({ node: 'n1', deployment_id: 'd1', path: '/p1', body: { revision: 1, deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} } });
-    await r.outbox.put({ node: 'n1', deployment_id: 'd2', path: '/p2', body: { revision: 1, deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} } });
+    await r.outbox.put({
+      node: 'n1',
+      deployment_id: 'd1',
+      path: '/p1',
+      body: { revision: 1, deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} },
+    });
+    await r.outbox.put({
+      node: 'n1',
+      deployment_id: 'd2',
+      path: '/p2',
+      body: { revision: 1, deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} },
+    });
     await vi.waitFor(() => expect(r.sent.length).toBeGreaterThanOrEqual(3));
     expect(new Set(r.sent.map((s) => s.path))).toEqual(new Set(['/p1'])); // the head blocks the queue
     expect((await r.store.list()).map((e) => e.path)).toEqual(['/p1', '/p2']);
@@ -145,10 +191,14 @@ describe('outbox sender', () => {
     // a restart drains what the last run left, in order
     const sent: string[] = [];
     const statuses = [409, 404];
-    const again = new OutboxSender({ store: await OutboxStore.open(dir), log: quietLog(), send: async (p) => {
-      sent.push(p);
-      return statuses.shift() ?? 200;
-    } });
+    const again = new OutboxSender({
+      store: await OutboxStore.open(dir),
+      log: quietLog(),
+      send: async (p) => {
+        sent.push(p);
+        return statuses.shift() ?? 200;
+      },
+    });
     again.kick();
     await again.idle();
     expect(sent).toEqual(['/p1', '/p2']);
@@ -169,8 +219,12 @@ describe('fetch then apply', () => {
     const s = https.createServer(tlsServerOptions(pki.material('controller', 'controller')), (req, res) => {
       const body = Buffer.from(JSON.stringify(good));
       const sig = signMetadata(pki.signer, {
-        iss: pki.spiffe('controller', 'controller'), aud: pki.spiffe('agent', 'n1'), gen: 9,
-        nonce: req.headers[NONCE_HEADER] as string, sha256: sha256b64url(body), nowS: Date.now() / 1000,
+        iss: pki.spiffe('controller', 'controller'),
+        aud: pki.spiffe('agent', 'n1'),
+        gen: 9,
+        nonce: req.headers[NONCE_HEADER] as string,
+        sha256: sha256b64url(body),
+        nowS: Date.now() / 1000,
       });
       if (tamper) body[body.indexOf('evil')] = 'E'.charCodeAt(0);
       res.writeHead(200, { etag: '"9"', 'herald-signature': sig });
@@ -178,11 +232,21 @@ describe('fetch then apply', () => {
     });
     s.listen(0, '127.0.0.1');
     await once(s, 'listening');
-    closers.push(() => new Promise<void>((r) => { s.closeAllConnections(); s.close(() => r()); }));
+    closers.push(
+      () =>
+        new Promise<void>((r) => {
+          s.closeAllConnections();
+          s.close(() => r());
+        }),
+    );
     const r = await rig();
     const f = new Fetcher({
-      controllerUrl: `https://127.0.0.1:${(s.address() as { port: number }).port}`, node: 'n1', material: pki.material('agent', 'n1'),
-      controllerSpiffeId: pki.spiffe('controller', 'controller'), lastAppliedGen: () => r.state.lastAppliedGeneration, log: quietLog(),
+      controllerUrl: `https://127.0.0.1:${(s.address() as { port: number }).port}`,
+      node: 'n1',
+      material: pki.material('agent', 'n1'),
+      controllerSpiffeId: pki.spiffe('controller', 'controller'),
+      lastAppliedGen: () => r.state.lastAppliedGeneration,
+      log: quietLog(),
     });
     closers.push(() => f.close());
     // the same wiring as agent/main.ts: only a verified document reaches the apply loop

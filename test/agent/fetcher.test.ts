@@ -29,7 +29,10 @@ afterEach(async () => {
 
 type Handler = (req: http.IncomingMessage, res: http.ServerResponse, body: Buffer) => void;
 
-async function server(handler: Handler, as: ['controller' | 'agent', string] = ['controller', 'controller']): Promise<{ url: string; requests: http.IncomingMessage[] }> {
+async function server(
+  handler: Handler,
+  as: ['controller' | 'agent', string] = ['controller', 'controller'],
+): Promise<{ url: string; requests: http.IncomingMessage[] }> {
   const material = pki.material(as[0], as[1]);
   const requests: http.IncomingMessage[] = [];
   const s = https.createServer(tlsServerOptions(material), (req, res) => {
@@ -40,7 +43,13 @@ async function server(handler: Handler, as: ['controller' | 'agent', string] = [
   });
   s.listen(0, '127.0.0.1');
   await once(s, 'listening');
-  closers.push(() => new Promise<void>((r) => { s.closeAllConnections(); s.close(() => r()); }));
+  closers.push(
+    () =>
+      new Promise<void>((r) => {
+        s.closeAllConnections();
+        s.close(() => r());
+      }),
+  );
   const port = (s.address() as { port: number }).port;
   return { url: `https://127.0.0.1:${port}`, requests };
 }
@@ -50,9 +59,20 @@ function doc(gen: number): MetadataDocument {
 }
 
 /** Answers like the controller: a 200 with a signed digest, or a signed 304 for If-None-Match. */
-function signedAnswer(req: http.IncomingMessage, res: http.ServerResponse, gen: number, over: { body?: Buffer; nonce?: string; aud?: string } = {}): { body: Buffer; sig: string } {
+function signedAnswer(
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  gen: number,
+  over: { body?: Buffer; nonce?: string; aud?: string } = {},
+): { body: Buffer; sig: string } {
   const nonce = over.nonce ?? (req.headers[NONCE_HEADER] as string);
-  const common = { iss: pki.spiffe('controller', 'controller'), aud: over.aud ?? pki.spiffe('agent', 'n1'), gen, nonce, nowS: Date.now() / 1000 };
+  const common = {
+    iss: pki.spiffe('controller', 'controller'),
+    aud: over.aud ?? pki.spiffe('agent', 'n1'),
+    gen,
+    nonce,
+    nowS: Date.now() / 1000,
+  };
   if (req.headers['if-none-match'] === `"${gen}"`) {
     const sig = signMetadata(pki.signer, common);
     res.writeHead(304, { etag: `"${gen}"`, 'herald-signature': sig });
@@ -183,7 +203,12 @@ describe('metadata fetch refused with 429', () => {
       res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '3' });
       res.end('{"error":{"code":"rate_limited"}}');
     });
-    const err = await fetcher(srv.url).fetchMetadata().then(() => null, (e: unknown) => e);
+    const err = await fetcher(srv.url)
+      .fetchMetadata()
+      .then(
+        () => null,
+        (e: unknown) => e,
+      );
     expect(err).toBeInstanceOf(RateLimitedError);
     expect((err as RateLimitedError).code).toBe('rate_limited');
     expect((err as RateLimitedError).retryAfterMs).toBe(3_000);
@@ -240,7 +265,13 @@ describe('announce and signal', () => {
       res.writeHead(409);
       res.end();
     });
-    const status = await fetcher(srv.url).signal('/v1/nodes/n1/deployments/d1/signal', { revision: 1, deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} });
+    const status = await fetcher(srv.url).signal('/v1/nodes/n1/deployments/d1/signal', {
+      revision: 1,
+      deploy_status_code: 0,
+      deploy_stdout: '',
+      deploy_stderr: '',
+      outputs: {},
+    });
     expect(status).toBe(409);
     expect(got).toMatchObject({ revision: 1 });
   });

@@ -11,17 +11,37 @@ export async function tempDir(prefix = 'herald-hooks-'): Promise<string> {
 }
 
 let n = 0;
-export function item(over: Partial<MetadataItem> & { inputValues?: Record<string, unknown>; outputNames?: string[] } = {}): MetadataItem {
+export function item(
+  over: Partial<MetadataItem> & { inputValues?: Record<string, unknown>; outputNames?: string[] } = {},
+): MetadataItem {
   n++;
   const { inputValues, outputNames, ...rest } = over;
   const inputs: MetadataInput[] = Object.entries(inputValues ?? {}).map(([name, value]) => ({
-    name, value, type: typeof value === 'number' ? 'Number' : typeof value === 'boolean' ? 'Boolean'
-      : Array.isArray(value) ? 'CommaDelimitedList' : typeof value === 'object' ? 'Json' : 'String',
+    name,
+    value,
+    type:
+      typeof value === 'number'
+        ? 'Number'
+        : typeof value === 'boolean'
+          ? 'Boolean'
+          : Array.isArray(value)
+            ? 'CommaDelimitedList'
+            : typeof value === 'object'
+              ? 'Json'
+              : 'String',
   }));
   return {
-    id: `item-${n}`, name: `dep-${n}`, group: 'script', creation_time: '2026-01-01T00:00:00Z', config: '#!/bin/sh\ntrue\n',
-    inputs, outputs: (outputNames ?? []).map((name) => ({ name, type: 'String', error_output: false })),
-    options: {}, deployment_id: `d-${n}`, revision: 1, signalled: false,
+    id: `item-${n}`,
+    name: `dep-${n}`,
+    group: 'script',
+    creation_time: '2026-01-01T00:00:00Z',
+    config: '#!/bin/sh\ntrue\n',
+    inputs,
+    outputs: (outputNames ?? []).map((name) => ({ name, type: 'String', error_output: false })),
+    options: {},
+    deployment_id: `d-${n}`,
+    revision: 1,
+    signalled: false,
     ...rest,
   };
 }
@@ -49,7 +69,9 @@ export async function waitFile(path: string, boundMs = 5_000): Promise<string> {
     try {
       const t = readFileSync(path, 'utf8');
       if (t.trim() !== '') return t.trim();
-    } catch { /* not yet */ }
+    } catch {
+      /* not yet */
+    }
     if (Date.now() > deadline) throw new Error(`${path} did not appear`);
     await new Promise((r) => setTimeout(r, 20));
   }

@@ -15,7 +15,11 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   for (const pid of leftovers) {
-    try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
   }
   await rm(base, { recursive: true, force: true });
 });
@@ -45,7 +49,10 @@ describe('TailBuffer', () => {
 
 describe('hook processes', () => {
   it('keeps the last 1 MiB of 5 MiB of stdout, with the marker', async () => {
-    const r = await runItem(item({ config: '#!/bin/sh\nhead -c 5242880 /dev/zero | tr "\\0" a\nprintf END\necho err >&2\n' }), opts());
+    const r = await runItem(
+      item({ config: '#!/bin/sh\nhead -c 5242880 /dev/zero | tr "\\0" a\nprintf END\necho err >&2\n' }),
+      opts(),
+    );
     expect(r.deploy_status_code).toBe(0);
     const marker = cutMarker(5242883 - 1048576);
     expect(r.deploy_stdout.startsWith(marker)).toBe(true);
@@ -58,11 +65,19 @@ describe('hook processes', () => {
     const pidfile = join(base, 'timeout.pid');
     let hookPid = 0;
     const started = Date.now();
-    const r = await runItem(item({
-      config: '#!/bin/sh\nsleep 60 &\necho $! > "$pidfile"\necho before\nsleep 60\n',
-      inputValues: { pidfile },
-      options: { timeout: 0.5 },
-    }), opts({ onSpawn: (pid) => { hookPid = pid; }, killGraceMs: 5_000 }));
+    const r = await runItem(
+      item({
+        config: '#!/bin/sh\nsleep 60 &\necho $! > "$pidfile"\necho before\nsleep 60\n',
+        inputValues: { pidfile },
+        options: { timeout: 0.5 },
+      }),
+      opts({
+        onSpawn: (pid) => {
+          hookPid = pid;
+        },
+        killGraceMs: 5_000,
+      }),
+    );
     const child = Number(await waitFile(pidfile));
     leftovers.push(child);
     expect(r.deploy_status_code).toBe(HOOK_TIMEOUT_STATUS_CODE);
@@ -76,10 +91,14 @@ describe('hook processes', () => {
 
   it('KILLs children that ignore TERM after the grace', async () => {
     const pidfile = join(base, 'stubborn.pid');
-    const r = await runItem(item({
-      config: '#!/bin/sh\ntrap "" TERM\nsh -c \'trap "" TERM; echo $$ > "$pidfile"; while :; do sleep 1; done\' &\nwait\n',
-      inputValues: { pidfile },
-    }), opts({ timeoutMs: 500, killGraceMs: 300 }));
+    const r = await runItem(
+      item({
+        config:
+          '#!/bin/sh\ntrap "" TERM\nsh -c \'trap "" TERM; echo $$ > "$pidfile"; while :; do sleep 1; done\' &\nwait\n',
+        inputValues: { pidfile },
+      }),
+      opts({ timeoutMs: 500, killGraceMs: 300 }),
+    );
     const child = Number(await waitFile(pidfile));
     leftovers.push(child);
     expect(r.status_reason).toMatch(/^hook_timeout: /);
@@ -89,10 +108,13 @@ describe('hook processes', () => {
   it('ends when the hook exits even if a daemon it started holds the pipes', async () => {
     const pidfile = join(base, 'daemon.pid');
     const started = Date.now();
-    const r = await runItem(item({
-      config: '#!/bin/sh\nsleep 30 &\necho $! > "$pidfile"\necho done\n',
-      inputValues: { pidfile },
-    }), opts({ timeoutMs: 20_000 }));
+    const r = await runItem(
+      item({
+        config: '#!/bin/sh\nsleep 30 &\necho $! > "$pidfile"\necho done\n',
+        inputValues: { pidfile },
+      }),
+      opts({ timeoutMs: 20_000 }),
+    );
     const daemon = Number(await waitFile(pidfile));
     leftovers.push(daemon);
     expect(Date.now() - started).toBeLessThan(3_000);
@@ -106,9 +128,16 @@ describe('hook processes', () => {
   it('an abort kills the group and reports interrupted', async () => {
     const ac = new AbortController();
     let hookPid = 0;
-    const r = await runItem(item({ config: '#!/bin/sh\nsleep 60\n' }), opts({
-      signal: ac.signal, onSpawn: (pid) => { hookPid = pid; ac.abort(); },
-    }));
+    const r = await runItem(
+      item({ config: '#!/bin/sh\nsleep 60\n' }),
+      opts({
+        signal: ac.signal,
+        onSpawn: (pid) => {
+          hookPid = pid;
+          ac.abort();
+        },
+      }),
+    );
     expect(r.deploy_status_code).toBe(INTERRUPTED_STATUS_CODE);
     expect(r.status_reason).toMatch(/^interrupted: /);
     expect(await waitDead(hookPid)).toBe(true);
@@ -116,7 +145,15 @@ describe('hook processes', () => {
 
   it('does not start when already aborted', async () => {
     let spawned = false;
-    const r = await runItem(item({}), opts({ signal: AbortSignal.abort(), onSpawn: () => { spawned = true; } }));
+    const r = await runItem(
+      item({}),
+      opts({
+        signal: AbortSignal.abort(),
+        onSpawn: () => {
+          spawned = true;
+        },
+      }),
+    );
     expect(spawned).toBe(false);
     expect(r.status_reason).toMatch(/^interrupted: /);
   });
@@ -139,7 +176,15 @@ describe('a script busy being written (ETXTBSY)', () => {
       const fh = await open(script, 'w', 0o700);
       await fh.write('#!/bin/sh\necho started\n');
       const released = new Promise<void>((resolve) => setTimeout(() => void fh.close().then(resolve), 60));
-      const r = await runProcess({ file: script, cwd: dir, env: { PATH: '/usr/bin:/bin' }, timeoutMs: 10_000, killGraceMs: 1_000, drainMs: 100, maxOutputBytes: 1024 });
+      const r = await runProcess({
+        file: script,
+        cwd: dir,
+        env: { PATH: '/usr/bin:/bin' },
+        timeoutMs: 10_000,
+        killGraceMs: 1_000,
+        drainMs: 100,
+        maxOutputBytes: 1024,
+      });
       await released;
       expect(r.spawnError).toBeUndefined();
       expect(r.exitCode).toBe(0);

@@ -9,8 +9,14 @@ let base: string;
 let runsDir: string;
 let hooksDir: string;
 const agentEnv = {
-  PATH: process.env.PATH, HOME: '/root', LANG: 'C.UTF-8', LC_ALL: 'C', HERALD_KEY_PATH: '/pki/agent.key',
-  AWS_SECRET_ACCESS_KEY: 'sekrit', NODE_OPTIONS: '--require /evil.js', LD_PRELOAD: '/evil.so',
+  PATH: process.env.PATH,
+  HOME: '/root',
+  LANG: 'C.UTF-8',
+  LC_ALL: 'C',
+  HERALD_KEY_PATH: '/pki/agent.key',
+  AWS_SECRET_ACCESS_KEY: 'sekrit',
+  NODE_OPTIONS: '--require /evil.js',
+  LD_PRELOAD: '/evil.so',
 };
 
 beforeAll(async () => {
@@ -21,7 +27,9 @@ beforeAll(async () => {
   await mkdir(hooksDir, { mode: 0o755 });
   await chmod(hooksDir, 0o755);
   // A Heat-protocol hook: reads the item on stdin, answers JSON with outputs as top-level keys.
-  await writeFile(join(hooksDir, 'ansible'), `#!${process.execPath}
+  await writeFile(
+    join(hooksDir, 'ansible'),
+    `#!${process.execPath}
 let s = '';
 process.stdin.on('data', (b) => { s += b; });
 process.stdin.on('end', () => {
@@ -35,7 +43,9 @@ process.stdin.on('end', () => {
     undeclared: 'dropped',
   }));
 });
-`, { mode: 0o755 });
+`,
+    { mode: 0o755 },
+  );
   await chmod(join(hooksDir, 'ansible'), 0o755);
 });
 afterAll(async () => {
@@ -49,7 +59,8 @@ function opts(over: Partial<RunOptions> = {}): RunOptions {
 describe('script group', () => {
   it('passes inputs as env, reads an output file, runs in a 0700 dir, removes it after', async () => {
     const it1 = item({
-      config: '#!/bin/sh\necho hello\nstat -c "%a" . "$0"\nprintf "%s|%s|%s|%s|%s" "$foo" "$n" "$list" "$flag" "$obj" > "$heat_outputs_path.result"\n',
+      config:
+        '#!/bin/sh\necho hello\nstat -c "%a" . "$0"\nprintf "%s|%s|%s|%s|%s" "$foo" "$n" "$list" "$flag" "$obj" > "$heat_outputs_path.result"\n',
       inputValues: { foo: 'bar baz', n: 42, list: ['a', 'b'], flag: true, obj: { k: 1 } },
       outputNames: ['result', 'missing'],
     });
@@ -70,7 +81,12 @@ describe('script group', () => {
 
   it('builds the environment from scratch', async () => {
     const r = await runItem(item({ config: '#!/bin/sh\nexec env\n', inputValues: { foo: 'x' } }), opts());
-    const env = Object.fromEntries(r.deploy_stdout.trim().split('\n').map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+    const env = Object.fromEntries(
+      r.deploy_stdout
+        .trim()
+        .split('\n')
+        .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+    );
     expect(env.PATH).toBe(process.env.PATH);
     expect(env.HOME).toBe('/root');
     expect(env.LANG).toBe('C.UTF-8');
@@ -82,10 +98,13 @@ describe('script group', () => {
   });
 
   it('refuses an output that is a symlink, failing the deployment', async () => {
-    const r = await runItem(item({
-      config: '#!/bin/sh\nln -s /etc/passwd "$heat_outputs_path.result"\nprintf ok > "$heat_outputs_path.other"\n',
-      outputNames: ['result', 'other'],
-    }), opts());
+    const r = await runItem(
+      item({
+        config: '#!/bin/sh\nln -s /etc/passwd "$heat_outputs_path.result"\nprintf ok > "$heat_outputs_path.other"\n',
+        outputNames: ['result', 'other'],
+      }),
+      opts(),
+    );
     expect(r.outputs).toEqual({ other: 'ok' });
     expect(r.deploy_status_code).toBe(HOOK_ERROR_STATUS_CODE);
     expect(r.status_reason).toMatch(/^output_not_regular: /);
@@ -93,17 +112,23 @@ describe('script group', () => {
   });
 
   it('refuses an output over 1 MiB', async () => {
-    const r = await runItem(item({
-      config: '#!/bin/sh\nhead -c 1048577 /dev/zero > "$heat_outputs_path.result"\nexit 5\n',
-      outputNames: ['result'],
-    }), opts());
+    const r = await runItem(
+      item({
+        config: '#!/bin/sh\nhead -c 1048577 /dev/zero > "$heat_outputs_path.result"\nexit 5\n',
+        outputNames: ['result'],
+      }),
+      opts(),
+    );
     expect(r.outputs).toEqual({});
     expect(r.deploy_status_code).toBe(5);
     expect(r.status_reason).toMatch(/^output_too_large: /);
   });
 
   it('reads an output of exactly 1 MiB', async () => {
-    const r = await runItem(item({ config: '#!/bin/sh\nhead -c 1048576 /dev/zero > "$heat_outputs_path.result"\n', outputNames: ['result'] }), opts());
+    const r = await runItem(
+      item({ config: '#!/bin/sh\nhead -c 1048576 /dev/zero > "$heat_outputs_path.result"\n', outputNames: ['result'] }),
+      opts(),
+    );
     expect(r.deploy_status_code).toBe(0);
     expect((r.outputs.result as string).length).toBe(1048576);
   });
@@ -124,16 +149,28 @@ describe('name and value checks (nothing spawned)', () => {
     ['input with a dash', { inputValues: { 'a-b': 'x' } }, 'bad_name'],
     ['NUL in an input', { inputValues: { foo: 'a\0b' } }, 'nul_in_input'],
     ['NUL nested in a list', { inputValues: { foo: ['ok', 'a\0b'] } }, 'nul_in_input'],
-    ['component tool ../x', {
-      group: 'component', inputValues: { deploy_action: 'CREATE' },
-      config: { configs: [{ actions: ['CREATE'], tool: '../x', config: '' }] },
-    }, 'bad_name'],
+    [
+      'component tool ../x',
+      {
+        group: 'component',
+        inputValues: { deploy_action: 'CREATE' },
+        config: { configs: [{ actions: ['CREATE'], tool: '../x', config: '' }] },
+      },
+      'bad_name',
+    ],
     ['component config not an object', { group: 'component', config: 'x' }, 'bad_config'],
   ];
   for (const [name, over, code] of cases) {
     it(`${name} → ${code}`, async () => {
       let spawned = false;
-      const r = await runItem(item(over), opts({ onSpawn: () => { spawned = true; } }));
+      const r = await runItem(
+        item(over),
+        opts({
+          onSpawn: () => {
+            spawned = true;
+          },
+        }),
+      );
       expect(spawned).toBe(false);
       expect(r.deploy_status_code).toBe(HOOK_ERROR_STATUS_CODE);
       expect(r.status_reason?.split(':')[0]).toBe(code);
@@ -151,28 +188,56 @@ describe('component group', () => {
     ],
   };
   it('runs the sub-config of the action', async () => {
-    const create = await runItem(item({ group: 'component', config, inputValues: { deploy_action: 'CREATE' } }), opts());
+    const create = await runItem(
+      item({ group: 'component', config, inputValues: { deploy_action: 'CREATE' } }),
+      opts(),
+    );
     expect(create).toMatchObject({ deploy_status_code: 0, deploy_stdout: 'install\n' });
     const del = await runItem(item({ group: 'component', config, inputValues: { deploy_action: 'DELETE' } }), opts());
     expect(del).toMatchObject({ deploy_status_code: 0, deploy_stdout: 'uninstall\n' });
   });
   it('succeeds without running anything when no sub-config matches', async () => {
     let spawned = false;
-    const r = await runItem(item({ group: 'component', config, inputValues: { deploy_action: 'RESTART' } }), opts({ onSpawn: () => { spawned = true; } }));
+    const r = await runItem(
+      item({ group: 'component', config, inputValues: { deploy_action: 'RESTART' } }),
+      opts({
+        onSpawn: () => {
+          spawned = true;
+        },
+      }),
+    );
     expect(spawned).toBe(false);
     expect(r).toEqual({ deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} });
   });
   it('runs a hooks-dir tool with the sub-config as the item config', async () => {
-    const r = await runItem(item({ group: 'component', config, inputValues: { deploy_action: 'CHECK', foo: 1 }, outputNames: ['result'] }), opts());
-    expect(r).toMatchObject({ deploy_status_code: 0, deploy_stdout: 'ran ansible {"playbook":"check.yml"}', outputs: { result: 'foo=1' } });
+    const r = await runItem(
+      item({ group: 'component', config, inputValues: { deploy_action: 'CHECK', foo: 1 }, outputNames: ['result'] }),
+      opts(),
+    );
+    expect(r).toMatchObject({
+      deploy_status_code: 0,
+      deploy_stdout: 'ran ansible {"playbook":"check.yml"}',
+      outputs: { result: 'foo=1' },
+    });
   });
 });
 
 describe('hooks dir groups (Heat hook protocol)', () => {
   it('sends the item on stdin and moves declared outputs into outputs', async () => {
-    const r = await runItem(item({ group: 'ansible', config: { playbook: 'site.yml' }, inputValues: { foo: 'bar' }, outputNames: ['result'] }), opts());
+    const r = await runItem(
+      item({
+        group: 'ansible',
+        config: { playbook: 'site.yml' },
+        inputValues: { foo: 'bar' },
+        outputNames: ['result'],
+      }),
+      opts(),
+    );
     expect(r).toEqual({
-      deploy_status_code: 0, deploy_stdout: 'ran ansible {"playbook":"site.yml"}', deploy_stderr: 'warn', outputs: { result: 'foo=bar' },
+      deploy_status_code: 0,
+      deploy_stdout: 'ran ansible {"playbook":"site.yml"}',
+      deploy_stderr: 'warn',
+      outputs: { result: 'foo=bar' },
     });
   });
   it('fails an unknown group with unknown_group', async () => {
@@ -190,7 +255,9 @@ describe('hooks dir groups (Heat hook protocol)', () => {
     expect(r.status_reason).toMatch(/^hook_failed: /);
   });
   it('uses the exit code when the JSON has no deploy_status_code', async () => {
-    await writeFile(join(hooksDir, 'partial'), '#!/bin/sh\ncat >/dev/null\necho \'{"deploy_stdout":"x"}\'\nexit 4\n', { mode: 0o755 });
+    await writeFile(join(hooksDir, 'partial'), '#!/bin/sh\ncat >/dev/null\necho \'{"deploy_stdout":"x"}\'\nexit 4\n', {
+      mode: 0o755,
+    });
     const r = await runItem(item({ group: 'partial' }), opts());
     expect(r).toMatchObject({ deploy_status_code: 4, deploy_stdout: 'x' });
   });
@@ -217,7 +284,7 @@ describe('hooks dir ownership when running as root', () => {
     const dir = join(base, 'loosefile');
     await mkdir(dir, { mode: 0o755 });
     await chmod(dir, 0o755);
-    await writeFile(join(dir, 'ansible'), '#!/bin/sh\necho \'{}\'\n');
+    await writeFile(join(dir, 'ansible'), "#!/bin/sh\necho '{}'\n");
     await chmod(join(dir, 'ansible'), 0o757);
     const r = await runItem(item({ group: 'ansible' }), opts({ uid: 0, hooksDir: dir }));
     expect(r.status_reason).toMatch(/^unsafe_hooks_dir: /);
@@ -229,7 +296,7 @@ describe('hooks dir ownership when running as root', () => {
     await chmod(dir, 0o755);
     await mkdir(target);
     await chmod(target, 0o777);
-    await writeFile(join(target, 'real'), '#!/bin/sh\necho \'{}\'\n', { mode: 0o755 });
+    await writeFile(join(target, 'real'), "#!/bin/sh\necho '{}'\n", { mode: 0o755 });
     const { symlink } = await import('node:fs/promises');
     await symlink(join(target, 'real'), join(dir, 'ansible'));
     const r = await runItem(item({ group: 'ansible' }), opts({ uid: 0, hooksDir: dir }));

@@ -47,7 +47,9 @@ interface Setup {
 }
 
 /** A listener with a fake fetch that waits until `release(gen)` is called. */
-async function setup(opts: Partial<WakeListenerOptions> & { initialFetchedGen?: number; material?: PkiMaterial } = {}): Promise<Setup> {
+async function setup(
+  opts: Partial<WakeListenerOptions> & { initialFetchedGen?: number; material?: PkiMaterial } = {},
+): Promise<Setup> {
   const material = opts.material ?? agentMaterial;
   let fetches = 0;
   const waiting: Array<(gen: number) => void> = [];
@@ -58,7 +60,11 @@ async function setup(opts: Partial<WakeListenerOptions> & { initialFetchedGen?: 
       return new Promise((resolve) => waiting.push((gen) => resolve({ gen })));
     },
   });
-  const verifier = new WakeVerifier({ audience: pki.spiffe('agent', 'n1'), keys: keySetOf(material), startedAtS: nowS() - 5 });
+  const verifier = new WakeVerifier({
+    audience: pki.spiffe('agent', 'n1'),
+    keys: keySetOf(material),
+    startedAtS: nowS() - 5,
+  });
   const { log, lines } = memoryLog();
   const listener = new WakeListener({
     material,
@@ -71,7 +77,10 @@ async function setup(opts: Partial<WakeListenerOptions> & { initialFetchedGen?: 
   const port = await listener.listen('127.0.0.1', 0);
   open.push(listener);
   return {
-    listener, port, coalescer, lines,
+    listener,
+    port,
+    coalescer,
+    lines,
     fetches: () => fetches,
     release: (gen) => waiting.shift()?.(gen),
   };
@@ -98,14 +107,22 @@ function track(ws: WebSocket): WebSocket {
 }
 
 /** Opens a WebSocket; resolves with it once open. */
-async function connect(port: number, c: Partial<Cred> | undefined = pki.cred('controller', 'controller'), p = '/v1/wake'): Promise<WebSocket> {
+async function connect(
+  port: number,
+  c: Partial<Cred> | undefined = pki.cred('controller', 'controller'),
+  p = '/v1/wake',
+): Promise<WebSocket> {
   const ws = track(new WebSocket(`wss://127.0.0.1:${port}${p}`, wsOptions(c)));
   await once(ws, 'open');
   return ws;
 }
 
 /** Tries to open a WebSocket; resolves with the HTTP status and error code it was refused with. */
-async function refusal(port: number, c: Partial<Cred> | undefined, p = '/v1/wake'): Promise<{ status: number; code: string }> {
+async function refusal(
+  port: number,
+  c: Partial<Cred> | undefined,
+  p = '/v1/wake',
+): Promise<{ status: number; code: string }> {
   const ws = track(new WebSocket(`wss://127.0.0.1:${port}${p}`, wsOptions(c)));
   return new Promise((resolve, reject) => {
     ws.on('open', () => reject(new Error('the upgrade was accepted')));
@@ -128,17 +145,45 @@ function ask(ws: WebSocket, frame: string | Buffer, binary = false): Promise<Ans
 
 function wake(gen = 1, over: Record<string, unknown> = {}): string {
   if (Object.keys(over).length === 0) {
-    return signWake(pki.signer, { iss: pki.spiffe('controller', 'controller'), aud: pki.spiffe('agent', 'n1'), gen, reason: 'deployment', nowS: nowS() });
+    return signWake(pki.signer, {
+      iss: pki.spiffe('controller', 'controller'),
+      aud: pki.spiffe('agent', 'n1'),
+      gen,
+      reason: 'deployment',
+      nowS: nowS(),
+    });
   }
-  const claims = { iss: pki.spiffe('controller', 'controller'), aud: pki.spiffe('agent', 'n1'), iat: nowS(), exp: nowS() + 60, jti: newJti(), gen, reason: 'deployment', ...over };
+  const claims = {
+    iss: pki.spiffe('controller', 'controller'),
+    aud: pki.spiffe('agent', 'n1'),
+    iat: nowS(),
+    exp: nowS() + 60,
+    jti: newJti(),
+    gen,
+    reason: 'deployment',
+    ...over,
+  };
   return pki.signer.sign(WAKE_TYP, claims);
 }
 
 const b64 = (x: unknown): string => Buffer.from(JSON.stringify(x)).toString('base64url');
 /** A compact JWS with any header, signed with the PKI's real signing key. */
 function craft(header: Record<string, unknown>, payload: Record<string, unknown> = {}): string {
-  const jwk = JSON.parse(fs.readFileSync(pkiPaths(pki.dir).signingJwk, 'utf8')) as { x: string; d: string; kid: string };
-  const claims = { iss: pki.spiffe('controller', 'controller'), aud: pki.spiffe('agent', 'n1'), iat: nowS(), exp: nowS() + 60, jti: newJti(), gen: 1, reason: 'ping', ...payload };
+  const jwk = JSON.parse(fs.readFileSync(pkiPaths(pki.dir).signingJwk, 'utf8')) as {
+    x: string;
+    d: string;
+    kid: string;
+  };
+  const claims = {
+    iss: pki.spiffe('controller', 'controller'),
+    aud: pki.spiffe('agent', 'n1'),
+    iat: nowS(),
+    exp: nowS() + 60,
+    jti: newJti(),
+    gen: 1,
+    reason: 'ping',
+    ...payload,
+  };
   const input = `${b64(header)}.${b64(claims)}`;
   const key = createPrivateKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x, d: jwk.d }, format: 'jwk' });
   return `${input}.${edSign(null, Buffer.from(input), key).toString('base64url')}`;
@@ -153,21 +198,31 @@ describe('refusals before the upgrade', () => {
     expect(await refusal(s.port, pki.foreign)).toEqual({ status: 403, code: 'untrusted_certificate' });
     expect(await refusal(s.port, pki.expired)).toEqual({ status: 403, code: 'certificate_expired' });
     const codes = s.lines.filter((l) => typeof l.code === 'string' && l.peer).map((l) => l.code);
-    expect(codes).toEqual(expect.arrayContaining(['no_client_certificate', 'wrong_role', 'untrusted_certificate', 'certificate_expired']));
+    expect(codes).toEqual(
+      expect.arrayContaining(['no_client_certificate', 'wrong_role', 'untrusted_certificate', 'certificate_expired']),
+    );
     expect(s.listener.connections).toBe(0);
   });
 
   it('serves only /v1/wake, and only as an upgrade', async () => {
     const s = await setup();
-    expect(await refusal(s.port, pki.cred('controller', 'controller'), '/other')).toEqual({ status: 404, code: 'not_found' });
+    expect(await refusal(s.port, pki.cred('controller', 'controller'), '/other')).toEqual({
+      status: 404,
+      code: 'not_found',
+    });
     const res = await new Promise<{ status: number; body: string }>((resolve, reject) => {
       const c = pki.cred('controller', 'controller');
-      const sock = tls.connect({ host: '127.0.0.1', port: s.port, ca: c.ca, cert: c.cert, key: c.key, checkServerIdentity: () => undefined }, () => {
-        sock.write('GET /v1/wake HTTP/1.1\r\nHost: x\r\n\r\n');
-      });
+      const sock = tls.connect(
+        { host: '127.0.0.1', port: s.port, ca: c.ca, cert: c.cert, key: c.key, checkServerIdentity: () => undefined },
+        () => {
+          sock.write('GET /v1/wake HTTP/1.1\r\nHost: x\r\n\r\n');
+        },
+      );
       let data = '';
       sock.on('data', (d) => (data += d.toString()));
-      sock.on('end', () => resolve({ status: Number(data.split(' ')[1]), body: data.slice(data.indexOf('\r\n\r\n') + 4) }));
+      sock.on('end', () =>
+        resolve({ status: Number(data.split(' ')[1]), body: data.slice(data.indexOf('\r\n\r\n') + 4) }),
+      );
       sock.on('error', reject);
     });
     expect(res.status).toBe(426);
@@ -178,7 +233,15 @@ describe('refusals before the upgrade', () => {
     const s = await setup();
     const c = pki.cred('controller', 'controller');
     const err = await new Promise<Error>((resolve) => {
-      const sock = tls.connect({ host: '127.0.0.1', port: s.port, ca: c.ca, cert: c.cert, key: c.key, maxVersion: 'TLSv1.2', checkServerIdentity: () => undefined });
+      const sock = tls.connect({
+        host: '127.0.0.1',
+        port: s.port,
+        ca: c.ca,
+        cert: c.cert,
+        key: c.key,
+        maxVersion: 'TLSv1.2',
+        checkServerIdentity: () => undefined,
+      });
       sock.on('error', resolve);
       sock.on('secureConnect', () => resolve(new Error('connected')));
     });
@@ -217,7 +280,8 @@ describe('frames over a live connection', () => {
       if (++n === 9) break; // nine bad frames; the tenth would close the connection
     }
     const ws2 = await connect(s.port); // replaces ws (same identity); a fresh bad-frame count
-    for (const [frame, code] of cases.slice(9)) expect(await ask(ws2, frame), code).toMatchObject({ type: 'nack', error: code });
+    for (const [frame, code] of cases.slice(9))
+      expect(await ask(ws2, frame), code).toMatchObject({ type: 'nack', error: code });
     const replay = wake(5);
     expect(await ask(ws2, replay)).toMatchObject({ type: 'ack' });
     expect(await ask(ws2, replay)).toMatchObject({ type: 'nack', error: 'replayed' });
@@ -227,7 +291,12 @@ describe('frames over a live connection', () => {
 
   it('answers replay_cache_full when its cache is full of live entries', async () => {
     const { ReplayCache } = await import('../../protocol/replay-cache.js');
-    const verifier = new WakeVerifier({ audience: pki.spiffe('agent', 'n1'), keys: keySetOf(agentMaterial), startedAtS: nowS() - 5, replayCache: new ReplayCache(1) });
+    const verifier = new WakeVerifier({
+      audience: pki.spiffe('agent', 'n1'),
+      keys: keySetOf(agentMaterial),
+      startedAtS: nowS() - 5,
+      replayCache: new ReplayCache(1),
+    });
     const s = await setup({ verifier });
     const ws = await connect(s.port);
     expect(await ask(ws, wake(1))).toMatchObject({ type: 'ack' });
@@ -321,7 +390,14 @@ describe('connection limits', () => {
   it('also times out a peer that finished TLS but never upgrades', async () => {
     const s = await setup({ handshakeTimeoutMs: 300 });
     const c = pki.cred('controller', 'controller');
-    const sock = tls.connect({ host: '127.0.0.1', port: s.port, ca: c.ca, cert: c.cert, key: c.key, checkServerIdentity: () => undefined });
+    const sock = tls.connect({
+      host: '127.0.0.1',
+      port: s.port,
+      ca: c.ca,
+      cert: c.cert,
+      key: c.key,
+      checkServerIdentity: () => undefined,
+    });
     sock.on('error', () => undefined);
     await once(sock, 'secureConnect');
     const t0 = Date.now();
@@ -359,11 +435,17 @@ describe('connection limits', () => {
     await vi.waitFor(() => expect(s.listener.pendingConnections).toBe(MAX_PENDING_CONNECTIONS));
     const before = s.listener.stats.refusedBeforeAuth;
     const EXTRA = 500;
-    await Promise.all(Array.from({ length: EXTRA }, () => new Promise<void>((resolve) => {
-      const sock = net.connect(s.port, '127.0.0.1');
-      sock.on('error', () => undefined);
-      sock.on('close', () => resolve());
-    })));
+    await Promise.all(
+      Array.from(
+        { length: EXTRA },
+        () =>
+          new Promise<void>((resolve) => {
+            const sock = net.connect(s.port, '127.0.0.1');
+            sock.on('error', () => undefined);
+            sock.on('close', () => resolve());
+          }),
+      ),
+    );
     await vi.waitFor(() => expect(s.listener.stats.refusedBeforeAuthByCode.too_many_connections).toBe(EXTRA));
     expect(s.listener.stats.refusedBeforeAuth - before).toBe(EXTRA);
     const summaryLines = (): Array<Record<string, unknown>> => s.lines.filter((l) => l.code === 'too_many_connections');
@@ -374,7 +456,11 @@ describe('connection limits', () => {
     const lines = summaryLines();
     expect(lines.length).toBeLessThanOrEqual(3);
     expect(lines.reduce((n, l) => n + Number(l.count), 0)).toBe(EXTRA);
-    expect(lines[0]).toMatchObject({ code: 'too_many_connections', count: 1, peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
+    expect(lines[0]).toMatchObject({
+      code: 'too_many_connections',
+      count: 1,
+      peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/),
+    });
   });
 
   it('holds at most maxAuthenticated controllers, one connection per identity', async () => {
@@ -422,9 +508,22 @@ describe('revocation', () => {
     const dirPki = await makeAgentTestPki();
     try {
       const material = dirPki.material('agent', 'n1');
-      const s = await setup({ material, verifier: new WakeVerifier({ audience: dirPki.spiffe('agent', 'n1'), keys: keySetOf(material), startedAtS: nowS() - 5 }) });
+      const s = await setup({
+        material,
+        verifier: new WakeVerifier({
+          audience: dirPki.spiffe('agent', 'n1'),
+          keys: keySetOf(material),
+          startedAtS: nowS() - 5,
+        }),
+      });
       const c = dirPki.cred('controller', 'c2');
-      const opts = { perMessageDeflate: false, ca: c.ca, cert: c.cert, key: c.key, checkServerIdentity: noCheck } as unknown as WebSocket.ClientOptions;
+      const opts = {
+        perMessageDeflate: false,
+        ca: c.ca,
+        cert: c.cert,
+        key: c.key,
+        checkServerIdentity: noCheck,
+      } as unknown as WebSocket.ClientOptions;
       const ws = track(new WebSocket(`wss://127.0.0.1:${s.port}/v1/wake`, opts));
       await once(ws, 'open');
       const closed = once(ws, 'close');

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { isFinalStatus } from '../../agent/outbox.js';
 
-describe('outbox: which answers end a signal\'s retries', () => {
+describe("outbox: which answers end a signal's retries", () => {
   it.each([200, 201, 204, 400, 404, 409, 413, 422])('%i is final: resending the same signal cannot change it', (s) => {
     expect(isFinalStatus(s)).toBe(true);
   });

@@ -13,8 +13,19 @@ afterAll(async () => {
   await rm(base, { recursive: true, force: true });
 });
 
-const body = (code: number): SignalBody => ({ revision: 1, deploy_status_code: code, deploy_stdout: 'o', deploy_stderr: 'e', outputs: { x: code } });
-const sig = (dep: string, code: number) => ({ node: 'n1', deployment_id: dep, path: `/v1/deployments/${dep}/signal`, body: body(code) });
+const body = (code: number): SignalBody => ({
+  revision: 1,
+  deploy_status_code: code,
+  deploy_stdout: 'o',
+  deploy_stderr: 'e',
+  outputs: { x: code },
+});
+const sig = (dep: string, code: number) => ({
+  node: 'n1',
+  deployment_id: dep,
+  path: `/v1/deployments/${dep}/signal`,
+  body: body(code),
+});
 
 describe('OutboxStore', () => {
   it('keeps order across a re-open and continues the sequence', async () => {
@@ -23,7 +34,11 @@ describe('OutboxStore', () => {
     await Promise.all([s.enqueue(sig('d1', 1)), s.enqueue(sig('d2', 2)), s.enqueue(sig('d1', 3))]);
     const again = await OutboxStore.open(dir);
     const list = await again.list();
-    expect(list.map((e) => [e.seq, e.deployment_id, e.body.deploy_status_code])).toEqual([[1, 'd1', 1], [2, 'd2', 2], [3, 'd1', 3]]);
+    expect(list.map((e) => [e.seq, e.deployment_id, e.body.deploy_status_code])).toEqual([
+      [1, 'd1', 1],
+      [2, 'd2', 2],
+      [3, 'd1', 3],
+    ]);
     expect(list[0]).toMatchObject({ node: 'n1', path: '/v1/deployments/d1/signal', body: body(1) });
     await again.remove(1);
     await again.remove(1); // idempotent
@@ -50,7 +65,13 @@ describe('OutboxStore', () => {
     const s = await OutboxStore.open(dir);
     const leaky = { ...body(0), inputs: [{ name: 'password', value: 'hunter2' }] } as SignalBody;
     const e = await s.enqueue({ ...sig('d1', 0), body: leaky });
-    expect(Object.keys(e.body).sort()).toEqual(['deploy_status_code', 'deploy_stderr', 'deploy_stdout', 'outputs', 'revision']);
+    expect(Object.keys(e.body).sort()).toEqual([
+      'deploy_status_code',
+      'deploy_stderr',
+      'deploy_stdout',
+      'outputs',
+      'revision',
+    ]);
     const [name] = await readdir(join(dir, OUTBOX_DIR));
     expect(await readFile(join(dir, OUTBOX_DIR, name!), 'utf8')).not.toContain('hunter2');
   });
@@ -69,7 +90,10 @@ describe('OutboxStore', () => {
     const again = await OutboxStore.open(dir);
     const list = await again.list();
     expect(list.map((e) => e.deployment_id)).toEqual(['../../etc/x']);
-    expect((await readdir(join(dir, OUTBOX_DIR))).sort()).toEqual(['000000000001-deployment.json', '000000000002-d2.json.bad']);
+    expect((await readdir(join(dir, OUTBOX_DIR))).sort()).toEqual([
+      '000000000001-deployment.json',
+      '000000000002-d2.json.bad',
+    ]);
     expect((await again.enqueue(sig('d9', 9))).seq).toBe(3);
   });
 

@@ -111,7 +111,7 @@ describe('poller', () => {
     expect(last[1]! - last[0]!).toBeGreaterThan(100_000);
   });
 
-  it('a failed fetch outside a poll (a wake-up\'s) brings the next poll forward, as a failed poll would', async () => {
+  it("a failed fetch outside a poll (a wake-up's) brings the next poll forward, as a failed poll would", async () => {
     const { clock, p, at } = poller({ healthy: () => true, random: () => 0.999 });
     p.start(true);
     await clock.advance(0);

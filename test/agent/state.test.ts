@@ -73,7 +73,9 @@ describe('AgentState', () => {
     await s.markStarted('running', { deployment_id: 'd2', revision: 3 });
     // the agent "dies" here
     const after = await AgentState.open(dir);
-    expect(after.interruptedItems()).toEqual([expect.objectContaining({ id: 'running', deployment_id: 'd2', revision: 3 })]);
+    expect(after.interruptedItems()).toEqual([
+      expect.objectContaining({ id: 'running', deployment_id: 'd2', revision: 3 }),
+    ]);
     expect(after.hasRun('running')).toBe(true);
     await after.markInterrupted('running');
     const third = await AgentState.open(dir);
@@ -107,7 +109,11 @@ describe('AgentState', () => {
   it('stores no input values', async () => {
     const dir = join(base, 's5');
     const s = await AgentState.open(dir);
-    await s.markStarted('x', { deployment_id: 'd', revision: 1, ...{ inputs: [{ name: 'pw', value: 'hunter2' }] } } as never);
+    await s.markStarted('x', {
+      deployment_id: 'd',
+      revision: 1,
+      ...{ inputs: [{ name: 'pw', value: 'hunter2' }] },
+    } as never);
     expect(await readFile(join(dir, STATE_FILE), 'utf8')).not.toContain('hunter2');
   });
 

@@ -37,11 +37,28 @@ function ipSans(certPath: string): string[] {
 
 describe('herald certs: SAN options', { timeout: 60_000 }, () => {
   it('--ip ::ffff:169.254.169.254 (a dotted IPv4 tail node-forge refuses) is issued with that address, not a stack trace', async () => {
-    const r = await runCli(['certs', 'issue', 'agent', 'n4', '--dir', pki, '--ip', '::ffff:169.254.169.254', '--ip', 'fd00:ec2::254', '--ip', '10.0.0.5']);
+    const r = await runCli([
+      'certs',
+      'issue',
+      'agent',
+      'n4',
+      '--dir',
+      pki,
+      '--ip',
+      '::ffff:169.254.169.254',
+      '--ip',
+      'fd00:ec2::254',
+      '--ip',
+      '10.0.0.5',
+    ]);
     expect(r.stderr).not.toMatch(/unexpected error|\n\s+at /);
     expect(r.code, r.stderr).toBe(0);
     // Node prints IPv6 SANs uncompressed: the bytes are those of the address given
-    expect(ipSans(path.join(pki, 'agent', 'n4.crt'))).toEqual(['0:0:0:0:0:ffff:a9fe:a9fe', 'fd00:ec2:0:0:0:0:0:254', '10.0.0.5']);
+    expect(ipSans(path.join(pki, 'agent', 'n4.crt'))).toEqual([
+      '0:0:0:0:0:ffff:a9fe:a9fe',
+      'fd00:ec2:0:0:0:0:0:254',
+      '10.0.0.5',
+    ]);
   });
 
   it.each([

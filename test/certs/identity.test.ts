@@ -30,15 +30,30 @@ describe('identityOf', () => {
     const agentPem = cert({ uris: ['spiffe://herald.local/agent/n1'], dns: ['n1.example'], ip: ['10.0.0.5'] });
     const x = new crypto.X509Certificate(agentPem);
     const id = identityOf(agentPem, TD);
-    expect(id).toMatchObject({ role: 'agent', name: 'n1', trustDomain: TD, spiffeId: 'spiffe://herald.local/agent/n1', dns: ['n1.example'], ips: ['10.0.0.5'] });
+    expect(id).toMatchObject({
+      role: 'agent',
+      name: 'n1',
+      trustDomain: TD,
+      spiffeId: 'spiffe://herald.local/agent/n1',
+      dns: ['n1.example'],
+      ips: ['10.0.0.5'],
+    });
     expect(id.serial).toBe(x.serialNumber.toLowerCase());
     expect(id.validTo.getTime()).toBe(Date.parse(x.validTo));
     expect(identityOf(x, TD)).toEqual(id);
     expect(identityOf({ raw: x.raw } as never, TD)).toEqual(id);
-    expect(identityOf(cert({ uris: ['spiffe://herald.local/controller/controller'] }), TD)).toMatchObject({ role: 'controller', name: 'controller' });
-    expect(identityOf(cert({ uris: ['spiffe://herald.local/operator/admin'], eku: { clientAuth: true } }), TD)).toMatchObject({ role: 'operator', name: 'admin' });
+    expect(identityOf(cert({ uris: ['spiffe://herald.local/controller/controller'] }), TD)).toMatchObject({
+      role: 'controller',
+      name: 'controller',
+    });
+    expect(
+      identityOf(cert({ uris: ['spiffe://herald.local/operator/admin'], eku: { clientAuth: true } }), TD),
+    ).toMatchObject({ role: 'operator', name: 'admin' });
     // an operator certificate that could also serve is still an operator
-    expect(identityOf(cert({ uris: ['spiffe://herald.local/operator/ops.1'] }), TD)).toMatchObject({ role: 'operator', name: 'ops.1' });
+    expect(identityOf(cert({ uris: ['spiffe://herald.local/operator/ops.1'] }), TD)).toMatchObject({
+      role: 'operator',
+      name: 'ops.1',
+    });
   });
 
   it('refuses a certificate with no URI SAN, or a non-SPIFFE one', () => {
@@ -49,9 +64,15 @@ describe('identityOf', () => {
   });
 
   it('refuses several URI SANs, even two equal ones', () => {
-    expect(refusal(cert({ uris: ['spiffe://herald.local/agent/n1', 'spiffe://herald.local/controller/controller'] }))).toBe('multiple_identities');
-    expect(refusal(cert({ uris: ['spiffe://herald.local/agent/n1', 'spiffe://herald.local/agent/n1'] }))).toBe('multiple_identities');
-    expect(refusal(cert({ uris: ['spiffe://herald.local/agent/n1', 'https://example.com/'] }))).toBe('multiple_identities');
+    expect(
+      refusal(cert({ uris: ['spiffe://herald.local/agent/n1', 'spiffe://herald.local/controller/controller'] })),
+    ).toBe('multiple_identities');
+    expect(refusal(cert({ uris: ['spiffe://herald.local/agent/n1', 'spiffe://herald.local/agent/n1'] }))).toBe(
+      'multiple_identities',
+    );
+    expect(refusal(cert({ uris: ['spiffe://herald.local/agent/n1', 'https://example.com/'] }))).toBe(
+      'multiple_identities',
+    );
   });
 
   it('refuses a foreign trust domain', () => {
@@ -87,13 +108,20 @@ describe('identityOf', () => {
   it('refuses a certificate whose EKUs do not fit its role', () => {
     expect(refusal(cert({ uris: ['spiffe://herald.local/agent/n1'], eku: { clientAuth: true } }))).toBe('wrong_eku');
     expect(refusal(cert({ uris: ['spiffe://herald.local/agent/n1'], eku: { serverAuth: true } }))).toBe('wrong_eku');
-    expect(refusal(cert({ uris: ['spiffe://herald.local/controller/c'], eku: { clientAuth: true } }))).toBe('wrong_eku');
-    expect(refusal(cert({ uris: ['spiffe://herald.local/operator/admin'], eku: { serverAuth: true } }))).toBe('wrong_eku');
+    expect(refusal(cert({ uris: ['spiffe://herald.local/controller/c'], eku: { clientAuth: true } }))).toBe(
+      'wrong_eku',
+    );
+    expect(refusal(cert({ uris: ['spiffe://herald.local/operator/admin'], eku: { serverAuth: true } }))).toBe(
+      'wrong_eku',
+    );
     expect(refusal(cert({ uris: ['spiffe://herald.local/operator/admin'], eku: {} }))).toBe('wrong_eku');
   });
 
   it('is not fooled by a DNS SAN that prints like a second URI SAN', () => {
-    const pem = cert({ uris: ['spiffe://herald.local/agent/n1'], dns: ['x, URI:spiffe://herald.local/controller/controller'] });
+    const pem = cert({
+      uris: ['spiffe://herald.local/agent/n1'],
+      dns: ['x, URI:spiffe://herald.local/controller/controller'],
+    });
     expect(new crypto.X509Certificate(pem).subjectAltName).toMatch(/DNS:"x\\u002c URI:/);
     expect(identityOf(pem, TD)).toMatchObject({ role: 'agent', name: 'n1' });
     const pem2 = cert({ uris: [], dns: ['x, URI:spiffe://herald.local/controller/controller'] });

@@ -6,8 +6,17 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as jose from 'jose';
 import {
-  bundle, initPki, issueCert, jwkThumbprint, listCerts, makeCertificate, newRsaKeyPem, randomSerial,
-  revoke, rotateSigningKey, type Pem,
+  bundle,
+  initPki,
+  issueCert,
+  jwkThumbprint,
+  listCerts,
+  makeCertificate,
+  newRsaKeyPem,
+  randomSerial,
+  revoke,
+  rotateSigningKey,
+  type Pem,
 } from '../../certs/pki.js';
 import { pkiPaths } from '../../certs/paths.js';
 import { parseRevoked } from '../../certs/revoked.js';
@@ -18,7 +27,8 @@ afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 const mode = (f: string): number => fs.statSync(f).mode & 0o777;
 const readJson = (f: string): any => JSON.parse(fs.readFileSync(f, 'utf8'));
-const openssl = (f: string): string => execFileSync('openssl', ['x509', '-noout', '-text', '-in', f], { encoding: 'utf8' });
+const openssl = (f: string): string =>
+  execFileSync('openssl', ['x509', '-noout', '-text', '-in', f], { encoding: 'utf8' });
 async function codeOfRejection(p: Promise<unknown>): Promise<string | undefined> {
   try {
     await p;
@@ -36,12 +46,14 @@ describe('initPki', () => {
   });
 
   it('writes the SPEC layout with private keys 0600 and directories 0700', () => {
-    for (const f of [p.caKey, p.signingJwk, p.key('controller', 'controller'), p.key('operator', 'admin')]) expect(mode(f)).toBe(0o600);
+    for (const f of [p.caKey, p.signingJwk, p.key('controller', 'controller'), p.key('operator', 'admin')])
+      expect(mode(f)).toBe(0o600);
     for (const f of [p.caCrt, p.jwks, p.revoked, p.cert('controller', 'controller'), p.cert('operator', 'admin')]) {
       expect(fs.existsSync(f)).toBe(true);
       expect(mode(f) & 0o022).toBe(0);
     }
-    for (const d of [dir, p.roleDir('agent'), p.roleDir('controller'), p.roleDir('operator')]) expect(mode(d)).toBe(0o700);
+    for (const d of [dir, p.roleDir('agent'), p.roleDir('controller'), p.roleDir('operator')])
+      expect(mode(d)).toBe(0o700);
     expect(readJson(p.revoked)).toEqual({ serials: [], kids: [] });
   });
 
@@ -56,14 +68,18 @@ describe('initPki', () => {
     expect(pub.kid).toBe(await jose.calculateJwkThumbprint({ kty: 'OKP', crv: 'Ed25519', x: jwk.x }));
     expect(jwkThumbprint(pub)).toBe(pub.kid);
     // jose signs with the JWK and verifies against the JWKS (alg EdDSA matches the header)
-    const jws = await new jose.CompactSign(new TextEncoder().encode('hi')).setProtectedHeader({ alg: 'EdDSA', kid: jwk.kid }).sign(await jose.importJWK(jwk, 'EdDSA'));
+    const jws = await new jose.CompactSign(new TextEncoder().encode('hi'))
+      .setProtectedHeader({ alg: 'EdDSA', kid: jwk.kid })
+      .sign(await jose.importJWK(jwk, 'EdDSA'));
     const v = await jose.compactVerify(jws, jose.createLocalJWKSet(jwks));
     expect(new TextDecoder().decode(v.payload)).toBe('hi');
   });
 
   it('makes the controller certificate with localhost, 127.0.0.1 and the given SANs, and operator admin', () => {
     const x = new crypto.X509Certificate(fs.readFileSync(p.cert('controller', 'controller')));
-    expect(x.subjectAltName).toBe('URI:spiffe://herald.local/controller/controller, DNS:localhost, DNS:ctl.example, IP Address:127.0.0.1, IP Address:10.1.2.3');
+    expect(x.subjectAltName).toBe(
+      'URI:spiffe://herald.local/controller/controller, DNS:localhost, DNS:ctl.example, IP Address:127.0.0.1, IP Address:10.1.2.3',
+    );
     const op = new crypto.X509Certificate(fs.readFileSync(p.cert('operator', 'admin')));
     expect(op.subjectAltName).toBe('URI:spiffe://herald.local/operator/admin');
     const ca = new crypto.X509Certificate(fs.readFileSync(p.caCrt));
@@ -73,10 +89,14 @@ describe('initPki', () => {
   });
 
   it('refuses to replace an existing CA and changes nothing', async () => {
-    const before = [p.caCrt, p.caKey, p.jwks, p.signingJwk, p.cert('controller', 'controller')].map((f) => fs.readFileSync(f));
+    const before = [p.caCrt, p.caKey, p.jwks, p.signingJwk, p.cert('controller', 'controller')].map((f) =>
+      fs.readFileSync(f),
+    );
     expect(await codeOfRejection(initPki({ dir }))).toBe('pki_exists');
     expect(await codeOfRejection(initPki({ dir, trustDomain: 'other.example' }))).toBe('pki_exists');
-    const after = [p.caCrt, p.caKey, p.jwks, p.signingJwk, p.cert('controller', 'controller')].map((f) => fs.readFileSync(f));
+    const after = [p.caCrt, p.caKey, p.jwks, p.signingJwk, p.cert('controller', 'controller')].map((f) =>
+      fs.readFileSync(f),
+    );
     after.forEach((b, i) => {
       expect(b.equals(before[i]!)).toBe(true);
     });
@@ -109,7 +129,11 @@ describe('issueCert', () => {
 
   it('issues an agent certificate with its URI SAN, DNS/IP SANs and both EKUs', async () => {
     const r = await issueCert({ dir, role: 'agent', name: 'n1', dns: ['n1.example'], ip: ['127.0.0.1', '::1'] });
-    expect(r).toMatchObject({ certPath: p.cert('agent', 'n1'), keyPath: p.key('agent', 'n1'), spiffeId: 'spiffe://td.example/agent/n1' });
+    expect(r).toMatchObject({
+      certPath: p.cert('agent', 'n1'),
+      keyPath: p.key('agent', 'n1'),
+      spiffeId: 'spiffe://td.example/agent/n1',
+    });
     expect(mode(r.keyPath)).toBe(0o600);
     const text = openssl(r.certPath);
     expect(text).toMatch(/TLS Web Server Authentication, TLS Web Client Authentication/);
@@ -143,7 +167,9 @@ describe('issueCert', () => {
     expect(await codeOfRejection(issueCert({ dir, role: 'agent', name: 'ok', ip: ['localhost'] }))).toBe('bad_option');
     expect(await codeOfRejection(issueCert({ dir, role: 'agent', name: 'ok', dns: ['*.example'] }))).toBe('bad_option');
     expect(await codeOfRejection(issueCert({ dir, role: 'agent', name: 'ok', days: 0 }))).toBe('bad_option');
-    expect(await codeOfRejection(issueCert({ dir: path.join(tmp, 'nothing'), role: 'agent', name: 'ok' }))).toBe('pki_missing');
+    expect(await codeOfRejection(issueCert({ dir: path.join(tmp, 'nothing'), role: 'agent', name: 'ok' }))).toBe(
+      'pki_missing',
+    );
     expect(fs.readFileSync(p.cert('controller', 'controller')).equals(ctl)).toBe(true);
     expect(fs.existsSync(p.cert('agent', 'ok'))).toBe(false);
   });
@@ -153,7 +179,12 @@ describe('issueCert', () => {
     const keyPem = newRsaKeyPem();
     const seen = new Set<string>();
     for (let i = 0; i < 200; i++) {
-      const m = makeCertificate({ issuer: ca, uris: ['spiffe://td.example/agent/s'], eku: { serverAuth: true, clientAuth: true }, keyPem });
+      const m = makeCertificate({
+        issuer: ca,
+        uris: ['spiffe://td.example/agent/s'],
+        eku: { serverAuth: true, clientAuth: true },
+        keyPem,
+      });
       const serial = new crypto.X509Certificate(m.cert).serialNumber;
       expect(serial).toMatch(/^[4-7][0-9A-F]{31}$/);
       expect(serial.toLowerCase()).toBe(m.serial);
@@ -182,7 +213,10 @@ describe('revoke, list, bundle, rotate', () => {
     expect(await revoke({ dir, target: 'n1' })).toEqual({ serial: s1, certificate: 'agent/n1', already: false });
     expect(await revoke({ dir, target: 'n1' })).toMatchObject({ serial: s1, already: true });
     expect(await codeOfRejection(revoke({ dir, target: 'dup' }))).toBe('bad_option');
-    expect(await revoke({ dir, target: 'operator/dup' })).toMatchObject({ serial: serialOf('operator', 'dup'), already: false });
+    expect(await revoke({ dir, target: 'operator/dup' })).toMatchObject({
+      serial: serialOf('operator', 'dup'),
+      already: false,
+    });
     const s2 = serialOf('agent', 'n2');
     expect(await revoke({ dir, target: s2.toUpperCase() })).toEqual({ serial: s2, already: false });
     expect(await codeOfRejection(revoke({ dir, target: 'nobody' }))).toBe('pki_missing');
@@ -196,9 +230,21 @@ describe('revoke, list, bundle, rotate', () => {
 
   it('lists certificates with role, name, serial, expiry and revocation', async () => {
     const rows = await listCerts(dir);
-    expect(rows.map((r) => `${r.role}/${r.name}`)).toEqual(['controller/controller', 'agent/dup', 'agent/n1', 'agent/n2', 'operator/admin', 'operator/dup']);
+    expect(rows.map((r) => `${r.role}/${r.name}`)).toEqual([
+      'controller/controller',
+      'agent/dup',
+      'agent/n1',
+      'agent/n2',
+      'operator/admin',
+      'operator/dup',
+    ]);
     const n1 = rows.find((r) => r.name === 'n1')!;
-    expect(n1).toMatchObject({ role: 'agent', serial: serialOf('agent', 'n1'), revoked: true, spiffeId: 'spiffe://herald.local/agent/n1' });
+    expect(n1).toMatchObject({
+      role: 'agent',
+      serial: serialOf('agent', 'n1'),
+      revoked: true,
+      spiffeId: 'spiffe://herald.local/agent/n1',
+    });
     expect(n1.notAfter.getTime()).toBeGreaterThan(Date.now());
     expect(rows.find((r) => r.role === 'agent' && r.name === 'dup')!.revoked).toBe(false);
   });
@@ -206,21 +252,39 @@ describe('revoke, list, bundle, rotate', () => {
   it('bundles exactly what an agent needs, never ca.key', async () => {
     const out = path.join(tmp, 'bundle-n1');
     const files = await bundle({ dir, role: 'agent', name: 'n1', out });
-    const found = execFileSync('find', [out, '-type', 'f'], { encoding: 'utf8' }).trim().split('\n').map((f) => path.relative(out, f)).sort();
+    const found = execFileSync('find', [out, '-type', 'f'], { encoding: 'utf8' })
+      .trim()
+      .split('\n')
+      .map((f) => path.relative(out, f))
+      .sort();
     expect(found).toEqual(['agent/n1.crt', 'agent/n1.key', 'ca.crt', 'revoked.json', 'wake-signing.jwks']);
     expect(files.sort()).toEqual(found);
     expect(mode(path.join(out, 'agent/n1.key'))).toBe(0o600);
     expect(mode(out)).toBe(0o700);
-    for (const f of found) expect(fs.readFileSync(path.join(out, f)).equals(fs.readFileSync(path.join(dir, f)))).toBe(true);
+    for (const f of found)
+      expect(fs.readFileSync(path.join(out, f)).equals(fs.readFileSync(path.join(dir, f)))).toBe(true);
   });
 
   it('bundles the signing key for a controller', async () => {
     const out = path.join(tmp, 'bundle-ctl');
     await bundle({ dir, role: 'controller', name: 'controller', out });
-    const found = execFileSync('find', [out, '-type', 'f'], { encoding: 'utf8' }).trim().split('\n').map((f) => path.relative(out, f)).sort();
-    expect(found).toEqual(['ca.crt', 'controller/controller.crt', 'controller/controller.key', 'revoked.json', 'wake-signing.jwk', 'wake-signing.jwks']);
+    const found = execFileSync('find', [out, '-type', 'f'], { encoding: 'utf8' })
+      .trim()
+      .split('\n')
+      .map((f) => path.relative(out, f))
+      .sort();
+    expect(found).toEqual([
+      'ca.crt',
+      'controller/controller.crt',
+      'controller/controller.key',
+      'revoked.json',
+      'wake-signing.jwk',
+      'wake-signing.jwks',
+    ]);
     expect(mode(path.join(out, 'wake-signing.jwk'))).toBe(0o600);
-    expect(await codeOfRejection(bundle({ dir, role: 'agent', name: 'nobody', out: path.join(tmp, 'b3') }))).toBe('pki_missing');
+    expect(await codeOfRejection(bundle({ dir, role: 'agent', name: 'nobody', out: path.join(tmp, 'b3') }))).toBe(
+      'pki_missing',
+    );
     expect(await codeOfRejection(bundle({ dir, role: 'agent', name: 'n1', out: dir }))).toBe('bad_option');
   });
 

@@ -15,7 +15,13 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { API_KEEP_ALIVE_TIMEOUT_MS } from '../../protocol/limits.js';
 import {
-  authorizePeer, HttpsAgentHolder, PkiMaterial, refusalCodeOf, tlsClientOptions, tlsServerOptions, watchServer,
+  authorizePeer,
+  HttpsAgentHolder,
+  PkiMaterial,
+  refusalCodeOf,
+  tlsClientOptions,
+  tlsServerOptions,
+  watchServer,
 } from '../../certs/tls.js';
 import { makeTestPki, quietLogger, type CertFiles, type TestPki } from '../helpers/pki.js';
 import type { Role } from '../../protocol/identity.js';
@@ -28,7 +34,10 @@ const bounded = (): AbortSignal => AbortSignal.timeout(EVENT_BOUND_MS);
 function within<T>(p: Promise<T>, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${EVENT_BOUND_MS} ms waiting for ${what}`)), EVENT_BOUND_MS);
+    timer = setTimeout(
+      () => reject(new Error(`timed out after ${EVENT_BOUND_MS} ms waiting for ${what}`)),
+      EVENT_BOUND_MS,
+    );
   });
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
@@ -39,12 +48,16 @@ let pki: TestPki;
 const closers: Array<() => unknown> = [];
 
 beforeAll(async () => {
-  if (!fs.existsSync(path.join(repo, 'dist', 'cli', 'main.js')) || !fs.existsSync(path.join(repo, 'dist', 'certs', 'cli.js'))) {
+  if (
+    !fs.existsSync(path.join(repo, 'dist', 'cli', 'main.js')) ||
+    !fs.existsSync(path.join(repo, 'dist', 'certs', 'cli.js'))
+  ) {
     spawnSync('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: repo, stdio: 'ignore' });
   }
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-tls-test-'));
   h('certs', 'init', '--dir', dir);
-  for (const n of ['n1', 'n2']) h('certs', 'issue', 'agent', n, '--dir', dir, '--ip', '127.0.0.1', '--dns', 'localhost');
+  for (const n of ['n1', 'n2'])
+    h('certs', 'issue', 'agent', n, '--dir', dir, '--ip', '127.0.0.1', '--dns', 'localhost');
   pki = await makeTestPki({ dir, existing: true });
 });
 
@@ -84,10 +97,24 @@ async function startServer(material: PkiMaterial, want: Role | Role[]): Promise<
 }
 
 /** One request on a new connection; `onSession` receives the TLS session ticket. */
-function call(port: number, creds: { cert?: Buffer; key?: Buffer }, extra: https.RequestOptions & tls.ConnectionOptions = {}, onSession?: (s: Buffer) => void): Promise<Answer> {
+function call(
+  port: number,
+  creds: { cert?: Buffer; key?: Buffer },
+  extra: https.RequestOptions & tls.ConnectionOptions = {},
+  onSession?: (s: Buffer) => void,
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = https.request(
-      { host: '127.0.0.1', port, path: '/', agent: false, ca: pki.cred('controller', 'controller').ca, ...creds, checkServerIdentity: () => undefined, ...extra },
+      {
+        host: '127.0.0.1',
+        port,
+        path: '/',
+        agent: false,
+        ca: pki.cred('controller', 'controller').ca,
+        ...creds,
+        checkServerIdentity: () => undefined,
+        ...extra,
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (d: Buffer) => chunks.push(d));
@@ -178,7 +205,13 @@ describe('a server that wants a controller', () => {
 
   it('refuses a TLS 1.2 client at the handshake', async () => {
     const err = await new Promise<NodeJS.ErrnoException>((resolve, reject) => {
-      const s = tls.connect({ host: '127.0.0.1', port, maxVersion: 'TLSv1.2', ...pki.cred('controller', 'controller'), checkServerIdentity: () => undefined });
+      const s = tls.connect({
+        host: '127.0.0.1',
+        port,
+        maxVersion: 'TLSv1.2',
+        ...pki.cred('controller', 'controller'),
+        checkServerIdentity: () => undefined,
+      });
       s.on('secureConnect', () => reject(new Error('TLS 1.2 handshake succeeded')));
       s.on('error', resolve);
     });
@@ -195,7 +228,12 @@ describe('a dialer (tlsClientOptions)', () => {
     await pki.bad('revoked', 'agent', 'n9');
     // made after the revocation: this test is about the dialer's check, not the file watcher's timing
     dialer = pki.material('controller', 'controller');
-    for (const [label, role, name] of [['n1', 'agent', 'n1'], ['n2', 'agent', 'n2'], ['controller', 'controller', 'controller'], ['n9', 'agent', 'n9']] as const) {
+    for (const [label, role, name] of [
+      ['n1', 'agent', 'n1'],
+      ['n2', 'agent', 'n2'],
+      ['controller', 'controller', 'controller'],
+      ['n9', 'agent', 'n9'],
+    ] as const) {
       const m = pki.material(role, name);
       const server = tls.createServer(tlsServerOptions(m), (s) => {
         s.on('data', (d: Buffer) => (bytesAtWrongPeer += label === 'n1' ? 0 : d.length));
@@ -238,14 +276,19 @@ describe('a dialer (tlsClientOptions)', () => {
   it('HttpsAgentHolder dials only the expected id', async () => {
     const ok = new HttpsAgentHolder(dialer, 'spiffe://herald.local/controller/controller');
     const wrong = new HttpsAgentHolder(dialer, 'spiffe://herald.local/controller/other');
-    closers.push(() => ok.close(), () => wrong.close());
+    closers.push(
+      () => ok.close(),
+      () => wrong.close(),
+    );
     const apiPort = await startServer(pki.material('controller', 'controller'), 'controller');
     const get = (agent: https.Agent): Promise<string> =>
       new Promise((resolve) => {
-        https.get({ host: '127.0.0.1', port: apiPort, path: '/', agent }, (res) => {
-          res.resume();
-          resolve(String(res.statusCode));
-        }).on('error', (err) => resolve(refusalCodeOf(err) ?? err.message));
+        https
+          .get({ host: '127.0.0.1', port: apiPort, path: '/', agent }, (res) => {
+            res.resume();
+            resolve(String(res.statusCode));
+          })
+          .on('error', (err) => resolve(refusalCodeOf(err) ?? err.message));
       });
     expect(await get(ok.agent)).toBe('200');
     ok.rebuild();
@@ -306,7 +349,13 @@ describe('PkiMaterial', () => {
 
   it('refuses to start on missing or mismatched files, naming them', () => {
     const p = pki.paths;
-    const base = { caPath: p.caCrt, revokedPath: p.revoked, trustDomain: 'herald.local', logger: quietLogger, watch: false };
+    const base = {
+      caPath: p.caCrt,
+      revokedPath: p.revoked,
+      trustDomain: 'herald.local',
+      logger: quietLogger,
+      watch: false,
+    };
     const codeOf = (f: () => unknown): string | undefined => {
       try {
         (f() as PkiMaterial).close();
@@ -315,10 +364,31 @@ describe('PkiMaterial', () => {
       }
       return 'started';
     };
-    expect(codeOf(() => new PkiMaterial({ ...base, certPath: p.cert('agent', 'nobody'), keyPath: p.key('agent', 'nobody') }))).toBe('pki_missing');
-    expect(codeOf(() => new PkiMaterial({ ...base, certPath: p.cert('agent', 'n1'), keyPath: p.key('agent', 'n2') }))).toBe('bad_option');
-    expect(codeOf(() => new PkiMaterial({ ...base, certPath: p.cert('agent', 'n1'), keyPath: p.key('agent', 'n1'), trustDomain: 'other.example' }))).toBe('bad_option');
-    const m = new PkiMaterial({ ...base, certPath: p.cert('agent', 'n1'), keyPath: p.key('agent', 'n1'), jwksPath: p.jwks });
+    expect(
+      codeOf(
+        () => new PkiMaterial({ ...base, certPath: p.cert('agent', 'nobody'), keyPath: p.key('agent', 'nobody') }),
+      ),
+    ).toBe('pki_missing');
+    expect(
+      codeOf(() => new PkiMaterial({ ...base, certPath: p.cert('agent', 'n1'), keyPath: p.key('agent', 'n2') })),
+    ).toBe('bad_option');
+    expect(
+      codeOf(
+        () =>
+          new PkiMaterial({
+            ...base,
+            certPath: p.cert('agent', 'n1'),
+            keyPath: p.key('agent', 'n1'),
+            trustDomain: 'other.example',
+          }),
+      ),
+    ).toBe('bad_option');
+    const m = new PkiMaterial({
+      ...base,
+      certPath: p.cert('agent', 'n1'),
+      keyPath: p.key('agent', 'n1'),
+      jwksPath: p.jwks,
+    });
     expect(m.current().identity.spiffeId).toBe('spiffe://herald.local/agent/n1');
     expect(m.current().jwks?.keys[0]?.crv).toBe('Ed25519');
     m.close();

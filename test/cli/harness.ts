@@ -34,7 +34,9 @@ export async function freePort(): Promise<number> {
 export async function makePki(dir: string, agents: string[] = []): Promise<string> {
   const pki = path.join(dir, 'pki');
   await initPki({ dir: pki });
-  await Promise.all(agents.map((name) => issueCert({ dir: pki, role: 'agent', name, dns: ['localhost'], ip: ['127.0.0.1'] })));
+  await Promise.all(
+    agents.map((name) => issueCert({ dir: pki, role: 'agent', name, dns: ['localhost'], ip: ['127.0.0.1'] })),
+  );
   return pki;
 }
 
@@ -47,7 +49,11 @@ export interface Proc {
 function startHerald(name: string, dir: string, args: string[]): Proc {
   const log = path.join(dir, `${name}.log`);
   const fd = fs.openSync(log, 'a');
-  const proc = spawn(process.execPath, [HERALD_BIN, ...args], { stdio: ['ignore', fd, fd], env: TEST_ENV, detached: true });
+  const proc = spawn(process.execPath, [HERALD_BIN, ...args], {
+    stdio: ['ignore', fd, fd],
+    env: TEST_ENV,
+    detached: true,
+  });
   fs.closeSync(fd);
   let exited = false;
   proc.on('exit', () => (exited = true));
@@ -83,7 +89,15 @@ export interface Controller extends Proc {
 export async function startController(dir: string, pki: string): Promise<Controller> {
   const port = await freePort();
   const url = `https://127.0.0.1:${port}`;
-  const p = startHerald('controller', dir, ['controller', '--listen', `127.0.0.1:${port}`, '--pki', pki, '--db', path.join(dir, 'controller.db')]);
+  const p = startHerald('controller', dir, [
+    'controller',
+    '--listen',
+    `127.0.0.1:${port}`,
+    '--pki',
+    pki,
+    '--db',
+    path.join(dir, 'controller.db'),
+  ]);
   const client = clientFromOptions({ controller: url, pki }, TEST_ENV);
   const deadline = Date.now() + 20_000;
   for (;;) {
@@ -113,8 +127,19 @@ export async function startController(dir: string, pki: string): Promise<Control
 export async function startAgent(dir: string, pki: string, node: string, controllerUrl: string): Promise<Proc> {
   const port = await freePort();
   return startHerald(`agent-${node}`, dir, [
-    'agent', '--node', node, '--controller', controllerUrl, '--listen', `127.0.0.1:${port}`, '--pki', pki,
-    '--state-dir', path.join(dir, 'state', node), '--poll-interval', '30s',
+    'agent',
+    '--node',
+    node,
+    '--controller',
+    controllerUrl,
+    '--listen',
+    `127.0.0.1:${port}`,
+    '--pki',
+    pki,
+    '--state-dir',
+    path.join(dir, 'state', node),
+    '--poll-interval',
+    '30s',
   ]);
 }
 
@@ -125,7 +150,8 @@ export async function waitForNodes(client: ApiClient, nodes: string[], timeoutMs
     const body = await client.get<{ items?: { id?: string; endpoint?: unknown }[] }>('/v1/nodes');
     const ready = new Set((body.items ?? []).filter((n) => n.endpoint).map((n) => n.id));
     if (nodes.every((n) => ready.has(n))) return;
-    if (Date.now() > deadline) throw new Error(`nodes not registered: ${nodes.filter((n) => !ready.has(n)).join(', ')}`);
+    if (Date.now() > deadline)
+      throw new Error(`nodes not registered: ${nodes.filter((n) => !ready.has(n)).join(', ')}`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -137,12 +163,24 @@ export interface CliResult {
 }
 
 /** Runs `bin/herald ...args` to its end; `input` is written to its standard input. */
-export function runCli(args: string[], opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv; cwd?: string; input?: string } = {}): Promise<CliResult> {
+export function runCli(
+  args: string[],
+  opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv; cwd?: string; input?: string } = {},
+): Promise<CliResult> {
   return new Promise((resolve) => {
-    const child = execFile(process.execPath, [HERALD_BIN, ...args], { env: opts.env ?? TEST_ENV, cwd: opts.cwd, timeout: opts.timeoutMs ?? 60_000, maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
-      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
-      resolve({ code, stdout: stdout.toString(), stderr: stderr.toString() });
-    });
+    const child = execFile(
+      process.execPath,
+      [HERALD_BIN, ...args],
+      { env: opts.env ?? TEST_ENV, cwd: opts.cwd, timeout: opts.timeoutMs ?? 60_000, maxBuffer: 16 * 1024 * 1024 },
+      (err, stdout, stderr) => {
+        const code = err
+          ? typeof (err as { code?: unknown }).code === 'number'
+            ? (err as { code: number }).code
+            : 1
+          : 0;
+        resolve({ code, stdout: stdout.toString(), stderr: stderr.toString() });
+      },
+    );
     if (opts.input !== undefined) child.stdin?.end(opts.input);
   });
 }

@@ -26,12 +26,27 @@ beforeAll(async () => {
   ctl = await startController(dir, pki);
   conn = ['--controller', ctl.url, '--pki', pki];
   for (const id of ['in1', 'in2', 'in3', 'in4', 'in5']) await ctl.client.post('/v1/nodes', { id });
-  const inputs = [{ name: 'user', type: 'String' }, { name: 'extra', type: 'String' }, { name: 'port', type: 'Number' }, { name: 'password', type: 'String', hidden: true }, { name: 'token', type: 'String' }];
-  install = String((await ctl.client.post<Obj>('/v1/configs', { name: 'inst', group: 'script', config: '#!/bin/sh\n', inputs })).id);
+  const inputs = [
+    { name: 'user', type: 'String' },
+    { name: 'extra', type: 'String' },
+    { name: 'port', type: 'Number' },
+    { name: 'password', type: 'String', hidden: true },
+    { name: 'token', type: 'String' },
+  ];
+  install = String(
+    (await ctl.client.post<Obj>('/v1/configs', { name: 'inst', group: 'script', config: '#!/bin/sh\n', inputs })).id,
+  );
   // the uninstall config hides `token`, which the install config shows
-  uninstall = String((await ctl.client.post<Obj>('/v1/configs', {
-    name: 'uninst', group: 'script', config: '#!/bin/sh\n', inputs: inputs.map((i) => (i.name === 'token' ? { ...i, hidden: true } : i)),
-  })).id);
+  uninstall = String(
+    (
+      await ctl.client.post<Obj>('/v1/configs', {
+        name: 'uninst',
+        group: 'script',
+        config: '#!/bin/sh\n',
+        inputs: inputs.map((i) => (i.name === 'token' ? { ...i, hidden: true } : i)),
+      })
+    ).id,
+  );
 }, 60_000);
 
 afterAll(async () => {
@@ -57,8 +72,24 @@ function warnings(stderr: string): string[] {
 
 describe('--input-file', { timeout: 60_000 }, () => {
   it('deploy create takes the values from a JSON file, --input winning for a key given both ways, with no warning', async () => {
-    const f = file('values.json', JSON.stringify({ user: 'from-file', extra: 'only-in-file', port: 8080, password: SECRET }));
-    const r = await runCli(['deploy', 'create', '--node', 'in1', '--config', install, '--input-file', f, '--input', 'user=from-argv', '--json', ...conn]);
+    const f = file(
+      'values.json',
+      JSON.stringify({ user: 'from-file', extra: 'only-in-file', port: 8080, password: SECRET }),
+    );
+    const r = await runCli([
+      'deploy',
+      'create',
+      '--node',
+      'in1',
+      '--config',
+      install,
+      '--input-file',
+      f,
+      '--input',
+      'user=from-argv',
+      '--json',
+      ...conn,
+    ]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe('');
     const d = JSON.parse(r.stdout) as { input_values: Obj };
@@ -66,26 +97,46 @@ describe('--input-file', { timeout: 60_000 }, () => {
   });
 
   it('deploy update reads the values from standard input with --input-file -', async () => {
-    const created = await ctl.client.post<Obj>('/v1/deployments', { node: 'in2', config_id: install, input_values: { user: 'a' } });
-    const r = await runCli(['deploy', 'update', String(created.id), '--input-file', '-', '--json', ...conn], { input: JSON.stringify({ user: 'from-stdin', password: SECRET }) });
+    const created = await ctl.client.post<Obj>('/v1/deployments', {
+      node: 'in2',
+      config_id: install,
+      input_values: { user: 'a' },
+    });
+    const r = await runCli(['deploy', 'update', String(created.id), '--input-file', '-', '--json', ...conn], {
+      input: JSON.stringify({ user: 'from-stdin', password: SECRET }),
+    });
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe('');
-    expect((JSON.parse(r.stdout) as { input_values: Obj }).input_values).toMatchObject({ user: 'from-stdin', password: '***' });
+    expect((JSON.parse(r.stdout) as { input_values: Obj }).input_values).toMatchObject({
+      user: 'from-stdin',
+      password: '***',
+    });
   });
 
   const bad: Array<[string, () => string[], string | undefined]> = [
     ['a missing file', () => ['--input-file', path.join(dir, 'nope.json')], undefined],
     ['a directory', () => ['--input-file', dir], undefined],
-    ['a file that is not JSON (its content is never printed)', () => ['--input-file', file('bad.json', `{"password": ${SECRET}}`)], undefined],
+    [
+      'a file that is not JSON (its content is never printed)',
+      () => ['--input-file', file('bad.json', `{"password": ${SECRET}}`)],
+      undefined,
+    ],
     ['a JSON array', () => ['--input-file', file('array.json', '[1,2]')], undefined],
     ['JSON null', () => ['--input-file', file('null.json', 'null')], undefined],
     ['a JSON string', () => ['--input-file', file('string.json', `"${SECRET}"`)], undefined],
     ['standard input that is not JSON', () => ['--input-file', '-'], `password=${SECRET}`],
-    ['a file over 1 MiB', () => ['--input-file', file('big.json', JSON.stringify({ extra: 'x'.repeat(1024 * 1024) }))], undefined],
+    [
+      'a file over 1 MiB',
+      () => ['--input-file', file('big.json', JSON.stringify({ extra: 'x'.repeat(1024 * 1024) }))],
+      undefined,
+    ],
   ];
   it.each(bad)('%s is one line bad_option naming --input-file, and nothing is sent', async (_what, args, input) => {
     const before = await deploymentCount();
-    const r = await runCli(['deploy', 'create', '--node', 'in1', '--config', install, ...args(), ...conn], input === undefined ? {} : { input });
+    const r = await runCli(
+      ['deploy', 'create', '--node', 'in1', '--config', install, ...args(), ...conn],
+      input === undefined ? {} : { input },
+    );
     expect(r.code).toBe(1);
     const lines = r.stderr.trim().split('\n');
     expect(lines, r.stderr).toHaveLength(1);
@@ -96,7 +147,11 @@ describe('--input-file', { timeout: 60_000 }, () => {
   });
 
   it('every command that takes --input documents --input-file, and which one wins, in --help', async () => {
-    for (const cmd of [['deploy', 'create'], ['deploy', 'update'], ['cluster', 'create']]) {
+    for (const cmd of [
+      ['deploy', 'create'],
+      ['deploy', 'update'],
+      ['cluster', 'create'],
+    ]) {
       const r = await runCli([...cmd, '--help']);
       expect(r.code).toBe(0);
       expect(r.stdout).toContain('--input-file <file>');
@@ -107,7 +162,19 @@ describe('--input-file', { timeout: 60_000 }, () => {
 
 describe('a hidden input on the command line', { timeout: 60_000 }, () => {
   it('deploy create warns hidden_input_in_argv naming the hidden input (and only it), and still deploys', async () => {
-    const r = await runCli(['deploy', 'create', '--node', 'in3', '--config', install, '--input', `password=${SECRET}`, '--input', 'user=bob', ...conn]);
+    const r = await runCli([
+      'deploy',
+      'create',
+      '--node',
+      'in3',
+      '--config',
+      install,
+      '--input',
+      `password=${SECRET}`,
+      '--input',
+      'user=bob',
+      ...conn,
+    ]);
     expect(r.code, r.stderr).toBe(0);
     const w = warnings(r.stderr);
     expect(w).toHaveLength(1);
@@ -116,7 +183,7 @@ describe('a hidden input on the command line', { timeout: 60_000 }, () => {
     expect(r.stderr).not.toContain(SECRET);
   });
 
-  it('deploy update warns for a hidden input of the deployment\'s config', async () => {
+  it("deploy update warns for a hidden input of the deployment's config", async () => {
     const created = await ctl.client.post<Obj>('/v1/deployments', { node: 'in3', config_id: install, name: 'upd' });
     const r = await runCli(['deploy', 'update', String(created.id), '--input', `password=${SECRET}`, ...conn]);
     expect(r.code, r.stderr).toBe(0);
@@ -124,20 +191,60 @@ describe('a hidden input on the command line', { timeout: 60_000 }, () => {
   });
 
   it('cluster create warns for an input hidden by the uninstall config only, and not for the same input given in a file', async () => {
-    const argv = await runCli(['cluster', 'create', '--name', 'c-argv', '--nodes', 'in4', '--install', install, '--uninstall', uninstall, '--input', `token=${SECRET}`, '--input', 'user=u', ...conn]);
+    const argv = await runCli([
+      'cluster',
+      'create',
+      '--name',
+      'c-argv',
+      '--nodes',
+      'in4',
+      '--install',
+      install,
+      '--uninstall',
+      uninstall,
+      '--input',
+      `token=${SECRET}`,
+      '--input',
+      'user=u',
+      ...conn,
+    ]);
     expect(argv.code, argv.stderr).toBe(0);
     const w = warnings(argv.stderr);
     expect(w).toHaveLength(1);
     expect(w[0]).toContain('"token"');
     const f = file('cluster.json', JSON.stringify({ token: SECRET }));
-    const fromFile = await runCli(['cluster', 'create', '--name', 'c-file', '--nodes', 'in5', '--install', install, '--uninstall', uninstall, '--input-file', f, ...conn]);
+    const fromFile = await runCli([
+      'cluster',
+      'create',
+      '--name',
+      'c-file',
+      '--nodes',
+      'in5',
+      '--install',
+      install,
+      '--uninstall',
+      uninstall,
+      '--input-file',
+      f,
+      ...conn,
+    ]);
     expect(fromFile.code, fromFile.stderr).toBe(0);
     expect(warnings(fromFile.stderr)).toEqual([]);
   });
 
-  it('config create warns when a hidden input\'s default is on the command line', async () => {
+  it("config create warns when a hidden input's default is on the command line", async () => {
     const script = file('s.sh', '#!/bin/sh\n');
-    const r = await runCli(['config', 'create', '--name', 'hid', '--file', script, '--hidden-input', `password=${SECRET}`, ...conn]);
+    const r = await runCli([
+      'config',
+      'create',
+      '--name',
+      'hid',
+      '--file',
+      script,
+      '--hidden-input',
+      `password=${SECRET}`,
+      ...conn,
+    ]);
     expect(r.code, r.stderr).toBe(0);
     expect(warnings(r.stderr)).toHaveLength(1);
   });

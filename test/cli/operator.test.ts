@@ -73,9 +73,28 @@ describe('herald config and deploy', { timeout: 60_000 }, () => {
   it('creates a config from a file with inputs and outputs, lists and shows it', async () => {
     const script = path.join(dir, 'hello.sh');
     fs.writeFileSync(script, '#!/bin/sh\necho "hello $who"\n');
-    const created = await runCli(['config', 'create', '--name', 'hello', '--file', script, '--input', 'who=world', '--hidden-input', 'secret=s3cr3t', '--output', 'greeting', '--json', ...conn]);
+    const created = await runCli([
+      'config',
+      'create',
+      '--name',
+      'hello',
+      '--file',
+      script,
+      '--input',
+      'who=world',
+      '--hidden-input',
+      'secret=s3cr3t',
+      '--output',
+      'greeting',
+      '--json',
+      ...conn,
+    ]);
     expect(created.code).toBe(0);
-    const cfg = JSON.parse(created.stdout) as { id: string; group: string; inputs: { name: string; default?: unknown }[] };
+    const cfg = JSON.parse(created.stdout) as {
+      id: string;
+      group: string;
+      inputs: { name: string; default?: unknown }[];
+    };
     expect(cfg.group).toBe('script');
     expect(cfg.inputs.find((i) => i.name === 'who')?.default).toBe('world');
     expect(created.stdout).not.toContain('s3cr3t');
@@ -92,9 +111,35 @@ describe('herald config and deploy', { timeout: 60_000 }, () => {
     expect((await runCli(['node', 'add', 'd1', ...conn])).code).toBe(0);
     const script = path.join(dir, 'noop.sh');
     fs.writeFileSync(script, '#!/bin/sh\ntrue\n');
-    const cfg = JSON.parse((await runCli(['config', 'create', '--name', 'noop', '--file', script, '--input', 'port:Number=80', '--json', ...conn])).stdout) as { id: string };
+    const cfg = JSON.parse(
+      (
+        await runCli([
+          'config',
+          'create',
+          '--name',
+          'noop',
+          '--file',
+          script,
+          '--input',
+          'port:Number=80',
+          '--json',
+          ...conn,
+        ])
+      ).stdout,
+    ) as { id: string };
 
-    const created = await runCli(['deploy', 'create', '--node', 'd1', '--config', cfg.id, '--input', 'port=8080', '--json', ...conn]);
+    const created = await runCli([
+      'deploy',
+      'create',
+      '--node',
+      'd1',
+      '--config',
+      cfg.id,
+      '--input',
+      'port=8080',
+      '--json',
+      ...conn,
+    ]);
     expect(created.code).toBe(0);
     const d = JSON.parse(created.stdout) as { deployment_id: string; revision: number; status: string; node: string };
     expect(d).toMatchObject({ node: 'd1', revision: 1, status: 'IN_PROGRESS' });
@@ -115,7 +160,9 @@ describe('herald config and deploy', { timeout: 60_000 }, () => {
   it('a deployment to an unknown node is one line: unknown_node', async () => {
     const script = path.join(dir, 'noop2.sh');
     fs.writeFileSync(script, 'true\n');
-    const cfg = JSON.parse((await runCli(['config', 'create', '--name', 'noop2', '--file', script, '--json', ...conn])).stdout) as { id: string };
+    const cfg = JSON.parse(
+      (await runCli(['config', 'create', '--name', 'noop2', '--file', script, '--json', ...conn])).stdout,
+    ) as { id: string };
     const r = await runCli(['deploy', 'create', '--node', 'nosuch', '--config', cfg.id, ...conn]);
     expect(r.code).not.toBe(0);
     expectOneLineError(r.stderr, 'unknown_node');
@@ -153,7 +200,12 @@ describe('errors', { timeout: 60_000 }, () => {
   });
 
   it('--help of every command shows examples', async () => {
-    for (const cmd of [['node', 'ls'], ['config', 'create'], ['deploy', 'create'], ['cluster', 'restart']]) {
+    for (const cmd of [
+      ['node', 'ls'],
+      ['config', 'create'],
+      ['deploy', 'create'],
+      ['cluster', 'restart'],
+    ]) {
       const r = await runCli([...cmd, '--help']);
       expect(r.code).toBe(0);
       expect(r.stdout).toMatch(/Examples:/);

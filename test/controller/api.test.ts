@@ -51,9 +51,15 @@ async function mkDeployment(body: Record<string, unknown>): Promise<Record<strin
   return r.json;
 }
 
-async function fetchMetadata(cred: Cred, node: string, headers: Record<string, string> = {}): Promise<{ r: Res; nonce: string }> {
+async function fetchMetadata(
+  cred: Cred,
+  node: string,
+  headers: Record<string, string> = {},
+): Promise<{ r: Res; nonce: string }> {
   const nonce = newNonce();
-  const r = await t.req(cred, 'GET', `/v1/nodes/${node}/metadata`, undefined, { headers: { 'herald-nonce': nonce, ...headers } });
+  const r = await t.req(cred, 'GET', `/v1/nodes/${node}/metadata`, undefined, {
+    headers: { 'herald-nonce': nonce, ...headers },
+  });
   return { r, nonce };
 }
 
@@ -98,13 +104,21 @@ describe('authorization before routing', () => {
   it('refuses agent and controller certificates on operator routes (wrong_role)', async () => {
     expectError(await t.req(n1, 'GET', '/v1/nodes'), 403, 'wrong_role');
     expectError(await t.req(ctlCred, 'GET', '/v1/nodes'), 403, 'wrong_role');
-    expectError(await t.req(ctlCred, 'POST', '/v1/configs', { name: 'x', group: 'script', config: 'x' }), 403, 'wrong_role');
+    expectError(
+      await t.req(ctlCred, 'POST', '/v1/configs', { name: 'x', group: 'script', config: 'x' }),
+      403,
+      'wrong_role',
+    );
     expectError(await t.req(ctlCred, 'GET', '/metrics'), 403, 'wrong_role');
   });
 
   it('refuses operator and controller certificates on agent routes (wrong_role)', async () => {
     expectError(await t.req(op, 'GET', '/v1/nodes/n1/metadata'), 403, 'wrong_role');
-    expectError(await t.req(ctlCred, 'PUT', '/v1/nodes/n1/endpoint', { url: 'wss://127.0.0.1:1/v1/wake' }), 403, 'wrong_role');
+    expectError(
+      await t.req(ctlCred, 'PUT', '/v1/nodes/n1/endpoint', { url: 'wss://127.0.0.1:1/v1/wake' }),
+      403,
+      'wrong_role',
+    );
   });
 
   it('answers unknown routes 404 and wrong methods 405, with the headers', async () => {
@@ -148,8 +162,18 @@ describe('endpoint announcements', () => {
 
   it('refuses link-local endpoints and malformed URLs', async () => {
     const ll = await pki.issueAgent('ll', { ip: ['169.254.169.254', 'fe80::1'], dns: [] });
-    expectError(await t.req(ll, 'PUT', '/v1/nodes/ll/endpoint', { url: 'wss://169.254.169.254:7443/v1/wake' }), 400, 'link_local_endpoint', 'url');
-    expectError(await t.req(ll, 'PUT', '/v1/nodes/ll/endpoint', { url: 'wss://[fe80::1]:7443/v1/wake' }), 400, 'link_local_endpoint', 'url');
+    expectError(
+      await t.req(ll, 'PUT', '/v1/nodes/ll/endpoint', { url: 'wss://169.254.169.254:7443/v1/wake' }),
+      400,
+      'link_local_endpoint',
+      'url',
+    );
+    expectError(
+      await t.req(ll, 'PUT', '/v1/nodes/ll/endpoint', { url: 'wss://[fe80::1]:7443/v1/wake' }),
+      400,
+      'link_local_endpoint',
+      'url',
+    );
     expectError(await announce(n1, 'n1', 'ws://127.0.0.1:7443/v1/wake'), 400, 'bad_endpoint', 'url');
     expectError(await announce(n1, 'n1', 'wss://127.0.0.1:7443/other'), 400, 'bad_endpoint', 'url');
     expectError(await t.req(n1, 'PUT', '/v1/nodes/n1/endpoint', { uri: 'x' }), 400, 'invalid_request');
@@ -186,32 +210,102 @@ describe('operator routes', () => {
 
   it('configs: create (201 + Location), list, show; names are checked with field paths', async () => {
     const r = await t.req(op, 'POST', '/v1/configs', {
-      name: 'web', group: 'script', config: '#!/bin/sh\necho hi\n',
-      inputs: [{ name: 'port', type: 'Number', default: 80 }], outputs: [{ name: 'result' }], options: { timeout: 30 },
+      name: 'web',
+      group: 'script',
+      config: '#!/bin/sh\necho hi\n',
+      inputs: [{ name: 'port', type: 'Number', default: 80 }],
+      outputs: [{ name: 'result' }],
+      options: { timeout: 30 },
     });
     expect(r.status).toBe(201);
     expect(r.headers.location).toBe(`/v1/configs/${r.json.id}`);
-    expect(r.json).toMatchObject({ name: 'web', group: 'script', inputs: [{ name: 'port', type: 'Number', default: 80 }], outputs: [{ name: 'result', type: 'String', error_output: false }] });
+    expect(r.json).toMatchObject({
+      name: 'web',
+      group: 'script',
+      inputs: [{ name: 'port', type: 'Number', default: 80 }],
+      outputs: [{ name: 'result', type: 'String', error_output: false }],
+    });
     expect((await t.req(op, 'GET', `/v1/configs/${r.json.id}`)).json.id).toBe(r.json.id);
     expect((await t.req(op, 'GET', '/v1/configs')).json.items.length).toBeGreaterThan(0);
     expectError(await t.req(op, 'GET', '/v1/configs/nope'), 404, 'not_found');
 
     const base = { name: 'c', group: 'script', config: 'x' };
     expectError(await t.req(op, 'POST', '/v1/configs', { ...base, group: 'Bad Group' }), 400, 'bad_name', 'group');
-    expectError(await t.req(op, 'POST', '/v1/configs', { ...base, inputs: [{ name: 'ok' }, { name: '9bad' }] }), 400, 'bad_name', 'inputs.1.name');
-    expectError(await t.req(op, 'POST', '/v1/configs', { ...base, inputs: [{ name: 'LD_PRELOAD' }] }), 400, 'forbidden_input', 'inputs.0.name');
-    expectError(await t.req(op, 'POST', '/v1/configs', { ...base, inputs: [{ name: 'deploy_action' }] }), 400, 'bad_name', 'inputs.0.name');
-    expectError(await t.req(op, 'POST', '/v1/configs', { ...base, outputs: [{ name: 'a-b' }] }), 400, 'bad_name', 'outputs.0.name');
-    expectError(await t.req(op, 'POST', '/v1/configs', { ...base, inputs: [{ name: 'p', type: 'Number', default: 'abc' }] }), 400, 'bad_input_value', 'inputs.0.default');
+    expectError(
+      await t.req(op, 'POST', '/v1/configs', { ...base, inputs: [{ name: 'ok' }, { name: '9bad' }] }),
+      400,
+      'bad_name',
+      'inputs.1.name',
+    );
+    expectError(
+      await t.req(op, 'POST', '/v1/configs', { ...base, inputs: [{ name: 'LD_PRELOAD' }] }),
+      400,
+      'forbidden_input',
+      'inputs.0.name',
+    );
+    expectError(
+      await t.req(op, 'POST', '/v1/configs', { ...base, inputs: [{ name: 'deploy_action' }] }),
+      400,
+      'bad_name',
+      'inputs.0.name',
+    );
+    expectError(
+      await t.req(op, 'POST', '/v1/configs', { ...base, outputs: [{ name: 'a-b' }] }),
+      400,
+      'bad_name',
+      'outputs.0.name',
+    );
+    expectError(
+      await t.req(op, 'POST', '/v1/configs', { ...base, inputs: [{ name: 'p', type: 'Number', default: 'abc' }] }),
+      400,
+      'bad_input_value',
+      'inputs.0.default',
+    );
     expectError(await t.req(op, 'POST', '/v1/configs', { ...base, colour: 'red' }), 400, 'invalid_request', 'colour');
-    expectError(await t.req(op, 'POST', '/v1/configs', { ...base, inputs: [{ name: 'p', type: 'Float' }] }), 400, 'invalid_request', 'inputs.0.type');
-    expectError(await t.req(op, 'POST', '/v1/configs', { name: 'comp', group: 'component', config: { configs: [{ actions: ['CREATE'], tool: 'Bad Tool', config: 'x' }] } }), 400, 'bad_name', 'config.configs.0.tool');
-    expect((await t.req(op, 'POST', '/v1/configs', { name: 'comp', group: 'component', config: { configs: [{ actions: ['CREATE', 'RESTART'], tool: 'script', config: 'x' }] } })).status).toBe(201);
+    expectError(
+      await t.req(op, 'POST', '/v1/configs', { ...base, inputs: [{ name: 'p', type: 'Float' }] }),
+      400,
+      'invalid_request',
+      'inputs.0.type',
+    );
+    expectError(
+      await t.req(op, 'POST', '/v1/configs', {
+        name: 'comp',
+        group: 'component',
+        config: { configs: [{ actions: ['CREATE'], tool: 'Bad Tool', config: 'x' }] },
+      }),
+      400,
+      'bad_name',
+      'config.configs.0.tool',
+    );
+    expect(
+      (
+        await t.req(op, 'POST', '/v1/configs', {
+          name: 'comp',
+          group: 'component',
+          config: { configs: [{ actions: ['CREATE', 'RESTART'], tool: 'script', config: 'x' }] },
+        })
+      ).status,
+    ).toBe(201);
   });
 
   it('refuses non-JSON and broken bodies', async () => {
-    expectError(await t.req(op, 'POST', '/v1/configs', undefined, { rawBody: 'name=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } }), 415, 'unsupported_media_type');
-    expectError(await t.req(op, 'POST', '/v1/configs', undefined, { rawBody: '{"name":', headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
+    expectError(
+      await t.req(op, 'POST', '/v1/configs', undefined, {
+        rawBody: 'name=x',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      }),
+      415,
+      'unsupported_media_type',
+    );
+    expectError(
+      await t.req(op, 'POST', '/v1/configs', undefined, {
+        rawBody: '{"name":',
+        headers: { 'content-type': 'application/json' },
+      }),
+      400,
+      'invalid_json',
+    );
     expectError(await t.req(op, 'POST', '/v1/configs'), 400, 'invalid_request');
   });
 
@@ -220,12 +314,32 @@ describe('operator routes', () => {
     expectError(await t.req(op, 'POST', '/v1/configs', big), 413, 'body_too_large');
     // chunked, no Content-Length: counted while reading
     const r = await new Promise<Res>((resolve, reject) => {
-      const req = https.request({ host: '127.0.0.1', port: t.port, method: 'POST', path: '/v1/configs', ...op, servername: 'localhost', agent: false,
-        headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' } }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => { const raw = Buffer.concat(chunks); resolve({ status: res.statusCode ?? 0, headers: res.headers, raw, text: raw.toString(), json: JSON.parse(raw.toString()) }); });
-      });
+      const req = https.request(
+        {
+          host: '127.0.0.1',
+          port: t.port,
+          method: 'POST',
+          path: '/v1/configs',
+          ...op,
+          servername: 'localhost',
+          agent: false,
+          headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            const raw = Buffer.concat(chunks);
+            resolve({
+              status: res.statusCode ?? 0,
+              headers: res.headers,
+              raw,
+              text: raw.toString(),
+              json: JSON.parse(raw.toString()),
+            });
+          });
+        },
+      );
       req.on('error', reject);
       req.write(JSON.stringify(big));
       req.end();
@@ -234,19 +348,73 @@ describe('operator routes', () => {
   });
 
   it('deployments: 201 + Location, unknown node 422, unknown config 422, input values checked by field', async () => {
-    const cfg = await mkConfig({ name: 'app', group: 'script', config: 'x', inputs: [{ name: 'port', type: 'Number' }, { name: 'debug', type: 'Boolean', default: false }] });
+    const cfg = await mkConfig({
+      name: 'app',
+      group: 'script',
+      config: 'x',
+      inputs: [
+        { name: 'port', type: 'Number' },
+        { name: 'debug', type: 'Boolean', default: false },
+      ],
+    });
     await t.req(op, 'POST', '/v1/nodes', { id: 'd1' });
-    const r = await t.req(op, 'POST', '/v1/deployments', { node: 'd1', config_id: cfg, input_values: { port: '8080' } });
+    const r = await t.req(op, 'POST', '/v1/deployments', {
+      node: 'd1',
+      config_id: cfg,
+      input_values: { port: '8080' },
+    });
     expect(r.status).toBe(201);
     expect(r.headers.location).toBe(`/v1/deployments/${r.json.id}`);
-    expect(r.json).toMatchObject({ deployment_id: r.json.id, node: 'd1', config_id: cfg, name: 'app', action: 'CREATE', actions: ['CREATE', 'UPDATE'], revision: 1, status: 'IN_PROGRESS', status_reason: 'Deploy data available', input_values: { port: 8080 }, output_values: null });
+    expect(r.json).toMatchObject({
+      deployment_id: r.json.id,
+      node: 'd1',
+      config_id: cfg,
+      name: 'app',
+      action: 'CREATE',
+      actions: ['CREATE', 'UPDATE'],
+      revision: 1,
+      status: 'IN_PROGRESS',
+      status_reason: 'Deploy data available',
+      input_values: { port: 8080 },
+      output_values: null,
+    });
     expect(t.push.notified.at(-1)).toMatchObject({ node: 'd1', reason: 'deployment' });
-    expectError(await t.req(op, 'POST', '/v1/deployments', { node: 'ghost', config_id: cfg }), 422, 'unknown_node', 'node');
-    expectError(await t.req(op, 'POST', '/v1/deployments', { node: 'd1', config_id: 'nope' }), 422, 'unknown_config', 'config_id');
-    expectError(await t.req(op, 'POST', '/v1/deployments', { node: 'd1', config_id: cfg, input_values: { port: 'abc' } }), 400, 'bad_input_value', 'input_values.port');
-    expectError(await t.req(op, 'POST', '/v1/deployments', { node: 'd1', config_id: cfg, input_values: { PATH: '/tmp' } }), 400, 'forbidden_input', 'input_values.PATH');
-    expectError(await t.req(op, 'POST', '/v1/deployments', { node: 'd1', config_id: cfg, action: 'EXPLODE' }), 400, 'invalid_request', 'action');
-    expectError(await t.req(op, 'POST', '/v1/deployments', { node: 'd1', config_id: cfg, action: 'DELETE' }), 400, 'invalid_request', 'action');
+    expectError(
+      await t.req(op, 'POST', '/v1/deployments', { node: 'ghost', config_id: cfg }),
+      422,
+      'unknown_node',
+      'node',
+    );
+    expectError(
+      await t.req(op, 'POST', '/v1/deployments', { node: 'd1', config_id: 'nope' }),
+      422,
+      'unknown_config',
+      'config_id',
+    );
+    expectError(
+      await t.req(op, 'POST', '/v1/deployments', { node: 'd1', config_id: cfg, input_values: { port: 'abc' } }),
+      400,
+      'bad_input_value',
+      'input_values.port',
+    );
+    expectError(
+      await t.req(op, 'POST', '/v1/deployments', { node: 'd1', config_id: cfg, input_values: { PATH: '/tmp' } }),
+      400,
+      'forbidden_input',
+      'input_values.PATH',
+    );
+    expectError(
+      await t.req(op, 'POST', '/v1/deployments', { node: 'd1', config_id: cfg, action: 'EXPLODE' }),
+      400,
+      'invalid_request',
+      'action',
+    );
+    expectError(
+      await t.req(op, 'POST', '/v1/deployments', { node: 'd1', config_id: cfg, action: 'DELETE' }),
+      400,
+      'invalid_request',
+      'action',
+    );
     const list = await t.req(op, 'GET', '/v1/deployments?node=d1');
     expect(list.json.items.map((d: { id: string }) => d.id)).toEqual([r.json.id]);
   });
@@ -257,7 +425,12 @@ describe('operator routes', () => {
     const d = await mkDeployment({ node: 'd2', config_id: cfg, input_values: { a: '1', b: '2' } });
     const p = await t.req(op, 'PATCH', `/v1/deployments/${d.id}`, { input_values: { b: '3' } });
     expect(p.status).toBe(200);
-    expect(p.json).toMatchObject({ revision: 2, action: 'UPDATE', status: 'IN_PROGRESS', input_values: { a: '1', b: '3' } });
+    expect(p.json).toMatchObject({
+      revision: 2,
+      action: 'UPDATE',
+      status: 'IN_PROGRESS',
+      input_values: { a: '1', b: '3' },
+    });
     expect(p.json.item_id).not.toBe(d.item_id);
     const s = await t.req(op, 'PATCH', `/v1/deployments/${d.id}`, { action: 'SUSPEND' });
     expect(s.json).toMatchObject({ revision: 3, action: 'SUSPEND', status: 'COMPLETE', signalled: true });
@@ -282,7 +455,13 @@ describe('operator routes', () => {
     const { r: md } = await fetchMetadata(n1, 'n1');
     const item = md.json.deployments.find((x: { deployment_id: string }) => x.deployment_id === withDelete.id);
     expect(item.inputs.find((i: { name: string }) => i.name === 'deploy_action').value).toBe('DELETE');
-    const sig = await t.req(n1, 'POST', `/v1/nodes/n1/deployments/${withDelete.id}/signal`, { revision: 2, deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} });
+    const sig = await t.req(n1, 'POST', `/v1/nodes/n1/deployments/${withDelete.id}/signal`, {
+      revision: 2,
+      deploy_status_code: 0,
+      deploy_stdout: '',
+      deploy_stderr: '',
+      outputs: {},
+    });
     expect(sig.status).toBe(200);
     expectError(await t.req(op, 'GET', `/v1/deployments/${withDelete.id}`), 404, 'not_found');
     const { r: md2 } = await fetchMetadata(n1, 'n1');
@@ -292,8 +471,17 @@ describe('operator routes', () => {
   it('GET /v1/audit records who changed what', async () => {
     const r = await t.req(op, 'GET', '/v1/audit?limit=500');
     expect(r.status).toBe(200);
-    expect(r.json.items.some((a: { who: string; action: string }) => a.who === pki.spiffe('operator', 'admin') && a.action === 'config.create')).toBe(true);
-    expect(r.json.items.some((a: { who: string; action: string }) => a.who === pki.spiffe('agent', 'n1') && a.action === 'node.register')).toBe(true);
+    expect(
+      r.json.items.some(
+        (a: { who: string; action: string }) =>
+          a.who === pki.spiffe('operator', 'admin') && a.action === 'config.create',
+      ),
+    ).toBe(true);
+    expect(
+      r.json.items.some(
+        (a: { who: string; action: string }) => a.who === pki.spiffe('agent', 'n1') && a.action === 'node.register',
+      ),
+    ).toBe(true);
   });
 });
 
@@ -305,10 +493,24 @@ describe('metadata', () => {
   beforeAll(async () => {
     await announce(pki.cred('agent', 'n1'), 'n1');
     await t.req(op, 'POST', '/v1/nodes', { id: 'm1' });
-    cfgA = await mkConfig({ name: 'zeta', group: 'script', config: '#!/bin/sh\n', inputs: [{ name: 'greeting', description: 'hello' }, { name: 'count', type: 'Number', default: 3 }], outputs: [{ name: 'result' }, { name: 'err', error_output: true }] });
+    cfgA = await mkConfig({
+      name: 'zeta',
+      group: 'script',
+      config: '#!/bin/sh\n',
+      inputs: [
+        { name: 'greeting', description: 'hello' },
+        { name: 'count', type: 'Number', default: 3 },
+      ],
+      outputs: [{ name: 'result' }, { name: 'err', error_output: true }],
+    });
     const m1 = await pki.issueAgent('m1');
     void m1;
-    depB = await mkDeployment({ node: 'm1', config_id: cfgA, name: 'bravo', input_values: { greeting: 'hi', extra: 42 } });
+    depB = await mkDeployment({
+      node: 'm1',
+      config_id: cfgA,
+      name: 'bravo',
+      input_values: { greeting: 'hi', extra: 42 },
+    });
     depA = await mkDeployment({ node: 'm1', config_id: cfgA, name: 'alpha' });
   });
 
@@ -323,8 +525,29 @@ describe('metadata', () => {
     expect(doc).toMatchObject({ node: 'm1', generation: v.gen });
     expect(doc.deployments.map((d: { name: string }) => d.name)).toEqual(['alpha', 'bravo']);
     const b = doc.deployments[1];
-    expect(Object.keys(b).sort()).toEqual(['config', 'creation_time', 'deployment_id', 'group', 'id', 'inputs', 'name', 'options', 'outputs', 'revision', 'signalled'].sort());
-    expect(b).toMatchObject({ id: depB.item_id, deployment_id: depB.id, revision: 1, signalled: false, group: 'script', config: '#!/bin/sh\n' });
+    expect(Object.keys(b).sort()).toEqual(
+      [
+        'config',
+        'creation_time',
+        'deployment_id',
+        'group',
+        'id',
+        'inputs',
+        'name',
+        'options',
+        'outputs',
+        'revision',
+        'signalled',
+      ].sort(),
+    );
+    expect(b).toMatchObject({
+      id: depB.item_id,
+      deployment_id: depB.id,
+      revision: 1,
+      signalled: false,
+      group: 'script',
+      config: '#!/bin/sh\n',
+    });
     const inputs = Object.fromEntries(b.inputs.map((i: { name: string; value: unknown }) => [i.name, i]));
     expect(inputs.greeting).toEqual({ name: 'greeting', type: 'String', value: 'hi', description: 'hello' });
     expect(inputs.count.value).toBe(3);
@@ -337,8 +560,13 @@ describe('metadata', () => {
     expect(inputs.deploy_signal_id.value).toBe(`https://127.0.0.1:${t.port}/v1/nodes/m1/deployments/${depB.id}/signal`);
     expect(inputs.deploy_resource_name.value).toBe('bravo');
     // derived inputs follow the user's
-    expect(b.inputs.findIndex((i: { name: string }) => i.name === 'deploy_server_id')).toBeGreaterThan(b.inputs.findIndex((i: { name: string }) => i.name === 'extra'));
-    expect(b.outputs).toEqual([{ name: 'result', type: 'String', error_output: false }, { name: 'err', type: 'String', error_output: true }]);
+    expect(b.inputs.findIndex((i: { name: string }) => i.name === 'deploy_server_id')).toBeGreaterThan(
+      b.inputs.findIndex((i: { name: string }) => i.name === 'extra'),
+    );
+    expect(b.outputs).toEqual([
+      { name: 'result', type: 'String', error_output: false },
+      { name: 'err', type: 'String', error_output: true },
+    ]);
   });
 
   it('answers If-None-Match (exact, W/, lists, *) with a signed 304, and mismatches with 200', async () => {
@@ -360,13 +588,22 @@ describe('metadata', () => {
   it('answers without a nonce header too (a person with curl), signing no nonce', async () => {
     const r = await t.req(pki.cred('agent', 'm1'), 'GET', '/v1/nodes/m1/metadata');
     expect(r.status).toBe(200);
-    const payload = JSON.parse(Buffer.from((r.headers['herald-signature'] as string).split('.')[1]!, 'base64url').toString());
+    const payload = JSON.parse(
+      Buffer.from((r.headers['herald-signature'] as string).split('.')[1]!, 'base64url').toString(),
+    );
     expect(payload.nonce).toBeUndefined();
     expect(payload.sha256).toBeDefined();
-    expectError(await t.req(pki.cred('agent', 'm1'), 'GET', '/v1/nodes/m1/metadata', undefined, { headers: { 'herald-nonce': 'short' } }), 400, 'invalid_request', 'Herald-Nonce');
+    expectError(
+      await t.req(pki.cred('agent', 'm1'), 'GET', '/v1/nodes/m1/metadata', undefined, {
+        headers: { 'herald-nonce': 'short' },
+      }),
+      400,
+      'invalid_request',
+      'Herald-Nonce',
+    );
   });
 
-  it('refuses agent A reading B\'s metadata (wrong_node) and unknown nodes (404)', async () => {
+  it("refuses agent A reading B's metadata (wrong_node) and unknown nodes (404)", async () => {
     expectError((await fetchMetadata(n1, 'm1')).r, 403, 'wrong_node');
     const ghost = await pki.issueAgent('ghost');
     expectError((await fetchMetadata(ghost, 'ghost')).r, 404, 'not_found');
@@ -377,51 +614,120 @@ describe('metadata', () => {
     const { r: before } = await fetchMetadata(m1, 'm1');
     const wakes = t.push.notified.length;
     const url = `/v1/nodes/m1/deployments/${depA.id}/signal`;
-    const first = await t.req(m1, 'POST', url, { revision: 1, deploy_status_code: 0, deploy_stdout: 'out', deploy_stderr: 'err', outputs: { result: 'r1', undeclared: 'x' } });
+    const first = await t.req(m1, 'POST', url, {
+      revision: 1,
+      deploy_status_code: 0,
+      deploy_stdout: 'out',
+      deploy_stderr: 'err',
+      outputs: { result: 'r1', undeclared: 'x' },
+    });
     expect(first.status, first.text).toBe(200);
     // the answer is a summary: the outputs are not echoed back to the agent
-    expect(first.json).toMatchObject({ deployment_id: depA.id, revision: 1, status: 'COMPLETE', status_reason: 'Outputs received', signalled: true });
+    expect(first.json).toMatchObject({
+      deployment_id: depA.id,
+      revision: 1,
+      status: 'COMPLETE',
+      status_reason: 'Outputs received',
+      signalled: true,
+    });
     expect(first.json.output_values).toBeUndefined();
     const view = await t.req(op, 'GET', `/v1/deployments/${depA.id}`);
-    expect(view.json).toMatchObject({ output_values: { result: 'r1', deploy_stdout: 'out', deploy_stderr: 'err', deploy_status_code: 0 } });
+    expect(view.json).toMatchObject({
+      output_values: { result: 'r1', deploy_stdout: 'out', deploy_stderr: 'err', deploy_status_code: 0 },
+    });
     expect(view.json.output_values.undeclared).toBeUndefined();
-    const dup = await t.req(m1, 'POST', url, { revision: 1, deploy_status_code: 3, deploy_stdout: 'other', deploy_stderr: '', outputs: {} });
+    const dup = await t.req(m1, 'POST', url, {
+      revision: 1,
+      deploy_status_code: 3,
+      deploy_stdout: 'other',
+      deploy_stderr: '',
+      outputs: {},
+    });
     expect(dup.status).toBe(200);
     expect(dup.json.status).toBe('COMPLETE');
     expect(t.push.notified.length).toBe(wakes); // a signal wakes nobody
     const { r: after, nonce } = await fetchMetadata(m1, 'm1');
     expect(verify(after, nonce, 'm1').gen).toBeGreaterThan(Number((before.headers.etag as string).replaceAll('"', '')));
-    expect(after.json.deployments.find((d: { deployment_id: string }) => d.deployment_id === depA.id).signalled).toBe(true);
+    expect(after.json.deployments.find((d: { deployment_id: string }) => d.deployment_id === depA.id).signalled).toBe(
+      true,
+    );
 
     // new revision: older is stale, newer unknown
     await t.req(op, 'PATCH', `/v1/deployments/${depA.id}`, {});
-    expectError(await t.req(m1, 'POST', url, { revision: 1, deploy_status_code: 0, outputs: {} }), 409, 'stale_revision');
-    expectError(await t.req(m1, 'POST', url, { revision: 3, deploy_status_code: 0, outputs: {} }), 409, 'unknown_revision');
-    const failed = await t.req(m1, 'POST', url, { revision: 2, deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: { err: 'boom' } });
+    expectError(
+      await t.req(m1, 'POST', url, { revision: 1, deploy_status_code: 0, outputs: {} }),
+      409,
+      'stale_revision',
+    );
+    expectError(
+      await t.req(m1, 'POST', url, { revision: 3, deploy_status_code: 0, outputs: {} }),
+      409,
+      'unknown_revision',
+    );
+    const failed = await t.req(m1, 'POST', url, {
+      revision: 2,
+      deploy_status_code: 0,
+      deploy_stdout: '',
+      deploy_stderr: '',
+      outputs: { err: 'boom' },
+    });
     expect(failed.json).toMatchObject({ status: 'FAILED', revision: 2 });
     expect(failed.json.status_reason).toContain('err : boom');
 
     await t.req(op, 'PATCH', `/v1/deployments/${depA.id}`, {});
-    const nz = await t.req(m1, 'POST', url, { revision: 3, deploy_status_code: 2, deploy_stdout: '', deploy_stderr: 'bad', outputs: {}, status_reason: 'interrupted' });
+    const nz = await t.req(m1, 'POST', url, {
+      revision: 3,
+      deploy_status_code: 2,
+      deploy_stdout: '',
+      deploy_stderr: 'bad',
+      outputs: {},
+      status_reason: 'interrupted',
+    });
     expect(nz.json).toMatchObject({ status: 'FAILED', status_reason: 'interrupted' });
     const shown = await t.req(op, 'GET', `/v1/deployments/${depA.id}`);
-    expect(shown.json).toMatchObject({ status: 'FAILED', revision: 3, status_reason: 'interrupted', output_values: { deploy_status_code: 2 } });
+    expect(shown.json).toMatchObject({
+      status: 'FAILED',
+      revision: 3,
+      status_reason: 'interrupted',
+      output_values: { deploy_status_code: 2 },
+    });
   });
 
-  it('signals are only for the node\'s own deployments', async () => {
+  it("signals are only for the node's own deployments", async () => {
     const m1 = pki.cred('agent', 'm1');
     const body = { revision: 1, deploy_status_code: 0, outputs: {} };
     expectError(await t.req(n1, 'POST', `/v1/nodes/m1/deployments/${depB.id}/signal`, body), 403, 'wrong_node');
     expectError(await t.req(n1, 'POST', `/v1/nodes/n1/deployments/${depB.id}/signal`, body), 404, 'not_found');
-    expectError(await t.req(m1, 'POST', `/v1/nodes/m1/deployments/${depB.id}/signal`, { revision: 'one' }), 400, 'invalid_request', 'revision');
+    expectError(
+      await t.req(m1, 'POST', `/v1/nodes/m1/deployments/${depB.id}/signal`, { revision: 'one' }),
+      400,
+      'invalid_request',
+      'revision',
+    );
   });
 
   it('accepts signals up to 4 MiB and refuses larger (413)', async () => {
     const m1 = pki.cred('agent', 'm1');
     const url = `/v1/nodes/m1/deployments/${depB.id}/signal`;
-    const ok = await t.req(m1, 'POST', url, { revision: 1, deploy_status_code: 0, deploy_stdout: 'y'.repeat(2 * 1024 * 1024), deploy_stderr: '', outputs: {} });
+    const ok = await t.req(m1, 'POST', url, {
+      revision: 1,
+      deploy_status_code: 0,
+      deploy_stdout: 'y'.repeat(2 * 1024 * 1024),
+      deploy_stderr: '',
+      outputs: {},
+    });
     expect(ok.status, ok.text.slice(0, 200)).toBe(200);
-    expectError(await t.req(m1, 'POST', url, { revision: 1, deploy_status_code: 0, deploy_stdout: 'y'.repeat(4 * 1024 * 1024 + 1), deploy_stderr: '', outputs: {} }), 413, 'body_too_large');
+    expectError(
+      await t.req(m1, 'POST', url, {
+        revision: 1,
+        deploy_status_code: 0,
+        deploy_stdout: 'y'.repeat(4 * 1024 * 1024 + 1),
+        deploy_stderr: '',
+        outputs: {},
+      }),
+      413,
+      'body_too_large',
+    );
   });
 });
 
@@ -430,34 +736,62 @@ describe('hidden inputs', () => {
     const SECRET = `hunter2-${Math.random().toString(36).slice(2)}`;
     const events: string[] = [];
     const stream = await new Promise<{ close: () => void }>((resolve, reject) => {
-      const req = https.request({ host: '127.0.0.1', port: t.port, path: '/v1/events', ...op, servername: 'localhost', agent: false }, (res) => {
-        expect(res.statusCode).toBe(200);
-        expect(res.headers['content-type']).toContain('text/event-stream');
-        res.on('data', (c: Buffer) => events.push(c.toString()));
-        resolve({ close: () => req.destroy() });
-      });
+      const req = https.request(
+        { host: '127.0.0.1', port: t.port, path: '/v1/events', ...op, servername: 'localhost', agent: false },
+        (res) => {
+          expect(res.statusCode).toBe(200);
+          expect(res.headers['content-type']).toContain('text/event-stream');
+          res.on('data', (c: Buffer) => events.push(c.toString()));
+          resolve({ close: () => req.destroy() });
+        },
+      );
       req.on('error', (e) => (events.length ? undefined : reject(e)));
       req.end();
     });
     try {
       await t.req(op, 'POST', '/v1/nodes', { id: 'h1' });
       const h1 = await pki.issueAgent('h1');
-      const cfg = await t.req(op, 'POST', '/v1/configs', { name: 'sec', group: 'script', config: 'x', inputs: [{ name: 'password', hidden: true, default: `${SECRET}-default` }, { name: 'user' }] });
+      const cfg = await t.req(op, 'POST', '/v1/configs', {
+        name: 'sec',
+        group: 'script',
+        config: 'x',
+        inputs: [{ name: 'password', hidden: true, default: `${SECRET}-default` }, { name: 'user' }],
+      });
       expect(cfg.text).not.toContain(SECRET);
       expect(cfg.json.inputs[0].default).toBe('***');
-      const d = await t.req(op, 'POST', '/v1/deployments', { node: 'h1', config_id: cfg.json.id, input_values: { password: SECRET, user: 'bob' } });
+      const d = await t.req(op, 'POST', '/v1/deployments', {
+        node: 'h1',
+        config_id: cfg.json.id,
+        input_values: { password: SECRET, user: 'bob' },
+      });
       expect(d.text).not.toContain(SECRET);
       expect(d.json.input_values).toEqual({ password: '***', user: 'bob' });
       const p = await t.req(op, 'PATCH', `/v1/deployments/${d.json.id}`, { input_values: { user: 'alice' } });
       expect(p.json.input_values).toEqual({ password: '***', user: 'alice' });
-      for (const path of [`/v1/deployments/${d.json.id}`, '/v1/deployments', `/v1/configs/${cfg.json.id}`, '/v1/configs', `/v1/deployments/${d.json.id}/revisions`, '/v1/audit?limit=1000']) {
+      for (const path of [
+        `/v1/deployments/${d.json.id}`,
+        '/v1/deployments',
+        `/v1/configs/${cfg.json.id}`,
+        '/v1/configs',
+        `/v1/deployments/${d.json.id}/revisions`,
+        '/v1/audit?limit=1000',
+      ]) {
         const r = await t.req(op, 'GET', path);
         expect(r.text, path).not.toContain(SECRET);
       }
       const md = await t.req(h1, 'GET', '/v1/nodes/h1/metadata');
       expect(md.text).toContain(SECRET);
-      await t.req(h1, 'POST', `/v1/nodes/h1/deployments/${d.json.id}/signal`, { revision: 2, deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} });
-      await waitFor('events for the deployment', () => events.join('').includes(`"id":"${d.json.id}"`) && events.join('').includes('"status":"COMPLETE"'));
+      await t.req(h1, 'POST', `/v1/nodes/h1/deployments/${d.json.id}/signal`, {
+        revision: 2,
+        deploy_status_code: 0,
+        deploy_stdout: '',
+        deploy_stderr: '',
+        outputs: {},
+      });
+      await waitFor(
+        'events for the deployment',
+        () => events.join('').includes(`"id":"${d.json.id}"`) && events.join('').includes('"status":"COMPLETE"'),
+      );
       const all = events.join('');
       expect(all).toContain('event: deployment');
       expect(all).toContain('"password":"***"');
@@ -476,9 +810,13 @@ describe('metrics', () => {
     expect(r.headers['content-type']).toContain('text/plain');
     const lines = r.text.split('\n').filter((l) => l !== '');
     for (const l of lines) {
-      expect(l, l).toMatch(/^(# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+|[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*",?)*\})? -?([0-9.e+-]+|NaN|\+Inf|-Inf))$/);
+      expect(l, l).toMatch(
+        /^(# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+|[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*",?)*\})? -?([0-9.e+-]+|NaN|\+Inf|-Inf))$/,
+      );
     }
-    expect(r.text).toMatch(/herald_api_requests_total\{route="\/v1\/nodes\/:node\/metadata",method="GET",status="200"\} \d+/);
+    expect(r.text).toMatch(
+      /herald_api_requests_total\{route="\/v1\/nodes\/:node\/metadata",method="GET",status="200"\} \d+/,
+    );
     expect(r.text).toMatch(/herald_metadata_fetches_total\{status="304"\} \d+/);
     expect(r.text).toMatch(/herald_signals_total\{outcome="recorded",status="COMPLETE"\} \d+/);
   });
@@ -496,7 +834,11 @@ describe('rate limits (SPEC §6 defaults)', () => {
   // sent at once, so the refill during the burst stays well under one token
   it('allows 5 announcements at once, then answers 429 with Retry-After', async () => {
     const r1 = await pki.issueAgent('r1');
-    const results = await Promise.all(Array.from({ length: 8 }, () => rt.req(r1, 'PUT', '/v1/nodes/r1/endpoint', { url: 'wss://127.0.0.1:7443/v1/wake' })));
+    const results = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        rt.req(r1, 'PUT', '/v1/nodes/r1/endpoint', { url: 'wss://127.0.0.1:7443/v1/wake' }),
+      ),
+    );
     const ok = results.filter((r) => r.status === 200).length;
     expect(ok).toBeGreaterThanOrEqual(5);
     expect(ok).toBeLessThanOrEqual(6);
@@ -509,7 +851,9 @@ describe('rate limits (SPEC §6 defaults)', () => {
   it('allows 10 metadata fetches at once, then 429', async () => {
     const r2 = await pki.issueAgent('r2');
     await rt.req(r2, 'PUT', '/v1/nodes/r2/endpoint', { url: 'wss://127.0.0.1:7443/v1/wake' });
-    const statuses = (await Promise.all(Array.from({ length: 16 }, () => rt.req(r2, 'GET', '/v1/nodes/r2/metadata')))).map((r) => r.status);
+    const statuses = (
+      await Promise.all(Array.from({ length: 16 }, () => rt.req(r2, 'GET', '/v1/nodes/r2/metadata')))
+    ).map((r) => r.status);
     const ok = statuses.filter((s) => s === 200).length;
     expect(ok).toBeGreaterThanOrEqual(10);
     expect(ok).toBeLessThan(16);
@@ -520,24 +864,33 @@ describe('rate limits (SPEC §6 defaults)', () => {
 describe('kept-alive connections per agent (API_AGENT_MAX_CONNECTIONS)', () => {
   /** `n` requests at once from one agent identity, each on a connection of its own, all kept open. */
   async function burst(agent: https.Agent, node: string, n: number): Promise<Res[]> {
-    return Promise.all(Array.from({ length: n }, () => new Promise<Res>((resolve, reject) => {
-      const req = https.request({ host: '127.0.0.1', port: t.port, path: `/v1/nodes/${node}/metadata`, servername: 'localhost', agent }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString();
-          let json: unknown;
-          try {
-            json = JSON.parse(text);
-          } catch {
-            json = undefined;
-          }
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json } as unknown as Res);
-        });
-      });
-      req.on('error', reject);
-      req.end();
-    })));
+    return Promise.all(
+      Array.from(
+        { length: n },
+        () =>
+          new Promise<Res>((resolve, reject) => {
+            const req = https.request(
+              { host: '127.0.0.1', port: t.port, path: `/v1/nodes/${node}/metadata`, servername: 'localhost', agent },
+              (res) => {
+                const chunks: Buffer[] = [];
+                res.on('data', (c: Buffer) => chunks.push(c));
+                res.on('end', () => {
+                  const text = Buffer.concat(chunks).toString();
+                  let json: unknown;
+                  try {
+                    json = JSON.parse(text);
+                  } catch {
+                    json = undefined;
+                  }
+                  resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json } as unknown as Res);
+                });
+              },
+            );
+            req.on('error', reject);
+            req.end();
+          }),
+      ),
+    );
   }
 
   it('answers the 9th open connection of one agent 429 too_many_connections and closes it; other identities are not counted', async () => {
@@ -561,7 +914,11 @@ describe('kept-alive connections per agent (API_AGENT_MAX_CONNECTIONS)', () => {
       expectError(more, 429, 'too_many_connections');
       // once they are closed, new connections are served
       a.destroy();
-      await waitFor('kc1 served again', async () => (await t.req(kc, 'GET', '/v1/nodes/kc1/metadata')).status === 200, 5_000);
+      await waitFor(
+        'kc1 served again',
+        async () => (await t.req(kc, 'GET', '/v1/nodes/kc1/metadata')).status === 200,
+        5_000,
+      );
     } finally {
       a.destroy();
       b.destroy();
@@ -589,14 +946,18 @@ describe('revocation and unexpected errors', () => {
   it('refuses a revoked certificate at its next request, on a live connection too', async () => {
     const rv = await pki.issueAgent('rv');
     const agent = new https.Agent({ keepAlive: true, ...rv });
-    const get = () => new Promise<number>((resolve, reject) => {
-      const r = https.request({ host: '127.0.0.1', port: t.port, path: '/healthz', servername: 'localhost', agent }, (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
+    const get = () =>
+      new Promise<number>((resolve, reject) => {
+        const r = https.request(
+          { host: '127.0.0.1', port: t.port, path: '/healthz', servername: 'localhost', agent },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          },
+        );
+        r.on('error', reject);
+        r.end();
       });
-      r.on('error', reject);
-      r.end();
-    });
     try {
       expect(await get()).toBe(200);
       const { revoke } = await import('../../certs/pki.js');
@@ -619,7 +980,9 @@ describe('revocation and unexpected errors', () => {
       const r = await x.req(op, 'GET', '/v1/nodes');
       expectError(r, 500, 'internal');
       expect(r.json.error.message).toBe('an unexpected error; details are in the controller log only');
-      const line = x.logLines().find((l) => l.msg === 'request failed unexpectedly') as { err?: { stack?: string } } | undefined;
+      const line = x.logLines().find((l) => l.msg === 'request failed unexpectedly') as
+        | { err?: { stack?: string } }
+        | undefined;
       expect(line?.err?.stack).toMatch(/not open|closed/);
     } finally {
       await x.close().catch(() => undefined);

@@ -21,9 +21,22 @@ function world(n: number, o: { timeoutS?: number; marginS?: number } = {}) {
   const nodes = Array.from({ length: n }, (_, i) => `n${i}`);
 
   const create = async (nowMs = T0) => {
-    const r = await data.run((tx) => engine.create(tx, {
-      name: 'k', nodes, installConfigId: install, uninstallConfigId: uninstall, installInputValues: {}, uninstallInputValues: {}, inputValues: {},
-    }, WHO, nowMs));
+    const r = await data.run((tx) =>
+      engine.create(
+        tx,
+        {
+          name: 'k',
+          nodes,
+          installConfigId: install,
+          uninstallConfigId: uninstall,
+          installInputValues: {},
+          uninstallInputValues: {},
+          inputValues: {},
+        },
+        WHO,
+        nowMs,
+      ),
+    );
     return { id: r.result, changes: r.changes };
   };
   const cluster = (id: string) => data.cluster(id)!;
@@ -39,7 +52,8 @@ function world(n: number, o: { timeoutS?: number; marginS?: number } = {}) {
       await tx.recordResult(d, { status: ok ? 'COMPLETE' : 'FAILED', statusReason: reason, outputValues: {} }, nowMs);
       await engine.onStepResult(tx, { clusterId: id, node, deploymentId: depId, ok, reason }, nowMs);
     });
-  const restart = (id: string, max: number | null, nowMs: number) => data.run((tx) => engine.restart(tx, id, max, WHO, nowMs));
+  const restart = (id: string, max: number | null, nowMs: number) =>
+    data.run((tx) => engine.restart(tx, id, max, WHO, nowMs));
   const tick = (nowMs: number) => data.run((tx) => engine.tick(tx, nowMs));
   /** Every node in a step answers `ok` until the cluster is idle; returns the most nodes in a step at once. */
   const drive = async (id: string, nowMs: number, ok: (node: string) => boolean = () => true) => {
@@ -70,11 +84,18 @@ describe('cluster engine: create', () => {
     const c = w.cluster(id);
     expect(c.head).toMatchObject({ status: 'CREATE_IN_PROGRESS', operation: 'create', maxUnavailable: 3 });
     expect(c.nodes.every((n) => n.phase === 'installing' && n.stepDeadlineMs === T0 + STEP_MS)).toBe(true);
-    expect(changes.wakes.map((x) => `${x.node}:${x.reason}`)).toEqual(['n0:deployment', 'n1:deployment', 'n2:deployment']);
+    expect(changes.wakes.map((x) => `${x.node}:${x.reason}`)).toEqual([
+      'n0:deployment',
+      'n1:deployment',
+      'n2:deployment',
+    ]);
     expect(changes.clusters).toEqual([id]);
     expect(changes.deployments.length).toBe(6);
     // the uninstall deployments exist but did not run (CREATE is not among their actions)
-    expect(w.data.deployment(c.nodes[0]!.uninstallDeploymentId)!.current).toMatchObject({ action: 'CREATE', signalled: true });
+    expect(w.data.deployment(c.nodes[0]!.uninstallDeploymentId)!.current).toMatchObject({
+      action: 'CREATE',
+      signalled: true,
+    });
     expect(w.data.audit).toEqual([{ who: WHO, action: 'cluster.create', target: id }]);
   });
 
@@ -84,20 +105,41 @@ describe('cluster engine: create', () => {
     await good.result(a.id, 'n0', true, T0 + 1);
     expect(good.cluster(a.id).head.status).toBe('CREATE_IN_PROGRESS');
     await good.result(a.id, 'n1', true, T0 + 2);
-    expect(good.cluster(a.id).head).toMatchObject({ status: 'CREATE_COMPLETE', statusReason: 'create complete on 2 node(s)' });
+    expect(good.cluster(a.id).head).toMatchObject({
+      status: 'CREATE_COMPLETE',
+      statusReason: 'create complete on 2 node(s)',
+    });
 
     const bad = world(2);
     const b = await bad.create();
     await bad.result(b.id, 'n1', false, T0 + 1);
     await bad.result(b.id, 'n0', true, T0 + 2);
-    expect(bad.cluster(b.id).head).toMatchObject({ status: 'CREATE_FAILED', statusReason: 'create failed on n1: install: Deployment to server failed: exploded' });
+    expect(bad.cluster(b.id).head).toMatchObject({
+      status: 'CREATE_FAILED',
+      statusReason: 'create failed on n1: install: Deployment to server failed: exploded',
+    });
   });
 
   it('refuses an unknown install config before anything is written', async () => {
     const w = world(1);
-    const code = await rejectedCode(w.data.run((tx) => w.engine.create(tx, {
-      name: 'k', nodes: ['n0'], installConfigId: 'nope', uninstallConfigId: w.uninstall, installInputValues: {}, uninstallInputValues: {}, inputValues: {},
-    }, WHO, T0)));
+    const code = await rejectedCode(
+      w.data.run((tx) =>
+        w.engine.create(
+          tx,
+          {
+            name: 'k',
+            nodes: ['n0'],
+            installConfigId: 'nope',
+            uninstallConfigId: w.uninstall,
+            installInputValues: {},
+            uninstallInputValues: {},
+            inputValues: {},
+          },
+          WHO,
+          T0,
+        ),
+      ),
+    );
     expect(code).toBe('unknown_config');
     expect(w.data.clusters.size).toBe(0);
   });
@@ -130,7 +172,10 @@ describe('cluster engine: restart', () => {
     expect(w.phases(id)).toEqual(['complete', 'uninstalling', 'uninstalling', 'pending', 'pending']);
 
     expect(await w.drive(id, T0 + 13)).toBeLessThanOrEqual(2);
-    expect(w.cluster(id).head).toMatchObject({ status: 'RESTART_COMPLETE', statusReason: 'restart complete on 5 node(s)' });
+    expect(w.cluster(id).head).toMatchObject({
+      status: 'RESTART_COMPLETE',
+      statusReason: 'restart complete on 5 node(s)',
+    });
     for (const n of w.cluster(id).nodes) {
       expect(w.data.deployment(n.uninstallDeploymentId)!.current).toMatchObject({ revision: 2, action: 'RESTART' });
       expect(w.data.deployment(n.installDeploymentId)!.current).toMatchObject({ revision: 2, action: 'RESTART' });
@@ -165,7 +210,10 @@ describe('cluster engine: restart', () => {
     await w.drive(id, T0 + 13);
     const c = w.cluster(id);
     expect(c.nodes.map((n) => n.phase)).toEqual(['failed', 'complete', 'pending', 'pending', 'pending']);
-    expect(c.head).toMatchObject({ status: 'RESTART_FAILED', statusReason: 'restart failed on n0: install: Deployment to server failed: exploded' });
+    expect(c.head).toMatchObject({
+      status: 'RESTART_FAILED',
+      statusReason: 'restart failed on n0: install: Deployment to server failed: exploded',
+    });
     // a restart from the failed state repairs
     await w.restart(id, null, T0 + 20);
     await w.drive(id, T0 + 21);
@@ -197,7 +245,10 @@ describe('cluster engine: deadlines', () => {
     expect(c.nodes[1]!.reason).toBe('install: no result within the step deadline (10 s)');
     expect(c.head.status).toBe('CREATE_FAILED');
     // the timed-out revision holds a FAILED result: a late signal would be a duplicate
-    expect(w.data.deployment(c.nodes[2]!.installDeploymentId)!.current).toMatchObject({ status: 'FAILED', signalled: true });
+    expect(w.data.deployment(c.nodes[2]!.installDeploymentId)!.current).toMatchObject({
+      status: 'FAILED',
+      signalled: true,
+    });
     // nothing in flight: a tick now claims no cluster and changes nothing
     expect((await w.tick(T0 + 10 * STEP_MS)).changes.generation).toBeNull();
   });
@@ -244,7 +295,10 @@ describe('cluster engine: delete', () => {
     await w.drive(id, T0 + 1);
     await w.data.run((tx) => w.engine.delete(tx, id, WHO, T0 + 10));
     await w.drive(id, T0 + 11, (node) => node !== 'n1');
-    expect(w.cluster(id).head).toMatchObject({ status: 'DELETE_FAILED', statusReason: 'delete failed on n1: uninstall: Deployment to server failed: exploded' });
+    expect(w.cluster(id).head).toMatchObject({
+      status: 'DELETE_FAILED',
+      statusReason: 'delete failed on n1: uninstall: Deployment to server failed: exploded',
+    });
   });
 });
 
@@ -255,18 +309,32 @@ describe('cluster engine: late results', () => {
     await w.tick(T0 + STEP_MS); // both installs time out: CREATE_FAILED
     const n0 = w.cluster(id).nodes[0]!;
     const before = structuredClone(w.cluster(id));
-    const late = await w.data.run((tx) => w.engine.onStepResult(tx, { clusterId: id, node: 'n0', deploymentId: n0.installDeploymentId, ok: true, reason: 'ok' }, T0 + STEP_MS + 1));
+    const late = await w.data.run((tx) =>
+      w.engine.onStepResult(
+        tx,
+        { clusterId: id, node: 'n0', deploymentId: n0.installDeploymentId, ok: true, reason: 'ok' },
+        T0 + STEP_MS + 1,
+      ),
+    );
     expect(late.changes.clusters).toEqual([]);
     expect(w.cluster(id)).toEqual(before);
 
     // in a restart: the install's result arriving while the node is still uninstalling
     await w.restart(id, 1, T0 + 2 * STEP_MS);
     expect(w.phases(id)).toEqual(['uninstalling', 'pending']);
-    const wrongStep = await w.data.run((tx) => w.engine.onStepResult(tx, { clusterId: id, node: 'n0', deploymentId: n0.installDeploymentId, ok: true, reason: 'ok' }, T0 + 2 * STEP_MS + 1));
+    const wrongStep = await w.data.run((tx) =>
+      w.engine.onStepResult(
+        tx,
+        { clusterId: id, node: 'n0', deploymentId: n0.installDeploymentId, ok: true, reason: 'ok' },
+        T0 + 2 * STEP_MS + 1,
+      ),
+    );
     expect(wrongStep.changes.clusters).toEqual([]);
     expect(w.phases(id)).toEqual(['uninstalling', 'pending']);
     // and for a cluster that is gone
-    const gone = await w.data.run((tx) => w.engine.onStepResult(tx, { clusterId: 'nope', node: 'n0', deploymentId: 'x', ok: true, reason: 'ok' }, T0));
+    const gone = await w.data.run((tx) =>
+      w.engine.onStepResult(tx, { clusterId: 'nope', node: 'n0', deploymentId: 'x', ok: true, reason: 'ok' }, T0),
+    );
     expect(gone.changes.clusters).toEqual([]);
   });
 });

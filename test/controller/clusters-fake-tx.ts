@@ -8,7 +8,14 @@ import { HeraldError } from '../../protocol/errors.js';
 import type { DeployAction } from '../../protocol/heat.js';
 import type { WakeReason } from '../../protocol/wake.js';
 import { ChangeSetBuilder } from '../../controller/change-set.js';
-import type { ClusterGlance, ClusterHead, ClusterRows, ClusterTx, NodeStepChange, StepResult } from '../../controller/clusters/tx.js';
+import type {
+  ClusterGlance,
+  ClusterHead,
+  ClusterRows,
+  ClusterTx,
+  NodeStepChange,
+  StepResult,
+} from '../../controller/clusters/tx.js';
 import type {
   ChangeSet,
   ClusterNodeRecord,
@@ -43,7 +50,16 @@ export class FakeClusterData {
   /** A config whose hook timeout is `timeoutS` seconds. */
   addConfig(name: string, timeoutS: number): string {
     const id = this.id('cfg');
-    this.configs.set(id, { id, name, group: 'script', config: '', inputs: [], outputs: [], options: { timeout: timeoutS }, createdAt: iso(0) });
+    this.configs.set(id, {
+      id,
+      name,
+      group: 'script',
+      config: '',
+      inputs: [],
+      outputs: [],
+      options: { timeout: timeoutS },
+      createdAt: iso(0),
+    });
     return id;
   }
 
@@ -119,7 +135,13 @@ export class FakeClusterTx implements ClusterTx {
   async recordResult(d: DeploymentRecord, r: StepResult, nowMs: number): Promise<void> {
     const e = this.#w.deployments.get(d.id)!;
     const cur = e.revisions[e.revisions.length - 1]!;
-    Object.assign(cur, { status: r.status, statusReason: r.statusReason, outputValues: r.outputValues, signalled: true, signalledAt: iso(nowMs) });
+    Object.assign(cur, {
+      status: r.status,
+      statusReason: r.statusReason,
+      outputValues: r.outputValues,
+      signalled: true,
+      signalledAt: iso(nowMs),
+    });
     this.changes.touch(d.node);
     this.changes.deploymentChanged(d.id);
   }
@@ -127,7 +149,8 @@ export class FakeClusterTx implements ClusterTx {
   async insertCluster(c: ClusterRows, nowMs: number): Promise<string> {
     for (const [i, n] of c.nodes.entries()) {
       for (const other of this.#w.clusters.values()) {
-        if (other.nodes.some((x) => x.node === n)) throw new HeraldError('cluster_busy', `node ${n} is in a cluster`, { field: `nodes.${i}` });
+        if (other.nodes.some((x) => x.node === n))
+          throw new HeraldError('cluster_busy', `node ${n} is in a cluster`, { field: `nodes.${i}` });
       }
     }
     const id = this.#w.id('cluster');
@@ -136,7 +159,17 @@ export class FakeClusterTx implements ClusterTx {
       const mk = (role: 'install' | 'uninstall', configId: string, actions: DeployAction[]): string => {
         const depId = this.#w.id(role);
         this.#w.deployments.set(depId, {
-          d: { id: depId, node, configId, name: `${c.name}-${role}`, actions, clusterId: id, clusterRole: role, createdAt: at, updatedAt: at },
+          d: {
+            id: depId,
+            node,
+            configId,
+            name: `${c.name}-${role}`,
+            actions,
+            clusterId: id,
+            clusterRole: role,
+            createdAt: at,
+            updatedAt: at,
+          },
           revisions: [],
         });
         this.changes.deploymentChanged(depId);
@@ -158,7 +191,15 @@ export class FakeClusterTx implements ClusterTx {
       };
     });
     this.#w.clusters.set(id, {
-      head: { id, name: c.name, status: 'CREATE_IN_PROGRESS', statusReason: 'create in progress', operation: 'create', maxUnavailable: c.nodes.length, updatedAt: at },
+      head: {
+        id,
+        name: c.name,
+        status: 'CREATE_IN_PROGRESS',
+        statusReason: 'create in progress',
+        operation: 'create',
+        maxUnavailable: c.nodes.length,
+        updatedAt: at,
+      },
       nodes,
     });
     this.changes.clusterChanged(id);
@@ -174,7 +215,15 @@ export class FakeClusterTx implements ClusterTx {
   async clusterHead(id: string): Promise<ClusterHead | undefined> {
     this.#w.read('clusterHead');
     const c = this.#w.clusters.get(id);
-    return c && { id: c.head.id, status: c.head.status, operation: c.head.operation, maxUnavailable: c.head.maxUnavailable, updatedAt: c.head.updatedAt };
+    return (
+      c && {
+        id: c.head.id,
+        status: c.head.status,
+        operation: c.head.operation,
+        maxUnavailable: c.head.maxUnavailable,
+        updatedAt: c.head.updatedAt,
+      }
+    );
   }
 
   async claimActiveClusters(): Promise<string[]> {
@@ -199,7 +248,10 @@ export class FakeClusterTx implements ClusterTx {
 
   async countInFlight(clusterId: string, upTo: number): Promise<number> {
     this.#w.read('countInFlight');
-    return Math.min(upTo, this.#cluster(clusterId).nodes.filter((n) => n.phase === 'uninstalling' || n.phase === 'installing').length);
+    return Math.min(
+      upTo,
+      this.#cluster(clusterId).nodes.filter((n) => n.phase === 'uninstalling' || n.phase === 'installing').length,
+    );
   }
 
   async clusterNodes(clusterId: string): Promise<ClusterNodeRecord[]> {
@@ -209,12 +261,17 @@ export class FakeClusterTx implements ClusterTx {
 
   async nodesInFlight(clusterId: string): Promise<ClusterNodeRecord[]> {
     this.#w.read('nodesInFlight');
-    return this.#cluster(clusterId).nodes.filter((n) => n.phase === 'uninstalling' || n.phase === 'installing').map((n) => ({ ...n }));
+    return this.#cluster(clusterId)
+      .nodes.filter((n) => n.phase === 'uninstalling' || n.phase === 'installing')
+      .map((n) => ({ ...n }));
   }
 
   async firstPending(clusterId: string, limit: number): Promise<ClusterNodeRecord[]> {
     this.#w.read('firstPending');
-    return this.#cluster(clusterId).nodes.filter((n) => n.phase === 'pending').slice(0, limit).map((n) => ({ ...n }));
+    return this.#cluster(clusterId)
+      .nodes.filter((n) => n.phase === 'pending')
+      .slice(0, limit)
+      .map((n) => ({ ...n }));
   }
 
   async clusterNode(clusterId: string, node: string): Promise<ClusterNodeRecord | undefined> {
@@ -228,7 +285,14 @@ export class FakeClusterTx implements ClusterTx {
     const at = iso(nowMs);
     switch (change.type) {
       case 'start':
-        if (change.step === 'uninstall') Object.assign(n, { phase: 'uninstalling', uninstallStartedAt: at, uninstallFinishedAt: null, installStartedAt: null, installFinishedAt: null });
+        if (change.step === 'uninstall')
+          Object.assign(n, {
+            phase: 'uninstalling',
+            uninstallStartedAt: at,
+            uninstallFinishedAt: null,
+            installStartedAt: null,
+            installFinishedAt: null,
+          });
         else Object.assign(n, { phase: 'installing', installStartedAt: at, installFinishedAt: null });
         Object.assign(n, { stepDeadlineMs: change.deadlineMs, reason: null });
         break;
@@ -250,9 +314,23 @@ export class FakeClusterTx implements ClusterTx {
 
   async beginOperation(clusterId: string, op: ClusterOperation, maxUnavailable: number, nowMs: number): Promise<void> {
     const c = this.#cluster(clusterId);
-    Object.assign(c.head, { status: `${op.toUpperCase()}_IN_PROGRESS`, statusReason: `${op} in progress`, operation: op, maxUnavailable, updatedAt: iso(nowMs) });
+    Object.assign(c.head, {
+      status: `${op.toUpperCase()}_IN_PROGRESS`,
+      statusReason: `${op} in progress`,
+      operation: op,
+      maxUnavailable,
+      updatedAt: iso(nowMs),
+    });
     for (const n of c.nodes) {
-      Object.assign(n, { phase: 'pending', stepDeadlineMs: null, uninstallStartedAt: null, uninstallFinishedAt: null, installStartedAt: null, installFinishedAt: null, reason: null });
+      Object.assign(n, {
+        phase: 'pending',
+        stepDeadlineMs: null,
+        uninstallStartedAt: null,
+        uninstallFinishedAt: null,
+        installStartedAt: null,
+        installFinishedAt: null,
+        reason: null,
+      });
     }
     this.changes.clusterChanged(clusterId);
   }

@@ -36,7 +36,10 @@ class FakeAgents {
   fail: (r: Run) => boolean = () => false;
   silent = new Set<string>();
 
-  constructor(readonly call: (cred: Cred, method: string, p: string, body?: unknown) => Promise<{ status: number; json: any }>, readonly creds: Map<string, Cred>) {}
+  constructor(
+    readonly call: (cred: Cred, method: string, p: string, body?: unknown) => Promise<{ status: number; json: any }>,
+    readonly creds: Map<string, Cred>,
+  ) {}
 
   async pass(): Promise<void> {
     // a snapshot of every node first (only these agents move the restart on), then the runs
@@ -55,11 +58,21 @@ class FakeAgents {
         if (this.ran.has(item.id)) continue;
         this.ran.add(item.id);
         const action = item.inputs.find((i: { name: string }) => i.name === 'deploy_action').value as string;
-        const run: Run = { node, step: item.name.endsWith('-uninstall') ? 'uninstall' : 'install', action, itemId: item.id, at: Date.now() };
+        const run: Run = {
+          node,
+          step: item.name.endsWith('-uninstall') ? 'uninstall' : 'install',
+          action,
+          itemId: item.id,
+          at: Date.now(),
+        };
         this.runs.push(run);
         const failed = this.fail(run);
         const r = await this.call(cred, 'POST', `/v1/nodes/${node}/deployments/${item.deployment_id}/signal`, {
-          revision: item.revision, deploy_status_code: failed ? 1 : 0, deploy_stdout: '', deploy_stderr: failed ? 'exploded' : '', outputs: {},
+          revision: item.revision,
+          deploy_status_code: failed ? 1 : 0,
+          deploy_stdout: '',
+          deploy_stderr: failed ? 'exploded' : '',
+          outputs: {},
         });
         expect([200, 404, 409]).toContain(r.status);
       }
@@ -68,11 +81,15 @@ class FakeAgents {
 
   /** Passes until the cluster's status is one of `want`. */
   async until(getStatus: () => Promise<string>, want: string[], ms = 20_000): Promise<string> {
-    return waitFor(`cluster ${want.join('|')}`, async () => {
-      await this.pass();
-      const s = await getStatus();
-      return want.includes(s) ? s : null;
-    }, ms);
+    return waitFor(
+      `cluster ${want.join('|')}`,
+      async () => {
+        await this.pass();
+        const s = await getStatus();
+        return want.includes(s) ? s : null;
+      },
+      ms,
+    );
   }
 }
 
@@ -94,9 +111,18 @@ describe('clusters in-process', () => {
 
   beforeAll(async () => {
     op = pki.cred('operator', 'admin');
-    t = await startTestController(pki, {}, { rates: { announce: GENEROUS, fetch: GENEROUS, other: GENEROUS }, stepMarginS: 0, clusterTickMs: 50 });
-    for (const n of NODES) expect((await t.req(creds.get(n)!, 'PUT', `/v1/nodes/${n}/endpoint`, { url: 'wss://127.0.0.1:7443/v1/wake' })).status).toBe(200);
-    const mk = async (name: string, extra: Record<string, unknown> = {}) => (await t.req(op, 'POST', '/v1/configs', { name, group: 'script', config: '#!/bin/sh\n', ...extra })).json.id as string;
+    t = await startTestController(
+      pki,
+      {},
+      { rates: { announce: GENEROUS, fetch: GENEROUS, other: GENEROUS }, stepMarginS: 0, clusterTickMs: 50 },
+    );
+    for (const n of NODES)
+      expect(
+        (await t.req(creds.get(n)!, 'PUT', `/v1/nodes/${n}/endpoint`, { url: 'wss://127.0.0.1:7443/v1/wake' })).status,
+      ).toBe(200);
+    const mk = async (name: string, extra: Record<string, unknown> = {}) =>
+      (await t.req(op, 'POST', '/v1/configs', { name, group: 'script', config: '#!/bin/sh\n', ...extra })).json
+        .id as string;
     install = await mk('install', { inputs: [{ name: 'token', hidden: true }] });
     uninstall = await mk('uninstall');
     failingInstall = await mk('install-bad');
@@ -110,12 +136,27 @@ describe('clusters in-process', () => {
 
   const status = (id: string) => async () => (await t.req(op, 'GET', `/v1/clusters/${id}`)).json.status as string;
 
-  async function createCluster(name: string, nodes: string[], installId = install, uninstallId = uninstall): Promise<{ id: string; agents: FakeAgents }> {
+  async function createCluster(
+    name: string,
+    nodes: string[],
+    installId = install,
+    uninstallId = uninstall,
+  ): Promise<{ id: string; agents: FakeAgents }> {
     const withToken = installId === install; // only that config declares the hidden input
-    const r = await t.req(op, 'POST', '/v1/clusters', { name, nodes, install_config_id: installId, uninstall_config_id: uninstallId, ...(withToken ? { input_values: { token: 's3cr3t-token' } } : {}) });
+    const r = await t.req(op, 'POST', '/v1/clusters', {
+      name,
+      nodes,
+      install_config_id: installId,
+      uninstall_config_id: uninstallId,
+      ...(withToken ? { input_values: { token: 's3cr3t-token' } } : {}),
+    });
     expect(r.status, JSON.stringify(r.json)).toBe(201);
     expect(r.headers.location).toBe(`/v1/clusters/${r.json.id}`);
-    expect(r.json).toMatchObject({ name, status: 'CREATE_IN_PROGRESS', input_values: withToken ? { token: '***' } : {} });
+    expect(r.json).toMatchObject({
+      name,
+      status: 'CREATE_IN_PROGRESS',
+      input_values: withToken ? { token: '***' } : {},
+    });
     expect(r.json.nodes.map((n: { phase: string }) => n.phase)).toEqual(nodes.map(() => 'installing'));
     const agents = new FakeAgents((c, m, p, b) => t.req(c, m, p, b), new Map(nodes.map((n) => [n, creds.get(n)!])));
     expect(await agents.until(status(r.json.id), ['CREATE_COMPLETE', 'CREATE_FAILED'])).toBe('CREATE_COMPLETE');
@@ -124,20 +165,40 @@ describe('clusters in-process', () => {
 
   it('validates cluster bodies', async () => {
     const base = { name: 'v', nodes: ['c1'], install_config_id: install, uninstall_config_id: uninstall };
-    expect((await t.req(op, 'POST', '/v1/clusters', { ...base, nodes: ['ghost'] })).json.error).toMatchObject({ code: 'unknown_node', field: 'nodes.0' });
-    expect((await t.req(op, 'POST', '/v1/clusters', { ...base, install_config_id: 'nope' })).json.error).toMatchObject({ code: 'unknown_config', field: 'install_config_id' });
-    expect((await t.req(op, 'POST', '/v1/clusters', { ...base, nodes: [] })).json.error).toMatchObject({ code: 'invalid_request', field: 'nodes' });
-    expect((await t.req(op, 'POST', '/v1/clusters', { ...base, nodes: ['c1', 'c1'] })).json.error).toMatchObject({ code: 'invalid_request', field: 'nodes' });
+    expect((await t.req(op, 'POST', '/v1/clusters', { ...base, nodes: ['ghost'] })).json.error).toMatchObject({
+      code: 'unknown_node',
+      field: 'nodes.0',
+    });
+    expect((await t.req(op, 'POST', '/v1/clusters', { ...base, install_config_id: 'nope' })).json.error).toMatchObject({
+      code: 'unknown_config',
+      field: 'install_config_id',
+    });
+    expect((await t.req(op, 'POST', '/v1/clusters', { ...base, nodes: [] })).json.error).toMatchObject({
+      code: 'invalid_request',
+      field: 'nodes',
+    });
+    expect((await t.req(op, 'POST', '/v1/clusters', { ...base, nodes: ['c1', 'c1'] })).json.error).toMatchObject({
+      code: 'invalid_request',
+      field: 'nodes',
+    });
     expect((await t.req(op, 'PATCH', '/v1/clusters/nope/actions/restart')).json.error.code).toBe('not_found');
   });
 
   it('refuses a node that already belongs to another cluster (cluster_busy, naming the field)', async () => {
     const { id, agents } = await createCluster('first', ['c1']);
-    const second = await t.req(op, 'POST', '/v1/clusters', { name: 'second', nodes: ['c2', 'c1'], install_config_id: install, uninstall_config_id: uninstall });
+    const second = await t.req(op, 'POST', '/v1/clusters', {
+      name: 'second',
+      nodes: ['c2', 'c1'],
+      install_config_id: install,
+      uninstall_config_id: uninstall,
+    });
     expect(second.status).toBe(409);
     expect(second.json.error).toMatchObject({ code: 'cluster_busy', field: 'nodes.1' });
     expect((await t.req(op, 'DELETE', `/v1/clusters/${id}`)).status).toBe(202);
-    await agents.until(async () => ((await t.req(op, 'GET', `/v1/clusters/${id}`)).status === 404 ? 'gone' : 'there'), ['gone']);
+    await agents.until(
+      async () => ((await t.req(op, 'GET', `/v1/clusters/${id}`)).status === 404 ? 'gone' : 'there'),
+      ['gone'],
+    );
   });
 
   it('restarts 5 nodes: 204, 409 while running, uninstall before install on each, RESTART everywhere', async () => {
@@ -147,14 +208,19 @@ describe('clusters in-process', () => {
     expect(r.status).toBe(204);
     expect(r.text).toBe('');
     expect(t.push.notified.slice(wakes).every((w) => w.reason === 'restart')).toBe(true);
-    expect((await t.req(op, 'PATCH', `/v1/clusters/${id}/actions/restart`)).json.error.code).toBe('restart_in_progress');
+    expect((await t.req(op, 'PATCH', `/v1/clusters/${id}/actions/restart`)).json.error.code).toBe(
+      'restart_in_progress',
+    );
     expect((await t.req(op, 'DELETE', `/v1/clusters/${id}`)).json.error.code).toBe('restart_in_progress');
     const mark = agents.runs.length;
     expect(await agents.until(status(id), ['RESTART_COMPLETE', 'RESTART_FAILED'])).toBe('RESTART_COMPLETE');
     const runs = agents.runs.slice(mark);
     for (const n of NODES) {
       const mine = runs.filter((x) => x.node === n);
-      expect(mine.map((x) => `${x.step}:${x.action}`), n).toEqual(['uninstall:RESTART', 'install:RESTART']);
+      expect(
+        mine.map((x) => `${x.step}:${x.action}`),
+        n,
+      ).toEqual(['uninstall:RESTART', 'install:RESTART']);
     }
     const c = (await t.req(op, 'GET', `/v1/clusters/${id}`)).json;
     for (const n of c.nodes) {
@@ -178,7 +244,12 @@ describe('clusters in-process', () => {
       await agents.pass();
       return (await t.req(op, 'GET', `/v1/clusters/${id}`)).status === 404;
     });
-    expect(agents.runs.slice(mark2).map((x) => `${x.step}:${x.action}`).sort()).toEqual(NODES.map(() => 'uninstall:DELETE'));
+    expect(
+      agents.runs
+        .slice(mark2)
+        .map((x) => `${x.step}:${x.action}`)
+        .sort(),
+    ).toEqual(NODES.map(() => 'uninstall:DELETE'));
     expect((await t.req(op, 'GET', `/v1/deployments/${dep}`)).status).toBe(404);
   });
 
@@ -192,7 +263,9 @@ describe('clusters in-process', () => {
     expect(await agents.until(status(id), ['RESTART_COMPLETE', 'RESTART_FAILED'])).toBe('RESTART_COMPLETE');
     expect(agents.maxBusy).toBeLessThanOrEqual(2);
     const c = (await t.req(op, 'GET', `/v1/clusters/${id}`)).json;
-    const spans = c.nodes.map((n: any) => [Date.parse(n.uninstall_started_at), Date.parse(n.install_finished_at)] as const);
+    const spans = c.nodes.map(
+      (n: any) => [Date.parse(n.uninstall_started_at), Date.parse(n.install_finished_at)] as const,
+    );
     for (const [s] of spans) {
       const inside = spans.filter(([a, b]: readonly [number, number]) => a <= s && s < b).length;
       expect(inside).toBeLessThanOrEqual(2);
@@ -251,8 +324,16 @@ describe('clusters in-process', () => {
   });
 
   it('a failing create is CREATE_FAILED, and a restart from it repairs', async () => {
-    const r = await t.req(op, 'POST', '/v1/clusters', { name: 'badcreate', nodes: ['c4', 'c5'], install_config_id: failingInstall, uninstall_config_id: uninstall });
-    const agents = new FakeAgents((c, m, p, b) => t.req(c, m, p, b), new Map(['c4', 'c5'].map((n) => [n, creds.get(n)!])));
+    const r = await t.req(op, 'POST', '/v1/clusters', {
+      name: 'badcreate',
+      nodes: ['c4', 'c5'],
+      install_config_id: failingInstall,
+      uninstall_config_id: uninstall,
+    });
+    const agents = new FakeAgents(
+      (c, m, p, b) => t.req(c, m, p, b),
+      new Map(['c4', 'c5'].map((n) => [n, creds.get(n)!])),
+    );
     agents.fail = (x) => x.node === 'c5' && x.action === 'CREATE';
     expect(await agents.until(status(r.json.id), ['CREATE_COMPLETE', 'CREATE_FAILED'])).toBe('CREATE_FAILED');
     agents.fail = () => false;
@@ -273,32 +354,56 @@ describe('clusters across SIGKILL (real process)', () => {
       let proc = await startControllerProcess(['--pki', pki.dir, '--db', db], log);
       let port = proc.port;
       const call = (c: Cred, m: string, p: string, b?: unknown) => request(port, c, m, p, b);
-      for (const n of NODES) expect((await call(creds.get(n)!, 'PUT', `/v1/nodes/${n}/endpoint`, { url: 'wss://127.0.0.1:7443/v1/wake' })).status).toBe(200);
-      const mk = async (name: string) => (await call(op, 'POST', '/v1/configs', { name, group: 'script', config: '#!/bin/sh\n' })).json.id as string;
+      for (const n of NODES)
+        expect(
+          (await call(creds.get(n)!, 'PUT', `/v1/nodes/${n}/endpoint`, { url: 'wss://127.0.0.1:7443/v1/wake' })).status,
+        ).toBe(200);
+      const mk = async (name: string) =>
+        (await call(op, 'POST', '/v1/configs', { name, group: 'script', config: '#!/bin/sh\n' })).json.id as string;
       const [ins, unins] = [await mk('install'), await mk('uninstall')];
-      const cl = (await call(op, 'POST', '/v1/clusters', { name: 'k', nodes: NODES, install_config_id: ins, uninstall_config_id: unins })).json;
+      const cl = (
+        await call(op, 'POST', '/v1/clusters', {
+          name: 'k',
+          nodes: NODES,
+          install_config_id: ins,
+          uninstall_config_id: unins,
+        })
+      ).json;
       const agents = new FakeAgents(call, creds);
       const status = async () => (await call(op, 'GET', `/v1/clusters/${cl.id}`)).json.status as string;
       expect(await agents.until(status, ['CREATE_COMPLETE'])).toBe('CREATE_COMPLETE');
       const mark = agents.runs.length;
-      expect((await call(op, 'PATCH', `/v1/clusters/${cl.id}/actions/restart`, { max_unavailable: 2 })).status).toBe(204);
+      expect((await call(op, 'PATCH', `/v1/clusters/${cl.id}/actions/restart`, { max_unavailable: 2 })).status).toBe(
+        204,
+      );
       // run until at least one node has finished and some are still to go, then kill
       await waitFor('a node done mid-restart', async () => {
         await agents.pass();
         const c = (await call(op, 'GET', `/v1/clusters/${cl.id}`)).json;
-        return c.nodes.some((n: { phase: string }) => n.phase === 'complete') && c.nodes.some((n: { phase: string }) => n.phase !== 'complete');
+        return (
+          c.nodes.some((n: { phase: string }) => n.phase === 'complete') &&
+          c.nodes.some((n: { phase: string }) => n.phase !== 'complete')
+        );
       });
       expect((await proc.kill('SIGKILL')).signal).toBe('SIGKILL');
       proc = await startControllerProcess(['--pki', pki.dir, '--db', db], log);
       port = proc.port;
       expect(await agents.until(status, ['RESTART_COMPLETE', 'RESTART_FAILED'])).toBe('RESTART_COMPLETE');
       const runs = agents.runs.slice(mark);
-      for (const n of NODES) expect(runs.filter((r) => r.node === n).map((r) => r.step), n).toEqual(['uninstall', 'install']);
+      for (const n of NODES)
+        expect(
+          runs.filter((r) => r.node === n).map((r) => r.step),
+          n,
+        ).toEqual(['uninstall', 'install']);
       const c = (await call(op, 'GET', `/v1/clusters/${cl.id}`)).json;
       for (const n of c.nodes) {
         // CREATE (not triggered) + one RESTART; CREATE + one RESTART: no finished step made again
-        expect((await call(op, 'GET', `/v1/deployments/${n.uninstall_deployment_id}/revisions`)).json.items.length).toBe(2);
-        expect((await call(op, 'GET', `/v1/deployments/${n.install_deployment_id}/revisions`)).json.items.length).toBe(2);
+        expect(
+          (await call(op, 'GET', `/v1/deployments/${n.uninstall_deployment_id}/revisions`)).json.items.length,
+        ).toBe(2);
+        expect((await call(op, 'GET', `/v1/deployments/${n.install_deployment_id}/revisions`)).json.items.length).toBe(
+          2,
+        );
       }
       await proc.kill('SIGTERM');
     } finally {
@@ -317,11 +422,20 @@ describe('large clusters in the store (real SQLite file)', () => {
   let store: SqliteStore;
   let engine: ClusterEngine;
 
-  const ok = (revision: number, code = 0) => ({ revision, deployStatusCode: code, deployStdout: '', deployStderr: code === 0 ? '' : 'exploded', outputs: {} });
+  const ok = (revision: number, code = 0) => ({
+    revision,
+    deployStatusCode: code,
+    deployStdout: '',
+    deployStderr: code === 0 ? '' : 'exploded',
+    outputs: {},
+  });
   const names = (n: number) => Array.from({ length: n }, (_, i) => `n${String(i).padStart(5, '0')}`);
 
   /** A store on a file with `n` nodes and an install and an uninstall config (timeout `timeoutS`). */
-  async function open(n: number, o: { timeoutS?: number; stepMarginS?: number } = {}): Promise<{ nodes: string[]; install: string; uninstall: string }> {
+  async function open(
+    n: number,
+    o: { timeoutS?: number; stepMarginS?: number } = {},
+  ): Promise<{ nodes: string[]; install: string; uninstall: string }> {
     work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-big-cluster-'));
     store = new SqliteStore(path.join(work, 'h.db'), { now: () => T0 });
     engine = new ClusterEngine({ stepMarginS: o.stepMarginS ?? 0 });
@@ -329,19 +443,49 @@ describe('large clusters in the store (real SQLite file)', () => {
     await store.transaction(async (tx) => {
       for (const node of nodes) await tx.createNode(node, null, WHO);
     });
-    const mk = async (name: string) => (await store.createConfig({ name, group: 'script', config: '#!/bin/sh\n', inputs: [], outputs: [], options: { timeout: o.timeoutS ?? STEP_MS / 1000 } }, WHO)).id;
+    const mk = async (name: string) =>
+      (
+        await store.createConfig(
+          {
+            name,
+            group: 'script',
+            config: '#!/bin/sh\n',
+            inputs: [],
+            outputs: [],
+            options: { timeout: o.timeoutS ?? STEP_MS / 1000 },
+          },
+          WHO,
+        )
+      ).id;
     return { nodes, install: await mk('install'), uninstall: await mk('uninstall') };
   }
 
-  async function create(o: { nodes: string[]; install: string; uninstall: string }, nowMs = T0): Promise<ClusterRecord> {
-    const { result: id } = await store.transaction((tx) => engine.create(tx, {
-      name: 'big', nodes: o.nodes, installConfigId: o.install, uninstallConfigId: o.uninstall, installInputValues: {}, uninstallInputValues: {}, inputValues: {},
-    }, WHO, nowMs));
+  async function create(
+    o: { nodes: string[]; install: string; uninstall: string },
+    nowMs = T0,
+  ): Promise<ClusterRecord> {
+    const { result: id } = await store.transaction((tx) =>
+      engine.create(
+        tx,
+        {
+          name: 'big',
+          nodes: o.nodes,
+          installConfigId: o.install,
+          uninstallConfigId: o.uninstall,
+          installInputValues: {},
+          uninstallInputValues: {},
+          inputValues: {},
+        },
+        WHO,
+        nowMs,
+      ),
+    );
     return (await store.getCluster(id))!;
   }
 
   /** What the service's timer does: the engine's tick in one transaction. */
-  const tickClusters = async (nowMs: number): Promise<ChangeSet> => (await store.transaction((tx) => engine.tick(tx, nowMs))).changes;
+  const tickClusters = async (nowMs: number): Promise<ChangeSet> =>
+    (await store.transaction((tx) => engine.tick(tx, nowMs))).changes;
   const restartCluster = async (id: string, max: number | null, nowMs: number): Promise<ChangeSet> =>
     (await store.transaction((tx) => engine.restart(tx, id, max, WHO, nowMs))).changes;
   const getCluster = async (id: string): Promise<ClusterRecord> => (await store.getCluster(id))!;
@@ -350,8 +494,12 @@ describe('large clusters in the store (real SQLite file)', () => {
    * One group commit of signals, each its own savepoint, as the service's group committer makes
    * them; resolves with each signal's outcome and changes, in order.
    */
-  async function signals(list: ReadonlyArray<{ node: string; depId: string; revision: number; nowMs: number; code?: number }>) {
-    const units = list.map((x) => (tx: StoreTx) => recordSignal(tx, engine, x.node, x.depId, ok(x.revision, x.code ?? 0), WHO, x.nowMs));
+  async function signals(
+    list: ReadonlyArray<{ node: string; depId: string; revision: number; nowMs: number; code?: number }>,
+  ) {
+    const units = list.map(
+      (x) => (tx: StoreTx) => recordSignal(tx, engine, x.node, x.depId, ok(x.revision, x.code ?? 0), WHO, x.nowMs),
+    );
     return (await store.group(units)).map((o) => {
       if (!o.ok) throw o.error;
       expect(o.value.result.outcome).toBe('recorded');
@@ -373,7 +521,11 @@ describe('large clusters in the store (real SQLite file)', () => {
     expect((await tickClusters(T0 + STEP_MS)).clusters).toEqual([c0.id]);
     const failed = await getCluster(c0.id);
     expect(failed.status).toBe('CREATE_FAILED');
-    expect(failed.nodes.every((n) => n.phase === 'failed' && n.reason === 'install: no result within the step deadline (10 s)')).toBe(true);
+    expect(
+      failed.nodes.every(
+        (n) => n.phase === 'failed' && n.reason === 'install: no result within the step deadline (10 s)',
+      ),
+    ).toBe(true);
 
     const t1 = T0 + 2 * STEP_MS;
     const changes = await restartCluster(c0.id, null, t1);
@@ -382,20 +534,36 @@ describe('large clusters in the store (real SQLite file)', () => {
     expect(c1.nodes.every((n) => n.phase === 'uninstalling' && n.stepDeadlineMs === t1 + STEP_MS)).toBe(true);
     expect(changes.wakes.length).toBe(BIG);
     expect(changes.wakes.every((w) => w.reason === 'restart')).toBe(true);
-    expect((await store.getDeployment(c1.nodes[BIG - 1]!.uninstallDeploymentId))!.current).toMatchObject({ revision: 2, action: 'RESTART', status: 'IN_PROGRESS' });
+    expect((await store.getDeployment(c1.nodes[BIG - 1]!.uninstallDeploymentId))!.current).toMatchObject({
+      revision: 2,
+      action: 'RESTART',
+      status: 'IN_PROGRESS',
+    });
 
     // one shared transaction per phase keeps the test fast; each signal is still its own savepoint
-    const uninstalled = await signals(c1.nodes.map((n) => ({ node: n.node, depId: n.uninstallDeploymentId, revision: 2, nowMs: t1 + 1 })));
+    const uninstalled = await signals(
+      c1.nodes.map((n) => ({ node: n.node, depId: n.uninstallDeploymentId, revision: 2, nowMs: t1 + 1 })),
+    );
     c1.nodes.forEach((n, i) => {
       // the uninstall's success starts this node's install, in the same transaction
       expect(uninstalled[i]!.changes.wakes.map((w) => `${w.node}:${w.reason}`)).toEqual([`${n.node}:restart`]);
     });
     const c2 = await getCluster(c0.id);
     expect(c2.status).toBe('RESTART_IN_PROGRESS');
-    expect(c2.nodes.every((n) => n.phase === 'installing' && n.uninstallFinishedAt !== null && n.stepDeadlineMs === t1 + 1 + STEP_MS)).toBe(true);
-    expect((await store.getDeployment(c2.nodes[BIG - 1]!.installDeploymentId))!.current).toMatchObject({ revision: 2, action: 'RESTART', status: 'IN_PROGRESS' });
+    expect(
+      c2.nodes.every(
+        (n) => n.phase === 'installing' && n.uninstallFinishedAt !== null && n.stepDeadlineMs === t1 + 1 + STEP_MS,
+      ),
+    ).toBe(true);
+    expect((await store.getDeployment(c2.nodes[BIG - 1]!.installDeploymentId))!.current).toMatchObject({
+      revision: 2,
+      action: 'RESTART',
+      status: 'IN_PROGRESS',
+    });
 
-    const installed = await signals(c2.nodes.map((n) => ({ node: n.node, depId: n.installDeploymentId, revision: 2, nowMs: t1 + 2 })));
+    const installed = await signals(
+      c2.nodes.map((n) => ({ node: n.node, depId: n.installDeploymentId, revision: 2, nowMs: t1 + 2 })),
+    );
     for (const r of installed) expect(r.changes.wakes).toEqual([]);
     // (had it finished before the last signal, the later ones would have found no step in flight)
     const c3 = await getCluster(c0.id);
@@ -410,7 +578,15 @@ describe('large clusters in the store (real SQLite file)', () => {
     const c0 = await create(o);
     // the first half answers (one of them failing: a failure does not stop the create)
     const answered = c0.nodes.slice(0, 1_000);
-    await signals(answered.map((n) => ({ node: n.node, depId: n.installDeploymentId, revision: 1, nowMs: T0 + 1, code: n.position === 7 ? 1 : 0 })));
+    await signals(
+      answered.map((n) => ({
+        node: n.node,
+        depId: n.installDeploymentId,
+        revision: 1,
+        nowMs: T0 + 1,
+        code: n.position === 7 ? 1 : 0,
+      })),
+    );
     expect((await getCluster(c0.id)).status).toBe('CREATE_IN_PROGRESS');
     // nothing past its deadline yet: the tick changes nothing
     const early = await tickClusters(T0 + STEP_MS - 1);
@@ -421,15 +597,33 @@ describe('large clusters in the store (real SQLite file)', () => {
     expect(tick.clusters).toEqual([c0.id]);
     const c1 = await getCluster(c0.id);
     expect(c1.status).toBe('CREATE_FAILED');
-    expect(c1.nodes.slice(0, 1_000).filter((n) => n.phase !== 'complete').map((n) => n.position)).toEqual([7]);
+    expect(
+      c1.nodes
+        .slice(0, 1_000)
+        .filter((n) => n.phase !== 'complete')
+        .map((n) => n.position),
+    ).toEqual([7]);
     expect(c1.nodes[7]!).toMatchObject({ phase: 'failed', reason: expect.stringMatching(/^install: /) });
-    expect(c1.nodes.slice(1_000).every((n) => n.phase === 'failed' && n.reason === 'install: no result within the step deadline (10 s)')).toBe(true);
+    expect(
+      c1.nodes
+        .slice(1_000)
+        .every((n) => n.phase === 'failed' && n.reason === 'install: no result within the step deadline (10 s)'),
+    ).toBe(true);
     expect(c1.statusReason.startsWith(`create failed on ${c1.nodes[7]!.node}: install: `)).toBe(true);
     expect(c1.statusReason.split('; ').length).toBe(1_001);
     // the deadline is recorded as each revision's result: a late signal is a duplicate
     const x = c1.nodes[1_999]!;
-    expect((await store.getDeployment(x.installDeploymentId))!.current).toMatchObject({ status: 'FAILED', signalled: true });
-    expect((await store.transaction((tx) => recordSignal(tx, engine, x.node, x.installDeploymentId, ok(1), WHO, T0 + STEP_MS + 1))).result.outcome).toBe('duplicate');
+    expect((await store.getDeployment(x.installDeploymentId))!.current).toMatchObject({
+      status: 'FAILED',
+      signalled: true,
+    });
+    expect(
+      (
+        await store.transaction((tx) =>
+          recordSignal(tx, engine, x.node, x.installDeploymentId, ok(1), WHO, T0 + STEP_MS + 1),
+        )
+      ).result.outcome,
+    ).toBe('duplicate');
 
     // a restart from it with a window of 100: 100 start, the rest wait; past the deadline, those
     // 100 fail in one tick and nobody else starts
@@ -441,7 +635,11 @@ describe('large clusters in the store (real SQLite file)', () => {
     await tickClusters(T0 + 3 * STEP_MS);
     const c3 = await getCluster(c0.id);
     expect(c3.status).toBe('RESTART_FAILED');
-    expect(c3.nodes.slice(0, 100).every((n) => n.phase === 'failed' && n.reason === 'uninstall: no result within the step deadline (10 s)')).toBe(true);
+    expect(
+      c3.nodes
+        .slice(0, 100)
+        .every((n) => n.phase === 'failed' && n.reason === 'uninstall: no result within the step deadline (10 s)'),
+    ).toBe(true);
     expect(c3.nodes.slice(100).every((n) => n.phase === 'pending' && n.uninstallStartedAt === null)).toBe(true);
   });
 
@@ -464,7 +662,14 @@ describe('large clusters in the store (real SQLite file)', () => {
       started = touched.length;
       if (busy.length === 0) break;
       at += 1;
-      await signals(busy.map((n) => ({ node: n.node, depId: n.phase === 'installing' ? n.installDeploymentId : n.uninstallDeploymentId, revision: 2, nowMs: at })));
+      await signals(
+        busy.map((n) => ({
+          node: n.node,
+          depId: n.phase === 'installing' ? n.installDeploymentId : n.uninstallDeploymentId,
+          revision: 2,
+          nowMs: at,
+        })),
+      );
     }
     expect(started).toBe(1_000);
     expect((await getCluster(c0.id)).status).toBe('RESTART_COMPLETE');

@@ -35,15 +35,39 @@ describe('durability across SIGKILL', () => {
     const n1 = pki.cred('agent', 'n1');
     let c = await startControllerProcess(['--pki', pki.dir, '--db', db], log);
 
-    expect((await request(c.port, n1, 'PUT', '/v1/nodes/n1/endpoint', { url: 'wss://127.0.0.1:9/v1/wake' })).status).toBe(200);
-    const cfg = await request(c.port, op, 'POST', '/v1/configs', { name: 'c', group: 'script', config: 'x', inputs: [{ name: 'pw', hidden: true }], outputs: [{ name: 'x' }] });
-    const dep = await request(c.port, op, 'POST', '/v1/deployments', { node: 'n1', config_id: cfg.json.id, input_values: { pw: 'secret-value' } });
+    expect(
+      (await request(c.port, n1, 'PUT', '/v1/nodes/n1/endpoint', { url: 'wss://127.0.0.1:9/v1/wake' })).status,
+    ).toBe(200);
+    const cfg = await request(c.port, op, 'POST', '/v1/configs', {
+      name: 'c',
+      group: 'script',
+      config: 'x',
+      inputs: [{ name: 'pw', hidden: true }],
+      outputs: [{ name: 'x' }],
+    });
+    const dep = await request(c.port, op, 'POST', '/v1/deployments', {
+      node: 'n1',
+      config_id: cfg.json.id,
+      input_values: { pw: 'secret-value' },
+    });
     expect(dep.status).toBe(201);
-    const sig = await request(c.port, n1, 'POST', `/v1/nodes/n1/deployments/${dep.json.id}/signal`, { revision: 1, deploy_status_code: 0, deploy_stdout: 'ok', deploy_stderr: '', outputs: { x: 'y' } });
+    const sig = await request(c.port, n1, 'POST', `/v1/nodes/n1/deployments/${dep.json.id}/signal`, {
+      revision: 1,
+      deploy_status_code: 0,
+      deploy_stdout: 'ok',
+      deploy_stderr: '',
+      outputs: { x: 'y' },
+    });
     expect(sig.status).toBe(200);
     // a second deployment left in progress, then a new revision of it
-    const dep2 = await request(c.port, op, 'POST', '/v1/deployments', { node: 'n1', config_id: cfg.json.id, name: 'second' });
-    const patched = await request(c.port, op, 'PATCH', `/v1/deployments/${dep2.json.id}`, { input_values: { pw: 'other' } });
+    const dep2 = await request(c.port, op, 'POST', '/v1/deployments', {
+      node: 'n1',
+      config_id: cfg.json.id,
+      name: 'second',
+    });
+    const patched = await request(c.port, op, 'PATCH', `/v1/deployments/${dep2.json.id}`, {
+      input_values: { pw: 'other' },
+    });
     expect(patched.json.revision).toBe(2);
     const before = {
       dep: (await request(c.port, op, 'GET', `/v1/deployments/${dep.json.id}`)).json,
@@ -68,13 +92,21 @@ describe('durability across SIGKILL', () => {
       expect(after.node.generation).toBe(before.node.generation);
       expect(after.node.endpoint).toBe('wss://127.0.0.1:9/v1/wake');
       const nonce = newNonce();
-      const md = await request(c.port, n1, 'GET', '/v1/nodes/n1/metadata', undefined, { headers: { 'herald-nonce': nonce } });
+      const md = await request(c.port, n1, 'GET', '/v1/nodes/n1/metadata', undefined, {
+        headers: { 'herald-nonce': nonce },
+      });
       expect(md.headers.etag).toBe(before.md.headers.etag);
       const v = verifyMetadataResponse({
-        status: 200, signature: md.headers['herald-signature'] as string, body: md.raw, nonce,
-        audience: pki.spiffe('agent', 'n1'), issuer: pki.spiffe('controller', 'controller'), keys: pki.keys,
+        status: 200,
+        signature: md.headers['herald-signature'] as string,
+        body: md.raw,
+        nonce,
+        audience: pki.spiffe('agent', 'n1'),
+        issuer: pki.spiffe('controller', 'controller'),
+        keys: pki.keys,
       });
-      const ids = (d: { deployments: Array<{ id: string; signalled: boolean }> }): unknown => d.deployments.map((x) => [x.id, x.signalled]);
+      const ids = (d: { deployments: Array<{ id: string; signalled: boolean }> }): unknown =>
+        d.deployments.map((x) => [x.id, x.signalled]);
       expect(ids(v.document!)).toEqual(ids(before.md.json));
       // the sequence carries on above everything it gave out
       const again = await request(c.port, op, 'PATCH', `/v1/deployments/${dep2.json.id}`, {});
@@ -82,8 +114,24 @@ describe('durability across SIGKILL', () => {
       const node = (await request(c.port, op, 'GET', '/v1/nodes/n1')).json;
       expect(node.generation).toBeGreaterThan(before.node.generation);
       // the signal's duplicate is still a duplicate; the old revision of dep2 is stale
-      expect((await request(c.port, n1, 'POST', `/v1/nodes/n1/deployments/${dep.json.id}/signal`, { revision: 1, deploy_status_code: 1, outputs: {} })).json.status).toBe('COMPLETE');
-      expect((await request(c.port, n1, 'POST', `/v1/nodes/n1/deployments/${dep2.json.id}/signal`, { revision: 2, deploy_status_code: 0, outputs: {} })).json.error.code).toBe('stale_revision');
+      expect(
+        (
+          await request(c.port, n1, 'POST', `/v1/nodes/n1/deployments/${dep.json.id}/signal`, {
+            revision: 1,
+            deploy_status_code: 1,
+            outputs: {},
+          })
+        ).json.status,
+      ).toBe('COMPLETE');
+      expect(
+        (
+          await request(c.port, n1, 'POST', `/v1/nodes/n1/deployments/${dep2.json.id}/signal`, {
+            revision: 2,
+            deploy_status_code: 0,
+            outputs: {},
+          })
+        ).json.error.code,
+      ).toBe('stale_revision');
       expect(c.log()).not.toContain('secret-value');
     } finally {
       const end2 = await c.kill('SIGTERM');
@@ -95,13 +143,22 @@ describe('durability across SIGKILL', () => {
 
 describe('start-up', () => {
   it('names the option of a start-up mistake and exits non-zero', () => {
-    const run = (args: string[], env: NodeJS.ProcessEnv = {}) => spawnSync(process.execPath, [HERALD, 'controller', ...args], { cwd: REPO, encoding: 'utf8', env: { ...process.env, ...env }, timeout: 20_000 });
+    const run = (args: string[], env: NodeJS.ProcessEnv = {}) =>
+      spawnSync(process.execPath, [HERALD, 'controller', ...args], {
+        cwd: REPO,
+        encoding: 'utf8',
+        env: { ...process.env, ...env },
+        timeout: 20_000,
+      });
     let r = run(['--pki', pki.dir]);
     expect(r.status).not.toBe(0);
     expect(r.stderr).toMatch(/bad_option: --db/);
     r = run(['--pki', pki.dir, '--db', path.join(work, 'x.db'), '--listen', 'nope']);
     expect(r.stderr).toMatch(/--listen/);
-    r = run(['--db', path.join(work, 'x.db')], { HERALD_CONTROLLER_PKI: pki.dir, HERALD_CONTROLLER_PUSH_WORKERS: 'many' });
+    r = run(['--db', path.join(work, 'x.db')], {
+      HERALD_CONTROLLER_PKI: pki.dir,
+      HERALD_CONTROLLER_PUSH_WORKERS: 'many',
+    });
     expect(r.stderr).toMatch(/--push-workers/);
     r = run(['--pki', path.join(work, 'no-pki'), '--db', path.join(work, 'x.db')]);
     expect(r.status).not.toBe(0);

@@ -8,7 +8,16 @@ import { makeControllerTestPki, type ControllerTestPki, type Cred } from '../hel
 import { startTestController, type TestController } from '../helpers/controller-harness.js';
 
 const GENEROUS = { burst: 10_000, perS: 10_000 };
-const SANS = ['127.0.0.1', '64:ff9b::a9fe:a9fe', '::a9fe:a9fe', '::ffff:0:0', 'fd00:ec2::254', '100.100.100.200', '168.63.129.16', '::ffff:100.100.100.200'];
+const SANS = [
+  '127.0.0.1',
+  '64:ff9b::a9fe:a9fe',
+  '::a9fe:a9fe',
+  '::ffff:0:0',
+  'fd00:ec2::254',
+  '100.100.100.200',
+  '168.63.129.16',
+  '::ffff:100.100.100.200',
+];
 
 let pki: ControllerTestPki;
 let t: TestController;
@@ -38,7 +47,11 @@ describe('PUT /v1/nodes/{node}/endpoint: refused addresses that are in the certi
     ['Azure wire server 168.63.129.16', '168.63.129.16', 'forbidden_endpoint'],
   ])('%s is 400 %s (field url) and the node keeps no endpoint', async (_what, host, code) => {
     const r = await t.req(agent, 'PUT', '/v1/nodes/sly/endpoint', { url: url(host) });
-    expect({ status: r.status, code: r.json?.error?.code, field: r.json?.error?.field }).toEqual({ status: 400, code, field: 'url' });
+    expect({ status: r.status, code: r.json?.error?.code, field: r.json?.error?.field }).toEqual({
+      status: 400,
+      code,
+      field: 'url',
+    });
     // the push dialer was never told of it
     expect(t.push.endpoints.filter((e) => e.node === 'sly').map((e) => e.url)).not.toContain(url(host));
   });

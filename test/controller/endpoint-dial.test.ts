@@ -45,7 +45,10 @@ function resolver(answers: Record<string, string[]>): { lookup: DialLookup; aske
   const asked: string[] = [];
   const lookup: DialLookup = (hostname, _options, callback) => {
     asked.push(hostname);
-    const list: dns.LookupAddress[] = (answers[hostname] ?? []).map((address) => ({ address, family: net.isIP(address) }));
+    const list: dns.LookupAddress[] = (answers[hostname] ?? []).map((address) => ({
+      address,
+      family: net.isIP(address),
+    }));
     setImmediate(() => callback(null, list));
   };
   return { lookup, asked };
@@ -71,7 +74,12 @@ async function countingServer(): Promise<{ port: number; connections: () => numb
   return handle;
 }
 
-function nextState(d: PushDialer, node: string, pred: (s: PushState) => boolean, timeoutMs = 5_000): Promise<PushState> {
+function nextState(
+  d: PushDialer,
+  node: string,
+  pred: (s: PushState) => boolean,
+  timeoutMs = 5_000,
+): Promise<PushState> {
   return new Promise((resolve, reject) => {
     const fn = ((n: string, s: PushState) => {
       if (n !== node || !pred(s)) return;
@@ -111,20 +119,23 @@ describe('push dialer: the address check at dial time', { timeout: 20_000 }, () 
     // a name that also resolves to an allowed address is still refused: the socket could use either
     ['loopback and the metadata address together', ['127.0.0.1', '169.254.169.254'], 'link_local_endpoint'],
   ];
-  it.each(refusedAnswers)('a DNS name resolving to %s is never dialled: last_error %s', async (_what, addresses, code) => {
-    const srv = await countingServer();
-    const r = resolver({ 'evil.test': addresses });
-    const d = dialer({ lookup: r.lookup });
-    const failed = nextState(d, 'n2', (s) => s.last_error !== null);
-    await d.start([{ node: 'n2', url: `wss://evil.test:${srv.port}/v1/wake`, generation: 1, ackedGeneration: 0 }]);
-    const s = await failed;
-    expect(s.last_error).toBe(code);
-    expect(s.connected).toBe(false);
-    expect(r.asked[0]).toBe('evil.test');
-    // the loopback answer pointed at a live port: nothing connected to it
-    expect(srv.connections()).toBe(0);
-    expect(d.state('n2').last_error).toBe(code);
-  });
+  it.each(refusedAnswers)(
+    'a DNS name resolving to %s is never dialled: last_error %s',
+    async (_what, addresses, code) => {
+      const srv = await countingServer();
+      const r = resolver({ 'evil.test': addresses });
+      const d = dialer({ lookup: r.lookup });
+      const failed = nextState(d, 'n2', (s) => s.last_error !== null);
+      await d.start([{ node: 'n2', url: `wss://evil.test:${srv.port}/v1/wake`, generation: 1, ackedGeneration: 0 }]);
+      const s = await failed;
+      expect(s.last_error).toBe(code);
+      expect(s.connected).toBe(false);
+      expect(r.asked[0]).toBe('evil.test');
+      // the loopback answer pointed at a live port: nothing connected to it
+      expect(srv.connections()).toBe(0);
+      expect(d.state('n2').last_error).toBe(code);
+    },
+  );
 
   it('an IP-literal endpoint stored before the rules (NAT64 form of the metadata address) is refused without a socket', async () => {
     const r = resolver({});

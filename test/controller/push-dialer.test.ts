@@ -41,14 +41,22 @@ function dialer(over: Partial<PushDialerOptions> = {}): PushDialer {
   return d;
 }
 
-async function listener(node: string, opts: { certName?: string; mode?: 'answer' | 'silent' } = {}): Promise<TestWakeListener> {
+async function listener(
+  node: string,
+  opts: { certName?: string; mode?: 'answer' | 'silent' } = {},
+): Promise<TestWakeListener> {
   const l = await TestWakeListener.start({ pkiDir: pki.dir, node, ...opts });
   open.push(l);
   return l;
 }
 
 /** The first dialer event `event` whose arguments satisfy `pred`, within `timeoutMs`. */
-function next<E extends keyof PushEvents>(d: PushDialer, event: E, pred: (...args: Parameters<PushEvents[E]>) => boolean, timeoutMs = 5_000): Promise<Parameters<PushEvents[E]>> {
+function next<E extends keyof PushEvents>(
+  d: PushDialer,
+  event: E,
+  pred: (...args: Parameters<PushEvents[E]>) => boolean,
+  timeoutMs = 5_000,
+): Promise<Parameters<PushEvents[E]>> {
   return new Promise((resolve, reject) => {
     const fn = ((...args: Parameters<PushEvents[E]>) => {
       if (!pred(...args)) return;
@@ -87,8 +95,19 @@ describe('push dialer', () => {
     const d = dialer();
     await connected(d, l, 7);
     expect(l.wakes).toHaveLength(1);
-    expect(l.wakes[0]!.claims).toMatchObject({ gen: 7, reason: 'ping', iss: CONTROLLER_ID, aud: `spiffe://${TD}/agent/n1` });
-    expect(d.state('n1')).toMatchObject({ state: 'connected', connected: true, generation_pushed: 7, generation_acked: 7, last_error: null });
+    expect(l.wakes[0]!.claims).toMatchObject({
+      gen: 7,
+      reason: 'ping',
+      iss: CONTROLLER_ID,
+      aud: `spiffe://${TD}/agent/n1`,
+    });
+    expect(d.state('n1')).toMatchObject({
+      state: 'connected',
+      connected: true,
+      generation_pushed: 7,
+      generation_acked: 7,
+      last_error: null,
+    });
     expect(d.state('n1').last_ack_at).not.toBeNull();
   });
 
@@ -101,7 +120,10 @@ describe('push dialer', () => {
     const [ev] = await ack;
     expect(ev.fetch).toBe('started');
     expect(ev.latencyMs).toBeGreaterThanOrEqual(0);
-    expect(l.wakes.map((w) => [w.claims.gen, w.claims.reason])).toEqual([[3, 'ping'], [4, 'deployment']]);
+    expect(l.wakes.map((w) => [w.claims.gen, w.claims.reason])).toEqual([
+      [3, 'ping'],
+      [4, 'deployment'],
+    ]);
     expect(d.wakesInFlight).toBe(0);
   });
 
@@ -136,8 +158,17 @@ describe('push dialer', () => {
   it('detects a listener that accepts but never answers as half-open within 2 s', async () => {
     const l = await listener('n1', { mode: 'silent' });
     const d = dialer({ backoffBaseMs: 5_000, backoffMaxMs: 5_000 });
-    const up = next(d, 'state', stateIs('n1', (s) => s.state === 'connected'));
-    const half = next(d, 'state', stateIs('n1', (s) => s.state === 'half_open'), 4_000);
+    const up = next(
+      d,
+      'state',
+      stateIs('n1', (s) => s.state === 'connected'),
+    );
+    const half = next(
+      d,
+      'state',
+      stateIs('n1', (s) => s.state === 'half_open'),
+      4_000,
+    );
     await d.start([{ node: 'n1', url: l.url, generation: 2, ackedGeneration: 1 }]);
     await up;
     const t0 = Date.now();
@@ -173,7 +204,11 @@ describe('push dialer', () => {
   it('refuses a listener presenting agent/n2 when n1 is dialled (wrong_peer) and sends it nothing', async () => {
     const impostor = await listener('n1', { certName: 'n2' });
     const d = dialer({ backoffBaseMs: 5_000, backoffMaxMs: 5_000 });
-    const failed = next(d, 'state', stateIs('n1', (s) => s.state === 'disconnected'));
+    const failed = next(
+      d,
+      'state',
+      stateIs('n1', (s) => s.state === 'disconnected'),
+    );
     await d.start([{ node: 'n1', url: impostor.url, generation: 2, ackedGeneration: 1 }]);
     const [, s] = await failed;
     expect(s.last_error).toBe('wrong_peer');
@@ -192,7 +227,10 @@ describe('push dialer', () => {
       // the store says gen 8 exists and only 5 was acked: nothing calls notify
       void second.start([{ node: 'n1', url: l.url, generation: 8, ackedGeneration: 5 }]);
     });
-    const ev = await Promise.race([ack, new Promise<never>((_, rej) => setTimeout(() => rej(new Error('no ack')), 5_000))]);
+    const ev = await Promise.race([
+      ack,
+      new Promise<never>((_, rej) => setTimeout(() => rej(new Error('no ack')), 5_000)),
+    ]);
     expect(ev.gen).toBe(8);
     expect(l.wakes.at(-1)!.claims).toMatchObject({ gen: 8, reason: 'ping' });
   });
@@ -201,7 +239,11 @@ describe('push dialer', () => {
     const l = await listener('n1');
     const d = dialer({ backoffBaseMs: 20, backoffMaxMs: 50 });
     await connected(d, l, 10);
-    const down = next(d, 'state', stateIs('n1', (s) => s.state === 'disconnected'));
+    const down = next(
+      d,
+      'state',
+      stateIs('n1', (s) => s.state === 'disconnected'),
+    );
     await l.stop();
     await down;
     d.notify('n1', 11, 'deployment'); // nothing to send it on: the reconnect must carry it
@@ -259,11 +301,19 @@ describe('push dialer', () => {
     const l1 = await listener('n1', { mode: 'silent' });
     const l3 = await listener('n3');
     const d = dialer({ maxWakesInFlight: 1, answerTimeoutMs: 300, backoffBaseMs: 5_000, backoffMaxMs: 5_000 });
-    const n1up = next(d, 'state', stateIs('n1', (s) => s.state === 'connected'));
+    const n1up = next(
+      d,
+      'state',
+      stateIs('n1', (s) => s.state === 'connected'),
+    );
     await d.start([{ node: 'n1', url: l1.url, generation: 1, ackedGeneration: 0 }]);
     await n1up;
     expect(d.wakesInFlight).toBe(1); // n1's unanswered ping holds the only slot
-    const n3up = next(d, 'state', stateIs('n3', (s) => s.state === 'connected'));
+    const n3up = next(
+      d,
+      'state',
+      stateIs('n3', (s) => s.state === 'connected'),
+    );
     const n3ack = next(d, 'ack', (e) => e.node === 'n3');
     d.setEndpoint('n3', l3.url, 4);
     await n3up;

@@ -41,7 +41,10 @@ describe('ping wheel', () => {
     expect(wheel.size).toBe(2);
     const t0 = Date.now();
     vi.advanceTimersByTime(3_000);
-    expect(seen.map(([id, at]) => [id, at - t0])).toEqual([[1, 2_000], [2, 3_000]]);
+    expect(seen.map(([id, at]) => [id, at - t0])).toEqual([
+      [1, 2_000],
+      [2, 3_000],
+    ]);
     wheel.clear();
   });
 

@@ -9,7 +9,14 @@ import { Registry } from 'prom-client';
 import { defaultWorkerScript, PushPool, shardOf } from '../../controller/push-pool.js';
 import type { AckEvent, PushState } from '../../controller/push-types.js';
 import { materialPaths } from '../../certs/paths.js';
-import { CONTROLLER_ID, makePushPki, TD, TestWakeListener, waitForEvent, type PushPki } from '../helpers/wake-listener.js';
+import {
+  CONTROLLER_ID,
+  makePushPki,
+  TD,
+  TestWakeListener,
+  waitForEvent,
+  type PushPki,
+} from '../helpers/wake-listener.js';
 
 let pki: PushPki;
 const open: Array<{ close(): Promise<void> }> = [];
@@ -86,7 +93,12 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))('push pool (worker proces
     const first = waitForEvent<AckEvent>(ev, 'ack', (e) => e.node === 'n1', 10_000);
     await p.start([{ node: 'n1', url: l.url, generation: 3, ackedGeneration: 2 }]);
     await first;
-    const lost = waitForEvent<{ node: string; s: PushState }>(ev, 'state', (x) => x.node === 'n1' && x.s.state === 'disconnected', 10_000);
+    const lost = waitForEvent<{ node: string; s: PushState }>(
+      ev,
+      'state',
+      (x) => x.node === 'n1' && x.s.state === 'disconnected',
+      10_000,
+    );
     p.notify('n1', 4, 'deployment');
     await waitForEvent<AckEvent>(ev, 'ack', (e) => e.gen === 4);
     const victim = p.workerPids[shardOf('n1', 2)]!;

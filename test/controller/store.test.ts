@@ -16,7 +16,14 @@ import { thrownCode } from '../helpers/codes.js';
 import { rejectedCode } from '../helpers/controller-codes.js';
 
 const WHO = 'spiffe://herald.local/operator/admin';
-const CONFIG: NewConfig = { name: 'c', group: 'script', config: 'x', inputs: [], outputs: [{ name: 'o', type: 'String', error_output: false }], options: {} };
+const CONFIG: NewConfig = {
+  name: 'c',
+  group: 'script',
+  config: 'x',
+  inputs: [],
+  outputs: [{ name: 'o', type: 'String', error_output: false }],
+  options: {},
+};
 const stores: SqliteStore[] = [];
 function open(file = ':memory:'): SqliteStore {
   const s = new SqliteStore(file);
@@ -28,12 +35,13 @@ afterEach(async () => {
 });
 /** An agent's result, as the service records it: one transaction (signal.ts). */
 function signal(s: SqliteStore, node: string, dep: string, input: SignalInput, nowMs = Date.now()) {
-  return s.transaction((tx) => recordSignal(tx, new ClusterEngine(), node, dep, input, WHO, nowMs))
+  return s
+    .transaction((tx) => recordSignal(tx, new ClusterEngine(), node, dep, input, WHO, nowMs))
     .then(({ result, changes }): SignalOutcome & { changes: typeof changes } => ({ ...result, changes }));
 }
 
 describe('generations', () => {
-  it('one global sequence, bumped once per transaction that changes a node\'s metadata', async () => {
+  it("one global sequence, bumped once per transaction that changes a node's metadata", async () => {
     const s = open();
     expect(await s.generation()).toBe(0);
     const a = await s.createNode('a', null, WHO);
@@ -43,11 +51,20 @@ describe('generations', () => {
     expect(b.node.generation).toBe(2);
     const cfg = await s.createConfig(CONFIG, WHO);
     expect(await s.generation()).toBe(2); // a config changes no node
-    const d = await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'UPDATE'], action: 'CREATE', inputValues: {} }, WHO);
+    const d = await s.createDeployment(
+      { node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'UPDATE'], action: 'CREATE', inputValues: {} },
+      WHO,
+    );
     expect(d.changes.wakes).toEqual([{ node: 'a', generation: 3, reason: 'deployment' }]);
     expect((await s.getNode('a'))!.generation).toBe(3);
     expect((await s.getNode('b'))!.generation).toBe(2);
-    const sig = await signal(s, 'a', d.deployment.id, { revision: 1, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} });
+    const sig = await signal(s, 'a', d.deployment.id, {
+      revision: 1,
+      deployStatusCode: 0,
+      deployStdout: '',
+      deployStderr: '',
+      outputs: {},
+    });
     expect(sig.changes.generation).toBe(4);
     expect(sig.changes.wakes).toEqual([]); // a signal bumps, but wakes nobody
     expect((await s.getNode('a'))!.generation).toBe(4);
@@ -57,7 +74,11 @@ describe('generations', () => {
     const s = open();
     await s.createNode('a', null, WHO);
     const cfg = await s.createConfig(CONFIG, WHO);
-    for (let i = 0; i < 3; i++) await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} }, WHO);
+    for (let i = 0; i < 3; i++)
+      await s.createDeployment(
+        { node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+        WHO,
+      );
     const high = (await s.getNode('a'))!.generation;
     await s.deleteNode('a', WHO);
     expect(await s.getNode('a')).toBeUndefined();
@@ -75,8 +96,14 @@ describe('nodes', () => {
     const s = open();
     const r = await s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true);
     expect(r).toMatchObject({ created: true, changed: true });
-    expect(await s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true)).toMatchObject({ created: false, changed: false });
-    expect(await s.announceEndpoint('a', 'wss://h:2/v1/wake', WHO, true)).toMatchObject({ created: false, changed: true });
+    expect(await s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true)).toMatchObject({
+      created: false,
+      changed: false,
+    });
+    expect(await s.announceEndpoint('a', 'wss://h:2/v1/wake', WHO, true)).toMatchObject({
+      created: false,
+      changed: true,
+    });
     expect(await rejectedCode(s.announceEndpoint('b', 'wss://h:1/v1/wake', WHO, false))).toBe('not_found');
     expect(await rejectedCode(s.createNode('a', null, WHO))).toBe('node_exists');
   });
@@ -85,7 +112,12 @@ describe('nodes', () => {
     const s = open();
     await s.createNode('a', null, WHO);
     await s.recordAcked(new Map([['a', 5]]));
-    await s.recordAcked(new Map([['a', 3], ['ghost', 9]]));
+    await s.recordAcked(
+      new Map([
+        ['a', 3],
+        ['ghost', 9],
+      ]),
+    );
     expect((await s.getNode('a'))!.ackedGeneration).toBe(5);
   });
 });
@@ -95,7 +127,17 @@ describe('deployments and signals', () => {
     const s = open();
     await s.createNode('a', null, WHO);
     const cfg = await s.createConfig({ ...CONFIG, outputs: [{ name: 'e', type: 'String', error_output: true }] }, WHO);
-    const { deployment: d } = await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'UPDATE'], action: 'CREATE', inputValues: { k: 'v' } }, WHO);
+    const { deployment: d } = await s.createDeployment(
+      {
+        node: 'a',
+        configId: cfg.id,
+        name: null,
+        actions: ['CREATE', 'UPDATE'],
+        action: 'CREATE',
+        inputValues: { k: 'v' },
+      },
+      WHO,
+    );
     const u = (await s.updateDeployment(d.id, {}, WHO)).deployment;
     expect(u.current).toMatchObject({ revision: 2, action: 'UPDATE', inputValues: { k: 'v' }, status: 'IN_PROGRESS' });
     expect(u.current.itemId).not.toBe(d.current.itemId);
@@ -103,10 +145,18 @@ describe('deployments and signals', () => {
       signal(s, 'a', d.id, { revision, deployStatusCode: code, deployStdout: 'o', deployStderr: 'e', outputs });
     expect(await rejectedCode(sig(1))).toBe('stale_revision');
     expect(await rejectedCode(sig(3))).toBe('unknown_revision');
-    expect(await rejectedCode(signal(s, 'b', d.id, { revision: 2, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} }))).toBe('not_found');
+    expect(
+      await rejectedCode(
+        signal(s, 'b', d.id, { revision: 2, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} }),
+      ),
+    ).toBe('not_found');
     const first = await sig(2, 0, { e: 'bad' });
     expect(first.outcome).toBe('recorded');
-    expect(first.deployment!.current).toMatchObject({ status: 'FAILED', signalled: true, outputValues: { e: 'bad', deploy_stdout: 'o', deploy_stderr: 'e', deploy_status_code: 0 } });
+    expect(first.deployment!.current).toMatchObject({
+      status: 'FAILED',
+      signalled: true,
+      outputValues: { e: 'bad', deploy_stdout: 'o', deploy_stderr: 'e', deploy_status_code: 0 },
+    });
     const second = await sig(2, 0);
     expect(second.outcome).toBe('duplicate');
     expect(second.changes.generation).toBeNull();
@@ -118,7 +168,10 @@ describe('deployments and signals', () => {
     const s = open();
     await s.createNode('a', null, WHO);
     const cfg = await s.createConfig(CONFIG, WHO);
-    const r = await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['UPDATE'], action: 'CREATE', inputValues: {} }, WHO);
+    const r = await s.createDeployment(
+      { node: 'a', configId: cfg.id, name: null, actions: ['UPDATE'], action: 'CREATE', inputValues: {} },
+      WHO,
+    );
     expect(r.deployment.current).toMatchObject({ status: 'COMPLETE', signalled: true });
     expect(r.deployment.current.statusReason).toMatch(/not triggered/);
     expect(r.changes.wakes).toEqual([]);
@@ -129,16 +182,32 @@ describe('deployments and signals', () => {
     const s = open();
     await s.createNode('a', null, WHO);
     const cfg = await s.createConfig(CONFIG, WHO);
-    const plain = (await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} }, WHO)).deployment;
+    const plain = (
+      await s.createDeployment(
+        { node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+        WHO,
+      )
+    ).deployment;
     expect((await s.deleteDeployment(plain.id, WHO)).deployment).toBeNull();
     expect(await s.getDeployment(plain.id)).toBeUndefined();
-    const listed = (await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'DELETE'], action: 'CREATE', inputValues: {} }, WHO)).deployment;
+    const listed = (
+      await s.createDeployment(
+        { node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'DELETE'], action: 'CREATE', inputValues: {} },
+        WHO,
+      )
+    ).deployment;
     const del = await s.deleteDeployment(listed.id, WHO);
     expect(del.deployment!.current).toMatchObject({ action: 'DELETE', revision: 2, status: 'IN_PROGRESS' });
     expect(del.changes.wakes.length).toBe(1);
     expect((await s.deleteDeployment(listed.id, WHO)).changes.generation).toBeNull(); // already running
     expect(await rejectedCode(s.updateDeployment(listed.id, {}, WHO))).toBe('deployment_deleting');
-    const sig = await signal(s, 'a', listed.id, { revision: 2, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} });
+    const sig = await signal(s, 'a', listed.id, {
+      revision: 2,
+      deployStatusCode: 0,
+      deployStdout: '',
+      deployStderr: '',
+      outputs: {},
+    });
     expect(sig.deployment).toBeNull();
     expect(sig.changes.removedDeployments).toEqual([listed.id]);
     expect(await s.getDeployment(listed.id)).toBeUndefined();
@@ -147,8 +216,22 @@ describe('deployments and signals', () => {
   it('unknown node or config is refused with its code and field', async () => {
     const s = open();
     await s.createNode('a', null, WHO);
-    expect(await rejectedCode(s.createDeployment({ node: 'zz', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} }, WHO))).toBe('unknown_node');
-    expect(await rejectedCode(s.createDeployment({ node: 'a', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} }, WHO))).toBe('unknown_config');
+    expect(
+      await rejectedCode(
+        s.createDeployment(
+          { node: 'zz', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} },
+          WHO,
+        ),
+      ),
+    ).toBe('unknown_node');
+    expect(
+      await rejectedCode(
+        s.createDeployment(
+          { node: 'a', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} },
+          WHO,
+        ),
+      ),
+    ).toBe('unknown_config');
   });
 
   it('audits who changed what', async () => {
@@ -166,7 +249,12 @@ describe('the database file', () => {
       const s1 = new SqliteStore(file);
       await s1.createNode('a', 'wss://h:1/v1/wake', WHO);
       const cfg = await s1.createConfig(CONFIG, WHO);
-      const d = (await s1.createDeployment({ node: 'a', configId: cfg.id, name: 'n', actions: ['CREATE'], action: 'CREATE', inputValues: { x: 1 } }, WHO)).deployment;
+      const d = (
+        await s1.createDeployment(
+          { node: 'a', configId: cfg.id, name: 'n', actions: ['CREATE'], action: 'CREATE', inputValues: { x: 1 } },
+          WHO,
+        )
+      ).deployment;
       const gen = await s1.generation();
       await s1.close();
       await s1.close(); // idempotent
@@ -186,22 +274,36 @@ describe('the database file', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-store-'));
     const file = path.join(dir, 'h.db');
     const indexes = (db: Database.Database) =>
-      (db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'cluster_nodes' AND name NOT LIKE 'sqlite_%' ORDER BY name").all() as Array<{ name: string }>).map((r) => r.name);
+      (
+        db
+          .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'cluster_nodes' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+          )
+          .all() as Array<{ name: string }>
+      ).map((r) => r.name);
     try {
       const s1 = new SqliteStore(file);
       await s1.createNode('a', null, WHO);
       await s1.close();
       // what version 1 left behind: no cluster_nodes index but the one by node
       const db = new Database(file);
-      db.exec('DROP INDEX cluster_nodes_by_deadline; DROP INDEX cluster_nodes_by_position; DELETE FROM schema_migrations WHERE version > 1');
+      db.exec(
+        'DROP INDEX cluster_nodes_by_deadline; DROP INDEX cluster_nodes_by_position; DELETE FROM schema_migrations WHERE version > 1',
+      );
       expect(indexes(db)).toEqual(['cluster_nodes_by_node']);
       db.close();
       const s2 = open(file);
       expect(await s2.getNode('a')).toBeDefined();
       await s2.close();
       const after = new Database(file, { readonly: true });
-      expect(indexes(after)).toEqual(['cluster_nodes_by_deadline', 'cluster_nodes_by_node', 'cluster_nodes_by_position']);
-      expect((after.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number }).v).toBe(SCHEMA_VERSION);
+      expect(indexes(after)).toEqual([
+        'cluster_nodes_by_deadline',
+        'cluster_nodes_by_node',
+        'cluster_nodes_by_position',
+      ]);
+      expect((after.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number }).v).toBe(
+        SCHEMA_VERSION,
+      );
       after.close();
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
@@ -224,16 +326,30 @@ describe('the database file', () => {
 });
 
 describe('group commit', () => {
-  it('shares one transaction but keeps each change\'s own result or error', async () => {
+  it("shares one transaction but keeps each change's own result or error", async () => {
     const { GroupCommitter } = await import('../../controller/group-commit.js');
     const s = open();
     await s.createNode('a', null, WHO);
     const cfg = await s.createConfig(CONFIG, WHO);
     const ids: string[] = [];
-    for (let i = 0; i < 3; i++) ids.push((await s.createDeployment({ node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} }, WHO)).deployment.id);
+    for (let i = 0; i < 3; i++)
+      ids.push(
+        (
+          await s.createDeployment(
+            { node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+            WHO,
+          )
+        ).deployment.id,
+      );
     const g = new GroupCommitter(s);
     const engine = new ClusterEngine();
-    const body = (revision: number) => ({ revision, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} });
+    const body = (revision: number) => ({
+      revision,
+      deployStatusCode: 0,
+      deployStdout: '',
+      deployStderr: '',
+      outputs: {},
+    });
     const results = await Promise.allSettled([
       g.run((tx) => recordSignal(tx, engine, 'a', ids[0]!, body(1), WHO, Date.now())),
       g.run((tx) => recordSignal(tx, engine, 'a', ids[1]!, body(7), WHO, Date.now())), // unknown_revision: only this one fails
@@ -244,7 +360,9 @@ describe('group commit', () => {
     expect((await s.getDeployment(ids[0]!))!.current.signalled).toBe(true);
     expect((await s.getDeployment(ids[1]!))!.current.signalled).toBe(false);
     expect((await s.getDeployment(ids[2]!))!.current.signalled).toBe(true);
-    const gens = results.filter((r) => r.status === 'fulfilled').map((r) => (r as PromiseFulfilledResult<{ changes: { generation: number } }>).value.changes.generation);
+    const gens = results
+      .filter((r) => r.status === 'fulfilled')
+      .map((r) => (r as PromiseFulfilledResult<{ changes: { generation: number } }>).value.changes.generation);
     expect(gens[1]).toBeGreaterThan(gens[0]!);
     expect((await s.getNode('a'))!.generation).toBe(gens[1]);
   });
@@ -314,4 +432,3 @@ describe('transactions', () => {
     expect(await rejectedCode(s.createNode('b', null, WHO))).toBe('internal');
   });
 });
-

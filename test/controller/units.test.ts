@@ -22,17 +22,39 @@ function code(fn: () => unknown): string | undefined {
 
 describe('endpoint', () => {
   it('accepts wss://host:port/v1/wake and normalises it', () => {
-    expect(parseEndpoint('wss://LOCALHOST:7443/v1/wake')).toEqual({ url: 'wss://localhost:7443/v1/wake', host: 'localhost' });
+    expect(parseEndpoint('wss://LOCALHOST:7443/v1/wake')).toEqual({
+      url: 'wss://localhost:7443/v1/wake',
+      host: 'localhost',
+    });
     expect(parseEndpoint('wss://[::1]:7443/v1/wake').host).toBe('::1');
     expect(parseEndpoint('wss://2130706433:1/v1/wake').host).toBe('127.0.0.1');
   });
 
   it('refuses other schemes, paths, user info, queries, unspecified and link-local hosts', () => {
-    for (const u of ['https://h:1/v1/wake', 'wss://h:1/v1/wake/', 'wss://u:p@h:1/v1/wake', 'wss://h:1/v1/wake?x', 'wss://0.0.0.0:1/v1/wake', 'wss://[::]:1/v1/wake', 'not a url']) {
-      expect(code(() => parseEndpoint(u)), u).toBe('bad_endpoint');
+    for (const u of [
+      'https://h:1/v1/wake',
+      'wss://h:1/v1/wake/',
+      'wss://u:p@h:1/v1/wake',
+      'wss://h:1/v1/wake?x',
+      'wss://0.0.0.0:1/v1/wake',
+      'wss://[::]:1/v1/wake',
+      'not a url',
+    ]) {
+      expect(
+        code(() => parseEndpoint(u)),
+        u,
+      ).toBe('bad_endpoint');
     }
-    for (const u of ['wss://169.254.169.254:1/v1/wake', 'wss://[fe80::1]:1/v1/wake', 'wss://[febf::1]:1/v1/wake', 'wss://[::ffff:169.254.1.1]:1/v1/wake']) {
-      expect(code(() => parseEndpoint(u)), u).toBe('link_local_endpoint');
+    for (const u of [
+      'wss://169.254.169.254:1/v1/wake',
+      'wss://[fe80::1]:1/v1/wake',
+      'wss://[febf::1]:1/v1/wake',
+      'wss://[::ffff:169.254.1.1]:1/v1/wake',
+    ]) {
+      expect(
+        code(() => parseEndpoint(u)),
+        u,
+      ).toBe('link_local_endpoint');
     }
     expect(isLinkLocal('fec0::1')).toBe(false);
     expect(isLinkLocal('169.253.0.1')).toBe(false);
@@ -81,7 +103,16 @@ describe('If-None-Match', () => {
   });
 
   it('maps codes to statuses at one place', () => {
-    expect([statusOf('invalid_request'), statusOf('wrong_node'), statusOf('not_found'), statusOf('stale_revision'), statusOf('body_too_large'), statusOf('unsupported_media_type'), statusOf('unknown_node'), statusOf('rate_limited')]).toEqual([400, 403, 404, 409, 413, 415, 422, 429]);
+    expect([
+      statusOf('invalid_request'),
+      statusOf('wrong_node'),
+      statusOf('not_found'),
+      statusOf('stale_revision'),
+      statusOf('body_too_large'),
+      statusOf('unsupported_media_type'),
+      statusOf('unknown_node'),
+      statusOf('rate_limited'),
+    ]).toEqual([400, 403, 404, 409, 413, 415, 422, 429]);
   });
 });
 
@@ -101,8 +132,19 @@ describe('input values', () => {
 
 describe('options', () => {
   it('resolves command line over environment over defaults and names bad options', () => {
-    const o = resolveOptions({ pki: '/p', db: '/d' }, { HERALD_CONTROLLER_NAME: 'ctl2', HERALD_CONTROLLER_AUTO_REGISTER: 'false', HERALD_CONTROLLER_DB: '/env' });
-    expect(o).toMatchObject({ pki: '/p', db: '/d', name: 'ctl2', autoRegister: false, listen: { host: '127.0.0.1', port: 8443 }, pushWorkers: 1, healthListen: null });
+    const o = resolveOptions(
+      { pki: '/p', db: '/d' },
+      { HERALD_CONTROLLER_NAME: 'ctl2', HERALD_CONTROLLER_AUTO_REGISTER: 'false', HERALD_CONTROLLER_DB: '/env' },
+    );
+    expect(o).toMatchObject({
+      pki: '/p',
+      db: '/d',
+      name: 'ctl2',
+      autoRegister: false,
+      listen: { host: '127.0.0.1', port: 8443 },
+      pushWorkers: 1,
+      healthListen: null,
+    });
     expect(parseHostPort('[::1]:0', 'listen')).toEqual({ host: '::1', port: 0 });
     expect(() => resolveOptions({ db: '/d' }, {})).toThrow(/--pki/);
     expect(() => resolveOptions({ pki: '/p', db: '/d', listen: '1.2.3.4:99999' }, {})).toThrow(/--listen/);
@@ -112,25 +154,39 @@ describe('options', () => {
 });
 
 describe('cluster planner', () => {
-  const n = (node: string, position: number, phase: 'pending' | 'uninstalling' | 'installing' | 'complete' | 'failed', deadline: number | null = null) => ({ node, position, phase, stepDeadlineMs: deadline, reason: phase === 'failed' ? 'boom' : null });
+  const n = (
+    node: string,
+    position: number,
+    phase: 'pending' | 'uninstalling' | 'installing' | 'complete' | 'failed',
+    deadline: number | null = null,
+  ) => ({ node, position, phase, stepDeadlineMs: deadline, reason: phase === 'failed' ? 'boom' : null });
 
   it('fills a restart window in order and finishes when nothing is in flight', () => {
     expect(planCluster('restart', 2, [n('a', 0, 'pending'), n('b', 1, 'pending'), n('c', 2, 'pending')], 0)).toEqual([
-      { type: 'start', node: 'a', step: 'uninstall' }, { type: 'start', node: 'b', step: 'uninstall' },
+      { type: 'start', node: 'a', step: 'uninstall' },
+      { type: 'start', node: 'b', step: 'uninstall' },
     ]);
-    expect(planCluster('restart', 2, [n('a', 0, 'complete'), n('b', 1, 'installing'), n('c', 2, 'pending')], 0)).toEqual([{ type: 'start', node: 'c', step: 'uninstall' }]);
-    expect(planCluster('restart', 2, [n('a', 0, 'complete'), n('b', 1, 'complete')], 0)).toEqual([{ type: 'finish', status: 'RESTART_COMPLETE', reason: expect.any(String), remove: false }]);
+    expect(
+      planCluster('restart', 2, [n('a', 0, 'complete'), n('b', 1, 'installing'), n('c', 2, 'pending')], 0),
+    ).toEqual([{ type: 'start', node: 'c', step: 'uninstall' }]);
+    expect(planCluster('restart', 2, [n('a', 0, 'complete'), n('b', 1, 'complete')], 0)).toEqual([
+      { type: 'finish', status: 'RESTART_COMPLETE', reason: expect.any(String), remove: false },
+    ]);
   });
 
   it('starts nothing after a failure and fails once in-flight nodes finish', () => {
     expect(planCluster('restart', 1, [n('a', 0, 'failed'), n('b', 1, 'pending')], 0)).toEqual([
       { type: 'finish', status: 'RESTART_FAILED', reason: 'restart failed on a: boom', remove: false },
     ]);
-    expect(planCluster('restart', 2, [n('a', 0, 'failed'), n('b', 1, 'installing'), n('c', 2, 'pending')], 0)).toEqual([]);
+    expect(planCluster('restart', 2, [n('a', 0, 'failed'), n('b', 1, 'installing'), n('c', 2, 'pending')], 0)).toEqual(
+      [],
+    );
   });
 
   it('times out steps past their deadline first', () => {
-    expect(planCluster('restart', 2, [n('a', 0, 'uninstalling', 100), n('b', 1, 'pending')], 100)).toEqual([{ type: 'timeout', node: 'a' }]);
+    expect(planCluster('restart', 2, [n('a', 0, 'uninstalling', 100), n('b', 1, 'pending')], 100)).toEqual([
+      { type: 'timeout', node: 'a' },
+    ]);
     expect(planCluster('create', 2, [n('a', 0, 'installing', 100)], 99)).toEqual([]);
   });
 });

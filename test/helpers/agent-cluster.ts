@@ -6,7 +6,17 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import {
-  api, credOf, freePort, hasExited, heraldSync, startHerald, stopProc, waitFor, type ApiResponse, type Cred, type Proc,
+  api,
+  credOf,
+  freePort,
+  hasExited,
+  heraldSync,
+  startHerald,
+  stopProc,
+  waitFor,
+  type ApiResponse,
+  type Cred,
+  type Proc,
 } from './procs.js';
 
 export interface Cluster {
@@ -15,7 +25,11 @@ export interface Cluster {
   op: Cred;
   ctl: ControllerProc;
   startController(): Promise<ControllerProc>;
-  startAgent(node: string, extra?: string[], opts?: { stateDir?: string; port?: number; name?: string }): Promise<AgentProc>;
+  startAgent(
+    node: string,
+    extra?: string[],
+    opts?: { stateDir?: string; port?: number; name?: string },
+  ): Promise<AgentProc>;
   cleanup(): void;
 }
 
@@ -36,7 +50,10 @@ export interface AgentProc {
 }
 
 function assertAlive(p: Proc): true {
-  if (hasExited(p)) throw new Error(`${p.name} exited early (${p.child.exitCode ?? p.child.signalCode}):\n${p.log().split('\n').slice(-20).join('\n')}`);
+  if (hasExited(p))
+    throw new Error(
+      `${p.name} exited early (${p.child.exitCode ?? p.child.signalCode}):\n${p.log().split('\n').slice(-20).join('\n')}`,
+    );
   return true;
 }
 
@@ -56,31 +73,65 @@ export async function makeCluster(nodes: string[]): Promise<Cluster> {
 
   const startController = async (): Promise<ControllerProc> => {
     if (port === 0) port = await freePort();
-    const proc = startHerald(`controller-${n++}`, ['controller', '--listen', `127.0.0.1:${port}`, '--pki', pki, '--db', db], work);
-    await waitFor('controller /healthz', async () => assertAlive(proc) && (await api(port, op, 'GET', '/healthz')).status === 200, 20_000, 50);
+    const proc = startHerald(
+      `controller-${n++}`,
+      ['controller', '--listen', `127.0.0.1:${port}`, '--pki', pki, '--db', db],
+      work,
+    );
+    await waitFor(
+      'controller /healthz',
+      async () => assertAlive(proc) && (await api(port, op, 'GET', '/healthz')).status === 200,
+      20_000,
+      50,
+    );
     const c = { port, proc, db };
     cluster.ctl = c;
     return c;
   };
 
-  const startAgent = async (node: string, extra: string[] = [], o: { stateDir?: string; port?: number; name?: string } = {}): Promise<AgentProc> => {
+  const startAgent = async (
+    node: string,
+    extra: string[] = [],
+    o: { stateDir?: string; port?: number; name?: string } = {},
+  ): Promise<AgentProc> => {
     const aport = o.port ?? (await freePort());
     const state = o.stateDir ?? path.join(work, `state-${node}`);
     const hooks = path.join(work, `hooks-${node}`);
     fs.mkdirSync(hooks, { recursive: true, mode: 0o755 });
-    const args = ['agent', '--node', node, '--controller', `https://127.0.0.1:${cluster.ctl.port}`, '--listen', `127.0.0.1:${aport}`,
-      '--pki', pki, '--state-dir', state, '--hooks-dir', hooks, ...extra];
+    const args = [
+      'agent',
+      '--node',
+      node,
+      '--controller',
+      `https://127.0.0.1:${cluster.ctl.port}`,
+      '--listen',
+      `127.0.0.1:${aport}`,
+      '--pki',
+      pki,
+      '--state-dir',
+      state,
+      '--hooks-dir',
+      hooks,
+      ...extra,
+    ];
     const proc = startHerald(o.name ?? `agent-${node}-${n++}`, args, work);
-    await waitFor(`agent ${node} to announce its endpoint`, async () => {
-      assertAlive(proc);
-      const r = await api(cluster.ctl.port, op, 'GET', `/v1/nodes/${node}`);
-      return r.status === 200 && JSON.stringify(r.json ?? {}).includes(`:${aport}/`);
-    }, 20_000, 50);
+    await waitFor(
+      `agent ${node} to announce its endpoint`,
+      async () => {
+        assertAlive(proc);
+        const r = await api(cluster.ctl.port, op, 'GET', `/v1/nodes/${node}`);
+        return r.status === 200 && JSON.stringify(r.json ?? {}).includes(`:${aport}/`);
+      },
+      20_000,
+      50,
+    );
     return { node, port: aport, proc, state, hooks, args, cred: credOf(pki, 'agent', node) };
   };
 
   const cluster: Cluster = {
-    work, pki, op,
+    work,
+    pki,
+    op,
     ctl: undefined as unknown as ControllerProc,
     startController,
     startAgent,
@@ -112,13 +163,24 @@ export async function getDeployment(c: Cluster, id: string): Promise<ApiResponse
 }
 
 /** Waits until the deployment's status is one of `want` (its current revision's). */
-export async function waitDeployment(c: Cluster, id: string, want = ['COMPLETE', 'FAILED'], ms = 15_000, revision?: number): Promise<Deployment> {
-  return waitFor(`deployment ${id} to reach ${want.join('|')}${revision ? ` at revision ${revision}` : ''}`, async () => {
-    const r = await getDeployment(c, id);
-    const d = r.json?.deployment ?? r.json;
-    if (revision !== undefined && d?.revision !== revision) return null;
-    return d && want.includes(d.status) ? d : null;
-  }, ms, 10);
+export async function waitDeployment(
+  c: Cluster,
+  id: string,
+  want = ['COMPLETE', 'FAILED'],
+  ms = 15_000,
+  revision?: number,
+): Promise<Deployment> {
+  return waitFor(
+    `deployment ${id} to reach ${want.join('|')}${revision ? ` at revision ${revision}` : ''}`,
+    async () => {
+      const r = await getDeployment(c, id);
+      const d = r.json?.deployment ?? r.json;
+      if (revision !== undefined && d?.revision !== revision) return null;
+      return d && want.includes(d.status) ? d : null;
+    },
+    ms,
+    10,
+  );
 }
 
 export async function getNode(c: Cluster, node: string): Promise<Deployment> {

@@ -40,16 +40,28 @@ export async function makeAgentTestPki(): Promise<AgentTestPki> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-agent-pki-'));
   await initPki({ dir });
   const keyPem = newRsaKeyPem();
-  for (const n of ['n1', 'n2']) await issueCert({ dir, role: 'agent', name: n, ip: ['127.0.0.1'], dns: ['localhost'], keyPem });
-  for (const n of ['c2', 'c3']) await issueCert({ dir, role: 'controller', name: n, ip: ['127.0.0.1'], dns: ['localhost'], keyPem });
+  for (const n of ['n1', 'n2'])
+    await issueCert({ dir, role: 'agent', name: n, ip: ['127.0.0.1'], dns: ['localhost'], keyPem });
+  for (const n of ['c2', 'c3'])
+    await issueCert({ dir, role: 'controller', name: n, ip: ['127.0.0.1'], dns: ['localhost'], keyPem });
   const p = pkiPaths(dir);
   const ca = fs.readFileSync(p.caCrt);
   const caPem: Pem = { cert: ca.toString(), key: fs.readFileSync(p.caKey, 'utf8') };
   const foreignCa = makeCa({ keyPem });
-  const f = makeCertificate({ issuer: foreignCa, uris: [spiffeIdOf(TD, 'controller', 'controller')], ip: ['127.0.0.1'], eku: { serverAuth: true, clientAuth: true }, keyPem });
+  const f = makeCertificate({
+    issuer: foreignCa,
+    uris: [spiffeIdOf(TD, 'controller', 'controller')],
+    ip: ['127.0.0.1'],
+    eku: { serverAuth: true, clientAuth: true },
+    keyPem,
+  });
   const e = makeCertificate({
-    issuer: caPem, uris: [spiffeIdOf(TD, 'controller', 'controller')], eku: { serverAuth: true, clientAuth: true }, keyPem,
-    notBefore: new Date(Date.now() - 10 * 86_400_000), notAfter: new Date(Date.now() - 86_400_000),
+    issuer: caPem,
+    uris: [spiffeIdOf(TD, 'controller', 'controller')],
+    eku: { serverAuth: true, clientAuth: true },
+    keyPem,
+    notBefore: new Date(Date.now() - 10 * 86_400_000),
+    notAfter: new Date(Date.now() - 86_400_000),
   });
   const jwk = JSON.parse(fs.readFileSync(p.signingJwk, 'utf8')) as Ed25519PrivateJwk;
   const materials: PkiMaterial[] = [];
@@ -60,7 +72,12 @@ export async function makeAgentTestPki(): Promise<AgentTestPki> {
     foreign: { ca, cert: Buffer.from(f.cert), key: Buffer.from(f.key) },
     expired: { ca, cert: Buffer.from(e.cert), key: Buffer.from(e.key) },
     material: (role, name) => {
-      const m = new PkiMaterial({ ...materialPaths(dir, role, name), trustDomain: TD, watch: false, logger: quietLog() });
+      const m = new PkiMaterial({
+        ...materialPaths(dir, role, name),
+        trustDomain: TD,
+        watch: false,
+        logger: quietLog(),
+      });
       materials.push(m);
       return m;
     },

@@ -30,10 +30,26 @@ export interface RequestOptions {
 }
 
 /** One HTTPS request on a fresh connection. */
-export function request(port: number, cred: Cred, method: string, p: string, body?: unknown, o: RequestOptions = {}): Promise<Res> {
+export function request(
+  port: number,
+  cred: Cred,
+  method: string,
+  p: string,
+  body?: unknown,
+  o: RequestOptions = {},
+): Promise<Res> {
   return new Promise((resolve, reject) => {
-    const data = o.rawBody !== undefined ? Buffer.from(o.rawBody) : body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-    const headers: Record<string, string> = { ...(data && o.rawBody === undefined ? { 'content-type': 'application/json' } : {}), ...(data ? { 'content-length': String(data.length) } : {}), ...o.headers };
+    const data =
+      o.rawBody !== undefined
+        ? Buffer.from(o.rawBody)
+        : body === undefined
+          ? undefined
+          : Buffer.from(JSON.stringify(body));
+    const headers: Record<string, string> = {
+      ...(data && o.rawBody === undefined ? { 'content-type': 'application/json' } : {}),
+      ...(data ? { 'content-length': String(data.length) } : {}),
+      ...o.headers,
+    };
     const req = https.request(
       { host: '127.0.0.1', port, method, path: p, ...cred, servername: 'localhost', agent: false, headers },
       (res) => {
@@ -86,7 +102,15 @@ export class PushStub implements PushService {
     this.signingKids.push(jwk.kid);
   }
   state(): PushState {
-    return { state: 'idle', connected: false, generation_pushed: null, generation_acked: null, last_ack_at: null, last_error: null, last_error_at: null };
+    return {
+      state: 'idle',
+      connected: false,
+      generation_pushed: null,
+      generation_acked: null,
+      last_ack_at: null,
+      last_error: null,
+      last_error_at: null,
+    };
   }
   on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {
     (this.#handlers[event] as Array<PushEvents[E]>).push(fn);
@@ -132,8 +156,20 @@ export async function startTestController(
   const { logger, text } = memoryLogger();
   const push = new PushStub();
   const options: ControllerOptions = {
-    listen: { host: '127.0.0.1', port: 0 }, pki: pki.dir, db: dbPath, name: 'controller', trustDomain: undefined, healthListen: null,
-    autoRegister: true, publicUrl: null, pushWorkers: 0, logLevel: 'debug', ca: undefined, cert: undefined, key: undefined, signingKey: undefined,
+    listen: { host: '127.0.0.1', port: 0 },
+    pki: pki.dir,
+    db: dbPath,
+    name: 'controller',
+    trustDomain: undefined,
+    healthListen: null,
+    autoRegister: true,
+    publicUrl: null,
+    pushWorkers: 0,
+    logLevel: 'debug',
+    ca: undefined,
+    cert: undefined,
+    key: undefined,
+    signingKey: undefined,
     ...over,
   };
   const ctl = await startController(options, { ...deps, logger, push: () => push });
@@ -144,7 +180,12 @@ export async function startTestController(
     push,
     dbPath,
     logText: text,
-    logLines: () => text().trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>),
+    logLines: () =>
+      text()
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
     req: (cred, method, p, body, o) => request(port, cred, method, p, body, o),
     close: async () => {
       await ctl.close();

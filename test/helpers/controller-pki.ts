@@ -42,15 +42,30 @@ export async function makeControllerTestPki(): Promise<ControllerTestPki> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-ctl-pki-'));
   await initPki({ dir });
   const keyPem = newRsaKeyPem();
-  for (const n of ['n1', 'n2']) await issueCert({ dir, role: 'agent', name: n, ip: ['127.0.0.1'], dns: ['localhost'], keyPem });
+  for (const n of ['n1', 'n2'])
+    await issueCert({ dir, role: 'agent', name: n, ip: ['127.0.0.1'], dns: ['localhost'], keyPem });
   await issueCert({ dir, role: 'agent', name: 'n3', dns: ['n3.example'], keyPem });
   const p = pkiPaths(dir);
   const ca = fs.readFileSync(p.caCrt);
   const foreignCa = makeCa({ keyPem });
-  const foreign = makeCertificate({ issuer: foreignCa, uris: [spiffeIdOf(TD, 'operator', 'admin')], eku: { clientAuth: true }, keyPem });
-  const forged = makeCertificate({ issuer: 'self', uris: [spiffeIdOf(TD, 'operator', 'admin')], eku: { clientAuth: true }, keyPem });
+  const foreign = makeCertificate({
+    issuer: foreignCa,
+    uris: [spiffeIdOf(TD, 'operator', 'admin')],
+    eku: { clientAuth: true },
+    keyPem,
+  });
+  const forged = makeCertificate({
+    issuer: 'self',
+    uris: [spiffeIdOf(TD, 'operator', 'admin')],
+    eku: { clientAuth: true },
+    keyPem,
+  });
   const signingJwk = JSON.parse(fs.readFileSync(p.signingJwk, 'utf8')) as Ed25519PrivateJwk;
-  const cred = (role: 'controller' | 'agent' | 'operator', name: string): Cred => ({ ca, cert: fs.readFileSync(p.cert(role, name)), key: fs.readFileSync(p.key(role, name)) });
+  const cred = (role: 'controller' | 'agent' | 'operator', name: string): Cred => ({
+    ca,
+    cert: fs.readFileSync(p.cert(role, name)),
+    key: fs.readFileSync(p.key(role, name)),
+  });
   return {
     dir,
     ca,
@@ -62,7 +77,14 @@ export async function makeControllerTestPki(): Promise<ControllerTestPki> {
     forgedOperator: { ca, cert: Buffer.from(forged.cert), key: Buffer.from(forged.key) },
     spiffe: (role, name) => spiffeIdOf(TD, role, name),
     issueAgent: async (name, sans) => {
-      await issueCert({ dir, role: 'agent', name, ip: sans?.ip ?? ['127.0.0.1'], dns: sans?.dns ?? ['localhost'], keyPem });
+      await issueCert({
+        dir,
+        role: 'agent',
+        name,
+        ip: sans?.ip ?? ['127.0.0.1'],
+        dns: sans?.dns ?? ['localhost'],
+        keyPem,
+      });
       return cred('agent', name);
     },
     cleanup: () => fs.rmSync(dir, { recursive: true, force: true }),

@@ -12,7 +12,10 @@ export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '
 export const HERALD = path.join(REPO, 'bin', 'herald');
 
 export function controllerBuilt(): boolean {
-  return fs.existsSync(path.join(REPO, 'dist', 'cli', 'main.js')) && fs.existsSync(path.join(REPO, 'dist', 'controller', 'main.js'));
+  return (
+    fs.existsSync(path.join(REPO, 'dist', 'cli', 'main.js')) &&
+    fs.existsSync(path.join(REPO, 'dist', 'controller', 'main.js'))
+  );
 }
 
 export interface ControllerProc {
@@ -35,12 +38,24 @@ process.once('exit', () => {
   }
 });
 
-export async function startControllerProcess(args: string[], logFile: string, timeoutMs = 20_000, env: NodeJS.ProcessEnv = {}): Promise<ControllerProc> {
+export async function startControllerProcess(
+  args: string[],
+  logFile: string,
+  timeoutMs = 20_000,
+  env: NodeJS.ProcessEnv = {},
+): Promise<ControllerProc> {
   const fd = fs.openSync(logFile, 'a');
   const start = fs.statSync(logFile).size;
-  const child = spawn(process.execPath, [HERALD, 'controller', '--listen', '127.0.0.1:0', '--push-workers', '0', ...args], {
-    cwd: REPO, detached: true, stdio: ['ignore', fd, fd], env: { ...process.env, ...env },
-  });
+  const child = spawn(
+    process.execPath,
+    [HERALD, 'controller', '--listen', '127.0.0.1:0', '--push-workers', '0', ...args],
+    {
+      cwd: REPO,
+      detached: true,
+      stdio: ['ignore', fd, fd],
+      env: { ...process.env, ...env },
+    },
+  );
   fs.closeSync(fd);
   live.add(child);
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {

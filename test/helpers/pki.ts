@@ -37,7 +37,11 @@ export interface TestPki {
   ca: Pem;
   /** ca/cert/key Buffers of a certificate in the layout, ready for tls/https options. */
   cred(role: Role, name: string): { ca: Buffer; cert: Buffer; key: Buffer };
-  issue(role: Role, name: string, opts?: { dns?: string[]; ip?: string[]; notBefore?: Date; notAfter?: Date }): Promise<CertFiles>;
+  issue(
+    role: Role,
+    name: string,
+    opts?: { dns?: string[]; ip?: string[]; notBefore?: Date; notAfter?: Date },
+  ): Promise<CertFiles>;
   /**
    * A certificate for `role/name` that must be refused, in `<dir>/bad/`:
    * expired / not-yet-valid (signed by the CA), foreign (another CA, same trust domain),
@@ -57,12 +61,15 @@ export const quietLogger: Logger = { info: () => {}, warn: () => {}, error: () =
  * Makes a PKI in a new temporary directory (removed by cleanup()), or in `dir`; with
  * `existing: true`, wraps the PKI already in `dir` (e.g. made by `bin/herald certs init`).
  */
-export async function makeTestPki(opts: { agents?: string[]; trustDomain?: string; dir?: string; existing?: boolean } = {}): Promise<TestPki> {
+export async function makeTestPki(
+  opts: { agents?: string[]; trustDomain?: string; dir?: string; existing?: boolean } = {},
+): Promise<TestPki> {
   const dir = opts.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pki-'));
   const trustDomain = opts.existing ? readTrustDomain(dir) : (opts.trustDomain ?? 'herald.local');
   if (!opts.existing) await initPki({ dir, trustDomain });
   const paths = pkiPaths(dir);
-  for (const n of opts.agents ?? []) await issueCert({ dir, role: 'agent', name: n, ip: ['127.0.0.1'], dns: ['localhost'] });
+  for (const n of opts.agents ?? [])
+    await issueCert({ dir, role: 'agent', name: n, ip: ['127.0.0.1'], dns: ['localhost'] });
   const ca: Pem = { cert: fs.readFileSync(paths.caCrt, 'utf8'), key: fs.readFileSync(paths.caKey, 'utf8') };
   const caBuf = Buffer.from(ca.cert);
   const materials: PkiMaterial[] = [];
@@ -72,7 +79,12 @@ export async function makeTestPki(opts: { agents?: string[]; trustDomain?: strin
   const badDir = path.join(dir, 'bad');
 
   const files = (certPath: string, keyPath: string, serial: string): CertFiles => ({
-    certPath, keyPath, ca: caBuf, cert: fs.readFileSync(certPath), key: fs.readFileSync(keyPath), serial,
+    certPath,
+    keyPath,
+    ca: caBuf,
+    cert: fs.readFileSync(certPath),
+    key: fs.readFileSync(keyPath),
+    serial,
   });
 
   const pki: TestPki = {
@@ -80,7 +92,11 @@ export async function makeTestPki(opts: { agents?: string[]; trustDomain?: strin
     trustDomain,
     paths,
     ca,
-    cred: (role, name) => ({ ca: caBuf, cert: fs.readFileSync(paths.cert(role, name)), key: fs.readFileSync(paths.key(role, name)) }),
+    cred: (role, name) => ({
+      ca: caBuf,
+      cert: fs.readFileSync(paths.cert(role, name)),
+      key: fs.readFileSync(paths.key(role, name)),
+    }),
     async issue(role, name, o = {}) {
       const r = await issueCert({ dir, role, name, ip: ['127.0.0.1'], dns: ['localhost'], ...o });
       return files(r.certPath, r.keyPath, r.serial);
@@ -101,11 +117,24 @@ export async function makeTestPki(opts: { agents?: string[]; trustDomain?: strin
         return foreignCa;
       };
       const made =
-        kind === 'expired' ? makeCertificate({ ...base, issuer: ca, notBefore: new Date(now - 30 * day), notAfter: new Date(now - day) })
-        : kind === 'not-yet-valid' ? makeCertificate({ ...base, issuer: ca, notBefore: new Date(now + day), notAfter: new Date(now + 30 * day) })
-        : kind === 'foreign' ? makeCertificate({ ...base, issuer: foreign() })
-        : kind === 'forged' ? makeCertificate({ ...base, issuer: 'self' })
-        : makeCertificate({ ...base, issuer: ca, eku: role === 'operator' ? { serverAuth: true } : { clientAuth: true } });
+        kind === 'expired'
+          ? makeCertificate({ ...base, issuer: ca, notBefore: new Date(now - 30 * day), notAfter: new Date(now - day) })
+          : kind === 'not-yet-valid'
+            ? makeCertificate({
+                ...base,
+                issuer: ca,
+                notBefore: new Date(now + day),
+                notAfter: new Date(now + 30 * day),
+              })
+            : kind === 'foreign'
+              ? makeCertificate({ ...base, issuer: foreign() })
+              : kind === 'forged'
+                ? makeCertificate({ ...base, issuer: 'self' })
+                : makeCertificate({
+                    ...base,
+                    issuer: ca,
+                    eku: role === 'operator' ? { serverAuth: true } : { clientAuth: true },
+                  });
       fs.mkdirSync(badDir, { recursive: true, mode: 0o700 });
       const certPath = path.join(badDir, `${kind}-${role}-${name}.crt`);
       const keyPath = path.join(badDir, `${kind}-${role}-${name}.key`);

@@ -34,7 +34,12 @@ const live = new Set<Proc>();
 export function startHerald(name: string, args: string[], workDir: string, env: NodeJS.ProcessEnv = {}): Proc {
   const logFile = path.join(workDir, `${name}.log`);
   const fd = fs.openSync(logFile, 'a');
-  const child = spawn(process.execPath, [HERALD, ...args], { cwd: REPO, detached: true, stdio: ['ignore', fd, fd], env: { ...process.env, ...env } });
+  const child = spawn(process.execPath, [HERALD, ...args], {
+    cwd: REPO,
+    detached: true,
+    stdio: ['ignore', fd, fd],
+    env: { ...process.env, ...env },
+  });
   fs.closeSync(fd);
   const exited = new Promise<void>((resolve) => {
     if (child.exitCode !== null || child.signalCode !== null) resolve();
@@ -108,13 +113,31 @@ export interface ApiResponse {
 }
 
 /** One HTTPS request with a client certificate (a fresh connection each time). */
-export function api(port: number, c: Cred, method: string, p: string, body?: unknown, headers: Record<string, string> = {}): Promise<ApiResponse> {
+export function api(
+  port: number,
+  c: Cred,
+  method: string,
+  p: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<ApiResponse> {
   return new Promise((resolve, reject) => {
     const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const req = https.request(
       {
-        host: '127.0.0.1', port, method, path: p, ca: c.ca, cert: c.cert, key: c.key, servername: 'localhost', agent: false,
-        headers: { ...(data ? { 'content-type': 'application/json', 'content-length': String(data.length) } : {}), ...headers },
+        host: '127.0.0.1',
+        port,
+        method,
+        path: p,
+        ca: c.ca,
+        cert: c.cert,
+        key: c.key,
+        servername: 'localhost',
+        agent: false,
+        headers: {
+          ...(data ? { 'content-type': 'application/json', 'content-length': String(data.length) } : {}),
+          ...headers,
+        },
       },
       (res) => {
         const chunks: Buffer[] = [];
@@ -141,7 +164,12 @@ export function api(port: number, c: Cred, method: string, p: string, body?: unk
  * Polls `fn` until it returns a truthy value (and returns it), or throws after `ms` naming
  * `what` and the last error. Polling a condition is the event here: the processes are separate.
  */
-export async function waitFor<T>(what: string, fn: () => Promise<T> | T, ms = 15_000, everyMs = 20): Promise<NonNullable<T>> {
+export async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T> | T,
+  ms = 15_000,
+  everyMs = 20,
+): Promise<NonNullable<T>> {
   const t0 = Date.now();
   let last: unknown;
   for (;;) {
@@ -151,7 +179,10 @@ export async function waitFor<T>(what: string, fn: () => Promise<T> | T, ms = 15
     } catch (err) {
       last = err;
     }
-    if (Date.now() - t0 > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? ` (last error: ${(last as Error).message ?? String(last)})` : ''}`);
+    if (Date.now() - t0 > ms)
+      throw new Error(
+        `timed out after ${ms} ms waiting for ${what}${last ? ` (last error: ${(last as Error).message ?? String(last)})` : ''}`,
+      );
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }

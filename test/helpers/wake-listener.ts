@@ -90,8 +90,16 @@ export class TestWakeListener extends EventEmitter {
     this.node = opts.node;
     this.mode = opts.mode ?? 'answer';
     this.port = opts.port ?? 0;
-    this.material = new PkiMaterial({ ...materialPaths(opts.pkiDir, 'agent', opts.certName ?? opts.node), trustDomain: td, watch: false });
-    this.#verifier = new KidNotingVerifier({ audience: spiffeIdOf(td, 'agent', opts.node), keys: keySetOf(this.material), startedAtS: Date.now() / 1000 });
+    this.material = new PkiMaterial({
+      ...materialPaths(opts.pkiDir, 'agent', opts.certName ?? opts.node),
+      trustDomain: td,
+      watch: false,
+    });
+    this.#verifier = new KidNotingVerifier({
+      audience: spiffeIdOf(td, 'agent', opts.node),
+      keys: keySetOf(this.material),
+      startedAtS: Date.now() / 1000,
+    });
     this.#coalescer = new FetchCoalescer({ fetch: () => Promise.resolve({ gen: this.#served }) });
   }
 
@@ -208,7 +216,12 @@ export class TestWakeListener extends EventEmitter {
 }
 
 /** The first `event` on `emitter` whose first argument satisfies `pred`, within `timeoutMs`. */
-export function waitForEvent<T = unknown>(emitter: EventEmitter, event: string, pred: (arg: T) => boolean = () => true, timeoutMs = 5_000): Promise<T> {
+export function waitForEvent<T = unknown>(
+  emitter: EventEmitter,
+  event: string,
+  pred: (arg: T) => boolean = () => true,
+  timeoutMs = 5_000,
+): Promise<T> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       emitter.off(event, on);

@@ -9,7 +9,16 @@ import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { api, heraldSync, isBuilt, killAll, stopProc, waitFor } from '../helpers/procs.js';
-import { getDeployment, getNode, makeCluster, mkConfig, mkDeployment, waitDeployment, type AgentProc, type Cluster } from '../helpers/agent-cluster.js';
+import {
+  getDeployment,
+  getNode,
+  makeCluster,
+  mkConfig,
+  mkDeployment,
+  waitDeployment,
+  type AgentProc,
+  type Cluster,
+} from '../helpers/agent-cluster.js';
 
 const built = isBuilt();
 let c: Cluster;
@@ -43,9 +52,23 @@ function groupAlive(pgid: number): boolean {
 
 describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
   it('refuses to start, in one line naming the option, when the certificate is not agent/<--node>', () => {
-    const r = heraldSync(['agent', '--node', 'n2', '--controller', `https://127.0.0.1:${c.ctl.port}`, '--listen', '127.0.0.1:0',
-      '--pki', c.pki, '--state-dir', path.join(c.work, 'state-refused'),
-      '--cert', path.join(c.pki, 'agent', 'n1.crt'), '--key', path.join(c.pki, 'agent', 'n1.key')]);
+    const r = heraldSync([
+      'agent',
+      '--node',
+      'n2',
+      '--controller',
+      `https://127.0.0.1:${c.ctl.port}`,
+      '--listen',
+      '127.0.0.1:0',
+      '--pki',
+      c.pki,
+      '--state-dir',
+      path.join(c.work, 'state-refused'),
+      '--cert',
+      path.join(c.pki, 'agent', 'n1.crt'),
+      '--key',
+      path.join(c.pki, 'agent', 'n1.key'),
+    ]);
     expect(r.code).toBe(1);
     const lines = r.err.trim().split('\n');
     expect(lines).toHaveLength(1);
@@ -54,20 +77,35 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
   });
 
   it('warns at start when the agent can read the CA key or the signing key (it runs from the whole PKI dir here)', async () => {
-    await waitFor('the warning in the agent log', () => n1.proc.log().includes('can read a CA or controller secret'), 10_000);
-    const warned = n1.proc.log().split('\n').filter((l) => l.includes('can read a CA or controller secret')).map((l) => (JSON.parse(l) as { file: string }).file);
+    await waitFor(
+      'the warning in the agent log',
+      () => n1.proc.log().includes('can read a CA or controller secret'),
+      10_000,
+    );
+    const warned = n1.proc
+      .log()
+      .split('\n')
+      .filter((l) => l.includes('can read a CA or controller secret'))
+      .map((l) => (JSON.parse(l) as { file: string }).file);
     expect(warned.map((f) => path.basename(f)).sort()).toEqual(['ca.key', 'wake-signing.jwk']);
   });
 
   it('runs a script deployment within a second: COMPLETE with its outputs', async () => {
     const started = path.join(c.work, 'hello.started');
     const cfg = await mkConfig(c, {
-      name: 'hello', group: 'script',
+      name: 'hello',
+      group: 'script',
       config: `#!/bin/sh\ndate +%s%3N > ${started}\necho "hi $greeting"\nprintf done > "$heat_outputs_path.result"\n`,
-      inputs: [{ name: 'greeting', type: 'String' }], outputs: [{ name: 'result' }],
+      inputs: [{ name: 'greeting', type: 'String' }],
+      outputs: [{ name: 'result' }],
     });
     const t0 = Date.now();
-    const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE', input_values: { greeting: 'world' } });
+    const id = await mkDeployment(c, {
+      node: 'n1',
+      config_id: cfg,
+      action: 'CREATE',
+      input_values: { greeting: 'world' },
+    });
     const d = await waitDeployment(c, id);
     const ms = Date.now() - t0;
     expect(d.status, d.status_reason).toBe('COMPLETE');
@@ -90,35 +128,64 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
   it('a component config runs the CREATE script on create and the DELETE script on delete', async () => {
     const marker = path.join(c.work, 'component.log');
     const cfg = await mkConfig(c, {
-      name: 'comp', group: 'component',
+      name: 'comp',
+      group: 'component',
       config: {
         configs: [
-          { actions: ['CREATE', 'UPDATE'], tool: 'script', config: `#!/bin/sh\necho "create $deploy_action" >> ${marker}\n` },
+          {
+            actions: ['CREATE', 'UPDATE'],
+            tool: 'script',
+            config: `#!/bin/sh\necho "create $deploy_action" >> ${marker}\n`,
+          },
           { actions: ['DELETE'], tool: 'script', config: `#!/bin/sh\necho "delete $deploy_action" >> ${marker}\n` },
         ],
       },
     });
-    const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE', actions: ['CREATE', 'UPDATE', 'DELETE'] });
+    const id = await mkDeployment(c, {
+      node: 'n1',
+      config_id: cfg,
+      action: 'CREATE',
+      actions: ['CREATE', 'UPDATE', 'DELETE'],
+    });
     expect((await waitDeployment(c, id)).status).toBe('COMPLETE');
     expect(fs.readFileSync(marker, 'utf8')).toBe('create CREATE\n');
     const del = await api(c.ctl.port, c.op, 'DELETE', `/v1/deployments/${id}`);
     expect(del.status).toBeLessThan(300);
-    await waitFor('the deployment to be removed after its DELETE ran', async () => (await getDeployment(c, id)).status === 404);
+    await waitFor(
+      'the deployment to be removed after its DELETE ran',
+      async () => (await getDeployment(c, id)).status === 404,
+    );
     expect(fs.readFileSync(marker, 'utf8')).toBe('create CREATE\ndelete DELETE\n');
   });
 
   it('a group "ansible" hook in --hooks-dir speaking Heat\'s protocol: COMPLETE with its outputs', async () => {
     const seen = path.join(c.work, 'ansible-stdin.json');
-    fs.writeFileSync(path.join(n1.hooks, 'ansible'),
+    fs.writeFileSync(
+      path.join(n1.hooks, 'ansible'),
       `#!/bin/sh\ncat > ${seen}\n` +
-      'echo \'{"deploy_stdout":"PLAY RECAP ok=1","deploy_stderr":"","deploy_status_code":0,"ansible_result":"converged"}\'\n',
-      { mode: 0o755 });
-    const cfg = await mkConfig(c, { name: 'play', group: 'ansible', config: '- hosts: localhost\n  tasks: []\n', outputs: [{ name: 'ansible_result' }] });
+        'echo \'{"deploy_stdout":"PLAY RECAP ok=1","deploy_stderr":"","deploy_status_code":0,"ansible_result":"converged"}\'\n',
+      { mode: 0o755 },
+    );
+    const cfg = await mkConfig(c, {
+      name: 'play',
+      group: 'ansible',
+      config: '- hosts: localhost\n  tasks: []\n',
+      outputs: [{ name: 'ansible_result' }],
+    });
     const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE' });
     const d = await waitDeployment(c, id);
     expect(d.status, d.status_reason).toBe('COMPLETE');
-    expect(d.output_values).toMatchObject({ ansible_result: 'converged', deploy_stdout: 'PLAY RECAP ok=1', deploy_status_code: 0 });
-    const item = JSON.parse(fs.readFileSync(seen, 'utf8')) as { id: string; group: string; config: string; inputs: Array<{ name: string }> };
+    expect(d.output_values).toMatchObject({
+      ansible_result: 'converged',
+      deploy_stdout: 'PLAY RECAP ok=1',
+      deploy_status_code: 0,
+    });
+    const item = JSON.parse(fs.readFileSync(seen, 'utf8')) as {
+      id: string;
+      group: string;
+      config: string;
+      inputs: Array<{ name: string }>;
+    };
     expect(item.group).toBe('ansible');
     expect(item.config).toContain('hosts: localhost');
     expect(item.inputs.some((i) => i.name === 'deploy_action')).toBe(true);
@@ -131,7 +198,12 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
     await new Promise<void>((r) => sink.listen(0, '127.0.0.1', () => r()));
     const deadUrl = `wss://127.0.0.1:${(sink.address() as net.AddressInfo).port}/v1/wake`;
     try {
-      await waitFor('the cut endpoint to be accepted', async () => (await api(c.ctl.port, a.cred, 'PUT', '/v1/nodes/n2/endpoint', { url: deadUrl })).status === 200, 10_000, 250);
+      await waitFor(
+        'the cut endpoint to be accepted',
+        async () => (await api(c.ctl.port, a.cred, 'PUT', '/v1/nodes/n2/endpoint', { url: deadUrl })).status === 200,
+        10_000,
+        250,
+      );
       const cfg = await mkConfig(c, { name: 'polled', group: 'script', config: '#!/bin/sh\necho polled\n' });
       const t0 = Date.now();
       const id = await mkDeployment(c, { node: 'n2', config_id: cfg, action: 'CREATE' });
@@ -139,10 +211,15 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
       const ms = Date.now() - t0;
       expect(d.status).toBe('COMPLETE');
       expect(ms).toBeLessThan(3000);
-      const node = await waitFor('the push failure to show', async () => {
-        const n = await getNode(c, 'n2');
-        return n?.push?.connected === false && n.push.last_error ? n : null;
-      }, 10_000, 100);
+      const node = await waitFor(
+        'the push failure to show',
+        async () => {
+          const n = await getNode(c, 'n2');
+          return n?.push?.connected === false && n.push.last_error ? n : null;
+        },
+        10_000,
+        100,
+      );
       expect(node.push.last_error).toBeTruthy();
     } finally {
       sink.close();
@@ -150,23 +227,26 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
     }
   });
 
-  it('an agent SIGKILLed while a hook sleeps: FAILED interrupted after restart, the hook\'s group killed, a new revision runs', async () => {
+  it("an agent SIGKILLed while a hook sleeps: FAILED interrupted after restart, the hook's group killed, a new revision runs", async () => {
     const pidFile = path.join(c.work, 'sleeper.pid');
     const cfg = await mkConfig(c, {
-      name: 'sleeper', group: 'script',
+      name: 'sleeper',
+      group: 'script',
       config: `#!/bin/sh\nif [ "$mode" = sleep ]; then echo $$ > ${pidFile}; sleep 60; fi\necho "mode $mode"\n`,
       inputs: [{ name: 'mode', type: 'String' }],
     });
     let a = await c.startAgent('n3');
     const id = await mkDeployment(c, { node: 'n3', config_id: cfg, action: 'CREATE', input_values: { mode: 'sleep' } });
-    const pid = await waitFor('the hook to start', () => (fs.existsSync(pidFile) ? Number(fs.readFileSync(pidFile, 'utf8')) : 0));
+    const pid = await waitFor('the hook to start', () =>
+      fs.existsSync(pidFile) ? Number(fs.readFileSync(pidFile, 'utf8')) : 0,
+    );
     await stopProc(a.proc, 'SIGKILL');
     expect(groupAlive(pid)).toBe(true); // the hook has its own process group: it outlived the agent
     a = await c.startAgent('n3', [], { port: a.port });
     const d = await waitDeployment(c, id);
     expect(d.status).toBe('FAILED');
     expect(d.status_reason).toContain('interrupted');
-    await waitFor('the sleeping hook\'s process group to be gone', () => !groupAlive(pid), 5_000);
+    await waitFor("the sleeping hook's process group to be gone", () => !groupAlive(pid), 5_000);
     expect(['Z', null]).toContain(procState(pid));
     const patched = await api(c.ctl.port, c.op, 'PATCH', `/v1/deployments/${id}`, { input_values: { mode: 'quick' } });
     expect(patched.status).toBe(200);
@@ -178,10 +258,16 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
 
   it('an agent whose state dir was wiped after its deployments finished runs nothing again', async () => {
     const counter = path.join(c.work, 'wipe-counter.log');
-    const cfg = await mkConfig(c, { name: 'once', group: 'script', config: `#!/bin/sh\necho "$deploy_server_id ran" >> ${counter}\n` });
+    const cfg = await mkConfig(c, {
+      name: 'once',
+      group: 'script',
+      config: `#!/bin/sh\necho "$deploy_server_id ran" >> ${counter}\n`,
+    });
     let a = await c.startAgent('n4');
-    const ids = [await mkDeployment(c, { node: 'n4', config_id: cfg, action: 'CREATE', name: 'a-first' }),
-      await mkDeployment(c, { node: 'n4', config_id: cfg, action: 'CREATE', name: 'b-second' })];
+    const ids = [
+      await mkDeployment(c, { node: 'n4', config_id: cfg, action: 'CREATE', name: 'a-first' }),
+      await mkDeployment(c, { node: 'n4', config_id: cfg, action: 'CREATE', name: 'b-second' }),
+    ];
     for (const id of ids) expect((await waitDeployment(c, id)).status).toBe('COMPLETE');
     await stopProc(a.proc);
     fs.rmSync(a.state, { recursive: true, force: true });
@@ -196,7 +282,11 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
 
   it('SIGTERM lets a running hook finish, delivers its result, then exits 0', async () => {
     const pidFile = path.join(c.work, 'graceful.pid');
-    const cfg = await mkConfig(c, { name: 'graceful', group: 'script', config: `#!/bin/sh\necho $$ > ${pidFile}\nsleep 1\necho graceful\n` });
+    const cfg = await mkConfig(c, {
+      name: 'graceful',
+      group: 'script',
+      config: `#!/bin/sh\necho $$ > ${pidFile}\nsleep 1\necho graceful\n`,
+    });
     const a = await c.startAgent('n6');
     const id = await mkDeployment(c, { node: 'n6', config_id: cfg, action: 'CREATE' });
     await waitFor('the hook to start', () => fs.existsSync(pidFile));
@@ -213,22 +303,45 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
     const gate = path.join(c.work, 'gate');
     const runs = path.join(c.work, 'outbox-runs.log');
     const cfg = await mkConfig(c, {
-      name: 'gated', group: 'script',
+      name: 'gated',
+      group: 'script',
       config: `#!/bin/sh\nwhile [ ! -f ${gate} ]; do sleep 0.02; done\necho "$deploy_resource_name $n" >> ${runs}\necho "result $n"\n`,
       inputs: [{ name: 'n', type: 'String' }],
     });
     const a = await c.startAgent('n5', ['--poll-interval', '2s']);
     const ids: string[] = [];
-    for (const n of ['1', '2', '3']) ids.push(await mkDeployment(c, { node: 'n5', config_id: cfg, action: 'CREATE', name: `gated-${n}`, input_values: { n } }));
+    for (const n of ['1', '2', '3'])
+      ids.push(
+        await mkDeployment(c, {
+          node: 'n5',
+          config_id: cfg,
+          action: 'CREATE',
+          name: `gated-${n}`,
+          input_values: { n },
+        }),
+      );
     // the agent holds all three once it fetched the node's current generation
-    await waitFor('the agent to fetch all three', async () => {
-      const node = await getNode(c, 'n5');
-      return node?.push?.generation_fetched !== null && node.push.generation_fetched >= node.generation;
-    }, 10_000, 25);
+    await waitFor(
+      'the agent to fetch all three',
+      async () => {
+        const node = await getNode(c, 'n5');
+        return node?.push?.generation_fetched !== null && node.push.generation_fetched >= node.generation;
+      },
+      10_000,
+      25,
+    );
     await stopProc(c.ctl.proc, 'SIGKILL');
     fs.writeFileSync(gate, '');
-    await waitFor('the three runs', () => fs.existsSync(runs) && fs.readFileSync(runs, 'utf8').trim().split('\n').length === 3, 15_000);
-    await waitFor('the three signals in the outbox', () => fs.readdirSync(path.join(a.state, 'outbox')).filter((f) => f.endsWith('.json')).length === 3, 5_000);
+    await waitFor(
+      'the three runs',
+      () => fs.existsSync(runs) && fs.readFileSync(runs, 'utf8').trim().split('\n').length === 3,
+      15_000,
+    );
+    await waitFor(
+      'the three signals in the outbox',
+      () => fs.readdirSync(path.join(a.state, 'outbox')).filter((f) => f.endsWith('.json')).length === 3,
+      5_000,
+    );
     await c.startController();
     for (const [i, id] of ids.entries()) {
       const d = await waitDeployment(c, id, ['COMPLETE', 'FAILED'], 30_000);
@@ -236,9 +349,17 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
       expect(d.output_values.deploy_stdout).toContain(`result ${i + 1}`);
     }
     expect(fs.readFileSync(runs, 'utf8').trim().split('\n').sort()).toHaveLength(3);
-    await waitFor('the outbox to drain', () => fs.readdirSync(path.join(a.state, 'outbox')).filter((f) => f.endsWith('.json')).length === 0, 10_000);
+    await waitFor(
+      'the outbox to drain',
+      () => fs.readdirSync(path.join(a.state, 'outbox')).filter((f) => f.endsWith('.json')).length === 0,
+      10_000,
+    );
     // the log line follows the outbox removal: wait for it rather than read a log mid-write
-    const deliveredLines = () => a.proc.log().split('\n').filter((l) => l.includes('"signal delivered"'));
+    const deliveredLines = () =>
+      a.proc
+        .log()
+        .split('\n')
+        .filter((l) => l.includes('"signal delivered"'));
     await waitFor('three delivered signals in the agent log', () => deliveredLines().length >= 3, 5_000);
     const delivered = deliveredLines();
     expect(delivered).toHaveLength(3);

@@ -29,19 +29,27 @@ const phases = (cl: { nodes: Array<{ node?: string; id?: string; phase: string }
   Object.fromEntries(cl.nodes.map((n) => [n.node ?? n.id, n.phase]));
 
 describe('cluster restart with real agents', () => {
-  it('survives a controller SIGKILL mid-restart: RESTART_COMPLETE, each node\'s uninstall and install ran exactly once (counted by the scripts)', async () => {
+  it("survives a controller SIGKILL mid-restart: RESTART_COMPLETE, each node's uninstall and install ran exactly once (counted by the scripts)", async () => {
     const log = path.join(c.work, 'ops.log');
     const gate = path.join(c.work, 'gate');
     // r2's RESTART install waits for the gate, so the controller can be killed with r1 done,
     // r2 between its steps and r3 not started (max_unavailable 1)
     const install = await mkConfig(c, {
-      name: 'install', group: 'script',
+      name: 'install',
+      group: 'script',
       config: `#!/bin/sh\nif [ "$deploy_server_id" = r2 ] && [ "$deploy_action" = RESTART ]; then\n  while [ ! -f ${gate} ]; do sleep 0.02; done\nfi\necho "install $deploy_server_id $deploy_action" >> ${log}\n`,
     });
     const uninstall = await mkConfig(c, {
-      name: 'uninstall', group: 'script', config: `#!/bin/sh\necho "uninstall $deploy_server_id $deploy_action" >> ${log}\n`,
+      name: 'uninstall',
+      group: 'script',
+      config: `#!/bin/sh\necho "uninstall $deploy_server_id $deploy_action" >> ${log}\n`,
     });
-    const created = await api(c.ctl.port, c.op, 'POST', '/v1/clusters', { name: 'k8s', nodes: NODES, install_config_id: install, uninstall_config_id: uninstall });
+    const created = await api(c.ctl.port, c.op, 'POST', '/v1/clusters', {
+      name: 'k8s',
+      nodes: NODES,
+      install_config_id: install,
+      uninstall_config_id: uninstall,
+    });
     expect(created.status).toBe(201);
     const id = created.json.id as string;
     await waitFor('CREATE_COMPLETE', async () => (await clusterOf(id))?.status === 'CREATE_COMPLETE', 20_000, 50);
@@ -50,19 +58,33 @@ describe('cluster restart with real agents', () => {
 
     const r = await api(c.ctl.port, c.op, 'PATCH', `/v1/clusters/${id}/actions/restart`, { max_unavailable: 1 });
     expect(r.status).toBe(204);
-    await waitFor('r1 complete and r2 installing', async () => {
-      const p = phases(await clusterOf(id));
-      return p.r1 === 'complete' && p.r2 === 'installing' && p.r3 === 'pending';
-    }, 20_000, 20);
+    await waitFor(
+      'r1 complete and r2 installing',
+      async () => {
+        const p = phases(await clusterOf(id));
+        return p.r1 === 'complete' && p.r2 === 'installing' && p.r3 === 'pending';
+      },
+      20_000,
+      20,
+    );
     await stopProc(c.ctl.proc, 'SIGKILL');
     fs.writeFileSync(gate, '');
-    await waitFor('r2 to finish its install while the controller is down', () => fs.readFileSync(log, 'utf8').includes('install r2 RESTART'), 15_000);
+    await waitFor(
+      'r2 to finish its install while the controller is down',
+      () => fs.readFileSync(log, 'utf8').includes('install r2 RESTART'),
+      15_000,
+    );
 
     await c.startController();
-    const done = await waitFor('the restart to end', async () => {
-      const s = (await clusterOf(id))?.status as string;
-      return s === 'RESTART_COMPLETE' || s === 'RESTART_FAILED' ? s : null;
-    }, 60_000, 50);
+    const done = await waitFor(
+      'the restart to end',
+      async () => {
+        const s = (await clusterOf(id))?.status as string;
+        return s === 'RESTART_COMPLETE' || s === 'RESTART_FAILED' ? s : null;
+      },
+      60_000,
+      50,
+    );
     expect(done).toBe('RESTART_COMPLETE');
 
     const lines = fs.readFileSync(log, 'utf8').trim().split('\n');

@@ -15,9 +15,26 @@ describe('answer frames', () => {
   });
 
   it('covers every wake-up code of SPEC §2 and documents each', () => {
-    const spec = ['malformed', 'too_large', 'binary_frame', 'bad_algorithm', 'bad_header', 'missing_kid', 'unknown_kid',
-      'wrong_type', 'bad_signature', 'expired', 'not_yet_valid', 'lifetime_too_long', 'issued_before_start',
-      'wrong_audience', 'wrong_issuer', 'replayed', 'replay_cache_full', 'bad_gen'];
+    const spec = [
+      'malformed',
+      'too_large',
+      'binary_frame',
+      'bad_algorithm',
+      'bad_header',
+      'missing_kid',
+      'unknown_kid',
+      'wrong_type',
+      'bad_signature',
+      'expired',
+      'not_yet_valid',
+      'lifetime_too_long',
+      'issued_before_start',
+      'wrong_audience',
+      'wrong_issuer',
+      'replayed',
+      'replay_cache_full',
+      'bad_gen',
+    ];
     for (const c of spec) expect(NACK_CODES).toContain(c);
     for (const c of NACK_CODES) expect(ERROR_CODES[c]).toBeTruthy();
   });

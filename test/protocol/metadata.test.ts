@@ -1,6 +1,12 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { KeySet, Signer, WAKE_TYP } from '../../protocol/jws.js';
-import { newNonce, sha256b64url, signMetadata, verifyMetadataResponse, type VerifyMetadataInput } from '../../protocol/metadata.js';
+import {
+  newNonce,
+  sha256b64url,
+  signMetadata,
+  verifyMetadataResponse,
+  type VerifyMetadataInput,
+} from '../../protocol/metadata.js';
 import { signWake } from '../../protocol/wake.js';
 import { codeOf } from '../../protocol/errors.js';
 import { makeSigningKey, type TestSigningKey } from '../helpers/signing-keys.js';
@@ -21,13 +27,29 @@ const doc = (gen: number) => Buffer.from(JSON.stringify({ node: 'n1', generation
 
 function response(gen: number, nonce: string, over: Partial<Parameters<typeof signMetadata>[1]> = {}) {
   const body = doc(gen);
-  const signature = signMetadata(signer, { iss: CTRL, aud: AGENT, gen, nonce, sha256: sha256b64url(body), nowS: 1, ...over });
+  const signature = signMetadata(signer, {
+    iss: CTRL,
+    aud: AGENT,
+    gen,
+    nonce,
+    sha256: sha256b64url(body),
+    nowS: 1,
+    ...over,
+  });
   return { body, signature };
 }
 
 function check(over: Partial<VerifyMetadataInput>): string | undefined {
   try {
-    verifyMetadataResponse({ status: 200, signature: undefined, nonce: 'x', audience: AGENT, issuer: CTRL, keys, ...over });
+    verifyMetadataResponse({
+      status: 200,
+      signature: undefined,
+      nonce: 'x',
+      audience: AGENT,
+      issuer: CTRL,
+      keys,
+      ...over,
+    });
   } catch (e) {
     return codeOf(e) ?? String(e);
   }
@@ -38,12 +60,21 @@ describe('metadata signatures', () => {
   it('verifies a 200 and returns the document and generation', () => {
     const nonce = newNonce();
     const r = response(5, nonce);
-    const v = verifyMetadataResponse({ status: 200, signature: r.signature, body: r.body, nonce, audience: AGENT, issuer: CTRL, keys, lastAppliedGen: 4 });
+    const v = verifyMetadataResponse({
+      status: 200,
+      signature: r.signature,
+      body: r.body,
+      nonce,
+      audience: AGENT,
+      issuer: CTRL,
+      keys,
+      lastAppliedGen: 4,
+    });
     expect(v.gen).toBe(5);
     expect(v.document?.node).toBe('n1');
   });
 
-  it('verifies a 304 signed with this request\'s nonce', () => {
+  it("verifies a 304 signed with this request's nonce", () => {
     const nonce = newNonce();
     const signature = signMetadata(signer, { iss: CTRL, aud: AGENT, gen: 5, nonce, nowS: 1 });
     expect(verifyMetadataResponse({ status: 304, signature, nonce, audience: AGENT, issuer: CTRL, keys }).gen).toBe(5);
@@ -79,7 +110,7 @@ describe('metadata signatures', () => {
     expect(check({ status: 304, signature, nonce: newNonce() })).toBe('nonce_mismatch');
   });
 
-  it('refuses a 200\'s signature pasted onto a 304', () => {
+  it("refuses a 200's signature pasted onto a 304", () => {
     const nonce = newNonce();
     const r = response(5, nonce);
     expect(check({ status: 304, signature: r.signature, nonce })).toBe('bad_response');

@@ -2,11 +2,21 @@ import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { isLiveState, parseProcStat } from '../../protocol/proc-stat.js';
 
-const LINE = '24728 (cat) R 24725 24725 15215 0 -1 4194304 100 0 0 0 7 3 0 0 20 0 1 0 238151 3133440 389 18446744073709551615 0 0 0\n';
+const LINE =
+  '24728 (cat) R 24725 24725 15215 0 -1 4194304 100 0 0 0 7 3 0 0 20 0 1 0 238151 3133440 389 18446744073709551615 0 0 0\n';
 
 describe('parseProcStat', () => {
   it('reads state, parents, group, CPU ticks and start time', () => {
-    expect(parseProcStat(LINE)).toEqual({ pid: 24728, comm: 'cat', state: 'R', ppid: 24725, pgrp: 24725, utimeTicks: 7, stimeTicks: 3, startTimeTicks: '238151' });
+    expect(parseProcStat(LINE)).toEqual({
+      pid: 24728,
+      comm: 'cat',
+      state: 'R',
+      ppid: 24725,
+      pgrp: 24725,
+      utimeTicks: 7,
+      stimeTicks: 3,
+      startTimeTicks: '238151',
+    });
   });
 
   it('counts fields from the last parenthesis, whatever the command name holds', () => {
@@ -15,7 +25,8 @@ describe('parseProcStat', () => {
   });
 
   it('refuses what is not a stat line', () => {
-    for (const bad of ['', 'garbage', '1 (x) R 1 2', LINE.replace('24725 24725', 'x y')]) expect(parseProcStat(bad)).toBeUndefined();
+    for (const bad of ['', 'garbage', '1 (x) R 1 2', LINE.replace('24725 24725', 'x y')])
+      expect(parseProcStat(bad)).toBeUndefined();
   });
 
   it('parses this process as the kernel writes it', () => {

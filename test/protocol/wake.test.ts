@@ -22,7 +22,9 @@ beforeAll(async () => {
   signer = new Signer(key.priv);
 });
 
-function verifier(opts: { now?: number; started?: number; revoked?: string[]; cache?: ReplayCache } = {}): WakeVerifier {
+function verifier(
+  opts: { now?: number; started?: number; revoked?: string[]; cache?: ReplayCache } = {},
+): WakeVerifier {
   const keys = new KeySet({ keys: [key.pub] }, opts.revoked ?? []);
   return new WakeVerifier({
     audience: AGENT,
@@ -61,7 +63,9 @@ describe('wake-up sign and verify', () => {
     const c = verifier().verify(t, CTRL);
     expect(c).toMatchObject({ iss: CTRL, aud: AGENT, gen: 42, reason: 'ping', iat: NOW });
     expect(c.exp - c.iat).toBeLessThanOrEqual(300);
-    expect(Buffer.from(t.split('.')[0]!, 'base64url').toString()).toBe(JSON.stringify({ alg: 'EdDSA', kid: key.priv.kid, typ: WAKE_TYP }));
+    expect(Buffer.from(t.split('.')[0]!, 'base64url').toString()).toBe(
+      JSON.stringify({ alg: 'EdDSA', kid: key.priv.kid, typ: WAKE_TYP }),
+    );
   });
 
   it('signs byte for byte as jose does (Ed25519 is deterministic)', async () => {
@@ -76,10 +80,36 @@ describe('wake-up sign and verify', () => {
 
   const h = (over: Record<string, unknown> = {}) => ({ alg: 'EdDSA', kid: key.priv.kid, typ: WAKE_TYP, ...over });
   const cases: Array<[string, () => string, string, Parameters<typeof verifier>[0]?]> = [
-    ['tampered payload', () => { const [a, , c] = craft(h(), claims()).split('.'); return `${a}.${b64(claims({ gen: 8 }))}.${c}`; }, 'bad_signature'],
-    ['tampered signature', () => { const t = craft(h(), claims()); const s = Buffer.from(t.split('.')[2]!, 'base64url'); s[5] = s[5]! ^ 1; return `${t.split('.').slice(0, 2).join('.')}.${s.toString('base64url')}`; }, 'bad_signature'],
+    [
+      'tampered payload',
+      () => {
+        const [a, , c] = craft(h(), claims()).split('.');
+        return `${a}.${b64(claims({ gen: 8 }))}.${c}`;
+      },
+      'bad_signature',
+    ],
+    [
+      'tampered signature',
+      () => {
+        const t = craft(h(), claims());
+        const s = Buffer.from(t.split('.')[2]!, 'base64url');
+        s[5] = s[5]! ^ 1;
+        return `${t.split('.').slice(0, 2).join('.')}.${s.toString('base64url')}`;
+      },
+      'bad_signature',
+    ],
     ['signature by a key of the same kid but another secret', () => craft(h(), claims(), other), 'bad_signature'],
-    ['a signature spelled non-canonically (stray bits in its last character)', () => { const t = craft(h(), claims()); const c = t.at(-1)!; const alt = 'AQgw'.includes(c) ? String.fromCharCode(c.charCodeAt(0) + 1) : c; expect(alt).not.toBe(c); return t.slice(0, -1) + alt; }, 'bad_signature'],
+    [
+      'a signature spelled non-canonically (stray bits in its last character)',
+      () => {
+        const t = craft(h(), claims());
+        const c = t.at(-1)!;
+        const alt = 'AQgw'.includes(c) ? String.fromCharCode(c.charCodeAt(0) + 1) : c;
+        expect(alt).not.toBe(c);
+        return t.slice(0, -1) + alt;
+      },
+      'bad_signature',
+    ],
     ['alg none', () => `${b64({ alg: 'none', kid: key.priv.kid, typ: WAKE_TYP })}.${b64(claims())}.`, 'bad_algorithm'],
     ['no kid', () => craft({ alg: 'EdDSA', typ: WAKE_TYP }, claims()), 'missing_kid'],
     ['unknown kid', () => craft(h({ kid: other.priv.kid }), claims(), other), 'unknown_kid'],
@@ -94,7 +124,12 @@ describe('wake-up sign and verify', () => {
     ['expired', () => craft(h(), claims({ iat: NOW - 200, exp: NOW - 31 })), 'expired'],
     ['iat beyond the skew in the future', () => craft(h(), claims({ iat: NOW + 31, exp: NOW + 91 })), 'not_yet_valid'],
     ['lifetime over 300 s', () => craft(h(), claims({ iat: NOW, exp: NOW + 301 })), 'lifetime_too_long'],
-    ['issued before the agent started', () => craft(h(), claims({ iat: NOW - 100, exp: NOW + 100 })), 'issued_before_start', { started: NOW - 60 }],
+    [
+      'issued before the agent started',
+      () => craft(h(), claims({ iat: NOW - 100, exp: NOW + 100 })),
+      'issued_before_start',
+      { started: NOW - 60 },
+    ],
     ['non-integer gen', () => craft(h(), claims({ gen: 1.5 })), 'bad_gen'],
     ['negative gen', () => craft(h(), claims({ gen: -1 })), 'bad_gen'],
     ['string gen', () => craft(h(), claims({ gen: '7' })), 'bad_gen'],
@@ -110,7 +145,9 @@ describe('wake-up sign and verify', () => {
 
   it('refuses HS256 keyed with the public JWKS bytes (algorithm confusion)', async () => {
     const secret = new TextEncoder().encode(JSON.stringify({ keys: [key.pub] }));
-    const t = await new SignJWT(claims()).setProtectedHeader({ alg: 'HS256', kid: key.priv.kid, typ: WAKE_TYP }).sign(secret);
+    const t = await new SignJWT(claims())
+      .setProtectedHeader({ alg: 'HS256', kid: key.priv.kid, typ: WAKE_TYP })
+      .sign(secret);
     expect(refusal(() => verifier().verify(t, CTRL))).toBe('bad_algorithm');
   });
 
@@ -138,14 +175,20 @@ describe('wake-up sign and verify', () => {
   });
 
   it('accepts tokens within the skew either way', () => {
-    expect(refusal(() => verifier().verify(craft(h(), claims({ iat: NOW + 29, exp: NOW + 89 })), CTRL))).toBeUndefined();
-    expect(refusal(() => verifier().verify(craft(h(), claims({ iat: NOW - 89, exp: NOW - 29 })), CTRL))).toBeUndefined();
+    expect(
+      refusal(() => verifier().verify(craft(h(), claims({ iat: NOW + 29, exp: NOW + 89 })), CTRL)),
+    ).toBeUndefined();
+    expect(
+      refusal(() => verifier().verify(craft(h(), claims({ iat: NOW - 89, exp: NOW - 29 })), CTRL)),
+    ).toBeUndefined();
   });
 
   it('answers replay_cache_full instead of forgetting an unexpired entry', () => {
     const cache = new ReplayCache(3);
     const v = verifier({ cache });
-    const tokens = Array.from({ length: 4 }, () => signWake(signer, { iss: CTRL, aud: AGENT, gen: 1, reason: 'ping', nowS: NOW }));
+    const tokens = Array.from({ length: 4 }, () =>
+      signWake(signer, { iss: CTRL, aud: AGENT, gen: 1, reason: 'ping', nowS: NOW }),
+    );
     for (const t of tokens.slice(0, 3)) v.verify(t, CTRL);
     expect(refusal(() => v.verify(tokens[3]!, CTRL))).toBe('replay_cache_full');
     // the first token is still remembered: a replay is not accepted because the cache is full

@@ -38,7 +38,14 @@ afterAll(async () => {
 /** A 200 signed as the controller signs it, for `node`. */
 function signed200(node: string, nonce: string, gen: number, items: MetadataItem[]): MetadataAnswer {
   const body = Buffer.from(JSON.stringify({ node, generation: gen, deployments: items }));
-  const sig = signMetadata(b.signer, { iss: b.spiffe('controller', 'controller'), aud: b.spiffe('agent', node), gen, nonce, sha256: sha256b64url(body), nowS: Date.now() / 1000 });
+  const sig = signMetadata(b.signer, {
+    iss: b.spiffe('controller', 'controller'),
+    aud: b.spiffe('agent', node),
+    gen,
+    nonce,
+    sha256: sha256b64url(body),
+    nowS: Date.now() / 1000,
+  });
   return { status: 200, headers: { etag: `"${gen}"`, 'herald-signature': sig }, body };
 }
 
@@ -49,14 +56,28 @@ describe.skipIf(!built)('agent restart: run directories a killed agent left', ()
   it('a run dir (config, outputs, a secret) left by SIGKILL during a hook is removed at the next start', async () => {
     const started = path.join(b.work, 'hook-started');
     const item: MetadataItem = {
-      id: 'slow-1', name: 'slow', group: 'script', creation_time: new Date().toISOString(),
+      id: 'slow-1',
+      name: 'slow',
+      group: 'script',
+      creation_time: new Date().toISOString(),
       config: `#!/bin/sh\nprintf '%s' "$db_password" > "$heat_outputs_path.result"\necho $$ > ${started}\nexec sleep 600\n`,
-      inputs: [{ name: 'db_password', type: 'String', value: secret, hidden: true }], outputs: [{ name: 'result', type: 'String', error_output: false }],
-      options: {}, deployment_id: 'd-slow', revision: 1, signalled: false,
+      inputs: [{ name: 'db_password', type: 'String', value: secret, hidden: true }],
+      outputs: [{ name: 'result', type: 'String', error_output: false }],
+      options: {},
+      deployment_id: 'd-slow',
+      revision: 1,
+      signalled: false,
     };
     fake.answer = ({ nonce }) => signed200('k1', nonce, 1, [item]);
     a = await b.startAgent('k1', { controllerUrl: fake.url });
-    const hookPid = Number((await waitFor('the hook to start', () => (fs.existsSync(started) ? fs.readFileSync(started, 'utf8').trim() || null : null), 20_000, 20)));
+    const hookPid = Number(
+      await waitFor(
+        'the hook to start',
+        () => (fs.existsSync(started) ? fs.readFileSync(started, 'utf8').trim() || null : null),
+        20_000,
+        20,
+      ),
+    );
     const runs = path.join(a.state, 'runs');
     const left = fs.readdirSync(runs);
     expect(left).toHaveLength(1);
@@ -73,21 +94,50 @@ describe.skipIf(!built)('agent restart: run directories a killed agent left', ()
     // at start: the hook's group killed, the run dir gone, the item signalled interrupted
     expect(await waitDead(hookPid, 5_000)).toBe(true);
     expect(fs.readdirSync(runs)).toEqual([]);
-    const s = await waitFor('the interrupted signal', () => fake.signals.slice(signals).find((x) => x.path.includes('d-slow')), 10_000, 20);
+    const s = await waitFor(
+      'the interrupted signal',
+      () => fake.signals.slice(signals).find((x) => x.path.includes('d-slow')),
+      10_000,
+      20,
+    );
     expect((s.body as { status_reason?: string }).status_reason).toBe('interrupted');
-    expect(a.lines().some((l) => l.msg === 'removed run directories left by a previous run that was killed' && l.removed === 1)).toBe(true);
+    expect(
+      a
+        .lines()
+        .some((l) => l.msg === 'removed run directories left by a previous run that was killed' && l.removed === 1),
+    ).toBe(true);
     expect(JSON.stringify(fake.signals)).not.toContain(secret);
   }, 60_000);
 });
 
 describe.skipIf(!built || !isRoot)('agent restart: as root, a state dir someone else owns', () => {
   /** Starts `herald agent` for `node` with `stateDir`; resolves with its exit code and log lines. */
-  async function startRefused(node: string, stateDir: string, hooksDir: string): Promise<{ code: number | null; lines: Array<Record<string, unknown>>; stderr: string }> {
+  async function startRefused(
+    node: string,
+    stateDir: string,
+    hooksDir: string,
+  ): Promise<{ code: number | null; lines: Array<Record<string, unknown>>; stderr: string }> {
     await b.issue('agent', node);
-    const proc = startHerald(`refused-${node}`, [
-      'agent', '--node', node, '--controller', fake.url, '--listen', '127.0.0.1:0', '--pki', b.pkiDir,
-      '--state-dir', stateDir, '--hooks-dir', hooksDir, ...QUIET_POLL,
-    ], b.work);
+    const proc = startHerald(
+      `refused-${node}`,
+      [
+        'agent',
+        '--node',
+        node,
+        '--controller',
+        fake.url,
+        '--listen',
+        '127.0.0.1:0',
+        '--pki',
+        b.pkiDir,
+        '--state-dir',
+        stateDir,
+        '--hooks-dir',
+        hooksDir,
+        ...QUIET_POLL,
+      ],
+      b.work,
+    );
     extra.push(proc);
     await Promise.race([proc.exited, new Promise((r) => setTimeout(r, 20_000))]);
     expect(hasExited(proc)).toBe(true);
@@ -96,39 +146,59 @@ describe.skipIf(!built || !isRoot)('agent restart: as root, a state dir someone 
 
   // each: [title, node, make it unsafe (returns the state dir and hooks dir), the path refused]
   const cases: Array<[string, string, () => { state: string; hooks: string; bad: string }]> = [
-    ['a state dir owned by uid 65534', 'u1', () => {
-      const state = path.join(b.work, 'state-u1');
-      fs.mkdirSync(state, { mode: 0o700 });
-      fs.chownSync(state, 65534, 65534);
-      return { state, hooks: mkHooks('u1'), bad: state };
-    }],
-    ['a directory above the state dir owned by uid 65534', 'u2', () => {
-      const above = path.join(b.work, 'theirs-u2');
-      fs.mkdirSync(above, { mode: 0o755 });
-      fs.chownSync(above, 65534, 65534);
-      const state = path.join(above, 'state');
-      fs.mkdirSync(state, { mode: 0o700 });
-      return { state, hooks: mkHooks('u2'), bad: above };
-    }],
-    ['a group-writable directory above the state dir', 'u3', () => {
-      const above = path.join(b.work, 'groupw-u3');
-      fs.mkdirSync(above);
-      fs.chmodSync(above, 0o775);
-      return { state: path.join(above, 'state'), hooks: mkHooks('u3'), bad: above };
-    }],
-    ['an outbox entry planted by uid 65534', 'u4', () => {
-      const state = path.join(b.work, 'state-u4');
-      fs.mkdirSync(path.join(state, 'outbox'), { recursive: true, mode: 0o700 });
-      const planted = path.join(state, 'outbox', '00000000000000000001-d-forged.json');
-      fs.writeFileSync(planted, '{}', { mode: 0o600 });
-      fs.chownSync(planted, 65534, 65534);
-      return { state, hooks: mkHooks('u4'), bad: planted };
-    }],
-    ['a hooks dir owned by uid 65534', 'u5', () => {
-      const hooks = mkHooks('u5');
-      fs.chownSync(hooks, 65534, 65534);
-      return { state: path.join(b.work, 'state-u5'), hooks, bad: hooks };
-    }],
+    [
+      'a state dir owned by uid 65534',
+      'u1',
+      () => {
+        const state = path.join(b.work, 'state-u1');
+        fs.mkdirSync(state, { mode: 0o700 });
+        fs.chownSync(state, 65534, 65534);
+        return { state, hooks: mkHooks('u1'), bad: state };
+      },
+    ],
+    [
+      'a directory above the state dir owned by uid 65534',
+      'u2',
+      () => {
+        const above = path.join(b.work, 'theirs-u2');
+        fs.mkdirSync(above, { mode: 0o755 });
+        fs.chownSync(above, 65534, 65534);
+        const state = path.join(above, 'state');
+        fs.mkdirSync(state, { mode: 0o700 });
+        return { state, hooks: mkHooks('u2'), bad: above };
+      },
+    ],
+    [
+      'a group-writable directory above the state dir',
+      'u3',
+      () => {
+        const above = path.join(b.work, 'groupw-u3');
+        fs.mkdirSync(above);
+        fs.chmodSync(above, 0o775);
+        return { state: path.join(above, 'state'), hooks: mkHooks('u3'), bad: above };
+      },
+    ],
+    [
+      'an outbox entry planted by uid 65534',
+      'u4',
+      () => {
+        const state = path.join(b.work, 'state-u4');
+        fs.mkdirSync(path.join(state, 'outbox'), { recursive: true, mode: 0o700 });
+        const planted = path.join(state, 'outbox', '00000000000000000001-d-forged.json');
+        fs.writeFileSync(planted, '{}', { mode: 0o600 });
+        fs.chownSync(planted, 65534, 65534);
+        return { state, hooks: mkHooks('u4'), bad: planted };
+      },
+    ],
+    [
+      'a hooks dir owned by uid 65534',
+      'u5',
+      () => {
+        const hooks = mkHooks('u5');
+        fs.chownSync(hooks, 65534, 65534);
+        return { state: path.join(b.work, 'state-u5'), hooks, bad: hooks };
+      },
+    ],
   ];
 
   function mkHooks(node: string): string {
@@ -137,20 +207,24 @@ describe.skipIf(!built || !isRoot)('agent restart: as root, a state dir someone 
     return d;
   }
 
-  it.each(cases)('%s: the agent refuses to start with unsafe_state_dir', async (_title, node, unsafe) => {
-    const { state, hooks, bad } = unsafe();
-    const before = fs.existsSync(state) ? fs.statSync(state).mode : undefined;
-    const r = await startRefused(node, state, hooks);
-    expect(r.code).not.toBe(0);
-    expect(r.code).not.toBeNull();
-    const line = r.lines.find((l) => l.code === 'unsafe_state_dir');
-    expect(line, r.stderr.slice(-2000)).toMatchObject({ code: 'unsafe_state_dir', path: fs.realpathSync(bad) });
-    expect(r.stderr).toContain('herald: unsafe_state_dir:');
-    expect(r.lines.some((l) => l.msg === 'agent started')).toBe(false);
-    // nothing was fixed up (chmod) or sent
-    if (before !== undefined) expect(fs.statSync(state).mode).toBe(before);
-    expect(fake.requests.filter((q) => q.path.includes(`/nodes/${node}/`))).toEqual([]);
-  }, 30_000);
+  it.each(cases)(
+    '%s: the agent refuses to start with unsafe_state_dir',
+    async (_title, node, unsafe) => {
+      const { state, hooks, bad } = unsafe();
+      const before = fs.existsSync(state) ? fs.statSync(state).mode : undefined;
+      const r = await startRefused(node, state, hooks);
+      expect(r.code).not.toBe(0);
+      expect(r.code).not.toBeNull();
+      const line = r.lines.find((l) => l.code === 'unsafe_state_dir');
+      expect(line, r.stderr.slice(-2000)).toMatchObject({ code: 'unsafe_state_dir', path: fs.realpathSync(bad) });
+      expect(r.stderr).toContain('herald: unsafe_state_dir:');
+      expect(r.lines.some((l) => l.msg === 'agent started')).toBe(false);
+      // nothing was fixed up (chmod) or sent
+      if (before !== undefined) expect(fs.statSync(state).mode).toBe(before);
+      expect(fake.requests.filter((q) => q.path.includes(`/nodes/${node}/`))).toEqual([]);
+    },
+    30_000,
+  );
 
   it('control: the same agent with a root-owned state dir starts', async () => {
     const state = path.join(b.work, 'state-u6');

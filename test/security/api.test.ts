@@ -30,15 +30,29 @@ beforeAll(async () => {
   await b.startController();
   await b.startAgent('n1');
   await b.startAgent('n2');
-  const cfg = await b.asOperator('POST', '/v1/configs', { name: 'ok', group: 'script', config: '#!/bin/sh\necho "ok $x"\n', inputs: [{ name: 'x' }] });
+  const cfg = await b.asOperator('POST', '/v1/configs', {
+    name: 'ok',
+    group: 'script',
+    config: '#!/bin/sh\necho "ok $x"\n',
+    inputs: [{ name: 'x' }],
+  });
   configId = cfg.json.id as string;
-  const d = await b.asOperator('POST', '/v1/deployments', { node: 'n2', config_id: configId, input_values: { x: '1' } });
+  const d = await b.asOperator('POST', '/v1/deployments', {
+    node: 'n2',
+    config_id: configId,
+    input_values: { x: '1' },
+  });
   d2 = d.json.deployment_id as string;
   await waitRevisionComplete(d2, 1);
   expect((await b.asOperator('PATCH', `/v1/deployments/${d2}`, { input_values: { x: '2' } })).status).toBe(200);
   await waitRevisionComplete(d2, 2);
   await b.revoke('operator', 'lost');
-  await waitFor('the controller to re-read revoked.json', async () => (await req(b.cred('operator', 'lost'), 'GET', '/v1/nodes')).json?.error?.code === 'revoked', 10_000, 50);
+  await waitFor(
+    'the controller to re-read revoked.json',
+    async () => (await req(b.cred('operator', 'lost'), 'GET', '/v1/nodes')).json?.error?.code === 'revoked',
+    10_000,
+    50,
+  );
   await b.quiesce(3_000); // past any start-up poll retry (a first retry comes within 1 s)
 }, 120_000);
 
@@ -47,13 +61,24 @@ afterAll(async () => {
 });
 
 async function waitRevisionComplete(id: string, revision: number): Promise<void> {
-  await waitFor(`deployment ${id} revision ${revision} to complete`, async () => {
-    const j = (await b.asOperator('GET', `/v1/deployments/${id}`)).json;
-    return j?.revision === revision && j?.status === 'COMPLETE';
-  }, 20_000, 50);
+  await waitFor(
+    `deployment ${id} revision ${revision} to complete`,
+    async () => {
+      const j = (await b.asOperator('GET', `/v1/deployments/${id}`)).json;
+      return j?.revision === revision && j?.status === 'COMPLETE';
+    },
+    20_000,
+    50,
+  );
 }
 
-function req(cred: Partial<Cred>, method: string, p: string, body?: unknown, o: { headers?: Record<string, string>; rawBody?: Buffer | string } = {}): Promise<Res> {
+function req(
+  cred: Partial<Cred>,
+  method: string,
+  p: string,
+  body?: unknown,
+  o: { headers?: Record<string, string>; rawBody?: Buffer | string } = {},
+): Promise<Res> {
   return request(b.ctl.port, cred, method, p, body, o);
 }
 
@@ -64,7 +89,12 @@ async function world(): Promise<string> {
   const d = (await b.asOperator('GET', `/v1/deployments/${d2}`)).json as Record<string, unknown>;
   const configs = ((await b.asOperator('GET', '/v1/configs')).json.items as unknown[]).length;
   const deployments = ((await b.asOperator('GET', '/v1/deployments')).json.items as unknown[]).length;
-  return JSON.stringify({ nodes, d: { status: d.status, revision: d.revision, output_values: d.output_values, updated: d.updated_time }, configs, deployments });
+  return JSON.stringify({
+    nodes,
+    d: { status: d.status, revision: d.revision, output_values: d.output_values, updated: d.updated_time },
+    configs,
+    deployments,
+  });
 }
 
 /** Runs `attack`, asserts its status and code, and that nothing happened anywhere. */
@@ -80,7 +110,8 @@ async function refused(attack: () => Promise<Res>, status: number, code: string)
   // line of that code may be an earlier one
   const lines = jsonLines(b.ctl.proc.log());
   const refusedLine = (l: Record<string, unknown>) => l.event === 'refused' && l.code === code;
-  const logged = lines.slice(from).find(refusedLine) ?? ([403, 413, 429].includes(status) ? lines.findLast(refusedLine) : undefined);
+  const logged =
+    lines.slice(from).find(refusedLine) ?? ([403, 413, 429].includes(status) ? lines.findLast(refusedLine) : undefined);
   expect(typeof logged?.peer).toBe('string');
   return r;
 }
@@ -88,40 +119,133 @@ async function refused(attack: () => Promise<Res>, status: number, code: string)
 const url = (host: string, port = 7443, p = '/v1/wake'): string => `wss://${host}:${port}${p}`;
 
 describe.skipIf(!built)('api: one node against another', () => {
-  it('node A reading node B\'s metadata is 403 wrong_node', async () => {
-    await refused(() => req(b.cred('agent', 'n1'), 'GET', '/v1/nodes/n2/metadata', undefined, { headers: { 'herald-nonce': 'AAAAAAAAAAAAAAAAAAAAAA' } }), 403, 'wrong_node');
+  it("node A reading node B's metadata is 403 wrong_node", async () => {
+    await refused(
+      () =>
+        req(b.cred('agent', 'n1'), 'GET', '/v1/nodes/n2/metadata', undefined, {
+          headers: { 'herald-nonce': 'AAAAAAAAAAAAAAAAAAAAAA' },
+        }),
+      403,
+      'wrong_node',
+    );
   });
 
-  it('node A signalling node B\'s deployment is 403 wrong_node', async () => {
-    await refused(() => req(b.cred('agent', 'n1'), 'POST', `/v1/nodes/n2/deployments/${d2}/signal`, { revision: 2, deploy_status_code: 1, deploy_stdout: 'pwned' }), 403, 'wrong_node');
+  it("node A signalling node B's deployment is 403 wrong_node", async () => {
+    await refused(
+      () =>
+        req(b.cred('agent', 'n1'), 'POST', `/v1/nodes/n2/deployments/${d2}/signal`, {
+          revision: 2,
+          deploy_status_code: 1,
+          deploy_stdout: 'pwned',
+        }),
+      403,
+      'wrong_node',
+    );
   });
 
-  it('node A signalling node B\'s deployment under its own node is 404 not_found', async () => {
-    await refused(() => req(b.cred('agent', 'n1'), 'POST', `/v1/nodes/n1/deployments/${d2}/signal`, { revision: 2, deploy_status_code: 1, deploy_stdout: 'pwned' }), 404, 'not_found');
+  it("node A signalling node B's deployment under its own node is 404 not_found", async () => {
+    await refused(
+      () =>
+        req(b.cred('agent', 'n1'), 'POST', `/v1/nodes/n1/deployments/${d2}/signal`, {
+          revision: 2,
+          deploy_status_code: 1,
+          deploy_stdout: 'pwned',
+        }),
+      404,
+      'not_found',
+    );
   });
 
-  it('node A announcing node B\'s endpoint is 403 wrong_node', async () => {
-    await refused(() => req(b.cred('agent', 'n1'), 'PUT', '/v1/nodes/n2/endpoint', { url: url('127.0.0.1', 9) }), 403, 'wrong_node');
+  it("node A announcing node B's endpoint is 403 wrong_node", async () => {
+    await refused(
+      () => req(b.cred('agent', 'n1'), 'PUT', '/v1/nodes/n2/endpoint', { url: url('127.0.0.1', 9) }),
+      403,
+      'wrong_node',
+    );
   });
 
   it('node A announcing an endpoint outside its own SANs is 403 endpoint_not_in_san', async () => {
-    await refused(() => req(b.cred('agent', 'n1'), 'PUT', '/v1/nodes/n1/endpoint', { url: url('10.66.66.66') }), 403, 'endpoint_not_in_san');
+    await refused(
+      () => req(b.cred('agent', 'n1'), 'PUT', '/v1/nodes/n1/endpoint', { url: url('10.66.66.66') }),
+      403,
+      'endpoint_not_in_san',
+    );
   });
 
   it('node A announcing the cloud metadata address 169.254.169.254 is 400 link_local_endpoint', async () => {
-    await refused(() => req(b.cred('agent', 'n1'), 'PUT', '/v1/nodes/n1/endpoint', { url: url('169.254.169.254', 80) }), 400, 'link_local_endpoint');
+    await refused(
+      () => req(b.cred('agent', 'n1'), 'PUT', '/v1/nodes/n1/endpoint', { url: url('169.254.169.254', 80) }),
+      400,
+      'link_local_endpoint',
+    );
   });
 
   // fresh identities (announcements are rate-limited per identity); none of these nodes may appear
   const endpointCases: Array<[string, string, () => Promise<Cred>, string, number, string]> = [
-    ['an agent announcing 169.254.169.254 even when it is one of the certificate\'s SANs is 400 link_local_endpoint', 'meta', async () => b.cred('agent', 'meta'), url('169.254.169.254', 80), 400, 'link_local_endpoint'],
-    ['an agent announcing an IPv6 link-local address is 400 link_local_endpoint', 'e1', () => b.issue('agent', 'e1'), url('[fe80::1]'), 400, 'link_local_endpoint'],
-    ['an agent announcing 169.254.169.254 written as an IPv4-mapped IPv6 address is 400 link_local_endpoint', 'e2', () => b.issue('agent', 'e2'), url('[::ffff:169.254.169.254]'), 400, 'link_local_endpoint'],
-    ['an agent announcing a DNS name outside the certificate\'s SANs is 403 endpoint_not_in_san', 'e3', () => b.issue('agent', 'e3'), url('evil.example'), 403, 'endpoint_not_in_san'],
-    ['an agent announcing a plain ws:// endpoint is 400 bad_endpoint', 'e4', () => b.issue('agent', 'e4'), 'ws://127.0.0.1:7443/v1/wake', 400, 'bad_endpoint'],
-    ['an agent announcing an endpoint with another path is 400 bad_endpoint', 'e5', () => b.issue('agent', 'e5'), url('127.0.0.1', 7443, '/admin'), 400, 'bad_endpoint'],
-    ['an agent announcing an endpoint with user info pointing elsewhere is 400 bad_endpoint', 'e6', () => b.issue('agent', 'e6'), 'wss://127.0.0.1@10.66.66.66:7443/v1/wake', 400, 'bad_endpoint'],
-    ['an agent announcing the unspecified address 0.0.0.0 is 400 bad_endpoint', 'e7', () => b.issue('agent', 'e7'), url('0.0.0.0'), 400, 'bad_endpoint'],
+    [
+      "an agent announcing 169.254.169.254 even when it is one of the certificate's SANs is 400 link_local_endpoint",
+      'meta',
+      async () => b.cred('agent', 'meta'),
+      url('169.254.169.254', 80),
+      400,
+      'link_local_endpoint',
+    ],
+    [
+      'an agent announcing an IPv6 link-local address is 400 link_local_endpoint',
+      'e1',
+      () => b.issue('agent', 'e1'),
+      url('[fe80::1]'),
+      400,
+      'link_local_endpoint',
+    ],
+    [
+      'an agent announcing 169.254.169.254 written as an IPv4-mapped IPv6 address is 400 link_local_endpoint',
+      'e2',
+      () => b.issue('agent', 'e2'),
+      url('[::ffff:169.254.169.254]'),
+      400,
+      'link_local_endpoint',
+    ],
+    [
+      "an agent announcing a DNS name outside the certificate's SANs is 403 endpoint_not_in_san",
+      'e3',
+      () => b.issue('agent', 'e3'),
+      url('evil.example'),
+      403,
+      'endpoint_not_in_san',
+    ],
+    [
+      'an agent announcing a plain ws:// endpoint is 400 bad_endpoint',
+      'e4',
+      () => b.issue('agent', 'e4'),
+      'ws://127.0.0.1:7443/v1/wake',
+      400,
+      'bad_endpoint',
+    ],
+    [
+      'an agent announcing an endpoint with another path is 400 bad_endpoint',
+      'e5',
+      () => b.issue('agent', 'e5'),
+      url('127.0.0.1', 7443, '/admin'),
+      400,
+      'bad_endpoint',
+    ],
+    [
+      'an agent announcing an endpoint with user info pointing elsewhere is 400 bad_endpoint',
+      'e6',
+      () => b.issue('agent', 'e6'),
+      'wss://127.0.0.1@10.66.66.66:7443/v1/wake',
+      400,
+      'bad_endpoint',
+    ],
+    [
+      'an agent announcing the unspecified address 0.0.0.0 is 400 bad_endpoint',
+      'e7',
+      () => b.issue('agent', 'e7'),
+      url('0.0.0.0'),
+      400,
+      'bad_endpoint',
+    ],
   ];
 
   it.each(endpointCases)('%s', async (_title, node, cred, u, status, code) => {
@@ -134,18 +258,90 @@ describe.skipIf(!built)('api: one node against another', () => {
 describe.skipIf(!built)('api: roles on routes', () => {
   // each: [title, who, method, path, body]
   const cases: Array<[string, () => Cred, string, string, unknown]> = [
-    ['the controller\'s certificate creating a config is 403 wrong_role', () => b.cred('controller', 'controller'), 'POST', '/v1/configs', { name: 'x', group: 'script', config: 'id' }],
-    ['the controller\'s certificate creating a deployment is 403 wrong_role', () => b.cred('controller', 'controller'), 'POST', '/v1/deployments', { node: 'n1', config_id: 'x' }],
-    ['the controller\'s certificate reading /metrics is 403 wrong_role', () => b.cred('controller', 'controller'), 'GET', '/metrics', undefined],
-    ['the controller\'s certificate reading the event stream is 403 wrong_role', () => b.cred('controller', 'controller'), 'GET', '/v1/events', undefined],
-    ['the controller\'s certificate deleting a node is 403 wrong_role', () => b.cred('controller', 'controller'), 'DELETE', '/v1/nodes/n2', undefined],
-    ['an agent\'s certificate creating a config is 403 wrong_role', () => b.cred('agent', 'n1'), 'POST', '/v1/configs', { name: 'x', group: 'script', config: 'id' }],
-    ['an agent\'s certificate creating a deployment on its own node is 403 wrong_role', () => b.cred('agent', 'n1'), 'POST', '/v1/deployments', { node: 'n1', config_id: 'x' }],
-    ['an agent\'s certificate reading another deployment is 403 wrong_role', () => b.cred('agent', 'n1'), 'GET', '/v1/deployments/__D2__', undefined],
-    ['an agent\'s certificate reading the event stream is 403 wrong_role', () => b.cred('agent', 'n1'), 'GET', '/v1/events', undefined],
-    ['an agent\'s certificate restarting a cluster is 403 wrong_role', () => b.cred('agent', 'n1'), 'PATCH', '/v1/clusters/x/actions/restart', {}],
-    ['an operator\'s certificate fetching a node\'s metadata is 403 wrong_role', () => b.cred('operator', 'admin'), 'GET', '/v1/nodes/n1/metadata', undefined],
-    ['an operator\'s certificate signalling a deployment is 403 wrong_role', () => b.cred('operator', 'admin'), 'POST', '/v1/nodes/n2/deployments/__D2__/signal', { revision: 2, deploy_status_code: 1 }],
+    [
+      "the controller's certificate creating a config is 403 wrong_role",
+      () => b.cred('controller', 'controller'),
+      'POST',
+      '/v1/configs',
+      { name: 'x', group: 'script', config: 'id' },
+    ],
+    [
+      "the controller's certificate creating a deployment is 403 wrong_role",
+      () => b.cred('controller', 'controller'),
+      'POST',
+      '/v1/deployments',
+      { node: 'n1', config_id: 'x' },
+    ],
+    [
+      "the controller's certificate reading /metrics is 403 wrong_role",
+      () => b.cred('controller', 'controller'),
+      'GET',
+      '/metrics',
+      undefined,
+    ],
+    [
+      "the controller's certificate reading the event stream is 403 wrong_role",
+      () => b.cred('controller', 'controller'),
+      'GET',
+      '/v1/events',
+      undefined,
+    ],
+    [
+      "the controller's certificate deleting a node is 403 wrong_role",
+      () => b.cred('controller', 'controller'),
+      'DELETE',
+      '/v1/nodes/n2',
+      undefined,
+    ],
+    [
+      "an agent's certificate creating a config is 403 wrong_role",
+      () => b.cred('agent', 'n1'),
+      'POST',
+      '/v1/configs',
+      { name: 'x', group: 'script', config: 'id' },
+    ],
+    [
+      "an agent's certificate creating a deployment on its own node is 403 wrong_role",
+      () => b.cred('agent', 'n1'),
+      'POST',
+      '/v1/deployments',
+      { node: 'n1', config_id: 'x' },
+    ],
+    [
+      "an agent's certificate reading another deployment is 403 wrong_role",
+      () => b.cred('agent', 'n1'),
+      'GET',
+      '/v1/deployments/__D2__',
+      undefined,
+    ],
+    [
+      "an agent's certificate reading the event stream is 403 wrong_role",
+      () => b.cred('agent', 'n1'),
+      'GET',
+      '/v1/events',
+      undefined,
+    ],
+    [
+      "an agent's certificate restarting a cluster is 403 wrong_role",
+      () => b.cred('agent', 'n1'),
+      'PATCH',
+      '/v1/clusters/x/actions/restart',
+      {},
+    ],
+    [
+      "an operator's certificate fetching a node's metadata is 403 wrong_role",
+      () => b.cred('operator', 'admin'),
+      'GET',
+      '/v1/nodes/n1/metadata',
+      undefined,
+    ],
+    [
+      "an operator's certificate signalling a deployment is 403 wrong_role",
+      () => b.cred('operator', 'admin'),
+      'POST',
+      '/v1/nodes/n2/deployments/__D2__/signal',
+      { revision: 2, deploy_status_code: 1 },
+    ],
   ];
 
   it.each(cases)('%s', async (_title, who, method, p, body) => {
@@ -156,11 +352,27 @@ describe.skipIf(!built)('api: roles on routes', () => {
 describe.skipIf(!built)('api: certificates', () => {
   const cases: Array<[string, () => Partial<Cred>, string]> = [
     ['no client certificate is 403 no_client_certificate', () => ({ ca: b.caBuf }), 'no_client_certificate'],
-    ['operator/admin from a foreign CA is 403 untrusted_certificate', () => atk.foreign('operator', 'admin'), 'untrusted_certificate'],
-    ['a self-signed operator/admin is 403 untrusted_certificate', () => atk.forged('operator', 'admin'), 'untrusted_certificate'],
-    ['an expired operator certificate is 403 certificate_expired', () => atk.expired('operator', 'admin'), 'certificate_expired'],
+    [
+      'operator/admin from a foreign CA is 403 untrusted_certificate',
+      () => atk.foreign('operator', 'admin'),
+      'untrusted_certificate',
+    ],
+    [
+      'a self-signed operator/admin is 403 untrusted_certificate',
+      () => atk.forged('operator', 'admin'),
+      'untrusted_certificate',
+    ],
+    [
+      'an expired operator certificate is 403 certificate_expired',
+      () => atk.expired('operator', 'admin'),
+      'certificate_expired',
+    ],
     ['a revoked operator certificate is 403 revoked', () => b.cred('operator', 'lost'), 'revoked'],
-    ['an operator certificate of another trust domain is 403 wrong_trust_domain', () => atk.otherTrustDomain('operator', 'admin'), 'wrong_trust_domain'],
+    [
+      'an operator certificate of another trust domain is 403 wrong_trust_domain',
+      () => atk.otherTrustDomain('operator', 'admin'),
+      'wrong_trust_domain',
+    ],
   ];
 
   it.each(cases)('%s', async (_title, who, code) => {
@@ -168,16 +380,34 @@ describe.skipIf(!built)('api: certificates', () => {
   });
 
   it('a TLS 1.2 client with the operator certificate fails the handshake', async () => {
-    const err = await b.expectNoEffect(['n1', 'n2'], () => new Promise<string>((resolve) => {
-      const s = tls.connect({ host: '127.0.0.1', port: b.ctl.port, ...b.op, maxVersion: 'TLSv1.2', checkServerIdentity: () => undefined });
-      s.on('secureConnect', () => { s.destroy(); resolve('connected'); });
-      s.on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
-    }));
+    const err = await b.expectNoEffect(
+      ['n1', 'n2'],
+      () =>
+        new Promise<string>((resolve) => {
+          const s = tls.connect({
+            host: '127.0.0.1',
+            port: b.ctl.port,
+            ...b.op,
+            maxVersion: 'TLSv1.2',
+            checkServerIdentity: () => undefined,
+          });
+          s.on('secureConnect', () => {
+            s.destroy();
+            resolve('connected');
+          });
+          s.on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
+        }),
+    );
     expect(err).toMatch(/PROTOCOL_VERSION|UNSUPPORTED_PROTOCOL|VERSION/);
   });
 
   it('plain HTTP to the API port gets no HTTP answer', async () => {
-    const r = await b.expectNoEffect(['n1', 'n2'], () => rawTcp(b.ctl.port, 'POST /v1/configs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}'));
+    const r = await b.expectNoEffect(['n1', 'n2'], () =>
+      rawTcp(
+        b.ctl.port,
+        'POST /v1/configs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}',
+      ),
+    );
     expect(r.reply.toString('latin1')).not.toContain('HTTP/');
     expect(r.closedAfterMs).not.toBeNull();
   });
@@ -185,24 +415,149 @@ describe.skipIf(!built)('api: certificates', () => {
 
 describe.skipIf(!built)('api: bodies', () => {
   const op = (): Cred => b.cred('operator', 'admin');
-  const config = (over: Record<string, unknown>): Record<string, unknown> => ({ name: 'evil', group: 'script', config: '#!/bin/sh\nid\n', ...over });
+  const config = (over: Record<string, unknown>): Record<string, unknown> => ({
+    name: 'evil',
+    group: 'script',
+    config: '#!/bin/sh\nid\n',
+    ...over,
+  });
   // each: [title, method, path, raw body or JSON, content type, status, code]
   const cases: Array<[string, string, string, unknown, string | undefined, number, string]> = [
-    ['a config body over 1 MiB is 413 body_too_large', 'POST', '/v1/configs', Buffer.from(JSON.stringify(config({ config: 'x'.repeat(1024 * 1024) }))), 'application/json', 413, 'body_too_large'],
-    ['malformed JSON is 400 invalid_json', 'POST', '/v1/configs', Buffer.from('{"name":"evil",'), 'application/json', 400, 'invalid_json'],
-    ['a body that is not application/json is 415 unsupported_media_type', 'POST', '/v1/configs', Buffer.from('name=evil&group=script'), 'application/x-www-form-urlencoded', 415, 'unsupported_media_type'],
-    ['a JSON array where an object belongs is 400 invalid_request', 'POST', '/v1/configs', [config({})], undefined, 400, 'invalid_request'],
-    ['an unknown field is 400 invalid_request', 'POST', '/v1/configs', config({ run_as: 'root' }), undefined, 400, 'invalid_request'],
-    ['a component tool "../x" is 400 bad_name', 'POST', '/v1/configs', config({ group: 'component', config: { configs: [{ actions: ['CREATE'], tool: '../x', config: 'id' }] } }), undefined, 400, 'bad_name'],
-    ['an output named "../../etc/shadow" is 400 bad_name', 'POST', '/v1/configs', config({ outputs: [{ name: '../../etc/shadow' }] }), undefined, 400, 'bad_name'],
-    ['an input named LD_PRELOAD is 400 forbidden_input', 'POST', '/v1/configs', config({ inputs: [{ name: 'LD_PRELOAD', default: '/tmp/evil.so' }] }), undefined, 400, 'forbidden_input'],
-    ['an input named BASH_ENV is 400 forbidden_input', 'POST', '/v1/configs', config({ inputs: [{ name: 'BASH_ENV' }] }), undefined, 400, 'forbidden_input'],
-    ['an input named NODE_OPTIONS is 400 forbidden_input', 'POST', '/v1/configs', config({ inputs: [{ name: 'NODE_OPTIONS' }] }), undefined, 400, 'forbidden_input'],
-    ['an input shadowing deploy_signal_id is 400 bad_name', 'POST', '/v1/configs', config({ inputs: [{ name: 'deploy_signal_id' }] }), undefined, 400, 'bad_name'],
-    ['a group with "/" is 400 bad_name', 'POST', '/v1/configs', config({ group: 'script/../../bin/sh' }), undefined, 400, 'bad_name'],
-    ['a deployment value for LD_PRELOAD is 400 forbidden_input', 'POST', '/v1/deployments', { node: 'n1', config_id: '__CFG__', input_values: { LD_PRELOAD: '/tmp/evil.so' } }, undefined, 400, 'forbidden_input'],
-    ['a deployment value for PATH is 400 forbidden_input', 'POST', '/v1/deployments', { node: 'n1', config_id: '__CFG__', input_values: { PATH: '/tmp/evil' } }, undefined, 400, 'forbidden_input'],
-    ['a patch setting deploy_server_id is 400 bad_name', 'PATCH', '/v1/deployments/__D2__', { input_values: { deploy_server_id: 'n1' } }, undefined, 400, 'bad_name'],
+    [
+      'a config body over 1 MiB is 413 body_too_large',
+      'POST',
+      '/v1/configs',
+      Buffer.from(JSON.stringify(config({ config: 'x'.repeat(1024 * 1024) }))),
+      'application/json',
+      413,
+      'body_too_large',
+    ],
+    [
+      'malformed JSON is 400 invalid_json',
+      'POST',
+      '/v1/configs',
+      Buffer.from('{"name":"evil",'),
+      'application/json',
+      400,
+      'invalid_json',
+    ],
+    [
+      'a body that is not application/json is 415 unsupported_media_type',
+      'POST',
+      '/v1/configs',
+      Buffer.from('name=evil&group=script'),
+      'application/x-www-form-urlencoded',
+      415,
+      'unsupported_media_type',
+    ],
+    [
+      'a JSON array where an object belongs is 400 invalid_request',
+      'POST',
+      '/v1/configs',
+      [config({})],
+      undefined,
+      400,
+      'invalid_request',
+    ],
+    [
+      'an unknown field is 400 invalid_request',
+      'POST',
+      '/v1/configs',
+      config({ run_as: 'root' }),
+      undefined,
+      400,
+      'invalid_request',
+    ],
+    [
+      'a component tool "../x" is 400 bad_name',
+      'POST',
+      '/v1/configs',
+      config({ group: 'component', config: { configs: [{ actions: ['CREATE'], tool: '../x', config: 'id' }] } }),
+      undefined,
+      400,
+      'bad_name',
+    ],
+    [
+      'an output named "../../etc/shadow" is 400 bad_name',
+      'POST',
+      '/v1/configs',
+      config({ outputs: [{ name: '../../etc/shadow' }] }),
+      undefined,
+      400,
+      'bad_name',
+    ],
+    [
+      'an input named LD_PRELOAD is 400 forbidden_input',
+      'POST',
+      '/v1/configs',
+      config({ inputs: [{ name: 'LD_PRELOAD', default: '/tmp/evil.so' }] }),
+      undefined,
+      400,
+      'forbidden_input',
+    ],
+    [
+      'an input named BASH_ENV is 400 forbidden_input',
+      'POST',
+      '/v1/configs',
+      config({ inputs: [{ name: 'BASH_ENV' }] }),
+      undefined,
+      400,
+      'forbidden_input',
+    ],
+    [
+      'an input named NODE_OPTIONS is 400 forbidden_input',
+      'POST',
+      '/v1/configs',
+      config({ inputs: [{ name: 'NODE_OPTIONS' }] }),
+      undefined,
+      400,
+      'forbidden_input',
+    ],
+    [
+      'an input shadowing deploy_signal_id is 400 bad_name',
+      'POST',
+      '/v1/configs',
+      config({ inputs: [{ name: 'deploy_signal_id' }] }),
+      undefined,
+      400,
+      'bad_name',
+    ],
+    [
+      'a group with "/" is 400 bad_name',
+      'POST',
+      '/v1/configs',
+      config({ group: 'script/../../bin/sh' }),
+      undefined,
+      400,
+      'bad_name',
+    ],
+    [
+      'a deployment value for LD_PRELOAD is 400 forbidden_input',
+      'POST',
+      '/v1/deployments',
+      { node: 'n1', config_id: '__CFG__', input_values: { LD_PRELOAD: '/tmp/evil.so' } },
+      undefined,
+      400,
+      'forbidden_input',
+    ],
+    [
+      'a deployment value for PATH is 400 forbidden_input',
+      'POST',
+      '/v1/deployments',
+      { node: 'n1', config_id: '__CFG__', input_values: { PATH: '/tmp/evil' } },
+      undefined,
+      400,
+      'forbidden_input',
+    ],
+    [
+      'a patch setting deploy_server_id is 400 bad_name',
+      'PATCH',
+      '/v1/deployments/__D2__',
+      { input_values: { deploy_server_id: 'n1' } },
+      undefined,
+      400,
+      'bad_name',
+    ],
   ];
 
   it.each(cases)('%s', async (_title, method, p, body, type, status, code) => {
@@ -215,7 +570,16 @@ describe.skipIf(!built)('api: bodies', () => {
   it('a chunked body over 1 MiB without Content-Length is 413 body_too_large', async () => {
     const chunk = 'x'.repeat(64 * 1024);
     const chunks = Array.from({ length: 20 }, () => `${chunk.length.toString(16)}\r\n${chunk}\r\n`);
-    await refused(() => rawHttps(b.op, 'POST /v1/configs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n', [...chunks, '0\r\n\r\n']), 413, 'body_too_large');
+    await refused(
+      () =>
+        rawHttps(
+          b.op,
+          'POST /v1/configs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n',
+          [...chunks, '0\r\n\r\n'],
+        ),
+      413,
+      'body_too_large',
+    );
   });
 
   it('a signal over 4 MiB is 413 body_too_large', async () => {
@@ -231,9 +595,18 @@ describe.skipIf(!built)('api: bodies', () => {
  */
 function rawHttps(cred: Cred, head: string, body: string[]): Promise<Res> {
   return new Promise((resolve, reject) => {
-    const s = tls.connect({ host: '127.0.0.1', port: b.ctl.port, ...cred, minVersion: 'TLSv1.3', checkServerIdentity: () => undefined });
+    const s = tls.connect({
+      host: '127.0.0.1',
+      port: b.ctl.port,
+      ...cred,
+      minVersion: 'TLSv1.3',
+      checkServerIdentity: () => undefined,
+    });
     let got = '';
-    const timer = setTimeout(() => { s.destroy(); reject(new Error(`no answer: ${got.slice(0, 200)}`)); }, 10_000);
+    const timer = setTimeout(() => {
+      s.destroy();
+      reject(new Error(`no answer: ${got.slice(0, 200)}`));
+    }, 10_000);
     s.on('secureConnect', () => {
       s.write(head);
       for (const c of body) s.write(c);
@@ -265,7 +638,16 @@ describe.skipIf(!built)('api: signals for revisions that are not the current one
   ];
 
   it.each(cases)('%s', async (_title, id, revision, status, code) => {
-    await refused(() => req(b.cred('agent', 'n2'), 'POST', `/v1/nodes/n2/deployments/${id()}/signal`, { revision, deploy_status_code: 1, deploy_stdout: 'pwned' }), status, code);
+    await refused(
+      () =>
+        req(b.cred('agent', 'n2'), 'POST', `/v1/nodes/n2/deployments/${id()}/signal`, {
+          revision,
+          deploy_status_code: 1,
+          deploy_stdout: 'pwned',
+        }),
+      status,
+      code,
+    );
   });
 });
 

@@ -48,7 +48,9 @@ describe('claims: SECURITY.md names real tests', () => {
   it('refuses a name that is not a test (self-check)', () => {
     const src = fs.readFileSync(path.join(REPO, 'test/security/frames.test.ts'), 'utf8');
     expect(namesATest('frames: every verifier code over a live connection a frame that is not a JWS', src)).toBe(true);
-    expect(namesATest('frames: every verifier code over a live connection a frame that was never written', src)).toBe(false);
+    expect(namesATest('frames: every verifier code over a live connection a frame that was never written', src)).toBe(
+      false,
+    );
     expect(namesATest('a frame that is not a JWS', src)).toBe(false);
   });
 });

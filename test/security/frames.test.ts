@@ -21,7 +21,18 @@ import { FetchCoalescer } from '../../agent/coalescer.js';
 import { keySetOf } from '../../agent/fetcher.js';
 import { WakeListener } from '../../agent/listener.js';
 import { Battery, isBuilt, metricSum, sleep, waitFor, type AgentProc, type InProcessAgent } from './helpers/battery.js';
-import { ask, b64, closeAllWs, craft, openWs, rawTcp, rawUpgrade, upgradeRequest, validWake, type OpenWs } from './helpers/wire.js';
+import {
+  ask,
+  b64,
+  closeAllWs,
+  craft,
+  openWs,
+  rawTcp,
+  rawUpgrade,
+  upgradeRequest,
+  validWake,
+  type OpenWs,
+} from './helpers/wire.js';
 
 const built = isBuilt();
 let b: Battery;
@@ -67,40 +78,99 @@ async function c2(): Promise<OpenWs> {
 }
 
 describe.skipIf(!built)('frames: every verifier code over a live connection', () => {
-  const otherKey = (): { x: string; d: string } => crypto.generateKeyPairSync('ed25519').privateKey.export({ format: 'jwk' }) as { x: string; d: string };
+  const otherKey = (): { x: string; d: string } =>
+    crypto.generateKeyPairSync('ed25519').privateKey.export({ format: 'jwk' }) as { x: string; d: string };
   // each: [title, the frame, sent as binary, the nack code]
   const cases: Array<[string, () => string | Buffer, boolean, string]> = [
     ['a frame that is not a JWS', () => 'wake up, please', false, 'malformed'],
-    ['a signed JWS whose payload is not JSON', () => {
-      const input = `${b64(header())}.${Buffer.from('gen=1000000').toString('base64url')}`;
-      const key = crypto.createPrivateKey({ key: { kty: 'OKP', crv: 'Ed25519', x: b.signingJwk.x, d: b.signingJwk.d }, format: 'jwk' });
-      return `${input}.${crypto.sign(null, Buffer.from(input), key).toString('base64url')}`;
-    }, false, 'malformed'],
+    [
+      'a signed JWS whose payload is not JSON',
+      () => {
+        const input = `${b64(header())}.${Buffer.from('gen=1000000').toString('base64url')}`;
+        const key = crypto.createPrivateKey({
+          key: { kty: 'OKP', crv: 'Ed25519', x: b.signingJwk.x, d: b.signingJwk.d },
+          format: 'jwk',
+        });
+        return `${input}.${crypto.sign(null, Buffer.from(input), key).toString('base64url')}`;
+      },
+      false,
+      'malformed',
+    ],
     ['a 5 KiB text frame', () => `${signed(header(), claims())}.${'A'.repeat(5 * 1024)}`, false, 'too_large'],
     ['a valid wake-up sent as a binary frame', () => Buffer.from(signed(header(), claims())), true, 'binary_frame'],
     ['alg none without a signature', () => `${b64(header({ alg: 'none' }))}.${b64(claims())}.`, false, 'bad_algorithm'],
-    ['alg HS256 keyed with the public key', () => {
-      const input = `${b64(header({ alg: 'HS256' }))}.${b64(claims())}`;
-      return `${input}.${crypto.createHmac('sha256', Buffer.from(b.signingJwk.x, 'base64url')).update(input).digest('base64url')}`;
-    }, false, 'bad_algorithm'],
-    ['an embedded jwk header parameter', () => signed(header({ jwk: { kty: 'OKP', crv: 'Ed25519', x: b.signingJwk.x } }), claims()), false, 'bad_header'],
-    ['a jku header parameter', () => signed(header({ jku: 'https://evil.example/jwks' }), claims()), false, 'bad_header'],
+    [
+      'alg HS256 keyed with the public key',
+      () => {
+        const input = `${b64(header({ alg: 'HS256' }))}.${b64(claims())}`;
+        return `${input}.${crypto.createHmac('sha256', Buffer.from(b.signingJwk.x, 'base64url')).update(input).digest('base64url')}`;
+      },
+      false,
+      'bad_algorithm',
+    ],
+    [
+      'an embedded jwk header parameter',
+      () => signed(header({ jwk: { kty: 'OKP', crv: 'Ed25519', x: b.signingJwk.x } }), claims()),
+      false,
+      'bad_header',
+    ],
+    [
+      'a jku header parameter',
+      () => signed(header({ jku: 'https://evil.example/jwks' }), claims()),
+      false,
+      'bad_header',
+    ],
     ['an x5c header parameter', () => signed(header({ x5c: ['MIIB'] }), claims()), false, 'bad_header'],
     ['a crit header parameter', () => signed(header({ crit: ['exp'] }), claims()), false, 'bad_header'],
     ['a header without kid', () => signed({ alg: 'EdDSA', typ: WAKE_TYP }, claims()), false, 'missing_kid'],
-    ['a kid the agent does not trust', () => craft(otherKey(), header({ kid: 'attacker-key' }), claims()), false, 'unknown_kid'],
+    [
+      'a kid the agent does not trust',
+      () => craft(otherKey(), header({ kid: 'attacker-key' }), claims()),
+      false,
+      'unknown_kid',
+    ],
     ['a metadata token used as a wake-up', () => signed(header({ typ: METADATA_TYP }), claims()), false, 'wrong_type'],
     ['another key signing under the trusted kid', () => craft(otherKey(), header(), claims()), false, 'bad_signature'],
-    ['a valid wake-up with its claims changed after signing', () => {
-      const [h, , s] = signed(header(), claims()).split('.');
-      return `${h}.${b64(claims({ gen: FUTURE_GEN + 1 }))}.${s}`;
-    }, false, 'bad_signature'],
+    [
+      'a valid wake-up with its claims changed after signing',
+      () => {
+        const [h, , s] = signed(header(), claims()).split('.');
+        return `${h}.${b64(claims({ gen: FUTURE_GEN + 1 }))}.${s}`;
+      },
+      false,
+      'bad_signature',
+    ],
     ['an expired wake-up', () => signed(header(), claims({ iat: nowS() - 400, exp: nowS() - 340 })), false, 'expired'],
-    ['a wake-up issued two minutes in the future', () => signed(header(), claims({ iat: nowS() + 120, exp: nowS() + 180 })), false, 'not_yet_valid'],
-    ['a wake-up living longer than 300 s', () => signed(header(), claims({ exp: nowS() + 301 })), false, 'lifetime_too_long'],
-    ['a wake-up issued before the agent started', () => signed(header(), claims({ iat: beforeStartS - 45, exp: beforeStartS + 255 })), false, 'issued_before_start'],
-    ['a wake-up for another agent (agent/n2)', () => signed(header(), claims({ aud: b.spiffe('agent', 'n2') })), false, 'wrong_audience'],
-    ['a wake-up naming controller/c3 as issuer, sent by controller/c2', () => signed(header(), claims({ iss: b.spiffe('controller', 'c3') })), false, 'wrong_issuer'],
+    [
+      'a wake-up issued two minutes in the future',
+      () => signed(header(), claims({ iat: nowS() + 120, exp: nowS() + 180 })),
+      false,
+      'not_yet_valid',
+    ],
+    [
+      'a wake-up living longer than 300 s',
+      () => signed(header(), claims({ exp: nowS() + 301 })),
+      false,
+      'lifetime_too_long',
+    ],
+    [
+      'a wake-up issued before the agent started',
+      () => signed(header(), claims({ iat: beforeStartS - 45, exp: beforeStartS + 255 })),
+      false,
+      'issued_before_start',
+    ],
+    [
+      'a wake-up for another agent (agent/n2)',
+      () => signed(header(), claims({ aud: b.spiffe('agent', 'n2') })),
+      false,
+      'wrong_audience',
+    ],
+    [
+      'a wake-up naming controller/c3 as issuer, sent by controller/c2',
+      () => signed(header(), claims({ iss: b.spiffe('controller', 'c3') })),
+      false,
+      'wrong_issuer',
+    ],
     ['a negative generation', () => signed(header(), claims({ gen: -1 })), false, 'bad_gen'],
     ['a generation that is a string', () => signed(header(), claims({ gen: '1000000' })), false, 'bad_gen'],
     ['a generation beyond 2^53', () => signed(header(), claims({ gen: 2 ** 53 + 2 })), false, 'bad_gen'],
@@ -146,16 +216,36 @@ describe.skipIf(!built)('frames: a full replay cache, on an in-process listener 
   // a real agent's cache holds 100,000 tokens for up to 330 s each; the same listener code with a
   // cache of 2 shows what happens when it is full
   it('a valid wake-up is refused with replay_cache_full rather than a remembered one forgotten', async () => {
-    const material = new PkiMaterial({ ...materialPaths(b.pkiDir, 'agent', 'n1'), trustDomain: 'herald.local', watch: false, logger: quiet });
+    const material = new PkiMaterial({
+      ...materialPaths(b.pkiDir, 'agent', 'n1'),
+      trustDomain: 'herald.local',
+      watch: false,
+      logger: quiet,
+    });
     const coalescer = new FetchCoalescer({ initialFetchedGen: 5, fetch: async () => ({ gen: 5 }) });
-    const verifier = new WakeVerifier({ audience: N1(), keys: keySetOf(material), startedAtS: nowS() - 5, replayCache: new ReplayCache(2) });
-    const listener = new WakeListener({ material, verifier, onWake: (c) => coalescer.wake(c.gen), lastFetchedGen: () => coalescer.lastFetchedGen, log: quiet });
+    const verifier = new WakeVerifier({
+      audience: N1(),
+      keys: keySetOf(material),
+      startedAtS: nowS() - 5,
+      replayCache: new ReplayCache(2),
+    });
+    const listener = new WakeListener({
+      material,
+      verifier,
+      onWake: (c) => coalescer.wake(c.gen),
+      lastFetchedGen: () => coalescer.lastFetchedGen,
+      log: quiet,
+    });
     const port = await listener.listen('127.0.0.1', 0);
     try {
       const c = await openWs(port, b.cred('controller', 'c2'));
       const answers = [];
       for (let i = 0; i < 3; i++) answers.push(await ask(c, validWake(b.signer, C2(), N1(), 5)));
-      expect(answers.map((a) => (a.type === 'ack' ? a.fetch : a.error))).toEqual(['current', 'current', 'replay_cache_full']);
+      expect(answers.map((a) => (a.type === 'ack' ? a.fetch : a.error))).toEqual([
+        'current',
+        'current',
+        'replay_cache_full',
+      ]);
       expect(coalescer.fetchCount).toBe(0);
       c.ws.terminate();
     } finally {
@@ -233,23 +323,59 @@ describe.skipIf(!built)('frames: slow handshakes are cut at the 5 s bound', () =
   type Stall = [string, (port: number) => Promise<number | null>];
   const cases: Stall[] = [
     ['a TCP connection that never starts TLS', async (port) => (await rawTcp(port, undefined, 9_000)).closedAfterMs],
-    ['a TLS handshake that completes but never asks for the upgrade', (port) => new Promise((resolve) => {
-      const t0 = Date.now();
-      const s = tls.connect({ host: '127.0.0.1', port, ...b.cred('controller', 'c2'), minVersion: 'TLSv1.3', checkServerIdentity: () => undefined });
-      const timer = setTimeout(() => { s.destroy(); resolve(null); }, 9_000);
-      s.on('error', () => undefined);
-      s.on('close', () => { clearTimeout(timer); resolve(Date.now() - t0); });
-    })],
-    ['an upgrade request sent one byte every 200 ms', (port) => new Promise((resolve) => {
-      const t0 = Date.now();
-      const req = upgradeRequest();
-      let i = 0;
-      const s = tls.connect({ host: '127.0.0.1', port, ...b.cred('controller', 'c2'), minVersion: 'TLSv1.3', checkServerIdentity: () => undefined });
-      const drip = setInterval(() => { if (i < req.length) s.write(req[i++]!); }, 200);
-      const timer = setTimeout(() => { clearInterval(drip); s.destroy(); resolve(null); }, 9_000);
-      s.on('error', () => undefined);
-      s.on('close', () => { clearInterval(drip); clearTimeout(timer); resolve(Date.now() - t0); });
-    })],
+    [
+      'a TLS handshake that completes but never asks for the upgrade',
+      (port) =>
+        new Promise((resolve) => {
+          const t0 = Date.now();
+          const s = tls.connect({
+            host: '127.0.0.1',
+            port,
+            ...b.cred('controller', 'c2'),
+            minVersion: 'TLSv1.3',
+            checkServerIdentity: () => undefined,
+          });
+          const timer = setTimeout(() => {
+            s.destroy();
+            resolve(null);
+          }, 9_000);
+          s.on('error', () => undefined);
+          s.on('close', () => {
+            clearTimeout(timer);
+            resolve(Date.now() - t0);
+          });
+        }),
+    ],
+    [
+      'an upgrade request sent one byte every 200 ms',
+      (port) =>
+        new Promise((resolve) => {
+          const t0 = Date.now();
+          const req = upgradeRequest();
+          let i = 0;
+          const s = tls.connect({
+            host: '127.0.0.1',
+            port,
+            ...b.cred('controller', 'c2'),
+            minVersion: 'TLSv1.3',
+            checkServerIdentity: () => undefined,
+          });
+          const drip = setInterval(() => {
+            if (i < req.length) s.write(req[i++]!);
+          }, 200);
+          const timer = setTimeout(() => {
+            clearInterval(drip);
+            s.destroy();
+            resolve(null);
+          }, 9_000);
+          s.on('error', () => undefined);
+          s.on('close', () => {
+            clearInterval(drip);
+            clearTimeout(timer);
+            resolve(Date.now() - t0);
+          });
+        }),
+    ],
   ];
 
   it.concurrent.for<Stall>(cases)('%s', { timeout: 20_000 }, async ([, stall], { expect: ex }) => {
@@ -283,12 +409,21 @@ describe.skipIf(!built)('frames: connection caps', () => {
     } finally {
       for (const s of held) s.destroy();
     }
-    await waitFor('a pending slot to come back', async () => (await rawUpgrade(n1.port, { ca: b.caBuf })).kind === 'http', 5_000, 50);
+    await waitFor(
+      'a pending slot to come back',
+      async () => (await rawUpgrade(n1.port, { ca: b.caBuf })).kind === 'http',
+      5_000,
+      50,
+    );
   });
 
   it('a fifth authenticated controller connection is 503 too_many_connections', async () => {
     // the real controller holds one; c2, c3 and c4 take the other three
-    const open = [await c2(), await openWs(n1.port, b.cred('controller', 'c3')), await openWs(n1.port, b.cred('controller', 'c4'))];
+    const open = [
+      await c2(),
+      await openWs(n1.port, b.cred('controller', 'c3')),
+      await openWs(n1.port, b.cred('controller', 'c4')),
+    ];
     const r = await b.expectNoEffect(['n1'], () => rawUpgrade(n1.port, b.cred('controller', 'c5')));
     expect(r).toMatchObject({ kind: 'http', status: 503, code: 'too_many_connections' });
     for (const c of open) c.ws.terminate();
@@ -312,26 +447,41 @@ describe.skipIf(!built)('frames: an agent whose clock is 10 minutes ahead', () =
   let skew: InProcessAgent;
   beforeAll(async () => {
     // in this process: the clock is a dependency of the agent's assembly, which no option sets
-    skew = await b.startAgentInProcess('skew', { deps: { now: () => Date.now() + 10 * 60_000 }, pollIntervalMs: 2_000, pollIntervalHealthyMs: 2_000 });
+    skew = await b.startAgentInProcess('skew', {
+      deps: { now: () => Date.now() + 10 * 60_000 },
+      pollIntervalMs: 2_000,
+      pollIntervalHealthyMs: 2_000,
+    });
   }, 60_000);
 
   it('refuses a fresh wake-up with expired', async () => {
     const c = await openWs(skew.port, b.cred('controller', 'c2'));
-    const a = await b.expectNoEffect(['skew'], () => ask(c, validWake(b.signer, C2(), b.spiffe('agent', 'skew'), FUTURE_GEN)));
+    const a = await b.expectNoEffect(['skew'], () =>
+      ask(c, validWake(b.signer, C2(), b.spiffe('agent', 'skew'), FUTURE_GEN)),
+    );
     expect(a).toMatchObject({ type: 'nack', error: 'expired' });
     c.ws.terminate();
   });
 
-  it('refuses the real controller\'s wake-ups with expired, and polling still converges', async () => {
-    const cfg = await b.asOperator('POST', '/v1/configs', { name: 'skewed', group: 'script', config: '#!/bin/sh\necho converged\n' });
+  it("refuses the real controller's wake-ups with expired, and polling still converges", async () => {
+    const cfg = await b.asOperator('POST', '/v1/configs', {
+      name: 'skewed',
+      group: 'script',
+      config: '#!/bin/sh\necho converged\n',
+    });
     const m0 = await b.metricsText();
     const t0 = Date.now();
     const d = await b.asOperator('POST', '/v1/deployments', { node: 'skew', config_id: cfg.json.id });
     expect(d.status).toBe(201);
-    const done = await waitFor('the deployment to converge by polling', async () => {
-      const r = await b.asOperator('GET', `/v1/deployments/${d.json.deployment_id as string}`);
-      return r.json?.status === 'COMPLETE' ? r.json : null;
-    }, 15_000, 100);
+    const done = await waitFor(
+      'the deployment to converge by polling',
+      async () => {
+        const r = await b.asOperator('GET', `/v1/deployments/${d.json.deployment_id as string}`);
+        return r.json?.status === 'COMPLETE' ? r.json : null;
+      },
+      15_000,
+      100,
+    );
     expect(done.output_values.deploy_stdout).toContain('converged');
     expect(Date.now() - t0).toBeLessThan(10_000);
     const m1 = await b.metricsText();

@@ -48,50 +48,68 @@ function timed(frame: string): string {
 
 describe('fuzz: wake-up decoder', () => {
   it('random strings are refused with a nack code', () => {
-    fc.assert(fc.property(fc.string({ maxLength: 6000 }), (s) => {
-      const r = timed(s);
-      expect((NACK_CODES as readonly string[]).includes(r)).toBe(true);
-    }), { numRuns: 2000 });
+    fc.assert(
+      fc.property(fc.string({ maxLength: 6000 }), (s) => {
+        const r = timed(s);
+        expect((NACK_CODES as readonly string[]).includes(r)).toBe(true);
+      }),
+      { numRuns: 2000 },
+    );
   });
 
   it('random three-part base64url tokens are refused with a nack code', () => {
     const part = fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b).toString('base64url'));
     const json = fc.jsonValue().map((v) => Buffer.from(JSON.stringify(v) ?? 'null').toString('base64url'));
-    fc.assert(fc.property(fc.oneof(part, json), fc.oneof(part, json), part, (h, p, s) => {
-      expect((NACK_CODES as readonly string[]).includes(timed(`${h}.${p}.${s}`))).toBe(true);
-    }), { numRuns: 2000 });
+    fc.assert(
+      fc.property(fc.oneof(part, json), fc.oneof(part, json), part, (h, p, s) => {
+        expect((NACK_CODES as readonly string[]).includes(timed(`${h}.${p}.${s}`))).toBe(true);
+      }),
+      { numRuns: 2000 },
+    );
   });
 
   it('single-byte mutations of a valid token are never accepted', () => {
-    fc.assert(fc.property(fc.nat(), fc.integer({ min: 1, max: 255 }), (at, x) => {
-      const b = Buffer.from(valid);
-      const i = at % b.length;
-      b[i] = b[i]! ^ x;
-      const r = timed(b.toString('latin1'));
-      // a mutation may land in base64url padding bits and decode to the same bytes: then it is the
-      // same token, already used once below or now, and the replay cache must refuse it
-      expect(r).not.toBe('accepted');
-    }), { numRuns: 2000 });
+    fc.assert(
+      fc.property(fc.nat(), fc.integer({ min: 1, max: 255 }), (at, x) => {
+        const b = Buffer.from(valid);
+        const i = at % b.length;
+        b[i] = b[i]! ^ x;
+        const r = timed(b.toString('latin1'));
+        // a mutation may land in base64url padding bits and decode to the same bytes: then it is the
+        // same token, already used once below or now, and the replay cache must refuse it
+        expect(r).not.toBe('accepted');
+      }),
+      { numRuns: 2000 },
+    );
   });
 
   it('headers with random extra parameters are refused before any signature work', () => {
-    fc.assert(fc.property(fc.dictionary(fc.string({ minLength: 1, maxLength: 8 }), fc.jsonValue(), { minKeys: 1, maxKeys: 4 }), (extra) => {
-      const header = { alg: 'EdDSA', kid: 'k', typ: 'herald-wake+jwt', ...extra };
-      const t = `${Buffer.from(JSON.stringify(header)).toString('base64url')}.e30.AAAA`;
-      const r = timed(t);
-      expect(isErrorCode(r)).toBe(true);
-      expect(r).not.toBe('accepted');
-    }), { numRuns: 500 });
+    fc.assert(
+      fc.property(
+        fc.dictionary(fc.string({ minLength: 1, maxLength: 8 }), fc.jsonValue(), { minKeys: 1, maxKeys: 4 }),
+        (extra) => {
+          const header = { alg: 'EdDSA', kid: 'k', typ: 'herald-wake+jwt', ...extra };
+          const t = `${Buffer.from(JSON.stringify(header)).toString('base64url')}.e30.AAAA`;
+          const r = timed(t);
+          expect(isErrorCode(r)).toBe(true);
+          expect(r).not.toBe('accepted');
+        },
+      ),
+      { numRuns: 500 },
+    );
   });
 
   it('answer-frame decoding of random JSON never crashes and refuses with a code', () => {
-    fc.assert(fc.property(fc.jsonValue(), (v) => {
-      try {
-        decodeAnswer(JSON.stringify(v) ?? 'null');
-      } catch (e) {
-        expect(isErrorCode(codeOf(e))).toBe(true);
-      }
-    }), { numRuns: 2000 });
+    fc.assert(
+      fc.property(fc.jsonValue(), (v) => {
+        try {
+          decodeAnswer(JSON.stringify(v) ?? 'null');
+        } catch (e) {
+          expect(isErrorCode(codeOf(e))).toBe(true);
+        }
+      }),
+      { numRuns: 2000 },
+    );
   });
 
   it('took bounded time per input', () => {

@@ -8,7 +8,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Attackers } from './helpers/attackers.js';
 import { Battery, isBuilt, metricSum, sleep, waitFor, type AgentProc, type Cred } from './helpers/battery.js';
 import { startFlood } from './helpers/flood.js';
-import { ask, closeAllWs, openWs, rawTcp, rawUpgrade, upgradeRequest, validWake, type RawOutcome } from './helpers/wire.js';
+import {
+  ask,
+  closeAllWs,
+  openWs,
+  rawTcp,
+  rawUpgrade,
+  upgradeRequest,
+  validWake,
+  type RawOutcome,
+} from './helpers/wire.js';
 
 const built = isBuilt();
 let b: Battery;
@@ -37,16 +46,46 @@ describe.skipIf(!built)('listener: refused before the upgrade', () => {
   // each: [title, the attacker's credentials, the status, the code]
   const cases: Array<[string, () => Cred, number, string]> = [
     ['no client certificate', () => ({ ca: b.caBuf }), 403, 'no_client_certificate'],
-    ['a controller/controller certificate from a foreign CA', () => atk.foreign('controller', 'controller'), 403, 'untrusted_certificate'],
-    ['a self-signed certificate forging controller/controller', () => atk.forged('controller', 'controller'), 403, 'untrusted_certificate'],
+    [
+      'a controller/controller certificate from a foreign CA',
+      () => atk.foreign('controller', 'controller'),
+      403,
+      'untrusted_certificate',
+    ],
+    [
+      'a self-signed certificate forging controller/controller',
+      () => atk.forged('controller', 'controller'),
+      403,
+      'untrusted_certificate',
+    ],
     ['an expired controller certificate', () => atk.expired('controller', 'controller'), 403, 'certificate_expired'],
-    ['a controller certificate not valid yet', () => atk.notYetValid('controller', 'controller'), 403, 'certificate_expired'],
-    ['another agent\'s certificate (agent/n2)', () => b.cred('agent', 'n2'), 403, 'wrong_role'],
-    ['the listening agent\'s own certificate (agent/n1)', () => b.cred('agent', 'n1'), 403, 'wrong_role'],
+    [
+      'a controller certificate not valid yet',
+      () => atk.notYetValid('controller', 'controller'),
+      403,
+      'certificate_expired',
+    ],
+    ["another agent's certificate (agent/n2)", () => b.cred('agent', 'n2'), 403, 'wrong_role'],
+    ["the listening agent's own certificate (agent/n1)", () => b.cred('agent', 'n1'), 403, 'wrong_role'],
     ['an operator certificate (operator/admin)', () => b.cred('operator', 'admin'), 403, 'wrong_role'],
-    ['a controller certificate of another trust domain', () => atk.otherTrustDomain('controller', 'controller'), 403, 'wrong_trust_domain'],
-    ['a certificate without a URI SAN whose CN names the controller', () => atk.noUri('controller', 'controller'), 403, 'no_identity'],
-    ['a controller certificate with a second URI SAN', () => atk.twoUris('controller', 'controller'), 403, 'multiple_identities'],
+    [
+      'a controller certificate of another trust domain',
+      () => atk.otherTrustDomain('controller', 'controller'),
+      403,
+      'wrong_trust_domain',
+    ],
+    [
+      'a certificate without a URI SAN whose CN names the controller',
+      () => atk.noUri('controller', 'controller'),
+      403,
+      'no_identity',
+    ],
+    [
+      'a controller certificate with a second URI SAN',
+      () => atk.twoUris('controller', 'controller'),
+      403,
+      'multiple_identities',
+    ],
     ['a controller certificate with clientAuth only', () => atk.wrongEku('controller', 'controller'), 403, 'wrong_eku'],
     ['a percent-escaped SPIFFE path', () => atk.percentEscaped('controller', 'controller'), 403, 'bad_identity'],
     ['a SPIFFE path with an extra segment', () => atk.extraSegment('controller', 'controller'), 403, 'bad_identity'],
@@ -58,7 +97,12 @@ describe.skipIf(!built)('listener: refused before the upgrade', () => {
     // and the agent logged it, with the code and the peer's address: a refusal before
     // authentication is logged as a summary, at most one line per code per 10 s (SPEC §3), so an
     // earlier case with the same code may hold this one's line
-    const logged = await waitFor(`the agent to log ${code}`, () => n1.lines().find((l) => l.code === code && String(l.msg).startsWith('refused')), 5_000, 20);
+    const logged = await waitFor(
+      `the agent to log ${code}`,
+      () => n1.lines().find((l) => l.code === code && String(l.msg).startsWith('refused')),
+      5_000,
+      20,
+    );
     expect(logged.peer).toMatch(/^127\.0\.0\.1:\d+$/);
     expect(logged.beforeAuth).toBe(true);
   });
@@ -80,7 +124,9 @@ describe.skipIf(!built)('listener: no TLS 1.3, no TLS at all', () => {
   });
 
   it('a TLS 1.2 client with a valid controller certificate fails the handshake', async () => {
-    const r = await b.expectNoEffect(['n1'], () => rawUpgrade(n1.port, b.cred('controller', 'c2'), { minVersion: 'TLSv1.2', maxVersion: 'TLSv1.2' }));
+    const r = await b.expectNoEffect(['n1'], () =>
+      rawUpgrade(n1.port, b.cred('controller', 'c2'), { minVersion: 'TLSv1.2', maxVersion: 'TLSv1.2' }),
+    );
     expect(r.kind).toBe('tls');
     expect((r as { error: string }).error).toMatch(/PROTOCOL_VERSION|UNSUPPORTED_PROTOCOL|VERSION/);
   });
@@ -88,17 +134,27 @@ describe.skipIf(!built)('listener: no TLS 1.3, no TLS at all', () => {
 
 describe.skipIf(!built)('listener: what a verified controller may ask', () => {
   it('another path than /v1/wake is 404 not_found', async () => {
-    const r = await b.expectNoEffect(['n1'], () => rawUpgrade(n1.port, b.cred('controller', 'c2'), { path: '/v1/nodes/n1/metadata' }));
+    const r = await b.expectNoEffect(['n1'], () =>
+      rawUpgrade(n1.port, b.cred('controller', 'c2'), { path: '/v1/nodes/n1/metadata' }),
+    );
     expect(r).toMatchObject(http(404, 'not_found'));
   });
 
   it('a plain HTTPS request to /v1/wake is 426 upgrade_required', async () => {
-    const r = await b.expectNoEffect(['n1'], () => rawUpgrade(n1.port, b.cred('controller', 'c2'), { request: 'GET /v1/wake HTTP/1.1\r\nHost: localhost\r\n\r\n' }));
+    const r = await b.expectNoEffect(['n1'], () =>
+      rawUpgrade(n1.port, b.cred('controller', 'c2'), { request: 'GET /v1/wake HTTP/1.1\r\nHost: localhost\r\n\r\n' }),
+    );
     expect(r).toMatchObject(http(426, 'upgrade_required'));
   });
 
   it('a plain HTTPS request without a certificate is 403 no_client_certificate', async () => {
-    const r = await b.expectNoEffect(['n1'], () => rawUpgrade(n1.port, { ca: b.caBuf }, { request: 'POST /v1/wake HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}' }));
+    const r = await b.expectNoEffect(['n1'], () =>
+      rawUpgrade(
+        n1.port,
+        { ca: b.caBuf },
+        { request: 'POST /v1/wake HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}' },
+      ),
+    );
     expect(r).toMatchObject(http(403, 'no_client_certificate'));
   });
 
@@ -107,7 +163,9 @@ describe.skipIf(!built)('listener: what a verified controller may ask', () => {
     ['a token from controller/c2 naming agent/n2 as its issuer', 'agent/n2', 'wrong_issuer'],
   ])('%s', async (_title, iss, code) => {
     const c = await openWs(n1.port, b.cred('controller', 'c2'));
-    const a = await b.expectNoEffect(['n1'], () => ask(c, validWake(b.signer, `spiffe://herald.local/${iss}`, b.spiffe('agent', 'n1'), 1_000_000)));
+    const a = await b.expectNoEffect(['n1'], () =>
+      ask(c, validWake(b.signer, `spiffe://herald.local/${iss}`, b.spiffe('agent', 'n1'), 1_000_000)),
+    );
     expect(a).toMatchObject({ type: 'nack', error: code });
     c.ws.terminate();
   });
@@ -125,7 +183,14 @@ describe.skipIf(!built)('listener: revoked certificates', () => {
     const reloads = (): number => n1.lines().filter((l) => l.msg === 'revoked.json reloaded').length;
     const before = reloads();
     for (const name of ['r-new', 'r-resume', 'r-live']) await b.revoke('controller', name);
-    await waitFor('the agent to re-read revoked.json', () => reloads() > before && rawUpgrade(n1.port, b.cred('controller', 'r-new')).then((r) => r.kind === 'http' && r.code === 'revoked'), 10_000, 50);
+    await waitFor(
+      'the agent to re-read revoked.json',
+      () =>
+        reloads() > before &&
+        rawUpgrade(n1.port, b.cred('controller', 'r-new')).then((r) => r.kind === 'http' && r.code === 'revoked'),
+      10_000,
+      50,
+    );
   });
 
   it('a revoked controller certificate on a new connection is 403 revoked', async () => {
@@ -146,9 +211,13 @@ describe.skipIf(!built)('listener: revoked certificates', () => {
 });
 
 describe.skipIf(!built)('listener: pre-authentication flood', () => {
-  it('1,000 idle TCP sockets and 200 handshakes/s without a certificate: the real controller\'s wake-ups are still acked within 1 s', async () => {
+  it("1,000 idle TCP sockets and 200 handshakes/s without a certificate: the real controller's wake-ups are still acked within 1 s", async () => {
     const probe = await openWs(n1.port, b.cred('controller', 'c2'));
-    const cfg = await b.asOperator('POST', '/v1/configs', { name: 'noop', group: 'script', config: '#!/bin/sh\ntrue\n' });
+    const cfg = await b.asOperator('POST', '/v1/configs', {
+      name: 'noop',
+      group: 'script',
+      config: '#!/bin/sh\ntrue\n',
+    });
     expect(cfg.status).toBe(201);
     const m0 = await b.metricsText();
     const fromLine = n1.lines().length;
@@ -167,7 +236,11 @@ describe.skipIf(!built)('listener: pre-authentication flood', () => {
       expect(a.type).toBe('ack');
       // the real controller's wake-ups: a deployment for n1 every ~1.2 s
       if (deployments.length < 3 && Date.now() - t0 > (deployments.length + 1) * 1_200) {
-        const d = await b.asOperator('POST', '/v1/deployments', { node: 'n1', config_id: cfg.json.id, name: `during-flood-${deployments.length}` });
+        const d = await b.asOperator('POST', '/v1/deployments', {
+          node: 'n1',
+          config_id: cfg.json.id,
+          name: `during-flood-${deployments.length}`,
+        });
         expect(d.status).toBe(201);
         deployments.push(d.json.deployment_id as string);
       }
@@ -176,17 +249,29 @@ describe.skipIf(!built)('listener: pre-authentication flood', () => {
     const stats = await flood.done;
     // the agent's log: thousands of refusals, a handful of summary lines (at most one per code
     // per 10 s, plus one interval flush in the 7 s), never a line per connection (issue 11 item 7)
-    const refusedLines = n1.lines().slice(fromLine).filter((l) => String(l.msg).startsWith('refused'));
+    const refusedLines = n1
+      .lines()
+      .slice(fromLine)
+      .filter((l) => String(l.msg).startsWith('refused'));
     const perCode = new Map<string, number>();
     for (const l of refusedLines) perCode.set(String(l.code), (perCode.get(String(l.code)) ?? 0) + 1);
-    expect(refusedLines.every((l) => l.beforeAuth === true), JSON.stringify(refusedLines.slice(0, 3))).toBe(true);
+    expect(
+      refusedLines.every((l) => l.beforeAuth === true),
+      JSON.stringify(refusedLines.slice(0, 3)),
+    ).toBe(true);
     for (const [code, n] of perCode) expect(n, code).toBeLessThanOrEqual(2);
     expect(perCode.get('too_many_connections') ?? 0).toBeGreaterThanOrEqual(1);
     for (const id of deployments) {
-      await waitFor(`deployment ${id} to complete`, async () => (await b.asOperator('GET', `/v1/deployments/${id}`)).json?.status === 'COMPLETE', 15_000, 50);
+      await waitFor(
+        `deployment ${id} to complete`,
+        async () => (await b.asOperator('GET', `/v1/deployments/${id}`)).json?.status === 'COMPLETE',
+        15_000,
+        50,
+      );
     }
     const m1 = await b.metricsText();
-    const delta = (name: string, f?: (l: Record<string, string>) => boolean): number => metricSum(m1, name, f) - metricSum(m0, name, f);
+    const delta = (name: string, f?: (l: Record<string, string>) => boolean): number =>
+      metricSum(m1, name, f) - metricSum(m0, name, f);
 
     // the flood happened, bounded, and the listener shed it before authentication
     const why = JSON.stringify(stats);
@@ -207,7 +292,9 @@ describe.skipIf(!built)('listener: pre-authentication flood', () => {
     // the real controller: every wake-up it sent was acked, each within 1 s
     expect(delta('herald_wakeups_sent_total')).toBeGreaterThanOrEqual(3);
     expect(delta('herald_wakeups_acked_total')).toBe(delta('herald_wakeups_sent_total'));
-    expect(delta('herald_wake_ack_latency_seconds_bucket', (l) => l.le === '1')).toBe(delta('herald_wake_ack_latency_seconds_count'));
+    expect(delta('herald_wake_ack_latency_seconds_bucket', (l) => l.le === '1')).toBe(
+      delta('herald_wake_ack_latency_seconds_count'),
+    );
     expect(delta('herald_wakeups_nacked_total')).toBe(0);
     probe.ws.terminate();
   }, 60_000);

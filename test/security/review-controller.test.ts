@@ -12,7 +12,12 @@ import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_JSON_DEPTH_LEVELS, API_IDENTITY_MAX_CONNECTIONS, API_UNAUTHENTICATED_MAX_CONNECTIONS, SIGNAL_RATE_BURST } from '../../protocol/limits.js';
+import {
+  MAX_JSON_DEPTH_LEVELS,
+  API_IDENTITY_MAX_CONNECTIONS,
+  API_UNAUTHENTICATED_MAX_CONNECTIONS,
+  SIGNAL_RATE_BURST,
+} from '../../protocol/limits.js';
 import { newNonce } from '../../protocol/metadata.js';
 import { makeControllerTestPki, type ControllerTestPki, type Cred } from '../helpers/controller-pki.js';
 import { startTestController, waitFor, type TestController } from '../helpers/controller-harness.js';
@@ -57,7 +62,9 @@ class Conn {
 
   static open(port: number, cred: Cred): Promise<Conn> {
     return new Promise((resolve, reject) => {
-      const s = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ...cred, minVersion: 'TLSv1.3' }, () => resolve(new Conn(s)));
+      const s = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ...cred, minVersion: 'TLSv1.3' }, () =>
+        resolve(new Conn(s)),
+      );
       s.once('error', reject);
     });
   }
@@ -69,7 +76,9 @@ class Conn {
   /** Sends one request and reads its answer; status 0 when the connection closed first. */
   async request(method: string, p: string, body?: unknown): Promise<{ status: number; headers: string; json: any }> {
     const data = body === undefined ? '' : JSON.stringify(body);
-    this.socket.write(`${method} ${p} HTTP/1.1\r\nHost: localhost\r\n${data ? `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(data)}\r\n` : ''}\r\n${data}`);
+    this.socket.write(
+      `${method} ${p} HTTP/1.1\r\nHost: localhost\r\n${data ? `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(data)}\r\n` : ''}\r\n${data}`,
+    );
     for (;;) {
       const end = this.#buf.indexOf('\r\n\r\n');
       if (end >= 0) {
@@ -78,7 +87,11 @@ class Conn {
         if (this.#buf.length >= end + 4 + len) {
           const text = this.#buf.subarray(end + 4, end + 4 + len).toString();
           this.#buf = this.#buf.subarray(end + 4 + len);
-          return { status: Number(head.split(' ')[1]), headers: head.toLowerCase(), json: text ? JSON.parse(text) : undefined };
+          return {
+            status: Number(head.split(' ')[1]),
+            headers: head.toLowerCase(),
+            json: text ? JSON.parse(text) : undefined,
+          };
         }
       }
       if (this.closed) return { status: 0, headers: '', json: undefined };
@@ -102,12 +115,15 @@ function events(port: number, cred: Cred): { text: () => string; stop: () => voi
   let text = '';
   let req: ReturnType<typeof https.get> | undefined;
   const ready = new Promise<void>((resolve, reject) => {
-    req = https.get({ host: '127.0.0.1', port, path: '/v1/events', ...cred, servername: 'localhost', agent: false }, (res) => {
-      res.on('data', (c: Buffer) => {
-        text += c.toString();
-        resolve();
-      });
-    });
+    req = https.get(
+      { host: '127.0.0.1', port, path: '/v1/events', ...cred, servername: 'localhost', agent: false },
+      (res) => {
+        res.on('data', (c: Buffer) => {
+          text += c.toString();
+          resolve();
+        });
+      },
+    );
     req.on('error', reject);
   });
   return { text: () => text, stop: () => req?.destroy(), ready };
@@ -120,7 +136,11 @@ function refusedLines(t: TestController, code: string): Array<Record<string, unk
 describe('hidden inputs across a cluster (review item 1)', () => {
   let t: TestController;
   beforeAll(async () => {
-    t = await startTestController(pki, {}, { rates: { announce: GENEROUS, fetch: GENEROUS, other: GENEROUS, signal: GENEROUS } });
+    t = await startTestController(
+      pki,
+      {},
+      { rates: { announce: GENEROUS, fetch: GENEROUS, other: GENEROUS, signal: GENEROUS } },
+    );
   });
   afterAll(async () => t?.close());
 
@@ -129,13 +149,22 @@ describe('hidden inputs across a cluster (review item 1)', () => {
     await stream.ready;
     for (const n of ['n1', 'n2']) expect((await t.req(op, 'POST', '/v1/nodes', { id: n })).status).toBe(201);
     const install = await t.req(op, 'POST', '/v1/configs', {
-      name: 'install', group: 'script', config: '#!/bin/sh\n', inputs: [{ name: 'install_pw', hidden: true }, { name: 'plain' }],
+      name: 'install',
+      group: 'script',
+      config: '#!/bin/sh\n',
+      inputs: [{ name: 'install_pw', hidden: true }, { name: 'plain' }],
     });
     const uninstall = await t.req(op, 'POST', '/v1/configs', {
-      name: 'uninstall', group: 'script', config: '#!/bin/sh\n', inputs: [{ name: 'uninstall_pw', hidden: true }],
+      name: 'uninstall',
+      group: 'script',
+      config: '#!/bin/sh\n',
+      inputs: [{ name: 'uninstall_pw', hidden: true }],
     });
     const cl = await t.req(op, 'POST', '/v1/clusters', {
-      name: 'c', nodes: ['n1', 'n2'], install_config_id: install.json.id, uninstall_config_id: uninstall.json.id,
+      name: 'c',
+      nodes: ['n1', 'n2'],
+      install_config_id: install.json.id,
+      uninstall_config_id: uninstall.json.id,
       input_values: { install_pw: 'SECRET-ONE', uninstall_pw: 'SECRET-TWO', plain: 'visible' },
     });
     expect(cl.status, JSON.stringify(cl.json)).toBe(201);
@@ -152,7 +181,9 @@ describe('hidden inputs across a cluster (review item 1)', () => {
       expect(JSON.stringify((await t.req(op, 'GET', `/v1/deployments/${d.id}`)).json)).not.toMatch(/SECRET-/);
     }
     // the agent still gets the values, each marked hidden so it can mask them in hook output
-    const md = await t.req(pki.cred('agent', 'n1'), 'GET', '/v1/nodes/n1/metadata', undefined, { headers: { 'herald-nonce': newNonce() } });
+    const md = await t.req(pki.cred('agent', 'n1'), 'GET', '/v1/nodes/n1/metadata', undefined, {
+      headers: { 'herald-nonce': newNonce() },
+    });
     const inputs = md.json.deployments[0].inputs as Array<{ name: string; value: unknown; hidden?: boolean }>;
     expect(inputs.find((i) => i.name === 'install_pw')).toMatchObject({ value: 'SECRET-ONE', hidden: true });
     expect(inputs.find((i) => i.name === 'uninstall_pw')).toMatchObject({ value: 'SECRET-TWO', hidden: true });
@@ -177,7 +208,8 @@ describe('database file modes (review item 2)', () => {
       t = await startTestController(pki, { db });
       expect((await t.req(op, 'POST', '/v1/nodes', { id: 'm1' })).status).toBe(201); // a write: the WAL exists
       expect(fs.statSync(path.dirname(db)).mode & 0o777).toBe(0o700);
-      for (const f of [db, `${db}-wal`, `${db}-shm`]) expect({ f, mode: fs.statSync(f).mode & 0o777 }).toEqual({ f, mode: 0o600 });
+      for (const f of [db, `${db}-wal`, `${db}-shm`])
+        expect({ f, mode: fs.statSync(f).mode & 0o777 }).toEqual({ f, mode: 0o600 });
       expect(t.logLines().filter((l) => l.code === 'unsafe_file_mode')).toEqual([]);
     } finally {
       process.umask(old);
@@ -208,9 +240,19 @@ describe('deep JSON (review item 5)', () => {
   let depId: string;
   const n1 = (): Cred => pki.cred('agent', 'n1');
   beforeAll(async () => {
-    t = await startTestController(pki, {}, { rates: { announce: GENEROUS, fetch: GENEROUS, other: GENEROUS, signal: GENEROUS } });
+    t = await startTestController(
+      pki,
+      {},
+      { rates: { announce: GENEROUS, fetch: GENEROUS, other: GENEROUS, signal: GENEROUS } },
+    );
     await t.req(op, 'POST', '/v1/nodes', { id: 'n1' });
-    const c = await t.req(op, 'POST', '/v1/configs', { name: 'j', group: 'script', config: '#!/bin/sh\n', inputs: [{ name: 'doc', type: 'Json' }], outputs: [{ name: 'out' }] });
+    const c = await t.req(op, 'POST', '/v1/configs', {
+      name: 'j',
+      group: 'script',
+      config: '#!/bin/sh\n',
+      inputs: [{ name: 'doc', type: 'Json' }],
+      outputs: [{ name: 'out' }],
+    });
     configId = c.json.id;
     depId = (await t.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: configId })).json.id;
   });
@@ -218,28 +260,87 @@ describe('deep JSON (review item 5)', () => {
 
   type DeepCase = [string, string, () => string, (v: unknown) => unknown, string, () => Cred];
   const deepCases: DeepCase[] = [
-    ['a signal output', 'POST', () => `/v1/nodes/n1/deployments/${depId}/signal`, (v: unknown) => ({ revision: 1, deploy_status_code: 0, outputs: { out: v } }), 'outputs.out', n1],
-    ['a config', 'POST', () => '/v1/configs', (v: unknown) => ({ name: 'deep', group: 'x', config: v }), 'config', () => op],
-    ['an option', 'POST', () => '/v1/configs', (v: unknown) => ({ name: 'deep', group: 'x', config: 'c', options: { o: v } }), 'options.o', () => op],
-    ['an input default', 'POST', () => '/v1/configs', (v: unknown) => ({ name: 'deep', group: 'x', config: 'c', inputs: [{ name: 'i', type: 'Json', default: v }] }), 'inputs.0.default', () => op],
-    ['a Json input value', 'POST', () => '/v1/deployments', (v: unknown) => ({ node: 'n1', config_id: configId, input_values: { doc: v } }), 'input_values.doc', () => op],
-    ['a Json input value in a patch', 'PATCH', () => `/v1/deployments/${depId}`, (v: unknown) => ({ input_values: { doc: v } }), 'input_values.doc', () => op],
+    [
+      'a signal output',
+      'POST',
+      () => `/v1/nodes/n1/deployments/${depId}/signal`,
+      (v: unknown) => ({ revision: 1, deploy_status_code: 0, outputs: { out: v } }),
+      'outputs.out',
+      n1,
+    ],
+    [
+      'a config',
+      'POST',
+      () => '/v1/configs',
+      (v: unknown) => ({ name: 'deep', group: 'x', config: v }),
+      'config',
+      () => op,
+    ],
+    [
+      'an option',
+      'POST',
+      () => '/v1/configs',
+      (v: unknown) => ({ name: 'deep', group: 'x', config: 'c', options: { o: v } }),
+      'options.o',
+      () => op,
+    ],
+    [
+      'an input default',
+      'POST',
+      () => '/v1/configs',
+      (v: unknown) => ({ name: 'deep', group: 'x', config: 'c', inputs: [{ name: 'i', type: 'Json', default: v }] }),
+      'inputs.0.default',
+      () => op,
+    ],
+    [
+      'a Json input value',
+      'POST',
+      () => '/v1/deployments',
+      (v: unknown) => ({ node: 'n1', config_id: configId, input_values: { doc: v } }),
+      'input_values.doc',
+      () => op,
+    ],
+    [
+      'a Json input value in a patch',
+      'PATCH',
+      () => `/v1/deployments/${depId}`,
+      (v: unknown) => ({ input_values: { doc: v } }),
+      'input_values.doc',
+      () => op,
+    ],
   ];
-  it.each(deepCases)('%s nested past the limit is 400 invalid_request naming the field; the API stays whole', async (_what, method, p, body, field, cred) => {
-    for (const depth of [MAX_JSON_DEPTH_LEVELS + 1, 4_200, 200_000]) {
-      // written as text: the test's own JSON.stringify would overflow the stack first
-      const rawBody = JSON.stringify(body('__DEEP__')).replace('"__DEEP__"', `${'['.repeat(depth)}1${']'.repeat(depth)}`);
-      const r = await t.req(cred(), method, p(), undefined, { rawBody, headers: { 'content-type': 'application/json' } });
-      expect({ depth, status: r.status, code: r.json?.error?.code }).toEqual({ depth, status: 400, code: 'invalid_request' });
-      expect(r.json.error.field).toBe(field);
-    }
-    expect((await t.req(op, 'GET', '/v1/deployments')).status).toBe(200);
-    expect((await t.req(op, 'GET', `/v1/deployments/${depId}`)).status).toBe(200);
-    expect((await t.req(op, 'GET', `/v1/deployments/${depId}/revisions`)).status).toBe(200);
-  });
+  it.each(deepCases)(
+    '%s nested past the limit is 400 invalid_request naming the field; the API stays whole',
+    async (_what, method, p, body, field, cred) => {
+      for (const depth of [MAX_JSON_DEPTH_LEVELS + 1, 4_200, 200_000]) {
+        // written as text: the test's own JSON.stringify would overflow the stack first
+        const rawBody = JSON.stringify(body('__DEEP__')).replace(
+          '"__DEEP__"',
+          `${'['.repeat(depth)}1${']'.repeat(depth)}`,
+        );
+        const r = await t.req(cred(), method, p(), undefined, {
+          rawBody,
+          headers: { 'content-type': 'application/json' },
+        });
+        expect({ depth, status: r.status, code: r.json?.error?.code }).toEqual({
+          depth,
+          status: 400,
+          code: 'invalid_request',
+        });
+        expect(r.json.error.field).toBe(field);
+      }
+      expect((await t.req(op, 'GET', '/v1/deployments')).status).toBe(200);
+      expect((await t.req(op, 'GET', `/v1/deployments/${depId}`)).status).toBe(200);
+      expect((await t.req(op, 'GET', `/v1/deployments/${depId}/revisions`)).status).toBe(200);
+    },
+  );
 
   it('accepts a value exactly at the limit', async () => {
-    const r = await t.req(op, 'POST', '/v1/configs', { name: 'at-limit', group: 'x', config: nested(MAX_JSON_DEPTH_LEVELS) });
+    const r = await t.req(op, 'POST', '/v1/configs', {
+      name: 'at-limit',
+      group: 'x',
+      config: nested(MAX_JSON_DEPTH_LEVELS),
+    });
     expect(r.status, JSON.stringify(r.json)).toBe(201);
     expect((await t.req(op, 'GET', `/v1/configs/${r.json.id}`)).status).toBe(200);
   });
@@ -248,7 +349,18 @@ describe('deep JSON (review item 5)', () => {
 describe('one connection and refusal policy for every identity (review item 6, SPEC §3)', () => {
   let t: TestController;
   beforeAll(async () => {
-    t = await startTestController(pki, {}, { rates: { announce: GENEROUS, fetch: { burst: 2, perS: 0.01 }, other: { burst: 5, perS: 0.01 }, signal: GENEROUS } });
+    t = await startTestController(
+      pki,
+      {},
+      {
+        rates: {
+          announce: GENEROUS,
+          fetch: { burst: 2, perS: 0.01 },
+          other: { burst: 5, perS: 0.01 },
+          signal: GENEROUS,
+        },
+      },
+    );
   });
   afterAll(async () => t?.close());
 
@@ -281,7 +393,9 @@ describe('one connection and refusal policy for every identity (review item 6, S
   it('the rate limit comes before the role check: wrong_node requests end in 429, and repeated 429s close the connection', async () => {
     const seen: string[] = [];
     for (let i = 0; i < 8; i++) {
-      const r = await t.req(pki.cred('agent', 'n2'), 'GET', '/v1/nodes/n1/metadata', undefined, { headers: { 'herald-nonce': newNonce() } });
+      const r = await t.req(pki.cred('agent', 'n2'), 'GET', '/v1/nodes/n1/metadata', undefined, {
+        headers: { 'herald-nonce': newNonce() },
+      });
       seen.push(r.json?.error?.code);
     }
     expect(seen.slice(0, 2)).toEqual(['wrong_node', 'wrong_node']);
@@ -305,7 +419,10 @@ describe('one connection and refusal policy for every identity (review item 6, S
     expect(refusedLines(own, 'wrong_role').length).toBeLessThanOrEqual(2);
     expect(refusedLines(own, 'rate_limited').length).toBeLessThanOrEqual(2);
     await own.close(); // flushes the summary
-    const counted = [...refusedLines(own, 'wrong_role'), ...refusedLines(own, 'rate_limited')].reduce((n, l) => n + Number(l.count), 0);
+    const counted = [...refusedLines(own, 'wrong_role'), ...refusedLines(own, 'rate_limited')].reduce(
+      (n, l) => n + Number(l.count),
+      0,
+    );
     expect(counted).toBe(N);
   });
 });
@@ -319,11 +436,17 @@ describe('refusals before authentication (SPEC §3)', () => {
 
   it('TLS garbage is counted in metrics and logged as a summary', async () => {
     const N = 100;
-    await Promise.all(Array.from({ length: N }, () => new Promise<void>((resolve) => {
-      const s = net.connect(t.port, '127.0.0.1', () => s.write('GET / HTTP/1.1\r\n\r\n'));
-      s.on('close', () => resolve());
-      s.on('error', () => {});
-    })));
+    await Promise.all(
+      Array.from(
+        { length: N },
+        () =>
+          new Promise<void>((resolve) => {
+            const s = net.connect(t.port, '127.0.0.1', () => s.write('GET / HTTP/1.1\r\n\r\n'));
+            s.on('close', () => resolve());
+            s.on('error', () => {});
+          }),
+      ),
+    );
     await waitFor('all handshakes refused', async () => {
       const m = (await t.req(op, 'GET', '/metrics')).text;
       return Number(/herald_api_refusals_total\{code="tls_handshake_failed"\} (\d+)/.exec(m)?.[1] ?? 0) >= N;
@@ -382,7 +505,8 @@ describe('signals (review item 8)', () => {
   it('signals are limited per node: burst SIGNAL_RATE_BURST (20), then 429 rate_limited with Retry-After', async () => {
     const url = `/v1/nodes/n1/deployments/${depId}/signal`;
     const codes: Array<number> = [];
-    for (let i = 0; i < SIGNAL_RATE_BURST + 5; i++) codes.push((await t.req(n1(), 'POST', url, { revision: 1, deploy_status_code: 0 })).status);
+    for (let i = 0; i < SIGNAL_RATE_BURST + 5; i++)
+      codes.push((await t.req(n1(), 'POST', url, { revision: 1, deploy_status_code: 0 })).status);
     expect(codes.slice(0, SIGNAL_RATE_BURST - 2).every((s) => s === 200)).toBe(true); // two spent in the test above
     const limited = await t.req(n1(), 'POST', url, { revision: 1, deploy_status_code: 0 });
     expect({ status: limited.status, code: limited.json?.error?.code }).toEqual({ status: 429, code: 'rate_limited' });
@@ -393,14 +517,28 @@ describe('signals (review item 8)', () => {
 describe('a fetch answering a wake-up is never rate-limited (SPEC §3)', () => {
   let t: TestController;
   beforeAll(async () => {
-    t = await startTestController(pki, {}, { rates: { announce: GENEROUS, fetch: { burst: 2, perS: 0.01 }, other: GENEROUS, signal: GENEROUS } });
+    t = await startTestController(
+      pki,
+      {},
+      { rates: { announce: GENEROUS, fetch: { burst: 2, perS: 0.01 }, other: GENEROUS, signal: GENEROUS } },
+    );
   });
   afterAll(async () => t?.close());
 
   it('after a change that woke the node, its back-to-back fetches are all answered', async () => {
     await t.req(op, 'POST', '/v1/nodes', { id: 'n1' });
-    const fetch = async () => (await t.req(pki.cred('agent', 'n1'), 'GET', '/v1/nodes/n1/metadata', undefined, { headers: { 'herald-nonce': newNonce() } })).status;
-    const c = await t.req(op, 'POST', '/v1/configs', { name: 'w', group: 'script', config: '#!/bin/sh\n', inputs: [{ name: 'i' }] });
+    const fetch = async () =>
+      (
+        await t.req(pki.cred('agent', 'n1'), 'GET', '/v1/nodes/n1/metadata', undefined, {
+          headers: { 'herald-nonce': newNonce() },
+        })
+      ).status;
+    const c = await t.req(op, 'POST', '/v1/configs', {
+      name: 'w',
+      group: 'script',
+      config: '#!/bin/sh\n',
+      inputs: [{ name: 'i' }],
+    });
     // no wake-up yet: the agent's own fetches are limited
     expect([await fetch(), await fetch(), await fetch()]).toEqual([200, 200, 429]);
     const d = await t.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: c.json.id });

@@ -24,7 +24,14 @@ export class Attackers {
 
   #make(o: Partial<MakeCertificateOptions> & { uris: string[] }, role: Role): Made {
     const eku = role === 'operator' ? { clientAuth: true } : { serverAuth: true, clientAuth: true };
-    const m = makeCertificate({ issuer: this.#b.ca, dns: ['localhost'], ip: ['127.0.0.1'], eku, keyPem: this.#b.keyPem, ...o });
+    const m = makeCertificate({
+      issuer: this.#b.ca,
+      dns: ['localhost'],
+      ip: ['127.0.0.1'],
+      eku,
+      keyPem: this.#b.keyPem,
+      ...o,
+    });
     return { ca: this.#b.caBuf, cert: Buffer.from(m.cert), key: Buffer.from(m.key), serial: m.serial };
   }
 
@@ -46,13 +53,19 @@ export class Attackers {
   /** Signed by the cluster CA, expired yesterday. */
   expired(role: Role, name: string): Made {
     const now = Date.now();
-    return this.#make({ uris: [this.#uri(role, name)], notBefore: new Date(now - 30 * DAY_MS), notAfter: new Date(now - DAY_MS) }, role);
+    return this.#make(
+      { uris: [this.#uri(role, name)], notBefore: new Date(now - 30 * DAY_MS), notAfter: new Date(now - DAY_MS) },
+      role,
+    );
   }
 
   /** Signed by the cluster CA, valid from tomorrow. */
   notYetValid(role: Role, name: string): Made {
     const now = Date.now();
-    return this.#make({ uris: [this.#uri(role, name)], notBefore: new Date(now + DAY_MS), notAfter: new Date(now + 30 * DAY_MS) }, role);
+    return this.#make(
+      { uris: [this.#uri(role, name)], notBefore: new Date(now + DAY_MS), notAfter: new Date(now + 30 * DAY_MS) },
+      role,
+    );
   }
 
   /** Signed by the cluster CA for another trust domain. */
@@ -72,7 +85,10 @@ export class Attackers {
 
   /** The identity with extended key usages that do not fit the role (clientAuth only for a controller). */
   wrongEku(role: Role, name: string): Made {
-    return this.#make({ uris: [this.#uri(role, name)], eku: role === 'operator' ? { serverAuth: true } : { clientAuth: true } }, role);
+    return this.#make(
+      { uris: [this.#uri(role, name)], eku: role === 'operator' ? { serverAuth: true } : { clientAuth: true } },
+      role,
+    );
   }
 
   /** A SPIFFE path with a percent-escape (`controller%2Fcontroller`). */

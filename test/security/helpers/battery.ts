@@ -31,7 +31,17 @@ import { spiffeIdOf, type Role } from '../../../protocol/identity.js';
 import { Signer, type Ed25519PrivateJwk } from '../../../protocol/jws.js';
 import { startAgent as startAgentHere, type RunningAgent } from '../../../agent/main.js';
 import type { AgentDeps } from '../../../agent/assemble.js';
-import { api, freePort, hasExited, isBuilt, startHerald, stopProc, waitFor, type ApiResponse, type Proc } from '../../helpers/procs.js';
+import {
+  api,
+  freePort,
+  hasExited,
+  isBuilt,
+  startHerald,
+  stopProc,
+  waitFor,
+  type ApiResponse,
+  type Proc,
+} from '../../helpers/procs.js';
 
 export const TD = 'herald.local';
 export { isBuilt, waitFor };
@@ -134,12 +144,27 @@ export class Battery {
   /** The credentials of `role/name` from the PKI layout. */
   cred(role: Role, name: string): FullCred {
     const p = pkiPaths(this.pkiDir);
-    return { ca: fs.readFileSync(p.caCrt), cert: fs.readFileSync(p.cert(role, name)), key: fs.readFileSync(p.key(role, name)) };
+    return {
+      ca: fs.readFileSync(p.caCrt),
+      cert: fs.readFileSync(p.cert(role, name)),
+      key: fs.readFileSync(p.key(role, name)),
+    };
   }
 
   /** Issues `role/name` into the PKI (SANs 127.0.0.1 and localhost unless given). */
-  async issue(role: Role, name: string, sans: { dns?: string[]; ip?: string[] } = {}): Promise<FullCred & { serial: string }> {
-    const r = await issueCert({ dir: this.pkiDir, role, name, ip: sans.ip ?? ['127.0.0.1'], dns: sans.dns ?? ['localhost'], keyPem: this.keyPem });
+  async issue(
+    role: Role,
+    name: string,
+    sans: { dns?: string[]; ip?: string[] } = {},
+  ): Promise<FullCred & { serial: string }> {
+    const r = await issueCert({
+      dir: this.pkiDir,
+      role,
+      name,
+      ip: sans.ip ?? ['127.0.0.1'],
+      dns: sans.dns ?? ['localhost'],
+      keyPem: this.keyPem,
+    });
     return { ...this.cred(role, name), serial: r.serial };
   }
 
@@ -153,14 +178,32 @@ export class Battery {
   async startController(extra: string[] = []): Promise<ControllerProc> {
     const port = await freePort();
     this.#ports.push(port);
-    const proc = startHerald('controller', [
-      'controller', '--listen', `127.0.0.1:${port}`, '--pki', this.pkiDir, '--db', path.join(this.work, 'herald.db'), '--push-workers', '0', ...extra,
-    ], this.work);
+    const proc = startHerald(
+      'controller',
+      [
+        'controller',
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--pki',
+        this.pkiDir,
+        '--db',
+        path.join(this.work, 'herald.db'),
+        '--push-workers',
+        '0',
+        ...extra,
+      ],
+      this.work,
+    );
     this.#procs.push(proc);
-    await waitFor('the controller to answer /healthz', async () => {
-      if (hasExited(proc)) throw new Error(`the controller exited:\n${proc.log().slice(-2000)}`);
-      return (await api(port, this.op, 'GET', '/healthz')).status === 200;
-    }, 30_000, 50);
+    await waitFor(
+      'the controller to answer /healthz',
+      async () => {
+        if (hasExited(proc)) throw new Error(`the controller exited:\n${proc.log().slice(-2000)}`);
+        return (await api(port, this.op, 'GET', '/healthz')).status === 200;
+      },
+      30_000,
+      50,
+    );
     this.ctl = { port, proc };
     return this.ctl;
   }
@@ -174,24 +217,54 @@ export class Battery {
     const hooks = o.hooksDir ?? path.join(this.work, `hooks-${node}`);
     fs.mkdirSync(hooks, { recursive: true, mode: 0o755 });
     const controllerUrl = o.controllerUrl ?? `https://127.0.0.1:${this.ctl.port}`;
-    const proc = startHerald(`agent-${node}`, [
-      'agent', '--node', node, '--controller', controllerUrl, '--listen', `127.0.0.1:${port}`, '--pki', this.pkiDir,
-      '--state-dir', state, '--hooks-dir', hooks, ...QUIET_POLL, ...(o.extra ?? []),
-    ], this.work, o.env ?? {});
+    const proc = startHerald(
+      `agent-${node}`,
+      [
+        'agent',
+        '--node',
+        node,
+        '--controller',
+        controllerUrl,
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--pki',
+        this.pkiDir,
+        '--state-dir',
+        state,
+        '--hooks-dir',
+        hooks,
+        ...QUIET_POLL,
+        ...(o.extra ?? []),
+      ],
+      this.work,
+      o.env ?? {},
+    );
     this.#procs.push(proc);
     const a: AgentProc = { node, port, proc, state, hooks, lines: () => jsonLines(proc.log()) };
     this.agents.set(node, a);
     if (o.waitAnnounce ?? o.controllerUrl === undefined) {
-      await waitFor(`agent ${node} to announce its endpoint and be pushed to`, async () => {
-        if (hasExited(proc)) throw new Error(`agent ${node} exited:\n${proc.log().slice(-2000)}`);
-        const r = await api(this.ctl.port, this.op, 'GET', `/v1/nodes/${node}`);
-        return r.status === 200 && String(r.json?.endpoint ?? '').includes(`:${port}/`) && r.json?.push?.connected === true;
-      }, 30_000, 50);
+      await waitFor(
+        `agent ${node} to announce its endpoint and be pushed to`,
+        async () => {
+          if (hasExited(proc)) throw new Error(`agent ${node} exited:\n${proc.log().slice(-2000)}`);
+          const r = await api(this.ctl.port, this.op, 'GET', `/v1/nodes/${node}`);
+          return (
+            r.status === 200 && String(r.json?.endpoint ?? '').includes(`:${port}/`) && r.json?.push?.connected === true
+          );
+        },
+        30_000,
+        50,
+      );
     } else {
-      await waitFor(`agent ${node} to listen`, async () => {
-        if (hasExited(proc)) throw new Error(`agent ${node} exited:\n${proc.log().slice(-2000)}`);
-        return a.lines().some((l) => l.msg === 'agent started');
-      }, 30_000, 50);
+      await waitFor(
+        `agent ${node} to listen`,
+        async () => {
+          if (hasExited(proc)) throw new Error(`agent ${node} exited:\n${proc.log().slice(-2000)}`);
+          return a.lines().some((l) => l.msg === 'agent started');
+        },
+        30_000,
+        50,
+      );
     }
     return a;
   }
@@ -200,24 +273,44 @@ export class Battery {
    * Starts agent `node` inside this process with `deps` (a clock, say), configured as
    * `startAgent()` configures `bin/herald agent`, and waits until the controller pushes to it.
    */
-  async startAgentInProcess(node: string, o: { deps?: Partial<Omit<AgentDeps, 'log'>>; pollIntervalMs?: number; pollIntervalHealthyMs?: number } = {}): Promise<InProcessAgent> {
+  async startAgentInProcess(
+    node: string,
+    o: { deps?: Partial<Omit<AgentDeps, 'log'>>; pollIntervalMs?: number; pollIntervalHealthyMs?: number } = {},
+  ): Promise<InProcessAgent> {
     if (!fs.existsSync(pkiPaths(this.pkiDir).cert('agent', node))) await this.issue('agent', node);
     const port = await freePort();
     this.#ports.push(port);
     const state = path.join(this.work, `state-${node}`);
     const hooks = path.join(this.work, `hooks-${node}`);
     fs.mkdirSync(hooks, { recursive: true, mode: 0o755 });
-    const agent = await startAgentHere({
-      node, controller: `https://127.0.0.1:${this.ctl.port}`, listen: { host: '127.0.0.1', port }, pki: this.pkiDir, stateDir: state, hooksDir: hooks,
-      controllerId: 'controller', pollIntervalMs: o.pollIntervalMs ?? 600_000, pollIntervalHealthyMs: o.pollIntervalHealthyMs ?? 600_000,
-      logLevel: process.env.HERALD_TEST_LOG ?? 'silent',
-    }, o.deps);
+    const agent = await startAgentHere(
+      {
+        node,
+        controller: `https://127.0.0.1:${this.ctl.port}`,
+        listen: { host: '127.0.0.1', port },
+        pki: this.pkiDir,
+        stateDir: state,
+        hooksDir: hooks,
+        controllerId: 'controller',
+        pollIntervalMs: o.pollIntervalMs ?? 600_000,
+        pollIntervalHealthyMs: o.pollIntervalHealthyMs ?? 600_000,
+        logLevel: process.env.HERALD_TEST_LOG ?? 'silent',
+      },
+      o.deps,
+    );
     const a: InProcessAgent = { node, port, state, hooks, agent };
     this.inProcess.set(node, a);
-    await waitFor(`agent ${node} to announce its endpoint and be pushed to`, async () => {
-      const r = await api(this.ctl.port, this.op, 'GET', `/v1/nodes/${node}`);
-      return r.status === 200 && String(r.json?.endpoint ?? '').includes(`:${port}/`) && r.json?.push?.connected === true;
-    }, 30_000, 50);
+    await waitFor(
+      `agent ${node} to announce its endpoint and be pushed to`,
+      async () => {
+        const r = await api(this.ctl.port, this.op, 'GET', `/v1/nodes/${node}`);
+        return (
+          r.status === 200 && String(r.json?.endpoint ?? '').includes(`:${port}/`) && r.json?.push?.connected === true
+        );
+      },
+      30_000,
+      50,
+    );
     return a;
   }
 
@@ -246,7 +339,11 @@ export class Battery {
    */
   async fetchCount(): Promise<number> {
     const t = await this.metricsText();
-    return metricSum(t, 'herald_api_requests_total', (l) => l.route === '/v1/nodes/:node/metadata' && l.status !== '403');
+    return metricSum(
+      t,
+      'herald_api_requests_total',
+      (l) => l.route === '/v1/nodes/:node/metadata' && l.status !== '403',
+    );
   }
 
   /**
@@ -254,7 +351,11 @@ export class Battery {
    * `quietMs`. Resolves with the fetch counter.
    */
   async quiesce(quietMs = 500, timeoutMs = 20_000): Promise<number> {
-    const look = async (): Promise<string> => JSON.stringify([await this.fetchCount(), [...this.agents.keys(), ...this.inProcess.keys()].map((n) => this.snapshot(n))]);
+    const look = async (): Promise<string> =>
+      JSON.stringify([
+        await this.fetchCount(),
+        [...this.agents.keys(), ...this.inProcess.keys()].map((n) => this.snapshot(n)),
+      ]);
     let last = await look();
     let since = Date.now();
     const t0 = Date.now();
@@ -311,7 +412,8 @@ export class Battery {
   async leftovers(): Promise<string[]> {
     const out: string[] = [];
     for (const pid of processesMentioning(this.work)) out.push(`process ${pid} still runs`);
-    for (const p of this.#procs) if (p.child.pid !== undefined && pidAlive(p.child.pid)) out.push(`process ${p.name} (${p.child.pid}) still runs`);
+    for (const p of this.#procs)
+      if (p.child.pid !== undefined && pidAlive(p.child.pid)) out.push(`process ${p.name} (${p.child.pid}) still runs`);
     for (const port of this.#ports) if (await listening(port)) out.push(`port ${port} still listens`);
     if (fs.existsSync(this.work) && !process.env.KEEP) out.push(`${this.work} still exists`);
     return out;
@@ -338,7 +440,11 @@ export function jsonLines(text: string): Array<Record<string, unknown>> {
 }
 
 /** Sum of a Prometheus metric's samples whose labels pass `filter`. */
-export function metricSum(text: string, name: string, filter: (labels: Record<string, string>) => boolean = () => true): number {
+export function metricSum(
+  text: string,
+  name: string,
+  filter: (labels: Record<string, string>) => boolean = () => true,
+): number {
   let sum = 0;
   for (const line of text.split('\n')) {
     if (!line.startsWith(name)) continue;

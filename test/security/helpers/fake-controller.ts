@@ -26,7 +26,11 @@ export interface MetadataAnswer {
 }
 
 /** Decides the answer to one metadata request: `nonce` and `ifNoneMatch` are the request's. */
-export type MetadataHandler = (r: { nonce: string; ifNoneMatch: string | undefined; req: FakeRequest }) => MetadataAnswer;
+export type MetadataHandler = (r: {
+  nonce: string;
+  ifNoneMatch: string | undefined;
+  req: FakeRequest;
+}) => MetadataAnswer;
 
 export class FakeController {
   readonly requests: FakeRequest[] = [];
@@ -56,7 +60,13 @@ export class FakeController {
   async listen(cred: Cred = this.#cred): Promise<this> {
     this.#cred = cred;
     const server = https.createServer({
-      ca: cred.ca, cert: cred.cert, key: cred.key, requestCert: true, rejectUnauthorized: false, minVersion: 'TLSv1.3', maxVersion: 'TLSv1.3',
+      ca: cred.ca,
+      cert: cred.cert,
+      key: cred.key,
+      requestCert: true,
+      rejectUnauthorized: false,
+      minVersion: 'TLSv1.3',
+      maxVersion: 'TLSv1.3',
     });
     server.on('connection', (s: net.Socket) => {
       this.#sockets.add(s);
@@ -67,7 +77,12 @@ export class FakeController {
     server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
       const chunks: Buffer[] = [];
       req.on('data', (d: Buffer) => chunks.push(d));
-      req.on('end', () => this.#handle({ method: req.method ?? '', path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks) }, res));
+      req.on('end', () =>
+        this.#handle(
+          { method: req.method ?? '', path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks) },
+          res,
+        ),
+      );
     });
     server.listen(this.port, '127.0.0.1');
     await once(server, 'listening');
@@ -82,7 +97,11 @@ export class FakeController {
       res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
     } else if (r.method === 'GET' && r.path.endsWith('/metadata')) {
       const inm = r.headers['if-none-match'];
-      const a = this.answer({ nonce: String(r.headers['herald-nonce'] ?? ''), ifNoneMatch: Array.isArray(inm) ? inm.join(',') : inm, req: r });
+      const a = this.answer({
+        nonce: String(r.headers['herald-nonce'] ?? ''),
+        ifNoneMatch: Array.isArray(inm) ? inm.join(',') : inm,
+        req: r,
+      });
       res.writeHead(a.status, { 'content-type': 'application/json', ...a.headers });
       res.end(a.body);
     } else if (r.method === 'POST' && r.path.endsWith('/signal')) {
@@ -93,7 +112,9 @@ export class FakeController {
         body = r.body.toString('utf8');
       }
       this.signals.push({ path: r.path, body });
-      res.writeHead(this.signalStatus, { 'content-type': 'application/json' }).end(this.signalStatus < 300 ? '{}' : '{"error":{"code":"internal","message":"down"}}');
+      res
+        .writeHead(this.signalStatus, { 'content-type': 'application/json' })
+        .end(this.signalStatus < 300 ? '{}' : '{"error":{"code":"internal","message":"down"}}');
     } else {
       res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":{"code":"not_found","message":"no"}}');
     }

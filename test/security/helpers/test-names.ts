@@ -8,17 +8,26 @@ function literals(src: string): { all: Set<string>; describes: Set<string>; temp
   const all = new Set<string>();
   const describes = new Set<string>();
   const templates: RegExp[] = [];
-  const unquote = (q: string, body: string): string => body.replace(/\\(.)/g, '$1').replace(q === '`' ? /\$\{[^}]*\}/g : /$^/, '');
+  const unquote = (q: string, body: string): string =>
+    body.replace(/\\(.)/g, '$1').replace(q === '`' ? /\$\{[^}]*\}/g : /$^/, '');
   for (const m of src.matchAll(/(['"`])((?:\\.|(?!\1)[^\\\n])*)\1/g)) all.add(unquote(m[1]!, m[2]!));
   // a call's arguments, nested parentheses two deep: `describe.skipIf(!built)(`, `it.each(xs.map((x) => x))(`
   const args = String.raw`\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)`;
   const quoted = String.raw`(['"\x60])((?:\\.|(?!\1)[^\\\n])*)\1`;
-  for (const m of src.matchAll(new RegExp(String.raw`\bdescribe(?:\.\w+(?:${args})?)*\(\s*${quoted}`, 'g'))) describes.add(unquote(m[1]!, m[2]!));
+  for (const m of src.matchAll(new RegExp(String.raw`\bdescribe(?:\.\w+(?:${args})?)*\(\s*${quoted}`, 'g')))
+    describes.add(unquote(m[1]!, m[2]!));
   for (const m of src.matchAll(new RegExp(String.raw`\b(?:it|test)(?:\.\w+(?:${args})?)*\(\s*${quoted}`, 'g'))) {
     if (!m[2]!.includes('%s')) continue;
     const t = unquote(m[1]!, m[2]!);
     if (t === '%s') continue; // rows are literals already
-    templates.push(new RegExp(`^${t.split('%s').map((x) => x.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.+')}$`));
+    templates.push(
+      new RegExp(
+        `^${t
+          .split('%s')
+          .map((x) => x.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))
+          .join('.+')}$`,
+      ),
+    );
   }
   return { all, describes, templates };
 }

@@ -39,7 +39,13 @@ export async function forgeRsa(dir: string): Promise<Pair> {
   await issueCert({ dir: pki, role: 'agent', name: 'n1', ip: ['127.0.0.1'] });
   const p = pkiPaths(pki);
   const r = (f: string): string => fs.readFileSync(f, 'utf8');
-  return { ca: r(p.caCrt), serverCert: r(p.cert('agent', 'n1')), serverKey: r(p.key('agent', 'n1')), clientCert: r(p.cert('controller', 'controller')), clientKey: r(p.key('controller', 'controller')) };
+  return {
+    ca: r(p.caCrt),
+    serverCert: r(p.cert('agent', 'n1')),
+    serverKey: r(p.key('agent', 'n1')),
+    clientCert: r(p.cert('controller', 'controller')),
+    clientKey: r(p.key('controller', 'controller')),
+  };
 }
 
 /** A CA and two leaves made by `openssl`, keys `-newkey <spec>` (e.g. `ec` with P-256, or `rsa:2048`). */
@@ -49,15 +55,60 @@ export function opensslPair(dir: string, keyArgs: string[]): Pair {
   const run = (args: string[]): void => {
     execFileSync('openssl', args, { stdio: 'ignore' });
   };
-  run(['req', '-x509', ...keyArgs, '-nodes', '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '2', '-subj', '/CN=measure CA',
-    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign']);
-  for (const [name, uri] of [['server', 'spiffe://herald.local/agent/n1'], ['client', 'spiffe://herald.local/controller/controller']] as const) {
+  run([
+    'req',
+    '-x509',
+    ...keyArgs,
+    '-nodes',
+    '-keyout',
+    f('ca.key'),
+    '-out',
+    f('ca.crt'),
+    '-days',
+    '2',
+    '-subj',
+    '/CN=measure CA',
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign',
+  ]);
+  for (const [name, uri] of [
+    ['server', 'spiffe://herald.local/agent/n1'],
+    ['client', 'spiffe://herald.local/controller/controller'],
+  ] as const) {
     run(['req', ...keyArgs, '-nodes', '-keyout', f(`${name}.key`), '-out', f(`${name}.csr`), '-subj', `/CN=${name}`]);
-    fs.writeFileSync(f(`${name}.ext`), `subjectAltName=URI:${uri},IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=critical,CA:FALSE\n`);
-    run(['x509', '-req', '-in', f(`${name}.csr`), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f(`${name}.crt`), '-days', '2', '-sha256', '-extfile', f(`${name}.ext`)]);
+    fs.writeFileSync(
+      f(`${name}.ext`),
+      `subjectAltName=URI:${uri},IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=critical,CA:FALSE\n`,
+    );
+    run([
+      'x509',
+      '-req',
+      '-in',
+      f(`${name}.csr`),
+      '-CA',
+      f('ca.crt'),
+      '-CAkey',
+      f('ca.key'),
+      '-CAcreateserial',
+      '-out',
+      f(`${name}.crt`),
+      '-days',
+      '2',
+      '-sha256',
+      '-extfile',
+      f(`${name}.ext`),
+    ]);
   }
   const r = (n: string): string => fs.readFileSync(f(n), 'utf8');
-  return { ca: r('ca.crt'), serverCert: r('server.crt'), serverKey: r('server.key'), clientCert: r('client.crt'), clientKey: r('client.key') };
+  return {
+    ca: r('ca.crt'),
+    serverCert: r('server.crt'),
+    serverKey: r('server.key'),
+    clientCert: r('client.crt'),
+    clientKey: r('client.key'),
+  };
 }
 
 const SERVER = `
@@ -78,28 +129,42 @@ process.on('message', (m) => {
 
 /** Full handshakes against a server process holding `pair`'s server certificate. */
 export async function measure(kind: string, pair: Pair, handshakes = 600, concurrency = 4): Promise<Cost> {
-  const child = spawn(process.execPath, ['-e', SERVER], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, HERALD_TLS_PAIR: JSON.stringify(pair) } });
+  const child = spawn(process.execPath, ['-e', SERVER], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    env: { ...process.env, HERALD_TLS_PAIR: JSON.stringify(pair) },
+  });
   const next = <T>(): Promise<T> => new Promise((resolve) => child.once('message', (m) => resolve(m as T)));
   try {
     const { port } = await next<{ port: number }>();
-    const one = (): Promise<void> => new Promise((resolve, reject) => {
-      const s = tls.connect({ host: '127.0.0.1', port, ca: pair.ca, cert: pair.clientCert, key: pair.clientKey, minVersion: 'TLSv1.3', checkServerIdentity: () => undefined });
-      s.on('secureConnect', () => s.end());
-      s.on('close', () => resolve());
-      s.on('error', reject);
-    });
+    const one = (): Promise<void> =>
+      new Promise((resolve, reject) => {
+        const s = tls.connect({
+          host: '127.0.0.1',
+          port,
+          ca: pair.ca,
+          cert: pair.clientCert,
+          key: pair.clientKey,
+          minVersion: 'TLSv1.3',
+          checkServerIdentity: () => undefined,
+        });
+        s.on('secureConnect', () => s.end());
+        s.on('close', () => resolve());
+        s.on('error', reject);
+      });
     for (let i = 0; i < 20; i++) await one(); // warm up
     child.send('start');
     await next();
     const t0 = performance.now();
     let left = handshakes;
-    await Promise.all(Array.from({ length: concurrency }, async () => {
-      while (left-- > 0) await one();
-    }));
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (left-- > 0) await one();
+      }),
+    );
     const wall = performance.now() - t0;
     child.send('stop');
     const { cpuUs, n } = await next<{ cpuUs: number; n: number }>();
-    return { kind, handshakes: n, serverCpuMs: cpuUs / 1000 / n, wallMs: wall / handshakes * concurrency };
+    return { kind, handshakes: n, serverCpuMs: cpuUs / 1000 / n, wallMs: (wall / handshakes) * concurrency };
   } finally {
     child.kill();
   }

@@ -37,8 +37,10 @@ export interface RawOptions {
 
 /** The upgrade request a WebSocket client sends. */
 export function upgradeRequest(p = '/v1/wake'): string {
-  return `GET ${p} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
-    `Sec-WebSocket-Key: ${crypto.randomBytes(16).toString('base64')}\r\nSec-WebSocket-Version: 13\r\n\r\n`;
+  return (
+    `GET ${p} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
+    `Sec-WebSocket-Key: ${crypto.randomBytes(16).toString('base64')}\r\nSec-WebSocket-Version: 13\r\n\r\n`
+  );
 }
 
 /** TLS (1.3 unless told) to `port`, then a WebSocket upgrade request; reports what came back. */
@@ -46,8 +48,16 @@ export function rawUpgrade(port: number, c: Partial<Cred> | undefined, o: RawOpt
   return new Promise((resolve) => {
     const t0 = Date.now();
     const sock = tls.connect({
-      host: '127.0.0.1', port, servername: 'localhost', ca: c?.ca, cert: c?.cert, key: c?.key, session: o.session,
-      minVersion: o.minVersion ?? 'TLSv1.3', maxVersion: o.maxVersion ?? 'TLSv1.3', checkServerIdentity: () => undefined,
+      host: '127.0.0.1',
+      port,
+      servername: 'localhost',
+      ca: c?.ca,
+      cert: c?.cert,
+      key: c?.key,
+      session: o.session,
+      minVersion: o.minVersion ?? 'TLSv1.3',
+      maxVersion: o.maxVersion ?? 'TLSv1.3',
+      checkServerIdentity: () => undefined,
     });
     let session: Buffer | undefined;
     let answered: RawOutcome | undefined;
@@ -60,7 +70,10 @@ export function rawUpgrade(port: number, c: Partial<Cred> | undefined, o: RawOpt
       sock.destroy();
       resolve(r);
     };
-    const timer = setTimeout(() => finish(answered ?? { kind: 'closed', bytes: buf.length, ms: Date.now() - t0 }), o.timeoutMs ?? 8_000);
+    const timer = setTimeout(
+      () => finish(answered ?? { kind: 'closed', bytes: buf.length, ms: Date.now() - t0 }),
+      o.timeoutMs ?? 8_000,
+    );
     sock.on('session', (s: Buffer) => {
       session = s;
       if (answered && answered.kind === 'http') finish({ ...answered, session });
@@ -107,7 +120,11 @@ function parseHttp(buf: Buffer): { status: number; code: string | undefined } | 
  * Plain TCP: writes `bytes` (or nothing) and reports how the server ended it: the bytes it sent
  * back (a TLS alert at most, never HTTP) and how long it held the socket.
  */
-export function rawTcp(port: number, bytes: string | Buffer | undefined, timeoutMs = 8_000): Promise<{ reply: Buffer; closedAfterMs: number | null }> {
+export function rawTcp(
+  port: number,
+  bytes: string | Buffer | undefined,
+  timeoutMs = 8_000,
+): Promise<{ reply: Buffer; closedAfterMs: number | null }> {
   return new Promise((resolve) => {
     const t0 = Date.now();
     const s = net.connect(port, '127.0.0.1');
@@ -145,8 +162,14 @@ const opened = new Set<WebSocket>();
 /** Opens a WebSocket to the listener with `c`; rejects when refused. */
 export async function openWs(port: number, c: Cred): Promise<OpenWs> {
   const ws = new WebSocket(`wss://127.0.0.1:${port}/v1/wake`, {
-    perMessageDeflate: false, ca: c.ca, cert: c.cert, key: c.key, minVersion: 'TLSv1.3', maxVersion: 'TLSv1.3',
-    checkServerIdentity: () => undefined, maxPayload: 1 << 20,
+    perMessageDeflate: false,
+    ca: c.ca,
+    cert: c.cert,
+    key: c.key,
+    minVersion: 'TLSv1.3',
+    maxVersion: 'TLSv1.3',
+    checkServerIdentity: () => undefined,
+    maxPayload: 1 << 20,
   } as unknown as WebSocket.ClientOptions);
   opened.add(ws);
   ws.on('error', () => undefined);
@@ -213,20 +236,43 @@ export function ask(c: OpenWs, frame: string | Buffer, binary = false): Promise<
 const nowS = (): number => Math.floor(Date.now() / 1000);
 
 /** A valid wake-up from `iss` to `aud`. */
-export function validWake(signer: Signer, iss: string, aud: string, gen: number, reason: WakeReason = 'deployment'): string {
+export function validWake(
+  signer: Signer,
+  iss: string,
+  aud: string,
+  gen: number,
+  reason: WakeReason = 'deployment',
+): string {
   return signWake(signer, { iss, aud, gen, reason, nowS: nowS() });
 }
 
 /** A wake-up with any claims (signed properly with `signer`). */
-export function wakeWith(signer: Signer, base: { iss: string; aud: string; gen: number }, over: Record<string, unknown> = {}): string {
+export function wakeWith(
+  signer: Signer,
+  base: { iss: string; aud: string; gen: number },
+  over: Record<string, unknown> = {},
+): string {
   const iat = nowS();
-  return signer.sign(WAKE_TYP, { iss: base.iss, aud: base.aud, iat, exp: iat + 60, jti: newJti(), gen: base.gen, reason: 'deployment', ...over });
+  return signer.sign(WAKE_TYP, {
+    iss: base.iss,
+    aud: base.aud,
+    iat,
+    exp: iat + 60,
+    jti: newJti(),
+    gen: base.gen,
+    reason: 'deployment',
+    ...over,
+  });
 }
 
 export const b64 = (x: unknown): string => Buffer.from(JSON.stringify(x)).toString('base64url');
 
 /** A compact JWS with any header, signed with the Ed25519 private JWK `jwk`. */
-export function craft(jwk: { x: string; d: string }, header: Record<string, unknown>, payload: Record<string, unknown>): string {
+export function craft(
+  jwk: { x: string; d: string },
+  header: Record<string, unknown>,
+  payload: Record<string, unknown>,
+): string {
   const key = crypto.createPrivateKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x, d: jwk.d }, format: 'jwk' });
   const input = `${b64(header)}.${b64(payload)}`;
   return `${input}.${crypto.sign(null, Buffer.from(input), key).toString('base64url')}`;
