@@ -192,7 +192,8 @@ export function writeReport(i: ReportInput): void {
   };
   fs.mkdirSync(i.out, { recursive: true });
   fs.writeFileSync(path.join(i.out, 'BENCHMARKS.json'), `${JSON.stringify(json, null, 2)}\n`);
-  fs.writeFileSync(path.join(i.out, 'BENCHMARKS.md'), markdown(i, m, g));
+  const mdPath = path.join(i.out, 'BENCHMARKS.md');
+  fs.writeFileSync(mdPath, markdown(i, m, g) + keptSections(mdPath));
 }
 
 const startLoad = loadAvg();
@@ -505,4 +506,19 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   p('- No timing is asserted in `npm test`; `npm run bench` exits non-zero only when a correctness check fails.');
   p();
   return L.join('\n');
+}
+
+/** Marks where the hand-written sections of BENCHMARKS.md begin (comparisons across commits). */
+const KEPT_MARKER = '<!-- kept:';
+
+/** The hand-written tail of the existing BENCHMARKS.md, carried over by a new run ('' if none). */
+function keptSections(mdPath: string): string {
+  let old: string;
+  try {
+    old = fs.readFileSync(mdPath, 'utf8');
+  } catch {
+    return '';
+  }
+  const at = old.indexOf(KEPT_MARKER);
+  return at < 0 ? '' : `\n${old.slice(at)}`;
 }
