@@ -7,7 +7,8 @@ import type { ErrorCode } from '../protocol/errors.js';
 import type { Ed25519PrivateJwk } from '../protocol/jws.js';
 import type { WakeReason } from '../protocol/wake.js';
 
-export type PushConnectionState = 'idle' | 'connecting' | 'connected' | 'disconnected' | 'half_open';
+export type { PushConnectionState } from '../protocol/rest.js';
+import type { PushConnectionState } from '../protocol/rest.js';
 
 /** Per-node push state, shown in `GET /v1/nodes/{id}` and metrics. */
 export interface PushState {

@@ -4,9 +4,11 @@
  * store.ts, the cluster engine's narrow one in clusters/tx.ts, and both import these.
  */
 import type { DeployAction, InputType } from '../protocol/heat.js';
+import type { ClusterNodePhase, ClusterOperation, ClusterStatus, DeploymentStatus } from '../protocol/rest.js';
 import type { WakeReason } from '../protocol/wake.js';
 
-export type DeploymentStatus = 'IN_PROGRESS' | 'COMPLETE' | 'FAILED';
+// the statuses and phases are the wire's (protocol/rest.ts): one definition for the API and the store
+export type { ClusterNodePhase, ClusterOperation, ClusterStatus, DeploymentStatus };
 
 export interface NodeRecord {
   id: string;
@@ -105,18 +107,6 @@ export interface SignalInput {
   outputs: Record<string, unknown>;
   statusReason?: string | undefined;
 }
-
-export type ClusterStatus =
-  | 'CREATE_IN_PROGRESS'
-  | 'CREATE_COMPLETE'
-  | 'CREATE_FAILED'
-  | 'RESTART_IN_PROGRESS'
-  | 'RESTART_COMPLETE'
-  | 'RESTART_FAILED'
-  | 'DELETE_IN_PROGRESS'
-  | 'DELETE_FAILED';
-export type ClusterOperation = 'create' | 'restart' | 'delete';
-export type ClusterNodePhase = 'pending' | 'uninstalling' | 'installing' | 'complete' | 'failed';
 
 export interface ClusterNodeRecord {
   node: string;
