@@ -26,6 +26,7 @@ import { benchPki, slot, type AgentSlot } from './pki-cache.js';
 import { freeLowPort, killAll, track } from './procs.js';
 import { writeReport } from './report.js';
 import { restartPhase, type RestartResult } from './restart.js';
+import { soakMarkdown, soakPhase } from './soak.js';
 import { loadAvg, say } from './util.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -47,6 +48,8 @@ export interface BenchArgs {
   result: string | null;
   /** Re-render BENCHMARKS.md from a stored BENCHMARKS.json (no measuring). */
   render: string | null;
+  /** --soak [minutes]: the soak alone (a change every 50 ms over 4 nodes), its section in BENCHMARKS.md. */
+  soakMinutes: number | null;
 }
 
 function parseArgs(argv: string[]): BenchArgs {
@@ -63,6 +66,7 @@ function parseArgs(argv: string[]): BenchArgs {
     child: null,
     result: null,
     render: null,
+    soakMinutes: null,
   };
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i]!;
@@ -83,9 +87,12 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--result') a.result = next();
     else if (v === '--render') a.render = path.resolve(next());
     else if (v === '--profile') a.profile = path.resolve(next());
-    else if (v === '--help' || v === '-h') {
+    else if (v === '--soak') {
+      const m = argv[i + 1];
+      a.soakMinutes = m !== undefined && /^\d+(\.\d+)?$/.test(m) ? Number(argv[++i]) : 9;
+    } else if (v === '--help' || v === '-h') {
       process.stdout.write(
-        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json]\n',
+        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]]\n',
       );
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);
@@ -226,7 +233,7 @@ async function main(): Promise<number> {
   fs.mkdirSync(runDir, { recursive: true });
 
   say(
-    `Herald benchmark (${args.quick ? 'quick' : 'full'})${inNs ? ' in its own network and PID namespaces' : ''}; load average ${loadAvg().join(' ')}`,
+    `Herald benchmark (${args.soakMinutes !== null ? 'soak' : args.quick ? 'quick' : 'full'})${inNs ? ' in its own network and PID namespaces' : ''}; load average ${loadAvg().join(' ')}`,
   );
   const maxN = Math.max(...ns, 100);
   const slots: AgentSlot[] = [
@@ -239,6 +246,7 @@ async function main(): Promise<number> {
   say(`PKI ready (${issued} certificates issued in ${issueMs} ms)`);
 
   const port = inNs ? 18443 : await freeLowPort();
+  if (args.soakMinutes !== null) return soakMain(args, pki, runDir, port, args.soakMinutes);
   // --profile: every process started gets the preload; SIGUSR2 brackets the measured windows
   const profArgs = args.profile ? ['--import', new URL('./prof-preload.js', import.meta.url).href] : [];
   if (args.profile) process.env.HERALD_BENCH_PROFILE_DIR = args.profile;
@@ -399,3 +407,37 @@ main().then(
     process.exit(2);
   },
 );
+
+/** `--soak`: the soak alone; its result replaces the soak section of BENCHMARKS.md. */
+async function soakMain(
+  args: BenchArgs,
+  pki: Awaited<ReturnType<typeof benchPki>>['pki'],
+  runDir: string,
+  port: number,
+  minutes: number,
+): Promise<number> {
+  const when = new Date();
+  say(`soak: ${minutes} min, a change every 50 ms over 4 nodes`);
+  const r = await soakPhase({ pki, runDir, port, minutes });
+  fs.mkdirSync(args.out, { recursive: true });
+  fs.writeFileSync(
+    path.join(args.out, 'BENCHMARKS-soak.json'),
+    `${JSON.stringify({ date: when.toISOString(), ...r }, null, 2)}\n`,
+  );
+  const machine = `${os.cpus().length} cores (${os.cpus()[0]?.model.split(' ').slice(0, 2).join(' ')}), Node ${process.version}, load average at the end ${loadAvg().join(' ')}`;
+  const md = path.join(args.out, 'BENCHMARKS.md');
+  const old = fs.existsSync(md) ? fs.readFileSync(md, 'utf8') : '';
+  const section = soakMarkdown(r, when, machine);
+  const at = old.indexOf('<!-- kept: soak');
+  let next = at < 0 ? -1 : old.indexOf('<!-- kept:', at + 1);
+  if (next < 0) next = old.length;
+  const text =
+    at < 0
+      ? `${old.trimEnd()}\n\n${section}`
+      : `${old.slice(0, at)}${section}${next < old.length ? `\n${old.slice(next)}` : ''}`;
+  fs.writeFileSync(md, text.endsWith('\n') ? text : `${text}\n`);
+  say(
+    `soak: ${r.changesAnswered} changes; growth controller ${r.growthPct.controllerMain} %, workers ${r.growthPct.pushWorkers} %, agents ${r.growthPct.agentsMax} %; converged ${r.converged}`,
+  );
+  return r.converged && r.problems.length === 0 ? 0 : 1;
+}
