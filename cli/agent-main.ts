@@ -1,0 +1,15 @@
+/**
+ * The self-contained agent (`npm run package` bundles this file into
+ * `dist/package/herald-agent.mjs`, SPEC §10): the same `agent` command as `herald agent`, and
+ * nothing of the controller, the operator CLI or SQLite, so a node needs only `node`.
+ */
+import { Command } from 'commander';
+import { registerAgentCommand } from '../agent/cli.js';
+import { runCli } from './run-cli.js';
+
+const program = new Command('herald-agent')
+  .description('Herald agent: listens for signed wake-ups, fetches its signed metadata, runs hooks, signals results')
+  .showHelpAfterError('(add --help for usage)')
+  .exitOverride();
+registerAgentCommand(program);
+await runCli(program);

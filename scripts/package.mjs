@@ -1,0 +1,70 @@
+#!/usr/bin/env node
+// `npm run package`: the self-contained agent of SPEC §10 in dist/package/: one JavaScript file
+// that runs with plain `node` (20 or newer) and needs no node_modules and no native module,
+// beside the systemd unit and the cloud-init example. Bundled by esbuild from the TypeScript
+// sources (cli/agent-main.ts and what it imports: the agent, protocol/, certs/ reading only).
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const out = path.join(root, 'dist', 'package');
+fs.rmSync(out, { recursive: true, force: true });
+fs.mkdirSync(out, { recursive: true });
+const file = path.join(out, 'herald-agent.mjs');
+const version = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')).version;
+
+/**
+ * The agent require()s its CommonJS dependencies through `createRequire(import.meta.url)` (see
+ * agent/listener.ts: it saves idle memory in the unbundled agent). esbuild cannot follow such a
+ * call, so in the bundle it becomes a plain require() of the same package, which esbuild bundles.
+ */
+function requireLikeImport() {
+  return {
+    name: 'require-like-import',
+    setup(b) {
+      b.onLoad({ filter: /\.ts$/ }, async (args) => {
+        const src = await fs.promises.readFile(args.path, 'utf8');
+        return {
+          contents: src.replace(/createRequire\(import\.meta\.url\)\(('[^']+')\)/g, 'require($1)'),
+          loader: 'ts',
+        };
+      });
+    },
+  };
+}
+
+const r = await build({
+  entryPoints: [path.join(root, 'cli', 'agent-main.ts')],
+  outfile: file,
+  bundle: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node20',
+  minify: false,
+  legalComments: 'eof',
+  metafile: true,
+  // ws loads these optional native accelerators in a try/catch: the bundle runs without them
+  external: ['bufferutil', 'utf-8-validate'],
+  // CommonJS dependencies (pino, ws, commander) call require(): give the ES module one
+  banner: {
+    js: `#!/usr/bin/env node\n// herald-agent ${version}: built by npm run package; runs with node 20 or newer, nothing else.\nimport { createRequire as __heraldRequire } from 'node:module';\nconst require = __heraldRequire(import.meta.url);`,
+  },
+  logLevel: 'warning',
+  plugins: [requireLikeImport()],
+});
+const inputs = Object.keys(r.metafile.inputs);
+const forbidden = inputs.filter((i) => /better-sqlite3|node-forge|controller\/|\.node$/.test(i));
+if (forbidden.length > 0) {
+  console.error(`package: the agent bundle must not carry ${forbidden.join(', ')}`);
+  process.exit(1);
+}
+fs.chmodSync(file, 0o755);
+for (const f of ['herald-agent.service', 'herald-agent.env', 'cloud-init.yaml']) {
+  fs.copyFileSync(path.join(root, 'packaging', f), path.join(out, f));
+}
+const kb = Math.round(fs.statSync(file).size / 1024);
+console.log(
+  `package: ${path.relative(root, file)} (${kb} KiB, ${inputs.length} modules), herald-agent.service, herald-agent.env, cloud-init.yaml`,
+);
