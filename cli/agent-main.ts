@@ -12,4 +12,5 @@ const program = new Command('herald-agent')
   .showHelpAfterError('(add --help for usage)')
   .exitOverride();
 registerAgentCommand(program);
-await runCli(program);
+// not awaited at the top level: the same entry is also bundled as CommonJS (the single executable)
+void runCli(program);

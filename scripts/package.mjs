@@ -6,6 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { execFileSync } from 'node:child_process';
 import { build } from 'esbuild';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -68,3 +69,40 @@ const kb = Math.round(fs.statSync(file).size / 1024);
 console.log(
   `package: ${path.relative(root, file)} (${kb} KiB, ${inputs.length} modules), herald-agent.service, herald-agent.env, cloud-init.yaml`,
 );
+
+// --sea: also a Node single-executable application (the node binary with the agent inside);
+// Node 20 runs only a CommonJS main script in one, so the same entry is bundled again as CJS
+if (process.argv.includes('--sea')) {
+  const work = fs.mkdtempSync(path.join(out, '.sea-'));
+  try {
+    const cjs = path.join(work, 'herald-agent.cjs');
+    await build({
+      entryPoints: [path.join(root, 'cli', 'agent-main.ts')],
+      outfile: cjs,
+      bundle: true,
+      platform: 'node',
+      format: 'cjs',
+      target: 'node20',
+      external: ['bufferutil', 'utf-8-validate'],
+      logLevel: 'warning',
+      plugins: [requireLikeImport()],
+    });
+    const blob = path.join(work, 'sea-prep.blob');
+    const config = path.join(work, 'sea-config.json');
+    fs.writeFileSync(config, JSON.stringify({ main: cjs, output: blob, disableExperimentalSEAWarning: true }));
+    execFileSync(process.execPath, ['--experimental-sea-config', config], { stdio: 'pipe' });
+    const exe = path.join(out, 'herald-agent');
+    fs.copyFileSync(process.execPath, exe);
+    fs.chmodSync(exe, 0o755);
+    const { inject } = await import('postject');
+    await inject(exe, 'NODE_SEA_BLOB', fs.readFileSync(blob), {
+      sentinelFuse: 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2',
+    });
+    const mb = (fs.statSync(exe).size / 1024 / 1024).toFixed(1);
+    console.log(
+      `package: ${path.relative(root, exe)} (single executable, ${mb} MiB: node ${process.version} itself plus the agent)`,
+    );
+  } finally {
+    fs.rmSync(work, { recursive: true, force: true });
+  }
+}
