@@ -76,7 +76,15 @@ export function clusterStateOf(c: ClusterView): ClusterState {
   };
 }
 
-const ORDER: Record<ClusterNodePhase, number> = { pending: 0, uninstalling: 1, installing: 2, complete: 3, failed: 3 };
+// (checking, the health check of SPEC §8, comes between the install and the end)
+const ORDER: Record<ClusterNodePhase, number> = {
+  pending: 0,
+  uninstalling: 1,
+  installing: 2,
+  checking: 2.5,
+  complete: 3,
+  failed: 3,
+};
 
 interface Seen {
   phase: ClusterNodePhase;

@@ -86,6 +86,7 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   body_too_large: 413,
   unsupported_media_type: 415,
   unknown_node: 422,
+  unknown_nodegroup: 422,
   unknown_config: 422,
   rate_limited: 429,
   too_many_connections: 429,
@@ -581,8 +582,12 @@ export class ApiServer {
       }
     });
     add('PATCH', '/v1/clusters/:id/actions/restart', 'operator', async (c) => {
-      await s.restartCluster(c.params.id!, c.body, who(c));
-      return { status: 204 };
+      const plan = await s.restartCluster(c.params.id!, c.body, who(c));
+      return plan === null ? { status: 204 } : ok(plan); // a dry run answers its plan
+    });
+    add('PATCH', '/v1/clusters/:id/nodegroups/:name/actions/restart', 'operator', async (c) => {
+      const plan = await s.restartCluster(c.params.id!, c.body, who(c), c.params.name!);
+      return plan === null ? { status: 204 } : ok(plan);
     });
     add('GET', '/v1/audit', 'operator', async (c) => {
       const limit = Math.min(1000, Math.max(1, Number(c.query.get('limit') ?? 100) || 100));

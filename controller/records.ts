@@ -4,11 +4,17 @@
  * store.ts, the cluster engine's narrow one in clusters/tx.ts, and both import these.
  */
 import type { DeployAction, InputType } from '../protocol/heat.js';
-import type { ClusterNodePhase, ClusterOperation, ClusterStatus, DeploymentStatus } from '../protocol/rest.js';
+import type {
+  ClusterNodePhase,
+  ClusterOperation,
+  ClusterStatus,
+  DeploymentStatus,
+  NodegroupRole,
+} from '../protocol/rest.js';
 import type { WakeReason } from '../protocol/wake.js';
 
 // the statuses and phases are the wire's (protocol/rest.ts): one definition for the API and the store
-export type { ClusterNodePhase, ClusterOperation, ClusterStatus, DeploymentStatus };
+export type { ClusterNodePhase, ClusterOperation, ClusterStatus, DeploymentStatus, NodegroupRole };
 
 export interface NodeRecord {
   id: string;
@@ -68,7 +74,8 @@ export interface RevisionRecord {
   signalledAt: string | null;
 }
 
-export type ClusterRole = 'install' | 'uninstall';
+/** What a cluster's deployment is for; `health`: the restart's health check on one node (SPEC §8). */
+export type ClusterRole = 'install' | 'uninstall' | 'health';
 
 export interface DeploymentRecord {
   id: string;
@@ -121,6 +128,47 @@ export interface ClusterNodeRecord {
   installStartedAt: string | null;
   installFinishedAt: string | null;
   reason: string | null;
+  /** The node's group (SPEC §8); 'default-worker' for a cluster made from a flat node list. */
+  nodegroup: string;
+  /** The health deployment a restart with a health config made on this node, else null. */
+  healthDeploymentId: string | null;
+  checkStartedAt: string | null;
+  /** When the node's step of the current operation ended, complete or failed (epoch ms), else null. */
+  endedAtMs: number | null;
+}
+
+/** A node group of a cluster (SPEC §8). */
+export interface NodegroupRecord {
+  name: string;
+  role: NodegroupRole;
+  /** Creation order (masters restart first, then the others in this order). */
+  position: number;
+  /** The group's own configs and input values, else null (the cluster's apply). */
+  installConfigId: string | null;
+  uninstallConfigId: string | null;
+  inputValues: Record<string, unknown> | null;
+  createdAt: string;
+}
+
+/** One group of a restart, in the order the groups restart, with its window (SPEC §8). */
+export interface RolloutGroup {
+  name: string;
+  role: NodegroupRole;
+  /** At most this many of the group's nodes between the start of their uninstall and their end. */
+  window: number;
+}
+
+/** The limits of a restart (SPEC §8), kept on the cluster's row while it runs. */
+export interface Rollout {
+  groups: RolloutGroup[];
+  pauseS: number;
+  maxFailures: number;
+  healthConfigId: string | null;
+  /**
+   * One group holding every node of the cluster, no pause, no failure budget, no health check:
+   * the same rules as a restart before node groups, so the engine takes its fast path.
+   */
+  plain: boolean;
 }
 
 export interface ClusterRecord {
@@ -138,11 +186,32 @@ export interface ClusterRecord {
   createdAt: string;
   updatedAt: string;
   nodes: ClusterNodeRecord[];
+  nodegroups: NodegroupRecord[];
+  /** The current (or last) restart's limits, else null. */
+  rollout: Rollout | null;
+}
+
+/** A group of a new cluster; configs and input values already resolved (the group's over the cluster's). */
+export interface NewNodegroup {
+  name: string;
+  role: NodegroupRole;
+  nodes: string[];
+  /** As given (null: the cluster's). */
+  ownInstallConfigId: string | null;
+  ownUninstallConfigId: string | null;
+  ownInputValues: Record<string, unknown> | null;
+  installConfigId: string;
+  uninstallConfigId: string;
+  installInputValues: Record<string, unknown>;
+  uninstallInputValues: Record<string, unknown>;
 }
 
 export interface NewCluster {
   name: string;
+  /** Every node, in the groups' order (a flat list makes one group 'default-worker'). */
   nodes: string[];
+  /** Absent: one group 'default-worker' of `nodes` with the cluster's configs and values. */
+  nodegroups?: NewNodegroup[];
   installConfigId: string;
   uninstallConfigId: string;
   /** Already checked against each config's inputs (service.ts). */

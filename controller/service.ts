@@ -7,11 +7,11 @@
  * engine's tick), and it is run once at start for what happened while down.
  */
 import type { Logger } from 'pino';
-import { HeraldError } from '../protocol/errors.js';
+import { codeOf, HeraldError } from '../protocol/errors.js';
 import { DEFAULT_ACTIONS, type DeployAction } from '../protocol/heat.js';
 import { ACK_FLUSH_INTERVAL_MS, CLUSTER_TICK_INTERVAL_MS, WAKE_FETCH_EXEMPT_MS } from '../protocol/limits.js';
 import type { CertIdentity } from '../certs/identity.js';
-import { ClusterEngine } from './clusters/engine.js';
+import { ClusterEngine, type RestartOptions } from './clusters/engine.js';
 import { hostInSans, parseEndpoint } from './endpoint.js';
 import { GroupCommitter } from './group-commit.js';
 import type { EventBus } from './events.js';
@@ -19,6 +19,7 @@ import { buildMetadataDocument, MetadataCache, type BuiltMetadata } from './meta
 import type { ControllerMetrics } from './metrics.js';
 import type { PushService } from './push-types.js';
 import { recordSignal } from './signal.js';
+import type { ClusterRecord, ConfigRecord, NewNodegroup } from './records.js';
 import type { ChangeSet, DeploymentRecord, NodeRecord, Store } from './store.js';
 import {
   checkConfig,
@@ -35,12 +36,14 @@ import {
   restartSchema,
   signalSchema,
 } from './validation.js';
+import type { NodegroupBody } from './validation.js';
 import {
   clusterView,
   configView,
   deploymentView,
   hiddenNames,
   nodeView,
+  restartPlanView,
   revisionView,
   type FetchState,
 } from './views.js';
@@ -463,7 +466,9 @@ export class ControllerService {
 
   async createCluster(body: unknown, who: string): Promise<View> {
     const b = parseBody(clusterCreateSchema, body);
-    if (new Set(b.nodes).size !== b.nodes.length)
+    if ((b.nodes === undefined) === (b.nodegroups === undefined))
+      throw new HeraldError('invalid_request', 'give either nodes or nodegroups', { field: 'nodegroups' });
+    if (b.nodes && new Set(b.nodes).size !== b.nodes.length)
       throw new HeraldError('invalid_request', 'a node is listed twice', { field: 'nodes' });
     const install = await this.store.getConfig(b.install_config_id);
     if (!install)
@@ -472,12 +477,17 @@ export class ControllerService {
     if (!uninstall)
       throw new HeraldError('unknown_config', `no config ${b.uninstall_config_id}`, { field: 'uninstall_config_id' });
     const values = b.input_values ?? {};
+    const nodegroups = b.nodegroups
+      ? await this.#resolveNodegroups(b.nodegroups, install, uninstall, values)
+      : undefined;
+    const nodes = nodegroups ? nodegroups.flatMap((g) => g.nodes) : b.nodes!;
     const { result: id, changes } = await this.store.transaction((tx) =>
       this.clusters.create(
         tx,
         {
           name: b.name,
-          nodes: b.nodes,
+          nodes,
+          ...(nodegroups ? { nodegroups } : {}),
           installConfigId: install.id,
           uninstallConfigId: uninstall.id,
           installInputValues: coerceInputValues(install, values),
@@ -494,19 +504,118 @@ export class ControllerService {
       'cluster created',
     );
     await this.#apply(changes);
-    return clusterView(cluster, install, uninstall);
+    return clusterView(cluster, install, uninstall, await this.#groupConfigs(cluster));
   }
 
-  async restartCluster(id: string, body: unknown, who: string): Promise<void> {
+  /**
+   * The groups of a new cluster (SPEC §8): names unique, each node in one group only, each
+   * group's configs and input values (the group's over the cluster's) resolved and checked.
+   * @throws HeraldError invalid_request | unknown_config | bad_input_value (field `nodegroups.<i>...`)
+   */
+  async #resolveNodegroups(
+    groups: NodegroupBody[],
+    install: ConfigRecord,
+    uninstall: ConfigRecord,
+    values: Record<string, unknown>,
+  ): Promise<NewNodegroup[]> {
+    const names = new Set<string>();
+    const seen = new Map<string, string>();
+    const out: NewNodegroup[] = [];
+    for (const [i, g] of groups.entries()) {
+      if (names.has(g.name))
+        throw new HeraldError('invalid_request', `node group ${g.name} is listed twice`, {
+          field: `nodegroups.${i}.name`,
+        });
+      names.add(g.name);
+      for (const [j, n] of g.nodes.entries()) {
+        const other = seen.get(n);
+        if (other !== undefined)
+          throw new HeraldError('invalid_request', `node ${n} is in node groups ${other} and ${g.name}`, {
+            field: `nodegroups.${i}.nodes.${j}`,
+          });
+        seen.set(n, g.name);
+      }
+      const config = async (cid: string | undefined, dflt: ConfigRecord, key: string): Promise<ConfigRecord> => {
+        if (cid === undefined) return dflt;
+        const c = await this.store.getConfig(cid);
+        if (!c) throw new HeraldError('unknown_config', `no config ${cid}`, { field: `nodegroups.${i}.${key}` });
+        return c;
+      };
+      const gi = await config(g.install_config_id, install, 'install_config_id');
+      const gu = await config(g.uninstall_config_id, uninstall, 'uninstall_config_id');
+      const merged = { ...values, ...(g.input_values ?? {}) };
+      out.push({
+        name: g.name,
+        role: g.role,
+        nodes: g.nodes,
+        ownInstallConfigId: g.install_config_id ?? null,
+        ownUninstallConfigId: g.uninstall_config_id ?? null,
+        ownInputValues: g.input_values ?? null,
+        installConfigId: gi.id,
+        uninstallConfigId: gu.id,
+        installInputValues: coerceInputValues(gi, merged),
+        uninstallInputValues: coerceInputValues(gu, merged),
+      });
+    }
+    return out;
+  }
+
+  async #groupConfigs(c: ClusterRecord): Promise<Array<ConfigRecord | undefined>> {
+    const out: Array<ConfigRecord | undefined> = [];
+    for (const g of c.nodegroups) {
+      if (g.installConfigId !== null) out.push(await this.store.getConfig(g.installConfigId));
+      if (g.uninstallConfigId !== null) out.push(await this.store.getConfig(g.uninstallConfigId));
+    }
+    return out;
+  }
+
+  /**
+   * Starts a restart (SPEC §3, §8), of the whole cluster or of group `nodegroup`; a dry run
+   * (`"dry_run": true`) changes nothing and returns the plan.
+   * @returns the plan of a dry run, else null
+   * @throws HeraldError invalid_request | not_found | restart_in_progress | unknown_nodegroup | unknown_config
+   */
+  async restartCluster(id: string, body: unknown, who: string, nodegroup?: string): Promise<View | null> {
     const b = parseBody(restartSchema, body ?? {});
-    const { changes } = await this.store.transaction((tx) =>
-      this.clusters.restart(tx, id, b.max_unavailable ?? null, who, this.#now()),
-    );
-    this.#log.info(
-      { event: 'cluster.restart', cluster: id, max_unavailable: b.max_unavailable ?? 'all', who },
-      'cluster restart started',
-    );
-    await this.#apply(changes);
+    let groups = b.nodegroups ?? null;
+    if (nodegroup !== undefined) {
+      if (groups?.some((g) => g !== nodegroup))
+        throw new HeraldError('invalid_request', `this route restarts node group ${nodegroup} only`, {
+          field: 'nodegroups',
+        });
+      groups = [nodegroup];
+    }
+    const opts: RestartOptions = {
+      maxUnavailable: b.max_unavailable ?? null,
+      nodegroups: groups,
+      pauseS: b.pause_s ?? 0,
+      maxFailures: b.max_failures ?? 0,
+      healthConfigId: b.health_config_id ?? null,
+    };
+    try {
+      if (b.dry_run) {
+        const { result } = await this.store.transaction((tx) => this.clusters.planRestart(tx, id, opts));
+        return restartPlanView(id, result.rollout, result.nodes);
+      }
+      const { changes } = await this.store.transaction((tx) => this.clusters.restart(tx, id, opts, who, this.#now()));
+      this.#log.info(
+        {
+          event: 'cluster.restart',
+          cluster: id,
+          max_unavailable: b.max_unavailable ?? 'default',
+          nodegroups: groups,
+          who,
+        },
+        'cluster restart started',
+      );
+      await this.#apply(changes);
+      return null;
+    } catch (err) {
+      // a group named in the path that the cluster does not have: that route does not exist
+      if (nodegroup !== undefined && codeOf(err) === 'unknown_nodegroup')
+        throw new HeraldError('not_found', `cluster ${id} has no node group ${nodegroup}`);
+      throw err;
+    }
   }
 
   async deleteCluster(id: string, who: string): Promise<void> {
@@ -522,6 +631,7 @@ export class ControllerService {
       c,
       await this.store.getConfig(c.installConfigId),
       await this.store.getConfig(c.uninstallConfigId),
+      await this.#groupConfigs(c),
     );
   }
 
@@ -529,7 +639,12 @@ export class ControllerService {
     const views: View[] = [];
     for (const c of await this.store.listClusters())
       views.push(
-        clusterView(c, await this.store.getConfig(c.installConfigId), await this.store.getConfig(c.uninstallConfigId)),
+        clusterView(
+          c,
+          await this.store.getConfig(c.installConfigId),
+          await this.store.getConfig(c.uninstallConfigId),
+          await this.#groupConfigs(c),
+        ),
       );
     return views;
   }
@@ -592,6 +707,7 @@ export class ControllerService {
               cl,
               await this.store.getConfig(cl.installConfigId),
               await this.store.getConfig(cl.uninstallConfigId),
+              await this.#groupConfigs(cl),
             ),
           );
       }

@@ -14,14 +14,22 @@ import type {
   ConfigRecord,
   DeploymentRecord,
   DeploymentStatus,
+  NodegroupRecord,
+  NodegroupRole,
   NodeRecord,
   RevisionRecord,
+  Rollout,
 } from './records.js';
 
 interface Migration {
   version: number;
   name: string;
   sql: string;
+  /**
+   * Columns added after `sql`, each only when missing: SQLite has no ADD COLUMN IF NOT EXISTS,
+   * and a migration must stay harmless when it runs again over its own result.
+   */
+  columns?: Array<{ table: string; column: string; decl: string }>;
 }
 
 /** Applied in order, each in its own transaction; never edit one that has shipped. */
@@ -135,6 +143,36 @@ export const MIGRATIONS: Migration[] = [
       CREATE INDEX cluster_nodes_by_position ON cluster_nodes (cluster_id, phase, position);
     `,
   },
+  {
+    version: 3,
+    name: 'cluster_nodegroups',
+    // SPEC §8: node groups with a role and configs of their own; a restart's limits kept on the
+    // cluster's row (JSON) so a controller started again carries the rollout on; a node's health
+    // check and the end of its step (its pause counts from there). Existing clusters become one
+    // group 'default-worker' with the cluster's configs.
+    sql: `
+      CREATE TABLE IF NOT EXISTS cluster_nodegroups (
+        cluster_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        install_config_id TEXT,
+        uninstall_config_id TEXT,
+        input_values TEXT,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (cluster_id, name)
+      ) STRICT;
+      INSERT OR IGNORE INTO cluster_nodegroups (cluster_id, name, position, role, created_at)
+        SELECT id, 'default-worker', 0, 'worker', created_at FROM clusters;
+    `,
+    columns: [
+      { table: 'clusters', column: 'rollout', decl: 'TEXT' },
+      { table: 'cluster_nodes', column: 'nodegroup', decl: "TEXT NOT NULL DEFAULT 'default-worker'" },
+      { table: 'cluster_nodes', column: 'health_deployment_id', decl: 'TEXT' },
+      { table: 'cluster_nodes', column: 'check_started_at', decl: 'TEXT' },
+      { table: 'cluster_nodes', column: 'ended_at_ms', decl: 'INTEGER' },
+    ],
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
@@ -197,6 +235,17 @@ export interface ClusterRow {
   op_finished_at: string | null;
   created_at: string;
   updated_at: string;
+  rollout: string | null;
+}
+export interface NodegroupRow {
+  cluster_id: string;
+  name: string;
+  position: number;
+  role: string;
+  install_config_id: string | null;
+  uninstall_config_id: string | null;
+  input_values: string | null;
+  created_at: string;
 }
 export interface ClusterNodeRow {
   cluster_id: string;
@@ -211,6 +260,10 @@ export interface ClusterNodeRow {
   install_started_at: string | null;
   install_finished_at: string | null;
   reason: string | null;
+  nodegroup: string;
+  health_deployment_id: string | null;
+  check_started_at: string | null;
+  ended_at_ms: number | null;
 }
 
 const DEPLOYMENT_SELECT = `
@@ -282,8 +335,25 @@ export function prepareStatements(db: Database.Database) {
     ),
     clusterDelete: p('DELETE FROM clusters WHERE id = ?'),
     cnInsert:
-      p(`INSERT INTO cluster_nodes (cluster_id, node, position, phase, install_deployment_id, uninstall_deployment_id, step_deadline_ms, install_started_at)
+      p(`INSERT INTO cluster_nodes (cluster_id, node, position, phase, install_deployment_id, uninstall_deployment_id, step_deadline_ms, install_started_at, nodegroup)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+    ngInsert:
+      p(`INSERT INTO cluster_nodegroups (cluster_id, name, position, role, install_config_id, uninstall_config_id, input_values, created_at)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+    ngList: p('SELECT * FROM cluster_nodegroups WHERE cluster_id = ? ORDER BY position'),
+    ngDelete: p('DELETE FROM cluster_nodegroups WHERE cluster_id = ?'),
+    clusterSetRollout: p('UPDATE clusters SET rollout = ? WHERE id = ?'),
+    cnResetGroup:
+      p(`UPDATE cluster_nodes SET phase = 'pending', step_deadline_ms = NULL, uninstall_started_at = NULL, uninstall_finished_at = NULL,
+                install_started_at = NULL, install_finished_at = NULL, reason = NULL, check_started_at = NULL, ended_at_ms = NULL
+                WHERE cluster_id = ? AND nodegroup = ?`),
+    cnStartCheck:
+      p(`UPDATE cluster_nodes SET phase = 'checking', step_deadline_ms = ?, check_started_at = ?, install_finished_at = ?, health_deployment_id = ?, reason = NULL
+                       WHERE cluster_id = ? AND node = ?`),
+    cnFailCheck: p(
+      `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, reason = ? WHERE cluster_id = ? AND node = ?`,
+    ),
+    cnEnded: p('UPDATE cluster_nodes SET ended_at_ms = ? WHERE cluster_id = ? AND node = ?'),
     cnList: p('SELECT * FROM cluster_nodes WHERE cluster_id = ? ORDER BY position'),
     cnByNode: p('SELECT cluster_id FROM cluster_nodes WHERE node = ? LIMIT 1'),
     cnGet: p('SELECT * FROM cluster_nodes WHERE cluster_id = ? AND node = ?'),
@@ -306,7 +376,8 @@ export function prepareStatements(db: Database.Database) {
     cnByDeployment: p(`SELECT * FROM cluster_nodes WHERE install_deployment_id = ? OR uninstall_deployment_id = ?`),
     cnReset:
       p(`UPDATE cluster_nodes SET phase = 'pending', step_deadline_ms = NULL, uninstall_started_at = NULL, uninstall_finished_at = NULL,
-                install_started_at = NULL, install_finished_at = NULL, reason = NULL WHERE cluster_id = ?`),
+                install_started_at = NULL, install_finished_at = NULL, reason = NULL, check_started_at = NULL, ended_at_ms = NULL
+                WHERE cluster_id = ?`),
     cnStartUninstall:
       p(`UPDATE cluster_nodes SET phase = 'uninstalling', step_deadline_ms = ?, uninstall_started_at = ?, uninstall_finished_at = NULL,
                          install_started_at = NULL, install_finished_at = NULL, reason = NULL WHERE cluster_id = ? AND node = ?`),
@@ -401,10 +472,26 @@ export function clusterNodeOf(n: ClusterNodeRow): ClusterNodeRecord {
     installStartedAt: n.install_started_at,
     installFinishedAt: n.install_finished_at,
     reason: n.reason,
+    nodegroup: n.nodegroup,
+    healthDeploymentId: n.health_deployment_id,
+    checkStartedAt: n.check_started_at,
+    endedAtMs: n.ended_at_ms,
   };
 }
 
-export function clusterOf(r: ClusterRow, nodes: ClusterNodeRow[]): ClusterRecord {
+export function nodegroupOf(g: NodegroupRow): NodegroupRecord {
+  return {
+    name: g.name,
+    role: g.role as NodegroupRole,
+    position: g.position,
+    installConfigId: g.install_config_id,
+    uninstallConfigId: g.uninstall_config_id,
+    inputValues: g.input_values === null ? null : (JSON.parse(g.input_values) as Record<string, unknown>),
+    createdAt: g.created_at,
+  };
+}
+
+export function clusterOf(r: ClusterRow, nodes: ClusterNodeRow[], groups: NodegroupRow[]): ClusterRecord {
   return {
     id: r.id,
     name: r.name,
@@ -420,5 +507,7 @@ export function clusterOf(r: ClusterRow, nodes: ClusterNodeRow[]): ClusterRecord
     createdAt: r.created_at,
     updatedAt: r.updated_at,
     nodes: nodes.map(clusterNodeOf),
+    nodegroups: groups.map(nodegroupOf),
+    rollout: r.rollout === null ? null : (JSON.parse(r.rollout) as Rollout),
   };
 }

@@ -90,6 +90,11 @@ export class SqliteStore implements Store {
       if (m.version <= current) continue;
       this.#db.transaction(() => {
         this.#db.exec(m.sql);
+        for (const c of m.columns ?? []) {
+          const have = this.#db.prepare(`PRAGMA table_info(${c.table})`).all() as Array<{ name: string }>;
+          if (!have.some((x) => x.name === c.column))
+            this.#db.exec(`ALTER TABLE ${c.table} ADD COLUMN ${c.column} ${c.decl}`);
+        }
         this.#db
           .prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)')
           .run(m.version, m.name, new Date(now()).toISOString());

@@ -23,17 +23,21 @@ import type {
   MetadataSource,
   NewConfig,
   NewDeployment,
+  NodegroupRecord,
   NodeRecord,
   RevisionRecord,
+  Rollout,
 } from './records.js';
 import {
   clusterNodeOf,
   clusterOf,
   configOf,
   deploymentOf,
+  nodegroupOf,
   nodeOf,
   revisionOf,
   type ClusterNodeRow,
+  type NodegroupRow,
   type ClusterRow,
   type ConfigRow,
   type DeploymentRow,
@@ -136,13 +140,18 @@ export class SqliteRows {
         operation: r.operation as ClusterOperation,
         maxUnavailable: r.max_unavailable,
         updatedAt: r.updated_at,
+        rollout: r.rollout === null ? null : (JSON.parse(r.rollout) as Rollout),
       }
     );
   }
 
+  nodegroups(clusterId: string): NodegroupRecord[] {
+    return (this.s.ngList.all(clusterId) as NodegroupRow[]).map(nodegroupOf);
+  }
+
   cluster(id: string): ClusterRecord | undefined {
     const r = this.s.clusterGet.get(id) as ClusterRow | undefined;
-    return r && clusterOf(r, this.s.cnList.all(id) as ClusterNodeRow[]);
+    return r && clusterOf(r, this.s.cnList.all(id) as ClusterNodeRow[], this.s.ngList.all(id) as NodegroupRow[]);
   }
 
   clusterStatus(id: string): { status: ClusterStatus; statusReason: string } | undefined {
@@ -152,12 +161,18 @@ export class SqliteRows {
 
   clusterConfigIds(id: string): string[] | undefined {
     const r = this.s.clusterConfigIds.get(id) as { install_config_id: string; uninstall_config_id: string } | undefined;
-    return r ? [r.install_config_id, r.uninstall_config_id] : undefined;
+    if (!r) return undefined;
+    const ids = new Set([r.install_config_id, r.uninstall_config_id]);
+    for (const g of this.nodegroups(id)) {
+      if (g.installConfigId !== null) ids.add(g.installConfigId);
+      if (g.uninstallConfigId !== null) ids.add(g.uninstallConfigId);
+    }
+    return [...ids];
   }
 
   clusters(): ClusterRecord[] {
     return (this.s.clusterList.all() as ClusterRow[]).map((r) =>
-      clusterOf(r, this.s.cnList.all(r.id) as ClusterNodeRow[]),
+      clusterOf(r, this.s.cnList.all(r.id) as ClusterNodeRow[], this.s.ngList.all(r.id) as NodegroupRow[]),
     );
   }
 
@@ -388,7 +403,7 @@ export class SqliteTx implements StoreTx {
     id: string,
     d: NewDeployment,
     clusterId: string | null,
-    role: 'install' | 'uninstall' | null,
+    role: 'install' | 'uninstall' | 'health' | null,
     reason: WakeReason,
   ): void {
     if (!this.#s.nodeGet.get(d.node)) throw new HeraldError('unknown_node', `no node ${d.node}`, { field: 'node' });
@@ -462,6 +477,16 @@ export class SqliteTx implements StoreTx {
       throw new HeraldError('unknown_config', `no config ${c.installConfigId}`, { field: 'install_config_id' });
     if (!this.#r.config(c.uninstallConfigId))
       throw new HeraldError('unknown_config', `no config ${c.uninstallConfigId}`, { field: 'uninstall_config_id' });
+    for (const [i, g] of c.nodegroups.entries()) {
+      if (!this.#r.config(g.installConfigId))
+        throw new HeraldError('unknown_config', `no config ${g.installConfigId}`, {
+          field: `nodegroups.${i}.install_config_id`,
+        });
+      if (!this.#r.config(g.uninstallConfigId))
+        throw new HeraldError('unknown_config', `no config ${g.uninstallConfigId}`, {
+          field: `nodegroups.${i}.uninstall_config_id`,
+        });
+    }
     const id = randomUUID();
     const now = this.#r.iso(nowMs);
     this.#s.clusterInsert.run(
@@ -478,38 +503,51 @@ export class SqliteTx implements StoreTx {
       now,
       now,
     );
-    for (const [position, node] of c.nodes.entries()) {
-      const installId = randomUUID();
-      const uninstallId = randomUUID();
-      this.#insertDeployment(
-        installId,
-        {
-          node,
-          configId: c.installConfigId,
-          name: `${c.name}-install`,
-          actions: c.installActions,
-          action: 'CREATE',
-          inputValues: c.installInputValues,
-        },
+    let position = 0;
+    for (const [gi, g] of c.nodegroups.entries()) {
+      this.#s.ngInsert.run(
         id,
-        'install',
-        'deployment',
+        g.name,
+        gi,
+        g.role,
+        g.ownInstallConfigId,
+        g.ownUninstallConfigId,
+        g.ownInputValues === null ? null : JSON.stringify(g.ownInputValues),
+        now,
       );
-      this.#insertDeployment(
-        uninstallId,
-        {
-          node,
-          configId: c.uninstallConfigId,
-          name: `${c.name}-uninstall`,
-          actions: c.uninstallActions,
-          action: 'CREATE',
-          inputValues: c.uninstallInputValues,
-        },
-        id,
-        'uninstall',
-        'deployment',
-      );
-      this.#s.cnInsert.run(id, node, position, 'installing', installId, uninstallId, c.stepDeadlineMs, now);
+      for (const node of g.nodes) {
+        const installId = randomUUID();
+        const uninstallId = randomUUID();
+        this.#insertDeployment(
+          installId,
+          {
+            node,
+            configId: g.installConfigId,
+            name: `${c.name}-install`,
+            actions: c.installActions,
+            action: 'CREATE',
+            inputValues: g.installInputValues,
+          },
+          id,
+          'install',
+          'deployment',
+        );
+        this.#insertDeployment(
+          uninstallId,
+          {
+            node,
+            configId: g.uninstallConfigId,
+            name: `${c.name}-uninstall`,
+            actions: c.uninstallActions,
+            action: 'CREATE',
+            inputValues: g.uninstallInputValues,
+          },
+          id,
+          'uninstall',
+          'deployment',
+        );
+        this.#s.cnInsert.run(id, node, position++, 'installing', installId, uninstallId, c.stepDeadlineMs, now, g.name);
+      }
     }
     this.changes.clusterChanged(id);
     return id;
@@ -580,18 +618,30 @@ export class SqliteTx implements StoreTx {
       case 'uninstalled':
         this.#s.cnUninstallDone.run(at, clusterId, node);
         break;
+      case 'check':
+        this.#s.cnStartCheck.run(change.deadlineMs, at, at, change.healthDeploymentId, clusterId, node);
+        break;
       case 'complete':
         this.#s.cnComplete.run(change.installFinished ? at : null, clusterId, node);
+        this.#s.cnEnded.run(nowMs, clusterId, node);
         break;
       case 'fail':
         if (change.step === 'uninstall') this.#s.cnFailUninstall.run(at, change.reason, clusterId, node);
-        else this.#s.cnFailInstall.run(at, change.reason, clusterId, node);
+        else if (change.step === 'install') this.#s.cnFailInstall.run(at, change.reason, clusterId, node);
+        else this.#s.cnFailCheck.run(change.reason, clusterId, node);
+        this.#s.cnEnded.run(nowMs, clusterId, node);
         break;
     }
     this.changes.clusterChanged(clusterId);
   }
 
-  async beginOperation(clusterId: string, op: ClusterOperation, maxUnavailable: number, nowMs: number): Promise<void> {
+  async beginOperation(
+    clusterId: string,
+    op: ClusterOperation,
+    maxUnavailable: number,
+    nowMs: number,
+    rollout: Rollout | null = null,
+  ): Promise<void> {
     this.#live();
     const now = this.#r.iso(nowMs);
     this.#s.clusterStart.run(
@@ -603,8 +653,34 @@ export class SqliteTx implements StoreTx {
       now,
       clusterId,
     );
-    this.#s.cnReset.run(clusterId);
+    this.#s.clusterSetRollout.run(rollout === null ? null : JSON.stringify(rollout), clusterId);
+    if (rollout === null) this.#s.cnReset.run(clusterId);
+    else for (const g of rollout.groups) this.#s.cnResetGroup.run(clusterId, g.name);
     this.changes.clusterChanged(clusterId);
+  }
+
+  async nodegroups(clusterId: string): Promise<NodegroupRecord[]> {
+    this.#live();
+    return this.#r.nodegroups(clusterId);
+  }
+
+  async newHealthDeployment(
+    clusterId: string,
+    node: string,
+    configId: string,
+    replaces: string | null,
+  ): Promise<string> {
+    this.#live();
+    if (replaces !== null) this.#removeDeployment(replaces);
+    const id = randomUUID();
+    this.#insertDeployment(
+      id,
+      { node, configId, name: 'health', actions: ['CHECK'], action: 'CHECK', inputValues: {} },
+      clusterId,
+      'health',
+      'restart',
+    );
+    return id;
   }
 
   async finishCluster(clusterId: string, status: ClusterStatus, reason: string, nowMs: number): Promise<void> {
@@ -618,6 +694,7 @@ export class SqliteTx implements StoreTx {
     this.#live();
     for (const { id } of this.#s.depIdsByCluster.all(clusterId) as Array<{ id: string }>) this.#removeDeployment(id);
     this.#s.cnDelete.run(clusterId);
+    this.#s.ngDelete.run(clusterId);
     this.#s.clusterDelete.run(clusterId);
     this.changes.clusterRemoved(clusterId);
   }

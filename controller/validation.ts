@@ -19,7 +19,7 @@ import {
 } from '../protocol/heat.js';
 import { NAME_RE } from '../protocol/identity.js';
 import { withinJsonDepth } from '../protocol/json-depth.js';
-import { MAX_JSON_DEPTH_LEVELS } from '../protocol/limits.js';
+import { MAX_JSON_DEPTH_LEVELS, MAX_RESTART_PAUSE_S } from '../protocol/limits.js';
 import type { ConfigInput, ConfigOutput, ConfigRecord, NewConfig } from './store.js';
 
 const MAX_NAME_CHARS = 255;
@@ -105,15 +105,49 @@ export const signalSchema = z.object({
   status_reason: z.string().max(MAX_DESCRIPTION_CHARS).optional(),
 });
 
+/** A node group's name follows the name rule of SPEC §1. */
+const nodegroupName = z.string().regex(NAME_RE, `must match ${NAME_RE.source}`);
+
+/** One group of `POST /v1/clusters` `nodegroups` (SPEC §8). */
+export const nodegroupSchema = z.strictObject({
+  name: nodegroupName,
+  role: z.enum(['master', 'worker']).default('worker'),
+  nodes: z.array(nodeId).min(1).max(100_000),
+  install_config_id: resourceId.optional(),
+  uninstall_config_id: resourceId.optional(),
+  input_values: valuesRecord.optional(),
+});
+
+export type NodegroupBody = z.output<typeof nodegroupSchema>;
+
+/** `nodes` (one group 'default-worker') or `nodegroups`, exactly one of them (service.ts checks which). */
 export const clusterCreateSchema = z.strictObject({
   name: displayName,
-  nodes: z.array(nodeId).min(1).max(100_000),
+  nodes: z.array(nodeId).min(1).max(100_000).optional(),
+  nodegroups: z.array(nodegroupSchema).min(1).max(1_000).optional(),
   install_config_id: resourceId,
   uninstall_config_id: resourceId,
   input_values: valuesRecord.optional(),
 });
 
-export const restartSchema = z.strictObject({ max_unavailable: z.number().int().min(1).optional() });
+/** `max_unavailable`: a count, or a percentage of each group's nodes, 1% to 100%. */
+const maxUnavailable = z.union([
+  z.number().int().min(1),
+  z
+    .string()
+    .regex(/^[0-9]{1,3}%$/, 'must be a count or a percentage such as "25%"')
+    .refine((p) => Number(p.slice(0, -1)) >= 1 && Number(p.slice(0, -1)) <= 100, 'must be between 1% and 100%'),
+]);
+
+/** `PATCH /v1/clusters/{id}/actions/restart` (SPEC §3, §8); every key optional. */
+export const restartSchema = z.strictObject({
+  max_unavailable: maxUnavailable.optional(),
+  nodegroups: z.array(nodegroupName).min(1).max(1_000).optional(),
+  pause_s: z.number().min(0).max(MAX_RESTART_PAUSE_S).optional(),
+  max_failures: z.number().int().min(0).optional(),
+  health_config_id: resourceId.optional(),
+  dry_run: z.boolean().optional(),
+});
 
 /**
  * Parses `body` with `schema`, or throws `invalid_request` naming the first bad field.

@@ -3,8 +3,18 @@
  * are replaced by "***" here, the only way out of the controller for them besides the agent's
  * own metadata.
  */
-import type { ClusterView, ConfigView, DeploymentView, NodeView, RevisionView } from '../protocol/rest.js';
+import type {
+  ClusterNodeView,
+  ClusterView,
+  ConfigView,
+  DeploymentView,
+  NodeView,
+  RestartPlanView,
+  RevisionView,
+  RolloutView,
+} from '../protocol/rest.js';
 import type { PushState } from './push-types.js';
+import type { ClusterNodeRecord, Rollout } from './records.js';
 import type { ClusterRecord, ConfigRecord, DeploymentRecord, NodeRecord, RevisionRecord } from './store.js';
 
 export const HIDDEN_VALUE = '***';
@@ -110,11 +120,62 @@ export function revisionView(r: RevisionRecord, hidden: ReadonlySet<string>): Re
   };
 }
 
+function clusterNodeView(n: ClusterNodeRecord): ClusterNodeView {
+  return {
+    node: n.node,
+    phase: n.phase,
+    reason: n.reason,
+    install_deployment_id: n.installDeploymentId,
+    uninstall_deployment_id: n.uninstallDeploymentId,
+    uninstall_started_at: n.uninstallStartedAt,
+    uninstall_finished_at: n.uninstallFinishedAt,
+    install_started_at: n.installStartedAt,
+    install_finished_at: n.installFinishedAt,
+    step_deadline_at: n.stepDeadlineMs === null ? null : new Date(n.stepDeadlineMs).toISOString(),
+    nodegroup: n.nodegroup,
+    health_deployment_id: n.healthDeploymentId,
+    check_started_at: n.checkStartedAt,
+    ended_at: n.endedAtMs === null ? null : new Date(n.endedAtMs).toISOString(),
+  };
+}
+
+/** A restart's limits with each group's nodes (`nodes`: group name → node ids in order). */
+export function rolloutView(r: Rollout, nodes: ReadonlyMap<string, string[]>): RolloutView {
+  return {
+    nodegroups: r.groups.map((g) => ({
+      name: g.name,
+      role: g.role,
+      nodes: nodes.get(g.name) ?? [],
+      max_unavailable: g.window,
+    })),
+    pause_s: r.pauseS,
+    max_failures: r.maxFailures,
+    health_config_id: r.healthConfigId,
+  };
+}
+
+/** The answer of a dry-run restart: what would run, in order. */
+export function restartPlanView(clusterId: string, r: Rollout, nodes: ReadonlyMap<string, string[]>): RestartPlanView {
+  return { cluster: clusterId, dry_run: true, ...rolloutView(r, nodes) };
+}
+
+/**
+ * A cluster with its groups. `install`/`uninstall` are the cluster's configs; `groupConfigs`
+ * the groups' own ones (their hidden inputs are masked in every group's values too).
+ */
 export function clusterView(
   c: ClusterRecord,
   install: ConfigRecord | undefined,
   uninstall: ConfigRecord | undefined,
+  groupConfigs: Array<ConfigRecord | undefined> = [],
 ): ClusterView {
+  const hidden = hiddenNames(install, uninstall, ...groupConfigs);
+  const members = new Map<string, string[]>();
+  for (const n of c.nodes) {
+    const m = members.get(n.nodegroup);
+    if (m) m.push(n.node);
+    else members.set(n.nodegroup, [n.node]);
+  }
   return {
     id: c.id,
     name: c.name,
@@ -122,24 +183,26 @@ export function clusterView(
     status_reason: c.statusReason,
     install_config_id: c.installConfigId,
     uninstall_config_id: c.uninstallConfigId,
-    input_values: maskValues(c.inputValues, hiddenNames(install, uninstall)),
+    input_values: maskValues(c.inputValues, hidden),
     operation: c.operation,
     max_unavailable: c.maxUnavailable,
     operation_started_at: c.operationStartedAt,
     operation_finished_at: c.operationFinishedAt,
     creation_time: c.createdAt,
     updated_time: c.updatedAt,
-    nodes: c.nodes.map((n) => ({
-      node: n.node,
-      phase: n.phase,
-      reason: n.reason,
-      install_deployment_id: n.installDeploymentId,
-      uninstall_deployment_id: n.uninstallDeploymentId,
-      uninstall_started_at: n.uninstallStartedAt,
-      uninstall_finished_at: n.uninstallFinishedAt,
-      install_started_at: n.installStartedAt,
-      install_finished_at: n.installFinishedAt,
-      step_deadline_at: n.stepDeadlineMs === null ? null : new Date(n.stepDeadlineMs).toISOString(),
+    nodes: c.nodes.map(clusterNodeView),
+    nodegroups: c.nodegroups.map((g) => ({
+      name: g.name,
+      role: g.role,
+      install_config_id: g.installConfigId ?? c.installConfigId,
+      uninstall_config_id: g.uninstallConfigId ?? c.uninstallConfigId,
+      input_values: maskValues(g.inputValues ?? {}, hidden),
+      creation_time: g.createdAt,
+      nodes: c.nodes.filter((n) => n.nodegroup === g.name).map(clusterNodeView),
     })),
+    rollout:
+      c.rollout === null
+        ? null
+        : rolloutView(c.rollout, new Map(c.rollout.groups.map((g) => [g.name, members.get(g.name) ?? []]))),
   };
 }

@@ -69,6 +69,7 @@ export const ERROR_CODES = {
   rate_limited: 'too many requests from this identity; retry after Retry-After seconds',
   unknown_node: 'the deployment or cluster names a node that does not exist',
   unknown_config: 'the deployment or cluster names a config that does not exist',
+  unknown_nodegroup: 'the restart names a node group the cluster does not have (see `field`)',
   node_exists: 'a node with this id exists already',
   node_deleted: 'the node was deleted; only an operator can add it again',
   endpoint_not_in_san: "the endpoint host is not among the caller certificate's DNS or IP SANs",

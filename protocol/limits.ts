@@ -107,6 +107,8 @@ export const MAX_SSE_BUFFERED_BYTES = 4 * 1024 * 1024;
 export const ACK_FLUSH_INTERVAL_MS = 500;
 /** Cluster operations are checked for step deadlines and window slots this often. */
 export const CLUSTER_TICK_INTERVAL_MS = 1_000;
+/** The longest `pause_s` a restart accepts (seconds): a day (SPEC §8). */
+export const MAX_RESTART_PAUSE_S = 86_400;
 /** On SIGTERM, in-flight requests may finish for this long before their sockets are destroyed. */
 export const CONTROLLER_SHUTDOWN_GRACE_MS = 10_000;
 /**

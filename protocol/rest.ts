@@ -142,7 +142,9 @@ export type ClusterStatus =
   | 'DELETE_IN_PROGRESS'
   | 'DELETE_FAILED';
 export type ClusterOperation = 'create' | 'restart' | 'delete';
-export type ClusterNodePhase = 'pending' | 'uninstalling' | 'installing' | 'complete' | 'failed';
+/** `checking`: the restart's health config runs on the node (SPEC §8, `health_config_id`). */
+export type ClusterNodePhase = 'pending' | 'uninstalling' | 'installing' | 'checking' | 'complete' | 'failed';
+export type NodegroupRole = 'master' | 'worker';
 
 /** One member of a cluster, in the cluster's `nodes`. */
 export type ClusterNodeView = {
@@ -158,7 +160,38 @@ export type ClusterNodeView = {
   install_finished_at: string | null;
   /** When the step in flight must have its result, else null. */
   step_deadline_at: string | null;
+  /** The node's group (SPEC §8). */
+  nodegroup: string;
+  /** The health deployment the last restart with `health_config_id` made on this node, else null. */
+  health_deployment_id: string | null;
+  check_started_at: string | null;
+  /** When the node's step of the current operation ended (its `pause_s` counts from here), else null. */
+  ended_at: string | null;
 };
+
+/** A node group of a cluster (SPEC §8), with its nodes in the cluster's order. */
+export type NodegroupView = {
+  name: string;
+  role: NodegroupRole;
+  /** The group's own config, else the cluster's. */
+  install_config_id: string;
+  uninstall_config_id: string;
+  /** The group's own input values (over the cluster's), hidden ones as `"***"`. */
+  input_values: Record<string, unknown>;
+  creation_time: string;
+  nodes: ClusterNodeView[];
+};
+
+/** The limits of a restart (SPEC §8): the groups in the order they restart, each with its window. */
+export type RolloutView = {
+  nodegroups: Array<{ name: string; role: NodegroupRole; nodes: string[]; max_unavailable: number }>;
+  pause_s: number;
+  max_failures: number;
+  health_config_id: string | null;
+};
+
+/** The answer of a restart with `"dry_run": true`: what would run; nothing did. */
+export type RestartPlanView = RolloutView & { cluster: string; dry_run: true };
 
 /** `GET /v1/clusters/{id}`, an item of `GET /v1/clusters`, the answer of `POST /v1/clusters`. */
 export type ClusterView = {
@@ -177,6 +210,9 @@ export type ClusterView = {
   creation_time: string;
   updated_time: string;
   nodes: ClusterNodeView[];
+  nodegroups: NodegroupView[];
+  /** The limits of the current (or last) restart, else null. */
+  rollout: RolloutView | null;
 };
 
 // ---- events -------------------------------------------------------------------------------------

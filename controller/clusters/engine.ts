@@ -9,8 +9,8 @@ import { HeraldError } from '../../protocol/errors.js';
 import type { DeployAction } from '../../protocol/heat.js';
 import { HOOK_TIMEOUT_S, RESTART_STEP_MARGIN_S } from '../../protocol/limits.js';
 import type { WakeReason } from '../../protocol/wake.js';
-import type { ClusterNodeRecord, ConfigRecord, NewCluster } from '../records.js';
-import { planCluster, type PlanNode } from './plan.js';
+import type { ClusterNodeRecord, ConfigRecord, NewCluster, NewNodegroup, Rollout } from '../records.js';
+import { groupWindow, planCluster, planRollout, type PlanNode } from './plan.js';
 import type { ClusterHead, ClusterTx } from './tx.js';
 
 /** Actions of a cluster's install deployments: made with CREATE, run again by a restart. */
@@ -41,6 +41,26 @@ export interface ClusterEngineOptions {
 
 type StepCluster = Pick<ClusterHead, 'id' | 'operation'>;
 
+/** A restart's options (SPEC §8), as the API checked them; each absent one takes its default. */
+export interface RestartOptions {
+  /** A count, or a percentage of each group's nodes ("25%"); default 1 in a master group, all in the others. */
+  maxUnavailable?: number | string | null;
+  /** The groups to restart (default: all); they still go masters first, then in creation order. */
+  nodegroups?: string[] | null;
+  /** Seconds a node's slot stays taken after its end (default 0). */
+  pauseS?: number;
+  /** Failed nodes tolerated before no other node starts (default 0). */
+  maxFailures?: number;
+  /** A config run on each node (`deploy_action` CHECK) after its install; the node ends when it succeeded. */
+  healthConfigId?: string | null;
+}
+
+/** What a restart will do: its limits, and each group's nodes in the order they restart. */
+export interface RestartPlan {
+  rollout: Rollout;
+  nodes: Map<string, string[]>;
+}
+
 function timeoutSOf(config: ConfigRecord): number {
   const t = config.options.timeout;
   return typeof t === 'number' && Number.isFinite(t) && t > 0 ? t : HOOK_TIMEOUT_S;
@@ -70,32 +90,114 @@ export class ClusterEngine {
    * @throws HeraldError unknown_config | unknown_node | cluster_busy (with the field)
    */
   async create(tx: ClusterTx, c: NewCluster, who: string, nowMs: number): Promise<string> {
-    const install = await tx.config(c.installConfigId);
-    if (!install)
-      throw new HeraldError('unknown_config', `no config ${c.installConfigId}`, { field: 'install_config_id' });
+    const groups: NewNodegroup[] = c.nodegroups ?? [
+      {
+        name: 'default-worker',
+        role: 'worker',
+        nodes: c.nodes,
+        ownInstallConfigId: null,
+        ownUninstallConfigId: null,
+        ownInputValues: null,
+        installConfigId: c.installConfigId,
+        uninstallConfigId: c.uninstallConfigId,
+        installInputValues: c.installInputValues,
+        uninstallInputValues: c.uninstallInputValues,
+      },
+    ];
+    // every install starts at once: the step's deadline is the longest of the groups' budgets
+    let budgetMs = 0;
+    for (const [i, g] of [{ installConfigId: c.installConfigId }, ...groups].entries()) {
+      const install = await tx.config(g.installConfigId);
+      if (!install)
+        throw new HeraldError('unknown_config', `no config ${g.installConfigId}`, {
+          field: i === 0 ? 'install_config_id' : `nodegroups.${i - 1}.install_config_id`,
+        });
+      budgetMs = Math.max(budgetMs, stepBudgetMs(install, this.#marginS));
+    }
     const id = await tx.insertCluster(
       {
         ...c,
+        nodes: groups.flatMap((g) => g.nodes),
+        nodegroups: groups,
         installActions: CLUSTER_INSTALL_ACTIONS,
         uninstallActions: CLUSTER_UNINSTALL_ACTIONS,
-        stepDeadlineMs: nowMs + stepBudgetMs(install, this.#marginS),
+        stepDeadlineMs: nowMs + budgetMs,
       },
       nowMs,
     );
-    await tx.audit(who, 'cluster.create', id, { name: c.name, nodes: c.nodes });
+    await tx.audit(who, 'cluster.create', id, {
+      name: c.name,
+      nodes: c.nodes,
+      nodegroups: groups.map((g) => ({ name: g.name, role: g.role, nodes: g.nodes })),
+    });
     return id;
   }
 
   /**
-   * Starts a restart with window `maxUnavailable` (default, and at most, every node).
-   * @throws HeraldError not_found | restart_in_progress
+   * What a restart with `o` would do (SPEC §8), changing nothing: the groups in the order they
+   * restart (masters first, then the others in creation order), each with its window.
+   * @throws HeraldError not_found | restart_in_progress | unknown_nodegroup (field `nodegroups.<i>`)
+   *   | unknown_config (field `health_config_id`)
    */
-  async restart(tx: ClusterTx, id: string, maxUnavailable: number | null, who: string, nowMs: number): Promise<void> {
+  async planRestart(tx: ClusterTx, id: string, o: RestartOptions = {}): Promise<RestartPlan> {
+    await this.#mustIdle(tx, id);
+    const groups = await tx.nodegroups(id);
+    const names = new Set(groups.map((g) => g.name));
+    for (const [i, name] of (o.nodegroups ?? []).entries())
+      if (!names.has(name))
+        throw new HeraldError('unknown_nodegroup', `cluster ${id} has no node group ${name}`, {
+          field: `nodegroups.${i}`,
+        });
+    if (o.healthConfigId && !(await tx.config(o.healthConfigId)))
+      throw new HeraldError('unknown_config', `no config ${o.healthConfigId}`, { field: 'health_config_id' });
+    const chosen = o.nodegroups ? groups.filter((g) => o.nodegroups!.includes(g.name)) : groups;
+    const ordered = [...chosen.filter((g) => g.role === 'master'), ...chosen.filter((g) => g.role !== 'master')];
+    const all = await tx.clusterNodes(id);
+    const nodes = new Map<string, string[]>();
+    for (const g of ordered) nodes.set(g.name, []);
+    for (const n of all) nodes.get(n.nodegroup)?.push(n.node);
+    const rolloutGroups = ordered.map((g) => ({
+      name: g.name,
+      role: g.role,
+      window: groupWindow(g.role, nodes.get(g.name)!.length, o.maxUnavailable ?? null),
+    }));
+    const pauseS = o.pauseS ?? 0;
+    const maxFailures = o.maxFailures ?? 0;
+    const healthConfigId = o.healthConfigId ?? null;
+    const plain =
+      ordered.length === 1 &&
+      nodes.get(ordered[0]!.name)!.length === all.length &&
+      pauseS === 0 &&
+      maxFailures === 0 &&
+      healthConfigId === null;
+    return { rollout: { groups: rolloutGroups, pauseS, maxFailures, healthConfigId, plain }, nodes };
+  }
+
+  /**
+   * Starts a restart (SPEC §3, §8): `o` a window (the form before node groups: a count, or null
+   * for the default) or the full options.
+   * @throws HeraldError as planRestart
+   */
+  async restart(
+    tx: ClusterTx,
+    id: string,
+    o: number | null | RestartOptions,
+    who: string,
+    nowMs: number,
+  ): Promise<void> {
+    const opts: RestartOptions = typeof o === 'number' || o === null ? { maxUnavailable: o } : o;
     const c = await this.#mustIdle(tx, id);
-    const size = (await tx.clusterNodes(id)).length;
-    const window = Math.min(size, maxUnavailable ?? size);
-    await tx.beginOperation(id, 'restart', window, nowMs);
-    await tx.audit(who, 'cluster.restart', id, { max_unavailable: window, from: c.status });
+    const { rollout, nodes } = await this.planRestart(tx, id, opts);
+    const window = Math.max(...rollout.groups.map((g) => g.window), 1);
+    await tx.beginOperation(id, 'restart', window, nowMs, rollout);
+    await tx.audit(who, 'cluster.restart', id, {
+      max_unavailable: window,
+      from: c.status,
+      nodegroups: rollout.groups.map((g) => ({ name: g.name, max_unavailable: g.window, nodes: nodes.get(g.name) })),
+      pause_s: rollout.pauseS,
+      max_failures: rollout.maxFailures,
+      health_config_id: rollout.healthConfigId,
+    });
     await this.#advance(tx, id, nowMs);
   }
 
@@ -133,7 +235,8 @@ export class ClusterEngine {
       !n ||
       !(
         (n.installDeploymentId === o.deploymentId && n.phase === 'installing') ||
-        (n.uninstallDeploymentId === o.deploymentId && n.phase === 'uninstalling')
+        (n.uninstallDeploymentId === o.deploymentId && n.phase === 'uninstalling') ||
+        (n.healthDeploymentId === o.deploymentId && n.phase === 'checking')
       )
     ) {
       return;
@@ -146,8 +249,10 @@ export class ClusterEngine {
       // the two are never pending at once, and a crash cannot fall between them
       if (head.operation === 'restart') await this.#startStep(tx, head, n, 'install', nowMs);
       else await tx.setNodeStep(head.id, n.node, { type: 'complete', installFinished: false }, nowMs);
+    } else if (n.phase === 'installing' && head.operation === 'restart' && head.rollout?.healthConfigId) {
+      await this.#startCheck(tx, head, n, head.rollout.healthConfigId, nowMs);
     } else {
-      await tx.setNodeStep(head.id, n.node, { type: 'complete', installFinished: true }, nowMs);
+      await tx.setNodeStep(head.id, n.node, { type: 'complete', installFinished: n.phase === 'installing' }, nowMs);
     }
     await this.#advance(tx, head.id, nowMs);
   }
@@ -180,8 +285,23 @@ export class ClusterEngine {
     return deadlineMs;
   }
 
+  /** The install succeeded: the health check starts on the node, a new health deployment (SPEC §8). */
+  async #startCheck(
+    tx: ClusterTx,
+    c: StepCluster,
+    n: ClusterNodeRecord,
+    healthConfigId: string,
+    nowMs: number,
+  ): Promise<void> {
+    const config = await tx.config(healthConfigId);
+    if (!config) throw new HeraldError('internal', `no health config ${healthConfigId}`);
+    const depId = await tx.newHealthDeployment(c.id, n.node, config.id, n.healthDeploymentId);
+    const deadlineMs = nowMs + stepBudgetMs(config, this.#marginS);
+    await tx.setNodeStep(c.id, n.node, { type: 'check', deadlineMs, healthDeploymentId: depId }, nowMs);
+  }
+
   async #failStep(tx: ClusterTx, c: StepCluster, n: ClusterNodeRecord, reason: string, nowMs: number): Promise<void> {
-    const step = n.phase === 'uninstalling' ? 'uninstall' : 'install';
+    const step = n.phase === 'uninstalling' ? 'uninstall' : n.phase === 'checking' ? 'check' : 'install';
     await tx.setNodeStep(c.id, n.node, { type: 'fail', step, reason: `${step}: ${reason}` }, nowMs);
   }
 
@@ -218,7 +338,9 @@ export class ClusterEngine {
     for (let round = 0; round < MAX_PLAN_ROUNDS; round++) {
       const c = await tx.clusterHead(clusterId);
       if (!inProgress(c)) return;
-      const g = await this.#glance(tx, c, nowMs);
+      // a rollout with groups, pauses, a failure budget or a health check plans on every node
+      const rollout = c.operation === 'restart' && c.rollout && !c.rollout.plain ? c.rollout : null;
+      const g = rollout ? 'all' : await this.#glance(tx, c, nowMs);
       if (g === 'quiet') return;
       // for a window to fill, the nodes in flight and the next pending ones give the same plan as all
       const nodes =
@@ -231,8 +353,12 @@ export class ClusterEngine {
         phase: n.phase,
         stepDeadlineMs: n.stepDeadlineMs,
         reason: n.reason,
+        nodegroup: n.nodegroup,
+        endedAtMs: n.endedAtMs,
       }));
-      const actions = planCluster(c.operation, c.maxUnavailable, plan, nowMs);
+      const actions = rollout
+        ? planRollout(rollout, plan, nowMs)
+        : planCluster(c.operation, c.maxUnavailable, plan, nowMs);
       if (actions.length === 0) return;
       const first = actions[0]!;
       if (first.type === 'finish') {
@@ -246,11 +372,15 @@ export class ClusterEngine {
         const n = byNode.get(a.node);
         if (!n) throw new HeraldError('internal', `cluster ${clusterId}: plan names an unknown node`);
         if (a.type === 'timeout') {
-          const installing = n.phase === 'installing';
-          const depId = installing ? n.installDeploymentId : n.uninstallDeploymentId;
+          const [depId, started] =
+            n.phase === 'installing'
+              ? [n.installDeploymentId, n.installStartedAt]
+              : n.phase === 'checking'
+                ? [n.healthDeploymentId ?? '', n.checkStartedAt]
+                : [n.uninstallDeploymentId, n.uninstallStartedAt];
           const d = await tx.deployment(depId);
           if (!d) throw new HeraldError('not_found', `no deployment ${depId}`);
-          const startedAt = Date.parse((installing ? n.installStartedAt : n.uninstallStartedAt) ?? c.updatedAt);
+          const startedAt = Date.parse(started ?? c.updatedAt);
           const why = `no result within the step deadline (${Math.round((n.stepDeadlineMs! - startedAt) / 1000)} s)`;
           // recorded as the revision's result: a late signal for it is then a duplicate
           if (!d.current.signalled)

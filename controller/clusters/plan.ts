@@ -12,7 +12,7 @@
  * - delete: every node uninstalls at once; a node whose uninstall succeeded loses its
  *   deployments; the cluster is removed when all did, else DELETE_FAILED.
  */
-import type { ClusterNodePhase, ClusterOperation, ClusterStatus } from '../records.js';
+import type { ClusterNodePhase, ClusterOperation, ClusterStatus, Rollout } from '../records.js';
 
 export interface PlanNode {
   node: string;
@@ -20,6 +20,10 @@ export interface PlanNode {
   phase: ClusterNodePhase;
   stepDeadlineMs: number | null;
   reason: string | null;
+  /** The node's group (SPEC §8); only planRollout reads it. */
+  nodegroup?: string;
+  /** When the node's step ended (epoch ms), else null; only planRollout reads it (pause_s). */
+  endedAtMs?: number | null;
 }
 
 export type ClusterAction =
@@ -28,7 +32,7 @@ export type ClusterAction =
   | { type: 'finish'; status: ClusterStatus; reason: string; remove: boolean };
 
 export function isInFlight(phase: ClusterNodePhase): boolean {
-  return phase === 'uninstalling' || phase === 'installing';
+  return phase === 'uninstalling' || phase === 'installing' || phase === 'checking';
 }
 
 /**
@@ -90,4 +94,78 @@ export function planCluster(
       remove: false,
     },
   ];
+}
+
+/**
+ * The next actions of a restart with node groups (SPEC §8), given every node of the cluster:
+ * only the nodes of `r.groups` take part. Timeouts first (as planCluster); then, unless more
+ * than `r.maxFailures` nodes failed, window starts in the first group not yet done (groups go
+ * one after another in `r.groups`' order); a node holds its group's slot from the start of its
+ * uninstall until `r.pauseS` seconds after its end, and a group is done when none of its nodes
+ * is pending or holds a slot (the last group's pauses delay nothing). `finish` when nothing is in flight and nothing may start:
+ * RESTART_FAILED if any node failed (within the budget too: the restart did not restart it),
+ * else RESTART_COMPLETE. An empty plan with slots held by pauses waits for a later tick.
+ */
+export function planRollout(r: Rollout, nodes: readonly PlanNode[], nowMs: number): ClusterAction[] {
+  const inScope = new Set(r.groups.map((g) => g.name));
+  const mine = nodes.filter((n) => inScope.has(n.nodegroup ?? ''));
+  const timeouts = mine.filter((n) => isInFlight(n.phase) && n.stepDeadlineMs !== null && n.stepDeadlineMs <= nowMs);
+  if (timeouts.length > 0) return timeouts.map((n) => ({ type: 'timeout', node: n.node }));
+
+  const failed = mine.filter((n) => n.phase === 'failed').sort((a, b) => a.position - b.position);
+  const pauseMs = r.pauseS * 1000;
+  const holdsSlot = (n: PlanNode): boolean =>
+    isInFlight(n.phase) ||
+    ((n.phase === 'complete' || n.phase === 'failed') &&
+      n.endedAtMs !== null &&
+      n.endedAtMs !== undefined &&
+      n.endedAtMs + pauseMs > nowMs);
+  if (failed.length <= r.maxFailures) {
+    for (const [gi, g] of r.groups.entries()) {
+      const members = mine.filter((n) => n.nodegroup === g.name);
+      const pending = members.filter((n) => n.phase === 'pending').sort((a, b) => a.position - b.position);
+      const held = members.filter(holdsSlot).length;
+      // done: the next group may start (the last pause of the last group delays nothing)
+      const later = r.groups.slice(gi + 1).map((x) => x.name);
+      const laterWork = mine.some((n) => n.phase === 'pending' && later.includes(n.nodegroup ?? ''));
+      if (pending.length === 0 && (held === 0 || (!laterWork && !members.some((n) => isInFlight(n.phase))))) continue;
+      const room = Math.max(0, g.window - held);
+      return pending.slice(0, room).map((n) => ({ type: 'start', node: n.node, step: 'uninstall' }));
+    }
+  }
+  if (mine.some((n) => isInFlight(n.phase))) return [];
+  if (failed.length > 0) {
+    const untouched = mine.filter((n) => n.phase === 'pending').length;
+    const why = failed.map((n) => `${n.node}: ${n.reason ?? 'failed'}`).join('; ');
+    return [
+      {
+        type: 'finish',
+        status: 'RESTART_FAILED',
+        reason: `restart failed on ${why}${untouched > 0 ? ` (${untouched} node(s) not started)` : ''}`,
+        remove: false,
+      },
+    ];
+  }
+  return [
+    {
+      type: 'finish',
+      status: 'RESTART_COMPLETE',
+      reason: `restart complete on ${mine.length} node(s) in ${r.groups.length} group(s)`,
+      remove: false,
+    },
+  ];
+}
+
+/**
+ * The window of one group (SPEC §8): `maxUnavailable` as a count, or a percentage ("25%") of the
+ * group's nodes rounded down; at least 1 and at most the group's size. Default: 1 in a master
+ * group, every node in the others.
+ */
+export function groupWindow(role: 'master' | 'worker', size: number, maxUnavailable: number | string | null): number {
+  if (size === 0) return 1;
+  let w: number;
+  if (maxUnavailable === null) w = role === 'master' ? 1 : size;
+  else if (typeof maxUnavailable === 'number') w = maxUnavailable;
+  else w = Math.floor((Number(maxUnavailable.slice(0, -1)) * size) / 100);
+  return Math.min(size, Math.max(1, w));
 }

@@ -25,10 +25,16 @@ import type {
   DeploymentRecord,
   DeploymentStatus,
   NewCluster,
+  NewNodegroup,
+  NodegroupRecord,
+  Rollout,
 } from '../records.js';
 
 /** A cluster's own row, without its nodes. */
-export type ClusterHead = Pick<ClusterRecord, 'id' | 'status' | 'operation' | 'maxUnavailable' | 'updatedAt'>;
+export type ClusterHead = Pick<ClusterRecord, 'id' | 'status' | 'operation' | 'maxUnavailable' | 'updatedAt'> & {
+  /** The restart's limits (SPEC §8); null for other operations and for restarts before node groups. */
+  rollout?: Rollout | null;
+};
 
 /** What the cluster's node phases say at a glance (each answer an index seek, not a scan). */
 export interface ClusterGlance {
@@ -47,10 +53,12 @@ export type NodeStepChange =
   | { type: 'start'; step: 'uninstall' | 'install'; deadlineMs: number }
   /** The uninstall succeeded (the phase stays until the install starts or the node completes). */
   | { type: 'uninstalled' }
-  /** Phase complete, no deadline; `installFinished` stamps the install's end. */
+  /** The install succeeded and the health check starts (SPEC §8): phase checking until `deadlineMs`, on that deployment. */
+  | { type: 'check'; deadlineMs: number; healthDeploymentId: string }
+  /** Phase complete, no deadline; `installFinished` stamps the install's end; the node's end is `nowMs`. */
   | { type: 'complete'; installFinished: boolean }
-  /** Phase failed, no deadline; stamps `step`'s end and keeps `reason`. */
-  | { type: 'fail'; step: 'uninstall' | 'install'; reason: string };
+  /** Phase failed, no deadline; stamps `step`'s end (and the node's) and keeps `reason`. */
+  | { type: 'fail'; step: 'uninstall' | 'install' | 'check'; reason: string };
 
 /** A revision's result: Heat's status rules (heat-status.ts) or the engine's deadline. */
 export interface StepResult {
@@ -62,6 +70,8 @@ export interface StepResult {
 
 /** Creating a cluster: what NewCluster says, plus the first step's deadline. */
 export interface ClusterRows extends NewCluster {
+  /** The groups in creation order; their nodes, in order, are `nodes`. */
+  nodegroups: NewNodegroup[];
   /** Actions of each node's install deployment (made with a triggered CREATE revision). */
   installActions: DeployAction[];
   /** Actions of each node's uninstall deployment (made with CREATE, which they do not list: not triggered). */
@@ -113,8 +123,27 @@ export interface ClusterTx {
   firstPending(clusterId: string, limit: number): Promise<ClusterNodeRecord[]>;
   clusterNode(clusterId: string, node: string): Promise<ClusterNodeRecord | undefined>;
   setNodeStep(clusterId: string, node: string, change: NodeStepChange, nowMs: number): Promise<void>;
-  /** Starts operation `op` with window `maxUnavailable`: status `<OP>_IN_PROGRESS`, every node pending with its marks cleared. */
-  beginOperation(clusterId: string, op: ClusterOperation, maxUnavailable: number, nowMs: number): Promise<void>;
+  /**
+   * Starts operation `op` with window `maxUnavailable`: status `<OP>_IN_PROGRESS`, every node
+   * pending with its marks cleared; with `rollout`, kept as the operation's limits, and only the
+   * nodes of its groups are made pending (the others are left as they are).
+   */
+  beginOperation(
+    clusterId: string,
+    op: ClusterOperation,
+    maxUnavailable: number,
+    nowMs: number,
+    rollout?: Rollout | null,
+  ): Promise<void>;
+  /** The cluster's node groups in creation order. */
+  nodegroups(clusterId: string): Promise<NodegroupRecord[]>;
+  /**
+   * Makes a health deployment (role `health`, actions `["CHECK"]`, a triggered `CHECK` revision
+   * with no input values) of config `configId` on `node`, for the cluster, waking the node with
+   * `restart`; removes the one it replaces (a former restart's), if any.
+   * @returns the new deployment's id
+   */
+  newHealthDeployment(clusterId: string, node: string, configId: string, replaces: string | null): Promise<string>;
   /** Ends the operation in `status` with `reason`. */
   finishCluster(clusterId: string, status: ClusterStatus, reason: string, nowMs: number): Promise<void>;
   /** Removes the cluster, its node rows and every deployment it made (touching their nodes). */

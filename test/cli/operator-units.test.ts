@@ -96,6 +96,10 @@ describe('watchRestart', () => {
     install_started_at: null,
     install_finished_at: null,
     step_deadline_at: null,
+    nodegroup: 'default-worker',
+    health_deployment_id: null,
+    check_started_at: null,
+    ended_at: null,
     ...extra,
   });
   const cluster = (id: string, status: ClusterStatus, nodes: ClusterNodeView[]): ClusterView => ({
@@ -113,6 +117,8 @@ describe('watchRestart', () => {
     creation_time: '',
     updated_time: '',
     nodes,
+    nodegroups: [],
+    rollout: null,
   });
 
   function fakeClient(states: ClusterView[]): ApiClient {

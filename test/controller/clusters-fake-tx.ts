@@ -23,12 +23,15 @@ import type {
   ClusterStatus,
   ConfigRecord,
   DeploymentRecord,
+  NodegroupRecord,
   RevisionRecord,
+  Rollout,
 } from '../../controller/records.js';
 
 interface FakeCluster {
   head: ClusterHead & { name: string; statusReason: string };
   nodes: ClusterNodeRecord[];
+  nodegroups: NodegroupRecord[];
 }
 
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -155,7 +158,9 @@ export class FakeClusterTx implements ClusterTx {
     }
     const id = this.#w.id('cluster');
     const at = iso(nowMs);
+    const groupOf = (node: string) => c.nodegroups.find((g) => g.nodes.includes(node))!;
     const nodes: ClusterNodeRecord[] = c.nodes.map((node, position) => {
+      const g = groupOf(node);
       const mk = (role: 'install' | 'uninstall', configId: string, actions: DeployAction[]): string => {
         const depId = this.#w.id(role);
         this.#w.deployments.set(depId, {
@@ -180,14 +185,18 @@ export class FakeClusterTx implements ClusterTx {
         node,
         position,
         phase: 'installing',
-        installDeploymentId: mk('install', c.installConfigId, c.installActions),
-        uninstallDeploymentId: mk('uninstall', c.uninstallConfigId, c.uninstallActions),
+        installDeploymentId: mk('install', g.installConfigId, c.installActions),
+        uninstallDeploymentId: mk('uninstall', g.uninstallConfigId, c.uninstallActions),
         stepDeadlineMs: c.stepDeadlineMs,
         uninstallStartedAt: null,
         uninstallFinishedAt: null,
         installStartedAt: at,
         installFinishedAt: null,
         reason: null,
+        nodegroup: g.name,
+        healthDeploymentId: null,
+        checkStartedAt: null,
+        endedAtMs: null,
       };
     });
     this.#w.clusters.set(id, {
@@ -199,8 +208,18 @@ export class FakeClusterTx implements ClusterTx {
         operation: 'create',
         maxUnavailable: c.nodes.length,
         updatedAt: at,
+        rollout: null,
       },
       nodes,
+      nodegroups: c.nodegroups.map((g, position) => ({
+        name: g.name,
+        role: g.role,
+        position,
+        installConfigId: g.ownInstallConfigId,
+        uninstallConfigId: g.ownUninstallConfigId,
+        inputValues: g.ownInputValues,
+        createdAt: at,
+      })),
     });
     this.changes.clusterChanged(id);
     return id;
@@ -222,8 +241,41 @@ export class FakeClusterTx implements ClusterTx {
         operation: c.head.operation,
         maxUnavailable: c.head.maxUnavailable,
         updatedAt: c.head.updatedAt,
+        rollout: c.head.rollout ?? null,
       }
     );
+  }
+
+  async nodegroups(clusterId: string): Promise<NodegroupRecord[]> {
+    return this.#cluster(clusterId).nodegroups.map((g) => ({ ...g }));
+  }
+
+  async newHealthDeployment(
+    clusterId: string,
+    node: string,
+    configId: string,
+    replaces: string | null,
+  ): Promise<string> {
+    if (replaces !== null && this.#w.deployments.delete(replaces)) this.changes.deploymentRemoved(replaces);
+    const at = iso(0);
+    const depId = this.#w.id('health');
+    this.#w.deployments.set(depId, {
+      d: {
+        id: depId,
+        node,
+        configId,
+        name: 'health',
+        actions: ['CHECK'],
+        clusterId,
+        clusterRole: 'health',
+        createdAt: at,
+        updatedAt: at,
+      },
+      revisions: [],
+    });
+    this.changes.deploymentChanged(depId);
+    this.#revise(depId, 'CHECK', 'restart');
+    return depId;
   }
 
   async claimActiveClusters(): Promise<string[]> {
@@ -299,20 +351,36 @@ export class FakeClusterTx implements ClusterTx {
       case 'uninstalled':
         n.uninstallFinishedAt = at;
         break;
+      case 'check':
+        Object.assign(n, {
+          phase: 'checking',
+          stepDeadlineMs: change.deadlineMs,
+          checkStartedAt: at,
+          installFinishedAt: at,
+          healthDeploymentId: change.healthDeploymentId,
+          reason: null,
+        });
+        break;
       case 'complete':
-        Object.assign(n, { phase: 'complete', stepDeadlineMs: null });
+        Object.assign(n, { phase: 'complete', stepDeadlineMs: null, endedAtMs: nowMs });
         if (change.installFinished) n.installFinishedAt = at;
         break;
       case 'fail':
-        Object.assign(n, { phase: 'failed', stepDeadlineMs: null, reason: change.reason });
+        Object.assign(n, { phase: 'failed', stepDeadlineMs: null, reason: change.reason, endedAtMs: nowMs });
         if (change.step === 'uninstall') n.uninstallFinishedAt = at;
-        else n.installFinishedAt = at;
+        else if (change.step === 'install') n.installFinishedAt = at;
         break;
     }
     this.changes.clusterChanged(clusterId);
   }
 
-  async beginOperation(clusterId: string, op: ClusterOperation, maxUnavailable: number, nowMs: number): Promise<void> {
+  async beginOperation(
+    clusterId: string,
+    op: ClusterOperation,
+    maxUnavailable: number,
+    nowMs: number,
+    rollout: Rollout | null = null,
+  ): Promise<void> {
     const c = this.#cluster(clusterId);
     Object.assign(c.head, {
       status: `${op.toUpperCase()}_IN_PROGRESS`,
@@ -320,8 +388,11 @@ export class FakeClusterTx implements ClusterTx {
       operation: op,
       maxUnavailable,
       updatedAt: iso(nowMs),
+      rollout,
     });
+    const inScope = rollout === null ? null : new Set(rollout.groups.map((g) => g.name));
     for (const n of c.nodes) {
+      if (inScope && !inScope.has(n.nodegroup)) continue;
       Object.assign(n, {
         phase: 'pending',
         stepDeadlineMs: null,
@@ -330,6 +401,8 @@ export class FakeClusterTx implements ClusterTx {
         installStartedAt: null,
         installFinishedAt: null,
         reason: null,
+        checkStartedAt: null,
+        endedAtMs: null,
       });
     }
     this.changes.clusterChanged(clusterId);

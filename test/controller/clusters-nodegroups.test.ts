@@ -1,0 +1,206 @@
+/**
+ * Node groups and restart options through the API (SPEC §8), in-process: creating a cluster
+ * with groups (and the flat form's one group), what GET shows, the refusals naming their
+ * field, and a dry run's plan. The rules of a rollout run with real agents in
+ * test/integration/rollout.test.ts; the planner's on the in-memory transaction in
+ * clusters-rollout.test.ts.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeControllerTestPki, type ControllerTestPki, type Cred } from '../helpers/controller-pki.js';
+import { startTestController, waitFor, type TestController } from '../helpers/controller-harness.js';
+
+const GENEROUS = { burst: 100_000, perS: 100_000 };
+const NODES = ['g1', 'g2', 'g3', 'g4'];
+
+let pki: ControllerTestPki;
+let creds: Map<string, Cred>;
+let t: TestController;
+let op: Cred;
+let install: string, uninstall: string, gpuInstall: string;
+
+/** Signals success for every item not yet signalled on `nodes` until `done` holds (a stand-in agent). */
+async function settle(nodes: string[], done: () => Promise<boolean>): Promise<void> {
+  await waitFor('the cluster to settle', async () => {
+    for (const n of nodes) {
+      const md = await t.req(creds.get(n)!, 'GET', `/v1/nodes/${n}/metadata`);
+      for (const item of (md.json?.deployments ?? []) as any[]) {
+        if (item.signalled) continue;
+        await t.req(creds.get(n)!, 'POST', `/v1/nodes/${n}/deployments/${item.deployment_id}/signal`, {
+          revision: item.revision,
+          deploy_status_code: 0,
+          outputs: {},
+        });
+      }
+    }
+    return done();
+  });
+}
+
+beforeAll(async () => {
+  pki = await makeControllerTestPki();
+  creds = new Map();
+  for (const n of NODES) creds.set(n, await pki.issueAgent(n));
+  op = pki.cred('operator', 'admin');
+  t = await startTestController(
+    pki,
+    {},
+    { rates: { announce: GENEROUS, fetch: GENEROUS, other: GENEROUS }, stepMarginS: 0, clusterTickMs: 50 },
+  );
+  for (const n of NODES)
+    await t.req(creds.get(n)!, 'PUT', `/v1/nodes/${n}/endpoint`, { url: 'wss://127.0.0.1:7443/v1/wake' });
+  const mk = async (name: string, extra: Record<string, unknown> = {}) =>
+    (await t.req(op, 'POST', '/v1/configs', { name, group: 'script', config: '#!/bin/sh\n', ...extra })).json
+      .id as string;
+  install = await mk('install', { inputs: [{ name: 'token', hidden: true }, { name: 'zone' }] });
+  uninstall = await mk('uninstall');
+  gpuInstall = await mk('install-gpu', { inputs: [{ name: 'zone' }] });
+});
+
+afterAll(async () => {
+  await t?.close();
+  pki?.cleanup();
+});
+
+describe('node groups through the API', () => {
+  const base = () => ({ name: 'k', install_config_id: install, uninstall_config_id: uninstall });
+  let id: string;
+
+  it('refuses bad groups naming the field: a node in two groups, a bad name or role, a group twice, both forms', async () => {
+    const post = async (body: unknown) => (await t.req(op, 'POST', '/v1/clusters', body)).json.error;
+    expect(
+      await post({
+        ...base(),
+        nodegroups: [
+          { name: 'a', nodes: ['g1', 'g2'] },
+          { name: 'b', nodes: ['g3', 'g1'] },
+        ],
+      }),
+    ).toMatchObject({ code: 'invalid_request', field: 'nodegroups.1.nodes.1' });
+    expect(await post({ ...base(), nodegroups: [{ name: 'Bad Name', nodes: ['g1'] }] })).toMatchObject({
+      code: 'invalid_request',
+      field: 'nodegroups.0.name',
+    });
+    expect(await post({ ...base(), nodegroups: [{ name: 'a', role: 'boss', nodes: ['g1'] }] })).toMatchObject({
+      code: 'invalid_request',
+      field: 'nodegroups.0.role',
+    });
+    expect(
+      await post({
+        ...base(),
+        nodegroups: [
+          { name: 'a', nodes: ['g1'] },
+          { name: 'a', nodes: ['g2'] },
+        ],
+      }),
+    ).toMatchObject({ code: 'invalid_request', field: 'nodegroups.1.name' });
+    expect(await post({ ...base(), nodes: ['g1'], nodegroups: [{ name: 'a', nodes: ['g2'] }] })).toMatchObject({
+      code: 'invalid_request',
+      field: 'nodegroups',
+    });
+    expect(
+      await post({ ...base(), nodegroups: [{ name: 'a', nodes: ['g1'], install_config_id: 'nope' }] }),
+    ).toMatchObject({ code: 'unknown_config', field: 'nodegroups.0.install_config_id' });
+    expect((await t.req(op, 'GET', '/v1/clusters')).json.items).toEqual([]);
+  });
+
+  it("creates a cluster of groups, each with its role, nodes and phases; a group's config and values override the cluster's", async () => {
+    const r = await t.req(op, 'POST', '/v1/clusters', {
+      ...base(),
+      input_values: { token: 's3cr3t', zone: 'a' },
+      nodegroups: [
+        { name: 'workers', nodes: ['g3', 'g4'], install_config_id: gpuInstall, input_values: { zone: 'b' } },
+        { name: 'masters', role: 'master', nodes: ['g1', 'g2'] },
+      ],
+    });
+    expect(r.status, JSON.stringify(r.json)).toBe(201);
+    id = r.json.id;
+    expect(r.json.input_values).toEqual({ token: '***', zone: 'a' });
+    expect(
+      r.json.nodegroups.map((g: any) => [g.name, g.role, g.install_config_id, g.nodes.map((n: any) => n.node)]),
+    ).toEqual([
+      ['workers', 'worker', gpuInstall, ['g3', 'g4']],
+      ['masters', 'master', install, ['g1', 'g2']],
+    ]);
+    expect(r.json.nodegroups[0].input_values).toEqual({ zone: 'b' });
+    expect(r.json.nodegroups[1].nodes.map((n: any) => n.phase)).toEqual(['installing', 'installing']);
+    // the group's own config runs on its nodes, with its values over the cluster's
+    const md = await t.req(creds.get('g3')!, 'GET', '/v1/nodes/g3/metadata');
+    const item = (md.json.deployments as any[]).find((i) => !i.signalled);
+    expect(item.inputs.find((i: any) => i.name === 'zone').value).toBe('b');
+    await settle(NODES, async () => (await t.req(op, 'GET', `/v1/clusters/${id}`)).json.status === 'CREATE_COMPLETE');
+  });
+
+  it('refuses a node of a cluster in another one', async () => {
+    const r = await t.req(op, 'POST', '/v1/clusters', {
+      ...base(),
+      name: 'other',
+      nodegroups: [{ name: 'x', nodes: ['g2'] }],
+    });
+    expect(r.status).toBe(409);
+    expect(r.json.error).toMatchObject({ code: 'cluster_busy', field: 'nodes.0' });
+  });
+
+  it('refuses bad restart options naming the field, and changes nothing', async () => {
+    const patch = async (body: unknown, p = `/v1/clusters/${id}/actions/restart`) =>
+      (await t.req(op, 'PATCH', p, body)).json?.error;
+    expect(await patch({ nodegroups: ['masters', 'gpus'] })).toMatchObject({
+      code: 'unknown_nodegroup',
+      field: 'nodegroups.1',
+    });
+    expect(await patch({ max_unavailable: '150%' })).toMatchObject({
+      code: 'invalid_request',
+      field: 'max_unavailable',
+    });
+    expect(await patch({ max_unavailable: 0 })).toMatchObject({ code: 'invalid_request', field: 'max_unavailable' });
+    expect(await patch({ pause_s: -1 })).toMatchObject({ code: 'invalid_request', field: 'pause_s' });
+    expect(await patch({ max_failures: -1 })).toMatchObject({ code: 'invalid_request', field: 'max_failures' });
+    expect(await patch({ health_config_id: 'nope' })).toMatchObject({
+      code: 'unknown_config',
+      field: 'health_config_id',
+    });
+    expect(await patch({}, `/v1/clusters/${id}/nodegroups/gpus/actions/restart`)).toMatchObject({ code: 'not_found' });
+    expect(
+      await patch({ nodegroups: ['workers'] }, `/v1/clusters/${id}/nodegroups/masters/actions/restart`),
+    ).toMatchObject({ code: 'invalid_request', field: 'nodegroups' });
+    expect((await t.req(op, 'GET', `/v1/clusters/${id}`)).json.status).toBe('CREATE_COMPLETE');
+  });
+
+  it('answers a dry run with the plan: masters first, each group with its nodes and limits', async () => {
+    const r = await t.req(op, 'PATCH', `/v1/clusters/${id}/actions/restart`, {
+      dry_run: true,
+      max_unavailable: '50%',
+      pause_s: 2,
+      max_failures: 1,
+    });
+    expect(r.status).toBe(200);
+    expect(r.json).toEqual({
+      cluster: id,
+      dry_run: true,
+      nodegroups: [
+        { name: 'masters', role: 'master', nodes: ['g1', 'g2'], max_unavailable: 1 },
+        { name: 'workers', role: 'worker', nodes: ['g3', 'g4'], max_unavailable: 1 },
+      ],
+      pause_s: 2,
+      max_failures: 1,
+      health_config_id: null,
+    });
+    const one = await t.req(op, 'PATCH', `/v1/clusters/${id}/nodegroups/workers/actions/restart`, { dry_run: true });
+    expect(one.json.nodegroups).toEqual([{ name: 'workers', role: 'worker', nodes: ['g3', 'g4'], max_unavailable: 2 }]);
+    expect((await t.req(op, 'GET', `/v1/clusters/${id}`)).json).toMatchObject({
+      status: 'CREATE_COMPLETE',
+      rollout: null,
+    });
+  });
+
+  it('makes one group default-worker from the flat form', async () => {
+    const other = await t.req(op, 'DELETE', `/v1/clusters/${id}`);
+    expect(other.status).toBe(202);
+    await settle(NODES, async () => (await t.req(op, 'GET', `/v1/clusters/${id}`)).status === 404);
+    const r = await t.req(op, 'POST', '/v1/clusters', { ...base(), nodes: ['g1', 'g2'] });
+    expect(r.status).toBe(201);
+    expect(r.json.nodegroups.map((g: any) => [g.name, g.role, g.nodes.length])).toEqual([
+      ['default-worker', 'worker', 2],
+    ]);
+    expect(r.json.nodes.map((n: any) => n.nodegroup)).toEqual(['default-worker', 'default-worker']);
+  });
+});
