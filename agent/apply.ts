@@ -20,6 +20,7 @@ import type { Logger } from '../certs/tls.js';
 import type { RunItem, RunOptions, RunResult } from './hooks/types.js';
 import { INTERRUPTED_STATUS_CODE, type AgentState } from './state.js';
 import type { OutboxSignal } from './outbox-store.js';
+import type { LiveOutput } from './output-sender.js';
 
 /** Where the running hook's process group is recorded. */
 export const RUNNING_FILE = 'running.json';
@@ -36,7 +37,9 @@ export interface ApplyLoopOptions {
   /** Loads the hook runner (lazily: execa and the hook code load only when a run happens). */
   loadRunItem: () => Promise<RunItem>;
   /** Passed to each run (runsDir, hooksDir, timeouts); `signal` and `onSpawn` are the loop's. */
-  runOptions: Omit<RunOptions, 'signal' | 'onSpawn'>;
+  runOptions: Omit<RunOptions, 'signal' | 'onSpawn' | 'onOutput'>;
+  /** Opens the live output sink of one run (SPEC §8); closed before its signal is queued. */
+  openOutput?: (item: MetadataItem) => LiveOutput;
   log: Logger;
   /** Told when a hook process starts (tests). */
   onSpawn?: (pid: number, item: MetadataItem) => void;
@@ -189,10 +192,12 @@ export class ApplyLoop {
     log.info(meta, 'deployment item started');
     const t0 = Date.now();
     let result: RunResult;
+    const live = this.#o.openOutput?.(item);
     try {
       const runItem = await this.#o.loadRunItem();
       result = await runItem(item, {
         ...this.#o.runOptions,
+        ...(live === undefined ? {} : { onOutput: live.write }),
         signal: this.#abort.signal,
         onSpawn: (pid) => {
           this.#recordRunning(item.id, pid);
@@ -210,6 +215,8 @@ export class ApplyLoop {
       };
     }
     await unlink(this.#runningFile).catch(() => undefined);
+    // the last chunks go out before the signal when the controller takes them at once (bounded wait)
+    await live?.close();
     const interrupted = this.#abort.signal.aborted;
     const body = signalBodyOf(item, result, interrupted);
     await this.#o.enqueue({

@@ -1,7 +1,8 @@
 /**
  * The agent's one wiring (SPEC §4): the PKI material, the state dir, the fetcher, the outbox, the
- * apply loop, the fetch coalescer, the wake-up listener and the poller, assembled from explicit
- * dependencies (logger, clock, random, hook runner, file system owner checks). `agent/main.ts`
+ * live output sender, the apply loop, the fetch coalescer, the wake-up listener and the poller,
+ * assembled from explicit dependencies (logger, clock, random, hook runner, file system owner
+ * checks). `agent/main.ts`
  * (the process), the benchmark's simulated agents and the tests run these same parts wired this
  * same way; what differs between them is only what they hand in.
  *
@@ -33,6 +34,7 @@ import type { RunItem } from './hooks/types.js';
 import { WakeListener } from './listener.js';
 import { OutboxSender } from './outbox.js';
 import { OutboxStore } from './outbox-store.js';
+import { OutputSender } from './output-sender.js';
 import { Poller, realTimers } from './poller.js';
 import { checkRootOwned, UnsafeStateDirError, type OwnerFs } from './root-owned.js';
 import { AgentState } from './state.js';
@@ -67,6 +69,8 @@ export interface AgentConfig {
    * never learns it and never dials, so only polling fetches (the benchmark's push-off runs).
    */
   announce?: boolean | undefined;
+  /** Stream hooks' output while they run (SPEC §8; default true). False: only the signal carries it. */
+  liveOutput?: boolean | undefined;
 }
 
 export const DEFAULT_AGENT_CONFIG = {
@@ -124,6 +128,7 @@ export interface AgentParts {
   state: AgentState;
   fetcher: Fetcher;
   outbox: OutboxSender;
+  output: OutputSender;
   apply: ApplyLoop;
   coalescer: FetchCoalescer;
   listener: WakeListener;
@@ -254,6 +259,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     log,
     ...(deps.random ? { random: deps.random } : {}),
   });
+  const output = new OutputSender({ node: cfg.node, send: (p, body) => fetcher.output(p, body), log });
   let runItem: RunItem | undefined = deps.runItem;
   const apply = new ApplyLoop({
     node: cfg.node,
@@ -261,6 +267,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     enqueue: (s) => outbox.put(s),
     loadRunItem: async () => (runItem ??= (await import('./hooks/run-item.js')).runItem),
     runOptions: { runsDir, ...(cfg.hooksDir ? { hooksDir: path.resolve(cfg.hooksDir) } : {}), log },
+    ...(cfg.liveOutput === false ? {} : { openOutput: (item: MetadataItem) => output.open(item) }),
     log,
     ...(observe.spawn ? { onSpawn: observe.spawn } : {}),
   });
@@ -387,6 +394,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
       // one short chance to deliver what is queued; the rest waits on disk for the next start
       if (started) await Promise.race([outbox.idle(), new Promise((r) => setTimeout(r, 1_000).unref())]);
       await outbox.stop();
+      output.stop();
       fetcher.close();
       material.close();
       await state.flush().catch(() => undefined);
@@ -397,7 +405,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
 
   return {
     identity: me.spiffeId,
-    parts: { material, state, fetcher, outbox, apply, coalescer, listener, poller },
+    parts: { material, state, fetcher, outbox, output, apply, coalescer, listener, poller },
     start,
     announced: () => announcing,
     stop,

@@ -13,6 +13,7 @@ import type http from 'node:http';
 import { HeraldError, RefusalError } from '../protocol/errors.js';
 import { fullJitterMs } from '../protocol/backoff.js';
 import type { MetadataDocument, SignalBody } from '../protocol/heat.js';
+import type { OutputChunkBody } from '../protocol/output.js';
 import { KeySet } from '../protocol/jws.js';
 import { AGENT_API_MAX_CONNECTIONS, MAX_METADATA_RESPONSE_BYTES, MAX_REQUEST_BODY_BYTES } from '../protocol/limits.js';
 import { newNonce, NONCE_HEADER, SIGNATURE_HEADER, verifyMetadataResponse } from '../protocol/metadata.js';
@@ -255,6 +256,19 @@ export class Fetcher {
       maxBytes: MAX_REQUEST_BODY_BYTES,
     });
     return res.status;
+  }
+
+  /**
+   * Posts one live output chunk (SPEC §8). Resolves with the HTTP status and a 429's Retry-After.
+   * @throws a network or TLS error
+   */
+  async output(path: string, body: OutputChunkBody): Promise<{ status: number; retryAfterMs?: number }> {
+    const res = await this.#request('POST', path, {
+      body: Buffer.from(JSON.stringify(body)),
+      maxBytes: MAX_REQUEST_BODY_BYTES,
+    });
+    const retryAfter = retryAfterMs(res.headers['retry-after'] as string | undefined);
+    return retryAfter === undefined ? { status: res.status } : { status: res.status, retryAfterMs: retryAfter };
   }
 
   /** Aborts requests in flight and closes the connections. Idempotent. */

@@ -357,6 +357,29 @@ function registerDeploy(program: Command): void {
         );
       });
     });
+  leaf(deploy, 'logs <id>', "print a deployment's live output; --follow: as it comes, until the revision's result", [
+    'herald deploy logs 9a2b...',
+    'herald deploy logs 9a2b... --follow',
+    'herald deploy logs 9a2b... --revision 2',
+  ])
+    .option('--follow', 'keep printing new output until the revision is signalled (exit 1 if it FAILED)')
+    .option('--revision <n>', 'this revision (default: the current one)')
+    .option('--timeout <duration>', 'with --follow: give up after this long', '10m')
+    .action(async (id: string, opts: { follow?: boolean; revision?: string; timeout: string }, cmd: Command) => {
+      const timeoutMs = parseDuration(opts.timeout, '--timeout');
+      const revision = opts.revision === undefined ? undefined : parsePositiveInt(opts.revision, '--revision');
+      const { deployLogs } = await import('./operator-logs.js');
+      await withClient(cmd, async (client, o) => {
+        const r = await deployLogs(client, id, {
+          follow: opts.follow === true,
+          revision,
+          timeoutMs,
+          json: o.json === true,
+        });
+        if (r.exitCode === 'timeout') process.stderr.write(`herald: timed out following deployment ${id}\n`);
+        process.exitCode = waitExitCode(r.exitCode === 'timeout', r.exitCode === 'failed') ?? process.exitCode;
+      });
+    });
   leaf(deploy, 'rm <id>', 'delete a deployment: runs a DELETE revision if DELETE is in its actions, then removes it', [
     'herald deploy rm 9a2b...',
   ]).action(async (id: string, _o, cmd: Command) => {

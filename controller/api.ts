@@ -36,6 +36,8 @@ import {
   MAX_REQUEST_BODY_BYTES,
   MAX_SIGNAL_BODY_BYTES,
   MAX_SSE_BUFFERED_BYTES,
+  OUTPUT_RATE_BURST,
+  OUTPUT_RATE_PER_S,
   REFUSAL_LOG_INTERVAL_MS,
   SIGNAL_RATE_BURST,
   SIGNAL_RATE_PER_S,
@@ -160,6 +162,7 @@ export class ApiServer {
       announce: new RateLimiter(r.announce ?? { burst: ANNOUNCE_RATE_BURST, perS: ANNOUNCE_RATE_PER_S }, this.#now),
       fetch: new RateLimiter(r.fetch ?? { burst: FETCH_RATE_BURST, perS: FETCH_RATE_PER_S }, this.#now),
       signal: new RateLimiter(r.signal ?? { burst: SIGNAL_RATE_BURST, perS: SIGNAL_RATE_PER_S }, this.#now),
+      output: new RateLimiter(r.output ?? { burst: OUTPUT_RATE_BURST, perS: OUTPUT_RATE_PER_S }, this.#now),
       other: new RateLimiter(r.other ?? { burst: API_RATE_BURST, perS: API_RATE_PER_S }, this.#now),
     };
     this.#controllerId = o.material.current().identity.spiffeId;
@@ -533,6 +536,13 @@ export class ApiServer {
         rate: 'signal',
       },
     );
+    add(
+      'POST',
+      '/v1/nodes/:node/deployments/:deployment/output',
+      'agent',
+      async (c) => ok(await s.output.post(c.params.node!, c.params.deployment!, c.body)),
+      { rate: 'output' },
+    );
 
     // operator routes
     add('POST', '/v1/nodes', 'operator', async (c) => {
@@ -560,6 +570,9 @@ export class ApiServer {
     );
     add('GET', '/v1/deployments/:id', 'operator', async (c) => ok(await s.getDeployment(c.params.id!)));
     add('GET', '/v1/deployments/:id/revisions', 'operator', async (c) => items(await s.listRevisions(c.params.id!)));
+    add('GET', '/v1/deployments/:id/output', 'operator', async (c) =>
+      ok(await s.output.get(c.params.id!, c.query.get('revision'))),
+    );
     add('PATCH', '/v1/deployments/:id', 'operator', async (c) =>
       ok(await s.updateDeployment(c.params.id!, c.body, who(c))),
     );

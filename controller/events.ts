@@ -4,7 +4,7 @@
  */
 import { EventEmitter } from 'node:events';
 
-export type ControllerEventType = 'deployment' | 'node' | 'cluster' | 'push';
+export type ControllerEventType = 'deployment' | 'node' | 'cluster' | 'push' | 'output';
 
 export interface ControllerEvent {
   /** Increasing within one controller process (the SSE `id`). */

@@ -6,7 +6,7 @@ import type { CertIdentity } from '../certs/identity.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 export type RouteAuth = 'any' | 'agent' | 'operator';
-export type RateClass = 'announce' | 'fetch' | 'signal' | 'other';
+export type RateClass = 'announce' | 'fetch' | 'signal' | 'output' | 'other';
 
 export interface RouteContext {
   req: IncomingMessage;

@@ -14,6 +14,7 @@ import type { CertIdentity } from '../certs/identity.js';
 import { ClusterEngine, type RestartOptions } from './clusters/engine.js';
 import { hostInSans, parseEndpoint } from './endpoint.js';
 import { GroupCommitter } from './group-commit.js';
+import { LiveOutputService } from './live-output.js';
 import type { EventBus } from './events.js';
 import { buildMetadataDocument, MetadataCache, type BuiltMetadata } from './metadata-builder.js';
 import type { ControllerMetrics } from './metrics.js';
@@ -72,6 +73,8 @@ export class ControllerService {
   readonly clusters: ClusterEngine;
   readonly push: PushService;
   readonly events: EventBus;
+  /** Live output chunks (SPEC §8). */
+  readonly output: LiveOutputService;
   readonly #log: Logger;
   readonly #metrics: ControllerMetrics | undefined;
   #publicUrl: string;
@@ -98,6 +101,7 @@ export class ControllerService {
     this.clusters = o.clusters ?? new ClusterEngine();
     this.push = o.push;
     this.events = o.events;
+    this.output = new LiveOutputService(this.store, this.events);
     this.#log = o.logger;
     this.#metrics = o.metrics;
     this.#publicUrl = o.publicUrl.replace(/\/+$/, '');

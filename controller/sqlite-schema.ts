@@ -4,6 +4,7 @@
  */
 import type Database from 'better-sqlite3';
 import type { DeployAction } from '../protocol/heat.js';
+import { OUTPUT_MIGRATION_SQL } from './sqlite-output.js';
 import type {
   ClusterNodePhase,
   ClusterNodeRecord,
@@ -172,6 +173,13 @@ export const MIGRATIONS: Migration[] = [
       { table: 'cluster_nodes', column: 'check_started_at', decl: 'TEXT' },
       { table: 'cluster_nodes', column: 'ended_at_ms', decl: 'INTEGER' },
     ],
+  },
+  {
+    version: 4,
+    name: 'deployment_output',
+    // SPEC §8 live output: each chunk an agent streamed, kept once per sequence number, the
+    // newest 1 MiB per revision (controller/sqlite-output.ts)
+    sql: OUTPUT_MIGRATION_SQL,
   },
 ];
 

@@ -30,6 +30,7 @@ import type {
 } from './records.js';
 import { MIGRATIONS, prepareStatements, SCHEMA_VERSION, type Statements } from './sqlite-schema.js';
 import { SqliteRows, SqliteTx } from './sqlite-tx.js';
+import { SqliteOutputRows, type KeptOutput, type OutputChunkRecord } from './sqlite-output.js';
 import type { Committed, Store, TxFn, UnitOutcome } from './store.js';
 
 export { SCHEMA_VERSION } from './sqlite-schema.js';
@@ -43,6 +44,8 @@ export class SqliteStore implements Store {
   readonly #db: Database.Database;
   readonly #s: Statements;
   readonly #rows: SqliteRows;
+  readonly #output: SqliteOutputRows;
+  readonly #now: () => number;
   /** A transaction (or a read waiting behind one) holds the connection. */
   #busy = false;
   readonly #waiting: Array<() => void> = [];
@@ -55,6 +58,7 @@ export class SqliteStore implements Store {
    */
   constructor(path: string, opts: SqliteStoreOptions = {}) {
     const o = { now: Date.now, ...opts };
+    this.#now = o.now;
     try {
       if (path !== ':memory:' && path !== '') createPrivateFile(path);
       this.#db = new Database(path);
@@ -69,6 +73,7 @@ export class SqliteStore implements Store {
       this.#migrate(path, o.now);
       this.#s = prepareStatements(this.#db);
       this.#rows = new SqliteRows(this.#s, o.now);
+      this.#output = new SqliteOutputRows(this.#db);
     } catch (err) {
       this.#db.close();
       throw err;
@@ -319,6 +324,17 @@ export class SqliteStore implements Store {
 
   listAudit(limit = 100): Promise<AuditRecord[]> {
     return this.#read(() => this.#rows.audit(limit));
+  }
+
+  readOutput(deploymentId: string, revision: number): Promise<KeptOutput> {
+    return this.#read(() => this.#output.read(deploymentId, revision));
+  }
+
+  appendOutput(chunk: OutputChunkRecord): Promise<{ duplicate: boolean }> {
+    return this.#exclusive(() => {
+      this.#assertOpen();
+      return this.#output.append(chunk, new Date(this.#now()).toISOString());
+    });
   }
 
   /** Waits for the open transaction, then closes the database (a WAL checkpoint happens on close). Idempotent. */

@@ -13,6 +13,7 @@
  * data (existence, revisions, states).
  */
 import type { ClusterTx } from './clusters/tx.js';
+import type { KeptOutput, OutputChunkRecord } from './sqlite-output.js';
 import type {
   AnnounceResult,
   AuditRecord,
@@ -72,6 +73,8 @@ export interface StoreReads {
   activeClusterIds(): Promise<string[]>;
   /** The newest `limit` (default 100) audit rows, newest first. */
   listAudit(limit?: number): Promise<AuditRecord[]>;
+  /** A revision's kept live output chunks (SPEC §8), oldest first, and the bytes cut per stream. */
+  readOutput(deploymentId: string, revision: number): Promise<KeptOutput>;
 }
 
 /**
@@ -112,6 +115,12 @@ export interface Store extends StoreReads {
   /** `deployment` is null when it was removed at once (no DELETE run). */
   deleteDeployment(id: string, who: string): Promise<{ deployment: DeploymentRecord | null; changes: ChangeSet }>;
 
+  /**
+   * Keeps one live output chunk (no generation, no audit: output is not state the agent reads);
+   * `duplicate` when that sequence number of the revision was kept before. Only the newest
+   * OUTPUT_KEPT_PER_REVISION_BYTES of a revision stay.
+   */
+  appendOutput(chunk: OutputChunkRecord): Promise<{ duplicate: boolean }>;
   /** Raises nodes' acknowledged generations (never lowers them); one transaction for the batch, no generation. */
   recordAcked(acks: ReadonlyMap<string, number>): Promise<void>;
   /** Waits for the open transaction, then closes; later calls reject `internal`. Idempotent. */

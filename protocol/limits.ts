@@ -119,6 +119,9 @@ export const MAX_JSON_DEPTH_LEVELS = 64;
 /** Signals per node: burst, then sustained rate (a signal may be 4 MiB to parse). */
 export const SIGNAL_RATE_BURST = 20;
 export const SIGNAL_RATE_PER_S = 5;
+/** Streamed output chunks per node: burst, then sustained rate (SPEC §6). */
+export const OUTPUT_RATE_BURST = 20;
+export const OUTPUT_RATE_PER_S = 8;
 /**
  * A metadata fetch within this long of a wake-up the controller sent that node is never
  * rate-limited (SPEC §3): the controller asked for it.
@@ -140,6 +143,16 @@ export const HOOK_TIMEOUT_S = 600;
 export const HOOK_KILL_GRACE_MS = 10_000;
 /** After a hook's own process exits, how long its output pipes may drain (a daemon may hold them). */
 export const HOOK_OUTPUT_DRAIN_MS = 200;
+/** Live output (SPEC §8): what a running hook printed is sent at least this often. */
+export const OUTPUT_FLUSH_INTERVAL_MS = 250;
+/** Live output: a chunk's text is at most this many bytes (UTF-8); more is flushed at once. */
+export const OUTPUT_CHUNK_MAX_BYTES = 64 * 1024;
+/** Live output: chunks waiting at the agent, in bytes; past it the oldest are dropped (a gap). */
+export const OUTPUT_QUEUE_MAX_BYTES = 1024 * 1024;
+/** Live output: after the hook ended, how long the agent waits for queued chunks before it signals. */
+export const OUTPUT_FINAL_FLUSH_WAIT_MS = 1_000;
+/** Live output: the controller keeps the last this many bytes of chunks per revision. */
+export const OUTPUT_KEPT_PER_REVISION_BYTES = 1024 * 1024;
 /** On agent shutdown, how long a running hook may finish before it is recorded as interrupted. */
 export const AGENT_SHUTDOWN_GRACE_MS = 10_000;
 /**

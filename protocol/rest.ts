@@ -217,7 +217,8 @@ export type ClusterView = {
 
 // ---- events -------------------------------------------------------------------------------------
 
-export type EventType = 'deployment' | 'node' | 'cluster' | 'push';
+/** `output`: a live output chunk (protocol/output.ts `OutputEventView`, SPEC §8). */
+export type EventType = 'deployment' | 'node' | 'cluster' | 'push' | 'output';
 
 /** What a `deleted` event carries instead of the resource. */
 export type DeletedView = { id: string; deleted: true };

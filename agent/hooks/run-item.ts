@@ -54,6 +54,7 @@ interface Resolved {
   hooksDir: string | undefined;
   signal: AbortSignal | undefined;
   onSpawn: ((pid: number) => void) | undefined;
+  onOutput: RunOptions['onOutput'];
   timeoutMs: number;
   killGraceMs: number;
   drainMs: number;
@@ -88,6 +89,7 @@ async function runUnmasked(item: MetadataItem, opts: RunOptions): Promise<RunRes
     hooksDir: opts.hooksDir,
     signal: opts.signal,
     onSpawn: opts.onSpawn,
+    onOutput: opts.onOutput,
     timeoutMs: Math.min(itemTimeoutMs(item) ?? opts.timeoutMs ?? HOOK_TIMEOUT_S * 1000, MAX_TIMER_MS),
     killGraceMs: opts.killGraceMs ?? HOOK_KILL_GRACE_MS,
     drainMs: opts.drainMs ?? HOOK_OUTPUT_DRAIN_MS,
@@ -188,6 +190,7 @@ function processOptions(o: Resolved) {
     maxOutputBytes: MAX_HOOK_OUTPUT_BYTES,
     ...(o.signal === undefined ? {} : { signal: o.signal }),
     ...(o.onSpawn === undefined ? {} : { onSpawn: o.onSpawn }),
+    ...(o.onOutput === undefined ? {} : { onOutput: o.onOutput }),
   };
 }
 

@@ -28,6 +28,8 @@ export interface ProcessSpec {
   maxOutputBytes: number;
   signal?: AbortSignal;
   onSpawn?: (pid: number) => void;
+  /** Called with each piece the hook writes, as it comes (live output); must not throw or block. */
+  onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
 }
 
 export interface ProcessResult {
@@ -123,8 +125,15 @@ function runProcessOnce(spec: ProcessSpec): Promise<ProcessResult> {
     if (spec.signal?.aborted === true) onAbort();
     else spec.signal?.addEventListener('abort', onAbort, { once: true });
 
-    child.stdout?.on('data', (b: Buffer) => out.push(b));
-    child.stderr?.on('data', (b: Buffer) => err.push(b));
+    const live = spec.onOutput;
+    child.stdout?.on('data', (b: Buffer) => {
+      out.push(b);
+      live?.('stdout', b);
+    });
+    child.stderr?.on('data', (b: Buffer) => {
+      err.push(b);
+      live?.('stderr', b);
+    });
     child.stdin?.on('error', () => undefined); // EPIPE: the hook did not read its stdin
     if (spec.stdin !== undefined) child.stdin?.end(spec.stdin);
 

@@ -22,6 +22,11 @@ export interface RunOptions {
   signal?: AbortSignal;
   /** Called with the hook's pid as soon as it started (benchmarks, tests). */
   onSpawn?: (pid: number) => void;
+  /**
+   * Called with each piece of stdout or stderr the hook writes, unmasked, as it comes (live
+   * output, SPEC §8: the sink masks before anything leaves). Must not throw or block.
+   */
+  onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
   /** Default timeout when `options.timeout` is absent, ms. */
   timeoutMs?: number;
   /** Grace between TERM and KILL of the process group, ms (default HOOK_KILL_GRACE_MS). */

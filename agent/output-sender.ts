@@ -1,0 +1,260 @@
+/**
+ * Live output's sending side (SPEC §8): while a hook runs, what it prints goes to the controller
+ * in numbered chunks (`POST /v1/nodes/{node}/deployments/{id}/output`), flushed every
+ * OUTPUT_FLUSH_INTERVAL_MS or at OUTPUT_CHUNK_MAX_BYTES, masked before it leaves (OutputChunker).
+ *
+ * Best-effort by design, beside the outbox and not through it: the final signal still carries
+ * the tails, so a lost chunk loses nothing the result needs. A slow or absent controller never
+ * blocks or slows the hook: the output path only appends to a bounded in-memory queue
+ * (OUTPUT_QUEUE_MAX_BYTES) and never awaits the network; when the queue is full the oldest chunks
+ * are dropped and the next chunk carries how many bytes were lost (`dropped_bytes`). One request
+ * at a time, paced to the controller's rate class (OUTPUT_RATE_BURST, then OUTPUT_RATE_PER_S); a
+ * chunk the controller may already hold is sent again and kept once there (its `seq`).
+ */
+import type { Logger } from '../certs/tls.js';
+import type { MetadataItem } from '../protocol/heat.js';
+import {
+  OUTPUT_FINAL_FLUSH_WAIT_MS,
+  OUTPUT_FLUSH_INTERVAL_MS,
+  OUTPUT_QUEUE_MAX_BYTES,
+  OUTPUT_RATE_BURST,
+  OUTPUT_RATE_PER_S,
+  OUTPUT_CHUNK_MAX_BYTES,
+} from '../protocol/limits.js';
+import type { OutputChunkBody, OutputStream } from '../protocol/output.js';
+import { hiddenValues } from './hooks/mask.js';
+import { OutputChunker } from './hooks/output-chunker.js';
+
+/** Posts one chunk; resolves with the status (and a 429's Retry-After, ms), rejects on a network error. */
+export type SendOutput = (path: string, body: OutputChunkBody) => Promise<{ status: number; retryAfterMs?: number }>;
+
+export interface OutputSenderOptions {
+  node: string;
+  send: SendOutput;
+  log: Logger & { debug?(obj: object, msg?: string): void };
+  /** Default OUTPUT_QUEUE_MAX_BYTES. */
+  maxQueueBytes?: number;
+  /** Default OUTPUT_FLUSH_INTERVAL_MS. */
+  flushIntervalMs?: number;
+  /** Default OUTPUT_FINAL_FLUSH_WAIT_MS. */
+  finalWaitMs?: number;
+}
+
+/** One run's output sink: `write` is called from the pipes' data handlers and never throws. */
+export interface LiveOutput {
+  write(stream: OutputStream, chunk: Buffer): void;
+  /** The hook ended: sends the rest, waiting at most OUTPUT_FINAL_FLUSH_WAIT_MS for the queue. Idempotent. */
+  close(): Promise<void>;
+}
+
+interface Queued {
+  path: string;
+  body: OutputChunkBody;
+  bytes: number;
+}
+
+/** Backoff after a network error: doubles from this, ms. */
+const RETRY_BASE_MS = 250;
+const RETRY_MAX_MS = 5_000;
+
+/** The route a chunk is posted to. */
+export function outputPath(node: string, deploymentId: string): string {
+  return `/v1/nodes/${encodeURIComponent(node)}/deployments/${encodeURIComponent(deploymentId)}/output`;
+}
+
+export class OutputSender {
+  readonly #o: Required<OutputSenderOptions>;
+  readonly #queue: Queued[] = [];
+  #queuedBytes = 0;
+  /** Dropped bytes not yet told, per path + revision. */
+  #dropped = new Map<string, number>();
+  #pumping = false;
+  #inflight: Queued | null = null;
+  #stopped = false;
+  #tokens = OUTPUT_RATE_BURST;
+  #tokensAt = Date.now();
+  #idleWaiters: Array<() => void> = [];
+  #wake: (() => void) | null = null;
+  /** Chunks answered 2xx, for tests. */
+  sent = 0;
+  /** Bytes dropped because the queue was full, for tests. */
+  droppedBytes = 0;
+
+  constructor(o: OutputSenderOptions) {
+    this.#o = {
+      maxQueueBytes: OUTPUT_QUEUE_MAX_BYTES,
+      flushIntervalMs: OUTPUT_FLUSH_INTERVAL_MS,
+      finalWaitMs: OUTPUT_FINAL_FLUSH_WAIT_MS,
+      ...o,
+    };
+  }
+
+  /** A sink for one run of `item`; hidden values of its inputs are masked in every chunk. */
+  open(item: MetadataItem): LiveOutput {
+    let hidden: string[];
+    try {
+      hidden = hiddenValues(Array.isArray(item.inputs) ? item.inputs : []);
+    } catch {
+      hidden = [];
+    }
+    const path = outputPath(this.#o.node, item.deployment_id);
+    const revision = item.revision;
+    const chunkers: Record<OutputStream, OutputChunker> = {
+      stdout: new OutputChunker(hidden),
+      stderr: new OutputChunker(hidden),
+    };
+    let seq = 0;
+    let closed: Promise<void> | null = null;
+    const flush = (stream: OutputStream, end: boolean): void => {
+      for (const text of chunkers[stream].take(end)) this.#push({ path, body: { revision, stream, seq: ++seq, text } });
+    };
+    const timer = setInterval(() => {
+      flush('stdout', false);
+      flush('stderr', false);
+    }, this.#o.flushIntervalMs);
+    timer.unref();
+    return {
+      write: (stream, chunk) => {
+        if (closed !== null) return;
+        try {
+          const c = chunkers[stream];
+          c.write(chunk);
+          if (c.pendingLength >= OUTPUT_CHUNK_MAX_BYTES) flush(stream, false);
+        } catch (err) {
+          this.#o.log.warn({ err }, 'live output: a chunk could not be queued');
+        }
+      },
+      close: () => {
+        closed ??= (async () => {
+          clearInterval(timer);
+          flush('stdout', true);
+          flush('stderr', true);
+          await this.#idle(this.#o.finalWaitMs);
+        })();
+        return closed;
+      },
+    };
+  }
+
+  /** Stops sending; what is queued is dropped (the signal carries the tails). Idempotent. */
+  stop(): void {
+    this.#stopped = true;
+    this.#queue.length = 0;
+    this.#queuedBytes = 0;
+    this.#wake?.();
+    this.#settleIdle();
+  }
+
+  #push(q: Omit<Queued, 'bytes'>): void {
+    if (this.#stopped) return;
+    const key = `${q.path}#${q.body.revision}`;
+    const entry: Queued = { ...q, bytes: Buffer.byteLength(q.body.text, 'utf8') };
+    this.#queue.push(entry);
+    this.#queuedBytes += entry.bytes;
+    // the chunk in flight stays: it may be delivered already
+    const first = this.#inflight !== null && this.#queue[0] === this.#inflight ? 1 : 0;
+    while (this.#queuedBytes > this.#o.maxQueueBytes && this.#queue.length > first + 1) {
+      const old = this.#queue.splice(first, 1)[0]!;
+      this.#queuedBytes -= old.bytes;
+      this.droppedBytes += old.bytes;
+      const k = `${old.path}#${old.body.revision}`;
+      this.#dropped.set(k, (this.#dropped.get(k) ?? 0) + old.bytes + (old.body.dropped_bytes ?? 0));
+    }
+    // the gap travels with the oldest chunk still queued of that run
+    for (const [k, n] of this.#dropped) {
+      const next = this.#queue.find((x) => `${x.path}#${x.body.revision}` === k);
+      if (next === undefined) {
+        if (k !== key) this.#dropped.delete(k); // that run is over: nothing left to carry it
+        continue;
+      }
+      next.body.dropped_bytes = (next.body.dropped_bytes ?? 0) + n;
+      this.#dropped.delete(k);
+    }
+    if (!this.#pumping) void this.#pump();
+  }
+
+  async #pump(): Promise<void> {
+    this.#pumping = true;
+    let failures = 0;
+    try {
+      while (!this.#stopped && this.#queue.length > 0) {
+        await this.#takeToken();
+        const q = this.#queue[0]!;
+        let retryMs: number | undefined;
+        this.#inflight = q;
+        try {
+          const r = await this.#o.send(q.path, q.body);
+          failures = 0;
+          if (r.status === 429) retryMs = r.retryAfterMs ?? 1_000;
+          else if (r.status >= 200 && r.status < 300) this.sent++;
+          else this.#o.log.debug?.({ status: r.status, path: q.path, seq: q.body.seq }, 'live output chunk refused');
+        } catch (err) {
+          failures++;
+          retryMs = Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** Math.min(failures - 1, 5));
+          if (failures === 1)
+            this.#o.log.debug?.({ err: (err as Error).message }, 'live output: controller unreachable');
+        } finally {
+          this.#inflight = null;
+        }
+        if (retryMs === undefined) {
+          // sent or refused for good: it leaves the queue (stop() may have emptied it already)
+          if (this.#queue[0] === q) {
+            this.#queue.shift();
+            this.#queuedBytes -= q.bytes;
+          }
+          continue;
+        }
+        await this.#sleep(retryMs);
+      }
+    } finally {
+      this.#pumping = false;
+      this.#settleIdle();
+    }
+  }
+
+  /** The client side of the controller's token bucket, so the agent is not refused 429 needlessly. */
+  async #takeToken(): Promise<void> {
+    const now = Date.now();
+    this.#tokens = Math.min(OUTPUT_RATE_BURST, this.#tokens + ((now - this.#tokensAt) / 1000) * OUTPUT_RATE_PER_S);
+    this.#tokensAt = now;
+    if (this.#tokens < 1) {
+      await this.#sleep(((1 - this.#tokens) / OUTPUT_RATE_PER_S) * 1000);
+      this.#tokens = 1;
+      this.#tokensAt = Date.now();
+    }
+    this.#tokens -= 1;
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const t = setTimeout(done, ms);
+      t.unref();
+      function done(): void {
+        clearTimeout(t);
+        resolve();
+      }
+      this.#wake = () => {
+        this.#wake = null;
+        done();
+      };
+    });
+  }
+
+  /** Resolves when the queue is empty, or after `ms`. */
+  #idle(ms: number): Promise<void> {
+    if (this.#queue.length === 0 && !this.#pumping) return Promise.resolve();
+    return new Promise((resolve) => {
+      const t = setTimeout(resolve, ms);
+      t.unref();
+      this.#idleWaiters.push(() => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+  }
+
+  #settleIdle(): void {
+    if (this.#queue.length > 0 && !this.#stopped) return;
+    for (const w of this.#idleWaiters.splice(0)) w();
+  }
+}
