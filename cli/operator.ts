@@ -6,11 +6,19 @@
  * `herald --help` stays instant.
  */
 import { type Command, Option } from 'commander';
-import type { ClusterView, ConfigView, DeploymentView, ListEnvelope, NodeView } from '../protocol/rest.js';
+import type {
+  ClusterView,
+  ConfigView,
+  DeploymentView,
+  ListEnvelope,
+  NodeView,
+  RestartPlanView,
+} from '../protocol/rest.js';
 import type { ApiClient, ClientOptions } from './operator-client.js';
 // small and pure: loaded eagerly; the client (certificates, https) and the watcher load lazily
 import { collect, formatMs, keyValues, parseDuration, parsePositiveInt, splitList, table } from './operator-format.js';
 import { gatherInputs, hiddenOnArgvWarning, INPUT_FILE_HELP, warnHiddenOnArgv } from './operator-inputs.js';
+import { clusterMembers, formatPlan, RESTART_HELP, restartBody, type RestartFlags } from './operator-rollout.js';
 
 interface CommonOptions extends ClientOptions {
   json?: boolean;
@@ -419,11 +427,22 @@ function registerCluster(program: Command): void {
   );
   leaf(cluster, 'create', 'create a cluster: the install config is deployed on every node', [
     'herald cluster create --name demo --nodes n1,n2,n3 --install <cfg> --uninstall <cfg>',
+    'herald cluster create --name k8s --nodegroup masters:master:m1,m2 --nodegroup workers:worker:w1,w2,w3 --install <cfg> --uninstall <cfg>',
+    'herald cluster create --name k8s --nodegroups-file groups.json --install <cfg> --uninstall <cfg>',
     'herald cluster create --name k8s --nodes n1,n2 --install <cfg> --uninstall <cfg> --input version=1.29 --wait',
     'herald cluster create --name db --nodes n1,n2 --install <cfg> --uninstall <cfg> --input-file secrets.json',
   ])
     .requiredOption('--name <name>', 'cluster name')
-    .requiredOption('--nodes <list>', 'comma-separated node ids')
+    .option('--nodes <list>', 'comma-separated node ids: one node group, default-worker')
+    .option(
+      '--nodegroup <name:role:nodes>',
+      'a node group: name, role master or worker (may be left out: worker), comma-separated nodes (repeatable)',
+      collect,
+    )
+    .option(
+      '--nodegroups-file <file>',
+      'node groups as a JSON array, each {"name","role"?,"nodes":[..],"install_config_id"?,"uninstall_config_id"?,"input_values"?}, for groups with configs or values of their own ("-" reads stdin)',
+    )
     .requiredOption('--install <config>', 'install config id')
     .requiredOption('--uninstall <config>', 'uninstall config id')
     .option('--input <key=value>', 'an input value for both configs (repeatable)', collect)
@@ -434,7 +453,9 @@ function registerCluster(program: Command): void {
       async (
         opts: {
           name: string;
-          nodes: string;
+          nodes?: string;
+          nodegroup?: string[];
+          nodegroupsFile?: string;
           install: string;
           uninstall: string;
           input?: string[];
@@ -446,7 +467,7 @@ function registerCluster(program: Command): void {
       ) => {
         const req: Obj = {
           name: opts.name,
-          nodes: splitList(opts.nodes),
+          ...(await clusterMembers(opts)),
           install_config_id: opts.install,
           uninstall_config_id: opts.uninstall,
         };
@@ -495,10 +516,11 @@ function registerCluster(program: Command): void {
       const dur = (a?: number, b?: number): string => (a !== undefined && b !== undefined ? formatMs(b - a) : '-');
       out(
         `\n${table(
-          ['NODE', 'PHASE', 'UNINSTALL', 'INSTALL', 'REASON'],
-          c.nodes.map((n) => [
+          ['NODE', 'PHASE', 'NODEGROUP', 'UNINSTALL', 'INSTALL', 'REASON'],
+          c.nodes.map((n, i) => [
             n.node,
             n.phase,
+            body.nodes[i]?.nodegroup ?? '-',
             dur(n.uninstallStartedMs, n.uninstallDoneMs),
             dur(n.installStartedMs, n.installDoneMs),
             n.reason,
@@ -510,19 +532,31 @@ function registerCluster(program: Command): void {
   leaf(
     cluster,
     'restart <id>',
-    'restart the cluster: on each node the uninstall config, then the install config (deploy_action RESTART)',
+    'restart the cluster: on each node the uninstall config, then the install config (deploy_action RESTART), group by group, masters first',
     [
       'herald cluster restart 7c0d... --wait',
       'herald cluster restart 7c0d... --max-unavailable 2 --wait --timeout 30m',
     ],
   )
-    .option('--max-unavailable <n>', 'at most this many nodes in a step at once (default: all)')
+    .option('--nodegroup <name>', 'restart only this node group (repeatable; default: all)', collect)
+    .option(
+      '--max-unavailable <n|p%>',
+      "per group, at most this many nodes restarting at once, or a percentage of the group's nodes (default: 1 in a master group, all in the others)",
+    )
+    .option('--pause <duration>', "keep a node's slot taken this long after it ended, e.g. 10s (default 0)")
+    .option('--max-failures <n>', 'failed nodes tolerated before no other node starts (default 0)')
+    .option(
+      '--health-config <config>',
+      'run this config on each node after its install (deploy_action CHECK); the node ends when it succeeded',
+    )
+    .option('--dry-run', 'print the plan (groups in order, their nodes and limits) and run nothing')
     .option('--wait', 'follow the restart live; exit 0 on RESTART_COMPLETE, 1 on RESTART_FAILED, 2 on --timeout')
     .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
     .addOption(
       new Option('--progress <mode>', 'with --wait: bar (default on a terminal) or lines').choices(['bar', 'lines']),
     )
     .addOption(new Option('--no-events', 'with --wait: only poll the cluster, do not follow /v1/events').hideHelp())
+    .addHelpText('after', RESTART_HELP)
     .addHelpText(
       'after',
       "\nWith --wait on a terminal a progress bar shows each node's phase; otherwise one line per change:\n  12:00:01.234 n1 uninstalling\n  12:00:01.301 n1 installing\n  12:00:01.350 n1 complete (uninstall 40 ms, install 35 ms)\n",
@@ -530,17 +564,19 @@ function registerCluster(program: Command): void {
     .action(
       async (
         id: string,
-        opts: { maxUnavailable?: string; wait?: boolean; timeout: string; progress?: 'bar' | 'lines'; events: boolean },
+        opts: RestartFlags & { wait?: boolean; timeout: string; progress?: 'bar' | 'lines'; events: boolean },
         cmd: Command,
       ) => {
-        const body =
-          opts.maxUnavailable === undefined
-            ? undefined
-            : { max_unavailable: parsePositiveInt(opts.maxUnavailable, '--max-unavailable') };
+        const body = restartBody(opts);
         const timeoutMs = parseDuration(opts.timeout, '--timeout');
         await withClient(cmd, async (client, o) => {
           const startedAt = new Date();
-          await client.patch(`/v1/clusters/${seg(id)}/actions/restart`, body);
+          const plan = await client.patch<RestartPlanView | undefined>(`/v1/clusters/${seg(id)}/actions/restart`, body);
+          if (opts.dryRun) {
+            if (o.json) printJson(plan);
+            else if (plan) out(formatPlan(plan));
+            return;
+          }
           if (!opts.wait) {
             if (o.json) printJson({ accepted: true, cluster: id });
             else out(`restart of cluster ${id} accepted; follow it with: herald cluster show ${id}\n`);
