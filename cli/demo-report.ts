@@ -12,6 +12,7 @@ import type { WatchEvent } from './operator-watch.js';
 /** What a timeline line says of an event. */
 function labelOf(e: WatchEvent): string {
   if (e.kind === 'woken') return 'woken';
+  if (e.kind === 'output') return `| ${e.line}`;
   if (e.kind === 'status') return `cluster ${e.status}`;
   if (e.phase === 'installing') return 'uninstall done, installing';
   if (e.phase === 'complete') return 'install done';
@@ -24,8 +25,9 @@ function labelOf(e: WatchEvent): string {
  * a few milliseconds on one line: `+2 ms  n1, n2, n3 uninstalling`.
  */
 export function timelineLines(events: WatchEvent[], startedAt: Date, mergeWithinMs = 5): string[] {
+  // the timeline shows steps; live output lines are the progress view's
   const sorted = events
-    .filter((e) => e.kind !== 'status' || !e.status.endsWith('_IN_PROGRESS'))
+    .filter((e) => e.kind !== 'output' && (e.kind !== 'status' || !e.status.endsWith('_IN_PROGRESS')))
     .sort((a, b) => a.at.getTime() - b.at.getTime());
   const lines: string[] = [`${'+0 ms'.padStart(19)}  restart accepted`];
   for (let i = 0; i < sorted.length; ) {

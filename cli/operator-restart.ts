@@ -1,11 +1,30 @@
 /**
- * `herald cluster restart --wait`: follows the restart to its end and turns the result into
- * an exit status, with the failing node and reason named on stderr.
+ * `herald cluster restart --wait`: follows the restart to its end (each node's phase, its time
+ * against its step's deadline and its last live output line, SPEC §8), prints a summary per node
+ * and turns the result into an exit status, with the failing node and reason named on stderr.
  */
 import type { ApiClient } from './operator-client.js';
 import { plainView, ttyView, type ProgressView } from './operator-progress.js';
 import { watchRestart, type WatchEvent, type WatchResult } from './operator-watch.js';
-import { formatMs } from './operator-format.js';
+import { formatMs, table } from './operator-format.js';
+import type { ClusterState } from './operator-watch.js';
+
+/** The end of a restart, one row per node: phase, step times and the last output line seen. */
+export function summaryTable(c: ClusterState, lastLines: ReadonlyMap<string, string>): string {
+  const ms = (a: number | undefined, b: number | undefined): string =>
+    a === undefined || b === undefined ? '-' : formatMs(b - a);
+  return table(
+    ['NODE', 'PHASE', 'UNINSTALL', 'INSTALL', 'REASON', 'LAST OUTPUT'],
+    c.nodes.map((n) => [
+      n.node,
+      n.phase,
+      ms(n.uninstallStartedMs, n.uninstallDoneMs),
+      ms(n.installStartedMs, n.installDoneMs),
+      n.reason ?? '',
+      (lastLines.get(n.node) ?? '').slice(0, 80),
+    ]),
+  );
+}
 
 export interface FollowOptions {
   clusterId: string;
@@ -20,6 +39,8 @@ export interface FollowOptions {
 /** Follows the restart; returns the exit status (0 complete, 1 failed, 2 timed out). */
 export async function followRestart(client: ApiClient, o: FollowOptions): Promise<number> {
   const events: WatchEvent[] = [];
+  /** Each node's last live output line. */
+  const lastLines = new Map<string, string>();
   let view: ProgressView | undefined;
   if (!o.json) {
     const tty = process.stderr.isTTY === true && process.stdout.isTTY === true;
@@ -40,8 +61,10 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
       timeoutMs: o.timeoutMs,
       useEvents: o.useEvents !== false,
       onStart: (c) => view?.start(c),
+      onLook: (c) => view?.look?.(c),
       onEvent: (e) => {
-        events.push(e);
+        if (e.kind === 'output') lastLines.set(e.node, e.line);
+        else events.push(e);
         view?.event(e);
       },
     });
@@ -49,6 +72,7 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
     stopView();
   }
   const took = formatMs(Date.now() - o.startedAt.getTime());
+  if (!o.json && result.cluster) process.stdout.write(summaryTable(result.cluster, lastLines));
   if (o.json) {
     process.stdout.write(
       `${JSON.stringify({ ok: result.ok, timed_out: result.timedOut, status: result.cluster?.status ?? null, failed: result.failed, events }, null, 2)}\n`,

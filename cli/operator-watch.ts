@@ -2,10 +2,12 @@
  * Follows a cluster restart to its end: `GET /v1/events` for speed (events are best-effort),
  * and `GET /v1/clusters/{id}` every second as the authority. Emits one `WatchEvent` per node
  * phase change (filling in phases that happened between two looks, so every node shows
- * uninstalling → installing → complete in order) and one per wake-up the events report.
+ * uninstalling → installing → complete in order), one per wake-up the events report, and one
+ * per live output chunk of a member (its last line, SPEC §8: a stuck node is seen while stuck).
  * Renderers (plain lines, a progress bar, the demo's timeline) only consume these.
  */
 import type { ClusterNodePhase, ClusterStatus, ClusterView, EventData } from '../protocol/rest.js';
+import type { OutputEventView } from '../protocol/output.js';
 import type { ApiClient, SseEvent } from './operator-client.js';
 
 /** How often the cluster is read while a restart runs. */
@@ -20,6 +22,10 @@ export interface NodeState {
   uninstallDoneMs: number | undefined;
   installStartedMs: number | undefined;
   installDoneMs: number | undefined;
+  /** The health check's start (phase `checking`). */
+  checkStartedMs: number | undefined;
+  /** When the step in flight must have its result. */
+  stepDeadlineMs: number | undefined;
 }
 
 export interface ClusterState {
@@ -41,6 +47,7 @@ export type WatchEvent =
       installMs?: number;
     }
   | { kind: 'woken'; at: Date; node: string; detail: string }
+  | { kind: 'output'; at: Date; node: string; line: string }
   | { kind: 'status'; at: Date; status: ClusterStatus; reason?: string };
 
 export interface WatchResult {
@@ -72,6 +79,8 @@ export function clusterStateOf(c: ClusterView): ClusterState {
       uninstallDoneMs: msOf(n.uninstall_finished_at),
       installStartedMs: msOf(n.install_started_at),
       installDoneMs: msOf(n.install_finished_at),
+      checkStartedMs: msOf(n.check_started_at ?? null),
+      stepDeadlineMs: msOf(n.step_deadline_at),
     })),
   };
 }
@@ -170,6 +179,22 @@ export function outcomeOf(c: ClusterState): WatchResult | undefined {
   return undefined;
 }
 
+/**
+ * A member's live output chunk as one event with its last non-empty line (hidden values come
+ * masked from the agent), or undefined for any other event.
+ */
+export function outputEventOf(e: SseEvent, members: ReadonlySet<string>): WatchEvent | undefined {
+  if (e.event !== 'output') return undefined;
+  const d = e.data as Partial<OutputEventView> | null;
+  if (typeof d?.node !== 'string' || typeof d.text !== 'string' || !members.has(d.node)) return undefined;
+  const line = d.text
+    .split('\n')
+    .map((l) => l.replace(/\r$/, ''))
+    .filter((l) => l.trim() !== '')
+    .at(-1);
+  return line === undefined ? undefined : { kind: 'output', at: new Date(), node: d.node, line };
+}
+
 /** The `/v1/events` payload, or undefined for an event that is not the controller's JSON. */
 function eventDataOf(e: SseEvent): EventData | undefined {
   const d = e.data as { type?: unknown } | null;
@@ -242,6 +267,8 @@ export interface WatchOptions {
   onEvent: (e: WatchEvent) => void;
   /** Called once with the first cluster state read. */
   onStart?: (c: ClusterState) => void;
+  /** Called with every cluster state read (step times and deadlines for a live view). */
+  onLook?: (c: ClusterState) => void;
   /** Follow `/v1/events` (default true). */
   useEvents?: boolean;
   pollIntervalMs?: number;
@@ -268,6 +295,7 @@ export async function watchRestart(client: ApiClient, opts: WatchOptions): Promi
       const c = clusterStateOf(await client.get<ClusterView>(`/v1/clusters/${encodeURIComponent(opts.clusterId)}`));
       if (last === undefined) opts.onStart?.(c);
       last = c;
+      opts.onLook?.(c);
       members = new Set(c.nodes.map((n) => n.node));
       lastError = undefined;
       for (const e of phases.next(c, Date.now())) opts.onEvent(e);
@@ -285,6 +313,8 @@ export async function watchRestart(client: ApiClient, opts: WatchOptions): Promi
     opts.useEvents === false
       ? undefined
       : client.events((e) => {
+          const out = settled ? undefined : outputEventOf(e, members);
+          if (out) return opts.onEvent(out);
           const d = eventDataOf(e);
           if (settled || !d) return;
           const woken = wakes.woken(d, members);
