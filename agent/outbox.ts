@@ -4,7 +4,9 @@
  * 2xx, 404 (the deployment is gone), 409 (a stale or unknown revision) or 400/413/422 (the signal
  * itself is refused: resending the same bytes cannot help),
  * and anything else retried with exponential backoff and full jitter. After a restart the loop
- * starts with whatever the last run left.
+ * starts with whatever the last run left. A result whose deployment has a newer revision queued
+ * is dropped unsent (the controller could only answer it 409 stale_revision), so the queue holds
+ * at most one deliverable result per deployment.
  */
 import { fullJitterMs } from '../protocol/backoff.js';
 import { OUTBOX_BACKOFF_BASE_MS, OUTBOX_BACKOFF_MAX_MS } from '../protocol/limits.js';
@@ -42,8 +44,17 @@ export class OutboxSender {
   /** Cuts a backoff wait short. */
   #wake: (() => void) | null = null;
   readonly #idleWaiters: Array<() => void> = [];
+  /**
+   * The newest revision queued per deployment. A result of an older revision of the same
+   * deployment can only be answered 409 stale_revision (the controller made the newer one current
+   * before this agent could run it), so it is dropped unsent: the queue holds at most one
+   * deliverable result per deployment, however fast its revisions come.
+   */
+  readonly #newest = new Map<string, number>();
   /** Signals delivered (or dropped as final) by this process, for tests. */
   delivered = 0;
+  /** Signals dropped unsent because a newer revision of the same deployment was queued. */
+  superseded = 0;
 
   constructor(opts: OutboxSenderOptions) {
     this.#o = {
@@ -57,6 +68,7 @@ export class OutboxSender {
   /** Writes the signal durably, then starts sending. Resolves once it is on disk. */
   async put(signal: OutboxSignal): Promise<OutboxEntry> {
     const entry = await this.#o.store.enqueue(signal);
+    this.#noteQueued(entry);
     this.kick();
     return entry;
   }
@@ -110,6 +122,7 @@ export class OutboxSender {
         continue;
       }
       if (entries.length === 0) return;
+      for (const e of entries) this.#noteQueued(e); // after a restart, the list is all there is
       for (const e of entries) {
         if (this.#stopped) return;
         if (!(await this.#sendOne(e))) break; // keep the order: nothing after a failed entry goes first
@@ -117,15 +130,39 @@ export class OutboxSender {
     }
   }
 
+  #noteQueued(e: OutboxEntry): void {
+    if ((this.#newest.get(e.deployment_id) ?? -1) < e.body.revision) this.#newest.set(e.deployment_id, e.body.revision);
+  }
+
+  async #dropSuperseded(e: OutboxEntry): Promise<void> {
+    await this.#o.store.remove(e.seq);
+    this.superseded++;
+    this.#o.log.info(
+      {
+        deployment_id: e.deployment_id,
+        revision: e.body.revision,
+        newer: this.#newest.get(e.deployment_id),
+        seq: e.seq,
+      },
+      'signal superseded by a newer revision of the same deployment; dropped unsent',
+    );
+  }
+
   /** Sends one entry until it is final; false when stopped first. */
   async #sendOne(e: OutboxEntry): Promise<boolean> {
     while (!this.#stopped) {
+      // a newer revision of the deployment may have been queued while this one waited to retry
+      if ((this.#newest.get(e.deployment_id) ?? e.body.revision) > e.body.revision) {
+        await this.#dropSuperseded(e);
+        return true;
+      }
       try {
         const status = await this.#o.send(e.path, e.body);
         if (isFinalStatus(status)) {
           await this.#o.store.remove(e.seq);
           this.#attempt = 0;
           this.delivered++;
+          if (this.#newest.get(e.deployment_id) === e.body.revision) this.#newest.delete(e.deployment_id);
           const log = status < 300 ? this.#o.log.info.bind(this.#o.log) : this.#o.log.warn.bind(this.#o.log);
           log(
             { deployment_id: e.deployment_id, revision: e.body.revision, status, seq: e.seq },
