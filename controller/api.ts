@@ -598,6 +598,17 @@ export class ApiServer {
       const plan = await s.restartCluster(c.params.id!, c.body, who(c));
       return plan === null ? { status: 204 } : ok(plan); // a dry run answers its plan
     });
+    add('POST', '/v1/clusters/:id/nodegroups', 'operator', async (c) => {
+      const g = await s.addNodegroup(c.params.id!, c.body, who(c));
+      return created(g, `/v1/clusters/${c.params.id!}/nodegroups/${String(g.name)}`);
+    });
+    add('GET', '/v1/clusters/:id/nodegroups/:name', 'operator', async (c) =>
+      ok(await s.getNodegroup(c.params.id!, c.params.name!)),
+    );
+    add('DELETE', '/v1/clusters/:id/nodegroups/:name', 'operator', async (c) => {
+      await s.deleteNodegroup(c.params.id!, c.params.name!, who(c));
+      return { status: 202, body: await s.getCluster(c.params.id!) };
+    });
     add('PATCH', '/v1/clusters/:id/nodegroups/:name/actions/restart', 'operator', async (c) => {
       const plan = await s.restartCluster(c.params.id!, c.body, who(c), c.params.name!);
       return plan === null ? { status: 204 } : ok(plan);

@@ -164,6 +164,8 @@ export interface Rollout {
   pauseS: number;
   maxFailures: number;
   healthConfigId: string | null;
+  /** For an `update`: the group added (its nodes install) or removed (its nodes uninstall, then go). */
+  change?: { type: 'add' | 'remove'; nodegroup: string };
   /**
    * One group holding every node of the cluster, no pause, no failure budget, no health check:
    * the same rules as a restart before node groups, so the engine takes its fast path.

@@ -20,6 +20,7 @@ import { buildMetadataDocument, MetadataCache, type BuiltMetadata } from './meta
 import type { ControllerMetrics } from './metrics.js';
 import type { PushService } from './push-types.js';
 import { recordSignal } from './signal.js';
+import type { ClusterView } from '../protocol/rest.js';
 import type { ClusterRecord, ConfigRecord, NewNodegroup } from './records.js';
 import type { ChangeSet, DeploymentRecord, NodeRecord, Store } from './store.js';
 import {
@@ -33,6 +34,7 @@ import {
   endpointSchema,
   mergeInputValues,
   nodeCreateSchema,
+  nodegroupSchema,
   parseBody,
   restartSchema,
   signalSchema,
@@ -562,6 +564,59 @@ export class ControllerService {
       });
     }
     return out;
+  }
+
+  /**
+   * Adds a node group to an idle cluster (SPEC §8); its nodes install at once.
+   * @returns the group as GET shows it
+   * @throws HeraldError invalid_request | not_found | restart_in_progress | unknown_node | cluster_busy | unknown_config
+   */
+  async addNodegroup(id: string, body: unknown, who: string): Promise<View> {
+    const b = parseBody(nodegroupSchema, body);
+    const c = await this.store.getCluster(id);
+    if (!c) throw new HeraldError('not_found', `no cluster ${id}`);
+    const install = await this.store.getConfig(c.installConfigId);
+    const uninstall = await this.store.getConfig(c.uninstallConfigId);
+    if (!install || !uninstall) throw new HeraldError('internal', `cluster ${id} lost a config`);
+    if (new Set(b.nodes).size !== b.nodes.length)
+      throw new HeraldError('invalid_request', 'a node is listed twice', { field: 'nodes' });
+    let g: NewNodegroup;
+    try {
+      g = (await this.#resolveNodegroups([b], install, uninstall, c.inputValues))[0]!;
+    } catch (err) {
+      // the body is one group, not a list: its fields are named without the `nodegroups.0.` prefix
+      const field = (err as { field?: unknown }).field;
+      if (err instanceof HeraldError && typeof field === 'string' && field.startsWith('nodegroups.0.'))
+        throw new HeraldError(err.code, err.message, { field: field.slice('nodegroups.0.'.length) });
+      throw err;
+    }
+    const { changes } = await this.store.transaction((tx) => this.clusters.addNodegroup(tx, id, g, who, this.#now()));
+    this.#log.info({ event: 'cluster.nodegroup.add', cluster: id, nodegroup: g.name, who }, 'node group added');
+    await this.#apply(changes);
+    return this.getNodegroup(id, g.name);
+  }
+
+  /** One group of a cluster, as `GET /v1/clusters/{id}` shows it. @throws HeraldError not_found */
+  async getNodegroup(id: string, name: string): Promise<View> {
+    const view = (await this.getCluster(id)) as unknown as ClusterView;
+    const g = view.nodegroups.find((x) => x.name === name);
+    if (!g) throw new HeraldError('not_found', `cluster ${id} has no node group ${name}`);
+    return g as unknown as View;
+  }
+
+  /**
+   * Uninstalls a group's nodes, then removes it (SPEC §8).
+   * @throws HeraldError not_found | restart_in_progress | invalid_request (the last group)
+   */
+  async deleteNodegroup(id: string, name: string, who: string): Promise<void> {
+    const { changes } = await this.store.transaction((tx) =>
+      this.clusters.deleteNodegroup(tx, id, name, who, this.#now()),
+    );
+    this.#log.info(
+      { event: 'cluster.nodegroup.delete', cluster: id, nodegroup: name, who },
+      'node group delete started',
+    );
+    await this.#apply(changes);
   }
 
   async #groupConfigs(c: ClusterRecord): Promise<Array<ConfigRecord | undefined>> {

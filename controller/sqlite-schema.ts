@@ -350,6 +350,12 @@ export function prepareStatements(db: Database.Database) {
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
     ngList: p('SELECT * FROM cluster_nodegroups WHERE cluster_id = ? ORDER BY position'),
     ngDelete: p('DELETE FROM cluster_nodegroups WHERE cluster_id = ?'),
+    ngDeleteOne: p('DELETE FROM cluster_nodegroups WHERE cluster_id = ? AND name = ?'),
+    ngNextPosition: p('SELECT COALESCE(MAX(position), -1) + 1 AS p FROM cluster_nodegroups WHERE cluster_id = ?'),
+    cnNextPosition: p('SELECT COALESCE(MAX(position), -1) + 1 AS p FROM cluster_nodes WHERE cluster_id = ?'),
+    cnOfGroup: p('SELECT node FROM cluster_nodes WHERE cluster_id = ? AND nodegroup = ?'),
+    cnDeleteGroup: p('DELETE FROM cluster_nodes WHERE cluster_id = ? AND nodegroup = ?'),
+    depIdsByClusterNode: p('SELECT id FROM deployments WHERE cluster_id = ? AND node = ?'),
     clusterSetRollout: p('UPDATE clusters SET rollout = ? WHERE id = ?'),
     cnResetGroup:
       p(`UPDATE cluster_nodes SET phase = 'pending', step_deadline_ms = NULL, uninstall_started_at = NULL, uninstall_finished_at = NULL,

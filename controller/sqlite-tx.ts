@@ -23,6 +23,7 @@ import type {
   MetadataSource,
   NewConfig,
   NewDeployment,
+  NewNodegroup,
   NodegroupRecord,
   NodeRecord,
   RevisionRecord,
@@ -505,52 +506,111 @@ export class SqliteTx implements StoreTx {
     );
     let position = 0;
     for (const [gi, g] of c.nodegroups.entries()) {
-      this.#s.ngInsert.run(
-        id,
-        g.name,
-        gi,
-        g.role,
-        g.ownInstallConfigId,
-        g.ownUninstallConfigId,
-        g.ownInputValues === null ? null : JSON.stringify(g.ownInputValues),
-        now,
-      );
-      for (const node of g.nodes) {
-        const installId = randomUUID();
-        const uninstallId = randomUUID();
-        this.#insertDeployment(
-          installId,
-          {
-            node,
-            configId: g.installConfigId,
-            name: `${c.name}-install`,
-            actions: c.installActions,
-            action: 'CREATE',
-            inputValues: g.installInputValues,
-          },
-          id,
-          'install',
-          'deployment',
-        );
-        this.#insertDeployment(
-          uninstallId,
-          {
-            node,
-            configId: g.uninstallConfigId,
-            name: `${c.name}-uninstall`,
-            actions: c.uninstallActions,
-            action: 'CREATE',
-            inputValues: g.uninstallInputValues,
-          },
-          id,
-          'uninstall',
-          'deployment',
-        );
-        this.#s.cnInsert.run(id, node, position++, 'installing', installId, uninstallId, c.stepDeadlineMs, now, g.name);
-      }
+      this.#insertGroupRow(id, g, gi, now);
+      for (const node of g.nodes) this.#insertMember(id, c.name, g, node, position++, c, now);
     }
     this.changes.clusterChanged(id);
     return id;
+  }
+
+  #insertGroupRow(clusterId: string, g: NewNodegroup, position: number, now: string): void {
+    this.#s.ngInsert.run(
+      clusterId,
+      g.name,
+      position,
+      g.role,
+      g.ownInstallConfigId,
+      g.ownUninstallConfigId,
+      g.ownInputValues === null ? null : JSON.stringify(g.ownInputValues),
+      now,
+    );
+  }
+
+  /** A node of group `g`: its install deployment (runs at once) and uninstall deployment (not yet), and its row. */
+  #insertMember(
+    clusterId: string,
+    clusterName: string,
+    g: NewNodegroup,
+    node: string,
+    position: number,
+    rows: Pick<ClusterRows, 'installActions' | 'uninstallActions' | 'stepDeadlineMs'>,
+    now: string,
+  ): void {
+    const installId = randomUUID();
+    const uninstallId = randomUUID();
+    this.#insertDeployment(
+      installId,
+      {
+        node,
+        configId: g.installConfigId,
+        name: `${clusterName}-install`,
+        actions: rows.installActions,
+        action: 'CREATE',
+        inputValues: g.installInputValues,
+      },
+      clusterId,
+      'install',
+      'deployment',
+    );
+    this.#insertDeployment(
+      uninstallId,
+      {
+        node,
+        configId: g.uninstallConfigId,
+        name: `${clusterName}-uninstall`,
+        actions: rows.uninstallActions,
+        action: 'CREATE',
+        inputValues: g.uninstallInputValues,
+      },
+      clusterId,
+      'uninstall',
+      'deployment',
+    );
+    this.#s.cnInsert.run(
+      clusterId,
+      node,
+      position,
+      'installing',
+      installId,
+      uninstallId,
+      rows.stepDeadlineMs,
+      now,
+      g.name,
+    );
+  }
+
+  async insertNodegroup(
+    clusterId: string,
+    g: NewNodegroup,
+    rows: Pick<ClusterRows, 'installActions' | 'uninstallActions' | 'stepDeadlineMs'>,
+    nowMs: number,
+  ): Promise<void> {
+    this.#live();
+    for (const [i, n] of g.nodes.entries()) {
+      if (!this.#s.nodeGet.get(n)) throw new HeraldError('unknown_node', `no node ${n}`, { field: `nodes.${i}` });
+      const other = this.#s.cnByNode.get(n) as { cluster_id: string } | undefined;
+      if (other)
+        throw new HeraldError('cluster_busy', `node ${n} already belongs to cluster ${other.cluster_id}`, {
+          field: `nodes.${i}`,
+        });
+    }
+    const name = (this.#s.clusterName.get(clusterId) as { name: string } | undefined)?.name;
+    if (name === undefined) throw new HeraldError('not_found', `no cluster ${clusterId}`);
+    const now = this.#r.iso(nowMs);
+    this.#insertGroupRow(clusterId, g, (this.#s.ngNextPosition.get(clusterId) as { p: number }).p, now);
+    let position = (this.#s.cnNextPosition.get(clusterId) as { p: number }).p;
+    for (const node of g.nodes) this.#insertMember(clusterId, name, g, node, position++, rows, now);
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async removeNodegroup(clusterId: string, name: string): Promise<void> {
+    this.#live();
+    for (const { node } of this.#s.cnOfGroup.all(clusterId, name) as Array<{ node: string }>)
+      for (const { id } of this.#s.depIdsByClusterNode.all(clusterId, node) as Array<{ id: string }>)
+        this.#removeDeployment(id);
+    this.#s.cnDeleteGroup.run(clusterId, name);
+    this.#s.ngDeleteOne.run(clusterId, name);
+    this.changes.clusterChanged(clusterId);
   }
 
   async clusterHead(id: string): Promise<ClusterHead | undefined> {

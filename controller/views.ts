@@ -201,7 +201,7 @@ export function clusterView(
       nodes: c.nodes.filter((n) => n.nodegroup === g.name).map(clusterNodeView),
     })),
     rollout:
-      c.rollout === null
+      c.rollout === null || c.rollout.change !== undefined
         ? null
         : rolloutView(c.rollout, new Map(c.rollout.groups.map((g) => [g.name, members.get(g.name) ?? []]))),
   };

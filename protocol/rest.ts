@@ -140,8 +140,12 @@ export type ClusterStatus =
   | 'RESTART_COMPLETE'
   | 'RESTART_FAILED'
   | 'DELETE_IN_PROGRESS'
-  | 'DELETE_FAILED';
-export type ClusterOperation = 'create' | 'restart' | 'delete';
+  | 'DELETE_FAILED'
+  | 'UPDATE_IN_PROGRESS'
+  | 'UPDATE_COMPLETE'
+  | 'UPDATE_FAILED';
+/** `update`: a node group added (its nodes install) or removed (its nodes uninstall), SPEC §8. */
+export type ClusterOperation = 'create' | 'restart' | 'delete' | 'update';
 /** `checking`: the restart's health config runs on the node (SPEC §8, `health_config_id`). */
 export type ClusterNodePhase = 'pending' | 'uninstalling' | 'installing' | 'checking' | 'complete' | 'failed';
 export type NodegroupRole = 'master' | 'worker';

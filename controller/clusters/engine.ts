@@ -10,7 +10,7 @@ import type { DeployAction } from '../../protocol/heat.js';
 import { HOOK_TIMEOUT_S, RESTART_STEP_MARGIN_S } from '../../protocol/limits.js';
 import type { WakeReason } from '../../protocol/wake.js';
 import type { ClusterNodeRecord, ConfigRecord, NewCluster, NewNodegroup, Rollout } from '../records.js';
-import { groupWindow, planCluster, planRollout, type PlanNode } from './plan.js';
+import { groupWindow, planCluster, planGroupChange, planRollout, type PlanNode } from './plan.js';
 import type { ClusterHead, ClusterTx } from './tx.js';
 
 /** Actions of a cluster's install deployments: made with CREATE, run again by a restart. */
@@ -39,7 +39,7 @@ export interface ClusterEngineOptions {
   stepMarginS?: number;
 }
 
-type StepCluster = Pick<ClusterHead, 'id' | 'operation'>;
+type StepCluster = Pick<ClusterHead, 'id' | 'operation' | 'rollout'>;
 
 /** A restart's options (SPEC §8), as the API checked them; each absent one takes its default. */
 export interface RestartOptions {
@@ -202,6 +202,71 @@ export class ClusterEngine {
   }
 
   /**
+   * Adds node group `g` to an idle cluster (SPEC §8): an `update` in which the group's nodes
+   * install at once; UPDATE_COMPLETE when all did, else UPDATE_FAILED (the group stays).
+   * @throws HeraldError not_found | restart_in_progress | invalid_request (field `name`: the
+   *   cluster has that group) | unknown_node | cluster_busy (field `nodes.<i>`) | unknown_config
+   */
+  async addNodegroup(tx: ClusterTx, id: string, g: NewNodegroup, who: string, nowMs: number): Promise<void> {
+    await this.#mustIdle(tx, id);
+    if ((await tx.nodegroups(id)).some((x) => x.name === g.name))
+      throw new HeraldError('invalid_request', `cluster ${id} has a node group ${g.name} already`, { field: 'name' });
+    const install = await tx.config(g.installConfigId);
+    if (!install)
+      throw new HeraldError('unknown_config', `no config ${g.installConfigId}`, { field: 'install_config_id' });
+    // begun before the group's nodes exist: an update makes only its group's nodes pending
+    await tx.beginOperation(id, 'update', g.nodes.length, nowMs, {
+      groups: [{ name: g.name, role: g.role, window: g.nodes.length }],
+      pauseS: 0,
+      maxFailures: 0,
+      healthConfigId: null,
+      plain: false,
+      change: { type: 'add', nodegroup: g.name },
+    });
+    await tx.insertNodegroup(
+      id,
+      g,
+      {
+        installActions: CLUSTER_INSTALL_ACTIONS,
+        uninstallActions: CLUSTER_UNINSTALL_ACTIONS,
+        stepDeadlineMs: nowMs + stepBudgetMs(install, this.#marginS),
+      },
+      nowMs,
+    );
+    await tx.audit(who, 'cluster.nodegroup.add', id, { name: g.name, role: g.role, nodes: g.nodes });
+  }
+
+  /**
+   * Removes node group `name` (SPEC §8): an `update` in which its nodes uninstall at once
+   * (`deploy_action` DELETE); once all did, the group, its nodes' rows and their deployments go
+   * (UPDATE_COMPLETE); if one fails, UPDATE_FAILED and the group stays. The last group stays
+   * (delete the cluster instead).
+   * @throws HeraldError not_found | restart_in_progress | invalid_request
+   */
+  async deleteNodegroup(tx: ClusterTx, id: string, name: string, who: string, nowMs: number): Promise<void> {
+    await this.#mustIdle(tx, id);
+    const groups = await tx.nodegroups(id);
+    const g = groups.find((x) => x.name === name);
+    if (!g) throw new HeraldError('not_found', `cluster ${id} has no node group ${name}`);
+    if (groups.length === 1)
+      throw new HeraldError('invalid_request', `node group ${name} is the cluster's last; delete the cluster instead`);
+    const members = (await tx.clusterNodes(id)).filter((n) => n.nodegroup === name);
+    const rollout: Rollout = {
+      groups: [{ name, role: g.role, window: Math.max(1, members.length) }],
+      pauseS: 0,
+      maxFailures: 0,
+      healthConfigId: null,
+      plain: false,
+      change: { type: 'remove', nodegroup: name },
+    };
+    await tx.beginOperation(id, 'update', Math.max(1, members.length), nowMs, rollout);
+    await tx.audit(who, 'cluster.nodegroup.delete', id, { name, nodes: members.map((n) => n.node) });
+    const head: StepCluster = { id, operation: 'update', rollout };
+    for (const n of members) await this.#startStep(tx, head, n, 'uninstall', nowMs);
+    await this.#advance(tx, id, nowMs);
+  }
+
+  /**
    * Starts a delete: every node uninstalls; the cluster and its deployments go once all did.
    * @throws HeraldError not_found | restart_in_progress
    */
@@ -275,7 +340,8 @@ export class ClusterEngine {
     const depId = step === 'install' ? n.installDeploymentId : n.uninstallDeploymentId;
     const d = await tx.deployment(depId);
     if (!d) throw new HeraldError('not_found', `no deployment ${depId}`);
-    const action: DeployAction = c.operation === 'delete' ? 'DELETE' : 'RESTART';
+    const removing = c.operation === 'delete' || (c.operation === 'update' && c.rollout?.change?.type === 'remove');
+    const action: DeployAction = removing ? 'DELETE' : 'RESTART';
     const reason: WakeReason = c.operation === 'restart' ? 'restart' : 'deployment';
     await tx.newRevision(d, action, reason);
     const config = await tx.config(d.configId);
@@ -340,7 +406,8 @@ export class ClusterEngine {
       if (!inProgress(c)) return;
       // a rollout with groups, pauses, a failure budget or a health check plans on every node
       const rollout = c.operation === 'restart' && c.rollout && !c.rollout.plain ? c.rollout : null;
-      const g = rollout ? 'all' : await this.#glance(tx, c, nowMs);
+      const change = c.operation === 'update' ? (c.rollout?.change ?? null) : null;
+      const g = rollout || change ? 'all' : await this.#glance(tx, c, nowMs);
       if (g === 'quiet') return;
       // for a window to fill, the nodes in flight and the next pending ones give the same plan as all
       const nodes =
@@ -356,14 +423,19 @@ export class ClusterEngine {
         nodegroup: n.nodegroup,
         endedAtMs: n.endedAtMs,
       }));
-      const actions = rollout
-        ? planRollout(rollout, plan, nowMs)
-        : planCluster(c.operation, c.maxUnavailable, plan, nowMs);
+      const actions = change
+        ? planGroupChange(change, plan, nowMs)
+        : rollout
+          ? planRollout(rollout, plan, nowMs)
+          : planCluster(c.operation, c.maxUnavailable, plan, nowMs);
       if (actions.length === 0) return;
       const first = actions[0]!;
       if (first.type === 'finish') {
         if (first.remove) await tx.removeCluster(clusterId);
-        else await tx.finishCluster(clusterId, first.status, first.reason, nowMs);
+        else {
+          if (first.removeNodegroup !== undefined) await tx.removeNodegroup(clusterId, first.removeNodegroup);
+          await tx.finishCluster(clusterId, first.status, first.reason, nowMs);
+        }
         return;
       }
       const byNode = new Map(nodes.map((n) => [n.node, n]));

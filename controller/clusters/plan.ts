@@ -29,7 +29,14 @@ export interface PlanNode {
 export type ClusterAction =
   | { type: 'timeout'; node: string }
   | { type: 'start'; node: string; step: 'uninstall' | 'install' }
-  | { type: 'finish'; status: ClusterStatus; reason: string; remove: boolean };
+  | {
+      type: 'finish';
+      status: ClusterStatus;
+      reason: string;
+      remove: boolean;
+      /** A node group to remove (its nodes' uninstall succeeded), then finish in `status`. */
+      removeNodegroup?: string;
+    };
 
 export function isInFlight(phase: ClusterNodePhase): boolean {
   return phase === 'uninstalling' || phase === 'installing' || phase === 'checking';
@@ -168,4 +175,41 @@ export function groupWindow(role: 'master' | 'worker', size: number, maxUnavaila
   else if (typeof maxUnavailable === 'number') w = maxUnavailable;
   else w = Math.floor((Number(maxUnavailable.slice(0, -1)) * size) / 100);
   return Math.min(size, Math.max(1, w));
+}
+
+/**
+ * The next actions of an `update` (SPEC §8): group `c.nodegroup` added (its nodes install at
+ * once, started when it was added) or removed (its nodes uninstall at once). Only that group's
+ * nodes count. Timeouts first; nothing while a node is in flight; then UPDATE_FAILED naming the
+ * failed nodes (a removed group stays), else UPDATE_COMPLETE (a removed group goes).
+ */
+export function planGroupChange(
+  c: { type: 'add' | 'remove'; nodegroup: string },
+  nodes: readonly PlanNode[],
+  nowMs: number,
+): ClusterAction[] {
+  const mine = nodes.filter((n) => n.nodegroup === c.nodegroup);
+  const timeouts = mine.filter((n) => isInFlight(n.phase) && n.stepDeadlineMs !== null && n.stepDeadlineMs <= nowMs);
+  if (timeouts.length > 0) return timeouts.map((n) => ({ type: 'timeout', node: n.node }));
+  if (mine.some((n) => isInFlight(n.phase))) return [];
+  const failed = mine.filter((n) => n.phase === 'failed').sort((a, b) => a.position - b.position);
+  const what = `${c.type === 'add' ? 'adding' : 'removing'} node group ${c.nodegroup}`;
+  if (failed.length > 0)
+    return [
+      {
+        type: 'finish',
+        status: 'UPDATE_FAILED',
+        reason: `${what} failed on ${failed.map((n) => `${n.node}: ${n.reason ?? 'failed'}`).join('; ')}`,
+        remove: false,
+      },
+    ];
+  return [
+    {
+      type: 'finish',
+      status: 'UPDATE_COMPLETE',
+      reason: `${what} complete on ${mine.length} node(s)`,
+      remove: false,
+      ...(c.type === 'remove' ? { removeNodegroup: c.nodegroup } : {}),
+    },
+  ];
 }

@@ -135,6 +135,20 @@ export interface ClusterTx {
     nowMs: number,
     rollout?: Rollout | null,
   ): Promise<void>;
+  /**
+   * Adds group `g` (after the others) to an idle cluster: its row, and for each of its nodes
+   * (after the cluster's) install and uninstall deployments as insertCluster makes them and its
+   * row, phase installing until `stepDeadlineMs`.
+   * @throws HeraldError unknown_node | cluster_busy (field `nodes.<i>`), unknown_config
+   */
+  insertNodegroup(
+    clusterId: string,
+    g: NewNodegroup,
+    rows: Pick<ClusterRows, 'installActions' | 'uninstallActions' | 'stepDeadlineMs'>,
+    nowMs: number,
+  ): Promise<void>;
+  /** Removes group `name`: its node rows, every deployment of the cluster on its nodes, and its row. */
+  removeNodegroup(clusterId: string, name: string): Promise<void>;
   /** The cluster's node groups in creation order. */
   nodegroups(clusterId: string): Promise<NodegroupRecord[]>;
   /**

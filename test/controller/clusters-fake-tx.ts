@@ -23,6 +23,7 @@ import type {
   ClusterStatus,
   ConfigRecord,
   DeploymentRecord,
+  NewNodegroup,
   NodegroupRecord,
   RevisionRecord,
   Rollout,
@@ -244,6 +245,83 @@ export class FakeClusterTx implements ClusterTx {
         rollout: c.head.rollout ?? null,
       }
     );
+  }
+
+  async insertNodegroup(
+    clusterId: string,
+    g: NewNodegroup,
+    rows: Pick<ClusterRows, 'installActions' | 'uninstallActions' | 'stepDeadlineMs'>,
+    nowMs: number,
+  ): Promise<void> {
+    for (const [i, n] of g.nodes.entries())
+      for (const other of this.#w.clusters.values())
+        if (other.nodes.some((x) => x.node === n))
+          throw new HeraldError('cluster_busy', `node ${n} is in a cluster`, { field: `nodes.${i}` });
+    const c = this.#cluster(clusterId);
+    const at = iso(nowMs);
+    c.nodegroups.push({
+      name: g.name,
+      role: g.role,
+      position: c.nodegroups.length,
+      installConfigId: g.ownInstallConfigId,
+      uninstallConfigId: g.ownUninstallConfigId,
+      inputValues: g.ownInputValues,
+      createdAt: at,
+    });
+    for (const node of g.nodes) {
+      const mk = (role: 'install' | 'uninstall', configId: string, actions: DeployAction[]): string => {
+        const depId = this.#w.id(role);
+        this.#w.deployments.set(depId, {
+          d: {
+            id: depId,
+            node,
+            configId,
+            name: `${c.head.name}-${role}`,
+            actions,
+            clusterId,
+            clusterRole: role,
+            createdAt: at,
+            updatedAt: at,
+          },
+          revisions: [],
+        });
+        this.changes.deploymentChanged(depId);
+        this.#revise(depId, 'CREATE', 'deployment');
+        return depId;
+      };
+      c.nodes.push({
+        node,
+        position: c.nodes.length,
+        phase: 'installing',
+        installDeploymentId: mk('install', g.installConfigId, rows.installActions),
+        uninstallDeploymentId: mk('uninstall', g.uninstallConfigId, rows.uninstallActions),
+        stepDeadlineMs: rows.stepDeadlineMs,
+        uninstallStartedAt: null,
+        uninstallFinishedAt: null,
+        installStartedAt: at,
+        installFinishedAt: null,
+        reason: null,
+        nodegroup: g.name,
+        healthDeploymentId: null,
+        checkStartedAt: null,
+        endedAtMs: null,
+      });
+    }
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async removeNodegroup(clusterId: string, name: string): Promise<void> {
+    const c = this.#cluster(clusterId);
+    const members = new Set(c.nodes.filter((n) => n.nodegroup === name).map((n) => n.node));
+    for (const [id, e] of this.#w.deployments) {
+      if (e.d.clusterId !== clusterId || !members.has(e.d.node)) continue;
+      this.#w.deployments.delete(id);
+      this.changes.touch(e.d.node);
+      this.changes.deploymentRemoved(id);
+    }
+    c.nodes = c.nodes.filter((n) => !members.has(n.node));
+    c.nodegroups = c.nodegroups.filter((g) => g.name !== name);
+    this.changes.clusterChanged(clusterId);
   }
 
   async nodegroups(clusterId: string): Promise<NodegroupRecord[]> {

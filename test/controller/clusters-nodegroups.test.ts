@@ -203,4 +203,55 @@ describe('node groups through the API', () => {
     ]);
     expect(r.json.nodes.map((n: any) => n.nodegroup)).toEqual(['default-worker', 'default-worker']);
   });
+
+  it('adds a group (its nodes install) and removes one (its nodes uninstall, then it goes)', async () => {
+    const flat = (await t.req(op, 'GET', '/v1/clusters')).json.items[0];
+    const cid = flat.id as string;
+    await settle(NODES, async () => (await t.req(op, 'GET', `/v1/clusters/${cid}`)).json.status === 'CREATE_COMPLETE');
+    const add = await t.req(op, 'POST', `/v1/clusters/${cid}/nodegroups`, {
+      name: 'extra',
+      nodes: ['g3', 'g4'],
+      install_config_id: gpuInstall,
+    });
+    expect(add.status, JSON.stringify(add.json)).toBe(201);
+    expect(add.headers.location).toBe(`/v1/clusters/${cid}/nodegroups/extra`);
+    expect(add.json).toMatchObject({ name: 'extra', role: 'worker', install_config_id: gpuInstall });
+    expect(add.json.nodes.map((n: any) => [n.node, n.phase])).toEqual([
+      ['g3', 'installing'],
+      ['g4', 'installing'],
+    ]);
+    expect((await t.req(op, 'GET', `/v1/clusters/${cid}`)).json.status).toBe('UPDATE_IN_PROGRESS');
+    await settle(NODES, async () => (await t.req(op, 'GET', `/v1/clusters/${cid}`)).json.status === 'UPDATE_COMPLETE');
+    const one = await t.req(op, 'GET', `/v1/clusters/${cid}/nodegroups/extra`);
+    expect(one.json.nodes.map((n: any) => n.phase)).toEqual(['complete', 'complete']);
+    // the other group was not touched
+    const g1 = (await t.req(op, 'GET', `/v1/clusters/${cid}`)).json.nodes.find((n: any) => n.node === 'g1');
+    expect((await t.req(op, 'GET', `/v1/deployments/${g1.install_deployment_id}`)).json.revision).toBe(1);
+
+    const post = async (body: unknown) => (await t.req(op, 'POST', `/v1/clusters/${cid}/nodegroups`, body)).json.error;
+    expect(await post({ name: 'extra', nodes: ['g2'] })).toMatchObject({ code: 'invalid_request', field: 'name' });
+    expect(await post({ name: 'more', nodes: ['g1'] })).toMatchObject({ code: 'cluster_busy', field: 'nodes.0' });
+    expect(await post({ name: 'more', nodes: ['ghost'] })).toMatchObject({ code: 'unknown_node', field: 'nodes.0' });
+    expect(await post({ name: 'more', nodes: ['g3'], uninstall_config_id: 'nope' })).toMatchObject({
+      code: 'unknown_config',
+      field: 'uninstall_config_id',
+    });
+
+    const del = await t.req(op, 'DELETE', `/v1/clusters/${cid}/nodegroups/extra`);
+    expect(del.status).toBe(202);
+    expect(del.json.status).toBe('UPDATE_IN_PROGRESS');
+    const md = await t.req(creds.get('g3')!, 'GET', '/v1/nodes/g3/metadata');
+    const pending = (md.json.deployments as any[]).filter((i) => !i.signalled);
+    expect(pending.map((i) => i.inputs.find((x: any) => x.name === 'deploy_action').value)).toEqual(['DELETE']);
+    await settle(NODES, async () => (await t.req(op, 'GET', `/v1/clusters/${cid}`)).json.status === 'UPDATE_COMPLETE');
+    const after = (await t.req(op, 'GET', `/v1/clusters/${cid}`)).json;
+    expect(after.nodegroups.map((g: any) => g.name)).toEqual(['default-worker']);
+    expect(after.nodes.map((n: any) => n.node)).toEqual(['g1', 'g2']);
+    expect((await t.req(creds.get('g3')!, 'GET', '/v1/nodes/g3/metadata')).json.deployments).toEqual([]);
+    expect((await t.req(op, 'GET', `/v1/clusters/${cid}/nodegroups/extra`)).status).toBe(404);
+    expect((await t.req(op, 'DELETE', `/v1/clusters/${cid}/nodegroups/extra`)).status).toBe(404);
+    expect((await t.req(op, 'DELETE', `/v1/clusters/${cid}/nodegroups/default-worker`)).json.error.code).toBe(
+      'invalid_request',
+    );
+  });
 });

@@ -274,3 +274,77 @@ describe('rollout: one group, and the plan', () => {
     expect(w.cluster().head.status).toBe('CREATE_COMPLETE');
   });
 });
+
+describe('node groups added and removed', () => {
+  it('adds a group to an idle cluster: its nodes install, the others are untouched, UPDATE_COMPLETE', async () => {
+    const w = await world([{ name: 'm', role: 'master', n: 1 }]);
+    const install = w.data.deployment(w.node('m0').installDeploymentId)!.configId;
+    const uninstall = w.data.deployment(w.node('m0').uninstallDeploymentId)!.configId;
+    const before = w.data.deployment(w.node('m0').installDeploymentId)!.current.revision;
+    const g: NewNodegroup = {
+      name: 'gpu',
+      role: 'worker',
+      nodes: ['g0', 'g1'],
+      ownInstallConfigId: null,
+      ownUninstallConfigId: null,
+      ownInputValues: null,
+      installConfigId: install,
+      uninstallConfigId: uninstall,
+      installInputValues: {},
+      uninstallInputValues: {},
+    };
+    await w.data.run((tx) => w.engine.addNodegroup(tx, w.id, g, WHO, T0 + 10_000));
+    expect(w.cluster().head.status).toBe('UPDATE_IN_PROGRESS');
+    expect(w.busy()).toEqual(['g0', 'g1']);
+    expect(w.cluster().nodegroups.map((x) => x.name)).toEqual(['m', 'gpu']);
+    await w.result('g0', true, T0 + 10_001);
+    await w.result('g1', true, T0 + 10_002);
+    expect(w.cluster().head).toMatchObject({
+      status: 'UPDATE_COMPLETE',
+      statusReason: 'adding node group gpu complete on 2 node(s)',
+    });
+    expect(w.data.deployment(w.node('m0').installDeploymentId)!.current.revision).toBe(before);
+    expect(
+      (await rejected(w.data.run((tx) => w.engine.addNodegroup(tx, w.id, { ...g, nodes: ['x'] }, WHO, T0)))).field,
+    ).toBe('name');
+    expect(
+      await rejected(w.data.run((tx) => w.engine.addNodegroup(tx, w.id, { ...g, name: 'more' }, WHO, T0))),
+    ).toEqual({ code: 'cluster_busy', field: 'nodes.0' });
+  });
+
+  it('removes a group: its nodes uninstall (DELETE) at once, then it and their deployments go; the last group stays', async () => {
+    const w = await world([
+      { name: 'm', role: 'master', n: 1 },
+      { name: 'w', role: 'worker', n: 2 },
+    ]);
+    const deps = [w.node('w0'), w.node('w1')].flatMap((n) => [n.installDeploymentId, n.uninstallDeploymentId]);
+    await w.data.run((tx) => w.engine.deleteNodegroup(tx, w.id, 'w', WHO, T0 + 10_000));
+    expect(w.busy()).toEqual(['w0', 'w1']);
+    expect(w.data.deployment(w.node('w0').uninstallDeploymentId)!.current.action).toBe('DELETE');
+    await w.result('w0', true, T0 + 10_001);
+    expect(w.cluster().head.status).toBe('UPDATE_IN_PROGRESS');
+    await w.result('w1', true, T0 + 10_002);
+    expect(w.cluster().head).toMatchObject({ status: 'UPDATE_COMPLETE' });
+    expect(w.cluster().nodes.map((n) => n.node)).toEqual(['m0']);
+    expect(w.cluster().nodegroups.map((g) => g.name)).toEqual(['m']);
+    expect(deps.every((d) => w.data.deployment(d) === undefined)).toBe(true);
+    expect((await rejected(w.data.run((tx) => w.engine.deleteNodegroup(tx, w.id, 'm', WHO, T0 + 20_000)))).code).toBe(
+      'invalid_request',
+    );
+    expect((await rejected(w.data.run((tx) => w.engine.deleteNodegroup(tx, w.id, 'x', WHO, T0)))).code).toBe(
+      'not_found',
+    );
+  });
+
+  it('keeps a group whose uninstall failed: UPDATE_FAILED naming the node', async () => {
+    const w = await world([
+      { name: 'm', role: 'master', n: 1 },
+      { name: 'w', role: 'worker', n: 1 },
+    ]);
+    await w.data.run((tx) => w.engine.deleteNodegroup(tx, w.id, 'w', WHO, T0 + 10_000));
+    await w.result('w0', false, T0 + 10_001);
+    expect(w.cluster().head.status).toBe('UPDATE_FAILED');
+    expect(w.cluster().head.statusReason).toMatch(/^removing node group w failed on w0: uninstall: /);
+    expect(w.cluster().nodegroups.map((g) => g.name)).toEqual(['m', 'w']);
+  });
+});

@@ -115,12 +115,12 @@ const ended = () =>
 
 beforeAll(async () => {
   if (!isBuilt()) throw new Error('run `npm run build` first (npm test does)');
-  c = await makeCluster(NODES);
+  c = await makeCluster([...NODES, 'x1']);
   log = path.join(c.work, 'steps.log');
   flags = path.join(c.work, 'flags');
   fs.mkdirSync(flags);
   fs.writeFileSync(log, '');
-  for (const n of NODES) await c.startAgent(n);
+  for (const n of [...NODES, 'x1']) await c.startAgent(n);
   const install = await mkConfig(c, { name: 'install', group: 'script', config: script('install') });
   const uninstall = await mkConfig(c, { name: 'uninstall', group: 'script', config: script('uninstall') });
   health = await mkConfig(c, { name: 'health', group: 'script', config: script('check') });
@@ -297,5 +297,32 @@ describe('rollouts with real agents (SPEC §8)', () => {
     expect(Math.min(...WORKERS.map((n) => sp.get(n)!.start))).toBeGreaterThan(
       Math.max(...MASTERS.map((n) => sp.get(n)!.end)),
     );
+  });
+
+  it('adds a group whose node installs, and removes it: its node uninstalls (DELETE), the others untouched', async () => {
+    const from = lineCount();
+    const add = await api(c.ctl.port, c.op, 'POST', `/v1/clusters/${id}/nodegroups`, { name: 'extra', nodes: ['x1'] });
+    expect(add.status, add.raw).toBe(201);
+    await waitFor('UPDATE_COMPLETE', async () => (await cluster())?.status === 'UPDATE_COMPLETE', 30_000, 50);
+    const del = await api(c.ctl.port, c.op, 'DELETE', `/v1/clusters/${id}/nodegroups/extra`);
+    expect(del.status).toBe(202);
+    await waitFor(
+      'the group gone',
+      async () => {
+        const cl = await cluster();
+        return cl?.status === 'UPDATE_COMPLETE' && !cl.nodegroups.some((g: any) => g.name === 'extra');
+      },
+      30_000,
+      50,
+    );
+    const lines = fs
+      .readFileSync(log, 'utf8')
+      .trim()
+      .split('\n')
+      .slice(from)
+      .filter((l) => l.includes(' end '))
+      .map((l) => l.split(' ').slice(1).join(' '));
+    expect(lines).toEqual(['install end x1 CREATE', 'uninstall end x1 DELETE']);
+    expect((await cluster()).nodes.map((n: any) => n.node).sort()).toEqual([...NODES].sort());
   });
 });
