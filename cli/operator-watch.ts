@@ -7,7 +7,7 @@
  * Renderers (plain lines, a progress bar, the demo's timeline) only consume these.
  */
 import type { ClusterNodePhase, ClusterStatus, ClusterView, EventData } from '../protocol/rest.js';
-import type { OutputEventView } from '../protocol/output.js';
+import { lastLineOf, type OutputEventView } from '../protocol/output.js';
 import type { ApiClient, SseEvent } from './operator-client.js';
 
 /** How often the cluster is read while a restart runs. */
@@ -187,12 +187,8 @@ export function outputEventOf(e: SseEvent, members: ReadonlySet<string>): WatchE
   if (e.event !== 'output') return undefined;
   const d = e.data as Partial<OutputEventView> | null;
   if (typeof d?.node !== 'string' || typeof d.text !== 'string' || !members.has(d.node)) return undefined;
-  const line = d.text
-    .split('\n')
-    .map((l) => l.replace(/\r$/, ''))
-    .filter((l) => l.trim() !== '')
-    .at(-1);
-  return line === undefined ? undefined : { kind: 'output', at: new Date(), node: d.node, line };
+  const line = lastLineOf(d.text);
+  return line === null ? undefined : { kind: 'output', at: new Date(), node: d.node, line };
 }
 
 /** The `/v1/events` payload, or undefined for an event that is not the controller's JSON. */

@@ -6,8 +6,11 @@
  * passed on as it came.
  */
 import { HeraldError } from '../protocol/errors.js';
+import type { ClusterNodeView, ClusterView } from '../protocol/rest.js';
 import {
+  lastLineOf,
   parseOutputChunk,
+  type ClusterNodeOutputView,
   type DeploymentOutputView,
   type OutputChunkAck,
   type OutputEventView,
@@ -96,4 +99,44 @@ export class LiveOutputService {
     const streams = renderOutput(await this.#store.readOutput(deploymentId, revision));
     return { deployment_id: deploymentId, node: d.node, revision, signalled, ...streams };
   }
+
+  /**
+   * The cluster view with each node's last live output line (SPEC §8: every step shows when it
+   * started, its deadline and its last output line): of the step in flight, else of the last one
+   * it ran. One index seek per node.
+   */
+  async withLastLines<T extends ClusterView>(
+    view: T,
+  ): Promise<T & { nodes: Array<ClusterNodeView & ClusterNodeOutputView> }> {
+    const stepOf = new Map(view.nodes.map((n) => [n.node, stepDeploymentOf(n)]));
+    const ids = [...stepOf.values()].filter((x): x is string => x !== null);
+    const last = ids.length === 0 ? new Map<string, string>() : await this.#store.lastOutput(ids);
+    const decorate = (n: ClusterNodeView): ClusterNodeView & ClusterNodeOutputView => {
+      const id = stepOf.get(n.node) ?? null;
+      const text = id === null ? undefined : last.get(id);
+      return { ...n, last_output_line: text === undefined ? null : lastLineOf(text) };
+    };
+    const out = { ...view, nodes: view.nodes.map(decorate) };
+    if (Array.isArray((view as { nodegroups?: unknown }).nodegroups)) {
+      (out as { nodegroups: Array<{ nodes: ClusterNodeView[] }> }).nodegroups = (
+        view as unknown as { nodegroups: Array<{ nodes: ClusterNodeView[] }> }
+      ).nodegroups.map((g) => ({ ...g, nodes: g.nodes.map(decorate) }));
+    }
+    return out;
+  }
+}
+
+/** The deployment of a node's step in flight, else of the last step it started; null before any. */
+function stepDeploymentOf(n: ClusterNodeView): string | null {
+  if (n.phase === 'uninstalling') return n.uninstall_deployment_id;
+  if (n.phase === 'installing') return n.install_deployment_id;
+  if (n.phase === 'checking') return n.health_deployment_id ?? n.install_deployment_id;
+  if (n.phase === 'pending') return null;
+  const started: Array<[string | null, string | null]> = [
+    [n.health_deployment_id, n.check_started_at],
+    [n.install_deployment_id, n.install_started_at],
+    [n.uninstall_deployment_id, n.uninstall_started_at],
+  ];
+  for (const [id, at] of started) if (id !== null && at !== null) return id;
+  return n.install_deployment_id;
 }

@@ -686,12 +686,14 @@ export class ControllerService {
   async getCluster(id: string): Promise<View> {
     const c = await this.store.getCluster(id);
     if (!c) throw new HeraldError('not_found', `no cluster ${id}`);
-    return clusterView(
+    const view = clusterView(
       c,
       await this.store.getConfig(c.installConfigId),
       await this.store.getConfig(c.uninstallConfigId),
       await this.#groupConfigs(c),
     );
+    // each node's last live output line (SPEC §8)
+    return this.output.withLastLines(view);
   }
 
   async listClusters(): Promise<View[]> {

@@ -59,6 +59,7 @@ export class SqliteOutputRows {
   readonly #addCut: Database.Statement;
   readonly #chunks: Database.Statement;
   readonly #cuts: Database.Statement;
+  readonly #last: Database.Statement;
   readonly #limitBytes: number;
 
   constructor(db: Database.Database, limitBytes = OUTPUT_KEPT_PER_REVISION_BYTES) {
@@ -83,6 +84,11 @@ export class SqliteOutputRows {
       'SELECT seq, stream, text, dropped_bytes FROM deployment_output WHERE deployment_id = ? AND revision = ? ORDER BY seq',
     );
     this.#cuts = db.prepare('SELECT stream, bytes FROM deployment_output_cut WHERE deployment_id = ? AND revision = ?');
+    // the newest chunk of the deployment's current revision (an index seek per deployment)
+    this.#last = db.prepare(
+      `SELECT o.text FROM deployment_output o JOIN deployments d ON d.id = o.deployment_id AND d.revision = o.revision
+       WHERE o.deployment_id = ? ORDER BY o.seq DESC LIMIT 1`,
+    );
   }
 
   /**
@@ -114,6 +120,16 @@ export class SqliteOutputRows {
       }
       return { duplicate: false };
     })();
+  }
+
+  /** The text of the newest chunk of each deployment's current revision (those with none are absent). */
+  lastChunks(deploymentIds: readonly string[]): Map<string, string> {
+    const out = new Map<string, string>();
+    for (const id of deploymentIds) {
+      const r = this.#last.get(id) as { text: string } | undefined;
+      if (r !== undefined) out.set(id, r.text);
+    }
+    return out;
   }
 
   read(deploymentId: string, revision: number): KeptOutput {

@@ -330,6 +330,10 @@ export class SqliteStore implements Store {
     return this.#read(() => this.#output.read(deploymentId, revision));
   }
 
+  lastOutput(deploymentIds: readonly string[]): Promise<Map<string, string>> {
+    return this.#read(() => this.#output.lastChunks(deploymentIds));
+  }
+
   appendOutput(chunk: OutputChunkRecord): Promise<{ duplicate: boolean }> {
     return this.#exclusive(() => {
       this.#assertOpen();

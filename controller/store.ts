@@ -75,6 +75,8 @@ export interface StoreReads {
   listAudit(limit?: number): Promise<AuditRecord[]>;
   /** A revision's kept live output chunks (SPEC §8), oldest first, and the bytes cut per stream. */
   readOutput(deploymentId: string, revision: number): Promise<KeptOutput>;
+  /** The text of the newest live output chunk of each deployment's current revision (none: absent). */
+  lastOutput(deploymentIds: readonly string[]): Promise<Map<string, string>>;
 }
 
 /**

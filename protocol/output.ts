@@ -56,6 +56,22 @@ export type OutputEventView = {
   dropped_bytes?: number;
 };
 
+/** The last non-empty line of `text` (a trailing `\r` dropped), or null when it has none. */
+export function lastLineOf(text: string): string | null {
+  const lines = text.split('\n');
+  for (let i = lines.length - 1; i >= 0; i--) {
+    const l = lines[i]!.replace(/\r$/, '');
+    if (l.trim() !== '') return l;
+  }
+  return null;
+}
+
+/** What `GET /v1/clusters/{id}` adds to each node (SPEC §8: a stuck node is seen while stuck). */
+export type ClusterNodeOutputView = {
+  /** The last line of live output of the node's current (or last) step, as the agent masked it; null when none. */
+  last_output_line: string | null;
+};
+
 /** The line the kept text shows where chunks were lost (dropped at the agent, or cut for size). */
 export function gapMarker(bytes: number): string {
   return `[herald: ${bytes} bytes of output not streamed]\n`;

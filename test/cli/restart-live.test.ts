@@ -98,9 +98,29 @@ afterAll(async () => {
 
 describe('herald cluster restart --wait with live output', () => {
   it("shows the node's output lines while its step runs, with its time against the deadline, and a summary", async () => {
+    // meanwhile, what GET /v1/clusters/{id} says of n1 while it installs
+    const seen: Array<{ phase: string; line: string | null }> = [];
+    const sample = async (): Promise<void> => {
+      const c = await ctl.client.get<{ nodes: Array<{ phase: string; last_output_line: string | null }> }>(
+        `/v1/clusters/${clusterId}`,
+      );
+      seen.push({ phase: c.nodes[0]!.phase, line: c.nodes[0]!.last_output_line });
+    };
+    let running = true;
+    const watching = (async () => {
+      while (running) {
+        await sample();
+        await new Promise((res) => setTimeout(res, 100));
+      }
+    })();
     const r = await runCli(['cluster', 'restart', clusterId, '--wait', '--timeout', '40s', ...conn], {
       timeoutMs: 50_000,
     });
+    running = false;
+    await watching;
+    await sample(); // once the restart is over
+    expect(seen.some((s) => s.phase === 'installing' && /^install step [1-5] of 6$/.test(s.line ?? ''))).toBe(true);
+    expect(seen.at(-1)).toEqual({ phase: 'complete', line: 'install step 6 of 6' });
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     const lines = r.stdout.trim().split('\n');
