@@ -594,6 +594,66 @@ function registerCluster(program: Command): void {
         });
       },
     );
+  leaf(
+    cluster,
+    'nodegroup-add <id> <group>',
+    'add a node group (name:role:n1,n2, or name:n1,n2 for a worker group) to an idle cluster: its nodes install',
+    [
+      'herald cluster nodegroup-add 7c0d... gpu:worker:n7,n8',
+      'herald cluster nodegroup-add 7c0d... gpu:n7,n8 --install <cfg> --input driver=550 --wait',
+    ],
+  )
+    .option('--install <config>', "the group's own install config (default: the cluster's)")
+    .option('--uninstall <config>', "the group's own uninstall config (default: the cluster's)")
+    .option('--input <key=value>', "an input value for the group's nodes, over the cluster's (repeatable)", collect)
+    .option('--input-file <file>', INPUT_FILE_HELP)
+    .option('--wait', 'wait until UPDATE_COMPLETE or UPDATE_FAILED')
+    .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
+    .action(
+      async (
+        id: string,
+        spec: string,
+        opts: {
+          install?: string;
+          uninstall?: string;
+          input?: string[];
+          inputFile?: string;
+          wait?: boolean;
+          timeout: string;
+        },
+        cmd: Command,
+      ) => {
+        const { parseNodegroupSpec } = await import('./operator-rollout.js');
+        const req: Obj = { ...parseNodegroupSpec(spec) };
+        if (opts.install) req.install_config_id = opts.install;
+        if (opts.uninstall) req.uninstall_config_id = opts.uninstall;
+        const inputs = await gatherInputs(opts);
+        if (inputs.values) req.input_values = inputs.values;
+        const timeoutMs = parseDuration(opts.timeout, '--timeout');
+        await withClient(cmd, async (client, o) => {
+          const g = await client.post<Obj>(`/v1/clusters/${seg(id)}/nodegroups`, req);
+          const busy = (c: ClusterView): boolean => c.status.endsWith('_IN_PROGRESS');
+          const now = await client.get<ClusterView>(`/v1/clusters/${seg(id)}`);
+          const body = opts.wait ? await waitWhile(client, `/v1/clusters/${seg(id)}`, now, busy, timeoutMs) : now;
+          if (o.json) printJson(opts.wait ? body : g);
+          else out(`node group ${String(req.name)} added to cluster ${id}: ${body.status}\n`);
+          if (opts.wait)
+            process.exitCode = waitExitCode(busy(body), body.status.endsWith('_FAILED')) ?? process.exitCode;
+        });
+      },
+    );
+  leaf(
+    cluster,
+    'nodegroup-rm <id> <name>',
+    'remove a node group: its nodes uninstall (deploy_action DELETE), then the group goes',
+    ['herald cluster nodegroup-rm 7c0d... gpu'],
+  ).action(async (id: string, name: string, _o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.delete(`/v1/clusters/${seg(id)}/nodegroups/${seg(name)}`);
+      if (o.json) return printJson(body);
+      out(`node group ${name} of cluster ${id} is being removed (uninstall on its nodes, then removal)\n`);
+    });
+  });
   leaf(cluster, 'rm <id>', 'delete a cluster: uninstalls on every node, then removes it', [
     'herald cluster rm 7c0d...',
   ]).action(async (id: string, _o, cmd: Command) => {

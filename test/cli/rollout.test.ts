@@ -104,10 +104,10 @@ describe('rollout options, parsed', () => {
 describe('herald cluster with node groups', { timeout: 120_000 }, () => {
   beforeAll(async () => {
     dir = tempDir('herald-rollout-cli-');
-    const pki = await makePki(dir, NODES);
+    const pki = await makePki(dir, [...NODES, 'x1']);
     ctl = await startController(dir, pki);
-    agents = await Promise.all(NODES.map((n) => startAgent(dir, pki, n, ctl.url)));
-    await waitForNodes(ctl.client, NODES);
+    agents = await Promise.all([...NODES, 'x1'].map((n) => startAgent(dir, pki, n, ctl.url)));
+    await waitForNodes(ctl.client, [...NODES, 'x1']);
     conn = ['--controller', ctl.url, '--pki', pki];
     const input = [{ name: 'root', type: 'String', default: dir }];
     const mk = async (name: string) =>
@@ -201,5 +201,26 @@ describe('herald cluster with node groups', { timeout: 120_000 }, () => {
     expect(ghost.stderr.trim()).toMatch(/^herald: unknown_nodegroup: .*\(field nodegroups\.0\)$/);
     const both = await runCli(['cluster', 'create', '--name', 'x', '--install', 'a', '--uninstall', 'b', ...conn]);
     expect(both.stderr.trim()).toMatch(/^herald: bad_option: give one of --nodes/);
+  });
+
+  it('adds a node group (its node installs) and removes it (its node uninstalls)', async () => {
+    const add = await runCli(['cluster', 'nodegroup-add', clusterId, 'extra:x1', '--wait', ...conn]);
+    expect(add.code, add.stderr).toBe(0);
+    expect(add.stdout).toContain(`node group extra added to cluster ${clusterId}: UPDATE_COMPLETE`);
+    expect(runs('x1')).toEqual(['install CREATE']);
+    const rm = await runCli(['cluster', 'nodegroup-rm', clusterId, 'extra', ...conn]);
+    expect(rm.code, rm.stderr).toBe(0);
+    const gone = async () => {
+      const show = JSON.parse((await runCli(['cluster', 'show', clusterId, '--json', ...conn])).stdout);
+      return show.status === 'UPDATE_COMPLETE' && !show.nodegroups.some((g: { name: string }) => g.name === 'extra');
+    };
+    const t0 = Date.now();
+    while (!(await gone())) {
+      expect(Date.now() - t0).toBeLessThan(20_000);
+      await new Promise((res) => setTimeout(res, 200));
+    }
+    expect(runs('x1')).toEqual(['install CREATE', 'uninstall DELETE']);
+    const last = await runCli(['cluster', 'nodegroup-rm', clusterId, 'nope', ...conn]);
+    expect(last.stderr.trim()).toMatch(/^herald: not_found: /);
   });
 });
