@@ -2,7 +2,8 @@
  * Live output kept in SQLite (SPEC §8; table `deployment_output`, migration 4): each chunk an
  * agent posted, keyed by deployment, revision and sequence number, so a chunk sent twice is kept
  * once; per revision only the newest chunks holding OUTPUT_KEPT_PER_REVISION_BYTES stay (older
- * ones are deleted, and the bytes cut are counted per stream in `deployment_output_cut`).
+ * ones are deleted, and the bytes cut are counted per stream in `deployment_output_cut`); a
+ * removed deployment's output is deleted with it (a trigger).
  * Durable like the rest of the store: a controller started again serves what it kept.
  */
 import type Database from 'better-sqlite3';
@@ -32,6 +33,11 @@ export const OUTPUT_MIGRATION_SQL = `
     bytes INTEGER NOT NULL,
     PRIMARY KEY (deployment_id, revision, stream)
   ) STRICT;
+  -- a removed deployment's output goes with it, whichever code path removes the row
+  CREATE TRIGGER IF NOT EXISTS deployment_output_removed AFTER DELETE ON deployments BEGIN
+    DELETE FROM deployment_output WHERE deployment_id = OLD.id;
+    DELETE FROM deployment_output_cut WHERE deployment_id = OLD.id;
+  END;
 `;
 
 export interface OutputChunkRecord {

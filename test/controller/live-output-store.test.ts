@@ -1,0 +1,77 @@
+/**
+ * Live output in the SQLite store (SPEC §8): a chunk kept once per sequence number, the newest
+ * 1 MiB per revision (the rest counted as cut), rendered with its markers, the last chunk of the
+ * current revision, and the output removed with its deployment. In-process, `:memory:`.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { renderOutput } from '../../controller/output-view.js';
+import { SqliteStore } from '../../controller/sqlite-store.js';
+import type { NewConfig } from '../../controller/store.js';
+
+const WHO = 'spiffe://herald.local/operator/test';
+const CONFIG: NewConfig = { name: 'c', group: 'script', config: 'x', inputs: [], outputs: [], options: {} };
+const stores: SqliteStore[] = [];
+afterEach(async () => {
+  for (const s of stores.splice(0)) await s.close();
+});
+
+async function withDeployment(): Promise<{ s: SqliteStore; id: string }> {
+  const s = new SqliteStore(':memory:');
+  stores.push(s);
+  await s.createNode('a', null, WHO);
+  const cfg = await s.createConfig(CONFIG, WHO);
+  const { deployment } = await s.createDeployment(
+    { node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'UPDATE'], action: 'CREATE', inputValues: {} },
+    WHO,
+  );
+  return { s, id: deployment.id };
+}
+
+const chunk = (id: string, seq: number, text: string, stream: 'stdout' | 'stderr' = 'stdout') => ({
+  deploymentId: id,
+  revision: 1,
+  seq,
+  stream,
+  text,
+  droppedBytes: 0,
+});
+
+describe('live output in the store', () => {
+  it('keeps a sequence number once', async () => {
+    const { s, id } = await withDeployment();
+    expect(await s.appendOutput(chunk(id, 1, 'a\n'))).toEqual({ duplicate: false });
+    expect(await s.appendOutput(chunk(id, 1, 'a\n'))).toEqual({ duplicate: true });
+    expect(await s.appendOutput(chunk(id, 2, 'e\n', 'stderr'))).toEqual({ duplicate: false });
+    const view = renderOutput(await s.readOutput(id, 1));
+    expect(view.stdout).toEqual({ text: 'a\n', first_seq: 1, last_seq: 1 });
+    expect(view.stderr).toEqual({ text: 'e\n', first_seq: 2, last_seq: 2 });
+  });
+
+  it('keeps the newest 1 MiB per revision and says how much was cut', async () => {
+    const { s, id } = await withDeployment();
+    const piece = `${'x'.repeat(64 * 1024 - 1)}\n`;
+    for (let i = 1; i <= 40; i++) await s.appendOutput(chunk(id, i, piece));
+    await s.appendOutput({ ...chunk(id, 41, 'last\n'), droppedBytes: 7 });
+    const kept = await s.readOutput(id, 1);
+    expect(kept.chunks.length).toBeLessThanOrEqual(18);
+    const view = renderOutput(kept);
+    const m = /^\[herald: (\d+) bytes cut\]\n/.exec(view.stdout.text);
+    expect(m).not.toBeNull();
+    const body = view.stdout.text.slice(m![0].length).replace('[herald: 7 bytes of output not streamed]\n', '');
+    expect(Buffer.byteLength(body)).toBe(1024 * 1024);
+    expect(Number(m![1]) + 1024 * 1024).toBe(40 * 64 * 1024 + 5);
+    expect(view.stdout.text.endsWith('[herald: 7 bytes of output not streamed]\nlast\n')).toBe(true);
+    expect(view.stdout.last_seq).toBe(41);
+  });
+
+  it("gives the newest chunk of the current revision, and removes a deployment's output with it", async () => {
+    const { s, id } = await withDeployment();
+    await s.appendOutput(chunk(id, 1, 'one\n'));
+    await s.appendOutput(chunk(id, 2, 'two\n'));
+    expect(await s.lastOutput([id, 'nope'])).toEqual(new Map([[id, 'two\n']]));
+    await s.deleteDeployment(id, WHO); // DELETE is not in its actions: removed at once
+    expect(await s.getDeployment(id)).toBeUndefined();
+    expect((await s.readOutput(id, 1)).chunks).toEqual([]);
+    expect(await s.lastOutput([id])).toEqual(new Map());
+  });
+});
