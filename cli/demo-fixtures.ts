@@ -10,7 +10,7 @@ import path from 'node:path';
 import { initPki, issueCert } from '../certs/pki.js';
 import type { ClusterView, ConfigView, ListEnvelope, NodeView } from '../protocol/rest.js';
 import { clientFromOptions, type ApiClient } from './operator-client.js';
-import { INSTALL_SCRIPT, UNINSTALL_SCRIPT } from './demo-scripts.js';
+import { HEALTH_SCRIPT, INSTALL_SCRIPT, UNINSTALL_SCRIPT } from './demo-scripts.js';
 import { DemoFailure, freePort, isAlive, type Child, type DemoSupervisor } from './demo-supervisor.js';
 
 /** One node of the demo: its directory, what the restart must leave alone, and its service. */
@@ -173,6 +173,23 @@ export async function startNodes(
  * CREATE_COMPLETE and every node's service runs. Returns the cluster's id.
  * @throws DemoFailure on CREATE_FAILED (naming the failed nodes) or a service that is not running
  */
+/** The demo's node groups: up to two masters (never more than half the nodes), the rest workers. */
+export function demoGroups(ids: string[]): { masters: string[]; workers: string[] } {
+  const m = Math.min(2, Math.floor(ids.length / 2));
+  return { masters: ids.slice(0, m), workers: ids.slice(m) };
+}
+
+/** The health config each node's restart ends with (deploy_action CHECK). */
+export async function createHealthConfig(api: ApiClient, nodesDir: string): Promise<string> {
+  const cfg = await api.post<ConfigView>('/v1/configs', {
+    name: 'demo-health',
+    group: 'script',
+    config: HEALTH_SCRIPT,
+    inputs: [{ name: 'demo_root', type: 'String', default: nodesDir }],
+  });
+  return cfg.id;
+}
+
 export async function createCluster(
   sup: DemoSupervisor,
   api: ApiClient,
@@ -192,9 +209,13 @@ export async function createCluster(
     config: UNINSTALL_SCRIPT,
     inputs: input,
   });
+  const { masters, workers } = demoGroups(o.nodes.map((n) => n.id));
   const created = await api.post<ClusterView>('/v1/clusters', {
     name: 'demo',
-    nodes: o.nodes.map((n) => n.id),
+    nodegroups: [
+      ...(masters.length > 0 ? [{ name: 'masters', role: 'master', nodes: masters }] : []),
+      ...(workers.length > 0 ? [{ name: 'workers', role: 'worker', nodes: workers }] : []),
+    ],
     install_config_id: install.id,
     uninstall_config_id: uninstall.id,
   });

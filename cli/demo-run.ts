@@ -14,6 +14,8 @@ import { HeraldError } from '../protocol/errors.js';
 import { checkNodes } from './demo-checks.js';
 import {
   createCluster,
+  createHealthConfig,
+  demoGroups,
   makePki,
   readPid,
   startController,
@@ -166,10 +168,12 @@ async function setUp(run: Run): Promise<string> {
 async function restartAndCheck(run: Run, clusterId: string): Promise<void> {
   const api = run.ctl!.api;
   run.say('');
+  const healthId = await createHealthConfig(api, run.nodesDir);
+  const { masters, workers } = demoGroups(run.ids);
   const startedAt = new Date();
-  await api.patch(`/v1/clusters/${encodeURIComponent(clusterId)}/actions/restart`);
+  await api.patch(`/v1/clusters/${encodeURIComponent(clusterId)}/actions/restart`, { health_config_id: healthId });
   run.step(
-    `restart: PATCH /v1/clusters/${clusterId}/actions/restart → 204 in ${formatMs(Date.now() - startedAt.getTime())}`,
+    `restart: PATCH /v1/clusters/${clusterId}/actions/restart {"health_config_id"} → 204 in ${formatMs(Date.now() - startedAt.getTime())}: masters (${masters.join(', ') || 'none'}) one at a time, then workers (${workers.join(', ')}) together, each node ending with a health check`,
   );
   const events: WatchEvent[] = [];
   const result = await watchRestart(api, {
@@ -187,6 +191,20 @@ async function restartAndCheck(run: Run, clusterId: string): Promise<void> {
   const totalMs = Date.now() - startedAt.getTime();
 
   for (const line of timelineLines(events, startedAt)) run.say(line);
+  const order = rolloutOrder(events, masters, workers);
+  if (order) throw new DemoFailure(order);
+  run.say('');
+  run.say(
+    masters.length > 0
+      ? `✓ masters restarted one at a time, and no worker started before the last master was healthy`
+      : '✓ one worker group, restarted together',
+  );
+  const shown = workers[0] ?? masters[0]!;
+  const lines = events.filter((e) => e.kind === 'output' && e.node === shown);
+  run.say(`Live output of ${shown}, as it streamed while its steps ran (herald deploy logs --follow shows the same):`);
+  for (const e of lines)
+    if (e.kind === 'output') run.say(`  +${formatMs(e.at.getTime() - startedAt.getTime()).padStart(7)}  ${e.line}`);
+  if (lines.length === 0) run.say('  (no line arrived before the step ended: the final result carries the output)');
   run.say('');
   run.say('Per node, after the PATCH (woken = the agent acknowledged a signed wake-up):');
   run.say(wakeTable(events, run.ids, startedAt));
@@ -234,4 +252,34 @@ async function reportFailure(run: Run, err: unknown, keep: boolean, stop: () => 
   for (const c of run.sup.children.filter((c) => c.exited))
     process.stderr.write(`  ${c.name} exited; its log:\n${tail(c.log)}\n`);
   await stop();
+}
+
+/**
+ * From the restart's phase events: why the rollout order is wrong (masters overlapping, or a
+ * worker starting before the last master ended), or undefined when it is right.
+ */
+function rolloutOrder(events: WatchEvent[], masters: string[], workers: string[]): string | undefined {
+  const span = (node: string): { start: number; end: number } | undefined => {
+    let start: number | undefined;
+    let end: number | undefined;
+    for (const e of events) {
+      if (e.kind !== 'phase' || e.node !== node) continue;
+      if (start === undefined && e.phase === 'uninstalling') start = e.at.getTime();
+      if (e.phase === 'complete') end = e.at.getTime();
+    }
+    return start === undefined || end === undefined ? undefined : { start, end };
+  };
+  const m = masters.map((n) => ({ n, s: span(n) }));
+  for (const x of m) if (!x.s) return `no start and end seen for master ${x.n}`;
+  const sorted = m.map((x) => ({ n: x.n, ...x.s! })).sort((a, b) => a.start - b.start);
+  for (let i = 1; i < sorted.length; i++) {
+    if (sorted[i]!.start < sorted[i - 1]!.end)
+      return `masters ${sorted[i - 1]!.n} and ${sorted[i]!.n} were down at once`;
+  }
+  const lastMaster = Math.max(...sorted.map((x) => x.end), -Infinity);
+  for (const w of workers) {
+    const s = span(w);
+    if (s && s.start < lastMaster) return `worker ${w} started before the last master ended`;
+  }
+  return undefined;
 }

@@ -22,6 +22,11 @@ mkdir -p "$dir"
 echo "install \${deploy_action:-?}" >> "$dir/runs.log"
 pidfile="$dir/service.pid"
 ${ALIVE_FN}
+# a few lines while it works, so the operator sees progress live (SPEC §8)
+echo "install on \${deploy_server_id}: checking the node"
+sleep 0.1
+echo "install on \${deploy_server_id}: preparing the service"
+sleep 0.1
 if [ -s "$pidfile" ] && alive "$(cat "$pidfile")"; then
   echo "service already running: pid $(cat "$pidfile")"
 else
@@ -56,6 +61,15 @@ if [ -s "$pidfile" ]; then
 else
   echo "service was not running"
 fi
+`;
+
+/** The health check run after each node's install (deploy_action CHECK): its service must run. */
+export const HEALTH_SCRIPT = `#!/bin/sh
+set -eu
+dir="\${demo_root:?}/\${deploy_server_id:?}"
+${ALIVE_FN}
+pid=$(cat "$dir/service.pid" 2>/dev/null || true)
+if [ -n "$pid" ] && alive "$pid"; then echo "healthy: service pid $pid"; else echo "unhealthy: no service" >&2; exit 1; fi
 `;
 
 /** A failing install, for tests: exits 3 with a reason on stderr. */
