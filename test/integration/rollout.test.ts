@@ -273,9 +273,17 @@ describe('rollouts with real agents (SPEC §8)', () => {
     flag('install-gate-m1');
     const r = await restart({ health_config_id: health });
     expect(r.status).toBe(204);
+    // the install hook itself has started on m1 (held at its gate): the controller's phase alone
+    // would race the agent's fetch of the install revision
     await waitFor(
-      'm1 installing',
-      async () => (await cluster()).nodes.find((n: any) => n.node === 'm1').phase === 'installing',
+      'm1 installing, its install hook started',
+      () =>
+        fs
+          .readFileSync(log, 'utf8')
+          .trim()
+          .split('\n')
+          .slice(from)
+          .some((l) => / install start m1 RESTART$/.test(l)),
       20_000,
       20,
     );

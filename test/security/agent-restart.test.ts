@@ -93,6 +93,8 @@ describe.skipIf(!built)('agent restart: run directories a killed agent left', ()
     a = await b.startAgent('k1', { controllerUrl: fake.url });
     // at start: the hook's group killed, the run dir gone, the item signalled interrupted
     expect(await waitDead(hookPid, 5_000)).toBe(true);
+    // the group is killed first, then the directories go: wait for the second, not only the first
+    await waitFor('the run dir removed', () => fs.readdirSync(runs).length === 0, 10_000, 20);
     expect(fs.readdirSync(runs)).toEqual([]);
     const s = await waitFor(
       'the interrupted signal',
