@@ -15,7 +15,7 @@ import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import WebSocket from 'ws';
-import { tlsClientOptions, type PkiMaterial } from '../certs/tls.js';
+import { chainSerialsOf, tlsClientOptions, type PkiMaterial } from '../certs/tls.js';
 import { normalizeSerial } from '../certs/identity.js';
 import { addressRefusal, parseIp } from '../protocol/address.js';
 import { fullJitterMs } from '../protocol/backoff.js';
@@ -39,7 +39,14 @@ import { newJti, signWake, type WakeReason } from '../protocol/wake.js';
 import { pushCodeOf, type PushErrorCode } from './push-errors.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
 import { PingWheel, type WheelMember } from './push-ping-wheel.js';
-import type { AckEvent, PushEvents, PushService, PushState, PushTarget } from './push-types.js';
+import {
+  type AckEvent,
+  IDLE_PUSH_STATE,
+  type PushEvents,
+  type PushService,
+  type PushState,
+  type PushTarget,
+} from './push-types.js';
 import type { PushTuning } from './push-ipc.js';
 
 /** Timeouts and bounds (`PushTuning`, shared with the worker processes) default to protocol/limits.ts. */
@@ -103,6 +110,8 @@ class NodeEntry implements WheelMember {
   /** Failure code found during the current dial, preferred over the socket error's. */
   failCode: PushErrorCode | null = null;
   peerSerial: string | null = null;
+  /** The serial of the Herald issuer under which the peer's certificate was made, if any. */
+  peerIssuerSerial: string | null = null;
   inflight: InFlight | null = null;
   /** A wake-up is wanted (with this reason) once the one in flight is answered. */
   wantReason: WakeReason | null = null;
@@ -262,17 +271,7 @@ export class PushDialer implements PushService {
 
   state(node: string): PushState {
     const e = this.#nodes.get(node);
-    if (!e) {
-      return {
-        state: 'idle',
-        connected: false,
-        generation_pushed: null,
-        generation_acked: null,
-        last_ack_at: null,
-        last_error: null,
-        last_error_at: null,
-      };
-    }
+    if (!e) return { ...IDLE_PUSH_STATE };
     return { ...e.ps };
   }
 
@@ -376,6 +375,7 @@ export class PushDialer implements PushService {
     this.#dialsInFlight++;
     e.failCode = null;
     e.peerSerial = null;
+    e.peerIssuerSerial = null;
     const base = tlsClientOptions(this.#o.material, e.spiffeId);
     const check = base.checkServerIdentity;
     let ws: WebSocket;
@@ -394,7 +394,10 @@ export class PushDialer implements PushService {
         checkServerIdentity: (host: string, cert: tls.PeerCertificate): Error | undefined => {
           // identity, trust domain, EKUs and revocation (certs/tls.ts); the chain is OpenSSL's
           const err = check(host, cert);
-          if (err === undefined) e.peerSerial = normalizeSerial(cert.serialNumber ?? '');
+          if (err === undefined) {
+            e.peerSerial = normalizeSerial(cert.serialNumber ?? '');
+            e.peerIssuerSerial = chainSerialsOf(cert)[1] ?? null;
+          }
           return err;
         },
       } as tls.ConnectionOptions & WebSocket.ClientOptions;
@@ -721,7 +724,8 @@ export class PushDialer implements PushService {
   #closeRevoked(): void {
     const revoked = this.#o.material.current().revokedSerials;
     for (const e of this.#nodes.values()) {
-      if (e.ws === null || e.peerSerial === null || !revoked.has(e.peerSerial)) continue;
+      if (e.ws === null || e.peerSerial === null) continue;
+      if (!revoked.has(e.peerSerial) && !(e.peerIssuerSerial !== null && revoked.has(e.peerIssuerSerial))) continue;
       const ws = e.ws;
       this.#log.warn({ node: e.node, serial: e.peerSerial }, 'agent certificate revoked: closing its push connection');
       this.#down(e, 'revoked');

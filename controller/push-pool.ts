@@ -22,7 +22,7 @@ import { RECONNECT_BACKOFF_MAX_MS } from '../protocol/limits.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { FromWorker, PushTuning, ToWorker, ToWorkerCommand } from './push-ipc.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
-import type { PushEvents, PushService, PushState, PushTarget } from './push-types.js';
+import { IDLE_PUSH_STATE, type PushEvents, type PushService, type PushState, type PushTarget } from './push-types.js';
 
 /** Longest a worker gets to close its connections (1001) before it is killed. */
 export const PUSH_WORKER_CLOSE_MS = 5_000;
@@ -57,16 +57,6 @@ interface Shard {
   connected: number;
   closedWaiter: (() => void) | null;
 }
-
-const IDLE: PushState = {
-  state: 'idle',
-  connected: false,
-  generation_pushed: null,
-  generation_acked: null,
-  last_ack_at: null,
-  last_error: null,
-  last_error_at: null,
-};
 
 /** The compiled worker beside this module, or under dist/ when this module runs from source. */
 export function defaultWorkerScript(): string {
@@ -165,7 +155,7 @@ export class PushPool implements PushService {
 
   state(node: string): PushState {
     const s = this.#states.get(node);
-    return s ? { ...s } : { ...IDLE };
+    return s ? { ...s } : { ...IDLE_PUSH_STATE };
   }
 
   on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {

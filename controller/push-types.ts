@@ -25,6 +25,17 @@ export interface PushState {
   last_error_at: string | null;
 }
 
+/** A node the push service holds nothing for yet. Copy it (`{ ...IDLE_PUSH_STATE }`) before use. */
+export const IDLE_PUSH_STATE: Readonly<PushState> = Object.freeze({
+  state: 'idle',
+  connected: false,
+  generation_pushed: null,
+  generation_acked: null,
+  last_ack_at: null,
+  last_error: null,
+  last_error_at: null,
+});
+
 export interface PushTarget {
   node: string;
   /** `wss://host:port/v1/wake`, or null when the node has announced none. */

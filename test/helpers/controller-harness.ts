@@ -11,7 +11,13 @@ import { Writable } from 'node:stream';
 import { pino, type Logger } from 'pino';
 import { startController, type RunningController, type StartDeps } from '../../controller/main.js';
 import type { ControllerOptions } from '../../controller/options.js';
-import type { PushEvents, PushService, PushState, PushTarget } from '../../controller/push-types.js';
+import {
+  IDLE_PUSH_STATE,
+  type PushEvents,
+  type PushService,
+  type PushState,
+  type PushTarget,
+} from '../../controller/push-types.js';
 import type { WakeReason } from '../../protocol/wake.js';
 import type { ControllerTestPki, Cred } from './controller-pki.js';
 
@@ -102,15 +108,7 @@ export class PushStub implements PushService {
     this.signingKids.push(jwk.kid);
   }
   state(): PushState {
-    return {
-      state: 'idle',
-      connected: false,
-      generation_pushed: null,
-      generation_acked: null,
-      last_ack_at: null,
-      last_error: null,
-      last_error_at: null,
-    };
+    return { ...IDLE_PUSH_STATE };
   }
   on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {
     (this.#handlers[event] as Array<PushEvents[E]>).push(fn);
