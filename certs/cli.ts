@@ -33,7 +33,8 @@ Layout of a PKI directory:
   ca.crt ca.key            cluster CA (ca.key stays on the CA host)
   wake-signing.jwk(s)      controller's Ed25519 signing key / public JWKS agents trust
   revoked.json             revoked serials and signing key ids
-  <role>/<name>.crt/.key   role: controller | agent | operator`,
+  <role>/<name>.crt/.key   role: controller | agent | operator
+  issuer/<name>.crt/.key   an issuing CA under the cluster CA (signs agent certificates)`,
     );
 
   certs
@@ -83,14 +84,19 @@ Layout of a PKI directory:
 
   certs
     .command('issue')
-    .description('issue (or renew) the certificate of <role>/<name>')
-    .argument('<role>', 'controller | agent | operator')
+    .description('issue (or renew) the certificate of <role>/<name>, or an issuing CA (issuer <name>)')
+    .argument('<role>', 'controller | agent | operator | issuer')
     .argument('<name>', 'node id or name, ^[a-z0-9][a-z0-9._-]{0,62}$')
     .requiredOption('--dir <pki>', 'PKI directory (holds ca.key)')
     .option('--dns <name>', 'DNS SAN (repeatable); locates the party, never authorizes it', collect, [])
     .option('--ip <ip>', 'IP SAN (repeatable)', collect, [])
     .option('--days <n>', 'lifetime in days (default 90)', parseDays)
-    .addHelpText('after', '\nExample: herald certs issue agent n1 --dir ./pki --ip 10.0.0.5 --dns n1.example')
+    .addHelpText(
+      'after',
+      '\nExample: herald certs issue agent n1 --dir ./pki --ip 10.0.0.5 --dns n1.example\n' +
+        'An issuer (herald certs issue issuer <name> --dir ./pki [--days 365]) is a CA under the cluster CA\n' +
+        'that signs agent certificates only, written to <pki>/issuer/<name>.crt/.key.',
+    )
     .action(async (role: string, name: string, o: { dir: string; dns: string[]; ip: string[]; days?: number }) => {
       const { issueCert } = await import('./pki.js');
       const r = await issueCert({

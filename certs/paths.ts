@@ -8,10 +8,15 @@
  * <pki>/revoked.json                    {"serials":[..],"kids":[..]}
  * <pki>/pki.json                        {"trustDomain":".."} (CA host only; Herald's own addition)
  * <pki>/<role>/<name>.crt  .key         role: controller | agent | operator
+ * <pki>/issuer/<name>.crt  .key         an issuing CA under the cluster CA (SPEC §9)
  * ```
  */
 import path from 'node:path';
-import type { Role } from '../protocol/identity.js';
+import { ROLES, type Role } from '../protocol/identity.js';
+
+/** The layout's certificate directories: the party roles, and `issuer` for issuing CAs (SPEC §9). */
+export const CERT_DIRS = [...ROLES, 'issuer'] as const;
+export type CertDir = (typeof CERT_DIRS)[number];
 
 export interface PkiPaths {
   dir: string;
@@ -22,9 +27,9 @@ export interface PkiPaths {
   revoked: string;
   /** `pki.json`: the trust domain the CA was made for. */
   meta: string;
-  roleDir(role: Role): string;
-  cert(role: Role, name: string): string;
-  key(role: Role, name: string): string;
+  roleDir(role: CertDir): string;
+  cert(role: CertDir, name: string): string;
+  key(role: CertDir, name: string): string;
 }
 
 /** Paths of the PKI layout under `dir`. Does no I/O and validates nothing. */

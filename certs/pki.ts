@@ -15,11 +15,16 @@ import { CA_CERT_DAYS, DEFAULT_CERT_DAYS, DEFAULT_TRUST_DOMAIN, RSA_KEY_BITS } f
 import { isRole, isValidName, ROLES, spiffeIdOf, TRUST_DOMAIN_RE, type Role } from '../protocol/identity.js';
 import { normalizeSerial } from './identity.js';
 import { ensureDir, PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from './files.js';
-import { pkiPaths, type PkiPaths } from './paths.js';
+import { CERT_DIRS, pkiPaths, type CertDir, type PkiPaths } from './paths.js';
+import { ISSUER_ROLE } from './chain.js';
 import { parseRevoked, type RevokedList } from './revoked.js';
 import { readTrustDomain } from './trust-domain.js';
 
 const DAY_MS = 86_400_000;
+/** Intermediates a cluster CA allows below it: one Herald issuer. */
+const ROOT_PATH_LEN = 1;
+/** Default lifetime of an issuer certificate (`herald certs issue issuer`). */
+export const DEFAULT_ISSUER_DAYS = 365;
 /** Certificates start this long before "now", so a peer whose clock is a little behind accepts them. */
 export const CERT_BACKDATE_MS = 5 * 60_000;
 /** Longest `--days` for a party's certificate. */
@@ -95,6 +100,11 @@ export interface MakeCertificateOptions {
   keyPem?: string;
   /** Default: `randomSerial()`. */
   serial?: string;
+  /**
+   * Make a CA certificate (keyCertSign, cRLSign) instead of a leaf; `pathLen` absent means
+   * unconstrained. Tests make bad intermediates with this too.
+   */
+  ca?: { pathLen?: number };
 }
 
 export interface MadeCertificate extends Pem {
@@ -140,8 +150,17 @@ export function makeCertificate(opts: MakeCertificateOptions): MadeCertificate {
     ...(opts.ip ?? []).map((ip) => ({ type: 7, ip })),
   ];
   const extensions: object[] = [
-    { name: 'basicConstraints', cA: false, critical: true },
-    { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
+    opts.ca
+      ? {
+          name: 'basicConstraints',
+          cA: true,
+          critical: true,
+          ...(opts.ca.pathLen !== undefined ? { pathLenConstraint: opts.ca.pathLen } : {}),
+        }
+      : { name: 'basicConstraints', cA: false, critical: true },
+    opts.ca
+      ? { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true }
+      : { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
     { name: 'subjectKeyIdentifier' },
     { name: 'authorityKeyIdentifier', keyIdentifier: authorityKeyId },
   ];
@@ -164,7 +183,8 @@ export interface MakeCaOptions {
 
 /**
  * Makes a CA certificate and key. Its one URI SAN, `spiffe://<trustDomain>`, records the trust
- * domain it was made for; tests also use this for a second, foreign CA.
+ * domain it was made for; tests also use this for a second, foreign CA. pathLen 1: one Herald
+ * issuer may stand between it and a leaf (SPEC §9), and no more.
  */
 export function makeCa(opts: MakeCaOptions = {}): Pem {
   const trustDomain = opts.trustDomain ?? DEFAULT_TRUST_DOMAIN;
@@ -183,7 +203,7 @@ export function makeCa(opts: MakeCaOptions = {}): Pem {
   cert.setSubject(subject);
   cert.setIssuer(subject);
   cert.setExtensions([
-    { name: 'basicConstraints', cA: true, pathLenConstraint: 0, critical: true },
+    { name: 'basicConstraints', cA: true, pathLenConstraint: ROOT_PATH_LEN, critical: true },
     { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
     { name: 'subjectKeyIdentifier' },
     { name: 'subjectAltName', altNames: [{ type: 6, value: `spiffe://${trustDomain}` }] },
@@ -327,8 +347,16 @@ export interface IssueResult {
  *   days; `pki_missing` when the CA is not there
  */
 export async function issueCert(opts: IssueCertOptions): Promise<IssueResult> {
+  if (opts.role === ISSUER_ROLE) {
+    if ((opts.dns ?? []).length > 0 || (opts.ip ?? []).length > 0)
+      throw new HeraldError('bad_option', 'an issuer certificate has no DNS or IP SANs: drop --dns and --ip');
+    return issueIssuer({ dir: opts.dir, name: opts.name, days: opts.days, keyPem: opts.keyPem });
+  }
   if (!isRole(opts.role))
-    throw new HeraldError('bad_identity', `role must be one of ${ROLES.join(', ')}, not ${JSON.stringify(opts.role)}`);
+    throw new HeraldError(
+      'bad_identity',
+      `role must be one of ${CERT_DIRS.join(', ')}, not ${JSON.stringify(opts.role)}`,
+    );
   if (!isValidName(opts.name))
     throw new HeraldError(
       'bad_identity',
@@ -355,6 +383,160 @@ export async function issueCert(opts: IssueCertOptions): Promise<IssueResult> {
     notBefore: opts.notBefore,
     notAfter: opts.notAfter,
   });
+}
+
+export interface IssueIssuerOptions {
+  dir: string;
+  name: string;
+  /** Lifetime in days (default DEFAULT_ISSUER_DAYS), at most the cluster CA's remaining life. */
+  days?: number | undefined;
+  keyPem?: string | undefined;
+}
+
+/**
+ * Makes (or replaces) the issuing CA `<dir>/issuer/<name>.crt` and `.key` (0600), signed by the
+ * cluster CA (SPEC §9): CA with pathLen 0, keyCertSign and cRLSign, the single URI SAN
+ * `spiffe://<td>/issuer/<name>`. Only this needs the root `ca.key`; the issuer then signs agent
+ * certificates (`issueWithIssuer`) where the root key is not.
+ * @throws HeraldError `bad_identity` (bad name), `bad_option` (days; a cluster CA made before
+ *   issuers existed, whose pathLen 0 forbids any intermediate), `pki_missing` (no CA)
+ */
+export async function issueIssuer(opts: IssueIssuerOptions): Promise<IssueResult> {
+  if (!isValidName(opts.name))
+    throw new HeraldError(
+      'bad_identity',
+      `name ${JSON.stringify(opts.name)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`,
+    );
+  if (opts.days !== undefined && (!Number.isInteger(opts.days) || opts.days < 1 || opts.days > MAX_CERT_DAYS))
+    throw new HeraldError('bad_option', `--days must be a whole number from 1 to ${MAX_CERT_DAYS}`);
+  const p = pkiPaths(opts.dir);
+  const ca = loadCa(p);
+  const root = forge.pki.certificateFromPem(ca.cert);
+  const bc = root.getExtension('basicConstraints') as { pathLenConstraint?: number } | undefined;
+  if (bc?.pathLenConstraint === 0)
+    throw new HeraldError(
+      'bad_option',
+      `${p.caCrt} was made with pathLen 0 (before Herald had issuers) and cannot hold an issuer: make a new CA`,
+    );
+  const trustDomain = readTrustDomain(p.dir);
+  const keyPem = opts.keyPem ?? (await newRsaKeyPemAsync());
+  const notBefore = new Date(Date.now() - CERT_BACKDATE_MS);
+  const wanted = notBefore.getTime() + (opts.days ?? DEFAULT_ISSUER_DAYS) * DAY_MS + CERT_BACKDATE_MS;
+  const notAfter = new Date(Math.min(wanted, root.validity.notAfter.getTime()));
+  const spiffeId = `spiffe://${trustDomain}/${ISSUER_ROLE}/${opts.name}`;
+  const made = makeCertificate({
+    issuer: ca,
+    uris: [spiffeId],
+    eku: {},
+    ca: { pathLen: 0 },
+    notBefore,
+    notAfter,
+    commonName: `Herald issuer ${opts.name}`,
+    keyPem,
+  });
+  ensureDir(p.roleDir(ISSUER_ROLE));
+  const certPath = p.cert(ISSUER_ROLE, opts.name);
+  const keyPath = p.key(ISSUER_ROLE, opts.name);
+  writeFileAtomic(keyPath, made.key, PRIVATE_FILE_MODE);
+  writeFileAtomic(certPath, made.cert, PUBLIC_FILE_MODE);
+  return { certPath, keyPath, serial: made.serial, spiffeId, notAfter };
+}
+
+export interface IssueWithIssuerOptions {
+  /** The issuer's certificate and key (`<pki>/issuer/<name>.crt/.key`). */
+  issuer: Pem;
+  /** Only `agent`: an issuer signs nothing else. */
+  role: string;
+  name: string;
+  dns?: string[];
+  ip?: string[];
+  /** Lifetime in days (default DEFAULT_CERT_DAYS); ignored when notAfter is given. */
+  days?: number;
+  notBefore?: Date;
+  /** Never later than the issuer's own notAfter (cut to it). */
+  notAfter?: Date;
+  /** The leaf's private key (PKCS#8 PEM); default a new one. */
+  keyPem?: string;
+}
+
+export interface IssuedWithIssuer extends MadeCertificate {
+  spiffeId: string;
+  /** The leaf's PEM followed by the issuer's: what the agent presents (its `.crt` file). */
+  chain: string;
+}
+
+/**
+ * Issues an agent certificate signed by a Herald issuer instead of the root (SPEC §9). Writes
+ * nothing: the caller stores `chain` (leaf + issuer) as the agent's certificate, so every peer
+ * can build the chain to the cluster CA. The trust domain is the issuer's.
+ * @throws HeraldError `bad_issuer` for another role than agent, or an `issuer` that is not a
+ *   Herald issuer; `bad_identity` (name), `bad_option` (DNS, IP, days)
+ */
+export function issueWithIssuer(opts: IssueWithIssuerOptions): IssuedWithIssuer {
+  if (opts.role !== 'agent')
+    throw new HeraldError(
+      'bad_issuer',
+      `an issuer signs agent certificates only, not ${JSON.stringify(String(opts.role).slice(0, 40))}`,
+    );
+  if (!isValidName(opts.name))
+    throw new HeraldError(
+      'bad_identity',
+      `name ${JSON.stringify(opts.name)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`,
+    );
+  const dns = checkDns(opts.dns ?? [], '--dns');
+  const ip = checkIps(opts.ip ?? [], '--ip');
+  if (opts.days !== undefined && (!Number.isInteger(opts.days) || opts.days < 1 || opts.days > MAX_CERT_DAYS))
+    throw new HeraldError('bad_option', `--days must be a whole number from 1 to ${MAX_CERT_DAYS}`);
+  const x = readIssuer(opts.issuer);
+  const trustDomain = /^spiffe:\/\/([^/]+)\//.exec(x.uri)![1]!;
+  const spiffeId = spiffeIdOf(trustDomain, 'agent', opts.name);
+  const notBefore = opts.notBefore ?? new Date(Date.now() - CERT_BACKDATE_MS);
+  const wanted =
+    opts.notAfter ?? new Date(notBefore.getTime() + (opts.days ?? DEFAULT_CERT_DAYS) * DAY_MS + CERT_BACKDATE_MS);
+  const notAfter = new Date(Math.min(wanted.getTime(), x.notAfter.getTime()));
+  const made = makeCertificate({
+    issuer: opts.issuer,
+    uris: [spiffeId],
+    dns,
+    ip,
+    eku: { serverAuth: true, clientAuth: true },
+    notBefore,
+    notAfter,
+    commonName: opts.name,
+    ...(opts.keyPem !== undefined ? { keyPem: opts.keyPem } : {}),
+  });
+  return { ...made, spiffeId, chain: `${made.cert.trimEnd()}\n${opts.issuer.cert.trimEnd()}\n` };
+}
+
+/**
+ * Checks that `pem` is a Herald issuer (a CA with pathLen 0 and a `spiffe://<td>/issuer/<name>`
+ * URI SAN) whose key is `pem.key`.
+ * @throws HeraldError `bad_issuer`
+ */
+export function readIssuer(pem: Pem): { uri: string; name: string; notAfter: Date; serial: string } {
+  let cert: forge.pki.Certificate;
+  try {
+    cert = forge.pki.certificateFromPem(pem.cert);
+  } catch (err) {
+    throw new HeraldError('bad_issuer', 'the issuer certificate does not parse', { cause: err });
+  }
+  const bc = cert.getExtension('basicConstraints') as { cA?: boolean; pathLenConstraint?: number } | undefined;
+  const san = cert.getExtension('subjectAltName') as { altNames?: Array<{ type: number; value: string }> } | undefined;
+  const uris = (san?.altNames ?? []).filter((a) => a.type === 6).map((a) => a.value);
+  const m = uris.length === 1 ? /^spiffe:\/\/([^/]+)\/issuer\/([^/]+)$/.exec(uris[0]!) : null;
+  if (!bc?.cA || bc.pathLenConstraint !== 0 || !m || !isValidName(m[2]!))
+    throw new HeraldError(
+      'bad_issuer',
+      'not a Herald issuer certificate (CA, pathLen 0, URI SAN spiffe://<td>/issuer/<name>)',
+    );
+  let matches = false;
+  try {
+    matches = new crypto.X509Certificate(pem.cert).checkPrivateKey(crypto.createPrivateKey(pem.key));
+  } catch (err) {
+    throw new HeraldError('bad_issuer', 'the issuer key does not parse', { cause: err });
+  }
+  if (!matches) throw new HeraldError('bad_issuer', 'the issuer key does not match its certificate');
+  return { uri: uris[0]!, name: m[2]!, notAfter: cert.validity.notAfter, serial: normalizeSerial(cert.serialNumber) };
 }
 
 function issueWith(
@@ -471,11 +653,11 @@ export async function revoke(opts: RevokeOptions): Promise<RevokeResult> {
   return { ...base, already: false };
 }
 
-function findCertificate(p: PkiPaths, target: string): { role: Role; name: string; path: string } | undefined {
+function findCertificate(p: PkiPaths, target: string): { role: CertDir; name: string; path: string } | undefined {
   const slash = target.split('/');
   if (slash.length === 2) {
     const [role = '', name = ''] = slash;
-    if (!isRole(role) || !isValidName(name))
+    if (!isCertDir(role) || !isValidName(name))
       throw new HeraldError('bad_option', `${JSON.stringify(target)} is not role/name`);
     const file = p.cert(role, name);
     if (!fs.existsSync(file)) throw new HeraldError('pki_missing', `no certificate ${target} in ${p.dir}`);
@@ -484,7 +666,7 @@ function findCertificate(p: PkiPaths, target: string): { role: Role; name: strin
   if (slash.length > 2)
     throw new HeraldError('bad_option', `${JSON.stringify(target)} is not a name, role/name or serial`);
   if (!isValidName(target)) return undefined;
-  const hits = ROLES.filter((r) => fs.existsSync(p.cert(r, target)));
+  const hits = CERT_DIRS.filter((r) => fs.existsSync(p.cert(r, target)));
   if (hits.length > 1) {
     throw new HeraldError(
       'bad_option',
@@ -501,7 +683,8 @@ function readRevoked(p: PkiPaths): RevokedList {
 }
 
 export interface CertListing {
-  role: Role;
+  /** A party role, or `issuer` for an issuing CA. */
+  role: CertDir;
   name: string;
   serial: string;
   spiffeId: string | undefined;
@@ -509,12 +692,12 @@ export interface CertListing {
   revoked: boolean;
 }
 
-/** Every certificate under the PKI's role directories, sorted by role then name. */
+/** Every certificate under the PKI's role and issuer directories, sorted by role then name. */
 export async function listCerts(dir: string): Promise<CertListing[]> {
   const p = pkiPaths(dir);
   const revoked = new Set(readRevoked(p).serials);
   const out: CertListing[] = [];
-  for (const role of ROLES) {
+  for (const role of CERT_DIRS) {
     let names: string[];
     try {
       names = fs.readdirSync(p.roleDir(role));
@@ -638,6 +821,10 @@ function checkIps(ips: string[], option: string): string[] {
       );
     return expanded;
   });
+}
+
+function isCertDir(x: string): x is CertDir {
+  return (CERT_DIRS as readonly string[]).includes(x);
 }
 
 function uniq(xs: string[]): string[] {

@@ -17,6 +17,7 @@ import tls from 'node:tls';
 import { ConfigError, HeraldError, RefusalError, type ErrorCode } from '../protocol/errors.js';
 import { API_KEEP_ALIVE_TIMEOUT_MS } from '../protocol/limits.js';
 import type { Role } from '../protocol/identity.js';
+import { checkChain, leafRoleAllowed, MAX_REMEMBERED_ISSUERS, presentedAbove } from './chain.js';
 import { identityOf, normalizeSerial, type CertIdentity } from './identity.js';
 import { parseRevoked } from './revoked.js';
 import { tlsCodeOf } from './tls-codes.js';
@@ -118,6 +119,8 @@ export class PkiMaterial extends EventEmitter {
   #watchers: fs.FSWatcher[] = [];
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
+  /** Issuers whose chains passed a full check, by SHA-256 fingerprint (oldest first). */
+  #issuers = new Map<string, crypto.X509Certificate>();
 
   /**
    * Loads every file at once.
@@ -206,6 +209,23 @@ export class PkiMaterial extends EventEmitter {
       }
     }
     return result;
+  }
+
+  /**
+   * Remembers an issuer certificate that passed `checkChain`, so a resumed TLS session (which
+   * shows the leaf but not the chain) can still be checked against it, revocation included.
+   * It is re-checked against the current CA at every use. Keeps MAX_REMEMBERED_ISSUERS.
+   */
+  rememberIssuer(x: crypto.X509Certificate): void {
+    const key = x.fingerprint256;
+    if (this.#issuers.has(key)) return;
+    this.#issuers.set(key, x);
+    if (this.#issuers.size > MAX_REMEMBERED_ISSUERS) this.#issuers.delete(this.#issuers.keys().next().value!);
+  }
+
+  /** The issuers `rememberIssuer` kept. */
+  rememberedIssuers(): Iterable<crypto.X509Certificate> {
+    return this.#issuers.values();
   }
 
   /** Stops watching. Idempotent. */
@@ -398,9 +418,11 @@ export type AuthorizeResult = { ok: true; identity: CertIdentity } | { ok: false
  * THE authorization of a TLS peer, for servers (and for dialers after connect, see
  * `checkServerSocket`): TLS 1.3; a certificate; chained to our CA (re-checked against the
  * current CA, as a resumed session skips verification); within its dates now; serial not
- * revoked; a valid Herald identity of our trust domain whose role is in `want`. Synchronous.
- * Codes: `tls_version`, `no_client_certificate`, `untrusted_certificate`,
- * `certificate_expired`, `revoked`, the identity codes of `identityOf`, `wrong_role`.
+ * revoked; a valid Herald identity of our trust domain whose role is in `want`. A leaf may come
+ * through one Herald issuer (SPEC §9): the issuer must be unrevoked and the leaf an agent.
+ * Synchronous. Codes: `tls_version`, `no_client_certificate`, `untrusted_certificate`,
+ * `certificate_expired`, `revoked`, `bad_issuer`, the identity codes of `identityOf`,
+ * `wrong_role`.
  */
 export function authorizePeer(
   socket: tls.TLSSocket,
@@ -409,6 +431,9 @@ export function authorizePeer(
 ): AuthorizeResult {
   const protocol = socket.getProtocol();
   if (protocol !== 'TLSv1.3') return refuse('tls_version', `the peer negotiated ${protocol ?? 'no TLS'}, not TLSv1.3`);
+  // the chain first: on Node 20 the first getPeerX509Certificate() takes it, and later calls
+  // (of either getter) show the leaf alone; getPeerCertificate(true) can be asked again
+  const above = presentedAbove(socket.getPeerCertificate(true));
   const x = socket.getPeerX509Certificate();
   if (!x) return refuse('no_client_certificate', 'the peer presented no certificate');
   if (!socket.authorized) {
@@ -418,23 +443,32 @@ export function authorizePeer(
       return refuse('certificate_expired', `the certificate is not valid now (${code})`);
     return refuse('untrusted_certificate', `the certificate does not verify against the cluster CA (${code})`);
   }
-  return authorizeCertificate(x, want, material);
+  return authorizeCertificate(x, want, material, Date.now(), above);
 }
 
 /**
- * The checks of `authorizePeer` that need no socket: chain to the current CA, dates now,
- * revocation, identity and role. For a certificate whose chain OpenSSL has already verified.
+ * The checks of `authorizePeer` that need no socket: chain to the current CA (directly or
+ * through one Herald issuer, certs/chain.ts), dates now, revocation (of the issuer too),
+ * identity and role. For a certificate whose chain OpenSSL has already verified.
+ * @param above the certificates the peer sent above the leaf (default: `cert.issuerCertificate`
+ *   and up); an issuer remembered from an earlier full handshake is also accepted
  */
 export function authorizeCertificate(
   cert: crypto.X509Certificate,
   want: Role | readonly Role[],
   material: PkiMaterial,
   now = Date.now(),
+  above: readonly crypto.X509Certificate[] = presentedAbove(cert),
 ): AuthorizeResult {
   const m = material.current();
-  if (!m.caCerts.some((ca) => cert.checkIssued(ca) && cert.verify(ca.publicKey))) {
-    return refuse('untrusted_certificate', 'the certificate is not signed by the current cluster CA');
-  }
+  const chain = checkChain(cert, above, {
+    roots: m.caCerts,
+    trustDomain: m.trustDomain,
+    revokedSerials: m.revokedSerials,
+    remembered: material.rememberedIssuers(),
+    now,
+  });
+  if (!chain.ok) return chain;
   const from = Date.parse(cert.validFrom);
   const to = Date.parse(cert.validTo);
   if (!(now >= from && now <= to))
@@ -448,6 +482,9 @@ export function authorizeCertificate(
     if (err instanceof HeraldError) return refuse(err.code, err.message);
     throw err;
   }
+  const underIssuer = leafRoleAllowed(identity.role, chain.issuerName);
+  if (underIssuer && !underIssuer.ok) return underIssuer;
+  if (chain.issuer) material.rememberIssuer(chain.issuer);
   const roles: readonly Role[] = typeof want === 'string' ? [want] : want;
   if (!roles.includes(identity.role))
     return refuse('wrong_role', `the ${identity.role} role may not use this endpoint (wants ${roles.join(' or ')})`);
@@ -510,7 +547,60 @@ export function checkServerCertificate(
     return new RefusalError('wrong_peer', `the server is ${id.spiffeId}, not ${expectedSpiffeId}`);
   if (m.revokedSerials.has(id.serial))
     return new RefusalError('revoked', `the server's serial ${id.serial} is revoked`);
+  // OpenSSL verified the chain; whether its intermediate (if any) is a Herald issuer, of our
+  // trust domain, unrevoked, and allowed to sign this role is ours to check
+  const leaf = toX509OrUndefined(cert);
+  if (leaf === undefined) return new RefusalError('untrusted_certificate', 'the server certificate does not parse');
+  const chain = checkChain(leaf, presentedAbove(cert), {
+    roots: m.caCerts,
+    trustDomain: m.trustDomain,
+    revokedSerials: m.revokedSerials,
+    now: Date.now(),
+  });
+  if (!chain.ok) return new RefusalError(chain.code, chain.message);
+  const underIssuer = leafRoleAllowed(id.role, chain.issuerName);
+  if (underIssuer && !underIssuer.ok) return new RefusalError(underIssuer.code, underIssuer.message);
   return undefined;
+}
+
+function toX509OrUndefined(cert: tls.PeerCertificate | crypto.X509Certificate): crypto.X509Certificate | undefined {
+  if (cert instanceof crypto.X509Certificate) return cert;
+  try {
+    return Buffer.isBuffer(cert.raw) ? new crypto.X509Certificate(cert.raw) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The serials a peer's certificate stands on, lowercase hex: its own and, for a leaf made by a
+ * Herald issuer, the issuer's (from the presented chain, else one remembered from an earlier
+ * full handshake). A live connection is closed when any of them is revoked.
+ */
+export function chainSerialsOf(cert: tls.PeerCertificate | crypto.X509Certificate, material?: PkiMaterial): string[] {
+  const leaf = toX509OrUndefined(cert);
+  if (leaf === undefined) return [];
+  const serials = [normalizeSerial(leaf.serialNumber)];
+  const roots = material?.current().caCerts ?? [];
+  const candidates = [...presentedAbove(cert), ...(material?.rememberedIssuers() ?? [])];
+  for (const c of candidates) {
+    if (c.checkIssued(c) || roots.some((r) => r.fingerprint256 === c.fingerprint256)) continue;
+    if (leaf.checkIssued(c) && leaf.verify(c.publicKey)) {
+      serials.push(normalizeSerial(c.serialNumber));
+      break;
+    }
+  }
+  return serials;
+}
+
+/** The first of `chainSerialsOf(cert)` that is revoked now, or undefined. */
+export function revokedSerialOf(
+  cert: tls.PeerCertificate | crypto.X509Certificate | undefined,
+  material: PkiMaterial,
+): string | undefined {
+  if (cert === undefined) return undefined;
+  const revoked = material.current().revokedSerials;
+  return chainSerialsOf(cert, material).find((s) => revoked.has(s));
 }
 
 /**

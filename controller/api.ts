@@ -12,8 +12,15 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type tls from 'node:tls';
 import type { Logger } from 'pino';
-import { authorizePeer, tlsServerOptions, watchServer, type AuthorizeResult, type PkiMaterial } from '../certs/tls.js';
-import { normalizeSerial, type CertIdentity } from '../certs/identity.js';
+import {
+  authorizePeer,
+  revokedSerialOf,
+  tlsServerOptions,
+  watchServer,
+  type AuthorizeResult,
+  type PkiMaterial,
+} from '../certs/tls.js';
+import type { CertIdentity } from '../certs/identity.js';
 import { ERROR_CODES, HeraldError, type ErrorCode } from '../protocol/errors.js';
 import { ROLES } from '../protocol/identity.js';
 import type { Signer } from '../protocol/jws.js';
@@ -204,11 +211,11 @@ export class ApiServer {
     };
     this.#onRevoked = () => {
       this.#epoch++;
-      // a live connection of a revoked certificate is closed, not only refused at its next request
-      const revoked = o.material.current().revokedSerials;
+      // a live connection of a revoked certificate (or of one under a revoked issuer) is closed,
+      // not only refused at its next request
       for (const s of this.#sockets) {
-        const serial = s.getPeerX509Certificate()?.serialNumber;
-        if (serial && revoked.has(normalizeSerial(serial))) {
+        const serial = revokedSerialOf(s.getPeerCertificate(true), o.material);
+        if (serial) {
           this.#log.warn({ code: 'revoked', serial }, 'closing a connection whose certificate was revoked');
           s.destroy();
         }

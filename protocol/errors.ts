@@ -45,6 +45,8 @@ export const ERROR_CODES = {
   bad_identity: 'the SPIFFE path is not exactly <role>/<name> with a valid role and name',
   wrong_eku: "the certificate's extended key usage does not fit its role",
   wrong_peer: 'the server presented another identity than the one dialled',
+  bad_issuer:
+    'the certificate is signed by an intermediate that is not a Herald issuer (a CA signed by the cluster CA, pathLen 0, URI SAN spiffe://<trust domain>/issuer/<name>), or a Herald issuer signed something other than an agent certificate',
   tls_version: 'the peer did not negotiate TLS 1.3',
 
   // agent listener: connection-level refusals and WebSocket close reasons (SPEC §2)
