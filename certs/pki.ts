@@ -539,6 +539,53 @@ export function readIssuer(pem: Pem): { uri: string; name: string; notAfter: Dat
   return { uri: uris[0]!, name: m[2]!, notAfter: cert.validity.notAfter, serial: normalizeSerial(cert.serialNumber) };
 }
 
+export interface LoadedIssuer extends Pem {
+  name: string;
+  /** Lowercase hex. */
+  serial: string;
+  notAfter: Date;
+  certPath: string;
+  keyPath: string;
+}
+
+/**
+ * Loads the issuer `<dir>/issuer/<name>.crt/.key` for a controller (`--issuer`): both files
+ * there, a Herald issuer whose key matches, signed by the CA in `caPath`.
+ * @throws HeraldError `pki_missing` (a file is missing), `bad_option` (anything else wrong)
+ */
+export function loadIssuer(dir: string, name: string, caPath = pkiPaths(dir).caCrt): LoadedIssuer {
+  if (!isValidName(name))
+    throw new HeraldError('bad_option', `--issuer ${JSON.stringify(name)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`);
+  const p = pkiPaths(dir);
+  const certPath = p.cert(ISSUER_ROLE, name);
+  const keyPath = p.key(ISSUER_ROLE, name);
+  const cert = readIfExists(certPath);
+  const key = readIfExists(keyPath);
+  const ca = readIfExists(caPath);
+  for (const [file, data] of [
+    [certPath, cert],
+    [keyPath, key],
+    [caPath, ca],
+  ] as const) {
+    if (!data)
+      throw new HeraldError('pki_missing', `--issuer ${name}: ${file} is missing (herald certs issue issuer ${name})`);
+  }
+  const pem = { cert: cert!.toString(), key: key!.toString() };
+  let info: ReturnType<typeof readIssuer>;
+  try {
+    info = readIssuer(pem);
+  } catch (err) {
+    throw new HeraldError('bad_option', `--issuer ${name}: ${certPath}: ${(err as Error).message}`, { cause: err });
+  }
+  const x = new crypto.X509Certificate(pem.cert);
+  const roots = (ca!.toString().match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? []).map(
+    (b) => new crypto.X509Certificate(b),
+  );
+  if (!roots.some((r) => x.checkIssued(r) && x.verify(r.publicKey)))
+    throw new HeraldError('bad_option', `--issuer ${name}: ${certPath} is not signed by the cluster CA ${caPath}`);
+  return { ...pem, name: info.name, serial: info.serial, notAfter: info.notAfter, certPath, keyPath };
+}
+
 function issueWith(
   p: PkiPaths,
   ca: Pem,

@@ -291,7 +291,15 @@ export class PkiMaterial extends EventEmitter {
     }
     if (!x.checkPrivateKey(k)) throw new KeyMismatchError(`${o.keyPath} does not match ${o.certPath}`);
     const identity = identityOf(x, o.trustDomain);
-    if (!caCerts.some((c) => x.checkIssued(c) && x.verify(c.publicKey))) {
+    // a certificate made by a Herald issuer comes with it in the same file (leaf first)
+    const above = splitPemCertificates(cert, o.certPath).slice(1);
+    const chained = checkChain(x, above, {
+      roots: caCerts,
+      trustDomain: o.trustDomain,
+      revokedSerials: new Set(),
+      now: Date.now(),
+    });
+    if (!chained.ok && chained.code !== 'certificate_expired') {
       this.#log.warn(
         { cert: o.certPath, ca: o.caPath },
         'our certificate is not signed by the CA we trust; peers will refuse it',

@@ -70,6 +70,7 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   link_local_endpoint: 400,
   no_client_certificate: 403,
   untrusted_certificate: 403,
+  bad_issuer: 403,
   certificate_expired: 403,
   revoked: 403,
   wrong_role: 403,

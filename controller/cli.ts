@@ -30,6 +30,7 @@ export function registerControllerCommand(program: Command): void {
     .option('--cert <file>', 'override <pki>/controller/<name>.crt')
     .option('--key <file>', 'override <pki>/controller/<name>.key')
     .option('--signing-key <file>', 'override <pki>/wake-signing.jwk')
+    .option('--issuer <name>', 'the issuing CA <pki>/issuer/<name>.crt/.key that signs agent certificates (SPEC §9)')
     .addHelpText(
       'after',
       `
@@ -57,6 +58,7 @@ SIGTERM or SIGINT: stop accepting, finish requests in flight, close agent connec
         cert: 'cert',
         key: 'key',
         signingKey: 'signing-key',
+        issuer: 'issuer',
       };
       for (const [k, opt] of Object.entries(map)) if (flags[k] !== undefined) raw[opt] = flags[k];
       // commander sets autoRegister=true by default for --no-auto-register: only the flag counts

@@ -11,8 +11,9 @@ import os from 'node:os';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
 import { materialPaths, pkiPaths, type MaterialPaths } from '../certs/paths.js';
+import type { LoadedIssuer } from '../certs/pki.js';
 import { PkiMaterial } from '../certs/tls.js';
-import { ConfigError } from '../protocol/errors.js';
+import { ConfigError, HeraldError } from '../protocol/errors.js';
 import { DEFAULT_TRUST_DOMAIN, RESTART_STEP_MARGIN_S } from '../protocol/limits.js';
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import { ApiServer, createHealthServer } from './api.js';
@@ -56,6 +57,8 @@ export interface RunningController {
   healthAddress: AddressInfo | null;
   /** `spiffe://<td>/controller/<name>` */
   spiffeId: string;
+  /** The issuing CA of `--issuer`, kept for enrolment and renewal (SPEC §9). */
+  issuer: LoadedIssuer | undefined;
   service: ControllerService;
   store: SqliteStore;
   api: ApiServer;
@@ -125,6 +128,17 @@ async function defaultPush(ctx: PushContext): Promise<PushService> {
   });
 }
 
+/** @throws ConfigError `pki_missing` or `bad_option` (field `issuer`) */
+async function loadControllerIssuer(dir: string, name: string, caPath: string): Promise<LoadedIssuer> {
+  const { loadIssuer } = await import('../certs/pki.js');
+  try {
+    return loadIssuer(dir, name, caPath);
+  } catch (err) {
+    const code = err instanceof HeraldError && err.code === 'pki_missing' ? 'pki_missing' : 'bad_option';
+    throw new ConfigError((err as Error).message, { cause: err, field: 'issuer', code });
+  }
+}
+
 /**
  * Starts a controller with checked options. Throws ConfigError (naming the option) before
  * anything listens when the PKI, certificate or database is not usable.
@@ -149,6 +163,10 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     if (me.role !== 'controller' || me.name !== o.name) {
       throw new ConfigError(`${paths.certPath} is ${me.spiffeId}, not controller/${o.name}`, { field: 'cert' });
     }
+    // the issuing CA is loaded now, so a wrong --issuer stops the start; enrolment and renewal
+    // sign with it (SPEC §9); node-forge loads only when one is given
+    const issuer = o.issuer === undefined ? undefined : await loadControllerIssuer(o.pki, o.issuer, paths.caPath);
+    if (issuer) logger.info({ issuer: issuer.name, serial: issuer.serial }, 'issuing CA loaded');
     const signingFile = o.signingKey ?? pkiPaths(o.pki).signingJwk;
     const signingJwk = loadSigningJwk(signingFile);
     let signer = new Signer(signingJwk);
@@ -279,7 +297,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       })();
       return closing;
     };
-    return { address, healthAddress, spiffeId: me.spiffeId, service, store, api, metrics, logger, close };
+    return { address, healthAddress, spiffeId: me.spiffeId, service, store, api, metrics, logger, issuer, close };
   } catch (err) {
     await undo();
     throw err;

@@ -38,6 +38,11 @@ export interface ControllerOptions {
   cert: string | undefined;
   key: string | undefined;
   signingKey: string | undefined;
+  /**
+   * The issuing CA `<pki>/issuer/<name>` the controller signs agent certificates with (SPEC
+   * §9); undefined: none.
+   */
+  issuer?: string | undefined;
 }
 
 /** Option name (long, kebab-case) → key of ControllerOptions. */
@@ -56,6 +61,7 @@ const KEYS = {
   cert: 'cert',
   key: 'key',
   'signing-key': 'signingKey',
+  issuer: 'issuer',
 } as const;
 type OptionName = keyof typeof KEYS;
 
@@ -170,6 +176,11 @@ export function resolveOptions(
       { field: 'push-workers' },
     );
   }
+  const issuer = str('issuer');
+  if (issuer !== undefined && !isValidName(issuer))
+    throw new ConfigError(`--issuer ${JSON.stringify(issuer)} must match ^[a-z0-9][a-z0-9._-]{0,62}$`, {
+      field: 'issuer',
+    });
   const logLevel = (str('log-level') ?? 'info') as LogLevel;
   if (!LOG_LEVELS.includes(logLevel))
     throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`, { field: 'log-level' });
@@ -188,6 +199,7 @@ export function resolveOptions(
     cert: str('cert'),
     key: str('key'),
     signingKey: str('signing-key'),
+    issuer,
   };
 }
 
