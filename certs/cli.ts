@@ -167,7 +167,7 @@ Layout of a PKI directory:
   certs
     .command('bundle')
     .description('copy out exactly what <role>/<name> needs, in the PKI layout (never ca.key)')
-    .argument('<role>', 'controller | agent | operator')
+    .argument('<role>', 'controller | agent | operator | issuer (for a controller host with --issuer)')
     .argument('<name>', 'the certificate name')
     .requiredOption('--dir <pki>', 'PKI directory')
     .requiredOption('--out <dir>', 'directory to write the bundle to (made 0700)')

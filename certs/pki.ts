@@ -786,7 +786,8 @@ export interface BundleOptions {
  *   or already holds a ca.key)
  */
 export async function bundle(opts: BundleOptions): Promise<string[]> {
-  if (!isRole(opts.role)) throw new HeraldError('bad_identity', `role must be one of ${ROLES.join(', ')}`);
+  // `issuer`: what a controller host needs for --issuer, beside its own controller bundle
+  if (!isCertDir(opts.role)) throw new HeraldError('bad_identity', `role must be one of ${CERT_DIRS.join(', ')}`);
   if (!isValidName(opts.name)) throw new HeraldError('bad_identity', `bad name ${JSON.stringify(opts.name)}`);
   const role = opts.role;
   const src = pkiPaths(opts.dir);

@@ -134,6 +134,16 @@ describe('herald certs issue issuer', () => {
     expect(after.filter((r) => r.role === 'issuer' && r.revoked).map((r) => r.name)).toEqual(['i2', 'i3']);
   });
 
+  it('bundles the issuer for a controller host, key 0600, never ca.key', () => {
+    const out = path.join(dir, 'ctl-bundle');
+    h('certs', 'bundle', 'controller', 'controller', '--dir', dir, '--out', out);
+    h('certs', 'bundle', 'issuer', 'i1', '--dir', dir, '--out', out);
+    const b = pkiPaths(out);
+    expect(fs.readFileSync(b.cert('issuer', 'i1'), 'utf8')).toBe(issuer.cert);
+    expect(fs.statSync(b.key('issuer', 'i1')).mode & 0o777).toBe(0o600);
+    expect(fs.existsSync(b.caKey)).toBe(false);
+  });
+
   it('refuses DNS or IP SANs on an issuer (bad_option)', () => {
     const r = spawnSync(herald, ['certs', 'issue', 'issuer', 'ix', '--dir', dir, '--dns', 'x.example'], {
       encoding: 'utf8',
