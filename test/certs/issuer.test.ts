@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { basicConstraintsOf } from '../../certs/chain.js';
 import { pkiPaths } from '../../certs/paths.js';
-import { issueWithIssuer, makeCertificate, newRsaKeyPem, readIssuer, type Pem } from '../../certs/pki.js';
+import { issueIssuer, issueWithIssuer, makeCertificate, newRsaKeyPem, readIssuer, type Pem } from '../../certs/pki.js';
 import { authorizePeer, PkiMaterial, refusalCodeOf, tlsClientOptions, tlsServerOptions } from '../../certs/tls.js';
 import { codeOf } from '../../protocol/errors.js';
 import { ROLES } from '../../protocol/identity.js';
@@ -142,6 +142,26 @@ describe('herald certs issue issuer', () => {
     expect(fs.readFileSync(b.cert('issuer', 'i1'), 'utf8')).toBe(issuer.cert);
     expect(fs.statSync(b.key('issuer', 'i1')).mode & 0o777).toBe(0o600);
     expect(fs.existsSync(b.caKey)).toBe(false);
+  });
+
+  it('refuses to make an issuer under a cluster CA made with pathLen 0 (bad_option)', async () => {
+    const old = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-old-ca-'));
+    try {
+      h('certs', 'init', '--dir', old);
+      const made = makeCertificate({ issuer: 'self', uris: [`spiffe://${TD}`], eku: {}, ca: { pathLen: 0 } });
+      fs.writeFileSync(pkiPaths(old).caCrt, made.cert);
+      fs.writeFileSync(pkiPaths(old).caKey, made.key, { mode: 0o600 });
+      let err: unknown;
+      try {
+        await issueIssuer({ dir: old, name: 'i1' });
+      } catch (e) {
+        err = e;
+      }
+      expect(codeOf(err)).toBe('bad_option');
+      expect(fs.existsSync(pkiPaths(old).cert('issuer', 'i1'))).toBe(false);
+    } finally {
+      fs.rmSync(old, { recursive: true, force: true });
+    }
   });
 
   it('refuses DNS or IP SANs on an issuer (bad_option)', () => {
