@@ -4,9 +4,12 @@
  * serves agents whose certificates the issuer made, until the issuer is revoked: then a
  * kept-alive connection under it is closed and new ones are refused.
  */
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import https from 'node:https';
+import path from 'node:path';
 import type tls from 'node:tls';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pkiPaths } from '../../certs/paths.js';
 import { issueIssuer, issueWithIssuer, revoke, type Pem } from '../../certs/pki.js';
@@ -61,6 +64,28 @@ describe('herald controller --issuer', () => {
     fs.copyFileSync(p.cert('agent', 'n1'), p.cert('issuer', 'fake'));
     fs.copyFileSync(p.key('agent', 'n1'), p.key('issuer', 'fake'));
     expect(await startError({ issuer: 'fake' })).toEqual({ code: 'bad_option', field: 'issuer' });
+  });
+
+  it('bin/herald controller --issuer without the files exits non-zero with pki_missing naming the file', () => {
+    const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+    const r = spawnSync(
+      path.join(repo, 'bin', 'herald'),
+      [
+        'controller',
+        '--pki',
+        pki.dir,
+        '--db',
+        path.join(pki.dir, 'x.db'),
+        '--listen',
+        '127.0.0.1:0',
+        '--issuer',
+        'nope',
+      ],
+      { encoding: 'utf8', timeout: 20_000 },
+    );
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(/pki_missing/);
+    expect(r.stderr).toMatch(/issuer\/nope\.crt/);
   });
 
   it('refuses a malformed issuer name (bad_option)', () => {
