@@ -2,13 +2,14 @@
  * The push dialer against real listeners on 127.0.0.1 (TLS 1.3 mutual auth, certificates made by
  * certs/ for the run). Every wait is for an event, with a bound.
  */
+import { nextPushEvent } from '../helpers/push-events.js';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import { PushDialer, type PushDialerOptions } from '../../controller/push-dialer.js';
-import type { AckEvent, PushEvents, PushState } from '../../controller/push-types.js';
+import type { AckEvent, PushState } from '../../controller/push-types.js';
 import { pkiPaths } from '../../certs/paths.js';
 import type { Ed25519PrivateJwk } from '../../protocol/jws.js';
 import { CONTROLLER_ID, makePushPki, TD, TestWakeListener, type PushPki } from '../helpers/wake-listener.js';
@@ -50,27 +51,7 @@ async function listener(
   return l;
 }
 
-/** The first dialer event `event` whose arguments satisfy `pred`, within `timeoutMs`. */
-function next<E extends keyof PushEvents>(
-  d: PushDialer,
-  event: E,
-  pred: (...args: Parameters<PushEvents[E]>) => boolean,
-  timeoutMs = 5_000,
-): Promise<Parameters<PushEvents[E]>> {
-  return new Promise((resolve, reject) => {
-    const fn = ((...args: Parameters<PushEvents[E]>) => {
-      if (!pred(...args)) return;
-      clearTimeout(timer);
-      d.off(event, fn);
-      resolve(args);
-    }) as unknown as PushEvents[E];
-    const timer = setTimeout(() => {
-      d.off(event, fn);
-      reject(new Error(`no matching '${event}' within ${timeoutMs} ms`));
-    }, timeoutMs);
-    d.on(event, fn);
-  });
-}
+const next = nextPushEvent;
 
 const stateIs = (node: string, want: (s: PushState) => boolean) => (n: string, s: PushState) => n === node && want(s);
 

@@ -4,13 +4,13 @@
  * check accepts it, refuses one made by an intermediate that is not a Herald issuer, and closes the live
  * connection when the issuer is revoked.
  */
+import { nextPushEvent } from '../helpers/push-events.js';
 import fs from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { pkiPaths } from '../../certs/paths.js';
 import { issueIssuer, issueWithIssuer, makeCertificate, revoke, type Pem } from '../../certs/pki.js';
 import type { PkiMaterial } from '../../certs/tls.js';
 import { PushDialer } from '../../controller/push-dialer.js';
-import type { PushEvents } from '../../controller/push-types.js';
 import { CONTROLLER_ID, makePushPki, TD, TestWakeListener, type PushPki } from '../helpers/wake-listener.js';
 
 let pki: PushPki;
@@ -74,26 +74,7 @@ async function listener(node: string): Promise<TestWakeListener> {
   return l;
 }
 
-function next<E extends keyof PushEvents>(
-  d: PushDialer,
-  event: E,
-  pred: (...args: Parameters<PushEvents[E]>) => boolean,
-  timeoutMs = 5_000,
-): Promise<Parameters<PushEvents[E]>> {
-  return new Promise((resolve, reject) => {
-    const fn = ((...args: Parameters<PushEvents[E]>) => {
-      if (!pred(...args)) return;
-      clearTimeout(timer);
-      d.off(event, fn);
-      resolve(args);
-    }) as unknown as PushEvents[E];
-    const timer = setTimeout(() => {
-      d.off(event, fn);
-      reject(new Error(`no matching '${event}' within ${timeoutMs} ms`));
-    }, timeoutMs);
-    d.on(event, fn);
-  });
-}
+const next = nextPushEvent;
 
 describe('push dialer and an issuer', () => {
   it('connects to an agent listener whose certificate the issuer made, and wakes it', async () => {
