@@ -7,7 +7,7 @@
  */
 import { OUTPUT_KEPT_PER_REVISION_BYTES } from '../protocol/limits.js';
 import { gapMarker, OUTPUT_STREAMS, type OutputStream, type OutputStreamView } from '../protocol/output.js';
-import type { KeptOutput } from './sqlite-output.js';
+import type { KeptOutput } from './sql-output.js';
 
 /** The line put where the start of a stream was cut. */
 export function cutMarker(bytes: number): string {

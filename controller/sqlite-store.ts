@@ -3,10 +3,10 @@
  * acknowledged survives a crash or power loss; schema migrations versioned in code
  * (sqlite-schema.ts); statements prepared once.
  *
- * better-sqlite3 is synchronous and has one connection, and a transaction's callback is async,
- * so the store runs one transaction at a time under a lock: BEGIN IMMEDIATE, the callback,
- * COMMIT. While one is open, other transactions and every read outside it wait their turn, so
- * none sees another's uncommitted writes; when none is open, a read runs at once.
+ * better-sqlite3 has one connection, and a transaction's callback is async, so the store runs
+ * one transaction at a time under a lock: BEGIN IMMEDIATE, the callback, COMMIT. Reads outside
+ * a transaction take the lock too (the shared rows of sql-tx.ts await between statements), so
+ * none sees another's uncommitted writes.
  */
 import { closeSync, constants, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -28,9 +28,10 @@ import type {
   NodeRecord,
   RevisionRecord,
 } from './records.js';
-import { MIGRATIONS, prepareStatements, SCHEMA_VERSION, type Statements } from './sqlite-schema.js';
-import { SqliteRows, SqliteTx } from './sqlite-tx.js';
-import { SqliteOutputRows, type KeptOutput, type OutputChunkRecord } from './sqlite-output.js';
+import { MIGRATIONS, prepareStatements, SCHEMA_VERSION } from './sqlite-schema.js';
+import { SqlOutputRows, type KeptOutput, type OutputChunkRecord } from './sql-output.js';
+import type { Statements } from './sql-statements.js';
+import { SqlRows, SqlTx } from './sql-tx.js';
 import type { Committed, Store, TxFn, UnitOutcome } from './store.js';
 
 export { SCHEMA_VERSION } from './sqlite-schema.js';
@@ -43,8 +44,8 @@ export interface SqliteStoreOptions {
 export class SqliteStore implements Store {
   readonly #db: Database.Database;
   readonly #s: Statements;
-  readonly #rows: SqliteRows;
-  readonly #output: SqliteOutputRows;
+  readonly #rows: SqlRows;
+  readonly #output: SqlOutputRows;
   readonly #now: () => number;
   /** A transaction (or a read waiting behind one) holds the connection. */
   #busy = false;
@@ -72,8 +73,8 @@ export class SqliteStore implements Store {
       this.#db.pragma('busy_timeout = 5000');
       this.#migrate(path, o.now);
       this.#s = prepareStatements(this.#db);
-      this.#rows = new SqliteRows(this.#s, o.now);
-      this.#output = new SqliteOutputRows(this.#db);
+      this.#rows = new SqlRows(this.#s, o.now);
+      this.#output = new SqlOutputRows(this.#s);
     } catch (err) {
       this.#db.close();
       throw err;
@@ -123,19 +124,12 @@ export class SqliteStore implements Store {
     }
   }
 
-  /** A read outside a transaction: at once when the connection is free (the hot paths), else in turn. */
-  #read<T>(fn: () => T): Promise<T> {
-    if (this.#busy) return this.#exclusive(() => this.#readNow(fn));
-    try {
-      return Promise.resolve(this.#readNow(fn));
-    } catch (err) {
-      return Promise.reject(err);
-    }
-  }
-
-  #readNow<T>(fn: () => T): T {
-    this.#assertOpen();
-    return fn();
+  /** A read outside a transaction: in turn with the transactions, so it sees only committed rows. */
+  #read<T>(fn: () => T | Promise<T>): Promise<T> {
+    return this.#exclusive(() => {
+      this.#assertOpen();
+      return fn();
+    });
   }
 
   #assertOpen(): void {
@@ -189,7 +183,7 @@ export class SqliteStore implements Store {
   /** Runs one unit of work, then gives the nodes it touched one new generation. */
   async #unit<T>(fn: TxFn<T>): Promise<Committed<T>> {
     const changes = new ChangeSetBuilder();
-    const tx = new SqliteTx(this.#rows, changes);
+    const tx = new SqlTx(this.#rows, changes);
     let result: T;
     try {
       result = await fn(tx);
@@ -335,9 +329,17 @@ export class SqliteStore implements Store {
   }
 
   appendOutput(chunk: OutputChunkRecord): Promise<{ duplicate: boolean }> {
-    return this.#exclusive(() => {
+    return this.#exclusive(async () => {
       this.#assertOpen();
-      return this.#output.append(chunk, new Date(this.#now()).toISOString());
+      this.#db.exec('BEGIN IMMEDIATE');
+      try {
+        const out = await this.#output.append(chunk, new Date(this.#now()).toISOString());
+        this.#db.exec('COMMIT');
+        return out;
+      } catch (err) {
+        if (this.#db.inTransaction) this.#db.exec('ROLLBACK');
+        throw err;
+      }
     });
   }
 

@@ -13,7 +13,7 @@
  * data (existence, revisions, states).
  */
 import type { ClusterTx } from './clusters/tx.js';
-import type { KeptOutput, OutputChunkRecord } from './sqlite-output.js';
+import type { KeptOutput, OutputChunkRecord } from './sql-output.js';
 import type {
   AnnounceResult,
   AuditRecord,

@@ -1,8 +1,10 @@
 /**
- * SQLite's reads (`SqliteRows`, synchronous: better-sqlite3 is) and its transaction object
- * (`SqliteTx`, the async `StoreTx` over them). SqliteStore (sqlite-store.ts) opens and ends the
- * transaction and runs at most one at a time, so nothing here locks: SQLite's one writer is the
- * lock a PostgreSQL store takes row by row.
+ * The store's reads (`SqlRows`) and its transaction object (`SqlTx`, the `StoreTx`), written
+ * once over the statements of sql-statements.ts, so SQLite and PostgreSQL behave alike. The
+ * store opens and ends the transaction. Rows read for change are read `FOR UPDATE` (the
+ * deployment a revision or a signal changes, the cluster head) and the operations a tick
+ * advances are claimed `SKIP LOCKED`: PostgreSQL's row locks; SQLite's one writer makes them
+ * moot and its statements leave them out.
  */
 import { randomUUID } from 'node:crypto';
 import { HeraldError } from '../protocol/errors.js';
@@ -44,14 +46,14 @@ import {
   type DeploymentRow,
   type NodeRow,
   type RevisionRow,
-  type Statements,
-} from './sqlite-schema.js';
+} from './sql-records.js';
+import type { Statements } from './sql-statements.js';
 import type { StoreTx } from './store.js';
 
 const IN_PROGRESS_REASON = 'Deploy data available';
 
-/** Every read, synchronous; the store runs them outside transactions, SqliteTx inside. */
-export class SqliteRows {
+/** Every read; the store runs them outside transactions, SqlTx inside. */
+export class SqlRows {
   readonly s: Statements;
   readonly now: () => number;
   readonly #configs = new Map<string, ConfigRecord>();
@@ -65,75 +67,78 @@ export class SqliteRows {
     return new Date(ms).toISOString();
   }
 
-  generation(): number {
-    return (this.s.seqGet.get() as { value: number }).value;
+  async generation(): Promise<number> {
+    return ((await this.s.seqGet.get()) as { value: number }).value;
   }
 
-  node(id: string): NodeRecord | undefined {
-    const r = this.s.nodeGet.get(id) as NodeRow | undefined;
+  async node(id: string): Promise<NodeRecord | undefined> {
+    const r = (await this.s.nodeGet.get(id)) as NodeRow | undefined;
     return r && nodeOf(r);
   }
 
-  isTombstoned(id: string): boolean {
-    return this.s.tombGet.get(id) !== undefined;
+  async isTombstoned(id: string): Promise<boolean> {
+    return (await this.s.tombGet.get(id)) !== undefined;
   }
 
-  nodes(): NodeRecord[] {
-    return (this.s.nodeList.all() as NodeRow[]).map(nodeOf);
+  async nodes(): Promise<NodeRecord[]> {
+    return ((await this.s.nodeList.all()) as NodeRow[]).map(nodeOf);
   }
 
-  config(id: string): ConfigRecord | undefined {
+  async config(id: string): Promise<ConfigRecord | undefined> {
     const cached = this.#configs.get(id);
     if (cached) return cached;
-    const r = this.s.configGet.get(id) as ConfigRow | undefined;
+    const r = (await this.s.configGet.get(id)) as ConfigRow | undefined;
     if (!r) return undefined;
     const c = configOf(r);
     this.#configs.set(id, c); // configs are immutable
     return c;
   }
 
-  configs(): ConfigRecord[] {
-    return (this.s.configList.all() as ConfigRow[]).map(configOf);
+  async configs(): Promise<ConfigRecord[]> {
+    return ((await this.s.configList.all()) as ConfigRow[]).map(configOf);
   }
 
-  deployment(id: string): DeploymentRecord | undefined {
-    const r = this.s.depGet.get(id) as DeploymentRow | undefined;
+  /** `forUpdate` locks the deployment's row to the end of the transaction (a revision or a signal changes it). */
+  async deployment(id: string, forUpdate = false): Promise<DeploymentRecord | undefined> {
+    const r = (await (forUpdate ? this.s.depGetForUpdate : this.s.depGet).get(id)) as DeploymentRow | undefined;
     return r && deploymentOf(r);
   }
 
-  deployments(filter: { node?: string | undefined } = {}): DeploymentRecord[] {
+  async deployments(filter: { node?: string | undefined } = {}): Promise<DeploymentRecord[]> {
     const rows = (
-      filter.node === undefined ? this.s.depList.all() : this.s.depByNode.all(filter.node)
+      filter.node === undefined ? await this.s.depList.all() : await this.s.depByNode.all(filter.node)
     ) as DeploymentRow[];
     return rows.map(deploymentOf);
   }
 
-  revisions(id: string): RevisionRecord[] {
-    return (this.s.revList.all(id) as RevisionRow[]).map(revisionOf);
+  async revisions(id: string): Promise<RevisionRecord[]> {
+    return ((await this.s.revList.all(id)) as RevisionRow[]).map(revisionOf);
   }
 
-  metadataSource(node: string): MetadataSource | undefined {
-    const n = this.node(node);
+  async metadataSource(node: string): Promise<MetadataSource | undefined> {
+    const n = await this.node(node);
     if (!n) return undefined;
     const names = new Map<string, { id: string; name: string }>();
-    const entries = (this.s.depByNode.all(node) as DeploymentRow[]).map((r) => {
+    const entries: MetadataSource['entries'] = [];
+    for (const r of (await this.s.depByNode.all(node)) as DeploymentRow[]) {
       const deployment = deploymentOf(r);
       let cluster: { id: string; name: string } | null = null;
       if (deployment.clusterId !== null) {
         cluster = names.get(deployment.clusterId) ?? null;
         if (!cluster) {
-          const c = this.s.clusterName.get(deployment.clusterId) as { name: string } | undefined;
+          const c = (await this.s.clusterName.get(deployment.clusterId)) as { name: string } | undefined;
           cluster = { id: deployment.clusterId, name: c?.name ?? '' };
           names.set(deployment.clusterId, cluster);
         }
       }
-      return { deployment, config: this.config(deployment.configId)!, cluster };
-    });
+      entries.push({ deployment, config: (await this.config(deployment.configId))!, cluster });
+    }
     return { node: n, entries };
   }
 
-  clusterHead(id: string): ClusterHead | undefined {
-    const r = this.s.clusterGet.get(id) as ClusterRow | undefined;
+  /** The cluster's head row; `forUpdate` locks it to the end of the transaction (the engine's lock point). */
+  async clusterHead(id: string, forUpdate = false): Promise<ClusterHead | undefined> {
+    const r = (await (forUpdate ? this.s.clusterGetForUpdate : this.s.clusterGet).get(id)) as ClusterRow | undefined;
     return (
       r && {
         id: r.id,
@@ -146,44 +151,56 @@ export class SqliteRows {
     );
   }
 
-  nodegroups(clusterId: string): NodegroupRecord[] {
-    return (this.s.ngList.all(clusterId) as NodegroupRow[]).map(nodegroupOf);
+  async nodegroups(clusterId: string): Promise<NodegroupRecord[]> {
+    return ((await this.s.ngList.all(clusterId)) as NodegroupRow[]).map(nodegroupOf);
   }
 
-  cluster(id: string): ClusterRecord | undefined {
-    const r = this.s.clusterGet.get(id) as ClusterRow | undefined;
-    return r && clusterOf(r, this.s.cnList.all(id) as ClusterNodeRow[], this.s.ngList.all(id) as NodegroupRow[]);
+  async cluster(id: string): Promise<ClusterRecord | undefined> {
+    const r = (await this.s.clusterGet.get(id)) as ClusterRow | undefined;
+    return (
+      r &&
+      clusterOf(r, (await this.s.cnList.all(id)) as ClusterNodeRow[], (await this.s.ngList.all(id)) as NodegroupRow[])
+    );
   }
 
-  clusterStatus(id: string): { status: ClusterStatus; statusReason: string } | undefined {
-    const r = this.s.clusterStatus.get(id) as { status: ClusterStatus; status_reason: string } | undefined;
+  async clusterStatus(id: string): Promise<{ status: ClusterStatus; statusReason: string } | undefined> {
+    const r = (await this.s.clusterStatus.get(id)) as { status: ClusterStatus; status_reason: string } | undefined;
     return r ? { status: r.status, statusReason: r.status_reason } : undefined;
   }
 
-  clusterConfigIds(id: string): string[] | undefined {
-    const r = this.s.clusterConfigIds.get(id) as { install_config_id: string; uninstall_config_id: string } | undefined;
+  async clusterConfigIds(id: string): Promise<string[] | undefined> {
+    const r = (await this.s.clusterConfigIds.get(id)) as
+      | { install_config_id: string; uninstall_config_id: string }
+      | undefined;
     if (!r) return undefined;
     const ids = new Set([r.install_config_id, r.uninstall_config_id]);
-    for (const g of this.nodegroups(id)) {
+    for (const g of await this.nodegroups(id)) {
       if (g.installConfigId !== null) ids.add(g.installConfigId);
       if (g.uninstallConfigId !== null) ids.add(g.uninstallConfigId);
     }
     return [...ids];
   }
 
-  clusters(): ClusterRecord[] {
-    return (this.s.clusterList.all() as ClusterRow[]).map((r) =>
-      clusterOf(r, this.s.cnList.all(r.id) as ClusterNodeRow[], this.s.ngList.all(r.id) as NodegroupRow[]),
-    );
+  async clusters(): Promise<ClusterRecord[]> {
+    const out: ClusterRecord[] = [];
+    for (const r of (await this.s.clusterList.all()) as ClusterRow[])
+      out.push(
+        clusterOf(
+          r,
+          (await this.s.cnList.all(r.id)) as ClusterNodeRow[],
+          (await this.s.ngList.all(r.id)) as NodegroupRow[],
+        ),
+      );
+    return out;
   }
 
-  activeClusterIds(): string[] {
-    return (this.s.clusterActive.all() as Array<{ id: string }>).map((r) => r.id);
+  async activeClusterIds(): Promise<string[]> {
+    return ((await this.s.clusterActive.all()) as Array<{ id: string }>).map((r) => r.id);
   }
 
-  audit(limit: number): AuditRecord[] {
+  async audit(limit: number): Promise<AuditRecord[]> {
     return (
-      this.s.auditList.all(limit) as Array<{
+      (await this.s.auditList.all(limit)) as Array<{
         seq: number;
         at: string;
         who: string;
@@ -203,13 +220,13 @@ export class SqliteRows {
 }
 
 /** One transaction (or savepoint) on SQLite; valid until `end()`. */
-export class SqliteTx implements StoreTx {
+export class SqlTx implements StoreTx {
   readonly changes: ChangeSetBuilder;
-  readonly #r: SqliteRows;
+  readonly #r: SqlRows;
   readonly #s: Statements;
   #ended = false;
 
-  constructor(rows: SqliteRows, changes: ChangeSetBuilder) {
+  constructor(rows: SqlRows, changes: ChangeSetBuilder) {
     this.#r = rows;
     this.#s = rows.s;
     this.changes = changes;
@@ -231,22 +248,23 @@ export class SqliteTx implements StoreTx {
     detail: Record<string, unknown> | null = null,
   ): Promise<void> {
     this.#live();
-    this.#s.auditInsert.run(this.#r.iso(), who, action, target, detail === null ? null : JSON.stringify(detail));
+    await this.#s.auditInsert.run(this.#r.iso(), who, action, target, detail === null ? null : JSON.stringify(detail));
   }
 
   // ---- nodes -------------------------------------------------------------------------------
 
   async node(id: string): Promise<NodeRecord | undefined> {
     this.#live();
-    return this.#r.node(id);
+    return await this.#r.node(id);
   }
 
   async createNode(id: string, endpoint: string | null, who: string): Promise<void> {
     this.#live();
-    if (this.#s.nodeGet.get(id)) throw new HeraldError('node_exists', `node ${id} exists already`, { field: 'id' });
+    if (await this.#s.nodeGet.get(id))
+      throw new HeraldError('node_exists', `node ${id} exists already`, { field: 'id' });
     const now = this.#r.iso();
-    this.#s.tombDelete.run(id);
-    this.#s.nodeInsert.run(id, endpoint, now, now);
+    await this.#s.tombDelete.run(id);
+    await this.#s.nodeInsert.run(id, endpoint, now, now);
     this.changes.touch(id);
     await this.audit(who, 'node.create', id, endpoint === null ? null : { endpoint });
   }
@@ -258,23 +276,23 @@ export class SqliteTx implements StoreTx {
     autoRegister: boolean,
   ): Promise<{ created: boolean; changed: boolean }> {
     this.#live();
-    const row = this.#s.nodeGet.get(id) as NodeRow | undefined;
+    const row = (await this.#s.nodeGet.get(id)) as NodeRow | undefined;
     const now = this.#r.iso();
     if (row === undefined) {
-      if (this.#s.tombGet.get(id))
+      if (await this.#s.tombGet.get(id))
         throw new HeraldError('node_deleted', `node ${id} was deleted; an operator must add it again`);
       if (!autoRegister)
         throw new HeraldError(
           'not_found',
           `node ${id} is not registered (the controller runs with --no-auto-register)`,
         );
-      this.#s.nodeInsert.run(id, url, now, now);
+      await this.#s.nodeInsert.run(id, url, now, now);
       this.changes.touch(id);
       await this.audit(who, 'node.register', id, { endpoint: url });
       return { created: true, changed: true };
     }
     if (row.endpoint === url) return { created: false, changed: false };
-    this.#s.nodeSetEndpoint.run(url, now, id);
+    await this.#s.nodeSetEndpoint.run(url, now, id);
     this.changes.nodeChanged(id);
     await this.audit(who, 'node.endpoint', id, { endpoint: url });
     return { created: false, changed: true };
@@ -282,12 +300,13 @@ export class SqliteTx implements StoreTx {
 
   async deleteNode(id: string, who: string): Promise<void> {
     this.#live();
-    if (!this.#s.nodeGet.get(id)) throw new HeraldError('not_found', `no node ${id}`);
-    const cluster = this.#s.cnByNode.get(id) as { cluster_id: string } | undefined;
+    if (!(await this.#s.nodeGet.get(id))) throw new HeraldError('not_found', `no node ${id}`);
+    const cluster = (await this.#s.cnByNode.get(id)) as { cluster_id: string } | undefined;
     if (cluster) throw new HeraldError('node_in_cluster', `node ${id} belongs to cluster ${cluster.cluster_id}`);
-    for (const { id: dep } of this.#s.depIdsByNode.all(id) as Array<{ id: string }>) this.#removeDeployment(dep);
-    this.#s.nodeDelete.run(id);
-    this.#s.tombInsert.run(id, this.#r.iso(), who);
+    for (const { id: dep } of (await this.#s.depIdsByNode.all(id)) as Array<{ id: string }>)
+      await this.#removeDeployment(dep);
+    await this.#s.nodeDelete.run(id);
+    await this.#s.tombInsert.run(id, this.#r.iso(), who);
     this.changes.nodeRemoved(id);
     await this.audit(who, 'node.delete', id);
   }
@@ -296,13 +315,13 @@ export class SqliteTx implements StoreTx {
 
   async config(id: string): Promise<ConfigRecord | undefined> {
     this.#live();
-    return this.#r.config(id);
+    return await this.#r.config(id);
   }
 
   async createConfig(c: NewConfig, who: string): Promise<ConfigRecord> {
     this.#live();
     const id = randomUUID();
-    this.#s.configInsert.run(
+    await this.#s.configInsert.run(
       id,
       c.name,
       c.group,
@@ -313,33 +332,33 @@ export class SqliteTx implements StoreTx {
       this.#r.iso(),
     );
     await this.audit(who, 'config.create', id, { name: c.name, group: c.group });
-    return this.#r.config(id)!;
+    return (await this.#r.config(id))!;
   }
 
   // ---- deployments -------------------------------------------------------------------------
 
   async deployment(id: string): Promise<DeploymentRecord | undefined> {
     this.#live();
-    return this.#r.deployment(id);
+    return await this.#r.deployment(id, true);
   }
 
   async createDeployment(d: NewDeployment, who: string): Promise<DeploymentRecord> {
     this.#live();
     const id = randomUUID();
-    this.#insertDeployment(id, d, null, null, 'deployment');
+    await this.#insertDeployment(id, d, null, null, 'deployment');
     await this.audit(who, 'deployment.create', id, { node: d.node, config_id: d.configId, action: d.action });
-    return this.#r.deployment(id)!;
+    return (await this.#r.deployment(id))!;
   }
 
   async updateDeployment(id: string, p: DeploymentPatch, who: string): Promise<DeploymentRecord> {
     this.#live();
-    const d = this.#mustDeployment(id);
+    const d = await this.#mustDeployment(id);
     if (d.clusterId !== null)
       throw new HeraldError('deployment_busy', `deployment ${id} belongs to cluster ${d.clusterId}`);
     if (d.current.action === 'DELETE')
       throw new HeraldError('deployment_deleting', `deployment ${id} is being deleted`);
     const action = p.action ?? 'UPDATE';
-    this.#newRevision(
+    await this.#newRevision(
       id,
       d.node,
       d.actions,
@@ -349,39 +368,39 @@ export class SqliteTx implements StoreTx {
       'deployment',
     );
     await this.audit(who, 'deployment.update', id, { revision: d.current.revision + 1, action });
-    return this.#r.deployment(id)!;
+    return (await this.#r.deployment(id))!;
   }
 
   async deleteDeployment(id: string, who: string): Promise<DeploymentRecord | null> {
     this.#live();
-    const d = this.#mustDeployment(id);
+    const d = await this.#mustDeployment(id);
     if (d.clusterId !== null)
       throw new HeraldError('deployment_busy', `deployment ${id} belongs to cluster ${d.clusterId}`);
     if (d.current.action === 'DELETE' && !d.current.signalled) return d; // its DELETE runs already
     if (d.actions.includes('DELETE')) {
-      this.#newRevision(id, d.node, d.actions, d.current.revision, 'DELETE', d.current.inputValues, 'deployment');
+      await this.#newRevision(id, d.node, d.actions, d.current.revision, 'DELETE', d.current.inputValues, 'deployment');
       await this.audit(who, 'deployment.delete', id, { revision: d.current.revision + 1, runs: true });
-      return this.#r.deployment(id)!;
+      return (await this.#r.deployment(id))!;
     }
-    this.#removeDeployment(id);
+    await this.#removeDeployment(id);
     await this.audit(who, 'deployment.delete', id, { runs: false });
     return null;
   }
 
   async removeDeployment(id: string): Promise<void> {
     this.#live();
-    this.#removeDeployment(id);
+    await this.#removeDeployment(id);
   }
 
   async newRevision(d: DeploymentRecord, action: DeployAction, reason: WakeReason): Promise<boolean> {
     this.#live();
-    return this.#newRevision(d.id, d.node, d.actions, d.current.revision, action, d.current.inputValues, reason);
+    return await this.#newRevision(d.id, d.node, d.actions, d.current.revision, action, d.current.inputValues, reason);
   }
 
   async recordResult(d: DeploymentRecord, r: StepResult, nowMs: number): Promise<void> {
     this.#live();
     const at = this.#r.iso(nowMs);
-    this.#s.revResult.run(
+    await this.#s.revResult.run(
       r.status,
       r.statusReason,
       r.outputValues === null ? null : JSON.stringify(r.outputValues),
@@ -394,30 +413,31 @@ export class SqliteTx implements StoreTx {
     this.changes.deploymentChanged(d.id);
   }
 
-  #mustDeployment(id: string): DeploymentRecord {
-    const d = this.#r.deployment(id);
+  async #mustDeployment(id: string): Promise<DeploymentRecord> {
+    const d = await this.#r.deployment(id, true);
     if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
     return d;
   }
 
-  #insertDeployment(
+  async #insertDeployment(
     id: string,
     d: NewDeployment,
     clusterId: string | null,
     role: 'install' | 'uninstall' | 'health' | null,
     reason: WakeReason,
-  ): void {
-    if (!this.#s.nodeGet.get(d.node)) throw new HeraldError('unknown_node', `no node ${d.node}`, { field: 'node' });
-    if (!this.#r.config(d.configId))
+  ): Promise<void> {
+    if (!(await this.#s.nodeGet.get(d.node)))
+      throw new HeraldError('unknown_node', `no node ${d.node}`, { field: 'node' });
+    if (!(await this.#r.config(d.configId)))
       throw new HeraldError('unknown_config', `no config ${d.configId}`, { field: 'config_id' });
     const now = this.#r.iso();
-    this.#s.depInsert.run(id, d.node, d.configId, d.name, JSON.stringify(d.actions), clusterId, role, now, now);
+    await this.#s.depInsert.run(id, d.node, d.configId, d.name, JSON.stringify(d.actions), clusterId, role, now, now);
     this.changes.deploymentChanged(id);
-    this.#newRevision(id, d.node, d.actions, 0, d.action, d.inputValues, reason);
+    await this.#newRevision(id, d.node, d.actions, 0, d.action, d.inputValues, reason);
   }
 
   /** Adds revision `prev + 1` and makes it current. A revision whose action is not listed completes at once. */
-  #newRevision(
+  async #newRevision(
     id: string,
     node: string,
     actions: DeployAction[],
@@ -425,7 +445,7 @@ export class SqliteTx implements StoreTx {
     action: DeployAction,
     inputValues: Record<string, unknown>,
     reason: WakeReason,
-  ): boolean {
+  ): Promise<boolean> {
     const now = this.#r.iso();
     const revision = prev + 1;
     const triggered = actions.includes(action);
@@ -433,7 +453,7 @@ export class SqliteTx implements StoreTx {
     const why = triggered
       ? IN_PROGRESS_REASON
       : `not triggered: action ${action} is not in actions (${actions.join(', ')})`;
-    this.#s.revInsert.run(
+    await this.#s.revInsert.run(
       id,
       revision,
       randomUUID(),
@@ -446,17 +466,17 @@ export class SqliteTx implements StoreTx {
       now,
       triggered ? null : now,
     );
-    this.#s.depSetRevision.run(revision, now, id);
+    await this.#s.depSetRevision.run(revision, now, id);
     this.changes.touch(node, triggered ? reason : null);
     this.changes.deploymentChanged(id);
     return triggered;
   }
 
-  #removeDeployment(id: string): void {
-    const d = this.#r.deployment(id);
+  async #removeDeployment(id: string): Promise<void> {
+    const d = await this.#r.deployment(id);
     if (!d) return;
-    this.#s.revDelete.run(id);
-    this.#s.depDelete.run(id);
+    await this.#s.revDelete.run(id);
+    await this.#s.depDelete.run(id);
     this.changes.touch(d.node);
     this.changes.deploymentRemoved(id);
   }
@@ -466,31 +486,32 @@ export class SqliteTx implements StoreTx {
   async insertCluster(c: ClusterRows, nowMs: number): Promise<string> {
     this.#live();
     for (const [i, n] of c.nodes.entries()) {
-      if (!this.#s.nodeGet.get(n)) throw new HeraldError('unknown_node', `no node ${n}`, { field: `nodes.${i}` });
+      if (!(await this.#s.nodeGet.get(n)))
+        throw new HeraldError('unknown_node', `no node ${n}`, { field: `nodes.${i}` });
       // two clusters' uninstall and install steps must never run on one node at once
-      const other = this.#s.cnByNode.get(n) as { cluster_id: string } | undefined;
+      const other = (await this.#s.cnByNode.get(n)) as { cluster_id: string } | undefined;
       if (other)
         throw new HeraldError('cluster_busy', `node ${n} already belongs to cluster ${other.cluster_id}`, {
           field: `nodes.${i}`,
         });
     }
-    if (!this.#r.config(c.installConfigId))
+    if (!(await this.#r.config(c.installConfigId)))
       throw new HeraldError('unknown_config', `no config ${c.installConfigId}`, { field: 'install_config_id' });
-    if (!this.#r.config(c.uninstallConfigId))
+    if (!(await this.#r.config(c.uninstallConfigId)))
       throw new HeraldError('unknown_config', `no config ${c.uninstallConfigId}`, { field: 'uninstall_config_id' });
     for (const [i, g] of c.nodegroups.entries()) {
-      if (!this.#r.config(g.installConfigId))
+      if (!(await this.#r.config(g.installConfigId)))
         throw new HeraldError('unknown_config', `no config ${g.installConfigId}`, {
           field: `nodegroups.${i}.install_config_id`,
         });
-      if (!this.#r.config(g.uninstallConfigId))
+      if (!(await this.#r.config(g.uninstallConfigId)))
         throw new HeraldError('unknown_config', `no config ${g.uninstallConfigId}`, {
           field: `nodegroups.${i}.uninstall_config_id`,
         });
     }
     const id = randomUUID();
     const now = this.#r.iso(nowMs);
-    this.#s.clusterInsert.run(
+    await this.#s.clusterInsert.run(
       id,
       c.name,
       'CREATE_IN_PROGRESS',
@@ -506,15 +527,15 @@ export class SqliteTx implements StoreTx {
     );
     let position = 0;
     for (const [gi, g] of c.nodegroups.entries()) {
-      this.#insertGroupRow(id, g, gi, now);
-      for (const node of g.nodes) this.#insertMember(id, c.name, g, node, position++, c, now);
+      await this.#insertGroupRow(id, g, gi, now);
+      for (const node of g.nodes) await this.#insertMember(id, c.name, g, node, position++, c, now);
     }
     this.changes.clusterChanged(id);
     return id;
   }
 
-  #insertGroupRow(clusterId: string, g: NewNodegroup, position: number, now: string): void {
-    this.#s.ngInsert.run(
+  async #insertGroupRow(clusterId: string, g: NewNodegroup, position: number, now: string): Promise<void> {
+    await this.#s.ngInsert.run(
       clusterId,
       g.name,
       position,
@@ -527,7 +548,7 @@ export class SqliteTx implements StoreTx {
   }
 
   /** A node of group `g`: its install deployment (runs at once) and uninstall deployment (not yet), and its row. */
-  #insertMember(
+  async #insertMember(
     clusterId: string,
     clusterName: string,
     g: NewNodegroup,
@@ -535,10 +556,10 @@ export class SqliteTx implements StoreTx {
     position: number,
     rows: Pick<ClusterRows, 'installActions' | 'uninstallActions' | 'stepDeadlineMs'>,
     now: string,
-  ): void {
+  ): Promise<void> {
     const installId = randomUUID();
     const uninstallId = randomUUID();
-    this.#insertDeployment(
+    await this.#insertDeployment(
       installId,
       {
         node,
@@ -552,7 +573,7 @@ export class SqliteTx implements StoreTx {
       'install',
       'deployment',
     );
-    this.#insertDeployment(
+    await this.#insertDeployment(
       uninstallId,
       {
         node,
@@ -566,7 +587,7 @@ export class SqliteTx implements StoreTx {
       'uninstall',
       'deployment',
     );
-    this.#s.cnInsert.run(
+    await this.#s.cnInsert.run(
       clusterId,
       node,
       position,
@@ -587,45 +608,46 @@ export class SqliteTx implements StoreTx {
   ): Promise<void> {
     this.#live();
     for (const [i, n] of g.nodes.entries()) {
-      if (!this.#s.nodeGet.get(n)) throw new HeraldError('unknown_node', `no node ${n}`, { field: `nodes.${i}` });
-      const other = this.#s.cnByNode.get(n) as { cluster_id: string } | undefined;
+      if (!(await this.#s.nodeGet.get(n)))
+        throw new HeraldError('unknown_node', `no node ${n}`, { field: `nodes.${i}` });
+      const other = (await this.#s.cnByNode.get(n)) as { cluster_id: string } | undefined;
       if (other)
         throw new HeraldError('cluster_busy', `node ${n} already belongs to cluster ${other.cluster_id}`, {
           field: `nodes.${i}`,
         });
     }
-    const name = (this.#s.clusterName.get(clusterId) as { name: string } | undefined)?.name;
+    const name = ((await this.#s.clusterName.get(clusterId)) as { name: string } | undefined)?.name;
     if (name === undefined) throw new HeraldError('not_found', `no cluster ${clusterId}`);
     const now = this.#r.iso(nowMs);
-    this.#insertGroupRow(clusterId, g, (this.#s.ngNextPosition.get(clusterId) as { p: number }).p, now);
-    let position = (this.#s.cnNextPosition.get(clusterId) as { p: number }).p;
-    for (const node of g.nodes) this.#insertMember(clusterId, name, g, node, position++, rows, now);
+    await this.#insertGroupRow(clusterId, g, ((await this.#s.ngNextPosition.get(clusterId)) as { p: number }).p, now);
+    let position = ((await this.#s.cnNextPosition.get(clusterId)) as { p: number }).p;
+    for (const node of g.nodes) await this.#insertMember(clusterId, name, g, node, position++, rows, now);
     this.changes.clusterChanged(clusterId);
   }
 
   async removeNodegroup(clusterId: string, name: string): Promise<void> {
     this.#live();
-    for (const { node } of this.#s.cnOfGroup.all(clusterId, name) as Array<{ node: string }>)
-      for (const { id } of this.#s.depIdsByClusterNode.all(clusterId, node) as Array<{ id: string }>)
-        this.#removeDeployment(id);
-    this.#s.cnDeleteGroup.run(clusterId, name);
-    this.#s.ngDeleteOne.run(clusterId, name);
+    for (const { node } of (await this.#s.cnOfGroup.all(clusterId, name)) as Array<{ node: string }>)
+      for (const { id } of (await this.#s.depIdsByClusterNode.all(clusterId, node)) as Array<{ id: string }>)
+        await this.#removeDeployment(id);
+    await this.#s.cnDeleteGroup.run(clusterId, name);
+    await this.#s.ngDeleteOne.run(clusterId, name);
     this.changes.clusterChanged(clusterId);
   }
 
   async clusterHead(id: string): Promise<ClusterHead | undefined> {
     this.#live();
-    return this.#r.clusterHead(id);
+    return await this.#r.clusterHead(id, true);
   }
 
   async claimActiveClusters(): Promise<string[]> {
     this.#live();
-    return this.#r.activeClusterIds();
+    return ((await this.#s.clusterActiveClaim.all()) as Array<{ id: string }>).map((r) => r.id);
   }
 
   async glance(clusterId: string): Promise<ClusterGlance> {
     this.#live();
-    const q = this.#s.cnGlance.get({ id: clusterId }) as {
+    const q = (await this.#s.cnGlance.get(clusterId, clusterId, clusterId, clusterId, clusterId)) as {
       due_uninstall: number | null;
       due_install: number | null;
       in_flight: number;
@@ -635,35 +657,35 @@ export class SqliteTx implements StoreTx {
     return {
       dueUninstallMs: q.due_uninstall,
       dueInstallMs: q.due_install,
-      inFlight: q.in_flight !== 0,
-      pending: q.pending !== 0,
-      failed: q.failed !== 0,
+      inFlight: Number(q.in_flight) !== 0,
+      pending: Number(q.pending) !== 0,
+      failed: Number(q.failed) !== 0,
     };
   }
 
   async countInFlight(clusterId: string, upTo: number): Promise<number> {
     this.#live();
-    return (this.#s.cnInFlightCount.get({ id: clusterId, window: upTo }) as { n: number }).n;
+    return ((await this.#s.cnInFlightCount.get(clusterId, upTo)) as { n: number }).n;
   }
 
   async clusterNodes(clusterId: string): Promise<ClusterNodeRecord[]> {
     this.#live();
-    return (this.#s.cnList.all(clusterId) as ClusterNodeRow[]).map(clusterNodeOf);
+    return ((await this.#s.cnList.all(clusterId)) as ClusterNodeRow[]).map(clusterNodeOf);
   }
 
   async nodesInFlight(clusterId: string): Promise<ClusterNodeRecord[]> {
     this.#live();
-    return (this.#s.cnInFlight.all(clusterId) as ClusterNodeRow[]).map(clusterNodeOf);
+    return ((await this.#s.cnInFlight.all(clusterId)) as ClusterNodeRow[]).map(clusterNodeOf);
   }
 
   async firstPending(clusterId: string, limit: number): Promise<ClusterNodeRecord[]> {
     this.#live();
-    return (this.#s.cnFirstPending.all(clusterId, limit) as ClusterNodeRow[]).map(clusterNodeOf);
+    return ((await this.#s.cnFirstPending.all(clusterId, limit)) as ClusterNodeRow[]).map(clusterNodeOf);
   }
 
   async clusterNode(clusterId: string, node: string): Promise<ClusterNodeRecord | undefined> {
     this.#live();
-    const r = this.#s.cnGet.get(clusterId, node) as ClusterNodeRow | undefined;
+    const r = (await this.#s.cnGet.get(clusterId, node)) as ClusterNodeRow | undefined;
     return r && clusterNodeOf(r);
   }
 
@@ -672,24 +694,24 @@ export class SqliteTx implements StoreTx {
     const at = this.#r.iso(nowMs);
     switch (change.type) {
       case 'start':
-        if (change.step === 'uninstall') this.#s.cnStartUninstall.run(change.deadlineMs, at, clusterId, node);
-        else this.#s.cnStartInstall.run(change.deadlineMs, at, clusterId, node);
+        if (change.step === 'uninstall') await this.#s.cnStartUninstall.run(change.deadlineMs, at, clusterId, node);
+        else await this.#s.cnStartInstall.run(change.deadlineMs, at, clusterId, node);
         break;
       case 'uninstalled':
-        this.#s.cnUninstallDone.run(at, clusterId, node);
+        await this.#s.cnUninstallDone.run(at, clusterId, node);
         break;
       case 'check':
-        this.#s.cnStartCheck.run(change.deadlineMs, at, at, change.healthDeploymentId, clusterId, node);
+        await this.#s.cnStartCheck.run(change.deadlineMs, at, at, change.healthDeploymentId, clusterId, node);
         break;
       case 'complete':
-        this.#s.cnComplete.run(change.installFinished ? at : null, clusterId, node);
-        this.#s.cnEnded.run(nowMs, clusterId, node);
+        await this.#s.cnComplete.run(change.installFinished ? at : null, clusterId, node);
+        await this.#s.cnEnded.run(nowMs, clusterId, node);
         break;
       case 'fail':
-        if (change.step === 'uninstall') this.#s.cnFailUninstall.run(at, change.reason, clusterId, node);
-        else if (change.step === 'install') this.#s.cnFailInstall.run(at, change.reason, clusterId, node);
-        else this.#s.cnFailCheck.run(change.reason, clusterId, node);
-        this.#s.cnEnded.run(nowMs, clusterId, node);
+        if (change.step === 'uninstall') await this.#s.cnFailUninstall.run(at, change.reason, clusterId, node);
+        else if (change.step === 'install') await this.#s.cnFailInstall.run(at, change.reason, clusterId, node);
+        else await this.#s.cnFailCheck.run(change.reason, clusterId, node);
+        await this.#s.cnEnded.run(nowMs, clusterId, node);
         break;
     }
     this.changes.clusterChanged(clusterId);
@@ -704,7 +726,7 @@ export class SqliteTx implements StoreTx {
   ): Promise<void> {
     this.#live();
     const now = this.#r.iso(nowMs);
-    this.#s.clusterStart.run(
+    await this.#s.clusterStart.run(
       `${op.toUpperCase()}_IN_PROGRESS`,
       `${op} in progress`,
       op,
@@ -713,15 +735,15 @@ export class SqliteTx implements StoreTx {
       now,
       clusterId,
     );
-    this.#s.clusterSetRollout.run(rollout === null ? null : JSON.stringify(rollout), clusterId);
-    if (rollout === null) this.#s.cnReset.run(clusterId);
-    else for (const g of rollout.groups) this.#s.cnResetGroup.run(clusterId, g.name);
+    await this.#s.clusterSetRollout.run(rollout === null ? null : JSON.stringify(rollout), clusterId);
+    if (rollout === null) await this.#s.cnReset.run(clusterId);
+    else for (const g of rollout.groups) await this.#s.cnResetGroup.run(clusterId, g.name);
     this.changes.clusterChanged(clusterId);
   }
 
   async nodegroups(clusterId: string): Promise<NodegroupRecord[]> {
     this.#live();
-    return this.#r.nodegroups(clusterId);
+    return await this.#r.nodegroups(clusterId);
   }
 
   async newHealthDeployment(
@@ -731,9 +753,9 @@ export class SqliteTx implements StoreTx {
     replaces: string | null,
   ): Promise<string> {
     this.#live();
-    if (replaces !== null) this.#removeDeployment(replaces);
+    if (replaces !== null) await this.#removeDeployment(replaces);
     const id = randomUUID();
-    this.#insertDeployment(
+    await this.#insertDeployment(
       id,
       { node, configId, name: 'health', actions: ['CHECK'], action: 'CHECK', inputValues: {} },
       clusterId,
@@ -746,16 +768,17 @@ export class SqliteTx implements StoreTx {
   async finishCluster(clusterId: string, status: ClusterStatus, reason: string, nowMs: number): Promise<void> {
     this.#live();
     const at = this.#r.iso(nowMs);
-    this.#s.clusterFinish.run(status, reason, at, at, clusterId);
+    await this.#s.clusterFinish.run(status, reason, at, at, clusterId);
     this.changes.clusterChanged(clusterId);
   }
 
   async removeCluster(clusterId: string): Promise<void> {
     this.#live();
-    for (const { id } of this.#s.depIdsByCluster.all(clusterId) as Array<{ id: string }>) this.#removeDeployment(id);
-    this.#s.cnDelete.run(clusterId);
-    this.#s.ngDelete.run(clusterId);
-    this.#s.clusterDelete.run(clusterId);
+    for (const { id } of (await this.#s.depIdsByCluster.all(clusterId)) as Array<{ id: string }>)
+      await this.#removeDeployment(id);
+    await this.#s.cnDelete.run(clusterId);
+    await this.#s.ngDelete.run(clusterId);
+    await this.#s.clusterDelete.run(clusterId);
     this.changes.clusterRemoved(clusterId);
   }
 }

@@ -1,0 +1,148 @@
+/**
+ * Every statement of the store, once, in the SQL both stores speak: SQLite (sqlite-store.ts)
+ * prepares them as they are, with `FOR UPDATE` and `SKIP LOCKED` taken out (its one writer
+ * is the lock); PostgreSQL (pg-store.ts) numbers the `?` placeholders `$1, $2, ...`. The rows
+ * they return are mapped to records in sql-records.ts; sql-tx.ts runs them.
+ *
+ * The dialect is the common part of the two: no `INSERT OR ...`, no named parameters, booleans
+ * as 0/1 (`CASE WHEN EXISTS ...`), a sub-query in FROM with an alias, upserts with `ON CONFLICT`.
+ */
+
+/** A prepared statement: SQLite's answer at once, PostgreSQL's as a promise; callers `await` both. */
+export interface Stmt {
+  /** The first row, or undefined. */
+  get(...params: unknown[]): unknown;
+  all(...params: unknown[]): unknown[] | Promise<unknown[]>;
+  run(...params: unknown[]): { changes: number } | Promise<{ changes: number }>;
+}
+
+const DEPLOYMENT_SELECT = `
+  SELECT d.id, d.node, d.config_id, d.name, d.actions, d.cluster_id, d.cluster_role,
+         d.created_at AS d_created_at, d.updated_at AS d_updated_at,
+         r.revision, r.item_id, r.action, r.input_values, r.status, r.status_reason, r.output_values,
+         r.signalled, r.created_at AS r_created_at, r.updated_at AS r_updated_at, r.signalled_at
+  FROM deployments d JOIN revisions r ON r.deployment_id = d.id AND r.revision = d.revision`;
+
+export const SQL = {
+  seqGet: `SELECT value FROM sequence WHERE name = 'generation'`,
+  seqBump: `UPDATE sequence SET value = value + 1 WHERE name = 'generation' RETURNING value`,
+  nodeInsert:
+    'INSERT INTO nodes (id, endpoint, generation, acked_generation, created_at, updated_at) VALUES (?, ?, 0, NULL, ?, ?)',
+  nodeGet: 'SELECT * FROM nodes WHERE id = ?',
+  nodeList: 'SELECT * FROM nodes ORDER BY id',
+  nodeSetEndpoint: 'UPDATE nodes SET endpoint = ?, updated_at = ? WHERE id = ?',
+  nodeSetGen: 'UPDATE nodes SET generation = ? WHERE id = ?',
+  nodeAck: 'UPDATE nodes SET acked_generation = ? WHERE id = ? AND (acked_generation IS NULL OR acked_generation < ?)',
+  nodeDelete: 'DELETE FROM nodes WHERE id = ?',
+  tombInsert:
+    'INSERT INTO node_tombstones (id, deleted_at, deleted_by) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET deleted_at = excluded.deleted_at, deleted_by = excluded.deleted_by',
+  tombGet: 'SELECT id FROM node_tombstones WHERE id = ?',
+  tombDelete: 'DELETE FROM node_tombstones WHERE id = ?',
+  configInsert:
+    'INSERT INTO configs (id, name, grp, config, inputs, outputs, options, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+  configGet: 'SELECT * FROM configs WHERE id = ?',
+  configList: 'SELECT * FROM configs ORDER BY created_at, id',
+  depInsert:
+    'INSERT INTO deployments (id, node, config_id, name, actions, revision, cluster_id, cluster_role, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?)',
+  depGet: `${DEPLOYMENT_SELECT} WHERE d.id = ?`,
+  // the row a revision or a signal changes, locked to the end of the transaction (PostgreSQL)
+  depGetForUpdate: `${DEPLOYMENT_SELECT} WHERE d.id = ? FOR UPDATE OF d`,
+  depList: `${DEPLOYMENT_SELECT} ORDER BY d.created_at, d.id`,
+  depByNode: `${DEPLOYMENT_SELECT} WHERE d.node = ? ORDER BY d.created_at, d.id`,
+  depIdsByNode: 'SELECT id FROM deployments WHERE node = ?',
+  depIdsByCluster: 'SELECT id, node FROM deployments WHERE cluster_id = ?',
+  depSetRevision: 'UPDATE deployments SET revision = ?, updated_at = ? WHERE id = ?',
+  depDelete: 'DELETE FROM deployments WHERE id = ?',
+  revInsert: `INSERT INTO revisions (deployment_id, revision, item_id, action, input_values, status, status_reason, output_values, signalled, created_at, updated_at, signalled_at)
+                  VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)`,
+  revResult: `UPDATE revisions SET status = ?, status_reason = ?, output_values = ?, signalled = 1, signalled_at = ?, updated_at = ?
+                  WHERE deployment_id = ? AND revision = ?`,
+  revList: `SELECT revision, item_id, action, input_values, status, status_reason, output_values, signalled,
+                       created_at AS r_created_at, updated_at AS r_updated_at, signalled_at
+                FROM revisions WHERE deployment_id = ? ORDER BY revision`,
+  revDelete: 'DELETE FROM revisions WHERE deployment_id = ?',
+  clusterInsert: `INSERT INTO clusters (id, name, status, status_reason, install_config_id, uninstall_config_id, input_values, operation, max_unavailable, op_started_at, op_finished_at, created_at, updated_at)
+                      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)`,
+  clusterGet: 'SELECT * FROM clusters WHERE id = ?',
+  // the cluster head: the engine's lock point (clusters/tx.ts)
+  clusterGetForUpdate: 'SELECT * FROM clusters WHERE id = ? FOR UPDATE',
+  clusterList: 'SELECT * FROM clusters ORDER BY created_at, id',
+  clusterActive: `SELECT id FROM clusters WHERE status LIKE '%_IN_PROGRESS' ORDER BY created_at, id`,
+  // what one controller's tick advances: the operations no other controller is advancing right now
+  clusterActiveClaim: `SELECT id FROM clusters WHERE status LIKE '%_IN_PROGRESS' ORDER BY created_at, id FOR UPDATE SKIP LOCKED`,
+  clusterName: 'SELECT name FROM clusters WHERE id = ?',
+  clusterStatus: 'SELECT status, status_reason FROM clusters WHERE id = ?',
+  clusterConfigIds: 'SELECT install_config_id, uninstall_config_id FROM clusters WHERE id = ?',
+  clusterStart:
+    'UPDATE clusters SET status = ?, status_reason = ?, operation = ?, max_unavailable = ?, op_started_at = ?, op_finished_at = NULL, updated_at = ? WHERE id = ?',
+  clusterFinish: 'UPDATE clusters SET status = ?, status_reason = ?, op_finished_at = ?, updated_at = ? WHERE id = ?',
+  clusterDelete: 'DELETE FROM clusters WHERE id = ?',
+  cnInsert: `INSERT INTO cluster_nodes (cluster_id, node, position, phase, install_deployment_id, uninstall_deployment_id, step_deadline_ms, install_started_at, nodegroup)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  ngInsert: `INSERT INTO cluster_nodegroups (cluster_id, name, position, role, install_config_id, uninstall_config_id, input_values, created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+  ngList: 'SELECT * FROM cluster_nodegroups WHERE cluster_id = ? ORDER BY position',
+  ngDelete: 'DELETE FROM cluster_nodegroups WHERE cluster_id = ?',
+  ngDeleteOne: 'DELETE FROM cluster_nodegroups WHERE cluster_id = ? AND name = ?',
+  ngNextPosition: 'SELECT COALESCE(MAX(position), -1) + 1 AS p FROM cluster_nodegroups WHERE cluster_id = ?',
+  cnNextPosition: 'SELECT COALESCE(MAX(position), -1) + 1 AS p FROM cluster_nodes WHERE cluster_id = ?',
+  cnOfGroup: 'SELECT node FROM cluster_nodes WHERE cluster_id = ? AND nodegroup = ?',
+  cnDeleteGroup: 'DELETE FROM cluster_nodes WHERE cluster_id = ? AND nodegroup = ?',
+  depIdsByClusterNode: 'SELECT id FROM deployments WHERE cluster_id = ? AND node = ?',
+  clusterSetRollout: 'UPDATE clusters SET rollout = ? WHERE id = ?',
+  cnResetGroup: `UPDATE cluster_nodes SET phase = 'pending', step_deadline_ms = NULL, uninstall_started_at = NULL, uninstall_finished_at = NULL,
+                install_started_at = NULL, install_finished_at = NULL, reason = NULL, check_started_at = NULL, ended_at_ms = NULL
+                WHERE cluster_id = ? AND nodegroup = ?`,
+  cnStartCheck: `UPDATE cluster_nodes SET phase = 'checking', step_deadline_ms = ?, check_started_at = ?, install_finished_at = ?, health_deployment_id = ?, reason = NULL
+                       WHERE cluster_id = ? AND node = ?`,
+  cnFailCheck: `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, reason = ? WHERE cluster_id = ? AND node = ?`,
+  cnEnded: 'UPDATE cluster_nodes SET ended_at_ms = ? WHERE cluster_id = ? AND node = ?',
+  cnList: 'SELECT * FROM cluster_nodes WHERE cluster_id = ? ORDER BY position',
+  cnByNode: 'SELECT cluster_id FROM cluster_nodes WHERE node = ? LIMIT 1',
+  cnGet: 'SELECT * FROM cluster_nodes WHERE cluster_id = ? AND node = ?',
+  // the engine's glance: each sub-query is one seek in an index on (cluster_id, phase, ...) (MIN and EXISTS
+  // stop at the first entry), so its cost does not grow with the cluster's size
+  cnGlance: `SELECT
+        (SELECT MIN(step_deadline_ms) FROM cluster_nodes WHERE cluster_id = ? AND phase = 'uninstalling') AS due_uninstall,
+        (SELECT MIN(step_deadline_ms) FROM cluster_nodes WHERE cluster_id = ? AND phase = 'installing') AS due_install,
+        CASE WHEN EXISTS (SELECT 1 FROM cluster_nodes WHERE cluster_id = ? AND phase IN ('uninstalling', 'installing')) THEN 1 ELSE 0 END AS in_flight,
+        CASE WHEN EXISTS (SELECT 1 FROM cluster_nodes WHERE cluster_id = ? AND phase = 'pending') THEN 1 ELSE 0 END AS pending,
+        CASE WHEN EXISTS (SELECT 1 FROM cluster_nodes WHERE cluster_id = ? AND phase = 'failed') THEN 1 ELSE 0 END AS failed`,
+  // nodes in flight, counted only up to the window: all the glance needs is the room left in it
+  cnInFlightCount: `SELECT COUNT(*) AS n FROM (SELECT 1 FROM cluster_nodes WHERE cluster_id = ? AND phase IN ('uninstalling', 'installing') LIMIT ?) AS w`,
+  cnInFlight: `SELECT * FROM cluster_nodes WHERE cluster_id = ? AND phase IN ('uninstalling', 'installing')`,
+  cnFirstPending: `SELECT * FROM cluster_nodes WHERE cluster_id = ? AND phase = 'pending' ORDER BY position LIMIT ?`,
+  cnByDeployment: `SELECT * FROM cluster_nodes WHERE install_deployment_id = ? OR uninstall_deployment_id = ?`,
+  cnReset: `UPDATE cluster_nodes SET phase = 'pending', step_deadline_ms = NULL, uninstall_started_at = NULL, uninstall_finished_at = NULL,
+                install_started_at = NULL, install_finished_at = NULL, reason = NULL, check_started_at = NULL, ended_at_ms = NULL
+                WHERE cluster_id = ?`,
+  cnStartUninstall: `UPDATE cluster_nodes SET phase = 'uninstalling', step_deadline_ms = ?, uninstall_started_at = ?, uninstall_finished_at = NULL,
+                         install_started_at = NULL, install_finished_at = NULL, reason = NULL WHERE cluster_id = ? AND node = ?`,
+  cnStartInstall: `UPDATE cluster_nodes SET phase = 'installing', step_deadline_ms = ?, install_started_at = ?, install_finished_at = NULL, reason = NULL
+                       WHERE cluster_id = ? AND node = ?`,
+  cnUninstallDone: `UPDATE cluster_nodes SET uninstall_finished_at = ? WHERE cluster_id = ? AND node = ?`,
+  cnComplete: `UPDATE cluster_nodes SET phase = 'complete', step_deadline_ms = NULL, install_finished_at = COALESCE(?, install_finished_at) WHERE cluster_id = ? AND node = ?`,
+  cnFailUninstall: `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, uninstall_finished_at = ?, reason = ? WHERE cluster_id = ? AND node = ?`,
+  cnFailInstall: `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, install_finished_at = ?, reason = ? WHERE cluster_id = ? AND node = ?`,
+  cnDelete: 'DELETE FROM cluster_nodes WHERE cluster_id = ?',
+  auditInsert: 'INSERT INTO audit (at, who, action, target, detail) VALUES (?, ?, ?, ?, ?)',
+  auditList: 'SELECT * FROM audit ORDER BY seq DESC LIMIT ?',
+  // live output (SPEC §8; sql-output.ts)
+  outInsert: `INSERT INTO deployment_output (deployment_id, revision, seq, stream, text, bytes, dropped_bytes, created_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+  outTotal: 'SELECT COALESCE(SUM(bytes), 0) AS n FROM deployment_output WHERE deployment_id = ? AND revision = ?',
+  outOldest:
+    'SELECT seq, stream, bytes FROM deployment_output WHERE deployment_id = ? AND revision = ? ORDER BY seq LIMIT 64',
+  outDelete: 'DELETE FROM deployment_output WHERE deployment_id = ? AND revision = ? AND seq = ?',
+  outAddCut: `INSERT INTO deployment_output_cut (deployment_id, revision, stream, bytes) VALUES (?, ?, ?, ?)
+       ON CONFLICT (deployment_id, revision, stream) DO UPDATE SET bytes = deployment_output_cut.bytes + excluded.bytes`,
+  outChunks:
+    'SELECT seq, stream, text, dropped_bytes FROM deployment_output WHERE deployment_id = ? AND revision = ? ORDER BY seq',
+  outCuts: 'SELECT stream, bytes FROM deployment_output_cut WHERE deployment_id = ? AND revision = ?',
+  // the newest chunk of the deployment's current revision (an index seek per deployment)
+  outLast: `SELECT o.text FROM deployment_output o JOIN deployments d ON d.id = o.deployment_id AND d.revision = o.revision
+       WHERE o.deployment_id = ? ORDER BY o.seq DESC LIMIT 1`,
+} as const;
+
+export type StatementName = keyof typeof SQL;
+export type Statements = Record<StatementName, Stmt>;
