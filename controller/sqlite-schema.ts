@@ -165,7 +165,6 @@ export const MIGRATIONS: Migration[] = [
     // newest 1 MiB per revision (controller/sqlite-output.ts)
     sql: OUTPUT_MIGRATION_SQL,
   },
-
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
