@@ -31,7 +31,9 @@ export function registerCertsCommands(program: Command): void {
       `
 Layout of a PKI directory:
   ca.crt ca.key            cluster CA (ca.key stays on the CA host)
-  wake-signing.jwk(s)      controller's Ed25519 signing key / public JWKS agents trust
+  wake-signing.jwk         the first controller's (controller) Ed25519 signing key
+  wake-signing.jwks        public JWKS agents trust; each key names its controller
+  controller/<name>.jwk    the signing key of every other controller
   revoked.json             revoked serials and signing key ids
   <role>/<name>.crt/.key   role: controller | agent | operator
   issuer/<name>.crt/.key   an issuing CA under the cluster CA (signs agent certificates)`,
@@ -94,6 +96,8 @@ Layout of a PKI directory:
     .addHelpText(
       'after',
       '\nExample: herald certs issue agent n1 --dir ./pki --ip 10.0.0.5 --dns n1.example\n' +
+        'A controller other than "controller" also gets its own signing key, <pki>/controller/<name>.jwk (0600),\n' +
+        'added to wake-signing.jwks; issuing it again keeps that key (a new one only if it is missing or revoked).\n' +
         'An issuer (herald certs issue issuer <name> --dir ./pki [--days 365]) is a CA under the cluster CA\n' +
         'that signs agent certificates only, written to <pki>/issuer/<name>.crt/.key.',
     )
@@ -112,11 +116,19 @@ Layout of a PKI directory:
       out(`  key          ${r.keyPath} (0600)`);
       out(`  serial       ${r.serial}`);
       out(`  expires      ${r.notAfter.toISOString()}`);
+      if (r.signingKey) {
+        const k = r.signingKey;
+        const how = k.made ? (k.replacedKid ? `new, replaces ${k.replacedKid} in the JWKS` : 'new') : 'kept';
+        out(`  signing key  ${k.path} (0600, kid ${k.kid}, ${how})`);
+        if (k.made) out('  copy wake-signing.jwks to every agent before this controller signs with the new key');
+      }
     });
 
   certs
     .command('revoke')
-    .description('revoke a certificate (by name, role/name or hex serial) or a signing key (--kid)')
+    .description(
+      'revoke a certificate (by name, role/name or hex serial) or a signing key (--kid); a controller loses its signing keys with it',
+    )
     .argument('[target]', 'certificate name, role/name, or serial in hex')
     .requiredOption('--dir <pki>', 'PKI directory')
     .option('--kid <kid>', 'revoke this signing key id instead of a certificate')
@@ -136,6 +148,7 @@ Layout of a PKI directory:
           ? `signing key ${r.kid}`
           : `serial ${r.serial}${r.certificate ? ` (${r.certificate})` : ''}`;
       out(r.already ? `${what} was already revoked` : `revoked ${what}`);
+      if (r.kids?.length) out(`  and its signing key${r.kids.length > 1 ? 's' : ''} ${r.kids.join(', ')}`);
     });
 
   certs
@@ -173,7 +186,7 @@ Layout of a PKI directory:
     .requiredOption('--out <dir>', 'directory to write the bundle to (made 0700)')
     .addHelpText(
       'after',
-      '\nWrites ca.crt, wake-signing.jwks, revoked.json, <role>/<name>.crt/.key, and for a controller wake-signing.jwk.',
+      '\nWrites ca.crt, wake-signing.jwks, revoked.json, <role>/<name>.crt/.key, and for a controller its own signing key:\nwake-signing.jwk for "controller", controller/<name>.jwk for any other (never another controller\'s).',
     )
     .action(async (role: string, name: string, o: { dir: string; out: string }) => {
       const { bundle } = await import('./pki.js');
@@ -186,14 +199,15 @@ Layout of a PKI directory:
     .command('rotate-signing-key')
     .description('make a new wake-up signing key; the JWKS keeps the previous public key until you revoke its kid')
     .requiredOption('--dir <pki>', 'PKI directory')
+    .option('--controller <name>', 'the controller whose key to rotate', 'controller')
     .addHelpText(
       'after',
-      '\nRotation: 1) rotate-signing-key, 2) copy wake-signing.jwks to every agent (and wake-signing.jwk to the controller),\n3) once all agents have it: herald certs revoke --kid <old kid> --dir <pki>, and copy revoked.json out.',
+      '\nRotation: 1) rotate-signing-key, 2) copy wake-signing.jwks to every agent (and the key file, wake-signing.jwk or controller/<name>.jwk, to that controller),\n3) once all agents have it: herald certs revoke --kid <old kid> --dir <pki>, and copy revoked.json out.',
     )
-    .action(async (o: { dir: string }) => {
+    .action(async (o: { dir: string; controller: string }) => {
       const { rotateSigningKey } = await import('./pki.js');
-      const r = await rotateSigningKey({ dir: o.dir });
-      out(`new signing key ${r.kid}`);
+      const r = await rotateSigningKey({ dir: o.dir, controller: o.controller });
+      out(`new signing key ${r.kid} of controller ${r.controller}`);
       if (r.previousKids.length)
         out(`still trusted: ${r.previousKids.join(', ')} (revoke with --kid once agents have the new JWKS)`);
     });

@@ -3,14 +3,16 @@
  *
  * ```
  * <pki>/ca.crt  <pki>/ca.key            cluster CA (ca.key belongs on the CA host only)
- * <pki>/wake-signing.jwk                controller's private Ed25519 signing key (0600)
- * <pki>/wake-signing.jwks               public JWKS that agents trust
+ * <pki>/wake-signing.jwk                the first controller's (`controller`) Ed25519 signing key (0600)
+ * <pki>/wake-signing.jwks               public JWKS that agents trust; each key names its controller
+ * <pki>/controller/<name>.jwk           the signing key of every other controller (0600, SPEC §7)
  * <pki>/revoked.json                    {"serials":[..],"kids":[..]}
  * <pki>/pki.json                        {"trustDomain":".."} (CA host only; Herald's own addition)
  * <pki>/<role>/<name>.crt  .key         role: controller | agent | operator
  * <pki>/issuer/<name>.crt  .key         an issuing CA under the cluster CA (SPEC §9)
  * ```
  */
+import fs from 'node:fs';
 import path from 'node:path';
 import { ROLES, type Role } from '../protocol/identity.js';
 
@@ -30,7 +32,12 @@ export interface PkiPaths {
   roleDir(role: CertDir): string;
   cert(role: CertDir, name: string): string;
   key(role: CertDir, name: string): string;
+  /** `<dir>/controller/<name>.jwk`: the private signing key of controller `name` (SPEC §7). */
+  controllerJwk(name: string): string;
 }
+
+/** The controller that keeps `wake-signing.jwk` (the one `certs init` makes). */
+export const FIRST_CONTROLLER = 'controller';
 
 /** Paths of the PKI layout under `dir`. Does no I/O and validates nothing. */
 export function pkiPaths(dir: string): PkiPaths {
@@ -45,7 +52,21 @@ export function pkiPaths(dir: string): PkiPaths {
     roleDir: (role) => path.join(dir, role),
     cert: (role, name) => path.join(dir, role, `${name}.crt`),
     key: (role, name) => path.join(dir, role, `${name}.key`),
+    controllerJwk: (name) => path.join(dir, 'controller', `${name}.jwk`),
   };
+}
+
+/**
+ * The private signing key file of a controller whose certificate is `controller/<name>` (SPEC
+ * §7): `override` (`--signing-key`) when given, else `<dir>/controller/<name>.jwk` when it
+ * exists, else `<dir>/wake-signing.jwk` (the first controller's, and a PKI made before
+ * per-controller keys). Looks only at whether the file exists; reading it is the caller's.
+ */
+export function signingKeyFileOf(dir: string, name: string, override?: string): string {
+  if (override !== undefined) return override;
+  const p = pkiPaths(dir);
+  const own = p.controllerJwk(name);
+  return fs.existsSync(own) ? own : p.signingJwk;
 }
 
 /** The files one party loads into a `PkiMaterial` (certs/tls.ts), from the PKI layout. */

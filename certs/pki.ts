@@ -15,7 +15,7 @@ import { CA_CERT_DAYS, DEFAULT_CERT_DAYS, DEFAULT_TRUST_DOMAIN, RSA_KEY_BITS } f
 import { isRole, isValidName, ROLES, spiffeIdOf, TRUST_DOMAIN_RE, type Role } from '../protocol/identity.js';
 import { normalizeSerial } from './identity.js';
 import { ensureDir, PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from './files.js';
-import { CERT_DIRS, pkiPaths, type CertDir, type PkiPaths } from './paths.js';
+import { CERT_DIRS, FIRST_CONTROLLER, pkiPaths, type CertDir, type PkiPaths } from './paths.js';
 import { ISSUER_ROLE } from './chain.js';
 import { parseRevoked, type RevokedList } from './revoked.js';
 import { readTrustDomain } from './trust-domain.js';
@@ -98,6 +98,11 @@ export interface MakeCertificateOptions {
   commonName?: string;
   /** Reuse this private key (PKCS#8 PEM) instead of making one: thousands of test certs stay fast. */
   keyPem?: string;
+  /**
+   * Certify this public key (SPKI PEM, from a CSR) instead: no private key is made or returned
+   * (`key` is ''). Not with `issuer: 'self'`.
+   */
+  publicKeyPem?: string;
   /** Default: `randomSerial()`. */
   serial?: string;
   /**
@@ -118,8 +123,8 @@ export interface MadeCertificate extends Pem {
  * also how tests make the bad certificates Herald must refuse.
  */
 export function makeCertificate(opts: MakeCertificateOptions): MadeCertificate {
-  const keyPem = opts.keyPem ?? newRsaKeyPem();
-  const pub = crypto.createPublicKey(keyPem).export({ type: 'spki', format: 'pem' }) as string;
+  const keyPem = opts.publicKeyPem !== undefined ? '' : (opts.keyPem ?? newRsaKeyPem());
+  const pub = crypto.createPublicKey(opts.publicKeyPem ?? keyPem).export({ type: 'spki', format: 'pem' }) as string;
   const cert = forge.pki.createCertificate();
   cert.publicKey = forge.pki.publicKeyFromPem(pub);
   const serial = opts.serial ?? randomSerial();
@@ -221,6 +226,11 @@ export interface PublicJwk {
   kid: string;
   alg: 'EdDSA';
   use: 'sig';
+  /**
+   * The controller that signs with it (SPEC §7). In the JWKS only; a key without it (a PKI made
+   * before per-controller keys) is the first controller's, `controller`.
+   */
+  controller?: string;
 }
 export interface PrivateJwk extends PublicJwk {
   d: string;
@@ -244,8 +254,79 @@ export function newSigningJwk(): PrivateJwk {
   return { ...base, d: j.d, kid: jwkThumbprint(base), alg: 'EdDSA', use: 'sig' };
 }
 
-export function publicJwkOf(jwk: PrivateJwk | PublicJwk): PublicJwk {
-  return { kty: jwk.kty, crv: jwk.crv, x: jwk.x, kid: jwk.kid, alg: 'EdDSA', use: 'sig' };
+/** The public half of `jwk`, naming `controller` as its owner when given (the JWKS entry). */
+export function publicJwkOf(jwk: PrivateJwk | PublicJwk, controller?: string): PublicJwk {
+  const pub: PublicJwk = { kty: jwk.kty, crv: jwk.crv, x: jwk.x, kid: jwk.kid, alg: 'EdDSA', use: 'sig' };
+  return controller === undefined ? pub : { ...pub, controller };
+}
+
+/** The controller a JWKS key belongs to: its `controller`, else the first controller. */
+export function jwkControllerOf(k: { controller?: unknown }): string {
+  return typeof k.controller === 'string' ? k.controller : FIRST_CONTROLLER;
+}
+
+function readJwks(p: PkiPaths): PublicJwk[] {
+  const raw = readIfExists(p.jwks);
+  if (!raw) return [];
+  return (JSON.parse(raw.toString()) as Jwks).keys ?? [];
+}
+
+function writeJwks(p: PkiPaths, keys: PublicJwk[]): void {
+  writeFileAtomic(p.jwks, `${JSON.stringify({ keys }, null, 2)}\n`, PUBLIC_FILE_MODE);
+}
+
+/** The private JWK in `file`, or undefined when it is missing or is not one. */
+function readPrivateJwk(file: string): PrivateJwk | undefined {
+  const raw = readIfExists(file);
+  if (!raw) return undefined;
+  try {
+    const j = JSON.parse(raw.toString()) as Partial<PrivateJwk>;
+    return j.kty === 'OKP' && j.crv === 'Ed25519' && typeof j.x === 'string' && typeof j.d === 'string' && j.kid
+      ? (j as PrivateJwk)
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The private signing key file of controller `name`: wake-signing.jwk for the first one. */
+function controllerKeyFile(p: PkiPaths, name: string): string {
+  return name === FIRST_CONTROLLER ? p.signingJwk : p.controllerJwk(name);
+}
+
+export interface ControllerKeyResult {
+  kid: string;
+  path: string;
+  /** A new key was made (none was there, it did not parse, or its kid is revoked). */
+  made: boolean;
+  /** The kid it replaced in the JWKS, when a new key replaced one. */
+  replacedKid?: string;
+}
+
+/**
+ * Makes sure controller `name` (not the first one, which keeps wake-signing.jwk) has its own
+ * signing key `<pki>/controller/<name>.jwk` (0600) and that the JWKS holds its public key naming
+ * it (SPEC §7). Re-issuing a controller's certificate keeps its key: renewing a certificate is
+ * not a key rotation (that is `rotate-signing-key --controller <name>`), and agents keep trusting
+ * it. A new key is made only when there is none, it does not parse, or its kid is revoked (a
+ * controller revoked and issued again); it replaces the old kid's JWKS entry. The private key is
+ * written before the JWKS, so a controller that reloads on a JWKS change finds it in place.
+ */
+function ensureControllerKey(p: PkiPaths, name: string): ControllerKeyResult {
+  const file = p.controllerJwk(name);
+  const revoked = new Set(readRevoked(p).kids);
+  const keys = readJwks(p);
+  const old = readPrivateJwk(file);
+  if (old && !revoked.has(old.kid)) {
+    const entry = keys.find((k) => k.kid === old.kid);
+    if (!entry || entry.controller !== name)
+      writeJwks(p, [...keys.filter((k) => k.kid !== old.kid), publicJwkOf(old, name)]);
+    return { kid: old.kid, path: file, made: false };
+  }
+  const jwk = newSigningJwk();
+  writeFileAtomic(file, `${JSON.stringify(jwk, null, 2)}\n`, PRIVATE_FILE_MODE);
+  writeJwks(p, [...keys.filter((k) => k.kid !== old?.kid), publicJwkOf(jwk, name)]);
+  return { kid: jwk.kid, path: file, made: true, ...(old ? { replacedKid: old.kid } : {}) };
 }
 
 // ---- revoked.json -------------------------------------------------------------------------------
@@ -310,7 +391,7 @@ export async function initPki(opts: InitPkiOptions): Promise<InitPkiResult> {
   writeFileAtomic(p.caCrt, ca.cert, PUBLIC_FILE_MODE);
   writeFileAtomic(p.meta, `${JSON.stringify({ trustDomain }, null, 2)}\n`, PUBLIC_FILE_MODE);
   writeFileAtomic(p.signingJwk, `${JSON.stringify(jwk, null, 2)}\n`, PRIVATE_FILE_MODE);
-  writeFileAtomic(p.jwks, `${JSON.stringify({ keys: [publicJwkOf(jwk)] }, null, 2)}\n`, PUBLIC_FILE_MODE);
+  writeJwks(p, [publicJwkOf(jwk, FIRST_CONTROLLER)]);
   writeRevoked(p, { serials: [], kids: [] });
   const controller = issueWith(p, ca, trustDomain, { role: 'controller', name: 'controller', dns, ip, keyPem: ctlKey });
   const operator = issueWith(p, ca, trustDomain, { role: 'operator', name: 'admin', keyPem: opKey });
@@ -338,6 +419,8 @@ export interface IssueResult {
   serial: string;
   spiffeId: string;
   notAfter: Date;
+  /** For a controller other than the first: its signing key (SPEC §7). */
+  signingKey?: ControllerKeyResult;
 }
 
 /**
@@ -373,7 +456,7 @@ export async function issueCert(opts: IssueCertOptions): Promise<IssueResult> {
   const keyPem = opts.keyPem ?? (await newRsaKeyPemAsync());
   const role = opts.role;
   ensureDir(p.roleDir(role));
-  return issueWith(p, ca, trustDomain, {
+  const issued = issueWith(p, ca, trustDomain, {
     role,
     name: opts.name,
     dns,
@@ -383,6 +466,8 @@ export async function issueCert(opts: IssueCertOptions): Promise<IssueResult> {
     notBefore: opts.notBefore,
     notAfter: opts.notAfter,
   });
+  if (role !== 'controller' || opts.name === FIRST_CONTROLLER) return issued;
+  return { ...issued, signingKey: ensureControllerKey(p, opts.name) };
 }
 
 export interface IssueIssuerOptions {
@@ -457,6 +542,8 @@ export interface IssueWithIssuerOptions {
   notAfter?: Date;
   /** The leaf's private key (PKCS#8 PEM); default a new one. */
   keyPem?: string;
+  /** Certify this public key (SPKI PEM, from a CSR) instead; `key` is then ''. */
+  publicKeyPem?: string;
 }
 
 export interface IssuedWithIssuer extends MadeCertificate {
@@ -504,6 +591,7 @@ export function issueWithIssuer(opts: IssueWithIssuerOptions): IssuedWithIssuer 
     notAfter,
     commonName: opts.name,
     ...(opts.keyPem !== undefined ? { keyPem: opts.keyPem } : {}),
+    ...(opts.publicKeyPem !== undefined ? { publicKeyPem: opts.publicKeyPem } : {}),
   });
   return { ...made, spiffeId, chain: `${made.cert.trimEnd()}\n${opts.issuer.cert.trimEnd()}\n` };
 }
@@ -645,15 +733,22 @@ export interface RevokeResult {
   kid?: string;
   /** `role/name` when the target was a certificate in the PKI. */
   certificate?: string;
+  /**
+   * For a controller's certificate: its signing key ids, revoked with it (SPEC §7), so that
+   * revoking one controller cuts off that controller alone.
+   */
+  kids?: string[];
   /** It was listed already; nothing changed. */
   already: boolean;
 }
 
 /**
- * Adds a certificate's serial, or a signing key id, to revoked.json (atomic replace).
+ * Adds a certificate's serial, or a signing key id, to revoked.json (atomic replace). Revoking a
+ * controller's certificate also revokes its signing keys: the JWKS keys that name it (for the
+ * first controller, `controller`, also those that name no controller) and the key in its key file.
  * A name held by several roles must be given as `role/name`.
- * @throws HeraldError `bad_option` (ambiguous or malformed target, the active signing kid, an
- *   unknown kid), `pki_missing` (no such certificate)
+ * @throws HeraldError `bad_option` (ambiguous or malformed target, a controller's active
+ *   signing kid given with --kid, an unknown kid), `pki_missing` (no such certificate)
  */
 export async function revoke(opts: RevokeOptions): Promise<RevokeResult> {
   if ((opts.target === undefined) === (opts.kid === undefined)) {
@@ -663,16 +758,20 @@ export async function revoke(opts: RevokeOptions): Promise<RevokeResult> {
   const current = readRevoked(p);
   if (opts.kid !== undefined) {
     const kid = opts.kid;
-    const active = readIfExists(p.signingJwk);
-    if (active && (JSON.parse(active.toString()) as { kid?: string }).kid === kid) {
+    const keys = readJwks(p);
+    const owner = keys.find((k) => k.kid === kid);
+    const ownerName = owner ? jwkControllerOf(owner) : undefined;
+    if (
+      ownerName !== undefined &&
+      isValidName(ownerName) &&
+      readPrivateJwk(controllerKeyFile(p, ownerName))?.kid === kid
+    ) {
       throw new HeraldError(
         'bad_option',
-        `kid ${kid} is the active signing key; run herald certs rotate-signing-key first`,
+        `kid ${kid} is the active signing key of controller ${ownerName}; run herald certs rotate-signing-key${ownerName === FIRST_CONTROLLER ? '' : ` --controller ${ownerName}`} first, or revoke controller/${ownerName}`,
       );
     }
-    const jwks = readIfExists(p.jwks);
-    const known = jwks ? ((JSON.parse(jwks.toString()) as Jwks).keys ?? []).some((k) => k.kid === kid) : false;
-    if (!known && !current.kids.includes(kid))
+    if (!owner && !current.kids.includes(kid))
       throw new HeraldError('bad_option', `kid ${JSON.stringify(kid)} is not in ${p.jwks}`);
     if (current.kids.includes(kid)) return { kid, already: true };
     writeRevoked(p, { serials: current.serials, kids: [...current.kids, kid] });
@@ -683,9 +782,11 @@ export async function revoke(opts: RevokeOptions): Promise<RevokeResult> {
   const found = findCertificate(p, target);
   let serial: string;
   let certificate: string | undefined;
+  let kids: string[] = [];
   if (found) {
     serial = normalizeSerial(new crypto.X509Certificate(fs.readFileSync(found.path)).serialNumber);
     certificate = `${found.role}/${found.name}`;
+    if (found.role === 'controller') kids = controllerKids(p, found.name);
   } else if (/^(0x)?[0-9a-fA-F:]+$/.test(target) && !target.includes('/')) {
     serial = normalizeSerial(target);
   } else {
@@ -694,10 +795,27 @@ export async function revoke(opts: RevokeOptions): Promise<RevokeResult> {
       `no certificate ${JSON.stringify(target)} in ${p.dir} (give a name, role/name or hex serial)`,
     );
   }
-  const base = certificate ? { serial, certificate } : { serial };
-  if (current.serials.includes(serial)) return { ...base, already: true };
-  writeRevoked(p, { serials: [...current.serials, serial], kids: current.kids });
+  const base = {
+    serial,
+    ...(certificate ? { certificate } : {}),
+    ...(found?.role === 'controller' ? { kids } : {}),
+  };
+  const newKids = kids.filter((k) => !current.kids.includes(k));
+  if (current.serials.includes(serial) && newKids.length === 0) return { ...base, already: true };
+  writeRevoked(p, {
+    serials: current.serials.includes(serial) ? current.serials : [...current.serials, serial],
+    kids: [...current.kids, ...newKids],
+  });
   return { ...base, already: false };
+}
+
+/** The signing key ids of controller `name`: those the JWKS gives it, and the one in its key file. */
+function controllerKids(p: PkiPaths, name: string): string[] {
+  const kids = readJwks(p)
+    .filter((k) => jwkControllerOf(k) === name)
+    .map((k) => k.kid);
+  const own = readPrivateJwk(controllerKeyFile(p, name))?.kid;
+  return uniq(own === undefined ? kids : [...kids, own]);
 }
 
 function findCertificate(p: PkiPaths, target: string): { role: CertDir; name: string; path: string } | undefined {
@@ -780,7 +898,9 @@ export interface BundleOptions {
 
 /**
  * Copies out exactly what `role/name` needs, in the PKI layout: ca.crt, wake-signing.jwks,
- * revoked.json, its certificate and key, and for a controller wake-signing.jwk. Never ca.key.
+ * revoked.json, its certificate and key, and for a controller its own signing key
+ * (wake-signing.jwk for the first controller, `controller/<name>.jwk` for any other; never
+ * another controller's). Never ca.key.
  * @returns the relative paths written
  * @throws HeraldError `bad_identity`, `pki_missing`, `bad_option` (out is the PKI dir itself,
  *   or already holds a ca.key)
@@ -803,10 +923,21 @@ export async function bundle(opts: BundleOptions): Promise<string[]> {
     [src.cert(role, opts.name), dst.cert(role, opts.name), PUBLIC_FILE_MODE],
     [src.key(role, opts.name), dst.key(role, opts.name), PRIVATE_FILE_MODE],
   ];
-  if (role === 'controller') files.push([src.signingJwk, dst.signingJwk, PRIVATE_FILE_MODE]);
+  if (role === 'controller')
+    files.push(
+      opts.name === FIRST_CONTROLLER
+        ? [src.signingJwk, dst.signingJwk, PRIVATE_FILE_MODE]
+        : [src.controllerJwk(opts.name), dst.controllerJwk(opts.name), PRIVATE_FILE_MODE],
+    );
   const data = files.map(([from]) => {
     const d = readIfExists(from);
-    if (!d) throw new HeraldError('pki_missing', `missing ${from}`);
+    if (!d)
+      throw new HeraldError(
+        'pki_missing',
+        from === src.controllerJwk(opts.name)
+          ? `missing ${from} (a controller issued before per-controller keys: herald certs issue controller ${opts.name} makes it)`
+          : `missing ${from}`,
+      );
     return d;
   });
   ensureDir(dst.dir);
@@ -819,28 +950,45 @@ export async function bundle(opts: BundleOptions): Promise<string[]> {
 
 export interface RotateResult {
   kid: string;
+  /** The controller whose key it is. */
+  controller: string;
   /** Kids still in the JWKS beside the new one; revoke them with `revoke --kid` once agents have it. */
   previousKids: string[];
 }
 
 /**
- * Makes a new signing key. The JWKS is written first, holding the new public key and every
- * earlier one not yet revoked, so agents trust the new kid before the controller signs with it.
- * @throws HeraldError `pki_missing` when there is no JWKS
+ * Makes a new signing key for `controller` (default the first one, whose key is
+ * wake-signing.jwk; another's is `controller/<name>.jwk`). The JWKS is written after the private
+ * key, holding the new public key (naming its controller) and every earlier one not yet revoked,
+ * so agents keep trusting the old kid until it is revoked.
+ * @throws HeraldError `pki_missing` when there is no JWKS, or no certificate for that controller;
+ *   `bad_option` for a bad name
  */
-export async function rotateSigningKey(opts: { dir: string }): Promise<RotateResult> {
+export async function rotateSigningKey(opts: { dir: string; controller?: string }): Promise<RotateResult> {
   const p = pkiPaths(opts.dir);
+  const name = opts.controller ?? FIRST_CONTROLLER;
+  if (!isValidName(name))
+    throw new HeraldError(
+      'bad_option',
+      `--controller ${JSON.stringify(name)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`,
+    );
   const raw = readIfExists(p.jwks);
   if (!raw) throw new HeraldError('pki_missing', `no ${p.jwks}`);
+  if (name !== FIRST_CONTROLLER && !fs.existsSync(p.cert('controller', name)))
+    throw new HeraldError('pki_missing', `no certificate controller/${name} in ${p.dir}`);
   const old = (JSON.parse(raw.toString()) as Jwks).keys ?? [];
   const revokedKids = new Set(readRevoked(p).kids);
   const jwk = newSigningJwk();
   const kept = old.filter((k) => k.kid !== jwk.kid && !revokedKids.has(k.kid));
   // the private key first: a controller on this host reloads its key when the JWKS changes, so
   // the key must already be in place by then
-  writeFileAtomic(p.signingJwk, `${JSON.stringify(jwk, null, 2)}\n`, PRIVATE_FILE_MODE);
-  writeFileAtomic(p.jwks, `${JSON.stringify({ keys: [publicJwkOf(jwk), ...kept] }, null, 2)}\n`, PUBLIC_FILE_MODE);
-  return { kid: jwk.kid, previousKids: kept.map((k) => k.kid) };
+  writeFileAtomic(controllerKeyFile(p, name), `${JSON.stringify(jwk, null, 2)}\n`, PRIVATE_FILE_MODE);
+  writeJwks(p, [publicJwkOf(jwk, name), ...kept]);
+  return {
+    kid: jwk.kid,
+    controller: name,
+    previousKids: kept.filter((k) => jwkControllerOf(k) === name).map((k) => k.kid),
+  };
 }
 
 // ---- option checks ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { ConfigError, HeraldError, RefusalError, type ErrorCode } from '../protocol/errors.js';
 import { API_KEEP_ALIVE_TIMEOUT_MS } from '../protocol/limits.js';
-import type { Role } from '../protocol/identity.js';
+import { acceptsController, describeControllerIds, type ControllerIds, type Role } from '../protocol/identity.js';
 import { checkChain, leafRoleAllowed, MAX_REMEMBERED_ISSUERS, presentedAbove } from './chain.js';
 import { identityOf, normalizeSerial, type CertIdentity } from './identity.js';
 import { parseRevoked } from './revoked.js';
@@ -516,6 +516,26 @@ export interface HeraldClientTlsOptions {
 }
 
 /**
+ * Whom a dialer accepts as the server: exactly one SPIFFE id, or any of a set of controllers of
+ * the trust domain (the agent's `--controller-id`, SPEC §7).
+ */
+export type ExpectedServer = string | { readonly controllers: ControllerIds };
+
+/** Whether the verified identity `id` is the server `expected`. */
+export function isExpectedServer(
+  expected: ExpectedServer,
+  id: { spiffeId: string; role: Role; name: string },
+): boolean {
+  if (typeof expected === 'string') return id.spiffeId === expected;
+  return id.role === 'controller' && acceptsController(expected.controllers, id.name);
+}
+
+/** `expected` for a message. */
+export function describeExpectedServer(expected: ExpectedServer): string {
+  return typeof expected === 'string' ? expected : describeControllerIds(expected.controllers);
+}
+
+/**
  * Options for `tls.connect`, `https.request` or a `ws` client dialling `expectedSpiffeId`.
  * The hostname is ignored: the server must present exactly that SPIFFE id (else `wrong_peer`),
  * a valid identity with its role's EKUs, and an unrevoked serial, all checked before a byte is
@@ -524,7 +544,7 @@ export interface HeraldClientTlsOptions {
  * (measured on Node 20), so revocation could not be re-checked. `httpsAgentFor` turns its
  * session cache off; `ws` and a plain `tls.connect` without `session` do not resume.
  */
-export function tlsClientOptions(material: PkiMaterial, expectedSpiffeId: string): HeraldClientTlsOptions {
+export function tlsClientOptions(material: PkiMaterial, expectedSpiffeId: ExpectedServer): HeraldClientTlsOptions {
   const m = material.current();
   return {
     ca: m.ca,
@@ -540,7 +560,7 @@ export function tlsClientOptions(material: PkiMaterial, expectedSpiffeId: string
 /** The server side of a dial: undefined when `cert` is `expectedSpiffeId`, else a RefusalError. */
 export function checkServerCertificate(
   material: PkiMaterial,
-  expectedSpiffeId: string,
+  expectedSpiffeId: ExpectedServer,
   cert: tls.PeerCertificate | crypto.X509Certificate,
 ): RefusalError | undefined {
   const m = material.current();
@@ -551,8 +571,11 @@ export function checkServerCertificate(
     if (err instanceof RefusalError) return err;
     return new RefusalError('bad_identity', err instanceof Error ? err.message : String(err), { cause: err });
   }
-  if (id.spiffeId !== expectedSpiffeId)
-    return new RefusalError('wrong_peer', `the server is ${id.spiffeId}, not ${expectedSpiffeId}`);
+  if (!isExpectedServer(expectedSpiffeId, id))
+    return new RefusalError(
+      'wrong_peer',
+      `the server is ${id.spiffeId}, not ${describeExpectedServer(expectedSpiffeId)}`.slice(0, 600),
+    );
   if (m.revokedSerials.has(id.serial))
     return new RefusalError('revoked', `the server's serial ${id.serial} is revoked`);
   // OpenSSL verified the chain; whether its intermediate (if any) is a Herald issuer, of our
@@ -620,7 +643,7 @@ export function revokedSerialOf(
 export function checkServerSocket(
   socket: tls.TLSSocket,
   material: PkiMaterial,
-  expectedSpiffeId: string,
+  expectedSpiffeId: ExpectedServer,
 ): RefusalError | undefined {
   if (socket.getProtocol() !== 'TLSv1.3')
     return new RefusalError('tls_version', 'the server did not negotiate TLSv1.3');
@@ -631,12 +654,18 @@ export function checkServerSocket(
       : 'the server presented no certificate';
     return new RefusalError('untrusted_certificate', why);
   }
-  const expectedRole = /^spiffe:\/\/[^/]+\/([^/]+)\//.exec(expectedSpiffeId)?.[1] as Role | undefined;
+  const expectedRole =
+    typeof expectedSpiffeId === 'string'
+      ? (/^spiffe:\/\/[^/]+\/([^/]+)\//.exec(expectedSpiffeId)?.[1] as Role | undefined)
+      : 'controller';
   const r = authorizeCertificate(x, expectedRole ? [expectedRole] : [], material);
   if (!r.ok) return new RefusalError(r.code, r.message);
-  return r.identity.spiffeId === expectedSpiffeId
+  return isExpectedServer(expectedSpiffeId, r.identity)
     ? undefined
-    : new RefusalError('wrong_peer', `the server is ${r.identity.spiffeId}, not ${expectedSpiffeId}`);
+    : new RefusalError(
+        'wrong_peer',
+        `the server is ${r.identity.spiffeId}, not ${describeExpectedServer(expectedSpiffeId)}`.slice(0, 600),
+      );
 }
 
 /**
@@ -665,7 +694,7 @@ export interface HttpsAgentOptions {
  */
 export function httpsAgentFor(
   material: PkiMaterial,
-  expectedSpiffeId: string,
+  expectedSpiffeId: ExpectedServer,
   opts: HttpsAgentOptions = {},
 ): https.Agent {
   const base = tlsClientOptions(material, expectedSpiffeId);
@@ -699,12 +728,12 @@ export function httpsAgentFor(
 export class HttpsAgentHolder {
   #agent: https.Agent;
   #material: PkiMaterial;
-  #expected: string;
+  #expected: ExpectedServer;
   #opts: HttpsAgentOptions;
   #onChange = (): void => this.rebuild();
   #closed = false;
 
-  constructor(material: PkiMaterial, expectedSpiffeId: string, opts: HttpsAgentOptions = {}) {
+  constructor(material: PkiMaterial, expectedSpiffeId: ExpectedServer, opts: HttpsAgentOptions = {}) {
     this.#material = material;
     this.#expected = expectedSpiffeId;
     this.#opts = opts;
@@ -729,6 +758,22 @@ export class HttpsAgentHolder {
     this.#closed = true;
     this.#material.off('tls-change', this.#onChange);
     this.#agent.destroy();
+  }
+}
+
+/**
+ * The SPIFFE id of the server a connected client socket talks to (one that `tlsClientOptions`
+ * checked), or undefined when it shows no certificate or none that reads as an identity.
+ */
+export function serverIdentityOf(socket: tls.TLSSocket, material: PkiMaterial): string | undefined {
+  // getPeerCertificate, not getPeerX509Certificate: on Node 20 the latter's first call takes the
+  // chain, which the revocation checks of certs/chain.ts read
+  const c = socket.getPeerCertificate?.();
+  if (!c || !Buffer.isBuffer(c.raw)) return undefined;
+  try {
+    return identityOf(c, material.current().trustDomain).spiffeId;
+  } catch {
+    return undefined;
   }
 }
 

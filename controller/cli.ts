@@ -29,7 +29,10 @@ export function registerControllerCommand(program: Command): void {
     .option('--ca <file>', 'override <pki>/ca.crt')
     .option('--cert <file>', 'override <pki>/controller/<name>.crt')
     .option('--key <file>', 'override <pki>/controller/<name>.key')
-    .option('--signing-key <file>', 'override <pki>/wake-signing.jwk')
+    .option(
+      '--signing-key <file>',
+      'signing key (default <pki>/controller/<name>.jwk when it exists, else <pki>/wake-signing.jwk)',
+    )
     .option('--issuer <name>', 'the issuing CA <pki>/issuer/<name>.crt/.key that signs agent certificates (SPEC §9)')
     .addHelpText(
       'after',

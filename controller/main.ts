@@ -10,7 +10,7 @@ import type http from 'node:http';
 import os from 'node:os';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
-import { materialPaths, pkiPaths, type MaterialPaths } from '../certs/paths.js';
+import { materialPaths, signingKeyFileOf, type MaterialPaths } from '../certs/paths.js';
 import type { LoadedIssuer } from '../certs/pki.js';
 import { PkiMaterial } from '../certs/tls.js';
 import { ConfigError, HeraldError } from '../protocol/errors.js';
@@ -167,7 +167,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     // sign with it (SPEC §9); node-forge loads only when one is given
     const issuer = o.issuer === undefined ? undefined : await loadControllerIssuer(o.pki, o.issuer, paths.caPath);
     if (issuer) logger.info({ issuer: issuer.name, serial: issuer.serial }, 'issuing CA loaded');
-    const signingFile = o.signingKey ?? pkiPaths(o.pki).signingJwk;
+    const signingFile = signingKeyFileOf(o.pki, o.name, o.signingKey);
     const signingJwk = loadSigningJwk(signingFile);
     let signer = new Signer(signingJwk);
     let pushService: PushService | undefined;

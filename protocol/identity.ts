@@ -2,7 +2,7 @@
  * Herald identities are SPIFFE ids, `spiffe://<trust-domain>/<role>/<name>` (SPEC §1). This
  * module only parses and formats them; reading them out of certificates is `certs/identity.ts`.
  */
-import { RefusalError } from './errors.js';
+import { ConfigError, RefusalError } from './errors.js';
 
 export const ROLES = ['controller', 'agent', 'operator'] as const;
 export type Role = (typeof ROLES)[number];
@@ -52,4 +52,35 @@ export function parseSpiffeId(uri: string, trustDomain: string): Identity {
   if (!isRole(role)) throw new RefusalError('bad_identity', `unknown role ${JSON.stringify(role.slice(0, 40))}`);
   if (!isValidName(name)) throw new RefusalError('bad_identity', `bad name ${JSON.stringify(name.slice(0, 80))}`);
   return { role, name, trustDomain, spiffeId: uri };
+}
+
+/** The controllers an agent accepts (`--controller-id`, SPEC §7): these names, or `*` for every one of the trust domain. */
+export type ControllerIds = '*' | readonly string[];
+
+/**
+ * Parses `--controller-id`: a comma-separated list of controller names, or `*`.
+ * @throws ConfigError `bad_option` naming `--controller-id` for an empty list or a bad name
+ */
+export function parseControllerIds(value: string): ControllerIds {
+  const v = value.trim();
+  if (v === '*') return '*';
+  const names = v.split(',').map((n) => n.trim());
+  for (const n of names) {
+    if (!isValidName(n))
+      throw new ConfigError(
+        `--controller-id ${JSON.stringify(value.slice(0, 200))}: ${JSON.stringify(n.slice(0, 80))} is not a controller name (^[a-z0-9][a-z0-9._-]{0,62}$), and the list is names separated by commas, or *`,
+        { field: 'controller-id' },
+      );
+  }
+  return [...new Set(names)];
+}
+
+/** Whether `ids` accepts the controller named `name`. */
+export function acceptsController(ids: ControllerIds, name: string): boolean {
+  return ids === '*' ? isValidName(name) : ids.includes(name);
+}
+
+/** `ids` for a message: `controller/a, controller/b` or `any controller`. */
+export function describeControllerIds(ids: ControllerIds): string {
+  return ids === '*' ? 'any controller' : ids.map((n) => `controller/${n}`).join(', ');
 }

@@ -5,6 +5,7 @@
  */
 import { createPrivateKey, createPublicKey, sign as edSign, verify as edVerify, type KeyObject } from 'node:crypto';
 import { RefusalError } from './errors.js';
+import { NAME_RE } from './identity.js';
 
 export const WAKE_TYP = 'herald-wake+jwt';
 export const METADATA_TYP = 'herald-metadata+jwt';
@@ -17,7 +18,15 @@ export interface Ed25519PublicJwk {
   kid: string;
   alg?: string;
   use?: string;
+  /** The controller that signs with this key (SPEC §7); absent in a PKI made before §7. */
+  controller?: string;
 }
+
+/**
+ * Whose a JWKS key is when it names no controller: a PKI made before several controllers
+ * (SPEC §7) had one signing key, that of the first controller, `controller`.
+ */
+export const LEGACY_KEY_CONTROLLER = 'controller';
 export interface Ed25519PrivateJwk extends Ed25519PublicJwk {
   d: string;
 }
@@ -53,11 +62,14 @@ export class Signer {
 }
 
 /**
- * The public keys a verifier trusts, by `kid`, minus revoked kids. Build a new one when the JWKS
- * or revoked.json changes; it is immutable.
+ * The public keys a verifier trusts, by `kid`, minus revoked kids, each bound to the controller
+ * it belongs to (its `controller` member, else LEGACY_KEY_CONTROLLER). A key whose `controller`
+ * is not a valid name is not trusted at all. Build a new one when the JWKS or revoked.json
+ * changes; it is immutable.
  */
 export class KeySet {
   readonly #keys = new Map<string, KeyObject>();
+  readonly #controllers = new Map<string, string>();
 
   constructor(jwks: unknown, revokedKids: Iterable<string> = []) {
     const revoked = new Set(revokedKids);
@@ -68,8 +80,16 @@ export class KeySet {
       if ('d' in k) continue; // never trust a private key that found its way into a public set
       if (k.alg !== undefined && k.alg !== 'EdDSA') continue;
       if (revoked.has(k.kid)) continue;
+      const controller = k.controller === undefined ? LEGACY_KEY_CONTROLLER : k.controller;
+      if (typeof controller !== 'string' || !NAME_RE.test(controller)) continue;
       this.#keys.set(k.kid, createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: k.x }, format: 'jwk' }));
+      this.#controllers.set(k.kid, controller);
     }
+  }
+
+  /** The name of the controller whose key `kid` is, or undefined for an untrusted kid. */
+  controllerOf(kid: string): string | undefined {
+    return this.#controllers.get(kid);
   }
 
   get size(): number {
@@ -129,6 +149,25 @@ export function verifyCompact(token: string, typ: TokenType, keys: KeySet): Veri
   return { kid: header.kid, claims: parseJsonObject(p, 'payload') };
 }
 
+/**
+ * Refuses a verified token whose signing key is not the key of the controller its `iss` names
+ * (SPEC §7), so that one controller's key cannot speak for another: `iss` must be
+ * `spiffe://<td>/controller/<name>` and `kid` a key of `<name>`. The trust domain and whether
+ * `iss` is the expected peer are the caller's checks.
+ * @throws RefusalError wrong_issuer
+ */
+export function checkKeyIssuer(keys: KeySet, kid: string, iss: unknown): void {
+  const m = typeof iss === 'string' ? CONTROLLER_ISS_RE.exec(iss) : null;
+  if (m === null) throw new RefusalError('wrong_issuer', '`iss` is not a controller SPIFFE id');
+  const owner = keys.controllerOf(kid);
+  if (owner !== m[1])
+    throw new RefusalError(
+      'wrong_issuer',
+      `kid ${kid} is the key of controller ${owner ?? '(none)'}, not of ${m[1]!.slice(0, 63)}`,
+    );
+}
+
+const CONTROLLER_ISS_RE = /^spiffe:\/\/[^/]+\/controller\/([^/]+)$/;
 const B64URL_RE = /^[A-Za-z0-9_-]*$/;
 
 function parseJsonObject(part: string, what: string): Record<string, unknown> {

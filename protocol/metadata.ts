@@ -5,7 +5,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { RefusalError } from './errors.js';
-import { type KeySet, METADATA_TYP, type Signer, verifyCompact } from './jws.js';
+import { checkKeyIssuer, type KeySet, METADATA_TYP, type Signer, verifyCompact } from './jws.js';
 import type { MetadataDocument } from './heat.js';
 
 export const NONCE_HEADER = 'herald-nonce';
@@ -63,7 +63,7 @@ export interface VerifyMetadataInput {
   nonce: string;
   /** The agent's own SPIFFE id. */
   audience: string;
-  /** The controller's SPIFFE id. */
+  /** The SPIFFE id of the controller that answered (the API server's TLS identity): `iss` must be it, and the signing key its own. */
   issuer: string;
   keys: KeySet;
   /** The last generation applied: a lower one is a rollback. */
@@ -84,8 +84,9 @@ export interface VerifiedMetadata {
  */
 export function verifyMetadataResponse(v: VerifyMetadataInput): VerifiedMetadata {
   if (!v.signature) throw new RefusalError('missing_signature');
-  const { claims: c } = verifyCompact(v.signature, METADATA_TYP, v.keys);
+  const { kid, claims: c } = verifyCompact(v.signature, METADATA_TYP, v.keys);
   if (c.iss !== v.issuer) throw new RefusalError('wrong_issuer');
+  checkKeyIssuer(v.keys, kid, c.iss);
   if (c.aud !== v.audience) throw new RefusalError('wrong_audience');
   if (c.nonce !== v.nonce) throw new RefusalError('nonce_mismatch');
   if (typeof c.gen !== 'number' || !Number.isSafeInteger(c.gen) || c.gen < 0) throw new RefusalError('bad_gen');

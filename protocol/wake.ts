@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { RefusalError } from './errors.js';
-import { type KeySet, type Signer, verifyCompact, WAKE_TYP } from './jws.js';
+import { checkKeyIssuer, type KeySet, type Signer, verifyCompact, WAKE_TYP } from './jws.js';
 import { CLOCK_SKEW_S, MAX_WAKE_FRAME_BYTES, MAX_WAKE_LIFETIME_S, WAKE_LIFETIME_S } from './limits.js';
 import { ReplayCache } from './replay-cache.js';
 
@@ -91,7 +91,8 @@ export class WakeVerifier {
   verify(frame: string, peerSpiffeId: string): WakeClaims {
     const o = this.#o;
     if (Buffer.byteLength(frame, 'utf8') > o.maxFrameBytes) throw new RefusalError('too_large');
-    const { claims: c } = verifyCompact(frame, WAKE_TYP, o.keys());
+    const keys = o.keys();
+    const { kid, claims: c } = verifyCompact(frame, WAKE_TYP, keys);
     if (typeof c.gen !== 'number' || !Number.isSafeInteger(c.gen) || c.gen < 0) throw new RefusalError('bad_gen');
     if (typeof c.iss !== 'string' || typeof c.aud !== 'string' || typeof c.jti !== 'string' || !JTI_RE.test(c.jti)) {
       throw new RefusalError('bad_claims', 'iss, aud and jti must be strings; jti 128-bit base64url');
@@ -102,6 +103,7 @@ export class WakeVerifier {
       throw new RefusalError('bad_claims', 'reason is not deployment, restart or ping');
     if (c.aud !== o.audience) throw new RefusalError('wrong_audience');
     if (c.iss !== peerSpiffeId) throw new RefusalError('wrong_issuer');
+    checkKeyIssuer(keys, kid, c.iss);
     const iat = c.iat as number;
     const exp = c.exp as number;
     const now = o.nowS();

@@ -62,7 +62,15 @@ describe('initPki', () => {
     const jwks = readJson(p.jwks);
     expect(jwks.keys).toHaveLength(1);
     const pub = jwks.keys[0];
-    expect(pub).toEqual({ kty: 'OKP', crv: 'Ed25519', x: jwk.x, kid: jwk.kid, alg: 'EdDSA', use: 'sig' });
+    expect(pub).toEqual({
+      kty: 'OKP',
+      crv: 'Ed25519',
+      x: jwk.x,
+      kid: jwk.kid,
+      alg: 'EdDSA',
+      use: 'sig',
+      controller: 'controller',
+    });
     expect('d' in pub).toBe(false);
     expect(typeof jwk.d).toBe('string');
     expect(pub.kid).toBe(await jose.calculateJwkThumbprint({ kty: 'OKP', crv: 'Ed25519', x: jwk.x }));

@@ -138,7 +138,10 @@ function signed304(o: SignOpts & { sha256?: string }): MetadataAnswer {
 /** Wakes `a` with a valid wake-up from controller/c2 for a generation it has not fetched. */
 async function wake(a: AgentProc): Promise<void> {
   const c = await openWs(a.port, b.cred('controller', 'c2'));
-  const answer = await ask(c, validWake(b.signer, b.spiffe('controller', 'c2'), b.spiffe('agent', a.node), ++gen));
+  const answer = await ask(
+    c,
+    validWake(b.signerOf('c2'), b.spiffe('controller', 'c2'), b.spiffe('agent', a.node), ++gen),
+  );
   expect(answer.type).toBe('ack');
   c.ws.terminate();
 }
@@ -366,7 +369,7 @@ describe.skipIf(!built)("agent side: a wake-up's gen is a hint", () => {
     fake.answer = ({ nonce }) => signed200({ nonce, gen: real, items: [] });
     const c = await openWs(v1.port, b.cred('controller', 'c2'));
     expect(
-      await ask(c, validWake(b.signer, b.spiffe('controller', 'c2'), V1(), Number.MAX_SAFE_INTEGER)),
+      await ask(c, validWake(b.signerOf('c2'), b.spiffe('controller', 'c2'), V1(), Number.MAX_SAFE_INTEGER)),
     ).toMatchObject({ type: 'ack', fetch: 'started' });
     await waitFor('the fetch the false claim caused', () => fake.metadataRequests > fetches, 10_000, 20);
     await sleep(SETTLE_MS);
@@ -374,7 +377,7 @@ describe.skipIf(!built)("agent side: a wake-up's gen is a hint", () => {
     const next = ++gen;
     const signals = fake.signals.length;
     fake.answer = ({ nonce }) => signed200({ nonce, gen: next, items: [evil('after-max')] });
-    const a = await ask(c, validWake(b.signer, b.spiffe('controller', 'c2'), V1(), next));
+    const a = await ask(c, validWake(b.signerOf('c2'), b.spiffe('controller', 'c2'), V1(), next));
     expect(a).toMatchObject({ type: 'ack', fetch: 'started', gen: real });
     await waitFor('the real change to be applied and signalled', () => fake.signals.length > signals, 10_000, 20);
     expect(fs.readFileSync(marker, 'utf8')).toBe('after-max\n');

@@ -231,7 +231,10 @@ describe.skipIf(!built)('listener: pre-authentication flood', () => {
     while (Date.now() - t0 < durationMs) {
       // our own authenticated connection: a wake-up for a generation already fetched (no fetch)
       const t = performance.now();
-      const a = await ask(probe, validWake(b.signer, b.spiffe('controller', 'c2'), b.spiffe('agent', 'n1'), 0, 'ping'));
+      const a = await ask(
+        probe,
+        validWake(b.signerOf('c2'), b.spiffe('controller', 'c2'), b.spiffe('agent', 'n1'), 0, 'ping'),
+      );
       rtts.push(performance.now() - t);
       expect(a.type).toBe('ack');
       // the real controller's wake-ups: a deployment for n1 every ~1.2 s

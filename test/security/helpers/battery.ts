@@ -133,6 +133,13 @@ export class Battery {
     return new Battery(work);
   }
 
+  /** A signer with controller `name`'s own signing key (SPEC §7): wake-signing.jwk for `controller`. */
+  signerOf(name: string): Signer {
+    const p = pkiPaths(this.pkiDir);
+    const file = name === 'controller' ? p.signingJwk : p.controllerJwk(name);
+    return new Signer(JSON.parse(fs.readFileSync(file, 'utf8')) as Ed25519PrivateJwk);
+  }
+
   get caBuf(): Buffer {
     return Buffer.from(this.ca.cert);
   }
