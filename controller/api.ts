@@ -38,8 +38,11 @@ import {
   API_REQUEST_TIMEOUT_MS,
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
   CONTROLLER_SHUTDOWN_GRACE_MS,
+  ENROLL_RATE_BURST,
+  ENROLL_RATE_PER_S,
   FETCH_RATE_BURST,
   FETCH_RATE_PER_S,
+  MAX_ENROLL_BODY_BYTES,
   MAX_REQUEST_BODY_BYTES,
   MAX_SIGNAL_BODY_BYTES,
   MAX_SSE_BUFFERED_BYTES,
@@ -52,6 +55,7 @@ import {
 } from '../protocol/limits.js';
 import { RefusalSummary } from '../protocol/refusal-summary.js';
 import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../protocol/metadata.js';
+import { EnrollmentRefused, type Enrollment } from './enrollment.js';
 import type { ControllerEvent } from './events.js';
 import type { ControllerMetrics } from './metrics.js';
 import { RateLimiter, type RateRule } from './rate-limit.js';
@@ -68,6 +72,9 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   bad_config: 400,
   bad_endpoint: 400,
   link_local_endpoint: 400,
+  bad_csr: 400,
+  enrollment_refused: 403,
+  enrollment_disabled: 403,
   no_client_certificate: 403,
   untrusted_certificate: 403,
   bad_issuer: 403,
@@ -119,7 +126,12 @@ export interface ApiServerOptions {
   rates?: Partial<Record<RateClass, RateRule>>;
   /** Overrides of the body limits (tests). */
   bodyLimits?: { requestBytes?: number; signalBytes?: number };
+  /** Join tokens, `POST /v1/enroll` and renewal (SPEC §9); absent: those routes answer `enrollment_disabled`. */
+  enrollment?: Enrollment | undefined;
 }
+
+/** The one route served without a client certificate (SPEC §9). */
+export const ENROLL_PATH = '/v1/enroll';
 
 interface AuthCacheEntry {
   epoch: number;
@@ -171,6 +183,7 @@ export class ApiServer {
       fetch: new RateLimiter(r.fetch ?? { burst: FETCH_RATE_BURST, perS: FETCH_RATE_PER_S }, this.#now),
       signal: new RateLimiter(r.signal ?? { burst: SIGNAL_RATE_BURST, perS: SIGNAL_RATE_PER_S }, this.#now),
       output: new RateLimiter(r.output ?? { burst: OUTPUT_RATE_BURST, perS: OUTPUT_RATE_PER_S }, this.#now),
+      enroll: new RateLimiter(r.enroll ?? { burst: ENROLL_RATE_BURST, perS: ENROLL_RATE_PER_S }, this.#now),
       other: new RateLimiter(r.other ?? { burst: API_RATE_BURST, perS: API_RATE_PER_S }, this.#now),
     };
     this.#controllerId = o.material.current().identity.spiffeId;
@@ -272,6 +285,11 @@ export class ApiServer {
     let route = 'unmatched';
     let identity: CertIdentity | undefined;
     res.once('finish', () => this.#o.metrics.apiRequests.inc({ route, method, status: String(res.statusCode) }));
+    // the one route without a client certificate; every other request is authorized first
+    if (method === 'POST' && (req.url ?? '').split('?')[0] === ENROLL_PATH) {
+      route = ENROLL_PATH;
+      return this.#enroll(req, res);
+    }
     try {
       const auth = this.#authorize(req.socket as tls.TLSSocket);
       if (!auth.ok) throw new ApiError(auth.code, auth.message, { Connection: 'close' });
@@ -316,6 +334,40 @@ export class ApiServer {
       }
     } catch (err) {
       this.#fail(req, res, err, route, identity);
+    }
+  }
+
+  /**
+   * `POST /v1/enroll` (SPEC §9): limited per source address before anything is read; every
+   * failure but the rate limit (and a controller without an issuer) is `enrollment_refused`,
+   * its real reason logged once by Enrollment. The connection is closed after the answer: a
+   * peer without a certificate has nothing else to ask.
+   */
+  async #enroll(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const remote = req.socket.remoteAddress ?? '?';
+    try {
+      const d = this.#limiters.enroll.take(remote);
+      if (!d.ok)
+        throw new ApiError('rate_limited', `too many enrolment attempts; retry after ${d.retryAfterS} s`, {
+          'Retry-After': String(d.retryAfterS),
+          Connection: 'close',
+        });
+      const enrollment = this.#o.enrollment;
+      if (!enrollment?.enabled) throw new HeraldError('enrollment_disabled', ERROR_CODES.enrollment_disabled);
+      let body: unknown;
+      try {
+        body = await this.#readJson(req, MAX_ENROLL_BODY_BYTES);
+      } catch (err) {
+        this.#log.warn(
+          { event: 'enroll.refused', code: 'enrollment_refused', reason: `unreadable body: ${codeOfErr(err)}`, remote },
+          'enrolment refused: unreadable body',
+        );
+        throw new EnrollmentRefused();
+      }
+      const bundle = await enrollment.enroll(body, remote);
+      this.#send(res, 200, bundle, { Connection: 'close' });
+    } catch (err) {
+      this.#fail(req, res, err, ENROLL_PATH, undefined);
     }
   }
 
@@ -530,8 +582,29 @@ export class ApiServer {
       'PUT',
       '/v1/nodes/:node/endpoint',
       'agent',
-      async (c) => ok(await s.announce(c.params.node!, c.body, c.identity)),
+      async (c) => {
+        const node = await s.announce(c.params.node!, c.body, c.identity);
+        // the certificate's dates, for the node's renewal state (GET /v1/nodes/{id})
+        await this.#o.enrollment?.noteSeen(c.identity).catch((err: unknown) => {
+          this.#log.error({ err, node: c.params.node }, 'could not record the agent certificate');
+        });
+        return ok(node);
+      },
       { rate: 'announce' },
+    );
+    add(
+      'POST',
+      '/v1/nodes/:node/certificate',
+      'agent',
+      async (c) => {
+        const enrollment = this.#o.enrollment;
+        if (!enrollment) throw new HeraldError('enrollment_disabled', ERROR_CODES.enrollment_disabled);
+        // the leaf alone is enough here (authorizePeer read the chain first: NODE20-NOTES)
+        const leaf = (c.req.socket as tls.TLSSocket).getPeerX509Certificate();
+        const currentKey = leaf ? leaf.publicKey.export({ type: 'spki', format: 'der' }) : Buffer.alloc(0);
+        return ok(await enrollment.renew(c.params.node!, c.body, c.identity, currentKey));
+      },
+      { bodyLimitBytes: MAX_ENROLL_BODY_BYTES },
     );
     add('GET', '/v1/nodes/:node/metadata', 'agent', (c) => this.#metadata(c), { rate: 'fetch' });
     add(
@@ -553,12 +626,28 @@ export class ApiServer {
     );
 
     // operator routes
+    add('POST', '/v1/enrollment-tokens', 'operator', async (c) => {
+      const enrollment = this.#o.enrollment;
+      if (!enrollment) throw new HeraldError('enrollment_disabled', ERROR_CODES.enrollment_disabled);
+      const t = await enrollment.createToken(c.body, who(c));
+      return created({ ...t }, `/v1/enrollment-tokens/${t.id}`);
+    });
+    add('GET', '/v1/enrollment-tokens', 'operator', async () => items((await this.#o.enrollment?.listTokens()) ?? []));
+    add('DELETE', '/v1/enrollment-tokens/:id', 'operator', async (c) => {
+      const enrollment = this.#o.enrollment;
+      if (!enrollment) throw new HeraldError('not_found', `no enrollment token ${c.params.id!}`);
+      return ok(await enrollment.revokeToken(c.params.id!, who(c)));
+    });
     add('POST', '/v1/nodes', 'operator', async (c) => {
       const n = await s.createNode(c.body, who(c));
       return created(n, `/v1/nodes/${encodeURIComponent(String(n.id))}`);
     });
     add('GET', '/v1/nodes', 'operator', async () => items(await s.listNodes()));
-    add('GET', '/v1/nodes/:id', 'operator', async (c) => ok(await s.getNode(c.params.id!)));
+    add('GET', '/v1/nodes/:id', 'operator', async (c) => {
+      const node = await s.getNode(c.params.id!);
+      const certificate = (await this.#o.enrollment?.nodeCertificate(c.params.id!)) ?? null;
+      return ok({ ...node, certificate });
+    });
     add('DELETE', '/v1/nodes/:id', 'operator', async (c) => {
       await s.deleteNode(c.params.id!, who(c));
       return { status: 204 };
@@ -733,6 +822,10 @@ export function matchesEtag(header: string | string[] | undefined, etag: string)
     if (strong === etag) return true;
   }
   return false;
+}
+
+function codeOfErr(err: unknown): string {
+  return err instanceof HeraldError ? err.code : err instanceof Error ? err.message.slice(0, 80) : String(err);
 }
 
 /** For logs about a refused peer: its certificate's serial and subject SAN, if it sent one. */

@@ -34,6 +34,10 @@ export function registerControllerCommand(program: Command): void {
       'signing key (default <pki>/controller/<name>.jwk when it exists, else <pki>/wake-signing.jwk)',
     )
     .option('--issuer <name>', 'the issuing CA <pki>/issuer/<name>.crt/.key that signs agent certificates (SPEC §9)')
+    .option(
+      '--agent-cert-lifetime <duration>',
+      'lifetime of the agent certificates enrolment and renewal issue, e.g. 7d, 12h, 90s (default 7d)',
+    )
     .addHelpText(
       'after',
       `
@@ -62,6 +66,7 @@ SIGTERM or SIGINT: stop accepting, finish requests in flight, close agent connec
         key: 'key',
         signingKey: 'signing-key',
         issuer: 'issuer',
+        agentCertLifetime: 'agent-cert-lifetime',
       };
       for (const [k, opt] of Object.entries(map)) if (flags[k] !== undefined) raw[opt] = flags[k];
       // commander sets autoRegister=true by default for --no-auto-register: only the flag counts

@@ -14,10 +14,11 @@ import { materialPaths, signingKeyFileOf, type MaterialPaths } from '../certs/pa
 import type { LoadedIssuer } from '../certs/pki.js';
 import { PkiMaterial } from '../certs/tls.js';
 import { ConfigError, HeraldError } from '../protocol/errors.js';
-import { DEFAULT_TRUST_DOMAIN, RESTART_STEP_MARGIN_S } from '../protocol/limits.js';
+import { AGENT_CERT_LIFETIME_S, DEFAULT_TRUST_DOMAIN, RESTART_STEP_MARGIN_S } from '../protocol/limits.js';
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import { ApiServer, createHealthServer } from './api.js';
 import { ClusterEngine } from './clusters/engine.js';
+import { Enrollment } from './enrollment.js';
 import { EventBus } from './events.js';
 import { ControllerMetrics } from './metrics.js';
 import type { ControllerOptions } from './options.js';
@@ -59,6 +60,8 @@ export interface RunningController {
   spiffeId: string;
   /** The issuing CA of `--issuer`, kept for enrolment and renewal (SPEC §9). */
   issuer: LoadedIssuer | undefined;
+  /** Join tokens, enrolment and renewal. */
+  enrollment: Enrollment;
   service: ControllerService;
   store: SqliteStore;
   api: ApiServer;
@@ -222,12 +225,20 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       ...(deps.clusterTickMs !== undefined ? { clusterTickMs: deps.clusterTickMs } : {}),
     });
     cleanup.push(() => service.close());
+    const enrollment = new Enrollment({
+      store,
+      issuer,
+      material,
+      agentCertLifetimeS: o.agentCertLifetimeS ?? AGENT_CERT_LIFETIME_S,
+      logger,
+    });
     const api = new ApiServer({
       service,
       material,
       signer: () => signer,
       logger,
       metrics,
+      enrollment,
       ...(deps.rates ? { rates: deps.rates } : {}),
       ...(deps.bodyLimits ? { bodyLimits: deps.bodyLimits } : {}),
     });
@@ -297,7 +308,19 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       })();
       return closing;
     };
-    return { address, healthAddress, spiffeId: me.spiffeId, service, store, api, metrics, logger, issuer, close };
+    return {
+      address,
+      healthAddress,
+      spiffeId: me.spiffeId,
+      service,
+      store,
+      api,
+      metrics,
+      logger,
+      issuer,
+      enrollment,
+      close,
+    };
   } catch (err) {
     await undo();
     throw err;

@@ -8,7 +8,12 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { ConfigError } from '../protocol/errors.js';
 import { isValidName, TRUST_DOMAIN_RE } from '../protocol/identity.js';
-import { DEFAULT_CONTROLLER_PORT } from '../protocol/limits.js';
+import {
+  AGENT_CERT_LIFETIME_S,
+  DEFAULT_CONTROLLER_PORT,
+  MAX_JOIN_TOKEN_TTL_S,
+  MIN_AGENT_CERT_LIFETIME_S,
+} from '../protocol/limits.js';
 
 export interface HostPort {
   host: string;
@@ -43,6 +48,8 @@ export interface ControllerOptions {
    * §9); undefined: none.
    */
   issuer?: string | undefined;
+  /** Lifetime of the agent certificates enrolment and renewal issue (`--agent-cert-lifetime`). */
+  agentCertLifetimeS?: number | undefined;
 }
 
 /** Option name (long, kebab-case) → key of ControllerOptions. */
@@ -62,6 +69,7 @@ const KEYS = {
   key: 'key',
   'signing-key': 'signingKey',
   issuer: 'issuer',
+  'agent-cert-lifetime': 'agentCertLifetimeS',
 } as const;
 type OptionName = keyof typeof KEYS;
 
@@ -181,6 +189,8 @@ export function resolveOptions(
     throw new ConfigError(`--issuer ${JSON.stringify(issuer)} must match ^[a-z0-9][a-z0-9._-]{0,62}$`, {
       field: 'issuer',
     });
+  const lifetime = str('agent-cert-lifetime');
+  const agentCertLifetimeS = lifetime === undefined ? AGENT_CERT_LIFETIME_S : parseLifetimeS(lifetime);
   const logLevel = (str('log-level') ?? 'info') as LogLevel;
   if (!LOG_LEVELS.includes(logLevel))
     throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`, { field: 'log-level' });
@@ -200,7 +210,27 @@ export function resolveOptions(
     key: str('key'),
     signingKey: str('signing-key'),
     issuer,
+    agentCertLifetimeS,
   };
+}
+
+const LIFETIME_UNITS_S: Record<string, number> = { s: 1, m: 60, h: 3_600, d: 86_400 };
+
+/**
+ * `--agent-cert-lifetime`: a duration like `7d`, `12h` or `90s`, from MIN_AGENT_CERT_LIFETIME_S
+ * up to the longest join token lifetime (7 days) times 52 (a year).
+ * @throws ConfigError naming the option
+ */
+export function parseLifetimeS(s: string): number {
+  const m = /^(\d+)([smhd])$/.exec(s.trim());
+  const v = m ? Number(m[1]) * LIFETIME_UNITS_S[m[2]!]! : Number.NaN;
+  const max = MAX_JOIN_TOKEN_TTL_S * 52;
+  if (!Number.isSafeInteger(v) || v < MIN_AGENT_CERT_LIFETIME_S || v > max)
+    throw new ConfigError(
+      `--agent-cert-lifetime ${JSON.stringify(s)} must be a duration like 7d, 12h or 90s, from ${MIN_AGENT_CERT_LIFETIME_S}s to ${max / 86_400}d`,
+      { field: 'agent-cert-lifetime' },
+    );
+  return v;
 }
 
 /**

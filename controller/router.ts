@@ -6,7 +6,8 @@ import type { CertIdentity } from '../certs/identity.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 export type RouteAuth = 'any' | 'agent' | 'operator';
-export type RateClass = 'announce' | 'fetch' | 'signal' | 'output' | 'other';
+/** `enroll`: `POST /v1/enroll`, limited per source address (it has no identity). */
+export type RateClass = 'announce' | 'fetch' | 'signal' | 'output' | 'enroll' | 'other';
 
 export interface RouteContext {
   req: IncomingMessage;

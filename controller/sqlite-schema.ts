@@ -4,6 +4,7 @@
  */
 import type Database from 'better-sqlite3';
 import { OUTPUT_MIGRATION_SQL } from './sqlite-output.js';
+import { ENROLLMENT_MIGRATION_SQL } from './sqlite-enrollment.js';
 import { SQL, type StatementName, type Statements } from './sql-statements.js';
 
 interface Migration {
@@ -164,6 +165,13 @@ export const MIGRATIONS: Migration[] = [
     // SPEC §8 live output: each chunk an agent streamed, kept once per sequence number, the
     // newest 1 MiB per revision (controller/sqlite-output.ts)
     sql: OUTPUT_MIGRATION_SQL,
+  },
+  {
+    version: 5,
+    name: 'enrollment',
+    // SPEC §9: join tokens (their SHA-256 only) and each node's certificate with its renewal
+    // state (controller/sqlite-enrollment.ts)
+    sql: ENROLLMENT_MIGRATION_SQL,
   },
 ];
 

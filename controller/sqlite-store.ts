@@ -32,6 +32,14 @@ import { MIGRATIONS, prepareStatements, SCHEMA_VERSION } from './sqlite-schema.j
 import { SqlOutputRows, type KeptOutput, type OutputChunkRecord } from './sql-output.js';
 import type { Statements } from './sql-statements.js';
 import { SqlRows, SqlTx } from './sql-tx.js';
+import { SqliteEnrollmentRows } from './sqlite-enrollment.js';
+import type {
+  ConsumeResult,
+  EnrollmentTokenRecord,
+  NewEnrollmentToken,
+  NodeCertificateRecord,
+  SeenCertificate,
+} from './enrollment-records.js';
 import type { Committed, Store, TxFn, UnitOutcome } from './store.js';
 
 export { SCHEMA_VERSION } from './sqlite-schema.js';
@@ -46,6 +54,7 @@ export class SqliteStore implements Store {
   readonly #s: Statements;
   readonly #rows: SqlRows;
   readonly #output: SqlOutputRows;
+  readonly #enrollment: SqliteEnrollmentRows;
   readonly #now: () => number;
   /** A transaction (or a read waiting behind one) holds the connection. */
   #busy = false;
@@ -75,6 +84,7 @@ export class SqliteStore implements Store {
       this.#s = prepareStatements(this.#db);
       this.#rows = new SqlRows(this.#s, o.now);
       this.#output = new SqlOutputRows(this.#s);
+      this.#enrollment = new SqliteEnrollmentRows(this.#db);
     } catch (err) {
       this.#db.close();
       throw err;
@@ -341,6 +351,52 @@ export class SqliteStore implements Store {
         throw err;
       }
     });
+  }
+
+  // ---- enrolment (sqlite-enrollment.ts) -----------------------------------------------------
+
+  createEnrollmentToken(t: NewEnrollmentToken, who: string): Promise<EnrollmentTokenRecord> {
+    return this.#write(() => this.#enrollment.create(t, who, this.#iso()));
+  }
+
+  listEnrollmentTokens(): Promise<EnrollmentTokenRecord[]> {
+    return this.#read(() => this.#enrollment.list());
+  }
+
+  revokeEnrollmentToken(id: string, who: string): Promise<EnrollmentTokenRecord> {
+    return this.#write(() => {
+      const r = this.#enrollment.revoke(id, who, this.#iso());
+      if (!r) throw new HeraldError('not_found', `no enrollment token ${id}`);
+      return r;
+    });
+  }
+
+  consumeEnrollmentToken(tokenHash: string, node: string, usedBy: string): Promise<ConsumeResult> {
+    return this.#write(() => this.#enrollment.consume(tokenHash, node, usedBy, this.#iso()));
+  }
+
+  getNodeCertificate(node: string): Promise<NodeCertificateRecord | undefined> {
+    return this.#read(() => this.#enrollment.certificate(node));
+  }
+
+  noteNodeCertificate(node: string, c: SeenCertificate, who: string): Promise<void> {
+    return this.#write(() => this.#enrollment.noteCertificate(node, c, who, this.#iso()));
+  }
+
+  noteRenewalFailure(node: string, code: string, reported: number): Promise<void> {
+    return this.#write(() => this.#enrollment.noteRenewalFailure(node, code, reported, this.#iso()));
+  }
+
+  /** A change outside `transaction()` (no generation): in turn with every other transaction. */
+  #write<T>(fn: () => T): Promise<T> {
+    return this.#exclusive(() => {
+      this.#assertOpen();
+      return fn();
+    });
+  }
+
+  #iso(): string {
+    return new Date(this.#now()).toISOString();
   }
 
   /** Waits for the open transaction, then closes the database (a WAL checkpoint happens on close). Idempotent. */

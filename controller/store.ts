@@ -15,6 +15,13 @@
 import type { ClusterTx } from './clusters/tx.js';
 import type { KeptOutput, OutputChunkRecord } from './sql-output.js';
 import type {
+  ConsumeResult,
+  EnrollmentTokenRecord,
+  NewEnrollmentToken,
+  NodeCertificateRecord,
+  SeenCertificate,
+} from './enrollment-records.js';
+import type {
   AnnounceResult,
   AuditRecord,
   ChangeSet,
@@ -123,6 +130,37 @@ export interface Store extends StoreReads {
    * OUTPUT_KEPT_PER_REVISION_BYTES of a revision stay.
    */
   appendOutput(chunk: OutputChunkRecord): Promise<{ duplicate: boolean }>;
+  // ---- enrolment (SPEC §9): no generation; each change one transaction with its audit row ----
+  /** Stores a join token (only its hash); audit `enrollment_token.create`. */
+  createEnrollmentToken(t: NewEnrollmentToken, who: string): Promise<EnrollmentTokenRecord>;
+  /** Every token, oldest first, without secrets or hashes. */
+  listEnrollmentTokens(): Promise<EnrollmentTokenRecord[]>;
+  /**
+   * Sets `revoked_at` (once; revoking again changes nothing and writes no audit row); audit
+   * `enrollment_token.revoke`. @throws HeraldError not_found
+   */
+  revokeEnrollmentToken(id: string, who: string): Promise<EnrollmentTokenRecord>;
+  /**
+   * Marks the token with this hash used, atomically and at most once: only when it exists, is
+   * unused, unrevoked, unexpired (expires_at after now) and for `node`; else says why (checked
+   * in that order: unknown, revoked, used, expired, wrong_node) and changes nothing. Audit
+   * `enrollment_token.use` by `usedBy` on success.
+   */
+  consumeEnrollmentToken(tokenHash: string, node: string, usedBy: string): Promise<ConsumeResult>;
+  /** What the controller knows of the node's certificate, or undefined. */
+  getNodeCertificate(node: string): Promise<NodeCertificateRecord | undefined>;
+  /**
+   * Records a node's certificate. `issued`: this controller issued it now (failures reset to 0,
+   * issued_at and last attempt set; audit `certificate.issue`). Else a certificate seen on a
+   * request: its serial and dates replace the row's (nothing is written when the serial is
+   * the one stored).
+   */
+  noteNodeCertificate(node: string, c: SeenCertificate, who: string): Promise<void>;
+  /**
+   * A failed renewal of a node that has a row: renewal_failures = max(renewal_failures + 1,
+   * reported), last error and attempt time set. No audit row (nothing changed hands).
+   */
+  noteRenewalFailure(node: string, code: string, reported: number): Promise<void>;
   /** Raises nodes' acknowledged generations (never lowers them); one transaction for the batch, no generation. */
   recordAcked(acks: ReadonlyMap<string, number>): Promise<void>;
   /** Waits for the open transaction, then closes; later calls reject `internal`. Idempotent. */

@@ -121,6 +121,18 @@ export const ERROR_CODES = {
   half_open: 'the agent did not answer a wake-up (or a ping) in time: the connection was dropped',
   protocol_error: 'the agent sent something that is not a valid answer frame',
 
+  // enrolment and renewal (SPEC §9)
+  enrollment_refused:
+    'POST /v1/enroll refused: the one answer to an unknown, reused, expired, revoked or wrong-node token, a CSR that does not verify or asks for another identity or other SANs (the controller log has the real reason)',
+  enrollment_disabled:
+    'the controller runs without --issuer: it cannot issue certificates (enrolment and renewal are off)',
+  bad_csr:
+    'a renewal CSR does not verify, asks for another identity or other SANs than the current certificate, or reuses its key',
+  ca_fingerprint_mismatch:
+    "herald agent enroll: the controller's CA is not the one --ca-sha256 names (nothing was sent)",
+  renewal_overdue:
+    "an agent warning, not a refusal: 90 % of its certificate's lifetime has passed and renewal has not succeeded yet",
+
   // configuration (start-up) and the CLI
   bad_option: 'a command-line option or configuration value is invalid',
   pki_exists: 'the PKI directory already holds a CA (use --force to replace it)',

@@ -205,3 +205,27 @@ export const DEFAULT_TRUST_DOMAIN = 'herald.local';
 export const DEFAULT_CERT_DAYS = 90;
 export const CA_CERT_DAYS = 3650;
 export const RSA_KEY_BITS = 2048;
+
+// ---- enrolment and renewal (SPEC §9) --------------------------------------------------------
+/** Lifetime of a join token unless `ttl_s` says otherwise. */
+export const JOIN_TOKEN_TTL_S = 3_600;
+/** Longest lifetime a join token may be given. */
+export const MAX_JOIN_TOKEN_TTL_S = 7 * 86_400;
+/** Random bytes in a join token's secret (base64url in the token). */
+export const JOIN_TOKEN_SECRET_BYTES = 32;
+/** Lifetime of an agent certificate issued online (enrolment, renewal) unless `--agent-cert-lifetime`. */
+export const AGENT_CERT_LIFETIME_S = 7 * 86_400;
+/** Shortest `--agent-cert-lifetime` (tests use seconds; below this renewal could not keep up). */
+export const MIN_AGENT_CERT_LIFETIME_S = 10;
+/** An agent renews once this fraction of its certificate's lifetime has passed. */
+export const RENEWAL_AT_FRACTION = 2 / 3;
+/** From this fraction of the lifetime on, an agent whose renewal has not succeeded warns. */
+export const RENEWAL_WARN_FRACTION = 0.9;
+/** Renewal retries: first ceiling and cap (full jitter), also bounded by the time left. */
+export const RENEWAL_BACKOFF_BASE_MS = 1_000;
+export const RENEWAL_BACKOFF_MAX_MS = 300_000;
+/** `POST /v1/enroll` attempts per source address: burst, then this rate. */
+export const ENROLL_RATE_BURST = 5;
+export const ENROLL_RATE_PER_S = 0.1;
+/** Body limit of `POST /v1/enroll` and of a renewal (a CSR and a token). */
+export const MAX_ENROLL_BODY_BYTES = 16 * 1024;

@@ -1,0 +1,89 @@
+/**
+ * A PKCS#10 certificate signing request (RFC 2986), made on the node for enrolment and renewal
+ * (SPEC §9): its key never leaves the node, only this request does. Encoded here by hand (a few
+ * DER structures) and signed by Node, so the agent's bundle carries no node-forge; the
+ * controller reads and verifies requests in csr-verify.ts. Also the SHA-256 fingerprint of a CA
+ * certificate, as `openssl x509 -noout -fingerprint -sha256` prints it.
+ */
+import crypto from 'node:crypto';
+import { parseIp } from '../protocol/address.js';
+import { HeraldError } from '../protocol/errors.js';
+
+export interface CsrOptions {
+  /** The private key (PKCS#8 PEM, RSA) whose public half the request carries. */
+  keyPem: string;
+  /** Informational only: Herald never trusts the CN. */
+  commonName: string;
+  uris?: string[];
+  dns?: string[];
+  ips?: string[];
+}
+
+const OID_CN = '2.5.4.3';
+const OID_EXTENSION_REQUEST = '1.2.840.113549.1.9.14';
+const OID_SUBJECT_ALT_NAME = '2.5.29.17';
+const OID_SHA256_WITH_RSA = '1.2.840.113549.1.1.11';
+
+function len(n: number): Buffer {
+  if (n < 0x80) return Buffer.from([n]);
+  const bytes: number[] = [];
+  for (let v = n; v > 0; v >>= 8) bytes.unshift(v & 0xff);
+  return Buffer.from([0x80 | bytes.length, ...bytes]);
+}
+
+function tlv(tag: number, ...content: Buffer[]): Buffer {
+  const body = Buffer.concat(content);
+  return Buffer.concat([Buffer.from([tag]), len(body.length), body]);
+}
+
+function oid(dotted: string): Buffer {
+  const parts = dotted.split('.').map(Number);
+  const out: number[] = [40 * parts[0]! + parts[1]!];
+  for (const p of parts.slice(2)) {
+    const chunk: number[] = [p & 0x7f];
+    for (let v = p >>> 7; v > 0; v >>>= 7) chunk.unshift((v & 0x7f) | 0x80);
+    out.push(...chunk);
+  }
+  return tlv(0x06, Buffer.from(out));
+}
+
+const seq = (...c: Buffer[]): Buffer => tlv(0x30, ...c);
+const set = (...c: Buffer[]): Buffer => tlv(0x31, ...c);
+
+/**
+ * Makes a CSR signed with `keyPem` (SHA-256 with RSA), asking for the given SANs.
+ * @throws HeraldError `bad_option` for an IP SAN that is not an address
+ */
+export function makeCsr(o: CsrOptions): string {
+  const key = crypto.createPrivateKey(o.keyPem);
+  const spki = crypto.createPublicKey(key).export({ type: 'spki', format: 'der' });
+  const names: Buffer[] = [
+    ...(o.uris ?? []).map((u) => tlv(0x86, Buffer.from(u, 'ascii'))),
+    ...(o.dns ?? []).map((d) => tlv(0x82, Buffer.from(d, 'ascii'))),
+    ...(o.ips ?? []).map((ip) => {
+      const b = parseIp(ip);
+      if (b === null) throw new HeraldError('bad_option', `${JSON.stringify(ip)} is not an IP address`);
+      return tlv(0x87, Buffer.from(b));
+    }),
+  ];
+  const attributes =
+    names.length === 0
+      ? tlv(0xa0)
+      : tlv(0xa0, seq(oid(OID_EXTENSION_REQUEST), set(seq(seq(oid(OID_SUBJECT_ALT_NAME), tlv(0x04, seq(...names)))))));
+  const info = seq(
+    tlv(0x02, Buffer.from([0])),
+    seq(set(seq(oid(OID_CN), tlv(0x0c, Buffer.from(o.commonName, 'utf8'))))),
+    spki,
+    attributes,
+  );
+  const signature = crypto.sign('sha256', info, key);
+  const der = seq(info, seq(oid(OID_SHA256_WITH_RSA), tlv(0x05)), tlv(0x03, Buffer.from([0]), signature));
+  const b64 = der.toString('base64').replace(/(.{64})/g, '$1\n');
+  return `-----BEGIN CERTIFICATE REQUEST-----\n${b64.trimEnd()}\n-----END CERTIFICATE REQUEST-----\n`;
+}
+
+/** SHA-256 of a certificate's DER, 64 lowercase hex digits. */
+export function certificateSha256(cert: crypto.X509Certificate | Buffer): string {
+  const raw = Buffer.isBuffer(cert) ? cert : cert.raw;
+  return crypto.createHash('sha256').update(raw).digest('hex');
+}

@@ -1,0 +1,228 @@
+/**
+ * Enrolment's rows in SQLite (SPEC §9; migration 5): join tokens, kept by the SHA-256 of their
+ * secret (never the secret), single use, bound to a node and its SANs; and each node's
+ * certificate as the controller last saw or issued it, with its renewal failures (shown in
+ * `GET /v1/nodes/{id}`). Every change is one transaction with its audit row; `consume` marks a
+ * token used in the same statement that checks it is still usable, so two enrolments racing
+ * with one token cannot both win.
+ */
+import type Database from 'better-sqlite3';
+import type {
+  ConsumeResult,
+  EnrollmentTokenRecord,
+  NewEnrollmentToken,
+  NodeCertificateRecord,
+  SeenCertificate,
+} from './enrollment-records.js';
+
+/**
+ * Migration 5's SQL (listed in sqlite-schema.ts MIGRATIONS); idempotent. Plain SQL (TEXT,
+ * INTEGER), so a PostgreSQL store can run the same DDL without `STRICT`.
+ */
+export const ENROLLMENT_MIGRATION_SQL = `
+  CREATE TABLE IF NOT EXISTS enrollment_tokens (
+    id TEXT PRIMARY KEY,
+    token_hash TEXT NOT NULL UNIQUE,
+    node TEXT NOT NULL,
+    dns TEXT NOT NULL,
+    ips TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    created_by TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    used_at TEXT,
+    used_by TEXT,
+    revoked_at TEXT
+  ) STRICT;
+  CREATE TABLE IF NOT EXISTS node_certificates (
+    node TEXT PRIMARY KEY,
+    serial TEXT NOT NULL,
+    not_before TEXT NOT NULL,
+    not_after TEXT NOT NULL,
+    issued_at TEXT,
+    renewal_failures INTEGER NOT NULL DEFAULT 0,
+    last_renewal_error TEXT,
+    last_renewal_attempt_at TEXT
+  ) STRICT;
+  -- a deleted node's certificate state goes with it
+  CREATE TRIGGER IF NOT EXISTS node_certificates_removed AFTER DELETE ON nodes BEGIN
+    DELETE FROM node_certificates WHERE node = OLD.id;
+  END;
+`;
+
+interface TokenRow {
+  id: string;
+  token_hash: string;
+  node: string;
+  dns: string;
+  ips: string;
+  created_at: string;
+  created_by: string;
+  expires_at: string;
+  used_at: string | null;
+  used_by: string | null;
+  revoked_at: string | null;
+}
+
+interface CertRow {
+  node: string;
+  serial: string;
+  not_before: string;
+  not_after: string;
+  issued_at: string | null;
+  renewal_failures: number;
+  last_renewal_error: string | null;
+  last_renewal_attempt_at: string | null;
+}
+
+function tokenRecord(r: TokenRow): EnrollmentTokenRecord {
+  return {
+    id: r.id,
+    node: r.node,
+    dns: JSON.parse(r.dns) as string[],
+    ips: JSON.parse(r.ips) as string[],
+    createdAt: r.created_at,
+    createdBy: r.created_by,
+    expiresAt: r.expires_at,
+    usedAt: r.used_at,
+    usedBy: r.used_by,
+    revokedAt: r.revoked_at,
+  };
+}
+
+function certRecord(r: CertRow): NodeCertificateRecord {
+  return {
+    node: r.node,
+    serial: r.serial,
+    notBefore: r.not_before,
+    notAfter: r.not_after,
+    issuedAt: r.issued_at,
+    renewalFailures: r.renewal_failures,
+    lastRenewalError: r.last_renewal_error,
+    lastRenewalAttemptAt: r.last_renewal_attempt_at,
+  };
+}
+
+export class SqliteEnrollmentRows {
+  readonly #db: Database.Database;
+  readonly #audit: Database.Statement;
+  readonly #insert: Database.Statement;
+  readonly #list: Database.Statement;
+  readonly #byId: Database.Statement;
+  readonly #byHash: Database.Statement;
+  readonly #revoke: Database.Statement;
+  readonly #use: Database.Statement;
+  readonly #certGet: Database.Statement;
+  readonly #certSeen: Database.Statement;
+  readonly #certIssued: Database.Statement;
+  readonly #certFailed: Database.Statement;
+
+  constructor(db: Database.Database) {
+    this.#db = db;
+    const p = (sql: string): Database.Statement => db.prepare(sql);
+    this.#audit = p('INSERT INTO audit (at, who, action, target, detail) VALUES (?, ?, ?, ?, ?)');
+    this.#insert = p(
+      `INSERT INTO enrollment_tokens (id, token_hash, node, dns, ips, created_at, created_by, expires_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    this.#list = p('SELECT * FROM enrollment_tokens ORDER BY created_at, id');
+    this.#byId = p('SELECT * FROM enrollment_tokens WHERE id = ?');
+    this.#byHash = p('SELECT * FROM enrollment_tokens WHERE token_hash = ?');
+    this.#revoke = p('UPDATE enrollment_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL');
+    this.#use = p(
+      `UPDATE enrollment_tokens SET used_at = ?, used_by = ?
+       WHERE token_hash = ? AND used_at IS NULL AND revoked_at IS NULL AND expires_at > ? AND node = ?`,
+    );
+    this.#certGet = p('SELECT * FROM node_certificates WHERE node = ?');
+    // a certificate seen on a request: its dates, keeping what is known of its renewal
+    this.#certSeen = p(
+      `INSERT INTO node_certificates (node, serial, not_before, not_after) VALUES (?, ?, ?, ?)
+       ON CONFLICT (node) DO UPDATE SET serial = excluded.serial, not_before = excluded.not_before,
+         not_after = excluded.not_after`,
+    );
+    this.#certIssued = p(
+      `INSERT INTO node_certificates (node, serial, not_before, not_after, issued_at, renewal_failures,
+         last_renewal_error, last_renewal_attempt_at) VALUES (?, ?, ?, ?, ?, 0, NULL, ?)
+       ON CONFLICT (node) DO UPDATE SET serial = excluded.serial, not_before = excluded.not_before,
+         not_after = excluded.not_after, issued_at = excluded.issued_at, renewal_failures = 0,
+         last_renewal_error = NULL, last_renewal_attempt_at = excluded.last_renewal_attempt_at`,
+    );
+    this.#certFailed = p(
+      `UPDATE node_certificates SET renewal_failures = MAX(renewal_failures + 1, ?), last_renewal_error = ?,
+         last_renewal_attempt_at = ? WHERE node = ?`,
+    );
+  }
+
+  create(t: NewEnrollmentToken, who: string, at: string): EnrollmentTokenRecord {
+    return this.#db.transaction(() => {
+      this.#insert.run(t.id, t.tokenHash, t.node, JSON.stringify(t.dns), JSON.stringify(t.ips), at, who, t.expiresAt);
+      this.#audit.run(
+        at,
+        who,
+        'enrollment_token.create',
+        t.id,
+        JSON.stringify({ node: t.node, dns: t.dns, ips: t.ips, expires_at: t.expiresAt }),
+      );
+      return tokenRecord(this.#byId.get(t.id) as TokenRow);
+    })();
+  }
+
+  list(): EnrollmentTokenRecord[] {
+    return (this.#list.all() as TokenRow[]).map(tokenRecord);
+  }
+
+  /** Undefined when there is no such token; revoking twice changes nothing the second time. */
+  revoke(id: string, who: string, at: string): EnrollmentTokenRecord | undefined {
+    return this.#db.transaction(() => {
+      const row = this.#byId.get(id) as TokenRow | undefined;
+      if (!row) return undefined;
+      if (this.#revoke.run(at, id).changes === 1)
+        this.#audit.run(at, who, 'enrollment_token.revoke', id, JSON.stringify({ node: row.node }));
+      return tokenRecord(this.#byId.get(id) as TokenRow);
+    })();
+  }
+
+  consume(tokenHash: string, node: string, usedBy: string, at: string): ConsumeResult {
+    return this.#db.transaction((): ConsumeResult => {
+      const row = this.#byHash.get(tokenHash) as TokenRow | undefined;
+      if (!row) return { ok: false, reason: 'unknown' };
+      if (this.#use.run(at, usedBy, tokenHash, at, node).changes !== 1) {
+        if (row.revoked_at !== null) return { ok: false, reason: 'revoked' };
+        if (row.used_at !== null) return { ok: false, reason: 'used' };
+        if (row.expires_at <= at) return { ok: false, reason: 'expired' };
+        return { ok: false, reason: 'wrong_node' };
+      }
+      this.#audit.run(at, usedBy, 'enrollment_token.use', row.id, JSON.stringify({ node }));
+      return { ok: true, token: tokenRecord(this.#byHash.get(tokenHash) as TokenRow) };
+    })();
+  }
+
+  certificate(node: string): NodeCertificateRecord | undefined {
+    const r = this.#certGet.get(node) as CertRow | undefined;
+    return r ? certRecord(r) : undefined;
+  }
+
+  /** Records a certificate seen or issued; an issue gets its audit row. */
+  noteCertificate(node: string, c: SeenCertificate, who: string, at: string): void {
+    this.#db.transaction(() => {
+      if (c.issued) {
+        this.#certIssued.run(node, c.serial, c.notBefore, c.notAfter, at, at);
+        this.#audit.run(
+          at,
+          who,
+          'certificate.issue',
+          node,
+          JSON.stringify({ serial: c.serial, not_after: c.notAfter }),
+        );
+      } else {
+        const have = this.#certGet.get(node) as CertRow | undefined;
+        if (have?.serial === c.serial) return;
+        this.#certSeen.run(node, c.serial, c.notBefore, c.notAfter);
+      }
+    })();
+  }
+
+  /** Counts a failed renewal: at least `reported` failures (the agent's own count), one more than known otherwise. */
+  noteRenewalFailure(node: string, code: string, reported: number, at: string): void {
+    this.#certFailed.run(reported, code, at, node);
+  }
+}
