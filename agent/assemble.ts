@@ -15,7 +15,7 @@ import path from 'node:path';
 import { codeOf, ConfigError } from '../protocol/errors.js';
 import type { FetchState } from '../protocol/frames.js';
 import type { MetadataItem } from '../protocol/heat.js';
-import { spiffeIdOf } from '../protocol/identity.js';
+import { acceptsController, parseControllerIds, spiffeIdOf, type ControllerIds } from '../protocol/identity.js';
 import {
   AGENT_FIRST_POLL_WAIT_MS,
   AGENT_SHUTDOWN_GRACE_MS,
@@ -29,6 +29,7 @@ import { PkiMaterial, refusalCodeOf, type Logger } from '../certs/tls.js';
 import { ApplyLoop } from './apply.js';
 import { ensurePrivateDir } from './atomic-file.js';
 import { FetchCoalescer } from './coalescer.js';
+import { parseControllerUrls } from './controller-endpoints.js';
 import { earlyRetryDelayMs, Fetcher, keySetOf, type FetchResult } from './fetcher.js';
 import type { RunItem } from './hooks/types.js';
 import { WakeListener } from './listener.js';
@@ -46,13 +47,14 @@ export interface HostPort {
 
 export interface AgentConfig {
   node: string;
-  /** `https://host:port` */
+  /** `https://host:port`, or several separated by commas: the agent moves to the next when one fails. */
   controller: string;
   listen: HostPort;
   advertise?: HostPort | undefined;
   pki: string;
   stateDir: string;
   hooksDir?: string | undefined;
+  /** The controllers accepted: a name, several separated by commas, or `*` for every one of the trust domain. */
   controllerId: string;
   pollIntervalMs: number;
   pollIntervalHealthyMs: number;
@@ -163,6 +165,8 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
   const runFetch = deps.runFetch ?? (<T>(f: () => Promise<T>): Promise<T> => f());
 
   // ---- identity and PKI --------------------------------------------------------------------
+  const controllerIds: ControllerIds = parseControllerIds(cfg.controllerId);
+  parseControllerUrls(cfg.controller); // refused here, before anything is opened
   const paths = materialPaths(cfg.pki, 'agent', cfg.node);
   const trustDomain =
     cfg.trustDomain ?? readTrustDomain(cfg.pki, { caPath: cfg.ca ?? paths.caPath, fallback: DEFAULT_TRUST_DOMAIN });
@@ -249,7 +253,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     controllerUrl: cfg.controller,
     node: cfg.node,
     material,
-    controllerSpiffeId: spiffeIdOf(trustDomain, 'controller', cfg.controllerId),
+    controllerSpiffeId: { controllers: controllerIds },
     lastAppliedGen: () => state.lastAppliedGeneration,
     log,
   });
@@ -315,6 +319,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
   const listener = new WakeListener({
     material,
     verifier,
+    acceptController: (name) => acceptsController(controllerIds, name),
     onWake: (claims) => {
       const fetch = coalescer.wake(claims.gen);
       observe.wake?.(claims, fetch);

@@ -4,8 +4,9 @@
  */
 import type { Command } from 'commander';
 import { ConfigError } from '../protocol/errors.js';
-import { isValidName } from '../protocol/identity.js';
+import { isValidName, parseControllerIds } from '../protocol/identity.js';
 import { DEFAULT_AGENT_PORT } from '../protocol/limits.js';
+import { parseControllerUrls } from './controller-endpoints.js';
 
 const UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
 
@@ -84,7 +85,10 @@ export function registerAgentCommand(program: Command): void {
       'run a node agent: listen for signed wake-ups, fetch signed metadata, apply deployments, signal results',
     )
     .requiredOption('--node <id>', "this node's id; the certificate must be agent/<id>")
-    .requiredOption('--controller <url>', 'controller API, https://host:port')
+    .requiredOption(
+      '--controller <url,...>',
+      'controller API, https://host:port; several separated by commas: the agent uses one and moves to the next when it fails',
+    )
     .requiredOption(
       '--listen <host:port>',
       `wake-up listener address (a bare host listens on port ${DEFAULT_AGENT_PORT}; port 0 picks a free one)`,
@@ -96,7 +100,11 @@ export function registerAgentCommand(program: Command): void {
     .option('--pki <dir>', 'PKI directory (or a bundle) in the Herald layout; uses agent/<node>.crt/.key')
     .requiredOption('--state-dir <dir>', 'durable state: started/finished items, outbox, run directories (made 0700)')
     .option('--hooks-dir <dir>', 'hooks for groups other than script and component (<dir>/<group>)')
-    .option('--controller-id <name>', 'the controller must present controller/<name>', 'controller')
+    .option(
+      '--controller-id <name,...|*>',
+      'the controllers accepted (API server and wake-up peer): controller/<name> for each name, or * for every controller of the trust domain',
+      'controller',
+    )
     .option('--poll-interval <duration>', 'fallback poll interval, e.g. 120s, 2m (jittered ±10 %)', '120s')
     .option('--poll-interval-healthy <duration>', 'poll interval while push is healthy', '600s')
     .option('--trust-domain <domain>', "SPIFFE trust domain (default: the PKI's, else herald.local)")
@@ -115,15 +123,12 @@ Example:
         throw new ConfigError(`--node ${JSON.stringify(o.node)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`, {
           field: 'node',
         });
-      if (!isValidName(o.controllerId))
-        throw new ConfigError(
-          `--controller-id ${JSON.stringify(o.controllerId)} does not match ^[a-z0-9][a-z0-9._-]{0,62}$`,
-          { field: 'controller-id' },
-        );
-      if (!/^https:\/\/[^/?#@]+\/?$/.test(o.controller))
-        throw new ConfigError(`--controller must be https://host:port, not ${JSON.stringify(o.controller)}`, {
-          field: 'controller',
-        });
+      parseControllerIds(o.controllerId);
+      try {
+        parseControllerUrls(o.controller);
+      } catch (err) {
+        throw new ConfigError((err as Error).message, { field: 'controller' });
+      }
       if (o.pki === undefined && (o.ca === undefined || o.cert === undefined || o.key === undefined)) {
         throw new ConfigError('--pki <dir> is required (or all of --ca, --cert and --key)', { field: 'pki' });
       }
@@ -134,7 +139,10 @@ Example:
       const { startAgent } = await import('./main.js');
       const agent = await startAgent({
         node: o.node,
-        controller: o.controller.replace(/\/$/, ''),
+        controller: o.controller
+          .split(',')
+          .map((u) => u.trim().replace(/\/$/, ''))
+          .join(','),
         listen,
         advertise,
         pki: o.pki ?? '.',

@@ -1,7 +1,9 @@
 /**
- * The agent's client side of the controller API (SPEC §3, §4): signed metadata fetches,
- * endpoint announcements and signals, over one keep-alive mutual-TLS agent that dials only
- * `controller/<--controller-id>`.
+ * The agent's client side of the controller API (SPEC §3, §4, §7): signed metadata fetches,
+ * endpoint announcements, signals and live output, over one keep-alive mutual-TLS agent that
+ * dials only the controllers of `--controller-id`. Every request goes through one
+ * `ControllerEndpoints` (agent/controller-endpoints.ts), which moves to the next `--controller`
+ * URL when the current one fails.
  *
  * A metadata response is trusted only after `verifyMetadataResponse` (signature, fresh nonce,
  * audience, issuer, digest, no rollback), on the 200 and on the 304 alike; its body is counted
@@ -17,7 +19,16 @@ import type { OutputChunkBody } from '../protocol/output.js';
 import { KeySet } from '../protocol/jws.js';
 import { AGENT_API_MAX_CONNECTIONS, MAX_METADATA_RESPONSE_BYTES, MAX_REQUEST_BODY_BYTES } from '../protocol/limits.js';
 import { newNonce, NONCE_HEADER, SIGNATURE_HEADER, verifyMetadataResponse } from '../protocol/metadata.js';
-import { HttpsAgentHolder, refusalCodeOf, type Logger, type PkiMaterial } from '../certs/tls.js';
+import type tls from 'node:tls';
+import {
+  HttpsAgentHolder,
+  refusalCodeOf,
+  serverIdentityOf,
+  type ExpectedServer,
+  type Logger,
+  type PkiMaterial,
+} from '../certs/tls.js';
+import { ControllerEndpoints, parseControllerUrls } from './controller-endpoints.js';
 
 /** Each API request must finish within this. */
 /** Endpoint announcement retries: first ceiling and cap. */
@@ -27,12 +38,15 @@ export const ANNOUNCE_BACKOFF_MAX_MS = 60_000;
 export type FetchResult = { status: 200; gen: number; document: MetadataDocument } | { status: 304; gen: number };
 
 export interface FetcherOptions {
-  /** `https://host:port` of the controller API. */
+  /** `https://host:port` of the controller API, or several separated by commas (tried in turn). */
   controllerUrl: string;
   node: string;
   material: PkiMaterial;
-  /** The SPIFFE id the controller must present, and the metadata's `iss`. */
-  controllerSpiffeId: string;
+  /**
+   * Whom the API server must be: one SPIFFE id, or the controllers of `--controller-id`. The
+   * metadata's `iss` must be the identity of the server that answered.
+   */
+  controllerSpiffeId: ExpectedServer;
   /** The last generation applied, for the rollback check. */
   lastAppliedGen: () => number | undefined;
   log: Logger;
@@ -46,6 +60,8 @@ interface RawResponse {
   status: number;
   headers: http.IncomingHttpHeaders;
   body: Buffer;
+  /** The SPIFFE id of the server that answered (its TLS certificate). */
+  peer: string | undefined;
 }
 
 /**
@@ -107,7 +123,8 @@ export function isTransientFetchError(err: unknown): boolean {
 
 export class Fetcher {
   readonly #o: FetcherOptions;
-  readonly #base: URL;
+  /** The controller URLs and the current one; every request goes through it. */
+  readonly endpoints: ControllerEndpoints;
   readonly #agent: HttpsAgentHolder;
   readonly #keys: () => KeySet;
   readonly #timeoutMs: number;
@@ -121,25 +138,7 @@ export class Fetcher {
 
   constructor(opts: FetcherOptions) {
     this.#o = opts;
-    let base: URL;
-    try {
-      base = new URL(opts.controllerUrl);
-    } catch {
-      throw new HeraldError('bad_option', `--controller ${JSON.stringify(opts.controllerUrl)} is not a URL`);
-    }
-    if (
-      base.protocol !== 'https:' ||
-      base.pathname.replace(/\/+$/, '') !== '' ||
-      base.search ||
-      base.hash ||
-      base.username
-    ) {
-      throw new HeraldError(
-        'bad_option',
-        `--controller must be https://host:port, not ${JSON.stringify(opts.controllerUrl)}`,
-      );
-    }
-    this.#base = base;
+    this.endpoints = new ControllerEndpoints({ urls: parseControllerUrls(opts.controllerUrl), log: opts.log });
     this.#agent = new HttpsAgentHolder(opts.material, opts.controllerSpiffeId, {
       keepAlive: true,
       maxSockets: AGENT_API_MAX_CONNECTIONS,
@@ -192,7 +191,8 @@ export class Fetcher {
       ...(res.status === 200 ? { body: res.body } : {}),
       nonce,
       audience: this.#audience,
-      issuer: this.#o.controllerSpiffeId,
+      // the controller that answered signed it, with its own key (checked against `iss`)
+      issuer: res.peer ?? '',
       keys: this.#keys(),
       ...(lastApplied !== undefined ? { lastAppliedGen: lastApplied } : {}),
     });
@@ -277,9 +277,20 @@ export class Fetcher {
     this.#closed = true;
     for (const r of this.#requests) r.destroy(new HeraldError('shutting_down'));
     this.#agent.close();
+    this.endpoints.flushLog();
   }
 
+  /** One request, to the current controller URL, moving to the next when it fails. */
   #request(
+    method: string,
+    path: string,
+    o: { headers?: Record<string, string>; body?: Buffer; maxBytes: number },
+  ): Promise<RawResponse> {
+    return this.endpoints.request((base) => this.#requestTo(base, method, path, o));
+  }
+
+  #requestTo(
+    base: URL,
     method: string,
     path: string,
     o: { headers?: Record<string, string>; body?: Buffer; maxBytes: number },
@@ -294,8 +305,8 @@ export class Fetcher {
       }
       const req = https.request({
         protocol: 'https:',
-        hostname: this.#base.hostname.replace(/^\[|\]$/g, ''),
-        port: this.#base.port || 443,
+        hostname: base.hostname.replace(/^\[|\]$/g, ''),
+        port: base.port || 443,
         method,
         path,
         headers,
@@ -327,12 +338,13 @@ export class Fetcher {
         ) {
           settled = true;
           this.#requests.delete(req);
-          resolve(this.#request(method, path, o, true));
+          resolve(this.#requestTo(base, method, path, o, true));
           return;
         }
         fail(err);
       });
       req.on('response', (res) => {
+        const peer = serverIdentityOf(res.socket as tls.TLSSocket, this.#o.material);
         const declared = Number(res.headers['content-length']);
         if (Number.isFinite(declared) && declared > o.maxBytes) {
           req.destroy();
@@ -355,7 +367,7 @@ export class Fetcher {
           if (settled) return;
           settled = true;
           this.#requests.delete(req);
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks, n) });
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks, n), peer });
         });
       });
       req.end(o.body);

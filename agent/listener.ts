@@ -62,6 +62,11 @@ const CLOSE_HANDSHAKE_MS = 1_000;
 export interface WakeListenerOptions {
   material: PkiMaterial;
   verifier: WakeVerifier;
+  /**
+   * Which controllers may connect, by name (`--controller-id`, SPEC §7); another controller of
+   * the trust domain is refused 403 `wrong_peer` before the upgrade. Default: every controller.
+   */
+  acceptController?: (name: string) => boolean;
   /** A verified wake-up: start or queue a fetch (the coalescer). Must answer synchronously. */
   onWake: (claims: WakeClaims) => FetchState;
   /** The last generation fetched, for the ack's `gen`. */
@@ -128,7 +133,10 @@ export interface ListenerStats {
  * `'refused'` ({ code, peer }) for every refusal, also logged.
  */
 export class WakeListener extends EventEmitter {
-  readonly #o: Required<Omit<WakeListenerOptions, 'material' | 'verifier' | 'onWake' | 'lastFetchedGen' | 'log'>>;
+  readonly #o: Required<
+    Omit<WakeListenerOptions, 'material' | 'verifier' | 'onWake' | 'lastFetchedGen' | 'log' | 'acceptController'>
+  >;
+  readonly #acceptController: (name: string) => boolean;
   readonly #material: PkiMaterial;
   readonly #verifier: WakeVerifier;
   readonly #onWake: (claims: WakeClaims) => FetchState;
@@ -181,6 +189,7 @@ export class WakeListener extends EventEmitter {
       }),
     };
     this.#material = opts.material;
+    this.#acceptController = opts.acceptController ?? (() => true);
     this.#verifier = opts.verifier;
     this.#onWake = opts.onWake;
     this.#lastFetchedGen = opts.lastFetchedGen;
@@ -333,7 +342,7 @@ export class WakeListener extends EventEmitter {
   #onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
     const sock = req.socket as tls.TLSSocket;
     const peer = peerOf(sock);
-    const auth = authorizePeer(sock, 'controller', this.#material);
+    const auth = this.#authorize(sock);
     let status: number;
     let code: ErrorCode;
     let message: string;
@@ -364,7 +373,7 @@ export class WakeListener extends EventEmitter {
       abortHandshake(sock, 503, 'shutting_down', ERROR_CODES.shutting_down);
       return;
     }
-    const auth = authorizePeer(sock, 'controller', this.#material);
+    const auth = this.#authorize(sock);
     if (!auth.ok) {
       this.#refusedBeforeAuth(auth.code, peer, auth.message);
       abortHandshake(sock, 403, auth.code, auth.message);
@@ -395,6 +404,18 @@ export class WakeListener extends EventEmitter {
       }
       this.#accept(ws, id, cert, peer);
     });
+  }
+
+  /** A verified, unrevoked controller of the trust domain that `--controller-id` accepts. */
+  #authorize(sock: tls.TLSSocket): ReturnType<typeof authorizePeer> {
+    const auth = authorizePeer(sock, 'controller', this.#material);
+    if (auth.ok && !this.#acceptController(auth.identity.name))
+      return {
+        ok: false,
+        code: 'wrong_peer',
+        message: `${auth.identity.spiffeId} is not among the controllers this agent accepts (--controller-id)`,
+      };
+    return auth;
   }
 
   // ---- authenticated -----------------------------------------------------------------------

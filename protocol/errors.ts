@@ -44,7 +44,8 @@ export const ERROR_CODES = {
   wrong_trust_domain: 'the SPIFFE id is of another trust domain',
   bad_identity: 'the SPIFFE path is not exactly <role>/<name> with a valid role and name',
   wrong_eku: "the certificate's extended key usage does not fit its role",
-  wrong_peer: 'the server presented another identity than the one dialled',
+  wrong_peer:
+    "the server presented another identity than the one dialled, or a controller outside the agent's `--controller-id` connected to its listener",
   bad_issuer:
     'the certificate is signed by an intermediate that is not a Herald issuer (a CA signed by the cluster CA, pathLen 0, URI SAN spiffe://<trust domain>/issuer/<name>), or a Herald issuer signed something other than an agent certificate',
   tls_version: 'the peer did not negotiate TLS 1.3',

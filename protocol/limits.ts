@@ -129,6 +129,11 @@ export const OUTPUT_RATE_PER_S = 8;
 export const WAKE_FETCH_EXEMPT_MS = 5_000;
 /** Refusals before authentication are logged at most once per code per this interval, with the count. */
 export const REFUSAL_LOG_INTERVAL_MS = 10_000;
+/**
+ * An agent with several `--controller` URLs logs a switch from one to the next at most once per
+ * this long; the line carries how many switches there were since the last one.
+ */
+export const CONTROLLER_SWITCH_LOG_INTERVAL_MS = 10_000;
 /** Token buckets kept per identity before idle (full) ones are swept. */
 export const MAX_RATE_BUCKETS = 100_000;
 

@@ -14,6 +14,7 @@ import { revoke } from '../../certs/pki.js';
 import { pkiPaths } from '../../certs/paths.js';
 import type { PkiMaterial } from '../../certs/tls.js';
 import { decodeAnswer, type AnswerFrame } from '../../protocol/frames.js';
+import { acceptsController, parseControllerIds } from '../../protocol/identity.js';
 import { WAKE_TYP } from '../../protocol/jws.js';
 import { MAX_PENDING_CONNECTIONS, MAX_WAKE_FRAME_BYTES } from '../../protocol/limits.js';
 import { newJti, signWake, WakeVerifier } from '../../protocol/wake.js';
@@ -246,6 +247,25 @@ describe('refusals before the upgrade', () => {
       sock.on('secureConnect', () => resolve(new Error('connected')));
     });
     expect(err.message).not.toBe('connected');
+  });
+});
+
+describe('--controller-id at the listener', () => {
+  it('a list accepts exactly its controllers: another controller of the trust domain is 403 wrong_peer before the upgrade', async () => {
+    const ids = parseControllerIds('controller,c2');
+    const s = await setup({ acceptController: (name) => acceptsController(ids, name) });
+    expect(await refusal(s.port, pki.cred('controller', 'c3'))).toEqual({ status: 403, code: 'wrong_peer' });
+    (await connect(s.port, pki.cred('controller', 'c2'))).close();
+    const ws = await connect(s.port, pki.cred('controller', 'controller'));
+    expect(await ask(ws, wake(1))).toMatchObject({ type: 'ack' });
+    expect(s.lines.some((l) => l.code === 'wrong_peer')).toBe(true);
+  });
+
+  it('* accepts every controller of the trust domain, and still no other role', async () => {
+    const s = await setup({ acceptController: (name) => acceptsController('*', name) });
+    (await connect(s.port, pki.cred('controller', 'c3'))).close();
+    (await connect(s.port, pki.cred('controller', 'c2'))).close();
+    expect(await refusal(s.port, pki.cred('agent', 'n2'))).toEqual({ status: 403, code: 'wrong_role' });
   });
 });
 
