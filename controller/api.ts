@@ -34,6 +34,7 @@ import {
   API_LISTEN_BACKLOG_CONNECTIONS,
   API_RATE_BURST,
   API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS,
+  STORE_UNAVAILABLE_RETRY_AFTER_S,
   API_RATE_PER_S,
   API_REQUEST_TIMEOUT_MS,
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
@@ -108,6 +109,7 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   rate_limited: 429,
   too_many_connections: 429,
   internal: 500,
+  store_unavailable: 503,
 };
 
 export function statusOf(code: ErrorCode): number {
@@ -514,6 +516,11 @@ export class ApiServer {
       const socket = req.socket as tls.TLSSocket;
       // a 403 closes its connection; so do repeated 429s (one does not: the retry reuses it)
       if (status === 403) headers.Connection = 'close';
+      if (code === 'store_unavailable') {
+        // the database's own words stay in the log
+        message = ERROR_CODES.store_unavailable;
+        headers['Retry-After'] = String(STORE_UNAVAILABLE_RETRY_AFTER_S);
+      }
       if (code === 'rate_limited') {
         const n = (this.#rateLimited.get(socket) ?? 0) + 1;
         this.#rateLimited.set(socket, n);
@@ -521,7 +528,7 @@ export class ApiServer {
       }
       // refusals a peer can repeat in bulk are summarised; the rest are one line each
       // (per identity and route once authenticated; per code alone before, see RefusalSummary)
-      if (status === 403 || status === 413 || status === 429) {
+      if (status === 403 || status === 413 || status === 429 || status === 503) {
         this.#summary.record(
           code,
           { status, peer, method: req.method, route },
@@ -643,6 +650,7 @@ export class ApiServer {
       return created(n, `/v1/nodes/${encodeURIComponent(String(n.id))}`);
     });
     add('GET', '/v1/nodes', 'operator', async () => items(await s.listNodes()));
+    add('GET', '/v1/controllers', 'operator', async () => items(await s.listControllers()));
     add('GET', '/v1/nodes/:id', 'operator', async (c) => {
       const node = await s.getNode(c.params.id!);
       const certificate = (await this.#o.enrollment?.nodeCertificate(c.params.id!)) ?? null;

@@ -71,6 +71,19 @@ export class ChangeSetBuilder {
     this.#removedClusters.add(id);
   }
 
+  /** Nothing was noted: nothing to stamp, announce or log. */
+  get isEmpty(): boolean {
+    return (
+      this.#touched.size === 0 &&
+      this.#nodes.size === 0 &&
+      this.#removedNodes.size === 0 &&
+      this.#deployments.size === 0 &&
+      this.#removedDeployments.size === 0 &&
+      this.#clusters.size === 0 &&
+      this.#removedClusters.size === 0
+    );
+  }
+
   /** Some node's metadata changed: the transaction must take a new generation. */
   get needsGeneration(): boolean {
     return this.#touched.size > 0;

@@ -27,6 +27,8 @@ import type { RateClass } from './router.js';
 import type { RateRule } from './rate-limit.js';
 import { ControllerService } from './service.js';
 import { looseDatabaseFiles, SqliteStore } from './sqlite-store.js';
+import type { PgStore } from './pg-store.js';
+import type { Store } from './store.js';
 
 export interface StartDeps {
   /** Default: pino JSON lines to stderr at `options.logLevel`. */
@@ -63,7 +65,7 @@ export interface RunningController {
   /** Join tokens, enrolment and renewal. */
   enrollment: Enrollment;
   service: ControllerService;
-  store: SqliteStore;
+  store: Store;
   api: ApiServer;
   metrics: ControllerMetrics;
   logger: Logger;
@@ -189,9 +191,9 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       }
     });
 
-    const store = new SqliteStore(o.db);
+    const { store, file: dbFile, pg } = await openStore(o.db, o.name);
     cleanup.push(() => store.close());
-    for (const { file, mode } of looseDatabaseFiles(o.db)) {
+    for (const { file, mode } of dbFile === null ? [] : looseDatabaseFiles(dbFile)) {
       logger.warn(
         { code: 'unsafe_file_mode', file, mode },
         `${file} is readable or writable by group or others (mode ${mode}); it holds hidden input values: chmod 600 it`,
@@ -199,7 +201,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     }
     const metrics = new ControllerMetrics();
     const events = new EventBus();
-    const push = await (deps.push ?? defaultPush)({
+    const dialer = await (deps.push ?? defaultPush)({
       signer,
       signingJwk,
       issuer: me.spiffeId,
@@ -210,6 +212,19 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       metrics,
       workers: o.pushWorkers,
     });
+    // several controllers (SPEC §7): the fleet decides which nodes this one pushes to
+    let publicUrl = o.publicUrl ?? defaultPublicUrl(o.listen.host, o.listen.port);
+    const fleet =
+      pg &&
+      new (await import('./pg-fleet.js')).Fleet({
+        store: pg,
+        name: o.name,
+        apiUrl: () => publicUrl,
+        push: dialer,
+        logger,
+        registry: metrics.registry,
+      });
+    const push: PushService = fleet ?? dialer;
     pushService = push;
     cleanup.push(() => push.close());
 
@@ -220,11 +235,30 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       logger,
       metrics,
       clusters: new ClusterEngine({ stepMarginS: deps.stepMarginS ?? RESTART_STEP_MARGIN_S }),
-      publicUrl: o.publicUrl ?? defaultPublicUrl(o.listen.host, o.listen.port),
+      publicUrl,
+      name: o.name,
       autoRegister: o.autoRegister,
+      ...(fleet ? { controllers: () => fleet.members() } : {}),
       ...(deps.clusterTickMs !== undefined ? { clusterTickMs: deps.clusterTickMs } : {}),
     });
     cleanup.push(() => service.close());
+    if (pg) {
+      const { ChangeFeed } = await import('./pg-change-feed.js');
+      const feed = new ChangeFeed({
+        store: pg,
+        apply: (c) => service.applyChanges(c.changes),
+        // notifications missed while cut off: every owned node whose agent is behind gets a ping
+        resync: async () => {
+          for (const n of await pg.listNodes())
+            if (n.ackedGeneration === null || n.ackedGeneration < n.generation) push.notify(n.id, n.generation, 'ping');
+        },
+        logger,
+        registry: metrics.registry,
+      });
+      await feed.start();
+      service.useChangeFeed(feed);
+      cleanup.push(() => feed.close());
+    }
     const enrollment = new Enrollment({
       store,
       issuer,
@@ -253,7 +287,10 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     }
     cleanup.push(() => api.close(0));
     // port 0 is known only now; nothing has been served yet (this runs before any I/O callback)
-    if (o.publicUrl === null) service.setPublicUrl(defaultPublicUrl(o.listen.host, address.port));
+    if (o.publicUrl === null) {
+      publicUrl = defaultPublicUrl(o.listen.host, address.port);
+      service.setPublicUrl(publicUrl);
+    }
     await service.start();
 
     let health: http.Server | null = null;
@@ -286,7 +323,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         health: healthAddress ? `${healthAddress.address}:${healthAddress.port}` : null,
         spiffeId: me.spiffeId,
         trustDomain,
-        db: o.db,
+        db: pg ? pg.url : o.db,
         autoRegister: o.autoRegister,
         pushWorkers: o.pushWorkers,
         generation: await store.generation(),
@@ -325,6 +362,20 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     await undo();
     throw err;
   }
+}
+
+/**
+ * The store `--db` names: `postgres://…` (or `postgresql://…`) is PostgreSQL, shared by
+ * several controllers; a path (or `sqlite:<path>`) is SQLite, this controller's alone.
+ */
+async function openStore(db: string, name: string): Promise<{ store: Store; file: string | null; pg: PgStore | null }> {
+  if (/^postgres(ql)?:\/\//.test(db)) {
+    const { PgStore } = await import('./pg-store.js');
+    const pg = await PgStore.open(db, { controller: name });
+    return { store: pg, file: null, pg };
+  }
+  const file = db.startsWith('sqlite:') ? db.slice('sqlite:'.length) : db;
+  return { store: new SqliteStore(file), file, pg: null };
 }
 
 /** The URL agents reach the API at, for `deploy_signal_id`. */

@@ -20,7 +20,7 @@ import { buildMetadataDocument, MetadataCache, type BuiltMetadata } from './meta
 import type { ControllerMetrics } from './metrics.js';
 import type { PushService } from './push-types.js';
 import { recordSignal } from './signal.js';
-import type { ClusterView } from '../protocol/rest.js';
+import type { ClusterView, ControllerView } from '../protocol/rest.js';
 import type { ClusterRecord, ConfigRecord, NewNodegroup } from './records.js';
 import type { ChangeSet, DeploymentRecord, NodeRecord, Store } from './store.js';
 import {
@@ -66,6 +66,10 @@ export interface ControllerServiceOptions {
   clusters?: ClusterEngine;
   clusterTickMs?: number;
   ackFlushMs?: number;
+  /** This controller's name (default `controller`). */
+  name?: string;
+  /** Several controllers (SPEC §7): every controller of the database; without it, this one alone. */
+  controllers?: () => Promise<ControllerView[]>;
 }
 
 type View = Record<string, unknown>;
@@ -97,6 +101,10 @@ export class ControllerService {
   readonly #tickMs: number;
   readonly #ackMs: number;
   #closed = false;
+  #feed: { catchUp(): Promise<void> } | undefined;
+  readonly #name: string;
+  readonly #controllers: (() => Promise<ControllerView[]>) | undefined;
+  readonly #startedAt = new Date().toISOString();
 
   constructor(o: ControllerServiceOptions) {
     this.store = o.store;
@@ -112,6 +120,27 @@ export class ControllerService {
     this.#tickMs = o.clusterTickMs ?? CLUSTER_TICK_INTERVAL_MS;
     this.#ackMs = o.ackFlushMs ?? ACK_FLUSH_INTERVAL_MS;
     this.#committer = new GroupCommitter(this.store);
+    this.#name = o.name ?? 'controller';
+    this.#controllers = o.controllers;
+  }
+
+  /** `GET /v1/controllers`: every controller of the database, or this one alone on SQLite. */
+  async listControllers(): Promise<ControllerView[]> {
+    if (this.#controllers) return this.#controllers();
+    const nodes = await this.store.listNodes();
+    const now = new Date(this.#now()).toISOString();
+    return [
+      {
+        name: this.#name,
+        api_url: this.#publicUrl,
+        live: true,
+        started_at: this.#startedAt,
+        heartbeat_at: now,
+        lease_until: now,
+        nodes_owned: nodes.length,
+        nodes_held: nodes.filter((n) => this.push.state(n.id).connected).length,
+      },
+    ];
   }
 
   /** Sets the base of `deploy_signal_id` (known only once the API is bound, with port 0). */
@@ -735,8 +764,26 @@ export class ControllerService {
 
   // ---- after each transaction --------------------------------------------------------------
 
-  /** Wakes the nodes that got work (at once), then announces what changed. */
+  /**
+   * Several controllers (SPEC §7): every change set, this controller's own included, comes
+   * from the change feed in commit order (pg-change-feed.ts), so after a commit the service
+   * only makes the feed catch up.
+   */
+  useChangeFeed(feed: { catchUp(): Promise<void> }): void {
+    this.#feed = feed;
+  }
+
   async #apply(c: ChangeSet): Promise<void> {
+    if (this.#feed) await this.#feed.catchUp();
+    else await this.applyChanges(c);
+  }
+
+  /**
+   * Wakes the nodes that got work (at once), then announces what changed. With a change feed
+   * the change may be another controller's: the push service (the fleet) also learns of new
+   * endpoints and removed nodes here, and passes on only what concerns the nodes it owns.
+   */
+  async applyChanges(c: ChangeSet): Promise<void> {
     if (c.wakes.length > 0) {
       const now = this.#now();
       for (const w of c.wakes) {
@@ -753,9 +800,14 @@ export class ControllerService {
     for (const id of c.removedDeployments) this.events.publish('deployment', { id, deployment_id: id, deleted: true });
     for (const id of c.nodes) {
       const n = await this.store.getNode(id);
-      if (n) this.events.publish('node', this.#nodeView(n));
+      if (!n) continue;
+      if (this.#feed) this.push.setEndpoint(n.id, n.endpoint, n.generation);
+      this.events.publish('node', this.#nodeView(n));
     }
-    for (const id of c.removedNodes) this.events.publish('node', { id, deleted: true });
+    for (const id of c.removedNodes) {
+      if (this.#feed) this.push.remove(id);
+      this.events.publish('node', { id, deleted: true });
+    }
     for (const id of c.clusters) {
       // every signal of a cluster step lands here: the whole view (all N nodes) is built only
       // for someone listening to the event stream, the status alone otherwise

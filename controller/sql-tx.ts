@@ -56,11 +56,13 @@ const IN_PROGRESS_REASON = 'Deploy data available';
 export class SqlRows {
   readonly s: Statements;
   readonly now: () => number;
-  readonly #configs = new Map<string, ConfigRecord>();
+  /** Configs are immutable: one cache may serve every transaction of a store. */
+  readonly configCache: Map<string, ConfigRecord>;
 
-  constructor(s: Statements, now: () => number) {
+  constructor(s: Statements, now: () => number, configCache = new Map<string, ConfigRecord>()) {
     this.s = s;
     this.now = now;
+    this.configCache = configCache;
   }
 
   iso(ms = this.now()): string {
@@ -85,12 +87,12 @@ export class SqlRows {
   }
 
   async config(id: string): Promise<ConfigRecord | undefined> {
-    const cached = this.#configs.get(id);
+    const cached = this.configCache.get(id);
     if (cached) return cached;
     const r = (await this.s.configGet.get(id)) as ConfigRow | undefined;
     if (!r) return undefined;
     const c = configOf(r);
-    this.#configs.set(id, c); // configs are immutable
+    this.configCache.set(id, c); // configs are immutable
     return c;
   }
 

@@ -76,7 +76,7 @@ export class SqliteStore implements Store {
       throw new ConfigError(`--db ${path}: cannot open the database: ${(err as Error).message}`, { cause: err });
     }
     try {
-      this.#db.pragma('journal_mode = WAL');
+      this.#claim(path);
       this.#db.pragma('synchronous = FULL');
       this.#db.pragma('foreign_keys = OFF');
       this.#db.pragma('busy_timeout = 5000');
@@ -87,6 +87,29 @@ export class SqliteStore implements Store {
       this.#enrollment = new SqliteEnrollmentRows(this.#db);
     } catch (err) {
       this.#db.close();
+      throw err;
+    }
+  }
+
+  /**
+   * One controller per database file (SPEC §7): the connection takes SQLite's lock for good
+   * (`locking_mode = EXCLUSIVE`, then a write transaction), so a second controller on the same
+   * file is refused at once instead of waiting on it. Several controllers share PostgreSQL.
+   * @throws ConfigError `db_in_use`
+   */
+  #claim(path: string): void {
+    try {
+      this.#db.pragma('locking_mode = EXCLUSIVE');
+      this.#db.pragma('busy_timeout = 0');
+      this.#db.pragma('journal_mode = WAL');
+      this.#db.exec('BEGIN IMMEDIATE');
+      this.#db.exec('COMMIT');
+    } catch (err) {
+      if ((err as { code?: string }).code === 'SQLITE_BUSY')
+        throw new ConfigError(
+          `--db ${path}: another controller has this database open; several controllers share a PostgreSQL database (--db postgres://...)`,
+          { cause: err, field: 'db', code: 'db_in_use' },
+        );
       throw err;
     }
   }

@@ -89,6 +89,10 @@ export const ERROR_CODES = {
   deployment_deleting: 'the deployment is being deleted (its DELETE revision runs); it can no longer be changed',
   bad_input_value: 'an input value does not fit its declared type (see `field`)',
   internal: 'an unexpected error; details are in the controller log only',
+  store_unavailable:
+    'the database is unreachable (PostgreSQL down or cut off): nothing was changed, or the change cannot be confirmed; retry after Retry-After seconds',
+  db_in_use:
+    'another controller has this SQLite database open; several controllers share a PostgreSQL database instead (reported at start)',
   unsafe_file_mode:
     'a file that holds secrets (the database or its -wal/-shm) is readable or writable by group or others (reported at start)',
 

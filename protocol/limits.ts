@@ -205,6 +205,30 @@ export const OUTBOX_BACKOFF_MAX_MS = 60_000;
 /** A restart step's deadline is the hook timeout plus this margin. */
 export const RESTART_STEP_MARGIN_S = 60;
 
+// ---- several controllers on PostgreSQL (SPEC §7) -------------------------------------------
+/** A controller writes its heartbeat (and renews its lease) this often. */
+export const CONTROLLER_HEARTBEAT_INTERVAL_MS = 2_000;
+/** A controller whose lease is this old is dead: its nodes are taken over; it stops pushing itself when its own lease ends. */
+export const CONTROLLER_LEASE_MS = 8_000;
+/** Each controller compares the owners of the nodes with the rendezvous spread this often (and at once on a membership change). */
+export const OWNERSHIP_RECONCILE_INTERVAL_MS = 1_000;
+/** The change log is read in batches of this many entries. */
+export const CHANGE_FEED_BATCH_ENTRIES = 500;
+/** The change log is read this often even without a notification (a notification lost without a reconnect). */
+export const CHANGE_FEED_POLL_INTERVAL_MS = 2_000;
+/** Change log entries older than this are deleted; a controller cut off longer re-reads its nodes instead. */
+export const CHANGE_LOG_RETENTION_S = 600;
+/** Pooled PostgreSQL connections per controller (`LISTEN` takes one more). */
+export const PG_POOL_CONNECTIONS = 10;
+/** Connecting to PostgreSQL gives up after this (then `store_unavailable`). */
+export const PG_CONNECT_TIMEOUT_S = 3;
+/** A statement (or an idle transaction) running longer than this is cancelled: a stuck database is `store_unavailable`, not a hang. */
+export const PG_STATEMENT_TIMEOUT_MS = 10_000;
+/** `Retry-After` of a 503 `store_unavailable`. */
+export const STORE_UNAVAILABLE_RETRY_AFTER_S = 1;
+/** A transaction that lost a deadlock, a serialization check or a unique-key race with another controller runs again this many times. */
+export const PG_TX_RETRY_ATTEMPTS = 3;
+
 // ---- PKI ------------------------------------------------------------------------------------
 export const DEFAULT_TRUST_DOMAIN = 'herald.local';
 export const DEFAULT_CERT_DAYS = 90;

@@ -222,6 +222,21 @@ export type ClusterView = {
 // ---- events -------------------------------------------------------------------------------------
 
 /** `output`: a live output chunk (protocol/output.ts `OutputEventView`, SPEC §8). */
+/** `GET /v1/controllers` (SPEC §7): one controller of the database, live or not. */
+export type ControllerView = {
+  name: string;
+  api_url: string;
+  /** Its lease (database time) is ahead: it owns and pushes to its nodes. */
+  live: boolean;
+  started_at: string;
+  heartbeat_at: string;
+  lease_until: string;
+  /** Nodes whose ownership names it. */
+  nodes_owned: number;
+  /** Of those, the ones whose push connection is up (as it last reported). */
+  nodes_held: number;
+};
+
 export type EventType = 'deployment' | 'node' | 'cluster' | 'push' | 'output';
 
 /** What a `deleted` event carries instead of the resource. */

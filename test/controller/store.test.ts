@@ -1,19 +1,23 @@
 /**
- * SqliteStore on `:memory:` and on a temp file: the global generation sequence, tombstones,
- * revisions and signals, migrations, and durability of a reopened file.
+ * The store suite, run against both stores (SPEC §7): SqliteStore on `:memory:` and PgStore on
+ * a fresh database of a throwaway PostgreSQL: the global generation sequence, tombstones,
+ * revisions and signals, group commit and transactions. Then SQLite's own: migrations and
+ * durability of a reopened file. PostgreSQL's own are in pg-store.test.ts.
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { codeOf } from '../../protocol/errors.js';
 import { ClusterEngine } from '../../controller/clusters/engine.js';
 import { recordSignal, type SignalOutcome } from '../../controller/signal.js';
+import { PgStore } from '../../controller/pg-store.js';
 import { SCHEMA_VERSION, SqliteStore } from '../../controller/sqlite-store.js';
-import type { NewConfig, SignalInput, StoreTx } from '../../controller/store.js';
+import type { NewConfig, SignalInput, Store, StoreTx } from '../../controller/store.js';
 import { thrownCode } from '../helpers/codes.js';
 import { rejectedCode } from '../helpers/controller-codes.js';
+import { startPg, type PgServer } from '../helpers/pg.js';
 
 const WHO = 'spiffe://herald.local/operator/admin';
 const CONFIG: NewConfig = {
@@ -24,220 +28,369 @@ const CONFIG: NewConfig = {
   outputs: [{ name: 'o', type: 'String', error_output: false }],
   options: {},
 };
-const stores: SqliteStore[] = [];
-function open(file = ':memory:'): SqliteStore {
+type Kind = 'sqlite' | 'postgres';
+const stores: Store[] = [];
+let pg: PgServer | undefined;
+beforeAll(async () => {
+  pg = await startPg();
+});
+afterAll(async () => {
+  await pg?.close();
+});
+afterEach(async () => {
+  for (const s of stores.splice(0)) await s.close();
+});
+function openFile(file: string): SqliteStore {
   const s = new SqliteStore(file);
   stores.push(s);
   return s;
 }
-afterEach(async () => {
-  for (const s of stores.splice(0)) await s.close();
-});
+async function openKind(kind: Kind): Promise<Store> {
+  const s =
+    kind === 'sqlite'
+      ? new SqliteStore(':memory:')
+      : await PgStore.open(await pg!.createDatabase(), { controller: 'c1' });
+  stores.push(s);
+  return s;
+}
 /** An agent's result, as the service records it: one transaction (signal.ts). */
-function signal(s: SqliteStore, node: string, dep: string, input: SignalInput, nowMs = Date.now()) {
+function signal(s: Store, node: string, dep: string, input: SignalInput, nowMs = Date.now()) {
   return s
     .transaction((tx) => recordSignal(tx, new ClusterEngine(), node, dep, input, WHO, nowMs))
     .then(({ result, changes }): SignalOutcome & { changes: typeof changes } => ({ ...result, changes }));
 }
 
-describe('generations', () => {
-  it("one global sequence, bumped once per transaction that changes a node's metadata", async () => {
-    const s = open();
-    expect(await s.generation()).toBe(0);
-    const a = await s.createNode('a', null, WHO);
-    expect(a.node.generation).toBe(1);
-    expect(a.changes.generation).toBe(1);
-    const b = await s.createNode('b', null, WHO);
-    expect(b.node.generation).toBe(2);
-    const cfg = await s.createConfig(CONFIG, WHO);
-    expect(await s.generation()).toBe(2); // a config changes no node
-    const d = await s.createDeployment(
-      { node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'UPDATE'], action: 'CREATE', inputValues: {} },
-      WHO,
-    );
-    expect(d.changes.wakes).toEqual([{ node: 'a', generation: 3, reason: 'deployment' }]);
-    expect((await s.getNode('a'))!.generation).toBe(3);
-    expect((await s.getNode('b'))!.generation).toBe(2);
-    const sig = await signal(s, 'a', d.deployment.id, {
-      revision: 1,
-      deployStatusCode: 0,
-      deployStdout: '',
-      deployStderr: '',
-      outputs: {},
-    });
-    expect(sig.changes.generation).toBe(4);
-    expect(sig.changes.wakes).toEqual([]); // a signal bumps, but wakes nobody
-    expect((await s.getNode('a'))!.generation).toBe(4);
-  });
+describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
+  const open = () => openKind(kind);
 
-  it('a deleted and re-created node gets a generation higher than any it had', async () => {
-    const s = open();
-    await s.createNode('a', null, WHO);
-    const cfg = await s.createConfig(CONFIG, WHO);
-    for (let i = 0; i < 3; i++)
-      await s.createDeployment(
-        { node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+  describe('generations', () => {
+    it("one global sequence, bumped once per transaction that changes a node's metadata", async () => {
+      const s = await open();
+      expect(await s.generation()).toBe(0);
+      const a = await s.createNode('a', null, WHO);
+      expect(a.node.generation).toBe(1);
+      expect(a.changes.generation).toBe(1);
+      const b = await s.createNode('b', null, WHO);
+      expect(b.node.generation).toBe(2);
+      const cfg = await s.createConfig(CONFIG, WHO);
+      expect(await s.generation()).toBe(2); // a config changes no node
+      const d = await s.createDeployment(
+        { node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'UPDATE'], action: 'CREATE', inputValues: {} },
         WHO,
       );
-    const high = (await s.getNode('a'))!.generation;
-    await s.deleteNode('a', WHO);
-    expect(await s.getNode('a')).toBeUndefined();
-    expect(await s.isTombstoned('a')).toBe(true);
-    expect(await s.listDeployments({ node: 'a' })).toEqual([]);
-    expect(await rejectedCode(s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true))).toBe('node_deleted');
-    const again = await s.createNode('a', null, WHO);
-    expect(again.node.generation).toBeGreaterThan(high);
-    expect(await s.isTombstoned('a')).toBe(false);
-  });
-});
-
-describe('nodes', () => {
-  it('announce creates (auto-register), updates only on change, refuses unknown without auto-register', async () => {
-    const s = open();
-    const r = await s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true);
-    expect(r).toMatchObject({ created: true, changed: true });
-    expect(await s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true)).toMatchObject({
-      created: false,
-      changed: false,
+      expect(d.changes.wakes).toEqual([{ node: 'a', generation: 3, reason: 'deployment' }]);
+      expect((await s.getNode('a'))!.generation).toBe(3);
+      expect((await s.getNode('b'))!.generation).toBe(2);
+      const sig = await signal(s, 'a', d.deployment.id, {
+        revision: 1,
+        deployStatusCode: 0,
+        deployStdout: '',
+        deployStderr: '',
+        outputs: {},
+      });
+      expect(sig.changes.generation).toBe(4);
+      expect(sig.changes.wakes).toEqual([]); // a signal bumps, but wakes nobody
+      expect((await s.getNode('a'))!.generation).toBe(4);
     });
-    expect(await s.announceEndpoint('a', 'wss://h:2/v1/wake', WHO, true)).toMatchObject({
-      created: false,
-      changed: true,
+
+    it('a deleted and re-created node gets a generation higher than any it had', async () => {
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      const cfg = await s.createConfig(CONFIG, WHO);
+      for (let i = 0; i < 3; i++)
+        await s.createDeployment(
+          { node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+          WHO,
+        );
+      const high = (await s.getNode('a'))!.generation;
+      await s.deleteNode('a', WHO);
+      expect(await s.getNode('a')).toBeUndefined();
+      expect(await s.isTombstoned('a')).toBe(true);
+      expect(await s.listDeployments({ node: 'a' })).toEqual([]);
+      expect(await rejectedCode(s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true))).toBe('node_deleted');
+      const again = await s.createNode('a', null, WHO);
+      expect(again.node.generation).toBeGreaterThan(high);
+      expect(await s.isTombstoned('a')).toBe(false);
     });
-    expect(await rejectedCode(s.announceEndpoint('b', 'wss://h:1/v1/wake', WHO, false))).toBe('not_found');
-    expect(await rejectedCode(s.createNode('a', null, WHO))).toBe('node_exists');
   });
 
-  it('acked generations only grow', async () => {
-    const s = open();
-    await s.createNode('a', null, WHO);
-    await s.recordAcked(new Map([['a', 5]]));
-    await s.recordAcked(
-      new Map([
-        ['a', 3],
-        ['ghost', 9],
-      ]),
-    );
-    expect((await s.getNode('a'))!.ackedGeneration).toBe(5);
-  });
-});
+  describe('nodes', () => {
+    it('announce creates (auto-register), updates only on change, refuses unknown without auto-register', async () => {
+      const s = await open();
+      const r = await s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true);
+      expect(r).toMatchObject({ created: true, changed: true });
+      expect(await s.announceEndpoint('a', 'wss://h:1/v1/wake', WHO, true)).toMatchObject({
+        created: false,
+        changed: false,
+      });
+      expect(await s.announceEndpoint('a', 'wss://h:2/v1/wake', WHO, true)).toMatchObject({
+        created: false,
+        changed: true,
+      });
+      expect(await rejectedCode(s.announceEndpoint('b', 'wss://h:1/v1/wake', WHO, false))).toBe('not_found');
+      expect(await rejectedCode(s.createNode('a', null, WHO))).toBe('node_exists');
+    });
 
-describe('deployments and signals', () => {
-  it('revisions get new item ids; stale/unknown revisions refused; first result wins; Heat status', async () => {
-    const s = open();
-    await s.createNode('a', null, WHO);
-    const cfg = await s.createConfig({ ...CONFIG, outputs: [{ name: 'e', type: 'String', error_output: true }] }, WHO);
-    const { deployment: d } = await s.createDeployment(
-      {
-        node: 'a',
-        configId: cfg.id,
-        name: null,
-        actions: ['CREATE', 'UPDATE'],
-        action: 'CREATE',
+    it('acked generations only grow', async () => {
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      await s.recordAcked(new Map([['a', 5]]));
+      await s.recordAcked(
+        new Map([
+          ['a', 3],
+          ['ghost', 9],
+        ]),
+      );
+      expect((await s.getNode('a'))!.ackedGeneration).toBe(5);
+    });
+  });
+
+  describe('deployments and signals', () => {
+    it('revisions get new item ids; stale/unknown revisions refused; first result wins; Heat status', async () => {
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      const cfg = await s.createConfig(
+        { ...CONFIG, outputs: [{ name: 'e', type: 'String', error_output: true }] },
+        WHO,
+      );
+      const { deployment: d } = await s.createDeployment(
+        {
+          node: 'a',
+          configId: cfg.id,
+          name: null,
+          actions: ['CREATE', 'UPDATE'],
+          action: 'CREATE',
+          inputValues: { k: 'v' },
+        },
+        WHO,
+      );
+      const u = (await s.updateDeployment(d.id, {}, WHO)).deployment;
+      expect(u.current).toMatchObject({
+        revision: 2,
+        action: 'UPDATE',
         inputValues: { k: 'v' },
-      },
-      WHO,
-    );
-    const u = (await s.updateDeployment(d.id, {}, WHO)).deployment;
-    expect(u.current).toMatchObject({ revision: 2, action: 'UPDATE', inputValues: { k: 'v' }, status: 'IN_PROGRESS' });
-    expect(u.current.itemId).not.toBe(d.current.itemId);
-    const sig = (revision: number, code = 0, outputs: Record<string, unknown> = {}) =>
-      signal(s, 'a', d.id, { revision, deployStatusCode: code, deployStdout: 'o', deployStderr: 'e', outputs });
-    expect(await rejectedCode(sig(1))).toBe('stale_revision');
-    expect(await rejectedCode(sig(3))).toBe('unknown_revision');
-    expect(
-      await rejectedCode(
-        signal(s, 'b', d.id, { revision: 2, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} }),
-      ),
-    ).toBe('not_found');
-    const first = await sig(2, 0, { e: 'bad' });
-    expect(first.outcome).toBe('recorded');
-    expect(first.deployment!.current).toMatchObject({
-      status: 'FAILED',
-      signalled: true,
-      outputValues: { e: 'bad', deploy_stdout: 'o', deploy_stderr: 'e', deploy_status_code: 0 },
-    });
-    const second = await sig(2, 0);
-    expect(second.outcome).toBe('duplicate');
-    expect(second.changes.generation).toBeNull();
-    expect(second.deployment!.current.status).toBe('FAILED');
-    expect((await s.listRevisions(d.id)).map((r) => r.revision)).toEqual([1, 2]);
-  });
-
-  it('an action outside actions completes at once ("not triggered") without a wake-up', async () => {
-    const s = open();
-    await s.createNode('a', null, WHO);
-    const cfg = await s.createConfig(CONFIG, WHO);
-    const r = await s.createDeployment(
-      { node: 'a', configId: cfg.id, name: null, actions: ['UPDATE'], action: 'CREATE', inputValues: {} },
-      WHO,
-    );
-    expect(r.deployment.current).toMatchObject({ status: 'COMPLETE', signalled: true });
-    expect(r.deployment.current.statusReason).toMatch(/not triggered/);
-    expect(r.changes.wakes).toEqual([]);
-    expect(r.changes.generation).not.toBeNull();
-  });
-
-  it('DELETE runs only when listed and removes the deployment once signalled', async () => {
-    const s = open();
-    await s.createNode('a', null, WHO);
-    const cfg = await s.createConfig(CONFIG, WHO);
-    const plain = (
-      await s.createDeployment(
-        { node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
-        WHO,
-      )
-    ).deployment;
-    expect((await s.deleteDeployment(plain.id, WHO)).deployment).toBeNull();
-    expect(await s.getDeployment(plain.id)).toBeUndefined();
-    const listed = (
-      await s.createDeployment(
-        { node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'DELETE'], action: 'CREATE', inputValues: {} },
-        WHO,
-      )
-    ).deployment;
-    const del = await s.deleteDeployment(listed.id, WHO);
-    expect(del.deployment!.current).toMatchObject({ action: 'DELETE', revision: 2, status: 'IN_PROGRESS' });
-    expect(del.changes.wakes.length).toBe(1);
-    expect((await s.deleteDeployment(listed.id, WHO)).changes.generation).toBeNull(); // already running
-    expect(await rejectedCode(s.updateDeployment(listed.id, {}, WHO))).toBe('deployment_deleting');
-    const sig = await signal(s, 'a', listed.id, {
-      revision: 2,
-      deployStatusCode: 0,
-      deployStdout: '',
-      deployStderr: '',
-      outputs: {},
-    });
-    expect(sig.deployment).toBeNull();
-    expect(sig.changes.removedDeployments).toEqual([listed.id]);
-    expect(await s.getDeployment(listed.id)).toBeUndefined();
-  });
-
-  it('unknown node or config is refused with its code and field', async () => {
-    const s = open();
-    await s.createNode('a', null, WHO);
-    expect(
-      await rejectedCode(
-        s.createDeployment(
-          { node: 'zz', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} },
-          WHO,
+        status: 'IN_PROGRESS',
+      });
+      expect(u.current.itemId).not.toBe(d.current.itemId);
+      const sig = (revision: number, code = 0, outputs: Record<string, unknown> = {}) =>
+        signal(s, 'a', d.id, { revision, deployStatusCode: code, deployStdout: 'o', deployStderr: 'e', outputs });
+      expect(await rejectedCode(sig(1))).toBe('stale_revision');
+      expect(await rejectedCode(sig(3))).toBe('unknown_revision');
+      expect(
+        await rejectedCode(
+          signal(s, 'b', d.id, { revision: 2, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} }),
         ),
-      ),
-    ).toBe('unknown_node');
-    expect(
-      await rejectedCode(
-        s.createDeployment(
-          { node: 'a', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} },
+      ).toBe('not_found');
+      const first = await sig(2, 0, { e: 'bad' });
+      expect(first.outcome).toBe('recorded');
+      expect(first.deployment!.current).toMatchObject({
+        status: 'FAILED',
+        signalled: true,
+        outputValues: { e: 'bad', deploy_stdout: 'o', deploy_stderr: 'e', deploy_status_code: 0 },
+      });
+      const second = await sig(2, 0);
+      expect(second.outcome).toBe('duplicate');
+      expect(second.changes.generation).toBeNull();
+      expect(second.deployment!.current.status).toBe('FAILED');
+      expect((await s.listRevisions(d.id)).map((r) => r.revision)).toEqual([1, 2]);
+    });
+
+    it('an action outside actions completes at once ("not triggered") without a wake-up', async () => {
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      const cfg = await s.createConfig(CONFIG, WHO);
+      const r = await s.createDeployment(
+        { node: 'a', configId: cfg.id, name: null, actions: ['UPDATE'], action: 'CREATE', inputValues: {} },
+        WHO,
+      );
+      expect(r.deployment.current).toMatchObject({ status: 'COMPLETE', signalled: true });
+      expect(r.deployment.current.statusReason).toMatch(/not triggered/);
+      expect(r.changes.wakes).toEqual([]);
+      expect(r.changes.generation).not.toBeNull();
+    });
+
+    it('DELETE runs only when listed and removes the deployment once signalled', async () => {
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      const cfg = await s.createConfig(CONFIG, WHO);
+      const plain = (
+        await s.createDeployment(
+          { node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
           WHO,
+        )
+      ).deployment;
+      expect((await s.deleteDeployment(plain.id, WHO)).deployment).toBeNull();
+      expect(await s.getDeployment(plain.id)).toBeUndefined();
+      const listed = (
+        await s.createDeployment(
+          { node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'DELETE'], action: 'CREATE', inputValues: {} },
+          WHO,
+        )
+      ).deployment;
+      const del = await s.deleteDeployment(listed.id, WHO);
+      expect(del.deployment!.current).toMatchObject({ action: 'DELETE', revision: 2, status: 'IN_PROGRESS' });
+      expect(del.changes.wakes.length).toBe(1);
+      expect((await s.deleteDeployment(listed.id, WHO)).changes.generation).toBeNull(); // already running
+      expect(await rejectedCode(s.updateDeployment(listed.id, {}, WHO))).toBe('deployment_deleting');
+      const sig = await signal(s, 'a', listed.id, {
+        revision: 2,
+        deployStatusCode: 0,
+        deployStdout: '',
+        deployStderr: '',
+        outputs: {},
+      });
+      expect(sig.deployment).toBeNull();
+      expect(sig.changes.removedDeployments).toEqual([listed.id]);
+      expect(await s.getDeployment(listed.id)).toBeUndefined();
+    });
+
+    it('unknown node or config is refused with its code and field', async () => {
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      expect(
+        await rejectedCode(
+          s.createDeployment(
+            { node: 'zz', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} },
+            WHO,
+          ),
         ),
-      ),
-    ).toBe('unknown_config');
+      ).toBe('unknown_node');
+      expect(
+        await rejectedCode(
+          s.createDeployment(
+            { node: 'a', configId: 'x', name: null, actions: [], action: 'CREATE', inputValues: {} },
+            WHO,
+          ),
+        ),
+      ).toBe('unknown_config');
+    });
+
+    it('audits who changed what', async () => {
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      expect((await s.listAudit())[0]).toMatchObject({ who: WHO, action: 'node.create', target: 'a' });
+    });
   });
 
-  it('audits who changed what', async () => {
-    const s = open();
-    await s.createNode('a', null, WHO);
-    expect((await s.listAudit())[0]).toMatchObject({ who: WHO, action: 'node.create', target: 'a' });
+  describe('group commit', () => {
+    it("shares one transaction but keeps each change's own result or error", async () => {
+      const { GroupCommitter } = await import('../../controller/group-commit.js');
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      const cfg = await s.createConfig(CONFIG, WHO);
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++)
+        ids.push(
+          (
+            await s.createDeployment(
+              { node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+              WHO,
+            )
+          ).deployment.id,
+        );
+      const g = new GroupCommitter(s);
+      const engine = new ClusterEngine();
+      const body = (revision: number) => ({
+        revision,
+        deployStatusCode: 0,
+        deployStdout: '',
+        deployStderr: '',
+        outputs: {},
+      });
+      const results = await Promise.allSettled([
+        g.run((tx) => recordSignal(tx, engine, 'a', ids[0]!, body(1), WHO, Date.now())),
+        g.run((tx) => recordSignal(tx, engine, 'a', ids[1]!, body(7), WHO, Date.now())), // unknown_revision: only this one fails
+        g.run((tx) => recordSignal(tx, engine, 'a', ids[2]!, body(1), WHO, Date.now())),
+      ]);
+      expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+      expect(codeOf((results[1] as PromiseRejectedResult).reason)).toBe('unknown_revision');
+      expect((await s.getDeployment(ids[0]!))!.current.signalled).toBe(true);
+      expect((await s.getDeployment(ids[1]!))!.current.signalled).toBe(false);
+      expect((await s.getDeployment(ids[2]!))!.current.signalled).toBe(true);
+      const gens = results
+        .filter((r) => r.status === 'fulfilled')
+        .map((r) => (r as PromiseFulfilledResult<{ changes: { generation: number } }>).value.changes.generation);
+      expect(gens[1]).toBeGreaterThan(gens[0]!);
+      expect((await s.getNode('a'))!.generation).toBe(gens[1]);
+    });
+  });
+
+  describe('transactions', () => {
+    it('a read outside sees only what was committed: it waits for the open transaction (SQLite) or reads the last commit (PostgreSQL)', async () => {
+      const s = await open();
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      let entered!: () => void;
+      const inside = new Promise<void>((r) => (entered = r));
+      const tx = s.transaction(async (t) => {
+        await t.createNode('a', null, WHO);
+        entered();
+        await gate; // the transaction stays open across turns of the event loop
+        await t.createNode('b', null, WHO);
+      });
+      if (kind === 'sqlite') {
+        let seen: unknown = 'pending';
+        const read = s.listNodes().then((l) => (seen = l.map((n) => n.id)));
+        await new Promise((r) => setImmediate(r));
+        expect(seen).toBe('pending');
+        release();
+        await tx;
+        await read;
+        expect(seen).toEqual(['a', 'b']);
+      } else {
+        await inside;
+        expect(await s.listNodes()).toEqual([]); // 'a' is not committed yet
+        release();
+        await tx;
+        expect((await s.listNodes()).map((n) => n.id)).toEqual(['a', 'b']);
+      }
+    });
+
+    it('a rejected callback rolls everything back; a second transaction never sees its writes', async () => {
+      const s = await open();
+      const order: string[] = [];
+      const first = s.transaction(async (t) => {
+        await t.createNode('a', null, WHO);
+        await new Promise((r) => setImmediate(r));
+        order.push('first');
+        throw new Error('boom');
+      });
+      const second = s.transaction(async (t) => {
+        order.push('second');
+        expect(await t.node('a')).toBeUndefined();
+        await t.createNode('b', null, WHO);
+      });
+      await expect(first).rejects.toThrow('boom');
+      const { changes } = await second;
+      // SQLite runs them one after the other; PostgreSQL at once (they touch different rows)
+      if (kind === 'sqlite') expect(order).toEqual(['first', 'second']);
+      else expect(order.sort()).toEqual(['first', 'second']);
+      expect(changes.generation).toBe(1); // the rolled-back bump is gone too
+      expect((await s.listNodes()).map((n) => n.id)).toEqual(['b']);
+    });
+
+    it('a transaction object used after its callback settled rejects internal', async () => {
+      const s = await open();
+      let kept: StoreTx | undefined;
+      await s.transaction(async (t) => {
+        kept = t;
+      });
+      expect(await rejectedCode(kept!.createNode('late', null, WHO))).toBe('internal');
+      expect(await s.getNode('late')).toBeUndefined();
+    });
+
+    it('close waits for the open transaction; later calls reject internal', async () => {
+      const s = await open();
+      const tx = s.transaction(async (t) => {
+        await new Promise((r) => setImmediate(r));
+        await t.createNode('a', null, WHO);
+      });
+      const closed = s.close();
+      await tx;
+      await closed;
+      expect(await rejectedCode(s.getNode('a'))).toBe('internal');
+      expect(await rejectedCode(s.createNode('b', null, WHO))).toBe('internal');
+    });
   });
 });
 
@@ -258,7 +411,7 @@ describe('the database file', () => {
       const gen = await s1.generation();
       await s1.close();
       await s1.close(); // idempotent
-      const s2 = open(file);
+      const s2 = openFile(file);
       expect(await s2.generation()).toBe(gen);
       expect(await s2.getDeployment(d.id)).toEqual(d);
       expect(await s2.getConfig(cfg.id)).toEqual(cfg);
@@ -292,7 +445,7 @@ describe('the database file', () => {
       );
       expect(indexes(db)).toEqual(['cluster_nodes_by_node']);
       db.close();
-      const s2 = open(file);
+      const s2 = openFile(file);
       expect(await s2.getNode('a')).toBeDefined();
       await s2.close();
       const after = new Database(file, { readonly: true });
@@ -310,6 +463,21 @@ describe('the database file', () => {
     }
   });
 
+  it('refuses a second store on the same file at once (db_in_use), and lets it open once the first closed', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-store-'));
+    try {
+      const file = path.join(dir, 'h.db');
+      const first = new SqliteStore(file);
+      await first.createNode('a', null, WHO);
+      expect(thrownCode(() => new SqliteStore(file))).toBe('db_in_use');
+      await first.close();
+      const again = openFile(file);
+      expect((await again.getNode('a'))?.id).toBe('a');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('refuses a database written by a newer schema', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-store-'));
     const file = path.join(dir, 'h.db');
@@ -322,113 +490,5 @@ describe('the database file', () => {
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
-  });
-});
-
-describe('group commit', () => {
-  it("shares one transaction but keeps each change's own result or error", async () => {
-    const { GroupCommitter } = await import('../../controller/group-commit.js');
-    const s = open();
-    await s.createNode('a', null, WHO);
-    const cfg = await s.createConfig(CONFIG, WHO);
-    const ids: string[] = [];
-    for (let i = 0; i < 3; i++)
-      ids.push(
-        (
-          await s.createDeployment(
-            { node: 'a', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
-            WHO,
-          )
-        ).deployment.id,
-      );
-    const g = new GroupCommitter(s);
-    const engine = new ClusterEngine();
-    const body = (revision: number) => ({
-      revision,
-      deployStatusCode: 0,
-      deployStdout: '',
-      deployStderr: '',
-      outputs: {},
-    });
-    const results = await Promise.allSettled([
-      g.run((tx) => recordSignal(tx, engine, 'a', ids[0]!, body(1), WHO, Date.now())),
-      g.run((tx) => recordSignal(tx, engine, 'a', ids[1]!, body(7), WHO, Date.now())), // unknown_revision: only this one fails
-      g.run((tx) => recordSignal(tx, engine, 'a', ids[2]!, body(1), WHO, Date.now())),
-    ]);
-    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
-    expect(codeOf((results[1] as PromiseRejectedResult).reason)).toBe('unknown_revision');
-    expect((await s.getDeployment(ids[0]!))!.current.signalled).toBe(true);
-    expect((await s.getDeployment(ids[1]!))!.current.signalled).toBe(false);
-    expect((await s.getDeployment(ids[2]!))!.current.signalled).toBe(true);
-    const gens = results
-      .filter((r) => r.status === 'fulfilled')
-      .map((r) => (r as PromiseFulfilledResult<{ changes: { generation: number } }>).value.changes.generation);
-    expect(gens[1]).toBeGreaterThan(gens[0]!);
-    expect((await s.getNode('a'))!.generation).toBe(gens[1]);
-  });
-});
-
-describe('transactions', () => {
-  it('a read outside waits while a transaction is open, and sees only what it committed', async () => {
-    const s = open();
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    const tx = s.transaction(async (t) => {
-      await t.createNode('a', null, WHO);
-      await gate; // the transaction stays open across turns of the event loop
-      await t.createNode('b', null, WHO);
-    });
-    let seen: unknown = 'pending';
-    const read = s.listNodes().then((l) => (seen = l.map((n) => n.id)));
-    await new Promise((r) => setImmediate(r));
-    expect(seen).toBe('pending');
-    release();
-    await tx;
-    await read;
-    expect(seen).toEqual(['a', 'b']);
-  });
-
-  it('a rejected callback rolls everything back, and a second transaction waits for the first', async () => {
-    const s = open();
-    const order: string[] = [];
-    const first = s.transaction(async (t) => {
-      await t.createNode('a', null, WHO);
-      await new Promise((r) => setImmediate(r));
-      order.push('first');
-      throw new Error('boom');
-    });
-    const second = s.transaction(async (t) => {
-      order.push('second');
-      expect(await t.node('a')).toBeUndefined();
-      await t.createNode('b', null, WHO);
-    });
-    await expect(first).rejects.toThrow('boom');
-    const { changes } = await second;
-    expect(order).toEqual(['first', 'second']);
-    expect(changes.generation).toBe(1); // the rolled-back bump is gone too
-    expect((await s.listNodes()).map((n) => n.id)).toEqual(['b']);
-  });
-
-  it('a transaction object used after its callback settled rejects internal', async () => {
-    const s = open();
-    let kept: StoreTx | undefined;
-    await s.transaction(async (t) => {
-      kept = t;
-    });
-    expect(await rejectedCode(kept!.createNode('late', null, WHO))).toBe('internal');
-    expect(await s.getNode('late')).toBeUndefined();
-  });
-
-  it('close waits for the open transaction; later calls reject internal', async () => {
-    const s = open();
-    const tx = s.transaction(async (t) => {
-      await new Promise((r) => setImmediate(r));
-      await t.createNode('a', null, WHO);
-    });
-    const closed = s.close();
-    await tx;
-    await closed;
-    expect(await rejectedCode(s.getNode('a'))).toBe('internal');
-    expect(await rejectedCode(s.createNode('b', null, WHO))).toBe('internal');
   });
 });

@@ -199,7 +199,7 @@ describe('hidden inputs across a cluster (review item 1)', () => {
 });
 
 describe('database file modes (review item 2)', () => {
-  it('creates the database and its -wal/-shm 0600 in a 0700 directory, whatever the umask', async () => {
+  it('creates the database and its -wal 0600 in a 0700 directory, whatever the umask (no -shm: the one controller holds the file exclusively)', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-dbmode-'));
     const old = process.umask(0o022);
     let t: TestController | undefined;
@@ -208,8 +208,8 @@ describe('database file modes (review item 2)', () => {
       t = await startTestController(pki, { db });
       expect((await t.req(op, 'POST', '/v1/nodes', { id: 'm1' })).status).toBe(201); // a write: the WAL exists
       expect(fs.statSync(path.dirname(db)).mode & 0o777).toBe(0o700);
-      for (const f of [db, `${db}-wal`, `${db}-shm`])
-        expect({ f, mode: fs.statSync(f).mode & 0o777 }).toEqual({ f, mode: 0o600 });
+      for (const f of [db, `${db}-wal`]) expect({ f, mode: fs.statSync(f).mode & 0o777 }).toEqual({ f, mode: 0o600 });
+      expect(fs.existsSync(`${db}-shm`)).toBe(false);
       expect(t.logLines().filter((l) => l.code === 'unsafe_file_mode')).toEqual([]);
     } finally {
       process.umask(old);

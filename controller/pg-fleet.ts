@@ -1,0 +1,440 @@
+/**
+ * One controller's place among several on one PostgreSQL database (SPEC §7): membership,
+ * node ownership, and the push service behind it.
+ *
+ * - Membership: a row per controller (name, API URL, heartbeat) renewed every
+ *   CONTROLLER_HEARTBEAT_INTERVAL_MS; its lease runs CONTROLLER_LEASE_MS past each renewal, in
+ *   the database's clock, so controllers on machines with different clocks agree on who is live.
+ * - Ownership: a row per node naming its owner and a fencing epoch, raised at every change of
+ *   owner (and when an owner starts again). A node's lease is its owner's. Every
+ *   OWNERSHIP_RECONCILE_INTERVAL_MS each controller compares the rows with the rendezvous
+ *   spread over the live controllers: it claims the nodes that are its own and whose owner is
+ *   missing or dead (one statement checks that at the claim, so two controllers never both
+ *   win), and releases the nodes that belong to another live controller. A claimed node is
+ *   adopted: the dialer connects to it and sends a ping wake-up with the current generation.
+ * - Fencing: only the owner pushes (`notify` and `setEndpoint` pass through only for owned
+ *   nodes), and only while its own lease holds: a controller that cannot renew stops pushing
+ *   when the lease it last got ends (its monotonic clock, started before the renewal was sent,
+ *   so it stops no later than the others think it dead). Acknowledged generations are written
+ *   with the epoch held (pg-store.ts), so a fenced-out owner's acks are ignored.
+ *
+ * `Fleet` is the `PushService` the controller's service sees.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import {
+  CONTROLLER_HEARTBEAT_INTERVAL_MS,
+  CONTROLLER_LEASE_MS,
+  OWNERSHIP_RECONCILE_INTERVAL_MS,
+} from '../protocol/limits.js';
+import type { Ed25519PrivateJwk } from '../protocol/jws.js';
+import type { ControllerView } from '../protocol/rest.js';
+import type { WakeReason } from '../protocol/wake.js';
+import type { PgStore } from './pg-store.js';
+import { IDLE_PUSH_STATE, type PushEvents, type PushService, type PushState, type PushTarget } from './push-types.js';
+import { ownerOf } from './rendezvous.js';
+
+export interface FleetOptions {
+  store: PgStore;
+  /** This controller's name (its certificate's). */
+  name: string;
+  /** The URL operators and agents reach its API at (known once the API listens). */
+  apiUrl: () => string;
+  /** The real dialer (PushDialer or PushPool). */
+  push: PushService;
+  logger: Logger;
+  registry: Registry;
+  /** Monotonic ms (default performance.now). */
+  clock?: () => number;
+  heartbeatMs?: number;
+  leaseMs?: number;
+  reconcileMs?: number;
+}
+
+/** A controller as `GET /v1/controllers` shows it. */
+export type ControllerMember = ControllerView;
+
+interface NodeRow {
+  id: string;
+  endpoint: string | null;
+  generation: number;
+  controller: string | null;
+  epoch: number | null;
+}
+
+export class Fleet implements PushService {
+  readonly #o: Required<Omit<FleetOptions, 'clock'>> & { clock: () => number };
+  readonly #inner: PushService;
+  readonly #log: Logger;
+  readonly #incarnation = randomUUID();
+  /** Owned node → the epoch held. */
+  readonly #owned = new Map<string, number>();
+  /** Owned node → the endpoint given to the dialer. */
+  readonly #endpoints = new Map<string, string | null>();
+  /** Monotonic ms until which this controller may push (its lease as it last renewed it). */
+  #leaseUntil = 0;
+  #live: string[] = [];
+  #heartbeatTimer: NodeJS.Timeout | undefined;
+  #reconcileTimer: NodeJS.Timeout | undefined;
+  #reconciling: Promise<void> | undefined;
+  #again = false;
+  #started = false;
+  #closed = false;
+  #leaseLostLogged = false;
+  readonly #m: {
+    owned: Gauge;
+    held: Gauge;
+    takeovers: Counter;
+    released: Counter;
+    renew: Histogram;
+    renewFailures: Counter;
+  };
+
+  constructor(o: FleetOptions) {
+    this.#o = {
+      clock: () => performance.now(),
+      heartbeatMs: CONTROLLER_HEARTBEAT_INTERVAL_MS,
+      leaseMs: CONTROLLER_LEASE_MS,
+      reconcileMs: OWNERSHIP_RECONCILE_INTERVAL_MS,
+      ...o,
+    };
+    this.#inner = o.push;
+    this.#log = o.logger.child({ component: 'fleet' });
+    const r = o.registry;
+    this.#m = {
+      owned: new Gauge({ name: 'herald_fleet_nodes_owned', help: 'nodes this controller owns', registers: [r] }),
+      held: new Gauge({
+        name: 'herald_fleet_nodes_held',
+        help: 'owned nodes whose push connection is up',
+        registers: [r],
+      }),
+      takeovers: new Counter({
+        name: 'herald_fleet_takeovers_total',
+        help: 'nodes claimed from a dead controller or from none',
+        registers: [r],
+      }),
+      released: new Counter({
+        name: 'herald_fleet_released_total',
+        help: 'nodes handed to another live controller (rendezvous spread)',
+        registers: [r],
+      }),
+      renew: new Histogram({
+        name: 'herald_fleet_lease_renew_seconds',
+        help: 'time to renew the membership lease',
+        buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2, 5],
+        registers: [r],
+      }),
+      renewFailures: new Counter({
+        name: 'herald_fleet_lease_renew_failures_total',
+        help: 'lease renewals that failed (database unreachable)',
+        registers: [r],
+      }),
+    };
+    o.store.setAckFence((node) => (this.#pushing() ? this.#owned.get(node) : undefined));
+  }
+
+  get name(): string {
+    return this.#o.name;
+  }
+
+  /** The controllers thought live at the last reconcile (sorted). */
+  get liveControllers(): readonly string[] {
+    return this.#live;
+  }
+
+  owns(node: string): boolean {
+    return this.#owned.has(node) && this.#pushing();
+  }
+
+  get ownedCount(): number {
+    return this.#owned.size;
+  }
+
+  #pushing(): boolean {
+    return this.#o.clock() < this.#leaseUntil;
+  }
+
+  // ---- PushService -------------------------------------------------------------------------
+
+  /** Joins (membership row), then claims its nodes; `targets` are ignored: ownership decides. */
+  async start(_targets: PushTarget[]): Promise<void> {
+    if (this.#started) return;
+    this.#started = true;
+    await this.#inner.start([]);
+    await this.#join();
+    await this.reconcile();
+    this.#heartbeatTimer = setInterval(() => void this.#heartbeat(), this.#o.heartbeatMs);
+    this.#heartbeatTimer.unref();
+    this.#reconcileTimer = setInterval(() => void this.reconcile(), this.#o.reconcileMs);
+    this.#reconcileTimer.unref();
+  }
+
+  notify(node: string, generation: number, reason: WakeReason): void {
+    if (this.owns(node)) this.#inner.notify(node, generation, reason);
+  }
+
+  setEndpoint(node: string, url: string | null, generation: number): void {
+    if (!this.owns(node)) return;
+    if (this.#endpoints.get(node) === url) return;
+    this.#endpoints.set(node, url);
+    this.#inner.setEndpoint(node, url, generation);
+  }
+
+  remove(node: string): void {
+    this.#drop(node);
+  }
+
+  state(node: string): PushState {
+    return this.#owned.has(node) ? this.#inner.state(node) : { ...IDLE_PUSH_STATE };
+  }
+
+  setSigningKey(jwk: Ed25519PrivateJwk): void {
+    this.#inner.setSigningKey(jwk);
+  }
+
+  on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {
+    this.#inner.on(event, fn);
+  }
+
+  /** Leaves: stops the timers, hands its nodes back (others claim them at once) and closes the dialer. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearInterval(this.#heartbeatTimer);
+    clearInterval(this.#reconcileTimer);
+    await this.#reconciling;
+    const mine = [...this.#owned.keys()];
+    this.#owned.clear();
+    try {
+      await this.#o.store.sql.unsafe('DELETE FROM node_owners WHERE controller = $1', [this.#o.name]);
+      await this.#o.store.sql.unsafe(
+        'UPDATE controllers SET lease_until = now() WHERE name = $1 AND incarnation = $2',
+        [this.#o.name, this.#incarnation],
+      );
+    } catch (err) {
+      this.#log.warn({ err: { message: (err as Error).message } }, 'could not hand back nodes at shutdown');
+    }
+    this.#log.info({ nodes: mine.length }, 'left the fleet');
+    await this.#inner.close();
+  }
+
+  // ---- membership --------------------------------------------------------------------------
+
+  async #join(): Promise<void> {
+    const t0 = this.#o.clock();
+    await this.#o.store.sql.unsafe(
+      `INSERT INTO controllers (name, api_url, incarnation, started_at, heartbeat_at, lease_until)
+       VALUES ($1, $2, $3, now(), now(), now() + make_interval(secs => $4))
+       ON CONFLICT (name) DO UPDATE SET api_url = excluded.api_url, incarnation = excluded.incarnation,
+         started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, lease_until = excluded.lease_until`,
+      [this.#o.name, this.#o.apiUrl(), this.#incarnation, this.#o.leaseMs / 1000],
+    );
+    this.#leaseUntil = t0 + this.#o.leaseMs;
+    this.#log.info({ controller: this.#o.name, apiUrl: this.#o.apiUrl() }, 'joined the fleet');
+  }
+
+  async #heartbeat(): Promise<void> {
+    if (this.#closed) return;
+    const t0 = this.#o.clock();
+    let held = 0;
+    for (const node of this.#owned.keys()) if (this.#inner.state(node).connected) held++;
+    this.#m.held.set(held);
+    try {
+      const r = await this.#o.store.sql.unsafe(
+        `UPDATE controllers SET heartbeat_at = now(), lease_until = now() + make_interval(secs => $3), api_url = $4,
+           nodes_held = $5 WHERE name = $1 AND incarnation = $2`,
+        [this.#o.name, this.#incarnation, this.#o.leaseMs / 1000, this.#o.apiUrl(), held],
+      );
+      this.#m.renew.observe((this.#o.clock() - t0) / 1000);
+      if (r.count === 0) {
+        // another process took this name (or an operator removed the row): join again, and
+        // take the nodes back only through the claim rules
+        this.#log.warn({ controller: this.#o.name }, 'membership row replaced by another incarnation; joining again');
+        await this.#join();
+        return;
+      }
+      if (!this.#pushing() && this.#leaseLostLogged) this.#log.info('lease renewed again: rejoining the fleet');
+      this.#leaseUntil = t0 + this.#o.leaseMs;
+      this.#leaseLostLogged = false;
+      void this.#o.store.pruneChanges().catch(() => {});
+    } catch (err) {
+      this.#m.renewFailures.inc();
+      if (!this.#pushing()) this.#loseLease(err);
+      else
+        this.#log.warn(
+          { code: 'store_unavailable', err: { message: (err as Error).message } },
+          'could not renew the lease; pushing until it ends',
+        );
+    }
+  }
+
+  /** The lease ended without a renewal: stop pushing to every node, forget them (others take them). */
+  #loseLease(err: unknown): void {
+    if (!this.#leaseLostLogged) {
+      this.#leaseLostLogged = true;
+      this.#log.error(
+        { code: 'store_unavailable', nodes: this.#owned.size, err: { message: (err as Error).message } },
+        'lease ended without a renewal: stopped pushing; the nodes go to the live controllers',
+      );
+    }
+    for (const node of [...this.#owned.keys()]) this.#drop(node);
+  }
+
+  #drop(node: string): void {
+    this.#owned.delete(node);
+    this.#endpoints.delete(node);
+    this.#inner.remove(node);
+    this.#m.owned.set(this.#owned.size);
+  }
+
+  // ---- ownership ---------------------------------------------------------------------------
+
+  /** Compares ownership with the spread now (the timer calls it); a run in progress is followed by one more. */
+  reconcile(): Promise<void> {
+    if (this.#closed) return Promise.resolve();
+    if (this.#reconciling) {
+      this.#again = true;
+      return this.#reconciling;
+    }
+    this.#reconciling = (async () => {
+      do {
+        this.#again = false;
+        try {
+          await this.#reconcile();
+        } catch (err) {
+          if (!this.#pushing()) this.#loseLease(err);
+          else this.#log.warn({ err: { message: (err as Error).message } }, 'ownership not reconciled this time');
+        }
+      } while (this.#again && !this.#closed);
+    })().finally(() => {
+      this.#reconciling = undefined;
+    });
+    return this.#reconciling;
+  }
+
+  async #reconcile(): Promise<void> {
+    if (!this.#pushing()) {
+      if (this.#owned.size > 0) this.#loseLease(new Error('lease ended'));
+      return;
+    }
+    const sql = this.#o.store.sql;
+    const me = this.#o.name;
+    const live = (
+      (await sql.unsafe('SELECT name FROM controllers WHERE lease_until > now() ORDER BY name')) as unknown as Array<{
+        name: string;
+      }>
+    ).map((r) => r.name);
+    if (!live.includes(me)) live.push(me);
+    live.sort();
+    if (live.join(',') !== this.#live.join(',')) this.#log.info({ live, was: this.#live }, 'live controllers changed');
+    this.#live = live;
+    const rows = (await sql.unsafe(
+      `SELECT n.id, n.endpoint, n.generation, o.controller, o.epoch
+       FROM nodes n LEFT JOIN node_owners o ON o.node_id = n.id`,
+    )) as unknown as NodeRow[];
+    const liveSet = new Set(live);
+    const claim: NodeRow[] = [];
+    const readopt: NodeRow[] = [];
+    const release: string[] = [];
+    const stillMine = new Set<string>();
+    for (const r of rows) {
+      const want = ownerOf(r.id, live);
+      if (r.controller === me) {
+        if (want !== me) release.push(r.id);
+        else if (this.#owned.get(r.id) !== r.epoch) readopt.push(r);
+        else stillMine.add(r.id);
+      } else if (want === me && (r.controller === null || !liveSet.has(r.controller))) claim.push(r);
+    }
+    // ownership this process thought it had but the rows no longer give it (taken while cut off, node deleted)
+    const rowsMine = new Set([...stillMine, ...readopt.map((r) => r.id), ...release]);
+    for (const node of [...this.#owned.keys()]) if (!rowsMine.has(node)) this.#drop(node);
+
+    if (release.length > 0) {
+      await sql.unsafe('DELETE FROM node_owners WHERE controller = $1 AND node_id = ANY($2::text[])', [
+        me,
+        release,
+      ] as never[]);
+      for (const node of release) this.#drop(node);
+      this.#m.released.inc(release.length);
+      this.#log.info({ nodes: release.length, live }, 'handed nodes to other live controllers');
+    }
+    if (claim.length > 0) {
+      const won = (await sql.unsafe(
+        `INSERT INTO node_owners (node_id, controller, epoch)
+         SELECT id, $1, 1 FROM unnest($2::text[]) AS v(id)
+         ON CONFLICT (node_id) DO UPDATE SET controller = excluded.controller, epoch = node_owners.epoch + 1, since = now()
+           WHERE node_owners.controller <> excluded.controller
+             AND NOT EXISTS (SELECT 1 FROM controllers c WHERE c.name = node_owners.controller AND c.lease_until > now())
+         RETURNING node_id, epoch`,
+        [me, claim.map((r) => r.id)] as never[],
+      )) as unknown as Array<{ node_id: string; epoch: number }>;
+      const byId = new Map(claim.map((r) => [r.id, r]));
+      const from = new Map<string, number>();
+      for (const w of won) {
+        const r = byId.get(w.node_id)!;
+        const was = r.controller ?? '(none)';
+        from.set(was, (from.get(was) ?? 0) + 1);
+        this.#adopt(r, w.epoch);
+      }
+      if (won.length > 0) {
+        this.#m.takeovers.inc(won.length);
+        this.#log.info({ nodes: won.length, from: Object.fromEntries(from) }, 'took over nodes');
+      }
+    }
+    if (readopt.length > 0) {
+      // rows naming this controller from before it (re)started, or from before a lease loss: a new epoch fences the old
+      const won = (await sql.unsafe(
+        `UPDATE node_owners SET epoch = epoch + 1, since = now()
+         WHERE controller = $1 AND node_id = ANY($2::text[]) RETURNING node_id, epoch`,
+        [me, readopt.map((r) => r.id)] as never[],
+      )) as unknown as Array<{ node_id: string; epoch: number }>;
+      const byId = new Map(readopt.map((r) => [r.id, r]));
+      for (const w of won) this.#adopt(byId.get(w.node_id)!, w.epoch);
+      if (won.length > 0) this.#log.info({ nodes: won.length }, 'adopted the nodes it owned before');
+    }
+    this.#m.owned.set(this.#owned.size);
+  }
+
+  /** Owns `r` from now at `epoch`: a fresh dialer entry, so it connects and pings with the current generation. */
+  #adopt(r: NodeRow, epoch: number): void {
+    this.#owned.set(r.id, epoch);
+    this.#inner.remove(r.id);
+    this.#endpoints.set(r.id, r.endpoint);
+    if (r.endpoint !== null) this.#inner.setEndpoint(r.id, r.endpoint, r.generation);
+  }
+
+  /** Every controller of the database, live or not, with what it owns and holds. */
+  async members(): Promise<ControllerMember[]> {
+    const rows = (await this.#o.store.sql.unsafe(
+      `SELECT c.name, c.api_url, c.started_at, c.heartbeat_at, c.lease_until, c.lease_until > now() AS live,
+              c.nodes_held, (SELECT COUNT(*) FROM node_owners o WHERE o.controller = c.name) AS nodes_owned
+       FROM controllers c ORDER BY c.name`,
+    )) as unknown as Array<{
+      name: string;
+      api_url: string;
+      started_at: Date;
+      heartbeat_at: Date;
+      lease_until: Date;
+      live: boolean;
+      nodes_held: number;
+      nodes_owned: number;
+    }>;
+    return rows.map((r) => ({
+      name: r.name,
+      api_url: r.api_url,
+      live: r.live,
+      started_at: new Date(r.started_at).toISOString(),
+      heartbeat_at: new Date(r.heartbeat_at).toISOString(),
+      lease_until: new Date(r.lease_until).toISOString(),
+      nodes_owned: Number(r.nodes_owned),
+      nodes_held: r.name === this.#o.name ? this.#heldNow() : r.nodes_held,
+    }));
+  }
+
+  #heldNow(): number {
+    let held = 0;
+    for (const node of this.#owned.keys()) if (this.#inner.state(node).connected) held++;
+    return held;
+  }
+}
