@@ -60,6 +60,8 @@ afterAll(async () => {
 const nowS = (): number => Math.floor(Date.now() / 1000);
 const quiet: Logger = { info: () => undefined, warn: () => undefined, error: () => undefined };
 const C2 = (): string => b.spiffe('controller', 'c2');
+/** c2's own signing key: the key the agent trusts for wake-ups whose `iss` is c2 (SPEC §7). */
+const c2Jwk = (): ReturnType<Battery['signingJwkOf']> => b.signingJwkOf('c2');
 const N1 = (): string => b.spiffe('agent', 'n1');
 
 /** Claims of a wake-up from c2 to n1 that would be valid, with `over` applied. */
@@ -68,10 +70,10 @@ function claims(over: Record<string, unknown> = {}): Record<string, unknown> {
   return { iss: C2(), aud: N1(), iat, exp: iat + 60, jti: newJti(), gen: FUTURE_GEN, reason: 'deployment', ...over };
 }
 function header(over: Record<string, unknown> = {}): Record<string, unknown> {
-  return { alg: 'EdDSA', kid: b.signingJwk.kid, typ: WAKE_TYP, ...over };
+  return { alg: 'EdDSA', kid: c2Jwk().kid, typ: WAKE_TYP, ...over };
 }
-/** Signs with the trusted key. */
-const signed = (h: Record<string, unknown>, c: Record<string, unknown>): string => craft(b.signingJwk, h, c);
+/** Signs with c2's trusted key. */
+const signed = (h: Record<string, unknown>, c: Record<string, unknown>): string => craft(c2Jwk(), h, c);
 
 async function c2(): Promise<OpenWs> {
   return openWs(n1.port, b.cred('controller', 'c2'));
@@ -88,7 +90,7 @@ describe.skipIf(!built)('frames: every verifier code over a live connection', ()
       () => {
         const input = `${b64(header())}.${Buffer.from('gen=1000000').toString('base64url')}`;
         const key = crypto.createPrivateKey({
-          key: { kty: 'OKP', crv: 'Ed25519', x: b.signingJwk.x, d: b.signingJwk.d },
+          key: { kty: 'OKP', crv: 'Ed25519', x: c2Jwk().x, d: c2Jwk().d },
           format: 'jwk',
         });
         return `${input}.${crypto.sign(null, Buffer.from(input), key).toString('base64url')}`;
@@ -103,14 +105,14 @@ describe.skipIf(!built)('frames: every verifier code over a live connection', ()
       'alg HS256 keyed with the public key',
       () => {
         const input = `${b64(header({ alg: 'HS256' }))}.${b64(claims())}`;
-        return `${input}.${crypto.createHmac('sha256', Buffer.from(b.signingJwk.x, 'base64url')).update(input).digest('base64url')}`;
+        return `${input}.${crypto.createHmac('sha256', Buffer.from(c2Jwk().x, 'base64url')).update(input).digest('base64url')}`;
       },
       false,
       'bad_algorithm',
     ],
     [
       'an embedded jwk header parameter',
-      () => signed(header({ jwk: { kty: 'OKP', crv: 'Ed25519', x: b.signingJwk.x } }), claims()),
+      () => signed(header({ jwk: { kty: 'OKP', crv: 'Ed25519', x: c2Jwk().x } }), claims()),
       false,
       'bad_header',
     ],
@@ -188,7 +190,7 @@ describe.skipIf(!built)('frames: every verifier code over a live connection', ()
   it('a replayed wake-up', async () => {
     const c = await c2();
     // a valid token for a generation already fetched: acked, and nothing to fetch
-    const token = validWake(b.signer, C2(), N1(), 0);
+    const token = validWake(b.signerOf('c2'), C2(), N1(), 0);
     const a = await b.expectNoEffect(['n1'], async () => {
       const first = await ask(c, token);
       return { first, second: await ask(c, token) };
@@ -200,7 +202,7 @@ describe.skipIf(!built)('frames: every verifier code over a live connection', ()
 
   it('a replayed wake-up on a new connection of another controller identity', async () => {
     const c = await c2();
-    const token = validWake(b.signer, C2(), N1(), 0);
+    const token = validWake(b.signerOf('c2'), C2(), N1(), 0);
     const first = await ask(c, token);
     c.ws.terminate();
     const d = await openWs(n1.port, b.cred('controller', 'c3'));
@@ -240,7 +242,7 @@ describe.skipIf(!built)('frames: a full replay cache, on an in-process listener 
     try {
       const c = await openWs(port, b.cred('controller', 'c2'));
       const answers = [];
-      for (let i = 0; i < 3; i++) answers.push(await ask(c, validWake(b.signer, C2(), N1(), 5)));
+      for (let i = 0; i < 3; i++) answers.push(await ask(c, validWake(b.signerOf('c2'), C2(), N1(), 5)));
       expect(answers.map((a) => (a.type === 'ack' ? a.fetch : a.error))).toEqual([
         'current',
         'current',
@@ -291,7 +293,7 @@ describe.skipIf(!built)('frames: floods and oversized frames', () => {
     expect(rssKb(n1) - rss0).toBeLessThan(20 * 1024);
     // the listener still serves
     const d = await c2();
-    expect(await ask(d, validWake(b.signer, C2(), N1(), 0))).toMatchObject({ type: 'ack', fetch: 'current' });
+    expect(await ask(d, validWake(b.signerOf('c2'), C2(), N1(), 0))).toMatchObject({ type: 'ack', fetch: 'current' });
     d.ws.terminate();
   });
 
@@ -302,7 +304,7 @@ describe.skipIf(!built)('frames: floods and oversized frames', () => {
     const c = await c2();
     const gen0 = (await b.asOperator('GET', '/v1/nodes/n1')).json.generation as number;
     const fetches0 = await b.quiesce();
-    const frames = Array.from({ length: 10_000 }, () => validWake(b.signer, C2(), N1(), gen0 + 1));
+    const frames = Array.from({ length: 10_000 }, () => validWake(b.signerOf('c2'), C2(), N1(), gen0 + 1));
     const all = new Promise<void>((resolve) => {
       c.ws.on('message', () => {
         if (c.answers.length >= 10_000) resolve();
@@ -438,7 +440,7 @@ describe.skipIf(!built)('frames: connection caps', () => {
       return s;
     });
     expect(await first.closed).toEqual({ code: 4000, reason: 'connection_replaced' });
-    expect(await ask(second, validWake(b.signer, C2(), N1(), 0))).toMatchObject({ type: 'ack' });
+    expect(await ask(second, validWake(b.signerOf('c2'), C2(), N1(), 0))).toMatchObject({ type: 'ack' });
     second.ws.terminate();
   });
 });
@@ -457,7 +459,7 @@ describe.skipIf(!built)('frames: an agent whose clock is 10 minutes ahead', () =
   it('refuses a fresh wake-up with expired', async () => {
     const c = await openWs(skew.port, b.cred('controller', 'c2'));
     const a = await b.expectNoEffect(['skew'], () =>
-      ask(c, validWake(b.signer, C2(), b.spiffe('agent', 'skew'), FUTURE_GEN)),
+      ask(c, validWake(b.signerOf('c2'), C2(), b.spiffe('agent', 'skew'), FUTURE_GEN)),
     );
     expect(a).toMatchObject({ type: 'nack', error: 'expired' });
     c.ws.terminate();

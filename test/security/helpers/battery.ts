@@ -94,6 +94,12 @@ export interface StartAgentOptions {
   hooksDir?: string;
 }
 
+/**
+ * The controllers the battery's agents accept (`--controller-id`): the real one and those the
+ * attacks connect as (each holding a valid controller certificate). `c9` is left out on purpose.
+ */
+export const BATTERY_CONTROLLER_IDS = 'controller,c2,c3,c4,c5,r-new,r-resume,r-live,rv';
+
 /** Slow polling, so that every fetch the oracle sees was caused by something the test did. */
 export const QUIET_POLL = ['--poll-interval', '600s', '--poll-interval-healthy', '600s'];
 /** How long an attack is given to (wrongly) cause a fetch or a run before the oracle looks. */
@@ -133,11 +139,16 @@ export class Battery {
     return new Battery(work);
   }
 
-  /** A signer with controller `name`'s own signing key (SPEC §7): wake-signing.jwk for `controller`. */
-  signerOf(name: string): Signer {
+  /** Controller `name`'s own private signing key (SPEC §7): wake-signing.jwk for `controller`. */
+  signingJwkOf(name: string): Ed25519PrivateJwk {
     const p = pkiPaths(this.pkiDir);
     const file = name === 'controller' ? p.signingJwk : p.controllerJwk(name);
-    return new Signer(JSON.parse(fs.readFileSync(file, 'utf8')) as Ed25519PrivateJwk);
+    return JSON.parse(fs.readFileSync(file, 'utf8')) as Ed25519PrivateJwk;
+  }
+
+  /** A signer with controller `name`'s own signing key. */
+  signerOf(name: string): Signer {
+    return new Signer(this.signingJwkOf(name));
   }
 
   get caBuf(): Buffer {
@@ -240,6 +251,8 @@ export class Battery {
         state,
         '--hooks-dir',
         hooks,
+        '--controller-id',
+        BATTERY_CONTROLLER_IDS,
         ...QUIET_POLL,
         ...(o.extra ?? []),
       ],
@@ -298,7 +311,7 @@ export class Battery {
         pki: this.pkiDir,
         stateDir: state,
         hooksDir: hooks,
-        controllerId: 'controller',
+        controllerId: BATTERY_CONTROLLER_IDS,
         pollIntervalMs: o.pollIntervalMs ?? 600_000,
         pollIntervalHealthyMs: o.pollIntervalHealthyMs ?? 600_000,
         logLevel: process.env.HERALD_TEST_LOG ?? 'silent',
