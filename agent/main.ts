@@ -10,6 +10,7 @@
  */
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import path from 'node:path';
 import type { Logger as PinoLogger } from 'pino';
 import { pkiPaths } from '../certs/paths.js';
 import { assembleAgent, type AgentConfig, type AgentDeps } from './assemble.js';
@@ -40,7 +41,7 @@ export async function startAgent(cfg: AgentConfig, deps: Partial<Omit<AgentDeps,
   const agent = await assembleAgent(cfg, { ...deps, log });
   // after the start-up checks, so that a refusal stays one line
   const p = pkiPaths(cfg.pki);
-  for (const secret of [p.caKey, p.signingJwk]) {
+  for (const secret of [p.caKey, p.signingJwk, ...controllerKeyFiles(p.roleDir('controller'))]) {
     if (readable(secret))
       log.warn(
         { file: secret },
@@ -49,6 +50,18 @@ export async function startAgent(cfg: AgentConfig, deps: Partial<Omit<AgentDeps,
   }
   const port = await agent.start();
   return { port, log, stop: agent.stop };
+}
+
+/** The controllers' own signing keys (`controller/<name>.jwk`, SPEC §7) in `dir`, if any. */
+function controllerKeyFiles(dir: string): string[] {
+  try {
+    return fs
+      .readdirSync(dir)
+      .filter((f) => f.endsWith('.jwk'))
+      .map((f) => path.join(dir, f));
+  } catch {
+    return [];
+  }
 }
 
 function readable(file: string): boolean {

@@ -5,6 +5,7 @@
  * controller revokes its serial and its kid, and no other controller's.
  */
 import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -184,4 +185,29 @@ describe('certs revoke controller/c2', () => {
     expect(kids).toContain(r.signingKey!.kid);
     expect(wakeAnswer(p.controllerJwk('c2'), 'c2')).toBe('ok');
   });
+});
+
+describe('herald certs (bin/herald, built from dist/)', () => {
+  const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+  const built = fs.existsSync(path.join(repo, 'dist', 'certs', 'cli.js'));
+  const h = (...args: string[]): string =>
+    execFileSync(path.join(repo, 'bin', 'herald'), args, { encoding: 'utf8', cwd: repo });
+
+  it.skipIf(!built)(
+    'issue controller c4 names its key; rotate-signing-key --controller c4; revoke controller/c4 names its kids',
+    () => {
+      const issued = h('certs', 'issue', 'controller', 'c4', '--dir', dir, '--ip', '127.0.0.1');
+      const kid = readJson(p.controllerJwk('c4')).kid as string;
+      expect(issued).toContain(`signing key  ${p.controllerJwk('c4')} (0600, kid ${kid}, new)`);
+      expect(h('certs', 'issue', 'controller', 'c4', '--dir', dir)).toContain(`kid ${kid}, kept`);
+      const rotated = h('certs', 'rotate-signing-key', '--controller', 'c4', '--dir', dir);
+      const newKid = readJson(p.controllerJwk('c4')).kid as string;
+      expect(rotated).toContain(`new signing key ${newKid} of controller c4`);
+      expect(rotated).toContain(`still trusted: ${kid}`);
+      const revoked = h('certs', 'revoke', 'controller/c4', '--dir', dir);
+      expect(revoked).toContain('revoked serial');
+      expect(revoked).toMatch(new RegExp(`signing keys (${kid}, ${newKid}|${newKid}, ${kid})`));
+      expect(parseRevoked(fs.readFileSync(p.revoked)).kids).toEqual(expect.arrayContaining([kid, newKid]));
+    },
+  );
 });
