@@ -9,6 +9,7 @@ import { type Command, Option } from 'commander';
 import type {
   ClusterView,
   ConfigView,
+  ControllerView,
   DeploymentView,
   ListEnvelope,
   NodeView,
@@ -16,6 +17,7 @@ import type {
 } from '../protocol/rest.js';
 import type { ApiClient, ClientOptions } from './operator-client.js';
 // small and pure: loaded eagerly; the client (certificates, https) and the watcher load lazily
+import { CONTROLLERS_HELP, controllersTable } from './operator-controllers.js';
 import { collect, formatMs, keyValues, parseDuration, parsePositiveInt, splitList, table } from './operator-format.js';
 import { gatherInputs, hiddenOnArgvWarning, INPUT_FILE_HELP, warnHiddenOnArgv } from './operator-inputs.js';
 import { clusterMembers, formatPlan, RESTART_HELP, restartBody, type RestartFlags } from './operator-rollout.js';
@@ -665,10 +667,30 @@ function registerCluster(program: Command): void {
   });
 }
 
+// ---- controllers --------------------------------------------------------------------------------
+
+function registerControllers(program: Command): void {
+  const c = withConnectionOptions(
+    program
+      .command('controllers')
+      .description(
+        'list the controllers of the database (SPEC §7): live, nodes owned and held, heartbeat age, API URL',
+      ),
+  );
+  c.addHelpText('after', CONTROLLERS_HELP).action(async (_o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.get<ListEnvelope<ControllerView>>('/v1/controllers');
+      if (o.json) return printJson(body);
+      out(controllersTable(body.items, Date.now()));
+    });
+  });
+}
+
 /** Registers `herald node`, `config`, `deploy` and `cluster`. */
 export function registerOperatorCommands(program: Command): void {
   registerNode(program);
   registerConfig(program);
   registerDeploy(program);
   registerCluster(program);
+  registerControllers(program);
 }
