@@ -37,6 +37,7 @@ import { OutboxSender } from './outbox.js';
 import { OutboxStore } from './outbox-store.js';
 import { OutputSender } from './output-sender.js';
 import { Poller, realTimers } from './poller.js';
+import { CertificateRenewer } from './renewal.js';
 import { checkRootOwned, UnsafeStateDirError, type OwnerFs } from './root-owned.js';
 import { AgentState } from './state.js';
 
@@ -73,6 +74,8 @@ export interface AgentConfig {
   announce?: boolean | undefined;
   /** Stream hooks' output while they run (SPEC §8; default true). False: only the signal carries it. */
   liveOutput?: boolean | undefined;
+  /** Renew the certificate at two thirds of its lifetime (SPEC §9; default true). */
+  renew?: boolean | undefined;
 }
 
 export const DEFAULT_AGENT_CONFIG = {
@@ -135,6 +138,7 @@ export interface AgentParts {
   coalescer: FetchCoalescer;
   listener: WakeListener;
   poller: Poller;
+  renewer: CertificateRenewer;
 }
 
 export interface AssembledAgent {
@@ -256,6 +260,15 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     controllerSpiffeId: { controllers: controllerIds },
     lastAppliedGen: () => state.lastAppliedGeneration,
     log,
+  });
+  const renewer = new CertificateRenewer({
+    material,
+    certPath: cfg.cert ?? paths.certPath,
+    keyPath: cfg.key ?? paths.keyPath,
+    send: (body) => fetcher.renewCertificate(body),
+    log,
+    now,
+    ...(deps.random ? { random: deps.random } : {}),
   });
   const outbox = new OutboxSender({
     store,
@@ -383,6 +396,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
       });
     }
     poller.startAfter(announcing, AGENT_FIRST_POLL_WAIT_MS);
+    if (cfg.renew ?? true) renewer.start();
     return port;
   };
 
@@ -391,6 +405,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     stopping ??= (async () => {
       log.info({ reason }, 'agent stopping');
       poller.stop();
+      await renewer.stop();
       announceAbort.abort();
       coalescer.close();
       await listener.close();
@@ -410,7 +425,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
 
   return {
     identity: me.spiffeId,
-    parts: { material, state, fetcher, outbox, output, apply, coalescer, listener, poller },
+    parts: { material, state, fetcher, outbox, output, apply, coalescer, listener, poller, renewer },
     start,
     announced: () => announcing,
     stop,

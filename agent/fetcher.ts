@@ -16,6 +16,7 @@ import { HeraldError, RefusalError } from '../protocol/errors.js';
 import { fullJitterMs } from '../protocol/backoff.js';
 import type { MetadataDocument, SignalBody } from '../protocol/heat.js';
 import type { OutputChunkBody } from '../protocol/output.js';
+import type { RenewRequest } from '../protocol/enroll.js';
 import { KeySet } from '../protocol/jws.js';
 import { AGENT_API_MAX_CONNECTIONS, MAX_METADATA_RESPONSE_BYTES, MAX_REQUEST_BODY_BYTES } from '../protocol/limits.js';
 import { newNonce, NONCE_HEADER, SIGNATURE_HEADER, verifyMetadataResponse } from '../protocol/metadata.js';
@@ -269,6 +270,19 @@ export class Fetcher {
     });
     const retryAfter = retryAfterMs(res.headers['retry-after'] as string | undefined);
     return retryAfter === undefined ? { status: res.status } : { status: res.status, retryAfterMs: retryAfter };
+  }
+
+  /**
+   * Posts a certificate renewal (SPEC §9) for this node. Resolves with the status and the body
+   * (the renewer reads the bundle or the error code).
+   * @throws a network or TLS error
+   */
+  async renewCertificate(body: RenewRequest): Promise<{ status: number; body: Buffer }> {
+    const res = await this.#request('POST', `/v1/nodes/${encodeURIComponent(this.#o.node)}/certificate`, {
+      body: Buffer.from(JSON.stringify(body)),
+      maxBytes: MAX_REQUEST_BODY_BYTES,
+    });
+    return { status: res.status, body: res.body };
   }
 
   /** Aborts requests in flight and closes the connections. Idempotent. */

@@ -1,10 +1,11 @@
 /**
  * The self-contained agent (`npm run package` bundles this file into
- * `dist/package/herald-agent.mjs`, SPEC §10): the same `agent` command as `herald agent`, and
+ * `dist/package/herald-agent.mjs`, SPEC §10): the same `agent` and `agent enroll` commands as `herald`, and
  * nothing of the controller, the operator CLI or SQLite, so a node needs only `node`.
  */
 import { Command } from 'commander';
 import { registerAgentCommand } from '../agent/cli.js';
+import { registerAgentEnrollCommand } from '../agent/enroll-cli.js';
 import { runCli } from './run-cli.js';
 
 const program = new Command('herald-agent')
@@ -12,5 +13,6 @@ const program = new Command('herald-agent')
   .showHelpAfterError('(add --help for usage)')
   .exitOverride();
 registerAgentCommand(program);
+registerAgentEnrollCommand(program);
 // not awaited at the top level: the same entry is also bundled as CommonJS (the single executable)
 void runCli(program);

@@ -6,6 +6,7 @@
 import { Command } from 'commander';
 import { registerCertsCommands } from '../certs/cli.js';
 import { registerAgentCommand } from '../agent/cli.js';
+import { registerAgentEnrollCommand } from '../agent/enroll-cli.js';
 import { registerOperatorCommands } from './operator.js';
 import { registerDemoCommand } from './demo.js';
 import { runCli } from './run-cli.js';
@@ -18,6 +19,7 @@ export function buildProgram(): Command {
     .exitOverride();
   registerCertsCommands(program);
   registerAgentCommand(program);
+  registerAgentEnrollCommand(program);
   registerControllerCommand(program);
   registerOperatorCommands(program);
   registerDemoCommand(program);

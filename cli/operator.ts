@@ -687,7 +687,58 @@ function registerControllers(program: Command): void {
 }
 
 /** Registers `herald node`, `config`, `deploy` and `cluster`. */
+// ---- enroll -------------------------------------------------------------------------------------
+
+function registerEnroll(program: Command): void {
+  const enroll = withConnectionOptions(
+    program.command('enroll').description('join tokens for enrolling nodes (SPEC §9): make, list, revoke'),
+  );
+  leaf(enroll, 'token', 'make a single-use join token for one node; it is printed this once', [
+    'herald enroll token --node n1 --ip 10.0.0.5 --dns n1.example --ttl 1h',
+  ])
+    .requiredOption('--node <id>', 'the node the token enrols')
+    .option('--ip <addr>', 'an IP SAN its certificate carries (repeatable)', collect)
+    .option('--dns <name>', 'a DNS SAN its certificate carries (repeatable)', collect)
+    .option('--ttl <duration>', 'how long the token can be used, e.g. 10m, 1h (default 1h)')
+    .action(async (opts: { node: string; ip?: string[]; dns?: string[]; ttl?: string }, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const req: Obj = {
+          node: opts.node,
+          ips: (opts.ip ?? []).flatMap((s) => splitList(s)),
+          dns: (opts.dns ?? []).flatMap((s) => splitList(s)),
+        };
+        if (opts.ttl !== undefined) req.ttl_s = Math.max(1, Math.round(parseDuration(opts.ttl, '--ttl') / 1000));
+        const body = await client.post<Obj & { token: string }>('/v1/enrollment-tokens', req);
+        if (o.json) return printJson(body);
+        out(`${body.token}\n`);
+        process.stderr.write(
+          `join token ${String(body.id)} for node ${String(body.node)}, single use, until ${String(body.expires_at)}\n`,
+        );
+      });
+    });
+  leaf(enroll, 'list', 'list join tokens (never their secrets)', ['herald enroll list']).action(
+    async (_o, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const body = await client.get<ListEnvelope<Obj>>('/v1/enrollment-tokens');
+        if (o.json) return printJson(body);
+        const rows = body.items.map((t) => [t.id, t.node, t.state, t.expires_at, t.used_at, t.created_by]);
+        out(table(['ID', 'NODE', 'STATE', 'EXPIRES', 'USED', 'MADE BY'], rows));
+      });
+    },
+  );
+  leaf(enroll, 'revoke <id>', 'revoke a join token', ['herald enroll revoke 3f2a9c0d1e4b5a6f']).action(
+    async (id: string, _o, cmd: Command) => {
+      await withClient(cmd, async (client, o) => {
+        const body = await client.delete(`/v1/enrollment-tokens/${seg(id)}`);
+        if (o.json) return printJson(body);
+        out(`join token ${id} revoked\n`);
+      });
+    },
+  );
+}
+
 export function registerOperatorCommands(program: Command): void {
+  registerEnroll(program);
   registerNode(program);
   registerConfig(program);
   registerDeploy(program);

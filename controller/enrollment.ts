@@ -25,6 +25,8 @@ import type { Store } from './store.js';
 export const JOIN_TOKEN_PREFIX = 'hj1.';
 const DNS_RE = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
 const MAX_SANS = 16;
+/** The most an issued certificate is backdated for clock skew (as certs/pki.ts CERT_BACKDATE_MS). */
+const MAX_BACKDATE_MS = 5 * 60_000;
 
 export interface EnrollmentOptions {
   store: Store;
@@ -260,13 +262,17 @@ export class Enrollment {
     who: string,
   ): Promise<CertificateBundle> {
     const now = this.#now();
+    const lifetimeMs = this.#o.agentCertLifetimeS * 1000;
     const made = (await forgeParts()).issueWithIssuer({
       issuer,
       role: 'agent',
       name: node,
       dns,
       ip: ips,
-      notAfter: new Date(now + this.#o.agentCertLifetimeS * 1000),
+      // backdated for clock skew, but by a tenth of a short lifetime at most: the agent renews
+      // at two thirds of notBefore..notAfter, which a 5 min backdate would put in the past
+      notBefore: new Date(now - Math.min(MAX_BACKDATE_MS, lifetimeMs / 10)),
+      notAfter: new Date(now + lifetimeMs),
       publicKeyPem,
     });
     const x = new crypto.X509Certificate(made.cert);
@@ -275,7 +281,7 @@ export class Enrollment {
       {
         serial: made.serial,
         notBefore: new Date(x.validFrom).toISOString(),
-        notAfter: made.notAfter.toISOString(),
+        notAfter: new Date(x.validTo).toISOString(),
         issued: true,
       },
       who,
@@ -287,7 +293,7 @@ export class Enrollment {
       ca: m.ca.toString('utf8'),
       jwks: { keys: [...(m.jwks?.keys ?? [])] },
       revoked: { serials: [...m.revokedSerials], kids: [...m.revokedKids] },
-      not_after: made.notAfter.toISOString(),
+      not_after: new Date(x.validTo).toISOString(),
     };
   }
 

@@ -10,7 +10,18 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCluster, mkConfig, mkDeployment, waitDeployment, type Cluster } from '../helpers/agent-cluster.js';
-import { api, freePort, hasExited, heraldSync, isBuilt, REPO, stopProc, waitFor, type Proc } from '../helpers/procs.js';
+import {
+  api,
+  freePort,
+  hasExited,
+  heraldSync,
+  isBuilt,
+  REPO,
+  startHerald,
+  stopProc,
+  waitFor,
+  type Proc,
+} from '../helpers/procs.js';
 
 const built = isBuilt();
 const PACKAGE = path.join(REPO, 'dist', 'package');
@@ -138,5 +149,175 @@ describe.skipIf(!built)('the agent package (npm run package)', { timeout: 90_000
       encoding: 'utf8',
     });
     expect({ status: r.status, stderr: r.stderr.trim() }).toEqual({ status: 0, stderr: '' });
+  });
+});
+
+/**
+ * SPEC §9 with the package: a node holding only the package file, a join token and the CA's
+ * fingerprint enrols (`node herald-agent.mjs agent enroll`), announces itself and completes a
+ * deployment; a wrong fingerprint is refused before anything is sent.
+ */
+describe.skipIf(!built)('enrolling a node that has only the package file', { timeout: 90_000 }, () => {
+  let work: string;
+  let pki: string;
+  let node: string;
+  let port: number;
+  let ctl: Proc;
+  let agent: Proc | undefined;
+  let fingerprint: string;
+  const op = (): { ca: Buffer; cert: Buffer; key: Buffer } => ({
+    ca: fs.readFileSync(path.join(pki, 'ca.crt')),
+    cert: fs.readFileSync(path.join(pki, 'operator', 'admin.crt')),
+    key: fs.readFileSync(path.join(pki, 'operator', 'admin.key')),
+  });
+
+  beforeAll(async () => {
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pkg-enroll-'));
+    pki = path.join(work, 'pki');
+    expect(heraldSync(['certs', 'init', '--dir', pki]).code).toBe(0);
+    expect(heraldSync(['certs', 'issue', 'issuer', 'i1', '--dir', pki]).code).toBe(0);
+    const fp = spawnSync('openssl', ['x509', '-in', path.join(pki, 'ca.crt'), '-noout', '-fingerprint', '-sha256'], {
+      encoding: 'utf8',
+    });
+    fingerprint = fp.stdout.trim().split('=')[1]!;
+    port = await freePort();
+    ctl = startHerald(
+      'controller-enroll',
+      ['controller', '--listen', `127.0.0.1:${port}`, '--pki', pki, '--db', path.join(work, 'h.db'), '--issuer', 'i1'],
+      work,
+    );
+    await waitFor(
+      'the controller',
+      async () => (await api(port, op(), 'GET', '/healthz').catch(() => ({ status: 0 }))).status === 200,
+      20_000,
+      50,
+    );
+    node = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-bare-node-'));
+    fs.copyFileSync(path.join(PACKAGE, 'herald-agent.mjs'), path.join(node, 'herald-agent.mjs'));
+  });
+
+  afterAll(async () => {
+    if (agent) await stopProc(agent);
+    if (ctl) await stopProc(ctl);
+    for (const d of [work, node]) if (d) fs.rmSync(d, { recursive: true, force: true });
+  });
+
+  /** `node herald-agent.mjs <args>` in the node's directory, with no NODE_PATH. */
+  function packaged(args: string[]): { code: number | null; out: string; err: string } {
+    const env = { ...process.env };
+    delete env.NODE_PATH;
+    const r = spawnSync(process.execPath, [path.join(node, 'herald-agent.mjs'), ...args], {
+      cwd: node,
+      env,
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    return { code: r.status, out: r.stdout, err: r.stderr };
+  }
+
+  it('enrols with a token and the fingerprint, announces itself and completes a deployment', async () => {
+    const t = heraldSync([
+      'enroll',
+      'token',
+      '--node',
+      'pe1',
+      '--ip',
+      '127.0.0.1',
+      '--controller',
+      `https://127.0.0.1:${port}`,
+      '--pki',
+      pki,
+    ]);
+    expect(t.code, t.err).toBe(0);
+    const token = t.out.trim();
+    const enrol = (fp: string): { code: number | null; out: string; err: string } =>
+      packaged([
+        'agent',
+        'enroll',
+        '--controller',
+        `https://127.0.0.1:${port}`,
+        '--ca-sha256',
+        fp,
+        '--token',
+        token,
+        '--node',
+        'pe1',
+        '--pki',
+        path.join(node, 'pki'),
+      ]);
+    // a controller presenting another CA than the fingerprint: refused before the token is sent
+    const wrong = enrol('00'.repeat(32));
+    expect(wrong.code).not.toBe(0);
+    expect(wrong.err).toMatch(/^herald: ca_fingerprint_mismatch: /);
+    const ok = enrol(fingerprint);
+    expect(ok.code, ok.err).toBe(0);
+    expect(ok.out).toMatch(/^enrolled spiffe:\/\/herald\.local\/agent\/pe1: /);
+    const key = path.join(node, 'pki', 'agent', 'pe1.key');
+    expect(fs.statSync(key).mode & 0o777).toBe(0o600);
+    expect(fs.readFileSync(path.join(node, 'pki', 'ca.crt'), 'utf8')).toBe(
+      fs.readFileSync(path.join(pki, 'ca.crt'), 'utf8'),
+    );
+    for (const f of ['wake-signing.jwks', 'revoked.json']) expect(fs.existsSync(path.join(node, 'pki', f))).toBe(true);
+    // the node holds the package, its PKI layout and nothing else
+    expect(fs.readdirSync(node).sort()).toEqual(['herald-agent.mjs', 'pki']);
+
+    const aport = await freePort();
+    const logFile = path.join(work, 'agent-pe1.log');
+    const fd = fs.openSync(logFile, 'a');
+    const env = { ...process.env };
+    delete env.NODE_PATH;
+    const child = spawn(
+      process.execPath,
+      [
+        path.join(node, 'herald-agent.mjs'),
+        'agent',
+        '--node',
+        'pe1',
+        '--controller',
+        `https://127.0.0.1:${port}`,
+        '--listen',
+        `127.0.0.1:${aport}`,
+        '--pki',
+        path.join(node, 'pki'),
+        '--state-dir',
+        path.join(node, 'state'),
+      ],
+      { cwd: node, detached: true, stdio: ['ignore', fd, fd], env },
+    );
+    fs.closeSync(fd);
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    agent = { name: 'package-pe1', child, logFile, exited, log: () => fs.readFileSync(logFile, 'utf8') };
+    const a = agent;
+    await waitFor(
+      'the enrolled agent to announce itself',
+      async () => {
+        if (hasExited(a)) throw new Error(`the packaged agent exited: ${a.log()}`);
+        const r = await api(port, op(), 'GET', '/v1/nodes/pe1');
+        return r.status === 200 && r.json.push.connected === true;
+      },
+      20_000,
+      50,
+    );
+    const cfg = await api(port, op(), 'POST', '/v1/configs', {
+      name: 'pe',
+      group: 'script',
+      config: '#!/bin/sh\necho enrolled-and-running\n',
+    });
+    const d = await api(port, op(), 'POST', '/v1/deployments', { node: 'pe1', config_id: cfg.json.id });
+    expect(d.status).toBe(201);
+    const done = await waitFor(
+      'the deployment',
+      async () => {
+        const r = await api(port, op(), 'GET', `/v1/deployments/${d.json.id}`);
+        return r.json.status !== 'IN_PROGRESS' ? r.json : undefined;
+      },
+      30_000,
+      100,
+    );
+    expect(done.status, done.status_reason).toBe('COMPLETE');
+    expect(done.output_values.deploy_stdout).toContain('enrolled-and-running');
+    const n = await api(port, op(), 'GET', '/v1/nodes/pe1');
+    expect(n.json.certificate).toMatchObject({ renewal: 'ok', renewal_failures: 0 });
+    expect(n.json.certificate.issued_at).not.toBeNull();
   });
 });

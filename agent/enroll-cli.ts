@@ -1,0 +1,79 @@
+/**
+ * `herald agent enroll` (SPEC §9): a subcommand of `herald agent`, registered beside it (also in
+ * the packaged agent). `herald agent`'s own required options do not apply to it.
+ */
+import type { Command } from 'commander';
+import { ConfigError } from '../protocol/errors.js';
+import { isValidName } from '../protocol/identity.js';
+
+interface EnrollCliOptions {
+  controller?: string;
+  caSha256: string;
+  token?: string;
+  tokenFile?: string;
+  node?: string;
+  pki?: string;
+  controllerId?: string;
+  force?: boolean;
+}
+
+/** Adds `enroll` under the `agent` command of `program` (registerAgentCommand first). */
+export function registerAgentEnrollCommand(program: Command): void {
+  const agent = program.commands.find((c) => c.name() === 'agent');
+  if (!agent) throw new Error('registerAgentCommand must run first');
+  // `herald agent --node .. --listen ..` requires its options; `agent enroll` has its own
+  agent.hook('preSubcommand', (parent, sub) => {
+    if (sub.name() === 'enroll') for (const o of parent.options) o.mandatory = false;
+  });
+  agent
+    .command('enroll')
+    .description('enrol this node with a join token: make its key here, get its certificate, write the PKI layout')
+    .requiredOption(
+      '--ca-sha256 <fingerprint>',
+      'SHA-256 of the cluster ca.crt (openssl x509 -noout -fingerprint -sha256)',
+    )
+    .option('--token <token>', 'the join token (herald enroll token); visible in the process list: prefer --token-file')
+    .option('--token-file <file>', 'read the join token from this file')
+    .option('--force', 'replace an existing agent/<node> key and certificate')
+    .addHelpText(
+      'after',
+      `
+Also takes --controller <url>, --node <id>, --pki <dir> and --controller-id <name> as herald agent does.
+
+Example:
+  herald agent enroll --controller https://ctl.example:8443 --ca-sha256 AB:CD:... \\
+    --token-file /run/herald/token --node n1 --pki /etc/herald/pki`,
+    )
+    .action(async (_flags: unknown, cmd: Command) => {
+      const o = cmd.optsWithGlobals<EnrollCliOptions>();
+      if (o.node === undefined || !isValidName(o.node))
+        throw new ConfigError('--node <id> is required and must match ^[a-z0-9][a-z0-9._-]{0,62}$', { field: 'node' });
+      if (o.controller === undefined || o.controller.includes(','))
+        throw new ConfigError('--controller <url> is required: one https://host:port', { field: 'controller' });
+      if (o.pki === undefined)
+        throw new ConfigError('--pki <dir> is required: where the PKI layout is written', { field: 'pki' });
+      let token = o.token;
+      if (o.tokenFile !== undefined) {
+        const fs = await import('node:fs');
+        try {
+          token = fs.readFileSync(o.tokenFile, 'utf8').trim();
+        } catch (err) {
+          throw new ConfigError(`--token-file ${o.tokenFile}: ${(err as Error).message}`, { field: 'token-file' });
+        }
+      }
+      if (!token) throw new ConfigError('--token <token> or --token-file <file> is required', { field: 'token' });
+      const { enroll } = await import('./enroll.js');
+      const r = await enroll({
+        controller: o.controller.replace(/\/$/, ''),
+        caSha256: o.caSha256,
+        token,
+        node: o.node,
+        pki: o.pki,
+        controllerId: o.controllerId?.split(',')[0] ?? 'controller',
+        force: o.force === true,
+      });
+      process.stdout.write(
+        `enrolled ${r.spiffeId}: ${r.certPath} (serial ${r.serial}, valid until ${r.notAfter}), key ${r.keyPath}\n`,
+      );
+    });
+}

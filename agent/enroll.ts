@@ -1,0 +1,285 @@
+/**
+ * `herald agent enroll` (SPEC §9): a node with nothing but a join token and the CA's
+ * fingerprint gets its certificate. The key is made here and never leaves the node; the
+ * controller's TLS chain is checked against the fingerprint before a byte is sent, and the
+ * request then goes over a connection OpenSSL verifies against that CA, to the expected
+ * controller identity; the answer is written in the §1 layout (keys 0600, every file atomic).
+ * Also the files both enrolment and renewal install (`installCertificate`).
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import https from 'node:https';
+import net from 'node:net';
+import tls from 'node:tls';
+import { makeCsr } from '../certs/csr.js';
+import { ensureDir, PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, writeFileAtomic } from '../certs/files.js';
+import { identityOf, trustDomainOf } from '../certs/identity.js';
+import { pkiPaths } from '../certs/paths.js';
+import { normalizeFingerprint, type CertificateBundle, type EnrollRequest } from '../protocol/enroll.js';
+import { HeraldError, isErrorCode, RefusalError } from '../protocol/errors.js';
+import { spiffeIdOf } from '../protocol/identity.js';
+import { API_REQUEST_TIMEOUT_MS, MAX_ENROLL_BODY_BYTES, RSA_KEY_BITS } from '../protocol/limits.js';
+
+export interface EnrollOptions {
+  /** `https://host:port` of the controller API. */
+  controller: string;
+  /** SHA-256 of ca.crt's DER (hex, colons allowed). */
+  caSha256: string;
+  token: string;
+  node: string;
+  /** Where the §1 layout is written. */
+  pki: string;
+  /** The controller must present `controller/<name>` (default `controller`). */
+  controllerId?: string;
+  /** Replace an existing agent/<node> key and certificate. */
+  force?: boolean;
+  /** Default API_REQUEST_TIMEOUT_MS, for each of the two connections. */
+  timeoutMs?: number;
+}
+
+export interface EnrollResult {
+  spiffeId: string;
+  certPath: string;
+  keyPath: string;
+  notAfter: string;
+  serial: string;
+}
+
+/** A new RSA key (PKCS#8 PEM) made by Node, off the main thread. */
+export function newKeyPem(): Promise<string> {
+  return new Promise((resolve, reject) =>
+    crypto.generateKeyPair('rsa', { modulusLength: RSA_KEY_BITS }, (err, _pub, key) =>
+      err ? reject(err) : resolve(key.export({ type: 'pkcs8', format: 'pem' }) as string),
+    ),
+  );
+}
+
+/**
+ * Enrols the node. Writes nothing unless the controller issued a certificate.
+ * @throws HeraldError `bad_option` (a key exists without `force`, a bad URL or fingerprint),
+ *   `ca_fingerprint_mismatch` (nothing was sent), the controller's code (`enrollment_refused`,
+ *   `rate_limited`, `enrollment_disabled`), `wrong_peer`, or a network error
+ */
+export async function enroll(o: EnrollOptions): Promise<EnrollResult> {
+  const fingerprint = normalizeFingerprint(o.caSha256);
+  const url = controllerUrl(o.controller);
+  const paths = pkiPaths(o.pki);
+  if (!o.force && (fs.existsSync(paths.key('agent', o.node)) || fs.existsSync(paths.cert('agent', o.node))))
+    throw new HeraldError(
+      'bad_option',
+      `${paths.cert('agent', o.node)} exists already: this node is enrolled (--force replaces it)`,
+    );
+  const timeoutMs = o.timeoutMs ?? API_REQUEST_TIMEOUT_MS;
+  const ca = await pinnedCa(url, fingerprint, timeoutMs);
+  const trustDomain = trustDomainOf(ca);
+  const controllerSpiffeId = spiffeIdOf(trustDomain, 'controller', o.controllerId ?? 'controller');
+  const spiffeId = spiffeIdOf(trustDomain, 'agent', o.node);
+  const keyPem = await newKeyPem();
+  const body: EnrollRequest = {
+    token: o.token,
+    node: o.node,
+    csr: makeCsr({ keyPem, commonName: o.node, uris: [spiffeId] }),
+  };
+  const res = await postJson(url, '/v1/enroll', body, {
+    ca: ca.toString(),
+    expected: controllerSpiffeId,
+    trustDomain,
+    timeoutMs,
+  });
+  if (res.status !== 200) throw answerError(res);
+  const bundle = res.json as CertificateBundle;
+  const id = identityOf(bundle.certificate, trustDomain);
+  if (id.spiffeId !== spiffeId)
+    throw new RefusalError('bad_response', `the controller issued ${id.spiffeId}, not ${spiffeId}`);
+  const written = installBundle(o.pki, o.node, keyPem, bundle);
+  return { spiffeId, ...written, notAfter: id.validTo.toISOString(), serial: id.serial };
+}
+
+/**
+ * Writes what enrolment answered in the §1 layout: the key first (0600), then the certificate,
+ * ca.crt, wake-signing.jwks and revoked.json, each atomically.
+ */
+export function installBundle(
+  pki: string,
+  node: string,
+  keyPem: string,
+  bundle: CertificateBundle,
+): { certPath: string; keyPath: string } {
+  const p = pkiPaths(pki);
+  ensureDir(pki);
+  ensureDir(p.roleDir('agent'));
+  writeFileAtomic(p.caCrt, bundle.ca, PUBLIC_FILE_MODE);
+  writeFileAtomic(p.jwks, `${JSON.stringify(bundle.jwks, null, 2)}\n`, PUBLIC_FILE_MODE);
+  writeFileAtomic(p.revoked, `${JSON.stringify(bundle.revoked, null, 2)}\n`, PUBLIC_FILE_MODE);
+  return installCertificate(p.cert('agent', node), p.key('agent', node), keyPem, bundle.certificate);
+}
+
+/**
+ * Replaces a key and certificate: the key first, then the certificate, each atomically. A
+ * PkiMaterial watching them keeps its last good pair until both match (certs/tls.ts).
+ */
+export function installCertificate(
+  certPath: string,
+  keyPath: string,
+  keyPem: string,
+  certificate: string,
+): { certPath: string; keyPath: string } {
+  writeFileAtomic(keyPath, keyPem, PRIVATE_FILE_MODE);
+  writeFileAtomic(certPath, certificate, PUBLIC_FILE_MODE);
+  return { certPath, keyPath };
+}
+
+function controllerUrl(s: string): URL {
+  let u: URL;
+  try {
+    u = new URL(s);
+  } catch {
+    throw new HeraldError('bad_option', `--controller ${JSON.stringify(s)} is not a URL`);
+  }
+  if (u.protocol !== 'https:' || u.pathname.replace(/\/+$/, '') !== '' || u.search || u.hash || u.username)
+    throw new HeraldError('bad_option', `--controller must be https://host:port, not ${JSON.stringify(s)}`);
+  return u;
+}
+
+function hostOf(u: URL): string {
+  return u.hostname.replace(/^\[|\]$/g, '');
+}
+
+/**
+ * Connects without trusting anything, takes the chain the controller presents, and returns the
+ * CA certificate (PEM) whose SHA-256 is `fingerprint`: a self-signed CA that the controller's
+ * certificate chains to. Sends nothing; the connection is closed at once.
+ * @throws RefusalError `ca_fingerprint_mismatch`
+ */
+function pinnedCa(u: URL, fingerprint: string, timeoutMs: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const host = hostOf(u);
+    const s = tls.connect({
+      host,
+      port: Number(u.port || 443),
+      ...(net.isIP(host) === 0 ? { servername: host } : {}),
+      rejectUnauthorized: false,
+      minVersion: 'TLSv1.3',
+      maxVersion: 'TLSv1.3',
+    });
+    const timer = setTimeout(
+      () => s.destroy(new HeraldError('dial_timeout', 'the controller did not answer the TLS handshake')),
+      timeoutMs,
+    );
+    s.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    s.once('secureConnect', () => {
+      clearTimeout(timer);
+      // the chain first (NODE20-NOTES: getPeerX509Certificate alone would take it)
+      const chain: crypto.X509Certificate[] = [];
+      const seen = new Set<string>();
+      for (let c: tls.DetailedPeerCertificate | undefined = s.getPeerCertificate(true); c?.raw; ) {
+        const fp = c.fingerprint256;
+        if (seen.has(fp)) break;
+        seen.add(fp);
+        chain.push(new crypto.X509Certificate(c.raw));
+        c = c.issuerCertificate;
+      }
+      s.destroy();
+      const ca = chain.find(
+        (c) => crypto.createHash('sha256').update(c.raw).digest('hex') === fingerprint && c.ca && c.checkIssued(c),
+      );
+      const leaf = chain[0];
+      const chained =
+        ca !== undefined &&
+        leaf !== undefined &&
+        chain
+          .slice(0, chain.indexOf(ca) + 1)
+          .every((c, i, a) => i === a.length - 1 || (c.checkIssued(a[i + 1]!) && c.verify(a[i + 1]!.publicKey)));
+      if (!ca || !chained) {
+        reject(
+          new RefusalError(
+            'ca_fingerprint_mismatch',
+            `the controller at ${u.host} does not present a chain to the CA with SHA-256 ${fingerprint}; nothing was sent`,
+          ),
+        );
+        return;
+      }
+      resolve(Buffer.from(ca.toString()));
+    });
+  });
+}
+
+interface JsonAnswer {
+  status: number;
+  json: unknown;
+  text: string;
+}
+
+/** One POST over TLS 1.3 verified by OpenSSL against `ca`, to the server `expected` only. */
+export function postJson(
+  u: URL,
+  path: string,
+  body: unknown,
+  o: { ca: string; expected: string; trustDomain: string; timeoutMs: number; cert?: string; key?: string },
+): Promise<JsonAnswer> {
+  const data = Buffer.from(JSON.stringify(body));
+  return new Promise((resolve, reject) => {
+    const req = https.request(
+      {
+        host: hostOf(u),
+        port: Number(u.port || 443),
+        method: 'POST',
+        path,
+        agent: false,
+        ca: o.ca,
+        ...(o.cert !== undefined ? { cert: o.cert, key: o.key } : {}),
+        minVersion: 'TLSv1.3',
+        maxVersion: 'TLSv1.3',
+        rejectUnauthorized: true,
+        checkServerIdentity: (_host, cert) => {
+          try {
+            const id = identityOf(cert, o.trustDomain);
+            return id.spiffeId === o.expected
+              ? undefined
+              : new RefusalError('wrong_peer', `the server is ${id.spiffeId}, not ${o.expected}`);
+          } catch (err) {
+            return err as Error;
+          }
+        },
+        headers: { 'content-type': 'application/json', 'content-length': String(data.length) },
+        timeout: o.timeoutMs,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (c: Buffer) => {
+          size += c.length;
+          // a bundle is a few KiB; a JWKS or revoked list of a big fleet stays far below this
+          if (size > 64 * MAX_ENROLL_BODY_BYTES) req.destroy(new RefusalError('response_too_large'));
+          else chunks.push(c);
+        });
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json: unknown;
+          try {
+            json = JSON.parse(text);
+          } catch {
+            json = undefined;
+          }
+          resolve({ status: res.statusCode ?? 0, json, text });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () => req.destroy(new HeraldError('dial_timeout', 'the controller did not answer in time')));
+    req.on('error', reject);
+    req.end(data);
+  });
+}
+
+/** The controller's coded refusal as a HeraldError (`bad_response` when it sent no code). */
+export function answerError(res: JsonAnswer): HeraldError {
+  const code = (res.json as { error?: { code?: unknown } } | undefined)?.error?.code;
+  const message = (res.json as { error?: { message?: unknown } } | undefined)?.error?.message;
+  if (isErrorCode(code))
+    return new RefusalError(code, `the controller answered ${res.status} ${code}: ${String(message ?? '')}`);
+  return new RefusalError('bad_response', `the controller answered ${res.status}: ${res.text.slice(0, 200)}`);
+}
