@@ -45,8 +45,10 @@ export const SQL = {
   depInsert:
     'INSERT INTO deployments (id, node, config_id, name, actions, revision, cluster_id, cluster_role, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?)',
   depGet: `${DEPLOYMENT_SELECT} WHERE d.id = ?`,
-  // the row a revision or a signal changes, locked to the end of the transaction (PostgreSQL)
-  depGetForUpdate: `${DEPLOYMENT_SELECT} WHERE d.id = ? FOR UPDATE OF d`,
+  // the row a revision or a signal changes, locked to the end of the transaction (PostgreSQL);
+  // locked alone, then read with its revision by a new statement: a locking read over the join
+  // would re-check the join against the updated row after waiting and find no row at all
+  depLock: 'SELECT id FROM deployments WHERE id = ? FOR UPDATE',
   depList: `${DEPLOYMENT_SELECT} ORDER BY d.created_at, d.id`,
   depByNode: `${DEPLOYMENT_SELECT} WHERE d.node = ? ORDER BY d.created_at, d.id`,
   depIdsByNode: 'SELECT id FROM deployments WHERE node = ?',

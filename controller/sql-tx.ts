@@ -102,7 +102,8 @@ export class SqlRows {
 
   /** `forUpdate` locks the deployment's row to the end of the transaction (a revision or a signal changes it). */
   async deployment(id: string, forUpdate = false): Promise<DeploymentRecord | undefined> {
-    const r = (await (forUpdate ? this.s.depGetForUpdate : this.s.depGet).get(id)) as DeploymentRow | undefined;
+    if (forUpdate) await this.s.depLock.get(id);
+    const r = (await this.s.depGet.get(id)) as DeploymentRow | undefined;
     return r && deploymentOf(r);
   }
 

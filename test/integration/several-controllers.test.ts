@@ -151,4 +151,197 @@ describe('three controllers on one PostgreSQL', () => {
       100,
     );
   });
+
+  it('two controllers racing on one deployment: consecutive revisions, nothing lost, the agent ends on the latest', async () => {
+    const out = path.join(f.work, 'race.out');
+    const cfg = await api(f.anyPort(), f.op, 'POST', '/v1/configs', {
+      name: 'race',
+      group: 'script',
+      inputs: [{ name: 'k', type: 'String' }],
+      config: `#!/bin/sh\necho "$k" > ${out}\n`,
+    });
+    expect(cfg.status).toBe(201);
+    const d = await api(f.anyPort(), f.op, 'POST', '/v1/deployments', {
+      node: 'n05',
+      config_id: cfg.json.id,
+      action: 'CREATE',
+      actions: ['CREATE', 'UPDATE'],
+      input_values: { k: 'k0' },
+    });
+    expect(d.status).toBe(201);
+    const id = d.json.id as string;
+    const [a, b] = [f.controllers.get('c1')!.port, f.controllers.get('c2')!.port];
+    const patches = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        api(i % 2 === 0 ? a : b, f.op, 'PATCH', `/v1/deployments/${id}`, { input_values: { k: `k${i + 1}` } }),
+      ),
+    );
+    expect(patches.map((p) => p.status)).toEqual(patches.map(() => 200));
+    // every PATCH got its own revision, numbered without a gap or a repeat
+    expect(patches.map((p) => p.json.revision as number).sort((x, y) => x - y)).toEqual(
+      Array.from({ length: 40 }, (_, i) => i + 2),
+    );
+    const revisions = (await api(a, f.op, 'GET', `/v1/deployments/${id}/revisions`)).json.items as Array<{
+      revision: number;
+      input_values: { k: string };
+    }>;
+    expect(revisions.map((r) => r.revision)).toEqual(Array.from({ length: 41 }, (_, i) => i + 1));
+    const latest = revisions[revisions.length - 1]!;
+    const done = await waitFor(
+      'the agent to run the latest revision',
+      async () => {
+        const r = (await api(b, f.op, 'GET', `/v1/deployments/${id}`)).json;
+        return r.revision === 41 && r.status === 'COMPLETE' ? r : null;
+      },
+      30_000,
+      50,
+    );
+    expect(done.revision).toBe(latest.revision);
+    expect(fs.readFileSync(out, 'utf8').trim()).toBe(latest.input_values.k);
+  });
+
+  it('a controller cut from the database stops pushing when its lease ends, the others take its nodes, and it rejoins without a duplicated step', async () => {
+    const c3 = f.controllers.get('c3')!;
+    const log = path.join(f.work, 'steps.log');
+    fs.writeFileSync(log, '');
+    const clusterId = (await api(f.anyPort(), f.op, 'GET', '/v1/clusters')).json.items[0].id as string;
+    const cluster = async () =>
+      (await api(f.controllers.get('c1')!.port, f.op, 'GET', `/v1/clusters/${clusterId}`)).json;
+    await waitFor(
+      'c3 to own nodes',
+      async () => ((await controllers()).find((c) => c.name === 'c3')?.nodes_owned ?? 0) > 0,
+      30_000,
+      100,
+    );
+    expect(
+      (await api(f.anyPort(), f.op, 'PATCH', `/v1/clusters/${clusterId}/actions/restart`, { max_unavailable: 2 }))
+        .status,
+    ).toBe(204);
+    await waitFor(
+      'the restart under way',
+      async () => (await cluster()).nodes.some((n: { phase: string }) => n.phase === 'complete'),
+      30_000,
+      20,
+    );
+    await c3.proxy!.stop();
+    // while cut off, c3 answers 503 with a code, not a hang or a 500
+    const refused = await waitFor(
+      'c3 to answer 503',
+      async () => {
+        const r = await api(c3.port, f.op, 'GET', '/v1/nodes');
+        return r.status === 503 ? r : null;
+      },
+      15_000,
+      100,
+    );
+    expect(refused.json.error.code).toBe('store_unavailable');
+    expect(refused.headers['retry-after']).toBe('1');
+    // its lease ends: it says it stopped pushing, and the two others own every node
+    await waitFor('c3 to stop pushing', () => c3.proc.log().includes('lease ended without a renewal'), 15_000, 100);
+    await waitFor(
+      'c1 and c2 to own every node',
+      async () => {
+        const r = await controllers(f.controllers.get('c1')!.port);
+        const live = r.filter((c) => c.live);
+        return (
+          live.map((c) => c.name).join() === 'c1,c2' &&
+          live.reduce((x, c) => x + c.nodes_owned, 0) === NODES.length &&
+          live.every((c) => c.nodes_held === c.nodes_owned)
+        );
+      },
+      20_000,
+      100,
+    );
+    await c3.proxy!.start();
+    await waitFor(
+      'c3 to rejoin and hold its share again',
+      async () => {
+        const r = await controllers(c3.port).catch(() => []);
+        return r.length === 3 && r.every((c) => c.live && c.nodes_owned > 0 && c.nodes_held === c.nodes_owned);
+      },
+      30_000,
+      100,
+    );
+    const done = await waitFor(
+      'the restart to end',
+      async () => {
+        const c = await cluster();
+        return c.status.endsWith('_COMPLETE') || c.status.endsWith('_FAILED') ? c : null;
+      },
+      90_000,
+      100,
+    );
+    expect(done.status).toBe('RESTART_COMPLETE');
+    const lines = fs.readFileSync(log, 'utf8').trim().split('\n').sort();
+    expect(lines).toEqual(NODES.flatMap((n) => [`install ${n} RESTART`, `uninstall ${n} RESTART`]).sort());
+  });
+
+  it('a kill -9 of PostgreSQL: 503 store_unavailable meanwhile, then every acknowledged change is there and every missed wake-up is sent', async () => {
+    const out = path.join(f.work, 'pgkill.out');
+    const cfg = await api(f.anyPort(), f.op, 'POST', '/v1/configs', {
+      name: 'pgkill',
+      group: 'script',
+      inputs: [{ name: 'k', type: 'String' }],
+      config: `#!/bin/sh\necho "$k" > ${out}\n`,
+    });
+    const d = await api(f.anyPort(), f.op, 'POST', '/v1/deployments', {
+      node: 'n17',
+      config_id: cfg.json.id,
+      action: 'CREATE',
+      actions: ['CREATE', 'UPDATE'],
+      input_values: { k: 'before' },
+    });
+    const id = d.json.id as string;
+    await waitFor(
+      'the first run',
+      () => fs.existsSync(out) && fs.readFileSync(out, 'utf8').trim() === 'before',
+      20_000,
+    );
+    // acknowledged just before the crash: its wake-up may or may not have gone out
+    const patched = await api(f.controllers.get('c2')!.port, f.op, 'PATCH', `/v1/deployments/${id}`, {
+      input_values: { k: 'acknowledged' },
+    });
+    expect(patched.status).toBe(200);
+    await f.pg.kill9();
+    for (const c of f.controllers.values()) {
+      const r = await api(c.port, f.op, 'GET', '/v1/nodes');
+      expect({ c: c.name, status: r.status, code: r.json?.error?.code }).toEqual({
+        c: c.name,
+        status: 503,
+        code: 'store_unavailable',
+      });
+    }
+    const refusedWrite = await api(f.anyPort(), f.op, 'PATCH', `/v1/deployments/${id}`, {
+      input_values: { k: 'lost' },
+    });
+    expect(refusedWrite.status).toBe(503);
+    await f.pg.start();
+    const done = await waitFor(
+      'the acknowledged revision to run',
+      async () => {
+        const r = await api(f.anyPort(), f.op, 'GET', `/v1/deployments/${id}`);
+        return r.status === 200 && r.json.revision === patched.json.revision && r.json.status === 'COMPLETE'
+          ? r.json
+          : null;
+      },
+      40_000,
+      100,
+    );
+    expect(done.input_values.k).toBe('acknowledged');
+    expect(fs.readFileSync(out, 'utf8').trim()).toBe('acknowledged');
+    await waitFor(
+      'all three controllers live and holding every node again',
+      async () => {
+        const r = await controllers().catch(() => []);
+        return (
+          r.length === 3 &&
+          r.every((c) => c.live) &&
+          r.reduce((x, c) => x + c.nodes_owned, 0) === NODES.length &&
+          r.every((c) => c.nodes_held === c.nodes_owned)
+        );
+      },
+      40_000,
+      200,
+    );
+  });
 });
