@@ -14,6 +14,8 @@ import { makeCsr } from '../../certs/csr.js';
 import { identityOf } from '../../certs/identity.js';
 import { issueIssuer, newRsaKeyPem, revoke } from '../../certs/pki.js';
 import { tokenHash } from '../../controller/enrollment.js';
+import { resolveOptions } from '../../controller/options.js';
+import { codeOf } from '../../protocol/errors.js';
 import { ENROLL_RATE_BURST } from '../../protocol/limits.js';
 import { startTestController, waitFor, type Res, type TestController } from '../helpers/controller-harness.js';
 import { makeControllerTestPki, TD, type ControllerTestPki, type Cred } from '../helpers/controller-pki.js';
@@ -86,6 +88,10 @@ describe('join tokens', () => {
     expect(del.status).toBe(200);
     expect(del.json.state).toBe('revoked');
     expect((await t.req(admin(), 'DELETE', '/v1/enrollment-tokens/nope')).json.error.code).toBe('not_found');
+    // the database holds its hash, never the token
+    for (const f of [t.dbPath, `${t.dbPath}-wal`]) {
+      if (fs.existsSync(f)) expect(fs.readFileSync(f).includes(Buffer.from(r.json.token))).toBe(false);
+    }
     const audit = await t.req(admin(), 'GET', '/v1/audit');
     const actions = audit.json.items.map((a: { action: string }) => a.action);
     expect(actions).toContain('enrollment_token.create');
@@ -199,6 +205,22 @@ describe('POST /v1/enroll', () => {
     // one answer for all
     const bodies = new Set(answers.map((a) => a.text));
     expect(bodies.size).toBe(1);
+  });
+
+  it('spends a token once when two enrolments race with it', async () => {
+    const token = await newToken('race1');
+    const [a, b] = await Promise.all([
+      enroll({ token, node: 'race1', csr: csrFor('race1').csr }),
+      enroll({ token, node: 'race1', csr: csrFor('race1').csr }),
+    ]);
+    expect([a.status, b.status].sort()).toEqual([200, 403]);
+    // the store's consume, four at once on a fresh token: one wins
+    const fresh = await newToken('race2');
+    const racing = await Promise.all(
+      [1, 2, 3, 4].map(() => t.ctl.store.consumeEnrollmentToken(tokenHash(fresh), 'race2', 'test')),
+    );
+    expect(racing.filter((r) => r.ok)).toHaveLength(1);
+    expect(racing.filter((r) => !r.ok).map((r) => (r.ok ? '' : r.reason))).toEqual(['used', 'used', 'used']);
   });
 
   it('without --issuer answers enrollment_disabled, for tokens too', async () => {
@@ -341,6 +363,26 @@ describe('revoking the issuer', () => {
       expect(fs.existsSync(pki.dir)).toBe(true);
     } finally {
       agent.destroy();
+    }
+  });
+});
+
+describe('--agent-cert-lifetime', () => {
+  it('takes 7d, 12h, 90s (default 7 days, also from the environment) and refuses anything else naming the option', () => {
+    const base = { pki: '/x', db: '/x.db' };
+    expect(resolveOptions(base, {}).agentCertLifetimeS).toBe(7 * 86_400);
+    expect(resolveOptions({ ...base, 'agent-cert-lifetime': '90s' }, {}).agentCertLifetimeS).toBe(90);
+    expect(resolveOptions({ ...base, 'agent-cert-lifetime': '12h' }, {}).agentCertLifetimeS).toBe(43_200);
+    expect(resolveOptions(base, { HERALD_CONTROLLER_AGENT_CERT_LIFETIME: '2d' }).agentCertLifetimeS).toBe(172_800);
+    for (const bad of ['5s', '7', 'a week', '999d', '1.5d']) {
+      let err: unknown;
+      try {
+        resolveOptions({ ...base, 'agent-cert-lifetime': bad }, {});
+      } catch (e) {
+        err = e;
+      }
+      expect(codeOf(err), bad).toBe('bad_option');
+      expect((err as { field?: string }).field).toBe('agent-cert-lifetime');
     }
   });
 });
