@@ -5,7 +5,15 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { AgentRunReport, FromHarness, HarnessCounters, HarnessStart, HookMode, ToHarness } from './harness.js';
+import type {
+  AgentRunReport,
+  FirstWake,
+  FromHarness,
+  HarnessCounters,
+  HarnessStart,
+  HookMode,
+  ToHarness,
+} from './harness.js';
 import type { AgentSlot, BenchPki } from './pki-cache.js';
 import { exited, track } from './procs.js';
 import { nowMs, say, sleep } from './util.js';
@@ -16,6 +24,9 @@ export interface FleetOptions {
   pki: BenchPki;
   slots: AgentSlot[];
   controllerUrl: string;
+  /** Several controllers: every agent knows them all (see HarnessStart.controllerUrls). */
+  controllerUrls?: string[];
+  controllerId?: string;
   stateRoot: string;
   hook: HookMode;
   procs: number;
@@ -96,6 +107,8 @@ export class Fleet {
           trustDomain: o.pki.trustDomain,
         },
         controllerUrl: o.controllerUrl,
+        ...(o.controllerUrls ? { controllerUrls: o.controllerUrls } : {}),
+        ...(o.controllerId !== undefined ? { controllerId: o.controllerId } : {}),
         stateRoot: o.stateRoot,
         hook: o.hook,
         pollIntervalMs: o.pollIntervalMs ?? 120_000,
@@ -159,6 +172,11 @@ export class Fleet {
   async progress(): Promise<{ acked: number; fetched: number }> {
     const parts = await this.all<{ acked: number; fetched: number }>({ t: 'progress' });
     return { acked: parts.reduce((a, p) => a + p.acked, 0), fetched: parts.reduce((a, p) => a + p.fetched, 0) };
+  }
+
+  /** Each agent's first wake-up at or after `since` (epoch ms) signed by a controller other than `notFrom`. */
+  async wakesSince(since: number, notFrom: string): Promise<FirstWake[]> {
+    return (await this.all<FirstWake[]>({ t: 'wakesSince', since, notFrom } as never, 120_000)).flat();
   }
 
   async report(): Promise<AgentRunReport[]> {

@@ -18,6 +18,13 @@ export interface HarnessStart {
   slots: AgentSlot[];
   pki: Omit<SimPkiPaths, 'certPath'>;
   controllerUrl: string;
+  /**
+   * Several controllers (SPEC §7): each agent gets every URL, starting at a different one (agent
+   * i at URL i mod the count), as a load balancer would spread them; replaces `controllerUrl`.
+   */
+  controllerUrls?: string[];
+  /** `--controller-id` of every agent (default `controller`). */
+  controllerId?: string;
   stateRoot: string;
   hook: HookMode;
   pollIntervalMs: number;
@@ -35,6 +42,7 @@ export type ToHarness =
   | { t: 'arm'; id: number; target: string; minRevision: number }
   | { t: 'hold'; id: number; on: boolean }
   | { t: 'progress'; id: number }
+  | { t: 'wakesSince'; id: number; since: number; notFrom: string }
   | { t: 'report'; id: number }
   | { t: 'release'; id: number }
   | { t: 'stop'; id: number };
@@ -59,6 +67,15 @@ export interface HarnessCounters extends SimCounters {
   lastLog: string[];
   rssKb: number;
   pings: number;
+}
+
+/** An agent's first wake-up after a moment, from a controller other than a given one. */
+export interface FirstWake {
+  node: string;
+  /** Epoch ms, or null when none came. */
+  t: number | null;
+  iss: string | null;
+  reason: string | null;
 }
 
 export type FromHarness = { t: 'started'; ms: number; failed: string[] } | { t: 'reply'; id: number; data: unknown };
@@ -125,7 +142,8 @@ async function start(m: HarnessStart): Promise<void> {
       const a = new SimAgent({
         slot: s,
         pki: { ...m.pki, certPath: path.join(m.pki.dir, 'agent', `${s.node}.crt`) },
-        controllerUrl: m.controllerUrl,
+        controllerUrl: urlsOf(m, s),
+        ...(m.controllerId !== undefined ? { controllerId: m.controllerId } : {}),
         stateDir: path.join(m.stateRoot, s.node),
         runItem,
         pollIntervalMs: m.pollIntervalMs,
@@ -144,6 +162,13 @@ async function start(m: HarnessStart): Promise<void> {
   };
   await Promise.all(Array.from({ length: Math.max(1, m.startConcurrency) }, worker));
   send({ t: 'started', ms: Date.now() - t0, failed });
+}
+
+function urlsOf(m: HarnessStart, s: AgentSlot): string {
+  const list = m.controllerUrls;
+  if (!list || list.length === 0) return m.controllerUrl;
+  const i = Number(s.node.replace(/^\D+/, '')) % list.length;
+  return [...list.slice(i), ...list.slice(0, i)].join(',');
 }
 
 function counters(): HarnessCounters {
@@ -218,6 +243,15 @@ process.on('message', (m: ToHarness) => {
           if (r.tFetch !== null) fetched++;
         }
         send({ t: 'reply', id: m.id, data: { acked, fetched, agents: agents.length } });
+        return;
+      }
+      case 'wakesSince': {
+        const notFrom = `/controller/${m.notFrom}`;
+        const out: FirstWake[] = agents.map((a) => {
+          const w = a.wakes.find((x) => x.t >= m.since && !x.iss.endsWith(notFrom));
+          return { node: a.slot.node, t: w?.t ?? null, iss: w?.iss ?? null, reason: w?.reason ?? null };
+        });
+        send({ t: 'reply', id: m.id, data: out });
         return;
       }
       case 'report':

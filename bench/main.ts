@@ -24,7 +24,8 @@ import type { ChildProcess } from 'node:child_process';
 import { latencyPhase, type LatencyResult } from './latency.js';
 import { benchPki, slot, type AgentSlot } from './pki-cache.js';
 import { freeLowPort, killAll, track } from './procs.js';
-import { writeReport } from './report.js';
+import { replaceKeptSection, writeReport } from './report.js';
+import { severalMain } from './several-main.js';
 import { restartPhase, type RestartResult } from './restart.js';
 import { soakMarkdown, soakPhase } from './soak.js';
 import { loadAvg, say } from './util.js';
@@ -50,7 +51,15 @@ export interface BenchArgs {
   render: string | null;
   /** --soak [minutes]: the soak alone (a change every 50 ms over 4 nodes), its section in BENCHMARKS.md. */
   soakMinutes: number | null;
+  /** --controllers [store,fanout,failover]: several controllers on PostgreSQL alone, their section in BENCHMARKS.md. */
+  controllers: Set<string> | null;
+  /** --controller-ns: the fan-out N with 1, 2 and 3 controllers (default 1000,5000). */
+  controllerNs: number[];
+  /** --failover-ns: the N of the kill -9 of one controller of three (default 300,3000). */
+  failoverNs: number[];
 }
+
+const SEVERAL_PARTS = ['store', 'fanout', 'failover'];
 
 function parseArgs(argv: string[]): BenchArgs {
   const a: BenchArgs = {
@@ -67,6 +76,9 @@ function parseArgs(argv: string[]): BenchArgs {
     result: null,
     render: null,
     soakMinutes: null,
+    controllers: null,
+    controllerNs: [1_000, 5_000],
+    failoverNs: [300, 3_000],
   };
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i]!;
@@ -90,9 +102,17 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--soak') {
       const m = argv[i + 1];
       a.soakMinutes = m !== undefined && /^\d+(\.\d+)?$/.test(m) ? Number(argv[++i]) : 9;
-    } else if (v === '--help' || v === '-h') {
+    } else if (v === '--controllers') {
+      const m = argv[i + 1];
+      a.controllers = new Set(m !== undefined && !m.startsWith('--') ? argv[++i]!.split(',') : SEVERAL_PARTS);
+      for (const part of a.controllers)
+        if (!SEVERAL_PARTS.includes(part))
+          throw new Error(`--controllers takes ${SEVERAL_PARTS.join(',')}, not ${part}`);
+    } else if (v === '--controller-ns') a.controllerNs = next().split(',').map(Number);
+    else if (v === '--failover-ns') a.failoverNs = next().split(',').map(Number);
+    else if (v === '--help' || v === '-h') {
       process.stdout.write(
-        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]]\n',
+        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000]\n',
       );
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);
@@ -223,6 +243,19 @@ async function main(): Promise<number> {
   }
   if (maybeEnterNamespace(args)) return -1;
   const inNs = process.env.HERALD_BENCH_NS === '1';
+  if (args.controllers !== null)
+    return severalMain({
+      parts: args.controllers,
+      controllerNs: args.controllerNs,
+      failoverNs: args.failoverNs,
+      runs: args.runs,
+      pushWorkers: args.pushWorkers,
+      out: args.out,
+      root: ROOT,
+      inNs,
+      port: inNs ? 18443 : await freeLowPort(),
+      command: `npm run bench -- ${process.argv.slice(2).join(' ')}`,
+    });
   const started = new Date();
   const t0 = Date.now();
   const want = (p: string): boolean => args.only === null || args.only.has(p);
@@ -427,15 +460,7 @@ async function soakMain(
   const machine = `${os.cpus().length} cores (${os.cpus()[0]?.model.split(' ').slice(0, 2).join(' ')}), Node ${process.version}, load average at the end ${loadAvg().join(' ')}`;
   const md = path.join(args.out, 'BENCHMARKS.md');
   const old = fs.existsSync(md) ? fs.readFileSync(md, 'utf8') : '';
-  const section = soakMarkdown(r, when, machine);
-  const at = old.indexOf('<!-- kept: soak');
-  let next = at < 0 ? -1 : old.indexOf('<!-- kept:', at + 1);
-  if (next < 0) next = old.length;
-  const text =
-    at < 0
-      ? `${old.trimEnd()}\n\n${section}`
-      : `${old.slice(0, at)}${section}${next < old.length ? `\n${old.slice(next)}` : ''}`;
-  fs.writeFileSync(md, text.endsWith('\n') ? text : `${text}\n`);
+  fs.writeFileSync(md, replaceKeptSection(old, '<!-- kept: soak', soakMarkdown(r, when, machine)));
   say(
     `soak: ${r.changesAnswered} changes; growth controller ${r.growthPct.controllerMain} %, workers ${r.growthPct.pushWorkers} %, agents ${r.growthPct.agentsMax} %; converged ${r.converged}`,
   );

@@ -522,3 +522,19 @@ function keptSections(mdPath: string): string {
   const at = old.indexOf(KEPT_MARKER);
   return at < 0 ? '' : `\n${old.slice(at)}`;
 }
+
+/**
+ * `old` (BENCHMARKS.md's text) with the kept block that starts with a marker beginning
+ * `markerStart` replaced by `section` (up to the next kept marker, or the end), or with `section`
+ * appended when there is no such block. The sections that run alone (--soak, --controllers) use it.
+ */
+export function replaceKeptSection(old: string, markerStart: string, section: string): string {
+  const at = old.indexOf(markerStart);
+  let next = at < 0 ? -1 : old.indexOf(KEPT_MARKER, at + 1);
+  if (next < 0) next = old.length;
+  const text =
+    at < 0
+      ? `${old.trimEnd()}\n\n${section}`
+      : `${old.slice(0, at)}${section}${next < old.length ? `\n${old.slice(next)}` : ''}`;
+  return text.endsWith('\n') ? text : `${text}\n`;
+}

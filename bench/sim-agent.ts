@@ -70,12 +70,17 @@ export interface SimAgentOptions {
   /** Announce the listener (push on); false: never announced, so never dialled (push off). */
   announce: boolean;
   log: Logger;
+  /** The controllers accepted (`--controller-id`; default `controller`, the one-controller benchmarks' name). */
+  controllerId?: string;
 }
 
 export interface WakeRecord {
   t: number;
   gen: number;
   fetch: FetchState;
+  /** The controller that signed it, and why it was sent (a takeover's first wake-up is a ping). */
+  iss: string;
+  reason: string;
 }
 
 export interface FetchRecord {
@@ -139,7 +144,7 @@ export class SimAgent {
         key: o.pki.keyPath,
         trustDomain: o.pki.trustDomain,
         stateDir: o.stateDir,
-        controllerId: 'controller',
+        controllerId: o.controllerId ?? 'controller',
         pollIntervalMs: o.pollIntervalMs,
         pollIntervalHealthyMs: o.pollIntervalHealthyMs,
         shutdownGraceMs: 1_000,
@@ -153,7 +158,7 @@ export class SimAgent {
         observe: {
           wake: (claims, fetch) => {
             this.#wakesVerified++;
-            this.wakes.push({ t: nowMs(), gen: claims.gen, fetch });
+            this.wakes.push({ t: nowMs(), gen: claims.gen, fetch, iss: claims.iss, reason: claims.reason });
           },
           fetched: (r, poll) => {
             if (r.status === 200) {

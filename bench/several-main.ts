@@ -1,0 +1,136 @@
+/**
+ * `npm run bench -- --controllers [store,fanout,failover]`: the several-controllers benchmark
+ * alone (issue 13). Starts a throwaway PostgreSQL, runs the parts asked for (the stores' commit
+ * latency first, on a machine the fleet does not load yet; then the fan-out and failover steps on
+ * one bed), writes BENCHMARKS-controllers.json (every raw figure) and replaces its section of
+ * BENCHMARKS.md, leaving the others as they were. Exits non-zero when a check failed (an agent
+ * that did not ack or fetch a change, an orphan not pinged in its window).
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { benchPki, slot } from './pki-cache.js';
+import { startBenchPg } from './pg.js';
+import { replaceKeptSection } from './report.js';
+import { CONTROLLER_NAMES, ensureControllerCerts, SeveralBed } from './several-bed.js';
+import { SEVERAL_MARKER, severalMarkdown, type SeveralReport } from './several-report.js';
+import { severalPhase, type SeveralResult } from './several.js';
+import { storeLatencyPhase, type StoreLatency } from './store-latency.js';
+import { loadAvg, say } from './util.js';
+
+/** Single-change transactions timed per store. */
+const STORE_SAMPLES = 400;
+
+export interface SeveralMainOptions {
+  parts: Set<string>;
+  controllerNs: number[];
+  failoverNs: number[];
+  runs: number | null;
+  pushWorkers: number | undefined;
+  out: string;
+  root: string;
+  inNs: boolean;
+  /** Controllers at port + 1..3, PostgreSQL at port + 10. */
+  port: number;
+  command: string;
+}
+
+export async function severalMain(o: SeveralMainOptions): Promise<number> {
+  const started = new Date();
+  const loadStart = loadAvg();
+  const tmp = path.join(o.root, 'tmp');
+  const runDir = path.join(tmp, 'bench-run');
+  fs.rmSync(runDir, { recursive: true, force: true });
+  fs.mkdirSync(runDir, { recursive: true });
+  const fanoutNs = o.parts.has('fanout') ? o.controllerNs : [];
+  const failoverNs = o.parts.has('failover') ? o.failoverNs : [];
+  const maxN = Math.max(0, ...fanoutNs, ...failoverNs);
+  say(
+    `several controllers (${[...o.parts].join(', ')}): fan-out N ${fanoutNs.join(', ') || '-'}, failover N ${failoverNs.join(', ') || '-'}; load average ${loadStart.join(' ')}`,
+  );
+  const { pki, issued, issueMs } = await benchPki(
+    path.join(tmp, 'bench-pki'),
+    Array.from({ length: maxN }, (_, i) => slot('b', i)),
+  );
+  say(`PKI ready (${issued} agent certificates issued in ${issueMs} ms)`);
+  await ensureControllerCerts(pki, CONTROLLER_NAMES);
+  const pg = await startBenchPg(path.join(runDir, 'pg'), o.port + 10);
+  say(`PostgreSQL ${pg.version} on 127.0.0.1:${pg.port}`);
+  let store: StoreLatency[] | null = null;
+  let several: SeveralResult | null = null;
+  const problems: string[] = [];
+  try {
+    if (o.parts.has('store')) {
+      store = await storeLatencyPhase({
+        runDir,
+        pgUrl: await pg.createDatabase('herald_latency'),
+        samples: STORE_SAMPLES,
+      });
+      for (const x of store)
+        say(
+          `store latency ${x.store}: createDeployment p50 ${x.ops.createDeployment.p50} ms, p99 ${x.ops.createDeployment.p99} ms; signal p50 ${x.ops.signal.p50} ms`,
+        );
+    }
+    if (fanoutNs.length + failoverNs.length > 0) {
+      const bed = new SeveralBed({
+        pki,
+        runDir,
+        port: o.port,
+        pg,
+        dbUrl: await pg.createDatabase('herald_bench'),
+        pushWorkers: o.pushWorkers,
+      });
+      try {
+        several = await severalPhase({
+          bed,
+          fanoutNs,
+          failoverNs,
+          runsFor: (n) => o.runs ?? (n >= 5_000 ? 1 : 2),
+        });
+        problems.push(...several.problems);
+      } finally {
+        await bed.stop();
+      }
+    }
+  } catch (err) {
+    problems.push(`the benchmark stopped: ${(err as Error).message}`);
+    say(`several controllers: ${(err as Error).stack ?? String(err)}`);
+  } finally {
+    await pg.close();
+  }
+  const report: SeveralReport = {
+    date: started.toISOString(),
+    command: o.command,
+    elapsedS: (Date.now() - started.getTime()) / 1000,
+    machine: `${os.cpus().length} cores (${os.cpus()[0]?.model.split(' ').slice(0, 2).join(' ')}), ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB, Node ${process.version}, Linux ${os.release()}`,
+    loadStart,
+    loadEnd: loadAvg(),
+    isolation: o.inNs
+      ? 'The run had its own network and PID namespaces (its loopback carried only its own traffic).'
+      : 'The run shared the network namespace of the machine.',
+    pgVersion: pg.version,
+    commit: gitCommit(o.root),
+    several,
+    store,
+    problems,
+  };
+  fs.mkdirSync(o.out, { recursive: true });
+  fs.writeFileSync(path.join(o.out, 'BENCHMARKS-controllers.json'), `${JSON.stringify(report, null, 2)}\n`);
+  const md = path.join(o.out, 'BENCHMARKS.md');
+  const old = fs.existsSync(md) ? fs.readFileSync(md, 'utf8') : '';
+  fs.writeFileSync(md, replaceKeptSection(old, SEVERAL_MARKER, severalMarkdown(report)));
+  say(
+    `several controllers: done in ${Math.round(report.elapsedS)} s; ${problems.length === 0 ? 'all checks passed' : `${problems.length} check(s) FAILED`}`,
+  );
+  for (const p of problems) say(`FAILED: ${p}`);
+  return problems.length === 0 ? 0 : 1;
+}
+
+function gitCommit(root: string): string {
+  try {
+    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
+  } catch {
+    return 'unknown';
+  }
+}

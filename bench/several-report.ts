@@ -1,0 +1,200 @@
+/**
+ * The several-controllers section of BENCHMARKS.md (`npm run bench -- --controllers`): the
+ * fan-out with 1, 2 and 3 controllers on one PostgreSQL, the failover after a `kill -9`, and the
+ * two stores' commit latency. The section replaces its own kept block of BENCHMARKS.md and
+ * leaves every other section as it was (see replaceKeptSection in report.ts).
+ */
+import type { SeveralFanoutRun, SeveralResult } from './several.js';
+import type { StoreLatency } from './store-latency.js';
+import { median, round } from './util.js';
+
+/** The marker the section starts with; `npm run bench -- --controllers` replaces the block it opens. */
+export const SEVERAL_MARKER =
+  '<!-- kept: several controllers (npm run bench -- --controllers replaces this section) -->';
+
+export interface SeveralReport {
+  date: string;
+  command: string;
+  elapsedS: number;
+  machine: string;
+  loadStart: number[];
+  loadEnd: number[];
+  isolation: string;
+  pgVersion: string;
+  commit: string;
+  several: SeveralResult | null;
+  store: StoreLatency[] | null;
+  problems: string[];
+}
+
+const s = (ms: number): string => (Number.isFinite(ms) ? `${round(ms / 1000, 2)} s` : 'n/a');
+const ms = (x: number): string => (Number.isFinite(x) ? `${x.toLocaleString('en-US')} ms` : 'n/a');
+const n = (x: number): string => x.toLocaleString('en-US');
+
+function fanoutRows(runs: SeveralFanoutRun[]): string[] {
+  const L: string[] = [];
+  const keys = [...new Set(runs.map((r) => `${r.n}/${r.controllers}`))];
+  for (const key of keys) {
+    const rs = runs.filter((r) => `${r.n}/${r.controllers}` === key);
+    const r0 = rs[0]!;
+    const med = (f: (r: SeveralFanoutRun) => number): number => median(rs.map(f));
+    const split = rs[rs.length - 1]!.perController.map(
+      (c) => `${c.name}: ${n(c.owned)} owned, ${c.cpuS} s, ${n(c.fetch200)} fetches`,
+    );
+    L.push(
+      `| ${n(r0.n)} | ${r0.controllers} | ${rs.length} | ${rs.map((r) => `${r.acked}/${r.fetched}`).join(', ')} | ${s(med((r) => r.commitMs))} | ${s(med((r) => r.allAckedMs))} | ${s(med((r) => r.allFetchedMs))} (${rs.map((r) => s(r.allFetchedMs)).join(', ')}) | ${ms(r0.ackMs.p50)} / ${ms(r0.ackMs.p99)} | ${ms(r0.fetchMs.p50)} / ${ms(r0.fetchMs.p99)} | ${round(
+        med((r) => r.controllerCpuS),
+        2,
+      )} s | ${n(Math.round(med((r) => r.cpuPerAgentUs)))} µs | ${split.join('; ')} | ${round(
+        med((r) => r.db.commitsPerNode),
+        2,
+      )} / ${round(
+        med((r) => r.db.writeTxPerNode),
+        2,
+      )} |`,
+    );
+  }
+  return L;
+}
+
+export function severalMarkdown(r: SeveralReport): string {
+  const L: string[] = [];
+  const p = (x = ''): void => {
+    L.push(x);
+  };
+  p(SEVERAL_MARKER);
+  p('## Several controllers on one PostgreSQL (issue 13)');
+  p();
+  p(
+    `\`${r.command}\` on ${r.date.replace('T', ' ').slice(0, 19)} UTC in ${Math.round(r.elapsedS)} s; commit ${r.commit}. Machine: ${r.machine}. PostgreSQL ${r.pgVersion} (a throwaway server the run started: \`initdb\` in the run directory, \`fsync\` on, \`max_connections\` 100).`,
+  );
+  p(
+    `Load average (1, 5, 15 min) at start ${r.loadStart.join(' ')}, at end ${r.loadEnd.join(' ')}: **other engineers' work shared these 2 cores during the run, and the controllers, PostgreSQL and every simulated agent ran on them too; timings are upper bounds.** ${r.isolation}`,
+  );
+  p();
+  p(
+    r.problems.length === 0
+      ? 'Checks: all passed (every agent acked and fetched each change; every orphaned node pinged by a survivor).'
+      : `Checks: **${r.problems.length} failed**: ${r.problems.map((x) => x.replace(/\|/g, '/')).join('; ')}`,
+  );
+  p();
+  p(
+    'Reproduce: `npm run build && npm run bench -- --controllers` (all three parts; about 25 min here), or one part: `--controllers store`, `--controllers fanout --controller-ns 1000`, `--controllers failover --failover-ns 300`. Needs PostgreSQL 15+ server binaries (`initdb`, `postgres`; Debian package `postgresql`).',
+  );
+  p();
+  const sev = r.several;
+  if (sev && sev.fanout.length > 0) {
+    p('### Fan-out with 1, 2 and 3 controllers');
+    p();
+    p(
+      'Real `herald controller --name cN --db postgres://…` processes (default options: one push worker each) on one PostgreSQL;',
+    );
+    p(
+      "simulated agents (the agent's own modules, `bench/sim-agent.ts`, up to 1,250 per harness process) with `--controller-id '*'` and",
+    );
+    p(
+      'every controller URL, agent i starting at URL i mod 3 (as a load balancer would spread their API calls; an agent whose',
+    );
+    p(
+      'controller leaves moves to the next and stays). The change: one `POST /v1/clusters` to c1 naming all N nodes; each node is woken',
+    );
+    p(
+      "by its owner (rendezvous spread), which c1's commit reaches through one NOTIFY. At each N the fleet runs with 3, then 2, then 1",
+    );
+    p(
+      'controllers: a controller leaves with SIGTERM (hands its nodes back, the others claim and dial them) and the next run waits until',
+    );
+    p(
+      'the rest own and hold every node. Hooks are held inside the measuring window, as in the one-controller fan-out. CPU: every',
+    );
+    p(
+      "controller with its push workers, from /proc (schedstat), request to last fetch. Commits per node changed: the database's",
+    );
+    p(
+      "`pg_stat_database.xact_commit` delta (every transaction, the fetches' reads and the acks included) and the transaction id",
+    );
+    p(
+      "counter's delta (write transactions only), each less the background rate of an idle window just before the run (heartbeats",
+    );
+    p('every 2 s and reconciles every 1 s per controller), divided by N.');
+    p();
+    p(
+      "| N | controllers | runs | acked / fetched | request answered | all acked | all fetched (runs) | ack p50 / p99 | fetch p50 / p99 | controllers' CPU | CPU per agent | per controller (last run) | commits per node changed: all / write |",
+    );
+    p('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+    for (const line of fanoutRows(sev.fanout)) p(line);
+    p();
+    const bg = sev.fanout.map((f) => `${f.controllers}: ${f.db.bgCommitsPerS}/s (${f.db.bgWriteTxPerS} write/s)`);
+    p(
+      `Background commits subtracted (controllers: commits per second in the idle window): ${[...new Set(bg)].join(', ')}.`,
+    );
+    if (sev.grow.length > 0)
+      p(
+        `Growing the fleet (agents connecting to three controllers, each new one announced and dialled): ${sev.grow
+          .filter((g) => g.added > 0)
+          .map((g) => `+${n(g.added)} to ${n(g.n)} in ${s(g.addMs)}`)
+          .join(', ')}.`,
+      );
+    p();
+  }
+  if (sev && sev.failover.length > 0) {
+    p('### Failover: `kill -9` of one controller of three');
+    p();
+    p(
+      'Three controllers holding every node; the one owning the most is killed with SIGKILL (its push workers too). From the',
+    );
+    p(
+      "kill: its lease ends (its row's `lease_until`: the last heartbeat + 8 s), the survivors claim its nodes (their `node_owners.since`,",
+    );
+    p(
+      'reconcile every 1 s), then dial each and send the ping wake-up with the current generation; "pinged" is the agent\'s own',
+    );
+    p(
+      "record of that wake-up (verified, signed by a survivor). Survivors' CPU: both, with push workers, kill → last ping.",
+    );
+    p();
+    p(
+      "| N | victim's nodes | pinged | kill → lease ended | → first claimed | → last claimed | → first pinged | → last pinged | claim → ping p50 / p99 | dial rate | survivors' CPU (per orphan) |",
+    );
+    p('|---|---|---|---|---|---|---|---|---|---|---|');
+    for (const f of sev.failover)
+      p(
+        `| ${n(f.n)} | ${n(f.orphans)} (${f.victim}) | ${n(f.pinged)}${f.timedOut ? ' **(window closed)**' : ''} | ${s(f.leaseEndMs)} | ${s(f.firstClaimMs)} | ${s(f.lastClaimMs)} | ${s(f.firstPingMs)} | **${s(f.lastPingMs)}** | ${ms(f.claimToPingMs.p50)} / ${ms(f.claimToPingMs.p99)} | ${n(f.dialRatePerS)}/s | ${f.survivorCpuS} s (${n(f.cpuPerOrphanUs)} µs) |`,
+      );
+    p();
+    for (const f of sev.failover) {
+      const detect = f.firstClaimMs;
+      const redial = f.lastPingMs - f.firstClaimMs;
+      p(
+        `- N = ${n(f.n)}: of the ${s(f.lastPingMs)} from the kill to the last ping, ${s(detect)} (${Math.round((100 * detect) / f.lastPingMs)} %) is detection (the lease running out: ${s(f.leaseEndMs)}, then the next reconcile) and ${s(redial)} is re-dialling ${n(f.orphans)} agents (${n(f.dialRatePerS)} full mutual-TLS dials and pings a second over two survivors).`,
+      );
+    }
+    p();
+  }
+  if (r.store && r.store.length > 0) {
+    p('### Commit latency: PostgreSQL store next to SQLite');
+    p();
+    const [a, b] = [r.store.find((x) => x.store === 'sqlite'), r.store.find((x) => x.store === 'postgres')];
+    p(
+      `In one process (\`bench/store-latency.ts\`), one call at a time, ${n(a?.samples ?? b?.samples ?? 0)} samples each after a warm-up: \`SqliteStore\` on a file (\`synchronous = FULL\`: an fsync per commit) and \`PgStore\` on the run's PostgreSQL over TCP on 127.0.0.1 (\`fsync\` and \`synchronous_commit\` on; the change-log row and NOTIFY under the sequence row's lock). Time from the call to its promise resolving (the commit durable).`,
+    );
+    p();
+    p('| transaction | SQLite p50 / p99 | PostgreSQL p50 / p99 | PostgreSQL / SQLite (p50) |');
+    p('|---|---|---|---|');
+    const label: Record<string, string> = {
+      createDeployment: '`createDeployment` (new deployment: generation, audit)',
+      updateDeployment: '`updateDeployment` (a PATCH: new revision)',
+      signal: "signal (`recordSignal` in one `transaction()`, the API's signal route)",
+      recordAcked: '`recordAcked` (one node)',
+    };
+    for (const op of Object.keys(label)) {
+      const x = a?.ops[op as keyof StoreLatency['ops']];
+      const y = b?.ops[op as keyof StoreLatency['ops']];
+      p(
+        `| ${label[op]} | ${x ? `${x.p50} / ${x.p99} ms` : 'n/a'} | ${y ? `${y.p50} / ${y.p99} ms` : 'n/a'} | ${x && y ? `${round(y.p50 / x.p50, 1)}×` : 'n/a'} |`,
+      );
+    }
+    p();
+  }
+  return L.join('\n');
+}

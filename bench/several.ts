@@ -1,0 +1,319 @@
+/**
+ * Several controllers on one PostgreSQL (issue 13's benchmarks, SPEC §7), on one bed
+ * (several-bed.ts) whose fleet grows through every N asked for, ascending:
+ *
+ * - Fan-out with 3, then 2, then 1 controllers at each fan-out N: one `POST /v1/clusters`
+ *   naming every node (one request, one transaction, a wake-up per node from its owner), as in
+ *   fanout.ts. Going from 3 to 2 to 1, a controller leaves with SIGTERM (it hands its nodes back;
+ *   the others claim and dial them) and the bed waits until the rest own and hold every node.
+ *   Per run: all acked, all fetched, the controllers' CPU (all of them, /proc), and the database's
+ *   commits per node changed (`pg_stat_database.xact_commit`, reads included, and write
+ *   transactions from the transaction id counter), less the background the controllers make
+ *   when nothing changes (heartbeats, reconciles), measured just before.
+ * - Failover at each failover N with 3 controllers: `kill -9` of the one owning the most nodes
+ *   (and of its push workers), then until every node it owned has a wake-up from a survivor. The
+ *   parts: kill → the victim's lease ends (its last heartbeat + the lease, from its row), →
+ *   the survivors claim the nodes (`node_owners.since`), → each orphan pinged (the agents'
+ *   own record of the wake-up: its time, signer and reason). Then the victim starts again and
+ *   takes its share back before the next step.
+ */
+import { metricSum } from './api-client.js';
+import type { FirstWake } from './harness.js';
+import { CONTROLLER_NAMES, type DbCounters, type SeveralBed } from './several-bed.js';
+import { dist, nowMs, round, say, sleep, type Dist } from './util.js';
+
+/** Idle window before each fan-out run: the database's background commits per second. */
+const BACKGROUND_WINDOW_MS = 4_000;
+/** After a run, before reading pg_stat_database: backends flush their counters at most once a second. */
+const STATS_FLUSH_WAIT_MS = 1_500;
+/** How long a failover may take before the run gives up waiting for the last ping. */
+const FAILOVER_WINDOW_MS = (n: number): number => 60_000 + n * 10;
+
+export interface SeveralFanoutRun {
+  controllers: number;
+  n: number;
+  run: number;
+  commitMs: number;
+  allAckedMs: number;
+  allFetchedMs: number;
+  ackMs: Dist;
+  fetchMs: Dist;
+  acked: number;
+  fetched: number;
+  fetchedByPoll: number;
+  /** CPU s of every controller (with its push workers) from the request to the last fetch. */
+  controllerCpuS: number;
+  cpuPerAgentUs: number;
+  /** Per controller: CPU s, nodes owned, metadata fetches answered 200, wake-ups acked. */
+  perController: Array<{ name: string; cpuS: number; owned: number; fetch200: number; acked: number }>;
+  db: {
+    commits: number;
+    writeTx: number;
+    windowMs: number;
+    /** Background per second (idle window before the run). */
+    bgCommitsPerS: number;
+    bgWriteTxPerS: number;
+    /** delta − background × window: what the change cost, all in. */
+    netCommits: number;
+    netWriteTx: number;
+    /** net / N. */
+    commitsPerNode: number;
+    writeTxPerNode: number;
+  };
+  timedOut: boolean;
+}
+
+export interface FailoverRun {
+  n: number;
+  victim: string;
+  orphans: number;
+  pinged: number;
+  /** kill → the victim's lease_until (its last heartbeat + 8 s). */
+  leaseEndMs: number;
+  /** kill → first / last orphan claimed by a survivor (node_owners.since). */
+  firstClaimMs: number;
+  lastClaimMs: number;
+  /** kill → first / last orphan pinged (wake-up from a survivor, at the agent). */
+  firstPingMs: number;
+  lastPingMs: number;
+  /** Each orphan: its claim → its ping. */
+  claimToPingMs: Dist;
+  /** kill → ping, over the orphans. */
+  killToPingMs: Dist;
+  /** Orphans pinged per second between the first claim and the last ping. */
+  dialRatePerS: number;
+  /** Survivors' CPU s (with push workers) from the kill to the last ping, and per orphan (µs). */
+  survivorCpuS: number;
+  cpuPerOrphanUs: number;
+  reasons: Record<string, number>;
+  timedOut: boolean;
+}
+
+export interface SeveralResult {
+  fanout: SeveralFanoutRun[];
+  failover: FailoverRun[];
+  grow: Array<{ n: number; added: number; addMs: number }>;
+  problems: string[];
+}
+
+export interface SeveralOptions {
+  bed: SeveralBed;
+  fanoutNs: number[];
+  failoverNs: number[];
+  runsFor: (n: number) => number;
+}
+
+const sum = (m: Map<string, number>): number => [...m.values()].reduce((a, b) => a + b, 0);
+
+function roundDist(d: Dist, digits = 1): Dist {
+  return {
+    n: d.n,
+    p50: round(d.p50, digits),
+    p99: round(d.p99, digits),
+    min: round(d.min, digits),
+    max: round(d.max, digits),
+    mean: round(d.mean, digits),
+  };
+}
+
+async function background(bed: SeveralBed): Promise<{ commitsPerS: number; writeTxPerS: number }> {
+  const a = await bed.dbCounters();
+  await sleep(BACKGROUND_WINDOW_MS);
+  const b = await bed.dbCounters();
+  const s = (b.t - a.t) / 1000;
+  return { commitsPerS: (b.commits - a.commits) / s, writeTxPerS: (b.xid - a.xid) / s };
+}
+
+async function fanoutRun(bed: SeveralBed, n: number, run: number, problems: string[]): Promise<SeveralFanoutRun> {
+  const fleet = bed.fleet!;
+  const k = bed.live().length;
+  await bed.settle(n, problems);
+  await bed.steady(n, 60_000, problems, `fan-out N=${n}, ${k} controllers`);
+  await fleet.hold(true);
+  const bg = await background(bed);
+  const owned = new Map((await bed.members()).filter((r) => r.live).map((r) => [r.name, r.nodes_owned]));
+  const m0 = new Map<string, Map<string, number>>();
+  for (const c of bed.live()) m0.set(bed.nameOf(c), await c.op.metrics());
+  const name = `sev${k}n${n}r${run}`;
+  await fleet.arm(`${name}-install`);
+  const db0: DbCounters = await bed.dbCounters();
+  const cpu0 = bed.cpu();
+  const t0 = nowMs();
+  const nodes = Array.from({ length: n }, (_, i) => `b${String(i).padStart(5, '0')}`);
+  const created = await bed.op.must<{ id: string }>(
+    201,
+    'POST',
+    '/v1/clusters',
+    { name, nodes, install_config_id: bed.configId, uninstall_config_id: bed.configId },
+    120_000,
+  );
+  const tCommit = nowMs();
+  bed.cluster = { id: created.id, name };
+  const w = await fleet.waitRun(n, 60_000 + n * 20);
+  const cpu1 = bed.cpu();
+  await sleep(STATS_FLUSH_WAIT_MS);
+  const db1 = await bed.dbCounters();
+  const reports = await fleet.report();
+  const acks = reports.map((r) => r.tAck).filter((t): t is number => t !== null);
+  const fetches = reports.map((r) => r.tFetch).filter((t): t is number => t !== null);
+  const perController: SeveralFanoutRun['perController'] = [];
+  for (const c of bed.live()) {
+    const cn = bed.nameOf(c);
+    const a = m0.get(cn)!;
+    const b = await c.op.metrics();
+    const d = (metric: string, label?: string): number => metricSum(b, metric, label) - metricSum(a, metric, label);
+    perController.push({
+      name: cn,
+      cpuS: round((cpu1.get(cn) ?? 0) - (cpu0.get(cn) ?? 0), 2),
+      owned: owned.get(cn) ?? 0,
+      fetch200: d('herald_metadata_fetches_total', 'status="200"'),
+      acked: d('herald_wakeups_acked_total'),
+    });
+  }
+  const cpuS = sum(cpu1) - sum(cpu0);
+  const windowMs = db1.t - db0.t;
+  const commits = db1.commits - db0.commits;
+  const writeTx = db1.xid - db0.xid;
+  const r: SeveralFanoutRun = {
+    controllers: k,
+    n,
+    run,
+    commitMs: round(tCommit - t0, 1),
+    allAckedMs: round(dist(acks.map((t) => t - t0)).max, 1),
+    allFetchedMs: round(dist(fetches.map((t) => t - t0)).max, 1),
+    ackMs: roundDist(dist(acks.map((t) => t - t0))),
+    fetchMs: roundDist(dist(fetches.map((t) => t - t0))),
+    acked: acks.length,
+    fetched: fetches.length,
+    fetchedByPoll: reports.filter((x) => x.fetchWasPoll).length,
+    controllerCpuS: round(cpuS, 2),
+    cpuPerAgentUs: Math.round((cpuS / n) * 1e6),
+    perController,
+    db: {
+      commits,
+      writeTx,
+      windowMs,
+      bgCommitsPerS: round(bg.commitsPerS, 1),
+      bgWriteTxPerS: round(bg.writeTxPerS, 1),
+      netCommits: Math.round(commits - (bg.commitsPerS * windowMs) / 1000),
+      netWriteTx: Math.round(writeTx - (bg.writeTxPerS * windowMs) / 1000),
+      commitsPerNode: round((commits - (bg.commitsPerS * windowMs) / 1000) / n, 2),
+      writeTxPerNode: round((writeTx - (bg.writeTxPerS * windowMs) / 1000) / n, 2),
+    },
+    timedOut: w.timedOut,
+  };
+  if (r.acked !== n) problems.push(`fan-out N=${n}, ${k} controllers, run ${run}: acked ${r.acked}/${n}`);
+  if (r.fetched !== n) problems.push(`fan-out N=${n}, ${k} controllers, run ${run}: fetched ${r.fetched}/${n}`);
+  say(
+    `several controllers: fan-out N=${n} with ${k}: answered ${r.commitMs} ms, all acked ${r.allAckedMs} ms, all fetched ${r.allFetchedMs} ms; controllers' CPU ${r.controllerCpuS} s (${r.cpuPerAgentUs} µs/agent); commits/node ${r.db.commitsPerNode}, write tx/node ${r.db.writeTxPerNode}`,
+  );
+  return r;
+}
+
+async function failoverRun(bed: SeveralBed, n: number, problems: string[]): Promise<FailoverRun> {
+  const fleet = bed.fleet!;
+  await bed.settle(n, problems);
+  await bed.steady(n, 60_000, problems, `failover N=${n}`);
+  const rows = (await bed.members()).filter((r) => r.live);
+  const victim = [...rows].sort((a, b) => b.nodes_owned - a.nodes_owned || a.name.localeCompare(b.name))[0]!.name;
+  const orphans = (
+    (await bed.sql.unsafe('SELECT node_id FROM node_owners WHERE controller = $1', [victim])) as unknown as Array<{
+      node_id: string;
+    }>
+  ).map((r) => r.node_id);
+  const orphanSet = new Set(orphans);
+  await fleet.arm('failover');
+  const cpu0 = bed.cpu();
+  cpu0.delete(victim);
+  const tKill = await bed.kill9(victim, nowMs);
+  say(`several controllers: failover N=${n}: kill -9 of ${victim} (${orphans.length} nodes)`);
+  let wakes: FirstWake[] = [];
+  let timedOut = true;
+  let tLast = NaN;
+  const limit = FAILOVER_WINDOW_MS(n);
+  while (nowMs() - tKill < limit) {
+    await sleep(200);
+    wakes = (await fleet.wakesSince(tKill, victim)).filter((w) => orphanSet.has(w.node));
+    if (wakes.every((w) => w.t !== null)) {
+      timedOut = false;
+      break;
+    }
+  }
+  tLast = nowMs();
+  const cpu1 = new Map<string, number>();
+  for (const [k, v] of bed.cpu()) if (cpu0.has(k)) cpu1.set(k, v);
+  const [lease] = (await bed.sql.unsafe(
+    'SELECT EXTRACT(EPOCH FROM lease_until) * 1000 AS at FROM controllers WHERE name = $1',
+    [victim],
+  )) as unknown as Array<{ at: string }>;
+  const claims = (await bed.sql.unsafe(
+    'SELECT node_id, EXTRACT(EPOCH FROM since) * 1000 AS at FROM node_owners WHERE node_id = ANY($1::text[]) AND controller <> $2',
+    [orphans, victim] as never[],
+  )) as unknown as Array<{ node_id: string; at: string }>;
+  const claimAt = new Map(claims.map((c) => [c.node_id, Number(c.at)]));
+  const pinged = wakes.filter((w): w is FirstWake & { t: number } => w.t !== null);
+  const pingT = pinged.map((w) => w.t);
+  const claimT = [...claimAt.values()];
+  const claimToPing = pinged.filter((w) => claimAt.has(w.node)).map((w) => w.t - claimAt.get(w.node)!);
+  const reasons: Record<string, number> = {};
+  for (const w of pinged) reasons[w.reason ?? '?'] = (reasons[w.reason ?? '?'] ?? 0) + 1;
+  const firstClaim = dist(claimT).min;
+  const lastPing = dist(pingT).max;
+  const cpuS = sum(cpu1) - sum(cpu0);
+  const r: FailoverRun = {
+    n,
+    victim,
+    orphans: orphans.length,
+    pinged: pinged.length,
+    leaseEndMs: round(Number(lease?.at) - tKill, 0),
+    firstClaimMs: round(firstClaim - tKill, 0),
+    lastClaimMs: round(dist(claimT).max - tKill, 0),
+    firstPingMs: round(dist(pingT).min - tKill, 0),
+    lastPingMs: round(lastPing - tKill, 0),
+    claimToPingMs: roundDist(dist(claimToPing), 0),
+    killToPingMs: roundDist(dist(pingT.map((t) => t - tKill)), 0),
+    dialRatePerS: round(pinged.length / ((lastPing - firstClaim) / 1000), 0),
+    survivorCpuS: round(cpuS, 2),
+    cpuPerOrphanUs: Math.round((cpuS / Math.max(1, orphans.length)) * 1e6),
+    reasons,
+    timedOut,
+  };
+  if (timedOut)
+    problems.push(
+      `failover N=${n}: ${r.pinged} of ${r.orphans} nodes of ${victim} pinged by a survivor within ${Math.round((tLast - tKill) / 1000)} s`,
+    );
+  say(
+    `several controllers: failover N=${n}: ${r.pinged}/${r.orphans} pinged; lease ended ${r.leaseEndMs} ms after the kill, claimed ${r.firstClaimMs}-${r.lastClaimMs} ms, pinged ${r.firstPingMs}-${r.lastPingMs} ms (${r.dialRatePerS}/s; survivors' CPU ${r.survivorCpuS} s)`,
+  );
+  await bed.startController(victim);
+  await bed.steady(n, 60_000 + n * 20, problems, `after the failover at N=${n}, ${victim} back`);
+  return r;
+}
+
+/** Every step in turn: the fleet grows to each N; at a fan-out N, 3 → 2 → 1 controllers; at a failover N, a kill -9. */
+export async function severalPhase(o: SeveralOptions): Promise<SeveralResult> {
+  const bed = o.bed;
+  const out: SeveralResult = { fanout: [], failover: [], grow: [], problems: [] };
+  const problems = out.problems;
+  const steps = [...new Set([...o.fanoutNs, ...o.failoverNs])].sort((a, b) => a - b);
+  await bed.start(CONTROLLER_NAMES);
+  for (const n of steps) {
+    for (const name of CONTROLLER_NAMES) if (!bed.controllers.has(name)) await bed.startController(name);
+    const g = await bed.grow(n, problems);
+    out.grow.push({ n, ...g });
+    if (g.added === 0) await bed.steady(n, 60_000 + n * 20, problems, `N=${n}, all three back`);
+    if (o.failoverNs.includes(n)) out.failover.push(await failoverRun(bed, n, problems));
+    if (o.fanoutNs.includes(n)) {
+      for (const leaving of [null, 'c3', 'c2'] as const) {
+        if (leaving !== null) {
+          await bed.settle(n, problems);
+          await bed.stopController(leaving);
+          say(`several controllers: ${leaving} left (SIGTERM); waiting for the others to hold its nodes`);
+        }
+        for (let run = 1; run <= o.runsFor(n); run++) out.fanout.push(await fanoutRun(bed, n, run, problems));
+      }
+    }
+  }
+  await bed.settle(Math.max(...steps), problems);
+  return out;
+}
