@@ -34,6 +34,7 @@ export class ChangeFeed {
   #unlisten: (() => Promise<void>) | undefined;
   #closed = false;
   #connects = 0;
+  #failing = false;
   readonly #notifications: Counter;
   readonly #applied: Counter;
   readonly #reconnects: Counter;
@@ -100,8 +101,13 @@ export class ChangeFeed {
         this.#again = false;
         try {
           await this.#read();
+          if (this.#failing) this.#log.info('change log readable again');
+          this.#failing = false;
         } catch (err) {
-          this.#log.warn({ err: { message: (err as Error).message } }, 'could not read the change log; retrying');
+          // once per outage, not once per poll
+          if (!this.#failing)
+            this.#log.warn({ err: { message: (err as Error).message } }, 'could not read the change log; retrying');
+          this.#failing = true;
           return;
         }
       } while (this.#again && !this.#closed);

@@ -82,6 +82,12 @@ export class Fleet implements PushService {
   #started = false;
   #closed = false;
   #leaseLostLogged = false;
+  /** Fires when the lease ends without a renewal: fencing does not wait on a database call. */
+  #leaseTimer: NodeJS.Timeout | undefined;
+  /** The reconcile's last attempt failed (logged once until it succeeds again). */
+  #reconcileFailing = false;
+  /** A renewal failed since the last success (logged once). */
+  #renewFailing = false;
   readonly #m: {
     owned: Gauge;
     held: Gauge;
@@ -155,6 +161,19 @@ export class Fleet implements PushService {
     return this.#o.clock() < this.#leaseUntil;
   }
 
+  /** A renewal sent at `sentAt` succeeded: push until `sentAt + lease`, and stop then unless renewed again. */
+  #renewed(sentAt: number): void {
+    this.#leaseUntil = sentAt + this.#o.leaseMs;
+    clearTimeout(this.#leaseTimer);
+    this.#leaseTimer = setTimeout(
+      () => {
+        if (!this.#closed && !this.#pushing()) this.#loseLease(new Error('the lease ended without a renewal'));
+      },
+      Math.max(0, this.#leaseUntil - this.#o.clock()) + 1,
+    );
+    this.#leaseTimer.unref();
+  }
+
   // ---- PushService -------------------------------------------------------------------------
 
   /** Joins (membership row), then claims its nodes; `targets` are ignored: ownership decides. */
@@ -203,6 +222,7 @@ export class Fleet implements PushService {
     this.#closed = true;
     clearInterval(this.#heartbeatTimer);
     clearInterval(this.#reconcileTimer);
+    clearTimeout(this.#leaseTimer);
     await this.#reconciling;
     const mine = [...this.#owned.keys()];
     this.#owned.clear();
@@ -230,7 +250,7 @@ export class Fleet implements PushService {
          started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, lease_until = excluded.lease_until`,
       [this.#o.name, this.#o.apiUrl(), this.#incarnation, this.#o.leaseMs / 1000],
     );
-    this.#leaseUntil = t0 + this.#o.leaseMs;
+    this.#renewed(t0);
     this.#log.info({ controller: this.#o.name, apiUrl: this.#o.apiUrl() }, 'joined the fleet');
   }
 
@@ -247,6 +267,7 @@ export class Fleet implements PushService {
         [this.#o.name, this.#incarnation, this.#o.leaseMs / 1000, this.#o.apiUrl(), held],
       );
       this.#m.renew.observe((this.#o.clock() - t0) / 1000);
+      this.#renewFailing = false;
       if (r.count === 0) {
         // another process took this name (or an operator removed the row): join again, and
         // take the nodes back only through the claim rules
@@ -254,18 +275,21 @@ export class Fleet implements PushService {
         await this.#join();
         return;
       }
-      if (!this.#pushing() && this.#leaseLostLogged) this.#log.info('lease renewed again: rejoining the fleet');
-      this.#leaseUntil = t0 + this.#o.leaseMs;
+      if (this.#leaseLostLogged) this.#log.info('lease renewed again: rejoining the fleet');
+      this.#renewed(t0);
       this.#leaseLostLogged = false;
       void this.#o.store.pruneChanges().catch(() => {});
     } catch (err) {
       this.#m.renewFailures.inc();
       if (!this.#pushing()) this.#loseLease(err);
-      else
+      else if (!this.#renewFailing) {
+        this.#renewFailing = true;
         this.#log.warn(
           { code: 'store_unavailable', err: { message: (err as Error).message } },
           'could not renew the lease; pushing until it ends',
         );
+      }
+      return;
     }
   }
 
@@ -302,9 +326,17 @@ export class Fleet implements PushService {
         this.#again = false;
         try {
           await this.#reconcile();
+          this.#reconcileFailing = false;
         } catch (err) {
           if (!this.#pushing()) this.#loseLease(err);
-          else this.#log.warn({ err: { message: (err as Error).message } }, 'ownership not reconciled this time');
+          else if (!this.#reconcileFailing) {
+            // once per outage: the lease lines say the rest
+            this.#reconcileFailing = true;
+            this.#log.warn(
+              { err: { message: (err as Error).message } },
+              'ownership not reconciled; retrying every second',
+            );
+          }
         }
       } while (this.#again && !this.#closed);
     })().finally(() => {

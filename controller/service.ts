@@ -102,6 +102,8 @@ export class ControllerService {
   readonly #ackMs: number;
   #closed = false;
   #feed: { catchUp(): Promise<void> } | undefined;
+  #tickFailing = false;
+  #ackFailing = false;
   readonly #name: string;
   readonly #controllers: (() => Promise<ControllerView[]>) | undefined;
   readonly #startedAt = new Date().toISOString();
@@ -164,7 +166,20 @@ export class ControllerService {
     this.#tickTimer = setInterval(() => void this.tick(), this.#tickMs);
     this.#tickTimer.unref();
     this.#ackTimer = setInterval(() => {
-      this.flushAcks().catch((err: unknown) => this.#log.error({ err }, 'could not write acknowledged generations'));
+      this.flushAcks().then(
+        () => {
+          this.#ackFailing = false;
+        },
+        (err: unknown) => {
+          if (codeOf(err) !== 'store_unavailable') this.#log.error({ err }, 'could not write acknowledged generations');
+          else if (!this.#ackFailing)
+            this.#log.warn(
+              { code: 'store_unavailable' },
+              'acknowledged generations not written: the database is unreachable',
+            );
+          this.#ackFailing = codeOf(err) === 'store_unavailable';
+        },
+      );
     }, this.#ackMs);
     this.#ackTimer.unref();
   }
@@ -757,8 +772,13 @@ export class ControllerService {
       if ((await this.store.activeClusterIds()).length === 0) return;
       const { changes } = await this.store.transaction((tx) => this.clusters.tick(tx, this.#now()));
       await this.#apply(changes);
+      this.#tickFailing = false;
     } catch (err) {
-      this.#log.error({ err }, 'cluster tick failed');
+      // the database away (several controllers, SPEC §7) fails every tick: say it once
+      if (codeOf(err) !== 'store_unavailable') this.#log.error({ err }, 'cluster tick failed');
+      else if (!this.#tickFailing)
+        this.#log.warn({ code: 'store_unavailable' }, 'cluster tick failed: the database is unreachable; retrying');
+      this.#tickFailing = codeOf(err) === 'store_unavailable';
     }
   }
 

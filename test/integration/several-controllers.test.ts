@@ -29,7 +29,7 @@ type ControllerRow = { name: string; live: boolean; nodes_owned: number; nodes_h
 const controllers = async (port = f.anyPort()): Promise<ControllerRow[]> =>
   (await api(port, f.op, 'GET', '/v1/controllers')).json.items;
 
-describe('three controllers on one PostgreSQL', () => {
+describe('three controllers on one PostgreSQL', { timeout: 150_000 }, () => {
   it('spread the nodes: every node owned by exactly one live controller, each holding its own connected', async () => {
     const rows = await waitFor(
       'every node owned and held',
@@ -237,7 +237,7 @@ describe('three controllers on one PostgreSQL', () => {
     expect(refused.json.error.code).toBe('store_unavailable');
     expect(refused.headers['retry-after']).toBe('1');
     // its lease ends: it says it stopped pushing, and the two others own every node
-    await waitFor('c3 to stop pushing', () => c3.proc.log().includes('lease ended without a renewal'), 15_000, 100);
+    await waitFor('c3 to stop pushing', () => c3.proc.log().includes('lease ended without a renewal'), 20_000, 100);
     await waitFor(
       'c1 and c2 to own every node',
       async () => {

@@ -1,0 +1,169 @@
+/**
+ * PostgreSQL's own semantics (SPEC §7), beyond the store suite both stores pass
+ * (store.test.ts): several stores on one database as several controllers are, committing at
+ * once; the global generation as every reader sees it; the change log and its notifications;
+ * fenced acks; schema versions; and the database going away (store_unavailable, not a hang).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import postgres from 'postgres';
+import { PgStore } from '../../controller/pg-store.js';
+import type { NewConfig } from '../../controller/store.js';
+import { rejectedCode } from '../helpers/controller-codes.js';
+import { startPg, type PgServer } from '../helpers/pg.js';
+
+const WHO = 'spiffe://herald.local/operator/admin';
+const CONFIG: NewConfig = { name: 'c', group: 'script', config: 'x', inputs: [], outputs: [], options: {} };
+let pg: PgServer;
+const open: PgStore[] = [];
+
+beforeAll(async () => {
+  pg = await startPg();
+});
+afterAll(async () => {
+  for (const s of open) await s.close();
+  await pg?.close();
+});
+
+async function stores(n: number, url?: string): Promise<{ url: string; list: PgStore[] }> {
+  const db = url ?? (await pg.createDatabase());
+  const list = await Promise.all(Array.from({ length: n }, (_, i) => PgStore.open(db, { controller: `c${i + 1}` })));
+  open.push(...list);
+  return { url: db, list };
+}
+
+describe('several stores on one database', () => {
+  it('migrate once when they open a new database at the same moment', async () => {
+    const { url, list } = await stores(3);
+    expect(await list[0]!.generation()).toBe(0);
+    const sql = postgres(url, { max: 1, onnotice: () => {} });
+    const rows = await sql`SELECT version FROM schema_migrations ORDER BY version`;
+    await sql.end();
+    expect(rows.map((r) => r.version)).toEqual([1, 2]);
+  });
+
+  it("a node's generation never goes backwards for a reader while two controllers commit to it at once, and the log is in commit order", async () => {
+    const { list } = await stores(3);
+    const [a, b, reader] = list as [PgStore, PgStore, PgStore];
+    await a.createNode('n', null, WHO);
+    const cfg = await a.createConfig(CONFIG, WHO);
+    const seen: number[] = [];
+    let writing = true;
+    const reading = (async () => {
+      while (writing) seen.push((await reader.getNode('n'))!.generation);
+    })();
+    const writes = Array.from({ length: 60 }, (_, i) =>
+      (i % 2 === 0 ? a : b).createDeployment(
+        { node: 'n', configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+        WHO,
+      ),
+    );
+    const made = await Promise.all(writes);
+    writing = false;
+    await reading;
+    expect(seen.length).toBeGreaterThan(1);
+    for (let i = 1; i < seen.length; i++) expect(seen[i]).toBeGreaterThanOrEqual(seen[i - 1]!);
+    // 60 distinct generations, the node at the highest
+    const gens = made.map((m) => m.changes.generation!);
+    expect(new Set(gens).size).toBe(60);
+    expect((await reader.getNode('n'))!.generation).toBe(Math.max(...gens));
+    // the log: numbered without a gap, generations rising with the numbers (commit order)
+    const log = await reader.changesAfter(0, 1000);
+    expect(log.map((e) => e.seq)).toEqual(log.map((_, i) => i + 1));
+    const logged = log.map((e) => e.changes.generation).filter((g): g is number => g !== null);
+    expect(logged).toEqual([...logged].sort((x, y) => x - y));
+    expect(new Set(log.map((e) => e.origin))).toEqual(new Set(['c1', 'c2']));
+  });
+
+  it('two controllers creating one node at once: one creates it, the other is told node_exists', async () => {
+    const { list } = await stores(2);
+    const results = await Promise.allSettled(list.map((s) => s.createNode('x', null, WHO)));
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    const failed = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
+    expect(await rejectedCode(Promise.reject(failed.reason))).toBe('node_exists');
+  });
+
+  it('another controller is notified of a commit, and reads it from the log', async () => {
+    const { list } = await stores(2);
+    const [a, b] = list as [PgStore, PgStore];
+    const payloads: string[] = [];
+    let heard!: () => void;
+    const got = new Promise<void>((r) => (heard = r));
+    const l = await b.listen(
+      (p) => {
+        payloads.push(p);
+        heard();
+      },
+      () => {},
+    );
+    await a.createNode('m', null, WHO);
+    await got;
+    await l.unlisten();
+    const entries = await b.changesAfter(0, 10);
+    expect(entries.map((e) => String(e.seq))).toContain(payloads[0]);
+    expect(entries[0]).toMatchObject({ origin: 'c1', changes: { touchedNodes: ['m'] } });
+  });
+
+  it('writes acknowledged generations only for nodes it owns at the epoch it holds', async () => {
+    const { url, list } = await stores(1);
+    const s = list[0]!;
+    for (const n of ['o', 'p', 'q']) await s.createNode(n, null, WHO);
+    const sql = postgres(url, { max: 1, onnotice: () => {} });
+    await sql`INSERT INTO node_owners (node_id, controller, epoch) VALUES ('o', 'c1', 3), ('p', 'c2', 1), ('q', 'c1', 5)`;
+    await sql.end();
+    const held = new Map([
+      ['o', 3], // owned, right epoch
+      ['p', 1], // owned by another controller
+      ['q', 4], // an older epoch: fenced out
+    ]);
+    s.setAckFence((node) => held.get(node));
+    await s.recordAcked(
+      new Map([
+        ['o', 7],
+        ['p', 7],
+        ['q', 7],
+      ]),
+    );
+    expect((await s.getNode('o'))!.ackedGeneration).toBe(7);
+    expect((await s.getNode('p'))!.ackedGeneration).toBeNull();
+    expect((await s.getNode('q'))!.ackedGeneration).toBeNull();
+  });
+
+  it('refuses a database migrated by a newer Herald (bad_option naming --db)', async () => {
+    const { url } = await stores(1);
+    const sql = postgres(url, { max: 1, onnotice: () => {} });
+    await sql`INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 'x')`;
+    await sql.end();
+    const err = await PgStore.open(url, { controller: 'c9' }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'bad_option', field: 'db' });
+  });
+});
+
+describe('the database going away', () => {
+  it('answers store_unavailable while PostgreSQL is killed, keeps what was committed, and works again when it is back', async () => {
+    const own = await startPg();
+    try {
+      const url = await own.createDatabase();
+      const s = await PgStore.open(url, { controller: 'c1' });
+      open.push(s);
+      await s.createNode('kept', null, WHO);
+      await own.kill9();
+      expect(await rejectedCode(s.getNode('kept'))).toBe('store_unavailable');
+      expect(await rejectedCode(s.createNode('lost', null, WHO))).toBe('store_unavailable');
+      await own.start();
+      expect((await s.getNode('kept'))?.id).toBe('kept');
+      expect(await s.getNode('lost')).toBeUndefined();
+      await s.createNode('after', null, WHO);
+      expect((await s.listNodes()).map((n) => n.id)).toEqual(['after', 'kept']);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it('refuses to start when the database cannot be reached (bad_option naming --db, the password not shown)', async () => {
+    const err = (await PgStore.open('postgres://herald:s3cret@127.0.0.1:1/none', { controller: 'c1' }).catch(
+      (e: unknown) => e,
+    )) as { code: string; field: string; message: string };
+    expect(err).toMatchObject({ code: 'bad_option', field: 'db' });
+    expect(err.message).not.toContain('s3cret');
+  });
+});
