@@ -129,7 +129,15 @@ function makeNode(sup: DemoSupervisor, nodesDir: string, id: string): DemoNode {
 export async function startNodes(
   sup: DemoSupervisor,
   ctl: DemoController,
-  o: { pkiDir: string; nodesDir: string; ids: string[]; timeoutMs: number; nodes: DemoNode[] },
+  o: {
+    pkiDir: string;
+    nodesDir: string;
+    ids: string[];
+    timeoutMs: number;
+    nodes: DemoNode[];
+    /** Several controllers: every agent knows all of them (and accepts any, `--controller-id *`). */
+    controllerUrls?: string[];
+  },
 ): Promise<Child[]> {
   fs.mkdirSync(o.nodesDir, { recursive: true });
   const agents: Child[] = [];
@@ -143,7 +151,8 @@ export async function startNodes(
         '--node',
         id,
         '--controller',
-        ctl.url,
+        (o.controllerUrls ?? [ctl.url]).join(','),
+        ...(o.controllerUrls ? ['--controller-id', '*'] : []),
         '--listen',
         `127.0.0.1:${agentPort}`,
         '--pki',

@@ -191,7 +191,7 @@ export class DemoSupervisor {
   }
 
   /**
-   * Stops every child (agents first: they run the hooks; then the controller), SIGTERM then
+   * Stops every child (agents first: they run the hooks; then the controllers), SIGTERM then
    * SIGKILL after STOP_GRACE_MS, then `pids` (services, containers), then anything that carries
    * a marker (a hook still running when its agent stopped may start a service after the pid
    * files were read).
@@ -199,10 +199,8 @@ export class DemoSupervisor {
   async stopAll(pids: () => Array<number | undefined>): Promise<void> {
     if (this.#stopped) return;
     this.#stopped = true;
-    const order = [
-      ...this.children.filter((c) => c.name !== 'controller'),
-      ...this.children.filter((c) => c.name === 'controller'),
-    ];
+    const isController = (c: Child): boolean => c.name === 'controller' || c.name.startsWith('controller-');
+    const order = [...this.children.filter((c) => !isController(c)), ...this.children.filter(isController)];
     for (const c of order) signalGroup(c, 'SIGTERM');
     const deadline = Date.now() + STOP_GRACE_MS;
     while (order.some((c) => !c.exited) && Date.now() < deadline) await sleep(50);

@@ -1,0 +1,213 @@
+/**
+ * A throwaway PostgreSQL (SPEC §7): `initdb` in a new temporary directory, the server on a free
+ * port of 127.0.0.1 with trust authentication for one local user, and its Unix socket in that
+ * directory; run as the `postgres` user when we are root (PostgreSQL refuses to run as root).
+ * For `herald demo --controllers`: nothing to install but Debian's `postgresql` binaries, and
+ * nothing left behind by `stop()`.
+ *
+ * The server runs in its own process group, so stopping it reaches the postmaster and every
+ * backend. `fsync=off`: a demo's data need not survive a power cut.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { freePort, sleep, tail as logTail } from './demo-supervisor.js';
+
+/** The one user `initdb` makes, trusted on 127.0.0.1 and the socket. */
+export const THROWAWAY_PG_USER = 'herald';
+/** How long the server may take to accept connections after it was started. */
+export const PG_START_TIMEOUT_MS = 30_000;
+/** How long a fast shutdown (SIGINT) may take before the group is killed. */
+const PG_STOP_GRACE_MS = 5_000;
+const POLL_MS = 100;
+
+/** Where PostgreSQL's server binaries are looked for, beside `pg_config --bindir`. */
+const DEBIAN_PG_DIR = '/usr/lib/postgresql';
+
+/** The directory of PostgreSQL's server binaries (initdb, postgres), or undefined when none is installed. */
+export function pgBinDir(): string | undefined {
+  const candidates: string[] = [];
+  const fromPath = spawnSync('pg_config', ['--bindir'], { encoding: 'utf8' });
+  if (fromPath.status === 0) candidates.push(fromPath.stdout.trim());
+  if (fs.existsSync(DEBIAN_PG_DIR))
+    for (const v of fs.readdirSync(DEBIAN_PG_DIR).sort((a, b) => Number(b) - Number(a)))
+      candidates.push(path.join(DEBIAN_PG_DIR, v, 'bin'));
+  return candidates.find((d) => fs.existsSync(path.join(d, 'initdb')) && fs.existsSync(path.join(d, 'postgres')));
+}
+
+/** A failure to make or start the server, with what its tools said. */
+export class ThrowawayPgError extends Error {}
+
+export interface ThrowawayPg {
+  /** `postgres://herald@127.0.0.1:<port>/postgres`, the maintenance database. */
+  readonly url: string;
+  readonly port: number;
+  /** Its data, socket and log: removed by `stop()`. */
+  readonly dir: string;
+  readonly logFile: string;
+  /** The server's process (leader of its process group). */
+  readonly child: ChildProcess;
+  /** Creates database `name`; resolves to its URL. */
+  createDatabase(name: string): Promise<string>;
+  /** Stops the server (fast shutdown, then SIGKILL to its group) and removes `dir`. Idempotent. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Makes and starts a throwaway server with the binaries in `binDir` (`pgBinDir()`); resolves
+ * once it accepts connections.
+ * @throws ThrowawayPgError when initdb fails or the server does not come up (with its log's tail)
+ */
+export async function startThrowawayPg(binDir: string, env: NodeJS.ProcessEnv = process.env): Promise<ThrowawayPg> {
+  const asRoot = process.getuid?.() === 0;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pg-'));
+  const data = path.join(dir, 'data');
+  const logFile = path.join(dir, 'server.log');
+  const asPostgres = (cmd: string, args: string[]): [string, string[]] =>
+    asRoot ? ['runuser', ['-u', 'postgres', '--', cmd, ...args]] : [cmd, args];
+  try {
+    if (asRoot) chownToPostgres(dir);
+    const [initCmd, initArgs] = asPostgres(path.join(binDir, 'initdb'), [
+      '-D',
+      data,
+      '-U',
+      THROWAWAY_PG_USER,
+      '--auth=trust',
+      '-E',
+      'UTF8',
+      '--no-sync',
+      '--no-instructions',
+    ]);
+    const init = spawnSync(initCmd, initArgs, { encoding: 'utf8', env });
+    if (init.status !== 0)
+      throw new ThrowawayPgError(`initdb failed: ${(init.stderr || init.error?.message || '').trim()}`);
+    const port = await freePort();
+    const logFd = fs.openSync(logFile, 'a');
+    if (asRoot) chownToPostgres(logFile);
+    const [cmd, args] = asPostgres(path.join(binDir, 'postgres'), [
+      '-D',
+      data,
+      '-p',
+      String(port),
+      '-k',
+      dir,
+      '-c',
+      'listen_addresses=127.0.0.1',
+      '-c',
+      'fsync=off',
+      '-c',
+      'max_connections=200',
+      '-c',
+      'shared_buffers=32MB',
+    ]);
+    const child = spawn(cmd, args, { detached: true, stdio: ['ignore', logFd, logFd], env });
+    fs.closeSync(logFd);
+    const url = `postgres://${THROWAWAY_PG_USER}@127.0.0.1:${port}/postgres`;
+    const server = handle(child, { url, port, dir, logFile });
+    try {
+      await waitReady(server);
+    } catch (err) {
+      await server.stop();
+      throw err;
+    }
+    return server;
+  } catch (err) {
+    fs.rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+function handle(child: ChildProcess, o: { url: string; port: number; dir: string; logFile: string }): ThrowawayPg {
+  const exited = new Promise<void>((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once('exit', () => resolve());
+  });
+  let stopping: Promise<void> | undefined;
+  return {
+    ...o,
+    child,
+    createDatabase: (name) => createDatabase(o.url, name),
+    stop() {
+      stopping ??= (async () => {
+        const pgid = child.pid;
+        if (pgid !== undefined && child.exitCode === null && child.signalCode === null) {
+          signalGroup(pgid, 'SIGINT'); // fast shutdown: does not wait for clients to leave
+          const timer = setTimeout(() => signalGroup(pgid, 'SIGKILL'), PG_STOP_GRACE_MS);
+          await exited;
+          clearTimeout(timer);
+        }
+        // backends may outlive the postmaster for a moment: the group must be gone before rm
+        const deadline = Date.now() + PG_STOP_GRACE_MS;
+        while (pgid !== undefined && !groupGone(pgid) && Date.now() < deadline) await sleep(50);
+        if (pgid !== undefined && !groupGone(pgid)) signalGroup(pgid, 'SIGKILL');
+        fs.rmSync(o.dir, { recursive: true, force: true });
+      })();
+      return stopping;
+    },
+  };
+}
+
+/** Polls `SELECT 1` until the server answers. */
+async function waitReady(server: ThrowawayPg): Promise<void> {
+  const { default: postgres } = await import('postgres');
+  const deadline = Date.now() + PG_START_TIMEOUT_MS;
+  for (;;) {
+    if (server.child.exitCode !== null || server.child.signalCode !== null)
+      throw new ThrowawayPgError(
+        `PostgreSQL exited at start; its log (${server.logFile}):\n${logTail(server.logFile)}`,
+      );
+    const sql = postgres(server.url, { max: 1, connect_timeout: 2, onnotice: () => {} });
+    try {
+      await sql`SELECT 1`;
+      return;
+    } catch {
+      if (Date.now() > deadline)
+        throw new ThrowawayPgError(
+          `PostgreSQL did not accept connections within ${PG_START_TIMEOUT_MS / 1000} s; its log:\n${logTail(server.logFile)}`,
+        );
+    } finally {
+      await sql.end({ timeout: 1 });
+    }
+    await sleep(POLL_MS);
+  }
+}
+
+async function createDatabase(serverUrl: string, name: string): Promise<string> {
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name)) throw new ThrowawayPgError(`bad database name ${JSON.stringify(name)}`);
+  const { default: postgres } = await import('postgres');
+  const sql = postgres(serverUrl, { max: 1, onnotice: () => {} });
+  try {
+    await sql.unsafe(`CREATE DATABASE ${name}`);
+  } finally {
+    await sql.end({ timeout: 1 });
+  }
+  const u = new URL(serverUrl);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
+function chownToPostgres(p: string): void {
+  const r = spawnSync('chown', ['postgres:postgres', p], { encoding: 'utf8' });
+  if (r.status !== 0)
+    throw new ThrowawayPgError(
+      `running as root, PostgreSQL must run as the user postgres, and chown to it failed: ${r.stderr.trim()}`,
+    );
+}
+
+function signalGroup(pgid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(-pgid, sig);
+  } catch {
+    // gone already
+  }
+}
+
+function groupGone(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return false;
+  } catch {
+    return true;
+  }
+}
