@@ -7,6 +7,7 @@
  * Types only. They are `type` aliases, not interfaces, so a view stays assignable to
  * `Record<string, unknown>` where a caller still wants that. Times are ISO 8601 strings.
  */
+import type { NodeCertificateView } from './enroll.js';
 import type { DeployAction, InputType } from './heat.js';
 
 // ---- lists and errors ---------------------------------------------------------------------------
@@ -49,6 +50,11 @@ export type NodeView = {
   created_at: string;
   updated_at: string;
   push: PushStateView;
+  /**
+   * `GET /v1/nodes/{id}` only: the node's certificate as the controller last saw it, with its
+   * renewal state (SPEC §9); null before the agent presented one.
+   */
+  certificate?: NodeCertificateView | null;
 };
 
 // ---- configs ------------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ let fingerprint: string;
 let port: number;
 let ctl: Proc;
 let ctlN = 0;
+/** The agent of the renewal test, still running for the issuer's revocation at the end. */
+let rnAgent: { proc: Proc; dir: string } | undefined;
 
 function startController(extra: string[] = [], p = port, db = path.join(work, 'herald.db')): Proc {
   return startHerald(
@@ -304,7 +306,7 @@ describe.skipIf(!built)('enrolment and renewal with real processes', { timeout: 
     );
     await deploy('after-restart');
     expect(hasExited(agent)).toBe(false);
-    await stopProc(agent);
+    rnAgent = { proc: agent, dir };
   });
 
   it('limits enrolment attempts per source address (429 rate_limited with Retry-After)', async () => {
@@ -424,5 +426,32 @@ describe.skipIf(!built)('enrolment and renewal with real processes', { timeout: 
     expect(['overdue', 'expired']).toContain(node.json.certificate.renewal);
     await stopProc(agent);
     await stopProc(plain);
+  });
+
+  it("revoking the issuer closes the enrolled agent's push connection and refuses it (revoked)", async () => {
+    const a = rnAgent!;
+    expect((await api(port, op, 'GET', '/v1/nodes/rn1')).json.push.connected).toBe(true);
+    const r = heraldSync(['certs', 'revoke', 'issuer/i1', '--dir', pki]);
+    expect(r.code, r.err).toBe(0);
+    const node = await waitFor(
+      'the push connection to be closed',
+      async () => {
+        const n = (await api(port, op, 'GET', '/v1/nodes/rn1')).json;
+        return n.push.connected === false ? n : undefined;
+      },
+      15_000,
+      100,
+    );
+    expect(node.push.last_error).toBe('revoked');
+    // and its own requests, with the renewed certificate it holds now, are refused
+    const cred = {
+      ca: fs.readFileSync(path.join(pki, 'ca.crt')),
+      cert: fs.readFileSync(path.join(a.dir, 'agent', 'rn1.crt')),
+      key: fs.readFileSync(path.join(a.dir, 'agent', 'rn1.key')),
+    };
+    const res = await api(port, cred, 'GET', '/v1/nodes/rn1/metadata');
+    expect(res.status).toBe(403);
+    expect(res.json.error.code).toBe('revoked');
+    await stopProc(a.proc);
   });
 });
