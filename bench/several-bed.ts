@@ -183,7 +183,7 @@ export class SeveralBed {
     }
     if (failed.length > 0)
       problems.push(`growing to ${n}: ${failed.length} agents failed to start: ${failed.slice(0, 3).join('; ')}`);
-    await this.steady(n, 60_000 + (n - have) * 40, problems, `growing to ${n}`);
+    await this.steady(n, 60_000 + (n - have) * 80, problems, `growing to ${n}`);
     const fleet = this.fleet;
     await waitFor('start-up fetches', async () => (await fleet.counters()).fetch200 >= n, 30_000, 200).catch(
       () => undefined,
@@ -258,14 +258,15 @@ export class SeveralBed {
     const c = this.cluster;
     if (c === null) return;
     const op = this.op;
-    const limit = 60_000 + n * 20;
+    // a cluster's operations on PostgreSQL take a statement per row (see several.ts RUN_WINDOW_MS)
+    const limit = 120_000 + n * 100;
     const status = async (): Promise<string | null> => {
       const r = await op.request<{ status: string }>('GET', `/v1/clusters/${c.id}`);
       return r.status === 404 ? null : (r.json?.status ?? '?');
     };
     try {
       await waitFor(`cluster ${c.name} to finish`, async () => !(await status())?.endsWith('_IN_PROGRESS'), limit, 100);
-      const del = await op.request('DELETE', `/v1/clusters/${c.id}`, undefined, 120_000);
+      const del = await op.request('DELETE', `/v1/clusters/${c.id}`, undefined, limit);
       if (del.status !== 202 && del.status !== 204)
         throw new Error(`DELETE /v1/clusters/${c.id} → ${del.status}: ${del.raw.slice(0, 200)}`);
       await waitFor(`cluster ${c.name} to be deleted`, async () => (await status()) === null, limit, 100);

@@ -42,7 +42,7 @@ function fanoutRows(runs: SeveralFanoutRun[]): string[] {
       (c) => `${c.name}: ${n(c.owned)} owned, ${c.cpuS} s, ${n(c.fetch200)} fetches`,
     );
     L.push(
-      `| ${n(r0.n)} | ${r0.controllers} | ${rs.length} | ${rs.map((r) => `${r.acked}/${r.fetched}`).join(', ')} | ${s(med((r) => r.commitMs))} | ${s(med((r) => r.allAckedMs))} | ${s(med((r) => r.allFetchedMs))} (${rs.map((r) => s(r.allFetchedMs)).join(', ')}) | ${ms(r0.ackMs.p50)} / ${ms(r0.ackMs.p99)} | ${ms(r0.fetchMs.p50)} / ${ms(r0.fetchMs.p99)} | ${round(
+      `| ${n(r0.n)} | ${r0.controllers} | ${rs.length} | ${rs.map((r) => `${r.acked}/${r.fetched}`).join(', ')} | ${s(med((r) => r.commitMs))} | ${s(med((r) => r.firstAckedMs))} | ${s(med((r) => r.allAckedMs))} | ${s(med((r) => r.allFetchedMs))} (${rs.map((r) => s(r.allFetchedMs)).join(', ')}) | ${ms(r0.ackMs.p50)} / ${ms(r0.ackMs.p99)} | ${ms(r0.fetchMs.p50)} / ${ms(r0.fetchMs.p99)} | ${round(
         med((r) => r.controllerCpuS),
         2,
       )} s | ${n(Math.round(med((r) => r.cpuPerAgentUs)))} µs | ${split.join('; ')} | ${round(
@@ -119,9 +119,9 @@ export function severalMarkdown(r: SeveralReport): string {
     p('every 2 s and reconciles every 1 s per controller), divided by N.');
     p();
     p(
-      "| N | controllers | runs | acked / fetched | request answered | all acked | all fetched (runs) | ack p50 / p99 | fetch p50 / p99 | controllers' CPU | CPU per agent | per controller (last run) | commits per node changed: all / write |",
+      "| N | controllers | runs | acked / fetched | request answered | first acked | all acked | all fetched (runs) | ack p50 / p99 | fetch p50 / p99 | controllers' CPU | CPU per agent | per controller (last run) | commits per node changed: all / write |",
     );
-    p('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+    p('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
     for (const line of fanoutRows(sev.fanout)) p(line);
     p();
     const bg = sev.fanout.map((f) => `${f.controllers}: ${f.db.bgCommitsPerS}/s (${f.db.bgWriteTxPerS} write/s)`);
