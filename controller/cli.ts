@@ -17,7 +17,10 @@ export function registerControllerCommand(program: Command): void {
       '--pki <dir>',
       'PKI directory (uses controller/<name>.crt and .key, ca.crt, revoked.json, wake-signing.jwk[s])',
     )
-    .option('--db <file>', 'SQLite database file (created if missing)')
+    .option(
+      '--db <file|url>',
+      'SQLite database file (created if missing; also sqlite:<path>), or postgres://user[:pass]@host:port/db shared by several controllers (docs/several-controllers.md)',
+    )
     .option('--name <name>', 'the controller certificate name (default controller)')
     .option('--trust-domain <domain>', 'SPIFFE trust domain (default: from the PKI)')
     .option('--health-listen <host:port>', 'also serve a plain-HTTP GET /healthz for probes (off by default)')

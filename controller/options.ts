@@ -90,6 +90,8 @@ export function fromEnv(env: NodeJS.ProcessEnv): RawOptions & { config?: string 
     const v = env[envName(name)];
     if (v !== undefined && v !== '') out[name] = v;
   }
+  // SPEC §7 names the database HERALD_DB; HERALD_CONTROLLER_DB wins when both are set
+  if (out.db === undefined && env.HERALD_DB) out.db = env.HERALD_DB;
   const config = env[envName('config')];
   if (config) out.config = config;
   return out;
@@ -147,9 +149,12 @@ export function resolveOptions(
   if (!pki) throw new ConfigError(`--pki <dir> is required (or ${envName('pki')})`, { field: 'pki' });
   const db = str('db');
   if (!db)
-    throw new ConfigError(`--db <file> is required (or ${envName('db')}); the controller keeps its state there`, {
-      field: 'db',
-    });
+    throw new ConfigError(
+      `--db <file|postgres://...> is required (or ${envName('db')} / HERALD_DB); the controller keeps its state there`,
+      {
+        field: 'db',
+      },
+    );
   const name = str('name') ?? 'controller';
   if (!isValidName(name))
     throw new ConfigError(`--name ${JSON.stringify(name)} must match ^[a-z0-9][a-z0-9._-]{0,62}$`, { field: 'name' });
