@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { controllerNames, makeFleet, nodeNames, type TestFleet } from '../helpers/fleet.js';
+import { readEvents } from '../helpers/event-stream.js';
 import { api, isBuilt, stopProc, waitFor } from '../helpers/procs.js';
 
 const CONTROLLERS = controllerNames(3);
@@ -49,6 +50,50 @@ describe('three controllers on one PostgreSQL', { timeout: 150_000 }, () => {
     // every controller answers with the same membership
     for (const c of CONTROLLERS)
       expect((await controllers(f.controllers.get(c)!.port)).map((x) => x.name)).toEqual(CONTROLLERS);
+  });
+
+  it("every controller's event stream carries a change another controller made; metrics per controller", async () => {
+    const [c1, c3] = [f.controllers.get('c1')!, f.controllers.get('c3')!];
+    const stream = readEvents(c3.port, f.op);
+    try {
+      await stream.opened;
+      const cfg = await api(c1.port, f.op, 'POST', '/v1/configs', {
+        name: 'ev',
+        group: 'script',
+        config: '#!/bin/sh\n',
+      });
+      const d = await api(c1.port, f.op, 'POST', '/v1/deployments', {
+        node: 'n09',
+        config_id: cfg.json.id,
+        action: 'CREATE',
+      });
+      expect(d.status).toBe(201);
+      // made through c1, seen on c3's stream: first in progress, then done, in commit order
+      const seen = await waitFor(
+        'the deployment to complete, as c3 tells it',
+        () => {
+          const mine = stream.events.filter((e) => e.event === 'deployment' && e.data.id === d.json.id);
+          return mine.some((e) => e.data.status === 'COMPLETE') ? mine : null;
+        },
+        20_000,
+        20,
+      );
+      expect(seen[0]!.data.status).toBe('IN_PROGRESS');
+      expect(seen[seen.length - 1]!.data.status).toBe('COMPLETE');
+    } finally {
+      stream.close();
+    }
+    const metrics = (await api(c1.port, f.op, 'GET', '/metrics')).raw;
+    for (const name of [
+      'herald_fleet_nodes_owned',
+      'herald_fleet_nodes_held',
+      'herald_fleet_takeovers_total',
+      'herald_fleet_notifications_total',
+      'herald_fleet_lease_renew_seconds_count',
+    ])
+      expect(metrics, name).toMatch(new RegExp(`^${name} \\d+`, 'm'));
+    const owned = Number(/^herald_fleet_nodes_owned (\d+)/m.exec(metrics)![1]);
+    expect(owned).toBe((await controllers()).find((c) => c.name === 'c1')!.nodes_owned);
   });
 
   it('a kill -9 of a controller mid rolling restart: its nodes are taken over and pinged within 10 s, the restart completes, every step ran once', async () => {
