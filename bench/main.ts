@@ -1,5 +1,6 @@
 /**
  * `npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000]`
+ * `npm run bench -- --soak [minutes]`, `npm run bench -- --controllers [store,fanout,failover]`
  *
  * Herald's benchmark suite (issue 7): push against polling, fan-out to 10,000 agents, idle
  * traffic and footprint, a cluster restart. Writes BENCHMARKS.md (tables) and BENCHMARKS.json

@@ -501,6 +501,8 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   p('- `--profile <dir>`: every process runs the V8 profiler over the measured windows only and writes a');
   p('  `.cpuprofile` per process; `node dist/bench/prof-top.js <file>` lists the heaviest functions.');
   p("- `--render BENCHMARKS.json` rewrites BENCHMARKS.md from a stored run's raw figures, measuring nothing.");
+  p('- `--soak [minutes]` and `--controllers [store,fanout,failover]` (several controllers on a throwaway PostgreSQL:');
+  p('  `--controller-ns 1000,5000`, `--failover-ns 300,3000`) run alone and replace only their own sections below.');
   p('- A latency is reported as p50/p99/min/max over its samples; a fan-out time is the median over the runs, each');
   p('  run listed.');
   p('- No timing is asserted in `npm test`; `npm run bench` exits non-zero only when a correctness check fails.');

@@ -14,7 +14,7 @@ import { benchPki, slot } from './pki-cache.js';
 import { startBenchPg } from './pg.js';
 import { replaceKeptSection } from './report.js';
 import { CONTROLLER_NAMES, ensureControllerCerts, SeveralBed } from './several-bed.js';
-import { SEVERAL_MARKER, severalMarkdown, type SeveralReport } from './several-report.js';
+import { type PartMeta, SEVERAL_MARKER, severalMarkdown, type SeveralReport } from './several-report.js';
 import { severalPhase, type SeveralResult } from './several.js';
 import { storeLatencyPhase, type StoreLatency } from './store-latency.js';
 import { loadAvg, say } from './util.js';
@@ -116,7 +116,9 @@ export async function severalMain(o: SeveralMainOptions): Promise<number> {
     problems,
   };
   fs.mkdirSync(o.out, { recursive: true });
-  fs.writeFileSync(path.join(o.out, 'BENCHMARKS-controllers.json'), `${JSON.stringify(report, null, 2)}\n`);
+  const jsonPath = path.join(o.out, 'BENCHMARKS-controllers.json');
+  carryOver(report, jsonPath);
+  fs.writeFileSync(jsonPath, `${JSON.stringify(report, null, 2)}\n`);
   const md = path.join(o.out, 'BENCHMARKS.md');
   const old = fs.existsSync(md) ? fs.readFileSync(md, 'utf8') : '';
   fs.writeFileSync(md, replaceKeptSection(old, SEVERAL_MARKER, severalMarkdown(report)));
@@ -125,6 +127,30 @@ export async function severalMain(o: SeveralMainOptions): Promise<number> {
   );
   for (const p of problems) say(`FAILED: ${p}`);
   return problems.length === 0 ? 0 : 1;
+}
+
+/**
+ * A part this run did not measure keeps the last run's figures (and says when they were taken), so
+ * `--controllers store` alone does not drop the fan-out and failover tables.
+ */
+function carryOver(report: SeveralReport, jsonPath: string): void {
+  let old: SeveralReport;
+  try {
+    old = JSON.parse(fs.readFileSync(jsonPath, 'utf8')) as SeveralReport;
+  } catch {
+    return;
+  }
+  const meta = (m: PartMeta | undefined): PartMeta =>
+    m ?? { date: old.date, command: old.command, commit: old.commit, loadStart: old.loadStart, loadEnd: old.loadEnd };
+  report.carried = {};
+  if (report.several === null && old.several) {
+    report.several = old.several;
+    report.carried.several = meta(old.carried?.several);
+  }
+  if (report.store === null && old.store) {
+    report.store = old.store;
+    report.carried.store = meta(old.carried?.store);
+  }
 }
 
 function gitCommit(root: string): string {

@@ -12,6 +12,15 @@ import { median, round } from './util.js';
 export const SEVERAL_MARKER =
   '<!-- kept: several controllers (npm run bench -- --controllers replaces this section) -->';
 
+/** When and how a part was measured, for a part carried over from an earlier run. */
+export interface PartMeta {
+  date: string;
+  command: string;
+  commit: string;
+  loadStart: number[];
+  loadEnd: number[];
+}
+
 export interface SeveralReport {
   date: string;
   command: string;
@@ -25,6 +34,13 @@ export interface SeveralReport {
   several: SeveralResult | null;
   store: StoreLatency[] | null;
   problems: string[];
+  /** Parts this run did not measure, kept from the last run that did (BENCHMARKS-controllers.json). */
+  carried?: { several?: PartMeta; store?: PartMeta };
+}
+
+function carriedLine(m: PartMeta | undefined): string | null {
+  if (!m) return null;
+  return `(Kept from an earlier run: \`${m.command}\` on ${m.date.replace('T', ' ').slice(0, 16)} UTC, commit ${m.commit}, load average ${m.loadStart.join(' ')} at its start.)`;
 }
 
 const s = (ms: number): string => (Number.isFinite(ms) ? `${round(ms / 1000, 2)} s` : 'n/a');
@@ -83,9 +99,14 @@ export function severalMarkdown(r: SeveralReport): string {
   );
   p();
   const sev = r.several;
+  const sevCarried = carriedLine(r.carried?.several);
   if (sev && sev.fanout.length > 0) {
     p('### Fan-out with 1, 2 and 3 controllers');
     p();
+    if (sevCarried) {
+      p(sevCarried);
+      p();
+    }
     p(
       'Real `herald controller --name cN --db postgres://…` processes (default options: one push worker each) on one PostgreSQL;',
     );
@@ -140,6 +161,10 @@ export function severalMarkdown(r: SeveralReport): string {
   if (sev && sev.failover.length > 0) {
     p('### Failover: `kill -9` of one controller of three');
     p();
+    if (sevCarried) {
+      p(sevCarried);
+      p();
+    }
     p(
       'Three controllers holding every node; the one owning the most is killed with SIGKILL (its push workers too). From the',
     );
@@ -174,6 +199,11 @@ export function severalMarkdown(r: SeveralReport): string {
   if (r.store && r.store.length > 0) {
     p('### Commit latency: PostgreSQL store next to SQLite');
     p();
+    const storeCarried = carriedLine(r.carried?.store);
+    if (storeCarried) {
+      p(storeCarried);
+      p();
+    }
     const [a, b] = [r.store.find((x) => x.store === 'sqlite'), r.store.find((x) => x.store === 'postgres')];
     p(
       `In one process (\`bench/store-latency.ts\`), one call at a time, ${n(a?.samples ?? b?.samples ?? 0)} samples each after a warm-up: \`SqliteStore\` on a file (\`synchronous = FULL\`: an fsync per commit) and \`PgStore\` on the run's PostgreSQL over TCP on 127.0.0.1 (\`fsync\` and \`synchronous_commit\` on; the change-log row and NOTIFY under the sequence row's lock). Time from the call to its promise resolving (the commit durable).`,
