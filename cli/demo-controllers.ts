@@ -6,8 +6,9 @@
  * owner, the restart's end) and checks that the restart completed, every step ran exactly once
  * (counted by the hook scripts on the nodes) and the takeover was within 10 s.
  *
- * The story, one module each: options and the database (here), fixtures (demo-fixtures.ts and
- * demo-fleet.ts), supervision (demo-supervisor.ts), and the spread table (operator-controllers.ts).
+ * The story, one module each: options and the database (demo-fleet-plan.ts), fixtures
+ * (demo-fixtures.ts, demo-fleet.ts), supervision (demo-supervisor.ts), the timeline and checks
+ * (demo-fleet-report.ts), and the spread table (operator-controllers.ts); here, the order of it.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -17,7 +18,6 @@ import { checkNodes } from './demo-checks.js';
 import { createCluster, readPid, startNodes, type DemoNode } from './demo-fixtures.js';
 import {
   controllersView,
-  fleetNames,
   kill9,
   makeFleetPki,
   nodesHeldBy,
@@ -28,150 +28,21 @@ import {
   type FleetController,
   type Takeover,
 } from './demo-fleet.js';
+import { checkDb, planFleet, redact, type ControllersDemoOptions, type FleetPlan } from './demo-fleet-plan.js';
+import { fleetChecks, indent, timeline } from './demo-fleet-report.js';
 import { DemoFailure, DemoSupervisor, tail } from './demo-supervisor.js';
 import { controllersTable } from './operator-controllers.js';
-import { formatMs, parseDuration, parsePositiveInt, table } from './operator-format.js';
+import { formatMs, table } from './operator-format.js';
 import { watchRestart, type WatchEvent, type WatchResult } from './operator-watch.js';
-import { pgBinDir, startThrowawayPg, ThrowawayPgError, type ThrowawayPg } from './throwaway-pg.js';
+import { startThrowawayPg, ThrowawayPgError, type ThrowawayPg } from './throwaway-pg.js';
 
-export const MIN_DEMO_CONTROLLERS = 2;
-export const MAX_DEMO_CONTROLLERS = 5;
-/** Nodes per controller when `--nodes` is not given. */
-export const DEMO_NODES_PER_CONTROLLER = 3;
-/** Most nodes this demo starts (each is a Node.js process). */
-export const MAX_FLEET_DEMO_NODES = 50;
-/** SPEC §7: a dead controller's nodes are taken over and pinged within this long of its death. */
-export const TAKEOVER_LIMIT_MS = 10_000;
+export type { ControllersDemoOptions } from './demo-fleet-plan.js';
+
 /** How long the demo watches for the takeover before it reports what it saw (a ✗). */
 const TAKEOVER_WATCH_MS = 30_000;
-/** How long the demo waits to reach a `--db` server. */
-const DB_CONNECT_TIMEOUT_S = 5;
 /** How long the closing spread may take to show every node held again (two heartbeats). */
 const AFTER_SETTLE_MS = 5_000;
 const DEMO_DATABASE = 'herald_demo';
-
-export interface ControllersDemoOptions {
-  controllers: string;
-  db?: string | undefined;
-  nodes?: string | undefined;
-  dir?: string | undefined;
-  timeout: string;
-  /** Where the demo talks (default stdout). */
-  out?: NodeJS.WritableStream;
-}
-
-/** The checked options. */
-export interface FleetPlan {
-  names: string[];
-  ids: string[];
-  stepTimeoutMs: number;
-  /** The `--db` URL, or undefined for a throwaway server made with the binaries in `pgBin`. */
-  db: string | undefined;
-  pgBin: string | undefined;
-}
-
-/**
- * Checks the options up front: `--controllers` 2..5, `--nodes` at least one per controller,
- * `--db` a `postgres://` URL, and, without `--db`, PostgreSQL's server binaries to be found by
- * `findPgBin`.
- * @throws HeraldError `bad_option` naming the option
- */
-export function planFleet(o: ControllersDemoOptions, findPgBin: () => string | undefined = pgBinDir): FleetPlan {
-  const count = /^\d+$/.test(o.controllers) ? Number(o.controllers) : Number.NaN;
-  if (!(count >= MIN_DEMO_CONTROLLERS && count <= MAX_DEMO_CONTROLLERS))
-    throw new HeraldError(
-      'bad_option',
-      `--controllers must be a whole number from ${MIN_DEMO_CONTROLLERS} to ${MAX_DEMO_CONTROLLERS}, not ${JSON.stringify(o.controllers)}`,
-    );
-  const nodeCount = o.nodes === undefined ? count * DEMO_NODES_PER_CONTROLLER : parsePositiveInt(o.nodes, '--nodes');
-  if (nodeCount < count || nodeCount > MAX_FLEET_DEMO_NODES)
-    throw new HeraldError(
-      'bad_option',
-      `--nodes must be from ${count} (one per controller) to ${MAX_FLEET_DEMO_NODES} with --controllers ${count}, not ${nodeCount}`,
-    );
-  const stepTimeoutMs = parseDuration(o.timeout, '--timeout');
-  let pgBin: string | undefined;
-  if (o.db !== undefined) checkDbUrl(o.db);
-  else {
-    pgBin = findPgBin();
-    if (!pgBin)
-      throw new HeraldError(
-        'bad_option',
-        '--controllers needs PostgreSQL: give --db postgres://user@host:port/db (an empty database), or install PostgreSQL 15 or newer (Debian: apt-get install postgresql) for a throwaway server; no initdb found by pg_config --bindir or in /usr/lib/postgresql',
-      );
-  }
-  return {
-    names: fleetNames(count),
-    ids: Array.from({ length: nodeCount }, (_, i) => `n${i + 1}`),
-    stepTimeoutMs,
-    db: o.db,
-    pgBin,
-  };
-}
-
-/** @throws HeraldError `bad_option` naming `--db` unless `db` is a `postgres://` URL */
-function checkDbUrl(db: string): void {
-  let ok = /^postgres(ql)?:\/\//.test(db);
-  try {
-    if (ok) ok = new URL(db).pathname.length > 1;
-  } catch {
-    ok = false;
-  }
-  if (!ok)
-    throw new HeraldError(
-      'bad_option',
-      `--db must be a PostgreSQL URL, postgres://user[:password]@host:port/database, not ${JSON.stringify(redact(db))}`,
-    );
-}
-
-/** The URL without its password, for messages. */
-function redact(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return url.replace(/:[^:@/]*@/, ':***@');
-  }
-}
-
-/**
- * Connects to `--db` and refuses a database that is not the demo's to use: one that holds
- * nodes or configs, or has a live controller.
- * @throws HeraldError `bad_option` naming `--db`
- */
-async function checkDb(db: string): Promise<void> {
-  const { default: postgres } = await import('postgres');
-  const sql = postgres(db, { max: 1, connect_timeout: DB_CONNECT_TIMEOUT_S, onnotice: () => {} });
-  try {
-    const [t] = await sql<{ nodes: string | null; controllers: string | null }[]>`
-      SELECT to_regclass('nodes')::text AS nodes, to_regclass('controllers')::text AS controllers`;
-    if (t?.nodes) {
-      const [n] = await sql<{ used: boolean }[]>`
-        SELECT EXISTS (SELECT 1 FROM nodes) OR EXISTS (SELECT 1 FROM configs) AS used`;
-      if (n?.used)
-        throw new HeraldError(
-          'bad_option',
-          `--db ${redact(db)} already holds nodes or configs (an earlier demo?): give the demo an empty database`,
-        );
-    }
-    if (t?.controllers) {
-      const [c] = await sql<
-        { live: boolean }[]
-      >`SELECT EXISTS (SELECT 1 FROM controllers WHERE lease_until > now()) AS live`;
-      if (c?.live)
-        throw new HeraldError(
-          'bad_option',
-          `--db ${redact(db)} has live controllers: give the demo a database of its own`,
-        );
-    }
-  } catch (err) {
-    if (err instanceof HeraldError) throw err;
-    throw new HeraldError('bad_option', `--db ${redact(db)}: cannot use it: ${(err as Error).message}`);
-  } finally {
-    await sql.end({ timeout: 1 });
-  }
-}
 
 /** One run's places, processes and output. */
 interface FleetRun {
@@ -230,7 +101,7 @@ export async function runControllersDemo(o: ControllersDemoOptions): Promise<num
   process.once('SIGTERM', onSignal);
   try {
     const clusterId = await setUp(run);
-    const failures = await restartThroughKill(run, clusterId);
+    const failures = await report(run, await restartThroughKill(run, clusterId));
     await stop();
     run.say(
       run.ownDir
@@ -314,12 +185,23 @@ async function setUp(run: FleetRun): Promise<string> {
   return clusterId;
 }
 
+/** What the restart through the kill left to report. */
+interface KillRun {
+  t: Takeover;
+  survivors: FleetController[];
+  events: WatchEvent[];
+  result: WatchResult;
+  startedAt: number;
+  endedAt: number | undefined;
+  pid: number;
+  doneAtKill: number;
+}
+
 /**
  * Starts the restart through a survivor, kills the controller owning the most nodes as soon as
- * the first node has restarted, and follows both to their end; prints the timeline and the
- * checks. Resolves with how many checks failed.
+ * the first node has restarted, and follows both, the restart and the takeover, to their end.
  */
-async function restartThroughKill(run: FleetRun, clusterId: string): Promise<number> {
+async function restartThroughKill(run: FleetRun, clusterId: string): Promise<KillRun> {
   const before = await controllersView(run.ctls);
   const victimRow = victimOf(before);
   const victim = run.ctls.find((c) => c.name === victimRow.name)!;
@@ -329,64 +211,78 @@ async function restartThroughKill(run: FleetRun, clusterId: string): Promise<num
     throw new DemoFailure(`${victim.name} owns ${victimRow.nodes_owned} nodes but is connected to ${orphans.length}`);
   const api = survivors[0]!.api;
   run.say('');
-  const startedAt = new Date();
+  const startedAt = Date.now();
   await api.patch(`/v1/clusters/${encodeURIComponent(clusterId)}/actions/restart`, {});
   run.step(
     `restart accepted by ${survivors[0]!.name}; ${victim.name} owns the most nodes (${orphans.join(', ')}): it is killed -9 once the first node has restarted`,
   );
-  const t: Takeover = { victim: victim.name, orphans, killedAt: 0, pinged: new Map() };
-  const events: WatchEvent[] = [];
-  let doneAtKill = 0;
+  const k: Omit<KillRun, 'result' | 'endedAt'> = {
+    t: { victim: victim.name, orphans, killedAt: 0, pinged: new Map() },
+    survivors,
+    events: [],
+    startedAt,
+    pid: 0,
+    doneAtKill: 0,
+  };
   let watching: Promise<void> | undefined;
   let killFailure: unknown;
-  let pid = 0;
   const result = await watchRestart(api, {
     clusterId,
-    startedAt,
+    startedAt: new Date(startedAt),
     timeoutMs: run.plan.stepTimeoutMs + TAKEOVER_WATCH_MS,
     pollIntervalMs: 250,
     onEvent: (e) => {
-      events.push(e);
+      k.events.push(e);
       if (watching || killFailure || e.kind !== 'phase' || e.phase !== 'complete') return;
-      doneAtKill = events.filter((x) => x.kind === 'phase' && x.phase === 'complete').length;
+      k.doneAtKill = k.events.filter((x) => x.kind === 'phase' && x.phase === 'complete').length;
       try {
-        pid = kill9(victim);
+        k.pid = kill9(victim);
       } catch (err) {
         killFailure = err;
         return;
       }
-      t.killedAt = Date.now();
-      watching = watchTakeover(survivors, before, t, t.killedAt + TAKEOVER_WATCH_MS);
+      k.t.killedAt = Date.now();
+      watching = watchTakeover(survivors, before, k.t, k.t.killedAt + TAKEOVER_WATCH_MS);
     },
   });
   if (killFailure) throw killFailure;
   if (!watching) throw new DemoFailure('the restart ended before a node had restarted: nothing was killed');
   await watching;
-  const endedAt = events.find((e) => e.kind === 'status' && /_(COMPLETE|FAILED)$/.test(e.status))?.at.getTime();
+  const end = k.events.find((e) => e.kind === 'status' && /_(COMPLETE|FAILED)$/.test(e.status));
+  return { ...k, result, endedAt: end?.at.getTime() };
+}
 
+/** The timeline from the kill, the spread after, and the checks; resolves with how many failed. */
+async function report(run: FleetRun, k: KillRun): Promise<number> {
   run.say('');
-  run.say(`Timeline, from the kill -9 of ${victim.name}:`);
-  for (const line of timeline(t, events, {
-    startedAt: startedAt.getTime(),
-    pid,
-    doneAtKill,
+  run.say(`Timeline, from the kill -9 of ${k.t.victim}:`);
+  const o = {
+    startedAt: k.startedAt,
+    pid: k.pid,
+    doneAtKill: k.doneAtKill,
     total: run.plan.ids.length,
-    endedAt,
-  }))
-    run.say(line);
+    endedAt: k.endedAt,
+  };
+  for (const line of timeline(k.t, k.events, o)) run.say(line);
   run.say('');
   // held counts are reported with the heartbeat: wait for the survivors' next one, or show what is
-  const after = await waitSpread(run.sup, survivors, {
-    live: survivors.length,
+  const after = await waitSpread(run.sup, k.survivors, {
+    live: k.survivors.length,
     nodeCount: run.plan.ids.length,
     timeoutMs: AFTER_SETTLE_MS,
     watch: [],
-  }).catch(() => controllersView(survivors));
+  }).catch(() => controllersView(k.survivors));
   run.say('After (herald controllers):');
   run.say(indent(controllersTable(after, Date.now())));
   run.say('');
 
-  const checks = fleetChecks(run, t, result, startedAt.getTime());
+  const checks = fleetChecks(k.t, k.result, {
+    nodes: run.nodes,
+    startedAt: k.startedAt,
+    endedAt: k.endedAt,
+    timeoutMs: run.plan.stepTimeoutMs + TAKEOVER_WATCH_MS,
+    watchMs: TAKEOVER_WATCH_MS,
+  });
   const { rows, failures } = checkNodes(run.nodes);
   run.say(table(['NODE', 'CONTAINER PID', 'VOLUME FILES', 'SERVICE PID', 'SCRIPTS'], rows).trimEnd());
   run.say('');
@@ -401,101 +297,6 @@ async function restartThroughKill(run: FleetRun, clusterId: string): Promise<num
   return failed;
 }
 
-/** The story from the kill: seconds relative to it, one line per step. */
-function timeline(
-  t: Takeover,
-  events: WatchEvent[],
-  o: { startedAt: number; pid: number; doneAtKill: number; total: number; endedAt: number | undefined },
-): string[] {
-  const at = (ms: number): string => {
-    const s = (ms - t.killedAt) / 1000;
-    return `${s < 0 ? '-' : '+'}${Math.abs(s).toFixed(2)} s`.padStart(10);
-  };
-  const lines: Array<[number, string]> = [
-    [o.startedAt, 'restart accepted'],
-    [
-      t.killedAt,
-      `kill -9 ${t.victim} (pid ${o.pid}), owner of ${t.orphans.length} of ${o.total} nodes (${t.orphans.join(', ')}); ${o.doneAtKill} node(s) restarted so far`,
-    ],
-  ];
-  if (t.takenOverAt !== undefined) {
-    const gained = [...(t.gained ?? [])].filter(([, n]) => n > 0).map(([c, n]) => `${c} +${n}`);
-    lines.push([t.takenOverAt, `${t.victim} not live, its nodes taken over: ${gained.join(', ') || '-'}`]);
-  }
-  for (const [node, p] of t.pinged) lines.push([p.at, `${node} pinged by its new owner ${p.by}`]);
-  for (const e of events)
-    if (e.kind === 'phase' && e.at.getTime() >= t.killedAt && t.orphans.includes(e.node) && e.phase !== 'pending')
-      lines.push([e.at.getTime(), `${e.node} ${e.phase}`]);
-  if (o.endedAt !== undefined) {
-    const end = events.find((e) => e.kind === 'status' && e.at.getTime() === o.endedAt);
-    lines.push([o.endedAt, end?.kind === 'status' ? end.status : 'restart ended']);
-  }
-  return lines.sort((a, b) => a[0] - b[0]).map(([ms, text]) => `${at(ms)}  ${text}`);
-}
-
-/** The restart completed; the takeover was within TAKEOVER_LIMIT_MS; each node ran each step once. */
-function fleetChecks(
-  run: FleetRun,
-  t: Takeover,
-  r: WatchResult,
-  startedAt: number,
-): Array<{ ok: boolean; text: string }> {
-  const status = r.cluster?.status ?? '?';
-  const restart = r.ok
-    ? {
-        ok: true,
-        text: `the restart completed: ${status} ${formatMs(Date.now() - startedAt)} after the PATCH, through the kill`,
-      }
-    : {
-        ok: false,
-        text: r.timedOut
-          ? `the restart did not finish within ${formatMs(run.plan.stepTimeoutMs + TAKEOVER_WATCH_MS)}`
-          : `the restart ended ${status}: ${r.failed.map((f) => `${f.node}: ${f.reason}`).join('; ') || 'no reason'}`,
-      };
-  const missing = t.orphans.filter((n) => !t.pinged.has(n));
-  const lastPing = Math.max(t.takenOverAt ?? Number.POSITIVE_INFINITY, ...[...t.pinged.values()].map((p) => p.at));
-  const within = missing.length === 0 && t.takenOverAt !== undefined && lastPing - t.killedAt <= TAKEOVER_LIMIT_MS;
-  const takeover = {
-    ok: within,
-    text:
-      missing.length > 0
-        ? `not every orphaned node was pinged by a new owner within ${formatMs(TAKEOVER_WATCH_MS)}: ${missing.join(', ')}`
-        : t.takenOverAt === undefined
-          ? `${t.victim} was never seen dead with its nodes taken over`
-          : `takeover: every node of ${t.victim} (${t.orphans.join(', ')}) owned and pinged by a survivor ${formatMs(lastPing - t.killedAt)} after the kill (limit ${formatMs(TAKEOVER_LIMIT_MS)})`,
-  };
-  const counts = run.nodes.map((n) => ({ id: n.id, steps: restartSteps(n) }));
-  const wrong = counts.filter((c) => c.steps.join(',') !== 'uninstall RESTART,install RESTART');
-  const once = {
-    ok: wrong.length === 0,
-    text:
-      wrong.length === 0
-        ? `every step ran exactly once: on each of the ${counts.length} nodes the scripts counted one uninstall, then one install`
-        : `steps did not run exactly once: ${wrong.map((c) => `${c.id}: ${c.steps.join(', ') || 'none'}`).join('; ')}`,
-  };
-  return [restart, takeover, once];
-}
-
-/** The restart's steps as the node's scripts logged them (`<node>/runs.log`), in order. */
-function restartSteps(n: DemoNode): string[] {
-  try {
-    return fs
-      .readFileSync(path.join(n.dir, 'runs.log'), 'utf8')
-      .split('\n')
-      .filter((l) => l.endsWith(' RESTART'));
-  } catch {
-    return [];
-  }
-}
-
 function byNodeNumber(a: string, b: string): number {
   return Number(a.slice(1)) - Number(b.slice(1));
-}
-
-function indent(s: string): string {
-  return s
-    .trimEnd()
-    .split('\n')
-    .map((l) => `  ${l}`)
-    .join('\n');
 }

@@ -125,9 +125,13 @@ describe.runIf(pgAvailable())('herald controllers with two controllers on Postgr
       items.filter((c) => c.live).length === live &&
       items.filter((c) => c.live).every((c) => c.nodes_held === c.nodes_owned) &&
       items.filter((c) => c.live).reduce((a, c) => a + c.nodes_owned, 0) === NODES.length;
+    // a controller reports its own held count live and the others' as of their last heartbeat:
+    // settled when both say so
+    const view = async (name: string) =>
+      (JSON.parse((await cli(name, ['--json'])).stdout) as ListEnvelope<ControllerView>).items;
     await waitFor(
-      'the nodes spread and held',
-      async () => settled((JSON.parse((await cli('c1', ['--json'])).stdout) as ListEnvelope<ControllerView>).items, 2),
+      'the nodes spread and held, as both controllers tell it',
+      async () => settled(await view('c1'), 2) && settled(await view('c2'), 2),
       30_000,
       200,
     );
@@ -144,12 +148,7 @@ describe.runIf(pgAvailable())('herald controllers with two controllers on Postgr
     }
 
     await stopProc(f.controllers.get('c1')!.proc, 'SIGKILL');
-    await waitFor(
-      'c2 to own every node, c1 dead',
-      async () => settled((JSON.parse((await cli('c2', ['--json'])).stdout) as ListEnvelope<ControllerView>).items, 1),
-      30_000,
-      200,
-    );
+    await waitFor('c2 to own every node, c1 dead', async () => settled(await view('c2'), 1), 30_000, 200);
     const rows = rowsOf((await cli('c2')).stdout);
     expect(rows.map((x) => x.slice(0, 4))).toEqual([
       ['c1', 'no', '0', '-'],

@@ -4,11 +4,12 @@
  * its timeline and checks; then nothing left behind. And its option errors, one coded line each.
  */
 import fs from 'node:fs';
-import { describe, expect, it } from 'vitest';
-import { planFleet } from '../../cli/demo-controllers.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { planFleet } from '../../cli/demo-fleet-plan.js';
 import { pgBinDir } from '../../cli/throwaway-pg.js';
 import { HeraldError } from '../../protocol/errors.js';
 import { freePort, runCli } from '../cli/harness.js';
+import { pgAvailable, startPg, type PgServer } from '../helpers/pg.js';
 
 const NODES = 6;
 
@@ -91,6 +92,27 @@ describe.runIf(pgBinDir() !== undefined)('herald demo --controllers 3', () => {
     expect(fs.existsSync(pgDir!)).toBe(false);
     expect(out).toMatch(/Stopped everything, PostgreSQL included, and removed the directory\./);
   }, 110_000);
+});
+
+describe.runIf(pgAvailable())('herald demo --controllers 2 --db postgres://…', () => {
+  let pg: PgServer | undefined;
+  afterAll(async () => {
+    await pg?.close();
+  });
+
+  it("runs on the database --db names, and refuses it once it holds the demo's nodes", async () => {
+    pg = await startPg();
+    const db = await pg.createDatabase();
+    const r = await runCli(['demo', '--controllers', '2', '--nodes', '2', '--db', db], { timeoutMs: 90_000 });
+    expect(r.stderr).toBe('');
+    expect(r.code, r.stdout).toBe(0);
+    expect(r.stdout).toContain(`PostgreSQL: ${db}`);
+    expect(r.stdout).not.toMatch(/throwaway/);
+    expect(r.stdout).toMatch(/^✓ takeover: every node of c\d /m);
+    expect(r.stdout).toMatch(/^✓ all checks hold/m);
+
+    expectBadOption(await runCli(['demo', '--controllers', '2', '--nodes', '2', '--db', db]), '--db');
+  }, 100_000);
 });
 
 describe('herald demo --controllers: option errors', { timeout: 30_000 }, () => {
