@@ -184,8 +184,12 @@ export class Enrollment {
       );
       throw err;
     };
-    const issuer = this.#o.issuer;
-    if (!issuer) return fail(new HeraldError('enrollment_disabled', ERROR_CODES.enrollment_disabled));
+    let issuer: LoadedIssuer;
+    try {
+      issuer = this.#requireIssuer();
+    } catch (err) {
+      return fail(err as HeraldError);
+    }
     let csr: ReadCsr;
     try {
       csr = (await forgeParts()).readCsr(b.csr);
@@ -241,12 +245,21 @@ export class Enrollment {
   // ---- helpers -----------------------------------------------------------------------------
 
   #requireIssuer(): LoadedIssuer {
-    if (!this.#o.issuer)
+    const issuer = this.#o.issuer;
+    if (!issuer)
       throw new HeraldError(
         'enrollment_disabled',
         'this controller runs without --issuer: it cannot issue certificates (herald certs issue issuer <name>, then --issuer <name>)',
       );
-    return this.#o.issuer;
+    // a certificate under a revoked issuer is refused everywhere: issuing one would only hide it
+    if (this.#o.material.current().revokedSerials.has(issuer.serial)) {
+      this.#log.error(
+        { code: 'enrollment_disabled', issuer: issuer.name, serial: issuer.serial },
+        'the --issuer CA is revoked: no certificate is issued until the controller runs with a new one',
+      );
+      throw new HeraldError('enrollment_disabled', `the issuer ${issuer.name} is revoked`);
+    }
+    return issuer;
   }
 
   #trustDomain(): string {

@@ -130,7 +130,7 @@ export const ERROR_CODES = {
   enrollment_refused:
     'POST /v1/enroll refused: the one answer to an unknown, reused, expired, revoked or wrong-node token, a CSR that does not verify or asks for another identity or other SANs (the controller log has the real reason)',
   enrollment_disabled:
-    'the controller runs without --issuer: it cannot issue certificates (enrolment and renewal are off)',
+    'the controller runs without --issuer, or its issuer is revoked: it cannot issue certificates (enrolment and renewal are off)',
   bad_csr:
     'a renewal CSR does not verify, asks for another identity or other SANs than the current certificate, or reuses its key',
   ca_fingerprint_mismatch:

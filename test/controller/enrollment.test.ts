@@ -360,7 +360,12 @@ describe('revoking the issuer', () => {
       const again = await t.req(cred, 'GET', '/healthz');
       expect(again.status).toBe(403);
       expect(again.json.error.code).toBe('revoked');
-      expect(fs.existsSync(pki.dir)).toBe(true);
+      // and the controller issues nothing more with the revoked issuer
+      const more = await t.req(admin(), 'POST', '/v1/enrollment-tokens', { node: 'ri2' });
+      expect(more.json.error.code).toBe('enrollment_disabled');
+      const r2 = await enroll({ token: 'hj1.x', node: 'ri2', csr: csrFor('ri2').csr });
+      expect(r2.status).toBe(403);
+      expect(r2.json.error.code).toBe('enrollment_disabled');
     } finally {
       agent.destroy();
     }
