@@ -29,7 +29,8 @@ import {
   type Takeover,
 } from './demo-fleet.js';
 import { checkDb, planFleet, redact, type ControllersDemoOptions, type FleetPlan } from './demo-fleet-plan.js';
-import { fleetChecks, indent, timeline } from './demo-fleet-report.js';
+import { fleetChecks, indent, keepFleetRunning, timeline } from './demo-fleet-report.js';
+import { writeStopScript } from './demo-report.js';
 import { DemoFailure, DemoSupervisor, tail } from './demo-supervisor.js';
 import { controllersTable } from './operator-controllers.js';
 import { formatMs, table } from './operator-format.js';
@@ -56,6 +57,10 @@ interface FleetRun {
   nodes: DemoNode[];
   ctls: FleetController[];
   pg?: ThrowawayPg;
+  /** The database's URL, once known. */
+  db?: string;
+  /** The controller the demo killed, once it has. */
+  killed?: FleetController;
   say(s: string): void;
   step(s: string): void;
 }
@@ -102,6 +107,22 @@ export async function runControllersDemo(o: ControllersDemoOptions): Promise<num
   try {
     const clusterId = await setUp(run);
     const failures = await report(run, await restartThroughKill(run, clusterId));
+    if (o.keep) {
+      keepFleetRunning(run.say, {
+        root: run.root,
+        pkiDir: run.pkiDir,
+        db: run.db!,
+        clusterId,
+        live: run.ctls.filter((c) => c !== run.killed),
+        killed: run.killed,
+        nodes: run.nodes.length,
+        throwawayPg: run.pg !== undefined,
+        stopScript: stopScript(run),
+        ownDir: run.ownDir,
+      });
+      release(run);
+      return failures === 0 ? 0 : 1;
+    }
     await stop();
     run.say(
       run.ownDir
@@ -118,7 +139,15 @@ export async function runControllersDemo(o: ControllersDemoOptions): Promise<num
           ? (err.stack ?? err.message)
           : String(err);
     process.stderr.write(`herald demo: failed: ${msg}\n`);
-    for (const c of run.sup.children.filter((c) => c.exited && !c.name.startsWith('controller-')))
+    if (o.keep) {
+      process.stderr.write(
+        `herald demo: --keep: left everything in ${run.root} (logs in ${path.join(run.root, 'logs')}; stop with: sh ${stopScript(run)})\n`,
+      );
+      release(run);
+      return 1;
+    }
+    const killed = run.killed ? `controller-${run.killed.name}` : undefined;
+    for (const c of run.sup.children.filter((c) => c.exited && c.name !== killed))
       process.stderr.write(`  ${c.name} exited; its log:\n${tail(c.log)}\n`);
     await stop();
     return 1;
@@ -126,6 +155,22 @@ export async function runControllersDemo(o: ControllersDemoOptions): Promise<num
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
   }
+}
+
+/** `<root>/stop.sh` for `--keep`: the processes, then PostgreSQL and its directory. */
+function stopScript(run: FleetRun): string {
+  return writeStopScript(run.root, run.sup.children, run.nodes, run.ownDir, {
+    groups: run.pg?.child.pid ? [run.pg.child.pid] : [],
+    dirs: run.pg ? [run.pg.dir] : [],
+  });
+}
+
+/** `--keep`: lets the demo exit with everything still running. */
+function release(run: FleetRun): void {
+  for (const c of run.ctls) c.api.close();
+  run.sup.release();
+  for (const n of run.nodes) n.container.unref();
+  run.pg?.child.unref();
 }
 
 /** The database, PKI, controllers, agents (spread over the controllers) and a created cluster; returns its id. */
@@ -138,10 +183,12 @@ async function setUp(run: FleetRun): Promise<string> {
   if (db === undefined) {
     run.pg = await startThrowawayPg(run.plan.pgBin!, run.sup.env);
     db = await run.pg.createDatabase(DEMO_DATABASE);
+    run.db = db;
     run.step(
       `PostgreSQL: a throwaway server on 127.0.0.1:${run.pg.port} (data in ${run.pg.dir}), database ${DEMO_DATABASE}`,
     );
   } else {
+    run.db = db;
     run.step(`PostgreSQL: ${redact(db)}`);
   }
   await makeFleetPki(run.pkiDir, names, ids);
@@ -236,6 +283,7 @@ async function restartThroughKill(run: FleetRun, clusterId: string): Promise<Kil
       if (watching || killFailure || e.kind !== 'phase' || e.phase !== 'complete') return;
       k.doneAtKill = k.events.filter((x) => x.kind === 'phase' && x.phase === 'complete').length;
       try {
+        run.killed = victim;
         k.pid = kill9(victim);
       } catch (err) {
         killFailure = err;

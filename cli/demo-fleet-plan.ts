@@ -23,6 +23,8 @@ export interface ControllersDemoOptions {
   db?: string | undefined;
   nodes?: string | undefined;
   dir?: string | undefined;
+  /** Leave everything running and say how to use it and how to stop it. */
+  keep?: boolean;
   timeout: string;
   /** Where the demo talks (default stdout). */
   out?: NodeJS.WritableStream;

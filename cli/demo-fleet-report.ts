@@ -6,6 +6,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { DemoNode } from './demo-fixtures.js';
+import { redact } from './demo-fleet-plan.js';
+import { heraldCommand } from './demo-report.js';
 import type { Takeover } from './demo-fleet.js';
 import { formatMs } from './operator-format.js';
 import type { WatchEvent, WatchResult } from './operator-watch.js';
@@ -111,4 +113,46 @@ export function indent(s: string): string {
     .split('\n')
     .map((l) => `  ${l}`)
     .join('\n');
+}
+
+/** Tells how to use the fleet `--keep` left running (the killed controller included), and how to stop it. */
+export function keepFleetRunning(
+  say: (s: string) => void,
+  k: {
+    root: string;
+    pkiDir: string;
+    db: string;
+    clusterId: string;
+    live: Array<{ name: string; url: string }>;
+    killed: { name: string; url: string } | undefined;
+    nodes: number;
+    throwawayPg: boolean;
+    stopScript: string;
+    ownDir: boolean;
+  },
+): void {
+  const herald = heraldCommand();
+  const at = k.live[0];
+  say('');
+  say(
+    `Left running (--keep): controllers ${k.live.map((c) => c.name).join(', ')}, ${k.nodes} agents, their containers and services${k.throwawayPg ? ', and PostgreSQL' : ''}. Logs: ${path.join(k.root, 'logs')}`,
+  );
+  if (at) {
+    const conn = `--controller ${at.url} --controller-id ${at.name} --pki ${k.pkiDir}`;
+    say('');
+    say('With the CLI (every controller answers for all; --controller-id names the one --controller points at):');
+    say(`  ${herald} controllers ${conn}`);
+    say(`  ${herald} cluster show ${k.clusterId} ${conn}`);
+    say(`  ${herald} cluster restart ${k.clusterId} --wait ${conn}`);
+  }
+  if (k.killed) {
+    const port = new URL(k.killed.url).port;
+    say(`Start ${k.killed.name} again, and watch it take its share back with herald controllers:`);
+    say(
+      `  ${herald} controller --name ${k.killed.name} --listen 127.0.0.1:${port} --pki ${k.pkiDir} --db ${redact(k.db)}`,
+    );
+  }
+  if (k.throwawayPg) say(`The database: psql ${redact(k.db)}`);
+  say('');
+  say(`Stop everything${k.ownDir ? ' and remove the directory' : ''}: sh ${k.stopScript}`);
 }

@@ -71,10 +71,19 @@ export function wakeTable(events: WatchEvent[], ids: string[], startedAt: Date):
   ).trimEnd();
 }
 
-/** Writes `<root>/stop.sh`, which stops what `--keep` left running; returns its path. */
-export function writeStopScript(root: string, children: Child[], nodes: DemoNode[], removeDir: boolean): string {
+/**
+ * Writes `<root>/stop.sh`, which stops what `--keep` left running; returns its path. `extra`:
+ * more process groups to stop (after the children: a database server) and directories to remove.
+ */
+export function writeStopScript(
+  root: string,
+  children: Child[],
+  nodes: DemoNode[],
+  removeDir: boolean,
+  extra: { groups?: number[]; dirs?: string[] } = {},
+): string {
   const file = path.join(root, 'stop.sh');
-  const groups = children.map((c) => c.proc.pid).filter((p): p is number => !!p);
+  const groups = [...children.map((c) => c.proc.pid).filter((p): p is number => !!p), ...(extra.groups ?? [])];
   const lines = [
     '#!/bin/sh',
     '# stops what `herald demo --keep` left running',
@@ -83,11 +92,18 @@ export function writeStopScript(root: string, children: Child[], nodes: DemoNode
     ...groups.map((pid) => `kill -KILL -${pid} 2>/dev/null`),
     ...nodes.map((n) => `[ -s '${n.dir}/service.pid' ] && kill "$(cat '${n.dir}/service.pid')" 2>/dev/null`),
     ...nodes.map((n) => `kill ${n.containerPid} 2>/dev/null`),
+    ...(extra.dirs ?? []).map((d) => `rm -rf '${d}'`),
     removeDir ? `rm -rf '${root}'` : `echo 'kept ${root}'`,
     'true',
   ];
   fs.writeFileSync(file, `${lines.join('\n')}\n`, { mode: 0o700 });
   return file;
+}
+
+/** How to run this `bin/herald` from here: relative when below the working directory. */
+export function heraldCommand(): string {
+  const bin = path.relative(process.cwd(), heraldBin());
+  return bin.startsWith('..') ? heraldBin() : bin;
 }
 
 /** Tells how to use what `--keep` left running, and how to stop it. */
@@ -104,8 +120,7 @@ export function keepRunning(
   },
 ): void {
   const stop = writeStopScript(k.root, k.children, k.nodes, k.ownDir);
-  const bin = path.relative(process.cwd(), heraldBin());
-  const herald = bin.startsWith('..') ? heraldBin() : bin;
+  const herald = heraldCommand();
   const conn = `--controller ${k.controllerUrl} --pki ${k.pkiDir}`;
   const p = (f: string): string => path.join(k.pkiDir, f);
   say('');

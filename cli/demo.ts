@@ -45,12 +45,15 @@ through one survivor, kills -9 the controller that owns the most nodes once the 
 restarted, and prints the timeline from the kill: its nodes taken over, each pinged by its new
 owner, the restart's end. It checks that the restart completed, that every step ran exactly once
 (each node's scripts count their runs) and that the takeover took at most 10 s; exit 1 when a
-check fails. --keep is not available with --controllers; --dir keeps the logs.
+check fails. With --keep it leaves the survivors, agents and PostgreSQL running and prints how to
+use them (herald controllers, the killed controller's command line to start it again) and a
+stop.sh.
 
 Examples:
   $ npm run demo
   $ herald demo --nodes 3 --keep
   $ herald demo --controllers 3
+  $ herald demo --controllers 3 --keep
   $ herald demo --controllers 3 --nodes 12 --db postgres://herald@db.example:5432/herald_demo
 `,
     )
@@ -64,13 +67,13 @@ Examples:
         db?: string;
       }) => {
         if (opts.controllers !== undefined) {
-          if (opts.keep) throw new HeraldError('bad_option', '--keep is not available with --controllers');
           const { runControllersDemo } = await import('./demo-controllers.js');
           process.exitCode = await runControllersDemo({
             controllers: opts.controllers,
             db: opts.db,
             nodes: opts.nodes,
             dir: opts.dir,
+            keep: opts.keep === true,
             timeout: opts.timeout,
           });
           return;

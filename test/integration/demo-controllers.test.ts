@@ -3,13 +3,17 @@
  * controllers, six agents, a restart through the kill -9 of the controller owning the most nodes,
  * its timeline and checks; then nothing left behind. And its option errors, one coded line each.
  */
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { planFleet } from '../../cli/demo-fleet-plan.js';
+import { isAlive } from '../../cli/demo-supervisor.js';
 import { pgBinDir } from '../../cli/throwaway-pg.js';
 import { HeraldError } from '../../protocol/errors.js';
 import { freePort, runCli } from '../cli/harness.js';
 import { pgAvailable, startPg, type PgServer } from '../helpers/pg.js';
+import { waitFor } from '../helpers/procs.js';
 
 const NODES = 6;
 
@@ -18,15 +22,6 @@ function expectBadOption(r: { code: number; stderr: string }, option: string): v
   const lines = r.stderr.trim().split('\n');
   expect(lines).toHaveLength(1);
   expect(lines[0]).toMatch(new RegExp(`^herald: bad_option: .*${option.replace(/-/g, '\\-')}`));
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 describe.runIf(pgBinDir() !== undefined)('herald demo --controllers 3', () => {
@@ -56,7 +51,7 @@ describe.runIf(pgBinDir() !== undefined)('herald demo --controllers 3', () => {
     expect(Number(count)).toBe(Math.max(...first.map((m) => Number(m[3]))));
     const orphans = list!.split(', ');
     expect(orphans).toHaveLength(Number(count));
-    expect(isRunning(Number(pid))).toBe(false);
+    expect(isAlive(Number(pid))).toBe(false);
 
     // the timeline: taken over, each orphan pinged by a survivor within 10 s, then RESTART_COMPLETE
     expect(out).toMatch(
@@ -100,16 +95,38 @@ describe.runIf(pgAvailable())('herald demo --controllers 2 --db postgres://…',
     await pg?.close();
   });
 
-  it("runs on the database --db names, and refuses it once it holds the demo's nodes", async () => {
+  it('runs on the database --db names; --keep leaves the survivors answering and a stop.sh that stops them; the database is then refused', async () => {
     pg = await startPg();
     const db = await pg.createDatabase();
-    const r = await runCli(['demo', '--controllers', '2', '--nodes', '2', '--db', db], { timeoutMs: 90_000 });
+    const r = await runCli(['demo', '--controllers', '2', '--nodes', '2', '--db', db, '--keep'], { timeoutMs: 90_000 });
     expect(r.stderr).toBe('');
     expect(r.code, r.stdout).toBe(0);
     expect(r.stdout).toContain(`PostgreSQL: ${db}`);
     expect(r.stdout).not.toMatch(/throwaway/);
     expect(r.stdout).toMatch(/^✓ takeover: every node of c\d /m);
     expect(r.stdout).toMatch(/^✓ all checks hold/m);
+
+    // the command it prints works: the survivor lists both, the killed one not live
+    const cmd = /^ {2}\S*herald (controllers --controller \S+ --controller-id (c\d) --pki \S+)$/m.exec(r.stdout);
+    expect(cmd, r.stdout).not.toBeNull();
+    const listed = await runCli(cmd![1]!.split(' '));
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(listed.stdout).toMatch(/^1 of 2 live; 2 nodes owned, 2 held$/m);
+    expect(listed.stdout).toMatch(new RegExp(`^${cmd![2]}\\s+yes\\s+2\\s+2\\s`, 'm'));
+
+    const stop = /^Stop everything and remove the directory: sh (\S+)$/m.exec(r.stdout)?.[1];
+    expect(stop).toBeDefined();
+    const root = path.dirname(stop!);
+    const groups = fs
+      .readFileSync(stop!, 'utf8')
+      .split('\n')
+      .flatMap((l) => /^kill -TERM -(\d+)/.exec(l)?.[1] ?? [])
+      .map(Number);
+    expect(groups.filter(isAlive)).toHaveLength(groups.length - 1); // all but the one killed -9
+    expect(spawnSync('sh', [stop!]).status).toBe(0);
+    // SIGKILLed by then; gone once the kernel has torn them down (a zombie is not alive)
+    await waitFor('the kept processes to be gone', async () => groups.filter(isAlive).length === 0, 5_000, 50);
+    expect(fs.existsSync(root)).toBe(false);
 
     expectBadOption(await runCli(['demo', '--controllers', '2', '--nodes', '2', '--db', db]), '--db');
   }, 100_000);
