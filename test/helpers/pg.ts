@@ -13,6 +13,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import postgres from 'postgres';
+import { pgBinDir } from '../../cli/throwaway-pg.js';
 import { freePort, waitFor } from './procs.js';
 
 export interface PgServer {
@@ -33,17 +34,8 @@ export interface PgServer {
 
 const USER = 'herald';
 
-/** The directory of PostgreSQL's server binaries (initdb, postgres), or undefined when none is installed. */
-export function pgBinDir(): string | undefined {
-  const fromPath = spawnSync('pg_config', ['--bindir'], { encoding: 'utf8' });
-  const candidates: string[] = [];
-  if (fromPath.status === 0) candidates.push(fromPath.stdout.trim());
-  const debian = '/usr/lib/postgresql';
-  if (fs.existsSync(debian))
-    for (const v of fs.readdirSync(debian).sort((a, b) => Number(b) - Number(a)))
-      candidates.push(path.join(debian, v, 'bin'));
-  return candidates.find((d) => fs.existsSync(path.join(d, 'initdb')) && fs.existsSync(path.join(d, 'postgres')));
-}
+// one home for where the binaries are: the demo's throwaway server looks there too
+export { pgBinDir } from '../../cli/throwaway-pg.js';
 
 /** Can tests get a PostgreSQL here (HERALD_TEST_PG, or the binaries to start one)? */
 export function pgAvailable(): boolean {
