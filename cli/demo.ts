@@ -12,7 +12,7 @@ export function registerDemoCommand(program: Command): void {
   program
     .command('demo')
     .description(
-      'run a 5-node cluster restart on this machine: PKI, controller, agents, a cluster, a restart, checks; then clean up',
+      'run a 5-node cluster restart on this machine: PKI, controller, agents, a cluster, a restart, checks; then clean up (--controllers 3: on three controllers sharing PostgreSQL, one killed -9 mid restart)',
     )
     .option('--nodes <n>', 'how many agents (nodes) (default 5; with --controllers, 3 per controller)')
     .option('--keep', 'leave everything running and print how to use it with the CLI and curl')
