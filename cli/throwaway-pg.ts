@@ -2,11 +2,12 @@
  * A throwaway PostgreSQL (SPEC §7): `initdb` in a new temporary directory, the server on a free
  * port of 127.0.0.1 with trust authentication for one local user, and its Unix socket in that
  * directory; run as the `postgres` user when we are root (PostgreSQL refuses to run as root).
- * For `herald demo --controllers`: nothing to install but Debian's `postgresql` binaries, and
- * nothing left behind by `stop()`.
+ * For `herald demo --controllers`, the tests and the benchmarks: nothing to install but
+ * Debian's `postgresql` binaries, and nothing left behind by `stop()`.
  *
- * The server runs in its own process group, so stopping it reaches the postmaster and every
- * backend. `fsync=off`: a demo's data need not survive a power cut.
+ * The server runs in its own process group, so stopping it (or `kill9()`, which is what
+ * `kill -9` of PostgreSQL is) reaches the postmaster and every backend. `fsync=off`: nothing
+ * a killed process wrote is lost (it is in the OS's page cache), only what a power cut would.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -46,10 +47,14 @@ export interface ThrowawayPg {
   /** Its data, socket and log: removed by `stop()`. */
   readonly dir: string;
   readonly logFile: string;
-  /** The server's process (leader of its process group). */
+  /** The server's process (leader of its process group); a new one after `start()`. */
   readonly child: ChildProcess;
   /** Creates database `name`; resolves to its URL. */
   createDatabase(name: string): Promise<string>;
+  /** SIGKILL to the postmaster and every backend at once; resolves once all are gone. */
+  kill9(): Promise<void>;
+  /** Starts the server again, same port and data; resolves when it accepts connections. */
+  start(): Promise<void>;
   /** Stops the server (fast shutdown, then SIGKILL to its group) and removes `dir`. Idempotent. */
   stop(): Promise<void>;
 }
@@ -83,28 +88,31 @@ export async function startThrowawayPg(binDir: string, env: NodeJS.ProcessEnv = 
     if (init.status !== 0)
       throw new ThrowawayPgError(`initdb failed: ${(init.stderr || init.error?.message || '').trim()}`);
     const port = await freePort();
-    const logFd = fs.openSync(logFile, 'a');
-    if (asRoot) chownToPostgres(logFile);
-    const [cmd, args] = asPostgres(path.join(binDir, 'postgres'), [
-      '-D',
-      data,
-      '-p',
-      String(port),
-      '-k',
-      dir,
-      '-c',
-      'listen_addresses=127.0.0.1',
-      '-c',
-      'fsync=off',
-      '-c',
-      'max_connections=200',
-      '-c',
-      'shared_buffers=32MB',
-    ]);
-    const child = spawn(cmd, args, { detached: true, stdio: ['ignore', logFd, logFd], env });
-    fs.closeSync(logFd);
     const url = `postgres://${THROWAWAY_PG_USER}@127.0.0.1:${port}/postgres`;
-    const server = handle(child, { url, port, dir, logFile });
+    const launch = (): ChildProcess => {
+      const logFd = fs.openSync(logFile, 'a');
+      if (asRoot) chownToPostgres(logFile);
+      const [cmd, args] = asPostgres(path.join(binDir, 'postgres'), [
+        '-D',
+        data,
+        '-p',
+        String(port),
+        '-k',
+        dir,
+        '-c',
+        'listen_addresses=127.0.0.1',
+        '-c',
+        'fsync=off',
+        '-c',
+        'max_connections=200',
+        '-c',
+        'shared_buffers=32MB',
+      ]);
+      const child = spawn(cmd, args, { detached: true, stdio: ['ignore', logFd, logFd], env });
+      fs.closeSync(logFd);
+      return child;
+    };
+    const server = handle(launch, { url, port, dir, logFile });
     try {
       await waitReady(server);
     } catch (err) {
@@ -118,34 +126,60 @@ export async function startThrowawayPg(binDir: string, env: NodeJS.ProcessEnv = 
   }
 }
 
-function handle(child: ChildProcess, o: { url: string; port: number; dir: string; logFile: string }): ThrowawayPg {
-  const exited = new Promise<void>((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve();
-    else child.once('exit', () => resolve());
-  });
+function handle(
+  launch: () => ChildProcess,
+  o: { url: string; port: number; dir: string; logFile: string },
+): ThrowawayPg {
+  let child = launch();
+  const exitOf = (c: ChildProcess) =>
+    new Promise<void>((resolve) => {
+      if (c.exitCode !== null || c.signalCode !== null) resolve();
+      else c.once('exit', () => resolve());
+    });
+  let exited = exitOf(child);
+  const running = () => child.exitCode === null && child.signalCode === null;
+  /** Waits (up to the grace) until nothing of the group is left, then makes sure of it. */
+  const groupEnd = async (pgid: number | undefined) => {
+    const deadline = Date.now() + PG_STOP_GRACE_MS;
+    while (pgid !== undefined && !groupGone(pgid) && Date.now() < deadline) await sleep(50);
+    if (pgid !== undefined && !groupGone(pgid)) signalGroup(pgid, 'SIGKILL');
+  };
   let stopping: Promise<void> | undefined;
-  return {
+  const server: ThrowawayPg = {
     ...o,
-    child,
+    get child() {
+      return child;
+    },
     createDatabase: (name) => createDatabase(o.url, name),
+    async kill9() {
+      const pgid = child.pid;
+      if (pgid !== undefined && running()) signalGroup(pgid, 'SIGKILL');
+      await exited;
+      await groupEnd(pgid);
+    },
+    async start() {
+      if (running()) return;
+      child = launch();
+      exited = exitOf(child);
+      await waitReady(server);
+    },
     stop() {
       stopping ??= (async () => {
         const pgid = child.pid;
-        if (pgid !== undefined && child.exitCode === null && child.signalCode === null) {
+        if (pgid !== undefined && running()) {
           signalGroup(pgid, 'SIGINT'); // fast shutdown: does not wait for clients to leave
           const timer = setTimeout(() => signalGroup(pgid, 'SIGKILL'), PG_STOP_GRACE_MS);
           await exited;
           clearTimeout(timer);
         }
         // backends may outlive the postmaster for a moment: the group must be gone before rm
-        const deadline = Date.now() + PG_STOP_GRACE_MS;
-        while (pgid !== undefined && !groupGone(pgid) && Date.now() < deadline) await sleep(50);
-        if (pgid !== undefined && !groupGone(pgid)) signalGroup(pgid, 'SIGKILL');
+        await groupEnd(pgid);
         fs.rmSync(o.dir, { recursive: true, force: true });
       })();
       return stopping;
     },
   };
+  return server;
 }
 
 /** Polls `SELECT 1` until the server answers. */
