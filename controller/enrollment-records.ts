@@ -56,3 +56,60 @@ export interface SeenCertificate {
   /** True when this controller issued it now (resets the failure count). */
   issued: boolean;
 }
+
+// ---- rows as both stores keep them (sqlite-enrollment.ts, pg-enrollment.ts) -------------------
+
+/** JSON arrays as text, times as ISO 8601 text. */
+export interface TokenRow {
+  id: string;
+  /** Read only where it is compared (never returned). */
+  token_hash?: string;
+  node: string;
+  dns: string;
+  ips: string;
+  created_at: string;
+  created_by: string;
+  expires_at: string;
+  used_at: string | null;
+  used_by: string | null;
+  revoked_at: string | null;
+}
+
+export interface CertRow {
+  node: string;
+  serial: string;
+  not_before: string;
+  not_after: string;
+  issued_at: string | null;
+  renewal_failures: number;
+  last_renewal_error: string | null;
+  last_renewal_attempt_at: string | null;
+}
+
+export function tokenRecord(r: TokenRow): EnrollmentTokenRecord {
+  return {
+    id: r.id,
+    node: r.node,
+    dns: JSON.parse(r.dns) as string[],
+    ips: JSON.parse(r.ips) as string[],
+    createdAt: r.created_at,
+    createdBy: r.created_by,
+    expiresAt: r.expires_at,
+    usedAt: r.used_at,
+    usedBy: r.used_by,
+    revokedAt: r.revoked_at,
+  };
+}
+
+export function certRecord(r: CertRow): NodeCertificateRecord {
+  return {
+    node: r.node,
+    serial: r.serial,
+    notBefore: r.not_before,
+    notAfter: r.not_after,
+    issuedAt: r.issued_at,
+    renewalFailures: r.renewal_failures,
+    lastRenewalError: r.last_renewal_error,
+    lastRenewalAttemptAt: r.last_renewal_attempt_at,
+  };
+}

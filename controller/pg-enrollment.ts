@@ -5,12 +5,16 @@
  * checks it is still usable, so two controllers enrolling with one token cannot both win.
  */
 import type postgres from 'postgres';
-import type {
-  ConsumeResult,
-  EnrollmentTokenRecord,
-  NewEnrollmentToken,
-  NodeCertificateRecord,
-  SeenCertificate,
+import {
+  certRecord,
+  tokenRecord,
+  type CertRow,
+  type ConsumeResult,
+  type EnrollmentTokenRecord,
+  type NewEnrollmentToken,
+  type NodeCertificateRecord,
+  type SeenCertificate,
+  type TokenRow,
 } from './enrollment-records.js';
 
 type Sql = postgres.Sql<Record<string, never>> | postgres.TransactionSql<Record<string, never>>;
@@ -48,54 +52,6 @@ export const PG_ENROLLMENT_MIGRATION_SQL = `
   CREATE TRIGGER node_certificates_removed AFTER DELETE ON nodes
     FOR EACH ROW EXECUTE FUNCTION node_certificates_removed();
 `;
-
-interface TokenRow {
-  id: string;
-  node: string;
-  dns: string;
-  ips: string;
-  created_at: string;
-  created_by: string;
-  expires_at: string;
-  used_at: string | null;
-  used_by: string | null;
-  revoked_at: string | null;
-}
-
-interface CertRow {
-  node: string;
-  serial: string;
-  not_before: string;
-  not_after: string;
-  issued_at: string | null;
-  renewal_failures: number;
-  last_renewal_error: string | null;
-  last_renewal_attempt_at: string | null;
-}
-
-const tokenRecord = (r: TokenRow): EnrollmentTokenRecord => ({
-  id: r.id,
-  node: r.node,
-  dns: JSON.parse(r.dns) as string[],
-  ips: JSON.parse(r.ips) as string[],
-  createdAt: r.created_at,
-  createdBy: r.created_by,
-  expiresAt: r.expires_at,
-  usedAt: r.used_at,
-  usedBy: r.used_by,
-  revokedAt: r.revoked_at,
-});
-
-const certRecord = (r: CertRow): NodeCertificateRecord => ({
-  node: r.node,
-  serial: r.serial,
-  notBefore: r.not_before,
-  notAfter: r.not_after,
-  issuedAt: r.issued_at,
-  renewalFailures: r.renewal_failures,
-  lastRenewalError: r.last_renewal_error,
-  lastRenewalAttemptAt: r.last_renewal_attempt_at,
-});
 
 const AUDIT = 'INSERT INTO audit (at, who, action, target, detail) VALUES ($1, $2, $3, $4, $5)';
 const TOKEN_COLUMNS = 'id, node, dns, ips, created_at, created_by, expires_at, used_at, used_by, revoked_at';

@@ -32,6 +32,7 @@ import {
   PG_TX_RETRY_ATTEMPTS,
 } from '../protocol/limits.js';
 import { ChangeSetBuilder } from './change-set.js';
+import { StoreShortcuts } from './store-shortcuts.js';
 import type {
   ConsumeResult,
   EnrollmentTokenRecord,
@@ -42,17 +43,13 @@ import type {
 import { pgEnrollment } from './pg-enrollment.js';
 import { PG_MIGRATIONS, PG_SCHEMA_VERSION, pgStatementTexts } from './pg-schema.js';
 import type {
-  AnnounceResult,
   AuditRecord,
   ChangeSet,
   ClusterRecord,
   ClusterStatus,
   ConfigRecord,
-  DeploymentPatch,
   DeploymentRecord,
   MetadataSource,
-  NewConfig,
-  NewDeployment,
   NodeRecord,
   RevisionRecord,
 } from './records.js';
@@ -137,7 +134,7 @@ function bind(sql: Sql | TxSql, texts: Record<StatementName, string>): Statement
   return out;
 }
 
-export class PgStore implements Store {
+export class PgStore extends StoreShortcuts implements Store {
   readonly #sql: Sql;
   readonly #texts = pgStatementTexts();
   readonly #pool: Statements;
@@ -153,6 +150,7 @@ export class PgStore implements Store {
   #closed = false;
 
   private constructor(url: string, sql: Sql, o: Required<PgStoreOptions>) {
+    super();
     this.#url = url;
     this.#sql = sql;
     this.#now = o.now;
@@ -349,52 +347,6 @@ export class PgStore implements Store {
       prepare: true,
     });
     return { committed: { result, changes: built }, seq: head!.changes };
-  }
-
-  // ---- one-transaction shortcuts -----------------------------------------------------------
-
-  async createNode(
-    id: string,
-    endpoint: string | null,
-    who: string,
-  ): Promise<{ node: NodeRecord; changes: ChangeSet }> {
-    const { changes } = await this.transaction((tx) => tx.createNode(id, endpoint, who));
-    return { node: (await this.getNode(id))!, changes };
-  }
-
-  async announceEndpoint(id: string, url: string, who: string, autoRegister: boolean): Promise<AnnounceResult> {
-    const { result, changes } = await this.transaction((tx) => tx.announceEndpoint(id, url, who, autoRegister));
-    return { node: (await this.getNode(id))!, ...result, changes };
-  }
-
-  async deleteNode(id: string, who: string): Promise<ChangeSet> {
-    return (await this.transaction((tx) => tx.deleteNode(id, who))).changes;
-  }
-
-  async createConfig(c: NewConfig, who: string): Promise<ConfigRecord> {
-    return (await this.transaction((tx) => tx.createConfig(c, who))).result;
-  }
-
-  async createDeployment(d: NewDeployment, who: string): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }> {
-    const { result, changes } = await this.transaction((tx) => tx.createDeployment(d, who));
-    return { deployment: result, changes };
-  }
-
-  async updateDeployment(
-    id: string,
-    p: DeploymentPatch,
-    who: string,
-  ): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }> {
-    const { result, changes } = await this.transaction((tx) => tx.updateDeployment(id, p, who));
-    return { deployment: result, changes };
-  }
-
-  async deleteDeployment(
-    id: string,
-    who: string,
-  ): Promise<{ deployment: DeploymentRecord | null; changes: ChangeSet }> {
-    const { result, changes } = await this.transaction((tx) => tx.deleteDeployment(id, who));
-    return { deployment: result, changes };
   }
 
   /** Only the nodes this controller owns now, at the epoch it holds; others' owners record theirs. */

@@ -7,12 +7,16 @@
  * with one token cannot both win.
  */
 import type Database from 'better-sqlite3';
-import type {
-  ConsumeResult,
-  EnrollmentTokenRecord,
-  NewEnrollmentToken,
-  NodeCertificateRecord,
-  SeenCertificate,
+import {
+  certRecord,
+  tokenRecord,
+  type CertRow,
+  type ConsumeResult,
+  type EnrollmentTokenRecord,
+  type NewEnrollmentToken,
+  type NodeCertificateRecord,
+  type SeenCertificate,
+  type TokenRow,
 } from './enrollment-records.js';
 
 /**
@@ -48,59 +52,6 @@ export const ENROLLMENT_MIGRATION_SQL = `
     DELETE FROM node_certificates WHERE node = OLD.id;
   END;
 `;
-
-interface TokenRow {
-  id: string;
-  token_hash: string;
-  node: string;
-  dns: string;
-  ips: string;
-  created_at: string;
-  created_by: string;
-  expires_at: string;
-  used_at: string | null;
-  used_by: string | null;
-  revoked_at: string | null;
-}
-
-interface CertRow {
-  node: string;
-  serial: string;
-  not_before: string;
-  not_after: string;
-  issued_at: string | null;
-  renewal_failures: number;
-  last_renewal_error: string | null;
-  last_renewal_attempt_at: string | null;
-}
-
-function tokenRecord(r: TokenRow): EnrollmentTokenRecord {
-  return {
-    id: r.id,
-    node: r.node,
-    dns: JSON.parse(r.dns) as string[],
-    ips: JSON.parse(r.ips) as string[],
-    createdAt: r.created_at,
-    createdBy: r.created_by,
-    expiresAt: r.expires_at,
-    usedAt: r.used_at,
-    usedBy: r.used_by,
-    revokedAt: r.revoked_at,
-  };
-}
-
-function certRecord(r: CertRow): NodeCertificateRecord {
-  return {
-    node: r.node,
-    serial: r.serial,
-    notBefore: r.not_before,
-    notAfter: r.not_after,
-    issuedAt: r.issued_at,
-    renewalFailures: r.renewal_failures,
-    lastRenewalError: r.last_renewal_error,
-    lastRenewalAttemptAt: r.last_renewal_attempt_at,
-  };
-}
 
 export class SqliteEnrollmentRows {
   readonly #db: Database.Database;

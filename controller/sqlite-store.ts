@@ -13,18 +13,14 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { ConfigError, HeraldError } from '../protocol/errors.js';
 import { ChangeSetBuilder } from './change-set.js';
+import { StoreShortcuts } from './store-shortcuts.js';
 import type {
-  AnnounceResult,
   AuditRecord,
-  ChangeSet,
   ClusterRecord,
   ClusterStatus,
   ConfigRecord,
-  DeploymentPatch,
   DeploymentRecord,
   MetadataSource,
-  NewConfig,
-  NewDeployment,
   NodeRecord,
   RevisionRecord,
 } from './records.js';
@@ -49,7 +45,7 @@ export interface SqliteStoreOptions {
   now?: () => number;
 }
 
-export class SqliteStore implements Store {
+export class SqliteStore extends StoreShortcuts implements Store {
   readonly #db: Database.Database;
   readonly #s: Statements;
   readonly #rows: SqlRows;
@@ -67,6 +63,7 @@ export class SqliteStore implements Store {
    *   Herald (unknown schema version)
    */
   constructor(path: string, opts: SqliteStoreOptions = {}) {
+    super();
     const o = { now: Date.now, ...opts };
     this.#now = o.now;
     try {
@@ -229,52 +226,6 @@ export class SqliteStore implements Store {
       for (const node of changes.nodesToStamp()) this.#s.nodeSetGen.run(gen, node);
     }
     return { result, changes: changes.build(gen) };
-  }
-
-  // ---- one-transaction shortcuts -----------------------------------------------------------
-
-  async createNode(
-    id: string,
-    endpoint: string | null,
-    who: string,
-  ): Promise<{ node: NodeRecord; changes: ChangeSet }> {
-    const { changes } = await this.transaction((tx) => tx.createNode(id, endpoint, who));
-    return { node: (await this.getNode(id))!, changes };
-  }
-
-  async announceEndpoint(id: string, url: string, who: string, autoRegister: boolean): Promise<AnnounceResult> {
-    const { result, changes } = await this.transaction((tx) => tx.announceEndpoint(id, url, who, autoRegister));
-    return { node: (await this.getNode(id))!, ...result, changes };
-  }
-
-  async deleteNode(id: string, who: string): Promise<ChangeSet> {
-    return (await this.transaction((tx) => tx.deleteNode(id, who))).changes;
-  }
-
-  async createConfig(c: NewConfig, who: string): Promise<ConfigRecord> {
-    return (await this.transaction((tx) => tx.createConfig(c, who))).result;
-  }
-
-  async createDeployment(d: NewDeployment, who: string): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }> {
-    const { result, changes } = await this.transaction((tx) => tx.createDeployment(d, who));
-    return { deployment: result, changes };
-  }
-
-  async updateDeployment(
-    id: string,
-    p: DeploymentPatch,
-    who: string,
-  ): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }> {
-    const { result, changes } = await this.transaction((tx) => tx.updateDeployment(id, p, who));
-    return { deployment: result, changes };
-  }
-
-  async deleteDeployment(
-    id: string,
-    who: string,
-  ): Promise<{ deployment: DeploymentRecord | null; changes: ChangeSet }> {
-    const { result, changes } = await this.transaction((tx) => tx.deleteDeployment(id, who));
-    return { deployment: result, changes };
   }
 
   recordAcked(acks: ReadonlyMap<string, number>): Promise<void> {
