@@ -63,10 +63,13 @@ export class SeveralBed {
       pg: BenchPg;
       dbUrl: string;
       pushWorkers?: number | undefined;
+      /** This bed's controllers (a prefix of CONTROLLER_NAMES); its agents know only them. */
+      names: readonly string[];
+      label: string;
     },
   ) {
-    this.dir = path.join(o.runDir, 'several');
-    this.stateRoot = agentStateRoot(o.runDir, 'several');
+    this.dir = path.join(o.runDir, 'several', o.label);
+    this.stateRoot = agentStateRoot(o.runDir, `several-${o.label}`);
     fs.rmSync(this.dir, { recursive: true, force: true });
     fs.rmSync(this.stateRoot, { recursive: true, force: true });
     fs.mkdirSync(this.dir, { recursive: true });
@@ -146,8 +149,8 @@ export class SeveralBed {
     return t;
   }
 
-  async start(names: readonly string[]): Promise<void> {
-    for (const n of names) await this.startController(n);
+  async start(): Promise<void> {
+    for (const n of this.o.names) await this.startController(n);
     const cfg = await this.op.must<{ id: string }>(201, 'POST', '/v1/configs', {
       name: 'several',
       group: 'script',
@@ -165,7 +168,7 @@ export class SeveralBed {
       pki: this.o.pki,
       slots,
       controllerUrl: this.urlOf('c1'),
-      controllerUrls: CONTROLLER_NAMES.map((c) => this.urlOf(c)),
+      controllerUrls: this.o.names.map((c) => this.urlOf(c)),
       controllerId: '*',
       stateRoot: this.stateRoot,
       hook: 'hold' as const,

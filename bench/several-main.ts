@@ -73,25 +73,23 @@ export async function severalMain(o: SeveralMainOptions): Promise<number> {
         );
     }
     if (fanoutNs.length + failoverNs.length > 0) {
-      const bed = new SeveralBed({
-        pki,
-        runDir,
-        port: o.port,
-        pg,
-        dbUrl: await pg.createDatabase('herald_bench'),
-        pushWorkers: o.pushWorkers,
+      several = await severalPhase({
+        makeBed: async (label, names) =>
+          new SeveralBed({
+            pki,
+            runDir,
+            port: o.port,
+            pg,
+            dbUrl: await pg.createDatabase(`herald_${label.replace(/-/g, '_')}`),
+            pushWorkers: o.pushWorkers,
+            names,
+            label,
+          }),
+        fanoutNs,
+        failoverNs,
+        runsFor: (n) => o.runs ?? (n >= 5_000 ? 1 : 2),
       });
-      try {
-        several = await severalPhase({
-          bed,
-          fanoutNs,
-          failoverNs,
-          runsFor: (n) => o.runs ?? (n >= 5_000 ? 1 : 2),
-        });
-        problems.push(...several.problems);
-      } finally {
-        await bed.stop();
-      }
+      problems.push(...several.problems);
     }
   } catch (err) {
     problems.push(`the benchmark stopped: ${(err as Error).message}`);

@@ -1,16 +1,18 @@
 /**
- * Several controllers on one PostgreSQL (issue 13's benchmarks, SPEC §7), on one bed
- * (several-bed.ts) whose fleet grows through every N asked for, ascending:
+ * Several controllers on one PostgreSQL (issue 13's benchmarks, SPEC §7), each configuration on
+ * a bed of its own (several-bed.ts: a new database, its controllers, a new fleet that knows only
+ * them). A bed is not reused from one controller count to the next: between two runs the last
+ * run's cluster must complete and be deleted, and on PostgreSQL every signal of a cluster takes
+ * the cluster's row lock and reads its N nodes, so at N = 5,000 that took longer than an hour
+ * here (about 1.5 signals a second); a new fleet costs a few minutes instead.
  *
- * - Fan-out with 3, then 2, then 1 controllers at each fan-out N: one `POST /v1/clusters`
+ * - Fan-out with 3, 2 and 1 controllers at each fan-out N: one `POST /v1/clusters`
  *   naming every node (one request, one transaction, a wake-up per node from its owner), as in
- *   fanout.ts. Going from 3 to 2 to 1, a controller leaves with SIGTERM (it hands its nodes back;
- *   the others claim and dial them) and the bed waits until the rest own and hold every node.
- *   Per run: all acked, all fetched, the controllers' CPU (all of them, /proc), and the database's
+ *   fanout.ts. Per run: all acked, all fetched, the controllers' CPU (all of them, /proc), and the database's
  *   commits per node changed (`pg_stat_database.xact_commit`, reads included, and write
  *   transactions from the transaction id counter), less the background the controllers make
  *   when nothing changes (heartbeats, reconciles), measured just before.
- * - Failover at each failover N with 3 controllers: `kill -9` of the one owning the most nodes
+ * - Failover at each failover N with 3 controllers (one bed, its fleet growing through them): `kill -9` of the one owning the most nodes
  *   (and of its push workers), then until every node it owned has a wake-up from a survivor. The
  *   parts: kill → the victim's lease ends (its last heartbeat + the lease, from its row), →
  *   the survivors claim the nodes (`node_owners.since`), → each orphan pinged (the agents'
@@ -100,12 +102,13 @@ export interface FailoverRun {
 export interface SeveralResult {
   fanout: SeveralFanoutRun[];
   failover: FailoverRun[];
-  grow: Array<{ n: number; added: number; addMs: number }>;
+  grow: Array<{ label: string; n: number; added: number; addMs: number }>;
   problems: string[];
 }
 
 export interface SeveralOptions {
-  bed: SeveralBed;
+  /** A new bed: a database of its own, controllers `names` (started by bed.start()), no agents yet. */
+  makeBed: (label: string, names: readonly string[]) => Promise<SeveralBed>;
   fanoutNs: number[];
   failoverNs: number[];
   runsFor: (n: number) => number;
@@ -309,28 +312,37 @@ async function failoverRun(bed: SeveralBed, n: number, problems: string[]): Prom
 
 /** Every step in turn: the fleet grows to each N; at a fan-out N, 3 → 2 → 1 controllers; at a failover N, a kill -9. */
 export async function severalPhase(o: SeveralOptions): Promise<SeveralResult> {
-  const bed = o.bed;
   const out: SeveralResult = { fanout: [], failover: [], grow: [], problems: [] };
   const problems = out.problems;
-  const steps = [...new Set([...o.fanoutNs, ...o.failoverNs])].sort((a, b) => a - b);
-  await bed.start(CONTROLLER_NAMES);
-  for (const n of steps) {
-    for (const name of CONTROLLER_NAMES) if (!bed.controllers.has(name)) await bed.startController(name);
-    const g = await bed.grow(n, problems);
-    out.grow.push({ n, ...g });
-    if (g.added === 0) await bed.steady(n, 60_000 + n * 20, problems, `N=${n}, all three back`);
-    if (o.failoverNs.includes(n)) out.failover.push(await failoverRun(bed, n, problems));
-    if (o.fanoutNs.includes(n)) {
-      for (const leaving of [null, 'c3', 'c2'] as const) {
-        if (leaving !== null) {
-          await bed.settle(n, problems);
-          await bed.stopController(leaving);
-          say(`several controllers: ${leaving} left (SIGTERM); waiting for the others to hold its nodes`);
-        }
-        for (let run = 1; run <= o.runsFor(n); run++) out.fanout.push(await fanoutRun(bed, n, run, problems));
-      }
+  const onBed = async (label: string, names: readonly string[], fn: (bed: SeveralBed) => Promise<void>) => {
+    const bed = await o.makeBed(label, names);
+    try {
+      await bed.start();
+      await fn(bed);
+    } catch (err) {
+      problems.push(`${label}: ${(err as Error).message}`);
+      say(`several controllers: ${label}: ${(err as Error).stack ?? String(err)}`);
+    } finally {
+      await bed.stop();
     }
-  }
-  await bed.settle(Math.max(...steps), problems);
+  };
+  const failoverNs = [...o.failoverNs].sort((a, b) => a - b);
+  if (failoverNs.length > 0)
+    await onBed('failover', CONTROLLER_NAMES, async (bed) => {
+      for (const n of failoverNs) {
+        const g = await bed.grow(n, problems);
+        out.grow.push({ label: 'failover', n, ...g });
+        out.failover.push(await failoverRun(bed, n, problems));
+      }
+    });
+  for (const n of [...o.fanoutNs].sort((a, b) => a - b))
+    for (const k of [3, 2, 1]) {
+      const label = `fanout-${n}-${k}`;
+      await onBed(label, CONTROLLER_NAMES.slice(0, k), async (bed) => {
+        const g = await bed.grow(n, problems);
+        out.grow.push({ label, n, ...g });
+        for (let run = 1; run <= o.runsFor(n); run++) out.fanout.push(await fanoutRun(bed, n, run, problems));
+      });
+    }
   return out;
 }
