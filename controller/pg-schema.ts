@@ -117,7 +117,8 @@ export const PG_MIGRATIONS: PgMigration[] = [
         ended_at_ms BIGINT,
         PRIMARY KEY (cluster_id, node)
       );
-      CREATE INDEX cluster_nodes_by_node ON cluster_nodes (node);
+      -- a node is in one cluster at most (SqlTx checks; this settles two controllers racing)
+      CREATE UNIQUE INDEX cluster_nodes_by_node ON cluster_nodes (node);
       CREATE INDEX cluster_nodes_by_deadline ON cluster_nodes (cluster_id, phase, step_deadline_ms);
       CREATE INDEX cluster_nodes_by_position ON cluster_nodes (cluster_id, phase, position);
       CREATE INDEX cluster_nodes_by_install ON cluster_nodes (install_deployment_id);

@@ -29,6 +29,11 @@ export const SQL = {
   nodeInsert:
     'INSERT INTO nodes (id, endpoint, generation, acked_generation, created_at, updated_at) VALUES (?, ?, 0, NULL, ?, ?)',
   nodeGet: 'SELECT * FROM nodes WHERE id = ?',
+  // a node that rows are added under (a deployment, a cluster's member): held against a delete
+  // by another controller until the commit, and no obstacle to the generation being stamped
+  nodeKeyLock: 'SELECT id FROM nodes WHERE id = ? FOR KEY SHARE',
+  // a node about to be deleted: waits for those, so the deployments read next are all of them
+  nodeLock: 'SELECT id FROM nodes WHERE id = ? FOR UPDATE',
   nodeList: 'SELECT * FROM nodes ORDER BY id',
   nodeSetEndpoint: 'UPDATE nodes SET endpoint = ?, updated_at = ? WHERE id = ?',
   nodeSetGen: 'UPDATE nodes SET generation = ? WHERE id = ?',

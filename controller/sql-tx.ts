@@ -303,7 +303,7 @@ export class SqlTx implements StoreTx {
 
   async deleteNode(id: string, who: string): Promise<void> {
     this.#live();
-    if (!(await this.#s.nodeGet.get(id))) throw new HeraldError('not_found', `no node ${id}`);
+    if (!(await this.#s.nodeLock.get(id))) throw new HeraldError('not_found', `no node ${id}`);
     const cluster = (await this.#s.cnByNode.get(id)) as { cluster_id: string } | undefined;
     if (cluster) throw new HeraldError('node_in_cluster', `node ${id} belongs to cluster ${cluster.cluster_id}`);
     for (const { id: dep } of (await this.#s.depIdsByNode.all(id)) as Array<{ id: string }>)
@@ -429,7 +429,7 @@ export class SqlTx implements StoreTx {
     role: 'install' | 'uninstall' | 'health' | null,
     reason: WakeReason,
   ): Promise<void> {
-    if (!(await this.#s.nodeGet.get(d.node)))
+    if (!(await this.#s.nodeKeyLock.get(d.node)))
       throw new HeraldError('unknown_node', `no node ${d.node}`, { field: 'node' });
     if (!(await this.#r.config(d.configId)))
       throw new HeraldError('unknown_config', `no config ${d.configId}`, { field: 'config_id' });
@@ -486,18 +486,27 @@ export class SqlTx implements StoreTx {
 
   // ---- clusters ----------------------------------------------------------------------------
 
-  async insertCluster(c: ClusterRows, nowMs: number): Promise<string> {
-    this.#live();
-    for (const [i, n] of c.nodes.entries()) {
-      if (!(await this.#s.nodeGet.get(n)))
+  /**
+   * Each node exists (held against a delete to the commit) and is in no cluster: two clusters'
+   * uninstall and install steps must never run on one node at once (PostgreSQL's unique index
+   * on cluster_nodes(node) settles two controllers racing for one node).
+   * @throws HeraldError unknown_node | cluster_busy (field `nodes.<i>`)
+   */
+  async #assertFreeNodes(nodes: readonly string[]): Promise<void> {
+    for (const [i, n] of nodes.entries()) {
+      if (!(await this.#s.nodeKeyLock.get(n)))
         throw new HeraldError('unknown_node', `no node ${n}`, { field: `nodes.${i}` });
-      // two clusters' uninstall and install steps must never run on one node at once
       const other = (await this.#s.cnByNode.get(n)) as { cluster_id: string } | undefined;
       if (other)
         throw new HeraldError('cluster_busy', `node ${n} already belongs to cluster ${other.cluster_id}`, {
           field: `nodes.${i}`,
         });
     }
+  }
+
+  async insertCluster(c: ClusterRows, nowMs: number): Promise<string> {
+    this.#live();
+    await this.#assertFreeNodes(c.nodes);
     if (!(await this.#r.config(c.installConfigId)))
       throw new HeraldError('unknown_config', `no config ${c.installConfigId}`, { field: 'install_config_id' });
     if (!(await this.#r.config(c.uninstallConfigId)))
@@ -610,15 +619,7 @@ export class SqlTx implements StoreTx {
     nowMs: number,
   ): Promise<void> {
     this.#live();
-    for (const [i, n] of g.nodes.entries()) {
-      if (!(await this.#s.nodeGet.get(n)))
-        throw new HeraldError('unknown_node', `no node ${n}`, { field: `nodes.${i}` });
-      const other = (await this.#s.cnByNode.get(n)) as { cluster_id: string } | undefined;
-      if (other)
-        throw new HeraldError('cluster_busy', `node ${n} already belongs to cluster ${other.cluster_id}`, {
-          field: `nodes.${i}`,
-        });
-    }
+    await this.#assertFreeNodes(g.nodes);
     const name = ((await this.#s.clusterName.get(clusterId)) as { name: string } | undefined)?.name;
     if (name === undefined) throw new HeraldError('not_found', `no cluster ${clusterId}`);
     const now = this.#r.iso(nowMs);

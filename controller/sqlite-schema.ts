@@ -181,6 +181,6 @@ export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
 export function prepareStatements(db: Database.Database): Statements {
   const out: Partial<Statements> = {};
   for (const [name, sql] of Object.entries(SQL) as Array<[StatementName, string]>)
-    out[name] = db.prepare(sql.replace(/ FOR UPDATE( OF \w+)?( SKIP LOCKED)?/g, ''));
+    out[name] = db.prepare(sql.replace(/ FOR (UPDATE|NO KEY UPDATE|SHARE|KEY SHARE)( OF \w+)?( SKIP LOCKED)?/g, ''));
   return out as Statements;
 }

@@ -82,6 +82,50 @@ describe('several stores on one database', () => {
     expect(await rejectedCode(Promise.reject(failed.reason))).toBe('node_exists');
   });
 
+  it('a node deleted through one controller while another adds a deployment to it leaves nothing behind', async () => {
+    const { list } = await stores(2);
+    const [a, b] = list as [PgStore, PgStore];
+    const cfg = await a.createConfig(CONFIG, WHO);
+    for (let i = 0; i < 15; i++) {
+      const node = `d${i}`;
+      await a.createNode(node, null, WHO);
+      await Promise.allSettled([
+        a.createDeployment(
+          { node, configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+          WHO,
+        ),
+        b.deleteNode(node, WHO),
+      ]);
+      // the deletion came last (nothing left) or first (the deployment was refused unknown_node)
+      expect(await a.getNode(node)).toBeUndefined();
+      expect(await a.listDeployments({ node })).toEqual([]);
+    }
+  });
+
+  it('two controllers putting one node in two clusters at once: one cluster gets it, the other is cluster_busy', async () => {
+    const { list } = await stores(2);
+    const [a, b] = list as [PgStore, PgStore];
+    const { ClusterEngine } = await import('../../controller/clusters/engine.js');
+    const engine = new ClusterEngine();
+    await a.createNode('shared', null, WHO);
+    const cfg = await a.createConfig(CONFIG, WHO);
+    const cluster = (name: string) => ({
+      name,
+      nodes: ['shared'],
+      installConfigId: cfg.id,
+      uninstallConfigId: cfg.id,
+      installInputValues: {},
+      uninstallInputValues: {},
+      inputValues: {},
+    });
+    const results = await Promise.allSettled(
+      [a, b].map((s, i) => s.transaction((tx) => engine.create(tx, cluster(`k${i}`), WHO, Date.now()))),
+    );
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    const failed = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
+    expect(await rejectedCode(Promise.reject(failed.reason))).toBe('cluster_busy');
+  });
+
   it('another controller is notified of a commit, and reads it from the log', async () => {
     const { list } = await stores(2);
     const [a, b] = list as [PgStore, PgStore];
