@@ -30,6 +30,22 @@ type ControllerRow = { name: string; live: boolean; nodes_owned: number; nodes_h
 const controllers = async (port = f.anyPort()): Promise<ControllerRow[]> =>
   (await api(port, f.op, 'GET', '/v1/controllers')).json.items;
 
+/** Waits for the restart to end; it must be RESTART_COMPLETE with each node's uninstall and install run once (the scripts' count). */
+async function restartCompletesEachStepOnce(cluster: () => Promise<{ status: string }>, log: string): Promise<void> {
+  const done = await waitFor(
+    'the restart to end',
+    async () => {
+      const c = await cluster();
+      return c.status.endsWith('_COMPLETE') || c.status.endsWith('_FAILED') ? c : null;
+    },
+    90_000,
+    100,
+  );
+  expect(done.status).toBe('RESTART_COMPLETE');
+  const lines = fs.readFileSync(log, 'utf8').trim().split('\n').sort();
+  expect(lines).toEqual(NODES.flatMap((n) => [`install ${n} RESTART`, `uninstall ${n} RESTART`]).sort());
+}
+
 describe('three controllers on one PostgreSQL', { timeout: 150_000 }, () => {
   it('spread the nodes: every node owned by exactly one live controller, each holding its own connected', async () => {
     const rows = await waitFor(
@@ -169,18 +185,7 @@ describe('three controllers on one PostgreSQL', { timeout: 150_000 }, () => {
       10_000 - (Date.now() - killedAt),
       50,
     );
-    const done = await waitFor(
-      'the restart to end',
-      async () => {
-        const c = await cluster();
-        return c.status.endsWith('_COMPLETE') || c.status.endsWith('_FAILED') ? c : null;
-      },
-      90_000,
-      100,
-    );
-    expect(done.status).toBe('RESTART_COMPLETE');
-    const lines = fs.readFileSync(log, 'utf8').trim().split('\n').sort();
-    expect(lines).toEqual(NODES.flatMap((n) => [`install ${n} RESTART`, `uninstall ${n} RESTART`]).sort());
+    await restartCompletesEachStepOnce(cluster, log);
     const after = await controllers(survivors[0]!.port);
     expect(after.find((c) => c.name === victim)!.live).toBe(false);
     expect(after.filter((c) => c.live).reduce((a, c) => a + c.nodes_owned, 0)).toBe(NODES.length);
@@ -307,18 +312,7 @@ describe('three controllers on one PostgreSQL', { timeout: 150_000 }, () => {
       30_000,
       100,
     );
-    const done = await waitFor(
-      'the restart to end',
-      async () => {
-        const c = await cluster();
-        return c.status.endsWith('_COMPLETE') || c.status.endsWith('_FAILED') ? c : null;
-      },
-      90_000,
-      100,
-    );
-    expect(done.status).toBe('RESTART_COMPLETE');
-    const lines = fs.readFileSync(log, 'utf8').trim().split('\n').sort();
-    expect(lines).toEqual(NODES.flatMap((n) => [`install ${n} RESTART`, `uninstall ${n} RESTART`]).sort());
+    await restartCompletesEachStepOnce(cluster, log);
   });
 
   it('a kill -9 of PostgreSQL: 503 store_unavailable meanwhile, then every acknowledged change is there and every missed wake-up is sent', async () => {
