@@ -26,7 +26,9 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import {
   CONTROLLER_HEARTBEAT_INTERVAL_MS,
   CONTROLLER_LEASE_MS,
+  OWNERSHIP_FULL_SCAN_INTERVAL_MS,
   OWNERSHIP_RECONCILE_INTERVAL_MS,
+  OWNERSHIP_SETTLE_MS,
 } from '../protocol/limits.js';
 import type { Ed25519PrivateJwk } from '../protocol/jws.js';
 import type { ControllerView } from '../protocol/rest.js';
@@ -50,6 +52,8 @@ export interface FleetOptions {
   heartbeatMs?: number;
   leaseMs?: number;
   reconcileMs?: number;
+  fullScanMs?: number;
+  settleMs?: number;
 }
 
 /** A controller as `GET /v1/controllers` shows it. */
@@ -84,6 +88,13 @@ export class Fleet implements PushService {
   #leaseLostLogged = false;
   /** Fires when the lease ends without a renewal: fencing does not wait on a database call. */
   #leaseTimer: NodeJS.Timeout | undefined;
+  /** Every node id the last full scan saw. */
+  #known = new Set<string>();
+  /** A node unknown to the last scan was mentioned: the next reconcile scans. */
+  #dirty = true;
+  #lastScanAt = Number.NEGATIVE_INFINITY;
+  /** Until then every reconcile scans: the spread is settling (membership changed, nodes moved). */
+  #settlingUntil = 0;
   /** The reconcile's last attempt failed (logged once until it succeeds again). */
   #reconcileFailing = false;
   /** A renewal failed since the last success (logged once). */
@@ -103,6 +114,8 @@ export class Fleet implements PushService {
       heartbeatMs: CONTROLLER_HEARTBEAT_INTERVAL_MS,
       leaseMs: CONTROLLER_LEASE_MS,
       reconcileMs: OWNERSHIP_RECONCILE_INTERVAL_MS,
+      fullScanMs: OWNERSHIP_FULL_SCAN_INTERVAL_MS,
+      settleMs: OWNERSHIP_SETTLE_MS,
       ...o,
     };
     this.#inner = o.push;
@@ -191,10 +204,14 @@ export class Fleet implements PushService {
 
   notify(node: string, generation: number, reason: WakeReason): void {
     if (this.owns(node)) this.#inner.notify(node, generation, reason);
+    else this.#noteNode(node);
   }
 
   setEndpoint(node: string, url: string | null, generation: number): void {
-    if (!this.owns(node)) return;
+    if (!this.owns(node)) {
+      this.#noteNode(node);
+      return;
+    }
     if (this.#endpoints.get(node) === url) return;
     this.#endpoints.set(node, url);
     this.#inner.setEndpoint(node, url, generation);
@@ -202,6 +219,14 @@ export class Fleet implements PushService {
 
   remove(node: string): void {
     this.#drop(node);
+    this.#known.delete(node);
+  }
+
+  /** A node the last scan did not see (new, announced through any controller): scan now, it may be this one's. */
+  #noteNode(node: string): void {
+    if (this.#known.has(node) || this.#closed || !this.#started) return;
+    this.#dirty = true;
+    void this.reconcile();
   }
 
   state(node: string): PushState {
@@ -359,24 +384,38 @@ export class Fleet implements PushService {
     ).map((r) => r.name);
     if (!live.includes(me)) live.push(me);
     live.sort();
-    if (live.join(',') !== this.#live.join(',')) this.#log.info({ live, was: this.#live }, 'live controllers changed');
+    const now = this.#o.clock();
+    if (live.join(',') !== this.#live.join(',')) {
+      this.#log.info({ live, was: this.#live }, 'live controllers changed');
+      this.#settlingUntil = now + this.#o.settleMs;
+    }
     this.#live = live;
+    // the full scan reads every node: each second while the spread settles or a new node was
+    // mentioned, else every OWNERSHIP_FULL_SCAN_INTERVAL_MS (what others released meanwhile)
+    if (!this.#dirty && now >= this.#settlingUntil && now - this.#lastScanAt < this.#o.fullScanMs) return;
+    this.#dirty = false;
+    this.#lastScanAt = now;
     const rows = (await sql.unsafe(
       `SELECT n.id, n.endpoint, n.generation, o.controller, o.epoch
        FROM nodes n LEFT JOIN node_owners o ON o.node_id = n.id`,
     )) as unknown as NodeRow[];
+    this.#known = new Set(rows.map((r) => r.id));
     const liveSet = new Set(live);
     const claim: NodeRow[] = [];
     const readopt: NodeRow[] = [];
     const release: string[] = [];
     const stillMine = new Set<string>();
+    let waiting = 0;
     for (const r of rows) {
       const want = ownerOf(r.id, live);
       if (r.controller === me) {
         if (want !== me) release.push(r.id);
         else if (this.#owned.get(r.id) !== r.epoch) readopt.push(r);
         else stillMine.add(r.id);
-      } else if (want === me && (r.controller === null || !liveSet.has(r.controller))) claim.push(r);
+      } else if (want === me) {
+        if (r.controller === null || !liveSet.has(r.controller)) claim.push(r);
+        else waiting++; // its live owner hands it over at its next reconcile
+      }
     }
     // ownership this process thought it had but the rows no longer give it (taken while cut off, node deleted)
     const rowsMine = new Set([...stillMine, ...readopt.map((r) => r.id), ...release]);
@@ -426,6 +465,9 @@ export class Fleet implements PushService {
       if (won.length > 0) this.#log.info({ nodes: won.length }, 'adopted the nodes it owned before');
     }
     this.#m.owned.set(this.#owned.size);
+    // nodes moved (or were waiting for another controller to let go): keep looking each second
+    if (claim.length > 0 || release.length > 0 || readopt.length > 0 || waiting > 0)
+      this.#settlingUntil = this.#o.clock() + this.#o.settleMs;
   }
 
   /** Owns `r` from now at `epoch`: a fresh dialer entry, so it connects and pings with the current generation. */

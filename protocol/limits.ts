@@ -212,6 +212,10 @@ export const CONTROLLER_HEARTBEAT_INTERVAL_MS = 2_000;
 export const CONTROLLER_LEASE_MS = 8_000;
 /** Each controller compares the owners of the nodes with the rendezvous spread this often (and at once on a membership change). */
 export const OWNERSHIP_RECONCILE_INTERVAL_MS = 1_000;
+/** Without a membership change or a new node, a controller reads every node's owner this often (what others released meanwhile). */
+export const OWNERSHIP_FULL_SCAN_INTERVAL_MS = 10_000;
+/** After a membership change or a move of nodes, the owners are read at every reconcile for this long. */
+export const OWNERSHIP_SETTLE_MS = 5_000;
 /** The change log is read in batches of this many entries. */
 export const CHANGE_FEED_BATCH_ENTRIES = 500;
 /** The change log is read this often even without a notification (a notification lost without a reconnect). */

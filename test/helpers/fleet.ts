@@ -116,8 +116,7 @@ export async function makeFleet(controllers: string[], nodes: string[]): Promise
       return c;
     },
     async startAgents(list) {
-      const started: FleetAgent[] = [];
-      for (const node of list) {
+      const spawnAgent = async (node: string): Promise<FleetAgent> => {
         const port = await freePort();
         const hooks = path.join(work, `hooks-${node}`);
         fs.mkdirSync(hooks, { recursive: true, mode: 0o755 });
@@ -144,20 +143,26 @@ export async function makeFleet(controllers: string[], nodes: string[]): Promise
         );
         const a = { node, port, proc, hooks };
         fleet.agents.set(node, a);
-        started.push(a);
-      }
+        return a;
+      };
+      const started: FleetAgent[] = [];
+      for (const node of list) started.push(await spawnAgent(node));
       await waitFor(
         `${list.length} agents to announce themselves`,
         async () => {
-          for (const a of started)
-            if (hasExited(a.proc)) throw new Error(`agent ${a.node} exited: ${a.proc.log().slice(-2000)}`);
+          for (const [i, a] of started.entries()) {
+            if (!hasExited(a.proc)) continue;
+            // a free port taken by another process between its pick and the bind: pick again
+            if (a.proc.log().includes('EADDRINUSE')) started[i] = await spawnAgent(a.node);
+            else throw new Error(`agent ${a.node} exited: ${a.proc.log().slice(-2000)}`);
+          }
           const r = await api(fleet.anyPort(), op, 'GET', '/v1/nodes');
           const have = new Set(
             ((r.json?.items ?? []) as Array<{ id: string; endpoint: string | null }>)
               .filter((x) => x.endpoint)
               .map((x) => x.id),
           );
-          return started.every((a) => have.has(a.node));
+          return started.every((a) => have.has(a.node) && JSON.stringify(r.json).includes(`:${a.port}/`));
         },
         60_000,
         100,
