@@ -238,7 +238,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       publicUrl,
       name: o.name,
       autoRegister: o.autoRegister,
-      ...(fleet ? { controllers: () => fleet.members() } : {}),
+      ...(fleet ? { controllers: () => fleet.members(), owners: (nodes: string[] | null) => fleet.owners(nodes) } : {}),
       ...(deps.clusterTickMs !== undefined ? { clusterTickMs: deps.clusterTickMs } : {}),
     });
     cleanup.push(() => service.close());

@@ -478,6 +478,16 @@ export class Fleet implements PushService {
     if (r.endpoint !== null) this.#inner.setEndpoint(r.id, r.endpoint, r.generation);
   }
 
+  /** The owner of each of `nodes` (null: of every node) as the database records it. */
+  async owners(nodes: string[] | null): Promise<Map<string, string>> {
+    const rows = (await (nodes === null
+      ? this.#o.store.sql.unsafe('SELECT node_id, controller FROM node_owners')
+      : this.#o.store.sql.unsafe('SELECT node_id, controller FROM node_owners WHERE node_id = ANY($1::text[])', [
+          nodes,
+        ] as never[]))) as unknown as Array<{ node_id: string; controller: string }>;
+    return new Map(rows.map((r) => [r.node_id, r.controller]));
+  }
+
   /** Every controller of the database, live or not, with what it owns and holds. */
   async members(): Promise<ControllerMember[]> {
     const rows = (await this.#o.store.sql.unsafe(

@@ -70,6 +70,8 @@ export interface ControllerServiceOptions {
   name?: string;
   /** Several controllers (SPEC §7): every controller of the database; without it, this one alone. */
   controllers?: () => Promise<ControllerView[]>;
+  /** Several controllers: the owner of each of `nodes` (null: of every node). */
+  owners?: (nodes: string[] | null) => Promise<Map<string, string>>;
 }
 
 type View = Record<string, unknown>;
@@ -106,6 +108,7 @@ export class ControllerService {
   #ackFailing = false;
   readonly #name: string;
   readonly #controllers: (() => Promise<ControllerView[]>) | undefined;
+  readonly #owners: ((nodes: string[] | null) => Promise<Map<string, string>>) | undefined;
   readonly #startedAt = new Date().toISOString();
 
   constructor(o: ControllerServiceOptions) {
@@ -124,6 +127,7 @@ export class ControllerService {
     this.#committer = new GroupCommitter(this.store);
     this.#name = o.name ?? 'controller';
     this.#controllers = o.controllers;
+    this.#owners = o.owners;
   }
 
   /** `GET /v1/controllers`: every controller of the database, or this one alone on SQLite. */
@@ -243,13 +247,21 @@ export class ControllerService {
   }
 
   async listNodes(): Promise<View[]> {
-    return (await this.store.listNodes()).map((n) => this.#nodeView(n));
+    const views = (await this.store.listNodes()).map((n) => this.#nodeView(n));
+    return this.#withOwners(views);
   }
 
   async getNode(id: string): Promise<View> {
     const n = await this.store.getNode(id);
     if (!n) throw new HeraldError('not_found', `no node ${id}`);
-    return this.#nodeView(n);
+    return (await this.#withOwners([this.#nodeView(n)]))[0]!;
+  }
+
+  /** Several controllers: each node's owner (its `push` state is this controller's, so it is the owner's only when `owner` is this one). */
+  async #withOwners(views: View[]): Promise<View[]> {
+    if (!this.#owners) return views;
+    const owners = await this.#owners(views.length === 1 ? [String(views[0]!.id)] : null);
+    return views.map((v) => ({ ...v, owner: owners.get(String(v.id)) ?? null }));
   }
 
   async deleteNode(id: string, who: string): Promise<void> {

@@ -51,6 +51,12 @@ export type NodeView = {
   updated_at: string;
   push: PushStateView;
   /**
+   * Several controllers (SPEC §7): the controller that owns the node and pushes to it (null
+   * while none does). `push` is the answering controller's view, so it is the owner's only when
+   * this names the answering controller. Absent on SQLite (one controller).
+   */
+  owner?: string | null;
+  /**
    * `GET /v1/nodes/{id}` only: the node's certificate as the controller last saw it, with its
    * renewal state (SPEC §9); null before the agent presented one.
    */

@@ -63,6 +63,15 @@ describe('three controllers on one PostgreSQL', { timeout: 150_000 }, () => {
       100,
     );
     expect(rows.map((c) => c.name)).toEqual(CONTROLLERS);
+    // any controller names each node's owner; the owner's own view shows the connection
+    const nodes = (await api(f.controllers.get('c1')!.port, f.op, 'GET', '/v1/nodes')).json.items as Array<{
+      id: string;
+      owner: string;
+    }>;
+    for (const c of rows) expect(nodes.filter((n) => n.owner === c.name).length, c.name).toBe(c.nodes_owned);
+    const one = nodes[0]!;
+    const fromOwner = (await api(f.controllers.get(one.owner)!.port, f.op, 'GET', `/v1/nodes/${one.id}`)).json;
+    expect(fromOwner).toMatchObject({ owner: one.owner, push: { connected: true } });
     // every controller answers with the same membership
     for (const c of CONTROLLERS)
       expect((await controllers(f.controllers.get(c)!.port)).map((x) => x.name)).toEqual(CONTROLLERS);
