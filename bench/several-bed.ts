@@ -22,6 +22,14 @@ import { exited, startController, stopController, type ControllerProc } from './
 import type { BenchPg } from './pg.js';
 import { childrenOf, say, treeSample, waitFor } from './util.js';
 
+/**
+ * Agents added at once when a fleet grows. Five thousand announcing at once kept every
+ * controller's pool busy long enough that its membership heartbeat (same pool) missed the lease:
+ * the controllers dropped their nodes over and over ("lease ended without a renewal") and never
+ * held them all; a thousand at a time settles.
+ */
+const GROW_STEP_AGENTS = 1_000;
+
 /** The controllers' names, in the order they are stopped last (c1 always runs). */
 export const CONTROLLER_NAMES = ['c1', 'c2', 'c3'] as const;
 
@@ -159,10 +167,27 @@ export class SeveralBed {
     this.configId = cfg.id;
   }
 
-  /** Grows the fleet to `n` agents (hooks held), every one knowing every controller. */
+  /**
+   * Grows the fleet to `n` agents (hooks held), every one knowing this bed's controllers, in steps
+   * of at most GROW_STEP_AGENTS, each step waiting until the controllers own and hold every node.
+   */
   async grow(n: number, problems: string[]): Promise<{ addMs: number; added: number }> {
+    const from = this.fleet?.size ?? 0;
+    const t0 = Date.now();
+    for (let have = from; have < n; have = this.fleet!.size)
+      await this.#growStep(Math.min(n, have + GROW_STEP_AGENTS), problems);
+    const fleet = this.fleet;
+    if (fleet)
+      await waitFor('start-up fetches', async () => (await fleet.counters()).fetch200 >= n, 30_000, 200).catch(
+        () => undefined,
+      );
+    const addMs = Date.now() - t0;
+    say(`several controllers: ${this.o.label}: grown to ${n} agents (+${n - from}) in ${Math.round(addMs / 1000)} s`);
+    return { addMs, added: n - from };
+  }
+
+  async #growStep(n: number, problems: string[]): Promise<void> {
     const have = this.fleet?.size ?? 0;
-    if (n <= have) return { addMs: 0, added: 0 };
     const slots = Array.from({ length: n - have }, (_, i) => slot('b', have + i));
     const fo = {
       pki: this.o.pki,
@@ -175,7 +200,6 @@ export class SeveralBed {
       procs: harnessProcsFor(slots.length),
       startConcurrency: 8,
     };
-    const t0 = Date.now();
     let failed: string[];
     if (this.fleet === null) {
       const r = await Fleet.start(fo);
@@ -187,13 +211,6 @@ export class SeveralBed {
     if (failed.length > 0)
       problems.push(`growing to ${n}: ${failed.length} agents failed to start: ${failed.slice(0, 3).join('; ')}`);
     await this.steady(n, 60_000 + (n - have) * 80, problems, `growing to ${n}`);
-    const fleet = this.fleet;
-    await waitFor('start-up fetches', async () => (await fleet.counters()).fetch200 >= n, 30_000, 200).catch(
-      () => undefined,
-    );
-    const addMs = Date.now() - t0;
-    say(`several controllers: grown to ${n} agents (+${n - have}) in ${Math.round(addMs / 1000)} s`);
-    return { addMs, added: n - have };
   }
 
   /** `GET /v1/controllers` from a running controller. */

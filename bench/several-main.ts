@@ -60,6 +60,33 @@ export async function severalMain(o: SeveralMainOptions): Promise<number> {
   let store: StoreLatency[] | null = null;
   let several: SeveralResult | null = null;
   const problems: string[] = [];
+  const write = (final: boolean): SeveralReport => {
+    const report: SeveralReport = {
+      date: started.toISOString(),
+      command: o.command,
+      elapsedS: (Date.now() - started.getTime()) / 1000,
+      machine: `${os.cpus().length} cores (${os.cpus()[0]?.model.split(' ').slice(0, 2).join(' ')}), ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB, Node ${process.version}, Linux ${os.release()}`,
+      loadStart,
+      loadEnd: loadAvg(),
+      isolation: o.inNs
+        ? 'The run had its own network and PID namespaces (its loopback carried only its own traffic).'
+        : 'The run shared the network namespace of the machine.',
+      pgVersion: pg.version,
+      commit: gitCommit(o.root),
+      several,
+      store,
+      problems: [...problems, ...(several?.problems ?? [])],
+      ...(final ? {} : { partial: true }),
+    };
+    fs.mkdirSync(o.out, { recursive: true });
+    const jsonPath = path.join(o.out, 'BENCHMARKS-controllers.json');
+    carryOver(report, jsonPath);
+    fs.writeFileSync(jsonPath, `${JSON.stringify(report, null, 2)}\n`);
+    const md = path.join(o.out, 'BENCHMARKS.md');
+    const old = fs.existsSync(md) ? fs.readFileSync(md, 'utf8') : '';
+    fs.writeFileSync(md, replaceKeptSection(old, SEVERAL_MARKER, severalMarkdown(report)));
+    return report;
+  };
   try {
     if (o.parts.has('store')) {
       store = await storeLatencyPhase({
@@ -88,8 +115,11 @@ export async function severalMain(o: SeveralMainOptions): Promise<number> {
         fanoutNs,
         failoverNs,
         runsFor: (n) => o.runs ?? (n >= 5_000 ? 1 : 2),
+        onProgress: (partial) => {
+          several = partial;
+          write(false);
+        },
       });
-      problems.push(...several.problems);
     }
   } catch (err) {
     problems.push(`the benchmark stopped: ${(err as Error).message}`);
@@ -97,34 +127,13 @@ export async function severalMain(o: SeveralMainOptions): Promise<number> {
   } finally {
     await pg.close();
   }
-  const report: SeveralReport = {
-    date: started.toISOString(),
-    command: o.command,
-    elapsedS: (Date.now() - started.getTime()) / 1000,
-    machine: `${os.cpus().length} cores (${os.cpus()[0]?.model.split(' ').slice(0, 2).join(' ')}), ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB, Node ${process.version}, Linux ${os.release()}`,
-    loadStart,
-    loadEnd: loadAvg(),
-    isolation: o.inNs
-      ? 'The run had its own network and PID namespaces (its loopback carried only its own traffic).'
-      : 'The run shared the network namespace of the machine.',
-    pgVersion: pg.version,
-    commit: gitCommit(o.root),
-    several,
-    store,
-    problems,
-  };
-  fs.mkdirSync(o.out, { recursive: true });
-  const jsonPath = path.join(o.out, 'BENCHMARKS-controllers.json');
-  carryOver(report, jsonPath);
-  fs.writeFileSync(jsonPath, `${JSON.stringify(report, null, 2)}\n`);
-  const md = path.join(o.out, 'BENCHMARKS.md');
-  const old = fs.existsSync(md) ? fs.readFileSync(md, 'utf8') : '';
-  fs.writeFileSync(md, replaceKeptSection(old, SEVERAL_MARKER, severalMarkdown(report)));
+  const report = write(true);
+  const failed = report.problems;
   say(
-    `several controllers: done in ${Math.round(report.elapsedS)} s; ${problems.length === 0 ? 'all checks passed' : `${problems.length} check(s) FAILED`}`,
+    `several controllers: done in ${Math.round(report.elapsedS)} s; ${failed.length === 0 ? 'all checks passed' : `${failed.length} check(s) FAILED`}`,
   );
-  for (const p of problems) say(`FAILED: ${p}`);
-  return problems.length === 0 ? 0 : 1;
+  for (const p of failed) say(`FAILED: ${p}`);
+  return failed.length === 0 ? 0 : 1;
 }
 
 /**

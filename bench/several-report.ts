@@ -34,6 +34,8 @@ export interface SeveralReport {
   several: SeveralResult | null;
   store: StoreLatency[] | null;
   problems: string[];
+  /** Written while the run was still going (after each finished run, so a stopped run keeps them). */
+  partial?: boolean;
   /** Parts this run did not measure, kept from the last run that did (BENCHMARKS-controllers.json). */
   carried?: { several?: PartMeta; store?: PartMeta };
 }
@@ -88,6 +90,12 @@ export function severalMarkdown(r: SeveralReport): string {
     `Load average (1, 5, 15 min) at start ${r.loadStart.join(' ')}, at end ${r.loadEnd.join(' ')}: **other engineers' work shared these 2 cores during the run, and the controllers, PostgreSQL and every simulated agent ran on them too; timings are upper bounds.** ${r.isolation}`,
   );
   p();
+  if (r.partial) {
+    p(
+      '**Partial: written while the run was still going (after its last finished step); the parts below are the finished ones.**',
+    );
+    p();
+  }
   p(
     r.problems.length === 0
       ? 'Checks: all passed (every agent acked and fetched each change; every orphaned node pinged by a survivor).'

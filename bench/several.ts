@@ -112,6 +112,8 @@ export interface SeveralOptions {
   fanoutNs: number[];
   failoverNs: number[];
   runsFor: (n: number) => number;
+  /** Called after each run with the figures so far (the caller writes them, so a stopped run keeps its finished parts). */
+  onProgress?: (r: SeveralResult) => void;
 }
 
 const sum = (m: Map<string, number>): number => [...m.values()].reduce((a, b) => a + b, 0);
@@ -333,6 +335,7 @@ export async function severalPhase(o: SeveralOptions): Promise<SeveralResult> {
         const g = await bed.grow(n, problems);
         out.grow.push({ label: 'failover', n, ...g });
         out.failover.push(await failoverRun(bed, n, problems));
+        o.onProgress?.(out);
       }
     });
   for (const n of [...o.fanoutNs].sort((a, b) => a - b))
@@ -341,7 +344,10 @@ export async function severalPhase(o: SeveralOptions): Promise<SeveralResult> {
       await onBed(label, CONTROLLER_NAMES.slice(0, k), async (bed) => {
         const g = await bed.grow(n, problems);
         out.grow.push({ label, n, ...g });
-        for (let run = 1; run <= o.runsFor(n); run++) out.fanout.push(await fanoutRun(bed, n, run, problems));
+        for (let run = 1; run <= o.runsFor(n); run++) {
+          out.fanout.push(await fanoutRun(bed, n, run, problems));
+          o.onProgress?.(out);
+        }
       });
     }
   return out;
