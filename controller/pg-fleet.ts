@@ -252,8 +252,8 @@ export class Fleet implements PushService {
     const mine = [...this.#owned.keys()];
     this.#owned.clear();
     try {
-      await this.#o.store.sql.unsafe('DELETE FROM node_owners WHERE controller = $1', [this.#o.name]);
-      await this.#o.store.sql.unsafe(
+      await this.#o.store.controlSql.unsafe('DELETE FROM node_owners WHERE controller = $1', [this.#o.name]);
+      await this.#o.store.controlSql.unsafe(
         'UPDATE controllers SET lease_until = now() WHERE name = $1 AND incarnation = $2',
         [this.#o.name, this.#incarnation],
       );
@@ -268,7 +268,7 @@ export class Fleet implements PushService {
 
   async #join(): Promise<void> {
     const t0 = this.#o.clock();
-    await this.#o.store.sql.unsafe(
+    await this.#o.store.controlSql.unsafe(
       `INSERT INTO controllers (name, api_url, incarnation, started_at, heartbeat_at, lease_until)
        VALUES ($1, $2, $3, now(), now(), now() + make_interval(secs => $4))
        ON CONFLICT (name) DO UPDATE SET api_url = excluded.api_url, incarnation = excluded.incarnation,
@@ -286,7 +286,7 @@ export class Fleet implements PushService {
     for (const node of this.#owned.keys()) if (this.#inner.state(node).connected) held++;
     this.#m.held.set(held);
     try {
-      const r = await this.#o.store.sql.unsafe(
+      const r = await this.#o.store.controlSql.unsafe(
         `UPDATE controllers SET heartbeat_at = now(), lease_until = now() + make_interval(secs => $3), api_url = $4,
            nodes_held = $5 WHERE name = $1 AND incarnation = $2`,
         [this.#o.name, this.#incarnation, this.#o.leaseMs / 1000, this.#o.apiUrl(), held],
@@ -375,7 +375,7 @@ export class Fleet implements PushService {
       if (this.#owned.size > 0) this.#loseLease(new Error('lease ended'));
       return;
     }
-    const sql = this.#o.store.sql;
+    const sql = this.#o.store.controlSql;
     const me = this.#o.name;
     const live = (
       (await sql.unsafe('SELECT name FROM controllers WHERE lease_until > now() ORDER BY name')) as unknown as Array<{
@@ -481,8 +481,8 @@ export class Fleet implements PushService {
   /** The owner of each of `nodes` (null: of every node) as the database records it. */
   async owners(nodes: string[] | null): Promise<Map<string, string>> {
     const rows = (await (nodes === null
-      ? this.#o.store.sql.unsafe('SELECT node_id, controller FROM node_owners')
-      : this.#o.store.sql.unsafe('SELECT node_id, controller FROM node_owners WHERE node_id = ANY($1::text[])', [
+      ? this.#o.store.controlSql.unsafe('SELECT node_id, controller FROM node_owners')
+      : this.#o.store.controlSql.unsafe('SELECT node_id, controller FROM node_owners WHERE node_id = ANY($1::text[])', [
           nodes,
         ] as never[]))) as unknown as Array<{ node_id: string; controller: string }>;
     return new Map(rows.map((r) => [r.node_id, r.controller]));
@@ -490,7 +490,7 @@ export class Fleet implements PushService {
 
   /** Every controller of the database, live or not, with what it owns and holds. */
   async members(): Promise<ControllerMember[]> {
-    const rows = (await this.#o.store.sql.unsafe(
+    const rows = (await this.#o.store.controlSql.unsafe(
       `SELECT c.name, c.api_url, c.started_at, c.heartbeat_at, c.lease_until, c.lease_until > now() AS live,
               c.nodes_held, (SELECT COUNT(*) FROM node_owners o WHERE o.controller = c.name) AS nodes_owned
        FROM controllers c ORDER BY c.name`,

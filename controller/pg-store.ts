@@ -27,6 +27,7 @@ import { ConfigError, HeraldError } from '../protocol/errors.js';
 import {
   CHANGE_LOG_RETENTION_S,
   PG_CONNECT_TIMEOUT_S,
+  PG_CONTROL_CONNECTIONS,
   PG_POOL_CONNECTIONS,
   PG_STATEMENT_TIMEOUT_MS,
   PG_TX_RETRY_ATTEMPTS,
@@ -136,6 +137,7 @@ function bind(sql: Sql | TxSql, texts: Record<StatementName, string>): Statement
 
 export class PgStore extends StoreShortcuts implements Store {
   readonly #sql: Sql;
+  readonly #control: Sql;
   readonly #texts = pgStatementTexts();
   readonly #pool: Statements;
   readonly #rows: SqlRows;
@@ -149,10 +151,11 @@ export class PgStore extends StoreShortcuts implements Store {
   readonly #open = new Set<Promise<unknown>>();
   #closed = false;
 
-  private constructor(url: string, sql: Sql, o: Required<PgStoreOptions>) {
+  private constructor(url: string, sql: Sql, control: Sql, o: Required<PgStoreOptions>) {
     super();
     this.#url = url;
     this.#sql = sql;
+    this.#control = control;
     this.#now = o.now;
     this.#controller = o.controller;
     this.#pool = bind(sql, this.#texts);
@@ -168,34 +171,44 @@ export class PgStore extends StoreShortcuts implements Store {
    */
   static async open(url: string, opts: PgStoreOptions): Promise<PgStore> {
     const o: Required<PgStoreOptions> = { now: Date.now, maxConnections: PG_POOL_CONNECTIONS, ...opts };
-    const sql = postgres(url, {
-      max: o.maxConnections,
-      connect_timeout: PG_CONNECT_TIMEOUT_S,
+    const client = (max: number, role: string) =>
+      postgres(url, {
+        max,
+        connect_timeout: PG_CONNECT_TIMEOUT_S,
       onnotice: () => {},
       // BIGINT (generations, epoch ms, counts) as numbers: all stay below 2^53
       types: {
         bigint: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) },
       },
       connection: {
-        application_name: `herald-controller/${o.controller}`,
+        application_name: `herald-controller/${o.controller}${role}`,
         statement_timeout: PG_STATEMENT_TIMEOUT_MS,
         idle_in_transaction_session_timeout: PG_STATEMENT_TIMEOUT_MS,
       },
     }) as unknown as Sql;
-    const store = new PgStore(url, sql, o);
+    const sql = client(o.maxConnections, '');
+    // membership and ownership on connections of their own: a lease must be renewed on time
+    // even while a storm of announcements or a big cluster keeps every pooled connection busy
+    const control = client(PG_CONTROL_CONNECTIONS, '/fleet');
+    const store = new PgStore(url, sql, control, o);
     try {
       await store.#migrate();
     } catch (err) {
-      await sql.end({ timeout: 1 });
+      await Promise.all([sql.end({ timeout: 1 }), control.end({ timeout: 1 })]);
       if (err instanceof ConfigError) throw err;
       throw new ConfigError(`--db ${redact(url)}: ${(err as Error).message}`, { cause: err, field: 'db' });
     }
     return store;
   }
 
-  /** The client, for this controller's membership and ownership (pg-fleet.ts) and its change feed. */
+  /** The pooled client (transactions, reads, the change feed). */
   get sql(): Sql {
     return this.#sql;
+  }
+
+  /** PG_CONTROL_CONNECTIONS connections of their own for membership and ownership (pg-fleet.ts). */
+  get controlSql(): Sql {
+    return this.#control;
   }
 
   get url(): string {
@@ -556,7 +569,7 @@ export class PgStore extends StoreShortcuts implements Store {
     if (this.#closed) return;
     this.#closed = true;
     await Promise.allSettled([...this.#open]);
-    await this.#sql.end({ timeout: 5 });
+    await Promise.all([this.#sql.end({ timeout: 5 }), this.#control.end({ timeout: 5 })]);
   }
 }
 

@@ -224,6 +224,8 @@ export const CHANGE_FEED_POLL_INTERVAL_MS = 2_000;
 export const CHANGE_LOG_RETENTION_S = 600;
 /** Pooled PostgreSQL connections per controller (`LISTEN` takes one more). */
 export const PG_POOL_CONNECTIONS = 10;
+/** Connections per controller kept for membership and ownership alone (lease renewals never queue behind bulk work). */
+export const PG_CONTROL_CONNECTIONS = 2;
 /** Connecting to PostgreSQL gives up after this (then `store_unavailable`). */
 export const PG_CONNECT_TIMEOUT_S = 3;
 /** A statement (or an idle transaction) running longer than this is cancelled: a stuck database is `store_unavailable`, not a hang. */

@@ -1,0 +1,77 @@
+/**
+ * The fleet's lease (SPEC §7) on a real PostgreSQL, in-process: renewals run on connections of
+ * their own, so a controller whose pooled connections are all busy (a storm of announcements, a
+ * big cluster) keeps its lease and its nodes. The dialer behind the fleet is a recorder: what
+ * is under test is the lease, not the pushing (the integration suite pushes for real).
+ */
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Fleet } from '../../controller/pg-fleet.js';
+import { PgStore } from '../../controller/pg-store.js';
+import { IDLE_PUSH_STATE, type PushService } from '../../controller/push-types.js';
+import { startPg, type PgServer } from '../helpers/pg.js';
+
+const WHO = 'spiffe://herald.local/operator/admin';
+let pg: PgServer;
+beforeAll(async () => {
+  pg = await startPg();
+});
+afterAll(async () => {
+  await pg?.close();
+});
+
+function recordingDialer(): PushService & { endpoints: Map<string, string | null> } {
+  const endpoints = new Map<string, string | null>();
+  return {
+    endpoints,
+    start: async () => {},
+    notify: () => {},
+    setEndpoint: (node, url) => void endpoints.set(node, url),
+    remove: (node) => void endpoints.delete(node),
+    state: () => ({ ...IDLE_PUSH_STATE }),
+    setSigningKey: () => {},
+    on: () => {},
+    close: async () => {},
+  };
+}
+
+describe('the fleet lease', () => {
+  it('is renewed while every pooled connection is busy, so the controller keeps its nodes', async () => {
+    const store = await PgStore.open(await pg.createDatabase(), { controller: 'c1' });
+    const quiet = pino({ level: 'warn' }, new Writable({ write: (_c, _e, cb) => cb() }));
+    const dialer = recordingDialer();
+    const fleet = new Fleet({
+      store,
+      name: 'c1',
+      apiUrl: () => 'https://127.0.0.1:1',
+      push: dialer,
+      logger: quiet,
+      registry: new Registry(),
+      heartbeatMs: 100,
+      leaseMs: 600,
+      reconcileMs: 100,
+    });
+    try {
+      for (const n of ['a', 'b', 'c'])
+        await store.announceEndpoint(n, `wss://127.0.0.1:7${n.charCodeAt(0)}/v1/wake`, WHO, true);
+      await fleet.start([]);
+      expect(['a', 'b', 'c'].every((n) => fleet.owns(n))).toBe(true);
+      expect([...dialer.endpoints.keys()].sort()).toEqual(['a', 'b', 'c']);
+      // every pooled connection sleeps for five leases
+      const busy = Array.from({ length: 10 }, () => store.sql.unsafe('SELECT pg_sleep(3)'));
+      const samples: boolean[] = [];
+      for (let i = 0; i < 25; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        samples.push(fleet.owns('a'));
+      }
+      await Promise.all(busy);
+      expect(samples.every(Boolean)).toBe(true);
+      expect([...dialer.endpoints.keys()].sort()).toEqual(['a', 'b', 'c']); // never dropped
+    } finally {
+      await fleet.close();
+      await store.close();
+    }
+  });
+});
