@@ -28,6 +28,7 @@ import {
   CHANGE_LOG_RETENTION_S,
   PG_CONNECT_TIMEOUT_S,
   PG_CONTROL_CONNECTIONS,
+  PG_RECONNECT_BACKOFF_MAX_S,
   PG_POOL_CONNECTIONS,
   PG_STATEMENT_TIMEOUT_MS,
   PG_TX_RETRY_ATTEMPTS,
@@ -175,17 +176,22 @@ export class PgStore extends StoreShortcuts implements Store {
       postgres(url, {
         max,
         connect_timeout: PG_CONNECT_TIMEOUT_S,
-      onnotice: () => {},
-      // BIGINT (generations, epoch ms, counts) as numbers: all stay below 2^53
-      types: {
-        bigint: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) },
-      },
-      connection: {
-        application_name: `herald-controller/${o.controller}${role}`,
-        statement_timeout: PG_STATEMENT_TIMEOUT_MS,
-        idle_in_transaction_session_timeout: PG_STATEMENT_TIMEOUT_MS,
-      },
-    }) as unknown as Sql;
+        // the client's default waits up to 20 s between attempts once a few failed (its count
+        // is shared by the pool), and queries queue meanwhile: a request would hang past any
+        // deadline and a recovered database would wait for that timer. A short cap keeps
+        // "the database is away" a fast 503 and the way back quick.
+        backoff: (retries: number) => Math.min(0.05 * 2 ** retries, PG_RECONNECT_BACKOFF_MAX_S),
+        onnotice: () => {},
+        // BIGINT (generations, epoch ms, counts) as numbers: all stay below 2^53
+        types: {
+          bigint: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) },
+        },
+        connection: {
+          application_name: `herald-controller/${o.controller}${role}`,
+          statement_timeout: PG_STATEMENT_TIMEOUT_MS,
+          idle_in_transaction_session_timeout: PG_STATEMENT_TIMEOUT_MS,
+        },
+      }) as unknown as Sql;
     const sql = client(o.maxConnections, '');
     // membership and ownership on connections of their own: a lease must be renewed on time
     // even while a storm of announcements or a big cluster keeps every pooled connection busy

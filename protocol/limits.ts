@@ -226,6 +226,8 @@ export const CHANGE_LOG_RETENTION_S = 600;
 export const PG_POOL_CONNECTIONS = 10;
 /** Connections per controller kept for membership and ownership alone (lease renewals never queue behind bulk work). */
 export const PG_CONTROL_CONNECTIONS = 2;
+/** Longest wait between attempts to reconnect to PostgreSQL (from 50 ms, doubling). */
+export const PG_RECONNECT_BACKOFF_MAX_S = 1;
 /** Connecting to PostgreSQL gives up after this (then `store_unavailable`). */
 export const PG_CONNECT_TIMEOUT_S = 3;
 /** A statement (or an idle transaction) running longer than this is cancelled: a stuck database is `store_unavailable`, not a hang. */
