@@ -103,7 +103,7 @@ export function severalMarkdown(r: SeveralReport): string {
   );
   p();
   p(
-    'Reproduce: `npm run build && npm run bench -- --controllers` (all three parts; about 25 min here), or one part: `--controllers store`, `--controllers fanout --controller-ns 1000`, `--controllers failover --failover-ns 300`. Needs PostgreSQL 15+ server binaries (`initdb`, `postgres`; Debian package `postgresql`).',
+    'Reproduce: `npm run build && npm run bench -- --controllers` (all three parts; 24 min here with `--runs 1`, the default runs N = 1,000 twice), or one part: `--controllers store`, `--controllers fanout --controller-ns 1000`, `--controllers failover --failover-ns 300`. Needs PostgreSQL 15+ server binaries (`initdb`, `postgres`; Debian package `postgresql`).',
   );
   p();
   const sev = r.several;
