@@ -143,7 +143,7 @@ export function severalMarkdown(r: SeveralReport): string {
       "`pg_stat_database.xact_commit` delta (every transaction, the fetches' reads and the acks included) and the transaction id",
     );
     p(
-      "counter's delta (write transactions only), each less the background rate of an idle window just before the run (heartbeats",
+      "counter's delta (write transactions only), each less the background rate (the quieter of idle windows before and after the run: heartbeats",
     );
     p('every 2 s and reconciles every 1 s per controller), divided by N.');
     p();
@@ -153,9 +153,11 @@ export function severalMarkdown(r: SeveralReport): string {
     p('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
     for (const line of fanoutRows(sev.fanout)) p(line);
     p();
-    const bg = sev.fanout.map((f) => `${f.controllers}: ${f.db.bgCommitsPerS}/s (${f.db.bgWriteTxPerS} write/s)`);
+    const bg = sev.fanout.map(
+      (f) => `${n(f.n)} × ${f.controllers}: ${f.db.bgCommitsPerS}/s (${f.db.bgWriteTxPerS} write/s)`,
+    );
     p(
-      `Background commits subtracted (controllers: commits per second in the idle window): ${[...new Set(bg)].join(', ')}.`,
+      `Background commits subtracted (N × controllers: commits per second in the quieter of the idle windows before and after the run): ${[...new Set(bg)].join(', ')}.`,
     );
     if (sev.grow.length > 0)
       p(
