@@ -34,7 +34,7 @@ import {
   PG_TX_RETRY_ATTEMPTS,
 } from '../protocol/limits.js';
 import { ChangeSetBuilder } from './change-set.js';
-import { StoreShortcuts } from './store-shortcuts.js';
+import { SqlStoreBase } from './sql-store-base.js';
 import type {
   ConsumeResult,
   EnrollmentTokenRecord,
@@ -44,18 +44,8 @@ import type {
 } from './enrollment-records.js';
 import { pgEnrollment } from './pg-enrollment.js';
 import { PG_MIGRATIONS, PG_SCHEMA_VERSION, pgStatementTexts } from './pg-schema.js';
-import type {
-  AuditRecord,
-  ChangeSet,
-  ClusterRecord,
-  ClusterStatus,
-  ConfigRecord,
-  DeploymentRecord,
-  MetadataSource,
-  NodeRecord,
-  RevisionRecord,
-} from './records.js';
-import { SqlOutputRows, type KeptOutput, type OutputChunkRecord } from './sql-output.js';
+import type { ChangeSet } from './records.js';
+import { SqlOutputRows, type OutputChunkRecord } from './sql-output.js';
 import type { StatementName, Statements, Stmt } from './sql-statements.js';
 import { SqlRows, SqlTx } from './sql-tx.js';
 import type { Committed, Store, TxFn, UnitOutcome } from './store.js';
@@ -136,7 +126,7 @@ function bind(sql: Sql | TxSql, texts: Record<StatementName, string>): Statement
   return out;
 }
 
-export class PgStore extends StoreShortcuts implements Store {
+export class PgStore extends SqlStoreBase implements Store {
   readonly #sql: Sql;
   readonly #control: Sql;
   readonly #texts = pgStatementTexts();
@@ -494,80 +484,9 @@ export class PgStore extends StoreShortcuts implements Store {
     return { unlisten: () => r.unlisten() };
   }
 
-  // ---- reads -------------------------------------------------------------------------------
-
-  generation(): Promise<number> {
-    return this.#db(() => this.#rows.generation());
-  }
-
-  getNode(id: string): Promise<NodeRecord | undefined> {
-    return this.#db(() => this.#rows.node(id));
-  }
-
-  isTombstoned(id: string): Promise<boolean> {
-    return this.#db(() => this.#rows.isTombstoned(id));
-  }
-
-  listNodes(): Promise<NodeRecord[]> {
-    return this.#db(() => this.#rows.nodes());
-  }
-
-  getConfig(id: string): Promise<ConfigRecord | undefined> {
-    return this.#db(() => this.#rows.config(id));
-  }
-
-  listConfigs(): Promise<ConfigRecord[]> {
-    return this.#db(() => this.#rows.configs());
-  }
-
-  getDeployment(id: string): Promise<DeploymentRecord | undefined> {
-    return this.#db(() => this.#rows.deployment(id));
-  }
-
-  listDeployments(filter: { node?: string | undefined } = {}): Promise<DeploymentRecord[]> {
-    return this.#db(() => this.#rows.deployments(filter));
-  }
-
-  listRevisions(id: string): Promise<RevisionRecord[]> {
-    return this.#db(() => this.#rows.revisions(id));
-  }
-
-  metadataSource(node: string): Promise<MetadataSource | undefined> {
-    // the node's generation and its deployments from one snapshot, so the generation an agent
-    // acknowledges is never newer than what it was given
-    return this.#snapshot((rows) => rows.metadataSource(node));
-  }
-
-  getCluster(id: string): Promise<ClusterRecord | undefined> {
-    return this.#snapshot((rows) => rows.cluster(id));
-  }
-
-  getClusterStatus(id: string): Promise<{ status: ClusterStatus; statusReason: string } | undefined> {
-    return this.#db(() => this.#rows.clusterStatus(id));
-  }
-
-  clusterConfigIds(id: string): Promise<string[] | undefined> {
-    return this.#snapshot((rows) => rows.clusterConfigIds(id));
-  }
-
-  listClusters(): Promise<ClusterRecord[]> {
-    return this.#snapshot((rows) => rows.clusters());
-  }
-
-  activeClusterIds(): Promise<string[]> {
-    return this.#db(() => this.#rows.activeClusterIds());
-  }
-
-  listAudit(limit = 100): Promise<AuditRecord[]> {
-    return this.#db(() => this.#rows.audit(limit));
-  }
-
-  readOutput(deploymentId: string, revision: number): Promise<KeptOutput> {
-    return this.#db(() => this.#output.read(deploymentId, revision));
-  }
-
-  lastOutput(deploymentIds: readonly string[]): Promise<Map<string, string>> {
-    return this.#db(() => this.#output.lastChunks(deploymentIds));
+  protected read<T>(fn: (rows: SqlRows, output: SqlOutputRows) => Promise<T>, snapshot = false): Promise<T> {
+    if (!snapshot) return this.#db(() => fn(this.#rows, this.#output));
+    return this.#snapshot((rows) => fn(rows, this.#output));
   }
 
   /** Waits for the transactions in flight, then closes the pool (queries still running get 5 s). Idempotent. */

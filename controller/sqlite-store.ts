@@ -13,19 +13,9 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { ConfigError, HeraldError } from '../protocol/errors.js';
 import { ChangeSetBuilder } from './change-set.js';
-import { StoreShortcuts } from './store-shortcuts.js';
-import type {
-  AuditRecord,
-  ClusterRecord,
-  ClusterStatus,
-  ConfigRecord,
-  DeploymentRecord,
-  MetadataSource,
-  NodeRecord,
-  RevisionRecord,
-} from './records.js';
+import { SqlStoreBase } from './sql-store-base.js';
 import { MIGRATIONS, prepareStatements, SCHEMA_VERSION } from './sqlite-schema.js';
-import { SqlOutputRows, type KeptOutput, type OutputChunkRecord } from './sql-output.js';
+import { SqlOutputRows, type OutputChunkRecord } from './sql-output.js';
 import type { Statements } from './sql-statements.js';
 import { SqlRows, SqlTx } from './sql-tx.js';
 import { SqliteEnrollmentRows } from './sqlite-enrollment.js';
@@ -45,7 +35,7 @@ export interface SqliteStoreOptions {
   now?: () => number;
 }
 
-export class SqliteStore extends StoreShortcuts implements Store {
+export class SqliteStore extends SqlStoreBase implements Store {
   readonly #db: Database.Database;
   readonly #s: Statements;
   readonly #rows: SqlRows;
@@ -238,78 +228,8 @@ export class SqliteStore extends StoreShortcuts implements Store {
     });
   }
 
-  // ---- reads -------------------------------------------------------------------------------
-
-  generation(): Promise<number> {
-    return this.#read(() => this.#rows.generation());
-  }
-
-  getNode(id: string): Promise<NodeRecord | undefined> {
-    return this.#read(() => this.#rows.node(id));
-  }
-
-  isTombstoned(id: string): Promise<boolean> {
-    return this.#read(() => this.#rows.isTombstoned(id));
-  }
-
-  listNodes(): Promise<NodeRecord[]> {
-    return this.#read(() => this.#rows.nodes());
-  }
-
-  getConfig(id: string): Promise<ConfigRecord | undefined> {
-    return this.#read(() => this.#rows.config(id));
-  }
-
-  listConfigs(): Promise<ConfigRecord[]> {
-    return this.#read(() => this.#rows.configs());
-  }
-
-  getDeployment(id: string): Promise<DeploymentRecord | undefined> {
-    return this.#read(() => this.#rows.deployment(id));
-  }
-
-  listDeployments(filter: { node?: string | undefined } = {}): Promise<DeploymentRecord[]> {
-    return this.#read(() => this.#rows.deployments(filter));
-  }
-
-  listRevisions(id: string): Promise<RevisionRecord[]> {
-    return this.#read(() => this.#rows.revisions(id));
-  }
-
-  metadataSource(node: string): Promise<MetadataSource | undefined> {
-    return this.#read(() => this.#rows.metadataSource(node));
-  }
-
-  getCluster(id: string): Promise<ClusterRecord | undefined> {
-    return this.#read(() => this.#rows.cluster(id));
-  }
-
-  getClusterStatus(id: string): Promise<{ status: ClusterStatus; statusReason: string } | undefined> {
-    return this.#read(() => this.#rows.clusterStatus(id));
-  }
-
-  clusterConfigIds(id: string): Promise<string[] | undefined> {
-    return this.#read(() => this.#rows.clusterConfigIds(id));
-  }
-
-  listClusters(): Promise<ClusterRecord[]> {
-    return this.#read(() => this.#rows.clusters());
-  }
-
-  activeClusterIds(): Promise<string[]> {
-    return this.#read(() => this.#rows.activeClusterIds());
-  }
-
-  listAudit(limit = 100): Promise<AuditRecord[]> {
-    return this.#read(() => this.#rows.audit(limit));
-  }
-
-  readOutput(deploymentId: string, revision: number): Promise<KeptOutput> {
-    return this.#read(() => this.#output.read(deploymentId, revision));
-  }
-
-  lastOutput(deploymentIds: readonly string[]): Promise<Map<string, string>> {
-    return this.#read(() => this.#output.lastChunks(deploymentIds));
+  protected read<T>(fn: (rows: SqlRows, output: SqlOutputRows) => Promise<T>): Promise<T> {
+    return this.#read(() => fn(this.#rows, this.#output));
   }
 
   appendOutput(chunk: OutputChunkRecord): Promise<{ duplicate: boolean }> {
