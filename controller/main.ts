@@ -238,7 +238,13 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       publicUrl,
       name: o.name,
       autoRegister: o.autoRegister,
-      ...(fleet ? { controllers: () => fleet.members(), owners: (nodes: string[] | null) => fleet.owners(nodes) } : {}),
+      ...(fleet
+        ? {
+            controllers: () => fleet.members(),
+            owners: (nodes: string[] | null) => fleet.owners(nodes),
+            pushCares: (node: string) => fleet.cares(node),
+          }
+        : {}),
       ...(deps.clusterTickMs !== undefined ? { clusterTickMs: deps.clusterTickMs } : {}),
     });
     cleanup.push(() => service.close());

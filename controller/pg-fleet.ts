@@ -166,6 +166,11 @@ export class Fleet implements PushService {
     return this.#owned.has(node) && this.#pushing();
   }
 
+  /** Whether the change feed should tell it of a change to `node`: its own, or one its last scan did not see. */
+  cares(node: string): boolean {
+    return this.#owned.has(node) || !this.#known.has(node);
+  }
+
   get ownedCount(): number {
     return this.#owned.size;
   }

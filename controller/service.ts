@@ -72,6 +72,8 @@ export interface ControllerServiceOptions {
   controllers?: () => Promise<ControllerView[]>;
   /** Several controllers: the owner of each of `nodes` (null: of every node). */
   owners?: (nodes: string[] | null) => Promise<Map<string, string>>;
+  /** Several controllers: whether the push service wants to hear of a change to this node (its own, or one it has not seen). */
+  pushCares?: (node: string) => boolean;
 }
 
 type View = Record<string, unknown>;
@@ -109,6 +111,7 @@ export class ControllerService {
   readonly #name: string;
   readonly #controllers: (() => Promise<ControllerView[]>) | undefined;
   readonly #owners: ((nodes: string[] | null) => Promise<Map<string, string>>) | undefined;
+  readonly #pushCares: ((node: string) => boolean) | undefined;
   readonly #startedAt = new Date().toISOString();
 
   constructor(o: ControllerServiceOptions) {
@@ -128,6 +131,7 @@ export class ControllerService {
     this.#name = o.name ?? 'controller';
     this.#controllers = o.controllers;
     this.#owners = o.owners;
+    this.#pushCares = o.pushCares;
   }
 
   /** `GET /v1/controllers`: every controller of the database, or this one alone on SQLite. */
@@ -825,16 +829,23 @@ export class ControllerService {
       }
       this.#forgetOldWakes(now);
     }
-    for (const id of c.deployments) {
-      const d = await this.store.getDeployment(id);
-      if (d) this.events.publish('deployment', await this.#deploymentView(d));
-    }
+    // records are read back only for someone listening to the event stream, or (several
+    // controllers) for the push service's own nodes and nodes it has not seen: a change to N
+    // nodes must not cost every controller N reads for nodes other controllers push to
+    const listening = this.events.subscribers > 0;
+    if (listening)
+      for (const id of c.deployments) {
+        const d = await this.store.getDeployment(id);
+        if (d) this.events.publish('deployment', await this.#deploymentView(d));
+      }
     for (const id of c.removedDeployments) this.events.publish('deployment', { id, deployment_id: id, deleted: true });
     for (const id of c.nodes) {
+      const forPush = this.#feed !== undefined && (this.#pushCares?.(id) ?? true);
+      if (!listening && !forPush) continue;
       const n = await this.store.getNode(id);
       if (!n) continue;
-      if (this.#feed) this.push.setEndpoint(n.id, n.endpoint, n.generation);
-      this.events.publish('node', this.#nodeView(n));
+      if (forPush) this.push.setEndpoint(n.id, n.endpoint, n.generation);
+      if (listening) this.events.publish('node', this.#nodeView(n));
     }
     for (const id of c.removedNodes) {
       if (this.#feed) this.push.remove(id);
