@@ -115,6 +115,10 @@ export class CertificateRenewer {
       );
       const left = Math.max(0, to - now);
       at = now + Math.max(MIN_RETRY_MS, Math.min(backoff, left / 4));
+      // one attempt at the warning point itself: a renewal failing there is told while the
+      // certificate still works, not only once a backoff has carried the next try past its end
+      const warnAt = renewalWarnAtMs(from, to);
+      if (now < warnAt) at = Math.min(at, warnAt);
     }
     const delay = Math.max(0, at - now);
     this.status.nextAttemptAt = now + delay;

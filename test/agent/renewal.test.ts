@@ -168,6 +168,8 @@ describe('CertificateRenewer', () => {
       const w = warns[i]!;
       expect(w.obj.code).toBe(at >= T0 + 81_000 ? 'renewal_overdue' : 'enrollment_disabled');
     });
+    // one attempt falls on the 90 % point itself, so the overdue warning comes while the certificate still works
+    expect(attempts).toContain(T0 + 81_000);
     await r.stop();
   });
 });
