@@ -75,6 +75,15 @@ function printJson(v: unknown): void {
   out(`${JSON.stringify(v, null, 2)}\n`);
 }
 
+/** GETs `path` and prints it: the API's JSON with --json, else what `render` makes of it. */
+function printGet<T>(cmd: Command, path: string, render: (body: T) => string): Promise<void> {
+  return withClient(cmd, async (client, o) => {
+    const body = await client.get<T>(path);
+    if (o.json) return printJson(body);
+    out(render(body));
+  });
+}
+
 function seg(s: string): string {
   return encodeURIComponent(s);
 }
@@ -145,11 +154,7 @@ function registerNode(program: Command): void {
     'show one node: endpoint, push state (connected, last ack, generations pushed/acked/fetched, last error)',
     ['herald node show n1'],
   ).action(async (id: string, _o, cmd: Command) => {
-    await withClient(cmd, async (client, o) => {
-      const body = await client.get<NodeView>(`/v1/nodes/${seg(id)}`);
-      if (o.json) return printJson(body);
-      out(keyValues(body));
-    });
+    await printGet<NodeView>(cmd, `/v1/nodes/${seg(id)}`, (body) => keyValues(body));
   });
   leaf(node, 'add <id>', 'add a node (agents also register themselves when they announce their endpoint)', [
     'herald node add n1',
@@ -251,11 +256,7 @@ function registerConfig(program: Command): void {
   leaf(config, 'show <id>', 'show one config with its script, inputs (hidden defaults shown as ***) and outputs', [
     'herald config show 3f1c...',
   ]).action(async (id: string, _o, cmd: Command) => {
-    await withClient(cmd, async (client, o) => {
-      const body = await client.get<ConfigView>(`/v1/configs/${seg(id)}`);
-      if (o.json) return printJson(body);
-      out(keyValues(body));
-    });
+    await printGet<ConfigView>(cmd, `/v1/configs/${seg(id)}`, (body) => keyValues(body));
   });
 }
 
@@ -345,11 +346,7 @@ function registerDeploy(program: Command): void {
     'show a deployment: revision, status, reason and output values (stdout, stderr, status code)',
     ['herald deploy show 9a2b...'],
   ).action(async (id: string, _o, cmd: Command) => {
-    await withClient(cmd, async (client, o) => {
-      const body = await client.get<DeploymentView>(`/v1/deployments/${seg(id)}`);
-      if (o.json) return printJson(body);
-      out(keyValues(body));
-    });
+    await printGet<DeploymentView>(cmd, `/v1/deployments/${seg(id)}`, (body) => keyValues(body));
   });
   leaf(deploy, 'ls', 'list deployments', ['herald deploy ls', 'herald deploy ls --node n1'])
     .option('--node <id>', "only this node's")
@@ -678,11 +675,9 @@ function registerControllers(program: Command): void {
       ),
   );
   c.addHelpText('after', CONTROLLERS_HELP).action(async (_o, cmd: Command) => {
-    await withClient(cmd, async (client, o) => {
-      const body = await client.get<ListEnvelope<ControllerView>>('/v1/controllers');
-      if (o.json) return printJson(body);
-      out(controllersTable(body.items, Date.now()));
-    });
+    await printGet<ListEnvelope<ControllerView>>(cmd, '/v1/controllers', (body) =>
+      controllersTable(body.items, Date.now()),
+    );
   });
 }
 
