@@ -7,8 +7,6 @@
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import https from 'node:https';
-import type tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCsr } from '../../certs/csr.js';
 import { identityOf } from '../../certs/identity.js';
@@ -17,6 +15,7 @@ import { tokenHash } from '../../controller/enrollment.js';
 import { resolveOptions } from '../../controller/options.js';
 import { codeOf } from '../../protocol/errors.js';
 import { ENROLL_RATE_BURST } from '../../protocol/limits.js';
+import { keptAlive } from '../helpers/kept-alive.js';
 import { startTestController, waitFor, type Res, type TestController } from '../helpers/controller-harness.js';
 import { makeControllerTestPki, TD, type ControllerTestPki, type Cred } from '../helpers/controller-pki.js';
 
@@ -338,25 +337,12 @@ describe('revoking the issuer', () => {
     const r = await enroll({ token, node: 'ri1', csr: c.csr });
     expect(r.status).toBe(200);
     const cred = { ca: pki.ca, cert: Buffer.from(r.json.certificate), key: Buffer.from(c.key) };
-    const agent = new https.Agent({ keepAlive: true, ...cred });
-    let live: tls.TLSSocket | undefined;
-    const get = (): Promise<number> =>
-      new Promise((resolve, reject) => {
-        const q = https.request(
-          { host: '127.0.0.1', port: t.port, path: '/healthz', servername: 'localhost', agent },
-          (res) => {
-            live = res.socket as tls.TLSSocket;
-            res.resume();
-            res.on('end', () => resolve(res.statusCode ?? 0));
-          },
-        );
-        q.on('error', reject);
-        q.end();
-      });
+    const conn = keptAlive(t.port, cred);
+    const get = conn.get;
     try {
       expect(await get()).toBe(200);
       await revoke({ dir: pki.dir, target: 'issuer/i1' });
-      await waitFor('the enrolled agent connection to be closed', () => live!.destroyed);
+      await waitFor('the enrolled agent connection to be closed', () => conn.socket()!.destroyed);
       const again = await t.req(cred, 'GET', '/healthz');
       expect(again.status).toBe(403);
       expect(again.json.error.code).toBe('revoked');
@@ -367,7 +353,7 @@ describe('revoking the issuer', () => {
       expect(r2.status).toBe(403);
       expect(r2.json.error.code).toBe('enrollment_disabled');
     } finally {
-      agent.destroy();
+      conn.close();
     }
   });
 });

@@ -6,15 +6,14 @@
  */
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import https from 'node:https';
 import path from 'node:path';
-import type tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pkiPaths } from '../../certs/paths.js';
 import { issueIssuer, issueWithIssuer, revoke, type Pem } from '../../certs/pki.js';
 import { resolveOptions } from '../../controller/options.js';
 import { codeOf } from '../../protocol/errors.js';
+import { keptAlive } from '../helpers/kept-alive.js';
 import { startTestController, waitFor, type TestController } from '../helpers/controller-harness.js';
 import { makeControllerTestPki, type ControllerTestPki, type Cred } from '../helpers/controller-pki.js';
 
@@ -124,28 +123,15 @@ describe('the API and agents made by an issuer', () => {
     const r = await issueIssuer({ dir: pki.dir, name: 'r1' });
     const r1 = { cert: fs.readFileSync(r.certPath, 'utf8'), key: fs.readFileSync(r.keyPath, 'utf8') };
     const cred = agentVia('rv', r1);
-    const agent = new https.Agent({ keepAlive: true, ...cred });
-    let live: tls.TLSSocket | undefined;
-    const get = (): Promise<number> =>
-      new Promise((resolve, reject) => {
-        const q = https.request(
-          { host: '127.0.0.1', port: t.port, path: '/healthz', servername: 'localhost', agent },
-          (res) => {
-            live = res.socket as tls.TLSSocket;
-            res.resume();
-            res.on('end', () => resolve(res.statusCode ?? 0));
-          },
-        );
-        q.on('error', reject);
-        q.end();
-      });
+    const conn = keptAlive(t.port, cred);
+    const get = conn.get;
     try {
       expect(await get()).toBe(200);
-      const closed = new Promise<void>((resolve) => live!.once('close', () => resolve()));
+      const closed = new Promise<void>((resolve) => conn.socket()!.once('close', () => resolve()));
       await revoke({ dir: pki.dir, target: 'issuer/r1' });
       await waitFor('the live connection to be closed', async () => {
         await Promise.race([closed, new Promise((res) => setTimeout(res, 50))]);
-        return live!.destroyed;
+        return conn.socket()!.destroyed;
       });
       const again = await t.req(cred, 'GET', '/healthz');
       expect(again.status).toBe(403);
@@ -154,7 +140,7 @@ describe('the API and agents made by an issuer', () => {
       expect((await t.req(pki.cred('agent', 'n2'), 'GET', '/healthz')).status).toBe(200);
       expect((await t.req(agentVia('n8'), 'GET', '/healthz')).status).toBe(200);
     } finally {
-      agent.destroy();
+      conn.close();
     }
   });
 });
