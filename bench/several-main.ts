@@ -55,7 +55,7 @@ export async function severalMain(o: SeveralMainOptions): Promise<number> {
   );
   say(`PKI ready (${issued} agent certificates issued in ${issueMs} ms)`);
   await ensureControllerCerts(pki, CONTROLLER_NAMES);
-  const pg = await startBenchPg(path.join(runDir, 'pg'), o.port + 10);
+  const pg = await startBenchPg(o.port + 10);
   say(`PostgreSQL ${pg.version} on 127.0.0.1:${pg.port}`);
   let store: StoreLatency[] | null = null;
   let several: SeveralResult | null = null;

@@ -64,7 +64,22 @@ export interface ThrowawayPg {
  * once it accepts connections.
  * @throws ThrowawayPgError when initdb fails or the server does not come up (with its log's tail)
  */
-export async function startThrowawayPg(binDir: string, env: NodeJS.ProcessEnv = process.env): Promise<ThrowawayPg> {
+export interface ThrowawayPgOptions {
+  /** Default: a free port. */
+  port?: number;
+  /** Default false (nothing a killed process wrote is lost; a benchmark of commits wants it on). */
+  fsync?: boolean;
+  /** Default 200. */
+  maxConnections?: number;
+  /** Default 32MB. */
+  sharedBuffers?: string;
+}
+
+export async function startThrowawayPg(
+  binDir: string,
+  env: NodeJS.ProcessEnv = process.env,
+  opts: ThrowawayPgOptions = {},
+): Promise<ThrowawayPg> {
   const asRoot = process.getuid?.() === 0;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pg-'));
   const data = path.join(dir, 'data');
@@ -87,7 +102,7 @@ export async function startThrowawayPg(binDir: string, env: NodeJS.ProcessEnv = 
     const init = spawnSync(initCmd, initArgs, { encoding: 'utf8', env });
     if (init.status !== 0)
       throw new ThrowawayPgError(`initdb failed: ${(init.stderr || init.error?.message || '').trim()}`);
-    const port = await freePort();
+    const port = opts.port ?? (await freePort());
     const url = `postgres://${THROWAWAY_PG_USER}@127.0.0.1:${port}/postgres`;
     const launch = (): ChildProcess => {
       const logFd = fs.openSync(logFile, 'a');
@@ -102,11 +117,11 @@ export async function startThrowawayPg(binDir: string, env: NodeJS.ProcessEnv = 
         '-c',
         'listen_addresses=127.0.0.1',
         '-c',
-        'fsync=off',
+        `fsync=${opts.fsync ? 'on' : 'off'}`,
         '-c',
-        'max_connections=200',
+        `max_connections=${opts.maxConnections ?? 200}`,
         '-c',
-        'shared_buffers=32MB',
+        `shared_buffers=${opts.sharedBuffers ?? '32MB'}`,
       ]);
       const child = spawn(cmd, args, { detached: true, stdio: ['ignore', logFd, logFd], env });
       fs.closeSync(logFd);
