@@ -60,6 +60,8 @@ export class CertificateRenewer {
   #timer: unknown;
   #stopped = true;
   #running: Promise<void> | null = null;
+  /** The key of the renewal in progress (made on its first attempt, dropped when it succeeds). */
+  #pendingKey: string | null = null;
   readonly status: RenewalStatus = { failures: 0, lastError: null, renewed: 0, nextAttemptAt: null };
 
   constructor(o: RenewerOptions) {
@@ -133,7 +135,10 @@ export class CertificateRenewer {
     const m = this.#o.material.current();
     const id = m.identity;
     try {
-      const key = await (this.#o.newKey ?? newKeyPem)();
+      // one new key per renewal, kept across its retries: an RSA key takes up to seconds on a busy
+      // node, and making one per attempt pushed a retry due at the 90 % point past the certificate's end
+      this.#pendingKey ??= await (this.#o.newKey ?? newKeyPem)();
+      const key = this.#pendingKey;
       const body: RenewRequest = {
         csr: makeCsr({ keyPem: key, commonName: id.name, uris: [id.spiffeId], dns: id.dns, ips: id.ips }),
         failed_attempts: this.status.failures,
@@ -161,6 +166,7 @@ export class CertificateRenewer {
       if (!issued.checkPrivateKey(crypto.createPrivateKey(key)))
         throw new RefusalError('bad_response', 'the renewed certificate is not for the key this agent made');
       installCertificate(this.#o.certPath, this.#o.keyPath, key, bundle.certificate);
+      this.#pendingKey = null; // the next renewal makes a new one
       // at once, not at the watcher's next event: the listener and the API client take it now
       this.#o.material.reload();
       const took = this.#o.material.current().identity.serial === next.serial;

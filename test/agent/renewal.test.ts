@@ -170,6 +170,8 @@ describe('CertificateRenewer', () => {
     });
     // one attempt falls on the 90 % point itself, so the overdue warning comes while the certificate still works
     expect(attempts).toContain(T0 + 81_000);
+    // one key for the whole renewal: its retries do not each wait for a new RSA key
+    expect(new Set(sent.map((b) => readCsr(b.csr).publicKeyPem)).size).toBe(1);
     await r.stop();
   });
 });
