@@ -336,7 +336,7 @@ export class PgStore extends SqlStoreBase implements Store {
    */
   async #unit<T>(tx: TxSql, s: Statements, fn: TxFn<T>): Promise<{ committed: Committed<T>; seq: number | null }> {
     const changes = new ChangeSetBuilder();
-    const unit = new SqlTx(new SqlRows(s, this.#now, this.#rows.configCache), changes);
+    const unit = new SqlTx(new SqlRows(s, this.#now, this.#rows.configCache, { inTransaction: true }), changes);
     let result: T;
     try {
       result = await fn(unit);

@@ -58,11 +58,19 @@ export class SqlRows {
   readonly now: () => number;
   /** Configs are immutable: one cache may serve every transaction of a store. */
   readonly configCache: Map<string, ConfigRecord>;
+  /** Inside a transaction a config read may be one it created and may yet roll back: use the cache, never fill it. */
+  readonly #fillCache: boolean;
 
-  constructor(s: Statements, now: () => number, configCache = new Map<string, ConfigRecord>()) {
+  constructor(
+    s: Statements,
+    now: () => number,
+    configCache = new Map<string, ConfigRecord>(),
+    o: { inTransaction?: boolean } = {},
+  ) {
     this.s = s;
     this.now = now;
     this.configCache = configCache;
+    this.#fillCache = !o.inTransaction;
   }
 
   iso(ms = this.now()): string {
@@ -92,7 +100,7 @@ export class SqlRows {
     const r = (await this.s.configGet.get(id)) as ConfigRow | undefined;
     if (!r) return undefined;
     const c = configOf(r);
-    this.configCache.set(id, c); // configs are immutable
+    if (this.#fillCache) this.configCache.set(id, c); // configs are immutable
     return c;
   }
 

@@ -39,6 +39,8 @@ export class SqliteStore extends SqlStoreBase implements Store {
   readonly #db: Database.Database;
   readonly #s: Statements;
   readonly #rows: SqlRows;
+  /** The rows a transaction reads through (they never fill the config cache). */
+  readonly #txRows: SqlRows;
   readonly #output: SqlOutputRows;
   readonly #enrollment: SqliteEnrollmentRows;
   readonly #now: () => number;
@@ -70,6 +72,7 @@ export class SqliteStore extends SqlStoreBase implements Store {
       this.#migrate(path, o.now);
       this.#s = prepareStatements(this.#db);
       this.#rows = new SqlRows(this.#s, o.now);
+      this.#txRows = new SqlRows(this.#s, o.now, this.#rows.configCache, { inTransaction: true });
       this.#output = new SqlOutputRows(this.#s);
       this.#enrollment = new SqliteEnrollmentRows(this.#db);
     } catch (err) {
@@ -203,7 +206,7 @@ export class SqliteStore extends SqlStoreBase implements Store {
   /** Runs one unit of work, then gives the nodes it touched one new generation. */
   async #unit<T>(fn: TxFn<T>): Promise<Committed<T>> {
     const changes = new ChangeSetBuilder();
-    const tx = new SqlTx(this.#rows, changes);
+    const tx = new SqlTx(this.#txRows, changes);
     let result: T;
     try {
       result = await fn(tx);

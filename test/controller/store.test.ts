@@ -369,6 +369,27 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       expect((await s.listNodes()).map((n) => n.id)).toEqual(['b']);
     });
 
+    it('a config created in a transaction that rolled back is not served afterwards (nor usable by a deployment)', async () => {
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      let ghost = '';
+      await expect(
+        s.transaction(async (t) => {
+          ghost = (await t.createConfig(CONFIG, WHO)).id;
+          throw new Error('undo');
+        }),
+      ).rejects.toThrow('undo');
+      expect(await s.getConfig(ghost)).toBeUndefined();
+      expect(
+        await rejectedCode(
+          s.createDeployment(
+            { node: 'a', configId: ghost, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+            WHO,
+          ),
+        ),
+      ).toBe('unknown_config');
+    });
+
     it('a transaction object used after its callback settled rejects internal', async () => {
       const s = await open();
       let kept: StoreTx | undefined;

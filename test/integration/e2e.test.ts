@@ -215,7 +215,16 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
         'the push failure to show',
         async () => {
           const n = await getNode(c, 'n2');
-          return n?.push?.connected === false && n.push.last_error ? n : null;
+          if (n?.push?.connected === false && n.push.last_error) return n;
+          // on a timeout the message carries what was seen, and the controller's lines for n2
+          throw new Error(
+            `after ${ms} ms to COMPLETE, push ${JSON.stringify(n?.push)}, endpoint ${String(n?.endpoint)}; controller: ${c.ctl.proc
+              .log()
+              .split('\n')
+              .filter((l) => l.includes('"n2"'))
+              .slice(-12)
+              .join(' | ')}`,
+          );
         },
         10_000,
         100,
