@@ -275,8 +275,11 @@ export class PushPool implements PushService {
     const delay = Math.min(RECONNECT_BACKOFF_MAX_MS, PUSH_WORKER_RESTART_BASE_MS * 2 ** s.restarts++);
     this.#log.error({ worker: s.index, code, signal, restartInMs: delay }, 'push worker exited; restarting it');
     const now = new Date().toISOString();
+    // every node the worker was connected or dialling to: a dial in flight died with it too, and
+    // a node left 'connecting' would show no error until the new worker's dial ends
     for (const [node, st] of this.#states) {
-      if (shardOf(node, this.#shards.length) !== s.index || !st.connected) continue;
+      if (shardOf(node, this.#shards.length) !== s.index || st.state === 'idle' || st.state === 'disconnected')
+        continue;
       const next: PushState = {
         ...st,
         state: 'disconnected',

@@ -4,6 +4,7 @@
  */
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
+import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import { defaultWorkerScript, PushPool, shardOf } from '../../controller/push-pool.js';
@@ -109,5 +110,46 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))('push pool (worker proces
     expect(e.gen).toBe(4);
     expect(l.wakes.at(-1)!.claims).toMatchObject({ gen: 4, reason: 'ping' });
     expect(p.workerPids).not.toContain(victim);
+  });
+
+  it('a node whose dial was in flight when its worker died shows the loss at once (connection_reset)', async () => {
+    // a silent listener: accepts TCP, never speaks TLS, so the dial stays in flight
+    const held = new Set<net.Socket>();
+    const sink = net.createServer((c) => {
+      held.add(c.on('error', () => undefined));
+    });
+    await new Promise<void>((r) => sink.listen(0, '127.0.0.1', () => r()));
+    open.push({
+      close: () => {
+        for (const c of held) c.destroy();
+        return new Promise<void>((r) => sink.close(() => r()));
+      },
+    });
+    const accepted = new Promise<void>((r) => sink.once('connection', () => r()));
+    const { p, ev } = pool();
+    const dialling = waitForEvent<{ node: string; s: PushState }>(
+      ev,
+      'state',
+      (x) => x.node === 'n1' && x.s.state === 'connecting',
+      5_000,
+    );
+    await p.start([
+      {
+        node: 'n1',
+        url: `wss://127.0.0.1:${(sink.address() as net.AddressInfo).port}/v1/wake`,
+        generation: 1,
+        ackedGeneration: null,
+      },
+    ]);
+    await Promise.all([accepted, dialling]);
+    expect(p.state('n1')).toMatchObject({ state: 'connecting', last_error: null });
+    const lost = waitForEvent<{ node: string; s: PushState }>(
+      ev,
+      'state',
+      (x) => x.node === 'n1' && x.s.state === 'disconnected',
+      5_000,
+    );
+    process.kill(p.workerPids[shardOf('n1', 2)]!, 'SIGKILL');
+    expect((await lost).s).toMatchObject({ connected: false, last_error: 'connection_reset' });
   });
 });

@@ -120,7 +120,13 @@ export async function makeCluster(nodes: string[]): Promise<Cluster> {
       async () => {
         assertAlive(proc);
         const r = await api(cluster.ctl.port, op, 'GET', `/v1/nodes/${node}`);
-        return r.status === 200 && JSON.stringify(r.json ?? {}).includes(`:${aport}/`);
+        // and the agent says its announcement is over: a retried announcement landing later
+        // would undo an endpoint a test sets next
+        return (
+          r.status === 200 &&
+          JSON.stringify(r.json ?? {}).includes(`:${aport}/`) &&
+          proc.log().includes('"endpoint announced"')
+        );
       },
       20_000,
       50,

@@ -221,8 +221,13 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
             `after ${ms} ms to COMPLETE, push ${JSON.stringify(n?.push)}, endpoint ${String(n?.endpoint)}; controller: ${c.ctl.proc
               .log()
               .split('\n')
-              .filter((l) => l.includes('"n2"'))
+              .filter((l) => l.includes('"n2"') || /"level":[4-6]0/.test(l))
               .slice(-12)
+              .join(' | ')}; agent: ${a.proc
+              .log()
+              .split('\n')
+              .filter((l) => /announce|push|"level":[4-6]0/.test(l))
+              .slice(-8)
               .join(' | ')}`,
           );
         },
