@@ -23,6 +23,7 @@ import { fanoutAll, type FanoutResult } from './fanout.js';
 import { combineIdle, idlePhase, type IdlePart, type IdleResult } from './idle.js';
 import type { ChildProcess } from 'node:child_process';
 import { latencyPhase, type LatencyResult } from './latency.js';
+import { ensurePeerInstalled, peerPhase, type PeerResult } from './peer.js';
 import { benchPki, slot, type AgentSlot } from './pki-cache.js';
 import { freeLowPort, killAll, track } from './procs.js';
 import { replaceKeptSection, writeReport } from './report.js';
@@ -58,6 +59,8 @@ export interface BenchArgs {
   controllerNs: number[];
   /** --failover-ns: the N of the kill -9 of one controller of three (default 300,3000). */
   failoverNs: number[];
+  /** --peer: os-collect-config beside Herald in the same run (alone, or with the --only phases). */
+  peer: boolean;
 }
 
 const SEVERAL_PARTS = ['store', 'fanout', 'failover'];
@@ -80,6 +83,7 @@ function parseArgs(argv: string[]): BenchArgs {
     controllers: null,
     controllerNs: [1_000, 5_000],
     failoverNs: [300, 3_000],
+    peer: false,
   };
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i]!;
@@ -111,13 +115,15 @@ function parseArgs(argv: string[]): BenchArgs {
           throw new Error(`--controllers takes ${SEVERAL_PARTS.join(',')}, not ${part}`);
     } else if (v === '--controller-ns') a.controllerNs = next().split(',').map(Number);
     else if (v === '--failover-ns') a.failoverNs = next().split(',').map(Number);
+    else if (v === '--peer') a.peer = true;
     else if (v === '--help' || v === '-h') {
       process.stdout.write(
-        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000]\n',
+        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer]\n',
       );
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);
   }
+  if (a.peer && a.only === null) a.only = new Set();
   return a;
 }
 
@@ -202,6 +208,8 @@ async function childMain(args: BenchArgs): Promise<number> {
       exactLo: true,
       part: args.child === 'idle-push' ? 'push' : 'poll',
     });
+  } else if (args.child === 'peer') {
+    r = await peerPhase({ runDir, quick: args.quick, exactLo: true });
   } else if (args.child === 'latency-poll') {
     r = (await latencyPhase({ pki, runDir, port: 18443, quick: args.quick, part: 'poll' })).result;
   } else {
@@ -241,6 +249,14 @@ async function main(): Promise<number> {
     });
     say(`BENCHMARKS.md re-rendered from ${args.render}`);
     return 0;
+  }
+  // before the namespace: apt-get needs the host's network
+  if (args.peer && process.env.HERALD_BENCH_NS !== '1') {
+    const peer = ensurePeerInstalled();
+    if (!peer.ok) {
+      process.stderr.write(`${peer.line}\n`);
+      return 1;
+    }
   }
   if (maybeEnterNamespace(args)) return -1;
   const inNs = process.env.HERALD_BENCH_NS === '1';
@@ -290,6 +306,7 @@ async function main(): Promise<number> {
     restart?: RestartResult;
     restartFast?: RestartResult;
     idle?: IdleResult;
+    peer?: PeerResult;
   } = { fanout: [] };
   const failures: string[] = [];
 
@@ -299,6 +316,7 @@ async function main(): Promise<number> {
   // namespaces they run alone, after the others.
   const idleParts: Array<Promise<IdlePart>> = [];
   let pollChild: Promise<LatencyResult | null> | null = null;
+  let peerChild: Promise<PeerResult | null> | null = null;
   const failedPart = (why: string): IdlePart => ({ exact: false, agents: 0, problems: [why] });
   let childrenStarted = false;
   // started after the smallest fan-out, whose figures their own start-up would disturb most
@@ -308,6 +326,11 @@ async function main(): Promise<number> {
     if (want('idle') && inNs) {
       idleParts.push(runChild(args, runDir, 'idle-push', failedPart), runChild(args, runDir, 'idle-poll', failedPart));
     }
+    if (args.peer && inNs)
+      peerChild = runChild<PeerResult | null>(args, runDir, 'peer', (why) => {
+        failures.push(`peer: ${why}`);
+        return null;
+      });
     if (want('latency') && inNs)
       pollChild = runChild<LatencyResult | null>(args, runDir, 'latency-poll', (why) => {
         failures.push(`latency (polling): ${why}`);
@@ -371,6 +394,11 @@ async function main(): Promise<number> {
         ];
     results.idle = combineIdle(parts);
     failures.push(...results.idle.problems.map((p) => `idle: ${p}`));
+  }
+  if (args.peer) {
+    const pr = peerChild ? await peerChild : await peerPhase({ runDir, quick: args.quick, exactLo: false });
+    if (pr) results.peer = pr;
+    failures.push(...(pr?.problems ?? []).map((p) => `peer: ${p}`));
   }
   // push latency last, on a machine the other phases no longer load
   if (want('latency')) {

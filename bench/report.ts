@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { FanoutResult } from './fanout.js';
 import { findings } from './findings.js';
+import type { PeerResult } from './peer.js';
 import type { BenchResults } from './results.js';
 import { loadAvg, median, round } from './util.js';
 
@@ -20,7 +21,8 @@ export interface ReportInput {
   namespace: boolean;
   pkiIssued: number;
   pkiIssueMs: number;
-  results: BenchResults;
+  /** `peer`: os-collect-config beside Herald (--peer, bench/peer.ts). */
+  results: BenchResults & { peer?: PeerResult };
   failures: string[];
   /** Re-rendering a stored run (`--render`): its machine and load, not today's. */
   machine?: Record<string, unknown>;
@@ -473,6 +475,7 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p('| os-collect-config (issue 7) | 51.8 MB | 0.6 s per hour at 30 s |');
     p();
   }
+  if (r.peer) L.push(...peerMarkdown(r));
   L.push(...findings(i.results));
   p('## Run time');
   p();
@@ -501,6 +504,10 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   p('- `--profile <dir>`: every process runs the V8 profiler over the measured windows only and writes a');
   p('  `.cpuprofile` per process; `node dist/bench/prof-top.js <file>` lists the heaviest functions.');
   p("- `--render BENCHMARKS.json` rewrites BENCHMARKS.md from a stored run's raw figures, measuring nothing.");
+  p("- `--peer`: os-collect-config (Debian's `python3-os-collect-config`, apt-get installs it when missing, as root)");
+  p("  runs unmodified, polling a Heat-shaped metadata server of the bench's own, and goes beside Herald in");
+  p('  "Herald beside os-collect-config": alone, or with the phases `--only` names (`--peer --only latency,idle');
+  p('  --quick`, about 1.5 min).');
   p('- `--soak [minutes]` and `--controllers [store,fanout,failover]` (several controllers on a throwaway PostgreSQL:');
   p('  `--controller-ns 1000,5000`, `--failover-ns 300,3000`) run alone and replace only their own sections below.');
   p('- A latency is reported as p50/p99/min/max over its samples; a fan-out time is the median over the runs, each');
@@ -508,6 +515,87 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   p('- No timing is asserted in `npm test`; `npm run bench` exits non-zero only when a correctness check fails.');
   p();
   return L.join('\n');
+}
+
+/** "Herald beside os-collect-config (same run)": --peer's figures next to the latency and idle phases'. */
+function peerMarkdown(r: ReportInput['results']): string[] {
+  const x = r.peer!;
+  const L: string[] = [];
+  const p = (line = ''): void => {
+    L.push(line);
+  };
+  const lat = r.latency;
+  const t = r.idle?.traffic;
+  const fp = r.idle?.footprint;
+  const pair = (p50: number | undefined, p99: number | undefined, d: number): string =>
+    p50 === undefined ? 'not run' : `${ms(p50, d)} / ${ms(p99, d)}`;
+  const pairS = (p50: number | undefined, p99: number | undefined): string =>
+    p50 === undefined ? 'not run' : `${s(p50, 1)} / ${s(p99, 1)}`;
+  const e30 = lat?.expected.find((e) => e.intervalS === 30);
+  const d = x.latency.commandStartMs;
+  const I = x.pollingIntervalS;
+  const D = x.atDefault.intervalS;
+  const ip = x.idle.exact;
+  const bytes = (ipB: number, payload: number): string => (ip ? kb(ipB) : `${kb(payload)} (TCP payload)`);
+  p('## Herald beside os-collect-config (same run)');
+  p();
+  p(
+    `os-collect-config ${x.version} (Debian's \`python3-os-collect-config\`), unmodified, in its polling loop (\`--polling-interval ${I}\`), with its`,
+  );
+  p("`request` collector against a metadata server of the bench's own on 127.0.0.1 playing Swift behind a temp URL");
+  p(
+    `(Heat's POLL_TEMP_URL transport): a Heat-shaped document of one \`script\` deployment, ${fmt(x.documentBytes, 0)} B. Its \`--command\` is`,
+  );
+  p("a script whose first line creates a marker file, timed by inotify, as Herald's latency hook is. A change is a");
+  p(
+    `new revision of the document published at a random phase of the poll cycle; ${d.n} changes. Idle: ${fmt(x.idle.windowS, 0)} s with nothing changing,`,
+  );
+  p(
+    `the loopback's IP bytes${ip ? " in a network namespace of its own (every byte is the peer's)" : " not isolated: **the TCP payload at the server's sockets is shown instead**"}; CPU (schedstat) and RSS of the`,
+  );
+  p(
+    `os-collect-config process from \`/proc\`. At its default ${D} s: computed (per-poll figures × polls per hour; latency = a uniformly`,
+  );
+  p('random wait over one period, measured loop overhead included, plus the measured poll → command cost).');
+  p();
+  p(`| | Herald | os-collect-config ${x.version} |`);
+  p('|---|---|---|');
+  p(
+    `| change → command started, p50 / p99 | push: ${pair(lat?.push.hookStartMs.p50, lat?.push.hookStartMs.p99, 1)} | no push |`,
+  );
+  p(
+    `| … polling every ${I} s (measured) | ${pair(lat?.polling2s.hookStartMs.p50, lat?.polling2s.hookStartMs.p99, 0)} | ${ms(d.p50, 0)} / ${ms(d.p99, 0)} |`,
+  );
+  p(
+    `| … polling every ${D} s (computed) | ${pairS(e30?.p50Ms, e30?.p99Ms)} | ${s(x.atDefault.p50Ms, 1)} / ${s(x.atDefault.p99Ms, 1)} |`,
+  );
+  p(
+    `| idle traffic per hour | push healthy: ${t ? kb(t.perAgentHourBytes.pushHealthy) : 'not run'}; polling every 30 s: ${t ? kb(t.perAgentHourBytes.pushOff30s) : 'not run'} | polling every ${D} s: ${bytes(x.perHour.atDefault.ipBytes, x.perHour.atDefault.payloadBytes)}; every ${I} s: ${bytes(x.perHour.measured.ipBytes, x.perHour.measured.payloadBytes)} |`,
+  );
+  p(
+    `| idle CPU per hour | push healthy: ${fp ? `${fmt(fp.freshCpuSPerHour, 2)} s` : 'not run'} | polling every ${D} s: ${fmt(x.perHour.atDefault.cpuS, 2)} s; every ${I} s: ${fmt(x.perHour.measured.cpuS, 2)} s |`,
+  );
+  p(
+    `| RSS, idle | ${fp ? `${fmt(fp.freshRssKb / 1024)} MB` : 'not run'} | ${fmt(x.idle.rssKb / 1024)} MB (max seen ${fmt(x.idle.rssMaxKb / 1024)} MB) |`,
+  );
+  p();
+  p(
+    `os-collect-config, measured: change → command min ${ms(d.min, 0)}, max ${ms(d.max, 0)}; the poll that saw the change → command started p50 ${ms(x.latency.afterPollMs.p50, 1)}, p99 ${ms(x.latency.afterPollMs.p99, 1)};`,
+  );
+  p(
+    `one loop every ${ms(x.periodMs, 0)} at ${I} s. Model check at ${I} s: p50 ${ms(x.latency.modelP50Ms, 0)}, p99 ${ms(x.latency.modelP99Ms, 0)}; measured ${ms(d.p50, 0)}, ${ms(d.p99, 0)}.`,
+  );
+  p(
+    `Per poll (a HEAD and a GET of the whole document, on a new TCP connection each time: ${x.idle.connections} connections for ${x.idle.polls} polls):`,
+  );
+  p(
+    `${ip ? `${fmt(x.idle.ipBytesPerPoll, 0)} B on the wire (${fmt(x.idle.packets / Math.max(1, x.idle.polls), 1)} packets), ` : ''}${fmt(x.idle.payloadBytesPerPoll, 0)} B of TCP payload, ${fmt(x.idle.cpuSPerPoll * 1000, 1)} ms of CPU. It cannot ask "changed since?" (the`,
+  );
+  p('collector is made anew for every poll and forgets the Last-Modified it saw), so every poll carries the whole');
+  p("document; Herald's polls get a 304. The document here is the smallest Heat writes for one deployment; a real");
+  p("stack's is larger, so the peer's bytes are a floor.");
+  p();
+  return L;
 }
 
 /** Marks where the hand-written sections of BENCHMARKS.md begin (comparisons across commits). */
