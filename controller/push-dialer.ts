@@ -414,19 +414,22 @@ export class PushDialer implements PushService {
     }
     e.ws = ws;
     let dialing = true;
-    const dialEnd = (): void => {
-      if (!dialing) return;
-      dialing = false;
-      if (e.dialTimer) clearTimeout(e.dialTimer);
-      e.dialTimer = null;
-      this.#dialDone();
-    };
-    e.dialTimer = setTimeout(() => {
+    const timer = setTimeout(() => {
       if (e.ws !== ws || ws.readyState !== WebSocket.CONNECTING) return;
       e.failCode = 'dial_timeout';
       ws.terminate();
     }, this.#o.dialTimeoutMs);
-    e.dialTimer.unref();
+    timer.unref();
+    e.dialTimer = timer;
+    // this dial's own timer only: a retired dial's socket closes after the node's next dial has
+    // begun, and clearing `e.dialTimer` then would leave that next dial without a timeout
+    const dialEnd = (): void => {
+      if (!dialing) return;
+      dialing = false;
+      clearTimeout(timer);
+      if (e.dialTimer === timer) e.dialTimer = null;
+      this.#dialDone();
+    };
 
     ws.on('unexpected-response', (req, res) => {
       // the listener refuses with a 403 and {"error":{"code":..}} (SPEC §2): keep its code

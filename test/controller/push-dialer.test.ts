@@ -319,4 +319,35 @@ describe('push dialer', () => {
     await ack;
     expect(l.wakes.map((w) => w.kid)).toEqual([oldKid, newKid]);
   });
+
+  it('an endpoint changed while its dial is in flight: the new dial still times out (dial_timeout)', async () => {
+    // two silent TCP listeners: a dial to either stays in its TLS handshake until its timeout
+    const held = new Set<net.Socket>();
+    const sinks = await Promise.all(
+      [0, 1].map(async () => {
+        const s = net.createServer((c) => {
+          held.add(c.on('error', () => undefined));
+        });
+        s.listen(0, '127.0.0.1');
+        await once(s, 'listening');
+        return s;
+      }),
+    );
+    open.push({
+      close: async () => {
+        for (const c of held) c.destroy();
+        await Promise.all(sinks.map((s) => new Promise<void>((r) => s.close(() => r()))));
+      },
+    });
+    const urlOf = (s: net.Server): string => `wss://127.0.0.1:${(s.address() as net.AddressInfo).port}/v1/wake`;
+    const d = dialer({ dialTimeoutMs: 300, backoffBaseMs: 10_000, backoffMaxMs: 10_000 });
+    const first = once(sinks[0]!, 'connection');
+    await d.start([{ node: 'n1', url: urlOf(sinks[0]!), generation: 2, ackedGeneration: 1 }]);
+    await first;
+    // the first dial is retired while in flight; its socket closes after the second dial began
+    const failed = next(d, 'state', stateIs('n1', (s) => s.state === 'disconnected'));
+    d.setEndpoint('n1', urlOf(sinks[1]!), 2);
+    const [, s] = await failed;
+    expect(s).toMatchObject({ connected: false, last_error: 'dial_timeout' });
+  });
 });
