@@ -6,6 +6,7 @@
  * owners. The processes go through the demo's supervisor like every other.
  */
 import { initPki, issueCert } from '../certs/pki.js';
+import { ownerOf } from '../controller/rendezvous.js';
 import type { ControllerView, ListEnvelope, NodeView } from '../protocol/rest.js';
 import type { DemoController } from './demo-fixtures.js';
 import { DemoFailure, freePort, sleep, type Child, type DemoSupervisor } from './demo-supervisor.js';
@@ -98,11 +99,22 @@ export async function waitSpread(
     async () => {
       const view = await controllersView(ctls);
       const live = view.filter((c) => c.live);
-      const settled =
+      const counted =
         live.length === o.live &&
         live.every((c) => c.nodes_held === c.nodes_owned) &&
         live.reduce((a, c) => a + c.nodes_owned, 0) === o.nodeCount;
-      return settled ? view : undefined;
+      if (!counted) return undefined;
+      // settled, not only counted: every node with the owner rendezvous gives it among the live
+      // controllers; before that a node may still move (and a kill chosen from this view would
+      // name a controller that no longer owns it)
+      const names = live.map((c) => c.name);
+      const answering = ctls.find((c) => names.includes(c.name));
+      const nodes = await answering?.api.get<ListEnvelope<NodeView>>('/v1/nodes');
+      const settled =
+        nodes !== undefined &&
+        nodes.items.length === o.nodeCount &&
+        nodes.items.every((n) => n.owner === ownerOf(n.id, names));
+      return settled ? await controllersView(ctls) : undefined;
     },
     o.watch,
   );
