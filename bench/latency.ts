@@ -7,9 +7,10 @@
  * figure includes everything up to the hook's shell running its first line.
  *
  * - push: ≥ 200 changes one after another, each to one agent (each waits for the previous to be
- *   signalled COMPLETE, plus a short random pause). The changes go round-robin to 4 agents, each
- *   its own process and deployment: the controller allows one node 5 metadata fetches a second
- *   (burst 10), and back-to-back changes to a single node would be measuring that limit;
+ *   signalled COMPLETE, plus a short random pause), round-robin over 4 agents, each its own
+ *   process and deployment; then 100 changes back to back to ONE node (each sent the moment the
+ *   previous is COMPLETE, no pause): a fetch answering a wake-up is never rate-limited (SPEC §3),
+ *   so the per-node limit must not show here;
  * - polling, push off: agents that announce an endpoint nothing listens on (the controller's
  *   dials fail), polling every 2 s; several agents in parallel, each its own deployment, so
  *   that ≥ 200 samples take ~25 s instead of 200 × 1 s;
@@ -54,6 +55,12 @@ export interface LatencyResult {
     } | null;
     /** Every sample, ms, in the order taken. */
     samplesMs: number[];
+    /**
+     * Back to back to ONE node: each change sent the moment the previous one is COMPLETE in the
+     * API, no pause (what an operator's script does; a fetch that answers a wake-up is never
+     * rate-limited, SPEC §3).
+     */
+    oneNode: { samples: number; hookStartMs: Dist; completeMs: Dist; samplesMs: number[] };
   };
   polling2s: {
     agents: number;
@@ -163,6 +170,7 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
       agents: PUSH_AGENTS,
       breakdown: null,
       samplesMs: [],
+      oneNode: { samples: 0, hookStartMs: dist([]), completeMs: dist([]), samplesMs: [] },
     },
     polling2s: {
       agents: 0,
@@ -229,6 +237,35 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
         await waitComplete(ctl, dep.id, dep.revision, 15_000).catch((err: Error) => problems.push(err.message));
         complete.push(nowMs() - t0);
       }
+      // back to back to one node: the next change leaves the moment the last is COMPLETE
+      const oneCount = o.quick ? 50 : 100;
+      const one = deps[0]!;
+      const oneHook: number[] = [];
+      const oneComplete: number[] = [];
+      for (let k = 1; k <= oneCount; k++) {
+        const mark = `b${k}`;
+        const t0 = nowMs();
+        const r = await ctl.op.must<{ revision: number }>(200, 'PATCH', `/v1/deployments/${one.id}`, {
+          input_values: { mark },
+        });
+        one.revision = r.revision;
+        const th = await waitMark(mark, 15_000).catch((err: Error) => {
+          problems.push(`one node: ${err.message}`);
+          return NaN;
+        });
+        if (Number.isFinite(th)) oneHook.push(th - t0);
+        await waitComplete(ctl, one.id, one.revision, 15_000).catch((err: Error) => problems.push(err.message));
+        oneComplete.push(nowMs() - t0);
+      }
+      result.push.oneNode = {
+        samples: oneHook.length,
+        hookStartMs: rd(dist(oneHook)),
+        completeMs: rd(dist(oneComplete)),
+        samplesMs: oneHook.map((x) => round(x, 3)),
+      };
+      say(
+        `latency push, one node back to back: ${oneHook.length} changes, hook started p50 ${result.push.oneNode.hookStartMs.p50} ms, p99 ${result.push.oneNode.hookStartMs.p99} ms`,
+      );
       for (const p of profiled) process.kill(p, 'SIGUSR2');
       const ok = hookStarts.filter(Number.isFinite);
       result.push.samples = ok.length;

@@ -30,6 +30,8 @@ export interface ReportInput {
 
 export interface Goal {
   figure: string;
+  /** What this machine allows at best (issue 16's "floor seen here"). */
+  floor: string;
   goal: string;
   measured: string;
   met: boolean | null;
@@ -70,37 +72,31 @@ function ratio(got: number, goal: number): string {
 }
 
 export function goals(r: ReportInput['results']): Goal[] {
+  // the performance issue's table: each figure with the floor seen on this machine beside its goal
   const out: Goal[] = [];
   const lat = r.latency;
   if (lat) {
-    const p50 = lat.push.hookStartMs.p50;
-    const p99 = lat.push.hookStartMs.p99;
+    const one = lat.push.oneNode;
+    const p50 = one?.samples ? one.hookStartMs.p50 : NaN;
+    const p99 = one?.samples ? one.hookStartMs.p99 : NaN;
     out.push({
-      figure: 'PATCH → hook started, one agent',
-      goal: 'p50 ≤ 5 ms, p99 ≤ 15 ms',
+      figure: `PATCH → hook started, ${one?.samples ?? 0} back-to-back changes to one node (rotated over ${lat.push.agents}: p50 ${ms(lat.push.hookStartMs.p50, 2)}, p99 ${ms(lat.push.hookStartMs.p99, 2)})`,
+      floor:
+        'controller commit ~4 ms (fsync) + wake/verify/fetch ~1.2 ms + agent state write ~3 ms (fsync) + fork/exec ~1.5 ms + sh ~1 ms ≈ 11 ms',
+      goal: 'p50 ≤ 10 ms, p99 ≤ 20 ms',
       measured: `p50 ${ms(p50, 2)}, p99 ${ms(p99, 2)}`,
-      met: p50 <= 5 && p99 <= 15,
-      by: `p50 ${ratio(p50, 5)}; p99 ${ratio(p99, 15)}`,
+      met: p50 <= 10 && p99 <= 20,
+      by: `p50 ${ratio(p50, 10)}; p99 ${ratio(p99, 20)}`,
     });
   }
   const fo = (n: number): FanoutResult | undefined => r.fanout.find((f) => f.n === n);
-  const f1k = fo(1_000);
-  if (f1k) {
-    const v = median(f1k.runs.map((x) => x.allFetchedMs));
-    out.push({
-      figure: '1,000 agents: all fetched after one change',
-      goal: '≤ 0.6 s',
-      measured: s(v),
-      met: v <= 600,
-      by: ratio(v / 1000, 0.6),
-    });
-  }
   const f10k = fo(10_000);
   if (f10k) {
     const a = median(f10k.runs.map((x) => x.allAckedMs));
     const f = median(f10k.runs.map((x) => x.allFetchedMs));
     out.push({
-      figure: '10,000 agents: all acked / all fetched',
+      figure: 'one change to 10,000 agents: all acked / all fetched',
+      floor: 'prototype here: 1.0 s signed per node / ~5 s fetched',
       goal: '≤ 1.5 s / ≤ 8 s',
       measured: `${s(a)} / ${s(f)}`,
       met: a <= 1500 && f <= 8000,
@@ -109,9 +105,19 @@ export function goals(r: ReportInput['results']): Goal[] {
   }
   const largest = [...r.fanout].sort((a, b) => b.n - a.n)[0];
   if (largest) {
+    const cpuMs = (median(largest.runs.map((x) => x.controllerCpuS)) / largest.n) * 1000;
+    out.push({
+      figure: `controller CPU per agent in a fan-out (N = ${largest.n.toLocaleString('en-US')})`,
+      floor: 'prototype here: 0.29 ms with the fetch',
+      goal: '≤ 0.4 ms',
+      measured: ms(cpuMs, 2),
+      met: cpuMs <= 0.4,
+      by: ratio(cpuMs, 0.4),
+    });
     const v = median(largest.runs.map((x) => x.controllerRssKb.perAgent));
     out.push({
-      figure: `controller RSS per connected agent (N = ${largest.n.toLocaleString('en-US')})`,
+      figure: `controller memory per connected agent (N = ${largest.n.toLocaleString('en-US')})`,
+      floor: '~70 KB per TLS connection',
       goal: '≤ 80 KB',
       measured: `${fmt(v)} KB`,
       met: v <= 80,
@@ -129,35 +135,41 @@ export function goals(r: ReportInput['results']): Goal[] {
         ? 'none lost'
         : `${rc.fetched.toLocaleString('en-US')} of ${N} had the change when the window closed`;
       out.push({
-        figure: `reconnect all ${N} after a controller restart (crash with a change pending)`,
-        goal: '≤ 30 s, no wake-up lost',
+        figure: `${N} agents after a controller crash: connected and holding the pending change`,
+        floor: '~350 full mutual handshakes/s, ~1,000/s resumed',
+        goal: 'all within 30 s',
         measured: `${connected}, ${lost}`,
         met: v2 <= 30_000 && rc.noneLost,
         by: `${Number.isFinite(v2) ? ratio(v2 / 1000, 30) : 'missed'}${rc.noneLost ? '' : '; not every agent had the change by the end of the window'}${largest.n < 10_000 ? ` (N = ${N}, not 10,000)` : ''}`,
       });
     }
   }
+  const fp = r.idle?.footprint;
+  if (fp) {
+    const rss = fp.freshRssKb / 1024;
+    const cpu = fp.freshCpuSPerHour;
+    const peer = r.peer?.idle;
+    out.push({
+      figure: `idle agent: CPU per hour, RSS (a ${fmt(fp.windowS, 0)} s window)`,
+      floor: peer
+        ? `os-collect-config at 30 s, this run: ${fmt(r.peer?.perHour.atDefault.cpuS, 2)} s/h, ${fmt(peer.rssKb / 1024, 1)} MB`
+        : 'os-collect-config at 30 s: 0.75 s/h, 51.9 MB (issue 16)',
+      goal: '≤ 0.5 s/h, ≤ 52 MB',
+      measured: `CPU ${fmt(cpu, 2)} s/h, RSS ${fmt(rss)} MB`,
+      met: rss <= 52 && cpu <= 0.5,
+      by: `CPU ${ratio(cpu, 0.5)}; RSS ${ratio(rss, 52)}`,
+    });
+  }
   const t = r.idle?.traffic;
   if (t) {
     const v = t.perAgentHourBytes.pushHealthy / 1000;
     out.push({
       figure: 'idle IP traffic per agent',
+      floor: '120 WebSocket pings an hour',
       goal: '≤ 37 kB/h',
       measured: `${fmt(v)} kB/h${t.exact ? '' : ' (approximate)'}`,
       met: v <= 37,
       by: ratio(v, 37),
-    });
-  }
-  const fp = r.idle?.footprint;
-  if (fp) {
-    const rss = fp.freshRssKb / 1024;
-    const cpu = fp.freshCpuSPerHour;
-    out.push({
-      figure: 'agent idle footprint',
-      goal: 'RSS ≤ 52 MB, CPU ≤ 0.5 s/h',
-      measured: `RSS ${fmt(rss)} MB, CPU ${fmt(cpu, 2)} s/h`,
-      met: rss <= 52 && cpu <= 0.5,
-      by: `RSS ${ratio(rss, 52)}; CPU ${ratio(cpu, 0.5)}`,
     });
   }
   if (r.restart) {
@@ -165,8 +177,9 @@ export function goals(r: ReportInput['results']): Goal[] {
     const fast = r.restartFast?.medianMs;
     out.push({
       figure: '100-node cluster restart, trivial scripts',
+      floor: `200 hook runs over 2 cores (no-op hooks: ${s(fast)})`,
       goal: '≤ 2 s',
-      measured: `${s(v)} (no-op hooks: ${s(fast)})`,
+      measured: s(v),
       met: v <= 2000,
       by: `${ratio(v / 1000, 2)}; with no-op hooks ${ratio((fast ?? NaN) / 1000, 2)}`,
     });
@@ -237,11 +250,11 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   p();
   p('## Goals');
   p();
-  p('| figure | goal | measured | verdict |');
-  p('|---|---|---|---|');
+  p('| figure | floor seen here | goal | measured | verdict |');
+  p('|---|---|---|---|---|');
   for (const x of g)
     p(
-      `| ${x.figure} | ${x.goal} | ${x.measured} | ${x.met === null ? '' : x.met ? '**met**' : '**missed**'}: ${x.by} |`,
+      `| ${x.figure} | ${x.floor} | ${x.goal} | ${x.measured} | ${x.met === null ? '' : x.met ? '**met**' : '**missed**'}: ${x.by} |`,
     );
   p();
 
@@ -254,10 +267,10 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     );
     p('builtin); the time is the inotify event of that file. One change at a time, each waiting for the previous one');
     p(
-      `to be signalled COMPLETE. Push: ${l.push.samples} changes, round-robin over ${l.push.agents} agents (the controller allows one node 5 metadata`,
+      `to be signalled COMPLETE. Push, rotated: ${l.push.samples} changes, round-robin over ${l.push.agents} agents, a short random pause between them. Push, one node:`,
     );
     p(
-      `fetches a second, so back-to-back changes to one node would measure that limit). Polling: ${l.polling2s.samples} changes over ${l.polling2s.agents} agents polling every 2 s whose`,
+      `${l.push.oneNode?.samples ?? 0} changes back to back to one node, each sent the moment the previous is COMPLETE (a fetch answering a wake-up is never rate-limited). Polling: ${l.polling2s.samples} changes over ${l.polling2s.agents} agents polling every 2 s whose`,
     );
     p("announced endpoint has no listener (push off). 30 s and 120 s: computed (the only computed rows): the poller's");
     p('±10 % jittered interval, a change at a uniformly random moment, plus the measured push-path cost.');
@@ -266,8 +279,13 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p('|---|---|---|---|---|---|---|');
     const d = l.push.hookStartMs;
     p(
-      `| push | ${d.n} | ${ms(d.p50, 2)} | ${ms(d.p99, 2)} | ${ms(d.min, 2)} | ${ms(d.max, 2)} | ${ms(l.push.medianOfRunsP50, 2)} (runs: ${l.push.runs.map((x) => fmt(x.p50, 2)).join(', ')}) |`,
+      `| push, rotated over ${l.push.agents} nodes | ${d.n} | ${ms(d.p50, 2)} | ${ms(d.p99, 2)} | ${ms(d.min, 2)} | ${ms(d.max, 2)} | ${ms(l.push.medianOfRunsP50, 2)} (runs: ${l.push.runs.map((x) => fmt(x.p50, 2)).join(', ')}) |`,
     );
+    const bb = l.push.oneNode?.hookStartMs;
+    if (bb && bb.n > 0)
+      p(
+        `| push, one node back to back | ${bb.n} | ${ms(bb.p50, 2)} | ${ms(bb.p99, 2)} | ${ms(bb.min, 2)} | ${ms(bb.max, 2)} | COMPLETE p50 ${ms(l.push.oneNode.completeMs.p50, 1)}, p99 ${ms(l.push.oneNode.completeMs.p99, 1)} |`,
+      );
     const q = l.polling2s.hookStartMs;
     p(
       `| polling 2 s, push off | ${q.n} | ${ms(q.p50, 0)} | ${ms(q.p99, 0)} | ${ms(q.min, 0)} | ${ms(q.max, 0)} | ${l.polling2s.runs.map((x) => fmt(x.p50, 0)).join(', ')} |`,
