@@ -345,7 +345,11 @@ describe('push dialer', () => {
     await d.start([{ node: 'n1', url: urlOf(sinks[0]!), generation: 2, ackedGeneration: 1 }]);
     await first;
     // the first dial is retired while in flight; its socket closes after the second dial began
-    const failed = next(d, 'state', stateIs('n1', (s) => s.state === 'disconnected'));
+    const failed = next(
+      d,
+      'state',
+      stateIs('n1', (s) => s.state === 'disconnected'),
+    );
     d.setEndpoint('n1', urlOf(sinks[1]!), 2);
     const [, s] = await failed;
     expect(s).toMatchObject({ connected: false, last_error: 'dial_timeout' });
