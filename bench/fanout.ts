@@ -30,6 +30,7 @@ import {
   dist,
   nowMs,
   round,
+  roundDist,
   say,
   sleep,
   tcpTroubles,
@@ -568,16 +569,5 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
       metricSum(m0, 'herald_metadata_fetches_total', 'status="200"'),
     timedOut: w.timedOut,
     tcp: diffCounters(tcp0, tcpTroubles()),
-  };
-}
-
-function roundDist(d: Dist): Dist {
-  return {
-    n: d.n,
-    p50: round(d.p50, 2),
-    p99: round(d.p99, 2),
-    min: round(d.min, 2),
-    max: round(d.max, 2),
-    mean: round(d.mean, 2),
   };
 }

@@ -26,7 +26,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { slot, type BenchPki } from './pki-cache.js';
 import { startAgentProc, startController, stopController, stopProc, tail, type ControllerProc } from './procs.js';
-import { childrenOf, dist, nowMs, procSample, round, say, sleep, waitFor, type Dist } from './util.js';
+import { childrenOf, dist, nowMs, procSample, round, roundDist, say, sleep, waitFor, type Dist } from './util.js';
 
 export interface LatencyResult {
   push: {
@@ -259,8 +259,8 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
       }
       result.push.oneNode = {
         samples: oneHook.length,
-        hookStartMs: rd(dist(oneHook)),
-        completeMs: rd(dist(oneComplete)),
+        hookStartMs: roundDist(dist(oneHook)),
+        completeMs: roundDist(dist(oneComplete)),
         samplesMs: oneHook.map((x) => round(x, 3)),
       };
       say(
@@ -270,9 +270,9 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
       const ok = hookStarts.filter(Number.isFinite);
       result.push.samples = ok.length;
       result.push.samplesMs = ok.map((x) => round(x, 3));
-      result.push.hookStartMs = rd(dist(ok));
-      result.push.patchAnsweredMs = rd(dist(answered));
-      result.push.completeMs = rd(dist(complete));
+      result.push.hookStartMs = roundDist(dist(ok));
+      result.push.patchAnsweredMs = roundDist(dist(answered));
+      result.push.completeMs = roundDist(dist(complete));
       result.push.runs = chunks(ok, 50).map((c) => {
         const d = dist(c);
         return { p50: round(d.p50, 2), p99: round(d.p99, 2), min: round(d.min, 2), max: round(d.max, 2) };
@@ -357,7 +357,7 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
       );
       result.polling2s.agents = pollAgents;
       result.polling2s.samples = pollLat.length;
-      result.polling2s.hookStartMs = rd(dist(pollLat));
+      result.polling2s.hookStartMs = roundDist(dist(pollLat));
       result.polling2s.samplesMs = pollLat.map((x) => round(x, 1));
       result.polling2s.runs = chunks(pollLat, 50).map((c) => {
         const d = dist(c);
@@ -520,17 +520,6 @@ function medianOf(xs: number[]): number {
   if (s.length === 0) return NaN;
   const m = s.length >> 1;
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-}
-
-function rd(d: Dist): Dist {
-  return {
-    n: d.n,
-    p50: round(d.p50, 2),
-    p99: round(d.p99, 2),
-    min: round(d.min, 2),
-    max: round(d.max, 2),
-    mean: round(d.mean, 2),
-  };
 }
 
 function mapRound<T extends Record<string, number>>(o: T): T {

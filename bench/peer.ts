@@ -26,7 +26,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { PeerMetadataServer } from './peer-server.js';
 import { stopProc, tail, track } from './procs.js';
-import { dist, loCounters, median, nowMs, procSample, round, say, sleep, type Dist } from './util.js';
+import { dist, loCounters, median, nowMs, procSample, round, roundDist, say, sleep, type Dist } from './util.js';
 
 export const PEER_PACKAGE = 'python3-os-collect-config';
 const PEER_BIN = 'os-collect-config';
@@ -344,8 +344,8 @@ async function latencyRuns(o: PeerOptions, server: PeerMetadataServer, marks: Ma
   const extra = marks.times.length - 1 - r.idle.commands - n;
   if (extra !== 0) r.problems.push(`the command ran ${extra} more times than there were changes`);
   r.latency.samples = lat.length;
-  r.latency.commandStartMs = rd(dist(lat));
-  r.latency.afterPollMs = rd(dist(after));
+  r.latency.commandStartMs = roundDist(dist(lat), 1);
+  r.latency.afterPollMs = roundDist(dist(after), 1);
   r.latency.samplesMs = lat.map((x) => round(x, 1));
   return after;
 }
@@ -405,16 +405,5 @@ function emptyResult(problems: string[]): PeerResult {
     },
     atDefault: { intervalS: PEER_DEFAULT_INTERVAL_S, p50Ms: NaN, p99Ms: NaN, maxMs: NaN, meanMs: NaN },
     problems,
-  };
-}
-
-function rd(d: Dist): Dist {
-  return {
-    n: d.n,
-    p50: round(d.p50, 1),
-    p99: round(d.p99, 1),
-    min: round(d.min, 1),
-    max: round(d.max, 1),
-    mean: round(d.mean, 1),
   };
 }

@@ -53,6 +53,18 @@ export function dist(xs: readonly number[]): Dist {
   };
 }
 
+/** `d` with every figure rounded to `digits` decimals (for reports). */
+export function roundDist(d: Dist, digits = 2): Dist {
+  return {
+    n: d.n,
+    p50: round(d.p50, digits),
+    p99: round(d.p99, digits),
+    min: round(d.min, digits),
+    max: round(d.max, digits),
+    mean: round(d.mean, digits),
+  };
+}
+
 /**
  * A figure measured in several runs: the median of the runs' values, with the spread of all
  * samples pooled (p50, p99, min, max) and each run's own value kept.
