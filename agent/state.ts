@@ -59,6 +59,8 @@ export class AgentState {
   private data: StateFile;
   private readonly now: () => Date;
   private writing: Promise<void> = Promise.resolve();
+  /** The write that has not started yet, which every change made now joins. */
+  private queued: Promise<void> | null = null;
 
   private constructor(dir: string, data: StateFile, now: () => Date) {
     this.dir = dir;
@@ -189,8 +191,18 @@ export class AgentState {
 
   private save(): Promise<void> {
     // Each write serialises the state as it is when the write starts, so the last write wins with
-    // the latest state; a failed write does not stop later ones.
-    const next = this.writing.catch(() => undefined).then(() => writeFileAtomic(this.file, JSON.stringify(this.data)));
+    // the latest state; a failed write does not stop later ones. Changes made while a write is in
+    // flight share ONE next write (it starts after them, so it holds them all): an item's
+    // finish, the applied generation and the prune that follow it cost one write, not three,
+    // and the next item's start does not queue behind them.
+    if (this.queued !== null) return this.queued;
+    const next = this.writing
+      .catch(() => undefined)
+      .then(() => {
+        this.queued = null; // a change from here on needs a write of its own
+        return writeFileAtomic(this.file, JSON.stringify(this.data));
+      });
+    this.queued = next;
     this.writing = next;
     return next;
   }
