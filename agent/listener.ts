@@ -154,7 +154,10 @@ export class WakeListener extends EventEmitter {
   #closed = false;
   #closing: Promise<void> | null = null;
   readonly #summary: RefusalSummary;
-  readonly #summaryTimer: NodeJS.Timeout;
+  /** Runs only while refusals may be waiting to be logged: an idle agent arms no timer for them. */
+  #summaryTimer: NodeJS.Timeout | null = null;
+  /** When the last refusal before authentication was counted (clock ms). */
+  #lastRefusalAt = 0;
   readonly stats: ListenerStats = {
     pending: 0,
     authenticated: 0,
@@ -195,9 +198,6 @@ export class WakeListener extends EventEmitter {
     this.#lastFetchedGen = opts.lastFetchedGen;
     this.#log = opts.log;
     this.#summary = new RefusalSummary((line) => this.#logSummary(line), this.#o.now, this.#o.refusalLogIntervalMs);
-    // what was counted after a code's line is logged when its interval has passed
-    this.#summaryTimer = setInterval(() => this.#summary.flush(), this.#o.refusalLogIntervalMs);
-    this.#summaryTimer.unref();
 
     this.#server = https.createServer({
       ...tlsServerOptions(this.#material),
@@ -273,7 +273,8 @@ export class WakeListener extends EventEmitter {
   close(): Promise<void> {
     if (this.#closing) return this.#closing;
     this.#closed = true;
-    clearInterval(this.#summaryTimer);
+    if (this.#summaryTimer !== null) clearInterval(this.#summaryTimer);
+    this.#summaryTimer = null;
     this.#summary.flush(true);
     this.#stopWatching();
     this.#material.off('revoked-change', this.#onRevoked);
@@ -576,7 +577,26 @@ export class WakeListener extends EventEmitter {
     this.stats.refusedBeforeAuth++;
     this.stats.refusedBeforeAuthByCode[code] = (this.stats.refusedBeforeAuthByCode[code] ?? 0) + 1;
     this.#summary.record(code, { peer, message });
+    this.#lastRefusalAt = this.#o.now();
+    this.#armSummary();
     this.emit('refused', { code, peer });
+  }
+
+  /**
+   * What was counted after a code's line is logged when its interval has passed: a timer every
+   * interval while refusals come in, stopped by the first flush a whole interval after the
+   * last one (that flush logged everything still counted).
+   */
+  #armSummary(): void {
+    if (this.#summaryTimer !== null || this.#closed) return;
+    this.#summaryTimer = setInterval(() => {
+      this.#summary.flush();
+      if (this.#o.now() - this.#lastRefusalAt >= this.#o.refusalLogIntervalMs && this.#summaryTimer !== null) {
+        clearInterval(this.#summaryTimer);
+        this.#summaryTimer = null;
+      }
+    }, this.#o.refusalLogIntervalMs);
+    this.#summaryTimer.unref();
   }
 
   #logSummary(line: RefusalLine): void {

@@ -9,14 +9,12 @@
  * them). Timers and the clock are handed in, so the schedule is tested with a fake clock.
  */
 import crypto from 'node:crypto';
-import { makeCsr } from '../certs/csr.js';
 import { identityOf } from '../certs/identity.js';
 import type { Logger, PkiMaterial } from '../certs/tls.js';
 import { fullJitterMs } from '../protocol/backoff.js';
 import { renewAtMs, renewalWarnAtMs, type CertificateBundle, type RenewRequest } from '../protocol/enroll.js';
 import { codeOf, isErrorCode, RefusalError } from '../protocol/errors.js';
 import { RENEWAL_BACKOFF_BASE_MS, RENEWAL_BACKOFF_MAX_MS } from '../protocol/limits.js';
-import { installCertificate, newKeyPem } from './enroll.js';
 
 /** Shortest wait between two attempts, so a certificate already past its time is not hammered. */
 const MIN_RETRY_MS = 250;
@@ -137,6 +135,11 @@ export class CertificateRenewer {
     try {
       // one new key per renewal, kept across its retries: an RSA key takes up to seconds on a busy
       // node, and making one per attempt pushed a retry due at the 90 % point past the certificate's end
+      // loaded at the first attempt (months after start): an idle agent does not carry them
+      const [{ installCertificate, newKeyPem }, { makeCsr }] = await Promise.all([
+        import('./enroll.js'),
+        import('../certs/csr.js'),
+      ]);
       this.#pendingKey ??= await (this.#o.newKey ?? newKeyPem)();
       const key = this.#pendingKey;
       const body: RenewRequest = {

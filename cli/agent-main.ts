@@ -6,7 +6,11 @@
 import { Command } from 'commander';
 import { registerAgentCommand } from '../agent/cli.js';
 import { registerAgentEnrollCommand } from '../agent/enroll-cli.js';
+import { applyAgentV8Flags } from '../agent/v8-flags.js';
 import { runCli } from './run-cli.js';
+
+// as `herald agent` does (cli/main.ts, docs/agent-footprint.md)
+if (process.argv[2] === 'agent') applyAgentV8Flags();
 
 const program = new Command('herald-agent')
   .description('Herald agent: listens for signed wake-ups, fetches its signed metadata, runs hooks, signals results')

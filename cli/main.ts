@@ -2,21 +2,40 @@
  * `herald`: one executable for every role. Each command group registers its own options; heavy
  * modules (node-forge, SQLite) load only inside the action that needs them, so `--help`
  * is instant and the agent does not carry the controller's code.
+ *
+ * `herald agent ...` registers only the agent's commands (`agent`, `agent enroll`): the other
+ * groups' modules (the operator CLI's helpers, the demo's, the controller's and the PKI's
+ * command lines) would stay in the memory of an agent that runs for months and never uses
+ * them (docs/agent-footprint.md). Its V8 flags are set here too, before anything else loads.
  */
-import { Command } from 'commander';
-import { registerCertsCommands } from '../certs/cli.js';
-import { registerAgentCommand } from '../agent/cli.js';
-import { registerAgentEnrollCommand } from '../agent/enroll-cli.js';
-import { registerOperatorCommands } from './operator.js';
-import { registerDemoCommand } from './demo.js';
-import { runCli } from './run-cli.js';
-import { registerControllerCommand } from '../controller/cli.js';
+import type { Command } from 'commander';
+import { applyAgentV8Flags } from '../agent/v8-flags.js';
 
-export function buildProgram(): Command {
+/** Every command group, in the order `herald --help` lists them; `only: 'agent'`: the agent's alone. */
+export async function buildProgram(only?: 'agent'): Promise<Command> {
+  const { Command } = await import('commander');
+  const { registerAgentCommand } = await import('../agent/cli.js');
+  const { registerAgentEnrollCommand } = await import('../agent/enroll-cli.js');
   const program = new Command('herald')
     .description('Push, not poll: signed wake-ups for Heat-style software deployments')
     .showHelpAfterError('(add --help for usage)')
     .exitOverride();
+  if (only === 'agent') {
+    registerAgentCommand(program);
+    registerAgentEnrollCommand(program);
+    return program;
+  }
+  const [
+    { registerCertsCommands },
+    { registerControllerCommand },
+    { registerOperatorCommands },
+    { registerDemoCommand },
+  ] = await Promise.all([
+    import('../certs/cli.js'),
+    import('../controller/cli.js'),
+    import('./operator.js'),
+    import('./demo.js'),
+  ]);
   registerCertsCommands(program);
   registerAgentCommand(program);
   registerAgentEnrollCommand(program);
@@ -26,4 +45,7 @@ export function buildProgram(): Command {
   return program;
 }
 
-await runCli(buildProgram());
+const agentOnly = process.argv[2] === 'agent';
+if (agentOnly) applyAgentV8Flags();
+const { runCli } = await import('./run-cli.js');
+await runCli(await buildProgram(agentOnly ? 'agent' : undefined));
