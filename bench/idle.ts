@@ -20,11 +20,16 @@
  * whole interval (30 s) after it opened, and the start-up connections' closes are over by then.
  * Window 2's agents have names no agent ever announced here, so nothing dials them.
  *
- * The agent footprint is measured here too: a real `herald agent` connected to this controller
- * that never gets work, sampled from /proc over window 1 and, in full runs, 90 s more.
+ * This phase only waits most of its time, so main.ts runs windows 1 and 2 in child processes in
+ * network namespaces of their own, beside the fan-out and restart phases.
  *
- * This phase only waits most of its time, so main.ts runs it in a child process in a network
- * namespace of its own, beside the fan-out and restart phases.
+ * The agent footprint is a part of its own (`footprint`), which main.ts runs last and alone, with
+ * nothing else of the benchmark running (in its own namespace too): a real `herald agent`
+ * connected to a controller, that never gets work, left alone for a warm-up after its push
+ * connection (its start-up, the first GCs and V8's idle-time shrinking are over by then), then
+ * sampled from /proc over a window of FOOTPRINT_WINDOW_S (full runs; shorter with --quick). The
+ * window's length, the load average at both ends and how busy the whole machine was in it are
+ * reported with the figures: a figure from a busy machine says so.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -32,7 +37,7 @@ import { metricSum } from './api-client.js';
 import { Fleet } from './fleet.js';
 import { slot, type BenchPki } from './pki-cache.js';
 import { startAgentProc, startController, stopController, stopProc, type ControllerProc } from './procs.js';
-import { loCounters, procSample, round, say, sleep, waitFor } from './util.js';
+import { loadAvg, loCounters, procSample, round, say, sleep, waitFor } from './util.js';
 
 export interface FootprintResult {
   /** A `herald agent` that never got work: RSS at the end of the window (and the most seen). */
@@ -41,6 +46,13 @@ export interface FootprintResult {
   /** CPU seconds per hour while idle, push healthy, from schedstat over `windowS`. */
   freshCpuSPerHour: number;
   windowS: number;
+  /** Seconds between the push connection and the window's start. */
+  warmupS: number;
+  /** /proc/loadavg (1, 5, 15 min) when the window opened and when it closed. */
+  loadAvgStart: number[];
+  loadAvgEnd: number[];
+  /** The whole machine's CPU in the window (/proc/stat, every core), % busy: the agent's, its controller's and anything else's. */
+  machineBusyPct: number;
   pushConnected: boolean;
   /** The latency agent after running its hooks (execa and the hook runner loaded); latency.ts. */
   afterHooksRssKb: number;
@@ -115,8 +127,8 @@ export interface IdleOptions {
   port: number;
   quick: boolean;
   exactLo: boolean;
-  /** `push`: window 1 and the footprint; `poll`: window 2. Each in a namespace of its own. */
-  part: 'push' | 'poll';
+  /** `push`: window 1; `poll`: window 2; `footprint`: the idle agent alone. Each in a namespace of its own. */
+  part: 'push' | 'poll' | 'footprint';
 }
 
 export async function idlePhase(o: IdleOptions): Promise<IdlePart> {
@@ -132,8 +144,9 @@ export async function idlePhase(o: IdleOptions): Promise<IdlePart> {
   const out: IdlePart = { exact: o.exactLo, agents: m, problems };
   const ctl = await startController({ pki: o.pki, dir, port: o.port });
   try {
-    if (!loCounters()) throw new Error('no loopback counters in /proc/net/dev');
-    if (o.part === 'push') await pushWindow(o, ctl, dir, m, w1, out);
+    if (o.part === 'footprint') await footprintWindow(o, ctl, dir, out);
+    else if (!loCounters()) throw new Error('no loopback counters in /proc/net/dev');
+    else if (o.part === 'push') await pushWindow(o, ctl, dir, m, w1, out);
     else await pollWindow(o, ctl, dir, m, w2, out);
   } catch (err) {
     problems.push((err as Error).message);
@@ -144,10 +157,7 @@ export async function idlePhase(o: IdleOptions): Promise<IdlePart> {
   return out;
 }
 
-/** Full runs: the footprint agent is sampled this much longer than the 30 s ping window. */
-const FOOTPRINT_EXTRA_MS = 90_000;
-
-/** Window 1 (push healthy, pings only) and the footprint of a real idle agent. */
+/** Window 1: push healthy, pings only. */
 async function pushWindow(
   o: IdleOptions,
   ctl: ControllerProc,
@@ -157,7 +167,69 @@ async function pushWindow(
   out: IdlePart,
 ): Promise<void> {
   const problems = out.problems;
+  const slots = Array.from({ length: m }, (_, i) => slot('b', i));
+  const a = await Fleet.start({
+    pki: o.pki,
+    slots,
+    controllerUrl: ctl.url,
+    stateRoot: path.join(dir, 'agents'),
+    hook: 'noop',
+    procs: 1,
+  });
+  await waitFor(
+    `${m} agents connected`,
+    async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= m,
+    60_000,
+    200,
+  );
+  await sleep(32_000);
+  const c0 = await a.fleet.counters();
+  const l0 = loCounters()!;
+  await sleep(w1 * 1000);
+  const l1 = loCounters()!;
+  const c1 = await a.fleet.counters();
+  await a.fleet.stop();
+  const pings = c1.pings - c0.pings;
+  const polls1 = c1.polls - c0.polls;
+  if (polls1 !== 0) problems.push(`${polls1} polls fell into the ping window`);
+  if (pings === 0) problems.push('no ping in the ping window');
+  const share = Math.max(1, pings);
+  out.ping = {
+    windowS: w1,
+    bytes: l1.bytes - l0.bytes,
+    packets: l1.packets - l0.packets,
+    pings,
+    polls: polls1,
+    bytesPerPing: round((l1.bytes - l0.bytes) / share, 1),
+    packetsPerPing: round((l1.packets - l0.packets) / share, 2),
+  };
+  say(`idle traffic: ${pings} pings, ${out.ping.bytes} B in ${w1} s → ${out.ping.bytesPerPing} B per ping`);
+}
+
+/** The footprint window (full runs): at least 300 s, so a few pings and V8's idle work average out. */
+const FOOTPRINT_WINDOW_S = 300;
+const FOOTPRINT_WINDOW_QUICK_S = 60;
+/** From the push connection to the window: start-up, its GCs and V8's memory reducer are over. */
+const FOOTPRINT_WARMUP_S = 60;
+const FOOTPRINT_WARMUP_QUICK_S = 30;
+
+/** Busy and total jiffies of the whole machine (/proc/stat's first line). */
+function machineJiffies(): { busy: number; total: number } | null {
+  try {
+    const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    const total = f.reduce((x, y) => x + y, 0);
+    // idle and iowait
+    return { busy: total - f[3]! - (f[4] ?? 0), total };
+  } catch {
+    return null;
+  }
+}
+
+/** A real idle `herald agent`, alone: warm-up after its push connection, then the window. */
+async function footprintWindow(o: IdleOptions, ctl: ControllerProc, dir: string, out: IdlePart): Promise<void> {
   const foot = slot('l', 0);
+  const window = o.quick ? FOOTPRINT_WINDOW_QUICK_S : FOOTPRINT_WINDOW_S;
+  const warmup = o.quick ? FOOTPRINT_WARMUP_QUICK_S : FOOTPRINT_WARMUP_S;
   const footProc = startAgentProc({
     pki: o.pki,
     node: foot.node,
@@ -171,27 +243,18 @@ async function pushWindow(
     freshRssMaxKb: NaN,
     freshCpuSPerHour: NaN,
     windowS: 0,
+    warmupS: warmup,
+    loadAvgStart: [],
+    loadAvgEnd: [],
+    machineBusyPct: NaN,
     pushConnected: false,
     afterHooksRssKb: NaN,
   };
   out.footprint = fp;
-  let foot0: ReturnType<typeof procSample> = null;
-  let tFoot0 = 0;
-  let footDone = false;
-  const footEnd = (): void => {
-    if (footDone) return;
-    footDone = true;
-    clearInterval(sampler);
-    const x = footProc.pid ? procSample(footProc.pid) : null;
-    if (x && foot0) {
-      const w = (Date.now() - tFoot0) / 1000;
-      fp.windowS = round(w, 1);
-      fp.freshRssKb = x.rssKb;
-      fp.freshCpuSPerHour = round((((x.cpuPreciseS ?? x.cpuS) - (foot0.cpuPreciseS ?? foot0.cpuS)) * 3600) / w, 3);
-    }
-  };
+  // the most seen, over the window only: the start-up's peak is not the idle agent's
+  let sampling = false;
   const sampler = setInterval(() => {
-    const x = footProc.pid ? procSample(footProc.pid) : null;
+    const x = sampling && footProc.pid ? procSample(footProc.pid) : null;
     if (x) fp.freshRssMaxKb = Number.isFinite(fp.freshRssMaxKb) ? Math.max(fp.freshRssMaxKb, x.rssKb) : x.rssKb;
   }, 1_000);
   try {
@@ -205,54 +268,30 @@ async function pushWindow(
       100,
     );
     fp.pushConnected = true;
-    const slots = Array.from({ length: m }, (_, i) => slot('b', i));
-    const a = await Fleet.start({
-      pki: o.pki,
-      slots,
-      controllerUrl: ctl.url,
-      stateRoot: path.join(dir, 'agents'),
-      hook: 'noop',
-      procs: 1,
-    });
-    await waitFor(
-      `${m} agents connected`,
-      async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= m + 1,
-      60_000,
-      200,
+    say(`idle footprint: ${warmup} s warm-up, then a ${window} s window with nothing else running`);
+    await sleep(warmup * 1000);
+    const x0 = footProc.pid ? procSample(footProc.pid) : null;
+    const j0 = machineJiffies();
+    const t0 = Date.now();
+    fp.loadAvgStart = loadAvg();
+    sampling = true;
+    await sleep(window * 1000);
+    const x1 = footProc.pid ? procSample(footProc.pid) : null;
+    const j1 = machineJiffies();
+    fp.loadAvgEnd = loadAvg();
+    if (!x0 || !x1) throw new Error('the footprint agent is gone');
+    const w = (Date.now() - t0) / 1000;
+    fp.windowS = round(w, 1);
+    fp.freshRssKb = x1.rssKb;
+    fp.freshRssMaxKb = Math.max(Number.isFinite(fp.freshRssMaxKb) ? fp.freshRssMaxKb : 0, x1.rssKb);
+    fp.freshCpuSPerHour = round((((x1.cpuPreciseS ?? x1.cpuS) - (x0.cpuPreciseS ?? x0.cpuS)) * 3600) / w, 3);
+    if (j0 && j1 && j1.total > j0.total)
+      fp.machineBusyPct = round((100 * (j1.busy - j0.busy)) / (j1.total - j0.total), 1);
+    say(
+      `idle footprint: ${round(fp.freshRssKb / 1024, 1)} MB RSS, ${fp.freshCpuSPerHour} CPU-s per hour over ${fp.windowS} s (load ${fp.loadAvgStart.join(' ')} → ${fp.loadAvgEnd.join(' ')}, machine ${fp.machineBusyPct} % busy)`,
     );
-    await sleep(32_000);
-    // the footprint window is the ping window: its agent's start-up (lazy compilation, the
-    // first GCs) is long over, and it holds exactly one ping
-    foot0 = footProc.pid ? procSample(footProc.pid) : null;
-    tFoot0 = Date.now();
-    const c0 = await a.fleet.counters();
-    const l0 = loCounters()!;
-    await sleep(w1 * 1000);
-    const l1 = loCounters()!;
-    const c1 = await a.fleet.counters();
-    await a.fleet.stop();
-    // the footprint goes on alone for a few more pings (full runs: this child waits for the
-    // fan-out anyway), so the agent's start-up tail weighs less in its CPU per hour
-    if (!o.quick) await sleep(FOOTPRINT_EXTRA_MS);
-    footEnd();
-    // the footprint agent's pings are in the window too: counted as one more agent's share
-    const pings = c1.pings - c0.pings;
-    const polls1 = c1.polls - c0.polls;
-    if (polls1 !== 0) problems.push(`${polls1} polls fell into the ping window`);
-    if (pings === 0) problems.push('no ping in the ping window');
-    const share = Math.max(1, (pings * (m + 1)) / m);
-    out.ping = {
-      windowS: w1,
-      bytes: l1.bytes - l0.bytes,
-      packets: l1.packets - l0.packets,
-      pings,
-      polls: polls1,
-      bytesPerPing: round((l1.bytes - l0.bytes) / share, 1),
-      packetsPerPing: round((l1.packets - l0.packets) / share, 2),
-    };
-    say(`idle traffic: ${pings} pings, ${out.ping.bytes} B in ${w1} s → ${out.ping.bytesPerPing} B per ping`);
   } finally {
-    footEnd();
+    clearInterval(sampler);
     await stopProc(footProc, 'SIGTERM', 5_000);
   }
 }

@@ -199,14 +199,14 @@ async function childMain(args: BenchArgs): Promise<number> {
   const { pki } = await benchPki(path.join(tmp, 'bench-pki'), []);
   const runDir = path.join(tmp, 'bench-run');
   let r: unknown;
-  if (args.child === 'idle-push' || args.child === 'idle-poll') {
+  if (args.child === 'idle-push' || args.child === 'idle-poll' || args.child === 'idle-footprint') {
     r = await idlePhase({
       pki,
       runDir,
       port: 18443,
       quick: args.quick,
       exactLo: true,
-      part: args.child === 'idle-push' ? 'push' : 'poll',
+      part: args.child === 'idle-push' ? 'push' : args.child === 'idle-poll' ? 'poll' : 'footprint',
     });
   } else if (args.child === 'peer') {
     r = await peerPhase({ runDir, quick: args.quick, exactLo: true });
@@ -318,6 +318,8 @@ async function main(): Promise<number> {
   let pollChild: Promise<LatencyResult | null> | null = null;
   let peerChild: Promise<PeerResult | null> | null = null;
   const failedPart = (why: string): IdlePart => ({ exact: false, agents: 0, problems: [why] });
+  /** The latency agent's RSS after its hooks, for the idle footprint's table. */
+  let afterHooksRssKb = Number.NaN;
   let childrenStarted = false;
   // started after the smallest fan-out, whose figures their own start-up would disturb most
   const startChildren = (): void => {
@@ -423,8 +425,16 @@ async function main(): Promise<number> {
       r.result.problems.push(...poll.problems);
     }
     results.latency = r.result;
-    if (results.idle?.footprint) results.idle.footprint.afterHooksRssKb = r.afterHooksRssKb;
+    afterHooksRssKb = r.afterHooksRssKb;
     failures.push(...r.result.problems.map((p) => `latency: ${p}`));
+  }
+  // the idle agent's footprint last and alone, so that nothing else of the benchmark runs in its window
+  if (want('idle') && results.idle) {
+    const f = inNs
+      ? await runChild<IdlePart>(args, runDir, 'idle-footprint', failedPart)
+      : await idlePhase({ pki, runDir, port: port + 3, quick: args.quick, exactLo: false, part: 'footprint' });
+    results.idle.footprint = f.footprint ? { ...f.footprint, afterHooksRssKb } : null;
+    failures.push(...f.problems.map((p) => `idle: ${p}`));
   }
 
   const elapsedS = (Date.now() - t0) / 1000;
