@@ -92,6 +92,8 @@ export interface LatencyOptions {
 }
 
 const HOOK = '#!/bin/sh\n: > "$mark_dir/$mark"\n';
+/** How often the bench looks for COMPLETE: with each change's PATCH, under the operator's rate limit. */
+const COMPLETE_POLL_MS = 15;
 
 export async function latencyPhase(o: LatencyOptions): Promise<{ result: LatencyResult; afterHooksRssKb: number }> {
   const dir = path.join(o.runDir, `latency-${o.part}`);
@@ -465,7 +467,8 @@ async function waitComplete(ctl: ControllerProc, id: string, revision: number, m
       return r.status === 200 && r.json?.revision === revision && r.json?.status === 'COMPLETE';
     },
     ms,
-    2,
+    // the operator's own API rate limit (API_RATE_PER_S) counts these GETs and the PATCHes
+    COMPLETE_POLL_MS,
   );
 }
 

@@ -270,7 +270,7 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
       `to be signalled COMPLETE. Push, rotated: ${l.push.samples} changes, round-robin over ${l.push.agents} agents, a short random pause between them. Push, one node:`,
     );
     p(
-      `${l.push.oneNode?.samples ?? 0} changes back to back to one node, each sent the moment the previous is COMPLETE (a fetch answering a wake-up is never rate-limited). Polling: ${l.polling2s.samples} changes over ${l.polling2s.agents} agents polling every 2 s whose`,
+      `${l.push.oneNode?.samples ?? 0} changes back to back to one node, each sent as soon as the bench sees the previous one COMPLETE (it looks every 15 ms; a fetch answering a wake-up is never rate-limited). Polling: ${l.polling2s.samples} changes over ${l.polling2s.agents} agents polling every 2 s whose`,
     );
     p("announced endpoint has no listener (push off). 30 s and 120 s: computed (the only computed rows): the poller's");
     p('±10 % jittered interval, a change at a uniformly random moment, plus the measured push-path cost.');
