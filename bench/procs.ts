@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { OperatorClient } from './api-client.js';
 import type { BenchPki } from './pki-cache.js';
 import { say, sleep, waitFor } from './util.js';
+import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** The CLI entry of this build: `dist/cli/main.js` beside `dist/bench/`. */
@@ -106,7 +107,9 @@ export async function startController(a: ControllerArgs): Promise<ControllerProc
     ...(a.extra ?? []),
   ];
   const spawnedAt = Date.now();
-  const proc = track(spawn(process.execPath, [...(a.nodeArgs ?? []), ...args], { stdio: ['ignore', fd, fd] }));
+  const proc = track(
+    spawn(process.execPath, [...HERALD_NODE_FLAGS, ...(a.nodeArgs ?? []), ...args], { stdio: ['ignore', fd, fd] }),
+  );
   fs.closeSync(fd);
   const op = new OperatorClient(a.pki.operator, '127.0.0.1', a.port, 64);
   try {
@@ -173,7 +176,9 @@ export function startAgentProc(a: AgentProcArgs): ChildProcess {
     a.stateDir,
     ...(a.extra ?? []),
   ];
-  const c = track(spawn(process.execPath, [...(a.nodeArgs ?? []), ...args], { stdio: ['ignore', fd, fd] }));
+  const c = track(
+    spawn(process.execPath, [...HERALD_NODE_FLAGS, ...(a.nodeArgs ?? []), ...args], { stdio: ['ignore', fd, fd] }),
+  );
   fs.closeSync(fd);
   return c;
 }

@@ -12,6 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isLiveState, parseProcStat } from '../protocol/proc-stat.js';
 import { formatMs } from './operator-format.js';
+import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
 
 /** How long a stopped child may take before it is killed. */
 const STOP_GRACE_MS = 3_000;
@@ -146,7 +147,7 @@ export class DemoSupervisor {
     const log = path.join(this.#root, 'logs', `${name}.log`);
     fs.mkdirSync(path.dirname(log), { recursive: true });
     const fd = fs.openSync(log, 'a');
-    const proc = spawn(process.execPath, [heraldBin(), ...args], {
+    const proc = spawn(process.execPath, [...HERALD_NODE_FLAGS, heraldBin(), ...args], {
       detached: true,
       stdio: ['ignore', fd, fd],
       env: this.env,

@@ -10,6 +10,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isLiveState, parseProcStat, type ProcStat } from '../../protocol/proc-stat.js';
+import { HERALD_NODE_FLAGS } from '../../protocol/node-flags.js';
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const HERALD = path.join(REPO, 'bin', 'herald');
@@ -34,7 +35,7 @@ const live = new Set<Proc>();
 export function startHerald(name: string, args: string[], workDir: string, env: NodeJS.ProcessEnv = {}): Proc {
   const logFile = path.join(workDir, `${name}.log`);
   const fd = fs.openSync(logFile, 'a');
-  const child = spawn(process.execPath, [HERALD, ...args], {
+  const child = spawn(process.execPath, [...HERALD_NODE_FLAGS, HERALD, ...args], {
     cwd: REPO,
     detached: true,
     stdio: ['ignore', fd, fd],
