@@ -191,20 +191,20 @@ export function findings(r: BenchResults): string[] {
       p(
         `The idle agent holds ${f(fp.freshRssKb / 1024)} MB RSS (goal 52 MB) and spent ${f(fp.freshCpuSPerHour, 2)} CPU-s per hour (goal 0.5). The RSS is Node`,
       );
-      p(
-        'plus what the idle agent loads (TLS, ws, pino, the state); the hook runner and execa load only with the first',
-      );
+      p('plus what the idle agent loads (TLS, ws, pino, the state); the hook runner loads only with the first');
       p(
         `hook (the latency agent after its hooks: ${f(fp.afterHooksRssKb / 1024)} MB). The CPU figure is a ${f(fp.windowS, 0)} s sample of all the agent's threads`,
       );
-      p("(V8's helper threads included), from ~60 s after its start, while the fan-out runs beside it on the same two");
       p(
-        'cores. In that time Herald answers a ping every 30 s and runs no other timer; per-thread schedstat of an idle',
+        `(V8's helper threads included), ${f(fp.warmupS, 0)} s after its push connection, with nothing else of the benchmark running. An idle`,
       );
-      p("agent shows the main thread alone busy (the ping, the wake-up log line, V8's idle-time GC of the start-up");
-      p('garbage). What would lower it: a longer warm-up before sampling and a quiet machine (the goal is about a');
-      p('steady state), and fewer start-up allocations (lazy loading of what the idle path does not use, as the hook');
-      p('runner already is).', '');
+      p(
+        'agent answers a ping every 30 s and polls every 600 s; it runs without TurboFan (`--no-opt`, which it sets itself) and',
+      );
+      p(
+        'loads neither the hook runner, enrolment, node-forge nor the other commands until they are needed: `docs/agent-footprint.md`.',
+        '',
+      );
     }
   }
 

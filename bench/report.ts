@@ -477,10 +477,15 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p('## Agent footprint');
     p();
     p(
-      `A real \`herald agent\` that never got work, push connected (${fp.pushConnected ? 'yes' : 'no'}), sampled from \`/proc\` over ${fp.windowS} s, from the`,
+      `A real \`herald agent\` (as \`bin/herald\` starts it) that never got work, push connected (${fp.pushConnected ? 'yes' : 'no'}), with its controller alone in the`,
     );
-    p('30 s ping window on (it started more than 30 s before; in full runs the sample goes on alone after the window,');
-    p("while the fan-out runs beside it). CPU from the threads' schedstat, ns resolution; RSS from VmRSS.");
+    p(
+      `benchmark's last part (nothing else of the benchmark running): ${fmt(fp.warmupS, 0)} s after its push connection opened, sampled from \`/proc\` over ${fmt(fp.windowS, 0)} s.`,
+    );
+    p(
+      `Load average at the window's start ${fp.loadAvgStart?.join(' ') ?? 'n/a'}, at its end ${fp.loadAvgEnd?.join(' ') ?? 'n/a'}; the whole machine was ${fmt(fp.machineBusyPct, 1)} % busy in it.`,
+    );
+    p("CPU from the threads' schedstat, ns resolution; RSS from VmRSS.");
     p();
     p('| | RSS | CPU |');
     p('|---|---|---|');
@@ -490,7 +495,11 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p(
       `| the latency agent after ${r.latency?.push.samples ?? '?'} hook runs | ${fmt(fp.afterHooksRssKb / 1024)} MB | |`,
     );
-    p('| os-collect-config (issue 7) | 51.8 MB | 0.6 s per hour at 30 s |');
+    if (r.peer?.idle)
+      p(
+        `| os-collect-config (this run, polling every 30 s) | ${fmt(r.peer.idle.rssKb / 1024)} MB | ${fmt(r.peer.perHour.atDefault.cpuS, 2)} s per hour |`,
+      );
+    else p('| os-collect-config (issue 7) | 51.8 MB | 0.6 s per hour at 30 s |');
     p();
   }
   if (r.peer) L.push(...peerMarkdown(r));
