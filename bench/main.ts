@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000]`
+ * `npm run bench [-- --quick] [--only latency,fanout,restart,idle,peer] [--n 100,1000]`
  * `npm run bench -- --soak [minutes]`, `npm run bench -- --controllers [store,fanout,failover]`
  *
  * Herald's benchmark suite (issue 7): push against polling, fan-out to 10,000 agents, idle
@@ -59,7 +59,7 @@ export interface BenchArgs {
   controllerNs: number[];
   /** --failover-ns: the N of the kill -9 of one controller of three (default 300,3000). */
   failoverNs: number[];
-  /** --peer: os-collect-config beside Herald in the same run (alone, or with the --only phases). */
+  /** --peer: os-collect-config beside Herald in the same run (beside every phase, or the --only ones; `--only peer`: alone). */
   peer: boolean;
 }
 
@@ -123,7 +123,12 @@ function parseArgs(argv: string[]): BenchArgs {
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);
   }
-  if (a.peer && a.only === null) a.only = new Set();
+  // --peer runs os-collect-config beside whatever else runs (every phase, unless --only);
+  // `--only peer` runs it alone
+  if (a.only !== null) {
+    if (a.only.has('peer')) a.peer = true;
+    a.only.delete('peer');
+  }
   return a;
 }
 

@@ -533,8 +533,8 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   p("- `--render BENCHMARKS.json` rewrites BENCHMARKS.md from a stored run's raw figures, measuring nothing.");
   p("- `--peer`: os-collect-config (Debian's `python3-os-collect-config`, apt-get installs it when missing, as root)");
   p("  runs unmodified, polling a Heat-shaped metadata server of the bench's own, and goes beside Herald in");
-  p('  "Herald beside os-collect-config": alone, or with the phases `--only` names (`--peer --only latency,idle');
-  p('  --quick`, about 1.5 min).');
+  p('  "Herald beside os-collect-config", beside every phase of the run or those `--only` names (`--only peer`');
+  p('  runs it alone, about 1.5 min).');
   p('- `--soak [minutes]` and `--controllers [store,fanout,failover]` (several controllers on a throwaway PostgreSQL:');
   p('  `--controller-ns 1000,5000`, `--failover-ns 300,3000`) run alone and replace only their own sections below.');
   p('- A latency is reported as p50/p99/min/max over its samples; a fan-out time is the median over the runs, each');
