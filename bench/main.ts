@@ -118,7 +118,7 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--peer') a.peer = true;
     else if (v === '--help' || v === '-h') {
       process.stdout.write(
-        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer]\n',
+        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle,peer] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer]\n',
       );
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);
