@@ -228,8 +228,8 @@ export function findings(r: BenchResults): string[] {
     );
     p("this machine's two cores: each `spawn` costs its Node process a fork of its whole address space (finding 1),");
     p('here in harness processes holding ten agents each. On 100 machines they would run in parallel. It came down');
-    p('from 5.2 s with the changes of finding 1 (fewer fsyncs between items, no thread-pool round trips before the');
-    p('spawn) and the agents without TurboFan (`docs/agent-footprint.md`).', '');
+    p('from 5.2 s (a run of 2026-11-30 on a busier machine) with the changes of finding 1: one state write, not');
+    p('three, between an item and the next, and no thread-pool round trips before the spawn.', '');
   }
 
   p('## Product changes made for this benchmark', '');
