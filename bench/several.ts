@@ -22,7 +22,7 @@
 import { metricSum } from './api-client.js';
 import type { FirstWake } from './harness.js';
 import { CONTROLLER_NAMES, type DbCounters, type SeveralBed } from './several-bed.js';
-import { dist, nowMs, round, say, sleep, type Dist } from './util.js';
+import { dist, nowMs, round, roundDist, say, sleep, type Dist } from './util.js';
 
 /** Idle window before each fan-out run: the database's background commits per second. */
 const BACKGROUND_WINDOW_MS = 4_000;
@@ -118,17 +118,6 @@ export interface SeveralOptions {
 
 const sum = (m: Map<string, number>): number => [...m.values()].reduce((a, b) => a + b, 0);
 
-function roundDist(d: Dist, digits = 1): Dist {
-  return {
-    n: d.n,
-    p50: round(d.p50, digits),
-    p99: round(d.p99, digits),
-    min: round(d.min, digits),
-    max: round(d.max, digits),
-    mean: round(d.mean, digits),
-  };
-}
-
 /** The database's commits per second over an idle window (nothing changing, hooks held). */
 async function background(bed: SeveralBed): Promise<{ commitsPerS: number; writeTxPerS: number }> {
   const a = await bed.dbCounters();
@@ -203,8 +192,8 @@ async function fanoutRun(bed: SeveralBed, n: number, run: number, problems: stri
     firstAckedMs: round(dist(acks.map((t) => t - t0)).min, 1),
     allAckedMs: round(dist(acks.map((t) => t - t0)).max, 1),
     allFetchedMs: round(dist(fetches.map((t) => t - t0)).max, 1),
-    ackMs: roundDist(dist(acks.map((t) => t - t0))),
-    fetchMs: roundDist(dist(fetches.map((t) => t - t0))),
+    ackMs: roundDist(dist(acks.map((t) => t - t0)), 1),
+    fetchMs: roundDist(dist(fetches.map((t) => t - t0)), 1),
     acked: acks.length,
     fetched: fetches.length,
     fetchedByPoll: reports.filter((x) => x.fetchWasPoll).length,
