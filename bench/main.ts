@@ -263,6 +263,9 @@ async function main(): Promise<number> {
       return 1;
     }
   }
+  // one benchmark at a time: each clears tmp/bench-run, which a running one still uses (taken in
+  // the host's namespaces, before the re-run in private ones, where the other run's pid is invisible)
+  if (process.env.HERALD_BENCH_NS !== '1' && !takeBenchLock(path.join(ROOT, 'tmp', 'bench.lock'))) return 1;
   if (maybeEnterNamespace(args)) return -1;
   const inNs = process.env.HERALD_BENCH_NS === '1';
   if (args.controllers !== null)
@@ -509,4 +512,42 @@ async function soakMain(
     `soak: ${r.changesAnswered} changes; growth controller ${r.growthPct.controllerMain} %, workers ${r.growthPct.pushWorkers} %, agents ${r.growthPct.agentsMax} %; converged ${r.converged}`,
   );
   return r.converged && r.problems.length === 0 ? 0 : 1;
+}
+
+/**
+ * Takes `file` for this process (its pid inside), or says which benchmark holds it and returns
+ * false. A lock whose process is gone is taken over. Released when this process exits.
+ */
+function takeBenchLock(file: string): boolean {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      fs.writeFileSync(file, String(process.pid), { flag: 'wx' });
+      process.once('exit', () => {
+        try {
+          if (fs.readFileSync(file, 'utf8') === String(process.pid)) fs.rmSync(file, { force: true });
+        } catch {
+          // gone already
+        }
+      });
+      return true;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const holder = Number(fs.readFileSync(file, 'utf8'));
+    let alive = false;
+    try {
+      alive = Number.isSafeInteger(holder) && holder > 0 && process.kill(holder, 0);
+    } catch {
+      alive = false;
+    }
+    if (alive) {
+      process.stderr.write(
+        `bench: another benchmark (pid ${holder}) is running and uses tmp/bench-run; wait for it, or stop it (${file})\n`,
+      );
+      return false;
+    }
+    fs.rmSync(file, { force: true }); // its process is gone: take it over
+  }
+  return false;
 }
