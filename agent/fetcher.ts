@@ -143,6 +143,9 @@ export class Fetcher {
     this.#agent = new HttpsAgentHolder(opts.material, opts.controllerSpiffeId, {
       keepAlive: true,
       maxSockets: AGENT_API_MAX_CONNECTIONS,
+      // a restarted controller resumes its agents' sessions instead of a full handshake each
+      // (issue 16); a resumed socket keeps the identity its full handshake checked (certs/tls.ts)
+      resumeSessions: true,
     });
     this.#keys = keySetOf(opts.material);
     this.#timeoutMs = opts.requestTimeoutMs ?? API_REQUEST_TIMEOUT_MS;

@@ -6,6 +6,8 @@
  * <pki>/wake-signing.jwk                the first controller's (`controller`) Ed25519 signing key (0600)
  * <pki>/wake-signing.jwks               public JWKS that agents trust; each key names its controller
  * <pki>/controller/<name>.jwk           the signing key of every other controller (0600, SPEC §7)
+ * <pki>/controller/<name>.tls-ticket-key the controller's own TLS session-ticket key (0600, made and
+ *                                       rotated by that controller; never bundled, never shared)
  * <pki>/revoked.json                    {"serials":[..],"kids":[..]}
  * <pki>/pki.json                        {"trustDomain":".."} (CA host only; Herald's own addition)
  * <pki>/<role>/<name>.crt  .key         role: controller | agent | operator
@@ -34,6 +36,11 @@ export interface PkiPaths {
   key(role: CertDir, name: string): string;
   /** `<dir>/controller/<name>.jwk`: the private signing key of controller `name` (SPEC §7). */
   controllerJwk(name: string): string;
+  /**
+   * `<dir>/controller/<name>.tls-ticket-key`: the API's TLS session-ticket key of controller
+   * `name` (certs/ticket-key.ts). Not `.key`: a controller named `<name>.tls-ticket` would own it.
+   */
+  ticketKey(name: string): string;
 }
 
 /** The controller that keeps `wake-signing.jwk` (the one `certs init` makes). */
@@ -53,6 +60,7 @@ export function pkiPaths(dir: string): PkiPaths {
     cert: (role, name) => path.join(dir, role, `${name}.crt`),
     key: (role, name) => path.join(dir, role, `${name}.key`),
     controllerJwk: (name) => path.join(dir, 'controller', `${name}.jwk`),
+    ticketKey: (name) => path.join(dir, 'controller', `${name}.tls-ticket-key`),
   };
 }
 

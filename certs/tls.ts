@@ -20,6 +20,7 @@ import { acceptsController, describeControllerIds, type ControllerIds, type Role
 import { checkChain, leafRoleAllowed, MAX_REMEMBERED_ISSUERS, presentedAbove } from './chain.js';
 import { identityOf, normalizeSerial, type CertIdentity } from './identity.js';
 import { parseRevoked } from './revoked.js';
+import { TlsSessionStore, type SessionPeer } from './session-store.js';
 import { tlsCodeOf } from './tls-codes.js';
 
 /** Quiet time after the last file event before the material is re-read. */
@@ -411,11 +412,26 @@ export function tlsServerOptions(material: PkiMaterial): HeraldServerTlsOptions 
 }
 
 /**
- * Keeps `server` on the current certificate: a renewed certificate, key or CA is taken by new
- * connections without a restart. Returns a function that stops following.
+ * The TLS session id context of a server that is `spiffeId` (at most 32 bytes): sessions made
+ * with that server resume with it alone, and across its restarts (Node's default context is a
+ * hash of the process's argv).
  */
-export function watchServer(server: tls.Server, material: PkiMaterial): () => void {
-  const onChange = (): void => server.setSecureContext(tlsServerOptions(material));
+export function sessionIdContextOf(spiffeId: string): string {
+  return crypto.createHash('sha256').update(`herald-session:${spiffeId}`).digest('hex').slice(0, 32);
+}
+
+/**
+ * Keeps `server` on the current certificate: a renewed certificate, key or CA is taken by new
+ * connections without a restart. `extra` gives options to set with each new context (the API's
+ * `ticketKeys`, `sessionTimeout`, `sessionIdContext`: a new context would otherwise fall back
+ * to the ones the server was made with). Returns a function that stops following.
+ */
+export function watchServer(
+  server: tls.Server,
+  material: PkiMaterial,
+  extra: () => tls.SecureContextOptions = () => ({}),
+): () => void {
+  const onChange = (): void => server.setSecureContext({ ...tlsServerOptions(material), ...extra() });
   material.on('tls-change', onChange);
   return () => material.off('tls-change', onChange);
 }
@@ -539,10 +555,12 @@ export function describeExpectedServer(expected: ExpectedServer): string {
  * Options for `tls.connect`, `https.request` or a `ws` client dialling `expectedSpiffeId`.
  * The hostname is ignored: the server must present exactly that SPIFFE id (else `wrong_peer`),
  * a valid identity with its role's EKUs, and an unrevoked serial, all checked before a byte is
- * sent. Do not resume TLS sessions with these options: Node skips `checkServerIdentity` on a
- * resumed session and a resumed client session does not even show the server's certificate
- * (measured on Node 20), so revocation could not be re-checked. `httpsAgentFor` turns its
- * session cache off; `ws` and a plain `tls.connect` without `session` do not resume.
+ * sent. Do not resume TLS sessions with these options alone: Node skips `checkServerIdentity`
+ * on a resumed session and a resumed client session does not even show the server's
+ * certificate (measured on Node 20), so revocation could not be re-checked. `httpsAgentFor`
+ * turns Node's session cache off and resumes only through a `TlsSessionStore`
+ * (certs/session-store.ts), whose sessions carry what their full handshake checked; `ws` and a
+ * plain `tls.connect` without `session` do not resume.
  */
 export function tlsClientOptions(material: PkiMaterial, expectedSpiffeId: ExpectedServer): HeraldClientTlsOptions {
   const m = material.current();
@@ -637,8 +655,9 @@ export function revokedSerialOf(
 /**
  * Checks a connected client socket's server with `authorizeCertificate` rules (current CA,
  * dates, revocation) and the expected id, e.g. for a long-lived connection after
- * 'revoked-change'. Undefined when fine. A resumed session is refused: its certificate is not
- * visible on the client.
+ * 'revoked-change'. Undefined when fine. A resumed session shows no certificate on the client:
+ * it is checked against the peer its `TlsSessionStore` entry recorded in the full handshake
+ * (serials unrevoked now, notAfter not passed, the expected id), and refused when it has none.
  */
 export function checkServerSocket(
   socket: tls.TLSSocket,
@@ -647,6 +666,8 @@ export function checkServerSocket(
 ): RefusalError | undefined {
   if (socket.getProtocol() !== 'TLSv1.3')
     return new RefusalError('tls_version', 'the server did not negotiate TLSv1.3');
+  const resumed = socket.isSessionReused() ? sessionPeers.get(socket) : undefined;
+  if (resumed !== undefined) return checkSessionPeer(resumed, material, expectedSpiffeId);
   const x = socket.getPeerX509Certificate();
   if (!x) {
     const why = socket.isSessionReused()
@@ -679,18 +700,47 @@ export function refusalCodeOf(err: unknown): ErrorCode | undefined {
   return typeof code === 'string' ? tlsCodeOf(code) : undefined;
 }
 
+/** Why a session peer may not be resumed with now, or undefined when it may. */
+function checkSessionPeer(
+  peer: SessionPeer,
+  material: PkiMaterial,
+  expected: ExpectedServer,
+  now = Date.now(),
+): RefusalError | undefined {
+  const revoked = material.current().revokedSerials;
+  const serial = peer.serials.find((s) => revoked.has(s));
+  if (serial !== undefined) return new RefusalError('revoked', `the server's serial ${serial} is revoked`);
+  if (now >= peer.notAfterMs)
+    return new RefusalError(
+      'certificate_expired',
+      `the server certificate expired at ${new Date(peer.notAfterMs).toISOString()}`,
+    );
+  if (!isExpectedServer(expected, peer))
+    return new RefusalError(
+      'wrong_peer',
+      `the server is ${peer.spiffeId}, not ${describeExpectedServer(expected)}`.slice(0, 600),
+    );
+  return undefined;
+}
+
 export interface HttpsAgentOptions {
   keepAlive?: boolean;
   maxSockets?: number;
   /** Idle keep-alive socket timeout. */
   timeoutMs?: number;
+  /**
+   * Resume TLS sessions through this store (the agent's API client). Without it, no session is
+   * ever resumed.
+   */
+  sessions?: TlsSessionStore | undefined;
 }
 
 /**
- * An https.Agent that dials only `expectedSpiffeId` (tlsClientOptions), with keep-alive and
- * without TLS session resumption, so every new connection checks the server's identity and
- * revocation (see tlsClientOptions). One agent per expected id. Rebuild it on 'tls-change'
- * (`HttpsAgentHolder` does).
+ * An https.Agent that dials only `expectedSpiffeId` (tlsClientOptions), with keep-alive. Node's
+ * own session cache is off (`maxCachedSessions: 0`): without `opts.sessions` every new
+ * connection is a full handshake that checks the server's identity and revocation. With it,
+ * a new connection offers the store's session for its host:port (see `resumingConnection`).
+ * One agent per expected id. Rebuild it on 'tls-change' (`HttpsAgentHolder` does).
  */
 export function httpsAgentFor(
   material: PkiMaterial,
@@ -698,7 +748,7 @@ export function httpsAgentFor(
   opts: HttpsAgentOptions = {},
 ): https.Agent {
   const base = tlsClientOptions(material, expectedSpiffeId);
-  return new https.Agent({
+  const agent = new https.Agent({
     ...base,
     // one context for all of this agent's connections: without it every new connection parses
     // the key and certificates into a context of its own (~1-4 ms of CPU each; measured by
@@ -719,6 +769,91 @@ export function httpsAgentFor(
     maxCachedSessions: 0,
     ...(opts.timeoutMs !== undefined ? { timeout: opts.timeoutMs } : {}),
   });
+  const sessions = opts.sessions;
+  if (sessions !== undefined) {
+    agent.createConnection = (options) =>
+      resumingConnection(options as tls.ConnectionOptions, sessions, material, expectedSpiffeId);
+  }
+  return agent;
+}
+
+/**
+ * `tls.connect(options)` that offers `sessions`' entry for options' host:port and keeps the
+ * sessions it is given:
+ * - a full handshake got here only through `checkServerIdentity` (tlsClientOptions, with
+ *   `rejectUnauthorized`), so its server's identity, serials and notAfter are read from the
+ *   certificate it presented and recorded with each ticket;
+ * - a resumed one inherits the peer of the session it offered (Node shows no certificate);
+ * - tickets that arrive before that is known wait for it; a connection that fails after
+ *   offering a session drops it.
+ * Either way the socket's peer is recorded for `serverIdentityOf` and `checkServerSocket`.
+ */
+function resumingConnection(
+  options: tls.ConnectionOptions,
+  sessions: TlsSessionStore,
+  material: PkiMaterial,
+  expected: ExpectedServer,
+): tls.TLSSocket {
+  const key = `${options.host ?? 'localhost'}:${options.port ?? 443}`;
+  const epoch = sessions.epoch;
+  const offered = sessions.offer(key, expected);
+  const socket = tls.connect(offered ? { ...options, session: offered.session } : options);
+  let peer: SessionPeer | undefined;
+  const early: Buffer[] = [];
+  socket.on('session', (session: Buffer) => {
+    if (peer) sessions.save(key, peer, session, epoch);
+    else early.push(session);
+  });
+  socket.once('secureConnect', () => {
+    if (socket.isSessionReused()) {
+      if (offered === undefined) {
+        socket.destroy(new RefusalError('untrusted_certificate', 'the server resumed a session that was not offered'));
+        return;
+      }
+      peer = offered;
+    } else {
+      peer = sessionPeerOfCertificate(socket.getPeerCertificate(true), material);
+      if (peer === undefined) return;
+    }
+    sessionPeers.set(socket, peer);
+    peerIdentities.set(socket, { trustDomain: material.current().trustDomain, spiffeId: peer.spiffeId });
+    for (const s of early.splice(0)) sessions.save(key, peer, s, epoch);
+  });
+  if (offered) socket.once('close', (hadError) => hadError && sessions.delete(key));
+  return socket;
+}
+
+/** The peer record of a server certificate that passed `checkServerCertificate`. */
+function sessionPeerOfCertificate(cert: tls.DetailedPeerCertificate, material: PkiMaterial): SessionPeer | undefined {
+  const leaf = toX509OrUndefined(cert);
+  if (leaf === undefined) return undefined;
+  let id: CertIdentity;
+  try {
+    id = identityOf(leaf, material.current().trustDomain);
+  } catch {
+    return undefined;
+  }
+  const notAfterMs = Date.parse(leaf.validTo);
+  if (!Number.isFinite(notAfterMs)) return undefined;
+  return { spiffeId: id.spiffeId, role: id.role, name: id.name, serials: chainSerialsOf(cert, material), notAfterMs };
+}
+
+/**
+ * The peer a connection of `resumingConnection` talks to: from its full handshake, or from the
+ * session it resumed. Undefined for any other socket.
+ */
+export function sessionPeerOf(socket: tls.TLSSocket): SessionPeer | undefined {
+  return sessionPeers.get(socket);
+}
+
+const sessionPeers = new WeakMap<tls.TLSSocket, SessionPeer>();
+
+export interface HttpsAgentHolderOptions extends Omit<HttpsAgentOptions, 'sessions'> {
+  /**
+   * Resume TLS sessions with the servers dialled, through a `TlsSessionStore` of the holder's
+   * own, dropped whole on 'tls-change' and 'revoked-change' (default false).
+   */
+  resumeSessions?: boolean;
 }
 
 /**
@@ -730,24 +865,34 @@ export class HttpsAgentHolder {
   #material: PkiMaterial;
   #expected: ExpectedServer;
   #opts: HttpsAgentOptions;
+  /** The sessions of `resumeSessions`. */
+  readonly sessions: TlsSessionStore | undefined;
   #onChange = (): void => this.rebuild();
+  #onRevoked = (): void => this.sessions?.clear();
   #closed = false;
 
-  constructor(material: PkiMaterial, expectedSpiffeId: ExpectedServer, opts: HttpsAgentOptions = {}) {
+  constructor(material: PkiMaterial, expectedSpiffeId: ExpectedServer, opts: HttpsAgentHolderOptions = {}) {
+    const { resumeSessions, ...agentOpts } = opts;
     this.#material = material;
     this.#expected = expectedSpiffeId;
-    this.#opts = opts;
-    this.#agent = httpsAgentFor(material, expectedSpiffeId, opts);
+    this.sessions = resumeSessions ? new TlsSessionStore(material) : undefined;
+    this.#opts = { ...agentOpts, sessions: this.sessions };
+    this.#agent = httpsAgentFor(material, expectedSpiffeId, this.#opts);
     material.on('tls-change', this.#onChange);
+    material.on('revoked-change', this.#onRevoked);
   }
 
   get agent(): https.Agent {
     return this.#agent;
   }
 
-  /** Replaces the agent now (also done on 'tls-change'). */
+  /**
+   * Replaces the agent now (also done on 'tls-change'), and forgets every session: one made with
+   * our old certificate would present it again.
+   */
   rebuild(): void {
     if (this.#closed) return;
+    this.sessions?.clear();
     const old = this.#agent;
     this.#agent = httpsAgentFor(this.#material, this.#expected, this.#opts);
     retire(old);
@@ -757,13 +902,17 @@ export class HttpsAgentHolder {
     if (this.#closed) return;
     this.#closed = true;
     this.#material.off('tls-change', this.#onChange);
+    this.#material.off('revoked-change', this.#onRevoked);
+    this.sessions?.clear();
     this.#agent.destroy();
   }
 }
 
 /**
  * The SPIFFE id of the server a connected client socket talks to (one that `tlsClientOptions`
- * checked), or undefined when it shows no certificate or none that reads as an identity.
+ * checked), or undefined when it shows no certificate or none that reads as an identity. A
+ * socket that resumed through a `TlsSessionStore` answers with the identity its session was
+ * made with (a resumed client socket shows no certificate); one that resumed otherwise has none.
  */
 export function serverIdentityOf(socket: tls.TLSSocket, material: PkiMaterial): string | undefined {
   const trustDomain = material.current().trustDomain;

@@ -15,12 +15,14 @@ import type { Logger } from 'pino';
 import {
   authorizePeer,
   revokedSerialOf,
+  sessionIdContextOf,
   tlsServerOptions,
   watchServer,
   type AuthorizeResult,
   type PkiMaterial,
 } from '../certs/tls.js';
 import type { CertIdentity } from '../certs/identity.js';
+import type { TicketKey } from '../certs/ticket-key.js';
 import { ERROR_CODES, HeraldError, type ErrorCode } from '../protocol/errors.js';
 import { ROLES } from '../protocol/identity.js';
 import type { Signer } from '../protocol/jws.js';
@@ -53,6 +55,7 @@ import {
   SIGNAL_RATE_BURST,
   SIGNAL_RATE_PER_S,
   SSE_HEARTBEAT_INTERVAL_MS,
+  TLS_SESSION_LIFETIME_S,
 } from '../protocol/limits.js';
 import { RefusalSummary } from '../protocol/refusal-summary.js';
 import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../protocol/metadata.js';
@@ -130,6 +133,11 @@ export interface ApiServerOptions {
   bodyLimits?: { requestBytes?: number; signalBytes?: number };
   /** Join tokens, `POST /v1/enroll` and renewal (SPEC §9); absent: those routes answer `enrollment_disabled`. */
   enrollment?: Enrollment | undefined;
+  /**
+   * The TLS session-ticket key (certs/ticket-key.ts), so tickets survive a restart; followed
+   * when it rotates. Absent: Node's random per-process key.
+   */
+  ticketKey?: TicketKey | undefined;
 }
 
 /** The one route served without a client certificate (SPEC §9). */
@@ -173,6 +181,7 @@ export class ApiServer {
   #unwatch: () => void;
   #onRevoked: () => void;
   #onTls: () => void;
+  #onTicketKey: (key: Buffer) => void;
   #closing: Promise<void> | undefined;
 
   constructor(o: ApiServerOptions) {
@@ -199,8 +208,17 @@ export class ApiServer {
     );
     this.#summaryTimer = setInterval(() => this.#summary.flush(), REFUSAL_LOG_INTERVAL_MS);
     this.#summaryTimer.unref();
+    // session resumption (issue 16): tickets live TLS_SESSION_LIFETIME_S, no longer than their
+    // key, and are bound to this controller's API by the session id context (Node's default is
+    // a hash of argv, so a restart with other flags would resume nothing); every resumed
+    // connection is authorized again like a full one (`authorizePeer`)
+    const resumption = (): tls.SecureContextOptions => ({
+      sessionTimeout: TLS_SESSION_LIFETIME_S,
+      sessionIdContext: sessionIdContextOf(this.#controllerId),
+      ...(o.ticketKey ? { ticketKeys: o.ticketKey.current() } : {}),
+    });
     this.server = https.createServer(
-      { ...tlsServerOptions(o.material), handshakeTimeout: API_HEADERS_TIMEOUT_MS },
+      { ...tlsServerOptions(o.material), ...resumption(), handshakeTimeout: API_HEADERS_TIMEOUT_MS },
       (req, res) => {
         void this.#handle(req, res);
       },
@@ -221,7 +239,9 @@ export class ApiServer {
         err: (err as { code?: string }).code ?? err.message.slice(0, 120),
       });
     });
-    this.#unwatch = watchServer(this.server, o.material);
+    this.#unwatch = watchServer(this.server, o.material, resumption);
+    this.#onTicketKey = (key) => this.server.setTicketKeys(key);
+    o.ticketKey?.on('rotate', this.#onTicketKey);
     this.#onTls = () => {
       this.#epoch++;
     };
@@ -262,6 +282,7 @@ export class ApiServer {
     if (this.#closing) return this.#closing;
     this.#closing = new Promise<void>((resolve) => {
       this.#unwatch();
+      this.#o.ticketKey?.off('rotate', this.#onTicketKey);
       this.#o.material.off('tls-change', this.#onTls);
       this.#o.material.off('revoked-change', this.#onRevoked);
       clearInterval(this.#summaryTimer);

@@ -10,8 +10,9 @@ import type http from 'node:http';
 import os from 'node:os';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
-import { materialPaths, signingKeyFileOf, type MaterialPaths } from '../certs/paths.js';
+import { materialPaths, pkiPaths, signingKeyFileOf, type MaterialPaths } from '../certs/paths.js';
 import type { LoadedIssuer } from '../certs/pki.js';
+import { TicketKey } from '../certs/ticket-key.js';
 import { PkiMaterial } from '../certs/tls.js';
 import { ConfigError, HeraldError } from '../protocol/errors.js';
 import { AGENT_CERT_LIFETIME_S, DEFAULT_TRUST_DOMAIN, RESTART_STEP_MARGIN_S } from '../protocol/limits.js';
@@ -191,6 +192,11 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       }
     });
 
+    // the API's session-ticket key, so agents resume their TLS sessions after a restart (issue
+    // 16); a key file readable by others or of the wrong length stops the start
+    const ticketKey = new TicketKey({ file: pkiPaths(o.pki).ticketKey(o.name), logger });
+    cleanup.push(() => ticketKey.close());
+
     const { store, file: dbFile, pg } = await openStore(o.db, o.name);
     cleanup.push(() => store.close());
     for (const { file, mode } of dbFile === null ? [] : looseDatabaseFiles(dbFile)) {
@@ -279,6 +285,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       logger,
       metrics,
       enrollment,
+      ticketKey,
       ...(deps.rates ? { rates: deps.rates } : {}),
       ...(deps.bodyLimits ? { bodyLimits: deps.bodyLimits } : {}),
     });
@@ -346,6 +353,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         await service.close();
         await push.close();
         await store.close();
+        ticketKey.close();
         material.close();
         logger.info({ event: 'controller.stopped' }, 'controller stopped');
       })();

@@ -94,7 +94,7 @@ export const ERROR_CODES = {
   db_in_use:
     'another controller has this SQLite database open; several controllers share a PostgreSQL database instead (reported at start)',
   unsafe_file_mode:
-    'a file that holds secrets (the database or its -wal/-shm) is readable or writable by group or others (reported at start)',
+    "a file that holds secrets is readable or writable by group or others: the database or its -wal/-shm (reported at start), or the controller's TLS ticket key (refused at start)",
 
   // agent hooks and state (SPEC §4, §5)
   bad_name: 'a group, tool, input or output name fails its pattern',
@@ -142,6 +142,8 @@ export const ERROR_CODES = {
   bad_option: 'a command-line option or configuration value is invalid',
   pki_exists: 'the PKI directory already holds a CA (use --force to replace it)',
   pki_missing: 'a file the PKI layout requires is missing',
+  bad_ticket_key:
+    "the controller's TLS session-ticket key file (`<pki>/controller/<name>.tls-ticket-key`) is not a regular file of exactly 48 bytes (refused at start)",
   api_error: 'the controller answered the CLI with an error',
   hidden_input_in_argv:
     "a CLI warning, not a refusal: a hidden input's value was given with --input, where every local user can read it in the process list (use --input-file)",

@@ -243,6 +243,22 @@ export const DEFAULT_CERT_DAYS = 90;
 export const CA_CERT_DAYS = 3650;
 export const RSA_KEY_BITS = 2048;
 
+/** Length of the controller API's TLS session-ticket key (Node's `ticketKeys`: name, HMAC and AES keys of 16 bytes each). */
+export const TLS_TICKET_KEY_BYTES = 48;
+/**
+ * A ticket key file older than this (its mtime) is replaced at start, and the key in use is
+ * replaced this long after it was made. Node holds one key at a time: a rotation costs every
+ * agent one full handshake.
+ */
+export const TLS_TICKET_KEY_ROTATE_MS = 24 * 3_600_000;
+/**
+ * Lifetime of an API session ticket (the server's `sessionTimeout`), and the longest an agent
+ * keeps a session: no longer than the ticket key it was made with can live.
+ */
+export const TLS_SESSION_LIFETIME_S = TLS_TICKET_KEY_ROTATE_MS / 1000;
+/** Sessions the agent's API client keeps, one per controller host:port (the oldest goes first). */
+export const TLS_SESSION_STORE_ENTRIES = 16;
+
 // ---- enrolment and renewal (SPEC §9) --------------------------------------------------------
 /** Lifetime of a join token unless `ttl_s` says otherwise. */
 export const JOIN_TOKEN_TTL_S = 3_600;

@@ -1,0 +1,117 @@
+/**
+ * The agent's own store of TLS sessions with the controller API, used instead of Node's session
+ * cache (which `httpsAgentFor` keeps off). On Node 20 a resumed client session skips
+ * `checkServerIdentity` and shows no server certificate, so a session is worth only what was
+ * checked when it was made: each entry carries the identity of a server that passed
+ * `checkServerCertificate` in a full handshake (or was inherited from such a session), its
+ * serials (leaf and issuer) and the certificate's notAfter, and is offered only while none of
+ * those serials is revoked (read from the material at the moment of offering), before notAfter,
+ * and within TLS_SESSION_LIFETIME_S. `clear()` drops everything; the owner calls it on the
+ * material's 'tls-change' and 'revoked-change' (HttpsAgentHolder does). No I/O.
+ */
+import { TLS_SESSION_LIFETIME_S, TLS_SESSION_STORE_ENTRIES } from '../protocol/limits.js';
+import type { Role } from '../protocol/identity.js';
+import { isExpectedServer, type ExpectedServer, type PkiMaterial } from './tls.js';
+
+/** Whom a session was made with, as checked in its full handshake. */
+export interface SessionPeer {
+  spiffeId: string;
+  role: Role;
+  name: string;
+  /** Lowercase hex: the server certificate's serial, then its issuer's when it has one (`chainSerialsOf`). */
+  serials: readonly string[];
+  /** The server certificate's notAfter, ms since the epoch. */
+  notAfterMs: number;
+}
+
+export interface StoredSession extends SessionPeer {
+  /** What the 'session' event gave: for `tls.connect({ session })`. */
+  session: Buffer;
+  storedAtMs: number;
+}
+
+export interface TlsSessionStoreOptions {
+  /** Default Date.now. */
+  now?: () => number;
+  /** Default TLS_SESSION_LIFETIME_S * 1000. */
+  maxAgeMs?: number;
+  /** Default TLS_SESSION_STORE_ENTRIES. */
+  maxEntries?: number;
+}
+
+export class TlsSessionStore {
+  readonly #material: PkiMaterial;
+  readonly #now: () => number;
+  readonly #maxAgeMs: number;
+  readonly #maxEntries: number;
+  readonly #entries = new Map<string, StoredSession>();
+  #epoch = 0;
+
+  constructor(material: PkiMaterial, o: TlsSessionStoreOptions = {}) {
+    this.#material = material;
+    this.#now = o.now ?? Date.now;
+    this.#maxAgeMs = o.maxAgeMs ?? TLS_SESSION_LIFETIME_S * 1000;
+    this.#maxEntries = o.maxEntries ?? TLS_SESSION_STORE_ENTRIES;
+  }
+
+  /**
+   * Bumped by `clear()`. A connection takes it when it starts and stores its sessions only while
+   * it is unchanged: a ticket that arrives after a revocation or a certificate change is not kept.
+   */
+  get epoch(): number {
+    return this.#epoch;
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /**
+   * The session to offer when dialling `key` (host:port), or undefined. An entry whose serials
+   * are revoked now, whose certificate's notAfter has passed, that is older than the ticket
+   * lifetime, or that is not `expected` is dropped instead.
+   */
+  offer(key: string, expected: ExpectedServer): StoredSession | undefined {
+    const e = this.#entries.get(key);
+    if (e === undefined) return undefined;
+    const now = this.#now();
+    const revoked = this.#material.current().revokedSerials;
+    if (
+      e.serials.some((s) => revoked.has(s)) ||
+      now >= e.notAfterMs ||
+      now - e.storedAtMs >= this.#maxAgeMs ||
+      !isExpectedServer(expected, e)
+    ) {
+      this.#entries.delete(key);
+      return undefined;
+    }
+    return e;
+  }
+
+  /** Keeps `session` for `key`, made with `peer`; ignored when `epoch` is no longer current. */
+  save(key: string, peer: SessionPeer, session: Buffer, epoch: number): void {
+    if (epoch !== this.#epoch) return;
+    this.#entries.delete(key);
+    this.#entries.set(key, {
+      spiffeId: peer.spiffeId,
+      role: peer.role,
+      name: peer.name,
+      serials: [...peer.serials],
+      notAfterMs: peer.notAfterMs,
+      session,
+      storedAtMs: this.#now(),
+    });
+    while (this.#entries.size > this.#maxEntries) this.#entries.delete(this.#entries.keys().next().value!);
+  }
+
+  /** Forgets `key`'s session (a connection that offered it failed). */
+  delete(key: string): void {
+    this.#entries.delete(key);
+  }
+
+  /** Forgets every session. */
+  clear(): void {
+    this.#epoch++;
+    this.#entries.clear();
+  }
+}
