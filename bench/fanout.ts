@@ -88,6 +88,10 @@ export interface CrashRun {
   fetchedByPoll: number;
   metricsConnected: number;
   controllerCpuS: number;
+  /** Failed dials and lost push connections of the restarted controller, by code. */
+  dialFailures?: Record<string, number>;
+  /** Agents connected (controller gauge) every 5 s after the restarted controller answered. */
+  connectedEvery5s?: number[];
   /** Every agent got the change committed before the crash: nothing lost. */
   noneLost: boolean;
   timedOut: boolean;
@@ -362,7 +366,7 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
       if (o.crashFor(n)) {
         result.crash = await crashRun(bed, n, nodes, CRASH_WINDOW_MS(n), problems);
         say(
-          `fan-out N=${n} crash: restarted in ${result.crash.restartMs} ms, all connected ${round(result.crash.connectAllMs)} ms, all fetched ${round(result.crash.allFetchedMs)} ms after`,
+          `fan-out N=${n} crash: restarted in ${result.crash.restartMs} ms, all connected ${round(result.crash.connectAllMs)} ms, all fetched ${round(result.crash.allFetchedMs)} ms after; dial failures ${JSON.stringify(result.crash.dialFailures)}; connected every 5 s ${result.crash.connectedEvery5s?.join(',')}`,
         );
       }
       result.problems.push(...checks(result));
@@ -453,6 +457,9 @@ async function crashRun(
   for (const p of workers) killQuietly(p);
   await exited(bed.ctl.proc);
   const o = bed.o;
+  // --profile: the new controller and its push workers profile from their first line (they start
+  // dialling at once), the harness processes from the moment it answers; all stop at the window's end
+  if (o.profile) process.env.HERALD_BENCH_PROFILE_FROM_START = `${path.sep}dist${path.sep}`;
   const ctl = await startController({
     pki: o.pki,
     dir: bed.dir,
@@ -463,10 +470,19 @@ async function crashRun(
     nodeArgs: o.controllerNodeArgs,
     label: `controller-after-crash-${n}`,
   });
+  delete process.env.HERALD_BENCH_PROFILE_FROM_START;
   bed.ctl = ctl;
   const tUp = nowMs();
+  if (o.profile) for (const p of fleet.pids()) killQuietly(p, 'SIGUSR2');
   const cpu0 = treeSample(ctl.pid).cpuS;
   let tConnected = NaN;
+  const connectedEvery5s: number[] = [];
+  const sampler = setInterval(() => {
+    ctl.op
+      .metrics()
+      .then((mm) => connectedEvery5s.push(metricSum(mm, 'herald_push_connected_agents')))
+      .catch(() => undefined);
+  }, 5_000);
   // not a check: how many were connected when the window closed is reported (metricsConnected)
   const connected = waitFor(
     'all agents connected again',
@@ -480,6 +496,11 @@ async function crashRun(
     .catch(() => undefined);
   const w = await fleet.waitRun(n, timeoutMs);
   await connected;
+  clearInterval(sampler);
+  if (o.profile) {
+    for (const p of [ctl.pid, ...childrenOf(ctl.pid), ...fleet.pids()]) killQuietly(p, 'SIGUSR2');
+    await sleep(2_000);
+  }
   const cpu1 = treeSample(ctl.pid).cpuS;
   const reports = (await fleet.report()).slice(0, fleet.size);
   const m = await ctl.op.metrics();
@@ -503,9 +524,21 @@ async function crashRun(
     fetchedByPoll: ours.filter((r) => r.fetchWasPoll).length,
     metricsConnected: metricSum(m, 'herald_push_connected_agents'),
     controllerCpuS: round(cpu1 - cpu0, 2),
+    dialFailures: dialFailuresOf(m),
+    connectedEvery5s,
     noneLost: fetches.length === n,
     timedOut: w.timedOut,
   };
+}
+
+/** herald_push_dial_failures_total by its code label. */
+function dialFailuresOf(m: Map<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [k, v] of m) {
+    const code = /^herald_push_dial_failures_total\{.*code="([^"]+)"/.exec(k)?.[1];
+    if (code !== undefined && v > 0) out[code] = (out[code] ?? 0) + v;
+  }
+  return out;
 }
 
 type RunCore = Omit<

@@ -104,6 +104,7 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--result') a.result = next();
     else if (v === '--render') a.render = path.resolve(next());
     else if (v === '--profile') a.profile = path.resolve(next());
+    else if (v === '--soak-gc') process.env.HERALD_BENCH_MEM_GC = '1';
     else if (v === '--soak') {
       const m = argv[i + 1];
       a.soakMinutes = m !== undefined && /^\d+(\.\d+)?$/.test(m) ? Number(argv[++i]) : 9;
@@ -118,7 +119,7 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--peer') a.peer = true;
     else if (v === '--help' || v === '-h') {
       process.stdout.write(
-        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle,peer] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer]\n',
+        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle,peer] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--soak-gc] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer]\n',
       );
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);

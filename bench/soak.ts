@@ -29,6 +29,9 @@ export interface SoakSample {
   controllerMainKb: number;
   pushWorkersKb: number;
   agentsKb: number[];
+  /** The controller's main process (bench/mem-preload.ts; after a forced GC with --soak-gc): JS heap used, and memory outside it that JS objects hold (buffers). */
+  controllerHeapUsedKb?: number;
+  controllerExternalKb?: number;
 }
 
 export interface SoakResult {
@@ -54,7 +57,20 @@ export async function soakPhase(o: {
   const dir = path.join(o.runDir, 'soak');
   fs.mkdirSync(dir, { recursive: true });
   const problems: string[] = [];
-  const ctl = await startController({ pki: o.pki, dir, port: o.port });
+  // the controller (and its push worker: fork keeps execArgv) samples its own memory after a
+  // forced GC, to tell what the JS heap holds from what lies outside it
+  const memDir = path.join(dir, 'mem');
+  process.env.HERALD_BENCH_MEM_DIR = memDir;
+  process.env.HERALD_BENCH_MEM_INTERVAL_MS = String(SOAK_SAMPLE_INTERVAL_MS);
+  const ctl = await startController({
+    pki: o.pki,
+    dir,
+    port: o.port,
+    nodeArgs: ['--import', new URL('./mem-preload.js', import.meta.url).href],
+  }).finally(() => {
+    delete process.env.HERALD_BENCH_MEM_DIR;
+    delete process.env.HERALD_BENCH_MEM_INTERVAL_MS;
+  });
   const agents: ChildProcess[] = [];
   const slots = Array.from({ length: AGENTS }, (_, i) => slot('l', 40 + i));
   for (const [i, s] of slots.entries()) {
@@ -112,7 +128,14 @@ export async function soakPhase(o: {
     let k = 0;
     const sample = (): void => {
       const workers = childrenOf(ctl.pid);
+      const mem = lastMemSample(memDir, ctl.pid);
       result.samples.push({
+        ...(mem
+          ? {
+              controllerHeapUsedKb: Math.round(mem.heapUsed / 1024),
+              controllerExternalKb: Math.round(mem.external / 1024),
+            }
+          : {}),
         atS: round((nowMs() - t0) / 1000, 1),
         changes: result.changesAnswered,
         controllerMainKb: procSample(ctl.pid)?.rssKb ?? 0,
@@ -181,6 +204,18 @@ export async function soakPhase(o: {
   return result;
 }
 
+/** The newest line bench/mem-preload.ts wrote for `pid`, or undefined. */
+function lastMemSample(memDir: string, pid: number): { heapUsed: number; external: number } | undefined {
+  try {
+    const f = fs.readdirSync(memDir).find((n) => n.endsWith(`-${pid}.jsonl`));
+    if (f === undefined) return undefined;
+    const lines = fs.readFileSync(path.join(memDir, f), 'utf8').trim().split('\n');
+    return JSON.parse(lines.at(-1)!) as { heapUsed: number; external: number };
+  } catch {
+    return undefined;
+  }
+}
+
 /** Percent growth from the sample at the end of the first quarter (by time) to the last one. */
 function growth(samples: SoakSample[]): SoakResult['growthPct'] {
   const last = samples.at(-1);
@@ -202,7 +237,7 @@ export function soakMarkdown(r: SoakResult, when: Date, machine: string): string
     .filter((_, i) => i % every === 0 || i === r.samples.length - 1)
     .map(
       (s) =>
-        `| ${s.atS} | ${s.changes} | ${mb(s.controllerMainKb)} | ${mb(s.pushWorkersKb)} | ${s.agentsKb.map(mb).join(' / ')} |`,
+        `| ${s.atS} | ${s.changes} | ${mb(s.controllerMainKb)} | ${s.controllerHeapUsedKb !== undefined ? `${mb(s.controllerHeapUsedKb)} / ${mb(s.controllerExternalKb ?? 0)}` : '–'} | ${mb(s.pushWorkersKb)} | ${s.agentsKb.map(mb).join(' / ')} |`,
     );
   const ok = (p: number): string => (Number.isFinite(p) ? `${p} %${p <= 10 ? '' : ' (over 10 %)'}` : '–');
   return [
@@ -214,8 +249,8 @@ export function soakMarkdown(r: SoakResult, when: Date, machine: string): string
     `Changes sent ${r.changesSent}, answered ${r.changesAnswered}, ticks skipped (${SOAK_MAX_IN_FLIGHT} in flight) ${r.skippedTicks}; every node ended on its last change: ${r.converged ? 'yes' : '**no**'}.`,
     `Growth from the end of the first quarter to the end: controller main process ${ok(r.growthPct.controllerMain)}, push worker(s) ${ok(r.growthPct.pushWorkers)}, agents (the most) ${ok(r.growthPct.agentsMax)}.${r.problems.length ? ` Problems: ${r.problems.join('; ')}.` : ''}`,
     '',
-    '| s | changes answered | controller main (MB) | push worker(s) (MB) | agents (MB) |',
-    '|---|---|---|---|---|',
+    '| s | changes answered | controller main (MB) | of it, JS heap after a GC / buffers (MB) | push worker(s) (MB) | agents (MB) |',
+    '|---|---|---|---|---|---|',
     ...rows,
     '',
   ].join('\n');
