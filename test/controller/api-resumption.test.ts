@@ -8,7 +8,8 @@
  * - a controller certificate revoked after the session was stored: no resumption, and the
  *   full handshake is refused `revoked`;
  * - an agent certificate revoked after its session was made: the resumed session is 403
- *   `revoked` at the API.
+ *   `revoked` at the API;
+ * - only agents resume: an operator on a resumed session is 403 `resumption_refused`.
  * Whether a connection resumed is read on the server's side (`isSessionReused()` of the API's
  * sockets), so nothing here depends on timing.
  */
@@ -117,6 +118,32 @@ function revoke(cert: Buffer): void {
   fs.renameSync(next, file);
 }
 
+interface Answer {
+  status: number;
+  code: string | undefined;
+}
+
+/** One GET through `agent`: the status and the error code of the body, if any. */
+function getVia(agent: https.Agent, port: number, p: string): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    https
+      .get({ host: '127.0.0.1', port, path: p, agent }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          let code: string | undefined;
+          try {
+            code = (JSON.parse(Buffer.concat(chunks).toString()) as { error?: { code?: string } }).error?.code;
+          } catch {
+            code = undefined;
+          }
+          resolve({ status: res.statusCode ?? 0, code });
+        });
+      })
+      .on('error', reject);
+  });
+}
+
 describe('the agent resumes its TLS session with the controller API', () => {
   it('resumes a second connection to the same controller, and accepts the answer from the right identity', async () => {
     const db = path.join(tmp, 'one.db');
@@ -197,24 +224,7 @@ describe('the agent resumes its TLS session with the controller API', () => {
     // the fetcher's own https agent, so the refusal's body can be read
     const holder = new HttpsAgentHolder(m, pki.spiffe('controller', 'c7'), { resumeSessions: true });
     closers.push(() => holder.close());
-    const get = (): Promise<{ status: number; code: string | undefined }> =>
-      new Promise((resolve, reject) => {
-        https
-          .get({ host: '127.0.0.1', port: r.t.port, path: '/v1/nodes/r4/metadata', agent: holder.agent }, (res) => {
-            const chunks: Buffer[] = [];
-            res.on('data', (c: Buffer) => chunks.push(c));
-            res.on('end', () => {
-              let code: string | undefined;
-              try {
-                code = (JSON.parse(Buffer.concat(chunks).toString()) as { error?: { code?: string } }).error?.code;
-              } catch {
-                code = undefined;
-              }
-              resolve({ status: res.statusCode ?? 0, code });
-            });
-          })
-          .on('error', reject);
-      });
+    const get = (): Promise<Answer> => getVia(holder.agent, r.t.port, '/v1/nodes/r4/metadata');
     expect((await get()).status).toBe(200);
     await waitFor('the session ticket', () => holder.sessions!.size === 1);
     await dropConnections(r);
@@ -229,5 +239,32 @@ describe('the agent resumes its TLS session with the controller API', () => {
     const refused = await get();
     expect(refused).toEqual({ status: 403, code: 'revoked' });
     expect(r.reused.slice(before)).toEqual([true]);
+  });
+
+  it('an operator certificate on a resumed session is 403 resumption_refused; its full handshakes are served', async () => {
+    const db = path.join(tmp, 'operator.db');
+    const r = await controller('controller', db);
+    const m = new PkiMaterial({
+      ...materialPaths(pki.dir, 'operator', 'admin'),
+      trustDomain: TD,
+      watch: false,
+      logger: quiet,
+    });
+    closers.push(() => m.close());
+    const resuming = new HttpsAgentHolder(m, pki.spiffe('controller', 'controller'), { resumeSessions: true });
+    closers.push(() => resuming.close());
+    expect((await getVia(resuming.agent, r.t.port, '/v1/nodes')).status).toBe(200);
+    await waitFor('the session ticket', () => resuming.sessions!.size === 1);
+    await dropConnections(r);
+    r.reused.length = 0;
+    expect(await getVia(resuming.agent, r.t.port, '/v1/nodes')).toEqual({ status: 403, code: 'resumption_refused' });
+    expect(r.reused).toEqual([true]);
+    // the operator's CLI does not resume (httpsAgentFor without a session store)
+    const plain = new HttpsAgentHolder(m, pki.spiffe('controller', 'controller'));
+    closers.push(() => plain.close());
+    await dropConnections(r);
+    expect((await getVia(plain.agent, r.t.port, '/v1/nodes')).status).toBe(200);
+    expect((await getVia(plain.agent, r.t.port, '/v1/nodes')).status).toBe(200);
+    expect(r.reused.slice(1).every((x) => !x)).toBe(true);
   });
 });
