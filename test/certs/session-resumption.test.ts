@@ -159,7 +159,7 @@ describe('TLS session resumption through the agent session store', () => {
     expect(third.peer).toBe(CONTROLLER);
   });
 
-  it('a holder without resumeSessions never resumes (Node’s own session cache stays off)', async () => {
+  it('a holder without resumeSessions never resumes (the session cache of Node stays off)', async () => {
     agentMaterial = agentSide();
     const { port } = await server();
     const holder = new HttpsAgentHolder(agentMaterial, CONTROLLER);
