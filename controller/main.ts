@@ -70,6 +70,8 @@ export interface RunningController {
   api: ApiServer;
   metrics: ControllerMetrics;
   logger: Logger;
+  /** The API's TLS session-ticket key (`<pki>/controller/<name>.tls-ticket-key`), rotated on its timer. */
+  ticketKey: TicketKey;
   /** Graceful shutdown; idempotent. */
   close(): Promise<void>;
 }
@@ -370,6 +372,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       logger,
       issuer,
       enrollment,
+      ticketKey,
       close,
     };
   } catch (err) {

@@ -4,7 +4,8 @@
  * SQLite file, the PKI's `controller/<name>.tls-ticket-key`):
  * - a second connection resumes, and the signed answer is accepted from the right identity;
  * - a controller restarted with the same ticket key file resumes the agent's next connection;
- *   with a new key it falls back to a full handshake and still works;
+ *   with a new key it falls back to a full handshake and still works, and so it does when the
+ *   running controller rotates its key;
  * - a controller certificate revoked after the session was stored: no resumption, and the
  *   full handshake is refused `revoked`;
  * - an agent certificate revoked after its session was made: the resumed session is 403
@@ -193,6 +194,30 @@ describe('the agent resumes its TLS session with the controller API', () => {
     f.forgetEtag();
     expect((await f.fetchMetadata()).status).toBe(200);
     expect(third.reused).toEqual([false, true]);
+  });
+
+  it('a rotated ticket key is taken by the running API: one full handshake, then resumption again', async () => {
+    const db = path.join(tmp, 'rotate.db');
+    const r = await controller('controller', db);
+    await addNode(r, 'r1');
+    const f = fetcher('r1', agentMaterial('r1'), 'controller', r.t.port);
+    const fetchAgain = async (): Promise<void> => {
+      await dropConnections(r);
+      f.forgetEtag();
+      expect((await f.fetchMetadata()).status).toBe(200);
+    };
+    expect((await f.fetchMetadata()).status).toBe(200);
+    await fetchAgain();
+    expect(r.reused).toEqual([false, true]);
+
+    const before = r.t.ctl.api.server.getTicketKeys();
+    r.t.ctl.ticketKey.rotate();
+    const after = r.t.ctl.api.server.getTicketKeys();
+    expect(after.equals(before)).toBe(false);
+    expect(after.equals(fs.readFileSync(pkiPaths(pki.dir).ticketKey('controller')))).toBe(true);
+    await fetchAgain();
+    await fetchAgain();
+    expect(r.reused).toEqual([false, true, false, true]);
   });
 
   it('a controller certificate revoked after the session was stored: no resumption, and the full handshake is refused (revoked)', async () => {
