@@ -152,7 +152,7 @@ export function readTicketKey(file: string): { key: Buffer; mtimeMs: number } | 
     const mode = st.mode & 0o777;
     if ((mode & 0o077) !== 0)
       throw new ConfigError(
-        `the TLS ticket key ${file} has mode ${mode.toString(8).padStart(4, '0')}: whoever reads it can decrypt every session resumed with it; chmod 600 it`,
+        `the TLS ticket key ${file} has mode ${mode.toString(8).padStart(4, '0')}: whoever reads it can forge a TLS session with this controller; chmod 600 it`,
         { code: 'unsafe_file_mode', field: 'tls-ticket-key' },
       );
     if (st.size !== TLS_TICKET_KEY_BYTES)
