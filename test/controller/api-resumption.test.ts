@@ -92,13 +92,17 @@ function fetcher(node: string, material: PkiMaterial, controllerName: string, po
   return f;
 }
 
-/** Ends the API's idle connections, so the agent's next request opens a new one. */
-async function dropConnections(r: Running): Promise<void> {
+/**
+ * Ends the API's idle connections, so the agent's next request opens a new one; with `agent`,
+ * also waits until that https.Agent has seen its kept-alive sockets close.
+ */
+async function dropConnections(r: Running, agent?: https.Agent): Promise<void> {
   r.t.ctl.api.server.closeIdleConnections();
   await waitFor(
     'the API connections to close',
     () => new Promise<boolean>((resolve) => r.t.ctl.api.server.getConnections((_e, n) => resolve(n === 0))),
   );
+  if (agent) await waitFor('the agent to see them close', () => Object.keys(agent.freeSockets).length === 0);
   // the client side sees the close in its next turn of the event loop
   await new Promise((r) => setTimeout(r, 20));
 }
@@ -252,7 +256,7 @@ describe('the agent resumes its TLS session with the controller API', () => {
     const get = (): Promise<Answer> => getVia(holder.agent, r.t.port, '/v1/nodes/r4/metadata');
     expect((await get()).status).toBe(200);
     await waitFor('the session ticket', () => holder.sessions!.size === 1);
-    await dropConnections(r);
+    await dropConnections(r, holder.agent);
 
     // the controller sees the revocation (it watches revoked.json); the agent does not reload
     revoke(pki.cred('agent', 'r4').cert!);
@@ -280,14 +284,14 @@ describe('the agent resumes its TLS session with the controller API', () => {
     closers.push(() => resuming.close());
     expect((await getVia(resuming.agent, r.t.port, '/v1/nodes')).status).toBe(200);
     await waitFor('the session ticket', () => resuming.sessions!.size === 1);
-    await dropConnections(r);
+    await dropConnections(r, resuming.agent);
     r.reused.length = 0;
     expect(await getVia(resuming.agent, r.t.port, '/v1/nodes')).toEqual({ status: 403, code: 'resumption_refused' });
     expect(r.reused).toEqual([true]);
     // the operator's CLI does not resume (httpsAgentFor without a session store)
     const plain = new HttpsAgentHolder(m, pki.spiffe('controller', 'controller'));
     closers.push(() => plain.close());
-    await dropConnections(r);
+    await dropConnections(r, resuming.agent);
     expect((await getVia(plain.agent, r.t.port, '/v1/nodes')).status).toBe(200);
     expect((await getVia(plain.agent, r.t.port, '/v1/nodes')).status).toBe(200);
     expect(r.reused.slice(1).every((x) => !x)).toBe(true);
