@@ -12,6 +12,7 @@ import type tls from 'node:tls';
 import type { ErrorCode } from '../protocol/errors.js';
 import { isValidName } from '../protocol/identity.js';
 import { normalizeSerial, parseSubjectAltName } from './identity.js';
+import { x509Of } from './x509-parse.js';
 
 /** The SPIFFE path segment of an issuing CA: `spiffe://<td>/issuer/<name>`. Never a peer's role. */
 export const ISSUER_ROLE = 'issuer';
@@ -76,7 +77,7 @@ function asX509(c: unknown): crypto.X509Certificate | undefined {
   const raw = (c as { raw?: unknown }).raw;
   if (!Buffer.isBuffer(raw)) return undefined;
   try {
-    return new crypto.X509Certificate(raw);
+    return x509Of(raw);
   } catch {
     return undefined;
   }

@@ -7,6 +7,7 @@ import crypto from 'node:crypto';
 import type tls from 'node:tls';
 import { RefusalError } from '../protocol/errors.js';
 import { parseSpiffeId, type Identity, type Role } from '../protocol/identity.js';
+import { x509Of } from './x509-parse.js';
 
 export const OID_SERVER_AUTH = '1.3.6.1.5.5.7.3.1';
 export const OID_CLIENT_AUTH = '1.3.6.1.5.5.7.3.2';
@@ -46,8 +47,9 @@ export function normalizeSerial(serial: string): string {
 export function toX509(cert: CertInput): crypto.X509Certificate {
   if (cert instanceof crypto.X509Certificate) return cert;
   try {
-    if (typeof cert === 'string' || Buffer.isBuffer(cert)) return new crypto.X509Certificate(cert);
-    if (cert && Buffer.isBuffer(cert.raw)) return new crypto.X509Certificate(cert.raw);
+    if (typeof cert === 'string') return new crypto.X509Certificate(cert);
+    if (Buffer.isBuffer(cert)) return x509Of(cert);
+    if (cert && Buffer.isBuffer(cert.raw)) return x509Of(cert.raw);
   } catch (err) {
     throw new RefusalError('no_identity', 'not a parsable X.509 certificate', { cause: err });
   }

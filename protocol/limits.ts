@@ -258,6 +258,11 @@ export const TLS_TICKET_KEY_ROTATE_MS = 24 * 3_600_000;
 export const TLS_SESSION_LIFETIME_S = TLS_TICKET_KEY_ROTATE_MS / 1000;
 /** Sessions the agent's API client keeps, one per controller host:port (the oldest goes first). */
 export const TLS_SESSION_STORE_ENTRIES = 16;
+/**
+ * Parsed certificates a process keeps by their DER bytes (certs/x509-parse.ts): one connection
+ * reads its peer's certificate several times and every connection the same CA and issuers.
+ */
+export const X509_PARSE_CACHE_ENTRIES = 1_024;
 
 // ---- enrolment and renewal (SPEC §9) --------------------------------------------------------
 /** Lifetime of a join token unless `ttl_s` says otherwise. */

@@ -91,7 +91,14 @@ function send(
   const key = cred.cert?.toString('base64').slice(-40) ?? 'none';
   let agent = agents.get(key);
   if (!agent) {
-    agent = new https.Agent({ keepAlive: true, maxSockets: 4, ...cred, checkServerIdentity: () => undefined });
+    // no session resumption: an operator's resumed session is refused (resumption_refused)
+    agent = new https.Agent({
+      keepAlive: true,
+      maxSockets: 4,
+      maxCachedSessions: 0,
+      ...cred,
+      checkServerIdentity: () => undefined,
+    });
     agents.set(key, agent);
   }
   const t0 = performance.now();
