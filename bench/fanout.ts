@@ -88,6 +88,8 @@ export interface CrashRun {
   fetchedByPoll: number;
   metricsConnected: number;
   controllerCpuS: number;
+  /** CPU of the simulated agents' processes over the same window (they share the two cores). */
+  harnessCpuS?: number;
   /** Failed dials and lost push connections of the restarted controller, by code. */
   dialFailures?: Record<string, number>;
   /** Agents connected (controller gauge) every 5 s after the restarted controller answered. */
@@ -475,6 +477,8 @@ async function crashRun(
   const tUp = nowMs();
   if (o.profile) for (const p of fleet.pids()) killQuietly(p, 'SIGUSR2');
   const cpu0 = treeSample(ctl.pid).cpuS;
+  const harnessCpu = (): number => fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
+  const harnessCpu0 = harnessCpu();
   let tConnected = NaN;
   const connectedEvery5s: number[] = [];
   const sampler = setInterval(() => {
@@ -502,6 +506,7 @@ async function crashRun(
     await sleep(2_000);
   }
   const cpu1 = treeSample(ctl.pid).cpuS;
+  const harnessCpu1 = harnessCpu();
   const reports = (await fleet.report()).slice(0, fleet.size);
   const m = await ctl.op.metrics();
   const mine = new Set(nodes);
@@ -524,6 +529,7 @@ async function crashRun(
     fetchedByPoll: ours.filter((r) => r.fetchWasPoll).length,
     metricsConnected: metricSum(m, 'herald_push_connected_agents'),
     controllerCpuS: round(cpu1 - cpu0, 2),
+    harnessCpuS: round(harnessCpu1 - harnessCpu0, 2),
     dialFailures: dialFailuresOf(m),
     connectedEvery5s,
     noneLost: fetches.length === n,

@@ -399,14 +399,28 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p('not lost.');
     p();
     p(
-      '| N | SIGKILL → answering again | → all connected again | → all acked | → all fetched | fetched by a poll instead | controller CPU | all had the change in the window |',
+      "| N | SIGKILL → answering again | → all connected again | → all acked | → all fetched | fetched by a poll instead | controller CPU | simulated agents' CPU | dial failures | all had the change in the window |",
     );
-    p('|---|---|---|---|---|---|---|---|');
+    p('|---|---|---|---|---|---|---|---|---|---|');
     for (const f of r.fanout) {
       const c = f.crash;
       if (!c) continue;
       p(
-        `| ${f.n.toLocaleString('en-US')} | ${s(c.restartMs, 1)} | ${s(c.connectAllMs, 1)} | ${s(c.allAckedMs, 1)} | ${s(c.allFetchedMs, 1)} | ${c.fetchedByPoll} | ${fmt(c.controllerCpuS, 1)} s | ${c.noneLost ? 'yes' : `**no**: ${c.fetched.toLocaleString('en-US')} of ${f.n.toLocaleString('en-US')} (${c.acked.toLocaleString('en-US')} acked, ${c.metricsConnected.toLocaleString('en-US')} connected)`} |`,
+        `| ${f.n.toLocaleString('en-US')} | ${s(c.restartMs, 1)} | ${s(c.connectAllMs, 1)} | ${s(c.allAckedMs, 1)} | ${s(c.allFetchedMs, 1)} | ${c.fetchedByPoll} | ${fmt(c.controllerCpuS, 1)} s | ${c.harnessCpuS !== undefined ? `${fmt(c.harnessCpuS, 1)} s` : '–'} | ${
+          c.dialFailures
+            ? Object.entries(c.dialFailures)
+                .map(([k, v]) => `${k} ${v}`)
+                .join(', ') || 'none'
+            : '–'
+        } | ${c.noneLost ? 'yes' : `**no**: ${c.fetched.toLocaleString('en-US')} of ${f.n.toLocaleString('en-US')} (${c.acked.toLocaleString('en-US')} acked, ${c.metricsConnected.toLocaleString('en-US')} connected)`} |`,
+      );
+    }
+    for (const f of r.fanout) {
+      const c = f.crash;
+      if (!c?.connectedEvery5s?.length || (Number.isFinite(c.connectAllMs) && c.connectAllMs <= 5_000)) continue;
+      p();
+      p(
+        `N = ${f.n.toLocaleString('en-US')}, push connections every 5 s after the restarted controller answered: ${c.connectedEvery5s.map((v) => v.toLocaleString('en-US')).join(', ')}.`,
       );
     }
     p();
