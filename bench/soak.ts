@@ -12,7 +12,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { slot, type BenchPki } from './pki-cache.js';
 import { startAgentProc, startController, stopController, stopProc } from './procs.js';
-import { childrenOf, nowMs, procSample, round, say, sleep, waitFor } from './util.js';
+import { childrenOf, nowMs, procSample, residentByKind, round, say, sleep, waitFor } from './util.js';
 
 /** A change is sent this often. */
 export const SOAK_CHANGE_INTERVAL_MS = 50;
@@ -32,6 +32,8 @@ export interface SoakSample {
   /** The controller's main process (bench/mem-preload.ts; after a forced GC with --soak-gc): JS heap used, and memory outside it that JS objects hold (buffers). */
   controllerHeapUsedKb?: number;
   controllerExternalKb?: number;
+  /** The controller's main process: resident C heap (main malloc arena, `[heap]`), from smaps. */
+  controllerBrkKb?: number;
 }
 
 export interface SoakResult {
@@ -129,7 +131,9 @@ export async function soakPhase(o: {
     const sample = (): void => {
       const workers = childrenOf(ctl.pid);
       const mem = lastMemSample(memDir, ctl.pid);
+      const kinds = residentByKind(ctl.pid);
       result.samples.push({
+        ...(kinds ? { controllerBrkKb: kinds.brk } : {}),
         ...(mem
           ? {
               controllerHeapUsedKb: Math.round(mem.heapUsed / 1024),
@@ -237,7 +241,7 @@ export function soakMarkdown(r: SoakResult, when: Date, machine: string): string
     .filter((_, i) => i % every === 0 || i === r.samples.length - 1)
     .map(
       (s) =>
-        `| ${s.atS} | ${s.changes} | ${mb(s.controllerMainKb)} | ${s.controllerHeapUsedKb !== undefined ? `${mb(s.controllerHeapUsedKb)} / ${mb(s.controllerExternalKb ?? 0)}` : '–'} | ${mb(s.pushWorkersKb)} | ${s.agentsKb.map(mb).join(' / ')} |`,
+        `| ${s.atS} | ${s.changes} | ${mb(s.controllerMainKb)} | ${s.controllerHeapUsedKb !== undefined ? `${mb(s.controllerHeapUsedKb)} / ${mb(s.controllerExternalKb ?? 0)}` : '– / –'} / ${s.controllerBrkKb !== undefined ? mb(s.controllerBrkKb) : '–'} | ${mb(s.pushWorkersKb)} | ${s.agentsKb.map(mb).join(' / ')} |`,
     );
   const ok = (p: number): string => (Number.isFinite(p) ? `${p} %${p <= 10 ? '' : ' (over 10 %)'}` : '–');
   return [
@@ -249,7 +253,7 @@ export function soakMarkdown(r: SoakResult, when: Date, machine: string): string
     `Changes sent ${r.changesSent}, answered ${r.changesAnswered}, ticks skipped (${SOAK_MAX_IN_FLIGHT} in flight) ${r.skippedTicks}; every node ended on its last change: ${r.converged ? 'yes' : '**no**'}.`,
     `Growth from the end of the first quarter to the end: controller main process ${ok(r.growthPct.controllerMain)}, push worker(s) ${ok(r.growthPct.pushWorkers)}, agents (the most) ${ok(r.growthPct.agentsMax)}.${r.problems.length ? ` Problems: ${r.problems.join('; ')}.` : ''}`,
     '',
-    '| s | changes answered | controller main (MB) | of it, JS heap after a GC / buffers (MB) | push worker(s) (MB) | agents (MB) |',
+    '| s | changes answered | controller main (MB) | of it: JS heap used / buffers / C heap (main arena) (MB) | push worker(s) (MB) | agents (MB) |',
     '|---|---|---|---|---|---|',
     ...rows,
     '',

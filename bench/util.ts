@@ -160,6 +160,34 @@ export function procSample(pid: number): ProcSample | null {
   return { pid, cpuS, cpuPreciseS: precise, rssKb };
 }
 
+/**
+ * A process's resident memory by kind, from /proc/<pid>/smaps, in KB: `brk` is the C heap's main
+ * arena (`[heap]`: malloc from the main thread: OpenSSL, SQLite, buffers' backing stores),
+ * `anon` the other anonymous mappings (V8's heap, other malloc arenas, thread stacks), `file`
+ * file-backed pages (the node binary, libraries). Null when it cannot be read.
+ */
+export function residentByKind(pid: number): { brk: number; anon: number; file: number } | null {
+  let text: string;
+  try {
+    text = fs.readFileSync(`/proc/${pid}/smaps`, 'utf8');
+  } catch {
+    return null;
+  }
+  const out = { brk: 0, anon: 0, file: 0 };
+  let kind: keyof typeof out = 'anon';
+  for (const line of text.split('\n')) {
+    const head = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (head) {
+      const name = head[1] ?? '';
+      kind = name === '[heap]' ? 'brk' : name === '' || name.startsWith('[') ? 'anon' : 'file';
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss) out[kind] += Number(rss[1]);
+  }
+  return out;
+}
+
 /** Direct children of `pid` (Linux /proc scan). */
 export function childrenOf(pid: number): number[] {
   const out: number[] = [];
