@@ -137,16 +137,47 @@ export function findings(r: BenchResults): string[] {
         `${f(c.allFetchedMs / 1000)} s, ${c.fetchedByPoll.toLocaleString('en-US')} of them through a poll rather than their wake-up.`,
       );
       p(
-        `${c.noneLost ? 'None was lost.' : 'The rest would have had it at their next poll: not lost for good, but not pushed.'} A reconnect storm is two full mutual handshakes per agent (the push`,
+        `${c.noneLost ? 'None was lost.' : 'The rest would have had it at their next poll: not lost for good, but not pushed.'} A reconnect storm is a full mutual handshake per agent for the push`,
       );
       p(
-        'dial, and the fetch: the kept-alive API connections died with the old process), both sides on these two cores;',
+        "dial (the controller dials; its client sessions died with it) and, for the agent's fetch or poll, a resumed one: the",
       );
-      p('the redial is bounded by `MAX_DIALS_IN_FLIGHT` (128 per worker). What would fix it: more push workers on a');
-      p('machine with more cores (`--push-workers`), TLS session resumption for the redial (tickets kept across a');
       p(
-        'restart), or cheaper handshakes (ECDSA certificates: smaller, though NODE20-NOTES measured the CPU as similar).',
+        "API's session-ticket key survives the restart (`<pki>/controller/<name>.tls-ticket-key`), so an agent resumes the",
       );
+      p('session it had, checked again on both sides (SECURITY.md, "TLS settings").');
+      if (c.harnessCpuS !== undefined) {
+        const windowS = (c.allFetchedMs || 90_000) / 1000;
+        const used = c.controllerCpuS + c.harnessCpuS;
+        const handled = Math.max(1, c.fetched);
+        p(
+          `In the window the controller used ${f(c.controllerCpuS)} CPU-s and the simulated agents ${f(c.harnessCpuS)} CPU-s: ${f(used)} CPU-s of the ${f(2 * windowS)} that`,
+        );
+        p(
+          `the two cores hold in ${f(windowS)} s (${f((100 * used) / (2 * windowS), 0)} %), ~${f((1000 * c.controllerCpuS) / handled, 1)} ms of controller CPU and ~${f((1000 * c.harnessCpuS) / handled, 1)} ms of agent CPU per agent that got`,
+        );
+        p("the change. Both ends of every handshake run here; on a fleet the agents' half runs on their own machines.");
+      }
+      p(
+        "Found by profiling this run (`--profile`): certificate parsing was a third of the push worker's busy time and the",
+      );
+      p(
+        "largest item in the main process's (a `crypto.X509Certificate` parse costs ~200 µs here, and each connection's",
+      );
+      p("checks parsed its peer's certificate and the CA several times): now each certificate's bytes are parsed once");
+      p(
+        '(`certs/x509-parse.ts`) and a server reads the presented chain from `getPeerX509Certificate` instead of the legacy',
+      );
+      p(
+        "objects. What is left per dial is Node's own: `getPeerCertificate(true)`, which `tls.connect` builds for every full",
+      );
+      p(
+        'handshake, the TLS socket and the WebSocket upgrade. The levers left: push-side resumption (the controller would',
+      );
+      p(
+        'have to keep its client sessions across a crash), more push workers on a machine with more cores (`--push-workers`),',
+      );
+      p('and the agents elsewhere.');
     }
     p('');
   }
@@ -268,6 +299,9 @@ export function findings(r: BenchResults): string[] {
   );
   p(
     '| a failed wake-up fetch is retried by the poller with backoff, honouring `Retry-After` | `agent/poller.ts`, `agent/fetcher.ts` | crash run, 10,000 agents: 5 agents without the change at the end of the window, 5,238 fetched only by a poll (run of commit 90099bc) → see the crash table |',
+  );
+  p(
+    "| TLS session resumption agent → API with a session-ticket key that survives a restart (0600, rotated daily), and each certificate's bytes parsed once (`x509Of`) | `certs/ticket-key.ts`, `certs/session-store.ts`, `certs/x509-parse.ts`, `certs/tls.ts` | crash run, 10,000 agents, 90 s window (single runs of 2026-12-01, 21:05 and 21:29 UTC, `--only fanout --n 10000`): 5,392 connected, 4,939 holding the change → 7,976 connected, 9,763 holding it; growing to 10,000 agents: 219 s, 123.5 s of controller CPU → 184 s, 102.7 s |",
   );
   p(
     '| cluster plans apply all their actions per round; a signal that cannot change the plan costs one aggregate query | `controller/sqlite-store.ts` | a restart of more than 10,000 nodes: threw "did not settle" → settles (`test/controller/clusters.test.ts`); 10,000 signals no longer reload the cluster each |',
