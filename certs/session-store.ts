@@ -11,7 +11,12 @@
  */
 import { TLS_SESSION_LIFETIME_S, TLS_SESSION_STORE_ENTRIES } from '../protocol/limits.js';
 import type { Role } from '../protocol/identity.js';
-import { isExpectedServer, type ExpectedServer, type PkiMaterial } from './tls.js';
+import { isExpectedServer, type ExpectedServer } from './expected-server.js';
+
+/** What the store reads of the PKI material (certs/tls.ts `PkiMaterial`): today's revoked serials. */
+export interface RevocationSource {
+  current(): { readonly revokedSerials: ReadonlySet<string> };
+}
 
 /** Whom a session was made with, as checked in its full handshake. */
 export interface SessionPeer {
@@ -40,14 +45,14 @@ export interface TlsSessionStoreOptions {
 }
 
 export class TlsSessionStore {
-  readonly #material: PkiMaterial;
+  readonly #material: RevocationSource;
   readonly #now: () => number;
   readonly #maxAgeMs: number;
   readonly #maxEntries: number;
   readonly #entries = new Map<string, StoredSession>();
   #epoch = 0;
 
-  constructor(material: PkiMaterial, o: TlsSessionStoreOptions = {}) {
+  constructor(material: RevocationSource, o: TlsSessionStoreOptions = {}) {
     this.#material = material;
     this.#now = o.now ?? Date.now;
     this.#maxAgeMs = o.maxAgeMs ?? TLS_SESSION_LIFETIME_S * 1000;

@@ -16,7 +16,8 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { ConfigError, HeraldError, RefusalError, type ErrorCode } from '../protocol/errors.js';
 import { API_KEEP_ALIVE_TIMEOUT_MS } from '../protocol/limits.js';
-import { acceptsController, describeControllerIds, type ControllerIds, type Role } from '../protocol/identity.js';
+import type { Role } from '../protocol/identity.js';
+import { describeExpectedServer, isExpectedServer, type ExpectedServer } from './expected-server.js';
 import { checkChain, leafRoleAllowed, MAX_REMEMBERED_ISSUERS, presentedAbove } from './chain.js';
 import { identityOf, normalizeSerial, type CertIdentity } from './identity.js';
 import { parseRevoked } from './revoked.js';
@@ -534,25 +535,7 @@ export interface HeraldClientTlsOptions {
   checkServerIdentity: (host: string, cert: tls.PeerCertificate) => Error | undefined;
 }
 
-/**
- * Whom a dialer accepts as the server: exactly one SPIFFE id, or any of a set of controllers of
- * the trust domain (the agent's `--controller-id`, SPEC §7).
- */
-export type ExpectedServer = string | { readonly controllers: ControllerIds };
-
-/** Whether the verified identity `id` is the server `expected`. */
-export function isExpectedServer(
-  expected: ExpectedServer,
-  id: { spiffeId: string; role: Role; name: string },
-): boolean {
-  if (typeof expected === 'string') return id.spiffeId === expected;
-  return id.role === 'controller' && acceptsController(expected.controllers, id.name);
-}
-
-/** `expected` for a message. */
-export function describeExpectedServer(expected: ExpectedServer): string {
-  return typeof expected === 'string' ? expected : describeControllerIds(expected.controllers);
-}
+export { describeExpectedServer, isExpectedServer, type ExpectedServer } from './expected-server.js';
 
 /**
  * Options for `tls.connect`, `https.request` or a `ws` client dialling `expectedSpiffeId`.
