@@ -24,6 +24,7 @@ import type tls from 'node:tls';
 import {
   HttpsAgentHolder,
   refusalCodeOf,
+  forgetResumedSession,
   serverIdentityOf,
   type ExpectedServer,
   type Logger,
@@ -361,7 +362,9 @@ export class Fetcher {
         fail(err);
       });
       req.on('response', (res) => {
-        const peer = serverIdentityOf(res.socket as tls.TLSSocket, this.#o.material);
+        // the socket now: a kept-alive one is detached from the response once it ends
+        const socket = res.socket as tls.TLSSocket;
+        const peer = serverIdentityOf(socket, this.#o.material);
         const declared = Number(res.headers['content-length']);
         if (Number.isFinite(declared) && declared > o.maxBytes) {
           req.destroy();
@@ -384,6 +387,13 @@ export class Fetcher {
           if (settled) return;
           settled = true;
           this.#requests.delete(req);
+          // a refusal on a resumed TLS session is asked again once on a full handshake: the
+          // session shows the server our leaf alone, and a controller restarted since does not
+          // know the Herald issuer above it until a full handshake presents the chain again
+          if (res.statusCode === 403 && !retried && forgetResumedSession(socket)) {
+            resolve(this.#requestTo(base, method, path, o, true));
+            return;
+          }
           resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks, n), peer });
         });
       });

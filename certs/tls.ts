@@ -787,9 +787,11 @@ function resumingConnection(
   let peer: SessionPeer | undefined;
   const early: Buffer[] = [];
   socket.on('session', (session: Buffer) => {
+    if (forgotten.has(socket)) return;
     if (peer) sessions.save(key, peer, session, epoch);
     else early.push(session);
   });
+  if (offered) resumedVia.set(socket, { sessions, key });
   socket.once('secureConnect', () => {
     if (socket.isSessionReused()) {
       if (offered === undefined) {
@@ -807,6 +809,27 @@ function resumingConnection(
   });
   if (offered) socket.once('close', (hadError) => hadError && sessions.delete(key));
   return socket;
+}
+
+/** For each connection of `resumingConnection` that offered a session: the store and its key. */
+const resumedVia = new WeakMap<tls.TLSSocket, { sessions: TlsSessionStore; key: string }>();
+/** Connections whose session was forgotten: their later tickets are not kept either. */
+const forgotten = new WeakSet<tls.TLSSocket>();
+
+/**
+ * When `socket` resumed a session of a `TlsSessionStore`: forgets that session (and any ticket
+ * the connection still brings), destroys the connection and returns true, so the caller can try
+ * again on a full handshake. For when the server refused what a resumed session showed it: after a
+ * restart it no longer knows the Herald issuer above our certificate (a resumed session carries
+ * the leaf alone), which a full handshake presents again. Otherwise false, and nothing changes.
+ */
+export function forgetResumedSession(socket: tls.TLSSocket): boolean {
+  const via = resumedVia.get(socket);
+  if (via === undefined || !socket.isSessionReused()) return false;
+  forgotten.add(socket);
+  via.sessions.delete(via.key);
+  socket.destroy();
+  return true;
 }
 
 /** The peer record of a server certificate that passed `checkServerCertificate`. */

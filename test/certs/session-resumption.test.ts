@@ -24,6 +24,8 @@ import {
   tlsServerOptions,
   type PkiMaterial,
 } from '../../certs/tls.js';
+import { Fetcher } from '../../agent/fetcher.js';
+import { quietLog } from '../helpers/agent-pki.js';
 import { makeTestPki, quietLogger, type TestPki } from '../helpers/pki.js';
 
 const CONTROLLER = 'spiffe://herald.local/controller/controller';
@@ -291,5 +293,62 @@ describe('TlsSessionStore offers a session only while what its handshake checked
     store.clear();
     store.save('h:1', peer(), ticket, epoch);
     expect(store.size).toBe(0);
+  });
+});
+
+describe('a refusal on a resumed session', () => {
+  it('is asked again once on a full handshake by the agent fetcher, and that session is forgotten', async () => {
+    // a server that refuses what a resumed session shows it (as a restarted controller refuses an
+    // agent under a Herald issuer it no longer remembers: the session carries the leaf alone)
+    const material = pki.material('controller', 'controller', { watch: false, logger: quietLogger });
+    const seen: boolean[] = [];
+    const srv = https.createServer(
+      {
+        ...tlsServerOptions(material),
+        ticketKeys: crypto.randomBytes(48),
+        sessionIdContext: sessionIdContextOf(CONTROLLER),
+        sessionTimeout: 600,
+      },
+      (req, res) => {
+        const reused = (req.socket as tls.TLSSocket).isSessionReused();
+        seen.push(reused);
+        res.setHeader('content-type', 'application/json');
+        if (reused) {
+          res.statusCode = 403;
+          res.end(JSON.stringify({ error: { code: 'untrusted_certificate', message: 'issuer not known' } }));
+        } else res.end('{}');
+      },
+    );
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+    closers.push(
+      () =>
+        new Promise<void>((r) => {
+          srv.closeAllConnections();
+          srv.close(() => r());
+          material.close();
+        }),
+    );
+    const port = (srv.address() as { port: number }).port;
+    const f = new Fetcher({
+      controllerUrl: `https://127.0.0.1:${port}`,
+      node: 'n1',
+      material: agentSide(),
+      controllerSpiffeId: CONTROLLER,
+      lastAppliedGen: () => undefined,
+      log: quietLog(),
+    });
+    closers.push(() => f.close());
+    const renew = { csr: 'x' } as unknown as Parameters<Fetcher['renewCertificate']>[0];
+    expect((await f.renewCertificate(renew)).status).toBe(200);
+    srv.closeIdleConnections();
+    await new Promise((r) => setTimeout(r, 50)); // the client sees the close in a later turn
+    // the next connection resumes, is refused, and the same request goes again on a full handshake
+    expect((await f.renewCertificate(renew)).status).toBe(200);
+    expect(seen).toEqual([false, true, false]);
+    // the refused session is not offered again: the session of that full handshake is
+    srv.closeIdleConnections();
+    await new Promise((r) => setTimeout(r, 50));
+    expect((await f.renewCertificate(renew)).status).toBe(200);
+    expect(seen).toEqual([false, true, false, true, false]);
   });
 });
