@@ -551,6 +551,10 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   p('  runs it alone, about 1.5 min).');
   p('- `--soak [minutes]` and `--controllers [store,fanout,failover]` (several controllers on a throwaway PostgreSQL:');
   p('  `--controller-ns 1000,5000`, `--failover-ns 300,3000`) run alone and replace only their own sections below.');
+  p("  The soak samples the controller's JS heap and buffers (`bench/mem-preload.ts`); `--soak-gc` takes each sample");
+  p(
+    '  after a forced full GC (what the heap still holds), which changes RSS, so the figures of record are without it.',
+  );
   p('- A latency is reported as p50/p99/min/max over its samples; a fan-out time is the median over the runs, each');
   p('  run listed.');
   p('- No timing is asserted in `npm test`; `npm run bench` exits non-zero only when a correctness check fails.');
