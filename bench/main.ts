@@ -59,8 +59,16 @@ export interface BenchArgs {
   controllerNs: number[];
   /** --failover-ns: the N of the kill -9 of one controller of three (default 300,3000). */
   failoverNs: number[];
-  /** --peer: os-collect-config beside Herald in the same run (beside every phase, or the --only ones; `--only peer`: alone). */
+  /**
+   * os-collect-config beside Herald in the same run (beside every phase, or the --only ones;
+   * `--only peer`: alone). A full run has it unless `--no-peer`, when it is installed or can be
+   * (as root); `--peer` insists (the run stops when it cannot be had).
+   */
   peer: boolean;
+  /** --peer given: not having the peer is an error. */
+  peerRequired: boolean;
+  /** --no-peer given. */
+  noPeer: boolean;
 }
 
 const SEVERAL_PARTS = ['store', 'fanout', 'failover'];
@@ -84,6 +92,8 @@ function parseArgs(argv: string[]): BenchArgs {
     controllerNs: [1_000, 5_000],
     failoverNs: [300, 3_000],
     peer: false,
+    peerRequired: false,
+    noPeer: false,
   };
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i]!;
@@ -116,10 +126,11 @@ function parseArgs(argv: string[]): BenchArgs {
           throw new Error(`--controllers takes ${SEVERAL_PARTS.join(',')}, not ${part}`);
     } else if (v === '--controller-ns') a.controllerNs = next().split(',').map(Number);
     else if (v === '--failover-ns') a.failoverNs = next().split(',').map(Number);
-    else if (v === '--peer') a.peer = true;
+    else if (v === '--peer') a.peerRequired = a.peer = true;
+    else if (v === '--no-peer') a.noPeer = true;
     else if (v === '--help' || v === '-h') {
       process.stdout.write(
-        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle,peer] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--soak-gc] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer]\n',
+        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle,peer] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--soak-gc] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer | --no-peer]\n',
       );
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);
@@ -127,9 +138,13 @@ function parseArgs(argv: string[]): BenchArgs {
   // --peer runs os-collect-config beside whatever else runs (every phase, unless --only);
   // `--only peer` runs it alone
   if (a.only !== null) {
-    if (a.only.has('peer')) a.peer = true;
+    if (a.only.has('peer')) a.peerRequired = a.peer = true;
     a.only.delete('peer');
   }
+  // a full run has the peer beside it by default (decided once on the host: HERALD_BENCH_PEER)
+  if (!a.peerRequired && !a.noPeer && !a.quick && a.only === null && a.soakMinutes === null && a.controllers === null)
+    a.peer = process.env.HERALD_BENCH_PEER !== '0';
+  if (a.noPeer) a.peer = a.peerRequired = false;
   return a;
 }
 
@@ -259,9 +274,15 @@ async function main(): Promise<number> {
   // before the namespace: apt-get needs the host's network
   if (args.peer && process.env.HERALD_BENCH_NS !== '1') {
     const peer = ensurePeerInstalled();
-    if (!peer.ok) {
+    if (!peer.ok && args.peerRequired) {
       process.stderr.write(`${peer.line}\n`);
       return 1;
+    }
+    if (!peer.ok) {
+      // the default: say why, and measure Herald alone (the namespaced re-run reads the decision)
+      say(`os-collect-config not run beside Herald: ${peer.line} (or pass --no-peer)`);
+      args.peer = false;
+      process.env.HERALD_BENCH_PEER = '0';
     }
   }
   // one benchmark at a time: each clears tmp/bench-run, which a running one still uses (taken in

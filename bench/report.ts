@@ -545,10 +545,11 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   p('- `--profile <dir>`: every process runs the V8 profiler over the measured windows only and writes a');
   p('  `.cpuprofile` per process; `node dist/bench/prof-top.js <file>` lists the heaviest functions.');
   p("- `--render BENCHMARKS.json` rewrites BENCHMARKS.md from a stored run's raw figures, measuring nothing.");
-  p("- `--peer`: os-collect-config (Debian's `python3-os-collect-config`, apt-get installs it when missing, as root)");
+  p("- The peer: os-collect-config (Debian's `python3-os-collect-config`, apt-get installs it when missing, as root)");
   p("  runs unmodified, polling a Heat-shaped metadata server of the bench's own, and goes beside Herald in");
-  p('  "Herald beside os-collect-config", beside every phase of the run or those `--only` names (`--only peer`');
-  p('  runs it alone, about 1.5 min).');
+  p('  "Herald beside os-collect-config", beside every phase of a full run (`--no-peer`: without it; when it is');
+  p('  missing and cannot be installed, the run says so and measures Herald alone). `--peer` adds it to a `--quick`');
+  p('  or `--only` run and stops when it cannot be had; `--only peer` runs it alone, about 1.5 min.');
   p('- `--soak [minutes]` and `--controllers [store,fanout,failover]` (several controllers on a throwaway PostgreSQL:');
   p('  `--controller-ns 1000,5000`, `--failover-ns 300,3000`) run alone and replace only their own sections below.');
   p("  The soak samples the controller's JS heap and buffers (`bench/mem-preload.ts`); `--soak-gc` takes each sample");
