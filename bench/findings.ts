@@ -159,7 +159,7 @@ export function findings(r: BenchResults): string[] {
         p("the change. Both ends of every handshake run here; on a fleet the agents' half runs on their own machines.");
       }
       p(
-        "Found by profiling this run (`--profile`): certificate parsing was a third of the push worker's busy time and the",
+        "Found by profiling the crash run (`--profile`): certificate parsing was a third of the push worker's busy time and the",
       );
       p(
         "largest item in the main process's (a `crypto.X509Certificate` parse costs ~200 µs here, and each connection's",

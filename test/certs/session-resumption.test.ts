@@ -57,7 +57,13 @@ function agentSide(): PkiMaterial {
 }
 
 /** A server like the API: a fixed ticket key and session id context; answers whether it resumed. */
-async function server(ticketKeys = crypto.randomBytes(48)): Promise<{ port: number; srv: https.Server }> {
+async function server(
+  ticketKeys = crypto.randomBytes(48),
+  handler: http.RequestListener = (req, res) => {
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify({ reused: (req.socket as tls.TLSSocket).isSessionReused() }));
+  },
+): Promise<{ port: number; srv: https.Server }> {
   const material = pki.material('controller', 'controller', { watch: false, logger: quietLogger });
   const srv = https.createServer(
     {
@@ -66,10 +72,7 @@ async function server(ticketKeys = crypto.randomBytes(48)): Promise<{ port: numb
       sessionIdContext: sessionIdContextOf(CONTROLLER),
       sessionTimeout: 600,
     },
-    (req, res) => {
-      res.setHeader('content-type', 'application/json');
-      res.end(JSON.stringify({ reused: (req.socket as tls.TLSSocket).isSessionReused() }));
-    },
+    handler,
   );
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
   closers.push(
@@ -300,35 +303,16 @@ describe('a refusal on a resumed session', () => {
   it('is asked again once on a full handshake by the agent fetcher, and that session is forgotten', async () => {
     // a server that refuses what a resumed session shows it (as a restarted controller refuses an
     // agent under a Herald issuer it no longer remembers: the session carries the leaf alone)
-    const material = pki.material('controller', 'controller', { watch: false, logger: quietLogger });
     const seen: boolean[] = [];
-    const srv = https.createServer(
-      {
-        ...tlsServerOptions(material),
-        ticketKeys: crypto.randomBytes(48),
-        sessionIdContext: sessionIdContextOf(CONTROLLER),
-        sessionTimeout: 600,
-      },
-      (req, res) => {
-        const reused = (req.socket as tls.TLSSocket).isSessionReused();
-        seen.push(reused);
-        res.setHeader('content-type', 'application/json');
-        if (reused) {
-          res.statusCode = 403;
-          res.end(JSON.stringify({ error: { code: 'untrusted_certificate', message: 'issuer not known' } }));
-        } else res.end('{}');
-      },
-    );
-    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-    closers.push(
-      () =>
-        new Promise<void>((r) => {
-          srv.closeAllConnections();
-          srv.close(() => r());
-          material.close();
-        }),
-    );
-    const port = (srv.address() as { port: number }).port;
+    const { port, srv } = await server(undefined, (req, res) => {
+      const reused = (req.socket as tls.TLSSocket).isSessionReused();
+      seen.push(reused);
+      res.setHeader('content-type', 'application/json');
+      if (reused) {
+        res.statusCode = 403;
+        res.end(JSON.stringify({ error: { code: 'untrusted_certificate', message: 'issuer not known' } }));
+      } else res.end('{}');
+    });
     const f = new Fetcher({
       controllerUrl: `https://127.0.0.1:${port}`,
       node: 'n1',
