@@ -107,8 +107,14 @@ export async function startController(a: ControllerArgs): Promise<ControllerProc
     ...(a.extra ?? []),
   ];
   const spawnedAt = Date.now();
+  // HERALD_BENCH_CONTROLLER_WRAP: a command the controller runs under, for diagnosis (e.g.
+  // `heaptrack -o /tmp/ht`: where its native memory goes); words split on spaces
+  const wrap = (process.env.HERALD_BENCH_CONTROLLER_WRAP ?? '').split(' ').filter(Boolean);
+  const argv = [process.execPath, ...HERALD_NODE_FLAGS, ...(a.nodeArgs ?? []), ...args];
   const proc = track(
-    spawn(process.execPath, [...HERALD_NODE_FLAGS, ...(a.nodeArgs ?? []), ...args], { stdio: ['ignore', fd, fd] }),
+    spawn(wrap[0] ?? argv[0]!, [...wrap.slice(1), ...(wrap.length ? argv : argv.slice(1))], {
+      stdio: ['ignore', fd, fd],
+    }),
   );
   fs.closeSync(fd);
   const op = new OperatorClient(a.pki.operator, '127.0.0.1', a.port, 64);
