@@ -263,6 +263,12 @@ export const TLS_SESSION_STORE_ENTRIES = 16;
  * reads its peer's certificate several times and every connection the same CA and issuers.
  */
 export const X509_PARSE_CACHE_ENTRIES = 1_024;
+/**
+ * SQLite's page cache of the controller's database (`PRAGMA cache_size`): better-sqlite3's
+ * default is 16 MiB, filled slowly as the database grows; the hot rows (nodes, current
+ * deployments) fit in far less, and the OS page cache holds the rest.
+ */
+export const SQLITE_PAGE_CACHE_BYTES = 4 * 1024 * 1024;
 
 // ---- enrolment and renewal (SPEC §9) --------------------------------------------------------
 /** Lifetime of a join token unless `ttl_s` says otherwise. */
