@@ -23,8 +23,6 @@ export class OperatorClient {
       keepAlive: true,
       maxSockets,
       minVersion: 'TLSv1.3',
-      // an operator may not resume a TLS session with the API (resumption_refused)
-      maxCachedSessions: 0,
       // the controller is identified by its SPIFFE id in production; here it is ours, on loopback
       checkServerIdentity: () => undefined,
     });

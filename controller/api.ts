@@ -91,7 +91,6 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   bad_identity: 403,
   wrong_eku: 403,
   tls_version: 403,
-  resumption_refused: 403,
   wrong_node: 403,
   endpoint_not_in_san: 403,
   node_deleted: 403,
@@ -432,16 +431,9 @@ export class ApiServer {
     const hit = this.#auth.get(socket);
     if (hit && hit.epoch === this.#epoch && (!hit.result.ok || hit.result.identity.validTo.getTime() >= this.#now()))
       return hit.result;
-    let result = authorizePeer(socket, ROLES, this.#o.material);
-    // Whoever holds the ticket key can forge a session for any certificate (certificates are
-    // public); agents are who reconnect in storms, so only they may resume: an operator's (or a
-    // controller's) resumed session would let a stolen ticket key act as that operator.
-    if (result.ok && result.identity.role !== 'agent' && socket.isSessionReused())
-      result = {
-        ok: false,
-        code: 'resumption_refused',
-        message: `only agents may resume a TLS session with the API, not ${result.identity.role}s: connect without resuming`,
-      };
+    // a resumed session is authorized like a full one (certs/tls.ts `authorizePeer`): any role may
+    // resume, as Node's HTTPS clients do by default (a 403 for it broke ordinary operator clients)
+    const result = authorizePeer(socket, ROLES, this.#o.material);
     this.#auth.set(socket, { epoch: this.#epoch, result });
     return result;
   }

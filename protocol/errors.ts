@@ -49,8 +49,6 @@ export const ERROR_CODES = {
   bad_issuer:
     'the certificate is signed by an intermediate that is not a Herald issuer (a CA signed by the cluster CA, pathLen 0, URI SAN spiffe://<trust domain>/issuer/<name>), or a Herald issuer signed something other than an agent certificate',
   tls_version: 'the peer did not negotiate TLS 1.3',
-  resumption_refused:
-    'an operator or controller certificate on a resumed TLS session at the API (403): only agents may resume; connect again without resuming',
 
   // agent listener: connection-level refusals and WebSocket close reasons (SPEC §2)
   upgrade_required: 'a plain HTTP request to /v1/wake; only a WebSocket upgrade is served there',

@@ -91,7 +91,6 @@ function send(
   const key = cred.cert?.toString('base64').slice(-40) ?? 'none';
   let agent = agents.get(key);
   if (!agent) {
-    // no session resumption: an operator's resumed session is refused (resumption_refused)
     agent = new https.Agent({
       keepAlive: true,
       maxSockets: 4,
