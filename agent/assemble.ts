@@ -32,7 +32,7 @@ import { FetchCoalescer } from './coalescer.js';
 import { parseControllerUrls } from './controller-endpoints.js';
 import { earlyRetryDelayMs, Fetcher, keySetOf, type FetchResult } from './fetcher.js';
 import type { RunItem } from './hooks/types.js';
-import { WakeListener } from './listener.js';
+import { WakeListener, type PushFetchAnswer } from './listener.js';
 import { OutboxSender } from './outbox.js';
 import { OutboxStore } from './outbox-store.js';
 import { OutputSender } from './output-sender.js';
@@ -259,6 +259,9 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     material,
     controllerSpiffeId: { controllers: controllerIds },
     lastAppliedGen: () => state.lastAppliedGeneration,
+    // over the push connection whose controller offers it; the listener is made below
+    pushFetch: (nonce, ifNoneMatch, timeoutMs): Promise<PushFetchAnswer> | null =>
+      listener.fetchOverPush(nonce, ifNoneMatch, timeoutMs),
     log,
   });
   const renewer = new CertificateRenewer({

@@ -5,11 +5,15 @@
  * `ControllerEndpoints` (agent/controller-endpoints.ts), which moves to the next `--controller`
  * URL when the current one fails.
  *
- * A metadata response is trusted only after `verifyMetadataResponse` (signature, fresh nonce,
- * audience, issuer, digest, no rollback), on the 200 and on the 304 alike; its body is counted
- * while it is read and the request is aborted past MAX_METADATA_RESPONSE_BYTES.
+ * A metadata fetch goes over the push connection when one that offers it is open (SPEC §2, the
+ * `fetch` frame; `pushFetch`), else over HTTPS, and over HTTPS again when the push connection
+ * gives no answer. Either way a response is trusted only after `verifyMetadataResponse`
+ * (signature, fresh nonce, audience, issuer, digest, no rollback), on the 200 and on the 304
+ * alike; its body is counted while it is read and refused past MAX_METADATA_RESPONSE_BYTES.
+ * Idle API connections are closed after AGENT_API_IDLE_CLOSE_MS: with fetches on the push
+ * connection, a kept one would only cost the controller a second TLS connection per agent.
  */
-import { API_REQUEST_TIMEOUT_MS } from '../protocol/limits.js';
+import { AGENT_API_IDLE_CLOSE_MS, API_REQUEST_TIMEOUT_MS } from '../protocol/limits.js';
 import https from 'node:https';
 import type http from 'node:http';
 import { HeraldError, RefusalError } from '../protocol/errors.js';
@@ -31,6 +35,7 @@ import {
   type PkiMaterial,
 } from '../certs/tls.js';
 import { ControllerEndpoints, parseControllerUrls } from './controller-endpoints.js';
+import type { PushFetchAnswer } from './listener.js';
 
 /** Each API request must finish within this. */
 /** Endpoint announcement retries: first ceiling and cap. */
@@ -56,6 +61,13 @@ export interface FetcherOptions {
   requestTimeoutMs?: number;
   /** Default MAX_METADATA_RESPONSE_BYTES. */
   maxMetadataBytes?: number;
+  /**
+   * Sends a fetch on a push connection (WakeListener.fetchOverPush): null when none can take it.
+   * Absent: every fetch goes over HTTPS.
+   */
+  pushFetch?: (nonce: string, ifNoneMatch: string | undefined, timeoutMs: number) => Promise<PushFetchAnswer> | null;
+  /** Default AGENT_API_IDLE_CLOSE_MS. */
+  apiIdleCloseMs?: number;
 }
 
 interface RawResponse {
@@ -137,6 +149,8 @@ export class Fetcher {
   readonly #requests = new Set<http.ClientRequest>();
   /** Fetches made, for tests. */
   fetches = 0;
+  /** Of them, answered over a push connection. */
+  pushFetches = 0;
 
   constructor(opts: FetcherOptions) {
     this.#o = opts;
@@ -144,6 +158,7 @@ export class Fetcher {
     this.#agent = new HttpsAgentHolder(opts.material, opts.controllerSpiffeId, {
       keepAlive: true,
       maxSockets: AGENT_API_MAX_CONNECTIONS,
+      timeoutMs: opts.apiIdleCloseMs ?? AGENT_API_IDLE_CLOSE_MS,
       // a restarted controller resumes its agents' sessions instead of a full handshake each
       // (issue 16); a resumed socket keeps the identity its full handshake checked (certs/tls.ts)
       resumeSessions: true,
@@ -173,10 +188,12 @@ export class Fetcher {
     const etag = this.#etag;
     const headers: Record<string, string> = { [NONCE_HEADER]: nonce, accept: 'application/json' };
     if (etag !== undefined) headers['if-none-match'] = etag;
-    const res = await this.#request('GET', `/v1/nodes/${encodeURIComponent(this.#o.node)}/metadata`, {
-      headers,
-      maxBytes: this.#maxBytes,
-    });
+    const res =
+      (await this.#fetchOverPush(nonce, etag)) ??
+      (await this.#request('GET', `/v1/nodes/${encodeURIComponent(this.#o.node)}/metadata`, {
+        headers,
+        maxBytes: this.#maxBytes,
+      }));
     if (res.status === 429) {
       throw new RateLimitedError(
         `metadata fetch answered 429${errorCodeSuffix(res.body)}`,
@@ -208,6 +225,44 @@ export class Fetcher {
     const tag = res.headers.etag;
     this.#etag = typeof tag === 'string' && tag.length <= 200 ? tag : `"${v.gen}"`;
     return { status: 200, gen: v.gen, document };
+  }
+
+  /**
+   * The fetch over a push connection, as the HTTPS response it stands for; null when no push
+   * connection takes it, it failed (closed, no answer in time: logged) or the controller could not
+   * answer there (5xx): then the caller fetches over HTTPS.
+   * @throws RefusalError response_too_large
+   */
+  async #fetchOverPush(nonce: string, etag: string | undefined): Promise<RawResponse | null> {
+    const pending = this.#o.pushFetch?.(nonce, etag, this.#timeoutMs) ?? null;
+    if (pending === null) return null;
+    let a: PushFetchAnswer;
+    try {
+      a = await pending;
+    } catch (err) {
+      this.#o.log.warn(
+        { code: refusalCodeOf(err) ?? (err as { code?: string }).code, err: (err as Error).message },
+        'fetch over the push connection failed; fetching over HTTPS',
+      );
+      return null;
+    }
+    const h = a.head;
+    if (h.status >= 500) {
+      this.#o.log.info(
+        { status: h.status, code: h.error },
+        'the push connection could not answer a fetch; fetching over HTTPS',
+      );
+      return null;
+    }
+    if (a.body.length > this.#maxBytes)
+      throw new RefusalError('response_too_large', `metadata over the push connection: ${a.body.length} bytes`);
+    this.pushFetches++;
+    const headers: http.IncomingHttpHeaders = {};
+    if (h.etag !== undefined) headers.etag = h.etag;
+    if (h.signature !== undefined) headers[SIGNATURE_HEADER] = h.signature;
+    if (h.retry_after_s !== undefined) headers['retry-after'] = String(h.retry_after_s);
+    const body = h.error !== undefined ? Buffer.from(JSON.stringify({ error: { code: h.error } })) : a.body;
+    return { status: h.status, headers, body, peer: a.issuer };
   }
 
   /**

@@ -6,6 +6,11 @@
  * not a verified, unrevoked controller gets HTTP 403 with a code before the upgrade, so no frame
  * is ever read from it. After the upgrade every frame is answered at once (ack or nack), and the
  * only effect a valid wake-up can have is a coalesced fetch.
+ *
+ * A controller that offers it (`Herald-Features: fetch` on its upgrade) also answers the agent's
+ * fetches on the connection (`fetchOverPush`): a `metadata` frame is taken only as the answer to
+ * the fetch this agent sent on that connection, with its nonce, and checked by the fetcher exactly
+ * as an HTTPS answer (signature, nonce, audience, issuer = this connection's controller, digest).
  */
 import { EventEmitter } from 'node:events';
 import https from 'node:https';
@@ -16,14 +21,27 @@ import type tls from 'node:tls';
 import type { X509Certificate } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { WebSocket, WebSocketServer as WebSocketServerType } from 'ws';
-import { codeOf, ERROR_CODES, type ErrorCode } from '../protocol/errors.js';
-import { encodeAck, encodeNack, isNackCode, type FetchState, type NackCode } from '../protocol/frames.js';
+import { codeOf, ERROR_CODES, RefusalError, type ErrorCode } from '../protocol/errors.js';
+import {
+  decodeMetadataFrame,
+  encodeAck,
+  encodeFetch,
+  encodeNack,
+  FEATURE_FETCH,
+  FEATURES_HEADER,
+  isNackCode,
+  offersFeature,
+  type FetchState,
+  type MetadataFrame,
+  type NackCode,
+} from '../protocol/frames.js';
 import {
   AGENT_IDLE_CLOSE_MS,
   LISTENER_HANDSHAKE_TIMEOUT_MS,
   MAX_AUTHENTICATED_CONNECTIONS,
   MAX_BAD_FRAMES,
   MAX_PENDING_CONNECTIONS,
+  MAX_PUSH_METADATA_FRAME_BYTES,
   MAX_WAKE_FRAME_BYTES,
   MAX_WS_PAYLOAD_BYTES,
   PUSH_HEALTHY_WINDOW_MS,
@@ -55,6 +73,9 @@ export const CLOSE_GOING_AWAY = 1001;
 export const CLOSE_POLICY = 1008;
 /** A newer connection from the same controller identity took this one's place. */
 export const CLOSE_REPLACED = 4000;
+
+/** `{`: the first byte of a metadata frame; a wake-up (compact JWS) never starts with it. */
+const OPEN_BRACE = 0x7b;
 
 /** How long a closing WebSocket may take its close handshake before it is cut. */
 const CLOSE_HANDSHAKE_MS = 1_000;
@@ -105,6 +126,23 @@ interface Conn {
   lastHeard: number;
   idleTimer: NodeJS.Timeout | undefined;
   closing: boolean;
+  /** The controller answers fetches on this connection (`Herald-Features: fetch`). */
+  fetch: boolean;
+  /** The fetch sent on this connection and not answered yet (at most one). */
+  pendingFetch: PendingFetch | null;
+}
+
+interface PendingFetch {
+  nonce: string;
+  timer: NodeJS.Timeout;
+  resolve: (a: PushFetchAnswer) => void;
+  reject: (err: Error) => void;
+}
+
+/** A metadata frame that answered this agent's fetch, and the controller whose connection carried it. */
+export interface PushFetchAnswer extends MetadataFrame {
+  /** The SPIFFE id of the controller (this connection's verified peer): the metadata's `iss`. */
+  issuer: string;
 }
 
 /** Counters, for tests and metrics. */
@@ -124,6 +162,9 @@ export interface ListenerStats {
   frames: number;
   acks: number;
   nacks: number;
+  /** Fetches sent over push connections, and how many of them got their answer there. */
+  pushFetches: number;
+  pushFetchesAnswered: number;
 }
 
 /**
@@ -144,6 +185,8 @@ export class WakeListener extends EventEmitter {
   readonly #log: Logger;
   readonly #server: https.Server;
   readonly #wss: WebSocketServerType;
+  /** For connections whose controller answers fetches: the message limit fits a metadata frame. */
+  readonly #wssFetch: WebSocketServerType;
   readonly #pending = new Map<string, Pending>();
   /** Raw sockets this listener destroyed before authentication (already counted as refused). */
   readonly #cut = new WeakSet<net.Socket>();
@@ -167,6 +210,8 @@ export class WakeListener extends EventEmitter {
     frames: 0,
     acks: 0,
     nacks: 0,
+    pushFetches: 0,
+    pushFetchesAnswered: 0,
   };
 
   constructor(opts: WakeListenerOptions) {
@@ -212,6 +257,12 @@ export class WakeListener extends EventEmitter {
       noServer: true,
       perMessageDeflate: false,
       maxPayload: MAX_WS_PAYLOAD_BYTES,
+      clientTracking: false,
+    });
+    this.#wssFetch = new WebSocketServer({
+      noServer: true,
+      perMessageDeflate: false,
+      maxPayload: MAX_PUSH_METADATA_FRAME_BYTES,
       clientTracking: false,
     });
     this.#stopWatching = watchServer(this.#server, this.#material);
@@ -269,6 +320,35 @@ export class WakeListener extends EventEmitter {
     return false;
   }
 
+  /**
+   * Sends a fetch on the push connection heard from last whose controller answers fetches, and
+   * resolves with the metadata frame that answers it. Null when there is no such connection, or
+   * it has a fetch in flight already (the caller fetches over HTTPS). Rejects with RefusalError
+   * `push_fetch_failed` when the connection closes or no answer comes within `timeoutMs`, and
+   * `malformed` for an answer that is not a metadata frame.
+   */
+  fetchOverPush(nonce: string, ifNoneMatch: string | undefined, timeoutMs: number): Promise<PushFetchAnswer> | null {
+    const now = this.#o.now();
+    let best: Conn | null = null;
+    for (const c of this.#conns.values()) {
+      if (!c.fetch || c.closing || now - c.lastHeard >= this.#o.healthyWindowMs) continue;
+      if (best === null || c.lastHeard > best.lastHeard) best = c;
+    }
+    if (best === null || best.pendingFetch !== null) return null;
+    const c = best;
+    this.stats.pushFetches++;
+    return new Promise<PushFetchAnswer>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        if (c.pendingFetch?.nonce !== nonce) return;
+        c.pendingFetch = null;
+        reject(new RefusalError('push_fetch_failed', `no answer on the push connection within ${timeoutMs} ms`));
+      }, timeoutMs);
+      timer.unref();
+      c.pendingFetch = { nonce, timer, resolve, reject };
+      c.ws.send(encodeFetch(nonce, ifNoneMatch));
+    });
+  }
+
   /** Closes every connection (1001) and stops listening. Idempotent. */
   close(): Promise<void> {
     if (this.#closing) return this.#closing;
@@ -290,6 +370,7 @@ export class WakeListener extends EventEmitter {
       this.#server.closeAllConnections?.();
     }).then(() => {
       this.#wss.close();
+      this.#wssFetch.close();
     });
     return this.#closing;
   }
@@ -397,13 +478,14 @@ export class WakeListener extends EventEmitter {
       abortHandshake(sock, 403, 'no_client_certificate', ERROR_CODES.no_client_certificate);
       return;
     }
-    this.#wss.handleUpgrade(req, sock, head, (ws: WebSocket) => {
+    const fetch = offersFeature(req.headers[FEATURES_HEADER], FEATURE_FETCH);
+    (fetch ? this.#wssFetch : this.#wss).handleUpgrade(req, sock, head, (ws: WebSocket) => {
       this.#unpend(socketKey(sock));
       if (this.#closed) {
         ws.close(CLOSE_GOING_AWAY, 'shutting_down');
         return;
       }
-      this.#accept(ws, id, cert, peer);
+      this.#accept(ws, id, cert, peer, fetch);
     });
   }
 
@@ -421,7 +503,7 @@ export class WakeListener extends EventEmitter {
 
   // ---- authenticated -----------------------------------------------------------------------
 
-  #accept(ws: WebSocket, identity: CertIdentity, cert: X509Certificate, peer: string): void {
+  #accept(ws: WebSocket, identity: CertIdentity, cert: X509Certificate, peer: string, fetch: boolean): void {
     const old = this.#conns.get(identity.spiffeId);
     if (old) {
       this.#log.info(
@@ -439,6 +521,8 @@ export class WakeListener extends EventEmitter {
       lastHeard: this.#o.now(),
       idleTimer: undefined,
       closing: false,
+      fetch,
+      pendingFetch: null,
     };
     this.#conns.set(identity.spiffeId, c);
     this.stats.authenticated = this.#conns.size;
@@ -461,6 +545,7 @@ export class WakeListener extends EventEmitter {
     });
     ws.on('close', (code: number, reason: Buffer) => {
       clearTimeout(c.idleTimer);
+      this.#failFetch(c, `the push connection closed (${code})`);
       if (this.#conns.get(identity.spiffeId) === c) {
         this.#conns.delete(identity.spiffeId);
         this.stats.authenticated = this.#conns.size;
@@ -481,6 +566,11 @@ export class WakeListener extends EventEmitter {
     this.stats.frames++;
     if (isBinary) {
       this.#nack(c, null, 'binary_frame');
+      return;
+    }
+    // a wake-up is a compact JWS ("ey..."); a JSON object can only be a metadata frame
+    if (c.fetch && buf[0] === OPEN_BRACE) {
+      this.#onMetadataFrame(c, buf);
       return;
     }
     if (buf.length > MAX_WAKE_FRAME_BYTES) {
@@ -509,11 +599,53 @@ export class WakeListener extends EventEmitter {
     this.#log.info({ peer: c.peer, jti: claims.jti, gen: claims.gen, reason: claims.reason, fetch }, 'wake-up');
   }
 
+  /**
+   * The answer to this connection's fetch. Anything else (no fetch asked, another nonce) is a bad
+   * frame of its own, refused `unexpected_frame` and counted like a bad wake-up; it is not nacked,
+   * since a nack answers a wake-up.
+   */
+  #onMetadataFrame(c: Conn, buf: Buffer): void {
+    const p = c.pendingFetch;
+    let frame: MetadataFrame;
+    try {
+      frame = decodeMetadataFrame(buf);
+    } catch (err) {
+      this.#badFrame(c, 'malformed', (err as Error).message);
+      if (p !== null) {
+        c.pendingFetch = null;
+        clearTimeout(p.timer);
+        p.reject(err as Error);
+      }
+      return;
+    }
+    if (p === null || frame.head.nonce !== p.nonce) {
+      this.#badFrame(c, 'unexpected_frame', 'a metadata frame that answers no fetch asked on this connection');
+      return;
+    }
+    c.pendingFetch = null;
+    clearTimeout(p.timer);
+    this.stats.pushFetchesAnswered++;
+    p.resolve({ ...frame, issuer: c.identity.spiffeId });
+  }
+
+  #failFetch(c: Conn, why: string): void {
+    const p = c.pendingFetch;
+    if (p === null) return;
+    c.pendingFetch = null;
+    clearTimeout(p.timer);
+    p.reject(new RefusalError('push_fetch_failed', why));
+  }
+
   #nack(c: Conn, jti: string | null, code: NackCode): void {
     this.stats.nacks++;
-    c.badFrames++;
     c.ws.send(encodeNack(jti, code));
-    this.#refusedLog(code, c.peer, `bad frame ${c.badFrames} of ${this.#o.maxBadFrames}`, c.identity.spiffeId);
+    this.#badFrame(c, code, 'refused wake-up');
+  }
+
+  /** A bad frame: logged, counted, and the connection closed with 1008 at MAX_BAD_FRAMES. */
+  #badFrame(c: Conn, code: ErrorCode, what: string): void {
+    c.badFrames++;
+    this.#refusedLog(code, c.peer, `${what}: bad frame ${c.badFrames} of ${this.#o.maxBadFrames}`, c.identity.spiffeId);
     if (c.badFrames >= this.#o.maxBadFrames) {
       this.#refusedLog('too_many_bad_frames', c.peer, `${c.badFrames} bad frames`, c.identity.spiffeId);
       this.#closeConn(c, CLOSE_POLICY, 'too_many_bad_frames');
@@ -555,6 +687,7 @@ export class WakeListener extends EventEmitter {
     if (c.closing) return;
     c.closing = true;
     clearTimeout(c.idleTimer);
+    this.#failFetch(c, `the push connection was closed (${reason})`);
     if (this.#conns.get(c.identity.spiffeId) === c) {
       this.#conns.delete(c.identity.spiffeId);
       this.stats.authenticated = this.#conns.size;

@@ -23,8 +23,8 @@ import {
 } from '../certs/tls.js';
 import type { CertIdentity } from '../certs/identity.js';
 import type { TicketKey } from '../certs/ticket-key.js';
-import { ERROR_CODES, HeraldError, type ErrorCode } from '../protocol/errors.js';
-import { ROLES } from '../protocol/identity.js';
+import { codeOf, ERROR_CODES, HeraldError, type ErrorCode } from '../protocol/errors.js';
+import { ROLES, spiffeIdOf } from '../protocol/identity.js';
 import type { Signer } from '../protocol/jws.js';
 import {
   ANNOUNCE_RATE_BURST,
@@ -62,6 +62,7 @@ import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../p
 import { EnrollmentRefused, type Enrollment } from './enrollment.js';
 import type { ControllerEvent } from './events.js';
 import type { ControllerMetrics } from './metrics.js';
+import type { PushFetchReply, PushFetchRequest } from './push-types.js';
 import { RateLimiter, type RateRule } from './rate-limit.js';
 import { Router, type RateClass, type Reply, type RouteContext, type RouteSpec } from './router.js';
 import type { ControllerService } from './service.js';
@@ -160,6 +161,7 @@ export class ApiServer {
   readonly server: https.Server;
   readonly #o: ApiServerOptions;
   readonly #log: Logger;
+  readonly #trustDomain: string;
   readonly #now: () => number;
   readonly #router = new Router();
   readonly #limiters: Record<RateClass, RateLimiter>;
@@ -198,6 +200,7 @@ export class ApiServer {
       other: new RateLimiter(r.other ?? { burst: API_RATE_BURST, perS: API_RATE_PER_S }, this.#now),
     };
     this.#controllerId = o.material.current().identity.spiffeId;
+    this.#trustDomain = o.material.current().identity.trustDomain;
     this.#summary = new RefusalSummary(
       ({ code, count, fields }) =>
         this.#log.warn(
@@ -761,32 +764,87 @@ export class ApiServer {
         field: 'Herald-Nonce',
       });
     }
-    const built = await this.#o.service.metadata(c.params.node!);
-    const etag = `"${built.generation}"`;
-    const notModified = matchesEtag(req.headers['if-none-match'], etag);
-    const signature = signMetadata(this.#o.signer(), {
-      iss: this.#controllerId,
-      aud: identity.spiffeId,
-      gen: built.generation,
+    const a = await this.#answerMetadata(
+      c.params.node!,
+      identity.spiffeId,
       nonce,
-      sha256: notModified ? undefined : built.sha256,
-      nowS: this.#now() / 1000,
-    });
-    this.#o.service.recordFetch(c.params.node!, built.generation);
-    this.#o.metrics.fetches.inc({ status: notModified ? '304' : '200' });
-    res.setHeader('ETag', etag);
-    res.setHeader(SIGNATURE_HEADER, signature);
-    if (notModified) {
+      req.headers['if-none-match'],
+      'https',
+    );
+    res.setHeader('ETag', a.etag);
+    res.setHeader(SIGNATURE_HEADER, a.signature);
+    if (a.body === undefined) {
       res.writeHead(304);
       res.end();
       return undefined;
     }
     res.writeHead(200, {
       'Content-Type': 'application/json; charset=utf-8',
-      'Content-Length': String(built.body.length),
+      'Content-Length': String(a.body.length),
     });
-    res.end(built.body);
+    res.end(a.body);
     return undefined;
+  }
+
+  /**
+   * The metadata route's answer, for HTTPS and for a fetch over the push connection alike: the
+   * body built once per generation, the small JWS signed per answer, the fetch recorded.
+   */
+  async #answerMetadata(
+    node: string,
+    audience: string,
+    nonce: string | undefined,
+    ifNoneMatch: string | string[] | undefined,
+    channel: 'https' | 'push',
+  ): Promise<{ etag: string; signature: string; body: Buffer | undefined }> {
+    const built = await this.#o.service.metadata(node);
+    const etag = `"${built.generation}"`;
+    const notModified = matchesEtag(ifNoneMatch, etag);
+    const signature = signMetadata(this.#o.signer(), {
+      iss: this.#controllerId,
+      aud: audience,
+      gen: built.generation,
+      nonce,
+      sha256: notModified ? undefined : built.sha256,
+      nowS: this.#now() / 1000,
+    });
+    this.#o.service.recordFetch(node, built.generation);
+    this.#o.metrics.fetches.inc({ status: notModified ? '304' : '200', channel });
+    return { etag, signature, body: notModified ? undefined : built.body };
+  }
+
+  /**
+   * An agent's fetch on its push connection (SPEC §2), answered as `GET /v1/nodes/{node}/metadata`
+   * would be: the push connection has already proven the agent to be `agent/<node>` (the dialer
+   * checked the listener's certificate), so only the rate limit (with its wake-up exemption) and
+   * the route itself remain. Never rejects: an error becomes its status and code.
+   */
+  async answerPushFetch(r: PushFetchRequest): Promise<PushFetchReply> {
+    const audience = spiffeIdOf(this.#trustDomain, 'agent', r.node);
+    try {
+      if (!isValidNonce(r.nonce)) throw new HeraldError('invalid_request', 'the fetch frame nonce');
+      if (!this.#o.service.wokeRecently(r.node)) {
+        const decision = this.#limiters.fetch.take(audience);
+        if (!decision.ok) {
+          this.#o.metrics.fetches.inc({ status: '429', channel: 'push' });
+          return { status: 429, error: 'rate_limited', retryAfterS: decision.retryAfterS };
+        }
+      }
+      const a = await this.#answerMetadata(r.node, audience, r.nonce, r.ifNoneMatch ?? undefined, 'push');
+      return a.body === undefined
+        ? { status: 304, etag: a.etag, signature: a.signature }
+        : { status: 200, etag: a.etag, signature: a.signature, body: a.body };
+    } catch (err) {
+      const code = codeOf(err);
+      if (code === undefined || code === 'internal') {
+        this.#log.error({ err, node: r.node }, 'answering a fetch over the push connection failed');
+        this.#o.metrics.fetches.inc({ status: '500', channel: 'push' });
+        return { status: 500, error: 'internal' };
+      }
+      const status = statusOf(code);
+      this.#o.metrics.fetches.inc({ status: String(status), channel: 'push' });
+      return { status, error: code };
+    }
   }
 
   #events(c: RouteContext): undefined {

@@ -9,7 +9,7 @@ export class ControllerMetrics {
   readonly registry: Registry;
   readonly apiRequests: Counter<'route' | 'method' | 'status'>;
   readonly refusals: Counter<'code'>;
-  readonly fetches: Counter<'status'>;
+  readonly fetches: Counter<'status' | 'channel'>;
   readonly signals: Counter<'outcome' | 'status'>;
   readonly eventClients: Gauge;
 
@@ -30,8 +30,8 @@ export class ControllerMetrics {
     });
     this.fetches = new Counter({
       name: 'herald_metadata_fetches_total',
-      help: 'Metadata fetches answered, by status (200 or 304)',
-      labelNames: ['status'],
+      help: 'Metadata fetches answered, by status (200 or 304; over the push connection also a refusal, 429 and the like) and channel (https, or push: over the push connection)',
+      labelNames: ['status', 'channel'],
       registers,
     });
     this.signals = new Counter({

@@ -34,7 +34,14 @@ import type { Ed25519PrivateJwk } from '../protocol/jws.js';
 import type { ControllerView } from '../protocol/rest.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { PgStore } from './pg-store.js';
-import { IDLE_PUSH_STATE, type PushEvents, type PushService, type PushState, type PushTarget } from './push-types.js';
+import {
+  IDLE_PUSH_STATE,
+  type PushEvents,
+  type PushFetchHandler,
+  type PushService,
+  type PushState,
+  type PushTarget,
+} from './push-types.js';
 import { ownerOf } from './rendezvous.js';
 
 export interface FleetOptions {
@@ -240,6 +247,10 @@ export class Fleet implements PushService {
 
   setSigningKey(jwk: Ed25519PrivateJwk): void {
     this.#inner.setSigningKey(jwk);
+  }
+
+  serveFetches(handler: PushFetchHandler): void {
+    this.#inner.serveFetches(handler);
   }
 
   on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {

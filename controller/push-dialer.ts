@@ -20,7 +20,15 @@ import { normalizeSerial } from '../certs/identity.js';
 import { addressRefusal, parseIp } from '../protocol/address.js';
 import { fullJitterMs } from '../protocol/backoff.js';
 import { ConfigError, isErrorCode, RefusalError } from '../protocol/errors.js';
-import { type AnswerFrame, decodeAnswer } from '../protocol/frames.js';
+import {
+  type AgentFrame,
+  decodeAgentFrame,
+  encodeMetadataFrame,
+  FEATURE_FETCH,
+  FEATURES_HEADER,
+  type FetchFrame,
+  type MetadataFrameHead,
+} from '../protocol/frames.js';
 import { spiffeIdOf } from '../protocol/identity.js';
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import {
@@ -43,6 +51,8 @@ import {
   type AckEvent,
   IDLE_PUSH_STATE,
   type PushEvents,
+  type PushFetchHandler,
+  type PushFetchReply,
   type PushService,
   type PushState,
   type PushTarget,
@@ -117,6 +127,8 @@ class NodeEntry implements WheelMember {
   wantReason: WakeReason | null = null;
   queued = false;
   awaitingPong = false;
+  /** The connection whose fetch the handler is answering now (at most one per node). */
+  fetchingOn: WebSocket | null = null;
 
   constructor(node: string, spiffeId: string, url: string | null, generation: number, acked: number | null) {
     this.node = node;
@@ -148,6 +160,7 @@ export class PushDialer implements PushService {
   readonly #o: Resolved;
   #signer: Signer;
   readonly #log: Logger;
+  #fetchHandler: PushFetchHandler | null = null;
   readonly #metrics: PushMetricsSink;
   readonly #events = new EventEmitter();
   readonly #nodes = new Map<string, NodeEntry>();
@@ -244,6 +257,10 @@ export class PushDialer implements PushService {
 
   setSigningKey(jwk: Ed25519PrivateJwk): void {
     this.#signer = new Signer(jwk);
+  }
+
+  serveFetches(handler: PushFetchHandler): void {
+    this.#fetchHandler = handler;
   }
 
   setEndpoint(node: string, url: string | null, generation: number): void {
@@ -388,6 +405,8 @@ export class PushDialer implements PushService {
         perMessageDeflate: false,
         maxPayload: MAX_WS_PAYLOAD_BYTES,
         followRedirects: false,
+        // this connection answers the agent's fetches (SPEC §2): it needs no API connection
+        headers: { [FEATURES_HEADER]: FEATURE_FETCH },
         // a name is resolved here and each address checked; the socket connects to exactly the
         // addresses checked, so a DNS answer that changes between check and connect cannot slip by
         lookup: this.#checkedLookup(e),
@@ -400,7 +419,7 @@ export class PushDialer implements PushService {
           }
           return err;
         },
-      } as tls.ConnectionOptions & WebSocket.ClientOptions;
+      } as unknown as tls.ConnectionOptions & WebSocket.ClientOptions;
       // @types/ws types checkServerIdentity wrongly (as returning boolean); ws hands it to tls.connect
       ws = new WebSocket(url, options as WebSocket.ClientOptions);
     } catch (err) {
@@ -624,13 +643,17 @@ export class PushDialer implements PushService {
   }
 
   #onMessage(e: NodeEntry, data: Buffer, isBinary: boolean): void {
-    let answer: AnswerFrame;
+    let answer: AgentFrame;
     try {
       if (isBinary) throw new RefusalError('binary_frame');
-      answer = decodeAnswer(data.toString('utf8'));
+      answer = decodeAgentFrame(data.toString('utf8'));
     } catch (err) {
       // not an answer at all: the wake-up stays unanswered and the timeout handles the rest
       this.#log.warn({ node: e.node, code: pushCodeOf(err) }, 'push answer refused');
+      return;
+    }
+    if (answer.type === 'fetch') {
+      this.#onFetch(e, answer);
       return;
     }
     const f = e.inflight;
@@ -665,6 +688,46 @@ export class PushDialer implements PushService {
       e.wantReason = null;
       this.#requestWake(e, reason);
     }
+  }
+
+  /**
+   * The agent asks for its metadata on this connection: the handler (the API, in the main
+   * process) answers as the metadata route would, rate limit included. One at a time per node:
+   * another fetch while one is answered is 429 at once.
+   */
+  #onFetch(e: NodeEntry, f: FetchFrame): void {
+    const ws = e.ws;
+    if (ws === null) return;
+    const reply = (r: PushFetchReply): void => {
+      if (e.ws !== ws || ws.readyState !== WebSocket.OPEN) return;
+      const head: MetadataFrameHead = { type: 'metadata', nonce: f.nonce, status: r.status };
+      if (r.etag !== undefined) head.etag = r.etag;
+      if (r.signature !== undefined) head.signature = r.signature;
+      if (r.error !== undefined) head.error = r.error;
+      if (r.retryAfterS !== undefined) head.retry_after_s = r.retryAfterS;
+      ws.send(encodeMetadataFrame(head, r.status === 200 ? r.body : undefined), { binary: false });
+    };
+    const handler = this.#fetchHandler;
+    if (handler === null) {
+      reply({ status: 503, error: 'fetch_unavailable' });
+      return;
+    }
+    if (e.fetchingOn === ws) {
+      reply({ status: 429, error: 'rate_limited', retryAfterS: 1 });
+      return;
+    }
+    e.fetchingOn = ws;
+    handler({ node: e.node, nonce: f.nonce, ifNoneMatch: f.if_none_match ?? null }).then(
+      (r) => {
+        if (e.fetchingOn === ws) e.fetchingOn = null;
+        reply(r);
+      },
+      (err: unknown) => {
+        if (e.fetchingOn === ws) e.fetchingOn = null;
+        this.#log.error({ node: e.node, err }, 'push fetch handler failed');
+        reply({ status: 500, error: 'internal' });
+      },
+    );
   }
 
   #onAnswerTimeout(e: NodeEntry, jti: string): void {

@@ -7,7 +7,7 @@ import type { MaterialPaths } from '../certs/paths.js';
 import type { Ed25519PrivateJwk } from '../protocol/jws.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { PushMetricsDelta } from './push-metrics.js';
-import type { AckEvent, PushState, PushTarget } from './push-types.js';
+import type { AckEvent, PushFetchReply, PushFetchRequest, PushState, PushTarget } from './push-types.js';
 
 /** Tuning a worker's dialer takes (PushDialerOptions' numbers). */
 export interface PushTuning {
@@ -39,14 +39,18 @@ export type ToWorkerCommand =
   | { t: 'notify'; node: string; gen: number; reason: WakeReason }
   | { t: 'endpoint'; node: string; url: string | null; gen: number }
   | { t: 'remove'; node: string }
-  | { t: 'signing-key'; jwk: Ed25519PrivateJwk };
+  | { t: 'signing-key'; jwk: Ed25519PrivateJwk }
+  /** The answer to the worker's `fetch` event `id` (its body arrives as a Uint8Array). */
+  | { t: 'fetched'; id: number; r: PushFetchReply };
 
 export type ToWorker = WorkerInit | { t: 'batch'; cmds: ToWorkerCommand[] } | { t: 'close' };
 
 export type WorkerEvent =
   | { t: 'state'; node: string; s: PushState }
   | { t: 'ack'; e: AckEvent }
-  | { t: 'nack'; e: { node: string; jti: string | null; code: string } };
+  | { t: 'nack'; e: { node: string; jti: string | null; code: string } }
+  /** An agent's fetch on its push connection, for the main process to answer (`fetched`). */
+  | { t: 'fetch'; id: number; r: PushFetchRequest };
 
 export type FromWorker =
   | { t: 'ready' }

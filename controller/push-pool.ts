@@ -22,7 +22,15 @@ import { RECONNECT_BACKOFF_MAX_MS } from '../protocol/limits.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { FromWorker, PushTuning, ToWorker, ToWorkerCommand } from './push-ipc.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
-import { IDLE_PUSH_STATE, type PushEvents, type PushService, type PushState, type PushTarget } from './push-types.js';
+import {
+  IDLE_PUSH_STATE,
+  type PushEvents,
+  type PushFetchHandler,
+  type PushFetchReply,
+  type PushService,
+  type PushState,
+  type PushTarget,
+} from './push-types.js';
 
 /** Longest a worker gets to close its connections (1001) before it is killed. */
 export const PUSH_WORKER_CLOSE_MS = 5_000;
@@ -83,6 +91,7 @@ export class PushPool implements PushService {
   readonly #shards: Shard[];
   readonly #targets = new Map<string, PushTarget>();
   readonly #states = new Map<string, PushState>();
+  #fetchHandler: PushFetchHandler | null = null;
   #started = false;
   #closed = false;
   #closing: Promise<void> | null = null;
@@ -144,6 +153,10 @@ export class PushPool implements PushService {
       s.queue.push({ t: 'signing-key', jwk });
       this.#schedule(s);
     }
+  }
+
+  serveFetches(handler: PushFetchHandler): void {
+    this.#fetchHandler = handler;
   }
 
   remove(node: string): void {
@@ -309,6 +322,8 @@ export class PushPool implements PushService {
         s.restarts = 0;
         this.#metrics.acked(ev.e.latencyMs / 1000);
         this.#events.emit('ack', ev.e);
+      } else if (ev.t === 'fetch') {
+        this.#answerFetch(s, ev.id, ev.r);
       } else {
         this.#metrics.nacked(ev.e.code);
         this.#events.emit('nack', ev.e);
@@ -320,6 +335,24 @@ export class PushPool implements PushService {
       if (m.metrics.sent) this.#metrics.sent(m.metrics.sent);
       for (const [code, n] of Object.entries(m.metrics.dialFailures)) this.#metrics.dialFailed(code, n);
     }
+  }
+
+  /** Answers a worker's fetch; dropped when that worker has been replaced meanwhile (its agent times out). */
+  #answerFetch(s: Shard, id: number, r: Parameters<PushFetchHandler>[0]): void {
+    const child = s.child;
+    const handler = this.#fetchHandler;
+    const answered =
+      handler === null
+        ? Promise.resolve<PushFetchReply>({ status: 503, error: 'fetch_unavailable' })
+        : handler(r).catch((err: unknown): PushFetchReply => {
+            this.#log.error({ node: r.node, err }, 'push fetch handler failed');
+            return { status: 500, error: 'internal' };
+          });
+    void answered.then((reply) => {
+      if (s.child !== child || child === null) return;
+      s.queue.push({ t: 'fetched', id, r: reply });
+      this.#schedule(s);
+    });
   }
 
   #closeShard(s: Shard): Promise<void> {

@@ -54,6 +54,28 @@ export interface AckEvent {
   latencyMs: number;
 }
 
+/** An agent's fetch on its push connection (SPEC §2): the metadata route's request. */
+export interface PushFetchRequest {
+  node: string;
+  nonce: string;
+  ifNoneMatch: string | null;
+}
+
+/** What the metadata route would answer, for a `metadata` frame (protocol/frames.ts). */
+export interface PushFetchReply {
+  status: number;
+  etag?: string;
+  signature?: string;
+  /** A 200's body, the exact bytes the signature's `sha256` covers. */
+  body?: Uint8Array;
+  /** An error's code. */
+  error?: string;
+  retryAfterS?: number;
+}
+
+/** Answers push fetches (the controller's API); never rejects: an error is a reply. */
+export type PushFetchHandler = (r: PushFetchRequest) => Promise<PushFetchReply>;
+
 export interface PushEvents {
   ack: (e: AckEvent) => void;
   nack: (e: { node: string; jti: string | null; code: string }) => void;
@@ -72,6 +94,11 @@ export interface PushService {
   state(node: string): PushState;
   /** A rotated signing key: wake-ups from now on are signed with it. */
   setSigningKey(jwk: Ed25519PrivateJwk): void;
+  /**
+   * Who answers the agents' fetches on their push connections. Until it is set, a fetch frame is
+   * answered 503 `unavailable` and the agent fetches over HTTPS.
+   */
+  serveFetches(handler: PushFetchHandler): void;
   on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void;
   /** Closes every agent connection with 1001 and stops. Idempotent. */
   close(): Promise<void>;

@@ -11,6 +11,7 @@ import { Signer } from '../protocol/jws.js';
 import { PushDialer } from './push-dialer.js';
 import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent, WorkerInit } from './push-ipc.js';
 import { DeltaPushMetrics } from './push-metrics.js';
+import type { PushFetchReply } from './push-types.js';
 
 function send(m: FromWorker): void {
   // with a callback, a parent that has just died is an EPIPE here, not an unhandled 'error'
@@ -24,6 +25,9 @@ class Worker {
   readonly #metrics = new DeltaPushMetrics();
   #events: WorkerEvent[] = [];
   #flushScheduled = false;
+  /** Fetches sent to the main process, by id: at most one per connected node. */
+  readonly #fetches = new Map<number, (r: PushFetchReply) => void>();
+  #fetchSeq = 0;
 
   constructor(init: WorkerInit) {
     const logger = pino({ level: init.logLevel }).child({ push_worker: init.worker });
@@ -40,6 +44,14 @@ class Worker {
     this.#dialer.on('state', (node, s) => this.#push({ t: 'state', node, s }));
     this.#dialer.on('ack', (e) => this.#push({ t: 'ack', e }));
     this.#dialer.on('nack', (e) => this.#push({ t: 'nack', e }));
+    this.#dialer.serveFetches(
+      (r) =>
+        new Promise((resolve) => {
+          const id = ++this.#fetchSeq;
+          this.#fetches.set(id, resolve);
+          this.#push({ t: 'fetch', id, r });
+        }),
+    );
   }
 
   run(cmd: ToWorkerCommand): void {
@@ -62,11 +74,21 @@ class Worker {
       case 'signing-key':
         this.#dialer.setSigningKey(cmd.jwk);
         break;
+      case 'fetched': {
+        const resolve = this.#fetches.get(cmd.id);
+        this.#fetches.delete(cmd.id);
+        // the structured clone of the IPC channel delivers the body as a plain Uint8Array
+        const b = cmd.r.body;
+        resolve?.(b === undefined ? cmd.r : { ...cmd.r, body: Buffer.from(b.buffer, b.byteOffset, b.byteLength) });
+        break;
+      }
     }
     this.#schedule();
   }
 
   async close(): Promise<void> {
+    for (const resolve of this.#fetches.values()) resolve({ status: 503, error: 'fetch_unavailable' });
+    this.#fetches.clear();
     await this.#dialer.close();
     this.#material.close();
     this.#flush();

@@ -8,6 +8,12 @@
 export const MAX_WAKE_FRAME_BYTES = 4 * 1024;
 /** The WebSocket layer's own payload limit, set above the frame check so the agent can answer. */
 export const MAX_WS_PAYLOAD_BYTES = 64 * 1024;
+/**
+ * The agent's WebSocket message limit on a push connection whose controller offers fetches
+ * (`Herald-Features: fetch`): a metadata frame is a head of at most MAX_WAKE_FRAME_BYTES and the
+ * largest metadata body the agent reads. Wake-ups on it are still refused over 4 KiB.
+ */
+export const MAX_PUSH_METADATA_FRAME_BYTES = 16 * 1024 * 1024 + 4 * 1024;
 /** Longest allowed `exp - iat` of a wake-up. */
 export const MAX_WAKE_LIFETIME_S = 300;
 /** Lifetime the controller gives its wake-ups. */
@@ -83,6 +89,13 @@ export const API_UNAUTHENTICATED_MAX_CONNECTIONS = 64;
 export const API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS = 3;
 /** Connections the agent's fetcher opens to the API at once. */
 export const AGENT_API_MAX_CONNECTIONS = 4;
+/**
+ * The agent closes an API connection idle this long. Its fetches go over the push connection
+ * while one is open (SPEC §2), so its API connections carry the start-up announcement, signals,
+ * live output and renewals; kept open, each would cost the controller a second TLS connection per
+ * agent (`npm run bench`: memory per agent). Another one resumes its TLS session.
+ */
+export const AGENT_API_IDLE_CLOSE_MS = 5_000;
 /**
  * Connections the kernel may queue for the API before it accepts them (capped by
  * net.core.somaxconn). After a fan-out thousands of agents connect at once; with Node's default

@@ -16,7 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AGENT_IDLE_CLOSE_MS } from '../../protocol/limits.js';
+import { AGENT_API_IDLE_CLOSE_MS, AGENT_IDLE_CLOSE_MS } from '../../protocol/limits.js';
 import {
   getNode,
   makeCluster,
@@ -81,6 +81,7 @@ function kindOf(t: Timer): string {
   if (t.stack.includes('/agent/renewal.js')) return 'renewal';
   if (t.stack.includes('#armIdle')) return 'connection idle check';
   if (t.stack.includes('setupConnectionsTracking')) return "node's http connection check";
+  if (t.stack.includes('keepSocketAlive')) return 'api connection idle close';
   return 'other';
 }
 
@@ -152,14 +153,18 @@ afterAll(async () => {
 
 describe.skipIf(!built)('an idle agent', { timeout: 60_000 }, () => {
   it('arms only its poll at the healthy interval, the connection idle check, the renewal and Node’s HTTP check', async () => {
-    // once the poll after the start-up fetch is over, the next one is planned at the healthy interval
+    // once the poll after the start-up fetch is over, the next one is planned at the healthy
+    // interval; and the start-up's API connection is closed once idle (AGENT_API_IDLE_CLOSE_MS),
+    // its idle timer with it: an idle agent holds its push connection only
     const r = await waitFor(
-      'the poll planned at the healthy interval',
+      'the poll planned at the healthy interval, and the API connection closed',
       async () => {
         const x = await report();
-        return x.timers.some((t) => kindOf(t) === 'poll' && t.ms >= HEALTHY_MS * 0.9) ? x : null;
+        const planned = x.timers.some((t) => kindOf(t) === 'poll' && t.ms >= HEALTHY_MS * 0.9);
+        const apiOpen = x.timers.some((t) => kindOf(t) === 'api connection idle close');
+        return planned && !apiOpen ? x : null;
       },
-      20_000,
+      20_000 + AGENT_API_IDLE_CLOSE_MS,
       200,
     );
     const kinds = r.timers.map((t) => `${kindOf(t)}${t.repeat ? ' (repeating)' : ''}`).sort();

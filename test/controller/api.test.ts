@@ -817,7 +817,7 @@ describe('metrics', () => {
     expect(r.text).toMatch(
       /herald_api_requests_total\{route="\/v1\/nodes\/:node\/metadata",method="GET",status="200"\} \d+/,
     );
-    expect(r.text).toMatch(/herald_metadata_fetches_total\{status="304"\} \d+/);
+    expect(r.text).toMatch(/herald_metadata_fetches_total\{status="304",channel="https"\} \d+/);
     expect(r.text).toMatch(/herald_signals_total\{outcome="recorded",status="COMPLETE"\} \d+/);
   });
 });

@@ -57,7 +57,8 @@ function assertAlive(p: Proc): true {
   return true;
 }
 
-export async function makeCluster(nodes: string[]): Promise<Cluster> {
+/** `controllerArgs`: more `herald controller` options (`--push-workers 0`, ...). */
+export async function makeCluster(nodes: string[], o: { controllerArgs?: string[] } = {}): Promise<Cluster> {
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-e2e-'));
   const pki = path.join(work, 'pki');
   const init = heraldSync(['certs', 'init', '--dir', pki]);
@@ -75,7 +76,7 @@ export async function makeCluster(nodes: string[]): Promise<Cluster> {
     if (port === 0) port = await freePort();
     const proc = startHerald(
       `controller-${n++}`,
-      ['controller', '--listen', `127.0.0.1:${port}`, '--pki', pki, '--db', db],
+      ['controller', '--listen', `127.0.0.1:${port}`, '--pki', pki, '--db', db, ...(o.controllerArgs ?? [])],
       work,
     );
     await waitFor(

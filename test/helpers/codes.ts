@@ -9,3 +9,13 @@ export function thrownCode(fn: () => unknown): string | undefined {
   }
   return undefined;
 }
+
+/** The code of the HeraldError `p` rejects with, or undefined when it resolves (or rejects uncoded). */
+export async function thrownCodeAsync(p: Promise<unknown>): Promise<string | undefined> {
+  try {
+    await p;
+  } catch (err) {
+    return codeOf(err);
+  }
+  return undefined;
+}

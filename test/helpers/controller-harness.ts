@@ -14,6 +14,7 @@ import type { ControllerOptions } from '../../controller/options.js';
 import {
   IDLE_PUSH_STATE,
   type PushEvents,
+  type PushFetchHandler,
   type PushService,
   type PushState,
   type PushTarget,
@@ -106,6 +107,11 @@ export class PushStub implements PushService {
   readonly signingKids: string[] = [];
   setSigningKey(jwk: { kid: string }): void {
     this.signingKids.push(jwk.kid);
+  }
+  /** Who answers fetches over push connections (the API): a test calls it as the dialer would. */
+  fetchHandler: PushFetchHandler | null = null;
+  serveFetches(handler: PushFetchHandler): void {
+    this.fetchHandler = handler;
   }
   state(): PushState {
     return { ...IDLE_PUSH_STATE };

@@ -1,10 +1,9 @@
 /** Waiting for a push dialer's events in tests, without sleeping. */
-import type { PushDialer } from '../../controller/push-dialer.js';
-import type { PushEvents } from '../../controller/push-types.js';
+import type { PushEvents, PushService } from '../../controller/push-types.js';
 
 /** The first dialer event `event` whose arguments satisfy `pred`, within `timeoutMs`. */
 export function nextPushEvent<E extends keyof PushEvents>(
-  d: PushDialer,
+  d: Pick<PushService, 'on'> & { off: PushService['on'] },
   event: E,
   pred: (...args: Parameters<PushEvents[E]>) => boolean,
   timeoutMs = 5_000,

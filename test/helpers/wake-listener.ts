@@ -25,7 +25,7 @@ import { Signer, type Ed25519PrivateJwk } from '../../protocol/jws.js';
 import { WakeVerifier, type WakeClaims } from '../../protocol/wake.js';
 import { FetchCoalescer } from '../../agent/coalescer.js';
 import { keySetOf } from '../../agent/fetcher.js';
-import { WakeListener } from '../../agent/listener.js';
+import { WakeListener, type PushFetchAnswer } from '../../agent/listener.js';
 
 export type ListenerMode = 'answer' | 'silent';
 
@@ -190,6 +190,11 @@ export class TestWakeListener extends EventEmitter {
         s.on('close', end);
       }
     });
+  }
+
+  /** The agent's fetch over the push connection (WakeListener.fetchOverPush); null when it cannot. */
+  fetchOverPush(nonce: string, ifNoneMatch?: string, timeoutMs = 5_000): Promise<PushFetchAnswer> | null {
+    return this.#listener?.fetchOverPush(nonce, ifNoneMatch, timeoutMs) ?? null;
   }
 
   /** Takes the port down: the agent listener closes (1001 to every connection) and stops listening. */

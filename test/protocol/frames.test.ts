@@ -1,5 +1,16 @@
 import { describe, expect, it } from 'vitest';
-import { checkFrameSize, decodeAnswer, encodeAck, encodeNack, NACK_CODES } from '../../protocol/frames.js';
+import {
+  checkFrameSize,
+  decodeAgentFrame,
+  decodeAnswer,
+  decodeMetadataFrame,
+  encodeAck,
+  encodeFetch,
+  encodeMetadataFrame,
+  encodeNack,
+  NACK_CODES,
+  offersFeature,
+} from '../../protocol/frames.js';
 import { ERROR_CODES } from '../../protocol/errors.js';
 import { fullJitterMs, jittered } from '../../protocol/backoff.js';
 import { fitSignalBody } from '../../protocol/heat.js';
@@ -50,6 +61,59 @@ describe('answer frames', () => {
   it('checks the 4 KiB frame limit', () => {
     expect(code(() => checkFrameSize(4096))).toBeUndefined();
     expect(code(() => checkFrameSize(4097))).toBe('too_large');
+  });
+});
+
+describe('fetch and metadata frames (fetch over the push connection)', () => {
+  const nonce = 'n'.repeat(22);
+
+  it('round-trips a fetch, with and without If-None-Match', () => {
+    expect(decodeAgentFrame(encodeFetch(nonce))).toEqual({ type: 'fetch', nonce });
+    expect(decodeAgentFrame(encodeFetch(nonce, '"7"'))).toEqual({ type: 'fetch', nonce, if_none_match: '"7"' });
+  });
+
+  it('refuses a fetch without a valid nonce or with an oversized If-None-Match, and a fetch where an answer is due', () => {
+    expect(code(() => decodeAgentFrame('{"type":"fetch"}'))).toBe('malformed');
+    expect(code(() => decodeAgentFrame('{"type":"fetch","nonce":"short"}'))).toBe('malformed');
+    expect(code(() => decodeAgentFrame(JSON.stringify({ type: 'fetch', nonce, if_none_match: 'x'.repeat(201) })))).toBe(
+      'malformed',
+    );
+    expect(code(() => decodeAnswer(encodeFetch(nonce)))).toBe('malformed');
+  });
+
+  it('carries the body after the head line byte for byte, newlines and all', () => {
+    const body = Buffer.from('{"a":"line\\none","b":"é"}\n');
+    const f = decodeMetadataFrame(
+      encodeMetadataFrame({ type: 'metadata', nonce, status: 200, etag: '"3"', signature: 'a.b.c' }, body),
+    );
+    expect(f.head).toEqual({ type: 'metadata', nonce, status: 200, etag: '"3"', signature: 'a.b.c' });
+    expect(f.body.equals(body)).toBe(true);
+    const r = decodeMetadataFrame(
+      encodeMetadataFrame({ type: 'metadata', nonce, status: 429, error: 'rate_limited', retry_after_s: 2 }),
+    );
+    expect(r.head).toMatchObject({ status: 429, error: 'rate_limited', retry_after_s: 2 });
+    expect(r.body.length).toBe(0);
+  });
+
+  it.each([
+    ['no head line', '{"type":"metadata"}'],
+    ['a head that is not JSON', 'nope\n'],
+    ['another type', `{"type":"ack","nonce":"${nonce}","status":200}\n`],
+    ['a bad nonce', '{"type":"metadata","nonce":"x","status":200}\n'],
+    ['a status out of range', `{"type":"metadata","nonce":"${nonce}","status":99}\n`],
+    ['a non-200 with a body', `{"type":"metadata","nonce":"${nonce}","status":304}\nbody`],
+    ['a signature too long', `{"type":"metadata","nonce":"${nonce}","status":200,"signature":"${'s'.repeat(2049)}"}\n`],
+    ['a head over 4 KiB', `{"type":"metadata","nonce":"${nonce}","status":200,"x":"${'x'.repeat(4200)}"}\n`],
+  ])('refuses a metadata frame with %s (malformed)', (_what, frame) => {
+    expect(code(() => decodeMetadataFrame(Buffer.from(frame)))).toBe('malformed');
+  });
+
+  it('reads the feature list of Herald-Features', () => {
+    expect(offersFeature('fetch', 'fetch')).toBe(true);
+    expect(offersFeature('other, Fetch', 'fetch')).toBe(true);
+    expect(offersFeature(['x', 'fetch'], 'fetch')).toBe(true);
+    expect(offersFeature('fetcher', 'fetch')).toBe(false);
+    expect(offersFeature(undefined, 'fetch')).toBe(false);
   });
 });
 

@@ -357,12 +357,12 @@ export class Battery {
    * Metadata requests that got past authorization (any status but 403: served, 304, rate
    * limited...): every fetch an agent made. An attacker's own refused request does not count.
    */
+  /** Metadata fetches the controller answered, over HTTPS (but a 403) or over a push connection. */
   async fetchCount(): Promise<number> {
     const t = await this.metricsText();
-    return metricSum(
-      t,
-      'herald_api_requests_total',
-      (l) => l.route === '/v1/nodes/:node/metadata' && l.status !== '403',
+    return (
+      metricSum(t, 'herald_api_requests_total', (l) => l.route === '/v1/nodes/:node/metadata' && l.status !== '403') +
+      metricSum(t, 'herald_metadata_fetches_total', (l) => l.channel === 'push')
     );
   }
 

@@ -1,0 +1,331 @@
+/**
+ * Fetches over the push connection at the agent (SPEC §2), over real TLS on 127.0.0.1: the
+ * listener asks only a connection whose controller offers it, takes a metadata frame only as the
+ * answer to its own fetch on that connection, and fails the fetch when the connection closes or
+ * stays silent; the fetcher checks such an answer exactly as an HTTPS one (signature, nonce,
+ * audience, issuer, digest) and fetches over HTTPS when the push connection gives none.
+ */
+import { once } from 'node:events';
+import net from 'node:net';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import type { PkiMaterial } from '../../certs/tls.js';
+import {
+  decodeAgentFrame,
+  encodeMetadataFrame,
+  FEATURE_FETCH,
+  FEATURES_HEADER,
+  type FetchFrame,
+  type MetadataFrameHead,
+} from '../../protocol/frames.js';
+import { MAX_PUSH_METADATA_FRAME_BYTES, MAX_WAKE_FRAME_BYTES } from '../../protocol/limits.js';
+import { sha256b64url, signMetadata } from '../../protocol/metadata.js';
+import { WakeVerifier } from '../../protocol/wake.js';
+import { Fetcher, keySetOf } from '../../agent/fetcher.js';
+import { WakeListener } from '../../agent/listener.js';
+import { makeAgentTestPki, memoryLog, quietLog, type AgentTestPki } from '../helpers/agent-pki.js';
+import { thrownCodeAsync } from '../helpers/codes.js';
+
+let pki: AgentTestPki;
+let material: PkiMaterial;
+/** A port nothing listens on: an HTTPS fetch there fails with ECONNREFUSED. */
+let deadPort: number;
+const open: Array<{ close(): unknown }> = [];
+
+beforeAll(async () => {
+  pki = await makeAgentTestPki();
+  material = pki.material('agent', 'n1');
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
+  deadPort = (s.address() as net.AddressInfo).port;
+  await new Promise<void>((r) => s.close(() => r()));
+});
+afterAll(() => pki?.cleanup());
+afterEach(async () => {
+  for (const x of open.splice(0).reverse()) await x.close();
+});
+
+async function listen(): Promise<{ listener: WakeListener; port: number; lines: Array<Record<string, unknown>> }> {
+  const { log, lines } = memoryLog();
+  const listener = new WakeListener({
+    material,
+    verifier: new WakeVerifier({
+      audience: pki.spiffe('agent', 'n1'),
+      keys: keySetOf(material),
+      startedAtS: Math.floor(Date.now() / 1000) - 5,
+    }),
+    onWake: () => 'current',
+    lastFetchedGen: () => 0,
+    log,
+  });
+  const port = await listener.listen('127.0.0.1', 0);
+  open.push(listener);
+  return { listener, port, lines };
+}
+
+interface Ctl {
+  ws: WebSocket;
+  /** The fetch frames the agent sent, in order. */
+  fetches: FetchFrame[];
+  nextFetch(): Promise<FetchFrame>;
+  /** Every other frame the agent sent (answers). */
+  others: string[];
+}
+
+/** A controller connection (`controller/<name>`), offering fetches unless `offer` is false. */
+async function controller(port: number, o: { name?: string; offer?: boolean } = {}): Promise<Ctl> {
+  const c = pki.cred('controller', o.name ?? 'controller');
+  const ws = new WebSocket(`wss://127.0.0.1:${port}/v1/wake`, {
+    perMessageDeflate: false,
+    ca: c.ca,
+    cert: c.cert,
+    key: c.key,
+    minVersion: 'TLSv1.3',
+    checkServerIdentity: () => undefined,
+    headers: o.offer === false ? {} : { [FEATURES_HEADER]: FEATURE_FETCH },
+  } as unknown as WebSocket.ClientOptions);
+  ws.on('error', () => undefined);
+  open.push({ close: () => ws.terminate() });
+  const fetches: FetchFrame[] = [];
+  const others: string[] = [];
+  const waiting: Array<(f: FetchFrame) => void> = [];
+  ws.on('message', (d: Buffer) => {
+    const text = d.toString('utf8');
+    try {
+      const f = decodeAgentFrame(text);
+      if (f.type === 'fetch') {
+        fetches.push(f);
+        waiting.shift()?.(f);
+        return;
+      }
+    } catch {
+      // not an agent frame
+    }
+    others.push(text);
+  });
+  await once(ws, 'open');
+  return {
+    ws,
+    fetches,
+    others,
+    nextFetch: () =>
+      fetches.length > waiting.length ? Promise.resolve(fetches[waiting.length]!) : new Promise((r) => waiting.push(r)),
+  };
+}
+
+/** A metadata frame is a text frame (ws sends a Buffer as binary unless told). */
+function sendText(ws: WebSocket, frame: Buffer): void {
+  ws.send(frame, { binary: false });
+}
+
+const NONCE = 'a'.repeat(22);
+const head = (h: Partial<MetadataFrameHead>): MetadataFrameHead => ({
+  type: 'metadata',
+  nonce: NONCE,
+  status: 200,
+  ...h,
+});
+
+/** A signed 200 answer for node n1 at `gen`, as the controller `controller` builds it. */
+function signed200(nonce: string, gen: number, tamper = false): Buffer {
+  const body = Buffer.from(JSON.stringify({ node: 'n1', generation: gen, deployments: [] }));
+  const signature = signMetadata(pki.signer, {
+    iss: pki.spiffe('controller', 'controller'),
+    aud: pki.spiffe('agent', 'n1'),
+    gen,
+    nonce,
+    sha256: sha256b64url(body),
+    nowS: Date.now() / 1000,
+  });
+  const sent = tamper ? Buffer.from(body.toString().replace('[]', '[{}]')) : body;
+  return encodeMetadataFrame(head({ nonce, etag: `"${gen}"`, signature }), sent);
+}
+
+function fetcherOf(listener: WakeListener, timeoutMs = 5_000): Fetcher {
+  const f = new Fetcher({
+    controllerUrl: `https://127.0.0.1:${deadPort}`,
+    node: 'n1',
+    material,
+    controllerSpiffeId: { controllers: '*' },
+    lastAppliedGen: () => undefined,
+    log: quietLog(),
+    requestTimeoutMs: timeoutMs,
+    pushFetch: (nonce, inm, ms) => listener.fetchOverPush(nonce, inm, ms),
+  });
+  open.push({ close: () => f.close() });
+  return f;
+}
+
+describe('the listener: fetches over the push connection', () => {
+  it('asks no connection whose controller did not offer fetches', async () => {
+    const { listener, port } = await listen();
+    await controller(port, { offer: false });
+    expect(listener.connections).toBe(1);
+    expect(listener.fetchOverPush(NONCE, undefined, 1_000)).toBeNull();
+  });
+
+  it('sends the fetch on the offering connection and takes the answer with its nonce, naming that controller as issuer', async () => {
+    const { listener, port } = await listen();
+    const ctl = await controller(port);
+    const pending = listener.fetchOverPush(NONCE, '"4"', 5_000)!;
+    expect(pending).not.toBeNull();
+    const f = await ctl.nextFetch();
+    expect(f).toEqual({ type: 'fetch', nonce: NONCE, if_none_match: '"4"' });
+    // one fetch in flight per connection: a second one goes elsewhere (HTTPS)
+    expect(listener.fetchOverPush('b'.repeat(22), undefined, 5_000)).toBeNull();
+    sendText(ctl.ws, encodeMetadataFrame(head({ status: 304, etag: '"4"', signature: 'x.y.z' })));
+    const a = await pending;
+    expect(a.head).toMatchObject({ status: 304, etag: '"4"', signature: 'x.y.z' });
+    expect(a.issuer).toBe(pki.spiffe('controller', 'controller'));
+    expect(listener.stats).toMatchObject({ pushFetches: 1, pushFetchesAnswered: 1 });
+  });
+
+  it('a metadata frame that answers no fetch is refused unexpected_frame and counted as a bad frame, not nacked', async () => {
+    const { listener, port, lines } = await listen();
+    const ctl = await controller(port);
+    const closed = once(ctl.ws, 'close');
+    for (let i = 0; i < 10; i++) sendText(ctl.ws, encodeMetadataFrame(head({ status: 304 })));
+    const [code] = (await closed) as [number];
+    expect(code).toBe(1008);
+    expect(lines.filter((l) => l.code === 'unexpected_frame')).toHaveLength(10);
+    expect(ctl.others).toHaveLength(0);
+    expect(listener.stats.nacks).toBe(0);
+  });
+
+  it('an answer naming another nonce is refused unexpected_frame; the fetch fails push_fetch_failed when its time is up', async () => {
+    const { listener, port, lines } = await listen();
+    const ctl = await controller(port);
+    const pending = listener.fetchOverPush(NONCE, undefined, 300)!;
+    await ctl.nextFetch();
+    sendText(ctl.ws, encodeMetadataFrame(head({ nonce: 'z'.repeat(22), status: 304 })));
+    expect(await thrownCodeAsync(pending)).toBe('push_fetch_failed');
+    expect(lines.some((l) => l.code === 'unexpected_frame')).toBe(true);
+  });
+
+  it('a fetch fails push_fetch_failed when its connection closes, and malformed on a frame that is not a metadata frame', async () => {
+    const { listener, port } = await listen();
+    const ctl = await controller(port);
+    const first = listener.fetchOverPush(NONCE, undefined, 5_000)!;
+    await ctl.nextFetch();
+    ctl.ws.send('{"type":"metadata","nonce":"x"}\n');
+    expect(await thrownCodeAsync(first)).toBe('malformed');
+    const second = listener.fetchOverPush(NONCE, undefined, 5_000)!;
+    await ctl.nextFetch();
+    ctl.ws.close();
+    expect(await thrownCodeAsync(second)).toBe('push_fetch_failed');
+  });
+
+  it('on an offering connection a metadata frame may be larger than 64 KiB, a wake-up still not over 4 KiB, nothing over the frame limit', async () => {
+    const { listener, port } = await listen();
+    const ctl = await controller(port);
+    const pending = listener.fetchOverPush(NONCE, undefined, 5_000)!;
+    await ctl.nextFetch();
+    sendText(ctl.ws, encodeMetadataFrame(head({}), Buffer.alloc(200 * 1024, 0x20)));
+    expect((await pending).body.length).toBe(200 * 1024);
+    ctl.ws.send('e'.repeat(MAX_WAKE_FRAME_BYTES + 1));
+    await new Promise<void>((r) => ctl.ws.once('message', () => r()));
+    expect(ctl.others.at(-1)).toContain('"too_large"');
+    const closed = once(ctl.ws, 'close');
+    ctl.ws.send(Buffer.alloc(MAX_PUSH_METADATA_FRAME_BYTES + 1, 0x7b), { binary: false });
+    expect(((await closed) as [number])[0]).toBe(1009);
+  });
+
+  it('asks the connection heard from last', async () => {
+    const { listener, port } = await listen();
+    const a = await controller(port, { name: 'c2' });
+    const b = await controller(port, { name: 'c3' });
+    // a pong comes after the agent has read the ping; the clock moves on between the two
+    a.ws.ping();
+    await once(a.ws, 'pong');
+    const t = Date.now();
+    while (Date.now() === t) await new Promise((r) => setImmediate(r));
+    b.ws.ping();
+    await once(b.ws, 'pong');
+    void listener.fetchOverPush(NONCE, undefined, 200)?.catch(() => undefined);
+    expect((await b.nextFetch()).nonce).toBe(NONCE);
+    expect(a.fetches).toHaveLength(0);
+  });
+});
+
+describe('the fetcher: an answer over the push connection is checked like an HTTPS one', () => {
+  it('applies a signed 200 from the push connection without asking HTTPS', async () => {
+    const { listener, port } = await listen();
+    const ctl = await controller(port);
+    ctl.ws.on('message', (d: Buffer) => {
+      const f = decodeAgentFrame(d.toString());
+      if (f.type === 'fetch') sendText(ctl.ws, signed200(f.nonce, 7));
+    });
+    const fetcher = fetcherOf(listener);
+    const r = await fetcher.fetchMetadata();
+    expect(r).toMatchObject({ status: 200, gen: 7 });
+    expect(fetcher.pushFetches).toBe(1);
+  });
+
+  it('refuses a body that does not match its signed digest (digest_mismatch), and does not fall back to HTTPS', async () => {
+    const { listener, port } = await listen();
+    const ctl = await controller(port);
+    ctl.ws.on('message', (d: Buffer) => {
+      const f = decodeAgentFrame(d.toString());
+      if (f.type === 'fetch') sendText(ctl.ws, signed200(f.nonce, 7, true));
+    });
+    expect(await thrownCodeAsync(fetcherOf(listener).fetchMetadata())).toBe('digest_mismatch');
+  });
+
+  it('refuses an answer signed for another request (nonce_mismatch)', async () => {
+    const { listener, port } = await listen();
+    const ctl = await controller(port);
+    ctl.ws.on('message', (d: Buffer) => {
+      const f = decodeAgentFrame(d.toString());
+      if (f.type !== 'fetch') return;
+      // the head names this fetch; the signature was made for another nonce (a replayed answer)
+      const other = signed200('q'.repeat(22), 7);
+      const sep = other.indexOf(0x0a);
+      const h = JSON.parse(other.subarray(0, sep).toString()) as MetadataFrameHead;
+      sendText(ctl.ws, encodeMetadataFrame({ ...h, nonce: f.nonce }, other.subarray(sep + 1)));
+    });
+    expect(await thrownCodeAsync(fetcherOf(listener).fetchMetadata())).toBe('nonce_mismatch');
+  });
+
+  it("refuses an answer that names another controller than the connection's (wrong_issuer)", async () => {
+    const { listener, port } = await listen();
+    // controller c2's connection answers with metadata signed as `controller`
+    const ctl = await controller(port, { name: 'c2' });
+    ctl.ws.on('message', (d: Buffer) => {
+      const f = decodeAgentFrame(d.toString());
+      if (f.type === 'fetch') sendText(ctl.ws, signed200(f.nonce, 7));
+    });
+    expect(await thrownCodeAsync(fetcherOf(listener).fetchMetadata())).toBe('wrong_issuer');
+  });
+
+  it('fetches over HTTPS when the push connection gives no answer or cannot answer (5xx)', async () => {
+    const { listener, port } = await listen();
+    const ctl = await controller(port);
+    // silent: the push fetch times out, then HTTPS is asked (here a closed port)
+    const silent = fetcherOf(listener, 300);
+    await expect(silent.fetchMetadata()).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    ctl.ws.on('message', (d: Buffer) => {
+      const f = decodeAgentFrame(d.toString());
+      if (f.type === 'fetch')
+        sendText(ctl.ws, encodeMetadataFrame(head({ nonce: f.nonce, status: 503, error: 'fetch_unavailable' })));
+    });
+    await expect(fetcherOf(listener).fetchMetadata()).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    expect(listener.stats.pushFetches).toBe(2);
+  });
+
+  it('a 429 over the push connection is the rate limit, with its Retry-After', async () => {
+    const { listener, port } = await listen();
+    const ctl = await controller(port);
+    ctl.ws.on('message', (d: Buffer) => {
+      const f = decodeAgentFrame(d.toString());
+      if (f.type === 'fetch')
+        sendText(
+          ctl.ws,
+          encodeMetadataFrame(head({ nonce: f.nonce, status: 429, error: 'rate_limited', retry_after_s: 3 })),
+        );
+    });
+    await expect(fetcherOf(listener).fetchMetadata()).rejects.toMatchObject({
+      code: 'rate_limited',
+      retryAfterMs: 3_000,
+    });
+  });
+});

@@ -1,0 +1,235 @@
+/**
+ * Fetches over the push connection at the controller (SPEC §2): the dialer, in this process and
+ * in worker processes (PushPool), hands an agent's `fetch` frame to the handler the API serves and
+ * answers with a `metadata` frame carrying the handler's reply byte for byte; one fetch per node
+ * at a time; 503 `fetch_unavailable` before a handler is set. The agent side is the real
+ * listener (test/helpers/wake-listener.ts) over TLS 1.3 on 127.0.0.1.
+ */
+import fs from 'node:fs';
+import https from 'node:https';
+import type WebSocket from 'ws';
+import { WebSocketServer } from 'ws';
+import { PkiMaterial, tlsServerOptions } from '../../certs/tls.js';
+import { decodeMetadataFrame, encodeAck, encodeFetch } from '../../protocol/frames.js';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { PushDialer } from '../../controller/push-dialer.js';
+import { defaultWorkerScript, PushPool } from '../../controller/push-pool.js';
+import type { PushFetchReply, PushFetchRequest } from '../../controller/push-types.js';
+import { materialPaths } from '../../certs/paths.js';
+import { newNonce, verifyMetadataResponse } from '../../protocol/metadata.js';
+import { startTestController, type TestController } from '../helpers/controller-harness.js';
+import { makeControllerTestPki, type ControllerTestPki } from '../helpers/controller-pki.js';
+import { nextPushEvent } from '../helpers/push-events.js';
+import { CONTROLLER_ID, makePushPki, TD, TestWakeListener, type PushPki } from '../helpers/wake-listener.js';
+
+let pki: PushPki;
+const open: Array<{ close(): Promise<void> }> = [];
+
+beforeAll(async () => {
+  pki = await makePushPki(['n1']);
+}, 60_000);
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((x) => x.close()));
+});
+afterAll(() => pki?.cleanup());
+
+const NONCE = 'f'.repeat(22);
+
+/**
+ * A bare agent listener (n1's certificate, no Herald code behind it): acks every wake-up and
+ * hands out the other frames the controller sends, so a test can send what the real agent never
+ * would (two fetches at once).
+ */
+async function rawAgent(): Promise<{ url: string; connected: Promise<WebSocket>; nextFrame(): Promise<Buffer> }> {
+  const material = new PkiMaterial({ ...materialPaths(pki.dir, 'agent', 'n1'), trustDomain: TD, watch: false });
+  const server = https.createServer(tlsServerOptions(material));
+  const wss = new WebSocketServer({ server, perMessageDeflate: false });
+  const frames: Buffer[] = [];
+  const waiting: Array<(b: Buffer) => void> = [];
+  const connected = new Promise<WebSocket>((resolve) => {
+    wss.on('connection', (ws) => {
+      ws.on('message', (d: Buffer) => {
+        const text = d.toString();
+        if (text.startsWith('ey')) {
+          const { jti } = JSON.parse(Buffer.from(text.split('.')[1]!, 'base64url').toString()) as { jti: string };
+          ws.send(encodeAck(jti, 2, 'current'));
+          resolve(ws);
+          return;
+        }
+        const w = waiting.shift();
+        if (w) w(d);
+        else frames.push(d);
+      });
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  open.push({
+    close: async () => {
+      for (const c of wss.clients) c.terminate();
+      wss.close();
+      await new Promise<void>((r) => server.close(() => r()));
+      material.close();
+    },
+  });
+  return {
+    url: `wss://127.0.0.1:${(server.address() as { port: number }).port}/v1/wake`,
+    connected,
+    nextFrame: () => {
+      const f = frames.shift();
+      return f ? Promise.resolve(f) : new Promise((r) => waiting.push(r));
+    },
+  };
+}
+
+function inProcess(): PushDialer {
+  return new PushDialer({
+    signer: pki.signer(),
+    issuer: CONTROLLER_ID,
+    trustDomain: TD,
+    material: pki.controllerMaterial(),
+    logger: pki.logger,
+  });
+}
+
+function inWorker(): PushPool {
+  return new PushPool({
+    workers: 1,
+    signingJwk: pki.signingJwk,
+    issuer: CONTROLLER_ID,
+    trustDomain: TD,
+    material: materialPaths(pki.dir, 'controller', 'controller'),
+    logger: pki.logger,
+  });
+}
+
+/** `make`'s service connected to n1's listener, past its first ping wake-up. */
+async function connected(
+  make: () => PushDialer | PushPool,
+): Promise<{ push: PushDialer | PushPool; l: TestWakeListener }> {
+  const l = await TestWakeListener.start({ pkiDir: pki.dir, node: 'n1' });
+  open.push(l);
+  const push = make();
+  open.push(push);
+  const acked = nextPushEvent(push, 'ack', (e) => e.node === 'n1');
+  await push.start([{ node: 'n1', url: l.url, generation: 2, ackedGeneration: 1 }]);
+  await acked;
+  return { push, l };
+}
+
+/** The same cases for the dialer in this process and behind the worker pool. */
+function dialerCases(make: () => PushDialer | PushPool): void {
+  it("hands the agent's fetch to the handler and carries its reply to the agent byte for byte", async () => {
+    const { push, l } = await connected(make);
+    const seen: PushFetchRequest[] = [];
+    const body = Buffer.from(`{"node":"n1","generation":2,"deployments":[],"x":"${'é'.repeat(40_000)}"}`);
+    push.serveFetches(async (r) => {
+      seen.push(r);
+      return { status: 200, etag: '"2"', signature: 'h.p.s', body };
+    });
+    const a = await l.fetchOverPush(NONCE, '"1"')!;
+    expect(seen).toEqual([{ node: 'n1', nonce: NONCE, ifNoneMatch: '"1"' }]);
+    expect(a.head).toEqual({ type: 'metadata', nonce: NONCE, status: 200, etag: '"2"', signature: 'h.p.s' });
+    expect(a.body.equals(body)).toBe(true);
+    expect(a.issuer).toBe(CONTROLLER_ID);
+    // a refusal travels as its status and code, with no body
+    push.serveFetches(async () => ({ status: 429, error: 'rate_limited', retryAfterS: 2 }));
+    const r = await l.fetchOverPush(NONCE)!;
+    expect(r.head).toMatchObject({ status: 429, error: 'rate_limited', retry_after_s: 2 });
+    expect(r.body.length).toBe(0);
+  });
+
+  it('answers 503 fetch_unavailable while no handler is set, and 500 internal when the handler fails', async () => {
+    const { push, l } = await connected(make);
+    expect((await l.fetchOverPush(NONCE)!).head).toMatchObject({ status: 503, error: 'fetch_unavailable' });
+    push.serveFetches(() => Promise.reject(new Error('boom')));
+    expect((await l.fetchOverPush(NONCE)!).head).toMatchObject({ status: 500, error: 'internal' });
+  });
+
+  it('one fetch per node at a time: a second one while the first is answered is 429 at once', async () => {
+    const agent = await rawAgent();
+    const push = make();
+    open.push(push);
+    let release: (r: PushFetchReply) => void = () => undefined;
+    const held = new Promise<void>((resolve) => {
+      push.serveFetches(
+        () =>
+          new Promise((r) => {
+            release = r;
+            resolve();
+          }),
+      );
+    });
+    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+    const ws = await agent.connected;
+    ws.send(encodeFetch('a'.repeat(22)));
+    ws.send(encodeFetch('b'.repeat(22)));
+    const busy = decodeMetadataFrame(await agent.nextFrame());
+    expect(busy.head).toMatchObject({ nonce: 'b'.repeat(22), status: 429, error: 'rate_limited' });
+    await held;
+    release({ status: 304, etag: '"2"', signature: 'h.p.s' });
+    expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ nonce: 'a'.repeat(22), status: 304 });
+  });
+}
+
+describe('fetches over the push connection, dialer in this process (PushDialer)', () => dialerCases(inProcess));
+describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
+  'fetches over the push connection, dialer in a worker process (PushPool)',
+  () => dialerCases(inWorker),
+);
+
+describe('the API answers a fetch over the push connection as its metadata route', () => {
+  let cpki: ControllerTestPki;
+  let t: TestController;
+  beforeAll(async () => {
+    cpki = await makeControllerTestPki();
+    // a small fetch budget that does not refill within the test: its 429 is this test's to see
+    t = await startTestController(cpki, {}, { rates: { fetch: { burst: 3, perS: 0.001 } } });
+  }, 60_000);
+  afterAll(async () => {
+    await t?.close();
+    cpki?.cleanup();
+  });
+
+  it('a signed 200 and 304 for that node, the route rate limit shared with HTTPS, a wake-up exempts, an unknown node 404', async () => {
+    const agent = await cpki.issueAgent('pf1');
+    expect((await t.req(agent, 'PUT', '/v1/nodes/pf1/endpoint', { url: 'wss://127.0.0.1:7443/v1/wake' })).status).toBe(
+      200,
+    );
+    const fetch = t.push.fetchHandler!;
+    expect(fetch).toBeTypeOf('function');
+    const nonce = newNonce();
+    const full = await fetch({ node: 'pf1', nonce, ifNoneMatch: null });
+    expect(full.status).toBe(200);
+    const v = verifyMetadataResponse({
+      status: 200,
+      signature: full.signature,
+      body: Buffer.from(full.body!),
+      nonce,
+      audience: cpki.spiffe('agent', 'pf1'),
+      issuer: cpki.spiffe('controller', 'controller'),
+      keys: cpki.keys,
+    });
+    expect(v.document?.node).toBe('pf1');
+    const same = await fetch({ node: 'pf1', nonce: newNonce(), ifNoneMatch: full.etag! });
+    expect(same).toMatchObject({ status: 304, etag: full.etag });
+    expect(same.body).toBeUndefined();
+    // the third token of the budget, then the route's limit, over HTTPS as well
+    expect((await fetch({ node: 'pf1', nonce: newNonce(), ifNoneMatch: null })).status).toBe(200);
+    const limited = await fetch({ node: 'pf1', nonce: newNonce(), ifNoneMatch: null });
+    expect(limited).toMatchObject({ status: 429, error: 'rate_limited' });
+    expect(limited.retryAfterS).toBeGreaterThanOrEqual(1);
+    expect((await t.req(agent, 'GET', '/v1/nodes/pf1/metadata')).status).toBe(429);
+    // a change wakes the node: the fetch that answers it is never limited (SPEC §3)
+    const op = cpki.cred('operator', 'admin');
+    const cfg = await t.req(op, 'POST', '/v1/configs', { name: 'c', group: 'script', config: 'true' });
+    const dep = await t.req(op, 'POST', '/v1/deployments', { node: 'pf1', config_id: cfg.json.id, action: 'CREATE' });
+    expect(dep.status, dep.text).toBe(201);
+    expect((await fetch({ node: 'pf1', nonce: newNonce(), ifNoneMatch: null })).status).toBe(200);
+    expect(await fetch({ node: 'nobody', nonce: newNonce(), ifNoneMatch: null })).toMatchObject({
+      status: 404,
+      error: 'not_found',
+    });
+    const m = (await t.req(op, 'GET', '/metrics')).text;
+    expect(m).toMatch(/herald_metadata_fetches_total\{status="429",channel="push"\} 1/);
+  });
+});
