@@ -66,6 +66,8 @@ export interface FanoutRun {
   fetchedByPoll: number;
   wakesVerifiedAgents: number;
   controllerCpuS: number;
+  /** CPU of the simulated agents' harness processes over the same window (absent in older results). */
+  harnessCpuS?: number;
   metricsAckedDelta: number;
   metricsFetch200Delta: number;
   timedOut: boolean;
@@ -565,6 +567,7 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
   const fleet = bed.fleet!;
   const m0 = await ctl.op.metrics();
   const cpu0 = treeSample(ctl.pid).cpuS;
+  const harness0 = fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
   const tcp0 = tcpTroubles();
   await fleet.arm(`${name}-install`);
   const t0 = nowMs();
@@ -579,6 +582,7 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
   bed.cluster = { id: created.id, name };
   const w = await fleet.waitRun(n, timeoutMs);
   const cpu1 = treeSample(ctl.pid).cpuS;
+  const harness1 = fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
   await sleep(100);
   const reports: AgentRunReport[] = await fleet.report();
   const m1 = await ctl.op.metrics();
@@ -602,6 +606,7 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
     fetchedByPoll: reports.filter((r) => r.fetchWasPoll).length,
     wakesVerifiedAgents: reports.filter((r) => r.wakes > 0).length,
     controllerCpuS: round(cpu1 - cpu0, 2),
+    harnessCpuS: round(harness1 - harness0, 2),
     metricsAckedDelta: metricSum(m1, 'herald_wakeups_acked_total') - metricSum(m0, 'herald_wakeups_acked_total'),
     metricsFetch200Delta:
       metricSum(m1, 'herald_metadata_fetches_total', 'status="200"') -

@@ -561,6 +561,46 @@ export function tlsClientOptions(material: PkiMaterial, expectedSpiffeId: Expect
   };
 }
 
+/** What `getPeerCertificate(true)` answers while connectCheckingX509 waits for its check (nothing of it is read). */
+const NO_LEGACY_CERTIFICATE = Object.freeze({}) as tls.DetailedPeerCertificate;
+
+/**
+ * `tls.connect` whose server check reads the presented chain as X509Certificate objects (the
+ * first `getPeerX509Certificate()`: the leaf with its `issuerCertificate`s) instead of the legacy
+ * objects Node builds for `checkServerIdentity` on every full handshake: `getPeerCertificate(true)`
+ * makes the whole chain with fingerprints, keys and extensions, and was the largest item of a
+ * push worker's CPU in a 10,000-agent reconnect storm (`npm run bench -- --profile`). Node calls it
+ * in one place, just before `checkServerIdentity`; that call is answered with an empty object,
+ * and the socket's own method is back at once (a resumed session, which skips the check, gets it
+ * back at `secureConnect`). `check` must refuse a missing certificate, and keep what it needs of
+ * the certificate: on a client socket Node 20 hands the chain over to that first
+ * `getPeerX509Certificate()`, and the socket shows no peer certificate after it.
+ */
+export function connectCheckingX509(
+  options: tls.ConnectionOptions,
+  check: (cert: crypto.X509Certificate | undefined) => Error | undefined,
+): tls.TLSSocket {
+  let socket: tls.TLSSocket | undefined;
+  const restore = (): void => {
+    if (socket !== undefined && Object.hasOwn(socket, 'getPeerCertificate'))
+      delete (socket as { getPeerCertificate?: unknown }).getPeerCertificate;
+  };
+  const s = tls.connect({
+    ...options,
+    checkServerIdentity: () => {
+      restore();
+      return check(socket?.getPeerX509Certificate());
+    },
+  });
+  socket = s;
+  const own = s.getPeerCertificate.bind(s);
+  s.getPeerCertificate = ((detailed?: boolean) =>
+    detailed === true ? NO_LEGACY_CERTIFICATE : own(detailed)) as tls.TLSSocket['getPeerCertificate'];
+  s.once('secureConnect', restore);
+  s.once('close', restore);
+  return s;
+}
+
 /** The server side of a dial: undefined when `cert` is `expectedSpiffeId`, else a RefusalError. */
 export function checkServerCertificate(
   material: PkiMaterial,

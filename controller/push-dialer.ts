@@ -15,7 +15,13 @@ import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import WebSocket from 'ws';
-import { chainSerialsOf, tlsClientOptions, type PkiMaterial } from '../certs/tls.js';
+import {
+  chainSerialsOf,
+  checkServerCertificate,
+  connectCheckingX509,
+  tlsClientOptions,
+  type PkiMaterial,
+} from '../certs/tls.js';
 import { normalizeSerial } from '../certs/identity.js';
 import { addressRefusal, parseIp } from '../protocol/address.js';
 import { fullJitterMs } from '../protocol/backoff.js';
@@ -393,8 +399,7 @@ export class PushDialer implements PushService {
     e.failCode = null;
     e.peerSerial = null;
     e.peerIssuerSerial = null;
-    const base = tlsClientOptions(this.#o.material, e.spiffeId);
-    const check = base.checkServerIdentity;
+    const { checkServerIdentity: _legacy, ...base } = tlsClientOptions(this.#o.material, e.spiffeId);
     let ws: WebSocket;
     try {
       const options: tls.ConnectionOptions & WebSocket.ClientOptions = {
@@ -410,15 +415,21 @@ export class PushDialer implements PushService {
         // a name is resolved here and each address checked; the socket connects to exactly the
         // addresses checked, so a DNS answer that changes between check and connect cannot slip by
         lookup: this.#checkedLookup(e),
-        checkServerIdentity: (host: string, cert: tls.PeerCertificate): Error | undefined => {
-          // identity, trust domain, EKUs and revocation (certs/tls.ts); the chain is OpenSSL's
-          const err = check(host, cert);
-          if (err === undefined) {
-            e.peerSerial = normalizeSerial(cert.serialNumber ?? '');
-            e.peerIssuerSerial = chainSerialsOf(cert)[1] ?? null;
-          }
-          return err;
-        },
+        // identity, trust domain, EKUs and revocation (certs/tls.ts) on the presented chain as
+        // X509 objects, not the legacy ones Node would build for checkServerIdentity; the chain
+        // itself is OpenSSL's
+        // (`path` is the request's here; to tls.connect it would name a Unix socket, as ws knows too)
+        createConnection: (o: tls.ConnectionOptions) =>
+          connectCheckingX509({ ...o, path: undefined }, (cert) => {
+            if (cert === undefined)
+              return new RefusalError('untrusted_certificate', 'the agent presented no certificate');
+            const err = checkServerCertificate(this.#o.material, e.spiffeId, cert);
+            if (err === undefined) {
+              e.peerSerial = normalizeSerial(cert.serialNumber);
+              e.peerIssuerSerial = chainSerialsOf(cert)[1] ?? null;
+            }
+            return err;
+          }),
       } as unknown as tls.ConnectionOptions & WebSocket.ClientOptions;
       // @types/ws types checkServerIdentity wrongly (as returning boolean); ws hands it to tls.connect
       ws = new WebSocket(url, options as WebSocket.ClientOptions);
