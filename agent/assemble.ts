@@ -262,6 +262,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     // over the push connection whose controller offers it; the listener is made below
     pushFetch: (nonce, ifNoneMatch, timeoutMs): Promise<PushFetchAnswer> | null =>
       listener.fetchOverPush(nonce, ifNoneMatch, timeoutMs),
+    pushHealthy: (): boolean => listener.isPushHealthy(),
     log,
   });
   const renewer = new CertificateRenewer({
@@ -362,7 +363,11 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     timers: { ...realTimers, now },
     ...(deps.random ? { random: deps.random } : {}),
   });
-  listener.on('push-change', () => poller.pushChanged());
+  listener.on('push-change', () => {
+    poller.pushChanged();
+    // fetches go over the push connection now: an idle API connection would only be a second one
+    if (listener.isPushHealthy()) fetcher.closeIdleApiConnections();
+  });
 
   // ---- start and stop ----------------------------------------------------------------------
   const announceAbort = new AbortController();

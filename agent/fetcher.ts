@@ -10,8 +10,10 @@
  * gives no answer. Either way a response is trusted only after `verifyMetadataResponse`
  * (signature, fresh nonce, audience, issuer, digest, no rollback), on the 200 and on the 304
  * alike; its body is counted while it is read and refused past MAX_METADATA_RESPONSE_BYTES.
- * Idle API connections are closed after AGENT_API_IDLE_CLOSE_MS: with fetches on the push
- * connection, a kept one would only cost the controller a second TLS connection per agent.
+ * While push is healthy, idle API connections are closed (at once when push becomes healthy, and
+ * AGENT_API_IDLE_CLOSE_MS after a later request): fetches go over the push connection, so a kept
+ * one would only cost the controller a second TLS connection per agent. While push is down they
+ * are kept (the API's keep-alive), so each poll is a request, not a new TLS connection.
  */
 import { AGENT_API_IDLE_CLOSE_MS, API_REQUEST_TIMEOUT_MS } from '../protocol/limits.js';
 import https from 'node:https';
@@ -66,6 +68,8 @@ export interface FetcherOptions {
    * Absent: every fetch goes over HTTPS.
    */
   pushFetch?: (nonce: string, ifNoneMatch: string | undefined, timeoutMs: number) => Promise<PushFetchAnswer> | null;
+  /** Whether push is healthy now (WakeListener.isPushHealthy); absent: never (API connections kept). */
+  pushHealthy?: () => boolean;
   /** Default AGENT_API_IDLE_CLOSE_MS. */
   apiIdleCloseMs?: number;
 }
@@ -158,7 +162,7 @@ export class Fetcher {
     this.#agent = new HttpsAgentHolder(opts.material, opts.controllerSpiffeId, {
       keepAlive: true,
       maxSockets: AGENT_API_MAX_CONNECTIONS,
-      timeoutMs: opts.apiIdleCloseMs ?? AGENT_API_IDLE_CLOSE_MS,
+      idleTimeoutMs: () => (opts.pushHealthy?.() ? (opts.apiIdleCloseMs ?? AGENT_API_IDLE_CLOSE_MS) : 0),
       // a restarted controller resumes its agents' sessions instead of a full handshake each
       // (issue 16); a resumed socket keeps the identity its full handshake checked (certs/tls.ts)
       resumeSessions: true,
@@ -342,6 +346,11 @@ export class Fetcher {
       maxBytes: MAX_REQUEST_BODY_BYTES,
     });
     return { status: res.status, body: res.body };
+  }
+
+  /** Push became healthy: the API connections idle now are not needed (fetches go over push). */
+  closeIdleApiConnections(): void {
+    if (!this.#closed) this.#agent.closeIdle();
   }
 
   /** Aborts requests in flight and closes the connections. Idempotent. */

@@ -40,6 +40,7 @@ import {
   LISTENER_HANDSHAKE_TIMEOUT_MS,
   MAX_AUTHENTICATED_CONNECTIONS,
   MAX_BAD_FRAMES,
+  MAX_LATE_FETCH_ENTRIES,
   MAX_PENDING_CONNECTIONS,
   MAX_PUSH_METADATA_FRAME_BYTES,
   MAX_WAKE_FRAME_BYTES,
@@ -130,6 +131,8 @@ interface Conn {
   fetch: boolean;
   /** The fetch sent on this connection and not answered yet (at most one). */
   pendingFetch: PendingFetch | null;
+  /** Nonces of this connection's fetches given up on (timed out): their late answers are dropped. */
+  lateNonces: string[];
 }
 
 interface PendingFetch {
@@ -341,6 +344,8 @@ export class WakeListener extends EventEmitter {
       const timer = setTimeout(() => {
         if (c.pendingFetch?.nonce !== nonce) return;
         c.pendingFetch = null;
+        c.lateNonces.push(nonce);
+        if (c.lateNonces.length > MAX_LATE_FETCH_ENTRIES) c.lateNonces.shift();
         reject(new RefusalError('push_fetch_failed', `no answer on the push connection within ${timeoutMs} ms`));
       }, timeoutMs);
       timer.unref();
@@ -523,6 +528,7 @@ export class WakeListener extends EventEmitter {
       closing: false,
       fetch,
       pendingFetch: null,
+      lateNonces: [],
     };
     this.#conns.set(identity.spiffeId, c);
     this.stats.authenticated = this.#conns.size;
@@ -600,9 +606,10 @@ export class WakeListener extends EventEmitter {
   }
 
   /**
-   * The answer to this connection's fetch. Anything else (no fetch asked, another nonce) is a bad
-   * frame of its own, refused `unexpected_frame` and counted like a bad wake-up; it is not nacked,
-   * since a nack answers a wake-up.
+   * The answer to this connection's fetch. The late answer of a fetch given up on is dropped.
+   * Anything else (no fetch asked, another nonce) is refused `unexpected_frame` and closes the
+   * connection (1008) at once: a metadata frame may be 16 MiB, so none is taken twice for
+   * nothing. It is not nacked, since a nack answers a wake-up.
    */
   #onMetadataFrame(c: Conn, buf: Buffer): void {
     const p = c.pendingFetch;
@@ -619,7 +626,22 @@ export class WakeListener extends EventEmitter {
       return;
     }
     if (p === null || frame.head.nonce !== p.nonce) {
-      this.#badFrame(c, 'unexpected_frame', 'a metadata frame that answers no fetch asked on this connection');
+      const late = c.lateNonces.indexOf(frame.head.nonce);
+      if (late >= 0) {
+        c.lateNonces.splice(late, 1);
+        this.#log.info(
+          { peer: c.peer, identity: c.identity.spiffeId },
+          'a late answer to a fetch given up on: dropped',
+        );
+        return;
+      }
+      this.#refusedLog(
+        'unexpected_frame',
+        c.peer,
+        'a metadata frame that answers no fetch asked on this connection',
+        c.identity.spiffeId,
+      );
+      this.#closeConn(c, CLOSE_POLICY, 'unexpected_frame');
       return;
     }
     c.pendingFetch = null;

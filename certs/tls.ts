@@ -755,6 +755,11 @@ export interface HttpsAgentOptions {
   /** Idle keep-alive socket timeout. */
   timeoutMs?: number;
   /**
+   * Instead of `timeoutMs`: the idle timeout a socket gets each time it becomes free, asked then
+   * (0: Node's own, the server's Keep-Alive hint).
+   */
+  idleTimeoutMs?: () => number;
+  /**
    * Resume TLS sessions through this store (the agent's API client). Without it, no session is
    * ever resumed.
    */
@@ -795,6 +800,19 @@ export function httpsAgentFor(
     maxCachedSessions: 0,
     ...(opts.timeoutMs !== undefined ? { timeout: opts.timeoutMs } : {}),
   });
+  const idle = opts.idleTimeoutMs;
+  if (idle !== undefined) {
+    // http.Agent's documented hook for a socket going back to the free list: its timeout there
+    // destroys a free socket (and a request sets its own while it runs)
+    // (@types/node says void; Node's returns whether the socket may be kept)
+    const keep = agent.keepSocketAlive.bind(agent) as unknown as (socket: tls.TLSSocket) => boolean;
+    (agent as unknown as { keepSocketAlive: (socket: tls.TLSSocket) => boolean }).keepSocketAlive = (socket) => {
+      if (!keep(socket)) return false;
+      const ms = idle();
+      if (ms > 0) socket.setTimeout(ms);
+      return true;
+    };
+  }
   const sessions = opts.sessions;
   if (sessions !== undefined) {
     agent.createConnection = (options) =>
@@ -945,6 +963,11 @@ export class HttpsAgentHolder {
     const old = this.#agent;
     this.#agent = httpsAgentFor(this.#material, this.#expected, this.#opts);
     retire(old);
+  }
+
+  /** Closes the connections that are idle now (in the agent's free list); busy ones are left. */
+  closeIdle(): void {
+    for (const list of Object.values(this.#agent.freeSockets)) for (const s of [...(list ?? [])]) s.destroy();
   }
 
   close(): void {

@@ -41,6 +41,9 @@ import {
   DIAL_TIMEOUT_MS,
   FRAME_ANSWER_TIMEOUT_MS,
   MAX_DIALS_IN_FLIGHT,
+  MAX_PUSH_FETCH_BUFFERED_BYTES,
+  MAX_PUSH_FETCH_REFUSED_REQUESTS,
+  MAX_PUSH_METADATA_FRAME_BYTES,
   MAX_WAKE_FRAME_BYTES,
   MAX_WAKES_IN_FLIGHT,
   MAX_WS_PAYLOAD_BYTES,
@@ -128,6 +131,10 @@ class NodeEntry implements WheelMember {
   peerSerial: string | null = null;
   /** The serial of the Herald issuer under which the peer's certificate was made, if any. */
   peerIssuerSerial: string | null = null;
+  /** When the peer's certificate expires (ms): past it, its fetches are refused and it is closed. */
+  peerNotAfterMs = 0;
+  /** Fetches of this connection refused 429 in a row (MAX_PUSH_FETCH_REFUSED_REQUESTS closes it). */
+  fetchRefusals = 0;
   inflight: InFlight | null = null;
   /** A wake-up is wanted (with this reason) once the one in flight is answered. */
   wantReason: WakeReason | null = null;
@@ -181,7 +188,12 @@ export class PushDialer implements PushService {
   #started = false;
   #closed = false;
   #closing: Promise<void> | null = null;
-  readonly #onTlsChange = (): void => this.#rebuildContext();
+  readonly #onTlsChange = (): void => {
+    this.#rebuildContext();
+    this.#closeUntrusted();
+  };
+  /** The CA certificates the live connections were verified against (their fingerprints). */
+  #caPrint = '';
   readonly #onRevokedChange = (): void => this.#closeRevoked();
 
   /** @throws ConfigError naming a bad option */
@@ -219,6 +231,7 @@ export class PushDialer implements PushService {
       if (!Number.isFinite(o[k]) || o[k] <= 0) throw new ConfigError(`${k} must be a positive number`, { field: k });
     }
     this.#o = o;
+    this.#caPrint = caPrintOf(o.material);
     this.#signer = o.signer;
     this.#log = o.logger.child({ component: 'push' });
     this.#metrics = opts.metricsSink ?? promPushMetrics(opts.metrics);
@@ -427,6 +440,7 @@ export class PushDialer implements PushService {
             if (err === undefined) {
               e.peerSerial = normalizeSerial(cert.serialNumber);
               e.peerIssuerSerial = chainSerialsOf(cert)[1] ?? null;
+              e.peerNotAfterMs = Date.parse(cert.validTo);
             }
             return err;
           }),
@@ -709,32 +723,63 @@ export class PushDialer implements PushService {
   #onFetch(e: NodeEntry, f: FetchFrame): void {
     const ws = e.ws;
     if (ws === null) return;
-    const reply = (r: PushFetchReply): void => {
+    const reply = (r: PushFetchReply, after?: () => void): void => {
       if (e.ws !== ws || ws.readyState !== WebSocket.OPEN) return;
       const head: MetadataFrameHead = { type: 'metadata', nonce: f.nonce, status: r.status };
       if (r.etag !== undefined) head.etag = r.etag;
       if (r.signature !== undefined) head.signature = r.signature;
       if (r.error !== undefined) head.error = r.error;
       if (r.retryAfterS !== undefined) head.retry_after_s = r.retryAfterS;
-      ws.send(encodeMetadataFrame(head, r.status === 200 ? r.body : undefined), { binary: false });
+      let frame = encodeMetadataFrame(head, r.status === 200 ? r.body : undefined);
+      if (frame.length > MAX_PUSH_METADATA_FRAME_BYTES) {
+        // over the agent's message limit it would close the connection (1009): it is told, and
+        // fetches over HTTPS, whose own limit answers `response_too_large`
+        frame = encodeMetadataFrame({ type: 'metadata', nonce: f.nonce, status: 507, error: 'response_too_large' });
+      }
+      ws.send(frame, { binary: false }, after);
     };
+    if (this.#o.clock() > e.peerNotAfterMs) {
+      // the agent's certificate expired since the dial: what HTTPS would refuse, this refuses
+      reply({ status: 403, error: 'certificate_expired' });
+      this.#log.warn({ node: e.node }, 'agent certificate expired: closing its push connection');
+      this.#down(e, 'certificate_expired');
+      void closeSocket(ws, POLICY_VIOLATION, 'certificate_expired', this.#o.closeGraceMs);
+      return;
+    }
     const handler = this.#fetchHandler;
     if (handler === null) {
       reply({ status: 503, error: 'fetch_unavailable' });
       return;
     }
-    if (e.fetchingOn === ws) {
-      reply({ status: 429, error: 'rate_limited', retryAfterS: 1 });
+    if (e.fetchingOn === ws || ws.bufferedAmount > MAX_PUSH_FETCH_BUFFERED_BYTES) {
+      // one at a time, and not while the last answer is still being written: the agent fetches
+      // over HTTPS meanwhile (a 5xx), so a slow answer never reads as a rate limit
+      reply({ status: 503, error: 'fetch_unavailable' });
       return;
     }
     e.fetchingOn = ws;
+    const done = (): void => {
+      if (e.fetchingOn === ws) e.fetchingOn = null;
+    };
     handler({ node: e.node, nonce: f.nonce, ifNoneMatch: f.if_none_match ?? null }).then(
       (r) => {
-        if (e.fetchingOn === ws) e.fetchingOn = null;
-        reply(r);
+        if (r.status === 429) e.fetchRefusals++;
+        else e.fetchRefusals = 0;
+        if (e.ws !== ws || ws.readyState !== WebSocket.OPEN) return done();
+        // the slot is free once the answer is written out, not when it is queued
+        reply(r, done);
+        if (e.fetchRefusals >= MAX_PUSH_FETCH_REFUSED_REQUESTS) {
+          this.#log.warn(
+            { node: e.node, refusals: e.fetchRefusals },
+            'push fetches refused again and again: closing the connection',
+          );
+          e.fetchRefusals = 0;
+          this.#down(e, 'rate_limited');
+          void closeSocket(ws, POLICY_VIOLATION, 'rate_limited', this.#o.closeGraceMs);
+        }
       },
       (err: unknown) => {
-        if (e.fetchingOn === ws) e.fetchingOn = null;
+        done();
         this.#log.error({ node: e.node, err }, 'push fetch handler failed');
         reply({ status: 500, error: 'internal' });
       },
@@ -798,6 +843,23 @@ export class PushDialer implements PushService {
     }
   }
 
+  /**
+   * Another CA (added, removed, replaced): every live connection was verified against the old one,
+   * so each is closed and dialled again, verified against the new one. A renewal of the
+   * controller's own certificate keeps the CA and closes nothing.
+   */
+  #closeUntrusted(): void {
+    const print = caPrintOf(this.#o.material);
+    if (print === this.#caPrint) return;
+    this.#caPrint = print;
+    for (const e of this.#nodes.values()) {
+      if (e.ws === null || e.ps.state !== 'connected') continue;
+      const ws = e.ws;
+      this.#down(e, 'untrusted_certificate');
+      void closeSocket(ws, POLICY_VIOLATION, 'ca_changed', this.#o.closeGraceMs);
+    }
+  }
+
   #closeRevoked(): void {
     const revoked = this.#o.material.current().revokedSerials;
     for (const e of this.#nodes.values()) {
@@ -809,6 +871,14 @@ export class PushDialer implements PushService {
       void closeSocket(ws, POLICY_VIOLATION, 'revoked', this.#o.closeGraceMs);
     }
   }
+}
+
+function caPrintOf(material: PkiMaterial): string {
+  return material
+    .current()
+    .caCerts.map((c) => c.fingerprint256)
+    .sort()
+    .join(',');
 }
 
 /** Closes with `code`, destroying the socket if the peer does not finish the handshake in time. */

@@ -96,7 +96,7 @@ export interface PushService {
   setSigningKey(jwk: Ed25519PrivateJwk): void;
   /**
    * Who answers the agents' fetches on their push connections. Until it is set, a fetch frame is
-   * answered 503 `unavailable` and the agent fetches over HTTPS.
+   * answered 503 `fetch_unavailable` and the agent fetches over HTTPS.
    */
   serveFetches(handler: PushFetchHandler): void;
   on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void;

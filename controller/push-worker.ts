@@ -12,6 +12,7 @@ import { PushDialer } from './push-dialer.js';
 import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent, WorkerInit } from './push-ipc.js';
 import { DeltaPushMetrics } from './push-metrics.js';
 import type { PushFetchReply } from './push-types.js';
+import { PUSH_FETCH_ANSWER_TIMEOUT_MS } from '../protocol/limits.js';
 
 function send(m: FromWorker): void {
   // with a callback, a parent that has just died is an EPIPE here, not an unhandled 'error'
@@ -48,7 +49,16 @@ class Worker {
       (r) =>
         new Promise((resolve) => {
           const id = ++this.#fetchSeq;
-          this.#fetches.set(id, resolve);
+          // a main process that does not answer (a stalled database) does not hold the entry for
+          // ever: the agent is told to fetch over HTTPS, and a late answer finds nothing
+          const timer = setTimeout(() => {
+            if (this.#fetches.delete(id)) resolve({ status: 503, error: 'fetch_unavailable' });
+          }, PUSH_FETCH_ANSWER_TIMEOUT_MS);
+          timer.unref();
+          this.#fetches.set(id, (reply) => {
+            clearTimeout(timer);
+            resolve(reply);
+          });
           this.#push({ t: 'fetch', id, r });
         }),
     );

@@ -14,6 +14,18 @@ export const MAX_WS_PAYLOAD_BYTES = 64 * 1024;
  * largest metadata body the agent reads. Wake-ups on it are still refused over 4 KiB.
  */
 export const MAX_PUSH_METADATA_FRAME_BYTES = 16 * 1024 * 1024 + 4 * 1024;
+/**
+ * A push connection with more than this of answers not yet written to its socket gets no other
+ * fetch answered there (503 `fetch_unavailable`: the agent fetches over HTTPS), so an agent that
+ * asks and does not read cannot make the controller queue answers without end.
+ */
+export const MAX_PUSH_FETCH_BUFFERED_BYTES = 1024 * 1024;
+/** Timed-out fetches per push connection whose late answers the agent still recognises, and drops. */
+export const MAX_LATE_FETCH_ENTRIES = 4;
+/** Fetches over one push connection refused 429 in a row before the controller closes it (as the API does). */
+export const MAX_PUSH_FETCH_REFUSED_REQUESTS = 3;
+/** The push worker answers a fetch 503 `fetch_unavailable` when the API has not within this (the agent asks HTTPS). */
+export const PUSH_FETCH_ANSWER_TIMEOUT_MS = 20_000;
 /** Longest allowed `exp - iat` of a wake-up. */
 export const MAX_WAKE_LIFETIME_S = 300;
 /** Lifetime the controller gives its wake-ups. */
@@ -90,10 +102,11 @@ export const API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS = 3;
 /** Connections the agent's fetcher opens to the API at once. */
 export const AGENT_API_MAX_CONNECTIONS = 4;
 /**
- * The agent closes an API connection idle this long. Its fetches go over the push connection
- * while one is open (SPEC §2), so its API connections carry the start-up announcement, signals,
- * live output and renewals; kept open, each would cost the controller a second TLS connection per
- * agent (`npm run bench`: memory per agent). Another one resumes its TLS session.
+ * While push is healthy the agent closes an API connection idle this long (and those idle when
+ * push becomes healthy, at once). Its fetches go over the push connection then (SPEC §2), so its
+ * API connections carry the start-up announcement, signals, live output and renewals; kept open,
+ * each would cost the controller a second TLS connection per agent (`npm run bench`: memory per
+ * agent). Another one resumes its TLS session. While push is down they are kept for polling.
  */
 export const AGENT_API_IDLE_CLOSE_MS = 5_000;
 /**

@@ -6,10 +6,11 @@
  * audience, issuer, digest) and fetches over HTTPS when the push connection gives none.
  */
 import { once } from 'node:events';
+import https from 'node:https';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import type { PkiMaterial } from '../../certs/tls.js';
+import { tlsServerOptions, type PkiMaterial } from '../../certs/tls.js';
 import {
   decodeAgentFrame,
   encodeMetadataFrame,
@@ -89,6 +90,7 @@ async function controller(port: number, o: { name?: string; offer?: boolean } = 
   const fetches: FetchFrame[] = [];
   const others: string[] = [];
   const waiting: Array<(f: FetchFrame) => void> = [];
+  let taken = 0;
   ws.on('message', (d: Buffer) => {
     const text = d.toString('utf8');
     try {
@@ -108,8 +110,11 @@ async function controller(port: number, o: { name?: string; offer?: boolean } = 
     ws,
     fetches,
     others,
-    nextFetch: () =>
-      fetches.length > waiting.length ? Promise.resolve(fetches[waiting.length]!) : new Promise((r) => waiting.push(r)),
+    // each call takes the next fetch not yet taken, in order
+    nextFetch: () => {
+      const i = taken++;
+      return i < fetches.length ? Promise.resolve(fetches[i]!) : new Promise((r) => waiting.push(r));
+    },
   };
 }
 
@@ -180,26 +185,45 @@ describe('the listener: fetches over the push connection', () => {
     expect(listener.stats).toMatchObject({ pushFetches: 1, pushFetchesAnswered: 1 });
   });
 
-  it('a metadata frame that answers no fetch is refused unexpected_frame and counted as a bad frame, not nacked', async () => {
+  it('a metadata frame that answers no fetch is refused unexpected_frame and closes the connection at once, not nacked', async () => {
     const { listener, port, lines } = await listen();
     const ctl = await controller(port);
     const closed = once(ctl.ws, 'close');
-    for (let i = 0; i < 10; i++) sendText(ctl.ws, encodeMetadataFrame(head({ status: 304 })));
-    const [code] = (await closed) as [number];
+    sendText(ctl.ws, encodeMetadataFrame(head({ status: 304 })));
+    const [code, reason] = (await closed) as [number, Buffer];
     expect(code).toBe(1008);
-    expect(lines.filter((l) => l.code === 'unexpected_frame')).toHaveLength(10);
+    expect(reason.toString()).toBe('unexpected_frame');
+    expect(lines.filter((l) => l.code === 'unexpected_frame')).toHaveLength(1);
     expect(ctl.others).toHaveLength(0);
     expect(listener.stats.nacks).toBe(0);
   });
 
-  it('an answer naming another nonce is refused unexpected_frame; the fetch fails push_fetch_failed when its time is up', async () => {
+  it('an answer naming another nonce is refused unexpected_frame: the connection closes and its fetch fails push_fetch_failed', async () => {
     const { listener, port, lines } = await listen();
     const ctl = await controller(port);
-    const pending = listener.fetchOverPush(NONCE, undefined, 300)!;
+    const pending = listener.fetchOverPush(NONCE, undefined, 5_000)!;
     await ctl.nextFetch();
+    const closed = once(ctl.ws, 'close');
     sendText(ctl.ws, encodeMetadataFrame(head({ nonce: 'z'.repeat(22), status: 304 })));
     expect(await thrownCodeAsync(pending)).toBe('push_fetch_failed');
+    expect(((await closed) as [number])[0]).toBe(1008);
     expect(lines.some((l) => l.code === 'unexpected_frame')).toBe(true);
+  });
+
+  it('the late answer of a fetch that timed out is dropped, and the connection serves the next fetch', async () => {
+    const { listener, port, lines } = await listen();
+    const ctl = await controller(port);
+    const first = listener.fetchOverPush(NONCE, undefined, 200)!;
+    await ctl.nextFetch();
+    expect(await thrownCodeAsync(first)).toBe('push_fetch_failed');
+    sendText(ctl.ws, encodeMetadataFrame(head({ status: 304 })));
+    const next = 'n'.repeat(22);
+    const second = listener.fetchOverPush(next, undefined, 5_000)!;
+    expect((await ctl.nextFetch()).nonce).toBe(next);
+    sendText(ctl.ws, encodeMetadataFrame(head({ nonce: next, status: 304 })));
+    expect((await second).head.nonce).toBe(next);
+    expect(lines.some((l) => l.code === 'unexpected_frame')).toBe(false);
+    expect(listener.connections).toBe(1);
   });
 
   it('a fetch fails push_fetch_failed when its connection closes, and malformed on a frame that is not a metadata frame', async () => {
@@ -328,4 +352,62 @@ describe('the fetcher: an answer over the push connection is checked like an HTT
       retryAfterMs: 3_000,
     });
   });
+});
+
+describe('the fetcher keeps its API connections only while push is down', () => {
+  /** An API stand-in with the controller's certificate: 200 to anything; counts open connections. */
+  async function api(): Promise<{ port: number; open: () => number }> {
+    const server = https.createServer(tlsServerOptions(pki.material('controller', 'controller')), (req, res) => {
+      req.resume();
+      req.on('end', () => res.end('{}'));
+    });
+    server.keepAliveTimeout = 60_000;
+    let conns = 0;
+    server.on('secureConnection', (s) => {
+      conns++;
+      s.on('close', () => conns--);
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    open.push({
+      close: () =>
+        new Promise<void>((r) => {
+          server.close(() => r());
+          server.closeAllConnections();
+        }),
+    });
+    return { port: (server.address() as net.AddressInfo).port, open: () => conns };
+  }
+
+  for (const healthy of [true, false]) {
+    it(`push ${healthy ? 'healthy: an idle API connection is closed after apiIdleCloseMs' : 'down: an idle API connection is kept'}`, async () => {
+      const a = await api();
+      const f = new Fetcher({
+        controllerUrl: `https://127.0.0.1:${a.port}`,
+        node: 'n1',
+        material,
+        controllerSpiffeId: { controllers: '*' },
+        lastAppliedGen: () => undefined,
+        log: quietLog(),
+        pushHealthy: () => healthy,
+        apiIdleCloseMs: 100,
+      });
+      open.push({ close: () => f.close() });
+      expect(await f.announce('wss://127.0.0.1:7443/v1/wake')).toBe(true);
+      expect(a.open()).toBe(1);
+      if (healthy) {
+        const t0 = Date.now();
+        while (a.open() > 0 && Date.now() - t0 < 5_000) await new Promise((r) => setTimeout(r, 20));
+        expect(a.open()).toBe(0);
+      } else {
+        // ten times the idle time the healthy case closes after: still open
+        await new Promise((r) => setTimeout(r, 1_000));
+        expect(a.open()).toBe(1);
+        // and closeIdleApiConnections (push became healthy) closes it
+        f.closeIdleApiConnections();
+        const t0 = Date.now();
+        while (a.open() > 0 && Date.now() - t0 < 5_000) await new Promise((r) => setTimeout(r, 20));
+        expect(a.open()).toBe(0);
+      }
+    });
+  }
 });

@@ -6,6 +6,8 @@
  * listener (test/helpers/wake-listener.ts) over TLS 1.3 on 127.0.0.1.
  */
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import https from 'node:https';
 import type WebSocket from 'ws';
 import { WebSocketServer } from 'ws';
@@ -16,6 +18,7 @@ import { PushDialer } from '../../controller/push-dialer.js';
 import { defaultWorkerScript, PushPool } from '../../controller/push-pool.js';
 import type { PushFetchReply, PushFetchRequest } from '../../controller/push-types.js';
 import { materialPaths } from '../../certs/paths.js';
+import { makeCa, newRsaKeyPem } from '../../certs/pki.js';
 import { newNonce, verifyMetadataResponse } from '../../protocol/metadata.js';
 import { startTestController, type TestController } from '../helpers/controller-harness.js';
 import { makeControllerTestPki, type ControllerTestPki } from '../helpers/controller-pki.js';
@@ -81,13 +84,14 @@ async function rawAgent(): Promise<{ url: string; connected: Promise<WebSocket>;
   };
 }
 
-function inProcess(): PushDialer {
+function inProcess(over: { clock?: () => number } = {}): PushDialer {
   return new PushDialer({
     signer: pki.signer(),
     issuer: CONTROLLER_ID,
     trustDomain: TD,
     material: pki.controllerMaterial(),
     logger: pki.logger,
+    ...over,
   });
 }
 
@@ -100,6 +104,16 @@ function inWorker(): PushPool {
     material: materialPaths(pki.dir, 'controller', 'controller'),
     logger: pki.logger,
   });
+}
+
+/** `push` connected to a new listener of n1, past its first ping wake-up. */
+async function connectedTo(push: PushDialer | PushPool): Promise<{ l: TestWakeListener }> {
+  const l = await TestWakeListener.start({ pkiDir: pki.dir, node: 'n1' });
+  open.push(l);
+  const acked = nextPushEvent(push, 'ack', (e) => e.node === 'n1');
+  await push.start([{ node: 'n1', url: l.url, generation: 2, ackedGeneration: 1 }]);
+  await acked;
+  return { l };
 }
 
 /** `make`'s service connected to n1's listener, past its first ping wake-up. */
@@ -145,7 +159,7 @@ function dialerCases(make: () => PushDialer | PushPool): void {
     expect((await l.fetchOverPush(NONCE)!).head).toMatchObject({ status: 500, error: 'internal' });
   });
 
-  it('one fetch per node at a time: a second one while the first is answered is 429 at once', async () => {
+  it('one fetch per node at a time: a second one while the first is answered is 503 fetch_unavailable at once (the agent asks HTTPS)', async () => {
     const agent = await rawAgent();
     const push = make();
     open.push(push);
@@ -164,14 +178,104 @@ function dialerCases(make: () => PushDialer | PushPool): void {
     ws.send(encodeFetch('a'.repeat(22)));
     ws.send(encodeFetch('b'.repeat(22)));
     const busy = decodeMetadataFrame(await agent.nextFrame());
-    expect(busy.head).toMatchObject({ nonce: 'b'.repeat(22), status: 429, error: 'rate_limited' });
+    expect(busy.head).toMatchObject({ nonce: 'b'.repeat(22), status: 503, error: 'fetch_unavailable' });
     await held;
     release({ status: 304, etag: '"2"', signature: 'h.p.s' });
     expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ nonce: 'a'.repeat(22), status: 304 });
   });
 }
 
-describe('fetches over the push connection, dialer in this process (PushDialer)', () => dialerCases(inProcess));
+describe('fetches over the push connection, dialer in this process (PushDialer)', () => {
+  dialerCases(() => inProcess());
+
+  it('refuses the fetches of an agent whose certificate expired since the dial (403 certificate_expired) and closes it', async () => {
+    const agent = await rawAgent();
+    // the dial is checked at the real time; the dialer's clock is two years on by the fetch
+    const push = inProcess({ clock: () => Date.now() + 2 * 365 * 86_400_000 });
+    open.push(push);
+    let asked = 0;
+    push.serveFetches(async () => {
+      asked++;
+      return { status: 304, etag: '"2"', signature: 'h.p.s' };
+    });
+    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+    const ws = await agent.connected;
+    const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
+    ws.send(encodeFetch('a'.repeat(22)));
+    expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({
+      status: 403,
+      error: 'certificate_expired',
+    });
+    expect(await closed).toBe(1008);
+    expect(asked).toBe(0);
+    expect(push.state('n1').last_error).toBe('certificate_expired');
+  });
+
+  it('another CA closes every push connection, which is dialled and verified again; a renewal of its own certificate closes none', async () => {
+    // the dialer's own copy of its material, whose CA bundle this test changes
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-push-ca-'));
+    const src = materialPaths(pki.dir, 'controller', 'controller');
+    const paths = {
+      caPath: path.join(dir, 'ca.crt'),
+      certPath: path.join(dir, 'c.crt'),
+      keyPath: path.join(dir, 'c.key'),
+      revokedPath: src.revokedPath,
+      jwksPath: src.jwksPath,
+    };
+    for (const [from, to] of [
+      [src.caPath, paths.caPath],
+      [src.certPath, paths.certPath],
+      [src.keyPath, paths.keyPath],
+    ] as const)
+      fs.copyFileSync(from, to);
+    fs.chmodSync(paths.keyPath, 0o600);
+    const material = new PkiMaterial({ ...paths, trustDomain: TD, watch: false });
+    open.push({
+      close: async () => {
+        material.close();
+        fs.rmSync(dir, { recursive: true, force: true });
+      },
+    });
+    const push = new PushDialer({
+      signer: pki.signer(),
+      issuer: CONTROLLER_ID,
+      trustDomain: TD,
+      material,
+      logger: pki.logger,
+      backoffBaseMs: 20,
+      backoffMaxMs: 50,
+    });
+    open.push(push);
+    const { l } = await connectedTo(push);
+    // the same CA and certificate again (a renewal): nothing closes
+    fs.copyFileSync(src.certPath, paths.certPath);
+    material.reload();
+    expect(l.connections).toBe(1);
+    // another CA beside ours: the connection is closed and dialled again
+    fs.appendFileSync(paths.caPath, makeCa({ keyPem: newRsaKeyPem() }).cert);
+    const again = nextPushEvent(push, 'ack', (e) => e.node === 'n1');
+    material.reload();
+    await again;
+    expect(l.connections).toBe(2);
+    expect(l.closeCodes).toContain(1008);
+  });
+
+  it('closes a connection whose fetches are refused 429 three times in a row, as the API does', async () => {
+    const agent = await rawAgent();
+    const push = inProcess();
+    open.push(push);
+    push.serveFetches(async () => ({ status: 429, error: 'rate_limited', retryAfterS: 1 }));
+    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+    const ws = await agent.connected;
+    const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
+    for (let i = 0; i < 3; i++) {
+      ws.send(encodeFetch(`${i}`.repeat(22)));
+      expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ status: 429 });
+    }
+    expect(await closed).toBe(1008);
+    expect(push.state('n1').last_error).toBe('rate_limited');
+  });
+});
 describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
   'fetches over the push connection, dialer in a worker process (PushPool)',
   () => dialerCases(inWorker),
