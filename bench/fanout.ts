@@ -19,6 +19,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import { AGENT_API_IDLE_CLOSE_MS } from '../protocol/limits.js';
 import { metricSum } from './api-client.js';
 import { Fleet } from './fleet.js';
 import type { AgentRunReport } from './harness.js';
@@ -249,7 +250,9 @@ class Bed {
     await waitFor('start-up fetches', async () => (await fleet.counters()).fetch200 >= n, 30_000, 200).catch(
       () => undefined,
     );
-    await sleep(n >= 5000 ? 2_000 : 500);
+    // steady state: the start-up's API connections close once idle while push is healthy
+    // (AGENT_API_IDLE_CLOSE_MS); what a connected agent costs is its push connection
+    await sleep(AGENT_API_IDLE_CLOSE_MS + (n >= 5000 ? 2_000 : 500));
     const now = treeSample(ctl.pid);
     const harnessCpuS = fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
     const c0 = await fleet.counters();

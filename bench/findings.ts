@@ -243,17 +243,20 @@ export function findings(r: BenchResults): string[] {
     p('### 4. Idle traffic and footprint', '');
     if (t) {
       const pings = 120 * t.ping.bytesPerPing;
-      const polls = 6 * t.poll.bytesPerPoll;
+      const perPoll = t.ping.pushPoll?.bytesPerPoll ?? t.poll.bytesPerPoll;
+      const polls = 6 * perPoll;
       p(
         `Per agent-hour with push healthy: ${f(pings / 1000)} kB of pings (${f(t.ping.bytesPerPing, 0)} B each: ping, pong and an ACK) and ${f(polls / 1000)} kB of`,
       );
       p(
-        `polls: six an hour at the 600 s healthy interval, each ${f(t.poll.bytesPerPoll / 1000, 2)} kB on the agent's kept-alive connection (the request, the`,
+        `polls: six an hour at the 600 s healthy interval, each ${f(perPoll / 1000, 2)} kB ${t.ping.pushPoll ? 'on the push connection (a fetch frame, the signed 304 in a metadata frame, their ACKs); with push off a poll is' : "on the agent's kept-alive connection (the request, the signed 304, their ACKs)."}`,
       );
-      p(
-        'signed 304, their ACKs). Before the long keep-alive every poll was a new TLS connection with two RSA certificate',
-      );
-      p('chains: ~10 kB each, 85 kB per agent-hour in all (run of commit 90099bc).', '');
+      if (t.ping.pushPoll)
+        p(
+          `${f(t.poll.bytesPerPoll / 1000, 2)} kB on the agent's kept-alive API connection (the request, the signed 304, their ACKs).`,
+        );
+      p('Before the long keep-alive every poll was a new TLS connection with two RSA certificate chains: ~10 kB each,');
+      p('85 kB per agent-hour in all (run of commit 90099bc).', '');
     }
     if (fp) {
       p(

@@ -8,11 +8,14 @@
  * 1. push healthy, nothing to do, for one ping interval (30 s): the controller's WebSocket pings;
  *    the pings the agents received are counted (ws 'ping' events in the harness) and bytes per
  *    ping derived;
+ *    1b. push healthy, polling every 8 s: each poll is a fetch frame and a signed 304 on the push
+ *    connection (the agent closed its API connection when push became healthy);
  * 2. push off (nodes without an endpoint, agents that never announce one) polling every 8 s: each
  *    poll is a GET with If-None-Match and a signed 304 on the agent's kept-alive API connection
- *    (opened by its start-up fetch before the window; the API keeps idle connections 15 min, so
- *    at the real 30 s, 120 s and 600 s intervals too). Bytes per poll = window bytes / polls.
- * Per agent-hour: push healthy = 120 pings + 6 polls (the 600 s healthy interval); push off =
+ *    (opened by its start-up fetch before the window; while push is down the agent keeps it and
+ *    the API keeps idle connections 15 min, so at the real 30 s and 120 s intervals too). Bytes
+ *    per poll = window bytes / polls.
+ * Per agent-hour: push healthy = 120 pings + 6 polls of 1b (the 600 s healthy interval); push off =
  * 120 polls (30 s) or 30 polls (120 s). The intervals are shortened only to fill the window
  * with events; each event is the same bytes at any interval under the 15 min keep-alive.
  *
@@ -69,6 +72,18 @@ export interface TrafficResult {
     polls: number;
     bytesPerPing: number;
     packetsPerPing: number;
+    /**
+     * Window 1b: push healthy, polling every 8 s; each poll is a fetch frame and a signed 304 on
+     * the push connection (absent in older results: a poll was an HTTPS request then).
+     */
+    pushPoll?: {
+      windowS: number;
+      bytes: number;
+      packets: number;
+      polls: number;
+      overPush: number;
+      bytesPerPoll: number;
+    };
   };
   poll: {
     windowS: number;
@@ -111,7 +126,8 @@ export function combineIdle(parts: IdlePart[]): IdleResult {
       ping,
       poll,
       perAgentHourBytes: {
-        pushHealthy: Math.round(120 * ping.bytesPerPing + 6 * poll.bytesPerPoll),
+        // the healthy interval's polls go over the push connection (window 1b)
+        pushHealthy: Math.round(120 * ping.bytesPerPing + 6 * (ping.pushPoll?.bytesPerPoll ?? poll.bytesPerPoll)),
         pushOff30s: Math.round(120 * poll.bytesPerPoll),
         pushOff120s: Math.round(30 * poll.bytesPerPoll),
       },
@@ -204,6 +220,53 @@ async function pushWindow(
     packetsPerPing: round((l1.packets - l0.packets) / share, 2),
   };
   say(`idle traffic: ${pings} pings, ${out.ping.bytes} B in ${w1} s → ${out.ping.bytesPerPing} B per ping`);
+
+  // 1b: push healthy, polls every 8 s over the push connection, in the 30 s before the first ping
+  const pollers = Array.from({ length: m }, (_, i) => slot('b', 2 * m + i));
+  const c = await Fleet.start({
+    pki: o.pki,
+    slots: pollers,
+    controllerUrl: ctl.url,
+    stateRoot: path.join(dir, 'agents-1b'),
+    hook: 'noop',
+    procs: 1,
+    pollIntervalMs: 8_000,
+    pollIntervalHealthyMs: 8_000,
+  });
+  await waitFor(
+    `${m} polling agents connected`,
+    async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= m,
+    60_000,
+    200,
+  );
+  await waitFor('start-up fetches', async () => (await c.fleet.counters()).fetch200 >= m, 30_000, 200);
+  // the start-up's API connections close as push becomes healthy; a first poll has come by then
+  await sleep(9_000);
+  const e0 = await c.fleet.counters();
+  const p0 = metricSum(await ctl.op.metrics(), 'herald_metadata_fetches_total', 'channel="push"');
+  const j0 = loCounters()!;
+  const w1b = 16;
+  await sleep(w1b * 1000);
+  const j1 = loCounters()!;
+  const e1 = await c.fleet.counters();
+  const p1 = metricSum(await ctl.op.metrics(), 'herald_metadata_fetches_total', 'channel="push"');
+  await c.fleet.stop();
+  const polls = e1.fetch304 + e1.fetch200 - e0.fetch304 - e0.fetch200;
+  const pingBytes = (e1.pings - e0.pings) * out.ping.bytesPerPing;
+  out.ping.pushPoll = {
+    windowS: w1b,
+    bytes: j1.bytes - j0.bytes,
+    packets: j1.packets - j0.packets,
+    polls,
+    overPush: p1 - p0,
+    bytesPerPoll: round((j1.bytes - j0.bytes - pingBytes) / Math.max(1, polls), 1),
+  };
+  if (polls === 0) problems.push('no poll in the push-healthy poll window');
+  if (p1 - p0 < polls)
+    problems.push(`${polls - (p1 - p0)} of ${polls} push-healthy polls did not go over the push connection`);
+  say(
+    `idle traffic: push healthy, ${polls} polls (${p1 - p0} over the push connection), ${out.ping.pushPoll.bytes} B in ${w1b} s → ${out.ping.pushPoll.bytesPerPoll} B per poll`,
+  );
 }
 
 /** The footprint window (full runs): at least 300 s, so a few pings and V8's idle work average out. */

@@ -377,7 +377,12 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p(
       'RSS per agent: (RSS of the controller and its push workers with N connected − RSS of the empty controller at the',
     );
-    p('start) / N; after a crash run the controller is a new process, so later N carry its own history too.');
+    p(
+      "start) / N, sampled once the agents' start-up API connections have closed (AGENT_API_IDLE_CLOSE_MS after their last use);",
+    );
+    p(
+      'the fleet grows step by step, so a larger N carries the history of the runs before it; after a crash run the controller is a new process.',
+    );
     p();
     p(
       "Crash with a change pending: the controller commits a change to every node (a restart of the last run's cluster:",
@@ -461,13 +466,13 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
       `IP bytes and packets from the loopback interface's counters (\`/proc/net/dev\`)${t.exact ? ", inside the benchmark's own network namespace: every byte is Herald's" : ' of the host: **approximate**, other processes share it'}. ${t.agents} harness agents and a controller. Window 1: push healthy, nothing to do`,
     );
     p(
-      `(${t.ping.windowS} s): ${t.ping.pings} WebSocket pings, ${t.ping.bytes.toLocaleString('en-US')} B in ${t.ping.packets} packets. Window 2: push off (no endpoint announced),`,
+      `(${t.ping.windowS} s): ${t.ping.pings} WebSocket pings, ${t.ping.bytes.toLocaleString('en-US')} B in ${t.ping.packets} packets.${t.ping.pushPoll ? ` Window 1b: push healthy, polling every 8 s (${t.ping.pushPoll.windowS} s): ${t.ping.pushPoll.polls} polls, ${t.ping.pushPoll.overPush} of them over the push connection, ${t.ping.pushPoll.bytes.toLocaleString('en-US')} B in ${t.ping.pushPoll.packets} packets.` : ''} Window 2: push off (no endpoint announced),`,
     );
     p(
       `polling every 8 s (${t.poll.windowS} s): ${t.poll.polls} polls (${t.poll.status304} answered 304), ${t.poll.bytes.toLocaleString('en-US')} B in ${t.poll.packets} packets. Each poll reuses the`,
     );
     p(
-      "agent's kept-alive API connection, as at the real intervals (the API keeps idle connections 15 min). Per hour: push healthy = 120",
+      "agent's kept-alive API connection, as at the real intervals (while push is down the agent keeps it; the API keeps idle connections 15 min). Per hour: push healthy = 120",
     );
     p('pings (every 30 s) + 6 polls (every 600 s); push off = 120 polls (30 s) or 30 polls (120 s).');
     p();
@@ -476,8 +481,13 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p(
       `| ping (30 s) | ${t.ping.bytesPerPing} B, ${t.ping.packetsPerPing} packets | ${kb(120 * t.ping.bytesPerPing)} |`,
     );
+    const pp = t.ping.pushPoll;
+    if (pp)
+      p(
+        `| poll with 304, push healthy (fetch frame on the push connection) | ${pp.bytesPerPoll.toLocaleString('en-US')} B | at 600 s: ${kb(6 * pp.bytesPerPoll)} |`,
+      );
     p(
-      `| poll with 304 (kept-alive connection) | ${t.poll.bytesPerPoll.toLocaleString('en-US')} B, ${t.poll.packetsPerPoll} packets | at 600 s: ${kb(6 * t.poll.bytesPerPoll)} |`,
+      `| poll with 304, push off (kept-alive API connection) | ${t.poll.bytesPerPoll.toLocaleString('en-US')} B, ${t.poll.packetsPerPoll} packets | ${pp ? 'at 30 s and 120 s, below' : `at 600 s: ${kb(6 * t.poll.bytesPerPoll)}`} |`,
     );
     p(`| **Herald, push healthy** | | **${kb(t.perAgentHourBytes.pushHealthy)}** |`);
     p(`| Herald, push off, polling every 30 s | | ${kb(t.perAgentHourBytes.pushOff30s)} |`);
