@@ -149,8 +149,18 @@ export function findings(r: BenchResults): string[] {
     p(
       'agent also held a kept-alive API connection in the main process (~144-162 KB per agent in all): its fetches now go',
     );
-    p('over the push connection and it closes an idle API connection after 5 s (docs/architecture.md, "One TLS');
-    p('connection per agent"), which took the 10,000-agent figure from 143.9 KB to what is above.');
+    p(
+      'over the push connection and, while push is healthy, it closes idle API connections (docs/architecture.md, "One',
+    );
+    p('TLS connection per agent"). A fleet grown to 10,000 in one step and measured before any fan-out held 79 KB per');
+    p('agent (`npm run bench -- --only fanout --n 10000 --runs 1`, 2026-12-02 00:16 UTC, commit 8ea111a; 143.9 KB');
+    p(
+      'before the change). A full run grows the fleet in steps with fan-out runs between them, so its figure at 10,000',
+    );
+    p(
+      "carries what those runs left in the controller's RSS: which part (the documents kept per node, memory freed to the",
+    );
+    p("allocator and kept by it, V8's heap) is not measured yet, so this goal stays open.");
     if (c) {
       // a figure never reached is null in a stored BENCHMARKS.json
       const all = typeof c.connectAllMs === 'number' && Number.isFinite(c.connectAllMs);
