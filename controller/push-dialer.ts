@@ -742,8 +742,7 @@ export class PushDialer implements PushService {
       // the agent's certificate expired since the dial: what HTTPS would refuse, this refuses
       reply({ status: 403, error: 'certificate_expired' });
       this.#log.warn({ node: e.node }, 'agent certificate expired: closing its push connection');
-      this.#down(e, 'certificate_expired');
-      void closeSocket(ws, POLICY_VIOLATION, 'certificate_expired', this.#o.closeGraceMs);
+      this.#closeForPolicy(e, ws, 'certificate_expired');
       return;
     }
     const handler = this.#fetchHandler;
@@ -774,8 +773,7 @@ export class PushDialer implements PushService {
             'push fetches refused again and again: closing the connection',
           );
           e.fetchRefusals = 0;
-          this.#down(e, 'rate_limited');
-          void closeSocket(ws, POLICY_VIOLATION, 'rate_limited', this.#o.closeGraceMs);
+          this.#closeForPolicy(e, ws, 'rate_limited');
         }
       },
       (err: unknown) => {
@@ -854,10 +852,14 @@ export class PushDialer implements PushService {
     this.#caPrint = print;
     for (const e of this.#nodes.values()) {
       if (e.ws === null || e.ps.state !== 'connected') continue;
-      const ws = e.ws;
-      this.#down(e, 'untrusted_certificate');
-      void closeSocket(ws, POLICY_VIOLATION, 'ca_changed', this.#o.closeGraceMs);
+      this.#closeForPolicy(e, e.ws, 'untrusted_certificate', 'ca_changed');
     }
+  }
+
+  /** The node's connection is down with `code` (its state says so) and `ws` is closed with 1008 `reason`. */
+  #closeForPolicy(e: NodeEntry, ws: WebSocket, code: PushErrorCode, reason: string = code): void {
+    this.#down(e, code);
+    void closeSocket(ws, POLICY_VIOLATION, reason, this.#o.closeGraceMs);
   }
 
   #closeRevoked(): void {
@@ -865,10 +867,8 @@ export class PushDialer implements PushService {
     for (const e of this.#nodes.values()) {
       if (e.ws === null || e.peerSerial === null) continue;
       if (!revoked.has(e.peerSerial) && !(e.peerIssuerSerial !== null && revoked.has(e.peerIssuerSerial))) continue;
-      const ws = e.ws;
       this.#log.warn({ node: e.node, serial: e.peerSerial }, 'agent certificate revoked: closing its push connection');
-      this.#down(e, 'revoked');
-      void closeSocket(ws, POLICY_VIOLATION, 'revoked', this.#o.closeGraceMs);
+      this.#closeForPolicy(e, e.ws, 'revoked');
     }
   }
 }
