@@ -157,11 +157,16 @@ export class ApplyLoop {
       this.#latest = null;
       const completed = await this.#applyDocument(doc);
       if (completed && !this.#stopping) {
-        const prev = this.#o.state.lastAppliedGeneration;
-        if (prev === undefined || doc.generation > prev) await this.#o.state.setLastAppliedGeneration(doc.generation);
-        await this.#o.state
+        const { state } = this.#o;
+        const prev = state.lastAppliedGeneration;
+        // both changes made before either is awaited: they share one state write
+        const applied =
+          prev === undefined || doc.generation > prev ? state.setLastAppliedGeneration(doc.generation) : undefined;
+        const pruned = state
           .prune(doc.deployments.map((d) => d?.id).filter((x): x is string => typeof x === 'string'))
           .catch(() => 0);
+        await applied;
+        await pruned;
       }
     }
   }

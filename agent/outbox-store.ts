@@ -15,7 +15,8 @@ import { join } from 'node:path';
 import type { SignalBody } from '../protocol/heat.js';
 import { jsonTextDepth } from '../protocol/json-depth.js';
 import { MAX_JSON_DEPTH_LEVELS } from '../protocol/limits.js';
-import { ensurePrivateDir, fsyncDir, TEMP_PREFIX, writeFileAtomic, type WarnLogger } from './atomic-file.js';
+import { fsyncDir } from '../certs/files.js';
+import { ensurePrivateDir, TEMP_PREFIX, type WarnLogger, writeFileAtomicSync } from './atomic-file.js';
 
 export const OUTBOX_DIR = 'outbox';
 const SEQ_DIGITS = 12;
@@ -96,7 +97,7 @@ export class OutboxStore {
       body,
       enqueued_at: this.now().toISOString(),
     };
-    await writeFileAtomic(join(this.dir, fileName(seq, signal.deployment_id)), JSON.stringify(entry));
+    writeFileAtomicSync(join(this.dir, fileName(seq, signal.deployment_id)), JSON.stringify(entry));
     return entry;
   }
 
@@ -144,7 +145,7 @@ export class OutboxStore {
         removed = true;
       }
     }
-    if (removed) await fsyncDir(this.dir);
+    if (removed) fsyncDir(this.dir);
   }
 }
 

@@ -10,7 +10,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError } from '../protocol/errors.js';
-import { ensurePrivateDir, writeFileAtomic, type WarnLogger } from './atomic-file.js';
+import { ensurePrivateDir, type WarnLogger, writeFileAtomicSync } from './atomic-file.js';
 
 export const STATE_FILE = 'state.json';
 const STATE_VERSION = 1;
@@ -190,18 +190,17 @@ export class AgentState {
   }
 
   private save(): Promise<void> {
-    // Each write serialises the state as it is when the write starts, so the last write wins with
-    // the latest state; a failed write does not stop later ones. Changes made while a write is in
-    // flight share ONE next write (it starts after them, so it holds them all): an item's
-    // finish, the applied generation and the prune that follow it cost one write, not three,
-    // and the next item's start does not queue behind them.
+    // One write serialises the state as it is when it runs, so it holds every change made
+    // before it. It runs in a microtask, so the changes made in one synchronous stretch (an
+    // item's finish, the applied generation and the prune after a document) share ONE write;
+    // the write itself is synchronous (writeFileAtomicSync: no thread-pool round trips on the
+    // way to a hook's start). A failed write rejects the promises of the changes it held; a
+    // later change gets a write of its own.
     if (this.queued !== null) return this.queued;
-    const next = this.writing
-      .catch(() => undefined)
-      .then(() => {
-        this.queued = null; // a change from here on needs a write of its own
-        return writeFileAtomic(this.file, JSON.stringify(this.data));
-      });
+    const next = Promise.resolve().then(() => {
+      this.queued = null; // a change from here on needs a write of its own
+      writeFileAtomicSync(this.file, JSON.stringify(this.data));
+    });
     this.queued = next;
     this.writing = next;
     return next;

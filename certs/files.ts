@@ -17,13 +17,26 @@ export const PRIVATE_DIR_MODE = 0o700;
 
 /**
  * Writes `data` to `file` atomically with `mode` (set with fchmod, so the umask cannot widen
- * it), then checks the mode on disk.
+ * it), then checks the mode on disk: a temporary file beside it, fsynced, renamed over it, and
+ * the directory fsynced, so a reader sees the old or the new content and the new one is on disk
+ * when this returns. Synchronous on purpose (small files on a local disk: each asynchronous call
+ * would cost a thread-pool round trip, more than the call itself).
+ * @param o.tempPrefix how the temporary file's name starts (default `.`), for directories whose
+ *   readers skip such names
  * @throws HeraldError `internal` when the mode on disk is not `mode` (e.g. a filesystem that
  *   ignores modes)
  */
-export function writeFileAtomic(file: string, data: string | Buffer, mode: number): void {
+export function writeFileAtomic(
+  file: string,
+  data: string | Uint8Array,
+  mode: number,
+  o: { tempPrefix?: string } = {},
+): void {
   const dir = path.dirname(file);
-  const tmp = path.join(dir, `.${path.basename(file)}.${crypto.randomBytes(6).toString('hex')}.tmp`);
+  const tmp = path.join(
+    dir,
+    `${o.tempPrefix ?? '.'}${path.basename(file)}.${crypto.randomBytes(6).toString('hex')}.tmp`,
+  );
   const fd = fs.openSync(tmp, 'wx', mode);
   try {
     fs.fchmodSync(fd, mode);

@@ -1,7 +1,7 @@
 import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensurePrivateDir, writeFileAtomic } from '../../agent/atomic-file.js';
+import { ensurePrivateDir, TEMP_PREFIX, writeFileAtomicSync } from '../../agent/atomic-file.js';
 import { AgentState, INTERRUPTED_STATUS_CODE, STATE_FILE } from '../../agent/state.js';
 import { ConfigError } from '../../protocol/errors.js';
 import { tempDir } from './hooks-helpers.js';
@@ -23,16 +23,25 @@ describe('atomic files', () => {
     expect(await mode(dir)).toBe(0o700);
     expect(await mode(join(base, 'atomic'))).toBe(0o700);
     const f = join(dir, 'x.json');
-    await writeFileAtomic(f, 'one');
-    await writeFileAtomic(f, 'two');
+    writeFileAtomicSync(f, 'one');
+    writeFileAtomicSync(f, 'two');
     expect(await readFile(f, 'utf8')).toBe('two');
     expect(await mode(f)).toBe(0o600);
     expect(await readdir(dir)).toEqual(['x.json']);
   });
+  it('a write that fails leaves the old content and no temporary file, and throws the file system error', async () => {
+    const dir = join(base, 'atomic-fail');
+    await ensurePrivateDir(dir);
+    await mkdir(join(dir, 'target'));
+    await writeFile(join(dir, 'target', 'inside'), 'kept');
+    expect(() => writeFileAtomicSync(join(dir, 'target'), 'new')).toThrow(/EISDIR|ENOTEMPTY|EEXIST/);
+    expect((await readdir(dir)).filter((n) => n.startsWith(TEMP_PREFIX) || n.endsWith('.tmp'))).toEqual([]);
+    expect(await readFile(join(dir, 'target', 'inside'), 'utf8')).toBe('kept');
+  });
   it('keeps 0600 even when the old file was looser', async () => {
     const f = join(base, 'loose.txt');
     await writeFile(f, 'old', { mode: 0o644 });
-    await writeFileAtomic(f, 'new');
+    writeFileAtomicSync(f, 'new');
     expect(await mode(f)).toBe(0o600);
   });
   it('tightens an existing loose dir and says so', async () => {
