@@ -256,8 +256,18 @@ export interface AuditRecord {
 
 export interface MetadataSource {
   node: NodeRecord;
-  /** The node's deployments with their current revision and config, unsorted. */
-  entries: Array<{ deployment: DeploymentRecord; config: ConfigRecord; cluster: { id: string; name: string } | null }>;
+  /**
+   * The node's deployments with their current revision and config, unsorted; a cluster's
+   * deployment with its cluster and every config that feeds the cluster (install, uninstall, its
+   * node groups'), read in the same snapshot, for the hidden inputs (Service.hiddenInputsOf).
+   */
+  entries: Array<{ deployment: DeploymentRecord; config: ConfigRecord; cluster: MetadataCluster | null }>;
+}
+
+export interface MetadataCluster {
+  id: string;
+  name: string;
+  configs: ConfigRecord[];
 }
 
 export interface AnnounceResult {

@@ -489,8 +489,22 @@ export class ControllerService {
     // one snapshot: the node (its generation) and its deployments are read together
     const src = await this.store.metadataSource(node);
     if (!src) throw new HeraldError('not_found', `no node ${node}`);
+    // as hiddenInputsOf, from the configs the snapshot read with the deployments: one set per cluster
+    const byCluster = new Map<string, Set<string>>();
     const hidden = new Map<string, Set<string>>();
-    for (const e of src.entries) hidden.set(e.deployment.id, await this.hiddenInputsOf(e.deployment));
+    for (const e of src.entries) {
+      let names: Set<string>;
+      if (e.cluster === null) names = hiddenNames(e.config);
+      else {
+        let ofCluster = byCluster.get(e.cluster.id);
+        if (ofCluster === undefined) {
+          ofCluster = hiddenNames(...e.cluster.configs);
+          byCluster.set(e.cluster.id, ofCluster);
+        }
+        names = new Set([...ofCluster, ...hiddenNames(e.config)]);
+      }
+      hidden.set(e.deployment.id, names);
+    }
     return this.#cache.put(
       buildMetadataDocument(
         src,

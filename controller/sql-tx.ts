@@ -22,6 +22,7 @@ import type {
   DeploymentPatch,
   DeploymentRecord,
   DeploymentStatus,
+  MetadataCluster,
   MetadataSource,
   NewConfig,
   NewDeployment,
@@ -129,17 +130,22 @@ export class SqlRows {
   async metadataSource(node: string): Promise<MetadataSource | undefined> {
     const n = await this.node(node);
     if (!n) return undefined;
-    const names = new Map<string, { id: string; name: string }>();
+    const clusters = new Map<string, MetadataCluster>();
     const entries: MetadataSource['entries'] = [];
     for (const r of (await this.s.depByNode.all(node)) as DeploymentRow[]) {
       const deployment = deploymentOf(r);
-      let cluster: { id: string; name: string } | null = null;
+      let cluster: MetadataCluster | null = null;
       if (deployment.clusterId !== null) {
-        cluster = names.get(deployment.clusterId) ?? null;
+        cluster = clusters.get(deployment.clusterId) ?? null;
         if (!cluster) {
           const c = (await this.s.clusterName.get(deployment.clusterId)) as { name: string } | undefined;
-          cluster = { id: deployment.clusterId, name: c?.name ?? '' };
-          names.set(deployment.clusterId, cluster);
+          const configs: ConfigRecord[] = [];
+          for (const id of (await this.clusterConfigIds(deployment.clusterId)) ?? []) {
+            const config = await this.config(id);
+            if (config) configs.push(config);
+          }
+          cluster = { id: deployment.clusterId, name: c?.name ?? '', configs };
+          clusters.set(deployment.clusterId, cluster);
         }
       }
       entries.push({ deployment, config: (await this.config(deployment.configId))!, cluster });

@@ -127,6 +127,8 @@ describe('node groups through the API', () => {
     const md = await t.req(creds.get('g3')!, 'GET', '/v1/nodes/g3/metadata');
     const item = (md.json.deployments as any[]).find((i) => !i.signalled);
     expect(item.inputs.find((i: any) => i.name === 'zone').value).toBe('b');
+    // a value the cluster's install config hides is hidden in the group's config too, which does not declare it
+    expect(item.inputs.find((i: any) => i.name === 'token')).toMatchObject({ hidden: true });
     await settle(NODES, async () => (await t.req(op, 'GET', `/v1/clusters/${id}`)).json.status === 'CREATE_COMPLETE');
   });
 
