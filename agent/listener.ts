@@ -18,7 +18,7 @@ import type http from 'node:http';
 import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type tls from 'node:tls';
-import type { X509Certificate } from 'node:crypto';
+import { randomBytes, type X509Certificate } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { WebSocket, WebSocketServer as WebSocketServerType } from 'ws';
 import { codeOf, ERROR_CODES, RefusalError, type ErrorCode } from '../protocol/errors.js';
@@ -47,6 +47,8 @@ import {
   MAX_WS_PAYLOAD_BYTES,
   PUSH_HEALTHY_WINDOW_MS,
   REFUSAL_LOG_INTERVAL_MS,
+  PUSH_TLS_SESSION_LIFETIME_S,
+  TLS_TICKET_KEY_BYTES,
 } from '../protocol/limits.js';
 import { RefusalSummary, type RefusalLine } from '../protocol/refusal-summary.js';
 import { peekJti, type WakeClaims, type WakeVerifier } from '../protocol/wake.js';
@@ -152,6 +154,9 @@ export interface PushFetchAnswer extends MetadataFrame {
 export interface ListenerStats {
   pending: number;
   authenticated: number;
+  /** Authenticated connections accepted so far, and how many of them resumed a TLS session (no certificate exchange). */
+  accepted: number;
+  resumed: number;
   /** Every refusal, before and after authentication. */
   refused: number;
   /**
@@ -172,9 +177,10 @@ export interface ListenerStats {
 
 /**
  * Events: `'push-change'` () when a connection opened or closed (push health may have changed);
- * `'connected'` ({ identity, peer }) when a controller's WebSocket is accepted;
+ * `'connected'` ({ identity, peer, resumed }) when a controller's WebSocket is accepted;
  * `'disconnected'` ({ identity, peer, code }) when one closed, with the close code it saw;
- * `'refused'` ({ code, peer }) for every refusal, also logged.
+ * `'refused'` ({ code, peer, resumed? }) for every refusal, also logged (`resumed`: a refused
+ *   upgrade's TLS session was resumed).
  */
 export class WakeListener extends EventEmitter {
   readonly #o: Required<
@@ -207,6 +213,8 @@ export class WakeListener extends EventEmitter {
   readonly stats: ListenerStats = {
     pending: 0,
     authenticated: 0,
+    accepted: 0,
+    resumed: 0,
     refused: 0,
     refusedBeforeAuth: 0,
     refusedBeforeAuthByCode: Object.create(null) as Record<string, number>,
@@ -247,8 +255,14 @@ export class WakeListener extends EventEmitter {
     this.#log = opts.log;
     this.#summary = new RefusalSummary((line) => this.#logSummary(line), this.#o.now, this.#o.refusalLogIntervalMs);
 
+    // Session tickets the controller resumes its push connections with, after its restart too
+    // (certs/session-file.ts): they live PUSH_TLS_SESSION_LIFETIME_S, and their key is this
+    // process's, kept across a renewal of our certificate (a new context would make a new one).
+    // A resumed connection is authorized as a full one (#authorize: CA, dates, revocation).
+    const sessions = { sessionTimeout: PUSH_TLS_SESSION_LIFETIME_S, ticketKeys: randomBytes(TLS_TICKET_KEY_BYTES) };
     this.#server = https.createServer({
       ...tlsServerOptions(this.#material),
+      ...sessions,
       // our own timer (TLS plus upgrade) destroys the socket first; this only bounds Node's wait
       handshakeTimeout: this.#o.handshakeTimeoutMs + 1_000,
     });
@@ -268,7 +282,7 @@ export class WakeListener extends EventEmitter {
       maxPayload: MAX_PUSH_METADATA_FRAME_BYTES,
       clientTracking: false,
     });
-    this.#stopWatching = watchServer(this.#server, this.#material);
+    this.#stopWatching = watchServer(this.#server, this.#material, () => sessions);
     this.#material.on('revoked-change', this.#onRevoked);
     this.#material.on('tls-change', this.#onRevoked);
 
@@ -462,7 +476,7 @@ export class WakeListener extends EventEmitter {
     }
     const auth = this.#authorize(sock);
     if (!auth.ok) {
-      this.#refusedBeforeAuth(auth.code, peer, auth.message);
+      this.#refusedBeforeAuth(auth.code, peer, auth.message, sock.isSessionReused());
       abortHandshake(sock, 403, auth.code, auth.message);
       return;
     }
@@ -490,7 +504,7 @@ export class WakeListener extends EventEmitter {
         ws.close(CLOSE_GOING_AWAY, 'shutting_down');
         return;
       }
-      this.#accept(ws, id, cert, peer, fetch);
+      this.#accept(ws, id, cert, peer, fetch, sock.isSessionReused());
     });
   }
 
@@ -508,7 +522,14 @@ export class WakeListener extends EventEmitter {
 
   // ---- authenticated -----------------------------------------------------------------------
 
-  #accept(ws: WebSocket, identity: CertIdentity, cert: X509Certificate, peer: string, fetch: boolean): void {
+  #accept(
+    ws: WebSocket,
+    identity: CertIdentity,
+    cert: X509Certificate,
+    peer: string,
+    fetch: boolean,
+    resumed: boolean,
+  ): void {
     const old = this.#conns.get(identity.spiffeId);
     if (old) {
       this.#log.info(
@@ -532,8 +553,10 @@ export class WakeListener extends EventEmitter {
     };
     this.#conns.set(identity.spiffeId, c);
     this.stats.authenticated = this.#conns.size;
-    this.#log.info({ peer, identity: identity.spiffeId }, 'controller connected');
-    this.emit('connected', { identity: identity.spiffeId, peer });
+    this.stats.accepted++;
+    if (resumed) this.stats.resumed++;
+    this.#log.info({ peer, identity: identity.spiffeId, resumed }, 'controller connected');
+    this.emit('connected', { identity: identity.spiffeId, peer, resumed });
     this.#armIdle(c, this.#o.idleCloseMs);
 
     ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) =>
@@ -727,14 +750,14 @@ export class WakeListener extends EventEmitter {
   }
 
   /** A refusal anyone could cause: counted, and logged only as a summary (SPEC §3). */
-  #refusedBeforeAuth(code: ErrorCode | string, peer: string, message: string): void {
+  #refusedBeforeAuth(code: ErrorCode | string, peer: string, message: string, resumed = false): void {
     this.stats.refused++;
     this.stats.refusedBeforeAuth++;
     this.stats.refusedBeforeAuthByCode[code] = (this.stats.refusedBeforeAuthByCode[code] ?? 0) + 1;
     this.#summary.record(code, { peer, message });
     this.#lastRefusalAt = this.#o.now();
     this.#armSummary();
-    this.emit('refused', { code, peer });
+    this.emit('refused', { code, peer, resumed });
   }
 
   /**

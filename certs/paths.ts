@@ -41,6 +41,11 @@ export interface PkiPaths {
    * `name` (certs/ticket-key.ts). Not `.key`: a controller named `<name>.tls-ticket` would own it.
    */
   ticketKey(name: string): string;
+  /**
+   * `<dir>/controller/<name>.push-sessions-<worker>`: the TLS client sessions push dialer `worker`
+   * (0 in the main process) of controller `name` keeps with the agents (certs/session-file.ts).
+   */
+  pushSessions(name: string, worker: number): string;
 }
 
 /** The controller that keeps `wake-signing.jwk` (the one `certs init` makes). */
@@ -61,6 +66,7 @@ export function pkiPaths(dir: string): PkiPaths {
     key: (role, name) => path.join(dir, role, `${name}.key`),
     controllerJwk: (name) => path.join(dir, 'controller', `${name}.jwk`),
     ticketKey: (name) => path.join(dir, 'controller', `${name}.tls-ticket-key`),
+    pushSessions: (name, worker) => path.join(dir, 'controller', `${name}.push-sessions-${worker}`),
   };
 }
 

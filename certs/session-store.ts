@@ -1,13 +1,15 @@
 /**
- * The agent's own store of TLS sessions with the controller API, used instead of Node's session
- * cache (which `httpsAgentFor` keeps off). On Node 20 a resumed client session skips
+ * A store of TLS client sessions of our own, used instead of Node's session cache (which
+ * `httpsAgentFor` keeps off): the agent's with the controller API, and the push dialer's with the
+ * agents' listeners. On Node 20 a resumed client session skips
  * `checkServerIdentity` and shows no server certificate, so a session is worth only what was
  * checked when it was made: each entry carries the identity of a server that passed
  * `checkServerCertificate` in a full handshake (or was inherited from such a session), its
  * serials (leaf and issuer) and the certificate's notAfter, and is offered only while none of
  * those serials is revoked (read from the material at the moment of offering), before notAfter,
  * and within TLS_SESSION_LIFETIME_S. `clear()` drops everything; the owner calls it on the
- * material's 'tls-change' and 'revoked-change' (HttpsAgentHolder does). No I/O.
+ * material's 'tls-change' and 'revoked-change' (HttpsAgentHolder does). No I/O of its own: a
+ * `SessionPersistence` (certs/session-file.ts) may follow its changes.
  */
 import { TLS_SESSION_LIFETIME_S, TLS_SESSION_STORE_ENTRIES } from '../protocol/limits.js';
 import type { Role } from '../protocol/identity.js';
@@ -35,6 +37,13 @@ export interface StoredSession extends SessionPeer {
   storedAtMs: number;
 }
 
+/** Told of every change of a store (certs/session-file.ts keeps it in a file). */
+export interface SessionPersistence {
+  saved(key: string, entry: StoredSession): void;
+  deleted(key: string): void;
+  cleared(): void;
+}
+
 export interface TlsSessionStoreOptions {
   /** Default Date.now. */
   now?: () => number;
@@ -51,6 +60,7 @@ export class TlsSessionStore {
   readonly #maxEntries: number;
   readonly #entries = new Map<string, StoredSession>();
   #epoch = 0;
+  #persistence: SessionPersistence | undefined;
 
   constructor(material: RevocationSource, o: TlsSessionStoreOptions = {}) {
     this.#material = material;
@@ -87,7 +97,7 @@ export class TlsSessionStore {
       now - e.storedAtMs >= this.#maxAgeMs ||
       !isExpectedServer(expected, e)
     ) {
-      this.#entries.delete(key);
+      this.delete(key);
       return undefined;
     }
     return e;
@@ -96,8 +106,7 @@ export class TlsSessionStore {
   /** Keeps `session` for `key`, made with `peer`; ignored when `epoch` is no longer current. */
   save(key: string, peer: SessionPeer, session: Buffer, epoch: number): void {
     if (epoch !== this.#epoch) return;
-    this.#entries.delete(key);
-    this.#entries.set(key, {
+    const entry: StoredSession = {
       spiffeId: peer.spiffeId,
       role: peer.role,
       name: peer.name,
@@ -105,18 +114,51 @@ export class TlsSessionStore {
       notAfterMs: peer.notAfterMs,
       session,
       storedAtMs: this.#now(),
-    });
-    while (this.#entries.size > this.#maxEntries) this.#entries.delete(this.#entries.keys().next().value!);
+    };
+    this.#put(key, entry);
+    this.#persistence?.saved(key, entry);
+  }
+
+  /**
+   * Takes back an entry kept by an earlier process (certs/session-file.ts); false (not kept) when
+   * it is past its age or notAfter already. `offer` checks it again, as any other.
+   */
+  restore(key: string, entry: StoredSession): boolean {
+    const now = this.#now();
+    if (now >= entry.notAfterMs || now - entry.storedAtMs >= this.#maxAgeMs || entry.storedAtMs > now) return false;
+    this.#put(key, entry);
+    return true;
+  }
+
+  /** The entries kept, oldest first. */
+  entries(): IterableIterator<[string, StoredSession]> {
+    return this.#entries.entries();
+  }
+
+  /** Tells `p` of every change from now on. */
+  persistTo(p: SessionPersistence): void {
+    this.#persistence = p;
+  }
+
+  #put(key: string, entry: StoredSession): void {
+    this.#entries.delete(key);
+    this.#entries.set(key, entry);
+    while (this.#entries.size > this.#maxEntries) {
+      const oldest = this.#entries.keys().next().value!;
+      this.#entries.delete(oldest);
+      this.#persistence?.deleted(oldest);
+    }
   }
 
   /** Forgets `key`'s session (a connection that offered it failed). */
   delete(key: string): void {
-    this.#entries.delete(key);
+    if (this.#entries.delete(key)) this.#persistence?.deleted(key);
   }
 
   /** Forgets every session. */
   clear(): void {
     this.#epoch++;
     this.#entries.clear();
+    this.#persistence?.cleared();
   }
 }

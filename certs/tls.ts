@@ -601,6 +601,73 @@ export function connectCheckingX509(
   return s;
 }
 
+/**
+ * `connectCheckingX509` that offers `sessions`' entry for `key` and keeps the sessions the server
+ * gives, as `resumingConnection` does for the API client:
+ * - a full handshake's sessions are kept with the peer `check` accepted (identity, the serials of
+ *   its chain, notAfter), read from the certificate it checked;
+ * - a resumed handshake, for which Node 20 runs no check and shows no certificate, inherits the
+ *   peer of the session offered (`offer` checked it: unrevoked, unexpired, young enough, the
+ *   expected server); one the server resumed unoffered is destroyed;
+ * - tickets that arrive before the peer is known wait for it; a connection that fails after
+ *   offering a session drops it.
+ * `onPeer` is told the peer either way, before 'secureConnect' is emitted to others.
+ */
+export function connectResumingX509(
+  options: tls.ConnectionOptions,
+  sessions: TlsSessionStore,
+  key: string,
+  expected: ExpectedServer,
+  material: PkiMaterial,
+  check: (cert: crypto.X509Certificate | undefined) => Error | undefined,
+  onPeer: (peer: SessionPeer) => void,
+): tls.TLSSocket {
+  const epoch = sessions.epoch;
+  const offered = sessions.offer(key, expected);
+  let peer: SessionPeer | undefined;
+  const early: Buffer[] = [];
+  const known = (p: SessionPeer): void => {
+    peer = p;
+    onPeer(p);
+    for (const t of early.splice(0)) sessions.save(key, p, t, epoch);
+  };
+  const socket = connectCheckingX509(offered ? { ...options, session: offered.session } : options, (cert) => {
+    const err = check(cert);
+    if (err !== undefined || cert === undefined) return err;
+    const p = sessionPeerOfX509(cert, material);
+    if (p === undefined) return new RefusalError('untrusted_certificate', 'the server certificate does not parse');
+    known(p);
+    return undefined;
+  });
+  socket.on('session', (t: Buffer) => {
+    if (peer) sessions.save(key, peer, t, epoch);
+    else early.push(t);
+  });
+  socket.prependOnceListener('secureConnect', () => {
+    if (!socket.isSessionReused()) return;
+    if (offered === undefined) {
+      socket.destroy(new RefusalError('untrusted_certificate', 'the server resumed a session that was not offered'));
+      return;
+    }
+    known(offered);
+  });
+  if (offered) socket.once('close', (hadError) => hadError && sessions.delete(key));
+  return socket;
+}
+
+/** The peer record of a server certificate that passed `checkServerCertificate`. */
+function sessionPeerOfX509(cert: crypto.X509Certificate, material: PkiMaterial): SessionPeer | undefined {
+  let id: CertIdentity;
+  try {
+    id = identityOf(cert, material.current().trustDomain);
+  } catch {
+    return undefined;
+  }
+  const notAfterMs = Date.parse(cert.validTo);
+  if (!Number.isFinite(notAfterMs)) return undefined;
+  return { spiffeId: id.spiffeId, role: id.role, name: id.name, serials: chainSerialsOf(cert), notAfterMs };
+}
+
 /** The server side of a dial: undefined when `cert` is `expectedSpiffeId`, else a RefusalError. */
 export function checkServerCertificate(
   material: PkiMaterial,

@@ -53,6 +53,8 @@ export interface PushContext {
   logger: Logger;
   metrics: ControllerMetrics;
   workers: number;
+  /** The file push dialer `worker` (0 in process) keeps its TLS sessions in (certs/session-file.ts). */
+  sessionFile: (worker: number) => string;
 }
 
 export interface RunningController {
@@ -122,6 +124,7 @@ async function defaultPush(ctx: PushContext): Promise<PushService> {
       material: ctx.material,
       logger: ctx.logger,
       metrics: ctx.metrics.registry,
+      sessionFile: ctx.sessionFile(0),
     });
   }
   const { PushPool } = await import('./push-pool.js');
@@ -133,6 +136,7 @@ async function defaultPush(ctx: PushContext): Promise<PushService> {
     material: ctx.materialPaths,
     logger: ctx.logger,
     metrics: ctx.metrics.registry,
+    sessionFile: ctx.sessionFile,
   });
 }
 
@@ -219,6 +223,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       logger,
       metrics,
       workers: o.pushWorkers,
+      sessionFile: (worker) => pkiPaths(o.pki).pushSessions(o.name, worker),
     });
     // several controllers (SPEC §7): the fleet decides which nodes this one pushes to
     let publicUrl = o.publicUrl ?? defaultPublicUrl(o.listen.host, o.listen.port);

@@ -15,14 +15,9 @@ import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import WebSocket from 'ws';
-import {
-  chainSerialsOf,
-  checkServerCertificate,
-  connectCheckingX509,
-  tlsClientOptions,
-  type PkiMaterial,
-} from '../certs/tls.js';
-import { normalizeSerial } from '../certs/identity.js';
+import { checkServerCertificate, connectResumingX509, tlsClientOptions, type PkiMaterial } from '../certs/tls.js';
+import { SessionFile } from '../certs/session-file.js';
+import { TlsSessionStore } from '../certs/session-store.js';
 import { addressRefusal, parseIp } from '../protocol/address.js';
 import { fullJitterMs } from '../protocol/backoff.js';
 import { ConfigError, isErrorCode, RefusalError } from '../protocol/errors.js';
@@ -49,6 +44,8 @@ import {
   MAX_WS_PAYLOAD_BYTES,
   PING_INTERVAL_MS,
   PUSH_CLOSE_GRACE_MS,
+  PUSH_TLS_SESSION_LIFETIME_S,
+  PUSH_TLS_SESSION_STORE_ENTRIES,
   RECONNECT_BACKOFF_BASE_MS,
   RECONNECT_BACKOFF_MAX_MS,
 } from '../protocol/limits.js';
@@ -90,6 +87,11 @@ export interface PushDialerOptions extends PushTuning {
    * `all: true`). Each address is checked by protocol/address.ts before the socket connects to it.
    */
   lookup?: DialLookup;
+  /**
+   * Keeps the TLS sessions with the agents in this file too (certs/session-file.ts), so a
+   * restarted controller resumes its push connections; absent, in memory only.
+   */
+  sessionFile?: string;
 }
 
 /** The resolver the dialer asks for a name's addresses (the shape of `dns.lookup(..., {all: true})`). */
@@ -101,7 +103,7 @@ export type DialLookup = (
 
 const systemLookup: DialLookup = (hostname, options, callback) => dns.lookup(hostname, options, callback);
 
-type Resolved = Required<Omit<PushDialerOptions, 'metrics' | 'metricsSink'>>;
+type Resolved = Required<Omit<PushDialerOptions, 'metrics' | 'metricsSink' | 'sessionFile'>>;
 
 interface InFlight {
   jti: string;
@@ -185,10 +187,15 @@ export class PushDialer implements PushService {
   #dialsInFlight = 0;
   #connected = 0;
   #context: tls.SecureContext;
+  /** Client sessions with the agents, one per node (resumed on the next dial, after a restart too). */
+  readonly #sessions: TlsSessionStore;
+  readonly #sessionFile: SessionFile | undefined;
   #started = false;
   #closed = false;
   #closing: Promise<void> | null = null;
   readonly #onTlsChange = (): void => {
+    // a session made with our old certificate would present it again
+    this.#sessions.clear();
     this.#rebuildContext();
     this.#closeUntrusted();
   };
@@ -237,6 +244,14 @@ export class PushDialer implements PushService {
     this.#metrics = opts.metricsSink ?? promPushMetrics(opts.metrics);
     this.#wheel = new PingWheel<NodeEntry>(o.pingIntervalMs, (e) => this.#ping(e));
     this.#context = this.#buildContext();
+    this.#sessions = new TlsSessionStore(o.material, {
+      maxAgeMs: PUSH_TLS_SESSION_LIFETIME_S * 1000,
+      maxEntries: PUSH_TLS_SESSION_STORE_ENTRIES,
+    });
+    this.#sessionFile =
+      opts.sessionFile === undefined
+        ? undefined
+        : new SessionFile(opts.sessionFile, this.#sessions, { logger: this.#log });
     o.material.on('tls-change', this.#onTlsChange);
     o.material.on('revoked-change', this.#onRevokedChange);
   }
@@ -332,6 +347,7 @@ export class PushDialer implements PushService {
       const p = this.#retire(e, GOING_AWAY, 'controller shutting down');
       if (p) closing.push(p);
     }
+    this.#sessionFile?.close();
     this.#closing = Promise.all(closing).then(() => {
       this.#log.info({ nodes: this.#nodes.size }, 'push dialer closed');
     });
@@ -432,18 +448,25 @@ export class PushDialer implements PushService {
         // X509 objects, not the legacy ones Node would build for checkServerIdentity; the chain
         // itself is OpenSSL's
         // (`path` is the request's here; to tls.connect it would name a Unix socket, as ws knows too)
+        // A session of an earlier connection (of an earlier process too) is offered: a resumed
+        // handshake costs both ends far less CPU, which a reconnect storm is bound by
         createConnection: (o: tls.ConnectionOptions) =>
-          connectCheckingX509({ ...o, path: undefined }, (cert) => {
-            if (cert === undefined)
-              return new RefusalError('untrusted_certificate', 'the agent presented no certificate');
-            const err = checkServerCertificate(this.#o.material, e.spiffeId, cert);
-            if (err === undefined) {
-              e.peerSerial = normalizeSerial(cert.serialNumber);
-              e.peerIssuerSerial = chainSerialsOf(cert)[1] ?? null;
-              e.peerNotAfterMs = Date.parse(cert.validTo);
-            }
-            return err;
-          }),
+          connectResumingX509(
+            { ...o, path: undefined },
+            this.#sessions,
+            e.node,
+            e.spiffeId,
+            this.#o.material,
+            (cert) =>
+              cert === undefined
+                ? new RefusalError('untrusted_certificate', 'the agent presented no certificate')
+                : checkServerCertificate(this.#o.material, e.spiffeId, cert),
+            (peer) => {
+              e.peerSerial = peer.serials[0] ?? null;
+              e.peerIssuerSerial = peer.serials[1] ?? null;
+              e.peerNotAfterMs = peer.notAfterMs;
+            },
+          ),
       } as unknown as tls.ConnectionOptions & WebSocket.ClientOptions;
       // @types/ws types checkServerIdentity wrongly (as returning boolean); ws hands it to tls.connect
       ws = new WebSocket(url, options as WebSocket.ClientOptions);

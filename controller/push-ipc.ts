@@ -31,6 +31,8 @@ export interface WorkerInit {
   material: MaterialPaths;
   logLevel: string;
   tuning: PushTuning;
+  /** Where this worker keeps its TLS sessions with the agents (certs/session-file.ts). */
+  sessionFile?: string;
 }
 
 export type ToWorkerCommand =

@@ -52,6 +52,8 @@ export interface PushPoolOptions {
   /** Default: the compiled `dist/controller/push-worker.js`. */
   workerScript?: string;
   tuning?: PushTuning;
+  /** The file worker `i` keeps its TLS sessions with the agents in (none: in memory only). */
+  sessionFile?: (worker: number) => string;
 }
 
 interface Shard {
@@ -279,6 +281,7 @@ export class PushPool implements PushService {
         material: this.#o.material,
         logLevel: this.#o.logger.level,
         tuning: this.#o.tuning,
+        ...(this.#o.sessionFile === undefined ? {} : { sessionFile: this.#o.sessionFile(s.index) }),
       };
       child.send(init);
     });

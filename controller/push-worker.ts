@@ -41,6 +41,7 @@ class Worker {
       material: this.#material,
       logger,
       metricsSink: this.#metrics,
+      ...(init.sessionFile === undefined ? {} : { sessionFile: init.sessionFile }),
     });
     this.#dialer.on('state', (node, s) => this.#push({ t: 'state', node, s }));
     this.#dialer.on('ack', (e) => this.#push({ t: 'ack', e }));

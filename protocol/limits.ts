@@ -329,3 +329,13 @@ export const MAX_ENROLL_BODY_BYTES = 16 * 1024;
  * it is on `bin/herald`'s `#!` line and in the agent unit's `ExecStart` (protocol/node-flags.ts).
  */
 export const NODE_MAX_SEMI_SPACE_BYTES = 2 * 1024 * 1024;
+/**
+ * Lifetime of the agent listener's TLS session tickets (its `sessionTimeout`), and the longest the
+ * push dialer keeps a client session: a controller restarted after a crash resumes its push
+ * connections, made up to this long before, instead of a full mutual handshake each.
+ */
+export const PUSH_TLS_SESSION_LIFETIME_S = 86_400;
+/** Client sessions one push dialer keeps, one per node (the oldest goes first). */
+export const PUSH_TLS_SESSION_STORE_ENTRIES = 100_000;
+/** A push session file is rewritten when it holds this many lines more than live sessions (certs/session-file.ts). */
+export const PUSH_TLS_SESSION_FILE_SLACK_ENTRIES = 20_000;

@@ -72,8 +72,12 @@ export class TestWakeListener extends EventEmitter {
   readonly nacks: string[] = [];
   readonly closeCodes: number[] = [];
   readonly refusals: string[] = [];
+  /** Codes of the refusals of upgrades made on a resumed TLS session. */
+  readonly resumedRefusals: string[] = [];
   /** Authenticated WebSocket connections accepted so far. */
   connections = 0;
+  /** For each accepted connection, in order: whether its TLS session was resumed. */
+  readonly resumed: boolean[] = [];
   readonly mode: ListenerMode;
   port: number;
   readonly #verifier: KidNotingVerifier;
@@ -131,7 +135,8 @@ export class TestWakeListener extends EventEmitter {
       log: quietLog,
     });
     let nacksSeen = 0;
-    listener.on('connected', () => {
+    listener.on('connected', ({ resumed }: { resumed: boolean }) => {
+      this.resumed.push(resumed);
       this.connections++;
       this.emit('connection');
     });
@@ -139,7 +144,8 @@ export class TestWakeListener extends EventEmitter {
       this.closeCodes.push(code);
       this.emit('close', code);
     });
-    listener.on('refused', ({ code }: { code: string }) => {
+    listener.on('refused', ({ code, resumed }: { code: string; resumed?: boolean }) => {
+      if (resumed) this.resumedRefusals.push(code);
       // a nack is counted before it is reported; every other refusal leaves the count alone
       if (listener.stats.nacks > nacksSeen) {
         nacksSeen = listener.stats.nacks;

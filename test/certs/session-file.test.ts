@@ -1,0 +1,99 @@
+/**
+ * certs/session-file.ts: a TlsSessionStore kept in a file (the push dialer's sessions, issue 16).
+ * Real files in a temp dir; the store's material is a stand-in that holds revoked serials.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SessionFile } from '../../certs/session-file.js';
+import { type SessionPeer, TlsSessionStore } from '../../certs/session-store.js';
+
+let dir: string;
+beforeAll(() => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-session-file-'));
+});
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+const revoked = new Set<string>();
+const material = { current: () => ({ revokedSerials: revoked }) };
+const peer = (node: string, serial = `${node}01`): SessionPeer => ({
+  spiffeId: `spiffe://herald.local/agent/${node}`,
+  role: 'agent',
+  name: node,
+  serials: [serial],
+  notAfterMs: Date.now() + 3_600_000,
+});
+const lines = (file: string): string[] => fs.readFileSync(file, 'utf8').split('\n').filter(Boolean);
+
+describe('push TLS session file', () => {
+  it('a new store on the file gets back every live session, the newest of each node, none forgotten', () => {
+    const file = path.join(dir, 'a');
+    const s1 = new TlsSessionStore(material);
+    const f1 = new SessionFile(file, s1);
+    s1.save('n1', peer('n1'), Buffer.from('old'), s1.epoch);
+    s1.save('n1', peer('n1'), Buffer.from('new'), s1.epoch);
+    s1.save('n2', peer('n2'), Buffer.from('two'), s1.epoch);
+    s1.save('n3', peer('n3'), Buffer.from('three'), s1.epoch);
+    s1.delete('n3');
+    f1.close(); // (a crash closes nothing: the lines are written as they come)
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+
+    const s2 = new TlsSessionStore(material);
+    new SessionFile(file, s2).close();
+    expect(s2.offer('n1', peer('n1').spiffeId)?.session.toString()).toBe('new');
+    expect(s2.offer('n2', peer('n2').spiffeId)?.session.toString()).toBe('two');
+    expect(s2.offer('n3', peer('n3').spiffeId)).toBeUndefined();
+    // compacted at open: one line per live session
+    expect(lines(file)).toHaveLength(2);
+  });
+
+  it('skips lines that are not sessions, and offers nothing revoked or for another node', () => {
+    const file = path.join(dir, 'b');
+    const s1 = new TlsSessionStore(material);
+    const f1 = new SessionFile(file, s1);
+    s1.save('n1', peer('n1', 'aa'), Buffer.from('one'), s1.epoch);
+    s1.save('n2', peer('n2', 'bb'), Buffer.from('two'), s1.epoch);
+    f1.close();
+    fs.appendFileSync(file, 'not json\n{"k":"n9","s":"eA==","t":1}\n{"k":5}\n');
+    revoked.add('bb');
+    try {
+      const s2 = new TlsSessionStore(material);
+      new SessionFile(file, s2).close();
+      expect(s2.size).toBe(2);
+      expect(s2.offer('n1', peer('n2').spiffeId)).toBeUndefined(); // n1's session, asked for n2
+      expect(s2.offer('n2', peer('n2').spiffeId)).toBeUndefined(); // revoked since
+      expect(s2.size).toBe(0);
+    } finally {
+      revoked.delete('bb');
+    }
+  });
+
+  it('stays bounded: rewritten once it holds the slack more lines than live sessions', () => {
+    const file = path.join(dir, 'c');
+    const s = new TlsSessionStore(material);
+    const f = new SessionFile(file, s, { slackEntries: 10 });
+    for (let i = 0; i < 200; i++) s.save('n1', peer('n1'), Buffer.from(`t${i}`), s.epoch);
+    expect(lines(file).length).toBeLessThanOrEqual(1 + 10);
+    f.close();
+    const again = new TlsSessionStore(material);
+    new SessionFile(file, again).close();
+    expect(again.offer('n1', peer('n1').spiffeId)?.session.toString()).toBe('t199');
+  });
+
+  it('clear() empties the file; a session past its age is not taken back', () => {
+    const file = path.join(dir, 'd');
+    let now = Date.now();
+    const s = new TlsSessionStore(material, { now: () => now, maxAgeMs: 1_000 });
+    const f = new SessionFile(file, s);
+    s.save('n1', peer('n1'), Buffer.from('one'), s.epoch);
+    s.clear();
+    expect(lines(file)).toEqual([]);
+    s.save('n2', peer('n2'), Buffer.from('two'), s.epoch);
+    f.close();
+    now += 2_000;
+    const later = new TlsSessionStore(material, { now: () => now, maxAgeMs: 1_000 });
+    new SessionFile(file, later).close();
+    expect(later.size).toBe(0);
+  });
+});
