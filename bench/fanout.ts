@@ -97,6 +97,9 @@ export interface CrashRun {
   dialFailures?: Record<string, number>;
   /** Agents connected (controller gauge) every 5 s after the restarted controller answered. */
   connectedEvery5s?: number[];
+  /** Push connections the agents accepted in the window, and how many of them resumed a TLS session. */
+  reconnections?: number;
+  resumed?: number;
   /** Every agent got the change committed before the crash: nothing lost. */
   noneLost: boolean;
   timedOut: boolean;
@@ -373,7 +376,7 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
       if (o.crashFor(n)) {
         result.crash = await crashRun(bed, n, nodes, CRASH_WINDOW_MS(n), problems);
         say(
-          `fan-out N=${n} crash: restarted in ${result.crash.restartMs} ms, all connected ${round(result.crash.connectAllMs)} ms, all fetched ${round(result.crash.allFetchedMs)} ms after; dial failures ${JSON.stringify(result.crash.dialFailures)}; connected every 5 s ${result.crash.connectedEvery5s?.join(',')}`,
+          `fan-out N=${n} crash: restarted in ${result.crash.restartMs} ms, all connected ${round(result.crash.connectAllMs)} ms, all fetched ${round(result.crash.allFetchedMs)} ms after; dial failures ${JSON.stringify(result.crash.dialFailures)}; connected every 5 s ${result.crash.connectedEvery5s?.join(',')}; ${result.crash.resumed} of ${result.crash.reconnections} push connections resumed`,
         );
       }
       result.problems.push(...checks(result));
@@ -454,6 +457,7 @@ async function crashRun(
     ).catch((err: Error) => problems.push(`crash: ${err.message}`));
   }
   await fleet.hold(true);
+  const before = await fleet.counters();
   const workers = childrenOf(bed.ctl.pid);
   for (const p of workers) killQuietly(p, 'SIGSTOP');
   await fleet.arm(`${cluster.name}-uninstall`, 2);
@@ -513,6 +517,7 @@ async function crashRun(
   const cpu1 = treeSample(ctl.pid).cpuS;
   const harnessCpu1 = harnessCpu();
   const reports = (await fleet.report()).slice(0, fleet.size);
+  const after = await fleet.counters();
   const m = await ctl.op.metrics();
   const mine = new Set(nodes);
   const ours = reports.filter((r) => mine.has(r.node));
@@ -537,6 +542,8 @@ async function crashRun(
     harnessCpuS: round(harnessCpu1 - harnessCpu0, 2),
     dialFailures: dialFailuresOf(m),
     connectedEvery5s,
+    reconnections: after.accepted - before.accepted,
+    resumed: after.resumed - before.resumed,
     noneLost: fetches.length === n,
     timedOut: w.timedOut,
   };

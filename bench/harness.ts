@@ -186,6 +186,8 @@ function counters(): HarnessCounters {
     runs: 0,
     signalsDelivered: 0,
     refused: 0,
+    accepted: 0,
+    resumed: 0,
     warns: log.warns,
     errors: log.errors,
     lastLog: log.last.slice(-5),

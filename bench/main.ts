@@ -432,8 +432,9 @@ async function main(): Promise<number> {
     if (pr) results.peer = pr;
     failures.push(...(pr?.problems ?? []).map((p) => `peer: ${p}`));
   }
-  // push latency last, on a machine the other phases no longer load
+  // push latency last, on a machine the other phases no longer load (the polling part too)
   if (want('latency')) {
+    const polled = pollChild ? await pollChild : undefined;
     const r = await latencyPhase({
       pki,
       runDir,
@@ -443,9 +444,10 @@ async function main(): Promise<number> {
       profArgs,
       part: 'push',
     });
-    const poll = pollChild
-      ? await pollChild
-      : (await latencyPhase({ pki, runDir, port, quick: args.quick, part: 'poll' })).result;
+    const poll =
+      polled !== undefined
+        ? polled
+        : (await latencyPhase({ pki, runDir, port, quick: args.quick, part: 'poll' })).result;
     if (poll) {
       r.result.polling2s = {
         ...poll.polling2s,

@@ -404,14 +404,14 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p('not lost.');
     p();
     p(
-      "| N | SIGKILL → answering again | → all connected again | → all acked | → all fetched | fetched by a poll instead | controller CPU | simulated agents' CPU | dial failures | all had the change in the window |",
+      "| N | SIGKILL → answering again | → all connected again | → all acked | → all fetched | fetched by a poll instead | push connections resumed | controller CPU | simulated agents' CPU | dial failures | all had the change in the window |",
     );
-    p('|---|---|---|---|---|---|---|---|---|---|');
+    p('|---|---|---|---|---|---|---|---|---|---|---|');
     for (const f of r.fanout) {
       const c = f.crash;
       if (!c) continue;
       p(
-        `| ${f.n.toLocaleString('en-US')} | ${s(c.restartMs, 1)} | ${s(c.connectAllMs, 1)} | ${s(c.allAckedMs, 1)} | ${s(c.allFetchedMs, 1)} | ${c.fetchedByPoll} | ${fmt(c.controllerCpuS, 1)} s | ${c.harnessCpuS !== undefined ? `${fmt(c.harnessCpuS, 1)} s` : '–'} | ${
+        `| ${f.n.toLocaleString('en-US')} | ${s(c.restartMs, 1)} | ${s(c.connectAllMs, 1)} | ${s(c.allAckedMs, 1)} | ${s(c.allFetchedMs, 1)} | ${c.fetchedByPoll} | ${c.resumed !== undefined && c.reconnections !== undefined ? `${c.resumed.toLocaleString('en-US')} of ${c.reconnections.toLocaleString('en-US')}` : '–'} | ${fmt(c.controllerCpuS, 1)} s | ${c.harnessCpuS !== undefined ? `${fmt(c.harnessCpuS, 1)} s` : '–'} | ${
           c.dialFailures
             ? Object.entries(c.dialFailures)
                 .map(([k, v]) => `${k} ${v}`)

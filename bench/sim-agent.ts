@@ -106,6 +106,9 @@ export interface SimCounters {
   runs: number;
   signalsDelivered: number;
   refused: number;
+  /** Push connections accepted so far, and how many of them on a resumed TLS session. */
+  accepted: number;
+  resumed: number;
 }
 
 export class SimAgent {
@@ -217,6 +220,8 @@ export class SimAgent {
       runs: p?.apply.runs ?? 0,
       signalsDelivered: p?.outbox.delivered ?? 0,
       refused: p?.listener.stats.refused ?? 0,
+      accepted: p?.listener.stats.accepted ?? 0,
+      resumed: p?.listener.stats.resumed ?? 0,
     };
   }
 
