@@ -155,12 +155,21 @@ export function findings(r: BenchResults): string[] {
     p('TLS connection per agent"). A fleet grown to 10,000 in one step and measured before any fan-out held 79 KB per');
     p('agent (`npm run bench -- --only fanout --n 10000 --runs 1`, 2026-12-02 00:16 UTC, commit 8ea111a; 143.9 KB');
     p(
-      'before the change). A full run grows the fleet in steps with fan-out runs between them, so its figure at 10,000',
+      'before the change); on the slower host of 2026-12-02 06:00-07:00 UTC the same run held 82.5-82.8 KB, and 86.0-86.8 KB',
     );
     p(
-      "carries what those runs left in the controller's RSS: which part (the documents kept per node, memory freed to the",
+      'once the push workers keep a TLS session per agent for resumption (a ~2.2 KB session each, `certs/session-file.ts`:',
     );
-    p("allocator and kept by it, V8's heap) is not measured yet, so this goal stays open.");
+    p(
+      'kept in memory so a dial can offer it at once, and in a file for a restart). A full run grows the fleet in steps with',
+    );
+    p(
+      "fan-out runs between them, so its figure at 10,000 carries what those runs left in the controller's RSS: which part",
+    );
+    p(
+      "(the documents kept per node, memory freed to the allocator and kept by it, V8's heap) is not measured yet, so this",
+    );
+    p('goal stays open.');
     if (c) {
       // a figure never reached is null in a stored BENCHMARKS.json
       const all = typeof c.connectAllMs === 'number' && Number.isFinite(c.connectAllMs);
@@ -173,18 +182,29 @@ export function findings(r: BenchResults): string[] {
       p(
         `${f(c.allFetchedMs / 1000)} s, ${c.fetchedByPoll.toLocaleString('en-US')} of them through a poll rather than their wake-up.`,
       );
+      const resumed =
+        c.resumed !== undefined && c.reconnections !== undefined
+          ? `${c.resumed.toLocaleString('en-US')} of the ${c.reconnections.toLocaleString('en-US')} push connections made in the window resumed their TLS session`
+          : 'the push connections resumed their TLS sessions';
       p(
-        `${c.noneLost ? 'None was lost.' : 'The rest would have had it at their next poll: not lost for good, but not pushed.'} A reconnect storm is a full mutual handshake per agent for the push`,
+        `${c.noneLost ? 'None was lost.' : 'The rest would have had it at their next poll: not lost for good, but not pushed.'} The restarted controller read back the sessions its push workers`,
       );
       p(
-        'dial (the controller dials; its client sessions died with it); the fetch then goes over that connection, and only',
+        `kept (\`<pki>/controller/<name>.push-sessions-<w>\`, appended as they come, so a \`kill -9\` loses none): ${resumed};`,
       );
       p(
-        "a poll while push is down or a signal uses the API, on a resumed session: the API's session-ticket key survives",
+        'the fetch then goes over that connection, and only a poll while push is down or a signal uses the API, on a session',
       );
       p(
-        'the restart (`<pki>/controller/<name>.tls-ticket-key`), checked again on both sides (SECURITY.md, "TLS settings").',
+        "resumed with the API's ticket key, which survives the restart too; every resumed connection is authorized like a full one",
       );
+      p(
+        'on both sides (SECURITY.md, "TLS settings"). Measured on the same host within the hour (2026-12-02, `--only fanout --n',
+      );
+      p(
+        '10000 --runs 1`): without push resumption all 10,000 were connected again after 87.2 s with 54.3 CPU-s of controller and',
+      );
+      p('110.6 of agents; with it after 68.0 s, 46.7 and 78.2 CPU-s (a run before it: 71.6 s, 48.7 and 84.9).');
       if (c.harnessCpuS !== undefined) {
         const windowS = (c.allFetchedMs || 90_000) / 1000;
         const used = c.controllerCpuS + c.harnessCpuS;
@@ -207,16 +227,26 @@ export function findings(r: BenchResults): string[] {
       p(
         '(`certs/x509-parse.ts`) and a server reads the presented chain from `getPeerX509Certificate` instead of the legacy',
       );
+      p("objects; the dialer checks the agent's X509 chain itself instead of the legacy objects Node builds for");
       p(
-        "objects. What is left per dial is Node's own: `getPeerCertificate(true)`, which `tls.connect` builds for every full",
+        '`checkServerIdentity` (`connectCheckingX509`). Profiled again with push resumption (2026-12-02 07:07 UTC, N = 10,000):',
       );
       p(
-        'handshake, the TLS socket and the WebSocket upgrade. The levers left: push-side resumption (the controller would',
+        'the restarted push worker was the busiest process (86 % of the window; the main process 66 %, each harness ~32 %), and',
       );
       p(
-        'have to keep its client sessions across a crash), more push workers on a machine with more cores (`--push-workers`),',
+        "a third of its time was Node's client TLS socket (`TLSSocket._init`, `_start`, `setSession`): a resumed handshake still",
       );
-      p('and the agents elsewhere.');
+      p(
+        'makes a socket, an X25519 share and a PSK binder, and Node 20 parsed each offered session twice (its `session` option',
+      );
+      p(
+        'goes to the socket and to `setSession`: now offered once, ~0.1 ms less per dial); then writes, TCP connects, GC and a',
+      );
+      p(
+        'signature per wake-up. The dials of one push worker are bound by its one core: `--push-workers 2` uses both cores',
+      );
+      p("(here they are shared with the agents' half of every handshake), and on a fleet the agents run elsewhere.");
     }
     p('');
   }
