@@ -20,7 +20,7 @@ export const TEMP_PREFIX = '.tmp-';
 
 /**
  * Replaces `path` atomically and durably (certs/files.ts `writeFileAtomic`: temporary file,
- * fsync, rename, directory fsync, mode checked), its temporary name starting with TEMP_PREFIX.
+ * fchmod, fsync, rename, directory fsync), its temporary name starting with TEMP_PREFIX.
  *
  * Synchronous on purpose: made asynchronously, each of its nine calls cost a thread-pool round
  * trip (~0.1-0.3 ms on a busy event loop, more than the call itself), so an item's start waited
@@ -32,7 +32,7 @@ export const TEMP_PREFIX = '.tmp-';
  *   is removed first
  */
 export function writeFileAtomicSync(path: string, data: string | Uint8Array, mode = PRIVATE_FILE_MODE): void {
-  writeFileAtomic(path, data, mode, { tempPrefix: TEMP_PREFIX });
+  writeFileAtomic(path, data, mode, { tempPrefix: TEMP_PREFIX, checkMode: false });
 }
 
 /**

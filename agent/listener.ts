@@ -193,6 +193,8 @@ export class WakeListener extends EventEmitter {
   readonly #lastFetchedGen: () => number;
   readonly #log: Logger;
   readonly #server: https.Server;
+  /** Replaces the session-ticket key (see the constructor). */
+  readonly #ticketTimer: NodeJS.Timeout;
   readonly #wss: WebSocketServerType;
   /** For connections whose controller answers fetches: the message limit fits a metadata frame. */
   readonly #wssFetch: WebSocketServerType;
@@ -257,9 +259,16 @@ export class WakeListener extends EventEmitter {
 
     // Session tickets the controller resumes its push connections with, after its restart too
     // (certs/session-file.ts): they live PUSH_TLS_SESSION_LIFETIME_S, and their key is this
-    // process's, kept across a renewal of our certificate (a new context would make a new one).
+    // process's, kept across a renewal of our certificate (a new context would make a new one)
+    // and replaced every PUSH_TLS_SESSION_LIFETIME_S: each resumption brings a new ticket, so
+    // without it a stolen session would chain for as long as this process lives.
     // A resumed connection is authorized as a full one (#authorize: CA, dates, revocation).
     const sessions = { sessionTimeout: PUSH_TLS_SESSION_LIFETIME_S, ticketKeys: randomBytes(TLS_TICKET_KEY_BYTES) };
+    this.#ticketTimer = setInterval(() => {
+      sessions.ticketKeys = randomBytes(TLS_TICKET_KEY_BYTES);
+      this.#server.setTicketKeys(sessions.ticketKeys);
+    }, PUSH_TLS_SESSION_LIFETIME_S * 1000);
+    this.#ticketTimer.unref();
     this.#server = https.createServer({
       ...tlsServerOptions(this.#material),
       ...sessions,
@@ -376,6 +385,7 @@ export class WakeListener extends EventEmitter {
     this.#summaryTimer = null;
     this.#summary.flush(true);
     this.#stopWatching();
+    clearInterval(this.#ticketTimer);
     this.#material.off('revoked-change', this.#onRevoked);
     this.#material.off('tls-change', this.#onRevoked);
     for (const p of this.#pending.values()) {

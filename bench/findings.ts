@@ -189,9 +189,7 @@ export function findings(r: BenchResults): string[] {
       p(
         `${c.noneLost ? 'None was lost.' : 'The rest would have had it at their next poll: not lost for good, but not pushed.'} The restarted controller read back the sessions its push workers`,
       );
-      p(
-        `kept (\`<pki>/controller/<name>.push-sessions-<w>\`, appended as they come, so a \`kill -9\` loses none): ${resumed};`,
-      );
+      p(`kept (\`<db>.push-sessions-<w>\`, appended as they come, so a \`kill -9\` loses none): ${resumed};`);
       p(
         'the fetch then goes over that connection, and only a poll while push is down or a signal uses the API, on a session',
       );

@@ -90,14 +90,6 @@ export interface ControllerArgs {
 
 export async function startController(a: ControllerArgs): Promise<ControllerProc> {
   const db = a.db ?? path.join(a.dir, 'controller.db');
-  // A controller on a new database is a new deployment: the push sessions an earlier run's
-  // controller kept in the shared bench PKI name agents that are gone (they would be offered and
-  // fail over to full handshakes, and load at start). One started again on its database keeps them.
-  if (!fs.existsSync(db)) {
-    const dir = path.join(a.pki.dir, 'controller');
-    for (const f of fs.readdirSync(dir))
-      if (f.includes('.push-sessions-')) fs.rmSync(path.join(dir, f), { force: true });
-  }
   const log = path.join(a.dir, `${a.label ?? 'controller'}.log`);
   const fd = fs.openSync(log, 'a');
   const args = [

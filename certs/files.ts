@@ -23,6 +23,8 @@ export const PRIVATE_DIR_MODE = 0o700;
  * would cost a thread-pool round trip, more than the call itself).
  * @param o.tempPrefix how the temporary file's name starts (default `.`), for directories whose
  *   readers skip such names
+ * @param o.checkMode check the mode on disk afterwards (default true; the agent's state dir does
+ *   not, so a filesystem that ignores modes does not stop its hooks)
  * @throws HeraldError `internal` when the mode on disk is not `mode` (e.g. a filesystem that
  *   ignores modes)
  */
@@ -30,7 +32,7 @@ export function writeFileAtomic(
   file: string,
   data: string | Uint8Array,
   mode: number,
-  o: { tempPrefix?: string } = {},
+  o: { tempPrefix?: string; checkMode?: boolean } = {},
 ): void {
   const dir = path.dirname(file);
   const tmp = path.join(
@@ -55,17 +57,22 @@ export function writeFileAtomic(
     throw err;
   }
   fsyncDir(dir);
-  assertMode(file, mode);
+  if (o.checkMode !== false) assertMode(file, mode);
 }
 
-/** fsync of a directory makes a rename in it durable; some filesystems refuse it, harmlessly. */
+/**
+ * fsync of a directory makes a rename in it durable; filesystems without directory fsync refuse
+ * it (EINVAL, EISDIR, ENOTSUP), harmlessly: the rename is still atomic. Any other error (EIO,
+ * ENOSPC) is thrown: the write may not be durable.
+ */
 export function fsyncDir(dir: string): void {
   let fd: number | undefined;
   try {
     fd = fs.openSync(dir, 'r');
     fs.fsyncSync(fd);
-  } catch {
-    // EISDIR/EINVAL on filesystems without directory fsync: the rename is still atomic
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code !== 'EINVAL' && code !== 'EISDIR' && code !== 'ENOTSUP' && code !== 'EPERM') throw err;
   } finally {
     if (fd !== undefined) fs.closeSync(fd);
   }

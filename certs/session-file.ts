@@ -3,7 +3,11 @@
  * client sessions with the agents' listeners survive a controller crash (issue 16: a restarted
  * controller otherwise makes a full mutual handshake with every agent at once).
  *
- * The file is `<pki>/controller/<name>.push-sessions-<worker>` (certs/paths.ts), mode 0600: one
+ * The file is `<db>.push-sessions-<worker>` beside a SQLite database, or
+ * `<pki>/controller/<name>.push-sessions-<worker>` (certs/paths.ts) on PostgreSQL, mode 0600: a
+ * first line naming what the sessions were made under (a digest of the CA and of our own
+ * certificate: a file made under others is not read, as a CA replaced or a certificate renewed
+ * while the controller was stopped would otherwise resume with what they replaced), then one
  * JSON line per session kept (its key, the peer checked in its full handshake, the session
  * bytes, when it was kept), or per session forgotten. Lines are appended as the store changes,
  * without fsync: a process crash loses nothing the kernel has, and a power loss only sessions,
@@ -35,6 +39,8 @@ interface Line {
 }
 
 export interface SessionFileOptions {
+  /** What the sessions are made under (CA and own certificate); read when the file is written, compared when it is read. */
+  binding: () => string;
   /** Rewrite when the file holds this many lines more than live sessions. Default PUSH_TLS_SESSION_FILE_SLACK_ENTRIES. */
   slackEntries?: number;
   logger?: Logger;
@@ -50,12 +56,14 @@ export class SessionFile implements SessionPersistence {
   readonly #store: TlsSessionStore;
   readonly #slack: number;
   readonly #log: Logger | undefined;
+  readonly #binding: () => string;
   #fd: number | undefined;
   #lines = 0;
 
-  constructor(file: string, store: TlsSessionStore, o: SessionFileOptions = {}) {
+  constructor(file: string, store: TlsSessionStore, o: SessionFileOptions) {
     this.file = file;
     this.#store = store;
+    this.#binding = o.binding;
     this.#slack = o.slackEntries ?? PUSH_TLS_SESSION_FILE_SLACK_ENTRIES;
     this.#log = o.logger;
     let loaded = 0;
@@ -91,7 +99,8 @@ export class SessionFile implements SessionPersistence {
   #append(line: Line): void {
     if (this.#fd === undefined) return;
     try {
-      fs.writeSync(this.#fd, `${JSON.stringify(line)}\n`);
+      const bytes = Buffer.from(`${JSON.stringify(line)}\n`, 'utf8');
+      for (let at = 0; at < bytes.length; ) at += fs.writeSync(this.#fd, bytes, at);
       this.#lines++;
     } catch (err) {
       this.#log?.warn({ file: this.file, err }, 'push TLS sessions cannot be written; kept in memory only');
@@ -116,40 +125,66 @@ export class SessionFile implements SessionPersistence {
       .map((l) => `${l}\n`)
       .join('');
     try {
-      writeFileAtomic(this.file, text, PRIVATE_FILE_MODE);
+      writeFileAtomic(this.file, `${JSON.stringify({ v: 1, b: this.#binding() })}\n${text}`, PRIVATE_FILE_MODE);
       this.#fd = fs.openSync(this.file, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_NOFOLLOW);
       this.#lines = this.#store.size;
     } catch (err) {
+      // what the file holds is older than the store (a clear() among it): it must not be read back
+      this.#remove();
       this.#log?.warn({ file: this.file, err }, 'push TLS sessions cannot be written; kept in memory only');
+    }
+  }
+
+  #remove(): void {
+    try {
+      fs.rmSync(this.file, { force: true });
+    } catch (err) {
+      this.#log?.error({ file: this.file, err }, 'push TLS session file cannot be removed');
     }
   }
 
   /** The newest entry of each key the file holds; nothing when it is missing or unsafe. */
   #read(): Map<string, StoredSession> {
     const out = new Map<string, StoredSession>();
-    let st: fs.Stats;
-    try {
-      st = fs.lstatSync(this.file);
-    } catch {
-      return out;
-    }
-    if (!st.isFile() || (st.mode & 0o077) !== 0 || (process.getuid !== undefined && st.uid !== process.getuid())) {
-      this.#log?.warn(
-        { file: this.file, code: 'unsafe_file_mode', mode: (st.mode & 0o777).toString(8) },
-        'push TLS session file is not a private regular file of ours; removed unread',
-      );
-      fs.rmSync(this.file, { force: true });
-      return out;
-    }
     let text: string;
+    let fd: number | undefined;
     try {
-      text = fs.readFileSync(this.file, 'utf8');
+      // opened without following a link, then checked on the descriptor: what is read is what was checked
+      fd = fs.openSync(this.file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+      const st = fs.fstatSync(fd);
+      const ours = process.getuid === undefined || st.uid === process.getuid();
+      if (!st.isFile() || (st.mode & 0o077) !== 0 || !ours) {
+        this.#log?.warn(
+          { file: this.file, code: 'unsafe_file_mode', mode: (st.mode & 0o777).toString(8), ours },
+          'push TLS session file is not a private regular file of ours (0600, our uid); removed unread',
+        );
+        fs.closeSync(fd);
+        fd = undefined;
+        this.#remove();
+        return out;
+      }
+      text = fs.readFileSync(fd, 'utf8');
     } catch (err) {
-      this.#log?.warn({ file: this.file, err }, 'push TLS session file cannot be read; starting without');
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT') {
+        this.#log?.warn({ file: this.file, err }, 'push TLS session file cannot be read; removed, starting without');
+        this.#remove();
+      }
+      return out;
+    } finally {
+      if (fd !== undefined) fs.closeSync(fd);
+    }
+    const rows = text.split('\n');
+    const head = parseHead(rows[0] ?? '');
+    if (head !== this.#binding()) {
+      this.#log?.info(
+        { file: this.file },
+        'push TLS session file made under another CA or controller certificate (or an older format); not used',
+      );
       return out;
     }
     let bad = 0;
-    for (const raw of text.split('\n')) {
+    for (const raw of rows.slice(1)) {
       if (raw === '') continue;
       const line = parseLine(raw);
       if (line === undefined) bad++;
@@ -165,6 +200,16 @@ export class SessionFile implements SessionPersistence {
     }
     if (bad > 0) this.#log?.warn({ file: this.file, lines: bad }, 'push TLS session file lines skipped (not sessions)');
     return out;
+  }
+}
+
+/** The binding the file's first line names, or undefined. */
+function parseHead(raw: string): string | undefined {
+  try {
+    const v = JSON.parse(raw) as { v?: unknown; b?: unknown };
+    return v.v === 1 && typeof v.b === 'string' ? v.b : undefined;
+  } catch {
+    return undefined;
   }
 }
 

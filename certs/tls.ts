@@ -639,20 +639,40 @@ export function connectResumingX509(
     known(p);
     return undefined;
   });
+  let secured = false;
   if (offered) offerSession(socket, offered.session);
   socket.on('session', (t: Buffer) => {
+    if (forgotten.has(socket)) return;
     if (peer) sessions.save(key, peer, t, epoch);
     else early.push(t);
   });
   socket.prependOnceListener('secureConnect', () => {
+    secured = true;
     if (!socket.isSessionReused()) return;
     if (offered === undefined) {
       socket.destroy(new RefusalError('untrusted_certificate', 'the server resumed a session that was not offered'));
       return;
     }
+    // what `offer` checked, once more: a revocation, an expiry or a clear() (CA or own
+    // certificate changed) while this dial was in flight is not seen by the sweeps of live
+    // connections, which skip a dial that has no peer yet
+    const now = Date.now();
+    const revoked = material.current().revokedSerials;
+    if (sessions.epoch !== epoch || now >= offered.notAfterMs || offered.serials.some((x) => revoked.has(x))) {
+      forgotten.add(socket);
+      sessions.delete(key);
+      socket.destroy(
+        new RefusalError('revoked', 'the session offered is no longer good (revoked, expired or cleared)'),
+      );
+      return;
+    }
+    resumedVia.set(socket, { sessions, key });
     known(offered);
   });
-  if (offered) socket.once('close', (hadError) => hadError && sessions.delete(key));
+  // a resumption that failed before the handshake completed drops its session; a connection that
+  // completed and failed later (a reset) keeps the tickets it brought; one whose upgrade the server
+  // refused is forgotten by the dialer (`forgetResumedSession`)
+  if (offered) socket.once('close', (hadError) => hadError && !secured && sessions.delete(key));
   return socket;
 }
 
@@ -929,13 +949,13 @@ function resumingConnection(
     if (peer) sessions.save(key, peer, session, epoch);
     else early.push(session);
   });
-  if (offered) resumedVia.set(socket, { sessions, key });
   socket.once('secureConnect', () => {
     if (socket.isSessionReused()) {
       if (offered === undefined) {
         socket.destroy(new RefusalError('untrusted_certificate', 'the server resumed a session that was not offered'));
         return;
       }
+      resumedVia.set(socket, { sessions, key });
       peer = offered;
     } else {
       peer = sessionPeerOfCertificate(socket.getPeerCertificate(true), material);
@@ -949,21 +969,27 @@ function resumingConnection(
   return socket;
 }
 
-/** For each connection of `resumingConnection` that offered a session: the store and its key. */
+/**
+ * For each connection that resumed a session of a `TlsSessionStore` (`resumingConnection`,
+ * `connectResumingX509`), set at its handshake (a closed socket no longer says it resumed): the
+ * store and its key.
+ */
 const resumedVia = new WeakMap<tls.TLSSocket, { sessions: TlsSessionStore; key: string }>();
 /** Connections whose session was forgotten: their later tickets are not kept either. */
 const forgotten = new WeakSet<tls.TLSSocket>();
 
 /**
- * When `socket` resumed a session of a `TlsSessionStore`: forgets that session (and any ticket
- * the connection still brings), destroys the connection and returns true, so the caller can try
- * again on a full handshake. For when the server refused what a resumed session showed it: after a
- * restart it no longer knows the Herald issuer above our certificate (a resumed session carries
- * the leaf alone), which a full handshake presents again. Otherwise false, and nothing changes.
+ * When `socket` resumed a session of a `TlsSessionStore` (`resumingConnection`,
+ * `connectResumingX509`): forgets that session (and any ticket the connection still brings),
+ * destroys the connection and returns true, so the caller can try again on a full handshake. For
+ * when the server refused what a resumed session showed it: after a restart it no longer knows the
+ * Herald issuer above our certificate (a resumed session carries the leaf alone), which a full
+ * handshake presents again; or our certificate, renewed or revoked while we were stopped, is not
+ * what the session carries. Otherwise false, and nothing changes.
  */
 export function forgetResumedSession(socket: tls.TLSSocket): boolean {
   const via = resumedVia.get(socket);
-  if (via === undefined || !socket.isSessionReused()) return false;
+  if (via === undefined) return false;
   forgotten.add(socket);
   via.sessions.delete(via.key);
   socket.destroy();

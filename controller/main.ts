@@ -223,7 +223,11 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       logger,
       metrics,
       workers: o.pushWorkers,
-      sessionFile: (worker) => pkiPaths(o.pki).pushSessions(o.name, worker),
+      // beside the database: its own process's state (the PKI directory may be shared by processes of one name)
+      sessionFile: (worker) =>
+        dbFile !== null && dbFile !== ':memory:'
+          ? `${dbFile}.push-sessions-${worker}`
+          : pkiPaths(o.pki).pushSessions(o.name, worker),
     });
     // several controllers (SPEC §7): the fleet decides which nodes this one pushes to
     let publicUrl = o.publicUrl ?? defaultPublicUrl(o.listen.host, o.listen.port);

@@ -8,6 +8,7 @@
  * controller process for small setups and tests, or inside push worker processes
  * (controller/push-worker.ts) behind the PushPool facade: see docs/architecture-push.md.
  */
+import crypto from 'node:crypto';
 import dns from 'node:dns';
 import { EventEmitter } from 'node:events';
 import type net from 'node:net';
@@ -15,7 +16,13 @@ import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import WebSocket from 'ws';
-import { checkServerCertificate, connectResumingX509, tlsClientOptions, type PkiMaterial } from '../certs/tls.js';
+import {
+  checkServerCertificate,
+  connectResumingX509,
+  forgetResumedSession,
+  tlsClientOptions,
+  type PkiMaterial,
+} from '../certs/tls.js';
 import { SessionFile } from '../certs/session-file.js';
 import { TlsSessionStore } from '../certs/session-store.js';
 import { addressRefusal, parseIp } from '../protocol/address.js';
@@ -251,7 +258,10 @@ export class PushDialer implements PushService {
     this.#sessionFile =
       opts.sessionFile === undefined
         ? undefined
-        : new SessionFile(opts.sessionFile, this.#sessions, { logger: this.#log });
+        : new SessionFile(opts.sessionFile, this.#sessions, {
+            logger: this.#log,
+            binding: () => sessionBindingOf(o.material),
+          });
     o.material.on('tls-change', this.#onTlsChange);
     o.material.on('revoked-change', this.#onRevokedChange);
   }
@@ -507,6 +517,9 @@ export class PushDialer implements PushService {
       });
       const finish = (): void => {
         if (e.ws === ws) e.failCode = refusalCodeOf(res.statusCode ?? 0, body);
+        // a refusal on a resumed session: the session (and the ticket this connection brought) is
+        // dropped, so the next dial is a full handshake, which shows the agent what we are now
+        forgetResumedSession(req.socket as tls.TLSSocket);
         req.destroy();
         ws.terminate();
       };
@@ -948,4 +961,10 @@ function literalRefusal(url: string): { code: PushErrorCode; host: string } | nu
 
 function stripUndefined<T extends object>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+/** What push sessions are made under: the CA and our own certificate (certs/session-file.ts). */
+function sessionBindingOf(material: PkiMaterial): string {
+  const m = material.current();
+  return crypto.createHash('sha256').update(m.ca).update('\n').update(m.cert).digest('base64url');
 }

@@ -330,9 +330,10 @@ export const MAX_ENROLL_BODY_BYTES = 16 * 1024;
  */
 export const NODE_MAX_SEMI_SPACE_BYTES = 2 * 1024 * 1024;
 /**
- * Lifetime of the agent listener's TLS session tickets (its `sessionTimeout`), and the longest the
- * push dialer keeps a client session: a controller restarted after a crash resumes its push
- * connections, made up to this long before, instead of a full mutual handshake each.
+ * Lifetime of the agent listener's TLS session tickets (its `sessionTimeout`), the period after
+ * which it replaces its ticket key, and the longest the push dialer keeps a client session: a
+ * controller restarted after a crash resumes its push connections instead of a full mutual
+ * handshake each.
  */
 export const PUSH_TLS_SESSION_LIFETIME_S = 86_400;
 /** Client sessions one push dialer keeps, one per node (the oldest goes first). */

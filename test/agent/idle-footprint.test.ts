@@ -16,7 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AGENT_API_IDLE_CLOSE_MS, AGENT_IDLE_CLOSE_MS } from '../../protocol/limits.js';
+import { AGENT_API_IDLE_CLOSE_MS, AGENT_IDLE_CLOSE_MS, PUSH_TLS_SESSION_LIFETIME_S } from '../../protocol/limits.js';
 import {
   getNode,
   makeCluster,
@@ -82,6 +82,8 @@ function kindOf(t: Timer): string {
   if (t.stack.includes('#armIdle')) return 'connection idle check';
   if (t.stack.includes('setupConnectionsTracking')) return "node's http connection check";
   if (t.stack.includes('keepSocketAlive')) return 'api connection idle close';
+  // the listener's session-ticket key, replaced every PUSH_TLS_SESSION_LIFETIME_S (armed in its constructor)
+  if (t.stack.includes('new WakeListener')) return 'ticket key rotation';
   return 'other';
 }
 
@@ -173,6 +175,7 @@ describe.skipIf(!built)('an idle agent', { timeout: 60_000 }, () => {
       "node's http connection check (repeating)",
       'poll',
       'renewal',
+      'ticket key rotation (repeating)',
     ]);
     const ms = (k: string): number => r.timers.find((t) => kindOf(t) === k)!.ms;
     expect(ms('poll')).toBeGreaterThanOrEqual(HEALTHY_MS * 0.9);
@@ -180,6 +183,7 @@ describe.skipIf(!built)('an idle agent', { timeout: 60_000 }, () => {
     expect(ms('connection idle check')).toBeLessThanOrEqual(AGENT_IDLE_CLOSE_MS);
     // the certificate lives a year: its renewal is far off (a timer waits at most ~24.8 days)
     expect(ms('renewal')).toBeGreaterThan(86_400_000);
+    expect(ms('ticket key rotation')).toBe(PUSH_TLS_SESSION_LIFETIME_S * 1000);
   });
 
   it('has loaded neither the hook runner nor enrolment, node-forge, nor anything of the controller or operator CLI', async () => {

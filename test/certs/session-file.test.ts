@@ -24,13 +24,16 @@ const peer = (node: string, serial = `${node}01`): SessionPeer => ({
   serials: [serial],
   notAfterMs: Date.now() + 3_600_000,
 });
-const lines = (file: string): string[] => fs.readFileSync(file, 'utf8').split('\n').filter(Boolean);
+let bound = 'ca-and-cert-1';
+const binding = (): string => bound;
+/** The session lines (after the first, which names what they were made under). */
+const lines = (file: string): string[] => fs.readFileSync(file, 'utf8').split('\n').slice(1).filter(Boolean);
 
 describe('push TLS session file', () => {
   it('a new store on the file gets back every live session, the newest of each node, none forgotten', () => {
     const file = path.join(dir, 'a');
     const s1 = new TlsSessionStore(material);
-    const f1 = new SessionFile(file, s1);
+    const f1 = new SessionFile(file, s1, { binding });
     s1.save('n1', peer('n1'), Buffer.from('old'), s1.epoch);
     s1.save('n1', peer('n1'), Buffer.from('new'), s1.epoch);
     s1.save('n2', peer('n2'), Buffer.from('two'), s1.epoch);
@@ -40,7 +43,7 @@ describe('push TLS session file', () => {
     expect(fs.statSync(file).mode & 0o777).toBe(0o600);
 
     const s2 = new TlsSessionStore(material);
-    new SessionFile(file, s2).close();
+    new SessionFile(file, s2, { binding }).close();
     expect(s2.offer('n1', peer('n1').spiffeId)?.session.toString()).toBe('new');
     expect(s2.offer('n2', peer('n2').spiffeId)?.session.toString()).toBe('two');
     expect(s2.offer('n3', peer('n3').spiffeId)).toBeUndefined();
@@ -51,7 +54,7 @@ describe('push TLS session file', () => {
   it('skips lines that are not sessions, and offers nothing revoked or for another node', () => {
     const file = path.join(dir, 'b');
     const s1 = new TlsSessionStore(material);
-    const f1 = new SessionFile(file, s1);
+    const f1 = new SessionFile(file, s1, { binding });
     s1.save('n1', peer('n1', 'aa'), Buffer.from('one'), s1.epoch);
     s1.save('n2', peer('n2', 'bb'), Buffer.from('two'), s1.epoch);
     f1.close();
@@ -59,7 +62,7 @@ describe('push TLS session file', () => {
     revoked.add('bb');
     try {
       const s2 = new TlsSessionStore(material);
-      new SessionFile(file, s2).close();
+      new SessionFile(file, s2, { binding }).close();
       expect(s2.size).toBe(2);
       expect(s2.offer('n1', peer('n2').spiffeId)).toBeUndefined(); // n1's session, asked for n2
       expect(s2.offer('n2', peer('n2').spiffeId)).toBeUndefined(); // revoked since
@@ -72,20 +75,44 @@ describe('push TLS session file', () => {
   it('stays bounded: rewritten once it holds the slack more lines than live sessions', () => {
     const file = path.join(dir, 'c');
     const s = new TlsSessionStore(material);
-    const f = new SessionFile(file, s, { slackEntries: 10 });
+    const f = new SessionFile(file, s, { binding, slackEntries: 10 });
     for (let i = 0; i < 200; i++) s.save('n1', peer('n1'), Buffer.from(`t${i}`), s.epoch);
     expect(lines(file).length).toBeLessThanOrEqual(1 + 10);
     f.close();
     const again = new TlsSessionStore(material);
-    new SessionFile(file, again).close();
+    new SessionFile(file, again, { binding }).close();
     expect(again.offer('n1', peer('n1').spiffeId)?.session.toString()).toBe('t199');
+  });
+
+  it('a file made under another CA or controller certificate is not read; a directory in its place stops nothing', () => {
+    const file = path.join(dir, 'e');
+    const s1 = new TlsSessionStore(material);
+    const f1 = new SessionFile(file, s1, { binding });
+    s1.save('n1', peer('n1'), Buffer.from('one'), s1.epoch);
+    f1.close();
+    bound = 'ca-and-cert-2';
+    try {
+      const s2 = new TlsSessionStore(material);
+      new SessionFile(file, s2, { binding }).close();
+      expect(s2.size).toBe(0);
+      expect(lines(file)).toEqual([]); // rewritten under the new binding
+    } finally {
+      bound = 'ca-and-cert-1';
+    }
+    const blocked = path.join(dir, 'f');
+    fs.mkdirSync(path.join(blocked, 'inside'), { recursive: true });
+    const s3 = new TlsSessionStore(material);
+    const f3 = new SessionFile(blocked, s3, { binding });
+    s3.save('n1', peer('n1'), Buffer.from('one'), s3.epoch);
+    expect(s3.offer('n1', peer('n1').spiffeId)?.session.toString()).toBe('one'); // in memory only
+    f3.close();
   });
 
   it('clear() empties the file; a session past its age is not taken back', () => {
     const file = path.join(dir, 'd');
     let now = Date.now();
     const s = new TlsSessionStore(material, { now: () => now, maxAgeMs: 1_000 });
-    const f = new SessionFile(file, s);
+    const f = new SessionFile(file, s, { binding });
     s.save('n1', peer('n1'), Buffer.from('one'), s.epoch);
     s.clear();
     expect(lines(file)).toEqual([]);
@@ -93,7 +120,7 @@ describe('push TLS session file', () => {
     f.close();
     now += 2_000;
     const later = new TlsSessionStore(material, { now: () => now, maxAgeMs: 1_000 });
-    new SessionFile(file, later).close();
+    new SessionFile(file, later, { binding }).close();
     expect(later.size).toBe(0);
   });
 });

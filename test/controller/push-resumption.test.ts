@@ -8,7 +8,9 @@
  * - a dialer started on the session file of an earlier one (no clean shutdown of it) resumes, and
  *   the resumed connection carries wake-ups; without the file it makes a full handshake;
  * - an agent certificate revoked since: its session is not offered, and the dial is refused `revoked`;
- * - a controller certificate revoked since: the agent refuses the resumed connection (403 `revoked`);
+ * - a controller certificate revoked since: the agent refuses the resumed connection (403 `revoked`),
+ *   and the dialler forgets that session (its next try is a full handshake);
+ * - a file made under the controller's certificate before a renewal is not used;
  * - a session file group or others may read is removed unread, and the dial makes a full handshake.
  */
 import crypto from 'node:crypto';
@@ -18,6 +20,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PushDialer, type PushDialerOptions } from '../../controller/push-dialer.js';
 import { pkiPaths } from '../../certs/paths.js';
 import { normalizeSerial } from '../../certs/identity.js';
+import { issueCert } from '../../certs/pki.js';
 import { nextPushEvent } from '../helpers/push-events.js';
 import { CONTROLLER_ID, makePushPki, TD, TestWakeListener, type PushPki } from '../helpers/wake-listener.js';
 
@@ -26,7 +29,7 @@ let tmp: string;
 const open: Array<{ close(): Promise<void> }> = [];
 
 beforeAll(async () => {
-  pki = await makePushPki(['r1', 'r2', 'r3', 'r4', 'r5']);
+  pki = await makePushPki(['r1', 'r2', 'r3', 'r4', 'r5', 'r6']);
   tmp = fs.mkdtempSync(path.join(pki.dir, 'sessions-'));
 }, 60_000);
 
@@ -131,8 +134,10 @@ describe('push TLS session resumption', () => {
   it("a controller certificate revoked since: the agent refuses the resumed connection (403 'revoked')", async () => {
     const file = path.join(tmp, 'revoked-controller');
     const l = await listener('r4');
-    await connect(dialer(file), l, 1);
+    const first = dialer(file);
+    await connect(first, l, 1);
     await sessionKept(file, 'r4');
+    await first.close(); // (else its own re-dial after the agent closes it counts here too)
     const undo = revokeSerialOf(pkiPaths(pki.dir).cert('controller', 'controller'));
     try {
       // the agent reads the new revoked.json; the dialer's own material is left as it was
@@ -142,11 +147,33 @@ describe('push TLS session resumption', () => {
       await d.start([{ node: 'r4', url: l.url, generation: 2, ackedGeneration: 1 }]);
       await refused;
       expect(l.resumedRefusals).toEqual(['revoked']);
+      // the refused session is forgotten: the dialler's next try is a full handshake, not the same session again
+      await l.waitFor<string>('refused', (code) => code === 'revoked');
+      expect(l.resumedRefusals).toEqual(['revoked']);
       expect(l.resumed).toEqual([false]);
     } finally {
       undo();
       l.material.reload();
     }
+  });
+
+  it('a session file made under the controller certificate before a renewal is not used: a full handshake, then resumption again', async () => {
+    const file = path.join(tmp, 'renewed');
+    const l = await listener('r6');
+    // each dialler stopped before the next starts, as a controller restarted
+    const first = dialer(file);
+    await connect(first, l, 1);
+    await sessionKept(file, 'r6');
+    await first.close();
+    // the controller's certificate renewed while it was stopped (same key, same CA)
+    const keyPem = fs.readFileSync(pkiPaths(pki.dir).key('controller', 'controller'), 'utf8');
+    await issueCert({ dir: pki.dir, role: 'controller', name: 'controller', keyPem });
+    const second = dialer(file);
+    await connect(second, l, 2);
+    await sessionKept(file, 'r6');
+    await second.close();
+    await connect(dialer(file), l, 3);
+    expect(l.resumed).toEqual([false, false, true]);
   });
 
   it('a session file that group or others may read is removed unread, and the dial makes a full handshake', async () => {
