@@ -122,6 +122,8 @@ interface Pending {
 
 interface Conn {
   ws: WebSocket;
+  /** The TLS socket under `ws`: corked while a wake-up is answered (see #onFrame). */
+  sock: tls.TLSSocket;
   identity: CertIdentity;
   cert: X509Certificate;
   peer: string;
@@ -514,7 +516,7 @@ export class WakeListener extends EventEmitter {
         ws.close(CLOSE_GOING_AWAY, 'shutting_down');
         return;
       }
-      this.#accept(ws, id, cert, peer, fetch, sock.isSessionReused());
+      this.#accept(ws, sock, id, cert, peer, fetch, sock.isSessionReused());
     });
   }
 
@@ -534,6 +536,7 @@ export class WakeListener extends EventEmitter {
 
   #accept(
     ws: WebSocket,
+    sock: tls.TLSSocket,
     identity: CertIdentity,
     cert: X509Certificate,
     peer: string,
@@ -550,6 +553,7 @@ export class WakeListener extends EventEmitter {
     }
     const c: Conn = {
       ws,
+      sock,
       identity,
       cert,
       peer,
@@ -616,6 +620,17 @@ export class WakeListener extends EventEmitter {
       this.#nack(c, null, 'too_large');
       return;
     }
+    // the answer and the fetch this wake-up starts (sent from onWake, on this connection) leave
+    // together: one TLS record and one write, not two, for the agent and the controller alike
+    c.sock.cork();
+    try {
+      this.#onWakeFrame(c, buf);
+    } finally {
+      c.sock.uncork();
+    }
+  }
+
+  #onWakeFrame(c: Conn, buf: Buffer): void {
     const text = buf.toString('utf8');
     let claims: WakeClaims;
     try {

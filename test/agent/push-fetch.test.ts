@@ -17,11 +17,12 @@ import {
   FEATURE_FETCH,
   FEATURES_HEADER,
   type FetchFrame,
+  type FetchState,
   type MetadataFrameHead,
 } from '../../protocol/frames.js';
 import { MAX_PUSH_METADATA_FRAME_BYTES, MAX_WAKE_FRAME_BYTES } from '../../protocol/limits.js';
 import { sha256b64url, signMetadata } from '../../protocol/metadata.js';
-import { WakeVerifier } from '../../protocol/wake.js';
+import { newJti, signWake, WakeVerifier } from '../../protocol/wake.js';
 import { Fetcher, keySetOf } from '../../agent/fetcher.js';
 import { WakeListener } from '../../agent/listener.js';
 import { makeAgentTestPki, memoryLog, quietLog, type AgentTestPki } from '../helpers/agent-pki.js';
@@ -46,16 +47,18 @@ afterEach(async () => {
   for (const x of open.splice(0).reverse()) await x.close();
 });
 
-async function listen(): Promise<{ listener: WakeListener; port: number; lines: Array<Record<string, unknown>> }> {
+async function listen(
+  onWake: (listener: WakeListener) => FetchState = () => 'current',
+): Promise<{ listener: WakeListener; port: number; lines: Array<Record<string, unknown>> }> {
   const { log, lines } = memoryLog();
-  const listener = new WakeListener({
+  const listener: WakeListener = new WakeListener({
     material,
     verifier: new WakeVerifier({
       audience: pki.spiffe('agent', 'n1'),
       keys: keySetOf(material),
       startedAtS: Math.floor(Date.now() / 1000) - 5,
     }),
-    onWake: () => 'current',
+    onWake: () => onWake(listener),
     lastFetchedGen: () => 0,
     log,
   });
@@ -252,6 +255,32 @@ describe('the listener: fetches over the push connection', () => {
     const closed = once(ctl.ws, 'close');
     ctl.ws.send(Buffer.alloc(MAX_PUSH_METADATA_FRAME_BYTES + 1, 0x7b), { binary: false });
     expect(((await closed) as [number])[0]).toBe(1009);
+  });
+
+  it("a wake-up's ack and the fetch it starts reach the controller in one TLS record", async () => {
+    // as the agent does: the wake-up handler starts a fetch on the connection the wake-up came on
+    const { port } = await listen((l) => {
+      void l.fetchOverPush(NONCE, undefined, 5_000)?.catch(() => undefined);
+      return 'started';
+    });
+    const ctl = await controller(port);
+    // each TLS record the agent sends is one chunk of plaintext here
+    const records: Buffer[] = [];
+    (ctl.ws as unknown as { _socket: import('node:tls').TLSSocket })._socket.on('data', (b: Buffer) => records.push(b));
+    const jti = newJti();
+    const token = signWake(pki.signer, {
+      iss: pki.spiffe('controller', 'controller'),
+      aud: pki.spiffe('agent', 'n1'),
+      gen: 3,
+      reason: 'deployment',
+      nowS: Date.now() / 1000,
+      jti,
+    });
+    ctl.ws.send(token);
+    expect((await ctl.nextFetch()).nonce).toBe(NONCE);
+    while (ctl.others.length === 0) await new Promise((r) => setImmediate(r));
+    expect(decodeAgentFrame(ctl.others[0]!)).toMatchObject({ type: 'ack', jti, fetch: 'started' });
+    expect(records).toHaveLength(1);
   });
 
   it('asks the connection heard from last', async () => {
