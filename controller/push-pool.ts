@@ -63,6 +63,8 @@ interface Shard {
   /** Commands waiting for the next flush (or for the worker to be ready). */
   queue: ToWorkerCommand[];
   flushScheduled: boolean;
+  /** A flush at the end of the current microtask checkpoint is pending (see #schedule). */
+  flushSoon: boolean;
   restarts: number;
   connected: number;
   closedWaiter: (() => void) | null;
@@ -117,6 +119,7 @@ export class PushPool implements PushService {
       ready: false,
       queue: [],
       flushScheduled: false,
+      flushSoon: false,
       restarts: 0,
       connected: 0,
       closedWaiter: null,
@@ -136,7 +139,7 @@ export class PushPool implements PushService {
     if (this.#closed) return;
     const t = this.#target(node);
     if (generation > t.generation) t.generation = generation;
-    this.#send(node, { t: 'notify', node, gen: generation, reason });
+    this.#send(node, { t: 'notify', node, gen: generation, reason }, true);
   }
 
   setEndpoint(node: string, url: string | null, generation: number): void {
@@ -207,22 +210,43 @@ export class PushPool implements PushService {
     return t;
   }
 
-  #send(node: string, cmd: ToWorkerCommand): void {
+  #send(node: string, cmd: ToWorkerCommand, soon = false): void {
     const s = this.#shards[shardOf(node, this.#shards.length)]!;
     s.queue.push(cmd);
-    this.#schedule(s);
+    this.#schedule(s, soon);
   }
 
-  #schedule(s: Shard): void {
-    if (s.flushScheduled || !s.ready) return;
+  /**
+   * Posts the shard's queue to its worker in one message. `soon` (a wake-up to send): once the
+   * synchronous part of the current job is done, so the worker signs it before the API has even
+   * written the answer to the request that made the change (a change set's wake-ups are queued
+   * in one synchronous loop: a fan-out is still one message); otherwise once per event loop turn,
+   * so the answers to many fetches travel together.
+   */
+  #schedule(s: Shard, soon = false): void {
+    if (!s.ready) return;
+    if (soon) {
+      if (s.flushSoon) return;
+      s.flushSoon = true;
+      queueMicrotask(() => {
+        s.flushSoon = false;
+        this.#flush(s);
+      });
+      return;
+    }
+    if (s.flushScheduled) return;
     s.flushScheduled = true;
     setImmediate(() => {
       s.flushScheduled = false;
-      if (!s.ready || s.child === null || s.queue.length === 0) return;
-      const cmds = s.queue;
-      s.queue = [];
-      this.#post(s, { t: 'batch', cmds });
+      this.#flush(s);
     });
+  }
+
+  #flush(s: Shard): void {
+    if (!s.ready || s.child === null || s.queue.length === 0) return;
+    const cmds = s.queue;
+    s.queue = [];
+    this.#post(s, { t: 'batch', cmds });
   }
 
   #post(s: Shard, m: ToWorker): void {
