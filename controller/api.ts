@@ -797,20 +797,18 @@ export class ApiServer {
     ifNoneMatch: string | string[] | undefined,
     channel: 'https' | 'push',
   ): Promise<{ etag: string; signature: string; body: Buffer | undefined }> {
-    const built = await this.#o.service.metadata(node);
-    const etag = `"${built.generation}"`;
-    const notModified = matchesEtag(ifNoneMatch, etag);
+    const { generation, built } = await this.#o.service.metadata(node, (gen) => matchesEtag(ifNoneMatch, `"${gen}"`));
     const signature = signMetadata(this.#o.signer(), {
       iss: this.#controllerId,
       aud: audience,
-      gen: built.generation,
+      gen: generation,
       nonce,
-      sha256: notModified ? undefined : built.sha256,
+      sha256: built?.sha256,
       nowS: this.#now() / 1000,
     });
-    this.#o.service.recordFetch(node, built.generation);
-    this.#o.metrics.fetches.inc({ status: notModified ? '304' : '200', channel });
-    return { etag, signature, body: notModified ? undefined : built.body };
+    this.#o.service.recordFetch(node, generation);
+    this.#o.metrics.fetches.inc({ status: built === null ? '304' : '200', channel });
+    return { etag: `"${generation}"`, signature, body: built?.body };
   }
 
   /**

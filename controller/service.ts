@@ -78,6 +78,12 @@ export interface ControllerServiceOptions {
 
 type View = Record<string, unknown>;
 
+/** A node's generation, and its metadata body unless the asker holds that generation already. */
+export interface MetadataAnswer {
+  generation: number;
+  built: BuiltMetadata | null;
+}
+
 export class ControllerService {
   readonly store: Store;
   readonly clusters: ClusterEngine;
@@ -478,13 +484,24 @@ export class ControllerService {
    * one costs one read (the node's row).
    * @throws HeraldError node_deleted | not_found
    */
-  async metadata(node: string): Promise<BuiltMetadata> {
+  /**
+   * The node's metadata at its current generation: the body only when `unchanged(generation)` is
+   * false (a 304 needs the generation alone, so a poll that finds nothing new builds nothing and
+   * the cache holds only what was asked for lately, not a body per node).
+   */
+  async metadata(node: string, unchanged: (generation: number) => boolean = () => false): Promise<MetadataAnswer> {
     const n = await this.store.getNode(node);
     if (!n) {
       if (await this.store.isTombstoned(node)) throw new HeraldError('node_deleted', `node ${node} was deleted`);
       throw new HeraldError('not_found', `no node ${node}`);
     }
-    const hit = this.#cache.peek(node, n.generation);
+    if (unchanged(n.generation)) return { generation: n.generation, built: null };
+    const built = await this.#built(node, n.generation);
+    return { generation: built.generation, built };
+  }
+
+  async #built(node: string, generation: number): Promise<BuiltMetadata> {
+    const hit = this.#cache.peek(node, generation);
     if (hit) return hit;
     // one snapshot: the node (its generation) and its deployments are read together
     const src = await this.store.metadataSource(node);

@@ -123,8 +123,13 @@ export const API_HEADERS_TIMEOUT_MS = 10_000;
  * agent's fetcher, the operator CLI) gives up on an answer after as long.
  */
 export const API_REQUEST_TIMEOUT_MS = 30_000;
-/** Metadata bodies kept built (one per node, for its current generation). */
-export const METADATA_CACHE_ENTRIES = 20_000;
+/**
+ * Metadata bodies kept built, the most recently asked first (each for its node's current
+ * generation): a body is built for a 200 only (a 304 needs the generation alone), so this serves
+ * a generation asked for again soon (a fetch retried over HTTPS, a restarted agent's poll); it is
+ * not a body per node, which at 10,000 nodes held 1-2 KB of the controller's memory per agent.
+ */
+export const METADATA_CACHE_ENTRIES = 2_000;
 /** Server-Sent Events: a comment line this often keeps proxies from closing an idle stream. */
 export const SSE_HEARTBEAT_INTERVAL_MS = 15_000;
 /** Server-Sent Events: a client that lets this much pile up unread is dropped. */

@@ -585,6 +585,39 @@ describe('metadata', () => {
     verify(full, nonce, 'm1');
   });
 
+  it('a 304 reads no metadata (the generation answers it); a 200 of a new generation builds its document once', async () => {
+    const m1 = pki.cred('agent', 'm1');
+    const store = t.ctl.store;
+    const sourced: string[] = [];
+    const original = store.metadataSource.bind(store);
+    store.metadataSource = (node: string) => {
+      sourced.push(node);
+      return original(node);
+    };
+    try {
+      const { r } = await fetchMetadata(m1, 'm1');
+      const etag = r.headers.etag as string;
+      sourced.length = 0;
+      for (let i = 0; i < 3; i++) {
+        const { r: nm, nonce } = await fetchMetadata(m1, 'm1', { 'if-none-match': etag });
+        expect(nm.status).toBe(304);
+        expect(verify(nm, nonce, 'm1').gen).toBe(Number(etag.replaceAll('"', '')));
+      }
+      expect(sourced).toEqual([]);
+      // a new generation: built for its first 200, then served from the cache
+      const cfg = await mkConfig({ name: `c-${Date.now()}`, group: 'script', config: 'true' });
+      await mkDeployment({ config_id: cfg, node: 'm1' });
+      for (let i = 0; i < 2; i++) {
+        const { r: full, nonce } = await fetchMetadata(m1, 'm1', { 'if-none-match': etag });
+        expect(full.status).toBe(200);
+        verify(full, nonce, 'm1');
+      }
+      expect(sourced).toEqual(['m1']);
+    } finally {
+      store.metadataSource = original;
+    }
+  });
+
   it('answers without a nonce header too (a person with curl), signing no nonce', async () => {
     const r = await t.req(pki.cred('agent', 'm1'), 'GET', '/v1/nodes/m1/metadata');
     expect(r.status).toBe(200);
