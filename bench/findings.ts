@@ -68,6 +68,23 @@ export function findings(r: BenchResults): string[] {
     'of 2026-12-02 07:18 UTC (code of 01a8bea, the same hook path) measured p50 10.02 ms and p99 16.71 ms back to back;',
   );
   p('the p99 is one or two slow changes of a hundred, each slow in every segment at once (a process descheduled).');
+  p(
+    "Cut this round: the change's wake-up went to the push worker at the end of the event loop turn, after the API had",
+  );
+  p(
+    'written the answer to the PATCH; it now goes as soon as the change set is applied (a microtask; a fan-out is still one',
+  );
+  p(
+    'message), so the worker signs it while the answer is written: PATCH sent → wake-up verified 5 → 2.9-3.5 ms in the',
+  );
+  p(
+    'medians (`--only latency`, 2026-12-02 14:36-14:50 UTC, same host). Measured on this disk, an fsync of a 4 KiB write',
+  );
+  p(
+    "takes well under a millisecond (the goals table's floor), so the commit and the state write are no longer most of the",
+  );
+  p('floor: the spawn is (a fork of the ~50 MB agent, which waits for the child to exec), then the hops between five');
+  p('processes (bench, controller, push worker, agent, hook) on two shared cores.');
   p("Back-to-back COMPLETE is slower than the hook start: a node's signals");
   p('are limited to a burst of 20 then 5 a second (SPEC §3), so the 21st quick change waits for its signal.', '');
   p(
@@ -130,18 +147,47 @@ export function findings(r: BenchResults): string[] {
           `the frames): ${f(used)} of the ${f(2 * windowS)} CPU-s the two cores hold in ${f(windowS)} s (${f((100 * used) / (2 * windowS), 0)} %). Where the time is spent`,
         );
         p(
-          "and what is left to cut, from `--profile`: the controller's main process answers each fetch (the node's document read",
+          'and what is left to cut: `--profile` (V8) samples wall time, so on two saturated cores a process descheduled inside a',
         );
         p(
-          'from SQLite and built for its new generation, a signature), the push worker writes two TLS frames per agent (the',
+          'system call is charged to it (it put a quarter of the push worker in `writev`); on-CPU samples of every process',
         );
-        p('wake-up and the metadata frame, masked as a WebSocket client must), and both collect garbage.');
+        p(
+          '(`perf record -a -g`, 400 Hz, over the 10,000-agent run of 2026-12-02 14:33 UTC) found nothing above 15 % of any',
+        );
+        p(
+          "process: the controller's main process 25 % kernel (half of it zeroing fresh pages), 21 % V8 runtime, 14 % GC, 10 %",
+        );
+        p(
+          'SQLite (the node document read for its new generation), 4 % Ed25519; the push worker 30 % kernel (loopback TCP),',
+        );
+        p(
+          "14 % GC, 20 % V8, 8 % OpenSSL, 3 % Ed25519; each harness process alike, plus 11 % of V8's optimising compiler on",
+        );
+        p(
+          'code first hot in the window. Ed25519 itself costs 23 µs to sign and 64 µs to verify here (`node:crypto`): at',
+        );
+        p(
+          `${big.n.toLocaleString('en-US')} agents, 10,000 × (two signatures and two verifications) is ~1.7 CPU-s of the budget before any socket work.`,
+        );
+        p(
+          "Cut this round: the agent's answer to a wake-up and the fetch it starts leave in one TLS record and one write (the",
+        );
+        p(
+          'socket corked while the wake-up is answered), one write and one record less per agent for the agent and one read',
+        );
+        p(
+          'less for the push worker; the simulated agents spent 11.2-12.1 CPU-s in two runs before, 9.2-11.2 in four after (`--only fanout',
+        );
+        p('--n 10000 --runs 1`, 2026-12-02 14:27-15:12 UTC, same host: mostly within the spread between runs).');
       }
     }
   }
   p('What would fix the rest: build the per-node metadata documents of a cluster-wide change in the transaction');
   p('that makes it (one pass, not one per first fetch), sign metadata responses in a worker (the main thread');
-  p('also serves the API), and measure with the agents on other machines.', '');
+  p('also serves the API), and measure with the agents on other machines. The acked goal (1.5 s from the request)');
+  p('leaves no room on these two cores: the request itself is answered after 1.1-2.0 s (a transaction of 10,000');
+  p('revisions), and each wake-up then costs both ends a signature or a verification and a TLS frame each way.', '');
   if (big) {
     const c = big.crash;
     const run = big.runs[0];
@@ -154,9 +200,7 @@ export function findings(r: BenchResults): string[] {
     p(
       `fetch). The controller held ${f(run?.controllerRssKb.perAgent)} KB of RSS per connected agent (goal ≤ 80 KB): a push connection in the`,
     );
-    p(
-      'worker (~60-70 KB: OpenSSL and the TLS socket) and under 1 KB of state in the main process. Until this round each',
-    );
+    p('worker and what the main process keeps (split below). Until the fetch over the push connection each');
     p(
       'agent also held a kept-alive API connection in the main process (~144-162 KB per agent in all): its fetches now go',
     );
@@ -174,13 +218,32 @@ export function findings(r: BenchResults): string[] {
     p(
       'kept in memory so a dial can offer it at once, and in a file for a restart). A full run grows the fleet in steps with',
     );
+    p("fan-out runs between them, so its figure at 10,000 carries what those runs left in the controller's RSS. Split");
     p(
-      "fan-out runs between them, so its figure at 10,000 carries what those runs left in the controller's RSS: which part",
+      '(a one-step fleet of 10,000, 2026-12-02 14:55 UTC: `process.memoryUsage()` after a forced GC, `/proc/<pid>/smaps`,',
     );
     p(
-      "(the documents kept per node, memory freed to the allocator and kept by it, V8's heap) is not measured yet, so this",
+      'and heaptrack on a 3,000-agent run): the push worker held ~74 KB per agent, ~55 KB of it outside V8 (OpenSSL and',
     );
-    p('goal stays open.');
+    p(
+      "Node's TLS and socket objects: each live TLS connection reads through a 16 KB buffer of Node's BIO), ~10 KB of JS",
+    );
+    p(
+      'objects (the TLS socket, the WebSocket with its receiver and sender, the node entry) and ~2.2 KB of TLS session; the',
+    );
+    p(
+      'main process ~12.7 KB: ~1.3 KB of JS heap, ~1.2 KB of buffers (a built metadata body per node, which it no longer',
+    );
+    p(
+      'keeps: a 304 is answered from the generation alone and the cache holds the 2,000 bodies asked for last: one-step',
+    );
+    p(
+      "fleets measured 84.4-85.2 KB per agent after, 84.9-87.4 before; it matters once documents are large), and ~7 KB in the C heap (`[heap]` 91 of its 183 MB): memory the API's",
+    );
+    p(
+      'short-lived TLS connections (announcement, start-up fetch) used and freed, kept by the allocator, not live state per',
+    );
+    p('agent. What is left over the goal is the TLS connection itself and its JS objects; this goal stays open.');
     if (c) {
       // a figure never reached is null in a stored BENCHMARKS.json
       const all = typeof c.connectAllMs === 'number' && Number.isFinite(c.connectAllMs);
@@ -392,6 +455,15 @@ export function findings(r: BenchResults): string[] {
   );
   p(
     "| the agent's state write synchronous (its nine calls, no thread-pool round trips), and a document's end one write | `agent/atomic-file.ts`, `agent/state.ts`, `agent/apply.ts` | 10,000-agent fan-out, same host: the simulated agents' CPU 23.3 → 18.3 CPU-s, all fetched 19.1 → 15.9 s |",
+  );
+  p(
+    "| a change's wake-ups go to the push worker as soon as the change set is applied (a microtask), before the API writes its answer | `controller/push-pool.ts` | PATCH sent → wake-up verified, medians: 5 → 2.9-3.5 ms; one node back to back p50 10.1 → 9.4-10 ms (`--only latency`, single runs) |",
+  );
+  p(
+    "| the agent's ack of a wake-up and the fetch it starts leave in one TLS record (socket corked) | `agent/listener.ts` | one write and one record less per woken agent; 10,000-agent fan-out: simulated agents 11.2-12.1 → 9.2-11.2 CPU-s, all acked 3.7-4.6 → 2.8-3.6 s (with the row above; single runs) |",
+  );
+  p(
+    "| a 304 answered from the node's generation alone; the body cache holds the 2,000 bodies asked for last, not one per node | `controller/service.ts`, `controller/api.ts` | no document read or built for a poll that finds nothing; up to a body per node (~2 KB after a fan-out) less in the main process |",
   );
   p('');
   return L;
