@@ -1,7 +1,8 @@
 /**
  * The messages between the PushPool facade (controller main process) and its push worker
- * processes, over the `child_process.fork` IPC channel. Both directions are batched per event
- * loop turn: a fan-out to 10,000 nodes is a handful of IPC messages, not 10,000.
+ * processes, over the `child_process.fork` IPC channel. Both directions are batched (per event
+ * loop turn; a change set's wake-ups once it is applied): a fan-out to 10,000 nodes is a handful
+ * of IPC messages, not 10,000.
  */
 import type { MaterialPaths } from '../certs/paths.js';
 import type { Ed25519PrivateJwk } from '../protocol/jws.js';
