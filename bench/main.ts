@@ -533,7 +533,7 @@ async function soakMain(
   const old = fs.existsSync(md) ? fs.readFileSync(md, 'utf8') : '';
   fs.writeFileSync(md, replaceKeptSection(old, '<!-- kept: soak', soakMarkdown(r, when, machine)));
   say(
-    `soak: ${r.changesAnswered} changes; growth controller ${r.growthPct.controllerMain} %, workers ${r.growthPct.pushWorkers} %, agents ${r.growthPct.agentsMax} %; converged ${r.converged}`,
+    `soak: ${r.changesAnswered} changes; level growth controller ${r.levelGrowthPct?.controllerMain} %, workers ${r.levelGrowthPct?.pushWorkers} %, agents ${r.levelGrowthPct?.agentsMax} % (sample to sample ${r.growthPct.controllerMain} / ${r.growthPct.pushWorkers} / ${r.growthPct.agentsMax} %); converged ${r.converged}`,
   );
   return r.converged && r.problems.length === 0 ? 0 : 1;
 }

@@ -45,6 +45,12 @@ export interface SoakResult {
   samples: SoakSample[];
   /** Growth from the sample at the end of the first quarter to the last sample, in percent. */
   growthPct: { controllerMain: number; pushWorkers: number; agentsMax: number };
+  /**
+   * Growth of the level, the verdict: the highest sample of the last quarter against the highest of
+   * the first, in percent. RSS under a garbage collector is a sawtooth, and one sample may sit in a
+   * trough (a soak of 2026-12-02 put one agent's quarter sample 5 MB under its neighbours').
+   */
+  levelGrowthPct?: { controllerMain: number; pushWorkers: number; agentsMax: number };
   problems: string[];
 }
 
@@ -201,6 +207,7 @@ export async function soakPhase(o: {
       return false;
     });
     result.growthPct = growth(result.samples);
+    result.levelGrowthPct = levelGrowth(result.samples);
   } finally {
     for (const a of agents) await stopProc(a);
     await stopController(ctl);
@@ -233,6 +240,22 @@ function growth(samples: SoakSample[]): SoakResult['growthPct'] {
   };
 }
 
+/** Percent growth of the highest sample of the last quarter (by time) over the highest of the first. */
+export function levelGrowth(samples: SoakSample[]): SoakResult['growthPct'] {
+  const last = samples.at(-1);
+  if (!last || samples.length < 8) return { controllerMain: NaN, pushWorkers: NaN, agentsMax: NaN };
+  const first = samples.filter((x) => x.atS <= last.atS / 4);
+  const end = samples.filter((x) => x.atS >= (last.atS * 3) / 4);
+  const top = (xs: SoakSample[], v: (x: SoakSample) => number): number => Math.max(...xs.map(v));
+  const pct = (a: number, b: number): number => (a > 0 ? round(((b - a) / a) * 100, 1) : NaN);
+  const grow = (v: (x: SoakSample) => number): number => pct(top(first, v), top(end, v));
+  return {
+    controllerMain: grow((x) => x.controllerMainKb),
+    pushWorkers: grow((x) => x.pushWorkersKb),
+    agentsMax: Math.max(...last.agentsKb.map((_, i) => grow((x) => x.agentsKb[i] ?? 0))),
+  };
+}
+
 /** The BENCHMARKS.md section of a soak run (kept by the main renderer; a new soak replaces it). */
 export function soakMarkdown(r: SoakResult, when: Date, machine: string): string {
   const mb = (kb: number): string => (kb / 1024).toFixed(1);
@@ -244,6 +267,7 @@ export function soakMarkdown(r: SoakResult, when: Date, machine: string): string
         `| ${s.atS} | ${s.changes} | ${mb(s.controllerMainKb)} | ${s.controllerHeapUsedKb !== undefined ? `${mb(s.controllerHeapUsedKb)} / ${mb(s.controllerExternalKb ?? 0)}` : '– / –'} / ${s.controllerBrkKb !== undefined ? mb(s.controllerBrkKb) : '–'} | ${mb(s.pushWorkersKb)} | ${s.agentsKb.map(mb).join(' / ')} |`,
     );
   const ok = (p: number): string => (Number.isFinite(p) ? `${p} %${p <= 10 ? '' : ' (over 10 %)'}` : '–');
+  const level = r.levelGrowthPct ?? levelGrowth(r.samples);
   return [
     '<!-- kept: soak (npm run bench -- --soak replaces this section) -->',
     '## Soak: memory over a long run of changes',
@@ -251,7 +275,8 @@ export function soakMarkdown(r: SoakResult, when: Date, machine: string): string
     `\`npm run bench -- --soak ${r.minutes}\` on ${when.toISOString().slice(0, 16).replace('T', ' ')} UTC; ${machine}. One controller, 4 agents (real processes), a change every ${SOAK_CHANGE_INTERVAL_MS} ms round-robin over the 4 nodes, not waiting for one to finish before the next (at most ${SOAK_MAX_IN_FLIGHT} in flight).`,
     '',
     `Changes sent ${r.changesSent}, answered ${r.changesAnswered}, ticks skipped (${SOAK_MAX_IN_FLIGHT} in flight) ${r.skippedTicks}; every node ended on its last change: ${r.converged ? 'yes' : '**no**'}.`,
-    `Growth from the end of the first quarter to the end: controller main process ${ok(r.growthPct.controllerMain)}, push worker(s) ${ok(r.growthPct.pushWorkers)}, agents (the most) ${ok(r.growthPct.agentsMax)}.${r.problems.length ? ` Problems: ${r.problems.join('; ')}.` : ''}`,
+    `Growth of the level, the highest sample of the last quarter over the highest of the first (RSS under a garbage collector is a sawtooth, so a single sample may sit in a trough): controller main process ${ok(level.controllerMain)}, push worker(s) ${ok(level.pushWorkers)}, agents (the most) ${ok(level.agentsMax)}.`,
+    `From the one sample at the end of the first quarter to the last sample: controller main process ${ok(r.growthPct.controllerMain)}, push worker(s) ${ok(r.growthPct.pushWorkers)}, agents (the most) ${ok(r.growthPct.agentsMax)}.${r.problems.length ? ` Problems: ${r.problems.join('; ')}.` : ''}`,
     '',
     '| s | changes answered | controller main (MB) | of it: JS heap used / buffers / C heap (main arena) (MB) | push worker(s) (MB) | agents (MB) |',
     '|---|---|---|---|---|---|',
