@@ -5,8 +5,9 @@
  * dialers in workers the main process keeps its descriptors for the API (docs/architecture-push.md).
  *
  * Nodes are sharded over the workers by a hash of the node id; commands go out (a change set's
- * wake-ups as soon as it is applied) and events come back batched (see #schedule). The facade mirrors each node's push state and target, so
- * `state()` is synchronous and a worker that dies is restarted with its shard's targets.
+ * wake-ups as soon as it is applied) and events come back batched (see #schedule). The facade
+ * mirrors each node's push state and target, so `state()` is synchronous and a worker that dies
+ * is restarted with its shard's targets.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';

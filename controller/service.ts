@@ -480,14 +480,11 @@ export class ControllerService {
   // ---- metadata ----------------------------------------------------------------------------
 
   /**
-   * The node's metadata body for its current generation, built once per generation: a cached
-   * one costs one read (the node's row).
-   * @throws HeraldError node_deleted | not_found
-   */
-  /**
    * The node's metadata at its current generation: the body only when `unchanged(generation)` is
    * false (a 304 needs the generation alone, so a poll that finds nothing new builds nothing and
-   * the cache holds only what was asked for lately, not a body per node).
+   * the cache holds only what was asked for lately, not a body per node). A body is built once per
+   * generation while cached; a cached one costs one read (the node's row).
+   * @throws HeraldError node_deleted | not_found
    */
   async metadata(node: string, unchanged: (generation: number) => boolean = () => false): Promise<MetadataAnswer> {
     const n = await this.store.getNode(node);
