@@ -346,13 +346,15 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
           input_values: { n },
         }),
       );
-    // the agent holds all three once it fetched the node's current generation
+    // the agent holds all three once it says so: the controller's generation_fetched is recorded
+    // as the answer leaves, and a SIGKILL right after it could stop the answer on its way
     await waitFor(
       'the agent to fetch all three',
-      async () => {
-        const node = await getNode(c, 'n5');
-        return node?.push?.generation_fetched !== null && node.push.generation_fetched >= node.generation;
-      },
+      () =>
+        a.proc
+          .log()
+          .split('\n')
+          .some((l) => l.includes('"metadata fetched"') && l.includes('"items":3')),
       10_000,
       25,
     );
