@@ -29,7 +29,7 @@ import { freeLowPort, killAll, track } from './procs.js';
 import { replaceKeptSection, writeReport } from './report.js';
 import { severalMain } from './several-main.js';
 import { restartPhase, type RestartResult } from './restart.js';
-import { soakMarkdown, soakPhase } from './soak.js';
+import { levelGrowth, soakMarkdown, soakPhase } from './soak.js';
 import { loadAvg, say } from './util.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -532,8 +532,9 @@ async function soakMain(
   const md = path.join(args.out, 'BENCHMARKS.md');
   const old = fs.existsSync(md) ? fs.readFileSync(md, 'utf8') : '';
   fs.writeFileSync(md, replaceKeptSection(old, '<!-- kept: soak', soakMarkdown(r, when, machine)));
+  const level = levelGrowth(r.samples);
   say(
-    `soak: ${r.changesAnswered} changes; level growth controller ${r.levelGrowthPct?.controllerMain} %, workers ${r.levelGrowthPct?.pushWorkers} %, agents ${r.levelGrowthPct?.agentsMax} % (sample to sample ${r.growthPct.controllerMain} / ${r.growthPct.pushWorkers} / ${r.growthPct.agentsMax} %); converged ${r.converged}`,
+    `soak: ${r.changesAnswered} changes; level growth controller ${level.controllerMain} %, workers ${level.pushWorkers} %, agents ${level.agentsMax} % (sample to sample ${r.growthPct.controllerMain} / ${r.growthPct.pushWorkers} / ${r.growthPct.agentsMax} %); converged ${r.converged}`,
   );
   return r.converged && r.problems.length === 0 ? 0 : 1;
 }

@@ -45,12 +45,6 @@ export interface SoakResult {
   samples: SoakSample[];
   /** Growth from the sample at the end of the first quarter to the last sample, in percent. */
   growthPct: { controllerMain: number; pushWorkers: number; agentsMax: number };
-  /**
-   * Growth of the level, the verdict: the highest sample of the last quarter against the highest of
-   * the first, in percent. RSS under a garbage collector is a sawtooth, and one sample may sit in a
-   * trough (a soak of 2026-12-02 put one agent's quarter sample 5 MB under its neighbours').
-   */
-  levelGrowthPct?: { controllerMain: number; pushWorkers: number; agentsMax: number };
   problems: string[];
 }
 
@@ -207,7 +201,6 @@ export async function soakPhase(o: {
       return false;
     });
     result.growthPct = growth(result.samples);
-    result.levelGrowthPct = levelGrowth(result.samples);
   } finally {
     for (const a of agents) await stopProc(a);
     await stopController(ctl);
@@ -227,33 +220,38 @@ function lastMemSample(memDir: string, pid: number): { heapUsed: number; externa
   }
 }
 
+/**
+ * Percent growth of each process from window `from` to window `to` (each the highest sample in it),
+ * the agents' the most of them.
+ */
+function growthBetween(from: SoakSample[], to: SoakSample[]): SoakResult['growthPct'] {
+  const top = (xs: SoakSample[], v: (x: SoakSample) => number): number => Math.max(...xs.map(v));
+  const grow = (v: (x: SoakSample) => number): number => {
+    const a = top(from, v);
+    return a > 0 ? round(((top(to, v) - a) / a) * 100, 1) : NaN;
+  };
+  return {
+    controllerMain: grow((x) => x.controllerMainKb),
+    pushWorkers: grow((x) => x.pushWorkersKb),
+    agentsMax: Math.max(...(to[0]?.agentsKb ?? []).map((_, i) => grow((x) => x.agentsKb[i] ?? 0))),
+  };
+}
+
 /** Percent growth from the sample at the end of the first quarter (by time) to the last one. */
 function growth(samples: SoakSample[]): SoakResult['growthPct'] {
   const last = samples.at(-1);
   if (!last || samples.length < 4) return { controllerMain: NaN, pushWorkers: NaN, agentsMax: NaN };
-  const q = samples.find((s) => s.atS >= last.atS / 4) ?? samples[0]!;
-  const pct = (a: number, b: number): number => (a > 0 ? round(((b - a) / a) * 100, 1) : NaN);
-  return {
-    controllerMain: pct(q.controllerMainKb, last.controllerMainKb),
-    pushWorkers: pct(q.pushWorkersKb, last.pushWorkersKb),
-    agentsMax: Math.max(...q.agentsKb.map((a, i) => pct(a, last.agentsKb[i] ?? 0))),
-  };
+  return growthBetween([samples.find((s) => s.atS >= last.atS / 4) ?? samples[0]!], [last]);
 }
 
 /** Percent growth of the highest sample of the last quarter (by time) over the highest of the first. */
 export function levelGrowth(samples: SoakSample[]): SoakResult['growthPct'] {
   const last = samples.at(-1);
   if (!last || samples.length < 8) return { controllerMain: NaN, pushWorkers: NaN, agentsMax: NaN };
-  const first = samples.filter((x) => x.atS <= last.atS / 4);
-  const end = samples.filter((x) => x.atS >= (last.atS * 3) / 4);
-  const top = (xs: SoakSample[], v: (x: SoakSample) => number): number => Math.max(...xs.map(v));
-  const pct = (a: number, b: number): number => (a > 0 ? round(((b - a) / a) * 100, 1) : NaN);
-  const grow = (v: (x: SoakSample) => number): number => pct(top(first, v), top(end, v));
-  return {
-    controllerMain: grow((x) => x.controllerMainKb),
-    pushWorkers: grow((x) => x.pushWorkersKb),
-    agentsMax: Math.max(...last.agentsKb.map((_, i) => grow((x) => x.agentsKb[i] ?? 0))),
-  };
+  return growthBetween(
+    samples.filter((x) => x.atS <= last.atS / 4),
+    samples.filter((x) => x.atS >= (last.atS * 3) / 4),
+  );
 }
 
 /** The BENCHMARKS.md section of a soak run (kept by the main renderer; a new soak replaces it). */
@@ -267,7 +265,9 @@ export function soakMarkdown(r: SoakResult, when: Date, machine: string): string
         `| ${s.atS} | ${s.changes} | ${mb(s.controllerMainKb)} | ${s.controllerHeapUsedKb !== undefined ? `${mb(s.controllerHeapUsedKb)} / ${mb(s.controllerExternalKb ?? 0)}` : '– / –'} / ${s.controllerBrkKb !== undefined ? mb(s.controllerBrkKb) : '–'} | ${mb(s.pushWorkersKb)} | ${s.agentsKb.map(mb).join(' / ')} |`,
     );
   const ok = (p: number): string => (Number.isFinite(p) ? `${p} %${p <= 10 ? '' : ' (over 10 %)'}` : '–');
-  const level = r.levelGrowthPct ?? levelGrowth(r.samples);
+  // the verdict: RSS under a garbage collector is a sawtooth, and one sample may sit in a trough
+  // (a soak of 2026-12-02 put one agent's quarter sample 5 MB under its neighbours')
+  const level = levelGrowth(r.samples);
   return [
     '<!-- kept: soak (npm run bench -- --soak replaces this section) -->',
     '## Soak: memory over a long run of changes',

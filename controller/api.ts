@@ -797,7 +797,7 @@ export class ApiServer {
     ifNoneMatch: string | string[] | undefined,
     channel: 'https' | 'push',
   ): Promise<{ etag: string; signature: string; body: Buffer | undefined }> {
-    const { generation, built } = await this.#o.service.metadata(node, (gen) => matchesEtag(ifNoneMatch, `"${gen}"`));
+    const { generation, built } = await this.#o.service.metadata(node, (gen) => matchesEtag(ifNoneMatch, etagOf(gen)));
     const signature = signMetadata(this.#o.signer(), {
       iss: this.#controllerId,
       aud: audience,
@@ -808,7 +808,7 @@ export class ApiServer {
     });
     this.#o.service.recordFetch(node, generation);
     this.#o.metrics.fetches.inc({ status: built === null ? '304' : '200', channel });
-    return { etag: `"${generation}"`, signature, body: built?.body };
+    return { etag: etagOf(generation), signature, body: built?.body };
   }
 
   /**
@@ -896,6 +896,11 @@ function afterBody(req: http.IncomingMessage, send: () => void): void {
   req.once('end', once);
   req.once('close', once);
   req.resume();
+}
+
+/** A metadata document's ETag: its generation, quoted. */
+function etagOf(generation: number): string {
+  return `"${generation}"`;
 }
 
 /** `If-None-Match` with lists, weak tags and `*` (RFC 9110 §13.1.2). */
