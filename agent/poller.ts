@@ -3,7 +3,8 @@
  * If-None-Match whether or not push works; while push is healthy the interval stretches to
  * `healthyIntervalMs`, and drops back the moment the push connection closes (when the short
  * interval has already passed, at a random moment within one interval, so a fleet that loses
- * its controller does not poll it all at once). A failed poll is retried sooner, with backoff
+ * its controller does not poll it all at once), and stretches again when push is healthy again
+ * before that poll came. A failed poll is retried sooner, with backoff
  * and full jitter, never later than the normal interval.
  */
 import { fullJitterMs, jittered } from '../protocol/backoff.js';
@@ -125,15 +126,19 @@ export class Poller {
 
   /**
    * Push health may have changed (a connection opened or closed). When it is no longer healthy
-   * and the next poll was planned with the long interval, it is moved to the short one.
+   * and the next poll was planned with the long interval, it is moved to the short one. When it
+   * is healthy again and the next poll was planned with the short interval (not a retry after a
+   * failure), it is planned anew with the long one, from the last poll: a fleet whose controller
+   * came back within the short interval does not poll it anyway (SPEC §4, "while push is healthy
+   * the interval stretches").
    */
   pushChanged(): void {
     if (!this.#running || this.#polling || this.#timer === null) return;
-    if (this.#dueLong && !this.#healthy()) {
-      this.#t.clearTimeout(this.#timer);
-      this.#timer = null;
-      this.#schedule(true);
-    }
+    const healthy = this.#healthy();
+    if (this.#dueLong === healthy || (healthy && this.#failures > 0)) return;
+    this.#t.clearTimeout(this.#timer);
+    this.#timer = null;
+    this.#schedule(!healthy);
   }
 
   /**
