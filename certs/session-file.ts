@@ -16,6 +16,12 @@
  * the file is rewritten with the live entries alone (atomically); it is rewritten again whenever
  * it holds PUSH_TLS_SESSION_FILE_SLACK_ENTRIES more lines than live sessions.
  *
+ * While the file can be written, the session bytes live in it alone: the store keeps whom each
+ * session was made with, and this class where its line starts and ends, and reads the line back
+ * when the store offers the session (a redial). A push worker with 10,000 agents so holds ~2 KB
+ * less per agent (issue 16, memory per connected agent). A line that cannot be read back is a
+ * session lost, which costs one full handshake.
+ *
  * A session lets its holder resume as this controller with the agent that issued it, until the
  * ticket's lifetime ends or the controller's certificate is revoked (the agent checks both): the
  * file is as sensitive as the controller's key beside it. One that group or others may read, or
@@ -26,7 +32,7 @@ import fs from 'node:fs';
 import { PUSH_TLS_SESSION_FILE_SLACK_ENTRIES } from '../protocol/limits.js';
 import { ROLES, type Role } from '../protocol/identity.js';
 import { PRIVATE_FILE_MODE, writeFileAtomic } from './files.js';
-import type { SessionPersistence, StoredSession, TlsSessionStore } from './session-store.js';
+import type { SessionPeer, SessionPersistence, StoredSession, TlsSessionStore } from './session-store.js';
 import type { Logger } from './tls.js';
 
 interface Line {
@@ -49,7 +55,8 @@ export interface SessionFileOptions {
 /**
  * Keeps `store` in `file`: loads what the file holds into it, then follows its changes. When the
  * file cannot be written (a read-only directory), the store works from memory alone (logged).
- * `close()` stops following and is idempotent.
+ * `close()` stops following and is idempotent; the sessions whose bytes only the file held are then
+ * no longer offered (a closing dialer needs none).
  */
 export class SessionFile implements SessionPersistence {
   readonly file: string;
@@ -57,7 +64,14 @@ export class SessionFile implements SessionPersistence {
   readonly #slack: number;
   readonly #log: Logger | undefined;
   readonly #binding: () => string;
+  /** Opened to append and to read lines back (O_APPEND moves writes only). */
   #fd: number | undefined;
+  /** False once a write failed: the store keeps new sessions in memory; what is here is still read. */
+  #writable = false;
+  /** The file's length: where the next line starts. */
+  #size = 0;
+  /** Where the newest line of each key's session is in the file. */
+  readonly #at = new Map<string, { off: number; len: number }>();
   #lines = 0;
 
   constructor(file: string, store: TlsSessionStore, o: SessionFileOptions) {
@@ -73,11 +87,11 @@ export class SessionFile implements SessionPersistence {
     if (loaded > 0) this.#log?.info({ file, sessions: loaded }, 'push TLS sessions loaded');
   }
 
-  saved(key: string, e: StoredSession): void {
-    this.#append({
+  saved(key: string, e: StoredSession): boolean {
+    return this.#append({
       k: key,
       s: e.session.toString('base64'),
-      p: { spiffeId: e.spiffeId, role: e.role, name: e.name, serials: [...e.serials], notAfterMs: e.notAfterMs },
+      p: peerOf(e),
       t: e.storedAtMs,
     });
   }
@@ -90,49 +104,93 @@ export class SessionFile implements SessionPersistence {
     this.#rewrite();
   }
 
+  load(key: string): Buffer | undefined {
+    const at = this.#at.get(key);
+    if (at === undefined || this.#fd === undefined) return undefined;
+    try {
+      const bytes = Buffer.allocUnsafe(at.len);
+      let got = 0;
+      while (got < at.len) {
+        const n = fs.readSync(this.#fd, bytes, got, at.len - got, at.off + got);
+        if (n === 0) return undefined;
+        got += n;
+      }
+      const line = parseLine(bytes.toString('utf8'));
+      return line?.k === key && line.s !== undefined ? Buffer.from(line.s, 'base64') : undefined;
+    } catch (err) {
+      this.#log?.warn({ file: this.file, err }, 'push TLS session cannot be read back; a full handshake instead');
+      return undefined;
+    }
+  }
+
   close(): void {
     if (this.#fd === undefined) return;
     fs.closeSync(this.#fd);
     this.#fd = undefined;
+    this.#writable = false;
+    this.#at.clear();
   }
 
-  #append(line: Line): void {
-    if (this.#fd === undefined) return;
+  /** Appends `line`; true when it is all in the file (and, for a session, can be read back). */
+  #append(line: Line): boolean {
+    if (this.#fd === undefined || !this.#writable) return false;
+    const bytes = Buffer.from(`${JSON.stringify(line)}\n`, 'utf8');
     try {
-      const bytes = Buffer.from(`${JSON.stringify(line)}\n`, 'utf8');
       for (let at = 0; at < bytes.length; ) at += fs.writeSync(this.#fd, bytes, at);
-      this.#lines++;
     } catch (err) {
-      this.#log?.warn({ file: this.file, err }, 'push TLS sessions cannot be written; kept in memory only');
-      this.close();
-      return;
+      this.#log?.warn({ file: this.file, err }, 'push TLS sessions cannot be written; new ones kept in memory only');
+      // a part of the line may be there: nothing after it is written, so the file ends with it
+      this.#writable = false;
+      if (line.d) this.#at.delete(line.k);
+      return false;
     }
+    if (line.d) this.#at.delete(line.k);
+    else this.#at.set(line.k, { off: this.#size, len: bytes.length - 1 });
+    this.#size += bytes.length;
+    this.#lines++;
     if (this.#lines > this.#store.size + this.#slack) this.#rewrite();
+    return true;
   }
 
-  /** Replaces the file with the store's live entries and appends from there. */
+  /**
+   * Replaces the file with the store's live entries and appends from there; their bytes then
+   * live in the new file alone. When it cannot be written, the store gets the bytes back.
+   */
   #rewrite(): void {
+    const live: Array<{ key: string; session: Buffer; line: string }> = [];
+    for (const [key, e] of this.#store.entries()) {
+      const session = e.session ?? this.load(key);
+      if (session === undefined) continue; // offered, it is dropped
+      const line = JSON.stringify({
+        k: key,
+        s: session.toString('base64'),
+        p: peerOf(e),
+        t: e.storedAtMs,
+      } satisfies Line);
+      live.push({ key, session, line });
+    }
     this.close();
-    const text = [...this.#store.entries()]
-      .map(([key, e]) =>
-        JSON.stringify({
-          k: key,
-          s: e.session.toString('base64'),
-          p: { spiffeId: e.spiffeId, role: e.role, name: e.name, serials: [...e.serials], notAfterMs: e.notAfterMs },
-          t: e.storedAtMs,
-        } satisfies Line),
-      )
-      .map((l) => `${l}\n`)
-      .join('');
+    const head = `${JSON.stringify({ v: 1, b: this.#binding() })}\n`;
     try {
-      writeFileAtomic(this.file, `${JSON.stringify({ v: 1, b: this.#binding() })}\n${text}`, PRIVATE_FILE_MODE);
-      this.#fd = fs.openSync(this.file, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_NOFOLLOW);
-      this.#lines = this.#store.size;
+      writeFileAtomic(this.file, head + live.map((l) => `${l.line}\n`).join(''), PRIVATE_FILE_MODE);
+      this.#fd = fs.openSync(this.file, fs.constants.O_RDWR | fs.constants.O_APPEND | fs.constants.O_NOFOLLOW);
     } catch (err) {
       // what the file holds is older than the store (a clear() among it): it must not be read back
+      this.close();
       this.#remove();
       this.#log?.warn({ file: this.file, err }, 'push TLS sessions cannot be written; kept in memory only');
+      for (const l of live) this.#store.keepBytes(l.key, l.session);
+      return;
     }
+    this.#writable = true;
+    this.#size = Buffer.byteLength(head);
+    for (const l of live) {
+      const len = Buffer.byteLength(l.line);
+      this.#at.set(l.key, { off: this.#size, len });
+      this.#size += len + 1;
+      this.#store.keepBytes(l.key, null);
+    }
+    this.#lines = live.length;
   }
 
   #remove(): void {
@@ -201,6 +259,10 @@ export class SessionFile implements SessionPersistence {
     if (bad > 0) this.#log?.warn({ file: this.file, lines: bad }, 'push TLS session file lines skipped (not sessions)');
     return out;
   }
+}
+
+function peerOf(e: SessionPeer): NonNullable<Line['p']> {
+  return { spiffeId: e.spiffeId, role: e.role, name: e.name, serials: [...e.serials], notAfterMs: e.notAfterMs };
 }
 
 /** The binding the file's first line names, or undefined. */

@@ -9,7 +9,10 @@
  * those serials is revoked (read from the material at the moment of offering), before notAfter,
  * and within TLS_SESSION_LIFETIME_S. `clear()` drops everything; the owner calls it on the
  * material's 'tls-change' and 'revoked-change' (HttpsAgentHolder does). No I/O of its own: a
- * `SessionPersistence` (certs/session-file.ts) may follow its changes.
+ * `SessionPersistence` (certs/session-file.ts) may follow its changes, and may keep a session's
+ * bytes for it (`saved` answers true): the store then drops its copy and asks for them back
+ * (`load`) when it offers the session, so a store of 10,000 push sessions does not hold ~2 KB
+ * of each in memory for the rare redial.
  */
 import { TLS_SESSION_LIFETIME_S, TLS_SESSION_STORE_ENTRIES } from '../protocol/limits.js';
 import type { Role } from '../protocol/identity.js';
@@ -37,11 +40,20 @@ export interface StoredSession extends SessionPeer {
   storedAtMs: number;
 }
 
+/** An entry as the store keeps it: `session` is null while its persistence holds the bytes. */
+export interface KeptSession extends SessionPeer {
+  session: Buffer | null;
+  storedAtMs: number;
+}
+
 /** Told of every change of a store (certs/session-file.ts keeps it in a file). */
 export interface SessionPersistence {
-  saved(key: string, entry: StoredSession): void;
+  /** True when it keeps the session's bytes and `load` gives them back: the store drops its copy. */
+  saved(key: string, entry: StoredSession): boolean;
   deleted(key: string): void;
   cleared(): void;
+  /** The bytes of `key`'s session as last saved, or undefined when they cannot be read back. */
+  load(key: string): Buffer | undefined;
 }
 
 export interface TlsSessionStoreOptions {
@@ -58,7 +70,7 @@ export class TlsSessionStore {
   readonly #now: () => number;
   readonly #maxAgeMs: number;
   readonly #maxEntries: number;
-  readonly #entries = new Map<string, StoredSession>();
+  readonly #entries = new Map<string, KeptSession>();
   #epoch = 0;
   #persistence: SessionPersistence | undefined;
 
@@ -84,7 +96,8 @@ export class TlsSessionStore {
   /**
    * The session to offer when dialling `key` (host:port), or undefined. An entry whose serials
    * are revoked now, whose certificate's notAfter has passed, that is older than the ticket
-   * lifetime, or that is not `expected` is dropped instead.
+   * lifetime, or that is not `expected` is dropped instead, and so is one whose bytes its
+   * persistence cannot give back.
    */
   offer(key: string, expected: ExpectedServer): StoredSession | undefined {
     const e = this.#entries.get(key);
@@ -100,13 +113,18 @@ export class TlsSessionStore {
       this.delete(key);
       return undefined;
     }
-    return e;
+    const session = e.session ?? this.#persistence?.load(key);
+    if (session === undefined) {
+      this.delete(key);
+      return undefined;
+    }
+    return { ...e, session };
   }
 
   /** Keeps `session` for `key`, made with `peer`; ignored when `epoch` is no longer current. */
   save(key: string, peer: SessionPeer, session: Buffer, epoch: number): void {
     if (epoch !== this.#epoch) return;
-    const entry: StoredSession = {
+    const entry: KeptSession = {
       spiffeId: peer.spiffeId,
       role: peer.role,
       name: peer.name,
@@ -116,7 +134,7 @@ export class TlsSessionStore {
       storedAtMs: this.#now(),
     };
     this.#put(key, entry);
-    this.#persistence?.saved(key, entry);
+    if (this.#persistence?.saved(key, { ...entry, session }) === true) entry.session = null;
   }
 
   /**
@@ -130,9 +148,18 @@ export class TlsSessionStore {
     return true;
   }
 
-  /** The entries kept, oldest first. */
-  entries(): IterableIterator<[string, StoredSession]> {
+  /** The entries kept, oldest first (`session` null where the persistence holds the bytes). */
+  entries(): IterableIterator<[string, KeptSession]> {
     return this.#entries.entries();
+  }
+
+  /**
+   * For the persistence: it holds `key`'s bytes from now on (`null`), or no longer does and
+   * hands them back. Ignored for a key the store no longer has.
+   */
+  keepBytes(key: string, session: Buffer | null): void {
+    const e = this.#entries.get(key);
+    if (e !== undefined) e.session = session;
   }
 
   /** Tells `p` of every change from now on. */
@@ -140,7 +167,7 @@ export class TlsSessionStore {
     this.#persistence = p;
   }
 
-  #put(key: string, entry: StoredSession): void {
+  #put(key: string, entry: KeptSession): void {
     this.#entries.delete(key);
     this.#entries.set(key, entry);
     while (this.#entries.size > this.#maxEntries) {

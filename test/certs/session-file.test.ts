@@ -43,10 +43,11 @@ describe('push TLS session file', () => {
     expect(fs.statSync(file).mode & 0o777).toBe(0o600);
 
     const s2 = new TlsSessionStore(material);
-    new SessionFile(file, s2, { binding }).close();
+    const f2 = new SessionFile(file, s2, { binding });
     expect(s2.offer('n1', peer('n1').spiffeId)?.session.toString()).toBe('new');
     expect(s2.offer('n2', peer('n2').spiffeId)?.session.toString()).toBe('two');
     expect(s2.offer('n3', peer('n3').spiffeId)).toBeUndefined();
+    f2.close();
     // compacted at open: one line per live session
     expect(lines(file)).toHaveLength(2);
   });
@@ -80,8 +81,9 @@ describe('push TLS session file', () => {
     expect(lines(file).length).toBeLessThanOrEqual(1 + 10);
     f.close();
     const again = new TlsSessionStore(material);
-    new SessionFile(file, again, { binding }).close();
+    const f2 = new SessionFile(file, again, { binding });
     expect(again.offer('n1', peer('n1').spiffeId)?.session.toString()).toBe('t199');
+    f2.close();
   });
 
   it('a file made under another CA or controller certificate is not read; a directory in its place stops nothing', () => {
@@ -122,5 +124,43 @@ describe('push TLS session file', () => {
     const later = new TlsSessionStore(material, { now: () => now, maxAgeMs: 1_000 });
     new SessionFile(file, later, { binding }).close();
     expect(later.size).toBe(0);
+  });
+
+  it('keeps the session bytes in the file alone and reads them back when offering; one it cannot read back is dropped', () => {
+    const file = path.join(dir, 'g');
+    const s = new TlsSessionStore(material);
+    const f = new SessionFile(file, s, { binding, slackEntries: 5 });
+    s.save('n1', peer('n1'), Buffer.from('one'), s.epoch);
+    s.save('n2', peer('n2'), Buffer.from('two'), s.epoch);
+    // the store holds whom each session is with, not its bytes
+    expect([...s.entries()].map(([, e]) => e.session)).toEqual([null, null]);
+    expect(s.offer('n1', peer('n1').spiffeId)?.session.toString()).toBe('one');
+    // through rewrites (20 saves, slack 5) the lines move: each is still found
+    for (let i = 0; i < 20; i++) s.save('n3', peer('n3'), Buffer.from(`t${i}`), s.epoch);
+    expect(lines(file).length).toBeLessThanOrEqual(3 + 5);
+    expect(s.offer('n2', peer('n2').spiffeId)?.session.toString()).toBe('two');
+    expect(s.offer('n3', peer('n3').spiffeId)?.session.toString()).toBe('t19');
+    // a line changed under it (its key no longer matches): no session, and the entry is gone
+    const text = fs.readFileSync(file, 'utf8');
+    const at = text.indexOf('"k":"n2"');
+    const fd = fs.openSync(file, 'r+');
+    fs.writeSync(fd, '"k":"n9"', at);
+    fs.closeSync(fd);
+    expect(s.offer('n2', peer('n2').spiffeId)).toBeUndefined();
+    expect(s.size).toBe(2);
+    f.close();
+    // after close() nothing can be read back: offered, a session is dropped, never wrong
+    expect(s.offer('n1', peer('n1').spiffeId)).toBeUndefined();
+  });
+
+  it('when the file cannot be written, the store keeps the bytes itself', () => {
+    const blocked = path.join(dir, 'h');
+    fs.mkdirSync(path.join(blocked, 'inside'), { recursive: true });
+    const s = new TlsSessionStore(material);
+    const f = new SessionFile(blocked, s, { binding });
+    s.save('n1', peer('n1'), Buffer.from('one'), s.epoch);
+    expect([...s.entries()][0]![1].session?.toString()).toBe('one');
+    expect(s.offer('n1', peer('n1').spiffeId)?.session.toString()).toBe('one');
+    f.close();
   });
 });
