@@ -213,11 +213,15 @@ export function findings(r: BenchResults): string[] {
       'before the change); on the slower host of 2026-12-02 06:00-07:00 UTC the same run held 82.5-82.8 KB, and 86.0-86.8 KB',
     );
     p(
-      'once the push workers keep a TLS session per agent for resumption (a ~2.2 KB session each, `certs/session-file.ts`:',
+      'once the push workers kept a TLS session per agent for resumption (a ~2.2 KB session each, `certs/session-file.ts`).',
     );
     p(
-      'kept in memory so a dial can offer it at once, and in a file for a restart). A full run grows the fleet in steps with',
+      "Since 2026-12-02 19:00 UTC a session's bytes are kept in that file alone and read back when it is offered (a redial):",
     );
+    p(
+      'a one-step fleet of 10,000 held 81.6 KB per agent (`--only fanout --n 10000 --runs 1`, 18:53 UTC), 84.4-85.2 KB before.',
+    );
+    p('A full run grows the fleet in steps with');
     p("fan-out runs between them, so its figure at 10,000 carries what those runs left in the controller's RSS. Split");
     p(
       '(a one-step fleet of 10,000, 2026-12-02 14:55 UTC: `process.memoryUsage()` after a forced GC, `/proc/<pid>/smaps`,',
@@ -229,10 +233,10 @@ export function findings(r: BenchResults): string[] {
       "Node's TLS and socket objects: each live TLS connection reads through a 16 KB buffer of Node's BIO), ~10 KB of JS",
     );
     p(
-      'objects (the TLS socket, the WebSocket with its receiver and sender, the node entry) and ~2.2 KB of TLS session; the',
+      'objects (the TLS socket, the WebSocket with its receiver and sender, the node entry) and ~2.2 KB of TLS session (now in',
     );
     p(
-      'main process ~12.7 KB: ~1.3 KB of JS heap, ~1.2 KB of buffers (a built metadata body per node, which it no longer',
+      'the file); the main process ~12.7 KB: ~1.3 KB of JS heap, ~1.2 KB of buffers (a built metadata body per node, which it no longer',
     );
     p(
       'keeps: a 304 is answered from the generation alone and the cache holds the 2,000 bodies asked for last: one-step',
@@ -243,7 +247,22 @@ export function findings(r: BenchResults): string[] {
     p(
       'short-lived TLS connections (announcement, start-up fetch) used and freed, kept by the allocator, not live state per',
     );
-    p('agent. What is left over the goal is the TLS connection itself and its JS objects; this goal stays open.');
+    p(
+      'agent. Grown in steps (100, 1,000, 5,000, 10,000 with a fan-out at each; 2026-12-02 19:24 UTC, `/proc/<pid>/smaps`), the main',
+    );
+    p(
+      "process's `[heap]` held 280 MB at 10,000 (28 KB per agent, against 91 MB one-step): what the earlier fan-outs and",
+    );
+    p(
+      "growth steps allocated in glibc's heap and freed, which it keeps; that is most of the difference between the stepwise and",
+    );
+    p(
+      'the one-step figure. Not done: giving it back (glibc returns such memory only through `malloc_trim`, which Node does not',
+    );
+    p('call; an attempt to call it from a debugger killed the process).');
+    p(
+      "What is left over the goal: the TLS connection itself with its JS objects, and the allocator's residue; this goal stays open.",
+    );
     if (c) {
       // a figure never reached is null in a stored BENCHMARKS.json
       const all = typeof c.connectAllMs === 'number' && Number.isFinite(c.connectAllMs);
@@ -254,8 +273,21 @@ export function findings(r: BenchResults): string[] {
         `After a crash with a change pending, the restarted controller ${conn}; ${c.fetched.toLocaleString('en-US')} agents held the change after`,
       );
       p(
-        `${f(c.allFetchedMs / 1000)} s, ${c.fetchedByPoll.toLocaleString('en-US')} of them through a poll rather than their wake-up.`,
+        `${f(c.allFetchedMs / 1000)} s, ${c.fetchedByPoll.toLocaleString('en-US')} of them through a poll rather than their wake-up: an agent that loses push polls`,
       );
+      p(
+        'within one 120 s interval of its last poll (an overdue one at a random moment within it; SPEC §4), and in a full run',
+      );
+      p(
+        'half the fleet was added, with its start-up polls, in the two minutes before the crash. Since 2026-12-02 19:00 UTC an',
+      );
+      p(
+        'agent whose controller dials it before that poll stretches the poll again (push is healthy), so the re-dialled fleet',
+      );
+      p(
+        'no longer also polls the restarted controller in the window (the full run of 15:31 UTC, before it, took 48.3 s, on',
+      );
+      p('another VM host: not a same-host comparison).');
       const resumed =
         c.resumed !== undefined && c.reconnections !== undefined
           ? `${c.resumed.toLocaleString('en-US')} of the ${c.reconnections.toLocaleString('en-US')} push connections made in the window resumed their TLS session`
