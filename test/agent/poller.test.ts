@@ -161,30 +161,30 @@ describe('poller', () => {
   it('stretches a poll planned while push was down once push is healthy again before it came', async () => {
     let healthy = true;
     const { clock, p, at } = poller({ healthy: () => healthy, random: () => 0.5 });
+    const push = (up: boolean): void => {
+      healthy = up;
+      p.pushChanged();
+    };
     p.start(true);
     await clock.advance(0);
     await clock.advance(400_000);
     // the controller died: the overdue poll comes within one interval (0.5 of 120 s)
-    healthy = false;
-    p.pushChanged();
+    push(false);
     expect(p.nextDueAt).toBe(460_000);
     // it came back and dialled this agent before that poll: the poll goes back to the long
     // interval from the last one (600 s at this random value)
     await clock.advance(10_000);
-    healthy = true;
-    p.pushChanged();
+    push(true);
     expect(p.nextDueAt).toBe(600_000);
     await clock.advance(60_000);
     expect(at).toEqual([0]);
     await clock.advance(130_000);
     expect(at).toEqual([0, 600_000]);
     // lost again just after that poll, back 30 s later: the short poll (at 720 s) becomes a long one
-    healthy = false;
-    p.pushChanged();
+    push(false);
     expect(p.nextDueAt).toBe(720_000);
     await clock.advance(30_000);
-    healthy = true;
-    p.pushChanged();
+    push(true);
     expect(p.nextDueAt).toBe(1_200_000);
     await clock.advance(200_000);
     expect(at).toEqual([0, 600_000]);
