@@ -248,18 +248,23 @@ export function findings(r: BenchResults): string[] {
       'short-lived TLS connections (announcement, start-up fetch) used and freed, kept by the allocator, not live state per',
     );
     p(
-      'agent. Grown in steps (100, 1,000, 5,000, 10,000 with a fan-out at each; 2026-12-02 19:24 UTC, `/proc/<pid>/smaps`), the main',
+      'agent. Grown in steps (1,000, 5,000, 10,000 with a fan-out at each; 2026-12-02 19:24 and 19:56 UTC, `/proc/<pid>/smaps`',
     );
     p(
-      "process's `[heap]` held 280 MB at 10,000 (28 KB per agent, against 91 MB one-step): what the earlier fan-outs and",
+      "and heaptrack), the main process's `[heap]` held 221-280 MB at 10,000 (against 91 MB one-step), while what was allocated",
     );
     p(
-      "growth steps allocated in glibc's heap and freed, which it keeps; that is most of the difference between the stepwise and",
+      'and not yet freed there was 83 MB: the rest is memory glibc keeps after the peak of 284 MB, reached while the agents of a',
     );
     p(
-      'the one-step figure. Not done: giving it back (glibc returns such memory only through `malloc_trim`, which Node does not',
+      "growth step held API connections at once (131 MB of it the 16 KB read buffers of Node's TLS, 41 MB OpenSSL's handshake",
     );
-    p('call; an attempt to call it from a debugger killed the process).');
+    p(
+      'buffers). That is most of the difference between the stepwise and the one-step figure. Not done: giving it back (glibc',
+    );
+    p(
+      'returns such memory only through `malloc_trim`, which Node does not call; calling it from a debugger killed the process).',
+    );
     p(
       "What is left over the goal: the TLS connection itself with its JS objects, and the allocator's residue; this goal stays open.",
     );
