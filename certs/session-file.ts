@@ -32,7 +32,13 @@ import fs from 'node:fs';
 import { PUSH_TLS_SESSION_FILE_SLACK_ENTRIES } from '../protocol/limits.js';
 import { ROLES, type Role } from '../protocol/identity.js';
 import { PRIVATE_FILE_MODE, writeFileAtomic } from './files.js';
-import type { SessionPeer, SessionPersistence, StoredSession, TlsSessionStore } from './session-store.js';
+import {
+  peerOf,
+  type SessionPeer,
+  type SessionPersistence,
+  type StoredSession,
+  type TlsSessionStore,
+} from './session-store.js';
 import type { Logger } from './tls.js';
 
 interface Line {
@@ -40,7 +46,7 @@ interface Line {
   /** Forgotten: no session for `k` from here on. */
   d?: true;
   s?: string;
-  p?: { spiffeId: string; role: Role; name: string; serials: string[]; notAfterMs: number };
+  p?: SessionPeer;
   t?: number;
 }
 
@@ -259,10 +265,6 @@ export class SessionFile implements SessionPersistence {
     if (bad > 0) this.#log?.warn({ file: this.file, lines: bad }, 'push TLS session file lines skipped (not sessions)');
     return out;
   }
-}
-
-function peerOf(e: SessionPeer): NonNullable<Line['p']> {
-  return { spiffeId: e.spiffeId, role: e.role, name: e.name, serials: [...e.serials], notAfterMs: e.notAfterMs };
 }
 
 /** The binding the file's first line names, or undefined. */

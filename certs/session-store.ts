@@ -34,6 +34,11 @@ export interface SessionPeer {
   notAfterMs: number;
 }
 
+/** `e`'s peer alone: a copy that holds none of a session's bytes. */
+export function peerOf(e: SessionPeer): SessionPeer {
+  return { spiffeId: e.spiffeId, role: e.role, name: e.name, serials: [...e.serials], notAfterMs: e.notAfterMs };
+}
+
 export interface StoredSession extends SessionPeer {
   /** What the 'session' event gave: for `tls.connect({ session })`. */
   session: Buffer;

@@ -21,7 +21,7 @@ import { describeExpectedServer, isExpectedServer, type ExpectedServer } from '.
 import { checkChain, leafRoleAllowed, MAX_REMEMBERED_ISSUERS, presentedAbove } from './chain.js';
 import { identityOf, normalizeSerial, type CertIdentity } from './identity.js';
 import { parseRevoked } from './revoked.js';
-import { TlsSessionStore, type SessionPeer } from './session-store.js';
+import { peerOf, TlsSessionStore, type SessionPeer } from './session-store.js';
 import { tlsCodeOf } from './tls-codes.js';
 import { x509Of } from './x509-parse.js';
 
@@ -623,7 +623,10 @@ export function connectResumingX509(
   onPeer: (peer: SessionPeer) => void,
 ): tls.TLSSocket {
   const epoch = sessions.epoch;
-  const offered = sessions.offer(key, expected);
+  const stored = sessions.offer(key, expected);
+  // the listeners below live as long as the socket: they hold the offered session's peer, never
+  // its bytes (the session file keeps those, certs/session-file.ts)
+  const offered = stored === undefined ? undefined : peerOf(stored);
   let peer: SessionPeer | undefined;
   const early: Buffer[] = [];
   const known = (p: SessionPeer): void => {
@@ -640,7 +643,7 @@ export function connectResumingX509(
     return undefined;
   });
   let secured = false;
-  if (offered) offerSession(socket, offered.session);
+  if (stored) offerSession(socket, stored.session);
   socket.on('session', (t: Buffer) => {
     if (forgotten.has(socket)) return;
     if (peer) sessions.save(key, peer, t, epoch);

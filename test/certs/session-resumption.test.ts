@@ -15,15 +15,19 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { normalizeSerial } from '../../certs/identity.js';
 import { TlsSessionStore } from '../../certs/session-store.js';
 import {
+  checkServerCertificate,
   checkServerSocket,
+  connectResumingX509,
   HttpsAgentHolder,
   refusalCodeOf,
   serverIdentityOf,
   sessionIdContextOf,
   sessionPeerOf,
+  tlsClientOptions,
   tlsServerOptions,
   type PkiMaterial,
 } from '../../certs/tls.js';
+import type { SessionPeer } from '../../certs/session-store.js';
 import { Fetcher } from '../../agent/fetcher.js';
 import { quietLog } from '../helpers/agent-pki.js';
 import { makeTestPki, quietLogger, type TestPki } from '../helpers/pki.js';
@@ -334,5 +338,48 @@ describe('a refusal on a resumed session', () => {
     await new Promise((r) => setTimeout(r, 50));
     expect((await f.renewCertificate(renew)).status).toBe(200);
     expect(seen).toEqual([false, true, false, true, false]);
+  });
+});
+
+describe("connectResumingX509 (the push dialer's connections)", () => {
+  it("a resumed connection inherits the offered session's peer without its bytes (the session file keeps those)", async () => {
+    const { port } = await server();
+    const material = pki.material('controller', 'controller', { watch: false, logger: quietLogger });
+    closers.push(() => material.close());
+    const store = new TlsSessionStore(material);
+    const dial = (): Promise<{ peer: SessionPeer; reused: boolean; socket: tls.TLSSocket }> =>
+      new Promise((resolve, reject) => {
+        let peer: SessionPeer | undefined;
+        const { checkServerIdentity: _legacy, ...base } = tlsClientOptions(material, CONTROLLER);
+        const socket = connectResumingX509(
+          { ...base, host: '127.0.0.1', port, servername: '' },
+          store,
+          'h:1',
+          CONTROLLER,
+          material,
+          (cert) =>
+            cert === undefined ? new Error('no certificate') : checkServerCertificate(material, CONTROLLER, cert),
+          (p) => {
+            peer = p;
+          },
+        );
+        closers.push(() => socket.destroy());
+        socket.once('error', reject);
+        socket.once('secureConnect', () => resolve({ peer: peer!, reused: socket.isSessionReused(), socket }));
+      });
+    const first = await dial();
+    expect(first.reused).toBe(false);
+    // a TLS 1.3 ticket comes after the handshake: the first connection stays open until it is kept
+    await new Promise<void>((r) => {
+      if (store.size > 0) r();
+      else first.socket.on('session', () => setImmediate(r));
+    });
+    first.socket.end();
+    const second = await dial();
+    expect(second.reused).toBe(true);
+    expect(second.peer.spiffeId).toBe(CONTROLLER);
+    expect(second.peer.serials).toEqual(first.peer.serials);
+    // what the socket's listeners keep for the connection's life holds no session bytes
+    expect('session' in second.peer).toBe(false);
   });
 });
