@@ -182,7 +182,6 @@ export class SessionFile implements SessionPersistence {
       this.#fd = fs.openSync(this.file, fs.constants.O_RDWR | fs.constants.O_APPEND | fs.constants.O_NOFOLLOW);
     } catch (err) {
       // what the file holds is older than the store (a clear() among it): it must not be read back
-      this.close();
       this.#remove();
       this.#log?.warn({ file: this.file, err }, 'push TLS sessions cannot be written; kept in memory only');
       for (const l of live) this.#store.keepBytes(l.key, l.session);

@@ -129,15 +129,7 @@ export class TlsSessionStore {
   /** Keeps `session` for `key`, made with `peer`; ignored when `epoch` is no longer current. */
   save(key: string, peer: SessionPeer, session: Buffer, epoch: number): void {
     if (epoch !== this.#epoch) return;
-    const entry: KeptSession = {
-      spiffeId: peer.spiffeId,
-      role: peer.role,
-      name: peer.name,
-      serials: [...peer.serials],
-      notAfterMs: peer.notAfterMs,
-      session,
-      storedAtMs: this.#now(),
-    };
+    const entry: KeptSession = { ...peerOf(peer), session, storedAtMs: this.#now() };
     this.#put(key, entry);
     if (this.#persistence?.saved(key, { ...entry, session }) === true) entry.session = null;
   }
