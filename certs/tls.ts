@@ -571,33 +571,35 @@ const NO_LEGACY_CERTIFICATE = Object.freeze({}) as tls.DetailedPeerCertificate;
  * makes the whole chain with fingerprints, keys and extensions, and was the largest item of a
  * push worker's CPU in a 10,000-agent reconnect storm (`npm run bench -- --profile`). Node calls it
  * in one place, just before `checkServerIdentity`; that call is answered with an empty object,
- * and the socket's own method is back at once (a resumed session, which skips the check, gets it
- * back at `secureConnect`). `check` must refuse a missing certificate, and keep what it needs of
- * the certificate: on a client socket Node 20 hands the chain over to that first
- * `getPeerX509Certificate()`, and the socket shows no peer certificate after it.
+ * and the socket's own method answers again at once (a resumed session, which skips the check,
+ * from `secureConnect`). The override is an own property that is never deleted: deleting a
+ * property Node added others after puts the socket's properties in dictionary mode, ~3 KB per
+ * push connection (a heap snapshot of a push worker at 10,000 agents). `check` must refuse a
+ * missing certificate, and keep what it needs of the certificate: on a client socket Node 20
+ * hands the chain over to that first `getPeerX509Certificate()`, and the socket shows no peer
+ * certificate after it.
  */
 export function connectCheckingX509(
   options: tls.ConnectionOptions,
   check: (cert: crypto.X509Certificate | undefined) => Error | undefined,
 ): tls.TLSSocket {
   let socket: tls.TLSSocket | undefined;
-  const restore = (): void => {
-    if (socket !== undefined && Object.hasOwn(socket, 'getPeerCertificate'))
-      delete (socket as { getPeerCertificate?: unknown }).getPeerCertificate;
-  };
+  let checking = true;
   const s = tls.connect({
     ...options,
     checkServerIdentity: () => {
-      restore();
+      checking = false;
       return check(socket?.getPeerX509Certificate());
     },
   });
   socket = s;
-  const own = s.getPeerCertificate.bind(s);
-  s.getPeerCertificate = ((detailed?: boolean) =>
-    detailed === true ? NO_LEGACY_CERTIFICATE : own(detailed)) as tls.TLSSocket['getPeerCertificate'];
-  s.once('secureConnect', restore);
-  s.once('close', restore);
+  s.getPeerCertificate = function (this: tls.TLSSocket, detailed?: boolean) {
+    if (checking && detailed === true) return NO_LEGACY_CERTIFICATE;
+    return tls.TLSSocket.prototype.getPeerCertificate.call(this, detailed);
+  } as tls.TLSSocket['getPeerCertificate'];
+  s.once('secureConnect', () => {
+    checking = false;
+  });
   return s;
 }
 

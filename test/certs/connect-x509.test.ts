@@ -5,11 +5,13 @@
  */
 import type crypto from 'node:crypto';
 import { once } from 'node:events';
+import https from 'node:https';
 import tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { connectCheckingX509, tlsServerOptions } from '../../certs/tls.js';
 import { RefusalError } from '../../protocol/errors.js';
 import { makeAgentTestPki, type AgentTestPki } from '../helpers/agent-pki.js';
+import { hasFastProperties } from '../helpers/v8-shape.js';
 
 let pki: AgentTestPki;
 let server: tls.Server;
@@ -58,9 +60,29 @@ describe('connectCheckingX509', () => {
     expect(seen[0]?.subjectAltName).toContain(pki.spiffe('agent', 'n1'));
     expect(seen[0]?.issuerCertificate?.subject).toBeTruthy();
     expect(s.authorized).toBe(true);
-    // the socket's own method is back once connected
-    expect(Object.hasOwn(s, 'getPeerCertificate')).toBe(false);
+    // the socket's own method answers once connected
+    s.getPeerCertificate(true);
+    expect(legacy).toHaveBeenCalledTimes(1);
     s.destroy();
+  });
+
+  it("leaves the socket's properties in fast mode under an HTTP request, as ws's upgrade uses it (a deleted property would cost each push connection ~3 KB)", async () => {
+    let s: tls.TLSSocket | undefined;
+    // the request adds its own properties to the socket (parser, _httpMessage) before the handshake ends
+    const req = https.request({
+      host: '127.0.0.1',
+      port,
+      createConnection: () => {
+        s = dial(() => undefined);
+        return s;
+      },
+    });
+    req.on('error', () => undefined);
+    req.end();
+    await new Promise<void>((r) => setImmediate(r));
+    await once(s!, 'secureConnect');
+    expect(hasFastProperties(s!)).toBe(true);
+    req.destroy();
   });
 
   it("a refusal of the check ends the dial with the check's error", async () => {
