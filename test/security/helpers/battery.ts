@@ -403,7 +403,8 @@ export class Battery {
    * run directory and an empty outbox.
    */
   async expectNoEffect<T>(nodes: string[], attack: () => Promise<T>, settleMs = SETTLE_MS): Promise<T> {
-    const fetches = await this.fetchCount();
+    // what an earlier step caused lands first: a fetch counted after the attack is the attack's
+    const fetches = await this.quiesce(settleMs);
     const before = nodes.map((n) => this.snapshot(n));
     const out = await attack();
     await sleep(settleMs);
