@@ -3,6 +3,7 @@
  * missed and by how much) at the top of the checkout.
  */
 import { spawnSync } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -67,10 +68,40 @@ export function fsyncP50Ms(dir: string): number {
   return round(median(t), 3);
 }
 
+/**
+ * Microseconds per Ed25519 signature and verification (`node:crypto`, a 200-byte message: the
+ * size of a wake-up), the median of 5 batches of 1,000: how fast this machine's CPU is at the
+ * work every wake-up and fetch does, so runs on differently fast machines can be compared.
+ */
+export function ed25519Us(): { signUs: number; verifyUs: number } {
+  const { privateKey, publicKey } = crypto.generateKeyPairSync('ed25519');
+  const msg = Buffer.alloc(200, 7);
+  const sig = crypto.sign(null, msg, privateKey);
+  const time = (op: () => unknown): number => {
+    const batches: number[] = [];
+    for (let b = 0; b < 5; b++) {
+      const t0 = process.hrtime.bigint();
+      for (let i = 0; i < 1_000; i++) op();
+      batches.push(Number(process.hrtime.bigint() - t0) / 1e3 / 1_000);
+    }
+    return round(median(batches), 1);
+  };
+  return {
+    signUs: time(() => crypto.sign(null, msg, privateKey)),
+    verifyUs: time(() => crypto.verify(null, msg, publicKey, sig)),
+  };
+}
+
+/** Ed25519 here when the floors and the goals' "now" figures were measured (2026-12-01/02). */
+const REFERENCE_ED25519 = { signUs: 23, verifyUs: 64 };
+
 export function machine(): Record<string, unknown> {
   const cpus = os.cpus();
+  const ed = ed25519Us();
   return {
     fsyncP50Ms: fsyncP50Ms(path.resolve('tmp')),
+    ed25519SignUs: ed.signUs,
+    ed25519VerifyUs: ed.verifyUs,
     cores: cpus.length,
     cpuModel: cpus[0]?.model ?? '?',
     memoryGiB: round(os.totalmem() / 2 ** 30, 1),
@@ -264,6 +295,10 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   p(
     `Machine: ${String(m.cores)} cores (${String(m.cpuModel)}), ${String(m.memoryGiB)} GiB, Node ${String(m.node)}, ${String(m.platform)}; commit ${String(m.commit)}${m.dirty ? ' (with uncommitted changes)' : ''}.`,
   );
+  if (typeof m.ed25519SignUs === 'number' && typeof m.ed25519VerifyUs === 'number')
+    p(
+      `CPU speed: an Ed25519 signature took ${fmt(m.ed25519SignUs)} µs and a verification ${fmt(m.ed25519VerifyUs)} µs at the end of the run (${fmt(REFERENCE_ED25519.signUs, 0)} and ${fmt(REFERENCE_ED25519.verifyUs, 0)} µs on this VM when the floors below were measured: the CPU behind it varies between days, so compare runs with this line in mind).`,
+    );
   const load0 = (m.loadAverageAtStart as number[] | undefined) ?? [];
   const load1 = (m.loadAverageAtEnd as number[] | undefined) ?? [];
   const busy = Math.max(load0[0] ?? 0, load1[0] ?? 0, load1[2] ?? 0) > Number(m.cores);
