@@ -221,6 +221,21 @@ export function findings(r: BenchResults): string[] {
     p(
       'a one-step fleet of 10,000 held 81.6 KB per agent (`--only fanout --n 10000 --runs 1`, 18:53 UTC), 84.4-85.2 KB before.',
     );
+    p(
+      "A heap snapshot of the push worker at 10,000 agents (2026-12-03 06:20 UTC) then showed every TLS socket's properties in",
+    );
+    p(
+      "dictionary mode, 31 MB of its 128 MB of JS heap (3.1 KB per agent): the dialer's override of `getPeerCertificate` was",
+    );
+    p(
+      'deleted after the handshake, and a deleted property that is not the last one added turns a V8 object into a hash table.',
+    );
+    p(
+      'It is switched off now, never deleted (`certs/tls.ts` `connectCheckingX509`, with a test that asks V8): a one-step fleet',
+    );
+    p(
+      'of 10,000 holds 78.6 KB per agent (06:49 UTC, on the slower host of that day; push worker ~66 KB, main process ~12 KB).',
+    );
     p('A full run grows the fleet in steps with');
     p("fan-out runs between them, so its figure at 10,000 carries what those runs left in the controller's RSS. Split");
     p(
@@ -254,17 +269,36 @@ export function findings(r: BenchResults): string[] {
       "and heaptrack), the main process's `[heap]` held 221-280 MB at 10,000 (against 91 MB one-step), while what was allocated",
     );
     p(
-      'and not yet freed there was 83 MB: the rest is memory glibc keeps after the peak of 284 MB, reached while the agents of a',
+      'and not yet freed there was 83 MB: the rest is memory glibc keeps after the peak of 284 MB (131 MB of it the 16 KB read',
     );
     p(
-      "growth step held API connections at once (131 MB of it the 16 KB read buffers of Node's TLS, 41 MB OpenSSL's handshake",
+      "buffers of Node's TLS, 41 MB OpenSSL's handshake buffers). Where that peak comes from (open API connections counted every 3 s,",
     );
     p(
-      'buffers). That is most of the difference between the stepwise and the one-step figure. Not done: giving it back (glibc',
+      '2026-12-03 06:12-06:17 UTC): not the growth itself (≤ 160 open at once while 5,000 agents joined), but the end of the',
     );
     p(
-      'returns such memory only through `malloc_trim`, which Node does not call; calling it from a debugger killed the process).',
+      'fan-out before it, when 5,000 agents signal their results at once, each on a new (resumed) API connection: ~4,900 open',
     );
+    p(
+      "together, and the main process's `[heap]` went from 104 to 162 MB in those seconds, 191 MB after the next such wave. That",
+    );
+    p(
+      'is most of the difference between the stepwise and the one-step figure. Tried: a 16 KB `mmap` threshold for the main',
+    );
+    p(
+      'process (`GLIBC_TUNABLES=glibc.malloc.mmap_threshold=16384`), so the read buffers would be unmapped when freed: its `[heap]`',
+    );
+    p(
+      'still held 203 MB at 10,000 (06:03 UTC), the smaller allocations of those connections are the residue; not adopted.',
+    );
+    p(
+      'Not done: giving it back (glibc returns such memory only through `malloc_trim`, which Node does not call; calling it',
+    );
+    p(
+      'from a debugger killed the process), or carrying signals over the push connection as fetches are (no wave of API',
+    );
+    p('connections after a fan-out at all; a protocol change for another round).');
     p(
       "What is left over the goal: the TLS connection itself with its JS objects, and the allocator's residue; this goal stays open.",
     );
@@ -498,6 +532,9 @@ export function findings(r: BenchResults): string[] {
   );
   p(
     "| the agent's ack of a wake-up and the fetch it starts leave in one TLS record (socket corked) | `agent/listener.ts` | one write and one record less per woken agent; 10,000-agent fan-out: simulated agents 11.2-12.1 → 9.2-11.2 CPU-s, all acked 3.7-4.6 → 2.8-3.6 s (with the row above; single runs) |",
+  );
+  p(
+    "| a push socket's legacy-certificate override switched off after the handshake, not deleted (the delete put every push TLS socket's properties in V8's dictionary mode) | `certs/tls.ts` `connectCheckingX509` | push worker's JS heap at 10,000 agents: 31 MB of socket property tables (3.1 KB per agent) → none; one-step fleet of 10,000: 81.6 (a faster host) → 78.6 KB per agent |",
   );
   p(
     "| a 304 answered from the node's generation alone; the body cache holds the 2,000 bodies asked for last, not one per node | `controller/service.ts`, `controller/api.ts` | no document read or built for a poll that finds nothing; up to a body per node (~2 KB after a fan-out) less in the main process |",
