@@ -27,6 +27,23 @@ export function findings(r: BenchResults): string[] {
   p('Profiles: `npm run bench -- --profile <dir>` starts every process with a preload that runs the V8 profiler over');
   p('exactly the measured windows (SIGUSR2 in, SIGUSR2 out) and writes one `.cpuprofile` per process (open them in');
   p('Chrome DevTools or speedscope for flame graphs). The shares quoted below are from such runs on this machine.', '');
+  p(
+    "The VM's CPU is not the same from day to day: on 2026-12-03 an Ed25519 signature took 46-61 µs against 23 µs when the",
+  );
+  p(
+    'floors were measured (the "CPU speed" line above gives each run\'s own), and every CPU-bound figure moved with it.',
+  );
+  p(
+    'The full run of 2026-12-02 19:08 UTC (commit 261bf86; the code since changes memory, not the paths timed) measured:',
+  );
+  p(
+    'back to back to one node p50 8.65 ms, p99 16.39 ms (met); 10,000 agents acked 3.52 s, fetched 10.66 s; 0.59 ms of',
+  );
+  p('controller CPU per agent; all 10,000 connected 38.3 s after a crash; the idle agent 0.25 CPU-s per hour. The');
+  p(
+    'first full run of 2026-12-03 (06:51 UTC, commit 65bd3dd) measured 11.05 ms, 4.7 s / 14.2 s, 0.78 ms and 60.1 s.',
+    '',
+  );
 
   p('### 1. PATCH → hook started (goal p50 ≤ 10 ms, p99 ≤ 20 ms, back to back to one node)', '');
   const one = lat?.push.oneNode;
@@ -65,8 +82,9 @@ export function findings(r: BenchResults): string[] {
     '(fetched → item started 2 → 1 ms in the medians). The spread between runs on this shared host is wide: the full run',
   );
   p(
-    'of 2026-12-02 07:18 UTC (code of 01a8bea, the same hook path) measured p50 10.02 ms and p99 16.71 ms back to back;',
+    'of 2026-12-02 07:18 UTC (code of 01a8bea, the same hook path) measured p50 10.02 ms and p99 16.71 ms back to back,',
   );
+  p("that of 19:08 UTC p50 8.65 ms and p99 16.39 ms, and on 2026-12-03's slower CPU (see above) 10-11 ms at p50;");
   p('the p99 is one or two slow changes of a hundred, each slow in every segment at once (a process descheduled).');
   p(
     "Cut this round: the change's wake-up went to the push worker at the end of the event loop turn, after the API had",
@@ -300,7 +318,7 @@ export function findings(r: BenchResults): string[] {
     );
     p('connections after a fan-out at all; a protocol change for another round).');
     p(
-      "What is left over the goal: the TLS connection itself with its JS objects, and the allocator's residue; this goal stays open.",
+      "What is left over the goal: the TLS connection itself with its JS objects, and the allocator's residue of the signal waves; a fleet grown in one step meets it (78.6 KB), the full run's, grown in steps with fan-outs between, does not (85-97 KB on 2026-12-03), so this goal stays open.",
     );
     if (c) {
       // a figure never reached is null in a stored BENCHMARKS.json
