@@ -183,7 +183,7 @@ export function findings(r: BenchResults): string[] {
           "14 % GC, 20 % V8, 8 % OpenSSL, 3 % Ed25519; each harness process alike, plus 11 % of V8's optimising compiler on",
         );
         p(
-          'code first hot in the window. Ed25519 itself costs 23 µs to sign and 64 µs to verify here (`node:crypto`): at',
+          'code first hot in the window. Ed25519 itself cost 23 µs to sign and 64 µs to verify then (`node:crypto`; each run states its own): at',
         );
         p(
           `${big.n.toLocaleString('en-US')} agents, 10,000 × (two signatures and two verifications) is ~1.7 CPU-s of the budget before any socket work.`,
