@@ -571,8 +571,8 @@ const NO_LEGACY_CERTIFICATE = Object.freeze({}) as tls.DetailedPeerCertificate;
  * makes the whole chain with fingerprints, keys and extensions, and was the largest item of a
  * push worker's CPU in a 10,000-agent reconnect storm (`npm run bench -- --profile`). Node calls it
  * in one place, just before `checkServerIdentity`; that call is answered with an empty object,
- * and the socket's own method answers again at once (a resumed session, which skips the check,
- * from `secureConnect`). The override is an own property that is never deleted: deleting a
+ * and the socket's own method answers again at once (on a resumed session, which skips the check,
+ * it always does). The override is an own property that is never deleted: deleting a
  * property Node added others after puts the socket's properties in dictionary mode, ~3 KB per
  * push connection (a heap snapshot of a push worker at 10,000 agents). `check` must refuse a
  * missing certificate, and keep what it needs of the certificate: on a client socket Node 20
@@ -594,12 +594,9 @@ export function connectCheckingX509(
   });
   socket = s;
   s.getPeerCertificate = function (this: tls.TLSSocket, detailed?: boolean) {
-    if (checking && detailed === true) return NO_LEGACY_CERTIFICATE;
+    if (checking && detailed === true && !this.isSessionReused()) return NO_LEGACY_CERTIFICATE;
     return tls.TLSSocket.prototype.getPeerCertificate.call(this, detailed);
   } as tls.TLSSocket['getPeerCertificate'];
-  s.once('secureConnect', () => {
-    checking = false;
-  });
   return s;
 }
 
