@@ -13,7 +13,7 @@
 import { readTrustDomain } from '../certs/trust-domain.js';
 import path from 'node:path';
 import { codeOf, ConfigError } from '../protocol/errors.js';
-import type { FetchState } from '../protocol/frames.js';
+import type { FetchState, SignalledFrame } from '../protocol/frames.js';
 import type { MetadataItem } from '../protocol/heat.js';
 import { acceptsController, parseControllerIds, spiffeIdOf, type ControllerIds } from '../protocol/identity.js';
 import {
@@ -262,6 +262,8 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     // over the push connection whose controller offers it; the listener is made below
     pushFetch: (nonce, ifNoneMatch, timeoutMs): Promise<PushFetchAnswer> | null =>
       listener.fetchOverPush(nonce, ifNoneMatch, timeoutMs),
+    pushSignal: (nonce, deploymentId, body, timeoutMs): Promise<SignalledFrame> | null =>
+      listener.signalOverPush(nonce, deploymentId, body, timeoutMs),
     pushHealthy: (): boolean => listener.isPushHealthy(),
     log,
   });
@@ -276,7 +278,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
   });
   const outbox = new OutboxSender({
     store,
-    send: (p, body) => fetcher.signal(p, body),
+    send: (p, body, deploymentId) => fetcher.signal(p, body, deploymentId),
     log,
     ...(deps.random ? { random: deps.random } : {}),
   });

@@ -37,6 +37,7 @@ import {
   type PkiMaterial,
 } from '../certs/tls.js';
 import { ControllerEndpoints, parseControllerUrls } from './controller-endpoints.js';
+import type { SignalledFrame } from '../protocol/frames.js';
 import type { PushFetchAnswer } from './listener.js';
 
 /** Each API request must finish within this. */
@@ -68,6 +69,16 @@ export interface FetcherOptions {
    * Absent: every fetch goes over HTTPS.
    */
   pushFetch?: (nonce: string, ifNoneMatch: string | undefined, timeoutMs: number) => Promise<PushFetchAnswer> | null;
+  /**
+   * Sends a signal on a push connection (WakeListener.signalOverPush): null when none can take it.
+   * Absent: signals go over HTTPS only.
+   */
+  pushSignal?: (
+    nonce: string,
+    deploymentId: string,
+    body: Uint8Array,
+    timeoutMs: number,
+  ) => Promise<SignalledFrame> | null;
   /** Whether push is healthy now (WakeListener.isPushHealthy); absent: never (API connections kept). */
   pushHealthy?: () => boolean;
   /** Default AGENT_API_IDLE_CLOSE_MS. */
@@ -155,6 +166,8 @@ export class Fetcher {
   fetches = 0;
   /** Of them, answered over a push connection. */
   pushFetches = 0;
+  /** Signals answered (below 500) over a push connection. */
+  pushSignals = 0;
 
   constructor(opts: FetcherOptions) {
     this.#o = opts;
@@ -311,15 +324,41 @@ export class Fetcher {
   }
 
   /**
-   * Posts one signal. Resolves with the HTTP status (the outbox decides what it means).
+   * Sends one signal: over the push connection when one takes it (SPEC §2), else, or when that
+   * gets no answer or a 5xx, over HTTPS. Resolves with the route's status (the outbox decides what
+   * it means). A signal the push connection recorded but whose answer was lost is recorded once:
+   * the HTTPS retry is answered as a duplicate (the first result of a revision wins).
    * @throws a network or TLS error
    */
-  async signal(path: string, body: SignalBody): Promise<number> {
-    const res = await this.#request('POST', path, {
-      body: Buffer.from(JSON.stringify(body)),
-      maxBytes: MAX_REQUEST_BODY_BYTES,
-    });
+  async signal(path: string, body: SignalBody, deploymentId: string): Promise<number> {
+    const bytes = Buffer.from(JSON.stringify(body));
+    const overPush = await this.#signalOverPush(deploymentId, bytes);
+    if (overPush !== null) return overPush;
+    const res = await this.#request('POST', path, { body: bytes, maxBytes: MAX_REQUEST_BODY_BYTES });
     return res.status;
+  }
+
+  /** The signal's status over a push connection; null when none took it, it failed or answered 5xx. */
+  async #signalOverPush(deploymentId: string, bytes: Buffer): Promise<number | null> {
+    const pending = this.#o.pushSignal?.(newNonce(), deploymentId, bytes, this.#timeoutMs) ?? null;
+    if (pending === null) return null;
+    try {
+      const a = await pending;
+      if (a.status < 500) {
+        this.pushSignals++;
+        return a.status;
+      }
+      this.#o.log.info(
+        { status: a.status, code: a.error, deployment_id: deploymentId },
+        'the push connection could not take a signal; signalling over HTTPS',
+      );
+    } catch (err) {
+      this.#o.log.warn(
+        { code: refusalCodeOf(err) ?? (err as { code?: string }).code, err: (err as Error).message },
+        'signal over the push connection failed; signalling over HTTPS',
+      );
+    }
+    return null;
   }
 
   /**

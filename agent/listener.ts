@@ -11,6 +11,8 @@
  * fetches on the connection (`fetchOverPush`): a `metadata` frame is taken only as the answer to
  * the fetch this agent sent on that connection, with its nonce, and checked by the fetcher exactly
  * as an HTTPS answer (signature, nonce, audience, issuer = this connection's controller, digest).
+ * One that offers `signal` takes the agent's signals there too (`signalOverPush`), answered by a
+ * `signalled` frame with the route's status, taken likewise only for the signal it answers.
  */
 import { EventEmitter } from 'node:events';
 import https from 'node:https';
@@ -23,17 +25,21 @@ import { createRequire } from 'node:module';
 import type { WebSocket, WebSocketServer as WebSocketServerType } from 'ws';
 import { codeOf, ERROR_CODES, RefusalError, type ErrorCode } from '../protocol/errors.js';
 import {
-  decodeMetadataFrame,
+  decodeControllerAnswer,
   encodeAck,
   encodeFetch,
   encodeNack,
+  encodeSignal,
   FEATURE_FETCH,
+  FEATURE_SIGNAL,
   FEATURES_HEADER,
   isNackCode,
   offersFeature,
+  type ControllerAnswer,
   type FetchState,
   type MetadataFrame,
   type NackCode,
+  type SignalledFrame,
 } from '../protocol/frames.js';
 import {
   AGENT_IDLE_CLOSE_MS,
@@ -43,6 +49,7 @@ import {
   MAX_LATE_FETCH_ENTRIES,
   MAX_PENDING_CONNECTIONS,
   MAX_PUSH_METADATA_FRAME_BYTES,
+  MAX_PUSH_SIGNAL_FRAME_BYTES,
   MAX_WAKE_FRAME_BYTES,
   MAX_WS_PAYLOAD_BYTES,
   PUSH_HEALTHY_WINDOW_MS,
@@ -131,20 +138,26 @@ interface Conn {
   lastHeard: number;
   idleTimer: NodeJS.Timeout | undefined;
   closing: boolean;
-  /** The controller answers fetches on this connection (`Herald-Features: fetch`). */
-  fetch: boolean;
-  /** The fetch sent on this connection and not answered yet (at most one). */
-  pendingFetch: PendingFetch | null;
-  /** Nonces of this connection's fetches given up on (timed out): their late answers are dropped. */
+  /** What the controller answers on this connection (`Herald-Features: fetch, signal`). */
+  offers: Record<PushRequestKind, boolean>;
+  /** The fetch and the signal sent on this connection and not answered yet (at most one of each). */
+  pending: Record<PushRequestKind, PendingRequest | null>;
+  /** Nonces of this connection's requests given up on (timed out): their late answers are dropped. */
   lateNonces: string[];
 }
 
-interface PendingFetch {
+/** What an agent may ask on a push connection. */
+type PushRequestKind = 'fetch' | 'signal';
+
+interface PendingRequest {
   nonce: string;
   timer: NodeJS.Timeout;
-  resolve: (a: PushFetchAnswer) => void;
+  resolve: (a: ControllerAnswer) => void;
   reject: (err: Error) => void;
 }
+
+/** The code a request over the push connection fails with when it gets no answer there. */
+const FAILED: Record<PushRequestKind, ErrorCode> = { fetch: 'push_fetch_failed', signal: 'push_signal_failed' };
 
 /** A metadata frame that answered this agent's fetch, and the controller whose connection carried it. */
 export interface PushFetchAnswer extends MetadataFrame {
@@ -175,6 +188,9 @@ export interface ListenerStats {
   /** Fetches sent over push connections, and how many of them got their answer there. */
   pushFetches: number;
   pushFetchesAnswered: number;
+  /** Signals sent over push connections, and how many of them got their answer there. */
+  pushSignals: number;
+  pushSignalsAnswered: number;
 }
 
 /**
@@ -227,6 +243,8 @@ export class WakeListener extends EventEmitter {
     nacks: 0,
     pushFetches: 0,
     pushFetchesAnswered: 0,
+    pushSignals: 0,
+    pushSignalsAnswered: 0,
   };
 
   constructor(opts: WakeListenerOptions) {
@@ -356,26 +374,73 @@ export class WakeListener extends EventEmitter {
    * `malformed` for an answer that is not a metadata frame.
    */
   fetchOverPush(nonce: string, ifNoneMatch: string | undefined, timeoutMs: number): Promise<PushFetchAnswer> | null {
+    const c = this.#pick('fetch');
+    if (c === null) return null;
+    this.stats.pushFetches++;
+    return this.#ask(c, 'fetch', nonce, encodeFetch(nonce, ifNoneMatch), timeoutMs).then((a) => {
+      if (a.type !== 'metadata') throw new RefusalError('malformed', 'a signalled frame answered a fetch');
+      this.stats.pushFetchesAnswered++;
+      return { head: a.head, body: a.body, issuer: c.identity.spiffeId };
+    });
+  }
+
+  /**
+   * Sends a signal (the signal route's JSON body, as bytes, for `deployment`) on the push
+   * connection heard from last whose controller takes signals, and resolves with the `signalled`
+   * frame that answers it: the status the HTTPS route would have answered. Null when there is no
+   * such connection, it has a signal in flight already, or the frame would be over
+   * MAX_PUSH_SIGNAL_FRAME_BYTES (the caller signals over HTTPS). Rejects with RefusalError
+   * `push_signal_failed` when the connection closes or no answer comes within `timeoutMs`, and
+   * `malformed` for an answer that is not a signalled frame.
+   */
+  signalOverPush(
+    nonce: string,
+    deployment: string,
+    body: Uint8Array,
+    timeoutMs: number,
+  ): Promise<SignalledFrame> | null {
+    const frame = encodeSignal(nonce, deployment, body);
+    if (frame.length > MAX_PUSH_SIGNAL_FRAME_BYTES) return null;
+    const c = this.#pick('signal');
+    if (c === null) return null;
+    this.stats.pushSignals++;
+    return this.#ask(c, 'signal', nonce, frame, timeoutMs).then((a) => {
+      if (a.type !== 'signalled') throw new RefusalError('malformed', 'a metadata frame answered a signal');
+      this.stats.pushSignalsAnswered++;
+      return a;
+    });
+  }
+
+  /** The healthy connection heard from last whose controller answers `kind`, if it has none in flight. */
+  #pick(kind: PushRequestKind): Conn | null {
     const now = this.#o.now();
     let best: Conn | null = null;
     for (const c of this.#conns.values()) {
-      if (!c.fetch || c.closing || now - c.lastHeard >= this.#o.healthyWindowMs) continue;
+      if (!c.offers[kind] || c.closing || now - c.lastHeard >= this.#o.healthyWindowMs) continue;
       if (best === null || c.lastHeard > best.lastHeard) best = c;
     }
-    if (best === null || best.pendingFetch !== null) return null;
-    const c = best;
-    this.stats.pushFetches++;
-    return new Promise<PushFetchAnswer>((resolve, reject) => {
+    return best === null || best.pending[kind] !== null ? null : best;
+  }
+
+  #ask(
+    c: Conn,
+    kind: PushRequestKind,
+    nonce: string,
+    frame: string | Buffer,
+    timeoutMs: number,
+  ): Promise<ControllerAnswer> {
+    return new Promise<ControllerAnswer>((resolve, reject) => {
       const timer = setTimeout(() => {
-        if (c.pendingFetch?.nonce !== nonce) return;
-        c.pendingFetch = null;
+        if (c.pending[kind]?.nonce !== nonce) return;
+        c.pending[kind] = null;
         c.lateNonces.push(nonce);
         if (c.lateNonces.length > MAX_LATE_FETCH_ENTRIES) c.lateNonces.shift();
-        reject(new RefusalError('push_fetch_failed', `no answer on the push connection within ${timeoutMs} ms`));
+        reject(new RefusalError(FAILED[kind], `no answer on the push connection within ${timeoutMs} ms`));
       }, timeoutMs);
       timer.unref();
-      c.pendingFetch = { nonce, timer, resolve, reject };
-      c.ws.send(encodeFetch(nonce, ifNoneMatch));
+      c.pending[kind] = { nonce, timer, resolve, reject };
+      // a text frame, Buffer or not (ws sends a Buffer as binary unless told)
+      c.ws.send(frame, { binary: false });
     });
   }
 
@@ -509,14 +574,17 @@ export class WakeListener extends EventEmitter {
       abortHandshake(sock, 403, 'no_client_certificate', ERROR_CODES.no_client_certificate);
       return;
     }
-    const fetch = offersFeature(req.headers[FEATURES_HEADER], FEATURE_FETCH);
-    (fetch ? this.#wssFetch : this.#wss).handleUpgrade(req, sock, head, (ws: WebSocket) => {
+    const offers: Conn['offers'] = {
+      fetch: offersFeature(req.headers[FEATURES_HEADER], FEATURE_FETCH),
+      signal: offersFeature(req.headers[FEATURES_HEADER], FEATURE_SIGNAL),
+    };
+    (offers.fetch ? this.#wssFetch : this.#wss).handleUpgrade(req, sock, head, (ws: WebSocket) => {
       this.#unpend(socketKey(sock));
       if (this.#closed) {
         ws.close(CLOSE_GOING_AWAY, 'shutting_down');
         return;
       }
-      this.#accept(ws, sock, id, cert, peer, fetch, sock.isSessionReused());
+      this.#accept(ws, sock, id, cert, peer, offers, sock.isSessionReused());
     });
   }
 
@@ -540,7 +608,7 @@ export class WakeListener extends EventEmitter {
     identity: CertIdentity,
     cert: X509Certificate,
     peer: string,
-    fetch: boolean,
+    offers: Conn['offers'],
     resumed: boolean,
   ): void {
     const old = this.#conns.get(identity.spiffeId);
@@ -561,8 +629,8 @@ export class WakeListener extends EventEmitter {
       lastHeard: this.#o.now(),
       idleTimer: undefined,
       closing: false,
-      fetch,
-      pendingFetch: null,
+      offers,
+      pending: { fetch: null, signal: null },
       lateNonces: [],
     };
     this.#conns.set(identity.spiffeId, c);
@@ -588,7 +656,7 @@ export class WakeListener extends EventEmitter {
     });
     ws.on('close', (code: number, reason: Buffer) => {
       clearTimeout(c.idleTimer);
-      this.#failFetch(c, `the push connection closed (${code})`);
+      this.#failRequests(c, `the push connection closed (${code})`);
       if (this.#conns.get(identity.spiffeId) === c) {
         this.#conns.delete(identity.spiffeId);
         this.stats.authenticated = this.#conns.size;
@@ -611,9 +679,9 @@ export class WakeListener extends EventEmitter {
       this.#nack(c, null, 'binary_frame');
       return;
     }
-    // a wake-up is a compact JWS ("ey..."); a JSON object can only be a metadata frame
-    if (c.fetch && buf[0] === OPEN_BRACE) {
-      this.#onMetadataFrame(c, buf);
+    // a wake-up is a compact JWS ("ey..."); a JSON object can only answer a fetch or a signal
+    if ((c.offers.fetch || c.offers.signal) && buf[0] === OPEN_BRACE) {
+      this.#onAnswerFrame(c, buf);
       return;
     }
     if (buf.length > MAX_WAKE_FRAME_BYTES) {
@@ -654,56 +722,58 @@ export class WakeListener extends EventEmitter {
   }
 
   /**
-   * The answer to this connection's fetch. The late answer of a fetch given up on is dropped.
-   * Anything else (no fetch asked, another nonce) is refused `unexpected_frame` and closes the
-   * connection (1008) at once: a metadata frame may be 16 MiB, so none is taken twice for
-   * nothing. It is not nacked, since a nack answers a wake-up.
+   * The answer to this connection's fetch or signal. The late answer of a request given up on is
+   * dropped. Anything else (nothing asked, another nonce) is refused `unexpected_frame` and closes
+   * the connection (1008) at once: a metadata frame may be 16 MiB, so none is taken twice for
+   * nothing. It is not nacked, since a nack answers a wake-up. A frame that does not decode fails
+   * whatever this connection has in flight (`malformed`; the caller asks HTTPS).
    */
-  #onMetadataFrame(c: Conn, buf: Buffer): void {
-    const p = c.pendingFetch;
-    let frame: MetadataFrame;
+  #onAnswerFrame(c: Conn, buf: Buffer): void {
+    let a: ControllerAnswer;
     try {
-      frame = decodeMetadataFrame(buf);
+      a = decodeControllerAnswer(buf);
     } catch (err) {
       this.#badFrame(c, 'malformed', (err as Error).message);
-      if (p !== null) {
-        c.pendingFetch = null;
-        clearTimeout(p.timer);
-        p.reject(err as Error);
-      }
+      for (const kind of ['fetch', 'signal'] as const) this.#settle(c, kind, (p) => p.reject(err as Error));
       return;
     }
-    if (p === null || frame.head.nonce !== p.nonce) {
-      const late = c.lateNonces.indexOf(frame.head.nonce);
+    const nonce = a.type === 'metadata' ? a.head.nonce : a.nonce;
+    const kind: PushRequestKind = a.type === 'metadata' ? 'fetch' : 'signal';
+    const p = c.pending[kind];
+    if (p === null || p.nonce !== nonce) {
+      const late = c.lateNonces.indexOf(nonce);
       if (late >= 0) {
         c.lateNonces.splice(late, 1);
         this.#log.info(
-          { peer: c.peer, identity: c.identity.spiffeId },
-          'a late answer to a fetch given up on: dropped',
+          { peer: c.peer, identity: c.identity.spiffeId, kind },
+          'a late answer to a request given up on: dropped',
         );
         return;
       }
       this.#refusedLog(
         'unexpected_frame',
         c.peer,
-        'a metadata frame that answers no fetch asked on this connection',
+        `a ${a.type} frame that answers no ${kind} asked on this connection`,
         c.identity.spiffeId,
       );
       this.#closeConn(c, CLOSE_POLICY, 'unexpected_frame');
       return;
     }
-    c.pendingFetch = null;
-    clearTimeout(p.timer);
-    this.stats.pushFetchesAnswered++;
-    p.resolve({ ...frame, issuer: c.identity.spiffeId });
+    this.#settle(c, kind, (q) => q.resolve(a));
   }
 
-  #failFetch(c: Conn, why: string): void {
-    const p = c.pendingFetch;
+  /** Ends this connection's `kind` request in flight, if any, with `how`. */
+  #settle(c: Conn, kind: PushRequestKind, how: (p: PendingRequest) => void): void {
+    const p = c.pending[kind];
     if (p === null) return;
-    c.pendingFetch = null;
+    c.pending[kind] = null;
     clearTimeout(p.timer);
-    p.reject(new RefusalError('push_fetch_failed', why));
+    how(p);
+  }
+
+  #failRequests(c: Conn, why: string): void {
+    for (const kind of ['fetch', 'signal'] as const)
+      this.#settle(c, kind, (p) => p.reject(new RefusalError(FAILED[kind], why)));
   }
 
   #nack(c: Conn, jti: string | null, code: NackCode): void {
@@ -757,7 +827,7 @@ export class WakeListener extends EventEmitter {
     if (c.closing) return;
     c.closing = true;
     clearTimeout(c.idleTimer);
-    this.#failFetch(c, `the push connection was closed (${reason})`);
+    this.#failRequests(c, `the push connection was closed (${reason})`);
     if (this.#conns.get(c.identity.spiffeId) === c) {
       this.#conns.delete(c.identity.spiffeId);
       this.stats.authenticated = this.#conns.size;

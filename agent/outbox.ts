@@ -14,8 +14,8 @@ import type { SignalBody } from '../protocol/heat.js';
 import type { Logger } from '../certs/tls.js';
 import type { OutboxEntry, OutboxSignal, OutboxStore } from './outbox-store.js';
 
-/** Sends one signal; resolves with the HTTP status, rejects on a network error. */
-export type SendSignal = (path: string, body: SignalBody) => Promise<number>;
+/** Sends one signal for `deploymentId`; resolves with the HTTP status, rejects on a network error. */
+export type SendSignal = (path: string, body: SignalBody, deploymentId: string) => Promise<number>;
 
 export interface OutboxSenderOptions {
   store: OutboxStore;
@@ -157,7 +157,7 @@ export class OutboxSender {
         return true;
       }
       try {
-        const status = await this.#o.send(e.path, e.body);
+        const status = await this.#o.send(e.path, e.body, e.deployment_id);
         if (isFinalStatus(status)) {
           await this.#o.store.remove(e.seq);
           this.#attempt = 0;

@@ -62,7 +62,7 @@ import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../p
 import { EnrollmentRefused, type Enrollment } from './enrollment.js';
 import type { ControllerEvent } from './events.js';
 import type { ControllerMetrics } from './metrics.js';
-import type { PushFetchReply, PushFetchRequest } from './push-types.js';
+import type { PushFetchRequest, PushReply, PushRequest, PushSignalRequest } from './push-types.js';
 import { RateLimiter, type RateRule } from './rate-limit.js';
 import { Router, type RateClass, type Reply, type RouteContext, type RouteSpec } from './router.js';
 import type { ControllerService } from './service.js';
@@ -140,6 +140,9 @@ export interface ApiServerOptions {
    */
   ticketKey?: TicketKey | undefined;
 }
+
+/** The signal route; a signal over the push connection stands for it (in logs too). */
+const SIGNAL_ROUTE = '/v1/nodes/:node/deployments/:deployment/signal';
 
 /** The one route served without a client certificate (SPEC §9). */
 export const ENROLL_PATH = '/v1/enroll';
@@ -519,6 +522,26 @@ export class ApiServer {
     res.end(data);
   }
 
+  /**
+   * One refusal's log: those a peer can repeat in bulk are summarised, the rest are one line each
+   * (per identity and route once authenticated; per code alone before, see RefusalSummary).
+   */
+  #logRefusal(
+    code: ErrorCode,
+    message: string,
+    at: { status: number; peer: string; method: string; route: string; field?: string | undefined },
+    spiffeId: string | undefined,
+  ): void {
+    const { status, peer, method, route, field } = at;
+    if (status === 403 || status === 413 || status === 429 || status === 503) {
+      this.#summary.record(
+        code,
+        { status, peer, method, route },
+        spiffeId !== undefined ? `${code} ${spiffeId} ${method} ${route}` : code,
+      );
+    } else this.#log.info({ event: 'refused', code, status, peer, method, route, field }, message);
+  }
+
   /** The one error edge. */
   #fail(
     req: http.IncomingMessage,
@@ -552,15 +575,7 @@ export class ApiServer {
         this.#rateLimited.set(socket, n);
         if (n >= API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS) headers.Connection = 'close';
       }
-      // refusals a peer can repeat in bulk are summarised; the rest are one line each
-      // (per identity and route once authenticated; per code alone before, see RefusalSummary)
-      if (status === 403 || status === 413 || status === 429 || status === 503) {
-        this.#summary.record(
-          code,
-          { status, peer, method: req.method, route },
-          identity ? `${code} ${identity.spiffeId} ${req.method} ${route}` : code,
-        );
-      } else this.#log.info({ event: 'refused', code, status, peer, method: req.method, route, field }, message);
+      this.#logRefusal(code, message, { status, peer, method: req.method ?? '', route, field }, identity?.spiffeId);
     } else {
       this.#log.error({ err, peer, method: req.method, route }, 'request failed unexpectedly');
     }
@@ -642,7 +657,7 @@ export class ApiServer {
     add('GET', '/v1/nodes/:node/metadata', 'agent', (c) => this.#metadata(c), { rate: 'fetch' });
     add(
       'POST',
-      '/v1/nodes/:node/deployments/:deployment/signal',
+      SIGNAL_ROUTE,
       'agent',
       async (c) => ok(await s.signal(c.params.node!, c.params.deployment!, c.body, who(c))),
       {
@@ -817,7 +832,11 @@ export class ApiServer {
    * checked the listener's certificate), so only the rate limit (with its wake-up exemption) and
    * the route itself remain. Never rejects: an error becomes its status and code.
    */
-  async answerPushFetch(r: PushFetchRequest): Promise<PushFetchReply> {
+  answerPushRequest(r: PushRequest): Promise<PushReply> {
+    return r.kind === 'fetch' ? this.answerPushFetch(r) : this.answerPushSignal(r);
+  }
+
+  async answerPushFetch(r: PushFetchRequest): Promise<PushReply> {
     const audience = spiffeIdOf(this.#trustDomain, 'agent', r.node);
     try {
       if (!isValidNonce(r.nonce)) throw new HeraldError('invalid_request', 'the fetch frame nonce');
@@ -842,6 +861,49 @@ export class ApiServer {
       const status = statusOf(code);
       this.#o.metrics.fetches.inc({ status: String(status), channel: 'push' });
       return { status, error: code };
+    }
+  }
+
+  /**
+   * An agent's signal on its push connection (SPEC §2), answered as `POST
+   * /v1/nodes/{node}/deployments/{id}/signal` would be: the connection has already proven the
+   * agent to be `agent/<node>`, so the route's rate limit (shared with HTTPS), its body limit and
+   * JSON reading, and the route itself remain. Never rejects: an error becomes its status and code,
+   * logged as the API logs a refusal.
+   */
+  async answerPushSignal(r: PushSignalRequest): Promise<PushReply> {
+    const who = spiffeIdOf(this.#trustDomain, 'agent', r.node);
+    const route = SIGNAL_ROUTE;
+    try {
+      const decision = this.#limiters.signal.take(who);
+      if (!decision.ok) {
+        this.#o.metrics.refusals.inc({ code: 'rate_limited' });
+        this.#logRefusal('rate_limited', 'too many requests', { status: 429, peer: who, method: 'PUSH', route }, who);
+        return { status: 429, error: 'rate_limited', retryAfterS: decision.retryAfterS };
+      }
+      const limit = this.#o.bodyLimits?.signalBytes ?? MAX_SIGNAL_BODY_BYTES;
+      if (r.body.length > limit) throw new ApiError('body_too_large', `the body is over ${limit} bytes`);
+      let body: unknown;
+      try {
+        body = r.body.length === 0 ? undefined : JSON.parse(Buffer.from(r.body).toString('utf8'));
+      } catch {
+        throw new ApiError('invalid_json', 'the body is not valid JSON');
+      }
+      await this.#o.service.signal(r.node, r.deploymentId, body, who);
+      return { status: 200 };
+    } catch (err) {
+      const code = codeOf(err);
+      if (code === undefined || code === 'internal') {
+        this.#log.error({ err, node: r.node, route }, 'answering a signal over the push connection failed');
+        return { status: 500, error: 'internal' };
+      }
+      const status = statusOf(code);
+      this.#o.metrics.refusals.inc({ code });
+      const field = err instanceof HeraldError ? err.field : undefined;
+      this.#logRefusal(code, (err as Error).message, { status, peer: who, method: 'PUSH', route, field }, who);
+      return status === 503 && code === 'store_unavailable'
+        ? { status, error: code, retryAfterS: STORE_UNAVAILABLE_RETRY_AFTER_S }
+        : { status, error: code };
     }
   }
 

@@ -300,7 +300,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       ...(deps.rates ? { rates: deps.rates } : {}),
       ...(deps.bodyLimits ? { bodyLimits: deps.bodyLimits } : {}),
     });
-    push.serveFetches((r) => api.answerPushFetch(r));
+    push.serveRequests((r) => api.answerPushRequest(r));
     let address: AddressInfo;
     try {
       address = await api.listen(o.listen.port, o.listen.host);

@@ -37,7 +37,7 @@ import type { PgStore } from './pg-store.js';
 import {
   IDLE_PUSH_STATE,
   type PushEvents,
-  type PushFetchHandler,
+  type PushRequestHandler,
   type PushService,
   type PushState,
   type PushTarget,
@@ -249,8 +249,8 @@ export class Fleet implements PushService {
     this.#inner.setSigningKey(jwk);
   }
 
-  serveFetches(handler: PushFetchHandler): void {
-    this.#inner.serveFetches(handler);
+  serveRequests(handler: PushRequestHandler): void {
+    this.#inner.serveRequests(handler);
   }
 
   on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {

@@ -32,9 +32,10 @@ import {
   type AgentFrame,
   decodeAgentFrame,
   encodeMetadataFrame,
+  encodeSignalled,
   FEATURE_FETCH,
+  FEATURE_SIGNAL,
   FEATURES_HEADER,
-  type FetchFrame,
   type MetadataFrameHead,
 } from '../protocol/frames.js';
 import { spiffeIdOf } from '../protocol/identity.js';
@@ -43,8 +44,8 @@ import {
   DIAL_TIMEOUT_MS,
   FRAME_ANSWER_TIMEOUT_MS,
   MAX_DIALS_IN_FLIGHT,
-  MAX_PUSH_FETCH_BUFFERED_BYTES,
-  MAX_PUSH_FETCH_REFUSED_REQUESTS,
+  MAX_PUSH_ANSWER_BUFFERED_BYTES,
+  MAX_PUSH_REFUSED_REQUESTS,
   MAX_PUSH_METADATA_FRAME_BYTES,
   MAX_WAKE_FRAME_BYTES,
   MAX_WAKES_IN_FLIGHT,
@@ -64,11 +65,13 @@ import {
   type AckEvent,
   IDLE_PUSH_STATE,
   type PushEvents,
-  type PushFetchHandler,
-  type PushFetchReply,
+  type PushRequest,
+  type PushRequestHandler,
+  type PushReply,
   type PushService,
   type PushState,
   type PushTarget,
+  unavailableReply,
 } from './push-types.js';
 import type { PushTuning } from './push-ipc.js';
 
@@ -142,15 +145,15 @@ class NodeEntry implements WheelMember {
   peerIssuerSerial: string | null = null;
   /** When the peer's certificate expires (ms): past it, its fetches are refused and it is closed. */
   peerNotAfterMs = 0;
-  /** Fetches of this connection refused 429 in a row (MAX_PUSH_FETCH_REFUSED_REQUESTS closes it). */
-  fetchRefusals = 0;
+  /** Requests of this connection refused 429 in a row (MAX_PUSH_REFUSED_REQUESTS closes it). */
+  requestRefusals = 0;
   inflight: InFlight | null = null;
   /** A wake-up is wanted (with this reason) once the one in flight is answered. */
   wantReason: WakeReason | null = null;
   queued = false;
   awaitingPong = false;
-  /** The connection whose fetch the handler is answering now (at most one per node). */
-  fetchingOn: WebSocket | null = null;
+  /** The connection whose fetch / signal the handler is answering now (at most one of each per node). */
+  serving: Record<PushRequest['kind'], WebSocket | null> = { fetch: null, signal: null };
 
   constructor(node: string, spiffeId: string, url: string | null, generation: number, acked: number | null) {
     this.node = node;
@@ -182,7 +185,7 @@ export class PushDialer implements PushService {
   readonly #o: Resolved;
   #signer: Signer;
   readonly #log: Logger;
-  #fetchHandler: PushFetchHandler | null = null;
+  #requestHandler: PushRequestHandler | null = null;
   readonly #metrics: PushMetricsSink;
   readonly #events = new EventEmitter();
   readonly #nodes = new Map<string, NodeEntry>();
@@ -303,8 +306,8 @@ export class PushDialer implements PushService {
     this.#signer = new Signer(jwk);
   }
 
-  serveFetches(handler: PushFetchHandler): void {
-    this.#fetchHandler = handler;
+  serveRequests(handler: PushRequestHandler): void {
+    this.#requestHandler = handler;
   }
 
   setEndpoint(node: string, url: string | null, generation: number): void {
@@ -449,8 +452,8 @@ export class PushDialer implements PushService {
         perMessageDeflate: false,
         maxPayload: MAX_WS_PAYLOAD_BYTES,
         followRedirects: false,
-        // this connection answers the agent's fetches (SPEC §2): it needs no API connection
-        headers: { [FEATURES_HEADER]: FEATURE_FETCH },
+        // this connection answers the agent's fetches and signals (SPEC §2): it needs no API connection
+        headers: { [FEATURES_HEADER]: `${FEATURE_FETCH}, ${FEATURE_SIGNAL}` },
         // a name is resolved here and each address checked; the socket connects to exactly the
         // addresses checked, so a DNS answer that changes between check and connect cannot slip by
         lookup: this.#checkedLookup(e),
@@ -707,14 +710,20 @@ export class PushDialer implements PushService {
     let answer: AgentFrame;
     try {
       if (isBinary) throw new RefusalError('binary_frame');
-      answer = decodeAgentFrame(data.toString('utf8'));
+      answer = decodeAgentFrame(data);
     } catch (err) {
       // not an answer at all: the wake-up stays unanswered and the timeout handles the rest
       this.#log.warn({ node: e.node, code: pushCodeOf(err) }, 'push answer refused');
       return;
     }
     if (answer.type === 'fetch') {
-      this.#onFetch(e, answer);
+      const inm = answer.if_none_match ?? null;
+      this.#onRequest(e, answer.nonce, { kind: 'fetch', node: e.node, nonce: answer.nonce, ifNoneMatch: inm });
+      return;
+    }
+    if (answer.type === 'signal') {
+      const r = { kind: 'signal', node: e.node, deploymentId: answer.deployment, body: answer.body } as const;
+      this.#onRequest(e, answer.nonce, r);
       return;
     }
     const f = e.inflight;
@@ -752,27 +761,17 @@ export class PushDialer implements PushService {
   }
 
   /**
-   * The agent asks for its metadata on this connection: the handler (the API, in the main
-   * process) answers as the metadata route would, rate limit included. One at a time per node:
-   * another fetch while one is answered is 429 at once.
+   * The agent asks on this connection for its metadata (`fetch`) or to record a result
+   * (`signal`): the handler (the API, in the main process) answers as the route would, rate
+   * limit included, for this connection's node (never one a frame names). One of each kind per
+   * node at a time: another while one is answered is 503 at once, and the agent asks HTTPS.
    */
-  #onFetch(e: NodeEntry, f: FetchFrame): void {
+  #onRequest(e: NodeEntry, nonce: string, r: PushRequest): void {
     const ws = e.ws;
     if (ws === null) return;
-    const reply = (r: PushFetchReply, after?: () => void): void => {
+    const reply = (a: PushReply, after?: () => void): void => {
       if (e.ws !== ws || ws.readyState !== WebSocket.OPEN) return;
-      const head: MetadataFrameHead = { type: 'metadata', nonce: f.nonce, status: r.status };
-      if (r.etag !== undefined) head.etag = r.etag;
-      if (r.signature !== undefined) head.signature = r.signature;
-      if (r.error !== undefined) head.error = r.error;
-      if (r.retryAfterS !== undefined) head.retry_after_s = r.retryAfterS;
-      let frame = encodeMetadataFrame(head, r.status === 200 ? r.body : undefined);
-      if (frame.length > MAX_PUSH_METADATA_FRAME_BYTES) {
-        // over the agent's message limit it would close the connection (1009): it is told, and
-        // fetches over HTTPS, whose own limit answers `response_too_large`
-        frame = encodeMetadataFrame({ type: 'metadata', nonce: f.nonce, status: 507, error: 'response_too_large' });
-      }
-      ws.send(frame, { binary: false }, after);
+      ws.send(r.kind === 'fetch' ? metadataFrameOf(nonce, a) : signalledFrameOf(nonce, a), { binary: false }, after);
     };
     if (this.#o.clock() > e.peerNotAfterMs) {
       // the agent's certificate expired since the dial: what HTTPS would refuse, this refuses
@@ -781,40 +780,41 @@ export class PushDialer implements PushService {
       this.#closeForPolicy(e, ws, 'certificate_expired');
       return;
     }
-    const handler = this.#fetchHandler;
+    const handler = this.#requestHandler;
+    const unavailable = unavailableReply(r.kind);
     if (handler === null) {
-      reply({ status: 503, error: 'fetch_unavailable' });
+      reply(unavailable);
       return;
     }
-    if (e.fetchingOn === ws || ws.bufferedAmount > MAX_PUSH_FETCH_BUFFERED_BYTES) {
-      // one at a time, and not while the last answer is still being written: the agent fetches
+    if (e.serving[r.kind] === ws || ws.bufferedAmount > MAX_PUSH_ANSWER_BUFFERED_BYTES) {
+      // one at a time, and not while the last answer is still being written: the agent asks
       // over HTTPS meanwhile (a 5xx), so a slow answer never reads as a rate limit
-      reply({ status: 503, error: 'fetch_unavailable' });
+      reply(unavailable);
       return;
     }
-    e.fetchingOn = ws;
+    e.serving[r.kind] = ws;
     const done = (): void => {
-      if (e.fetchingOn === ws) e.fetchingOn = null;
+      if (e.serving[r.kind] === ws) e.serving[r.kind] = null;
     };
-    handler({ node: e.node, nonce: f.nonce, ifNoneMatch: f.if_none_match ?? null }).then(
-      (r) => {
-        if (r.status === 429) e.fetchRefusals++;
-        else e.fetchRefusals = 0;
+    handler(r).then(
+      (a) => {
+        if (a.status === 429) e.requestRefusals++;
+        else e.requestRefusals = 0;
         if (e.ws !== ws || ws.readyState !== WebSocket.OPEN) return done();
         // the slot is free once the answer is written out, not when it is queued
-        reply(r, done);
-        if (e.fetchRefusals >= MAX_PUSH_FETCH_REFUSED_REQUESTS) {
+        reply(a, done);
+        if (e.requestRefusals >= MAX_PUSH_REFUSED_REQUESTS) {
           this.#log.warn(
-            { node: e.node, refusals: e.fetchRefusals },
-            'push fetches refused again and again: closing the connection',
+            { node: e.node, refusals: e.requestRefusals },
+            'push requests refused again and again: closing the connection',
           );
-          e.fetchRefusals = 0;
+          e.requestRefusals = 0;
           this.#closeForPolicy(e, ws, 'rate_limited');
         }
       },
       (err: unknown) => {
         done();
-        this.#log.error({ node: e.node, err }, 'push fetch handler failed');
+        this.#log.error({ node: e.node, err, kind: r.kind }, 'push request handler failed');
         reply({ status: 500, error: 'internal' });
       },
     );
@@ -967,4 +967,28 @@ function stripUndefined<T extends object>(o: T): Partial<T> {
 function sessionBindingOf(material: PkiMaterial): string {
   const m = material.current();
   return crypto.createHash('sha256').update(m.ca).update('\n').update(m.cert).digest('base64url');
+}
+
+/** A fetch's answer as a metadata frame; one over the agent's frame limit is sent as 507. */
+function metadataFrameOf(nonce: string, r: PushReply): Buffer {
+  const head: MetadataFrameHead = { type: 'metadata', nonce, status: r.status };
+  if (r.etag !== undefined) head.etag = r.etag;
+  if (r.signature !== undefined) head.signature = r.signature;
+  if (r.error !== undefined) head.error = r.error;
+  if (r.retryAfterS !== undefined) head.retry_after_s = r.retryAfterS;
+  const frame = encodeMetadataFrame(head, r.status === 200 ? r.body : undefined);
+  // over the agent's message limit it would close the connection (1009): it is told, and
+  // fetches over HTTPS, whose own limit answers `response_too_large`
+  if (frame.length <= MAX_PUSH_METADATA_FRAME_BYTES) return frame;
+  return encodeMetadataFrame({ type: 'metadata', nonce, status: 507, error: 'response_too_large' });
+}
+
+/** A signal's answer as a signalled frame: the route's status and error code. */
+function signalledFrameOf(nonce: string, r: PushReply): string {
+  return encodeSignalled({
+    nonce,
+    status: r.status,
+    ...(r.error === undefined ? {} : { error: r.error }),
+    ...(r.retryAfterS === undefined ? {} : { retry_after_s: r.retryAfterS }),
+  });
 }

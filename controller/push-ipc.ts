@@ -8,7 +8,7 @@ import type { MaterialPaths } from '../certs/paths.js';
 import type { Ed25519PrivateJwk } from '../protocol/jws.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { PushMetricsDelta } from './push-metrics.js';
-import type { AckEvent, PushFetchReply, PushFetchRequest, PushState, PushTarget } from './push-types.js';
+import type { AckEvent, PushReply, PushRequest, PushState, PushTarget } from './push-types.js';
 
 /** Tuning a worker's dialer takes (PushDialerOptions' numbers). */
 export interface PushTuning {
@@ -43,8 +43,8 @@ export type ToWorkerCommand =
   | { t: 'endpoint'; node: string; url: string | null; gen: number }
   | { t: 'remove'; node: string }
   | { t: 'signing-key'; jwk: Ed25519PrivateJwk }
-  /** The answer to the worker's `fetch` event `id` (its body arrives as a Uint8Array). */
-  | { t: 'fetched'; id: number; r: PushFetchReply };
+  /** The answer to the worker's `request` event `id` (a body arrives as a Uint8Array). */
+  | { t: 'answer'; id: number; r: PushReply };
 
 export type ToWorker = WorkerInit | { t: 'batch'; cmds: ToWorkerCommand[] } | { t: 'close' };
 
@@ -52,8 +52,8 @@ export type WorkerEvent =
   | { t: 'state'; node: string; s: PushState }
   | { t: 'ack'; e: AckEvent }
   | { t: 'nack'; e: { node: string; jti: string | null; code: string } }
-  /** An agent's fetch on its push connection, for the main process to answer (`fetched`). */
-  | { t: 'fetch'; id: number; r: PushFetchRequest };
+  /** An agent's fetch or signal on its push connection, for the main process to answer (`answer`). */
+  | { t: 'request'; id: number; r: PushRequest };
 
 export type FromWorker =
   | { t: 'ready' }

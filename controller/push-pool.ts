@@ -26,8 +26,10 @@ import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
 import {
   IDLE_PUSH_STATE,
   type PushEvents,
-  type PushFetchHandler,
-  type PushFetchReply,
+  type PushRequest,
+  type PushRequestHandler,
+  type PushReply,
+  unavailableReply,
   type PushService,
   type PushState,
   type PushTarget,
@@ -96,7 +98,7 @@ export class PushPool implements PushService {
   readonly #shards: Shard[];
   readonly #targets = new Map<string, PushTarget>();
   readonly #states = new Map<string, PushState>();
-  #fetchHandler: PushFetchHandler | null = null;
+  #requestHandler: PushRequestHandler | null = null;
   #started = false;
   #closed = false;
   #closing: Promise<void> | null = null;
@@ -161,8 +163,8 @@ export class PushPool implements PushService {
     }
   }
 
-  serveFetches(handler: PushFetchHandler): void {
-    this.#fetchHandler = handler;
+  serveRequests(handler: PushRequestHandler): void {
+    this.#requestHandler = handler;
   }
 
   remove(node: string): void {
@@ -350,8 +352,8 @@ export class PushPool implements PushService {
         s.restarts = 0;
         this.#metrics.acked(ev.e.latencyMs / 1000);
         this.#events.emit('ack', ev.e);
-      } else if (ev.t === 'fetch') {
-        this.#answerFetch(s, ev.id, ev.r);
+      } else if (ev.t === 'request') {
+        this.#answerRequest(s, ev.id, ev.r);
       } else {
         this.#metrics.nacked(ev.e.code);
         this.#events.emit('nack', ev.e);
@@ -365,20 +367,20 @@ export class PushPool implements PushService {
     }
   }
 
-  /** Answers a worker's fetch; dropped when that worker has been replaced meanwhile (its agent times out). */
-  #answerFetch(s: Shard, id: number, r: Parameters<PushFetchHandler>[0]): void {
+  /** Answers a worker's request; dropped when that worker has been replaced meanwhile (its agent times out). */
+  #answerRequest(s: Shard, id: number, r: PushRequest): void {
     const child = s.child;
-    const handler = this.#fetchHandler;
+    const handler = this.#requestHandler;
     const answered =
       handler === null
-        ? Promise.resolve<PushFetchReply>({ status: 503, error: 'fetch_unavailable' })
-        : handler(r).catch((err: unknown): PushFetchReply => {
-            this.#log.error({ node: r.node, err }, 'push fetch handler failed');
+        ? Promise.resolve(unavailableReply(r.kind))
+        : handler(r).catch((err: unknown): PushReply => {
+            this.#log.error({ node: r.node, err, kind: r.kind }, 'push request handler failed');
             return { status: 500, error: 'internal' };
           });
     void answered.then((reply) => {
       if (s.child !== child || child === null) return;
-      s.queue.push({ t: 'fetched', id, r: reply });
+      s.queue.push({ t: 'answer', id, r: reply });
       this.#schedule(s);
     });
   }

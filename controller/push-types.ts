@@ -56,13 +56,29 @@ export interface AckEvent {
 
 /** An agent's fetch on its push connection (SPEC §2): the metadata route's request. */
 export interface PushFetchRequest {
+  kind: 'fetch';
   node: string;
   nonce: string;
   ifNoneMatch: string | null;
 }
 
-/** What the metadata route would answer, for a `metadata` frame (protocol/frames.ts). */
-export interface PushFetchReply {
+/** An agent's signal on its push connection (SPEC §2): the signal route's request. */
+export interface PushSignalRequest {
+  kind: 'signal';
+  node: string;
+  deploymentId: string;
+  /** The route's JSON body, unparsed. */
+  body: Uint8Array;
+}
+
+/** What an agent asks on its push connection, answered by the API as the route would. */
+export type PushRequest = PushFetchRequest | PushSignalRequest;
+
+/**
+ * What the route would answer: for a fetch, a `metadata` frame's content; for a signal, a
+ * `signalled` frame's (status and error alone) (protocol/frames.ts).
+ */
+export interface PushReply {
   status: number;
   etag?: string;
   signature?: string;
@@ -73,8 +89,13 @@ export interface PushFetchReply {
   retryAfterS?: number;
 }
 
-/** Answers push fetches (the controller's API); never rejects: an error is a reply. */
-export type PushFetchHandler = (r: PushFetchRequest) => Promise<PushFetchReply>;
+/** The answer to a request nobody can answer now (no handler yet, busy, a stalled main process): the agent asks over HTTPS. */
+export function unavailableReply(kind: PushRequest['kind']): PushReply {
+  return { status: 503, error: kind === 'fetch' ? 'fetch_unavailable' : 'signal_unavailable' };
+}
+
+/** Answers the agents' requests on push connections (the controller's API); never rejects: an error is a reply. */
+export type PushRequestHandler = (r: PushRequest) => Promise<PushReply>;
 
 export interface PushEvents {
   ack: (e: AckEvent) => void;
@@ -95,10 +116,11 @@ export interface PushService {
   /** A rotated signing key: wake-ups from now on are signed with it. */
   setSigningKey(jwk: Ed25519PrivateJwk): void;
   /**
-   * Who answers the agents' fetches on their push connections. Until it is set, a fetch frame is
-   * answered 503 `fetch_unavailable` and the agent fetches over HTTPS.
+   * Who answers the agents' fetches and signals on their push connections. Until it is set, a
+   * fetch frame is answered 503 `fetch_unavailable` and a signal frame 503 `signal_unavailable`:
+   * the agent asks over HTTPS.
    */
-  serveFetches(handler: PushFetchHandler): void;
+  serveRequests(handler: PushRequestHandler): void;
   on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void;
   /** Closes every agent connection with 1001 and stops. Idempotent. */
   close(): Promise<void>;

@@ -11,8 +11,8 @@ import { Signer } from '../protocol/jws.js';
 import { PushDialer } from './push-dialer.js';
 import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent, WorkerInit } from './push-ipc.js';
 import { DeltaPushMetrics } from './push-metrics.js';
-import type { PushFetchReply } from './push-types.js';
-import { PUSH_FETCH_ANSWER_TIMEOUT_MS } from '../protocol/limits.js';
+import { unavailableReply, type PushReply, type PushRequest } from './push-types.js';
+import { PUSH_REQUEST_ANSWER_TIMEOUT_MS } from '../protocol/limits.js';
 
 function send(m: FromWorker): void {
   // with a callback, a parent that has just died is an EPIPE here, not an unhandled 'error'
@@ -26,9 +26,9 @@ class Worker {
   readonly #metrics = new DeltaPushMetrics();
   #events: WorkerEvent[] = [];
   #flushScheduled = false;
-  /** Fetches sent to the main process, by id: at most one per connected node. */
-  readonly #fetches = new Map<number, (r: PushFetchReply) => void>();
-  #fetchSeq = 0;
+  /** Requests sent to the main process, by id: at most one fetch and one signal per connected node. */
+  readonly #requests = new Map<number, { kind: PushRequest['kind']; resolve: (r: PushReply) => void }>();
+  #requestSeq = 0;
 
   constructor(init: WorkerInit) {
     const logger = pino({ level: init.logLevel }).child({ push_worker: init.worker });
@@ -46,21 +46,24 @@ class Worker {
     this.#dialer.on('state', (node, s) => this.#push({ t: 'state', node, s }));
     this.#dialer.on('ack', (e) => this.#push({ t: 'ack', e }));
     this.#dialer.on('nack', (e) => this.#push({ t: 'nack', e }));
-    this.#dialer.serveFetches(
+    this.#dialer.serveRequests(
       (r) =>
         new Promise((resolve) => {
-          const id = ++this.#fetchSeq;
+          const id = ++this.#requestSeq;
           // a main process that does not answer (a stalled database) does not hold the entry for
-          // ever: the agent is told to fetch over HTTPS, and a late answer finds nothing
+          // ever: the agent is told to ask over HTTPS, and a late answer finds nothing
           const timer = setTimeout(() => {
-            if (this.#fetches.delete(id)) resolve({ status: 503, error: 'fetch_unavailable' });
-          }, PUSH_FETCH_ANSWER_TIMEOUT_MS);
+            if (this.#requests.delete(id)) resolve(unavailableReply(r.kind));
+          }, PUSH_REQUEST_ANSWER_TIMEOUT_MS);
           timer.unref();
-          this.#fetches.set(id, (reply) => {
-            clearTimeout(timer);
-            resolve(reply);
+          this.#requests.set(id, {
+            kind: r.kind,
+            resolve: (reply) => {
+              clearTimeout(timer);
+              resolve(reply);
+            },
           });
-          this.#push({ t: 'fetch', id, r });
+          this.#push({ t: 'request', id, r });
         }),
     );
   }
@@ -85,12 +88,14 @@ class Worker {
       case 'signing-key':
         this.#dialer.setSigningKey(cmd.jwk);
         break;
-      case 'fetched': {
-        const resolve = this.#fetches.get(cmd.id);
-        this.#fetches.delete(cmd.id);
+      case 'answer': {
+        const pending = this.#requests.get(cmd.id);
+        this.#requests.delete(cmd.id);
         // the structured clone of the IPC channel delivers the body as a plain Uint8Array
         const b = cmd.r.body;
-        resolve?.(b === undefined ? cmd.r : { ...cmd.r, body: Buffer.from(b.buffer, b.byteOffset, b.byteLength) });
+        pending?.resolve(
+          b === undefined ? cmd.r : { ...cmd.r, body: Buffer.from(b.buffer, b.byteOffset, b.byteLength) },
+        );
         break;
       }
     }
@@ -98,8 +103,8 @@ class Worker {
   }
 
   async close(): Promise<void> {
-    for (const resolve of this.#fetches.values()) resolve({ status: 503, error: 'fetch_unavailable' });
-    this.#fetches.clear();
+    for (const p of this.#requests.values()) p.resolve(unavailableReply(p.kind));
+    this.#requests.clear();
     await this.#dialer.close();
     this.#material.close();
     this.#flush();

@@ -33,9 +33,11 @@ export const ERROR_CODES = {
   response_too_large: 'the metadata response is over 16 MiB',
   bad_response: 'the controller answered with an unexpected status or body',
   unexpected_frame:
-    'a metadata frame on the push connection that answers no fetch the agent asked there (or names another nonce)',
+    'a metadata or signalled frame on the push connection that answers no fetch or signal the agent asked there (or names another nonce)',
   push_fetch_failed:
     'a fetch over the push connection got no answer (the connection closed, or no answer in time); the agent fetches over HTTPS',
+  push_signal_failed:
+    'a signal over the push connection got no answer (the connection closed, or no answer in time); the agent signals over HTTPS',
 
   // TLS peers and identities (SPEC §1)
   no_client_certificate: 'the peer presented no certificate',
@@ -95,6 +97,8 @@ export const ERROR_CODES = {
   internal: 'an unexpected error; details are in the controller log only',
   fetch_unavailable:
     'the controller cannot answer fetches on the push connection now (it is starting or stopping); the agent fetches over HTTPS',
+  signal_unavailable:
+    'the controller cannot take signals on the push connection now (it is starting or stopping, or one is still answered); the agent signals over HTTPS',
   store_unavailable:
     'the database is unreachable (PostgreSQL down or cut off): nothing was changed, or the change cannot be confirmed; retry after Retry-After seconds',
   db_in_use:

@@ -6,6 +6,11 @@
  *   exactly what the HTTPS route would (status, ETag, Herald-Signature, body). The metadata is
  *   signed end to end, so the agent checks it as it checks an HTTPS answer (protocol/metadata.ts).
  *   A controller offers this by sending `Herald-Features: fetch` on its upgrade request.
+ * - a signal over the push connection: the agent posts a deployment's result on the connection
+ *   (`signal`: a JSON head, a newline, then the exact body the HTTPS signal route would take), and
+ *   the controller answers with a `signalled` frame carrying the status that route would have
+ *   answered. Offered with `Herald-Features: signal`. The connection has proven the agent to be
+ *   `agent/<node>`, so the node is the connection's, never the frame's.
  */
 import { RefusalError, type ErrorCode } from './errors.js';
 import { MAX_WAKE_FRAME_BYTES } from './limits.js';
@@ -15,6 +20,8 @@ import { isValidNonce } from './metadata.js';
 export const FEATURES_HEADER = 'herald-features';
 /** The feature: the controller answers `fetch` frames on this connection. */
 export const FEATURE_FETCH = 'fetch';
+/** The feature: the controller answers `signal` frames on this connection. */
+export const FEATURE_SIGNAL = 'signal';
 
 /** Whether a `Herald-Features` header value offers `feature` (a comma-separated list). */
 export function offersFeature(header: string | string[] | undefined, feature: string): boolean {
@@ -71,11 +78,43 @@ export interface FetchFrame {
   /** As `If-None-Match`: the ETag of the document the agent holds. */
   if_none_match?: string;
 }
+/**
+ * Agent → controller: a deployment's result, the HTTPS signal route's request on the push
+ * connection. On the wire a JSON head (without `body`), a newline, then the body's exact bytes.
+ */
+export interface SignalFrame {
+  type: 'signal';
+  /** Names the request; the `signalled` frame that answers it repeats it. */
+  nonce: string;
+  /** The deployment whose result this is (as the route's `{deployment}`). */
+  deployment: string;
+  /** The signal route's JSON body, as bytes. */
+  body: Buffer;
+}
 /** Every frame an agent may send on the push connection. */
-export type AgentFrame = AnswerFrame | FetchFrame;
+export type AgentFrame = AnswerFrame | FetchFrame | SignalFrame;
+
+/** Controller → agent: the answer to a signal frame, the status the HTTPS route would have answered. */
+export interface SignalledFrame {
+  type: 'signalled';
+  nonce: string;
+  status: number;
+  /** An error's code (any status but 2xx). */
+  error?: string;
+  /** A 429's Retry-After, in seconds. */
+  retry_after_s?: number;
+}
+/** Every frame that answers an agent's request on the push connection. */
+export type ControllerAnswer = ({ type: 'metadata' } & MetadataFrame) | SignalledFrame;
 
 /** The longest ETag a fetch frame or metadata frame may carry. */
 const MAX_ETAG_CHARS = 200;
+/** The longest deployment id a signal frame may name. */
+const MAX_DEPLOYMENT_ID_CHARS = 200;
+/** The longest error code an answer frame may carry. */
+const MAX_ERROR_CODE_CHARS = 64;
+/** The longest Retry-After an answer frame may carry, in seconds. */
+const MAX_RETRY_AFTER_S = 3_600;
 /** The longest Herald-Signature a metadata frame may carry (a compact JWS of a few claims). */
 const MAX_SIGNATURE_CHARS = 2_048;
 
@@ -119,6 +158,16 @@ export function encodeFetch(nonce: string, ifNoneMatch?: string): string {
   return JSON.stringify(f);
 }
 
+/** One signal frame: the head, a newline, the body's exact bytes. */
+export function encodeSignal(nonce: string, deployment: string, body: Uint8Array): Buffer {
+  const h = Buffer.from(`${JSON.stringify({ type: 'signal', nonce, deployment })}\n`);
+  return Buffer.concat([h, body], h.length + body.length);
+}
+
+export function encodeSignalled(f: Omit<SignalledFrame, 'type'>): string {
+  return JSON.stringify({ type: 'signalled', ...f } satisfies SignalledFrame);
+}
+
 /** One metadata frame: the head, a newline, the body (a 200's; empty otherwise). */
 export function encodeMetadataFrame(head: MetadataFrameHead, body?: Uint8Array): Buffer {
   const h = Buffer.from(`${JSON.stringify(head)}\n`);
@@ -128,41 +177,63 @@ export function encodeMetadataFrame(head: MetadataFrameHead, body?: Uint8Array):
 const NEWLINE = 0x0a;
 
 /**
- * Decodes a metadata frame (agent side). Its size was bounded by the WebSocket layer; the head
- * must fit in MAX_WAKE_FRAME_BYTES.
+ * Decodes a frame that answers one of the agent's requests (agent side): a `metadata` frame (a
+ * head line, then a 200's body) or a `signalled` frame (a head line alone). Its size was bounded
+ * by the WebSocket layer; the head must fit in MAX_WAKE_FRAME_BYTES.
  * @throws RefusalError malformed
  */
-export function decodeMetadataFrame(buf: Buffer): MetadataFrame {
-  const end = buf.indexOf(NEWLINE);
-  if (end < 0 || end > MAX_WAKE_FRAME_BYTES) throw new RefusalError('malformed', 'metadata frame has no head line');
+export function decodeControllerAnswer(buf: Buffer): ControllerAnswer {
+  const newline = buf.indexOf(NEWLINE);
+  // a signalled frame is its head alone; a metadata frame's head always ends in a newline
+  const end = newline < 0 ? buf.length : newline;
+  if (end > MAX_WAKE_FRAME_BYTES) throw new RefusalError('malformed', 'answer frame has no head line');
   let v: Record<string, unknown>;
   try {
     v = JSON.parse(buf.toString('utf8', 0, end)) as Record<string, unknown>;
   } catch {
-    throw new RefusalError('malformed', 'metadata frame head is not JSON');
+    throw new RefusalError('malformed', 'answer frame head is not JSON');
   }
-  if (typeof v !== 'object' || v === null || v.type !== 'metadata')
-    throw new RefusalError('malformed', 'not a metadata frame');
-  const { nonce, status, etag, signature, error, retry_after_s: retry } = v;
-  if (!isValidNonce(nonce)) throw new RefusalError('malformed', 'metadata frame nonce');
+  if (typeof v !== 'object' || v === null || (v.type !== 'metadata' && v.type !== 'signalled'))
+    throw new RefusalError('malformed', 'neither a metadata nor a signalled frame');
+  const { nonce, status, error, retry_after_s: retry } = v;
+  if (!isValidNonce(nonce)) throw new RefusalError('malformed', `${v.type} frame nonce`);
   if (!Number.isInteger(status) || (status as number) < 200 || (status as number) > 599)
-    throw new RefusalError('malformed', 'metadata frame status');
+    throw new RefusalError('malformed', `${v.type} frame status`);
+  if (error !== undefined && (typeof error !== 'string' || error.length > MAX_ERROR_CODE_CHARS))
+    throw new RefusalError('malformed', `${v.type} frame error`);
+  if (retry !== undefined && !(typeof retry === 'number' && retry >= 0 && retry <= MAX_RETRY_AFTER_S))
+    throw new RefusalError('malformed', `${v.type} frame retry_after_s`);
+  const body = buf.subarray(Math.min(end + 1, buf.length));
+  if (v.type === 'signalled') {
+    if (body.length > 0) throw new RefusalError('malformed', 'a signalled frame with a body');
+    const f: SignalledFrame = { type: 'signalled', nonce, status: status as number };
+    if (error !== undefined) f.error = error as string;
+    if (retry !== undefined) f.retry_after_s = retry as number;
+    return f;
+  }
+  if (newline < 0) throw new RefusalError('malformed', 'metadata frame has no head line');
+  const { etag, signature } = v;
   if (etag !== undefined && (typeof etag !== 'string' || etag.length > MAX_ETAG_CHARS))
     throw new RefusalError('malformed', 'metadata frame etag');
   if (signature !== undefined && (typeof signature !== 'string' || signature.length > MAX_SIGNATURE_CHARS))
     throw new RefusalError('malformed', 'metadata frame signature');
-  if (error !== undefined && (typeof error !== 'string' || error.length > 64))
-    throw new RefusalError('malformed', 'metadata frame error');
-  if (retry !== undefined && !(typeof retry === 'number' && retry >= 0 && retry <= 3600))
-    throw new RefusalError('malformed', 'metadata frame retry_after_s');
-  const body = buf.subarray(end + 1);
   if (status !== 200 && body.length > 0) throw new RefusalError('malformed', `a ${status} metadata frame with a body`);
   const head: MetadataFrameHead = { type: 'metadata', nonce, status: status as number };
   if (etag !== undefined) head.etag = etag as string;
   if (signature !== undefined) head.signature = signature as string;
   if (error !== undefined) head.error = error as string;
   if (retry !== undefined) head.retry_after_s = retry as number;
-  return { head, body };
+  return { type: 'metadata', head, body };
+}
+
+/**
+ * Decodes a metadata frame (agent side).
+ * @throws RefusalError malformed (also for a signalled frame)
+ */
+export function decodeMetadataFrame(buf: Buffer): MetadataFrame {
+  const a = decodeControllerAnswer(buf);
+  if (a.type !== 'metadata') throw new RefusalError('malformed', 'not a metadata frame');
+  return { head: a.head, body: a.body };
 }
 
 /**
@@ -171,23 +242,46 @@ export function decodeMetadataFrame(buf: Buffer): MetadataFrame {
  */
 export function decodeAnswer(data: string): AnswerFrame {
   const f = decodeAgentFrame(data);
-  if (f.type === 'fetch') throw new RefusalError('malformed', 'a fetch frame where an answer was expected');
+  if (f.type === 'fetch' || f.type === 'signal')
+    throw new RefusalError('malformed', `a ${f.type} frame where an answer was expected`);
   return f;
 }
 
 /**
- * Decodes any frame an agent sends on the push connection (controller side).
+ * Decodes any frame an agent sends on the push connection (controller side). A signal frame's
+ * head ends at the first newline (JSON.stringify never writes a raw one) and its body follows;
+ * no other frame has anything after its JSON. The head must fit in MAX_WAKE_FRAME_BYTES; the
+ * whole frame was bounded by the WebSocket layer.
  * @throws RefusalError malformed | too_large
  */
-export function decodeAgentFrame(data: string): AgentFrame {
-  if (data.length > MAX_WAKE_FRAME_BYTES) throw new RefusalError('too_large');
+export function decodeAgentFrame(data: string | Buffer): AgentFrame {
+  let head: string;
+  let body: Buffer | null = null;
+  if (typeof data === 'string') head = data;
+  else {
+    const newline = data.indexOf(NEWLINE);
+    const end = newline < 0 ? data.length : newline;
+    if (end > MAX_WAKE_FRAME_BYTES) throw new RefusalError('too_large');
+    head = data.toString('utf8', 0, end);
+    if (newline >= 0) body = data.subarray(newline + 1);
+  }
+  if (head.length > MAX_WAKE_FRAME_BYTES) throw new RefusalError('too_large');
   let v: Record<string, unknown>;
   try {
-    v = JSON.parse(data) as Record<string, unknown>;
+    v = JSON.parse(head) as Record<string, unknown>;
   } catch {
     throw new RefusalError('malformed', 'answer is not JSON');
   }
   if (typeof v !== 'object' || v === null) throw new RefusalError('malformed', 'answer is not an object');
+  if (v.type === 'signal') {
+    if (body === null) throw new RefusalError('malformed', 'a signal frame needs a body after its head line');
+    if (!isValidNonce(v.nonce)) throw new RefusalError('malformed', 'signal needs a nonce');
+    const d = v.deployment;
+    if (typeof d !== 'string' || d.length === 0 || d.length > MAX_DEPLOYMENT_ID_CHARS)
+      throw new RefusalError('malformed', 'signal needs a deployment');
+    return { type: 'signal', nonce: v.nonce, deployment: d, body };
+  }
+  if (body !== null) throw new RefusalError('malformed', `a ${String(v.type).slice(0, 20)} frame with a body`);
   if (v.type === 'ack') {
     if (
       typeof v.jti !== 'string' ||
@@ -213,7 +307,7 @@ export function decodeAgentFrame(data: string): AgentFrame {
       ? { type: 'fetch', nonce: v.nonce }
       : { type: 'fetch', nonce: v.nonce, if_none_match: inm };
   }
-  throw new RefusalError('malformed', 'frame type is neither ack, nack nor fetch');
+  throw new RefusalError('malformed', 'frame type is neither ack, nack, fetch nor signal');
 }
 
 /** @throws RefusalError too_large when `bytes` is over the wake-up frame limit */

@@ -16,16 +16,21 @@ export const MAX_WS_PAYLOAD_BYTES = 64 * 1024;
 export const MAX_PUSH_METADATA_FRAME_BYTES = 16 * 1024 * 1024 + 4 * 1024;
 /**
  * A push connection with more than this of answers not yet written to its socket gets no other
- * fetch answered there (503 `fetch_unavailable`: the agent fetches over HTTPS), so an agent that
- * asks and does not read cannot make the controller queue answers without end.
+ * request answered there (503 `fetch_unavailable` / `signal_unavailable`: the agent asks over
+ * HTTPS), so an agent that asks and does not read cannot make the controller queue answers without end.
  */
-export const MAX_PUSH_FETCH_BUFFERED_BYTES = 1024 * 1024;
-/** Timed-out fetches per push connection whose late answers the agent still recognises, and drops. */
+export const MAX_PUSH_ANSWER_BUFFERED_BYTES = 1024 * 1024;
+/** Timed-out requests per push connection whose late answers the agent still recognises, and drops. */
 export const MAX_LATE_FETCH_ENTRIES = 4;
-/** Fetches over one push connection refused 429 in a row before the controller closes it (as the API does). */
-export const MAX_PUSH_FETCH_REFUSED_REQUESTS = 3;
-/** The push worker answers a fetch 503 `fetch_unavailable` when the API has not within this (the agent asks HTTPS). */
-export const PUSH_FETCH_ANSWER_TIMEOUT_MS = 20_000;
+/** Requests (fetches and signals) over one push connection refused 429 in a row before the controller closes it (as the API does). */
+export const MAX_PUSH_REFUSED_REQUESTS = 3;
+/** The push worker answers a request 503 (`fetch_unavailable`, `signal_unavailable`) when the API has not within this (the agent asks HTTPS). */
+export const PUSH_REQUEST_ANSWER_TIMEOUT_MS = 20_000;
+/**
+ * The largest signal frame (head and body) an agent sends on a push connection: the controller's
+ * WebSocket message limit. A larger signal goes over HTTPS, whose route takes up to MAX_SIGNAL_BODY_BYTES.
+ */
+export const MAX_PUSH_SIGNAL_FRAME_BYTES = MAX_WS_PAYLOAD_BYTES;
 /** Longest allowed `exp - iat` of a wake-up. */
 export const MAX_WAKE_LIFETIME_S = 300;
 /** Lifetime the controller gives its wake-ups. */

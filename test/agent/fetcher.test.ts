@@ -265,13 +265,17 @@ describe('announce and signal', () => {
       res.writeHead(409);
       res.end();
     });
-    const status = await fetcher(srv.url).signal('/v1/nodes/n1/deployments/d1/signal', {
-      revision: 1,
-      deploy_status_code: 0,
-      deploy_stdout: '',
-      deploy_stderr: '',
-      outputs: {},
-    });
+    const status = await fetcher(srv.url).signal(
+      '/v1/nodes/n1/deployments/d1/signal',
+      {
+        revision: 1,
+        deploy_status_code: 0,
+        deploy_stdout: '',
+        deploy_stderr: '',
+        outputs: {},
+      },
+      'd1',
+    );
     expect(status).toBe(409);
     expect(got).toMatchObject({ revision: 1 });
   });

@@ -1,9 +1,10 @@
 /**
- * Fetches over the push connection at the agent (SPEC §2), over real TLS on 127.0.0.1: the
- * listener asks only a connection whose controller offers it, takes a metadata frame only as the
- * answer to its own fetch on that connection, and fails the fetch when the connection closes or
- * stays silent; the fetcher checks such an answer exactly as an HTTPS one (signature, nonce,
- * audience, issuer, digest) and fetches over HTTPS when the push connection gives none.
+ * Fetches and signals over the push connection at the agent (SPEC §2), over real TLS on
+ * 127.0.0.1: the listener asks only a connection whose controller offers it, takes a metadata or
+ * signalled frame only as the answer to its own request on that connection, and fails the request
+ * when the connection closes or stays silent; the fetcher checks a metadata answer exactly as an
+ * HTTPS one (signature, nonce, audience, issuer, digest), and fetches or signals over HTTPS when
+ * the push connection gives no answer.
  */
 import { once } from 'node:events';
 import https from 'node:https';
@@ -14,13 +15,20 @@ import { tlsServerOptions, type PkiMaterial } from '../../certs/tls.js';
 import {
   decodeAgentFrame,
   encodeMetadataFrame,
+  encodeSignalled,
   FEATURE_FETCH,
+  FEATURE_SIGNAL,
   FEATURES_HEADER,
   type FetchFrame,
+  type SignalFrame,
   type FetchState,
   type MetadataFrameHead,
 } from '../../protocol/frames.js';
-import { MAX_PUSH_METADATA_FRAME_BYTES, MAX_WAKE_FRAME_BYTES } from '../../protocol/limits.js';
+import {
+  MAX_PUSH_METADATA_FRAME_BYTES,
+  MAX_PUSH_SIGNAL_FRAME_BYTES,
+  MAX_WAKE_FRAME_BYTES,
+} from '../../protocol/limits.js';
 import { sha256b64url, signMetadata } from '../../protocol/metadata.js';
 import { newJti, signWake, WakeVerifier } from '../../protocol/wake.js';
 import { Fetcher, keySetOf } from '../../agent/fetcher.js';
@@ -72,12 +80,19 @@ interface Ctl {
   /** The fetch frames the agent sent, in order. */
   fetches: FetchFrame[];
   nextFetch(): Promise<FetchFrame>;
+  /** The signal frames the agent sent, in order. */
+  signals: SignalFrame[];
+  nextSignal(): Promise<SignalFrame>;
   /** Every other frame the agent sent (answers). */
   others: string[];
 }
 
-/** A controller connection (`controller/<name>`), offering fetches unless `offer` is false. */
-async function controller(port: number, o: { name?: string; offer?: boolean } = {}): Promise<Ctl> {
+/**
+ * A controller connection (`controller/<name>`), offering fetches and signals unless `offer` is
+ * false (nothing) or names the features.
+ */
+async function controller(port: number, o: { name?: string; offer?: boolean | string } = {}): Promise<Ctl> {
+  const features = o.offer === undefined || o.offer === true ? `${FEATURE_FETCH}, ${FEATURE_SIGNAL}` : o.offer;
   const c = pki.cred('controller', o.name ?? 'controller');
   const ws = new WebSocket(`wss://127.0.0.1:${port}/v1/wake`, {
     perMessageDeflate: false,
@@ -86,37 +101,48 @@ async function controller(port: number, o: { name?: string; offer?: boolean } = 
     key: c.key,
     minVersion: 'TLSv1.3',
     checkServerIdentity: () => undefined,
-    headers: o.offer === false ? {} : { [FEATURES_HEADER]: FEATURE_FETCH },
+    headers: features === false ? {} : { [FEATURES_HEADER]: features },
   } as unknown as WebSocket.ClientOptions);
   ws.on('error', () => undefined);
   open.push({ close: () => ws.terminate() });
-  const fetches: FetchFrame[] = [];
+  const fetches = queueOf<FetchFrame>();
+  const signals = queueOf<SignalFrame>();
   const others: string[] = [];
-  const waiting: Array<(f: FetchFrame) => void> = [];
-  let taken = 0;
   ws.on('message', (d: Buffer) => {
-    const text = d.toString('utf8');
     try {
-      const f = decodeAgentFrame(text);
-      if (f.type === 'fetch') {
-        fetches.push(f);
-        waiting.shift()?.(f);
-        return;
-      }
+      const f = decodeAgentFrame(d);
+      if (f.type === 'fetch') return fetches.add(f);
+      if (f.type === 'signal') return signals.add(f);
     } catch {
       // not an agent frame
     }
-    others.push(text);
+    others.push(d.toString('utf8'));
   });
   await once(ws, 'open');
   return {
     ws,
-    fetches,
+    fetches: fetches.all,
+    nextFetch: fetches.next,
+    signals: signals.all,
+    nextSignal: signals.next,
     others,
-    // each call takes the next fetch not yet taken, in order
-    nextFetch: () => {
+  };
+}
+
+/** Frames in arrival order; each `next()` takes the next one not yet taken, waiting for it. */
+function queueOf<T>(): { all: T[]; add(x: T): void; next(): Promise<T> } {
+  const all: T[] = [];
+  const waiting: Array<(x: T) => void> = [];
+  let taken = 0;
+  return {
+    all,
+    add: (x) => {
+      all.push(x);
+      waiting.shift()?.(x);
+    },
+    next: () => {
       const i = taken++;
-      return i < fetches.length ? Promise.resolve(fetches[i]!) : new Promise((r) => waiting.push(r));
+      return i < all.length ? Promise.resolve(all[i]!) : new Promise((r) => waiting.push(r));
     },
   };
 }
@@ -159,6 +185,7 @@ function fetcherOf(listener: WakeListener, timeoutMs = 5_000): Fetcher {
     log: quietLog(),
     requestTimeoutMs: timeoutMs,
     pushFetch: (nonce, inm, ms) => listener.fetchOverPush(nonce, inm, ms),
+    pushSignal: (nonce, deployment, body, ms) => listener.signalOverPush(nonce, deployment, body, ms),
   });
   open.push({ close: () => f.close() });
   return f;
@@ -380,6 +407,104 @@ describe('the fetcher: an answer over the push connection is checked like an HTT
       code: 'rate_limited',
       retryAfterMs: 3_000,
     });
+  });
+});
+
+describe('signals over the push connection', () => {
+  const BODY = Buffer.from('{"revision":2,"deploy_status_code":0}');
+  const RESULT = { revision: 2, deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} };
+
+  it('asks no connection whose controller did not offer signals, and none for a frame over the limit', async () => {
+    const { listener, port } = await listen();
+    await controller(port, { offer: FEATURE_FETCH });
+    expect(listener.connections).toBe(1);
+    expect(listener.signalOverPush(NONCE, 'd1', BODY, 1_000)).toBeNull();
+    const fetch = listener.fetchOverPush(NONCE, undefined, 1_000);
+    expect(fetch).not.toBeNull();
+    void fetch?.catch(() => undefined); // unanswered: it fails when the connection closes
+    const both = await controller(port, { name: 'c2' });
+    expect(listener.signalOverPush(NONCE, 'd1', Buffer.alloc(MAX_PUSH_SIGNAL_FRAME_BYTES), 1_000)).toBeNull();
+    expect(both.signals).toHaveLength(0);
+  });
+
+  it('sends the signal as a text frame and takes the signalled answer with its nonce; one at a time per connection', async () => {
+    const { listener, port } = await listen();
+    const ctl = await controller(port);
+    const pending = listener.signalOverPush(NONCE, 'd1', BODY, 5_000)!;
+    const f = await ctl.nextSignal();
+    expect({ ...f, body: f.body.toString() }).toEqual({
+      type: 'signal',
+      nonce: NONCE,
+      deployment: 'd1',
+      body: BODY.toString(),
+    });
+    expect(listener.signalOverPush('b'.repeat(22), 'd2', BODY, 5_000)).toBeNull();
+    // a fetch is its own request: it may go while the signal is answered
+    const fetch = listener.fetchOverPush('c'.repeat(22), undefined, 5_000);
+    expect(fetch).not.toBeNull();
+    void fetch?.catch(() => undefined); // unanswered: it fails when the connection closes
+    ctl.ws.send(encodeSignalled({ nonce: NONCE, status: 409, error: 'stale_revision' }));
+    expect(await pending).toEqual({ type: 'signalled', nonce: NONCE, status: 409, error: 'stale_revision' });
+    expect(listener.stats).toMatchObject({ pushSignals: 1, pushSignalsAnswered: 1 });
+  });
+
+  it('a signalled frame that answers no signal is refused unexpected_frame and closes the connection', async () => {
+    const { listener, port, lines } = await listen();
+    const ctl = await controller(port);
+    const closed = once(ctl.ws, 'close');
+    ctl.ws.send(encodeSignalled({ nonce: NONCE, status: 200 }));
+    const [code, reason] = (await closed) as [number, Buffer];
+    expect([code, reason.toString()]).toEqual([1008, 'unexpected_frame']);
+    expect(lines.filter((l) => l.code === 'unexpected_frame')).toHaveLength(1);
+    expect(listener.stats.nacks).toBe(0);
+  });
+
+  it('a metadata frame does not answer a signal: unexpected_frame, and the signal fails push_signal_failed', async () => {
+    const { listener, port } = await listen();
+    const ctl = await controller(port);
+    const pending = listener.signalOverPush(NONCE, 'd1', BODY, 5_000)!;
+    await ctl.nextSignal();
+    const closed = once(ctl.ws, 'close');
+    sendText(ctl.ws, encodeMetadataFrame(head({ status: 304 })));
+    expect(await thrownCodeAsync(pending)).toBe('push_signal_failed');
+    expect(((await closed) as [number])[0]).toBe(1008);
+  });
+
+  it('the late answer of a signal that timed out is dropped; a signal fails push_signal_failed when its connection closes', async () => {
+    const { listener, port, lines } = await listen();
+    const ctl = await controller(port);
+    const first = listener.signalOverPush(NONCE, 'd1', BODY, 200)!;
+    await ctl.nextSignal();
+    expect(await thrownCodeAsync(first)).toBe('push_signal_failed');
+    ctl.ws.send(encodeSignalled({ nonce: NONCE, status: 200 }));
+    const second = listener.signalOverPush('n'.repeat(22), 'd1', BODY, 5_000)!;
+    expect((await ctl.nextSignal()).nonce).toBe('n'.repeat(22));
+    expect(lines.some((l) => l.code === 'unexpected_frame')).toBe(false);
+    ctl.ws.close();
+    expect(await thrownCodeAsync(second)).toBe('push_signal_failed');
+  });
+
+  it('the fetcher signals over the push connection, and over HTTPS when it gives no answer or a 5xx', async () => {
+    const { listener, port } = await listen();
+    const ctl = await controller(port);
+    let answer: { status: number; error?: string } | null = { status: 200 };
+    ctl.ws.on('message', (d: Buffer) => {
+      const f = decodeAgentFrame(d);
+      if (f.type === 'signal' && answer !== null) ctl.ws.send(encodeSignalled({ nonce: f.nonce, ...answer }));
+    });
+    const fetcher = fetcherOf(listener, 300);
+    const path = '/v1/nodes/n1/deployments/d1/signal';
+    // answered over push: no HTTPS request (its URL is a closed port)
+    expect(await fetcher.signal(path, RESULT, 'd1')).toBe(200);
+    answer = { status: 404, error: 'not_found' };
+    expect(await fetcher.signal(path, RESULT, 'd1')).toBe(404);
+    expect(fetcher.pushSignals).toBe(2);
+    answer = { status: 503, error: 'signal_unavailable' };
+    await expect(fetcher.signal(path, RESULT, 'd1')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    answer = null; // silent: the signal times out, then HTTPS is asked
+    await expect(fetcher.signal(path, RESULT, 'd1')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    expect(fetcher.pushSignals).toBe(2);
+    expect(listener.stats.pushSignals).toBe(4);
   });
 });
 

@@ -32,7 +32,7 @@ function recordingDialer(): PushService & { endpoints: Map<string, string | null
     remove: (node) => void endpoints.delete(node),
     state: () => ({ ...IDLE_PUSH_STATE }),
     setSigningKey: () => {},
-    serveFetches: () => {},
+    serveRequests: () => {},
     on: () => {},
     close: async () => {},
   };

@@ -1,9 +1,11 @@
 /**
- * Fetches over the push connection at the controller (SPEC §2): the dialer, in this process and
- * in worker processes (PushPool), hands an agent's `fetch` frame to the handler the API serves and
- * answers with a `metadata` frame carrying the handler's reply byte for byte; one fetch per node
- * at a time; 503 `fetch_unavailable` before a handler is set. The agent side is the real
- * listener (test/helpers/wake-listener.ts) over TLS 1.3 on 127.0.0.1.
+ * Fetches and signals over the push connection at the controller (SPEC §2): the dialer, in this
+ * process and in worker processes (PushPool), hands an agent's `fetch` frame to the handler the
+ * API serves and answers with a `metadata` frame carrying the handler's reply byte for byte, and
+ * a `signal` frame likewise, answered by a `signalled` frame, always for the connection's node;
+ * one of each per node at a time; 503 `fetch_unavailable` / `signal_unavailable` before a
+ * handler is set. The API answers both as its routes would. The agent side is the real listener
+ * (test/helpers/wake-listener.ts) over TLS 1.3 on 127.0.0.1.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -12,11 +14,17 @@ import https from 'node:https';
 import type WebSocket from 'ws';
 import { WebSocketServer } from 'ws';
 import { PkiMaterial, tlsServerOptions } from '../../certs/tls.js';
-import { decodeMetadataFrame, encodeAck, encodeFetch } from '../../protocol/frames.js';
+import {
+  decodeControllerAnswer,
+  decodeMetadataFrame,
+  encodeAck,
+  encodeFetch,
+  encodeSignal,
+} from '../../protocol/frames.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PushDialer } from '../../controller/push-dialer.js';
 import { defaultWorkerScript, PushPool } from '../../controller/push-pool.js';
-import type { PushFetchReply, PushFetchRequest } from '../../controller/push-types.js';
+import type { PushReply, PushRequest } from '../../controller/push-types.js';
 import { materialPaths } from '../../certs/paths.js';
 import { makeCa, newRsaKeyPem } from '../../certs/pki.js';
 import { newNonce, verifyMetadataResponse } from '../../protocol/metadata.js';
@@ -134,19 +142,19 @@ async function connected(
 function dialerCases(make: () => PushDialer | PushPool): void {
   it("hands the agent's fetch to the handler and carries its reply to the agent byte for byte", async () => {
     const { push, l } = await connected(make);
-    const seen: PushFetchRequest[] = [];
+    const seen: PushRequest[] = [];
     const body = Buffer.from(`{"node":"n1","generation":2,"deployments":[],"x":"${'é'.repeat(40_000)}"}`);
-    push.serveFetches(async (r) => {
+    push.serveRequests(async (r) => {
       seen.push(r);
       return { status: 200, etag: '"2"', signature: 'h.p.s', body };
     });
     const a = await l.fetchOverPush(NONCE, '"1"')!;
-    expect(seen).toEqual([{ node: 'n1', nonce: NONCE, ifNoneMatch: '"1"' }]);
+    expect(seen).toEqual([{ kind: 'fetch', node: 'n1', nonce: NONCE, ifNoneMatch: '"1"' }]);
     expect(a.head).toEqual({ type: 'metadata', nonce: NONCE, status: 200, etag: '"2"', signature: 'h.p.s' });
     expect(a.body.equals(body)).toBe(true);
     expect(a.issuer).toBe(CONTROLLER_ID);
     // a refusal travels as its status and code, with no body
-    push.serveFetches(async () => ({ status: 429, error: 'rate_limited', retryAfterS: 2 }));
+    push.serveRequests(async () => ({ status: 429, error: 'rate_limited', retryAfterS: 2 }));
     const r = await l.fetchOverPush(NONCE)!;
     expect(r.head).toMatchObject({ status: 429, error: 'rate_limited', retry_after_s: 2 });
     expect(r.body.length).toBe(0);
@@ -155,7 +163,7 @@ function dialerCases(make: () => PushDialer | PushPool): void {
   it('answers 503 fetch_unavailable while no handler is set, and 500 internal when the handler fails', async () => {
     const { push, l } = await connected(make);
     expect((await l.fetchOverPush(NONCE)!).head).toMatchObject({ status: 503, error: 'fetch_unavailable' });
-    push.serveFetches(() => Promise.reject(new Error('boom')));
+    push.serveRequests(() => Promise.reject(new Error('boom')));
     expect((await l.fetchOverPush(NONCE)!).head).toMatchObject({ status: 500, error: 'internal' });
   });
 
@@ -163,9 +171,9 @@ function dialerCases(make: () => PushDialer | PushPool): void {
     const agent = await rawAgent();
     const push = make();
     open.push(push);
-    let release: (r: PushFetchReply) => void = () => undefined;
+    let release: (r: PushReply) => void = () => undefined;
     const held = new Promise<void>((resolve) => {
-      push.serveFetches(
+      push.serveRequests(
         () =>
           new Promise((r) => {
             release = r;
@@ -183,9 +191,94 @@ function dialerCases(make: () => PushDialer | PushPool): void {
     release({ status: 304, etag: '"2"', signature: 'h.p.s' });
     expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ nonce: 'a'.repeat(22), status: 304 });
   });
+
+  it("hands the agent's signal to the handler for the connection's node, and carries the status back", async () => {
+    const { push, l } = await connected(make);
+    const seen: PushRequest[] = [];
+    push.serveRequests(async (r) => {
+      seen.push(r);
+      return { status: 409, error: 'stale_revision' };
+    });
+    const body = { revision: 3, deploy_status_code: 0, deploy_stdout: 'é'.repeat(1_000), outputs: {} };
+    const a = await l.signalOverPush(NONCE, 'd1', body)!;
+    expect(a).toEqual({ type: 'signalled', nonce: NONCE, status: 409, error: 'stale_revision' });
+    expect(seen).toHaveLength(1);
+    const r = seen[0]!;
+    expect(r.kind === 'signal' && { node: r.node, deploymentId: r.deploymentId }).toEqual({
+      node: 'n1',
+      deploymentId: 'd1',
+    });
+    expect(r.kind === 'signal' && JSON.parse(Buffer.from(r.body).toString('utf8'))).toEqual(body);
+    push.serveRequests(async () => ({ status: 200 }));
+    expect(await l.signalOverPush(NONCE, 'd1', body)!).toEqual({ type: 'signalled', nonce: NONCE, status: 200 });
+  });
+
+  it('answers a signal 503 signal_unavailable while no handler is set, and 500 internal when the handler fails', async () => {
+    const { push, l } = await connected(make);
+    expect(await l.signalOverPush(NONCE, 'd1', { revision: 1 })!).toMatchObject({
+      status: 503,
+      error: 'signal_unavailable',
+    });
+    push.serveRequests(() => Promise.reject(new Error('boom')));
+    expect(await l.signalOverPush(NONCE, 'd1', { revision: 1 })!).toMatchObject({ status: 500, error: 'internal' });
+  });
+
+  it('one signal per node at a time: a second one while the first is answered is 503 signal_unavailable; a fetch meanwhile is answered', async () => {
+    const agent = await rawAgent();
+    const push = make();
+    open.push(push);
+    let release: (r: PushReply) => void = () => undefined;
+    const held = new Promise<void>((resolve) => {
+      push.serveRequests((r) =>
+        r.kind === 'fetch'
+          ? Promise.resolve({ status: 304, etag: '"2"', signature: 'h.p.s' })
+          : new Promise((answer) => {
+              release = answer;
+              resolve();
+            }),
+      );
+    });
+    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+    const ws = await agent.connected;
+    const body = Buffer.from('{"revision":1}');
+    ws.send(encodeSignal('a'.repeat(22), 'd1', body), { binary: false });
+    ws.send(encodeSignal('b'.repeat(22), 'd1', body), { binary: false });
+    expect(decodeControllerAnswer(await agent.nextFrame())).toEqual({
+      type: 'signalled',
+      nonce: 'b'.repeat(22),
+      status: 503,
+      error: 'signal_unavailable',
+    });
+    await held;
+    ws.send(encodeFetch('c'.repeat(22)));
+    expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ nonce: 'c'.repeat(22), status: 304 });
+    release({ status: 200 });
+    expect(decodeControllerAnswer(await agent.nextFrame())).toEqual({
+      type: 'signalled',
+      nonce: 'a'.repeat(22),
+      status: 200,
+    });
+  });
+
+  it('takes the node from the connection: a signal head naming another node is still for n1', async () => {
+    const agent = await rawAgent();
+    const push = make();
+    open.push(push);
+    const seen: PushRequest[] = [];
+    push.serveRequests(async (r) => {
+      seen.push(r);
+      return { status: 200 };
+    });
+    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+    const ws = await agent.connected;
+    const head = JSON.stringify({ type: 'signal', nonce: 'a'.repeat(22), deployment: 'd9', node: 'n2' });
+    ws.send(`${head}\n{"revision":1}`);
+    expect(decodeControllerAnswer(await agent.nextFrame())).toMatchObject({ status: 200 });
+    expect(seen.map((r) => [r.kind, r.node])).toEqual([['signal', 'n1']]);
+  });
 }
 
-describe('fetches over the push connection, dialer in this process (PushDialer)', () => {
+describe('fetches and signals over the push connection, dialer in this process (PushDialer)', () => {
   dialerCases(() => inProcess());
 
   it('refuses the fetches of an agent whose certificate expired since the dial (403 certificate_expired) and closes it', async () => {
@@ -194,7 +287,7 @@ describe('fetches over the push connection, dialer in this process (PushDialer)'
     const push = inProcess({ clock: () => Date.now() + 2 * 365 * 86_400_000 });
     open.push(push);
     let asked = 0;
-    push.serveFetches(async () => {
+    push.serveRequests(async () => {
       asked++;
       return { status: 304, etag: '"2"', signature: 'h.p.s' };
     });
@@ -209,6 +302,27 @@ describe('fetches over the push connection, dialer in this process (PushDialer)'
     expect(await closed).toBe(1008);
     expect(asked).toBe(0);
     expect(push.state('n1').last_error).toBe('certificate_expired');
+  });
+
+  it('refuses the signals of an agent whose certificate expired since the dial (403 certificate_expired) and closes it', async () => {
+    const agent = await rawAgent();
+    const push = inProcess({ clock: () => Date.now() + 2 * 365 * 86_400_000 });
+    open.push(push);
+    let asked = 0;
+    push.serveRequests(async () => {
+      asked++;
+      return { status: 200 };
+    });
+    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+    const ws = await agent.connected;
+    const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
+    ws.send(encodeSignal('a'.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
+    expect(decodeControllerAnswer(await agent.nextFrame())).toMatchObject({
+      status: 403,
+      error: 'certificate_expired',
+    });
+    expect(await closed).toBe(1008);
+    expect(asked).toBe(0);
   });
 
   it('another CA closes every push connection, which is dialled and verified again; a renewal of its own certificate closes none', async () => {
@@ -260,11 +374,27 @@ describe('fetches over the push connection, dialer in this process (PushDialer)'
     expect(l.closeCodes).toContain(1008);
   });
 
+  it('closes a connection whose signals are refused 429 three times in a row, as the API does', async () => {
+    const agent = await rawAgent();
+    const push = inProcess();
+    open.push(push);
+    push.serveRequests(async () => ({ status: 429, error: 'rate_limited', retryAfterS: 1 }));
+    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+    const ws = await agent.connected;
+    const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
+    for (let i = 0; i < 3; i++) {
+      ws.send(encodeSignal(`${i}`.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
+      expect(decodeControllerAnswer(await agent.nextFrame())).toMatchObject({ status: 429, retry_after_s: 1 });
+    }
+    expect(await closed).toBe(1008);
+    expect(push.state('n1').last_error).toBe('rate_limited');
+  });
+
   it('closes a connection whose fetches are refused 429 three times in a row, as the API does', async () => {
     const agent = await rawAgent();
     const push = inProcess();
     open.push(push);
-    push.serveFetches(async () => ({ status: 429, error: 'rate_limited', retryAfterS: 1 }));
+    push.serveRequests(async () => ({ status: 429, error: 'rate_limited', retryAfterS: 1 }));
     await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
     const ws = await agent.connected;
     const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
@@ -277,7 +407,7 @@ describe('fetches over the push connection, dialer in this process (PushDialer)'
   });
 });
 describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
-  'fetches over the push connection, dialer in a worker process (PushPool)',
+  'fetches and signals over the push connection, dialer in a worker process (PushPool)',
   () => dialerCases(inWorker),
 );
 
@@ -299,10 +429,10 @@ describe('the API answers a fetch over the push connection as its metadata route
     expect((await t.req(agent, 'PUT', '/v1/nodes/pf1/endpoint', { url: 'wss://127.0.0.1:7443/v1/wake' })).status).toBe(
       200,
     );
-    const fetch = t.push.fetchHandler!;
+    const fetch = t.push.requestHandler!;
     expect(fetch).toBeTypeOf('function');
     const nonce = newNonce();
-    const full = await fetch({ node: 'pf1', nonce, ifNoneMatch: null });
+    const full = await fetch({ kind: 'fetch', node: 'pf1', nonce, ifNoneMatch: null });
     expect(full.status).toBe(200);
     const v = verifyMetadataResponse({
       status: 200,
@@ -314,12 +444,12 @@ describe('the API answers a fetch over the push connection as its metadata route
       keys: cpki.keys,
     });
     expect(v.document?.node).toBe('pf1');
-    const same = await fetch({ node: 'pf1', nonce: newNonce(), ifNoneMatch: full.etag! });
+    const same = await fetch({ kind: 'fetch', node: 'pf1', nonce: newNonce(), ifNoneMatch: full.etag! });
     expect(same).toMatchObject({ status: 304, etag: full.etag });
     expect(same.body).toBeUndefined();
     // the third token of the budget, then the route's limit, over HTTPS as well
-    expect((await fetch({ node: 'pf1', nonce: newNonce(), ifNoneMatch: null })).status).toBe(200);
-    const limited = await fetch({ node: 'pf1', nonce: newNonce(), ifNoneMatch: null });
+    expect((await fetch({ kind: 'fetch', node: 'pf1', nonce: newNonce(), ifNoneMatch: null })).status).toBe(200);
+    const limited = await fetch({ kind: 'fetch', node: 'pf1', nonce: newNonce(), ifNoneMatch: null });
     expect(limited).toMatchObject({ status: 429, error: 'rate_limited' });
     expect(limited.retryAfterS).toBeGreaterThanOrEqual(1);
     expect((await t.req(agent, 'GET', '/v1/nodes/pf1/metadata')).status).toBe(429);
@@ -328,12 +458,74 @@ describe('the API answers a fetch over the push connection as its metadata route
     const cfg = await t.req(op, 'POST', '/v1/configs', { name: 'c', group: 'script', config: 'true' });
     const dep = await t.req(op, 'POST', '/v1/deployments', { node: 'pf1', config_id: cfg.json.id, action: 'CREATE' });
     expect(dep.status, dep.text).toBe(201);
-    expect((await fetch({ node: 'pf1', nonce: newNonce(), ifNoneMatch: null })).status).toBe(200);
-    expect(await fetch({ node: 'nobody', nonce: newNonce(), ifNoneMatch: null })).toMatchObject({
+    expect((await fetch({ kind: 'fetch', node: 'pf1', nonce: newNonce(), ifNoneMatch: null })).status).toBe(200);
+    expect(await fetch({ kind: 'fetch', node: 'nobody', nonce: newNonce(), ifNoneMatch: null })).toMatchObject({
       status: 404,
       error: 'not_found',
     });
     const m = (await t.req(op, 'GET', '/metrics')).text;
     expect(m).toMatch(/herald_metadata_fetches_total\{status="429",channel="push"\} 1/);
+  });
+});
+
+describe('the API answers a signal over the push connection as its signal route', () => {
+  let cpki: ControllerTestPki;
+  let t: TestController;
+  beforeAll(async () => {
+    cpki = await makeControllerTestPki();
+    // a small signal budget that does not refill within the test: its 429 is this test's to see
+    t = await startTestController(cpki, {}, { rates: { signal: { burst: 8, perS: 0.001 } } });
+  }, 60_000);
+  afterAll(async () => {
+    await t?.close();
+    cpki?.cleanup();
+  });
+
+  it("records the node's result (first wins), refuses what the route refuses, and shares its rate limit with HTTPS", async () => {
+    const op = cpki.cred('operator', 'admin');
+    const agent = await cpki.issueAgent('ps1');
+    await cpki.issueAgent('ps2');
+    for (const n of ['ps1', 'ps2']) expect((await t.req(op, 'POST', '/v1/nodes', { id: n })).status).toBe(201);
+    const cfg = await t.req(op, 'POST', '/v1/configs', { name: 'c', group: 'script', config: 'true' });
+    const mine = await t.req(op, 'POST', '/v1/deployments', { node: 'ps1', config_id: cfg.json.id, action: 'CREATE' });
+    const theirs = await t.req(op, 'POST', '/v1/deployments', {
+      node: 'ps2',
+      config_id: cfg.json.id,
+      action: 'CREATE',
+    });
+    expect([mine.status, theirs.status]).toEqual([201, 201]);
+    const handle = t.push.requestHandler!;
+    const signal = (node: string, deploymentId: string, body: unknown) =>
+      handle({
+        kind: 'signal',
+        node,
+        deploymentId,
+        body: Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)),
+      });
+    const result = { revision: 1, deploy_status_code: 0, deploy_stdout: 'out', deploy_stderr: '', outputs: {} };
+    // 1-2: recorded, then a repeat answered 200 without change
+    expect(await signal('ps1', mine.json.id, result)).toEqual({ status: 200 });
+    expect(await signal('ps1', mine.json.id, { ...result, deploy_status_code: 3 })).toEqual({ status: 200 });
+    const view = await t.req(op, 'GET', `/v1/deployments/${mine.json.id}`);
+    expect(view.json).toMatchObject({ status: 'COMPLETE', signalled: true, output_values: { deploy_stdout: 'out' } });
+    // 3-6: another node's deployment, a revision not yet made, a body that is not JSON or not a signal
+    expect(await signal('ps1', theirs.json.id, result)).toEqual({ status: 404, error: 'not_found' });
+    expect(await signal('ps1', mine.json.id, { ...result, revision: 2 })).toEqual({
+      status: 409,
+      error: 'unknown_revision',
+    });
+    expect(await signal('ps1', mine.json.id, '{"revision":')).toEqual({ status: 400, error: 'invalid_json' });
+    expect(await signal('ps1', mine.json.id, { revision: 'one' })).toEqual({ status: 400, error: 'invalid_request' });
+    expect((await t.req(op, 'GET', `/v1/deployments/${theirs.json.id}`)).json.signalled).toBe(false);
+    // 7: over HTTPS, from the same budget; 8: the last token; then both channels are limited
+    const url = `/v1/nodes/ps1/deployments/${mine.json.id}/signal`;
+    expect((await t.req(agent, 'POST', url, result)).status).toBe(200);
+    expect(await signal('ps1', mine.json.id, result)).toEqual({ status: 200 });
+    const limited = await signal('ps1', mine.json.id, result);
+    expect(limited).toMatchObject({ status: 429, error: 'rate_limited' });
+    expect(limited.retryAfterS).toBeGreaterThanOrEqual(1);
+    expect((await t.req(agent, 'POST', url, result)).status).toBe(429);
+    const m = (await t.req(op, 'GET', '/metrics')).text;
+    expect(m).toMatch(/herald_api_refusals_total\{code="rate_limited"\} [2-9]/);
   });
 });

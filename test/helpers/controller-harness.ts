@@ -14,7 +14,7 @@ import type { ControllerOptions } from '../../controller/options.js';
 import {
   IDLE_PUSH_STATE,
   type PushEvents,
-  type PushFetchHandler,
+  type PushRequestHandler,
   type PushService,
   type PushState,
   type PushTarget,
@@ -109,9 +109,9 @@ export class PushStub implements PushService {
     this.signingKids.push(jwk.kid);
   }
   /** Who answers fetches over push connections (the API): a test calls it as the dialer would. */
-  fetchHandler: PushFetchHandler | null = null;
-  serveFetches(handler: PushFetchHandler): void {
-    this.fetchHandler = handler;
+  requestHandler: PushRequestHandler | null = null;
+  serveRequests(handler: PushRequestHandler): void {
+    this.requestHandler = handler;
   }
   state(): PushState {
     return { ...IDLE_PUSH_STATE };

@@ -11,6 +11,7 @@
  * the TLS handshake and the upgrade and then drops everything the agent sends (no ack, no pong:
  * a half-open peer); `stop()`/`listen()` take the port down and up again.
  */
+import type { SignalledFrame } from '../../protocol/frames.js';
 import { EventEmitter, once } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -201,6 +202,12 @@ export class TestWakeListener extends EventEmitter {
   /** The agent's fetch over the push connection (WakeListener.fetchOverPush); null when it cannot. */
   fetchOverPush(nonce: string, ifNoneMatch?: string, timeoutMs = 5_000): Promise<PushFetchAnswer> | null {
     return this.#listener?.fetchOverPush(nonce, ifNoneMatch, timeoutMs) ?? null;
+  }
+
+  /** The agent's signal over the push connection (WakeListener.signalOverPush); null when it cannot. */
+  signalOverPush(nonce: string, deployment: string, body: unknown, timeoutMs = 5_000): Promise<SignalledFrame> | null {
+    const bytes = Buffer.from(JSON.stringify(body));
+    return this.#listener?.signalOverPush(nonce, deployment, bytes, timeoutMs) ?? null;
   }
 
   /** Takes the port down: the agent listener closes (1001 to every connection) and stops listening. */

@@ -1,10 +1,10 @@
 /**
- * Fetches over the push connection (SPEC §2), end to end with `bin/herald` processes: a woken
- * agent asks for its metadata on the connection the wake-up came on, so changes to one node back
- * to back cost no API request at all, whether the controller dials from push worker processes
- * (the default) or from its API process (`--push-workers 0`); and the agent closes its idle API
- * connection (AGENT_API_IDLE_CLOSE_MS), so a connected agent costs the controller one TLS
- * connection, not two.
+ * Fetches and signals over the push connection (SPEC §2), end to end with `bin/herald` processes:
+ * a woken agent asks for its metadata on the connection the wake-up came on and posts its results
+ * there too, so changes to one node back to back cost no API request at all, whether the
+ * controller dials from push worker processes (the default) or from its API process
+ * (`--push-workers 0`); and the agent closes its idle API connection (AGENT_API_IDLE_CLOSE_MS)
+ * and opens none for a change, so a connected agent costs the controller one TLS connection, not two.
  */
 import fs from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -53,10 +53,18 @@ function connectionsTo(pid: number, port: number): number {
   return n;
 }
 
-async function fetchCounts(c: Cluster): Promise<{ https: number; push: number; push200: number }> {
+async function fetchCounts(
+  c: Cluster,
+): Promise<{ https: number; push: number; push200: number; httpsSignals: number; signals: number }> {
   const t = (await api(c.ctl.port, c.op, 'GET', '/metrics')).raw;
   return {
     https: metricSum(t, 'herald_api_requests_total', (l) => l.route === '/v1/nodes/:node/metadata'),
+    httpsSignals: metricSum(
+      t,
+      'herald_api_requests_total',
+      (l) => l.route === '/v1/nodes/:node/deployments/:deployment/signal',
+    ),
+    signals: metricSum(t, 'herald_signals_total', () => true),
     push: metricSum(t, 'herald_metadata_fetches_total', (l) => l.channel === 'push'),
     push200: metricSum(t, 'herald_metadata_fetches_total', (l) => l.channel === 'push' && l.status === '200'),
   };
@@ -79,7 +87,7 @@ for (const workers of ['1', '0']) {
       c?.cleanup();
     });
 
-    it('five changes to one node back to back are all applied with no metadata request over HTTPS', async () => {
+    it('five changes to one node back to back are all applied and signalled with no request over HTTPS', async () => {
       const before = await fetchCounts(c);
       const cfg = await mkConfig(c, { name: 'hello', group: 'script', config: '#!/bin/sh\necho hi\n' });
       const ids: string[] = [];
@@ -88,12 +96,16 @@ for (const workers of ['1', '0']) {
       const after = await fetchCounts(c);
       expect(after.https).toBe(before.https);
       expect(after.push200 - before.push200).toBeGreaterThanOrEqual(1);
+      // the five results were recorded, none of them through the HTTPS route
+      expect(after.signals - before.signals).toBe(5);
+      expect(after.httpsSignals).toBe(before.httpsSignals);
       expect(n1.proc.log()).not.toContain('fetching over HTTPS');
+      expect(n1.proc.log()).not.toContain('signalling over HTTPS');
     });
 
     it(`the agent closes its idle API connection after ${AGENT_API_IDLE_CLOSE_MS} ms; its push connection stays`, async () => {
       const pid = n1.proc.child.pid!;
-      // the signals of the test before used an API connection; it closes once idle long enough
+      // the endpoint announcement at start used an API connection; it closes once idle long enough
       await waitFor(
         'no API connection from the agent',
         () => connectionsTo(pid, c.ctl.port) === 0,
@@ -105,9 +117,14 @@ for (const workers of ['1', '0']) {
       const cfg = await mkConfig(c, { name: 'again', group: 'script', config: '#!/bin/sh\ntrue\n' });
       const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE' });
       expect((await waitDeployment(c, id)).status).toBe('COMPLETE');
+      // fetched and signalled on the push connection: no API connection was opened for it (one
+      // would stay open AGENT_API_IDLE_CLOSE_MS after its request)
+      expect(connectionsTo(pid, c.ctl.port)).toBe(0);
       const after = await fetchCounts(c);
       expect(after.push - before.push).toBeGreaterThanOrEqual(1);
       expect(after.https).toBe(before.https);
+      expect(after.httpsSignals).toBe(before.httpsSignals);
+      expect(after.signals - before.signals).toBe(1);
     });
   });
 }

@@ -3,11 +3,14 @@ import {
   checkFrameSize,
   decodeAgentFrame,
   decodeAnswer,
+  decodeControllerAnswer,
   decodeMetadataFrame,
   encodeAck,
   encodeFetch,
   encodeMetadataFrame,
   encodeNack,
+  encodeSignal,
+  encodeSignalled,
   NACK_CODES,
   offersFeature,
 } from '../../protocol/frames.js';
@@ -61,6 +64,60 @@ describe('answer frames', () => {
   it('checks the 4 KiB frame limit', () => {
     expect(code(() => checkFrameSize(4096))).toBeUndefined();
     expect(code(() => checkFrameSize(4097))).toBe('too_large');
+  });
+});
+
+describe('signal and signalled frames (signal over the push connection)', () => {
+  const nonce = 's'.repeat(22);
+  const body = Buffer.from('{"revision":2,"deploy_stdout":"a\\nb\n"}\n');
+
+  it('round-trips a signal with its body byte for byte, newlines and all', () => {
+    const f = decodeAgentFrame(encodeSignal(nonce, 'dep-1', body));
+    expect(f.type === 'signal' && { nonce: f.nonce, deployment: f.deployment, same: f.body.equals(body) }).toEqual({
+      nonce,
+      deployment: 'dep-1',
+      same: true,
+    });
+    expect(code(() => decodeAnswer(encodeSignal(nonce, 'dep-1', body).toString()))).toBe('malformed');
+  });
+
+  it.each([
+    ['no body line', Buffer.from(JSON.stringify({ type: 'signal', nonce, deployment: 'd' }))],
+    ['a bad nonce', Buffer.from(`{"type":"signal","nonce":"x","deployment":"d"}\n{}`)],
+    ['no deployment', Buffer.from(`{"type":"signal","nonce":"${nonce}"}\n{}`)],
+    ['a deployment id over 200 characters', encodeSignal(nonce, 'd'.repeat(201), body)],
+    ['another frame with a body', Buffer.from(`${encodeFetch(nonce)}\n{}`)],
+  ])('refuses a signal frame with %s (malformed)', (_what, frame) => {
+    expect(code(() => decodeAgentFrame(frame))).toBe('malformed');
+  });
+
+  it('refuses a head over 4 KiB (too_large), whatever follows', () => {
+    const head = JSON.stringify({ type: 'signal', nonce, deployment: 'd', pad: 'x'.repeat(4_200) });
+    expect(code(() => decodeAgentFrame(Buffer.from(`${head}\n{}`)))).toBe('too_large');
+    expect(code(() => decodeAgentFrame(Buffer.alloc(5_000, 0x20)))).toBe('too_large');
+  });
+
+  it('round-trips a signalled answer; a metadata frame is told apart from it', () => {
+    const s = encodeSignalled({ nonce, status: 429, error: 'rate_limited', retry_after_s: 2 });
+    expect(decodeControllerAnswer(Buffer.from(s))).toEqual({
+      type: 'signalled',
+      nonce,
+      status: 429,
+      error: 'rate_limited',
+      retry_after_s: 2,
+    });
+    expect(code(() => decodeMetadataFrame(Buffer.from(s)))).toBe('malformed');
+    const m = decodeControllerAnswer(encodeMetadataFrame({ type: 'metadata', nonce, status: 304, etag: '"1"' }));
+    expect(m.type).toBe('metadata');
+  });
+
+  it.each([
+    ['a body', `{"type":"signalled","nonce":"${nonce}","status":200}\nbody`],
+    ['a status out of range', `{"type":"signalled","nonce":"${nonce}","status":700}`],
+    ['an error code too long', `{"type":"signalled","nonce":"${nonce}","status":400,"error":"${'e'.repeat(65)}"}`],
+    ['another type', `{"type":"ack","nonce":"${nonce}","status":200}`],
+  ])('refuses a signalled frame with %s (malformed)', (_what, frame) => {
+    expect(code(() => decodeControllerAnswer(Buffer.from(frame)))).toBe('malformed');
   });
 });
 
