@@ -311,15 +311,19 @@ export function findings(r: BenchResults): string[] {
       'still held 203 MB at 10,000 (06:03 UTC), the smaller allocations of those connections are the residue; not adopted.',
     );
     p(
-      'Not done: giving it back (glibc returns such memory only through `malloc_trim`, which Node does not call; calling it',
+      'Giving it back is not possible from Node (glibc returns such memory only through `malloc_trim`, which Node does not',
     );
     p(
-      'from a debugger killed the process), or carrying signals over the push connection as fetches are (no wave of API',
+      'call; calling it from a debugger killed the process). So the wave itself is gone: since 2026-12-03 (commit 2199e62)',
     );
-    p('connections after a fan-out at all; a protocol change for another round).');
+    p('the agents post their signals over the push connection as they fetch (`Herald-Features: fetch, signal`,');
     p(
-      "What is left over the goal: the TLS connection itself with its JS objects, and the allocator's residue of the signal waves; a fleet grown in one step meets it (78.6 KB), the full run's, grown in steps with fan-outs between, does not (85-97 KB on 2026-12-03), so this goal stays open.",
+      'docs/protocol.md "Signals over the push connection"), so a fan-out opens no API connection at all while push is',
     );
+    p(
+      'healthy. Grown in steps the same way (`--only fanout --n 100,1000,5000,10000 --runs 1`, 2026-12-03 08:24 UTC), the',
+    );
+    p('controller then held 77.9 KB per agent at 10,000 (97.3 KB in the full run of 07:15 UTC, before it).');
     if (c) {
       // a figure never reached is null in a stored BENCHMARKS.json
       const all = typeof c.connectAllMs === 'number' && Number.isFinite(c.connectAllMs);
@@ -354,7 +358,7 @@ export function findings(r: BenchResults): string[] {
       );
       p(`kept (\`<db>.push-sessions-<w>\`, appended as they come, so a \`kill -9\` loses none): ${resumed};`);
       p(
-        'the fetch then goes over that connection, and only a poll while push is down or a signal uses the API, on a session',
+        'the fetch and the signal then go over that connection, and only a poll while push is down uses the API, on a session',
       );
       p(
         "resumed with the API's ticket key, which survives the restart too; every resumed connection is authorized like a full one",
