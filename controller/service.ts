@@ -592,12 +592,13 @@ export class ControllerService {
         this.#now(),
       ),
     );
+    // the wake-ups first: the answer (the whole cluster read back and built) waits, the nodes do not
+    await this.#apply(changes);
     const cluster = (await this.store.getCluster(id))!;
     this.#log.info(
       { event: 'cluster.create', cluster: cluster.id, nodes: cluster.nodes.length, who },
       'cluster created',
     );
-    await this.#apply(changes);
     return clusterView(cluster, install, uninstall, await this.#groupConfigs(cluster));
   }
 
