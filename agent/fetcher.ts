@@ -39,6 +39,7 @@ import {
 import { ControllerEndpoints, parseControllerUrls } from './controller-endpoints.js';
 import type { SignalledFrame } from '../protocol/frames.js';
 import type { PushFetchAnswer } from './listener.js';
+import type { SignalAnswer } from './outbox.js';
 
 /** Each API request must finish within this. */
 /** Endpoint announcement retries: first ceiling and cap. */
@@ -325,28 +326,33 @@ export class Fetcher {
 
   /**
    * Sends one signal: over the push connection when one takes it (SPEC §2), else, or when that
-   * gets no answer or a 5xx, over HTTPS. Resolves with the route's status (the outbox decides what
-   * it means). A signal the push connection recorded but whose answer was lost is recorded once:
-   * the HTTPS retry is answered as a duplicate (the first result of a revision wins).
+   * gets no answer or cannot take it there (503 `signal_unavailable`), over HTTPS; any other
+   * answer is the route's (a database outage's 503 is retried by the outbox, not doubled here). Resolves with the route's status and a 429's Retry-After
+   * (the outbox decides what they mean). A signal the push connection recorded but whose answer
+   * was lost is recorded once: the HTTPS retry is answered as a duplicate (the first result of a
+   * revision wins).
    * @throws a network or TLS error
    */
-  async signal(path: string, body: SignalBody, deploymentId: string): Promise<number> {
+  async signal(path: string, body: SignalBody, deploymentId: string): Promise<SignalAnswer> {
     const bytes = Buffer.from(JSON.stringify(body));
     const overPush = await this.#signalOverPush(deploymentId, bytes);
     if (overPush !== null) return overPush;
     const res = await this.#request('POST', path, { body: bytes, maxBytes: MAX_REQUEST_BODY_BYTES });
-    return res.status;
+    const retryAfter = res.status === 429 ? retryAfterMs(res.headers['retry-after']) : undefined;
+    return retryAfter === undefined ? { status: res.status } : { status: res.status, retryAfterMs: retryAfter };
   }
 
-  /** The signal's status over a push connection; null when none took it, it failed or answered 5xx. */
-  async #signalOverPush(deploymentId: string, bytes: Buffer): Promise<number | null> {
+  /** The signal's answer over a push connection; null when none took it, it failed or could not take it there. */
+  async #signalOverPush(deploymentId: string, bytes: Buffer): Promise<SignalAnswer | null> {
     const pending = this.#o.pushSignal?.(newNonce(), deploymentId, bytes, this.#timeoutMs) ?? null;
     if (pending === null) return null;
     try {
       const a = await pending;
-      if (a.status < 500) {
+      if (!(a.status === 503 && a.error === 'signal_unavailable')) {
         this.pushSignals++;
-        return a.status;
+        return a.retry_after_s === undefined
+          ? { status: a.status }
+          : { status: a.status, retryAfterMs: a.retry_after_s * 1_000 };
       }
       this.#o.log.info(
         { status: a.status, code: a.error, deployment_id: deploymentId },

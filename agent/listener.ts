@@ -433,8 +433,7 @@ export class WakeListener extends EventEmitter {
       const timer = setTimeout(() => {
         if (c.pending[kind]?.nonce !== nonce) return;
         c.pending[kind] = null;
-        c.lateNonces.push(nonce);
-        if (c.lateNonces.length > MAX_LATE_FETCH_ENTRIES) c.lateNonces.shift();
+        this.#noteLate(c, nonce);
         reject(new RefusalError(FAILED[kind], `no answer on the push connection within ${timeoutMs} ms`));
       }, timeoutMs);
       timer.unref();
@@ -734,7 +733,12 @@ export class WakeListener extends EventEmitter {
       a = decodeControllerAnswer(buf);
     } catch (err) {
       this.#badFrame(c, 'malformed', (err as Error).message);
-      for (const kind of ['fetch', 'signal'] as const) this.#settle(c, kind, (p) => p.reject(err as Error));
+      // which request it meant to answer is unknown: both fail, and their real answers are late ones
+      for (const kind of ['fetch', 'signal'] as const)
+        this.#settle(c, kind, (p) => {
+          this.#noteLate(c, p.nonce);
+          p.reject(err as Error);
+        });
       return;
     }
     const nonce = a.type === 'metadata' ? a.head.nonce : a.nonce;
@@ -760,6 +764,12 @@ export class WakeListener extends EventEmitter {
       return;
     }
     this.#settle(c, kind, (q) => q.resolve(a));
+  }
+
+  /** A request given up on: its answer, should it come, is dropped (the newest MAX_LATE_FETCH_ENTRIES). */
+  #noteLate(c: Conn, nonce: string): void {
+    c.lateNonces.push(nonce);
+    if (c.lateNonces.length > MAX_LATE_FETCH_ENTRIES) c.lateNonces.shift();
   }
 
   /** Ends this connection's `kind` request in flight, if any, with `how`. */

@@ -3,7 +3,8 @@
  * is sent; the queue is drained strictly in order, an entry removed once the controller answered
  * 2xx, 404 (the deployment is gone), 409 (a stale or unknown revision) or 400/413/422 (the signal
  * itself is refused: resending the same bytes cannot help),
- * and anything else retried with exponential backoff and full jitter. After a restart the loop
+ * and anything else retried with exponential backoff and full jitter, never before a 429's
+ * Retry-After (a fetch's `retryNow` does not cut that wait short). After a restart the loop
  * starts with whatever the last run left. A result whose deployment has a newer revision queued
  * is dropped unsent (the controller could only answer it 409 stale_revision), so the queue holds
  * at most one deliverable result per deployment.
@@ -14,8 +15,17 @@ import type { SignalBody } from '../protocol/heat.js';
 import type { Logger } from '../certs/tls.js';
 import type { OutboxEntry, OutboxSignal, OutboxStore } from './outbox-store.js';
 
-/** Sends one signal for `deploymentId`; resolves with the HTTP status, rejects on a network error. */
-export type SendSignal = (path: string, body: SignalBody, deploymentId: string) => Promise<number>;
+/** What the controller answered a signal: its status, and a 429's Retry-After (ms) when it said one. */
+export interface SignalAnswer {
+  status: number;
+  retryAfterMs?: number;
+}
+
+/**
+ * Sends one signal for `deploymentId`; resolves with the HTTP status (or the status with its
+ * Retry-After), rejects on a network error.
+ */
+export type SendSignal = (path: string, body: SignalBody, deploymentId: string) => Promise<number | SignalAnswer>;
 
 export interface OutboxSenderOptions {
   store: OutboxStore;
@@ -43,6 +53,8 @@ export class OutboxSender {
   #attempt = 0;
   /** Cuts a backoff wait short. */
   #wake: (() => void) | null = null;
+  /** No signal goes before this (epoch ms): the controller's Retry-After. */
+  #notBeforeMs = 0;
   readonly #idleWaiters: Array<() => void> = [];
   /**
    * The newest revision queued per deployment. A result of an older revision of the same
@@ -91,7 +103,7 @@ export class OutboxSender {
     });
   }
 
-  /** The controller answered something (a fetch): a waiting retry goes now. */
+  /** The controller answered something (a fetch): a waiting retry goes now, or once its Retry-After has passed. */
   retryNow(): void {
     this.#attempt = 0;
     this.#wake?.();
@@ -157,7 +169,11 @@ export class OutboxSender {
         return true;
       }
       try {
-        const status = await this.#o.send(e.path, e.body, e.deployment_id);
+        const answer = await this.#o.send(e.path, e.body, e.deployment_id);
+        const { status, retryAfterMs } =
+          typeof answer === 'number' ? { status: answer, retryAfterMs: undefined } : answer;
+        // at most the longest backoff: a wrong Retry-After cannot hold the results back for long
+        if (retryAfterMs !== undefined) this.#notBeforeMs = Date.now() + Math.min(retryAfterMs, this.#o.backoffMaxMs);
         if (isFinalStatus(status)) {
           await this.#o.store.remove(e.seq);
           this.#attempt = 0;
@@ -171,7 +187,7 @@ export class OutboxSender {
           return true;
         }
         this.#o.log.warn(
-          { deployment_id: e.deployment_id, status, attempt: this.#attempt },
+          { deployment_id: e.deployment_id, status, attempt: this.#attempt, retryAfterMs },
           'signal not accepted; retrying',
         );
       } catch (err) {
@@ -191,15 +207,23 @@ export class OutboxSender {
   }
 
   async #backoff(): Promise<void> {
-    const ms = Math.max(10, fullJitterMs(this.#attempt, this.#o.backoffBaseMs, this.#o.backoffMaxMs, this.#o.random));
+    const jittered = fullJitterMs(this.#attempt, this.#o.backoffBaseMs, this.#o.backoffMaxMs, this.#o.random);
+    const ms = Math.max(10, jittered, this.#notBeforeMs - Date.now());
     this.#attempt++;
     if (this.#stopped) return;
     await new Promise<void>((resolve) => {
-      const t = setTimeout(done, ms);
+      let t = setTimeout(done, ms);
       t.unref();
       const self = this;
       function done(): void {
         clearTimeout(t);
+        // cut short (retryNow): not before the controller's Retry-After, unless stopping
+        const leftMs = self.#notBeforeMs - Date.now();
+        if (leftMs > 0 && !self.#stopped) {
+          t = setTimeout(done, leftMs);
+          t.unref();
+          return;
+        }
         if (self.#wake === done) self.#wake = null;
         resolve();
       }

@@ -44,7 +44,7 @@ export type ToWorkerCommand =
   | { t: 'remove'; node: string }
   | { t: 'signing-key'; jwk: Ed25519PrivateJwk }
   /** The answer to the worker's `request` event `id` (a body arrives as a Uint8Array). */
-  | { t: 'answer'; id: number; r: PushReply };
+  | { t: 'answer'; id: number; kind: PushRequest['kind']; r: PushReply };
 
 export type ToWorker = WorkerInit | { t: 'batch'; cmds: ToWorkerCommand[] } | { t: 'close' };
 

@@ -284,6 +284,8 @@ export class PushPool implements PushService {
           this.#post(s, { t: 'batch', cmds: [{ t: 'start', targets: shardTargets, reconnect }] });
           resolve();
         } else if (m.t === 'batch') {
+          // a replaced worker's last messages answer nothing: its requests' ids are not the new one's
+          if (s.child !== child) return;
           this.#onBatch(s, m);
         } else if (m.t === 'closed') {
           s.closedWaiter?.();
@@ -380,7 +382,7 @@ export class PushPool implements PushService {
           });
     void answered.then((reply) => {
       if (s.child !== child || child === null) return;
-      s.queue.push({ t: 'answer', id, r: reply });
+      s.queue.push({ t: 'answer', id, kind: r.kind, r: reply });
       this.#schedule(s);
     });
   }

@@ -90,10 +90,11 @@ class Worker {
         break;
       case 'answer': {
         const pending = this.#requests.get(cmd.id);
+        if (pending?.kind !== cmd.kind) break; // answers another request (or none): never taken
         this.#requests.delete(cmd.id);
         // the structured clone of the IPC channel delivers the body as a plain Uint8Array
         const b = cmd.r.body;
-        pending?.resolve(
+        pending.resolve(
           b === undefined ? cmd.r : { ...cmd.r, body: Buffer.from(b.buffer, b.byteOffset, b.byteLength) },
         );
         break;

@@ -98,7 +98,7 @@ export const ERROR_CODES = {
   fetch_unavailable:
     'the controller cannot answer fetches on the push connection now (it is starting or stopping); the agent fetches over HTTPS',
   signal_unavailable:
-    'the controller cannot take signals on the push connection now (it is starting or stopping, or one is still answered); the agent signals over HTTPS',
+    'the controller cannot take signals on the push connection now (it is starting or stopping, another is still answered on that connection or its answers are unwritten, or the API did not answer within 20 s); the agent signals over HTTPS',
   store_unavailable:
     'the database is unreachable (PostgreSQL down or cut off): nothing was changed, or the change cannot be confirmed; retry after Retry-After seconds',
   db_in_use:

@@ -248,29 +248,35 @@ export function decodeAnswer(data: string): AnswerFrame {
 }
 
 /**
- * Decodes any frame an agent sends on the push connection (controller side). A signal frame's
- * head ends at the first newline (JSON.stringify never writes a raw one) and its body follows;
- * no other frame has anything after its JSON. The head must fit in MAX_WAKE_FRAME_BYTES; the
- * whole frame was bounded by the WebSocket layer.
+ * Decodes any frame an agent sends on the push connection (controller side). A frame that is one
+ * JSON value (of at most MAX_WAKE_FRAME_BYTES, whitespace and newlines anywhere) is that value;
+ * otherwise it can only be a signal frame: a head line (JSON.stringify never writes a raw
+ * newline), then the body. The head must fit in MAX_WAKE_FRAME_BYTES; the whole frame was bounded
+ * by the WebSocket layer.
  * @throws RefusalError malformed | too_large
  */
 export function decodeAgentFrame(data: string | Buffer): AgentFrame {
-  let head: string;
+  let v: Record<string, unknown> | undefined;
   let body: Buffer | null = null;
-  if (typeof data === 'string') head = data;
-  else {
-    const newline = data.indexOf(NEWLINE);
-    const end = newline < 0 ? data.length : newline;
-    if (end > MAX_WAKE_FRAME_BYTES) throw new RefusalError('too_large');
-    head = data.toString('utf8', 0, end);
-    if (newline >= 0) body = data.subarray(newline + 1);
-  }
-  if (head.length > MAX_WAKE_FRAME_BYTES) throw new RefusalError('too_large');
-  let v: Record<string, unknown>;
-  try {
-    v = JSON.parse(head) as Record<string, unknown>;
-  } catch {
-    throw new RefusalError('malformed', 'answer is not JSON');
+  if (typeof data === 'string') {
+    if (data.length > MAX_WAKE_FRAME_BYTES) throw new RefusalError('too_large');
+    v = parseFrameJson(data);
+  } else {
+    if (data.length <= MAX_WAKE_FRAME_BYTES) {
+      try {
+        v = JSON.parse(data.toString('utf8')) as Record<string, unknown>;
+      } catch {
+        v = undefined; // two values: perhaps a signal's head and body
+      }
+    }
+    if (v === undefined) {
+      const newline = data.indexOf(NEWLINE);
+      const end = newline < 0 ? data.length : newline;
+      if (end > MAX_WAKE_FRAME_BYTES) throw new RefusalError('too_large');
+      v = parseFrameJson(data.toString('utf8', 0, end));
+      if (newline >= 0) body = data.subarray(newline + 1);
+      if (v?.type !== 'signal') throw new RefusalError('malformed', 'neither one JSON value nor a signal frame');
+    }
   }
   if (typeof v !== 'object' || v === null) throw new RefusalError('malformed', 'answer is not an object');
   if (v.type === 'signal') {
@@ -281,7 +287,6 @@ export function decodeAgentFrame(data: string | Buffer): AgentFrame {
       throw new RefusalError('malformed', 'signal needs a deployment');
     return { type: 'signal', nonce: v.nonce, deployment: d, body };
   }
-  if (body !== null) throw new RefusalError('malformed', `a ${String(v.type).slice(0, 20)} frame with a body`);
   if (v.type === 'ack') {
     if (
       typeof v.jti !== 'string' ||
@@ -308,6 +313,15 @@ export function decodeAgentFrame(data: string | Buffer): AgentFrame {
       : { type: 'fetch', nonce: v.nonce, if_none_match: inm };
   }
   throw new RefusalError('malformed', 'frame type is neither ack, nack, fetch nor signal');
+}
+
+/** @throws RefusalError malformed when `text` is not JSON */
+function parseFrameJson(text: string): Record<string, unknown> {
+  try {
+    return JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    throw new RefusalError('malformed', 'answer is not JSON');
+  }
 }
 
 /** @throws RefusalError too_large when `bytes` is over the wake-up frame limit */

@@ -137,7 +137,7 @@ describe('which failures move the agent to the next controller URL', () => {
     const other = await server('c3');
     const live = await server('c2');
     const { f } = fetcher([other.url, live.url]);
-    expect(await f.signal('/v1/nodes/n1/deployments/d/signal', { revision: 1 } as never, 'd')).toBe(200);
+    expect(await f.signal('/v1/nodes/n1/deployments/d/signal', { revision: 1 } as never, 'd')).toEqual({ status: 200 });
     expect(other.hits).toBe(0); // refused before a byte was sent
     expect(live.hits).toBe(1);
   });

@@ -276,7 +276,7 @@ describe('announce and signal', () => {
       },
       'd1',
     );
-    expect(status).toBe(409);
+    expect(status).toEqual({ status: 409 });
     expect(got).toMatchObject({ revision: 1 });
   });
 });

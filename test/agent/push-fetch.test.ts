@@ -484,10 +484,10 @@ describe('signals over the push connection', () => {
     expect(await thrownCodeAsync(second)).toBe('push_signal_failed');
   });
 
-  it('the fetcher signals over the push connection, and over HTTPS when it gives no answer or a 5xx', async () => {
+  it('the fetcher signals over the push connection, and over HTTPS when it gives no answer or cannot take it', async () => {
     const { listener, port } = await listen();
     const ctl = await controller(port);
-    let answer: { status: number; error?: string } | null = { status: 200 };
+    let answer: { status: number; error?: string; retry_after_s?: number } | null = { status: 200 };
     ctl.ws.on('message', (d: Buffer) => {
       const f = decodeAgentFrame(d);
       if (f.type === 'signal' && answer !== null) ctl.ws.send(encodeSignalled({ nonce: f.nonce, ...answer }));
@@ -495,16 +495,21 @@ describe('signals over the push connection', () => {
     const fetcher = fetcherOf(listener, 300);
     const path = '/v1/nodes/n1/deployments/d1/signal';
     // answered over push: no HTTPS request (its URL is a closed port)
-    expect(await fetcher.signal(path, RESULT, 'd1')).toBe(200);
+    expect(await fetcher.signal(path, RESULT, 'd1')).toEqual({ status: 200 });
     answer = { status: 404, error: 'not_found' };
-    expect(await fetcher.signal(path, RESULT, 'd1')).toBe(404);
-    expect(fetcher.pushSignals).toBe(2);
+    expect(await fetcher.signal(path, RESULT, 'd1')).toEqual({ status: 404 });
+    // the route's own refusals, Retry-After and all, are the outbox's to handle: no second try over HTTPS
+    answer = { status: 429, error: 'rate_limited', retry_after_s: 2 };
+    expect(await fetcher.signal(path, RESULT, 'd1')).toEqual({ status: 429, retryAfterMs: 2_000 });
+    answer = { status: 503, error: 'store_unavailable', retry_after_s: 1 };
+    expect(await fetcher.signal(path, RESULT, 'd1')).toEqual({ status: 503, retryAfterMs: 1_000 });
+    expect(fetcher.pushSignals).toBe(4);
     answer = { status: 503, error: 'signal_unavailable' };
     await expect(fetcher.signal(path, RESULT, 'd1')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
     answer = null; // silent: the signal times out, then HTTPS is asked
     await expect(fetcher.signal(path, RESULT, 'd1')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
-    expect(fetcher.pushSignals).toBe(2);
-    expect(listener.stats.pushSignals).toBe(4);
+    expect(fetcher.pushSignals).toBe(4);
+    expect(listener.stats.pushSignals).toBe(6);
   });
 });
 

@@ -8,7 +8,7 @@
  */
 import fs from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AGENT_API_IDLE_CLOSE_MS } from '../../protocol/limits.js';
+import { AGENT_API_IDLE_CLOSE_MS, SIGNAL_RATE_BURST } from '../../protocol/limits.js';
 import { api, isBuilt, killAll, waitFor } from '../helpers/procs.js';
 import {
   getNode,
@@ -101,6 +101,21 @@ for (const workers of ['1', '0']) {
       expect(after.httpsSignals).toBe(before.httpsSignals);
       expect(n1.proc.log()).not.toContain('fetching over HTTPS');
       expect(n1.proc.log()).not.toContain('signalling over HTTPS');
+    });
+
+    it(`more quick changes than the signal burst (${SIGNAL_RATE_BURST}): the agent waits out the 429s and its push connection stays`, async () => {
+      const connects = (): number => n1.proc.log().split('controller connected').length - 1;
+      const before = connects();
+      const cfg = await mkConfig(c, { name: 'burst', group: 'script', config: '#!/bin/sh\ntrue\n' });
+      const ids: string[] = [];
+      for (let i = 0; i < SIGNAL_RATE_BURST + 40; i++)
+        ids.push(await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE' }));
+      for (const id of ids) expect((await waitDeployment(c, id, undefined, 30_000)).status).toBe('COMPLETE');
+      // the signals over the limit were refused 429 and sent again after their Retry-After, never
+      // three in a row: the controller never closed the push connection (it is the wake-ups' path)
+      expect(n1.proc.log()).toContain('signal not accepted; retrying');
+      expect(connects()).toBe(before);
+      expect((await getNode(c, 'n1')).push.connected).toBe(true);
     });
 
     it(`the agent closes its idle API connection after ${AGENT_API_IDLE_CLOSE_MS} ms; its push connection stays`, async () => {

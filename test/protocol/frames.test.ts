@@ -91,6 +91,13 @@ describe('signal and signalled frames (signal over the push connection)', () => 
     expect(code(() => decodeAgentFrame(frame))).toBe('malformed');
   });
 
+  it('takes any other frame as one JSON value, newlines and all (as the text it was before signals)', () => {
+    const ack = `${encodeAck('j1', 3, 'started')}\n`;
+    expect(decodeAgentFrame(Buffer.from(ack))).toEqual({ type: 'ack', jti: 'j1', gen: 3, fetch: 'started' });
+    const pretty = JSON.stringify({ type: 'fetch', nonce }, null, 2);
+    expect(decodeAgentFrame(Buffer.from(pretty))).toEqual({ type: 'fetch', nonce });
+  });
+
   it('refuses a head over 4 KiB (too_large), whatever follows', () => {
     const head = JSON.stringify({ type: 'signal', nonce, deployment: 'd', pad: 'x'.repeat(4_200) });
     expect(code(() => decodeAgentFrame(Buffer.from(`${head}\n{}`)))).toBe('too_large');

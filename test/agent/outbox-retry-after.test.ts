@@ -1,0 +1,106 @@
+/**
+ * The outbox honours a 429's Retry-After: no signal goes before it, and a fetch's `retryNow`
+ * does not cut that wait short. Found by the latency benchmark once signals went over the push
+ * connection: back-to-back changes to one node made the agent retry its rate-limited signal at
+ * every fetch, three 429s in a row closed the push connection (as the API closes its own), and
+ * the next wake-up waited for the redial.
+ */
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { OutboxSender, type SignalAnswer } from '../../agent/outbox.js';
+import { OutboxStore } from '../../agent/outbox-store.js';
+import type { SignalBody } from '../../protocol/heat.js';
+import { tempDir } from './hooks-helpers.js';
+
+let base: string;
+beforeAll(async () => {
+  base = await tempDir('herald-outbox-ra-');
+});
+afterAll(async () => {
+  await rm(base, { recursive: true, force: true });
+});
+
+const quiet = { info() {}, warn() {}, error() {}, debug() {} } as never;
+const entry = {
+  node: 'n1',
+  deployment_id: 'd1',
+  path: '/v1/nodes/n1/deployments/d1/signal',
+  body: { revision: 1, deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} } as SignalBody,
+};
+
+/** Lets every timer-free continuation run: a retry `retryNow` released would have been sent by then. */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+}
+
+/** A send stand-in answering `answers` in turn (then 200), with a promise per call made. */
+function sender(answers: Array<number | SignalAnswer>): {
+  send: () => Promise<number | SignalAnswer>;
+  calls: () => number;
+  called: (n: number) => Promise<void>;
+} {
+  let n = 0;
+  const waiting: Array<{ n: number; resolve: () => void }> = [];
+  return {
+    send: async () => {
+      n++;
+      for (const w of waiting.filter((x) => x.n <= n)) w.resolve();
+      return answers.shift() ?? 200;
+    },
+    calls: () => n,
+    called: (k) => (n >= k ? Promise.resolve() : new Promise((resolve) => waiting.push({ n: k, resolve }))),
+  };
+}
+
+describe("outbox: a 429's Retry-After", () => {
+  it('holds the retry: retryNow does not cut it short', async () => {
+    const store = await OutboxStore.open(join(base, 'a'));
+    const s = sender([{ status: 429, retryAfterMs: 60_000 }]);
+    const outbox = new OutboxSender({
+      store,
+      log: quiet,
+      backoffBaseMs: 1,
+      backoffMaxMs: 120_000,
+      random: () => 0,
+      send: s.send,
+    });
+    await outbox.put(entry);
+    await s.called(1);
+    await settle();
+    // a fetch succeeds (the agent calls retryNow): without the Retry-After this would send at once
+    outbox.retryNow();
+    await settle();
+    expect(s.calls()).toBe(1);
+    expect(outbox.delivered).toBe(0);
+    await outbox.stop();
+    expect(s.calls()).toBe(1);
+  });
+
+  it('a short Retry-After passes and the signal is delivered; a plain refusal is retried on retryNow', async () => {
+    const store = await OutboxStore.open(join(base, 'b'));
+    const s = sender([{ status: 429, retryAfterMs: 20 }, 503]);
+    const outbox = new OutboxSender({
+      store,
+      log: quiet,
+      backoffBaseMs: 60_000,
+      backoffMaxMs: 60_000,
+      random: () => 0.99,
+      send: s.send,
+    });
+    await outbox.put(entry);
+    await s.called(1);
+    await settle();
+    // the 429's wait is the backoff (here about a minute) or the Retry-After, whichever is longer;
+    // retryNow ends the backoff, and the retry goes once the 20 ms Retry-After is over
+    outbox.retryNow();
+    await s.called(2);
+    // the 503 carries no Retry-After: retryNow sends again at once
+    await settle();
+    outbox.retryNow();
+    await outbox.idle();
+    expect(s.calls()).toBe(3);
+    expect(outbox.delivered).toBe(1);
+    await outbox.stop();
+  });
+});
