@@ -28,7 +28,7 @@ export function findings(r: BenchResults): string[] {
   p('exactly the measured windows (SIGUSR2 in, SIGUSR2 out) and writes one `.cpuprofile` per process (open them in');
   p('Chrome DevTools or speedscope for flame graphs). The shares quoted below are from such runs on this machine.', '');
   p(
-    "The VM's CPU is not the same from day to day: on 2026-12-03 an Ed25519 signature took 46-61 µs against 23 µs when the",
+    "The VM's CPU is not the same from day to day, nor hour to hour: on 2026-12-03 an Ed25519 signature took 36-61 µs against 23 µs when the",
   );
   p(
     'floors were measured (the "CPU speed" line above gives each run\'s own), and every CPU-bound figure moved with it.',
@@ -40,8 +40,15 @@ export function findings(r: BenchResults): string[] {
     'back to back to one node p50 8.65 ms, p99 16.39 ms (met); 10,000 agents acked 3.52 s, fetched 10.66 s; 0.59 ms of',
   );
   p('controller CPU per agent; all 10,000 connected 38.3 s after a crash; the idle agent 0.25 CPU-s per hour. The');
+  p('first full run of 2026-12-03 (06:51 UTC, commit 65bd3dd) measured 11.05 ms, 4.7 s / 14.2 s, 0.78 ms and 60.1 s.');
   p(
-    'first full run of 2026-12-03 (06:51 UTC, commit 65bd3dd) measured 11.05 ms, 4.7 s / 14.2 s, 0.78 ms and 60.1 s.',
+    'Signals go over the push connection since 2026-12-03 (commit 2199e62). A stepwise fan-out run on it at 08:24 UTC, with',
+  );
+  p(
+    'the CPU at 36 µs a signature, measured 4.66 s / 14.4 s, 0.81 ms of controller CPU per agent, 77.9 KB per agent and all',
+  );
+  p(
+    '10,000 connected 41.7 s after a crash; the full run above came an hour later on a CPU at 53 µs (62.1 s after the crash).',
     '',
   );
 
@@ -84,8 +91,20 @@ export function findings(r: BenchResults): string[] {
   p(
     'of 2026-12-02 07:18 UTC (code of 01a8bea, the same hook path) measured p50 10.02 ms and p99 16.71 ms back to back,',
   );
-  p("that of 19:08 UTC p50 8.65 ms and p99 16.39 ms, and on 2026-12-03's slower CPU (see above) 10-11 ms at p50;");
+  p("that of 19:08 UTC p50 8.65 ms and p99 16.39 ms, and on 2026-12-03's slower CPU (see above) 10-12 ms at p50;");
   p('the p99 is one or two slow changes of a hundred, each slow in every segment at once (a process descheduled).');
+  p(
+    'Signals over the push connection, measured against the tree before them in the same hour (`--only latency`, two runs',
+  );
+  p(
+    'each, 2026-12-03 09:04-09:10 UTC): back to back to one node p50 10.76 and 10.35 ms against 10.78 and 9.54 ms, the',
+  );
+  p('same within the spread; rotated over 4 nodes 13.36 and 12.7 ms against 11.31 and 10.63 ms, about 2 ms more: the');
+  p(
+    "previous change's signal now crosses the push worker and its IPC hop, which the next change's wake-up and fetch use",
+  );
+  p('too. Tried: the pool handing the fetches of a batch to the store before its signals (09:51 UTC); no difference');
+  p("measurable on that hour's CPU, not kept.");
   p(
     "Cut this round: the change's wake-up went to the push worker at the end of the event loop turn, after the API had",
   );
@@ -323,7 +342,17 @@ export function findings(r: BenchResults): string[] {
     p(
       'healthy. Grown in steps the same way (`--only fanout --n 100,1000,5000,10000 --runs 1`, 2026-12-03 08:24 UTC), the',
     );
-    p('controller then held 77.9 KB per agent at 10,000 (97.3 KB in the full run of 07:15 UTC, before it).');
+    p(
+      'controller then held 77.9 KB per agent at 10,000 (97.3 KB in the full run of 07:15 UTC, before it); the full run',
+    );
+    p(
+      'of 09:17 UTC, whose fleet also had three fan-outs at 100 and 1,000, 81.0 KB; another stepwise run 80.6 KB (09:33 UTC,',
+    );
+    p(
+      "with `MALLOC_ARENA_MAX=2` for the controller, tried against the allocator's residue: no gain, not adopted). So the",
+    );
+    p('figure now sits at the goal, within the spread between runs: what is left is the TLS connection itself, its JS');
+    p("objects, and the residue of the agents' start-up requests (announcement and first fetch, over HTTPS).");
     if (c) {
       // a figure never reached is null in a stored BENCHMARKS.json
       const all = typeof c.connectAllMs === 'number' && Number.isFinite(c.connectAllMs);
