@@ -53,21 +53,37 @@ function sender(answers: Array<number | SignalAnswer>): {
   };
 }
 
+/**
+ * An outbox in `dir` whose signal has been sent once (answered `answers[0]`), and that has settled
+ * into its wait, with the backoff given (`random` picks within its full jitter).
+ */
+async function afterFirstSend(
+  dir: string,
+  answers: Array<number | SignalAnswer>,
+  backoff: { baseMs: number; maxMs: number; random: number },
+): Promise<{ outbox: OutboxSender; s: ReturnType<typeof sender> }> {
+  const s = sender(answers);
+  const outbox = new OutboxSender({
+    store: await OutboxStore.open(join(base, dir)),
+    log: quiet,
+    backoffBaseMs: backoff.baseMs,
+    backoffMaxMs: backoff.maxMs,
+    random: () => backoff.random,
+    send: s.send,
+  });
+  await outbox.put(entry);
+  await s.called(1);
+  await settle();
+  return { outbox, s };
+}
+
 describe("outbox: a 429's Retry-After", () => {
   it('holds the retry: retryNow does not cut it short', async () => {
-    const store = await OutboxStore.open(join(base, 'a'));
-    const s = sender([{ status: 429, retryAfterMs: 60_000 }]);
-    const outbox = new OutboxSender({
-      store,
-      log: quiet,
-      backoffBaseMs: 1,
-      backoffMaxMs: 120_000,
-      random: () => 0,
-      send: s.send,
+    const { outbox, s } = await afterFirstSend('a', [{ status: 429, retryAfterMs: 60_000 }], {
+      baseMs: 1,
+      maxMs: 120_000,
+      random: 0,
     });
-    await outbox.put(entry);
-    await s.called(1);
-    await settle();
     // a fetch succeeds (the agent calls retryNow): without the Retry-After this would send at once
     outbox.retryNow();
     await settle();
@@ -78,19 +94,11 @@ describe("outbox: a 429's Retry-After", () => {
   });
 
   it('a short Retry-After passes and the signal is delivered; a plain refusal is retried on retryNow', async () => {
-    const store = await OutboxStore.open(join(base, 'b'));
-    const s = sender([{ status: 429, retryAfterMs: 20 }, 503]);
-    const outbox = new OutboxSender({
-      store,
-      log: quiet,
-      backoffBaseMs: 60_000,
-      backoffMaxMs: 60_000,
-      random: () => 0.99,
-      send: s.send,
+    const { outbox, s } = await afterFirstSend('b', [{ status: 429, retryAfterMs: 20 }, 503], {
+      baseMs: 60_000,
+      maxMs: 60_000,
+      random: 0.99,
     });
-    await outbox.put(entry);
-    await s.called(1);
-    await settle();
     // the 429's wait is the backoff (here about a minute) or the Retry-After, whichever is longer;
     // retryNow ends the backoff, and the retry goes once the 20 ms Retry-After is over
     outbox.retryNow();

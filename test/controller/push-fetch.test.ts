@@ -46,6 +46,21 @@ afterAll(() => pki?.cleanup());
 
 const NONCE = 'f'.repeat(22);
 
+/** The two requests an agent makes on its push connection, each as a raw agent sends its `i`-th. */
+const requestKinds: Array<[string, (ws: WebSocket, i: number) => void]> = [
+  ['fetches', (ws, i) => ws.send(encodeFetch(`${i}`.repeat(22)))],
+  [
+    'signals',
+    (ws, i) => ws.send(encodeSignal(`${i}`.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false }),
+  ],
+];
+
+/** The head of the controller's answer to either request. */
+function headOf(frame: Buffer): { status: number; error?: string; retry_after_s?: number } {
+  const a = decodeControllerAnswer(frame);
+  return a.type === 'metadata' ? a.head : a;
+}
+
 /**
  * A bare agent listener (n1's certificate, no Herald code behind it): acks every wake-up and
  * hands out the other frames the controller sends, so a test can send what the real agent never
@@ -281,49 +296,28 @@ function dialerCases(make: () => PushDialer | PushPool): void {
 describe('fetches and signals over the push connection, dialer in this process (PushDialer)', () => {
   dialerCases(() => inProcess());
 
-  it('refuses the fetches of an agent whose certificate expired since the dial (403 certificate_expired) and closes it', async () => {
-    const agent = await rawAgent();
-    // the dial is checked at the real time; the dialer's clock is two years on by the fetch
-    const push = inProcess({ clock: () => Date.now() + 2 * 365 * 86_400_000 });
-    open.push(push);
-    let asked = 0;
-    push.serveRequests(async () => {
-      asked++;
-      return { status: 304, etag: '"2"', signature: 'h.p.s' };
-    });
-    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
-    const ws = await agent.connected;
-    const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
-    ws.send(encodeFetch('a'.repeat(22)));
-    expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({
-      status: 403,
-      error: 'certificate_expired',
-    });
-    expect(await closed).toBe(1008);
-    expect(asked).toBe(0);
-    expect(push.state('n1').last_error).toBe('certificate_expired');
-  });
-
-  it('refuses the signals of an agent whose certificate expired since the dial (403 certificate_expired) and closes it', async () => {
-    const agent = await rawAgent();
-    const push = inProcess({ clock: () => Date.now() + 2 * 365 * 86_400_000 });
-    open.push(push);
-    let asked = 0;
-    push.serveRequests(async () => {
-      asked++;
-      return { status: 200 };
-    });
-    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
-    const ws = await agent.connected;
-    const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
-    ws.send(encodeSignal('a'.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
-    expect(decodeControllerAnswer(await agent.nextFrame())).toMatchObject({
-      status: 403,
-      error: 'certificate_expired',
-    });
-    expect(await closed).toBe(1008);
-    expect(asked).toBe(0);
-  });
+  it.each(requestKinds)(
+    'refuses the %s of an agent whose certificate expired since the dial (403 certificate_expired) and closes it',
+    async (_kind, ask) => {
+      const agent = await rawAgent();
+      // the dial is checked at the real time; the dialer's clock is two years on by the request
+      const push = inProcess({ clock: () => Date.now() + 2 * 365 * 86_400_000 });
+      open.push(push);
+      let asked = 0;
+      push.serveRequests(async () => {
+        asked++;
+        return { status: 304, etag: '"2"', signature: 'h.p.s' };
+      });
+      await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+      const ws = await agent.connected;
+      const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
+      ask(ws, 0);
+      expect(headOf(await agent.nextFrame())).toMatchObject({ status: 403, error: 'certificate_expired' });
+      expect(await closed).toBe(1008);
+      expect(asked).toBe(0);
+      expect(push.state('n1').last_error).toBe('certificate_expired');
+    },
+  );
 
   it('another CA closes every push connection, which is dialled and verified again; a renewal of its own certificate closes none', async () => {
     // the dialer's own copy of its material, whose CA bundle this test changes
@@ -374,57 +368,55 @@ describe('fetches and signals over the push connection, dialer in this process (
     expect(l.closeCodes).toContain(1008);
   });
 
-  it('closes a connection whose signals are refused 429 three times in a row, as the API does', async () => {
-    const agent = await rawAgent();
-    const push = inProcess();
-    open.push(push);
-    push.serveRequests(async () => ({ status: 429, error: 'rate_limited', retryAfterS: 1 }));
-    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
-    const ws = await agent.connected;
-    const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
-    for (let i = 0; i < 3; i++) {
-      ws.send(encodeSignal(`${i}`.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
-      expect(decodeControllerAnswer(await agent.nextFrame())).toMatchObject({ status: 429, retry_after_s: 1 });
-    }
-    expect(await closed).toBe(1008);
-    expect(push.state('n1').last_error).toBe('rate_limited');
-  });
-
-  it('closes a connection whose fetches are refused 429 three times in a row, as the API does', async () => {
-    const agent = await rawAgent();
-    const push = inProcess();
-    open.push(push);
-    push.serveRequests(async () => ({ status: 429, error: 'rate_limited', retryAfterS: 1 }));
-    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
-    const ws = await agent.connected;
-    const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
-    for (let i = 0; i < 3; i++) {
-      ws.send(encodeFetch(`${i}`.repeat(22)));
-      expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ status: 429 });
-    }
-    expect(await closed).toBe(1008);
-    expect(push.state('n1').last_error).toBe('rate_limited');
-  });
+  it.each(requestKinds)(
+    'closes a connection whose %s are refused 429 three times in a row, as the API does',
+    async (_kind, ask) => {
+      const agent = await rawAgent();
+      const push = inProcess();
+      open.push(push);
+      push.serveRequests(async () => ({ status: 429, error: 'rate_limited', retryAfterS: 1 }));
+      await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+      const ws = await agent.connected;
+      const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
+      for (let i = 0; i < 3; i++) {
+        ask(ws, i);
+        expect(headOf(await agent.nextFrame())).toMatchObject({ status: 429, retry_after_s: 1 });
+      }
+      expect(await closed).toBe(1008);
+      expect(push.state('n1').last_error).toBe('rate_limited');
+    },
+  );
 });
 describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
   'fetches and signals over the push connection, dialer in a worker process (PushPool)',
   () => dialerCases(inWorker),
 );
 
-describe('the API answers a fetch over the push connection as its metadata route', () => {
-  let cpki: ControllerTestPki;
-  let t: TestController;
+/**
+ * A controller of this describe block whose `rates` do not refill within a test (their 429 is the
+ * test's to see); `cpki` and `t` are set before its tests run.
+ */
+function apiController(rates: NonNullable<Parameters<typeof startTestController>[2]>['rates']): {
+  cpki: ControllerTestPki;
+  t: TestController;
+} {
+  const c = {} as { cpki: ControllerTestPki; t: TestController };
   beforeAll(async () => {
-    cpki = await makeControllerTestPki();
-    // a small fetch budget that does not refill within the test: its 429 is this test's to see
-    t = await startTestController(cpki, {}, { rates: { fetch: { burst: 3, perS: 0.001 } } });
+    c.cpki = await makeControllerTestPki();
+    c.t = await startTestController(c.cpki, {}, { rates });
   }, 60_000);
   afterAll(async () => {
-    await t?.close();
-    cpki?.cleanup();
+    await c.t?.close();
+    c.cpki?.cleanup();
   });
+  return c;
+}
+
+describe('the API answers a fetch over the push connection as its metadata route', () => {
+  const c = apiController({ fetch: { burst: 3, perS: 0.001 } });
 
   it('a signed 200 and 304 for that node, the route rate limit shared with HTTPS, a wake-up exempts, an unknown node 404', async () => {
+    const { cpki, t } = c;
     const agent = await cpki.issueAgent('pf1');
     expect((await t.req(agent, 'PUT', '/v1/nodes/pf1/endpoint', { url: 'wss://127.0.0.1:7443/v1/wake' })).status).toBe(
       200,
@@ -469,19 +461,10 @@ describe('the API answers a fetch over the push connection as its metadata route
 });
 
 describe('the API answers a signal over the push connection as its signal route', () => {
-  let cpki: ControllerTestPki;
-  let t: TestController;
-  beforeAll(async () => {
-    cpki = await makeControllerTestPki();
-    // a small signal budget that does not refill within the test: its 429 is this test's to see
-    t = await startTestController(cpki, {}, { rates: { signal: { burst: 8, perS: 0.001 } } });
-  }, 60_000);
-  afterAll(async () => {
-    await t?.close();
-    cpki?.cleanup();
-  });
+  const c = apiController({ signal: { burst: 8, perS: 0.001 } });
 
   it("records the node's result (first wins), refuses what the route refuses, and shares its rate limit with HTTPS", async () => {
+    const { cpki, t } = c;
     const op = cpki.cred('operator', 'admin');
     const agent = await cpki.issueAgent('ps1');
     await cpki.issueAgent('ps2');
