@@ -326,11 +326,11 @@ export class Fetcher {
 
   /**
    * Sends one signal: over the push connection when one takes it (SPEC §2), else, or when that
-   * gets no answer or cannot take it there (503 `signal_unavailable`), over HTTPS; any other
-   * answer is the route's (a database outage's 503 is retried by the outbox, not doubled here). Resolves with the route's status and a 429's Retry-After
-   * (the outbox decides what they mean). A signal the push connection recorded but whose answer
-   * was lost is recorded once: the HTTPS retry is answered as a duplicate (the first result of a
-   * revision wins).
+   * gets no answer or cannot take it there (503 `signal_unavailable`), over HTTPS. Any other
+   * answer is the route's (a database outage's 503 is retried by the outbox, not doubled here).
+   * Resolves with the status and its Retry-After (the outbox decides what they mean). A signal
+   * the push connection recorded but whose answer was lost is recorded once: the HTTPS retry is
+   * answered as a repeat (the first result of a revision wins).
    * @throws a network or TLS error
    */
   async signal(path: string, body: SignalBody, deploymentId: string): Promise<SignalAnswer> {

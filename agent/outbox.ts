@@ -21,11 +21,8 @@ export interface SignalAnswer {
   retryAfterMs?: number;
 }
 
-/**
- * Sends one signal for `deploymentId`; resolves with the HTTP status (or the status with its
- * Retry-After), rejects on a network error.
- */
-export type SendSignal = (path: string, body: SignalBody, deploymentId: string) => Promise<number | SignalAnswer>;
+/** Sends one signal for `deploymentId`; resolves with the controller's answer, rejects on a network error. */
+export type SendSignal = (path: string, body: SignalBody, deploymentId: string) => Promise<SignalAnswer>;
 
 export interface OutboxSenderOptions {
   store: OutboxStore;
@@ -169,9 +166,7 @@ export class OutboxSender {
         return true;
       }
       try {
-        const answer = await this.#o.send(e.path, e.body, e.deployment_id);
-        const { status, retryAfterMs } =
-          typeof answer === 'number' ? { status: answer, retryAfterMs: undefined } : answer;
+        const { status, retryAfterMs } = await this.#o.send(e.path, e.body, e.deployment_id);
         // at most the longest backoff: a wrong Retry-After cannot hold the results back for long
         if (retryAfterMs !== undefined) this.#notBeforeMs = Date.now() + Math.min(retryAfterMs, this.#o.backoffMaxMs);
         if (isFinalStatus(status)) {

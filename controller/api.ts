@@ -885,7 +885,10 @@ export class ApiServer {
       if (r.body.length > limit) throw new ApiError('body_too_large', `the body is over ${limit} bytes`);
       let body: unknown;
       try {
-        body = r.body.length === 0 ? undefined : JSON.parse(Buffer.from(r.body).toString('utf8'));
+        body =
+          r.body.length === 0
+            ? undefined
+            : JSON.parse(Buffer.from(r.body.buffer, r.body.byteOffset, r.body.byteLength).toString('utf8'));
       } catch {
         throw new ApiError('invalid_json', 'the body is not valid JSON');
       }

@@ -77,7 +77,7 @@ async function rig(dir = tmp(), runItem?: RunItem, answer = { status: 200 }): Pr
     backoffMaxMs: 20,
     send: async (p, body) => {
       sent.push({ path: p, body });
-      return answer.status;
+      return { status: answer.status };
     },
   });
   closers.push(() => outbox.stop());
@@ -196,7 +196,7 @@ describe('outbox sender', () => {
       log: quietLog(),
       send: async (p) => {
         sent.push(p);
-        return statuses.shift() ?? 200;
+        return { status: statuses.shift() ?? 200 };
       },
     });
     again.kick();

@@ -35,8 +35,8 @@ async function settle(): Promise<void> {
 }
 
 /** A send stand-in answering `answers` in turn (then 200), with a promise per call made. */
-function sender(answers: Array<number | SignalAnswer>): {
-  send: () => Promise<number | SignalAnswer>;
+function sender(answers: SignalAnswer[]): {
+  send: () => Promise<SignalAnswer>;
   calls: () => number;
   called: (n: number) => Promise<void>;
 } {
@@ -46,7 +46,7 @@ function sender(answers: Array<number | SignalAnswer>): {
     send: async () => {
       n++;
       for (const w of waiting.filter((x) => x.n <= n)) w.resolve();
-      return answers.shift() ?? 200;
+      return answers.shift() ?? { status: 200 };
     },
     calls: () => n,
     called: (k) => (n >= k ? Promise.resolve() : new Promise((resolve) => waiting.push({ n: k, resolve }))),
@@ -59,7 +59,7 @@ function sender(answers: Array<number | SignalAnswer>): {
  */
 async function afterFirstSend(
   dir: string,
-  answers: Array<number | SignalAnswer>,
+  answers: SignalAnswer[],
   backoff: { baseMs: number; maxMs: number; random: number },
 ): Promise<{ outbox: OutboxSender; s: ReturnType<typeof sender> }> {
   const s = sender(answers);
@@ -94,7 +94,7 @@ describe("outbox: a 429's Retry-After", () => {
   });
 
   it('a short Retry-After passes and the signal is delivered; a plain refusal is retried on retryNow', async () => {
-    const { outbox, s } = await afterFirstSend('b', [{ status: 429, retryAfterMs: 20 }, 503], {
+    const { outbox, s } = await afterFirstSend('b', [{ status: 429, retryAfterMs: 20 }, { status: 503 }], {
       baseMs: 60_000,
       maxMs: 60_000,
       random: 0.99,

@@ -54,10 +54,10 @@ describe('outbox: superseded results', () => {
         if (!accept) {
           await open;
           accept = true;
-          return 429; // the first attempt is refused: the queue builds up behind it
+          return { status: 429 }; // the first attempt is refused: the queue builds up behind it
         }
         sent.push([_p.split('/')[5]!, body.revision]);
-        return 200;
+        return { status: 200 };
       },
     });
     await outbox.put(signal('d1', 1));
@@ -88,7 +88,7 @@ describe('outbox: superseded results', () => {
       log: quiet,
       send: async (p, body) => {
         sent.push([p.split('/')[5]!, body.revision]);
-        return 200;
+        return { status: 200 };
       },
     });
     outbox.kick();
