@@ -569,7 +569,9 @@ const NO_LEGACY_CERTIFICATE = Object.freeze({}) as tls.DetailedPeerCertificate;
  * first `getPeerX509Certificate()`: the leaf with its `issuerCertificate`s) instead of the legacy
  * objects Node builds for `checkServerIdentity` on every full handshake: `getPeerCertificate(true)`
  * makes the whole chain with fingerprints, keys and extensions, and was the largest item of a
- * push worker's CPU in a 10,000-agent reconnect storm (`npm run bench -- --profile`). Node calls it
+ * push worker's CPU in a 10,000-agent reconnect storm, and of an agent's polls after a
+ * controller restart (`npm run bench -- --profile`). The push dialer and the API client
+ * (`resumingConnection`) both dial through here. Node calls it
  * in one place, just before `checkServerIdentity`; that call is answered with an empty object,
  * and the socket's own method answers again at once (on a resumed session, which skips the check,
  * it always does). The override is an own property that is never deleted: deleting a
@@ -608,8 +610,8 @@ export function connectCheckingX509(
  * - a resumed handshake, for which Node 20 runs no check and shows no certificate, inherits the
  *   peer of the session offered (`offer` checked it: unrevoked, unexpired, young enough, the
  *   expected server); one the server resumed unoffered is destroyed;
- * - tickets that arrive before the peer is known wait for it; a connection that fails after
- *   offering a session drops it.
+ * - tickets that arrive before the peer is known wait for it; a handshake that fails after
+ *   offering a session drops it (a connection refused or unreachable keeps it).
  * `onPeer` is told the peer either way, before 'secureConnect' is emitted to others.
  */
 export function connectResumingX509(
@@ -671,10 +673,17 @@ export function connectResumingX509(
     resumedVia.set(socket, { sessions, key });
     known(offered);
   });
-  // a resumption that failed before the handshake completed drops its session; a connection that
-  // completed and failed later (a reset) keeps the tickets it brought; one whose upgrade the server
-  // refused is forgotten by the dialer (`forgetResumedSession`)
-  if (offered) socket.once('close', (hadError) => hadError && !secured && sessions.delete(key));
+  // a resumption that failed in its handshake drops its session; a connection that never reached
+  // the server (refused, unreachable: a restarting peer) says nothing of the session and keeps it,
+  // as does one that completed and failed later (a reset); one whose upgrade the server refused is
+  // forgotten by the dialer (`forgetResumedSession`)
+  if (offered) {
+    let reached = false;
+    socket.once('connect', () => {
+      reached = true;
+    });
+    socket.once('close', (hadError) => hadError && reached && !secured && sessions.delete(key));
+  }
   return socket;
 }
 
@@ -699,7 +708,7 @@ function sessionPeerOfX509(cert: crypto.X509Certificate, material: PkiMaterial):
   }
   const notAfterMs = Date.parse(cert.validTo);
   if (!Number.isFinite(notAfterMs)) return undefined;
-  return { spiffeId: id.spiffeId, role: id.role, name: id.name, serials: chainSerialsOf(cert), notAfterMs };
+  return { spiffeId: id.spiffeId, role: id.role, name: id.name, serials: chainSerialsOf(cert, material), notAfterMs };
 }
 
 /** The server side of a dial: undefined when `cert` is `expectedSpiffeId`, else a RefusalError. */
@@ -793,8 +802,10 @@ export function checkServerSocket(
 ): RefusalError | undefined {
   if (socket.getProtocol() !== 'TLSv1.3')
     return new RefusalError('tls_version', 'the server did not negotiate TLSv1.3');
-  const resumed = socket.isSessionReused() ? sessionPeers.get(socket) : undefined;
-  if (resumed !== undefined) return checkSessionPeer(resumed, material, expectedSpiffeId);
+  // a socket of `resumingConnection` has its peer recorded, resumed or not (after a full handshake
+  // the client socket has handed its chain to the check and shows no certificate)
+  const recorded = sessionPeers.get(socket);
+  if (recorded !== undefined) return checkSessionPeer(recorded, material, expectedSpiffeId);
   const x = socket.getPeerX509Certificate();
   if (!x) {
     const why = socket.isSessionReused()
@@ -923,15 +934,11 @@ export function httpsAgentFor(
 }
 
 /**
- * `tls.connect(options)` that offers `sessions`' entry for options' host:port and keeps the
- * sessions it is given:
- * - a full handshake got here only through `checkServerIdentity` (tlsClientOptions, with
- *   `rejectUnauthorized`), so its server's identity, serials and notAfter are read from the
- *   certificate it presented and recorded with each ticket;
- * - a resumed one inherits the peer of the session it offered (Node shows no certificate);
- * - tickets that arrive before that is known wait for it; a connection that fails after
- *   offering a session drops it.
- * Either way the socket's peer is recorded for `serverIdentityOf` and `checkServerSocket`.
+ * `connectResumingX509` for the API client: the session of options' host:port offered and the
+ * sessions given kept, the server checked as `tlsClientOptions` checks it (on a full handshake,
+ * from the chain as X509Certificate objects, not the legacy objects Node would build for
+ * `checkServerIdentity`). The socket's peer, from its full handshake or from the session it
+ * resumed, is recorded for `serverIdentityOf`, `sessionPeerOf` and `checkServerSocket`.
  */
 function resumingConnection(
   options: tls.ConnectionOptions,
@@ -939,35 +946,21 @@ function resumingConnection(
   material: PkiMaterial,
   expected: ExpectedServer,
 ): tls.TLSSocket {
-  const key = `${options.host ?? 'localhost'}:${options.port ?? 443}`;
-  const epoch = sessions.epoch;
-  const offered = sessions.offer(key, expected);
-  const socket = tls.connect(options);
-  if (offered) offerSession(socket, offered.session);
-  let peer: SessionPeer | undefined;
-  const early: Buffer[] = [];
-  socket.on('session', (session: Buffer) => {
-    if (forgotten.has(socket)) return;
-    if (peer) sessions.save(key, peer, session, epoch);
-    else early.push(session);
-  });
-  socket.once('secureConnect', () => {
-    if (socket.isSessionReused()) {
-      if (offered === undefined) {
-        socket.destroy(new RefusalError('untrusted_certificate', 'the server resumed a session that was not offered'));
-        return;
-      }
-      resumedVia.set(socket, { sessions, key });
-      peer = offered;
-    } else {
-      peer = sessionPeerOfCertificate(socket.getPeerCertificate(true), material);
-      if (peer === undefined) return;
-    }
-    sessionPeers.set(socket, peer);
-    peerIdentities.set(socket, { trustDomain: material.current().trustDomain, spiffeId: peer.spiffeId });
-    for (const s of early.splice(0)) sessions.save(key, peer, s, epoch);
-  });
-  if (offered) socket.once('close', (hadError) => hadError && sessions.delete(key));
+  const socket: tls.TLSSocket = connectResumingX509(
+    options,
+    sessions,
+    `${options.host ?? 'localhost'}:${options.port ?? 443}`,
+    expected,
+    material,
+    (cert) =>
+      cert === undefined
+        ? new RefusalError('untrusted_certificate', 'the server presented no certificate')
+        : checkServerCertificate(material, expected, cert),
+    (peer) => {
+      sessionPeers.set(socket, peer);
+      peerIdentities.set(socket, { trustDomain: material.current().trustDomain, spiffeId: peer.spiffeId });
+    },
+  );
   return socket;
 }
 
@@ -996,21 +989,6 @@ export function forgetResumedSession(socket: tls.TLSSocket): boolean {
   via.sessions.delete(via.key);
   socket.destroy();
   return true;
-}
-
-/** The peer record of a server certificate that passed `checkServerCertificate`. */
-function sessionPeerOfCertificate(cert: tls.DetailedPeerCertificate, material: PkiMaterial): SessionPeer | undefined {
-  const leaf = toX509OrUndefined(cert);
-  if (leaf === undefined) return undefined;
-  let id: CertIdentity;
-  try {
-    id = identityOf(leaf, material.current().trustDomain);
-  } catch {
-    return undefined;
-  }
-  const notAfterMs = Date.parse(leaf.validTo);
-  if (!Number.isFinite(notAfterMs)) return undefined;
-  return { spiffeId: id.spiffeId, role: id.role, name: id.name, serials: chainSerialsOf(cert, material), notAfterMs };
 }
 
 /**

@@ -16,12 +16,12 @@ export interface Stmt {
   run(...params: unknown[]): { changes: number } | Promise<{ changes: number }>;
 }
 
-const DEPLOYMENT_SELECT = `
-  SELECT d.id, d.node, d.config_id, d.name, d.actions, d.cluster_id, d.cluster_role,
+const DEPLOYMENT_COLUMNS = `d.id, d.node, d.config_id, d.name, d.actions, d.cluster_id, d.cluster_role,
          d.created_at AS d_created_at, d.updated_at AS d_updated_at,
          r.revision, r.item_id, r.action, r.input_values, r.status, r.status_reason, r.output_values,
-         r.signalled, r.created_at AS r_created_at, r.updated_at AS r_updated_at, r.signalled_at
-  FROM deployments d JOIN revisions r ON r.deployment_id = d.id AND r.revision = d.revision`;
+         r.signalled, r.created_at AS r_created_at, r.updated_at AS r_updated_at, r.signalled_at`;
+const DEPLOYMENT_FROM = 'deployments d JOIN revisions r ON r.deployment_id = d.id AND r.revision = d.revision';
+const DEPLOYMENT_SELECT = `SELECT ${DEPLOYMENT_COLUMNS} FROM ${DEPLOYMENT_FROM}`;
 
 export const SQL = {
   seqGet: `SELECT value FROM sequence WHERE name = 'generation'`,
@@ -48,7 +48,7 @@ export const SQL = {
   configGet: 'SELECT * FROM configs WHERE id = ?',
   configList: 'SELECT * FROM configs ORDER BY created_at, id',
   depInsert:
-    'INSERT INTO deployments (id, node, config_id, name, actions, revision, cluster_id, cluster_role, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?)',
+    'INSERT INTO deployments (id, node, config_id, name, actions, revision, cluster_id, cluster_role, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
   depGet: `${DEPLOYMENT_SELECT} WHERE d.id = ?`,
   // the row a revision or a signal changes, locked to the end of the transaction (PostgreSQL);
   // locked alone, then read with its revision by a new statement: a locking read over the join
@@ -57,6 +57,14 @@ export const SQL = {
   depList: `${DEPLOYMENT_SELECT} ORDER BY d.created_at, d.id`,
   depByNode: `${DEPLOYMENT_SELECT} WHERE d.node = ? ORDER BY d.created_at, d.id`,
   depIdsByNode: 'SELECT id FROM deployments WHERE node = ?',
+  // a node's metadata (sql-tx.ts metadataSource): its deployments with their cluster's name and
+  // configs in one read, and the nodegroups' configs of those clusters in another
+  depByNodeWithCluster: `SELECT ${DEPLOYMENT_COLUMNS}, c.name AS cluster_name,
+         c.install_config_id AS cluster_install_config_id, c.uninstall_config_id AS cluster_uninstall_config_id
+    FROM ${DEPLOYMENT_FROM} LEFT JOIN clusters c ON c.id = d.cluster_id
+    WHERE d.node = ? ORDER BY d.created_at, d.id`,
+  ngConfigsByNode: `SELECT cluster_id, install_config_id, uninstall_config_id FROM cluster_nodegroups
+    WHERE cluster_id IN (SELECT cluster_id FROM deployments WHERE node = ?) ORDER BY cluster_id, position`,
   depIdsByCluster: 'SELECT id, node FROM deployments WHERE cluster_id = ?',
   depSetRevision: 'UPDATE deployments SET revision = ?, updated_at = ? WHERE id = ?',
   depDelete: 'DELETE FROM deployments WHERE id = ?',

@@ -127,24 +127,50 @@ export class SqlRows {
     return ((await this.s.revList.all(id)) as RevisionRow[]).map(revisionOf);
   }
 
+  /**
+   * The node and its deployments, each with its config and its cluster's name and configs (the
+   * cluster's own and its nodegroups'): three reads whatever the number of deployments.
+   */
   async metadataSource(node: string): Promise<MetadataSource | undefined> {
     const n = await this.node(node);
     if (!n) return undefined;
+    const rows = (await this.s.depByNodeWithCluster.all(node)) as Array<
+      DeploymentRow & {
+        cluster_name: string | null;
+        cluster_install_config_id: string | null;
+        cluster_uninstall_config_id: string | null;
+      }
+    >;
+    // each cluster's config ids in clusterConfigIds' order: its own two, then its nodegroups' by position
+    const configIds = new Map<string, Set<string>>();
+    for (const r of rows)
+      if (r.cluster_id !== null && r.cluster_install_config_id !== null && !configIds.has(r.cluster_id))
+        configIds.set(r.cluster_id, new Set([r.cluster_install_config_id, r.cluster_uninstall_config_id!]));
+    if (configIds.size > 0)
+      for (const g of (await this.s.ngConfigsByNode.all(node)) as Array<{
+        cluster_id: string;
+        install_config_id: string | null;
+        uninstall_config_id: string | null;
+      }>) {
+        const ids = configIds.get(g.cluster_id);
+        if (ids === undefined) continue;
+        if (g.install_config_id !== null) ids.add(g.install_config_id);
+        if (g.uninstall_config_id !== null) ids.add(g.uninstall_config_id);
+      }
     const clusters = new Map<string, MetadataCluster>();
     const entries: MetadataSource['entries'] = [];
-    for (const r of (await this.s.depByNode.all(node)) as DeploymentRow[]) {
+    for (const r of rows) {
       const deployment = deploymentOf(r);
       let cluster: MetadataCluster | null = null;
       if (deployment.clusterId !== null) {
         cluster = clusters.get(deployment.clusterId) ?? null;
         if (!cluster) {
-          const c = (await this.s.clusterName.get(deployment.clusterId)) as { name: string } | undefined;
           const configs: ConfigRecord[] = [];
-          for (const id of (await this.clusterConfigIds(deployment.clusterId)) ?? []) {
+          for (const id of configIds.get(deployment.clusterId) ?? []) {
             const config = await this.config(id);
             if (config) configs.push(config);
           }
-          cluster = { id: deployment.clusterId, name: c?.name ?? '', configs };
+          cluster = { id: deployment.clusterId, name: r.cluster_name ?? '', configs };
           clusters.set(deployment.clusterId, cluster);
         }
       }
@@ -436,21 +462,38 @@ export class SqlTx implements StoreTx {
     return d;
   }
 
+  /**
+   * `nodeHeld`: the caller has read the node `FOR KEY SHARE` in this transaction already (a
+   * cluster's members, checked by #assertFreeNodes): one statement less per deployment.
+   */
   async #insertDeployment(
     id: string,
     d: NewDeployment,
     clusterId: string | null,
     role: 'install' | 'uninstall' | 'health' | null,
     reason: WakeReason,
+    nodeHeld = false,
   ): Promise<void> {
-    if (!(await this.#s.nodeKeyLock.get(d.node)))
+    if (!nodeHeld && !(await this.#s.nodeKeyLock.get(d.node)))
       throw new HeraldError('unknown_node', `no node ${d.node}`, { field: 'node' });
     if (!(await this.#r.config(d.configId)))
       throw new HeraldError('unknown_config', `no config ${d.configId}`, { field: 'config_id' });
     const now = this.#r.iso();
-    await this.#s.depInsert.run(id, d.node, d.configId, d.name, JSON.stringify(d.actions), clusterId, role, now, now);
+    // born at revision 1, the revision row added next (no UPDATE of the row just inserted)
+    await this.#s.depInsert.run(
+      id,
+      d.node,
+      d.configId,
+      d.name,
+      JSON.stringify(d.actions),
+      1,
+      clusterId,
+      role,
+      now,
+      now,
+    );
     this.changes.deploymentChanged(id);
-    await this.#newRevision(id, d.node, d.actions, 0, d.action, d.inputValues, reason);
+    await this.#addRevision(id, d.node, d.actions, 1, d.action, d.inputValues, reason, now);
   }
 
   /** Adds revision `prev + 1` and makes it current. A revision whose action is not listed completes at once. */
@@ -464,7 +507,22 @@ export class SqlTx implements StoreTx {
     reason: WakeReason,
   ): Promise<boolean> {
     const now = this.#r.iso();
-    const revision = prev + 1;
+    const triggered = await this.#addRevision(id, node, actions, prev + 1, action, inputValues, reason, now);
+    await this.#s.depSetRevision.run(prev + 1, now, id);
+    return triggered;
+  }
+
+  /** The revision row of `revision` (the deployment's row names it as current itself). */
+  async #addRevision(
+    id: string,
+    node: string,
+    actions: DeployAction[],
+    revision: number,
+    action: DeployAction,
+    inputValues: Record<string, unknown>,
+    reason: WakeReason,
+    now: string,
+  ): Promise<boolean> {
     const triggered = actions.includes(action);
     const status: DeploymentStatus = triggered ? 'IN_PROGRESS' : 'COMPLETE';
     const why = triggered
@@ -483,7 +541,6 @@ export class SqlTx implements StoreTx {
       now,
       triggered ? null : now,
     );
-    await this.#s.depSetRevision.run(revision, now, id);
     this.changes.touch(node, triggered ? reason : null);
     this.changes.deploymentChanged(id);
     return triggered;
@@ -573,7 +630,10 @@ export class SqlTx implements StoreTx {
     );
   }
 
-  /** A node of group `g`: its install deployment (runs at once) and uninstall deployment (not yet), and its row. */
+  /**
+   * A node of group `g`: its install deployment (runs at once) and uninstall deployment (not yet), and its row.
+   * The caller has held the node with #assertFreeNodes.
+   */
   async #insertMember(
     clusterId: string,
     clusterName: string,
@@ -598,6 +658,7 @@ export class SqlTx implements StoreTx {
       clusterId,
       'install',
       'deployment',
+      true,
     );
     await this.#insertDeployment(
       uninstallId,
@@ -612,6 +673,7 @@ export class SqlTx implements StoreTx {
       clusterId,
       'uninstall',
       'deployment',
+      true,
     );
     await this.#s.cnInsert.run(
       clusterId,

@@ -10,8 +10,9 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
 import type http from 'node:http';
-import type tls from 'node:tls';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import net from 'node:net';
+import tls from 'node:tls';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { normalizeSerial } from '../../certs/identity.js';
 import { TlsSessionStore } from '../../certs/session-store.js';
 import {
@@ -67,6 +68,7 @@ async function server(
     res.setHeader('content-type', 'application/json');
     res.end(JSON.stringify({ reused: (req.socket as tls.TLSSocket).isSessionReused() }));
   },
+  port = 0,
 ): Promise<{ port: number; srv: https.Server }> {
   const material = pki.material('controller', 'controller', { watch: false, logger: quietLogger });
   const srv = https.createServer(
@@ -78,10 +80,11 @@ async function server(
     },
     handler,
   );
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+  await new Promise<void>((r) => srv.listen(port, '127.0.0.1', () => r()));
   closers.push(
     () =>
       new Promise<void>((r) => {
+        if (!srv.listening) return r();
         srv.closeAllConnections();
         srv.close(() => r());
         material.close();
@@ -247,6 +250,70 @@ describe('TLS session resumption through the agent session store', () => {
     agentMaterial.reload();
     expect(checkServerSocket(socket, agentMaterial, CONTROLLER)?.code).toBe('revoked');
     srv.closeAllConnections();
+  });
+
+  it('checks a full handshake from the chain as X509Certificate objects: no legacy certificate object is built', async () => {
+    agentMaterial = agentSide();
+    const { port } = await server();
+    const holder = new HttpsAgentHolder(agentMaterial, CONTROLLER, { resumeSessions: true });
+    closers.push(() => holder.close());
+    const legacy = vi.spyOn(tls.TLSSocket.prototype, 'getPeerCertificate');
+    try {
+      const first = await primed(port, holder);
+      expect(first.clientReused).toBe(false);
+      expect(first.peer).toBe(CONTROLLER);
+      expect(legacy).not.toHaveBeenCalled();
+      // the peer its check read is what the socket answers with later
+      expect(sessionPeerOf(first.socket)?.serials).toEqual([serialOf(pki.cred('controller', 'controller').cert)]);
+      expect(checkServerSocket(first.socket, agentMaterial, CONTROLLER)).toBeUndefined();
+      expect(checkServerSocket(first.socket, agentMaterial, 'spiffe://herald.local/controller/other')?.code).toBe(
+        'wrong_peer',
+      );
+    } finally {
+      legacy.mockRestore();
+    }
+  });
+
+  it('keeps its session through a server restart (connections refused meanwhile) and resumes after it', async () => {
+    agentMaterial = agentSide();
+    const keys = crypto.randomBytes(48);
+    const { port, srv } = await server(keys);
+    const holder = new HttpsAgentHolder(agentMaterial, CONTROLLER, { resumeSessions: true });
+    closers.push(() => holder.close());
+    await primed(port, holder);
+    srv.closeAllConnections();
+    await new Promise<void>((r) => srv.close(() => r()));
+    for (let i = 0; i < 3; i++) expect(await get(port, holder.agent)).toMatch(/ECONNREFUSED/);
+    expect(holder.sessions!.size).toBe(1);
+    // the restarted server has the same ticket key (the controller keeps it in a file)
+    await server(keys, undefined, port);
+    const after = answer(await get(port, holder.agent));
+    expect(after.serverReused).toBe(true);
+    expect(after.peer).toBe(CONTROLLER);
+  });
+
+  it('drops the session offered when the handshake itself fails (the server reached, then gone)', async () => {
+    agentMaterial = agentSide();
+    const { port, srv } = await server();
+    const holder = new HttpsAgentHolder(agentMaterial, CONTROLLER, { resumeSessions: true });
+    closers.push(() => holder.close());
+    await primed(port, holder);
+    srv.closeAllConnections();
+    await new Promise<void>((r) => srv.close(() => r()));
+    // something on the port that accepts TCP and ends every connection before a TLS answer
+    const rude = net.createServer((s) => s.destroy());
+    await new Promise<void>((r) => rude.listen(port, '127.0.0.1', () => r()));
+    closers.push(() => new Promise<void>((r) => rude.close(() => r())));
+    let error: Error | undefined;
+    await new Promise<void>((resolve) => {
+      const req = https.get({ host: '127.0.0.1', port, path: '/', agent: holder.agent });
+      req.on('error', (err) => {
+        error = err;
+      });
+      req.on('socket', (s) => s.once('close', () => resolve()));
+    });
+    expect(error?.message).toMatch(/before secure TLS connection/);
+    expect(holder.sessions!.size).toBe(0);
   });
 });
 

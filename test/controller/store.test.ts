@@ -272,6 +272,73 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
     });
   });
 
+  describe('metadata source', () => {
+    it("reads each deployment with its config, and its cluster's name and every config of the cluster and its groups", async () => {
+      const s = await open();
+      for (const n of ['a', 'b']) await s.createNode(n, null, WHO);
+      const mk = async (name: string) => (await s.createConfig({ ...CONFIG, name }, WHO)).id;
+      const [install, uninstall, gpuInstall, gpuUninstall, solo] = [
+        await mk('install'),
+        await mk('uninstall'),
+        await mk('gpu-install'),
+        await mk('gpu-uninstall'),
+        await mk('solo'),
+      ];
+      const { deployment: own } = await s.createDeployment(
+        { node: 'a', configId: solo, name: 'own', actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+        WHO,
+      );
+      const group = (name: string, nodes: string[], i: string, u: string) => ({
+        name,
+        role: 'worker' as const,
+        nodes,
+        ownInstallConfigId: i,
+        ownUninstallConfigId: u,
+        ownInputValues: null,
+        installConfigId: i,
+        uninstallConfigId: u,
+        installInputValues: {},
+        uninstallInputValues: {},
+      });
+      const { result: clusterId } = await s.transaction((tx) =>
+        new ClusterEngine().create(
+          tx,
+          {
+            name: 'k',
+            nodes: ['a', 'b'],
+            nodegroups: [group('plain', ['b'], install, uninstall), group('gpu', ['a'], gpuInstall, gpuUninstall)],
+            installConfigId: install,
+            uninstallConfigId: uninstall,
+            installInputValues: {},
+            uninstallInputValues: {},
+            inputValues: {},
+          },
+          WHO,
+          Date.now(),
+        ),
+      );
+      const src = (await s.metadataSource('a'))!;
+      expect(src.node.id).toBe('a');
+      // (ordered by creation time, then id: deployments made in one millisecond come in any order)
+      const of = (role: string) =>
+        src.entries.find((e) => (e.deployment.id === own.id ? 'own' : e.deployment.clusterRole) === role)!;
+      expect(src.entries).toHaveLength(3);
+      expect([of('own').config.id, of('install').config.id, of('uninstall').config.id]).toEqual([
+        solo,
+        gpuInstall,
+        gpuUninstall,
+      ]);
+      expect(of('own').cluster).toBeNull();
+      const k = of('install').cluster!;
+      expect(of('uninstall').cluster).toBe(k); // one per cluster
+      expect(k.id).toBe(clusterId);
+      expect(k.name).toBe('k');
+      expect(k.configs.map((c) => c.id)).toEqual([install, uninstall, gpuInstall, gpuUninstall]);
+      expect(of('install').deployment.current).toMatchObject({ revision: 1, action: 'CREATE', status: 'IN_PROGRESS' });
+      expect(await s.metadataSource('nobody')).toBeUndefined();
+    });
+  });
+
   describe('group commit', () => {
     it("shares one transaction but keeps each change's own result or error", async () => {
       const { GroupCommitter } = await import('../../controller/group-commit.js');
