@@ -11,10 +11,13 @@
  * JSON line per session kept (its key, the peer checked in its full handshake, the session
  * bytes, when it was kept), or per session forgotten. Lines are appended as the store changes,
  * without fsync: a process crash loses nothing the kernel has, and a power loss only sessions,
- * which cost a full handshake each. At open the newest line of each key wins, lines that do not
- * parse are skipped, the store checks each entry as it offers it (revocation, dates, age), and
- * the file is rewritten with the live entries alone (atomically); it is rewritten again whenever
- * it holds PUSH_TLS_SESSION_FILE_SLACK_ENTRIES more lines than live sessions.
+ * which cost a full handshake each. At open the newest line of each key wins (its bytes are
+ * left in the file), lines that do not parse are skipped, and the store checks each entry as it
+ * offers it (revocation, dates, age). The file is rewritten with the live entries alone
+ * (atomically) whenever it holds PUSH_TLS_SESSION_FILE_SLACK_ENTRIES more lines than live
+ * sessions, and at open only then, or when it was made under another binding or its last line is
+ * torn: a controller restarted after a crash reads its 10,000 sessions once and writes none of them
+ * again (a rewrite at every open was ~5 s of a push worker's first seconds, `--profile`).
  *
  * While the file can be written, the session bytes live in it alone: the store keeps whom each
  * session was made with, and this class where its line starts and ends, and reads the line back
@@ -36,6 +39,7 @@ import {
   peerOf,
   type SessionPeer,
   type SessionPersistence,
+  type KeptSession,
   type StoredSession,
   type TlsSessionStore,
 } from './session-store.js';
@@ -86,10 +90,21 @@ export class SessionFile implements SessionPersistence {
     this.#binding = o.binding;
     this.#slack = o.slackEntries ?? PUSH_TLS_SESSION_FILE_SLACK_ENTRIES;
     this.#log = o.logger;
+    const found = this.#open();
     let loaded = 0;
-    for (const [key, entry] of this.#read()) if (store.restore(key, entry)) loaded++;
-    this.#rewrite();
+    if (found !== undefined) {
+      // (restored before the store reports to us: one it evicts meanwhile stays a stale line)
+      for (const [key, { entry, at }] of found.sessions)
+        if (store.restore(key, entry)) {
+          this.#at.set(key, at);
+          loaded++;
+        }
+      this.#lines = found.lines;
+    }
     store.persistTo(this);
+    // compacted at open only when it must be (another binding, a torn last line, the slack
+    // reached): a restart after a crash reads the file once and writes nothing more of it
+    if (found === undefined || !found.clean || this.#lines > store.size + this.#slack) this.#rewrite();
     if (loaded > 0) this.#log?.info({ file, sessions: loaded }, 'push TLS sessions loaded');
   }
 
@@ -206,14 +221,24 @@ export class SessionFile implements SessionPersistence {
     }
   }
 
-  /** The newest entry of each key the file holds; nothing when it is missing or unsafe. */
-  #read(): Map<string, StoredSession> {
-    const out = new Map<string, StoredSession>();
-    let text: string;
+  /**
+   * Opens the file to read and append, and reads the newest line of each key: its peer and where
+   * its bytes are (they stay in the file; `load` reads them back when offered). Undefined when it
+   * is missing, unsafe (removed), unreadable (removed) or made under another binding; then nothing
+   * is open. `clean`: it ends with a whole line (a crash may tear the last one).
+   */
+  #open():
+    | {
+        sessions: Map<string, { entry: KeptSession; at: { off: number; len: number } }>;
+        lines: number;
+        clean: boolean;
+      }
+    | undefined {
     let fd: number | undefined;
+    let text: Buffer;
     try {
       // opened without following a link, then checked on the descriptor: what is read is what was checked
-      fd = fs.openSync(this.file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+      fd = fs.openSync(this.file, fs.constants.O_RDWR | fs.constants.O_APPEND | fs.constants.O_NOFOLLOW);
       const st = fs.fstatSync(fd);
       const ours = process.getuid === undefined || st.uid === process.getuid();
       if (!st.isFile() || (st.mode & 0o077) !== 0 || !ours) {
@@ -222,49 +247,57 @@ export class SessionFile implements SessionPersistence {
           'push TLS session file is not a private regular file of ours (0600, our uid); removed unread',
         );
         fs.closeSync(fd);
-        fd = undefined;
         this.#remove();
-        return out;
+        return undefined;
       }
-      text = fs.readFileSync(fd, 'utf8');
+      text = fs.readFileSync(fd);
     } catch (err) {
+      if (fd !== undefined) fs.closeSync(fd);
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== 'ENOENT') {
         this.#log?.warn({ file: this.file, err }, 'push TLS session file cannot be read; removed, starting without');
         this.#remove();
       }
-      return out;
-    } finally {
-      if (fd !== undefined) fs.closeSync(fd);
+      return undefined;
     }
-    const rows = text.split('\n');
-    const head = parseHead(rows[0] ?? '');
-    if (head !== this.#binding()) {
+    const sessions = new Map<string, { entry: KeptSession; at: { off: number; len: number } }>();
+    let start = text.indexOf(NEWLINE);
+    if (start < 0 || parseHead(text.toString('utf8', 0, start)) !== this.#binding()) {
+      fs.closeSync(fd);
       this.#log?.info(
         { file: this.file },
         'push TLS session file made under another CA or controller certificate (or an older format); not used',
       );
-      return out;
+      return undefined;
     }
+    start++;
+    let lines = 0;
     let bad = 0;
-    for (const raw of rows.slice(1)) {
-      if (raw === '') continue;
-      const line = parseLine(raw);
+    while (start < text.length) {
+      const end = text.indexOf(NEWLINE, start);
+      if (end < 0) break; // a torn last line: not counted, rewritten below
+      lines++;
+      const line = end > start ? parseLine(text.toString('utf8', start, end)) : undefined;
       if (line === undefined) bad++;
-      else if (line.d) out.delete(line.k);
+      else if (line.d) sessions.delete(line.k);
       else {
-        out.delete(line.k);
-        out.set(line.k, {
-          ...line.p!,
-          session: Buffer.from(line.s!, 'base64'),
-          storedAtMs: line.t!,
+        sessions.delete(line.k);
+        sessions.set(line.k, {
+          entry: { ...line.p!, session: null, storedAtMs: line.t! },
+          at: { off: start, len: end - start },
         });
       }
+      start = end + 1;
     }
     if (bad > 0) this.#log?.warn({ file: this.file, lines: bad }, 'push TLS session file lines skipped (not sessions)');
-    return out;
+    this.#fd = fd;
+    this.#writable = true;
+    this.#size = text.length;
+    return { sessions, lines, clean: start === text.length };
   }
 }
+
+const NEWLINE = 0x0a;
 
 /** The binding the file's first line names, or undefined. */
 function parseHead(raw: string): string | undefined {

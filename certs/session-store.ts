@@ -135,10 +135,11 @@ export class TlsSessionStore {
   }
 
   /**
-   * Takes back an entry kept by an earlier process (certs/session-file.ts); false (not kept) when
-   * it is past its age or notAfter already. `offer` checks it again, as any other.
+   * Takes back an entry kept by an earlier process (certs/session-file.ts; `session` null when its
+   * persistence holds the bytes); false (not kept) when it is past its age or notAfter already.
+   * `offer` checks it again, as any other.
    */
-  restore(key: string, entry: StoredSession): boolean {
+  restore(key: string, entry: KeptSession): boolean {
     const now = this.#now();
     if (now >= entry.notAfterMs || now - entry.storedAtMs >= this.#maxAgeMs || entry.storedAtMs > now) return false;
     this.#put(key, entry);

@@ -47,9 +47,36 @@ describe('push TLS session file', () => {
     expect(s2.offer('n1', peer('n1').spiffeId)?.session.toString()).toBe('new');
     expect(s2.offer('n2', peer('n2').spiffeId)?.session.toString()).toBe('two');
     expect(s2.offer('n3', peer('n3').spiffeId)).toBeUndefined();
+    // the bytes stay in the file: nothing decoded or written at open
+    expect([...s2.entries()].map(([, e]) => e.session)).toEqual([null, null]);
     f2.close();
-    // compacted at open: one line per live session
+    expect(lines(file)).toHaveLength(5);
+  });
+
+  it('is compacted at open when it holds the slack more lines than live sessions, or its last line is torn', () => {
+    const file = path.join(dir, 'a2');
+    const s1 = new TlsSessionStore(material);
+    const f1 = new SessionFile(file, s1, { binding, slackEntries: 3 });
+    for (const t of ['a', 'b', 'c']) s1.save('n1', peer('n1'), Buffer.from(t), s1.epoch);
+    s1.save('n2', peer('n2'), Buffer.from('two'), s1.epoch);
+    f1.close();
+    expect(lines(file)).toHaveLength(4);
+    const s2 = new TlsSessionStore(material);
+    new SessionFile(file, s2, { binding, slackEntries: 1 }).close(); // 4 lines > 2 live + 1
     expect(lines(file)).toHaveLength(2);
+
+    fs.appendFileSync(file, '{"k":"n3","s":"eA'); // a crash in the middle of an append
+    const s3 = new TlsSessionStore(material);
+    const f3 = new SessionFile(file, s3, { binding });
+    expect(lines(file)).toHaveLength(2); // the torn line gone, so the next append starts a line of its own
+    s3.save('n3', peer('n3'), Buffer.from('three'), s3.epoch);
+    f3.close();
+    const s4 = new TlsSessionStore(material);
+    const f4 = new SessionFile(file, s4, { binding });
+    expect(s4.size).toBe(3);
+    expect(s4.offer('n1', peer('n1').spiffeId)?.session.toString()).toBe('c');
+    expect(s4.offer('n3', peer('n3').spiffeId)?.session.toString()).toBe('three');
+    f4.close();
   });
 
   it('skips lines that are not sessions, and offers nothing revoked or for another node', () => {
