@@ -10,6 +10,7 @@
  * input list passed by mistake never reaches the disk. What a script itself prints (a password it
  * echoes) is its stdout, sent to the controller as Heat would; Herald does not parse it.
  */
+import { unlinkSync } from 'node:fs';
 import { readdir, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { SignalBody } from '../protocol/heat.js';
@@ -133,19 +134,18 @@ export class OutboxStore {
     return out;
   }
 
-  /** Removes the entry durably; a missing entry is not an error (idempotent). */
-  async remove(seq: number): Promise<void> {
-    const prefix = `${String(seq).padStart(SEQ_DIGITS, '0')}-`;
-    let removed = false;
-    for (const name of await readdir(this.dir)) {
-      if (name.startsWith(prefix) && ENTRY_RE.test(name)) {
-        await unlink(join(this.dir, name)).catch((err: NodeJS.ErrnoException) => {
-          if (err.code !== 'ENOENT') throw err;
-        });
-        removed = true;
-      }
+  /**
+   * Removes the entry durably; a missing entry is not an error (idempotent). Its file is named by
+   * its seq and deployment id (`fileName`): one unlink, no listing of the directory.
+   */
+  async remove(e: Pick<OutboxEntry, 'seq' | 'deployment_id'>): Promise<void> {
+    try {
+      unlinkSync(join(this.dir, fileName(e.seq, e.deployment_id)));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      throw err;
     }
-    if (removed) fsyncDir(this.dir);
+    fsyncDir(this.dir);
   }
 }
 

@@ -144,7 +144,7 @@ export class OutboxSender {
   }
 
   async #dropSuperseded(e: OutboxEntry): Promise<void> {
-    await this.#o.store.remove(e.seq);
+    await this.#o.store.remove(e);
     this.superseded++;
     this.#o.log.info(
       {
@@ -170,7 +170,7 @@ export class OutboxSender {
         // at most the longest backoff: a wrong Retry-After cannot hold the results back for long
         if (retryAfterMs !== undefined) this.#notBeforeMs = Date.now() + Math.min(retryAfterMs, this.#o.backoffMaxMs);
         if (isFinalStatus(status)) {
-          await this.#o.store.remove(e.seq);
+          await this.#o.store.remove(e);
           this.#attempt = 0;
           this.delivered++;
           if (this.#newest.get(e.deployment_id) === e.body.revision) this.#newest.delete(e.deployment_id);

@@ -40,8 +40,8 @@ describe('OutboxStore', () => {
       [3, 'd1', 3],
     ]);
     expect(list[0]).toMatchObject({ node: 'n1', path: '/v1/deployments/d1/signal', body: body(1) });
-    await again.remove(1);
-    await again.remove(1); // idempotent
+    await again.remove(list[0]!);
+    await again.remove(list[0]!); // idempotent
     const e4 = await again.enqueue(sig('d3', 4));
     expect(e4.seq).toBe(4);
     const third = await OutboxStore.open(dir);
@@ -95,6 +95,12 @@ describe('OutboxStore', () => {
       '000000000002-d2.json.bad',
     ]);
     expect((await again.enqueue(sig('d9', 9))).seq).toBe(3);
+    // removed by the name it was written under, odd id and all
+    await again.remove(list[0]!);
+    expect((await readdir(join(dir, OUTBOX_DIR))).sort()).toEqual([
+      '000000000002-d2.json.bad',
+      '000000000003-d9.json',
+    ]);
   });
 
   it('sets aside an entry nested deeper than the depth guard, instead of overflowing the stack on every send', async () => {
