@@ -441,6 +441,40 @@ export function findings(r: BenchResults): string[] {
         'signature per wake-up. The dials of one push worker are bound by its one core: `--push-workers 2` uses both cores',
       );
       p("(here they are shared with the agents' half of every handshake), and on a fleet the agents run elsewhere.");
+      p(
+        'Profiled once more on 2026-12-03 (17:02 UTC, `--only fanout --n 10000 --runs 1 --profile`), in 5 s slices: the restarted',
+      );
+      p(
+        'push worker spent its first ~10 s on its session file (reading and decoding 10,000 sessions, ~30 MB, then writing them',
+      );
+      p(
+        "all again at open) before its first dial; and each agent's polls while the controller was down (connection refused)",
+      );
+      p(
+        'dropped the TLS session they offered, so its next poll made a full handshake, for which Node built the legacy',
+      );
+      p(
+        "certificate objects (`getPeerCertificate(true)`, the largest item of a harness process's time). Now the session file is",
+      );
+      p(
+        'read once and left as it is (its bytes read back when offered; compacted at open only past its slack), a session is',
+      );
+      p(
+        "dropped only by a handshake that failed after the server was reached, and the agent's HTTPS client checks a full",
+      );
+      p(
+        'handshake from X509Certificate objects (`connectResumingX509`, as the push dialer): the same run without the first of',
+      );
+      p(
+        'these at 17:14 UTC had all 10,000 connected after 53.5 s (43.4 + 64.6 CPU-s of controller and agents), with it at 17:30 UTC',
+      );
+      p(
+        'after 38.3 s (25.9 + 45.1 CPU-s; 832 connected in the first 5 s instead of none). What is left is CPU on both sides of',
+      );
+      p(
+        "every resumed handshake on two shared cores: Node 20's OpenSSL 3.0 parses each offered session (~0.19 ms here) and",
+      );
+      p('each ticket the server decrypts, and a resumed TLS 1.3 handshake still makes an X25519 share on each side.');
     }
     p('');
   }
@@ -586,6 +620,15 @@ export function findings(r: BenchResults): string[] {
   );
   p(
     "| a push socket's legacy-certificate override switched off after the handshake, not deleted (the delete put every push TLS socket's properties in V8's dictionary mode) | `certs/tls.ts` `connectCheckingX509` | push worker's JS heap at 10,000 agents: 31 MB of socket property tables (3.1 KB per agent) → none; one-step fleet of 10,000: 81.6 (a faster host) → 78.6 KB per agent |",
+  );
+  p(
+    "| a cluster's deployments are inserted at revision 1 (no UPDATE of the row just inserted) and without a second lock of a node its cluster holds already; a node's metadata is read in three statements (its deployments joined with their cluster, the nodegroups' configs) instead of five | `controller/sql-tx.ts`, `controller/sql-statements.ts` | 10,000-agent fan-out, the commit before and this one back to back on the same host (2026-12-03 17:19-17:28 UTC, `--only fanout --n 10000 --runs 1 --no-crash`, one-step fleets): request answered 1.37 → 1.15 s, all acked 6.33 → 5.18 s, all fetched 16.44 → 14.90 s, controller CPU 8.99 → 8.79 s (single runs: the CPU figure within the spread) |",
+  );
+  p(
+    "| the push session file is read at start and left as it is (nothing decoded or rewritten at open); the agent's HTTPS client keeps its session through connections refused while the controller restarts, and checks a full handshake from X509Certificate objects | `certs/session-file.ts`, `certs/tls.ts` `resumingConnection` | 10,000 agents after a crash (`--only fanout --n 10000 --runs 1`, same host within the hour, 2026-12-03): all connected again 53.5 s → 38.3 s, controller and agents' CPU 43.4 + 64.6 → 25.9 + 45.1 CPU-s, fetched by a poll 1,682 → 708 (the full run of 09:17 UTC before all of it: 62.1 s) |",
+  );
+  p(
+    "| a delivered signal's outbox entry removed by its name (seq and deployment id), not found by listing the directory | `agent/outbox-store.ts` | one `readdir` (a thread-pool round trip) less per signal: ~2 % of a harness process's busy time in the crash profile of 2026-12-03 17:02 UTC |",
   );
   p(
     "| a 304 answered from the node's generation alone; the body cache holds the 2,000 bodies asked for last, not one per node | `controller/service.ts`, `controller/api.ts` | no document read or built for a poll that finds nothing; up to a body per node (~2 KB after a fan-out) less in the main process |",
