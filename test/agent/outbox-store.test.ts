@@ -97,10 +97,7 @@ describe('OutboxStore', () => {
     expect((await again.enqueue(sig('d9', 9))).seq).toBe(3);
     // removed by the name it was written under, odd id and all
     await again.remove(list[0]!);
-    expect((await readdir(join(dir, OUTBOX_DIR))).sort()).toEqual([
-      '000000000002-d2.json.bad',
-      '000000000003-d9.json',
-    ]);
+    expect((await readdir(join(dir, OUTBOX_DIR))).sort()).toEqual(['000000000002-d2.json.bad', '000000000003-d9.json']);
   });
 
   it('sets aside an entry nested deeper than the depth guard, instead of overflowing the stack on every send', async () => {
