@@ -181,6 +181,11 @@ function mergeReason(a: WakeReason | null, b: WakeReason): WakeReason {
 const GOING_AWAY = 1001;
 const POLICY_VIOLATION = 1008;
 
+/** The masking key of every frame the dialer sends: zero, so none is masked (see the dial's options). */
+function zeroMask(mask: Buffer): void {
+  mask.fill(0);
+}
+
 export class PushDialer implements PushService {
   readonly #o: Resolved;
   #signer: Signer;
@@ -451,6 +456,11 @@ export class PushDialer implements PushService {
         servername: '',
         perMessageDeflate: false,
         maxPayload: MAX_WS_PAYLOAD_BYTES,
+        // frames go unmasked (a zero masking key, which ws sends without XOR and the agent's ws
+        // reads without XOR): masking guards HTTP intermediaries against script-chosen bytes
+        // (RFC 6455 §10.3), and inside mutual TLS no intermediary sees them; every frame this
+        // side sends was XORed byte by byte in JavaScript before (docs/departures.md)
+        generateMask: zeroMask,
         followRedirects: false,
         // this connection answers the agent's fetches and signals (SPEC §2): it needs no API connection
         headers: { [FEATURES_HEADER]: `${FEATURE_FETCH}, ${FEATURE_SIGNAL}` },

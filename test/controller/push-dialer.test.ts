@@ -3,14 +3,17 @@
  * certs/ for the run). Every wait is for an event, with a bound.
  */
 import { nextPushEvent } from '../helpers/push-events.js';
+import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
+import tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import { PushDialer, type PushDialerOptions } from '../../controller/push-dialer.js';
 import type { AckEvent, PushState } from '../../controller/push-types.js';
-import { pkiPaths } from '../../certs/paths.js';
+import { materialPaths, pkiPaths } from '../../certs/paths.js';
+import { PkiMaterial, tlsServerOptions } from '../../certs/tls.js';
 import type { Ed25519PrivateJwk } from '../../protocol/jws.js';
 import { CONTROLLER_ID, makePushPki, TD, TestWakeListener, type PushPki } from '../helpers/wake-listener.js';
 
@@ -302,6 +305,51 @@ describe('push dialer', () => {
     await n3ack; // n1 went half-open, which freed the slot
     expect(d.state('n1').state).toBe('half_open');
     expect(l3.wakes[0]!.claims.gen).toBe(4);
+  });
+
+  it('sends its frames with a zero masking key: the wake-up is on the wire (inside TLS) as signed', async () => {
+    // a hand-made agent end: TLS with n1's certificate, the upgrade answered by hand, the first
+    // frame read byte for byte (a WebSocket server would unmask it before anyone could look)
+    const material = new PkiMaterial({ ...materialPaths(pki.dir, 'agent', 'n1'), trustDomain: TD, watch: false });
+    const first = new Promise<Buffer>((resolve, reject) => {
+      const server = tls.createServer(tlsServerOptions(material), (socket) => {
+        socket.on('error', reject);
+        let buf = Buffer.alloc(0);
+        let upgraded = false;
+        socket.on('data', (d: Buffer) => {
+          buf = Buffer.concat([buf, d]);
+          if (!upgraded) {
+            const end = buf.indexOf('\r\n\r\n');
+            if (end < 0) return;
+            const key = /sec-websocket-key: *(\S+)/i.exec(buf.subarray(0, end).toString('latin1'))![1]!;
+            const accept = createHash('sha1').update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
+            socket.write(
+              `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`,
+            );
+            upgraded = true;
+            buf = buf.subarray(end + 4);
+          }
+          if (buf.length >= 2) resolve(buf);
+        });
+      });
+      open.push({ close: () => new Promise<void>((r) => server.close(() => r())) });
+      server.listen(0, '127.0.0.1', () => {
+        const { port } = server.address() as net.AddressInfo;
+        void dialer().start([
+          { node: 'n1', url: `wss://127.0.0.1:${port}/v1/wake`, generation: 5, ackedGeneration: 4 },
+        ]);
+      });
+    });
+    let frame = await first;
+    expect(frame[1]! & 0x80).toBe(0x80); // MASK set, as RFC 6455 requires of a client
+    const len7 = frame[1]! & 0x7f;
+    const maskAt = len7 === 126 ? 4 : 2;
+    const size = len7 === 126 ? frame.readUInt16BE(2) : len7;
+    expect([...frame.subarray(maskAt, maskAt + 4)]).toEqual([0, 0, 0, 0]);
+    frame = frame.subarray(maskAt + 4, maskAt + 4 + size);
+    // the payload is the compact JWS itself, readable without unmasking
+    const [, claims] = frame.toString('latin1').split('.');
+    expect(JSON.parse(Buffer.from(claims!, 'base64url').toString('utf8'))).toMatchObject({ gen: 5, reason: 'ping' });
   });
 
   it('signs wake-ups with a rotated signing key from the moment it is handed over', async () => {
