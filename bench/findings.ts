@@ -49,8 +49,17 @@ export function findings(r: BenchResults): string[] {
   );
   p(
     '10,000 connected 41.7 s after a crash; the full run above came an hour later on a CPU at 53 µs (62.1 s after the crash).',
-    '',
   );
+  p(
+    'The full run of 2026-12-03 23:46 UTC (commit d810185, a signature at 38 µs) measured 10.42 ms (p99 18.28 ms), 4.55 s / 12.89 s,',
+  );
+  p(
+    '0.75 ms, 90 KB per agent and 43.3 s after the crash; a latency run alone just before it (23:45 UTC, the same tree)',
+  );
+  p(
+    'measured 8.65 ms at p50 and 15.19 ms at p99 back to back (met), and a fan-out grown in two steps alone just after it',
+  );
+  p('(5,000 then 10,000 agents, 00:11 UTC) 3.78 s / 10.62 s, 0.61 ms of controller CPU and 79.9 KB per agent.', '');
 
   p('### 1. PATCH → hook started (goal p50 ≤ 10 ms, p99 ≤ 20 ms, back to back to one node)', '');
   const one = lat?.push.oneNode;
@@ -92,7 +101,11 @@ export function findings(r: BenchResults): string[] {
     'of 2026-12-02 07:18 UTC (code of 01a8bea, the same hook path) measured p50 10.02 ms and p99 16.71 ms back to back,',
   );
   p("that of 19:08 UTC p50 8.65 ms and p99 16.39 ms, and on 2026-12-03's slower CPU (see above) 10-12 ms at p50;");
-  p('the p99 is one or two slow changes of a hundred, each slow in every segment at once (a process descheduled).');
+  p('the p99 is one or two slow changes of a hundred, each slow in every segment at once (a process descheduled);');
+  p(
+    'on 2026-12-03 23:45 UTC (`--only latency`, a signature at 38 µs) p50 8.65 ms and p99 15.19 ms, and in the full run ten',
+  );
+  p("minutes later p50 10.42 ms and p99 18.28 ms: the goal is met or missed by the host's hour, not by the code.");
   p(
     'Signals over the push connection, measured against the tree before them in the same hour (`--only latency`, two runs',
   );
@@ -351,7 +364,16 @@ export function findings(r: BenchResults): string[] {
     p(
       "with `MALLOC_ARENA_MAX=2` for the controller, tried against the allocator's residue: no gain, not adopted). So the",
     );
-    p('figure now sits at the goal, within the spread between runs: what is left is the TLS connection itself, its JS');
+    p(
+      'figure sits at the goal, within the spread between runs, which is wide: the full run of 2026-12-03 23:46 UTC held 90 KB',
+    );
+    p(
+      'per agent at 10,000 (its fleet grew by 5,000 in 64 s, against 81 s in the run of 09:17 UTC: more start-up requests at',
+    );
+    p(
+      "once, more of the allocator's residue), a fleet grown 5,000 then 10,000 alone 25 minutes later 79.9 KB (00:11 UTC; push",
+    );
+    p('worker 755 MB and main process 189 MB at 10,000). What is left is the TLS connection itself, its JS');
     p("objects, and the residue of the agents' start-up requests (announcement and first fetch, over HTTPS).");
     if (c) {
       // a figure never reached is null in a stored BENCHMARKS.json
@@ -629,6 +651,9 @@ export function findings(r: BenchResults): string[] {
   );
   p(
     "| a delivered signal's outbox entry removed by its name (seq and deployment id), not found by listing the directory | `agent/outbox-store.ts` | one `readdir` (a thread-pool round trip) less per signal: ~2 % of a harness process's busy time in the crash profile of 2026-12-03 17:02 UTC |",
+  );
+  p(
+    "| the controller's WebSocket frames sent with a zero masking key (MASK bit set, no XOR at either end; inside mutual TLS masking protects no intermediary: docs/departures.md) | `controller/push-dialer.ts` | the fan-out profile of 2026-12-03 23:35 UTC (10,000 agents, `--profile`): ws's `_mask` was 2.1 % of the push worker's sampled time (507 ms, mostly the metadata answers); gone |",
   );
   p(
     "| a 304 answered from the node's generation alone; the body cache holds the 2,000 bodies asked for last, not one per node | `controller/service.ts`, `controller/api.ts` | no document read or built for a poll that finds nothing; up to a body per node (~2 KB after a fan-out) less in the main process |",
