@@ -4,6 +4,7 @@
  * window, failure, deadlines, delete, late results and a step started with no budget left.
  */
 import { describe, expect, it } from 'vitest';
+import { newCluster } from '../helpers/new-cluster.js';
 import { codeOf } from '../../protocol/errors.js';
 import { ClusterEngine, stepBudgetMs } from '../../controller/clusters/engine.js';
 import { FakeClusterData } from './clusters-fake-tx.js';
@@ -22,20 +23,7 @@ function world(n: number, o: { timeoutS?: number; marginS?: number } = {}) {
 
   const create = async (nowMs = T0) => {
     const r = await data.run((tx) =>
-      engine.create(
-        tx,
-        {
-          name: 'k',
-          nodes,
-          installConfigId: install,
-          uninstallConfigId: uninstall,
-          installInputValues: {},
-          uninstallInputValues: {},
-          inputValues: {},
-        },
-        WHO,
-        nowMs,
-      ),
+      engine.create(tx, newCluster({ nodes, installConfigId: install, uninstallConfigId: uninstall }), WHO, nowMs),
     );
     return { id: r.result, changes: r.changes };
   };

@@ -4,6 +4,7 @@
  * check, a one-group restart and the plan of a dry run. No SQLite, no sockets.
  */
 import { describe, expect, it } from 'vitest';
+import { newCluster } from '../helpers/new-cluster.js';
 import { codeOf } from '../../protocol/errors.js';
 import { ClusterEngine, type RestartOptions } from '../../controller/clusters/engine.js';
 import { groupWindow } from '../../controller/clusters/plan.js';
@@ -35,16 +36,12 @@ async function world(spec: Array<{ name: string; role: 'master' | 'worker'; n: n
   const { result: id } = await data.run((tx) =>
     engine.create(
       tx,
-      {
-        name: 'k',
+      newCluster({
         nodes: groups.flatMap((g) => g.nodes),
         nodegroups: groups,
         installConfigId: install,
         uninstallConfigId: uninstall,
-        installInputValues: {},
-        uninstallInputValues: {},
-        inputValues: {},
-      },
+      }),
       WHO,
       T0,
     ),

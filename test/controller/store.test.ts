@@ -5,6 +5,7 @@
  * durability of a reopened file. PostgreSQL's own are in pg-store.test.ts.
  */
 import fs from 'node:fs';
+import { newCluster } from '../helpers/new-cluster.js';
 import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
@@ -303,16 +304,12 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       const { result: clusterId } = await s.transaction((tx) =>
         new ClusterEngine().create(
           tx,
-          {
-            name: 'k',
+          newCluster({
             nodes: ['a', 'b'],
             nodegroups: [group('plain', ['b'], install, uninstall), group('gpu', ['a'], gpuInstall, gpuUninstall)],
             installConfigId: install,
             uninstallConfigId: uninstall,
-            installInputValues: {},
-            uninstallInputValues: {},
-            inputValues: {},
-          },
+          }),
           WHO,
           Date.now(),
         ),
