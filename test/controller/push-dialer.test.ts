@@ -329,7 +329,11 @@ describe('push dialer', () => {
             upgraded = true;
             buf = buf.subarray(end + 4);
           }
-          if (buf.length >= 2) resolve(buf);
+          // the whole first frame (its header and payload may come in separate TLS records)
+          if (buf.length < 4) return;
+          const len7 = buf[1]! & 0x7f;
+          const head = len7 === 126 ? 8 : 6;
+          if (buf.length >= head + (len7 === 126 ? buf.readUInt16BE(2) : len7)) resolve(buf);
         });
       });
       open.push({ close: () => new Promise<void>((r) => server.close(() => r())) });
