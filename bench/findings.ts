@@ -265,9 +265,9 @@ export function findings(r: BenchResults): string[] {
     'answer a fetch for the generation it has just woken the node for: the main process hands it the built body and its',
   );
   p(
-    'digest with the wake-up, and the worker signs the small per-response JWS. That is one IPC round trip and one store read',
+    'digest with the wake-up, and the worker signs the small per-response JWS. That is one IPC round trip less per woken',
   );
-  p('less per woken agent. Not done this round.');
+  p('agent. Not done this round.');
   p('Beyond that: build the per-node metadata documents of a cluster-wide change in the transaction');
   p(
     'that makes it (one pass, not one per first fetch), and measure with the agents on other machines. The acked goal (1.5 s from the request)',
@@ -401,7 +401,7 @@ export function findings(r: BenchResults): string[] {
       "with `MALLOC_ARENA_MAX=2` for the controller, tried against the allocator's residue: no gain, not adopted). So the",
     );
     p(
-      'figure sits at the goal, within the spread between runs, which is wide: the full run of 2026-12-03 23:46 UTC held 90 KB',
+      'figure is at the goal or above it by the run, and the spread between runs is wide: the full run of 2026-12-03 23:46 UTC held 90 KB',
     );
     p(
       'per agent at 10,000 (its fleet grew by 5,000 in 64 s, against 81 s in the run of 09:17 UTC: more start-up requests at',

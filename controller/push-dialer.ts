@@ -456,10 +456,9 @@ export class PushDialer implements PushService {
         servername: '',
         perMessageDeflate: false,
         maxPayload: MAX_WS_PAYLOAD_BYTES,
-        // frames go unmasked (a zero masking key, which ws sends without XOR and the agent's ws
-        // reads without XOR): masking guards HTTP intermediaries against script-chosen bytes
-        // (RFC 6455 §10.3), and inside mutual TLS no intermediary sees them; every frame this
-        // side sends was XORed byte by byte in JavaScript before (docs/departures.md)
+        // frames go unmasked (a zero masking key, which ws sends and the agent's ws reads without
+        // the XOR pass): masking guards HTTP intermediaries against script-chosen bytes (RFC 6455
+        // §10.3), and inside mutual TLS no intermediary sees them (docs/departures.md)
         generateMask: zeroMask,
         followRedirects: false,
         // this connection answers the agent's fetches and signals (SPEC §2): it needs no API connection

@@ -73,6 +73,28 @@ async function closedPort(): Promise<number> {
   return port;
 }
 
+interface MaskedFrame {
+  masked: boolean;
+  key: Buffer;
+  payload: Buffer;
+}
+
+/** The client frame at the start of `buf` as sent (payload not unmasked), or null while it is incomplete. */
+function maskedFrameOf(buf: Buffer): MaskedFrame | null {
+  if (buf.length < 2) return null;
+  const len7 = buf[1]! & 0x7f;
+  if (len7 === 127) throw new Error('a frame over 64 KiB: not a wake-up');
+  const keyAt = len7 === 126 ? 4 : 2;
+  if (buf.length < keyAt + 4) return null;
+  const size = len7 === 126 ? buf.readUInt16BE(2) : len7;
+  if (buf.length < keyAt + 4 + size) return null;
+  return {
+    masked: (buf[1]! & 0x80) !== 0,
+    key: buf.subarray(keyAt, keyAt + 4),
+    payload: buf.subarray(keyAt + 4, keyAt + 4 + size),
+  };
+}
+
 describe('push dialer', () => {
   it('connects at start to a node that is behind and sends a ping wake-up with its generation', async () => {
     const l = await listener('n1');
@@ -311,7 +333,7 @@ describe('push dialer', () => {
     // a hand-made agent end: TLS with n1's certificate, the upgrade answered by hand, the first
     // frame read byte for byte (a WebSocket server would unmask it before anyone could look)
     const material = new PkiMaterial({ ...materialPaths(pki.dir, 'agent', 'n1'), trustDomain: TD, watch: false });
-    const first = new Promise<Buffer>((resolve, reject) => {
+    const first = new Promise<MaskedFrame>((resolve, reject) => {
       const server = tls.createServer(tlsServerOptions(material), (socket) => {
         socket.on('error', reject);
         let buf = Buffer.alloc(0);
@@ -330,10 +352,8 @@ describe('push dialer', () => {
             buf = buf.subarray(end + 4);
           }
           // the whole first frame (its header and payload may come in separate TLS records)
-          if (buf.length < 4) return;
-          const len7 = buf[1]! & 0x7f;
-          const head = len7 === 126 ? 8 : 6;
-          if (buf.length >= head + (len7 === 126 ? buf.readUInt16BE(2) : len7)) resolve(buf);
+          const frame = maskedFrameOf(buf);
+          if (frame) resolve(frame);
         });
       });
       open.push({ close: () => new Promise<void>((r) => server.close(() => r())) });
@@ -344,15 +364,11 @@ describe('push dialer', () => {
         ]);
       });
     });
-    let frame = await first;
-    expect(frame[1]! & 0x80).toBe(0x80); // MASK set, as RFC 6455 requires of a client
-    const len7 = frame[1]! & 0x7f;
-    const maskAt = len7 === 126 ? 4 : 2;
-    const size = len7 === 126 ? frame.readUInt16BE(2) : len7;
-    expect([...frame.subarray(maskAt, maskAt + 4)]).toEqual([0, 0, 0, 0]);
-    frame = frame.subarray(maskAt + 4, maskAt + 4 + size);
+    const frame = await first;
+    expect(frame.masked).toBe(true); // MASK set, as RFC 6455 requires of a client
+    expect([...frame.key]).toEqual([0, 0, 0, 0]);
     // the payload is the compact JWS itself, readable without unmasking
-    const [, claims] = frame.toString('latin1').split('.');
+    const [, claims] = frame.payload.toString('latin1').split('.');
     expect(JSON.parse(Buffer.from(claims!, 'base64url').toString('utf8'))).toMatchObject({ gen: 5, reason: 'ping' });
   });
 

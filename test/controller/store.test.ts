@@ -5,10 +5,10 @@
  * durability of a reopened file. PostgreSQL's own are in pg-store.test.ts.
  */
 import fs from 'node:fs';
-import { newCluster } from '../helpers/new-cluster.js';
 import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
+import { newCluster } from '../helpers/new-cluster.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { codeOf } from '../../protocol/errors.js';
 import { ClusterEngine } from '../../controller/clusters/engine.js';
