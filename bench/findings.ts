@@ -250,27 +250,46 @@ export function findings(r: BenchResults): string[] {
     'to build and hash the 2.6 KB body, 46 µs for the signature. The commit is ~0.05 ms per agent, and the worker signs each',
   );
   p(
-    'wake-up (~0.04 ms). What is left, about half of the figure, is the hop between the two processes: the fetch request',
+    'wake-up (~0.04 ms). The hop between the two processes is not what is left: timed alone with the messages a fan-out',
   );
   p(
-    'and its answer (with the body) cross the IPC pipe in structured-clone form, each ack and push state becomes an IPC event',
+    'sends per agent (two push states, an ack and a fetch request up, the answer with its 2.6 KB body down, batched as',
   );
   p(
-    'and a controller event, and the garbage of all of it meets a 2 MiB young generation (`NODE_MAX_SEMI_SPACE_BYTES`, which',
+    'the pool batches them; `node dist/bench/ipc-cost.js`), it cost both ends 62-69 µs of CPU per agent on 2026-12-04 at 02:59',
   );
   p(
-    "keeps the soak's memory level). That half is Herald's own design, not physics. The next step is to let the push worker",
+    'UTC, when a signature took 66-77 µs (so about one signature), and a controller with its dialer in the main process',
   );
   p(
-    'answer a fetch for the generation it has just woken the node for: the main process hands it the built body and its',
+    '(`--push-workers 0`, no hop at all) used more CPU per agent, not less: 1.34 ms against 1.03 ms with one push worker,',
   );
   p(
-    'digest with the wake-up, and the worker signs the small per-response JWS. That is one IPC round trip less per woken',
+    'a one-step fleet of 10,000 each, back to back within the hour (01:44-01:54 UTC; its commit took 8.1 s against 1.8 s,',
   );
-  p('agent. Not done this round.');
-  p('Beyond that: build the per-node metadata documents of a cluster-wide change in the transaction');
   p(
-    'that makes it (one pass, not one per first fetch), and measure with the agents on other machines. The acked goal (1.5 s from the request)',
+    'the 10,000 connections sharing its one core). So the next step written here before (the worker answering the fetch',
+  );
+  p(
+    "for the generation it has just woken the node for, to save the hop) would save at most that one signature's worth;",
+  );
+  p('it is not done. The rest is spread over what every woken agent needs: the SQLite reads behind the async store');
+  p(
+    "lock (`metadataSource`: 3.9 of the main process's 14.4 s of samples not idle in the profile of 02:53 UTC), the document, its digest",
+  );
+  p('and the response signature, the commit, the wake-up signature, TLS records and loopback TCP on both ends, and');
+  p(
+    "the garbage of all of it. Measured against the CPU's own speed, the figure moves with the host: 0.75 ms at 38 µs a",
+  );
+  p(
+    'signature (19.8 signatures per agent), 0.61 ms at ~38 µs (16), 1.03 ms at 66 µs (15.6); the goal is 0.4 ms at the',
+  );
+  p('23 µs of the floor measurements (17.4).');
+  p(
+    'What could still cut it: the first fetches of a batch read in one pass (or the documents of a cluster-wide change built in the transaction',
+  );
+  p(
+    'that makes it: one pass, not one per first fetch), and measure with the agents on other machines. The acked goal (1.5 s from the request)',
   );
   p('leaves no room on these two cores: the request itself is answered after 1.1-2.0 s (a transaction of 10,000');
   p('revisions), and each wake-up then costs both ends a signature or a verification and a TLS frame each way.', '');

@@ -1,0 +1,126 @@
+/**
+ * What the hop between the controller's main process and its push worker costs per woken agent,
+ * timed alone: the messages a fan-out sends for each agent (two push states, an ack and a fetch
+ * request up; the fetch's answer with a body down), in batches as PushPool and the worker send
+ * them (controller/push-ipc.ts), over a `child_process.fork` channel with the same `advanced`
+ * serialization and the same young-generation cap. Prints the CPU (user + system) of each end
+ * per agent and the wall time.
+ *
+ *   npm run build && node dist/bench/ipc-cost.js [--n 10000] [--batch 1000] [--body-bytes 2600]
+ *
+ * BENCHMARKS.md ("What limits the figures", the fan-out) compares it with the controller's CPU
+ * per agent in a fan-out, and with the dialer in the main process (`--push-workers 0`).
+ */
+import { fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
+import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent } from '../controller/push-ipc.js';
+import type { PushState } from '../controller/push-types.js';
+
+interface ChildGo {
+  t: 'go';
+  n: number;
+  batch: number;
+}
+interface ChildDone {
+  t: 'done';
+  cpuUs: number;
+}
+
+/** The worker's end: sends each agent's events in batches, takes the answers. */
+function child(): void {
+  let answered = 0;
+  let total = 0;
+  const start = process.cpuUsage();
+  process.on('message', (m: ChildGo | ToWorker) => {
+    if (m.t === 'go') {
+      total = m.n;
+      for (let b = 0; b * m.batch < m.n; b++) {
+        const events: WorkerEvent[] = [];
+        for (let i = b * m.batch; i < Math.min(m.n, (b + 1) * m.batch); i++) {
+          const node = `node-${i}`;
+          const s: PushState = {
+            state: 'connected',
+            connected: true,
+            generation_pushed: 5,
+            generation_acked: 4,
+            last_ack_at: new Date().toISOString(),
+            last_error: null,
+            last_error_at: null,
+          };
+          events.push(
+            { t: 'state', node, s },
+            { t: 'ack', e: { node, jti: 'jti-0123456789abcdefghij', gen: 5, fetch: 'started', latencyMs: 12.5 } },
+            { t: 'state', node, s: { ...s, generation_acked: 5 } },
+            { t: 'request', id: i, r: { kind: 'fetch', node, nonce: 'n'.repeat(32), ifNoneMatch: '"4"' } },
+          );
+        }
+        const msg: FromWorker = { t: 'batch', events, metrics: null };
+        process.send?.(msg);
+      }
+    } else if (m.t === 'batch') {
+      for (const c of m.cmds) {
+        if (c.t !== 'answer' || c.r.body === undefined) continue;
+        // as the worker does: the structured clone's Uint8Array viewed as a Buffer
+        Buffer.from(c.r.body.buffer, c.r.body.byteOffset, c.r.body.byteLength);
+        answered++;
+      }
+      if (answered === total) {
+        const u = process.cpuUsage(start);
+        const done: ChildDone = { t: 'done', cpuUs: u.user + u.system };
+        process.send?.(done);
+      }
+    }
+  });
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      n: { type: 'string', default: '10000' },
+      batch: { type: 'string', default: '1000' },
+      'body-bytes': { type: 'string', default: '2600' },
+    },
+  });
+  const n = Number(values.n);
+  const batch = Number(values.batch);
+  const body = Buffer.alloc(Number(values['body-bytes']), 0x61);
+  const c = fork(fileURLToPath(import.meta.url), ['--child'], {
+    serialization: 'advanced',
+    execArgv: [...HERALD_NODE_FLAGS],
+  });
+  const start = process.cpuUsage();
+  const t0 = performance.now();
+  const childCpuUs = await new Promise<number>((resolve) => {
+    c.on('message', (m: FromWorker | ChildDone) => {
+      if (m.t === 'done') resolve(m.cpuUs);
+      else if (m.t === 'batch') {
+        const cmds: ToWorkerCommand[] = [];
+        for (const ev of m.events) {
+          if (ev.t !== 'request') continue;
+          cmds.push({
+            t: 'answer',
+            id: ev.id,
+            kind: 'fetch',
+            r: { status: 200, etag: '"5"', signature: 's'.repeat(300), body: new Uint8Array(body) },
+          });
+        }
+        const out: ToWorker = { t: 'batch', cmds };
+        c.send(out);
+      }
+    });
+    const go: ChildGo = { t: 'go', n, batch };
+    c.send(go);
+  });
+  const wallMs = performance.now() - t0;
+  const u = process.cpuUsage(start);
+  c.kill();
+  const per = (us: number): string => `${(us / n).toFixed(1)} µs`;
+  process.stdout.write(
+    `IPC hop for ${n} agents in batches of ${batch} (${body.length}-byte bodies): main ${per(u.user + u.system)}, worker ${per(childCpuUs)}, both ${per(u.user + u.system + childCpuUs)} of CPU per agent; wall ${wallMs.toFixed(0)} ms\n`,
+  );
+}
+
+if (process.argv.includes('--child')) child();
+else await main();
