@@ -66,20 +66,38 @@ function headOf(frame: Buffer): { status: number; error?: string; retry_after_s?
  * hands out the other frames the controller sends, so a test can send what the real agent never
  * would (two fetches at once).
  */
-async function rawAgent(): Promise<{ url: string; connected: Promise<WebSocket>; nextFrame(): Promise<Buffer> }> {
+async function rawAgent(): Promise<{
+  url: string;
+  connected: Promise<WebSocket>;
+  /** The next connection after the first (a redial). */
+  nextConnection(): Promise<WebSocket>;
+  nextFrame(): Promise<Buffer>;
+}> {
   const material = new PkiMaterial({ ...materialPaths(pki.dir, 'agent', 'n1'), trustDomain: TD, watch: false });
   const server = https.createServer(tlsServerOptions(material));
   const wss = new WebSocketServer({ server, perMessageDeflate: false });
   const frames: Buffer[] = [];
   const waiting: Array<(b: Buffer) => void> = [];
+  const later: WebSocket[] = [];
+  const laterWaiting: Array<(ws: WebSocket) => void> = [];
+  let connections = 0;
   const connected = new Promise<WebSocket>((resolve) => {
     wss.on('connection', (ws) => {
+      const first = connections++ === 0;
+      let handed = false;
       ws.on('message', (d: Buffer) => {
         const text = d.toString();
         if (text.startsWith('ey')) {
           const { jti } = JSON.parse(Buffer.from(text.split('.')[1]!, 'base64url').toString()) as { jti: string };
           ws.send(encodeAck(jti, 2, 'current'));
-          resolve(ws);
+          if (handed) return;
+          handed = true;
+          if (first) resolve(ws);
+          else {
+            const w = laterWaiting.shift();
+            if (w) w(ws);
+            else later.push(ws);
+          }
           return;
         }
         const w = waiting.shift();
@@ -100,6 +118,10 @@ async function rawAgent(): Promise<{ url: string; connected: Promise<WebSocket>;
   return {
     url: `wss://127.0.0.1:${(server.address() as { port: number }).port}/v1/wake`,
     connected,
+    nextConnection: () => {
+      const ws = later.shift();
+      return ws ? Promise.resolve(ws) : new Promise((r) => laterWaiting.push(r));
+    },
     nextFrame: () => {
       const f = frames.shift();
       return f ? Promise.resolve(f) : new Promise((r) => waiting.push(r));
@@ -205,6 +227,31 @@ function dialerCases(make: () => PushDialer | PushPool): void {
     await held;
     release({ status: 304, etag: '"2"', signature: 'h.p.s' });
     expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ nonce: 'a'.repeat(22), status: 304 });
+  });
+
+  it('closing while a fetch is answered does not wait for the answer: the connection closes 1001 (the agent then asks HTTPS)', async () => {
+    const agent = await rawAgent();
+    const push = make();
+    open.push(push);
+    let release: (r: PushReply) => void = () => undefined;
+    const held = new Promise<void>((resolve) => {
+      push.serveRequests(
+        () =>
+          new Promise((r) => {
+            release = r;
+            resolve();
+          }),
+      );
+    });
+    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+    const ws = await agent.connected;
+    const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
+    ws.send(encodeFetch('a'.repeat(22)));
+    await held;
+    // the handler never answers before the close: close() must end anyway
+    await push.close();
+    expect(await closed).toBe(1001);
+    release({ status: 304, etag: '"2"', signature: 'h.p.s' }); // late: goes nowhere, throws nothing
   });
 
   it("hands the agent's signal to the handler for the connection's node, and carries the status back", async () => {
@@ -389,7 +436,43 @@ describe('fetches and signals over the push connection, dialer in this process (
 });
 describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
   'fetches and signals over the push connection, dialer in a worker process (PushPool)',
-  () => dialerCases(inWorker),
+  () => {
+    dialerCases(inWorker);
+
+    it("a worker killed while its fetch is answered: the late answer never reaches the new worker's fetch of the same id", async () => {
+      const agent = await rawAgent();
+      const pool = inWorker();
+      open.push(pool);
+      const releases: Array<(r: PushReply) => void> = [];
+      const asked: Array<() => void> = [];
+      const nthAsked = (n: number): Promise<void> =>
+        releases.length >= n ? Promise.resolve() : new Promise((r) => asked.push(r));
+      pool.serveRequests(
+        () =>
+          new Promise((r) => {
+            releases.push(r);
+            for (const w of asked.splice(0)) w();
+          }),
+      );
+      await pool.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+      const ws = await agent.connected;
+      const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
+      ws.send(encodeFetch('a'.repeat(22)));
+      await nthAsked(1);
+      const [pid] = pool.workerPids;
+      process.kill(pid!, 'SIGKILL');
+      expect(await closed).toBe(1006); // the worker's socket died with it
+      // the restarted worker dials n1 again (it held a connection) and numbers its requests anew
+      const ws2 = await agent.nextConnection();
+      ws2.send(encodeFetch('b'.repeat(22)));
+      while (releases.length < 2) await nthAsked(2);
+      releases[0]!({ status: 200, etag: '"9"', signature: 'stale.answer.x', body: Buffer.from('{"stale":true}') });
+      releases[1]!({ status: 304, etag: '"2"', signature: 'h.p.s' });
+      const answer = decodeMetadataFrame(await agent.nextFrame());
+      expect(answer.head).toMatchObject({ nonce: 'b'.repeat(22), status: 304, etag: '"2"' });
+      expect(pool.workerPids).not.toContain(pid);
+    }, 20_000);
+  },
 );
 
 /**
