@@ -11,7 +11,7 @@
  * BENCHMARKS.md ("What limits the figures", the fan-out) compares it with the controller's CPU
  * per agent in a fan-out, and with the dialer in the main process (`--push-workers 0`).
  */
-import { fork } from 'node:child_process';
+import { fork, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
@@ -123,4 +123,8 @@ async function main(): Promise<void> {
 }
 
 if (process.argv.includes('--child')) child();
-else await main();
+else if (!HERALD_NODE_FLAGS.every((f) => process.execArgv.includes(f))) {
+  // both ends run with the flags the controller's processes have (the main process's young generation too)
+  const again = spawnSync(process.execPath, [...HERALD_NODE_FLAGS, ...process.argv.slice(1)], { stdio: 'inherit' });
+  process.exitCode = again.status ?? 1;
+} else await main();

@@ -161,6 +161,50 @@ async function connectedTo(push: PushDialer | PushPool): Promise<{ l: TestWakeLi
   return { l };
 }
 
+/**
+ * Has `push` hold every request until the test answers it: `asked(n)` resolves once `n` have
+ * reached the handler, `answer(i, r)` answers the `i`-th (from 0).
+ */
+function holdRequests(push: PushDialer | PushPool): {
+  asked(n: number): Promise<void>;
+  answer(i: number, r: PushReply): void;
+} {
+  const answers: Array<(r: PushReply) => void> = [];
+  const waiting: Array<{ n: number; resolve: () => void }> = [];
+  push.serveRequests(
+    () =>
+      new Promise((r) => {
+        answers.push(r);
+        for (const w of waiting.filter((x) => answers.length >= x.n)) {
+          waiting.splice(waiting.indexOf(w), 1);
+          w.resolve();
+        }
+      }),
+  );
+  return {
+    asked: (n) => (answers.length >= n ? Promise.resolve() : new Promise((resolve) => waiting.push({ n, resolve }))),
+    answer: (i, r) => answers[i]!(r),
+  };
+}
+
+/** `push` (closed after the test) connected to a raw agent whose first fetch its handler holds. */
+async function fetchHeldBy(push: PushDialer | PushPool): Promise<{
+  agent: Awaited<ReturnType<typeof rawAgent>>;
+  held: ReturnType<typeof holdRequests>;
+  /** The first connection's close code. */
+  closed: Promise<number>;
+}> {
+  const agent = await rawAgent();
+  open.push(push);
+  const held = holdRequests(push);
+  await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
+  const ws = await agent.connected;
+  const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
+  ws.send(encodeFetch('a'.repeat(22)));
+  await held.asked(1);
+  return { agent, held, closed };
+}
+
 /** `make`'s service connected to n1's listener, past its first ping wake-up. */
 async function connected(
   make: () => PushDialer | PushPool,
@@ -208,50 +252,25 @@ function dialerCases(make: () => PushDialer | PushPool): void {
     const agent = await rawAgent();
     const push = make();
     open.push(push);
-    let release: (r: PushReply) => void = () => undefined;
-    const held = new Promise<void>((resolve) => {
-      push.serveRequests(
-        () =>
-          new Promise((r) => {
-            release = r;
-            resolve();
-          }),
-      );
-    });
+    const held = holdRequests(push);
     await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
     const ws = await agent.connected;
     ws.send(encodeFetch('a'.repeat(22)));
     ws.send(encodeFetch('b'.repeat(22)));
     const busy = decodeMetadataFrame(await agent.nextFrame());
     expect(busy.head).toMatchObject({ nonce: 'b'.repeat(22), status: 503, error: 'fetch_unavailable' });
-    await held;
-    release({ status: 304, etag: '"2"', signature: 'h.p.s' });
+    await held.asked(1);
+    held.answer(0, { status: 304, etag: '"2"', signature: 'h.p.s' });
     expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ nonce: 'a'.repeat(22), status: 304 });
   });
 
   it('closing while a fetch is answered does not wait for the answer: the connection closes 1001 (the agent then asks HTTPS)', async () => {
-    const agent = await rawAgent();
     const push = make();
-    open.push(push);
-    let release: (r: PushReply) => void = () => undefined;
-    const held = new Promise<void>((resolve) => {
-      push.serveRequests(
-        () =>
-          new Promise((r) => {
-            release = r;
-            resolve();
-          }),
-      );
-    });
-    await push.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
-    const ws = await agent.connected;
-    const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
-    ws.send(encodeFetch('a'.repeat(22)));
-    await held;
+    const { held, closed } = await fetchHeldBy(push);
     // the handler never answers before the close: close() must end anyway
     await push.close();
     expect(await closed).toBe(1001);
-    release({ status: 304, etag: '"2"', signature: 'h.p.s' }); // late: goes nowhere, throws nothing
+    held.answer(0, { status: 304, etag: '"2"', signature: 'h.p.s' }); // late: goes nowhere, throws nothing
   });
 
   it("hands the agent's signal to the handler for the connection's node, and carries the status back", async () => {
@@ -440,34 +459,17 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
     dialerCases(inWorker);
 
     it("a worker killed while its fetch is answered: the late answer never reaches the new worker's fetch of the same id", async () => {
-      const agent = await rawAgent();
       const pool = inWorker();
-      open.push(pool);
-      const releases: Array<(r: PushReply) => void> = [];
-      const asked: Array<() => void> = [];
-      const nthAsked = (n: number): Promise<void> =>
-        releases.length >= n ? Promise.resolve() : new Promise((r) => asked.push(r));
-      pool.serveRequests(
-        () =>
-          new Promise((r) => {
-            releases.push(r);
-            for (const w of asked.splice(0)) w();
-          }),
-      );
-      await pool.start([{ node: 'n1', url: agent.url, generation: 2, ackedGeneration: 1 }]);
-      const ws = await agent.connected;
-      const closed = new Promise<number>((r) => ws.once('close', (code: number) => r(code)));
-      ws.send(encodeFetch('a'.repeat(22)));
-      await nthAsked(1);
+      const { agent, held, closed } = await fetchHeldBy(pool);
       const [pid] = pool.workerPids;
       process.kill(pid!, 'SIGKILL');
       expect(await closed).toBe(1006); // the worker's socket died with it
       // the restarted worker dials n1 again (it held a connection) and numbers its requests anew
       const ws2 = await agent.nextConnection();
       ws2.send(encodeFetch('b'.repeat(22)));
-      while (releases.length < 2) await nthAsked(2);
-      releases[0]!({ status: 200, etag: '"9"', signature: 'stale.answer.x', body: Buffer.from('{"stale":true}') });
-      releases[1]!({ status: 304, etag: '"2"', signature: 'h.p.s' });
+      await held.asked(2);
+      held.answer(0, { status: 200, etag: '"9"', signature: 'stale.answer.x', body: Buffer.from('{"stale":true}') });
+      held.answer(1, { status: 304, etag: '"2"', signature: 'h.p.s' });
       const answer = decodeMetadataFrame(await agent.nextFrame());
       expect(answer.head).toMatchObject({ nonce: 'b'.repeat(22), status: 304, etag: '"2"' });
       expect(pool.workerPids).not.toContain(pid);
