@@ -256,11 +256,9 @@ export function findings(r: BenchResults): string[] {
     'sends per agent (two push states, an ack and a fetch request up, the answer with its 2.6 KB body down, batched as',
   );
   p(
-    'the pool batches them; `node dist/bench/ipc-cost.js`), it cost both ends 62-69 µs of CPU per agent on 2026-12-04 at 02:59',
+    'the pool batches them; `node dist/bench/ipc-cost.js`), it cost both ends 27-33 µs of CPU per agent on 2026-12-04 at 03:51',
   );
-  p(
-    'UTC, when a signature took 66-77 µs (so about one signature), and a controller with its dialer in the main process',
-  );
+  p('UTC, when a signature took 44-53 µs (under one signature), and a controller with its dialer in the main process');
   p(
     '(`--push-workers 0`, no hop at all) used no less CPU per agent: 1.34 ms against 1.03 ms with one push worker, and',
   );
@@ -270,9 +268,7 @@ export function findings(r: BenchResults): string[] {
   p(
     '03:19-03:29 UTC; its commit took 7.1-8.1 s against 1.8-2.0 s, the connections sharing its one core). So the next step written here before (the worker answering the fetch',
   );
-  p(
-    "for the generation it has just woken the node for, to save the hop) would save at most that one signature's worth;",
-  );
+  p('for the generation it has just woken the node for, to save the hop) would save at most that;');
   p('it is not done. The rest is spread over what every woken agent needs: the SQLite reads behind the async store');
   p(
     "lock (`metadataSource`: 3.9 of the main process's 14.4 s of samples not idle in the profile of 02:53 UTC), the document, its digest",

@@ -83,9 +83,15 @@ async function main(): Promise<void> {
       'body-bytes': { type: 'string', default: '2600' },
     },
   });
-  const n = Number(values.n);
-  const batch = Number(values.batch);
-  const body = Buffer.alloc(Number(values['body-bytes']), 0x61);
+  const whole = (name: 'n' | 'batch' | 'body-bytes'): number => {
+    const v = Number(values[name]);
+    if (Number.isInteger(v) && v > 0) return v;
+    process.stderr.write(`ipc-cost: --${name} must be a whole number above 0, not ${JSON.stringify(values[name])}\n`);
+    process.exit(2);
+  };
+  const n = whole('n');
+  const batch = whole('batch');
+  const body = Buffer.alloc(whole('body-bytes'), 0x61);
   const c = fork(fileURLToPath(import.meta.url), ['--child'], {
     serialization: 'advanced',
     execArgv: [...HERALD_NODE_FLAGS],
@@ -103,7 +109,8 @@ async function main(): Promise<void> {
             t: 'answer',
             id: ev.id,
             kind: 'fetch',
-            r: { status: 200, etag: '"5"', signature: 's'.repeat(300), body: new Uint8Array(body) },
+            // the built body as the API hands it over (a Buffer, cloned by the channel)
+            r: { status: 200, etag: '"5"', signature: 's'.repeat(300), body },
           });
         }
         const out: ToWorker = { t: 'batch', cmds };
