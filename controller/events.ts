@@ -24,6 +24,8 @@ export class EventBus {
   }
 
   publish(type: ControllerEventType, data: Record<string, unknown>): void {
+    // no one listening (the usual case): nothing to stamp; a fan-out publishes several per node
+    if (this.#emitter.listenerCount('event') === 0) return;
     const e: ControllerEvent = { id: ++this.#seq, type, at: new Date().toISOString(), data };
     this.#emitter.emit('event', e);
   }

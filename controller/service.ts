@@ -167,7 +167,9 @@ export class ControllerService {
   /** Subscribes to the dialer, starts it with every node, and starts the timers. */
   async start(): Promise<void> {
     this.push.on('ack', (e) => this.#noteFetched(e.node, e.gen, false));
-    this.push.on('state', (node, s) => this.events.publish('push', { node, ...s }));
+    this.push.on('state', (node, s) => {
+      if (this.events.subscribers > 0) this.events.publish('push', { node, ...s });
+    });
     await this.tick(); // deadlines that passed while the controller was down
     await this.push.start(
       (await this.store.listNodes()).map((n) => ({

@@ -3,10 +3,11 @@
  * SHA-256 in a small JWS signed per response, bound to the request's nonce, so a middlebox can
  * neither alter a body, replay an old response, nor forge a 304.
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { RefusalError } from './errors.js';
 import { checkKeyIssuer, type KeySet, METADATA_TYP, type Signer, verifyCompact } from './jws.js';
 import type { MetadataDocument } from './heat.js';
+import { randomToken128 } from './random-token.js';
 
 export const NONCE_HEADER = 'herald-nonce';
 export const SIGNATURE_HEADER = 'herald-signature';
@@ -23,7 +24,7 @@ export interface MetadataClaims {
 
 /** A fresh request nonce (128-bit, base64url). */
 export function newNonce(): string {
-  return randomBytes(16).toString('base64url');
+  return randomToken128();
 }
 
 export function isValidNonce(x: unknown): x is string {

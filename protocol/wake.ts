@@ -2,10 +2,10 @@
  * Wake-ups (SPEC §2): the controller signs one small token per push; the agent verifies it
  * completely before it does anything, cheapest checks first.
  */
-import { randomBytes } from 'node:crypto';
 import { RefusalError } from './errors.js';
 import { checkKeyIssuer, type KeySet, type Signer, verifyCompact, WAKE_TYP } from './jws.js';
 import { CLOCK_SKEW_S, MAX_WAKE_FRAME_BYTES, MAX_WAKE_LIFETIME_S, WAKE_LIFETIME_S } from './limits.js';
+import { randomToken128 } from './random-token.js';
 import { ReplayCache } from './replay-cache.js';
 
 export const WAKE_REASONS = ['deployment', 'restart', 'ping'] as const;
@@ -25,7 +25,7 @@ const JTI_RE = /^[A-Za-z0-9_-]{22,64}$/;
 
 /** A fresh 128-bit random `jti`, base64url. */
 export function newJti(): string {
-  return randomBytes(16).toString('base64url');
+  return randomToken128();
 }
 
 export interface SignWakeInput {
