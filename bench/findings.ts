@@ -292,6 +292,39 @@ export function findings(r: BenchResults): string[] {
   );
   p("was tried: no difference in the fetch's store read, timed alone (60-80 µs either way); not kept.");
   p(
+    'On-CPU samples of a one-step fleet of 10,000 (`perf record -a -g -F 400`, 2026-12-04 04:16 UTC, a signature at 65 µs,',
+  );
+  p(
+    "1.21 ms per agent in all) split the controller's samples 51 % main process, 49 % push worker. Of the main process's JS thread:",
+  );
+  p(
+    "the fetch's store read 22 %, the response signature 12 %, the document built and hashed 11 %, the request's transaction",
+  );
+  p(
+    'and its 201 (10,000 revisions, the cluster view) 16 %, the IPC 9 %. Counting the helper threads, the garbage collector is',
+  );
+  p(
+    '22 % of the main process and 17 % of the push worker (scavenges of the 2 MiB young generation, concurrent marking). A',
+  );
+  p(
+    'young generation of 16 MiB for both controller processes did not lower it (04:38 UTC: 11.14 s of CPU against 10.94 s at',
+  );
+  p(
+    "04:32 UTC with 2 MiB). Cut that day: each wake-up's `jti` and each fetch's nonce were `randomBytes(16)` (~6 µs each here),",
+  );
+  p(
+    'now a slice of a pooled CSPRNG buffer (~0.4 µs; `protocol/random-token.ts`), and each push state change was stamped and',
+  );
+  p(
+    'published with no one subscribed to `/v1/events`. Four such fan-outs that day (one under `perf`, one with the 16 MiB young generation) took 1.01-1.21 ms per agent while a signature',
+  );
+  p(
+    "took 44-65 µs: 18.7-22.8 signatures' time, the most where the signature was fastest. So the figure does not follow the",
+  );
+  p(
+    "signature's speed in proportion: the goals table's figure in signatures is a guide to the day's CPU, not a conversion.",
+  );
+  p(
     'What could still cut it: the first fetches of a batch read in one pass (or the documents of a cluster-wide change built in the transaction',
   );
   p(
