@@ -268,6 +268,12 @@ export class SqlTx implements StoreTx {
   readonly #r: SqlRows;
   readonly #s: Statements;
   #ended = false;
+  /**
+   * The configs this transaction has read, by id: the store's cache is filled only outside a
+   * transaction (one that rolls back may have created what it read), and a cluster's nodes name
+   * the same few configs thousands of times in one transaction.
+   */
+  readonly #configs = new Map<string, ConfigRecord>();
 
   constructor(rows: SqlRows, changes: ChangeSetBuilder) {
     this.#r = rows;
@@ -358,7 +364,15 @@ export class SqlTx implements StoreTx {
 
   async config(id: string): Promise<ConfigRecord | undefined> {
     this.#live();
-    return await this.#r.config(id);
+    return await this.#config(id);
+  }
+
+  async #config(id: string): Promise<ConfigRecord | undefined> {
+    const seen = this.#configs.get(id);
+    if (seen !== undefined) return seen;
+    const c = await this.#r.config(id);
+    if (c !== undefined) this.#configs.set(id, c); // configs are immutable, never deleted
+    return c;
   }
 
   async createConfig(c: NewConfig, who: string): Promise<ConfigRecord> {
@@ -375,7 +389,7 @@ export class SqlTx implements StoreTx {
       this.#r.iso(),
     );
     await this.audit(who, 'config.create', id, { name: c.name, group: c.group });
-    return (await this.#r.config(id))!;
+    return (await this.#config(id))!;
   }
 
   // ---- deployments -------------------------------------------------------------------------
@@ -476,7 +490,7 @@ export class SqlTx implements StoreTx {
   ): Promise<void> {
     if (!nodeHeld && !(await this.#s.nodeKeyLock.get(d.node)))
       throw new HeraldError('unknown_node', `no node ${d.node}`, { field: 'node' });
-    if (!(await this.#r.config(d.configId)))
+    if (!(await this.#config(d.configId)))
       throw new HeraldError('unknown_config', `no config ${d.configId}`, { field: 'config_id' });
     const now = this.#r.iso();
     // born at revision 1, the revision row added next (no UPDATE of the row just inserted)
@@ -578,16 +592,16 @@ export class SqlTx implements StoreTx {
   async insertCluster(c: ClusterRows, nowMs: number): Promise<string> {
     this.#live();
     await this.#assertFreeNodes(c.nodes);
-    if (!(await this.#r.config(c.installConfigId)))
+    if (!(await this.#config(c.installConfigId)))
       throw new HeraldError('unknown_config', `no config ${c.installConfigId}`, { field: 'install_config_id' });
-    if (!(await this.#r.config(c.uninstallConfigId)))
+    if (!(await this.#config(c.uninstallConfigId)))
       throw new HeraldError('unknown_config', `no config ${c.uninstallConfigId}`, { field: 'uninstall_config_id' });
     for (const [i, g] of c.nodegroups.entries()) {
-      if (!(await this.#r.config(g.installConfigId)))
+      if (!(await this.#config(g.installConfigId)))
         throw new HeraldError('unknown_config', `no config ${g.installConfigId}`, {
           field: `nodegroups.${i}.install_config_id`,
         });
-      if (!(await this.#r.config(g.uninstallConfigId)))
+      if (!(await this.#config(g.uninstallConfigId)))
         throw new HeraldError('unknown_config', `no config ${g.uninstallConfigId}`, {
           field: `nodegroups.${i}.uninstall_config_id`,
         });

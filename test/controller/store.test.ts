@@ -266,6 +266,36 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       ).toBe('unknown_config');
     });
 
+    it('a config created and read in a transaction that rolls back is never served afterwards, by id or to a deployment', async () => {
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      let id = '';
+      const boom = new Error('rolled back on purpose');
+      await expect(
+        s.transaction(async (tx) => {
+          const c = await tx.createConfig(CONFIG, WHO);
+          id = c.id;
+          // read again within the transaction (the transaction keeps what it read) and used
+          expect((await tx.config(id))?.name).toBe('c');
+          await tx.createDeployment(
+            { node: 'a', configId: id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+            WHO,
+          );
+          throw boom;
+        }),
+      ).rejects.toBe(boom);
+      expect(id).not.toBe('');
+      expect(await s.getConfig(id)).toBeUndefined();
+      expect(
+        await rejectedCode(
+          s.createDeployment(
+            { node: 'a', configId: id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+            WHO,
+          ),
+        ),
+      ).toBe('unknown_config');
+    });
+
     it('audits who changed what', async () => {
       const s = await open();
       await s.createNode('a', null, WHO);
