@@ -59,7 +59,17 @@ export function findings(r: BenchResults): string[] {
   p(
     'measured 8.65 ms at p50 and 15.19 ms at p99 back to back (met), and a fan-out grown in two steps alone just after it',
   );
-  p('(5,000 then 10,000 agents, 00:11 UTC) 3.78 s / 10.62 s, 0.61 ms of controller CPU and 79.9 KB per agent.', '');
+  p('(5,000 then 10,000 agents, 00:11 UTC) 3.78 s / 10.62 s, 0.61 ms of controller CPU and 79.9 KB per agent.');
+  p(
+    'On 2026-12-04 the CPU was slower again (44-72 µs a signature between 04:12 and 05:37 UTC); one-step fan-outs of 10,000 that',
+  );
+  p(
+    'morning took 0.96-1.21 ms of controller CPU and held 77.4-78.8 KB per agent (2 MiB young generation). The full run of 05:23 UTC',
+  );
+  p(
+    '(commit 8653c9a) started with the machine just out of six such fan-outs (load average 4.6 over five minutes).',
+    '',
+  );
 
   p('### 1. PATCH → hook started (goal p50 ≤ 10 ms, p99 ≤ 20 ms, back to back to one node)', '');
   const one = lat?.push.oneNode;
@@ -105,7 +115,8 @@ export function findings(r: BenchResults): string[] {
   p(
     'on 2026-12-03 23:45 UTC (`--only latency`, a signature at 38 µs) p50 8.65 ms and p99 15.19 ms, and in the full run ten',
   );
-  p("minutes later p50 10.42 ms and p99 18.28 ms: the goal is met or missed by the host's hour, not by the code.");
+  p("minutes later p50 10.42 ms and p99 18.28 ms: the goal is met or missed by the host's hour, not by the code");
+  p('(2026-12-04 05:30 UTC, a signature at ~49 µs: p50 14.57 ms, p99 26.81 ms, the hook path unchanged since).');
   p(
     'Signals over the push connection, measured against the tree before them in the same hour (`--only latency`, two runs',
   );

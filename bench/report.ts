@@ -622,8 +622,13 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
       `- N = ${f.n.toLocaleString('en-US')}: adding ${(r0.agentsAdded ?? f.n).toLocaleString('en-US')} agents took ${fmt(r0.connectAllMs / 1000, 0)} s${f.crash ? `; the crash run ${fmt((f.crash.restartMs + (Number.isFinite(f.crash.allFetchedMs) ? f.crash.allFetchedMs : 0)) / 1000, 0)} s` : ''}.`,
     );
   }
-  p('The idle phase (two 30 s windows) and the polling latency run beside the fan-out in their own network');
-  p('namespaces, so they add little.');
+  p('The idle traffic windows and the polling latency run beside the fan-out in their own network namespaces, so');
+  const fw = i.results.idle?.footprint?.windowS;
+  p(
+    typeof fw === 'number' && fw > 0
+      ? `they add little; the idle footprint comes last and alone (a warm-up, then its ${fmt(fw, 0)} s window with nothing else running), which adds its whole length.`
+      : 'they add little.',
+  );
   p();
   p('## How to read and rerun');
   p();
