@@ -92,6 +92,9 @@ export function ed25519Us(): { signUs: number; verifyUs: number } {
   };
 }
 
+/** The goal for the controller's CPU per agent in a fan-out of 10,000 (the performance issue's table). */
+const CPU_PER_AGENT_GOAL_MS = 0.4;
+
 /** Ed25519 here when the floors and the goals' "now" figures were measured (2026-12-01/02). */
 const REFERENCE_ED25519 = { signUs: 23, verifyUs: 64 };
 
@@ -136,7 +139,7 @@ function ratio(got: number, goal: number): string {
 function inSignatures(cpuMs: number, signUs: unknown): string {
   if (typeof signUs !== 'number' || !(signUs > 0) || !Number.isFinite(cpuMs)) return '';
   const got = (cpuMs * 1000) / signUs;
-  const goal = (0.4 * 1000) / REFERENCE_ED25519.signUs;
+  const goal = (CPU_PER_AGENT_GOAL_MS * 1000) / REFERENCE_ED25519.signUs;
   return ` (${fmt(got)} signatures' time at this run's ${fmt(signUs)} µs; the goal is ${fmt(goal)} at ${fmt(REFERENCE_ED25519.signUs, 0)} µs)`;
 }
 
@@ -185,10 +188,10 @@ export function goals(r: ReportInput['results'], m: Record<string, unknown> = {}
     out.push({
       figure: `controller CPU per agent in a fan-out (N = ${largest.n.toLocaleString('en-US')})`,
       floor: 'prototype here: 0.29 ms with the fetch',
-      goal: '≤ 0.4 ms',
+      goal: `≤ ${CPU_PER_AGENT_GOAL_MS} ms`,
       measured: ms(cpuMs, 2) + inSignatures(cpuMs, m.ed25519SignUs),
-      met: cpuMs <= 0.4,
-      by: ratio(cpuMs, 0.4),
+      met: cpuMs <= CPU_PER_AGENT_GOAL_MS,
+      by: ratio(cpuMs, CPU_PER_AGENT_GOAL_MS),
     });
     const v = median(largest.runs.map((x) => x.controllerRssKb.perAgent));
     out.push({

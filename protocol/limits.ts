@@ -300,6 +300,11 @@ export const TLS_SESSION_STORE_ENTRIES = 16;
  */
 export const X509_PARSE_CACHE_ENTRIES = 1_024;
 /**
+ * The pool 128-bit random tokens (wake-up ids, fetch nonces) are sliced from, refilled by the
+ * CSPRNG when spent (protocol/random-token.ts): 256 tokens a refill.
+ */
+export const RANDOM_TOKEN_POOL_BYTES = 4 * 1024;
+/**
  * SQLite's page cache of the controller's database (`PRAGMA cache_size`): better-sqlite3's
  * default is 16 MiB, filled slowly as the database grows; the hot rows (nodes, current
  * deployments) fit in far less, and the OS page cache holds the rest.

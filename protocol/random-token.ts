@@ -6,11 +6,11 @@
  * Node's own `randomUUID` cache holds its next UUIDs).
  */
 import { randomFillSync } from 'node:crypto';
+import { RANDOM_TOKEN_POOL_BYTES } from './limits.js';
 
 const TOKEN_BYTES = 16;
-const POOL_TOKENS = 256;
 
-const pool = Buffer.alloc(TOKEN_BYTES * POOL_TOKENS);
+const pool = Buffer.alloc(RANDOM_TOKEN_POOL_BYTES - (RANDOM_TOKEN_POOL_BYTES % TOKEN_BYTES));
 let offset = pool.length;
 
 /** A fresh 128-bit random token, base64url (22 characters). */

@@ -460,6 +460,27 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       ).toBe('unknown_config');
     });
 
+    it('a config created in one unit of a group that rolls back is unknown to the next unit of the same group', async () => {
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      let ghost = '';
+      const [first, second] = await s.group<unknown>([
+        async (t) => {
+          ghost = (await t.createConfig(CONFIG, WHO)).id;
+          expect((await t.config(ghost))?.name).toBe('c');
+          throw new Error('undo');
+        },
+        (t) =>
+          t.createDeployment(
+            { node: 'a', configId: ghost, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+            WHO,
+          ),
+      ]);
+      expect(first?.ok).toBe(false);
+      expect(second?.ok).toBe(false);
+      expect(second?.ok === false && codeOf(second.error)).toBe('unknown_config');
+    });
+
     it('a transaction object used after its callback settled rejects internal', async () => {
       const s = await open();
       let kept: StoreTx | undefined;

@@ -55,7 +55,7 @@ describe.skipIf(!built)('live output end to end', { timeout: 90_000 }, () => {
       const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE' });
       const d = await waitDeployment(c, id, ['COMPLETE', 'FAILED'], 20_000);
       expect(d.status).toBe('COMPLETE');
-      // the push connection's state reaches a subscriber too: the wake-up for this change, acked
+      // the push connection's state reaches a subscriber too: connected, with a wake-up acked
       const pushed = ev.events.filter((e) => e.event === 'push' && e.data.node === 'n1');
       expect(pushed.some((e) => e.data.connected === true && e.data.generation_acked >= 1)).toBe(true);
       await waitFor('the last line as an event', () =>

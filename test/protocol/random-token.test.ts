@@ -15,7 +15,7 @@ describe('randomToken128', () => {
     expect(seen.size).toBe(2_000);
   });
 
-  it('is what wake-up ids and fetch nonces are made of, and both stay valid as such', () => {
+  it('wake-up ids and fetch nonces are valid 128-bit tokens, and two differ', () => {
     const jti = newJti();
     const nonce = newNonce();
     expect(jti).toMatch(/^[A-Za-z0-9_-]{22}$/);
