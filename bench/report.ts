@@ -133,8 +133,8 @@ function ratio(got: number, goal: number): string {
 /**
  * A CPU figure in units of this run's Ed25519 signature time, beside the goal in the same units at
  * the signature time of the floor measurements: the host's CPU speed varies between days (23 to
- * 77 µs a signature), and this says whether a miss is the code or the day. The verdict stays on
- * the goal as written.
+ * 77 µs a signature). A guide to the day, not a conversion (the fan-out's CPU does not follow the
+ * signature's time in proportion); the verdict stays on the goal as written.
  */
 function inSignatures(cpuMs: number, signUs: unknown): string {
   if (typeof signUs !== 'number' || !(signUs > 0) || !Number.isFinite(cpuMs)) return '';

@@ -10,12 +10,12 @@ import { RANDOM_TOKEN_POOL_BYTES } from './limits.js';
 
 const TOKEN_BYTES = 16;
 
-const pool = Buffer.alloc(RANDOM_TOKEN_POOL_BYTES - (RANDOM_TOKEN_POOL_BYTES % TOKEN_BYTES));
+const pool = Buffer.alloc(RANDOM_TOKEN_POOL_BYTES);
 let offset = pool.length;
 
 /** A fresh 128-bit random token, base64url (22 characters). */
 export function randomToken128(): string {
-  if (offset === pool.length) {
+  if (offset + TOKEN_BYTES > pool.length) {
     randomFillSync(pool);
     offset = 0;
   }
