@@ -2,13 +2,19 @@
  * Fallback polling (SPEC §4): every `intervalMs` (jittered ±10 %) the agent fetches with
  * If-None-Match whether or not push works; while push is healthy the interval stretches to
  * `healthyIntervalMs`, and drops back the moment the push connection closes (when the short
- * interval has already passed, at a random moment within one interval, so a fleet that loses
- * its controller does not poll it all at once), and stretches again when push is healthy again
+ * interval has already passed, at a random moment within one interval but not in its first
+ * quarter, so a fleet that loses its controller does not poll it all at once, nor while it
+ * redials them), and stretches again when push is healthy again
  * before that poll came. A failed poll is retried sooner, with backoff
  * and full jitter, never later than the normal interval.
  */
 import { fullJitterMs, jittered } from '../protocol/backoff.js';
-import { POLL_INTERVAL_HEALTHY_MS, POLL_INTERVAL_MS, POLL_JITTER_FRACTION } from '../protocol/limits.js';
+import {
+  POLL_AFTER_PUSH_LOSS_MIN_FRACTION,
+  POLL_INTERVAL_HEALTHY_MS,
+  POLL_INTERVAL_MS,
+  POLL_JITTER_FRACTION,
+} from '../protocol/limits.js';
 
 /** Timers and clock, injectable so tests run without waiting. */
 export interface Timers {
@@ -169,9 +175,10 @@ export class Poller {
   /**
    * Plans the next poll. `spread`: push was just lost; when the short interval has already
    * passed since the last poll, the poll comes at a random moment within one interval rather
-   * than at once. A controller that dies drops every agent's push connection at the same
-   * moment, and 10,000 agents polling it at once while it restarts would only delay the
-   * redial that delivers their changes (`npm run bench`, crash run).
+   * than at once, and not in the first POLL_AFTER_PUSH_LOSS_MIN_FRACTION of it. A controller
+   * that dies drops every agent's push connection at the same moment, and 10,000 agents polling
+   * it at once while it restarts, or while it redials them, would only delay the redial that
+   * delivers their changes (`npm run bench`, crash run).
    */
   #schedule(spread = false): void {
     if (!this.#running) return;
@@ -190,10 +197,12 @@ export class Poller {
     }
     this.#floorMs = 0;
     const now = this.#t.now();
-    this.#dueAt =
-      this.#lastPollEnd + delay < now && spread
-        ? now + Math.floor(this.#random() * delay)
-        : Math.max(now, this.#lastPollEnd + delay);
+    if (this.#lastPollEnd + delay < now && spread) {
+      const least = Math.floor(delay * POLL_AFTER_PUSH_LOSS_MIN_FRACTION);
+      this.#dueAt = now + least + Math.floor(this.#random() * (delay - least));
+    } else {
+      this.#dueAt = Math.max(now, this.#lastPollEnd + delay);
+    }
     this.#timer = this.#t.setTimeout(() => {
       this.#timer = null;
       void this.#tick();

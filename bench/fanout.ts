@@ -100,6 +100,18 @@ export interface CrashRun {
   /** Push connections the agents accepted in the window, and how many of them resumed a TLS session. */
   reconnections?: number;
   resumed?: number;
+  /**
+   * What the agents did in the window, summed over the fleet: polls made, fetches answered 200 or
+   * 304 (over push or HTTPS), fetches that failed, items run and signals delivered.
+   */
+  agentActivity?: {
+    polls: number;
+    fetch200: number;
+    fetch304: number;
+    fetchErrors: number;
+    runs: number;
+    signals: number;
+  };
   /** Every agent got the change committed before the crash: nothing lost. */
   noneLost: boolean;
   timedOut: boolean;
@@ -376,7 +388,7 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
       if (o.crashFor(n)) {
         result.crash = await crashRun(bed, n, nodes, CRASH_WINDOW_MS(n), problems);
         say(
-          `fan-out N=${n} crash: restarted in ${result.crash.restartMs} ms, all connected ${round(result.crash.connectAllMs)} ms, all fetched ${round(result.crash.allFetchedMs)} ms after; dial failures ${JSON.stringify(result.crash.dialFailures)}; connected every 5 s ${result.crash.connectedEvery5s?.join(',')}; ${result.crash.resumed} of ${result.crash.reconnections} push connections resumed`,
+          `fan-out N=${n} crash: restarted in ${result.crash.restartMs} ms, all connected ${round(result.crash.connectAllMs)} ms, all fetched ${round(result.crash.allFetchedMs)} ms after; dial failures ${JSON.stringify(result.crash.dialFailures)}; connected every 5 s ${result.crash.connectedEvery5s?.join(',')}; ${result.crash.resumed} of ${result.crash.reconnections} push connections resumed; agents: ${JSON.stringify(result.crash.agentActivity)}`,
         );
       }
       result.problems.push(...checks(result));
@@ -544,6 +556,14 @@ async function crashRun(
     connectedEvery5s,
     reconnections: after.accepted - before.accepted,
     resumed: after.resumed - before.resumed,
+    agentActivity: {
+      polls: after.polls - before.polls,
+      fetch200: after.fetch200 - before.fetch200,
+      fetch304: after.fetch304 - before.fetch304,
+      fetchErrors: after.fetchErrors - before.fetchErrors,
+      runs: after.runs - before.runs,
+      signals: after.signalsDelivered - before.signalsDelivered,
+    },
     noneLost: fetches.length === n,
     timedOut: w.timedOut,
   };

@@ -152,10 +152,27 @@ describe('poller', () => {
     healthy = false;
     r = 0.75;
     p.pushChanged();
-    // 0.75 of the jittered interval (120 s × 1.05 at this random value)
-    expect(p.nextDueAt).toBe(400_000 + 94_500);
-    await clock.advance(94_500);
-    expect(at).toEqual([0, 494_500]);
+    // the jittered interval is 126 s at this random value (120 s × 1.05); the poll comes past its
+    // first quarter (31.5 s), at 0.75 of the rest (70.875 s)
+    expect(p.nextDueAt).toBe(400_000 + 31_500 + 70_875);
+    await clock.advance(102_375);
+    expect(at).toEqual([0, 502_375]);
+  });
+
+  it('when push is lost long after the last poll, no poll comes in the first quarter of the interval (the controller redials first)', async () => {
+    let healthy = true;
+    const { clock, p, at } = poller({ healthy: () => healthy, random: () => 0 });
+    p.start(true);
+    await clock.advance(0);
+    await clock.advance(400_000);
+    healthy = false;
+    p.pushChanged();
+    // the earliest moment: a quarter of the jittered interval (108 s at this random value)
+    expect(p.nextDueAt).toBe(400_000 + 27_000);
+    await clock.advance(26_999);
+    expect(at).toEqual([0]);
+    await clock.advance(1);
+    expect(at).toEqual([0, 427_000]);
   });
 
   it('stretches a poll planned while push was down once push is healthy again before it came', async () => {
@@ -168,9 +185,10 @@ describe('poller', () => {
     p.start(true);
     await clock.advance(0);
     await clock.advance(400_000);
-    // the controller died: the overdue poll comes within one interval (0.5 of 120 s)
+    // the controller died: the overdue poll comes within one interval, past its first quarter
+    // (30 s, then 0.5 of the 90 s left)
     push(false);
-    expect(p.nextDueAt).toBe(460_000);
+    expect(p.nextDueAt).toBe(475_000);
     // it came back and dialled this agent before that poll: the poll goes back to the long
     // interval from the last one (600 s at this random value)
     await clock.advance(10_000);
