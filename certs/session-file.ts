@@ -22,7 +22,8 @@
  * While the file can be written, the session bytes live in it alone: the store keeps whom each
  * session was made with, and this class where its line starts and ends, and reads the line back
  * when the store offers the session (a redial). A push worker with 10,000 agents so holds ~2 KB
- * less per agent (issue 16, memory per connected agent). A line that cannot be read back is a
+ * less per agent (issue 16, memory per connected agent; a session then had the peer's certificate
+ * in it, ~0.4 KB without it since 2026-12-04). A line that cannot be read back is a
  * session lost, which costs one full handshake.
  *
  * A session lets its holder resume as this controller with the agent that issued it, until the

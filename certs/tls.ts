@@ -690,7 +690,7 @@ export function connectResumingX509(
 /**
  * Offers `session` on a socket `tls.connect` has just made (its handshake starts once TCP is
  * up), as `tls.connect` itself does with its `session` option, which Node 20 also hands to the
- * socket's constructor: each session (~2 KB, the peer's certificate in it) was then parsed twice,
+ * socket's constructor: each session (~2 KB then, the peer's certificate in it) was parsed twice,
  * ~15 % of the push worker's time in a 10,000-agent reconnect (`npm run bench -- --profile`).
  */
 function offerSession(socket: tls.TLSSocket, session: Buffer): void {
