@@ -74,6 +74,12 @@ export function findings(r: BenchResults): string[] {
   );
   p(
     'after the crash, 4,052 agents polling in that window; an overdue poll waits 30 s after a push loss since 8c6ede2 (section 2).',
+  );
+  p(
+    'The full run on 8c6ede2 (07:15 UTC, 64.4 µs a signature at its end) measured 11.4 ms (p99 16.23 ms), 4.08 s / 12.04 s,',
+  );
+  p(
+    "0.68 ms, 82 KB and 32.4 s after the crash (134 polls); client sessions are kept without the server's certificate since d44880d.",
     '',
   );
 
@@ -791,6 +797,12 @@ export function findings(r: BenchResults): string[] {
   );
   p(
     "| a 304 answered from the node's generation alone; the body cache holds the 2,000 bodies asked for last, not one per node | `controller/service.ts`, `controller/api.ts` | no document read or built for a poll that finds nothing; up to a body per node (~2 KB after a fan-out) less in the main process |",
+  );
+  p(
+    '| an overdue poll after a push loss waits a quarter of the interval (30 s) before its random moment (docs/departures.md); a poll that is not overdue keeps its time | `agent/poller.ts`, `POLL_AFTER_PUSH_LOSS_MIN_FRACTION` | full runs, 10,000 agents after a crash: 69.2 s with 4,052 agents polling in the window (05:23 UTC, 48.7 µs a signature) → 32.4 s with 134 (07:15 UTC, 64.4 µs at its end); not a same-hour pair, and one-step runs, where most agents are not overdue, spread too widely (35.7-54.1 s) to show it |',
+  );
+  p(
+    "| TLS client sessions kept without the server's certificate (the `[3]` element of OpenSSL's DER; nothing reads it back, and OpenSSL 3.0 decoded it, public key and all, at every offer) | `certs/session-der.ts`, `certs/session-store.ts` | `setSession` of one session ~0.4 ms → ~5 µs; crash profile of 2026-12-04 06:38 UTC: 8 % of the push worker's samples decoding sessions; one-step crash run 07:39 UTC (42.7 µs a signature): all connected 33.7 s, 23.0 CPU-s of controller in the window, against 35.7-54.1 s and 24.3-40.7 CPU-s in the eight runs before it that morning (41-50 µs; a single run after, so within their spread); push session file at 10,000 agents 63 → 39 MB |",
   );
   p('');
   return L;
