@@ -106,7 +106,11 @@ export function registerAgentCommand(program: Command): void {
       'controller',
     )
     .option('--poll-interval <duration>', 'fallback poll interval, e.g. 120s, 2m (jittered ±10 %)', '120s')
-    .option('--poll-interval-healthy <duration>', 'poll interval while push is healthy', '600s')
+    .option(
+      '--poll-interval-healthy <duration>',
+      'poll interval while push is healthy; when push is lost it drops back to --poll-interval, and a poll already overdue comes at a random moment between a quarter and one --poll-interval later',
+      '600s',
+    )
     .option('--trust-domain <domain>', "SPIFFE trust domain (default: the PKI's, else herald.local)")
     .option('--ca <file>', 'override the CA certificate file')
     .option('--cert <file>', 'override the agent certificate file')
