@@ -468,6 +468,9 @@ async function crashRun(
       100,
     ).catch((err: Error) => problems.push(`crash: ${err.message}`));
   }
+  // the run's signals all answered before the crash: a signal whose answer the kill cut off would
+  // be sent again in the window, and the window measures the pending change alone
+  await fleet.settle(60_000).catch((err: Error) => problems.push(`crash: ${err.message}`));
   await fleet.hold(true);
   const before = await fleet.counters();
   const workers = childrenOf(bed.ctl.pid);

@@ -187,6 +187,11 @@ export class Fleet {
     await this.all({ t: 'release' });
   }
 
+  /** Waits until no agent has a signal waiting for its answer (at most `ms`). */
+  async settle(ms: number): Promise<void> {
+    await this.all({ t: 'settle' }, ms);
+  }
+
   /** Waits until every agent acked and fetched this run's change, or `ms` passes. */
   async waitRun(n: number, ms: number): Promise<{ acked: number; fetched: number; timedOut: boolean }> {
     const t0 = nowMs();

@@ -45,6 +45,7 @@ export type ToHarness =
   | { t: 'wakesSince'; id: number; since: number; notFrom: string }
   | { t: 'report'; id: number }
   | { t: 'release'; id: number }
+  | { t: 'settle'; id: number }
   | { t: 'stop'; id: number };
 
 export interface AgentRunReport {
@@ -269,6 +270,11 @@ process.on('message', (m: ToHarness) => {
         return;
       case 'hold':
         holding = m.on;
+        send({ t: 'reply', id: m.id, data: true });
+        return;
+      case 'settle':
+        // every agent's signals answered (none waiting in its outbox): a crash then cuts no answer off
+        await Promise.all(agents.map((a) => a.outboxIdle()));
         send({ t: 'reply', id: m.id, data: true });
         return;
       case 'release': {

@@ -229,6 +229,11 @@ export class SimAgent {
     return this.#agent?.parts.apply.busy ?? false;
   }
 
+  /** Resolves when the agent's outbox has no signal waiting for its answer. */
+  outboxIdle(): Promise<void> {
+    return this.#agent?.parts.outbox.idle() ?? Promise.resolve();
+  }
+
   announced(): Promise<boolean> {
     return this.#agent?.announced() ?? Promise.resolve(false);
   }

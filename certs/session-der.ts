@@ -18,10 +18,14 @@
 const SEQUENCE = 0x30;
 /** Context-specific, constructed, tag 3: `peer` in OpenSSL's SSL_SESSION_ASN1. */
 const PEER_CERTIFICATE = 0xa3;
+/** `ssl_version`, the session's second element, of a TLS 1.3 session: INTEGER 0x0304. */
+const TLS13_VERSION = Buffer.from([0x02, 0x02, 0x03, 0x04]);
 
 /**
- * `session` with its peer certificate element removed; the same bytes when it has none, or when
- * they are not one well-formed DER SEQUENCE of elements with low tag numbers (nothing is guessed).
+ * `session` with its peer certificate element removed; the same bytes when it has none, when it
+ * is not a TLS 1.3 session (its second element, `ssl_version`, is not 0x0304: Node counts a
+ * resumed TLS 1.2 session without a peer certificate unauthorized), or when the bytes are not one
+ * SEQUENCE of elements with low tag numbers whose lengths add up (nothing is guessed).
  */
 export function withoutPeerCertificate(session: Buffer): Buffer {
   if (session[0] !== SEQUENCE) return session;
@@ -29,12 +33,14 @@ export function withoutPeerCertificate(session: Buffer): Buffer {
   if (outer === undefined || outer.end !== session.length) return session;
   const kept: Buffer[] = [];
   let found = false;
-  for (let at = outer.start; at < session.length; ) {
+  let index = 0;
+  for (let at = outer.start; at < session.length; index++) {
     const tag = session[at]!;
     // a high tag number (low five bits all set) spans more bytes: not in an SSL_SESSION
     if ((tag & 0x1f) === 0x1f) return session;
     const el = lengthAt(session, at + 1);
     if (el === undefined || el.end > session.length) return session;
+    if (index === 1 && !session.subarray(at, el.end).equals(TLS13_VERSION)) return session;
     if (tag === PEER_CERTIFICATE) found = true;
     else kept.push(session.subarray(at, el.end));
     at = el.end;

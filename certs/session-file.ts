@@ -36,6 +36,7 @@ import fs from 'node:fs';
 import { PUSH_TLS_SESSION_FILE_SLACK_ENTRIES } from '../protocol/limits.js';
 import { ROLES, type Role } from '../protocol/identity.js';
 import { PRIVATE_FILE_MODE, writeFileAtomic } from './files.js';
+import { withoutPeerCertificate } from './session-der.js';
 import {
   peerOf,
   type SessionPeer,
@@ -181,8 +182,10 @@ export class SessionFile implements SessionPersistence {
   #rewrite(): void {
     const live: Array<{ key: string; session: Buffer; line: string }> = [];
     for (const [key, e] of this.#store.entries()) {
-      const session = e.session ?? this.load(key);
-      if (session === undefined) continue; // offered, it is dropped
+      // a line written before sessions were kept without the server's certificate loses it here
+      const loaded = e.session ?? this.load(key);
+      if (loaded === undefined) continue; // offered, it is dropped
+      const session = withoutPeerCertificate(loaded);
       const line = JSON.stringify({
         k: key,
         s: session.toString('base64'),

@@ -8,7 +8,7 @@ import crypto from 'node:crypto';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { withoutPeerCertificate } from '../../certs/session-der.js';
-import { TlsSessionStore } from '../../certs/session-store.js';
+import { TlsSessionStore, type SessionPeer, type SessionPersistence } from '../../certs/session-store.js';
 import { makeTestPki, type TestPki } from '../helpers/pki.js';
 
 let pki: TestPki;
@@ -68,6 +68,10 @@ describe('withoutPeerCertificate', () => {
 
     const bare = withoutPeerCertificate(first.session);
     expect(bare.includes(serverDer)).toBe(false);
+    // exactly the [3] element is gone: every other element is there, byte for byte, in order
+    const before = topLevel(first.session);
+    expect(before.filter((e) => e[0] === 0xa3)).toHaveLength(1);
+    expect(topLevel(bare)).toEqual(before.filter((e) => e[0] !== 0xa3));
     expect(bare.length).toBeLessThan(first.session.length - serverDer.length);
     // idempotent: nothing more to take
     expect(withoutPeerCertificate(bare).equals(bare)).toBe(true);
@@ -97,29 +101,85 @@ describe('withoutPeerCertificate', () => {
     // a well-formed SEQUENCE with no [3] element is the same object too
     const none = Buffer.from([0x30, 0x06, 0x02, 0x01, 0x01, 0x04, 0x01, 0x00]);
     expect(withoutPeerCertificate(none)).toBe(none);
-    // and one with it, long-form lengths around it, loses exactly that element
+    // and a TLS 1.3 one with it, long-form lengths around it, loses exactly that element
     const cert = Buffer.concat([Buffer.from([0xa3, 0x81, 0x80]), Buffer.alloc(128, 7)]);
-    const body = Buffer.concat([Buffer.from([0x02, 0x01, 0x01]), cert, Buffer.from([0x04, 0x01, 0x09])]);
-    const whole = Buffer.concat([Buffer.from([0x30, 0x81, body.length]), body]);
-    expect([...withoutPeerCertificate(whole)]).toEqual([0x30, 0x06, 0x02, 0x01, 0x01, 0x04, 0x01, 0x09]);
+    const session = (version: number[]): Buffer => {
+      const body = Buffer.concat([
+        Buffer.from([0x02, 0x01, 0x01, 0x02, 0x02, ...version]),
+        cert,
+        Buffer.from([0x04, 0x01, 0x09]),
+      ]);
+      return Buffer.concat([Buffer.from([0x30, 0x81, body.length]), body]);
+    };
+    expect([...withoutPeerCertificate(session([0x03, 0x04]))]).toEqual([
+      0x30, 0x0a, 0x02, 0x01, 0x01, 0x02, 0x02, 0x03, 0x04, 0x04, 0x01, 0x09,
+    ]);
+    // a TLS 1.2 session keeps it: Node would count it unauthorized when resumed without it
+    const tls12 = session([0x03, 0x03]);
+    expect(withoutPeerCertificate(tls12)).toBe(tls12);
   });
 });
 
 describe('TlsSessionStore', () => {
+  const peer = (): SessionPeer => ({
+    spiffeId: `spiffe://${pki.trustDomain}/agent/n1`,
+    role: 'agent',
+    name: 'n1',
+    serials: ['01'],
+    notAfterMs: Date.now() + 3_600_000,
+  });
+  const noRevocations = { current: () => ({ revokedSerials: new Set<string>() }) };
+
   it("keeps and offers a session without the server's certificate", async () => {
     const { session } = await connect();
-    const store = new TlsSessionStore({ current: () => ({ revokedSerials: new Set<string>() }) });
-    const peer = {
-      spiffeId: `spiffe://${pki.trustDomain}/agent/n1`,
-      role: 'agent' as const,
-      name: 'n1',
-      serials: ['01'],
-      notAfterMs: Date.now() + 3_600_000,
-    };
-    store.save('n1', peer, session, store.epoch);
-    const offered = store.offer('n1', peer.spiffeId);
+    const store = new TlsSessionStore(noRevocations);
+    store.save('n1', peer(), session, store.epoch);
+    const offered = store.offer('n1', peer().spiffeId);
     expect(offered).toBeDefined();
     expect(offered!.session.includes(serverDer)).toBe(false);
     expect((await connect(offered!.session)).reused).toBe(true);
   });
+
+  it('hands its persistence the session without the certificate, and strips one read back from an older file', async () => {
+    const { session } = await connect();
+    expect(session.includes(serverDer)).toBe(true);
+    const handed: Buffer[] = [];
+    // a persistence that keeps the bytes, and gives back what an older file held: the whole session
+    const persistence: SessionPersistence = {
+      saved: (_key, e) => {
+        handed.push(e.session);
+        return true;
+      },
+      deleted: () => undefined,
+      cleared: () => undefined,
+      load: () => session,
+    };
+    const store = new TlsSessionStore(noRevocations);
+    store.persistTo(persistence);
+    store.save('n1', peer(), session, store.epoch);
+    expect(handed).toHaveLength(1);
+    expect(handed[0]!.includes(serverDer)).toBe(false);
+    const offered = store.offer('n1', peer().spiffeId);
+    expect(offered!.session.includes(serverDer)).toBe(false);
+    expect((await connect(offered!.session)).reused).toBe(true);
+  });
 });
+
+/** The top-level elements of a DER SEQUENCE, each as its bytes (tag, length and contents). */
+function topLevel(der: Buffer): number[][] {
+  const len = (at: number): [number, number] => {
+    const first = der[at]!;
+    if (first < 0x80) return [first, at + 1];
+    let n = 0;
+    for (let i = 1; i <= (first & 0x7f); i++) n = n * 256 + der[at + i]!;
+    return [n, at + 1 + (first & 0x7f)];
+  };
+  const out: number[][] = [];
+  const [, start] = len(1);
+  for (let at = start; at < der.length; ) {
+    const [n, body] = len(at + 1);
+    out.push([...der.subarray(at, body + n)]);
+    at = body + n;
+  }
+  return out;
+}
