@@ -467,8 +467,10 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
       'the fleet grows step by step, so a larger N carries the history of the runs before it; after a crash run the controller is a new process.',
     );
     p();
-    p("Crash with a change pending: once every agent's signals of the last run are answered, the controller commits a");
-    p("change to every node (a restart of the last run's cluster:");
+    p(
+      "Crash with a change pending: once every agent's signals of the last run are answered (since 0d02e06), the controller",
+    );
+    p("commits a change to every node (a restart of the last run's cluster:");
     p(
       "a new revision of every node's uninstall step) with its push workers stopped (SIGSTOP), then gets SIGKILL before",
     );
