@@ -120,9 +120,9 @@ export class TlsSessionStore {
       this.delete(key);
       return undefined;
     }
-    // a file written before sessions were kept without their certificate still has it
-    const loaded = e.session ?? this.#persistence?.load(key);
-    const session = loaded === undefined ? undefined : withoutPeerCertificate(loaded);
+    // bytes in memory were stripped by save(); a file written before that still has the certificate
+    const loaded = e.session === null ? this.#persistence?.load(key) : undefined;
+    const session = e.session ?? (loaded === undefined ? undefined : withoutPeerCertificate(loaded));
     if (session === undefined) {
       this.delete(key);
       return undefined;
