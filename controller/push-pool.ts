@@ -19,7 +19,7 @@ import type { Registry } from 'prom-client';
 import type { MaterialPaths } from '../certs/paths.js';
 import { ConfigError } from '../protocol/errors.js';
 import type { Ed25519PrivateJwk } from '../protocol/jws.js';
-import { RECONNECT_BACKOFF_MAX_MS } from '../protocol/limits.js';
+import { PUSH_WORKER_MMAP_THRESHOLD_BYTES, RECONNECT_BACKOFF_MAX_MS } from '../protocol/limits.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { FromWorker, PushTuning, ToWorker, ToWorkerCommand } from './push-ipc.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
@@ -265,6 +265,7 @@ export class PushPool implements PushService {
       const child = fork(this.#o.workerScript, [], {
         stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
         serialization: 'advanced',
+        env: pushWorkerEnv(process.env),
       });
       s.child = child;
       s.ready = false;
@@ -406,4 +407,16 @@ export class PushPool implements PushService {
       }
     });
   }
+}
+
+/**
+ * The environment a push worker starts with: the controller's, with glibc's mmap threshold at
+ * PUSH_WORKER_MMAP_THRESHOLD_BYTES unless the operator's GLIBC_TUNABLES already sets one (other
+ * tunables are kept). Other C libraries ignore the variable.
+ */
+export function pushWorkerEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const tunables = (env.GLIBC_TUNABLES ?? '').split(':').filter((t) => t !== '');
+  if (tunables.some((t) => t.startsWith('glibc.malloc.mmap_threshold='))) return env;
+  tunables.push(`glibc.malloc.mmap_threshold=${PUSH_WORKER_MMAP_THRESHOLD_BYTES}`);
+  return { ...env, GLIBC_TUNABLES: tunables.join(':') };
 }

@@ -352,6 +352,15 @@ export const MAX_ENROLL_BODY_BYTES = 16 * 1024;
  */
 export const NODE_MAX_SEMI_SPACE_BYTES = 2 * 1024 * 1024;
 /**
+ * glibc's mmap threshold in the push worker processes (`GLIBC_TUNABLES=glibc.malloc.mmap_threshold`,
+ * set when the controller forks them). Node keeps a 64 KiB read buffer and a 16 KiB write buffer
+ * for each TLS connection it holds, and only their first pages are ever written (a record or
+ * two). Carved from the heap, they land on memory that earlier allocations (handshakes, IPC)
+ * dirtied, and count in full; mapped on their own, they cost the pages written. A push worker
+ * holds thousands of such connections for days (BENCHMARKS.md, memory per agent).
+ */
+export const PUSH_WORKER_MMAP_THRESHOLD_BYTES = 16 * 1024;
+/**
  * Lifetime of the agent listener's TLS session tickets (its `sessionTimeout`), the period after
  * which it replaces its ticket key, and the longest the push dialer keeps a client session: a
  * controller restarted after a crash resumes its push connections instead of a full mutual

@@ -7,7 +7,8 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
-import { defaultWorkerScript, PushPool, shardOf } from '../../controller/push-pool.js';
+import { defaultWorkerScript, PushPool, pushWorkerEnv, shardOf } from '../../controller/push-pool.js';
+import { PUSH_WORKER_MMAP_THRESHOLD_BYTES } from '../../protocol/limits.js';
 import type { AckEvent, PushState } from '../../controller/push-types.js';
 import { materialPaths } from '../../certs/paths.js';
 import {
@@ -51,6 +52,23 @@ function pool(registry?: Registry): { p: PushPool; ev: EventEmitter } {
   return { p, ev };
 }
 
+describe('pushWorkerEnv', () => {
+  const threshold = `glibc.malloc.mmap_threshold=${PUSH_WORKER_MMAP_THRESHOLD_BYTES}`;
+  it("adds glibc's mmap threshold, keeping the rest of the environment and other tunables", () => {
+    expect(pushWorkerEnv({ PATH: '/bin' })).toEqual({ PATH: '/bin', GLIBC_TUNABLES: threshold });
+    expect(pushWorkerEnv({ GLIBC_TUNABLES: 'glibc.malloc.arena_max=2' }).GLIBC_TUNABLES).toBe(
+      `glibc.malloc.arena_max=2:${threshold}`,
+    );
+  });
+  it("leaves an operator's own threshold as it is, and the caller's object unchanged", () => {
+    const env = { GLIBC_TUNABLES: 'glibc.malloc.mmap_threshold=131072' };
+    expect(pushWorkerEnv(env)).toEqual({ GLIBC_TUNABLES: 'glibc.malloc.mmap_threshold=131072' });
+    const mine = { PATH: '/bin' };
+    pushWorkerEnv(mine);
+    expect(mine).toEqual({ PATH: '/bin' });
+  });
+});
+
 describe.skipIf(!fs.existsSync(defaultWorkerScript()))('push pool (worker processes)', () => {
   it('shards nodes stably over the workers', () => {
     expect(shardOf('n1', 2)).toBe(shardOf('n1', 2));
@@ -86,6 +104,20 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))('push pool (worker proces
     await p.close();
     expect(await codes).toEqual([1001, 1001, 1001]);
   });
+
+  it.skipIf(!fs.existsSync('/proc/self/environ'))(
+    "starts each worker with glibc's mmap threshold for its TLS buffers",
+    async () => {
+      const { p } = pool();
+      await p.start([]);
+      expect(p.workerPids).toHaveLength(2);
+      for (const pid of p.workerPids) {
+        const env = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+        expect(env).toContain(`GLIBC_TUNABLES=${pushWorkerEnv(process.env).GLIBC_TUNABLES}`);
+        expect(env.join('\n')).toContain(`mmap_threshold=`);
+      }
+    },
+  );
 
   it('restarts a worker that died and reconnects its nodes with a ping wake-up', async () => {
     const l = await TestWakeListener.start({ pkiDir: pki.dir, node: 'n1' });
