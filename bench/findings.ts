@@ -93,7 +93,15 @@ export function findings(r: BenchResults): string[] {
   p(
     "failed on a race of the benchmark's own (agent and controller counters read moments apart; one scrape since). So the",
   );
-  p('crash goal is met or missed by the hour on this host, as the latency goal is.', '');
+  p('crash goal is met or missed by the hour on this host, as the latency goal is.');
+  p(
+    'The full run of 09:56 UTC on 5d16962 (push workers with the mmap threshold, section 2; 45.1 µs a signature at its end,',
+  );
+  p(
+    '58 µs in a one-step fan-out at 09:41 UTC) measured 12.64 ms (p99 24.23 ms) back to back, 4.4 s / 12.42 s, 0.7 ms, 72.3 KB',
+  );
+  p('and 38.92 s after the crash (682 polls): the memory goal met (82 KB in the full run of 07:45 UTC),');
+  p('the others as slow as the hour.', '');
 
   p('### 1. PATCH → hook started (goal p50 ≤ 10 ms, p99 ≤ 20 ms, back to back to one node)', '');
   const one = lat?.push.oneNode;
@@ -511,8 +519,37 @@ export function findings(r: BenchResults): string[] {
     p(
       "once, more of the allocator's residue), a fleet grown 5,000 then 10,000 alone 25 minutes later 79.9 KB (00:11 UTC; push",
     );
-    p('worker 755 MB and main process 189 MB at 10,000). What is left is the TLS connection itself, its JS');
-    p("objects, and the residue of the agents' start-up requests (announcement and first fetch, over HTTPS).");
+    p('worker 755 MB and main process 189 MB at 10,000).');
+    p(
+      "Where the push worker's memory goes (heaptrack in a worker holding 2,000 connections, 2026-12-04 09:26 UTC): per",
+    );
+    p(
+      "connection Node allocates a 64 KiB read buffer (`NodeBIO`, sized by libuv's 64 KiB read suggestion) and a 16 KiB",
+    );
+    p(
+      'write buffer, and OpenSSL ~18 KB of zeroed state; a heap snapshot puts its JS objects at ~10 KB. Of the two buffers',
+    );
+    p("only the first pages are ever written, yet at 5,000 agents the worker's C heap held 289 MB resident (58 KB per");
+    p(
+      'agent): carved from the heap, the buffers land on memory that handshakes and IPC dirtied before. Since 5d16962 each',
+    );
+    p("push worker starts with glibc's mmap threshold at 16 KiB (`PUSH_WORKER_MMAP_THRESHOLD_BYTES`, through");
+    p(
+      '`GLIBC_TUNABLES`), so they are mapped on their own and cost the pages written: one-step fleets of 5,000 held 69.4 KB',
+    );
+    p(
+      'per agent against 77.9 KB in the same hour (worker RSS 402 → 357 MB; controller CPU of the fan-out 3.57 against',
+    );
+    p(
+      '3.42 s, within the spread), a one-step fleet of 10,000 70.7 KB (against 77.4-79.5 KB that morning). Tried beside it:',
+    );
+    p(
+      "the threshold for the whole controller at 64 KiB (the read buffers only: 77.0 KB) and at 16 KiB (the main process's RSS rose 17 MB:",
+    );
+    p(
+      "72.2 KB). What is left is the TLS connection itself (Node's and OpenSSL's), its JS objects, and the residue of the",
+    );
+    p("agents' start-up requests (announcement and first fetch, over HTTPS) in the main process.");
     if (c) {
       // a figure never reached is null in a stored BENCHMARKS.json
       const all = typeof c.connectAllMs === 'number' && Number.isFinite(c.connectAllMs);
@@ -815,6 +852,9 @@ export function findings(r: BenchResults): string[] {
   );
   p(
     "| TLS client sessions kept without the server's certificate (the `[3]` element of OpenSSL's DER; nothing reads it back, and OpenSSL 3.0 decoded it, public key and all, at every offer) | `certs/session-der.ts`, `certs/session-store.ts` | `setSession` of one session ~0.4 ms → ~5 µs; crash profile of 2026-12-04 06:38 UTC: 8 % of the push worker's samples decoding sessions; one-step crash run 07:39 UTC (42.7 µs a signature): all connected 33.7 s, 23.0 CPU-s of controller in the window, against 35.7-54.1 s and 24.3-40.7 CPU-s in the eight runs before it that morning (41-50 µs); another at 08:15 UTC (48.2 µs): 41.0 s, 22.8 CPU-s. The controller's CPU in the window is below every run before; the wall time is within their spread; push session file at 10,000 agents 63 → 39 MB |",
+  );
+  p(
+    "| each push worker starts with glibc's mmap threshold at 16 KiB, so Node's 64 KiB read and 16 KiB write buffer of each held TLS connection are mapped on their own and cost only the pages written | `controller/push-pool.ts` `pushWorkerEnv`, `PUSH_WORKER_MMAP_THRESHOLD_BYTES` | controller memory per agent, one-step fleets of 2026-12-04 09:29-09:41 UTC: 5,000 agents 77.9 → 69.4 KB (push worker RSS 402 → 357 MB), 10,000 agents 70.7 KB against 77.4-79.5 KB that morning; the fan-out's controller CPU within the spread (3.42 → 3.57 s at 5,000); crash run 35.95 s at 58 µs a signature, within the morning's 35.7-54.1 s |",
   );
   p('');
   return L;

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { OperatorClient } from './api-client.js';
 import type { BenchPki } from './pki-cache.js';
-import { say, sleep, waitFor } from './util.js';
+import { descendantsOf, say, sleep, waitFor } from './util.js';
 import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -147,6 +147,16 @@ export async function startController(a: ControllerArgs): Promise<ControllerProc
 
 export async function stopController(c: ControllerProc, sig: NodeJS.Signals = 'SIGTERM'): Promise<void> {
   c.op.close();
+  // under HERALD_BENCH_CONTROLLER_WRAP the controller is the wrapper's child (or further down):
+  // a signal to the wrapper alone would leave it running, dialling agents that are gone
+  if (process.env.HERALD_BENCH_CONTROLLER_WRAP)
+    for (const p of descendantsOf(c.pid)) {
+      try {
+        process.kill(p, sig);
+      } catch {
+        // gone already
+      }
+    }
   await stopProc(c.proc, sig);
 }
 

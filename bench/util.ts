@@ -198,6 +198,15 @@ export function childrenOf(pid: number): number[] {
   return out;
 }
 
+/** Every process below `pid`, children before their own children. */
+export function descendantsOf(pid: number): number[] {
+  const out: number[] = [];
+  for (let next = 0, at = pid; ; at = out[next++]!) {
+    out.push(...childrenOf(at));
+    if (next >= out.length) return out;
+  }
+}
+
 /** A process and its direct children (the controller and its push workers), summed. */
 export interface TreeSample {
   cpuS: number;
