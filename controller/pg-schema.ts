@@ -6,7 +6,15 @@
  * log every controller reads in commit order, membership, and node ownership.
  */
 import { PG_ENROLLMENT_MIGRATION_SQL } from './pg-enrollment.js';
-import { SQL, type StatementName } from './sql-statements.js';
+import {
+  INSERT_MANY,
+  insertUnnestSql,
+  SELECT_MANY,
+  SQL,
+  type InsertManyName,
+  type SelectManyName,
+  type StatementName,
+} from './sql-statements.js';
 
 export interface PgMigration {
   version: number;
@@ -199,10 +207,20 @@ export const PG_MIGRATIONS: PgMigration[] = [
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS[PG_MIGRATIONS.length - 1]!.version;
 
-/** The shared statements with `?` numbered `$1, $2, ...` (none of them has a `?` in a literal). */
-export function pgStatementTexts(): Record<StatementName, string> {
-  const out = {} as Record<StatementName, string>;
-  for (const [name, sql] of Object.entries(SQL) as Array<[StatementName, string]>) {
+/** Every statement's PostgreSQL text: the shared ones, and the many-row forms (sql-statements.ts). */
+export type PgStatementName = StatementName | InsertManyName | SelectManyName;
+
+/** The statements with `?` numbered `$1, $2, ...` (none of them has a `?` in a literal). */
+export function pgStatementTexts(): Record<PgStatementName, string> {
+  const out = {} as Record<PgStatementName, string>;
+  const texts: Array<[PgStatementName, string]> = [
+    ...(Object.entries(SQL) as Array<[StatementName, string]>),
+    ...(Object.keys(INSERT_MANY) as InsertManyName[]).map((n): [PgStatementName, string] => [n, insertUnnestSql(n)]),
+    ...(Object.entries(SELECT_MANY) as Array<[SelectManyName, { many: string }]>).map(
+      ([n, { many }]): [PgStatementName, string] => [n, many],
+    ),
+  ];
+  for (const [name, sql] of texts) {
     let n = 0;
     out[name] = sql.replace(/\?/g, () => `$${++n}`);
   }

@@ -43,10 +43,21 @@ import type {
   SeenCertificate,
 } from './enrollment-records.js';
 import { pgEnrollment } from './pg-enrollment.js';
-import { PG_MIGRATIONS, PG_SCHEMA_VERSION, pgStatementTexts } from './pg-schema.js';
+import { PG_MIGRATIONS, PG_SCHEMA_VERSION, pgStatementTexts, type PgStatementName } from './pg-schema.js';
 import type { ChangeSet } from './records.js';
 import { SqlOutputRows, type OutputChunkRecord } from './sql-output.js';
-import type { StatementName, Statements, Stmt } from './sql-statements.js';
+import {
+  INSERT_MANY,
+  SELECT_MANY,
+  SQL,
+  type InsertMany,
+  type InsertManyName,
+  type SelectMany,
+  type SelectManyName,
+  type StatementName,
+  type Statements,
+  type Stmt,
+} from './sql-statements.js';
 import { SqlRows, SqlTx } from './sql-tx.js';
 import type { Committed, Store, TxFn, UnitOutcome } from './store.js';
 
@@ -111,9 +122,11 @@ function unavailable(err: unknown): HeraldError {
 }
 
 /** Statements bound to one connection or transaction. */
-function bind(sql: Sql | TxSql, texts: Record<StatementName, string>): Statements {
-  const out = {} as Record<StatementName, Stmt>;
-  for (const name of Object.keys(texts) as StatementName[]) {
+function bind(sql: Sql | TxSql, texts: Record<PgStatementName, string>): Statements {
+  const out = {} as Record<StatementName, Stmt> &
+    Record<InsertManyName, InsertMany> &
+    Record<SelectManyName, SelectMany>;
+  for (const name of Object.keys(SQL) as StatementName[]) {
     const text = texts[name];
     out[name] = {
       get: async (...params: unknown[]) => (await sql.unsafe(text, params as never[], { prepare: true }))[0],
@@ -121,6 +134,25 @@ function bind(sql: Sql | TxSql, texts: Record<StatementName, string>): Statement
       run: async (...params: unknown[]) => ({
         changes: (await sql.unsafe(text, params as never[], { prepare: true })).count,
       }),
+    };
+  }
+  for (const name of Object.keys(INSERT_MANY) as InsertManyName[]) {
+    const text = texts[name];
+    const width = INSERT_MANY[name].columns.length;
+    out[name] = {
+      run: async (rows) => {
+        if (rows.length === 0) return;
+        // one array per column, in the columns' order
+        const columns = Array.from({ length: width }, (_, j) => rows.map((r) => r[j]));
+        await sql.unsafe(text, columns as never[], { prepare: true });
+      },
+    };
+  }
+  for (const name of Object.keys(SELECT_MANY) as SelectManyName[]) {
+    const text = texts[name];
+    out[name] = {
+      all: async (keys) =>
+        keys.length === 0 ? [] : [...(await sql.unsafe(text, [keys] as never[], { prepare: true }))],
     };
   }
   return out;

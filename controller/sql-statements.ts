@@ -160,4 +160,108 @@ export const SQL = {
 } as const;
 
 export type StatementName = keyof typeof SQL;
-export type Statements = Record<StatementName, Stmt>;
+
+/** A column a many-row insert writes, with the PostgreSQL type of the array it is bound as. */
+type Column = readonly [name: string, pgType: 'text' | 'integer' | 'bigint'];
+
+/**
+ * Inserts of many rows in one call: a cluster's new members (two deployments, two revisions and
+ * a row each). PostgreSQL binds each column as one array (`INSERT … SELECT * FROM unnest(…)`),
+ * so a cluster of 10,000 nodes is three statements, not 50,000 round trips. SQLite runs the
+ * one-row form once per row, in process: a multi-row `VALUES` form measured no faster there
+ * (20,000 deployment rows in ~0.1 s either way, 2026-12-04).
+ */
+export const INSERT_MANY = {
+  depInsertMany: {
+    table: 'deployments',
+    columns: [
+      ['id', 'text'],
+      ['node', 'text'],
+      ['config_id', 'text'],
+      ['name', 'text'],
+      ['actions', 'text'],
+      ['revision', 'integer'],
+      ['cluster_id', 'text'],
+      ['cluster_role', 'text'],
+      ['created_at', 'text'],
+      ['updated_at', 'text'],
+    ],
+  },
+  revInsertMany: {
+    table: 'revisions',
+    columns: [
+      ['deployment_id', 'text'],
+      ['revision', 'integer'],
+      ['item_id', 'text'],
+      ['action', 'text'],
+      ['input_values', 'text'],
+      ['status', 'text'],
+      ['status_reason', 'text'],
+      ['signalled', 'integer'],
+      ['created_at', 'text'],
+      ['updated_at', 'text'],
+      ['signalled_at', 'text'],
+    ],
+  },
+  cnInsertMany: {
+    table: 'cluster_nodes',
+    columns: [
+      ['cluster_id', 'text'],
+      ['node', 'text'],
+      ['position', 'integer'],
+      ['phase', 'text'],
+      ['install_deployment_id', 'text'],
+      ['uninstall_deployment_id', 'text'],
+      ['step_deadline_ms', 'bigint'],
+      ['install_started_at', 'text'],
+      ['nodegroup', 'text'],
+    ],
+  },
+} as const satisfies Record<string, { table: string; columns: readonly Column[] }>;
+
+/**
+ * Reads of the rows matching any of many keys, in the keys' terms: PostgreSQL runs `many` once
+ * (the keys bound as one text array); SQLite runs `one` per key (row locks taken out, as for
+ * every statement). The rows come in no particular order.
+ */
+export const SELECT_MANY = {
+  // a cluster's new members, held against a delete as nodeKeyLock holds one
+  nodesKeyLock: {
+    one: 'SELECT id FROM nodes WHERE id = ? FOR KEY SHARE',
+    many: 'SELECT id FROM nodes WHERE id = ANY(?::text[]) FOR KEY SHARE',
+  },
+  // the cluster each of them is in already, if any
+  cnByNodes: {
+    one: 'SELECT node, cluster_id FROM cluster_nodes WHERE node = ?',
+    many: 'SELECT node, cluster_id FROM cluster_nodes WHERE node = ANY(?::text[])',
+  },
+} as const;
+
+export type InsertManyName = keyof typeof INSERT_MANY;
+export type SelectManyName = keyof typeof SELECT_MANY;
+
+/** A many-row insert; each row's values in the columns' order. */
+export interface InsertMany {
+  run(rows: ReadonlyArray<readonly unknown[]>): void | Promise<void>;
+}
+
+/** A read of the rows matching any of `keys`. */
+export interface SelectMany {
+  all(keys: readonly string[]): unknown[] | Promise<unknown[]>;
+}
+
+export type Statements = Record<StatementName, Stmt> &
+  Record<InsertManyName, InsertMany> &
+  Record<SelectManyName, SelectMany>;
+
+/** The one-row form of a many-row insert (SQLite's). */
+export function insertOneSql(name: InsertManyName): string {
+  const { table, columns } = INSERT_MANY[name];
+  return `INSERT INTO ${table} (${columns.map(([c]) => c).join(', ')}) VALUES (${columns.map(() => '?').join(', ')})`;
+}
+
+/** The one-statement form of a many-row insert (PostgreSQL's): each column one array parameter. */
+export function insertUnnestSql(name: InsertManyName): string {
+  const { table, columns } = INSERT_MANY[name];
+  return `INSERT INTO ${table} (${columns.map(([c]) => c).join(', ')}) SELECT * FROM unnest(${columns.map(([, t]) => `?::${t}[]`).join(', ')})`;
+}

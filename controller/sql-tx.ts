@@ -53,6 +53,13 @@ import type { StoreTx } from './store.js';
 
 const IN_PROGRESS_REASON = 'Deploy data available';
 
+/** A cluster's new members, as rows of each table: written with one many-row insert per table. */
+class MemberRows {
+  readonly deployments: unknown[][] = [];
+  readonly revisions: unknown[][] = [];
+  readonly nodes: unknown[][] = [];
+}
+
 /** Every read; the store runs them outside transactions, SqlTx inside. */
 export class SqlRows {
   readonly s: Statements;
@@ -493,21 +500,20 @@ export class SqlTx implements StoreTx {
     if (!(await this.#config(d.configId)))
       throw new HeraldError('unknown_config', `no config ${d.configId}`, { field: 'config_id' });
     const now = this.#r.iso();
-    // born at revision 1, the revision row added next (no UPDATE of the row just inserted)
-    await this.#s.depInsert.run(
-      id,
-      d.node,
-      d.configId,
-      d.name,
-      JSON.stringify(d.actions),
-      1,
-      clusterId,
-      role,
-      now,
-      now,
-    );
+    await this.#s.depInsert.run(...this.#deploymentRow(id, d, clusterId, role, now));
+    await this.#s.revInsert.run(...this.#revisionRow(id, d.node, d.actions, 1, d.action, d.inputValues, reason, now));
+  }
+
+  /** A new deployment's row, born at revision 1 (its revision's row comes next: no UPDATE of the row just inserted). */
+  #deploymentRow(
+    id: string,
+    d: NewDeployment,
+    clusterId: string | null,
+    role: 'install' | 'uninstall' | 'health' | null,
+    now: string,
+  ): unknown[] {
     this.changes.deploymentChanged(id);
-    await this.#addRevision(id, d.node, d.actions, 1, d.action, d.inputValues, reason, now);
+    return [id, d.node, d.configId, d.name, JSON.stringify(d.actions), 1, clusterId, role, now, now];
   }
 
   /** Adds revision `prev + 1` and makes it current. A revision whose action is not listed completes at once. */
@@ -537,12 +543,29 @@ export class SqlTx implements StoreTx {
     reason: WakeReason,
     now: string,
   ): Promise<boolean> {
+    await this.#s.revInsert.run(...this.#revisionRow(id, node, actions, revision, action, inputValues, reason, now));
+    return actions.includes(action);
+  }
+
+  /** A revision's row (its `signalled` and `signalled_at` set when its action is not listed: it completes at once), its node touched. */
+  #revisionRow(
+    id: string,
+    node: string,
+    actions: DeployAction[],
+    revision: number,
+    action: DeployAction,
+    inputValues: Record<string, unknown>,
+    reason: WakeReason,
+    now: string,
+  ): unknown[] {
     const triggered = actions.includes(action);
     const status: DeploymentStatus = triggered ? 'IN_PROGRESS' : 'COMPLETE';
     const why = triggered
       ? IN_PROGRESS_REASON
       : `not triggered: action ${action} is not in actions (${actions.join(', ')})`;
-    await this.#s.revInsert.run(
+    this.changes.touch(node, triggered ? reason : null);
+    this.changes.deploymentChanged(id);
+    return [
       id,
       revision,
       randomUUID(),
@@ -554,10 +577,7 @@ export class SqlTx implements StoreTx {
       now,
       now,
       triggered ? null : now,
-    );
-    this.changes.touch(node, triggered ? reason : null);
-    this.changes.deploymentChanged(id);
-    return triggered;
+    ];
   }
 
   async #removeDeployment(id: string): Promise<void> {
@@ -578,12 +598,18 @@ export class SqlTx implements StoreTx {
    * @throws HeraldError unknown_node | cluster_busy (field `nodes.<i>`)
    */
   async #assertFreeNodes(nodes: readonly string[]): Promise<void> {
+    const known = new Set(((await this.#s.nodesKeyLock.all(nodes)) as Array<{ id: string }>).map((r) => r.id));
+    const taken = new Map(
+      ((await this.#s.cnByNodes.all(nodes)) as Array<{ node: string; cluster_id: string }>).map((r) => [
+        r.node,
+        r.cluster_id,
+      ]),
+    );
     for (const [i, n] of nodes.entries()) {
-      if (!(await this.#s.nodeKeyLock.get(n)))
-        throw new HeraldError('unknown_node', `no node ${n}`, { field: `nodes.${i}` });
-      const other = (await this.#s.cnByNode.get(n)) as { cluster_id: string } | undefined;
-      if (other)
-        throw new HeraldError('cluster_busy', `node ${n} already belongs to cluster ${other.cluster_id}`, {
+      if (!known.has(n)) throw new HeraldError('unknown_node', `no node ${n}`, { field: `nodes.${i}` });
+      const other = taken.get(n);
+      if (other !== undefined)
+        throw new HeraldError('cluster_busy', `node ${n} already belongs to cluster ${other}`, {
           field: `nodes.${i}`,
         });
     }
@@ -596,16 +622,7 @@ export class SqlTx implements StoreTx {
       throw new HeraldError('unknown_config', `no config ${c.installConfigId}`, { field: 'install_config_id' });
     if (!(await this.#config(c.uninstallConfigId)))
       throw new HeraldError('unknown_config', `no config ${c.uninstallConfigId}`, { field: 'uninstall_config_id' });
-    for (const [i, g] of c.nodegroups.entries()) {
-      if (!(await this.#config(g.installConfigId)))
-        throw new HeraldError('unknown_config', `no config ${g.installConfigId}`, {
-          field: `nodegroups.${i}.install_config_id`,
-        });
-      if (!(await this.#config(g.uninstallConfigId)))
-        throw new HeraldError('unknown_config', `no config ${g.uninstallConfigId}`, {
-          field: `nodegroups.${i}.uninstall_config_id`,
-        });
-    }
+    for (const [i, g] of c.nodegroups.entries()) await this.#assertGroupConfigs(g, `nodegroups.${i}.`);
     const id = randomUUID();
     const now = this.#r.iso(nowMs);
     await this.#s.clusterInsert.run(
@@ -622,13 +639,27 @@ export class SqlTx implements StoreTx {
       now,
       now,
     );
+    const members = new MemberRows();
     let position = 0;
     for (const [gi, g] of c.nodegroups.entries()) {
       await this.#insertGroupRow(id, g, gi, now);
-      for (const node of g.nodes) await this.#insertMember(id, c.name, g, node, position++, c, now);
+      for (const node of g.nodes) this.#memberRows(members, id, c.name, g, node, position++, c, now);
     }
+    await this.#insertMembers(members);
     this.changes.clusterChanged(id);
     return id;
+  }
+
+  /** @throws HeraldError unknown_config (field `<prefix>install_config_id` or `<prefix>uninstall_config_id`) */
+  async #assertGroupConfigs(g: NewNodegroup, prefix: string): Promise<void> {
+    if (!(await this.#config(g.installConfigId)))
+      throw new HeraldError('unknown_config', `no config ${g.installConfigId}`, {
+        field: `${prefix}install_config_id`,
+      });
+    if (!(await this.#config(g.uninstallConfigId)))
+      throw new HeraldError('unknown_config', `no config ${g.uninstallConfigId}`, {
+        field: `${prefix}uninstall_config_id`,
+      });
   }
 
   async #insertGroupRow(clusterId: string, g: NewNodegroup, position: number, now: string): Promise<void> {
@@ -645,10 +676,12 @@ export class SqlTx implements StoreTx {
   }
 
   /**
-   * A node of group `g`: its install deployment (runs at once) and uninstall deployment (not yet), and its row.
-   * The caller has held the node with #assertFreeNodes.
+   * The rows of a node of group `g`: its install deployment (runs at once) and uninstall
+   * deployment (not yet), their revisions, and its own row. The caller has held the node with
+   * #assertFreeNodes and checked the configs.
    */
-  async #insertMember(
+  #memberRows(
+    out: MemberRows,
     clusterId: string,
     clusterName: string,
     g: NewNodegroup,
@@ -656,50 +689,25 @@ export class SqlTx implements StoreTx {
     position: number,
     rows: Pick<ClusterRows, 'installActions' | 'uninstallActions' | 'stepDeadlineMs'>,
     now: string,
-  ): Promise<void> {
-    const installId = randomUUID();
-    const uninstallId = randomUUID();
-    await this.#insertDeployment(
-      installId,
-      {
-        node,
-        configId: g.installConfigId,
-        name: `${clusterName}-install`,
-        actions: rows.installActions,
-        action: 'CREATE',
-        inputValues: g.installInputValues,
-      },
-      clusterId,
-      'install',
-      'deployment',
-      true,
-    );
-    await this.#insertDeployment(
-      uninstallId,
-      {
-        node,
-        configId: g.uninstallConfigId,
-        name: `${clusterName}-uninstall`,
-        actions: rows.uninstallActions,
-        action: 'CREATE',
-        inputValues: g.uninstallInputValues,
-      },
-      clusterId,
-      'uninstall',
-      'deployment',
-      true,
-    );
-    await this.#s.cnInsert.run(
-      clusterId,
-      node,
-      position,
-      'installing',
-      installId,
-      uninstallId,
-      rows.stepDeadlineMs,
-      now,
-      g.name,
-    );
+  ): void {
+    const ids: string[] = [];
+    for (const [role, configId, actions, inputValues] of [
+      ['install', g.installConfigId, rows.installActions, g.installInputValues],
+      ['uninstall', g.uninstallConfigId, rows.uninstallActions, g.uninstallInputValues],
+    ] as const) {
+      const id = randomUUID();
+      const d = { node, configId, name: `${clusterName}-${role}`, actions, action: 'CREATE' as const, inputValues };
+      out.deployments.push(this.#deploymentRow(id, d, clusterId, role, now));
+      out.revisions.push(this.#revisionRow(id, node, actions, 1, 'CREATE', inputValues, 'deployment', now));
+      ids.push(id);
+    }
+    out.nodes.push([clusterId, node, position, 'installing', ids[0], ids[1], rows.stepDeadlineMs, now, g.name]);
+  }
+
+  async #insertMembers(m: MemberRows): Promise<void> {
+    await this.#s.depInsertMany.run(m.deployments);
+    await this.#s.revInsertMany.run(m.revisions);
+    await this.#s.cnInsertMany.run(m.nodes);
   }
 
   async insertNodegroup(
@@ -710,12 +718,15 @@ export class SqlTx implements StoreTx {
   ): Promise<void> {
     this.#live();
     await this.#assertFreeNodes(g.nodes);
+    await this.#assertGroupConfigs(g, '');
     const name = ((await this.#s.clusterName.get(clusterId)) as { name: string } | undefined)?.name;
     if (name === undefined) throw new HeraldError('not_found', `no cluster ${clusterId}`);
     const now = this.#r.iso(nowMs);
     await this.#insertGroupRow(clusterId, g, ((await this.#s.ngNextPosition.get(clusterId)) as { p: number }).p, now);
     let position = ((await this.#s.cnNextPosition.get(clusterId)) as { p: number }).p;
-    for (const node of g.nodes) await this.#insertMember(clusterId, name, g, node, position++, rows, now);
+    const members = new MemberRows();
+    for (const node of g.nodes) this.#memberRows(members, clusterId, name, g, node, position++, rows, now);
+    await this.#insertMembers(members);
     this.changes.clusterChanged(clusterId);
   }
 

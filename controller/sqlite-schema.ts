@@ -5,7 +5,16 @@
 import type Database from 'better-sqlite3';
 import { OUTPUT_MIGRATION_SQL } from './sqlite-output.js';
 import { ENROLLMENT_MIGRATION_SQL } from './sqlite-enrollment.js';
-import { SQL, type StatementName, type Statements } from './sql-statements.js';
+import {
+  INSERT_MANY,
+  insertOneSql,
+  SELECT_MANY,
+  SQL,
+  type InsertManyName,
+  type SelectManyName,
+  type StatementName,
+  type Statements,
+} from './sql-statements.js';
 
 interface Migration {
   version: number;
@@ -179,8 +188,21 @@ export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
 
 /** Every statement, prepared once on `db`; SQLite's one writer is the lock, so row locks are left out. */
 export function prepareStatements(db: Database.Database): Statements {
+  const prepare = (sql: string) =>
+    db.prepare(sql.replace(/ FOR (UPDATE|NO KEY UPDATE|SHARE|KEY SHARE)( OF \w+)?( SKIP LOCKED)?/g, ''));
   const out: Partial<Statements> = {};
-  for (const [name, sql] of Object.entries(SQL) as Array<[StatementName, string]>)
-    out[name] = db.prepare(sql.replace(/ FOR (UPDATE|NO KEY UPDATE|SHARE|KEY SHARE)( OF \w+)?( SKIP LOCKED)?/g, ''));
+  for (const [name, sql] of Object.entries(SQL) as Array<[StatementName, string]>) out[name] = prepare(sql);
+  for (const name of Object.keys(INSERT_MANY) as InsertManyName[]) {
+    const one = prepare(insertOneSql(name));
+    out[name] = {
+      run: (rows) => {
+        for (const r of rows) one.run(r);
+      },
+    };
+  }
+  for (const [name, { one }] of Object.entries(SELECT_MANY) as Array<[SelectManyName, { one: string }]>) {
+    const stmt = prepare(one);
+    out[name] = { all: (keys) => keys.flatMap((k) => stmt.all(k)) };
+  }
   return out as Statements;
 }

@@ -336,6 +336,117 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
     });
   });
 
+  describe('clusters', () => {
+    /** A group of `nodes` with the given configs, no input values of its own. */
+    const group = (name: string, nodes: string[], i: string, u: string) => ({
+      name,
+      role: 'worker' as const,
+      nodes,
+      ownInstallConfigId: null,
+      ownUninstallConfigId: null,
+      ownInputValues: null,
+      installConfigId: i,
+      uninstallConfigId: u,
+      installInputValues: { step: 'in' },
+      uninstallInputValues: {},
+    });
+
+    it("writes every member's deployments, revisions and row together, and its change set names each node", async () => {
+      const s = await open();
+      const nodes = Array.from({ length: 300 }, (_, i) => `n${String(i).padStart(3, '0')}`);
+      await s.transaction(async (tx) => {
+        for (const n of nodes) await tx.createNode(n, null, WHO);
+      });
+      const install = (await s.createConfig({ ...CONFIG, name: 'install' }, WHO)).id;
+      const uninstall = (await s.createConfig({ ...CONFIG, name: 'uninstall' }, WHO)).id;
+      const nowMs = Date.parse('2026-12-04T10:00:00.000Z');
+      const { result: id, changes } = await s.transaction((tx) =>
+        new ClusterEngine().create(
+          tx,
+          newCluster({
+            nodes,
+            nodegroups: [
+              group('a', nodes.slice(0, 200), install, uninstall),
+              group('b', nodes.slice(200), install, uninstall),
+            ],
+            installConfigId: install,
+            uninstallConfigId: uninstall,
+          }),
+          WHO,
+          nowMs,
+        ),
+      );
+      expect([...changes.touchedNodes].sort()).toEqual(nodes);
+      expect(changes.wakes.map((w) => w.node).sort()).toEqual(nodes);
+      const c = (await s.getCluster(id))!;
+      expect(c.nodes.map((n) => [n.node, n.position, n.phase, n.nodegroup])).toEqual(
+        nodes.map((n, i) => [n, i, 'installing', i < 200 ? 'a' : 'b']),
+      );
+      expect(new Set(c.nodes.map((n) => n.stepDeadlineMs)).size).toBe(1);
+      expect(c.nodes[0]!.stepDeadlineMs).toBeGreaterThan(nowMs);
+      for (const n of [c.nodes[0]!, c.nodes[299]!]) {
+        const ds = await s.listDeployments({ node: n.node });
+        const inst = ds.find((d) => d.id === n.installDeploymentId)!;
+        const uninst = ds.find((d) => d.id === n.uninstallDeploymentId)!;
+        expect(ds).toHaveLength(2);
+        expect(inst).toMatchObject({ clusterId: id, clusterRole: 'install', name: 'k-install', configId: install });
+        expect(inst.current).toMatchObject({
+          revision: 1,
+          action: 'CREATE',
+          status: 'IN_PROGRESS',
+          signalled: false,
+          inputValues: { step: 'in' },
+        });
+        expect(uninst).toMatchObject({ clusterRole: 'uninstall', name: 'k-uninstall', configId: uninstall });
+        // created, not triggered: the uninstall's actions do not list CREATE
+        expect(uninst.current).toMatchObject({ revision: 1, status: 'COMPLETE', signalled: true });
+        expect(inst.current.itemId).not.toBe(uninst.current.itemId);
+      }
+    });
+
+    it('refuses the first unknown or taken node by its index and writes nothing; a group added checks its configs', async () => {
+      const s = await open();
+      for (const n of ['a', 'b', 'c']) await s.createNode(n, null, WHO);
+      const install = (await s.createConfig({ ...CONFIG, name: 'install' }, WHO)).id;
+      const uninstall = (await s.createConfig({ ...CONFIG, name: 'uninstall' }, WHO)).id;
+      const engine = new ClusterEngine();
+      const create = (nodes: string[]) =>
+        s.transaction((tx) =>
+          engine.create(
+            tx,
+            newCluster({ nodes, installConfigId: install, uninstallConfigId: uninstall }),
+            WHO,
+            Date.now(),
+          ),
+        );
+      const unknown = await create(['a', 'ghost', 'b']).catch((e: unknown) => e);
+      expect(codeOf(unknown)).toBe('unknown_node');
+      expect((unknown as { field?: string }).field).toBe('nodes.1');
+      expect(await s.listClusters()).toEqual([]);
+      expect(await s.listDeployments()).toEqual([]);
+      const { result: first } = await create(['b']);
+      const busy = await create(['a', 'c', 'b']).catch((e: unknown) => e);
+      expect(codeOf(busy)).toBe('cluster_busy');
+      expect((busy as { field?: string }).field).toBe('nodes.2');
+      expect((await s.listClusters()).map((c) => c.id)).toEqual([first]);
+      expect(await s.listDeployments({ node: 'a' })).toEqual([]);
+      // a group added to it: the uninstall config is checked as the install config is
+      const added = await s
+        .transaction((tx) =>
+          tx.insertNodegroup(
+            first,
+            group('more', ['a'], install, 'no-such-config'),
+            { installActions: ['CREATE'], uninstallActions: ['DELETE'], stepDeadlineMs: Date.now() + 60_000 },
+            Date.now(),
+          ),
+        )
+        .catch((e: unknown) => e);
+      expect(codeOf(added)).toBe('unknown_config');
+      expect((added as { field?: string }).field).toBe('uninstall_config_id');
+      expect(await s.listDeployments({ node: 'a' })).toEqual([]);
+    });
+  });
+
   describe('group commit', () => {
     it("shares one transaction but keeps each change's own result or error", async () => {
       const { GroupCommitter } = await import('../../controller/group-commit.js');
