@@ -97,7 +97,7 @@ export async function severalMain(o: SeveralMainOptions): Promise<number> {
       });
       for (const x of store)
         say(
-          `store latency ${x.store}: createDeployment p50 ${x.ops.createDeployment.p50} ms, p99 ${x.ops.createDeployment.p99} ms; signal p50 ${x.ops.signal.p50} ms`,
+          `store latency ${x.store}: createDeployment p50 ${x.ops.createDeployment.p50} ms, p99 ${x.ops.createDeployment.p99} ms; signal p50 ${x.ops.signal.p50} ms; a cluster of ${x.cluster?.n} created in ${x.cluster?.createMs} ms, its installs signalled in ${x.cluster?.signalsMs} ms (${x.cluster?.status})`,
         );
     }
     if (fanoutNs.length + failoverNs.length > 0) {

@@ -235,6 +235,25 @@ export function severalMarkdown(r: SeveralReport): string {
       );
     }
     p();
+    const [ca, cb] = [a?.cluster, b?.cluster];
+    const c = ca ?? cb;
+    if (c) {
+      p(
+        `A cluster of ${n(c.n)} nodes in the same stores: \`ClusterEngine.create\` in one \`transaction()\` (a \`POST /v1/clusters\`'s transaction: each member's two deployments, their revisions and its row, written with one many-row insert per table), then each member's install result recorded as the signal route records it, ${c.concurrency} at a time, until the cluster is CREATE_COMPLETE (each signal takes the cluster's row \`FOR UPDATE\` on PostgreSQL, so they are serial across controllers).`,
+      );
+      p();
+      p('| store | create: wall / CPU of this process | every install signalled | signals per second | status |');
+      p('|---|---|---|---|---|');
+      for (const [label, x] of [
+        ['SQLite', ca],
+        ['PostgreSQL', cb],
+      ] as const)
+        if (x)
+          p(
+            `| ${label} | ${n(x.createMs)} / ${n(x.createCpuMs)} ms | ${n(x.signalsMs)} ms | ${n(round((x.n * 1000) / x.signalsMs, 0))} | ${x.status} |`,
+          );
+      p();
+    }
   }
   return L.join('\n');
 }

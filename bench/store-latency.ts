@@ -16,7 +16,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import type { ClusterEngine } from '../controller/clusters/engine.js';
+import { ClusterEngine } from '../controller/clusters/engine.js';
 import { PgStore } from '../controller/pg-store.js';
 import { recordSignal } from '../controller/signal.js';
 import { SqliteStore } from '../controller/sqlite-store.js';
@@ -31,7 +31,26 @@ export interface StoreLatency {
   /** Each op's latency in ms over `samples` calls. */
   ops: Record<StoreOp, Dist>;
   samples: number;
+  /** A cluster of `n` nodes made and its installs signalled (absent in runs before 2026-12-04). */
+  cluster?: ClusterTimes;
 }
+
+/** One large cluster in one store: its creating transaction, then every member's install result. */
+export interface ClusterTimes {
+  n: number;
+  /** `ClusterEngine.create` in one `transaction()`: wall time to the commit, and this process's CPU in it. */
+  createMs: number;
+  createCpuMs: number;
+  /** Signals in flight at once (as many API requests would be). */
+  concurrency: number;
+  /** From the first signal to the cluster's CREATE_COMPLETE. */
+  signalsMs: number;
+  status: string;
+}
+
+/** Nodes of the cluster timed, and the signals sent at once. */
+const CLUSTER_NODES = 5_000;
+const CLUSTER_SIGNAL_CONCURRENCY = 8;
 
 const WHO = 'spiffe://herald.local/operator/bench';
 
@@ -97,7 +116,74 @@ async function measure(store: Store, kind: StoreLatency['store'], samples: numbe
       mean: round(d.mean, 3),
     };
   }
-  return { store: kind, ops, samples };
+  return { store: kind, ops, samples, cluster: await measureCluster(store) };
+}
+
+/**
+ * A cluster of CLUSTER_NODES made in one request's transaction, then each member's install
+ * result recorded as the signal route records it, CLUSTER_SIGNAL_CONCURRENCY at a time, until the
+ * cluster is CREATE_COMPLETE: what a large cluster's creation and its first step cost the store.
+ */
+async function measureCluster(store: Store): Promise<ClusterTimes> {
+  const nodes = Array.from({ length: CLUSTER_NODES }, (_, i) => `big${String(i).padStart(5, '0')}`);
+  await store.transaction(async (tx) => {
+    for (const n of nodes) await tx.createNode(n, null, WHO);
+  });
+  const cfg = (name: string) =>
+    store.createConfig(
+      { name, group: 'script', config: '#!/bin/sh\ntrue\n', inputs: [], outputs: [], options: {} },
+      WHO,
+    );
+  const [install, uninstall] = [await cfg('big-install'), await cfg('big-uninstall')];
+  const engine = new ClusterEngine();
+  const cpu0 = process.cpuUsage();
+  const t0 = nowMs();
+  const { result: id } = await store.transaction((tx) =>
+    engine.create(
+      tx,
+      {
+        name: 'big',
+        nodes,
+        installConfigId: install.id,
+        uninstallConfigId: uninstall.id,
+        installInputValues: {},
+        uninstallInputValues: {},
+        inputValues: {},
+      },
+      WHO,
+      Date.now(),
+    ),
+  );
+  const createMs = nowMs() - t0;
+  const cpu = process.cpuUsage(cpu0);
+  const members = [...(await store.getCluster(id))!.nodes];
+  const t1 = nowMs();
+  await Promise.all(
+    Array.from({ length: CLUSTER_SIGNAL_CONCURRENCY }, async () => {
+      for (let m = members.pop(); m !== undefined; m = members.pop()) {
+        const { node, installDeploymentId } = m;
+        await store.transaction((tx) =>
+          recordSignal(
+            tx,
+            engine,
+            node,
+            installDeploymentId,
+            { revision: 1, deployStatusCode: 0, deployStdout: '', deployStderr: '', outputs: {} },
+            WHO,
+            Date.now(),
+          ),
+        );
+      }
+    }),
+  );
+  return {
+    n: CLUSTER_NODES,
+    createMs: round(createMs, 1),
+    createCpuMs: round((cpu.user + cpu.system) / 1000, 1),
+    concurrency: CLUSTER_SIGNAL_CONCURRENCY,
+    signalsMs: round(nowMs() - t1, 1),
+    status: (await store.getClusterStatus(id))?.status ?? 'gone',
+  };
 }
 
 /** Both stores, SQLite first; `pgUrl` names an empty database. */
