@@ -110,8 +110,7 @@ export const SQL = {
                 WHERE cluster_id = ? AND nodegroup = ?`,
   cnStartCheck: `UPDATE cluster_nodes SET phase = 'checking', step_deadline_ms = ?, check_started_at = ?, install_finished_at = ?, health_deployment_id = ?, reason = NULL
                        WHERE cluster_id = ? AND node = ?`,
-  cnFailCheck: `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, reason = ? WHERE cluster_id = ? AND node = ?`,
-  cnEnded: 'UPDATE cluster_nodes SET ended_at_ms = ? WHERE cluster_id = ? AND node = ?',
+  cnFailCheck: `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, reason = ?, ended_at_ms = ? WHERE cluster_id = ? AND node = ?`,
   cnList: 'SELECT * FROM cluster_nodes WHERE cluster_id = ? ORDER BY position',
   cnByNode: 'SELECT cluster_id FROM cluster_nodes WHERE node = ? LIMIT 1',
   cnGet: 'SELECT * FROM cluster_nodes WHERE cluster_id = ? AND node = ?',
@@ -136,9 +135,10 @@ export const SQL = {
   cnStartInstall: `UPDATE cluster_nodes SET phase = 'installing', step_deadline_ms = ?, install_started_at = ?, install_finished_at = NULL, reason = NULL
                        WHERE cluster_id = ? AND node = ?`,
   cnUninstallDone: `UPDATE cluster_nodes SET uninstall_finished_at = ? WHERE cluster_id = ? AND node = ?`,
-  cnComplete: `UPDATE cluster_nodes SET phase = 'complete', step_deadline_ms = NULL, install_finished_at = COALESCE(?, install_finished_at) WHERE cluster_id = ? AND node = ?`,
-  cnFailUninstall: `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, uninstall_finished_at = ?, reason = ? WHERE cluster_id = ? AND node = ?`,
-  cnFailInstall: `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, install_finished_at = ?, reason = ? WHERE cluster_id = ? AND node = ?`,
+  // a node's step ended (complete or failed): its phase and when it ended, in one statement
+  cnComplete: `UPDATE cluster_nodes SET phase = 'complete', step_deadline_ms = NULL, install_finished_at = COALESCE(?, install_finished_at), ended_at_ms = ? WHERE cluster_id = ? AND node = ?`,
+  cnFailUninstall: `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, uninstall_finished_at = ?, reason = ?, ended_at_ms = ? WHERE cluster_id = ? AND node = ?`,
+  cnFailInstall: `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, install_finished_at = ?, reason = ?, ended_at_ms = ? WHERE cluster_id = ? AND node = ?`,
   cnDelete: 'DELETE FROM cluster_nodes WHERE cluster_id = ?',
   auditInsert: 'INSERT INTO audit (at, who, action, target, detail) VALUES (?, ?, ?, ?, ?)',
   auditList: 'SELECT * FROM audit ORDER BY seq DESC LIMIT ?',

@@ -809,14 +809,12 @@ export class SqlTx implements StoreTx {
         await this.#s.cnStartCheck.run(change.deadlineMs, at, at, change.healthDeploymentId, clusterId, node);
         break;
       case 'complete':
-        await this.#s.cnComplete.run(change.installFinished ? at : null, clusterId, node);
-        await this.#s.cnEnded.run(nowMs, clusterId, node);
+        await this.#s.cnComplete.run(change.installFinished ? at : null, nowMs, clusterId, node);
         break;
       case 'fail':
-        if (change.step === 'uninstall') await this.#s.cnFailUninstall.run(at, change.reason, clusterId, node);
-        else if (change.step === 'install') await this.#s.cnFailInstall.run(at, change.reason, clusterId, node);
-        else await this.#s.cnFailCheck.run(change.reason, clusterId, node);
-        await this.#s.cnEnded.run(nowMs, clusterId, node);
+        if (change.step === 'uninstall') await this.#s.cnFailUninstall.run(at, change.reason, nowMs, clusterId, node);
+        else if (change.step === 'install') await this.#s.cnFailInstall.run(at, change.reason, nowMs, clusterId, node);
+        else await this.#s.cnFailCheck.run(change.reason, nowMs, clusterId, node);
         break;
     }
     this.changes.clusterChanged(clusterId);

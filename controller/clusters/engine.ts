@@ -319,7 +319,8 @@ export class ClusterEngine {
     } else {
       await tx.setNodeStep(head.id, n.node, { type: 'complete', installFinished: n.phase === 'installing' }, nowMs);
     }
-    await this.#advance(tx, head.id, nowMs);
+    // (nothing above changes the cluster's own row: the head read under its lock is still the head)
+    await this.#advance(tx, head.id, nowMs, head);
   }
 
   async #mustIdle(tx: ClusterTx, id: string): Promise<ClusterHead> {
@@ -398,11 +399,12 @@ export class ClusterEngine {
    * one plan are applied before planning again (they are independent: see planCluster), so the
    * number of rounds does not depend on the cluster's size; all in the caller's transaction.
    * A signal that leaves the plan empty (the common case) or fills a window slot reads no more
-   * than the window's nodes.
+   * than the window's nodes. `head`: the cluster's head as the caller read it in this
+   * transaction, when nothing since has changed the cluster's row (one read less per signal).
    */
-  async #advance(tx: ClusterTx, clusterId: string, nowMs: number): Promise<void> {
+  async #advance(tx: ClusterTx, clusterId: string, nowMs: number, head?: ClusterHead): Promise<void> {
     for (let round = 0; round < MAX_PLAN_ROUNDS; round++) {
-      const c = await tx.clusterHead(clusterId);
+      const c = round === 0 && head !== undefined ? head : await tx.clusterHead(clusterId);
       if (!inProgress(c)) return;
       // a rollout with groups, pauses, a failure budget or a health check plans on every node
       const rollout = c.operation === 'restart' && c.rollout && !c.rollout.plain ? c.rollout : null;
