@@ -140,7 +140,9 @@ async function measureCluster(store: Store): Promise<ClusterTimes> {
   const engine = new ClusterEngine();
   const cpu0 = process.cpuUsage();
   const t0 = nowMs();
-  const { result: id } = await store.transaction((tx) =>
+  const {
+    result: { id },
+  } = await store.transaction((tx) =>
     engine.create(
       tx,
       {

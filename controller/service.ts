@@ -577,7 +577,7 @@ export class ControllerService {
       ? await this.#resolveNodegroups(b.nodegroups, install, uninstall, values)
       : undefined;
     const nodes = nodegroups ? nodegroups.flatMap((g) => g.nodes) : b.nodes!;
-    const { result: id, changes } = await this.store.transaction((tx) =>
+    const { result: cluster, changes } = await this.store.transaction((tx) =>
       this.clusters.create(
         tx,
         {
@@ -594,9 +594,9 @@ export class ControllerService {
         this.#now(),
       ),
     );
-    // the wake-ups first: the answer (the whole cluster read back and built) waits, the nodes do not
+    // the wake-ups first, then the answer: built from the rows as the transaction wrote them, not
+    // read back (on PostgreSQL that read queued behind the fetches its own wake-ups caused)
     await this.#apply(changes);
-    const cluster = (await this.store.getCluster(id))!;
     this.#log.info(
       { event: 'cluster.create', cluster: cluster.id, nodes: cluster.nodes.length, who },
       'cluster created',

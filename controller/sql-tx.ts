@@ -48,7 +48,7 @@ import {
   type NodeRow,
   type RevisionRow,
 } from './sql-records.js';
-import type { Statements } from './sql-statements.js';
+import { INSERT_MANY, type Statements } from './sql-statements.js';
 import type { StoreTx } from './store.js';
 
 const IN_PROGRESS_REASON = 'Deploy data available';
@@ -57,7 +57,8 @@ const IN_PROGRESS_REASON = 'Deploy data available';
 class MemberRows {
   readonly deployments: unknown[][] = [];
   readonly revisions: unknown[][] = [];
-  readonly nodes: unknown[][] = [];
+  /** Whole rows, as a read of them would give them back (the insert takes its columns). */
+  readonly nodes: ClusterNodeRow[] = [];
 }
 
 /** Every read; the store runs them outside transactions, SqlTx inside. */
@@ -615,7 +616,7 @@ export class SqlTx implements StoreTx {
     }
   }
 
-  async insertCluster(c: ClusterRows, nowMs: number): Promise<string> {
+  async insertCluster(c: ClusterRows, nowMs: number): Promise<ClusterRecord> {
     this.#live();
     await this.#assertFreeNodes(c.nodes);
     if (!(await this.#config(c.installConfigId)))
@@ -625,29 +626,47 @@ export class SqlTx implements StoreTx {
     for (const [i, g] of c.nodegroups.entries()) await this.#assertGroupConfigs(g, `nodegroups.${i}.`);
     const id = randomUUID();
     const now = this.#r.iso(nowMs);
+    const row: ClusterRow = {
+      id,
+      name: c.name,
+      status: 'CREATE_IN_PROGRESS',
+      status_reason: 'create in progress',
+      install_config_id: c.installConfigId,
+      uninstall_config_id: c.uninstallConfigId,
+      input_values: JSON.stringify(c.inputValues),
+      operation: 'create',
+      max_unavailable: c.nodes.length,
+      op_started_at: now,
+      op_finished_at: null,
+      created_at: now,
+      updated_at: now,
+      rollout: null,
+    };
     await this.#s.clusterInsert.run(
       id,
-      c.name,
-      'CREATE_IN_PROGRESS',
-      'create in progress',
-      c.installConfigId,
-      c.uninstallConfigId,
-      JSON.stringify(c.inputValues),
-      'create',
-      c.nodes.length,
+      row.name,
+      row.status,
+      row.status_reason,
+      row.install_config_id,
+      row.uninstall_config_id,
+      row.input_values,
+      row.operation,
+      row.max_unavailable,
       now,
       now,
       now,
     );
     const members = new MemberRows();
+    const groups: NodegroupRow[] = [];
     let position = 0;
     for (const [gi, g] of c.nodegroups.entries()) {
-      await this.#insertGroupRow(id, g, gi, now);
+      groups.push(await this.#insertGroupRow(id, g, gi, now));
       for (const node of g.nodes) this.#memberRows(members, id, c.name, g, node, position++, c, now);
     }
     await this.#insertMembers(members);
     this.changes.clusterChanged(id);
-    return id;
+    // the rows just written, mapped as a read maps them: the answer needs no read after the commit
+    return clusterOf(row, members.nodes, groups);
   }
 
   /** @throws HeraldError unknown_config (field `<prefix>install_config_id` or `<prefix>uninstall_config_id`) */
@@ -662,17 +681,29 @@ export class SqlTx implements StoreTx {
       });
   }
 
-  async #insertGroupRow(clusterId: string, g: NewNodegroup, position: number, now: string): Promise<void> {
+  /** Inserts group `g`'s row; returns it. */
+  async #insertGroupRow(clusterId: string, g: NewNodegroup, position: number, now: string): Promise<NodegroupRow> {
+    const row: NodegroupRow = {
+      cluster_id: clusterId,
+      name: g.name,
+      position,
+      role: g.role,
+      install_config_id: g.ownInstallConfigId,
+      uninstall_config_id: g.ownUninstallConfigId,
+      input_values: g.ownInputValues === null ? null : JSON.stringify(g.ownInputValues),
+      created_at: now,
+    };
     await this.#s.ngInsert.run(
       clusterId,
-      g.name,
-      position,
-      g.role,
-      g.ownInstallConfigId,
-      g.ownUninstallConfigId,
-      g.ownInputValues === null ? null : JSON.stringify(g.ownInputValues),
+      row.name,
+      row.position,
+      row.role,
+      row.install_config_id,
+      row.uninstall_config_id,
+      row.input_values,
       now,
     );
+    return row;
   }
 
   /**
@@ -701,13 +732,31 @@ export class SqlTx implements StoreTx {
       out.revisions.push(this.#revisionRow(id, node, actions, 1, 'CREATE', inputValues, 'deployment', now));
       ids.push(id);
     }
-    out.nodes.push([clusterId, node, position, 'installing', ids[0], ids[1], rows.stepDeadlineMs, now, g.name]);
+    out.nodes.push({
+      cluster_id: clusterId,
+      node,
+      position,
+      phase: 'installing',
+      install_deployment_id: ids[0]!,
+      uninstall_deployment_id: ids[1]!,
+      step_deadline_ms: rows.stepDeadlineMs,
+      uninstall_started_at: null,
+      uninstall_finished_at: null,
+      install_started_at: now,
+      install_finished_at: null,
+      reason: null,
+      nodegroup: g.name,
+      health_deployment_id: null,
+      check_started_at: null,
+      ended_at_ms: null,
+    });
   }
 
   async #insertMembers(m: MemberRows): Promise<void> {
     await this.#s.depInsertMany.run(m.deployments);
     await this.#s.revInsertMany.run(m.revisions);
-    await this.#s.cnInsertMany.run(m.nodes);
+    const columns = INSERT_MANY.cnInsertMany.columns.map(([c]) => c as keyof ClusterNodeRow);
+    await this.#s.cnInsertMany.run(m.nodes.map((n) => columns.map((c) => n[c])));
   }
 
   async insertNodegroup(

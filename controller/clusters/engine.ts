@@ -9,7 +9,7 @@ import { HeraldError } from '../../protocol/errors.js';
 import type { DeployAction } from '../../protocol/heat.js';
 import { HOOK_TIMEOUT_S, RESTART_STEP_MARGIN_S } from '../../protocol/limits.js';
 import type { WakeReason } from '../../protocol/wake.js';
-import type { ClusterNodeRecord, ConfigRecord, NewCluster, NewNodegroup, Rollout } from '../records.js';
+import type { ClusterNodeRecord, ClusterRecord, ConfigRecord, NewCluster, NewNodegroup, Rollout } from '../records.js';
 import { groupWindow, planCluster, planGroupChange, planRollout, type PlanNode } from './plan.js';
 import type { ClusterHead, ClusterTx } from './tx.js';
 
@@ -86,10 +86,10 @@ export class ClusterEngine {
 
   /**
    * Creates a cluster: every node installs at once.
-   * @returns the cluster's id
+   * @returns the cluster as written (what a read of it after the commit gives back)
    * @throws HeraldError unknown_config | unknown_node | cluster_busy (with the field)
    */
-  async create(tx: ClusterTx, c: NewCluster, who: string, nowMs: number): Promise<string> {
+  async create(tx: ClusterTx, c: NewCluster, who: string, nowMs: number): Promise<ClusterRecord> {
     const groups: NewNodegroup[] = c.nodegroups ?? [
       {
         name: 'default-worker',
@@ -114,7 +114,7 @@ export class ClusterEngine {
         });
       budgetMs = Math.max(budgetMs, stepBudgetMs(install, this.#marginS));
     }
-    const id = await tx.insertCluster(
+    const cluster = await tx.insertCluster(
       {
         ...c,
         nodes: groups.flatMap((g) => g.nodes),
@@ -125,12 +125,12 @@ export class ClusterEngine {
       },
       nowMs,
     );
-    await tx.audit(who, 'cluster.create', id, {
+    await tx.audit(who, 'cluster.create', cluster.id, {
       name: c.name,
       nodes: c.nodes,
       nodegroups: groups.map((g) => ({ name: g.name, role: g.role, nodes: g.nodes })),
     });
-    return id;
+    return cluster;
   }
 
   /**

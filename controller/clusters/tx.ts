@@ -104,10 +104,10 @@ export interface ClusterTx {
   /**
    * Inserts a cluster in CREATE_IN_PROGRESS with, for each node in order, its install and
    * uninstall deployments and its row (phase installing until `stepDeadlineMs`).
-   * @returns the new cluster's id
+   * @returns the new cluster as a read of it in this transaction would give it back
    * @throws HeraldError unknown_node | cluster_busy (field `nodes.<i>`), unknown_config
    */
-  insertCluster(c: ClusterRows, nowMs: number): Promise<string>;
+  insertCluster(c: ClusterRows, nowMs: number): Promise<ClusterRecord>;
   /** The cluster's head row; a store with row locks locks it for the rest of the transaction. */
   clusterHead(id: string): Promise<ClusterHead | undefined>;
   /** Ids of clusters with an operation in flight that no other transaction holds, locked (oldest first). */

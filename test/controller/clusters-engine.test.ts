@@ -25,7 +25,7 @@ function world(n: number, o: { timeoutS?: number; marginS?: number } = {}) {
     const r = await data.run((tx) =>
       engine.create(tx, newCluster({ nodes, installConfigId: install, uninstallConfigId: uninstall }), WHO, nowMs),
     );
-    return { id: r.result, changes: r.changes };
+    return { id: r.result.id, changes: r.changes };
   };
   const cluster = (id: string) => data.cluster(id)!;
   const phases = (id: string) => cluster(id).nodes.map((x) => x.phase);

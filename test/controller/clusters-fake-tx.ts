@@ -19,6 +19,7 @@ import type {
 import type {
   ChangeSet,
   ClusterNodeRecord,
+  ClusterRecord,
   ClusterOperation,
   ClusterStatus,
   ConfigRecord,
@@ -150,7 +151,7 @@ export class FakeClusterTx implements ClusterTx {
     this.changes.deploymentChanged(d.id);
   }
 
-  async insertCluster(c: ClusterRows, nowMs: number): Promise<string> {
+  async insertCluster(c: ClusterRows, nowMs: number): Promise<ClusterRecord> {
     for (const [i, n] of c.nodes.entries()) {
       for (const other of this.#w.clusters.values()) {
         if (other.nodes.some((x) => x.node === n))
@@ -223,7 +224,25 @@ export class FakeClusterTx implements ClusterTx {
       })),
     });
     this.changes.clusterChanged(id);
-    return id;
+    const made = this.#cluster(id);
+    return {
+      id,
+      name: c.name,
+      status: made.head.status,
+      statusReason: made.head.statusReason,
+      installConfigId: c.installConfigId,
+      uninstallConfigId: c.uninstallConfigId,
+      inputValues: c.inputValues,
+      operation: made.head.operation,
+      maxUnavailable: made.head.maxUnavailable,
+      operationStartedAt: at,
+      operationFinishedAt: null,
+      createdAt: at,
+      updatedAt: at,
+      nodes: made.nodes,
+      nodegroups: made.nodegroups,
+      rollout: null,
+    };
   }
 
   #cluster(id: string): FakeCluster {

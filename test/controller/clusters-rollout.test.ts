@@ -33,7 +33,9 @@ async function world(spec: Array<{ name: string; role: 'master' | 'worker'; n: n
     installInputValues: {},
     uninstallInputValues: {},
   }));
-  const { result: id } = await data.run((tx) =>
+  const {
+    result: { id },
+  } = await data.run((tx) =>
     engine.create(
       tx,
       newCluster({

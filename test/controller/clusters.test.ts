@@ -464,7 +464,9 @@ describe('large clusters in the store (real SQLite file)', () => {
     o: { nodes: string[]; install: string; uninstall: string },
     nowMs = T0,
   ): Promise<ClusterRecord> {
-    const { result: id } = await store.transaction((tx) =>
+    const {
+      result: { id },
+    } = await store.transaction((tx) =>
       engine.create(
         tx,
         {

@@ -301,7 +301,9 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
         installInputValues: {},
         uninstallInputValues: {},
       });
-      const { result: clusterId } = await s.transaction((tx) =>
+      const {
+        result: { id: clusterId },
+      } = await s.transaction((tx) =>
         new ClusterEngine().create(
           tx,
           newCluster({
@@ -360,7 +362,7 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       const install = (await s.createConfig({ ...CONFIG, name: 'install' }, WHO)).id;
       const uninstall = (await s.createConfig({ ...CONFIG, name: 'uninstall' }, WHO)).id;
       const nowMs = Date.parse('2026-12-04T10:00:00.000Z');
-      const { result: id, changes } = await s.transaction((tx) =>
+      const { result: created, changes } = await s.transaction((tx) =>
         new ClusterEngine().create(
           tx,
           newCluster({
@@ -376,6 +378,9 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
           nowMs,
         ),
       );
+      const id = created.id;
+      // what the API answers with: the rows as written, equal to a read of them after the commit
+      expect(created).toEqual(await s.getCluster(id));
       expect([...changes.touchedNodes].sort()).toEqual(nodes);
       expect(changes.wakes.map((w) => w.node).sort()).toEqual(nodes);
       const c = (await s.getCluster(id))!;
@@ -424,7 +429,9 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       expect((unknown as { field?: string }).field).toBe('nodes.1');
       expect(await s.listClusters()).toEqual([]);
       expect(await s.listDeployments()).toEqual([]);
-      const { result: first } = await create(['b']);
+      const {
+        result: { id: first },
+      } = await create(['b']);
       const busy = await create(['a', 'c', 'b']).catch((e: unknown) => e);
       expect(codeOf(busy)).toBe('cluster_busy');
       expect((busy as { field?: string }).field).toBe('nodes.2');
