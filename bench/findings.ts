@@ -106,10 +106,10 @@ export function findings(r: BenchResults): string[] {
     '15.73 ms) back to back, 4.39 s / 12.43 s, 0.78 ms, 71.9 KB and 31.27 s after the crash (232 polls): memory met again,',
   );
   p(
-    'latency and the crash within 0.04 ms and 1.3 s of their goals. The full run of 12:14 UTC on 6008501 (what changed',
+    'latency and the crash within 0.04 ms and 1.3 s of their goals. The full run of 12:14 UTC on 6008501 (since 99bfaea',
   );
   p(
-    "since is the store's cluster paths, not the paths measured here; 58.8 µs a signature at its end, the slowest of the day's",
+    "the fan-out's request writes the same rows as before and answers from them without a read back; 58.8 µs a signature at its end, the slowest of the day's",
   );
   p(
     "full runs, load average 3-4 at its start) measured 11.19 ms (p99 19.81 ms), 5.48 s / 15.34 s, 0.84 ms (14.2 signatures'",
