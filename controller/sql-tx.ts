@@ -528,27 +528,16 @@ export class SqlTx implements StoreTx {
     reason: WakeReason,
   ): Promise<boolean> {
     const now = this.#r.iso();
-    const triggered = await this.#addRevision(id, node, actions, prev + 1, action, inputValues, reason, now);
+    await this.#s.revInsert.run(...this.#revisionRow(id, node, actions, prev + 1, action, inputValues, reason, now));
     await this.#s.depSetRevision.run(prev + 1, now, id);
-    return triggered;
-  }
-
-  /** The revision row of `revision` (the deployment's row names it as current itself). */
-  async #addRevision(
-    id: string,
-    node: string,
-    actions: DeployAction[],
-    revision: number,
-    action: DeployAction,
-    inputValues: Record<string, unknown>,
-    reason: WakeReason,
-    now: string,
-  ): Promise<boolean> {
-    await this.#s.revInsert.run(...this.#revisionRow(id, node, actions, revision, action, inputValues, reason, now));
     return actions.includes(action);
   }
 
-  /** A revision's row (its `signalled` and `signalled_at` set when its action is not listed: it completes at once), its node touched. */
+  /**
+   * The row of revision `revision` (the deployment's row names it as current itself), its
+   * `signalled` and `signalled_at` set when its action is not listed (it completes at once); its
+   * node touched.
+   */
   #revisionRow(
     id: string,
     node: string,

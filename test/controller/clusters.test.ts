@@ -464,9 +464,7 @@ describe('large clusters in the store (real SQLite file)', () => {
     o: { nodes: string[]; install: string; uninstall: string },
     nowMs = T0,
   ): Promise<ClusterRecord> {
-    const {
-      result: { id },
-    } = await store.transaction((tx) =>
+    const { result } = await store.transaction((tx) =>
       engine.create(
         tx,
         {
@@ -482,7 +480,7 @@ describe('large clusters in the store (real SQLite file)', () => {
         nowMs,
       ),
     );
-    return (await store.getCluster(id))!;
+    return result;
   }
 
   /** What the service's timer does: the engine's tick in one transaction. */
