@@ -28,6 +28,7 @@ import {
   CHANGE_LOG_RETENTION_S,
   PG_CONNECT_TIMEOUT_S,
   PG_CONTROL_CONNECTIONS,
+  PG_INSERT_MANY_MAX_ROWS,
   PG_RECONNECT_BACKOFF_MAX_S,
   PG_POOL_CONNECTIONS,
   PG_STATEMENT_TIMEOUT_MS,
@@ -141,10 +142,12 @@ function bind(sql: Sql | TxSql, texts: Record<PgStatementName, string>): Stateme
     const width = INSERT_MANY[name].columns.length;
     out[name] = {
       run: async (rows) => {
-        if (rows.length === 0) return;
-        // one array per column, in the columns' order
-        const columns = Array.from({ length: width }, (_, j) => rows.map((r) => r[j]));
-        await sql.unsafe(text, columns as never[], { prepare: true });
+        for (let at = 0; at < rows.length; at += PG_INSERT_MANY_MAX_ROWS) {
+          const chunk = rows.slice(at, at + PG_INSERT_MANY_MAX_ROWS);
+          // one array per column, in the columns' order
+          const columns = Array.from({ length: width }, (_, j) => chunk.map((r) => r[j]));
+          await sql.unsafe(text, columns as never[], { prepare: true });
+        }
       },
     };
   }

@@ -92,8 +92,6 @@ export const SQL = {
     'UPDATE clusters SET status = ?, status_reason = ?, operation = ?, max_unavailable = ?, op_started_at = ?, op_finished_at = NULL, updated_at = ? WHERE id = ?',
   clusterFinish: 'UPDATE clusters SET status = ?, status_reason = ?, op_finished_at = ?, updated_at = ? WHERE id = ?',
   clusterDelete: 'DELETE FROM clusters WHERE id = ?',
-  cnInsert: `INSERT INTO cluster_nodes (cluster_id, node, position, phase, install_deployment_id, uninstall_deployment_id, step_deadline_ms, install_started_at, nodegroup)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   ngInsert: `INSERT INTO cluster_nodegroups (cluster_id, name, position, role, install_config_id, uninstall_config_id, input_values, created_at)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
   ngList: 'SELECT * FROM cluster_nodegroups WHERE cluster_id = ? ORDER BY position',

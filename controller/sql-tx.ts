@@ -484,19 +484,15 @@ export class SqlTx implements StoreTx {
     return d;
   }
 
-  /**
-   * `nodeHeld`: the caller has read the node `FOR KEY SHARE` in this transaction already (a
-   * cluster's members, checked by #assertFreeNodes): one statement less per deployment.
-   */
+  /** A deployment and its first revision; the node is held against a delete to the commit. */
   async #insertDeployment(
     id: string,
     d: NewDeployment,
     clusterId: string | null,
     role: 'install' | 'uninstall' | 'health' | null,
     reason: WakeReason,
-    nodeHeld = false,
   ): Promise<void> {
-    if (!nodeHeld && !(await this.#s.nodeKeyLock.get(d.node)))
+    if (!(await this.#s.nodeKeyLock.get(d.node)))
       throw new HeraldError('unknown_node', `no node ${d.node}`, { field: 'node' });
     if (!(await this.#config(d.configId)))
       throw new HeraldError('unknown_config', `no config ${d.configId}`, { field: 'config_id' });

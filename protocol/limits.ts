@@ -277,6 +277,12 @@ export const PG_CONNECT_TIMEOUT_S = 3;
 export const PG_STATEMENT_TIMEOUT_MS = 10_000;
 /** `Retry-After` of a 503 `store_unavailable`. */
 export const STORE_UNAVAILABLE_RETRY_AFTER_S = 1;
+/**
+ * Rows one PostgreSQL statement of a many-row insert carries at most (a cluster's members: two
+ * deployments, two revisions and a row each); more go in further statements of the same
+ * transaction, so none of them nears PG_STATEMENT_TIMEOUT_MS however large the cluster.
+ */
+export const PG_INSERT_MANY_MAX_ROWS = 10_000;
 /** A transaction that lost a deadlock, a serialization check or a unique-key race with another controller runs again this many times. */
 export const PG_TX_RETRY_ATTEMPTS = 3;
 

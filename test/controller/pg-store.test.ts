@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import postgres from 'postgres';
 import { PgStore } from '../../controller/pg-store.js';
+import { PG_INSERT_MANY_MAX_ROWS } from '../../protocol/limits.js';
 import type { NewConfig } from '../../controller/store.js';
 import { rejectedCode } from '../helpers/controller-codes.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
@@ -124,6 +125,45 @@ describe('several stores on one database', () => {
     expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
     const failed = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
     expect(await rejectedCode(Promise.reject(failed.reason))).toBe('cluster_busy');
+  });
+
+  it(`a cluster whose member rows pass PG_INSERT_MANY_MAX_ROWS is written in several statements, every row kept`, async () => {
+    const { url, list } = await stores(1);
+    const [a] = list as [PgStore];
+    const n = PG_INSERT_MANY_MAX_ROWS / 2 + 1; // two deployments and two revisions a node: one row past the limit
+    const sql = postgres(url, { max: 1, onnotice: () => {} });
+    try {
+      await sql`INSERT INTO nodes (id, endpoint, generation, acked_generation, created_at, updated_at)
+        SELECT 'big' || i, NULL, 0, NULL, '2026-12-04T00:00:00.000Z', '2026-12-04T00:00:00.000Z'
+        FROM generate_series(1, ${n}) AS i`;
+      const cfg = await a.createConfig(CONFIG, WHO);
+      const { ClusterEngine } = await import('../../controller/clusters/engine.js');
+      const nodes = Array.from({ length: n }, (_, i) => `big${i + 1}`);
+      const { result } = await a.transaction((tx) =>
+        new ClusterEngine().create(
+          tx,
+          {
+            name: 'big',
+            nodes,
+            installConfigId: cfg.id,
+            uninstallConfigId: cfg.id,
+            installInputValues: {},
+            uninstallInputValues: {},
+            inputValues: {},
+          },
+          WHO,
+          Date.now(),
+        ),
+      );
+      const [counts] = await sql`SELECT
+          (SELECT COUNT(*) FROM deployments WHERE cluster_id = ${result.id})::int AS deployments,
+          (SELECT COUNT(*) FROM revisions r JOIN deployments d ON d.id = r.deployment_id WHERE d.cluster_id = ${result.id})::int AS revisions,
+          (SELECT COUNT(*) FROM cluster_nodes WHERE cluster_id = ${result.id})::int AS members`;
+      expect(counts).toEqual({ deployments: 2 * n, revisions: 2 * n, members: n });
+      expect((await a.getCluster(result.id))!.nodes.map((m) => m.node)).toEqual(nodes);
+    } finally {
+      await sql.end();
+    }
   });
 
   it('another controller is notified of a commit, and reads it from the log', async () => {
