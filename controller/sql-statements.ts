@@ -23,6 +23,72 @@ const DEPLOYMENT_COLUMNS = `d.id, d.node, d.config_id, d.name, d.actions, d.clus
 const DEPLOYMENT_FROM = 'deployments d JOIN revisions r ON r.deployment_id = d.id AND r.revision = d.revision';
 const DEPLOYMENT_SELECT = `SELECT ${DEPLOYMENT_COLUMNS} FROM ${DEPLOYMENT_FROM}`;
 
+/** A column a many-row insert writes, with the PostgreSQL type of the array it is bound as. */
+type Column = readonly [name: string, pgType: 'text' | 'integer' | 'bigint'];
+
+/**
+ * Inserts of many rows in one call: a cluster's new members (two deployments, two revisions and
+ * a row each). PostgreSQL binds each column as one array (`INSERT … SELECT * FROM unnest(…)`),
+ * so a cluster of 10,000 nodes is three statements, not 50,000 round trips. SQLite runs the
+ * one-row form once per row, in process: a multi-row `VALUES` form measured no faster there
+ * (20,000 deployment rows in ~0.1 s either way, 2026-12-04). The one-row inserts of the same
+ * tables (`SQL.depInsert`, `SQL.revInsert`) are made from these column lists, so a row built for
+ * one fits the other.
+ */
+export const INSERT_MANY = {
+  depInsertMany: {
+    table: 'deployments',
+    columns: [
+      ['id', 'text'],
+      ['node', 'text'],
+      ['config_id', 'text'],
+      ['name', 'text'],
+      ['actions', 'text'],
+      ['revision', 'integer'],
+      ['cluster_id', 'text'],
+      ['cluster_role', 'text'],
+      ['created_at', 'text'],
+      ['updated_at', 'text'],
+    ],
+  },
+  revInsertMany: {
+    table: 'revisions',
+    columns: [
+      ['deployment_id', 'text'],
+      ['revision', 'integer'],
+      ['item_id', 'text'],
+      ['action', 'text'],
+      ['input_values', 'text'],
+      ['status', 'text'],
+      ['status_reason', 'text'],
+      ['signalled', 'integer'],
+      ['created_at', 'text'],
+      ['updated_at', 'text'],
+      ['signalled_at', 'text'],
+    ],
+  },
+  cnInsertMany: {
+    table: 'cluster_nodes',
+    columns: [
+      ['cluster_id', 'text'],
+      ['node', 'text'],
+      ['position', 'integer'],
+      ['phase', 'text'],
+      ['install_deployment_id', 'text'],
+      ['uninstall_deployment_id', 'text'],
+      ['step_deadline_ms', 'bigint'],
+      ['install_started_at', 'text'],
+      ['nodegroup', 'text'],
+    ],
+  },
+} as const satisfies Record<string, { table: string; columns: readonly Column[] }>;
+
+/** The one-row form of a many-row insert (SQLite's). */
+export function insertOneSql(name: InsertManyName): string {
+  const { table, columns } = INSERT_MANY[name];
+  return `INSERT INTO ${table} (${columns.map(([c]) => c).join(', ')}) VALUES (${columns.map(() => '?').join(', ')})`;
+}
+
 export const SQL = {
   seqGet: `SELECT value FROM sequence WHERE name = 'generation'`,
   seqBump: `UPDATE sequence SET value = value + 1 WHERE name = 'generation' RETURNING value`,
@@ -47,8 +113,8 @@ export const SQL = {
     'INSERT INTO configs (id, name, grp, config, inputs, outputs, options, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
   configGet: 'SELECT * FROM configs WHERE id = ?',
   configList: 'SELECT * FROM configs ORDER BY created_at, id',
-  depInsert:
-    'INSERT INTO deployments (id, node, config_id, name, actions, revision, cluster_id, cluster_role, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+  // the one-row inserts: the same columns, in the same order, as the many-row forms
+  depInsert: insertOneSql('depInsertMany'),
   depGet: `${DEPLOYMENT_SELECT} WHERE d.id = ?`,
   // the row a revision or a signal changes, locked to the end of the transaction (PostgreSQL);
   // locked alone, then read with its revision by a new statement: a locking read over the join
@@ -68,8 +134,7 @@ export const SQL = {
   depIdsByCluster: 'SELECT id, node FROM deployments WHERE cluster_id = ?',
   depSetRevision: 'UPDATE deployments SET revision = ?, updated_at = ? WHERE id = ?',
   depDelete: 'DELETE FROM deployments WHERE id = ?',
-  revInsert: `INSERT INTO revisions (deployment_id, revision, item_id, action, input_values, status, status_reason, output_values, signalled, created_at, updated_at, signalled_at)
-                  VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)`,
+  revInsert: insertOneSql('revInsertMany'),
   revResult: `UPDATE revisions SET status = ?, status_reason = ?, output_values = ?, signalled = 1, signalled_at = ?, updated_at = ?
                   WHERE deployment_id = ? AND revision = ?`,
   revList: `SELECT revision, item_id, action, input_values, status, status_reason, output_values, signalled,
@@ -159,64 +224,6 @@ export const SQL = {
 
 export type StatementName = keyof typeof SQL;
 
-/** A column a many-row insert writes, with the PostgreSQL type of the array it is bound as. */
-type Column = readonly [name: string, pgType: 'text' | 'integer' | 'bigint'];
-
-/**
- * Inserts of many rows in one call: a cluster's new members (two deployments, two revisions and
- * a row each). PostgreSQL binds each column as one array (`INSERT … SELECT * FROM unnest(…)`),
- * so a cluster of 10,000 nodes is three statements, not 50,000 round trips. SQLite runs the
- * one-row form once per row, in process: a multi-row `VALUES` form measured no faster there
- * (20,000 deployment rows in ~0.1 s either way, 2026-12-04).
- */
-export const INSERT_MANY = {
-  depInsertMany: {
-    table: 'deployments',
-    columns: [
-      ['id', 'text'],
-      ['node', 'text'],
-      ['config_id', 'text'],
-      ['name', 'text'],
-      ['actions', 'text'],
-      ['revision', 'integer'],
-      ['cluster_id', 'text'],
-      ['cluster_role', 'text'],
-      ['created_at', 'text'],
-      ['updated_at', 'text'],
-    ],
-  },
-  revInsertMany: {
-    table: 'revisions',
-    columns: [
-      ['deployment_id', 'text'],
-      ['revision', 'integer'],
-      ['item_id', 'text'],
-      ['action', 'text'],
-      ['input_values', 'text'],
-      ['status', 'text'],
-      ['status_reason', 'text'],
-      ['signalled', 'integer'],
-      ['created_at', 'text'],
-      ['updated_at', 'text'],
-      ['signalled_at', 'text'],
-    ],
-  },
-  cnInsertMany: {
-    table: 'cluster_nodes',
-    columns: [
-      ['cluster_id', 'text'],
-      ['node', 'text'],
-      ['position', 'integer'],
-      ['phase', 'text'],
-      ['install_deployment_id', 'text'],
-      ['uninstall_deployment_id', 'text'],
-      ['step_deadline_ms', 'bigint'],
-      ['install_started_at', 'text'],
-      ['nodegroup', 'text'],
-    ],
-  },
-} as const satisfies Record<string, { table: string; columns: readonly Column[] }>;
-
 /**
  * Reads of the rows matching any of many keys, in the keys' terms: PostgreSQL runs `many` once
  * (the keys bound as one text array); SQLite runs `one` per key (row locks taken out, as for
@@ -225,7 +232,7 @@ export const INSERT_MANY = {
 export const SELECT_MANY = {
   // a cluster's new members, held against a delete as nodeKeyLock holds one
   nodesKeyLock: {
-    one: 'SELECT id FROM nodes WHERE id = ? FOR KEY SHARE',
+    one: SQL.nodeKeyLock,
     many: 'SELECT id FROM nodes WHERE id = ANY(?::text[]) FOR KEY SHARE',
   },
   // the cluster each of them is in already, if any
@@ -251,12 +258,6 @@ export interface SelectMany {
 export type Statements = Record<StatementName, Stmt> &
   Record<InsertManyName, InsertMany> &
   Record<SelectManyName, SelectMany>;
-
-/** The one-row form of a many-row insert (SQLite's). */
-export function insertOneSql(name: InsertManyName): string {
-  const { table, columns } = INSERT_MANY[name];
-  return `INSERT INTO ${table} (${columns.map(([c]) => c).join(', ')}) VALUES (${columns.map(() => '?').join(', ')})`;
-}
 
 /** The one-statement form of a many-row insert (PostgreSQL's): each column one array parameter. */
 export function insertUnnestSql(name: InsertManyName): string {
