@@ -388,13 +388,40 @@ export function findings(r: BenchResults): string[] {
     '05:10 UTC), 80-104 µs since a transaction keeps the configs it has read. In the fan-out above the cache had them already.',
   );
   p(
-    'What could still cut it: the first fetches of a batch read in one pass (or the documents of a cluster-wide change built in the transaction',
+    'Measured on 2026-12-04 (14:12-15:50 UTC, a signature at 42-70 µs) and not kept: the first fetches read in one pass cost no less',
   );
   p(
-    'that makes it: one pass, not one per first fetch), and measure with the agents on other machines. The acked goal (1.5 s from the request)',
+    "per node than one read each (37-61 against 36-45 µs on a 10,000-node store: the cost is better-sqlite3's row objects, 28-31 µs as raw",
+  );
+  p(
+    'rows), so that lever is gone. Timelines of a 5,000-node fan-out showed the push worker signing its first 2,000 wake-ups in one',
+  );
+  p(
+    'task (1.25 s of wall time, reading nothing meanwhile) and then one per answer, its events to the main process waiting for that task',
+  );
+  p(
+    'to end (~1.1 s), and the main process idle for ~3 s of the 10 s run. Sending those events within 2 ms, signing the wake-ups 64 to a',
+  );
+  p(
+    'turn of the event loop, or 64 to a task and two per answer, were each run in interleaved pairs against the tree before them at',
+  );
+  p(
+    'N = 5,000: none better (the first made acked 3.1-3.6 s against 2.7-3.4 s, fetched 7.2-8.5 s against 6.7-8.3 s; the second',
+  );
+  p(
+    'acked 4.4-5.1 s against 2.5-2.7 s). The two cores are busy throughout, so work moved earlier delays other work as much. The',
+  );
+  p(
+    'simulated agents at `nice 10` made it worse (acked 6.97 s, fetched 31.9 s at 10,000): each answer needs their half. What is',
+  );
+  p(
+    'left: the agents on other machines, and fewer cycles per message on both ends. The acked goal (1.5 s from the request)',
   );
   p('leaves no room on these two cores: the request itself is answered after 1.1-2.0 s (a transaction of 10,000');
-  p('revisions), and each wake-up then costs both ends a signature or a verification and a TLS frame each way.', '');
+  p(
+    "nodes: ~50,000 rows at ~9 µs each, and a COMMIT of ~155 ms, two thirds of it SQLite's automatic WAL checkpoint), and each",
+  );
+  p('wake-up then costs both ends a signature or a verification and a TLS frame each way.', '');
   if (big) {
     const c = big.crash;
     const run = big.runs[0];
