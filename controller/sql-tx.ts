@@ -53,6 +53,9 @@ import type { StoreTx } from './store.js';
 
 const IN_PROGRESS_REASON = 'Deploy data available';
 
+/** The columns of a cluster member's row the insert writes, in its order. */
+const MEMBER_COLUMNS = INSERT_MANY.cnInsertMany.columns.map(([c]) => c as keyof ClusterNodeRow);
+
 /** A cluster's new members, as rows of each table: written with one many-row insert per table. */
 class MemberRows {
   readonly deployments: unknown[][] = [];
@@ -740,8 +743,7 @@ export class SqlTx implements StoreTx {
   async #insertMembers(m: MemberRows): Promise<void> {
     await this.#s.depInsertMany.run(m.deployments);
     await this.#s.revInsertMany.run(m.revisions);
-    const columns = INSERT_MANY.cnInsertMany.columns.map(([c]) => c as keyof ClusterNodeRow);
-    await this.#s.cnInsertMany.run(m.nodes.map((n) => columns.map((c) => n[c])));
+    await this.#s.cnInsertMany.run(m.nodes.map((n) => MEMBER_COLUMNS.map((c) => n[c])));
   }
 
   async insertNodegroup(

@@ -201,7 +201,7 @@ export class FakeClusterTx implements ClusterTx {
         endedAtMs: null,
       };
     });
-    this.#w.clusters.set(id, {
+    const made: FakeCluster = {
       head: {
         id,
         name: c.name,
@@ -222,9 +222,9 @@ export class FakeClusterTx implements ClusterTx {
         inputValues: g.ownInputValues,
         createdAt: at,
       })),
-    });
+    };
+    this.#w.clusters.set(id, made);
     this.changes.clusterChanged(id);
-    const made = this.#cluster(id);
     return {
       id,
       name: c.name,
