@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [--only latency,fanout,restart,idle,peer] [--n 100,1000]`
+ * `npm run bench [-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000]`
  * `npm run bench -- --soak [minutes]`, `npm run bench -- --controllers [store,fanout,failover]`
  *
  * Herald's benchmark suite (issue 7): push against polling, fan-out to 10,000 agents, idle
@@ -20,6 +20,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { fanoutAll, type FanoutResult } from './fanout.js';
+import { type FloorResult, floorPhase } from './floor.js';
 import { combineIdle, idlePhase, type IdlePart, type IdleResult } from './idle.js';
 import type { ChildProcess } from 'node:child_process';
 import { latencyPhase, type LatencyResult } from './latency.js';
@@ -130,7 +131,7 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--no-peer') a.noPeer = true;
     else if (v === '--help' || v === '-h') {
       process.stdout.write(
-        'usage: npm run bench [-- --quick] [--only latency,fanout,restart,idle,peer] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--soak-gc] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer | --no-peer]\n',
+        'usage: npm run bench [-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--soak-gc] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer | --no-peer]\n',
       );
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);
@@ -333,6 +334,7 @@ async function main(): Promise<number> {
   const results: {
     latency?: LatencyResult;
     fanout: FanoutResult[];
+    floor?: FloorResult;
     restart?: RestartResult;
     restartFast?: RestartResult;
     idle?: IdleResult;
@@ -392,6 +394,11 @@ async function main(): Promise<number> {
     });
     results.fanout.push(...rs);
     for (const r of rs) failures.push(...r.problems.map((p) => `fan-out N=${r.n}: ${p}`));
+  }
+  // the fan-out's floor on this run's CPU, at its largest N: a minimal controller of the same protocol
+  if (want('fanout') || want('floor')) {
+    results.floor = await floorPhase({ pki, runDir, n: Math.max(...ns) });
+    failures.push(...results.floor.problems);
   }
   startChildren();
   if (want('restart')) {
