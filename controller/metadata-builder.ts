@@ -6,7 +6,7 @@
 import { sha256b64url } from '../protocol/metadata.js';
 import type { MetadataDocument, MetadataInput, MetadataItem } from '../protocol/heat.js';
 import { METADATA_CACHE_ENTRIES } from '../protocol/limits.js';
-import type { DeploymentRecord, MetadataSource } from './store.js';
+import type { MetadataDeployment, MetadataSource } from './store.js';
 
 export const SIGNAL_TRANSPORT = 'HERALD_SIGNAL';
 
@@ -35,7 +35,7 @@ const DERIVED_DESCRIPTIONS: Record<string, string> = {
 export function buildMetadataDocument(
   src: MetadataSource,
   signalUrl: (node: string, deploymentId: string) => string,
-  hiddenOf: (d: DeploymentRecord) => ReadonlySet<string>,
+  hiddenOf: (d: MetadataDeployment) => ReadonlySet<string>,
 ): MetadataDocument {
   const items: MetadataItem[] = src.entries.map(({ deployment: d, config: c, cluster }) => {
     const r = d.current;

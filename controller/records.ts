@@ -261,7 +261,21 @@ export interface MetadataSource {
    * deployment with its cluster and every config that feeds the cluster (install, uninstall, its
    * node groups'), read in the same snapshot, for the hidden inputs (Service.hiddenInputsOf).
    */
-  entries: Array<{ deployment: DeploymentRecord; config: ConfigRecord; cluster: MetadataCluster | null }>;
+  entries: Array<{ deployment: MetadataDeployment; config: ConfigRecord; cluster: MetadataCluster | null }>;
+}
+
+/**
+ * What a node's metadata document takes from a deployment: its row and current revision, without
+ * the results (status, outputs) and bookkeeping no document carries. A DeploymentRecord is one.
+ */
+export interface MetadataDeployment {
+  id: string;
+  node: string;
+  configId: string;
+  name: string | null;
+  clusterId: string | null;
+  createdAt: string;
+  current: Pick<RevisionRecord, 'revision' | 'itemId' | 'action' | 'inputValues' | 'signalled'>;
 }
 
 export interface MetadataCluster {

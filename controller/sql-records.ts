@@ -14,6 +14,7 @@ import type {
   ConfigRecord,
   DeploymentRecord,
   DeploymentStatus,
+  MetadataDeployment,
   NodegroupRecord,
   NodegroupRole,
   NodeRecord,
@@ -149,6 +150,42 @@ export function revisionOf(r: RevisionRow): RevisionRecord {
     createdAt: r.r_created_at,
     updatedAt: r.r_updated_at,
     signalledAt: r.signalled_at,
+  };
+}
+
+/** A row of SQL.depForMetadata: what a document takes of a deployment, with its cluster's name and configs. */
+export interface MetadataDeploymentRow {
+  id: string;
+  node: string;
+  config_id: string;
+  name: string | null;
+  cluster_id: string | null;
+  d_created_at: string;
+  revision: number;
+  item_id: string;
+  action: string;
+  input_values: string;
+  signalled: number;
+  cluster_name: string | null;
+  cluster_install_config_id: string | null;
+  cluster_uninstall_config_id: string | null;
+}
+
+export function metadataDeploymentOf(r: MetadataDeploymentRow): MetadataDeployment {
+  return {
+    id: r.id,
+    node: r.node,
+    configId: r.config_id,
+    name: r.name,
+    clusterId: r.cluster_id,
+    createdAt: r.d_created_at,
+    current: {
+      revision: r.revision,
+      itemId: r.item_id,
+      action: r.action as DeployAction,
+      inputValues: JSON.parse(r.input_values) as Record<string, unknown>,
+      signalled: r.signalled === 1,
+    },
   };
 }
 

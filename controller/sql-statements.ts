@@ -123,14 +123,17 @@ export const SQL = {
   depList: `${DEPLOYMENT_SELECT} ORDER BY d.created_at, d.id`,
   depByNode: `${DEPLOYMENT_SELECT} WHERE d.node = ? ORDER BY d.created_at, d.id`,
   depIdsByNode: 'SELECT id FROM deployments WHERE node = ?',
-  // a node's metadata (sql-tx.ts metadataSource): its deployments with their cluster's name and
-  // configs in one read, and the nodegroups' configs of those clusters in another
-  depByNodeWithCluster: `SELECT ${DEPLOYMENT_COLUMNS}, c.name AS cluster_name,
+  // a node's metadata (sql-tx.ts metadataSource): of each deployment only what its document carries
+  // (no results, status or bookkeeping: a node's earlier outputs are never parsed to answer a fetch),
+  // with its cluster's name and configs, unsorted (the document has an order of its own); then each
+  // cluster's nodegroups' configs
+  depForMetadata: `SELECT d.id, d.node, d.config_id, d.name, d.cluster_id, d.created_at AS d_created_at,
+         r.revision, r.item_id, r.action, r.input_values, r.signalled, c.name AS cluster_name,
          c.install_config_id AS cluster_install_config_id, c.uninstall_config_id AS cluster_uninstall_config_id
     FROM ${DEPLOYMENT_FROM} LEFT JOIN clusters c ON c.id = d.cluster_id
-    WHERE d.node = ? ORDER BY d.created_at, d.id`,
-  ngConfigsByNode: `SELECT cluster_id, install_config_id, uninstall_config_id FROM cluster_nodegroups
-    WHERE cluster_id IN (SELECT cluster_id FROM deployments WHERE node = ?) ORDER BY cluster_id, position`,
+    WHERE d.node = ?`,
+  ngConfigsOfCluster:
+    'SELECT install_config_id, uninstall_config_id FROM cluster_nodegroups WHERE cluster_id = ? ORDER BY position',
   depIdsByCluster: 'SELECT id, node FROM deployments WHERE cluster_id = ?',
   depSetRevision: 'UPDATE deployments SET revision = ?, updated_at = ? WHERE id = ?',
   depDelete: 'DELETE FROM deployments WHERE id = ?',

@@ -45,6 +45,8 @@ import {
   type ClusterRow,
   type ConfigRow,
   type DeploymentRow,
+  type MetadataDeploymentRow,
+  metadataDeploymentOf,
   type NodeRow,
   type RevisionRow,
 } from './sql-records.js';
@@ -140,54 +142,49 @@ export class SqlRows {
 
   /**
    * The node and its deployments, each with its config and its cluster's name and configs (the
-   * cluster's own and its nodegroups'): three reads whatever the number of deployments.
+   * cluster's own and its nodegroups'): two reads, and one more for each cluster among them (a
+   * node is a member of one cluster at a time); configs come from the cache (they never change).
    */
   async metadataSource(node: string): Promise<MetadataSource | undefined> {
     const n = await this.node(node);
     if (!n) return undefined;
-    const rows = (await this.s.depByNodeWithCluster.all(node)) as Array<
-      DeploymentRow & {
-        cluster_name: string | null;
-        cluster_install_config_id: string | null;
-        cluster_uninstall_config_id: string | null;
-      }
-    >;
-    // each cluster's config ids in clusterConfigIds' order: its own two, then its nodegroups' by position
-    const configIds = new Map<string, Set<string>>();
-    for (const r of rows)
-      if (r.cluster_id !== null && r.cluster_install_config_id !== null && !configIds.has(r.cluster_id))
-        configIds.set(r.cluster_id, new Set([r.cluster_install_config_id, r.cluster_uninstall_config_id!]));
-    if (configIds.size > 0)
-      for (const g of (await this.s.ngConfigsByNode.all(node)) as Array<{
-        cluster_id: string;
-        install_config_id: string | null;
-        uninstall_config_id: string | null;
-      }>) {
-        const ids = configIds.get(g.cluster_id);
-        if (ids === undefined) continue;
-        if (g.install_config_id !== null) ids.add(g.install_config_id);
-        if (g.uninstall_config_id !== null) ids.add(g.uninstall_config_id);
-      }
+    const rows = (await this.s.depForMetadata.all(node)) as MetadataDeploymentRow[];
     const clusters = new Map<string, MetadataCluster>();
     const entries: MetadataSource['entries'] = [];
     for (const r of rows) {
-      const deployment = deploymentOf(r);
       let cluster: MetadataCluster | null = null;
-      if (deployment.clusterId !== null) {
-        cluster = clusters.get(deployment.clusterId) ?? null;
+      if (r.cluster_id !== null) {
+        cluster = clusters.get(r.cluster_id) ?? null;
         if (!cluster) {
-          const configs: ConfigRecord[] = [];
-          for (const id of configIds.get(deployment.clusterId) ?? []) {
-            const config = await this.config(id);
-            if (config) configs.push(config);
-          }
-          cluster = { id: deployment.clusterId, name: r.cluster_name ?? '', configs };
-          clusters.set(deployment.clusterId, cluster);
+          cluster = { id: r.cluster_id, name: r.cluster_name ?? '', configs: await this.#clusterConfigs(r) };
+          clusters.set(r.cluster_id, cluster);
         }
       }
-      entries.push({ deployment, config: (await this.config(deployment.configId))!, cluster });
+      entries.push({ deployment: metadataDeploymentOf(r), config: (await this.config(r.config_id))!, cluster });
     }
     return { node: n, entries };
+  }
+
+  /** A cluster's configs in clusterConfigIds' order: its own two, then its nodegroups' by position; each once. */
+  async #clusterConfigs(r: MetadataDeploymentRow): Promise<ConfigRecord[]> {
+    const ids = new Set<string>();
+    if (r.cluster_install_config_id !== null) {
+      ids.add(r.cluster_install_config_id);
+      ids.add(r.cluster_uninstall_config_id!);
+      for (const g of (await this.s.ngConfigsOfCluster.all(r.cluster_id)) as Array<{
+        install_config_id: string | null;
+        uninstall_config_id: string | null;
+      }>) {
+        if (g.install_config_id !== null) ids.add(g.install_config_id);
+        if (g.uninstall_config_id !== null) ids.add(g.uninstall_config_id);
+      }
+    }
+    const configs: ConfigRecord[] = [];
+    for (const id of ids) {
+      const config = await this.config(id);
+      if (config) configs.push(config);
+    }
+    return configs;
   }
 
   /** The cluster's head row; `forUpdate` locks it to the end of the transaction (the engine's lock point). */
