@@ -41,8 +41,7 @@ import { KeySet, Signer } from '../protocol/jws.js';
 import { newNonce, sha256b64url, signMetadata, verifyMetadataResponse } from '../protocol/metadata.js';
 import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
 import { newJti, signWake, WakeVerifier } from '../protocol/wake.js';
-import type { BenchPki } from './pki-cache.js';
-import { slot } from './pki-cache.js';
+import { type BenchPki, slot } from './pki-cache.js';
 import { track } from './procs.js';
 import { nowMs, round, say, sleep, treeSample } from './util.js';
 
@@ -56,6 +55,12 @@ const FLOOR_BODY_BYTES = 2_600;
 const FLOOR_WINDOW_TIMEOUT_MS = 120_000;
 /** How long dialling every agent may take. */
 const FLOOR_CONNECT_TIMEOUT_MS = 180_000;
+/** How long an agent process may take to listen, and to answer a report. */
+const FLOOR_AGENT_ANSWER_TIMEOUT_MS = 30_000;
+/** How often the agents are asked whether all of them hold the change. */
+const FLOOR_REPORT_EVERY_MS = 20;
+/** The pause between the warm-up change and the measured one (its last frames settle). */
+const FLOOR_SETTLE_MS = 1_000;
 
 export interface FloorResult {
   n: number;
@@ -367,7 +372,7 @@ export async function floorPhase(o: { pki: BenchPki; runDir: string; n: number }
     );
     const listening = await Promise.all(
       agents.map((a, k) => {
-        const l = nextMessage<Extract<FromAgents, { t: 'listening' }>>(a, 'listening', 30_000);
+        const l = nextMessage<Extract<FromAgents, { t: 'listening' }>>(a, 'listening', FLOOR_AGENT_ANSWER_TIMEOUT_MS);
         a.send({ t: 'listen', nodes: shares[k]!, pki, ip: agentSlot.ip } satisfies ToAgents);
         return l;
       }),
@@ -389,7 +394,7 @@ export async function floorPhase(o: { pki: BenchPki; runDir: string; n: number }
     const ask = (): Promise<Array<Extract<FromAgents, { t: 'done' }>>> =>
       Promise.all(
         agents.map((a) => {
-          const r = nextMessage<Extract<FromAgents, { t: 'done' }>>(a, 'done', 10_000);
+          const r = nextMessage<Extract<FromAgents, { t: 'done' }>>(a, 'done', FLOOR_AGENT_ANSWER_TIMEOUT_MS);
           a.send({ t: 'report' } satisfies ToAgents);
           return r;
         }),
@@ -403,20 +408,20 @@ export async function floorPhase(o: { pki: BenchPki; runDir: string; n: number }
         const reports = await ask();
         if (reports.reduce((x, r) => x + r.fetched, 0) >= o.n * gen) return { s, reports, timedOut: false };
         if (nowMs() - s.t0 > FLOOR_WINDOW_TIMEOUT_MS) return { s, reports, timedOut: true };
-        await sleep(20);
+        await sleep(FLOOR_REPORT_EVERY_MS);
       }
     };
     // a first change warms the code up (Herald's figure is its fleet's fifth or later), unmeasured
     const warm = await change(1);
     if (warm.timedOut) problems.push('floor: the warm-up change did not reach every agent');
-    await sleep(1_000);
+    await sleep(FLOOR_SETTLE_MS);
     const cpu = (): number => treeSample(ctl.pid!).cpuS;
     const agentsCpu = (): number => agents.reduce((x, a) => x + treeSample(a.pid!).cpuS, 0);
     const cpu0 = cpu();
     const agentsCpu0 = agentsCpu();
     const { s, reports, timedOut } = await change(2);
     const lastFetch = Math.max(...reports.map((r) => r.lastFetchMs));
-    // CPU to the last fetch: the polling above ends within 20 ms of it, and the controller is idle then
+    // CPU to the last fetch: the polling above ends within FLOOR_REPORT_EVERY_MS of it, the controller idle then
     const cpuS = cpu() - cpu0;
     const agentsCpuS = agentsCpu() - agentsCpu0;
     for (const r of reports) for (const e of r.errors) problems.push(`floor agent: ${e}`);
