@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { FanoutResult } from './fanout.js';
-import { findings } from './findings.js';
+import { CPU_PER_AGENT_GOAL_MS, findings, PROTOTYPE_CPU_PER_AGENT_MS } from './findings.js';
 import type { PeerResult } from './peer.js';
 import type { BenchResults } from './results.js';
 import { loadAvg, median, round } from './util.js';
@@ -93,7 +93,6 @@ export function ed25519Us(): { signUs: number; verifyUs: number } {
 }
 
 /** The goal for the controller's CPU per agent in a fan-out of 10,000 (the performance issue's table). */
-const CPU_PER_AGENT_GOAL_MS = 0.4;
 
 /** Ed25519 here when the floors and the goals' "now" figures were measured (2026-12-01/02). */
 const REFERENCE_ED25519 = { signUs: 23, verifyUs: 64 };
@@ -142,9 +141,6 @@ function inSignatures(cpuMs: number, signUs: unknown): string {
   const goal = (CPU_PER_AGENT_GOAL_MS * 1000) / REFERENCE_ED25519.signUs;
   return ` (${fmt(got)} signatures' time at this run's ${fmt(signUs)} µs; the goal is ${fmt(goal)} at ${fmt(REFERENCE_ED25519.signUs, 0)} µs)`;
 }
-
-/** Issue 16's "floor seen here" for the controller's CPU per agent: its prototype, with the fetch (ms). */
-const PROTOTYPE_CPU_PER_AGENT_MS = 0.29;
 
 /** The latency floor's parts measured once on this machine (NODE20-NOTES; bench/spawn-cost.ts). */
 const WAKE_FETCH_FLOOR_MS = 1.2;

@@ -268,15 +268,12 @@ export interface MetadataSource {
  * What a node's metadata document takes from a deployment: its row and current revision, without
  * the results (status, outputs) and bookkeeping no document carries. A DeploymentRecord is one.
  */
-export interface MetadataDeployment {
-  id: string;
-  node: string;
-  configId: string;
-  name: string | null;
-  clusterId: string | null;
-  createdAt: string;
+export type MetadataDeployment = Pick<
+  DeploymentRecord,
+  'id' | 'node' | 'configId' | 'name' | 'clusterId' | 'createdAt'
+> & {
   current: Pick<RevisionRecord, 'revision' | 'itemId' | 'action' | 'inputValues' | 'signalled'>;
-}
+};
 
 export interface MetadataCluster {
   id: string;

@@ -154,22 +154,24 @@ export function revisionOf(r: RevisionRow): RevisionRecord {
 }
 
 /** A row of SQL.depForMetadata: what a document takes of a deployment, with its cluster's name and configs. */
-export interface MetadataDeploymentRow {
-  id: string;
-  node: string;
-  config_id: string;
-  name: string | null;
-  cluster_id: string | null;
-  d_created_at: string;
-  revision: number;
-  item_id: string;
-  action: string;
-  input_values: string;
-  signalled: number;
+export type MetadataDeploymentRow = Pick<
+  DeploymentRow,
+  | 'id'
+  | 'node'
+  | 'config_id'
+  | 'name'
+  | 'cluster_id'
+  | 'd_created_at'
+  | 'revision'
+  | 'item_id'
+  | 'action'
+  | 'input_values'
+  | 'signalled'
+> & {
   cluster_name: string | null;
   cluster_install_config_id: string | null;
   cluster_uninstall_config_id: string | null;
-}
+};
 
 export function metadataDeploymentOf(r: MetadataDeploymentRow): MetadataDeployment {
   return {
