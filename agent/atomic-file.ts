@@ -2,7 +2,7 @@
  * Durable small files for the agent's state dir: a write either fully happens or not at all,
  * and survives a crash or power loss once the call returns.
  */
-import { chmodSync, lstatSync, mkdirSync } from 'node:fs';
+import { chmodSync, closeSync, constants, fdatasyncSync, lstatSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
 import { writeFileAtomic } from '../certs/files.js';
 
 /** The little a pino logger offers that these modules use. */
@@ -33,6 +33,24 @@ export const TEMP_PREFIX = '.tmp-';
  */
 export function writeFileAtomicSync(path: string, data: string | Uint8Array, mode = PRIVATE_FILE_MODE): void {
   writeFileAtomic(path, data, mode, { tempPrefix: TEMP_PREFIX, checkMode: false });
+}
+
+/**
+ * Appends `data` to the existing file `path` and makes it durable (fdatasync: the data and the
+ * new size) before returning: one file's flush, where a replace costs the file's and its
+ * directory's. A crash during the call may leave a prefix of `data` at the end of the file,
+ * which readers must expect (agent/state.ts reads such a torn tail as never written).
+ *
+ * @throws the file system's error; ENOENT when the file does not exist (it is never created here)
+ */
+export function appendFileDurableSync(path: string, data: string): void {
+  const fd = openSync(path, constants.O_WRONLY | constants.O_APPEND);
+  try {
+    writeFileSync(fd, data);
+    fdatasyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /**

@@ -61,7 +61,7 @@ export function checkRootOwned(o: RootOwnedOptions): void {
   const stateDir = resolve(o.stateDir);
   checkTree(f, stateDir, 'state-dir');
   if (exists(f, stateDir)) {
-    // what a previous owner may have planted: state.json, running.json, outbox entries
+    // what a previous owner may have planted: state.json, state.journal, running.json, outbox entries
     for (const entry of [stateDir, ...STATE_SUBDIRS.map((s) => join(stateDir, s)).filter((d) => exists(f, d))]) {
       for (const name of f.readdir(entry)) {
         const p = join(entry, name);

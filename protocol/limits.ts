@@ -197,6 +197,12 @@ export const OUTPUT_KEPT_PER_REVISION_BYTES = 1024 * 1024;
 /** On agent shutdown, how long a running hook may finish before it is recorded as interrupted. */
 export const AGENT_SHUTDOWN_GRACE_MS = 10_000;
 /**
+ * The agent's state journal (`state.journal`, one fdatasync'd line per change) is folded into
+ * `state.json` once it holds this much: a start replays at most this, and the fold (two atomic
+ * replaces) comes once in some hundreds of changes.
+ */
+export const AGENT_STATE_JOURNAL_MAX_BYTES = 64 * 1024;
+/**
  * A hook whose start fails with ETXTBSY (its script still open for writing in a process another
  * spawn forked at that moment) is started again after this, doubling, within the MAX_WAIT.
  */

@@ -1,8 +1,9 @@
-import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { appendFile, chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensurePrivateDir, TEMP_PREFIX, writeFileAtomicSync } from '../../agent/atomic-file.js';
-import { AgentState, INTERRUPTED_STATUS_CODE, STATE_FILE } from '../../agent/state.js';
+import { AgentState, INTERRUPTED_STATUS_CODE, STATE_FILE, STATE_JOURNAL_FILE } from '../../agent/state.js';
 import { ConfigError } from '../../protocol/errors.js';
 import { tempDir } from './hooks-helpers.js';
 
@@ -118,12 +119,13 @@ describe('AgentState', () => {
   it('stores no input values', async () => {
     const dir = join(base, 's5');
     const s = await AgentState.open(dir);
-    await s.markStarted('x', {
-      deployment_id: 'd',
-      revision: 1,
-      ...{ inputs: [{ name: 'pw', value: 'hunter2' }] },
-    } as never);
-    expect(await readFile(join(dir, STATE_FILE), 'utf8')).not.toContain('hunter2');
+    const meta = { deployment_id: 'd', revision: 1, ...{ inputs: [{ name: 'pw', value: 'hunter2' }] } } as never;
+    await s.markStarted('x', meta); // the first write: a snapshot
+    await s.markStarted('y', meta); // then the journal
+    expect(await readFile(join(dir, STATE_FILE), 'utf8')).toContain('"x"');
+    expect(await readFile(join(dir, STATE_JOURNAL_FILE), 'utf8')).toContain('"y"');
+    for (const f of [STATE_FILE, STATE_JOURNAL_FILE])
+      expect(await readFile(join(dir, f), 'utf8')).not.toContain('hunter2');
   });
 
   it('refuses a state file that is not valid state', async () => {
@@ -142,4 +144,107 @@ describe('AgentState', () => {
     await s.markStarted('__proto__', { deployment_id: 'd', revision: 1 });
     expect((await AgentState.open(dir)).interruptedItems().map((x) => x.id)).toEqual(['__proto__']);
   });
+});
+
+describe('AgentState journal after a crash', () => {
+  /** A state dir holding a snapshot and a journal with two changes after it. */
+  const withJournal = async (name: string): Promise<string> => {
+    const dir = join(base, name);
+    const s = await AgentState.open(dir);
+    await s.markStarted('a', { deployment_id: 'd1', revision: 1 }); // folds: snapshot and journal
+    await s.markFinished('a', 0); // appended
+    await s.markStarted('b', { deployment_id: 'd2', revision: 2 }); // appended
+    return dir;
+  };
+
+  it('a torn last line (an append the crash cut short) is read as never written, and the next write folds', async () => {
+    const dir = await withJournal('torn');
+    const journal = join(dir, STATE_JOURNAL_FILE);
+    await appendFile(journal, '{"items":{"c":{"deployment_id":"d3","revi');
+    const s = await AgentState.open(dir);
+    expect(s.hasRun('c')).toBe(false);
+    expect(s.get('a')?.status_code).toBe(0);
+    expect(s.hasRun('b')).toBe(true);
+    await s.markStarted('c', { deployment_id: 'd3', revision: 3 });
+    // folded: the journal starts afresh, so nothing is ever appended after the torn bytes
+    expect((await readFile(journal, 'utf8')).split('\n').filter(Boolean)).toHaveLength(1);
+    expect(Object.keys(AgentState.read(dir).items).sort()).toEqual(['a', 'b', 'c']);
+  });
+
+  it("a journal the snapshot already holds (a crash between a fold's two replaces) is skipped", async () => {
+    const dir = await withJournal('stale');
+    const journal = join(dir, STATE_JOURNAL_FILE);
+    const old = await readFile(journal, 'utf8');
+    // the fold's first replace: a snapshot holding everything, one epoch on; the second (a new
+    // journal) never happened, and the old journal says more that must not be applied again
+    const snap = JSON.parse(await readFile(join(dir, STATE_FILE), 'utf8')) as { journal_epoch: number };
+    writeFileAtomicSync(
+      join(dir, STATE_FILE),
+      JSON.stringify({
+        version: 1,
+        journal_epoch: snap.journal_epoch + 1,
+        last_fetched_generation: null,
+        last_applied_generation: null,
+        items: AgentState.read(dir).items,
+      }),
+    );
+    writeFileAtomicSync(journal, `${old}{"items":{"a":null}}\n`);
+    expect(Object.keys(AgentState.read(dir).items).sort()).toEqual(['a', 'b']);
+    const s = await AgentState.open(dir);
+    await s.markStarted('c', { deployment_id: 'd3', revision: 3 }); // folds: the stale journal is replaced
+    expect((await readFile(journal, 'utf8')).includes('"a":null')).toBe(false);
+    expect(Object.keys(AgentState.read(dir).items).sort()).toEqual(['a', 'b', 'c']);
+  });
+
+  it('refuses a damaged line that is not the last, and a journal that continues another snapshot', async () => {
+    const dir = await withJournal('damaged');
+    const journal = join(dir, STATE_JOURNAL_FILE);
+    const good = await readFile(journal, 'utf8');
+    await writeFile(journal, `${good}not json\n{"items":{}}\n`);
+    await expect(AgentState.open(dir)).rejects.toThrow(/line 4 is not JSON/);
+    await writeFile(
+      journal,
+      good.replace(/^\{"epoch":(\d+)\}/, (_m, e: string) => `{"epoch":${Number(e) + 5}}`),
+    );
+    await expect(AgentState.open(dir)).rejects.toBeInstanceOf(ConfigError);
+    await writeFile(journal, `${good}{"items":{"x":{"deployment_id":"d"}}}\n`);
+    await expect(AgentState.open(dir)).rejects.toThrow(/the record of item x/);
+  });
+
+  it('keeps every change acknowledged before a kill -9, and goes on from what it left', async () => {
+    const dir = join(base, 'killed');
+    // a child that records changes as fast as it can and reports each once its promise resolved
+    const script = `
+      const { AgentState } = await import(${JSON.stringify(new URL('../../dist/agent/state.js', import.meta.url).href)});
+      const s = await AgentState.open(process.argv[1]);
+      for (let i = 0; ; i++) {
+        await s.markStarted('i' + i, { deployment_id: 'd' + i, revision: i });
+        if (i % 3 === 0) await s.markFinished('i' + i, 0);
+        process.stdout.write(i + '\\n');
+      }`;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script, dir], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let acked = -1;
+    let buf = '';
+    await new Promise<void>((resolve, reject) => {
+      child.on('error', reject);
+      child.on('exit', () => resolve());
+      child.stdout.on('data', (d: Buffer) => {
+        buf += d.toString();
+        const lines = buf.split('\n');
+        buf = lines.pop() ?? '';
+        for (const l of lines) acked = Number(l);
+        if (acked >= 600) child.kill('SIGKILL'); // past at least one fold
+      });
+    });
+    expect(acked).toBeGreaterThanOrEqual(600);
+    const s = await AgentState.open(dir);
+    for (let i = 0; i <= acked; i++) {
+      expect(s.hasRun(`i${i}`)).toBe(true);
+      if (i % 3 === 0) expect(s.get(`i${i}`)?.status_code).toBe(0);
+    }
+    await s.markStarted('after', { deployment_id: 'd', revision: 1 });
+    expect(AgentState.read(dir).items.after).toBeDefined();
+  }, 60_000);
 });

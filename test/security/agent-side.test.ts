@@ -12,6 +12,7 @@ import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentState } from '../../agent/state.js';
 import type { MetadataItem } from '../../protocol/heat.js';
 import { Signer, type Ed25519PrivateJwk } from '../../protocol/jws.js';
 import { newNonce, sha256b64url, signMetadata } from '../../protocol/metadata.js';
@@ -58,7 +59,7 @@ beforeAll(async () => {
   v1 = await b.startAgent('v1', { controllerUrl: fake.url });
   await b.startController();
   await b.startAgent('h1');
-  await waitFor('the victim to apply its first metadata', () => stateOf(v1)?.last_applied_generation === 1, 20_000, 50);
+  await waitFor('the victim to apply its first metadata', () => appliedGeneration(v1) === 1, 20_000, 50);
   await b.quiesce(3_000); // past any start-up poll retry (a first retry comes within 1 s)
 }, 120_000);
 
@@ -68,11 +69,11 @@ afterAll(async () => {
   await b?.close();
 });
 
-function stateOf(a: AgentProc): Record<string, unknown> | undefined {
+function appliedGeneration(a: AgentProc): number | undefined {
   try {
-    return JSON.parse(fs.readFileSync(path.join(a.state, 'state.json'), 'utf8')) as Record<string, unknown>;
+    return AgentState.read(a.state).lastAppliedGeneration;
   } catch {
-    return undefined;
+    return undefined; // a snapshot being replaced this instant: asked again
   }
 }
 
