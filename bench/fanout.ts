@@ -117,10 +117,24 @@ export interface CrashRun {
   timedOut: boolean;
 }
 
+/**
+ * The first change after the fleet grew, not counted in the runs: the agents added (their harness
+ * processes new) run the wake-up's code for the first time, as the floor's warm-up change does
+ * (bench/floor.ts). Kept so the cold figure stays in the report.
+ */
+export interface WarmupRun {
+  allAckedMs: number;
+  allFetchedMs: number;
+  controllerCpuS: number;
+  harnessCpuS: number;
+}
+
 export interface FanoutResult {
   n: number;
   harnessProcs: number;
   pushWorkers: number | 'default';
+  /** Absent in results before 2026-12-04 21:30 UTC, and when no agent was added for this N. */
+  warmup?: WarmupRun;
   runs: FanoutRun[];
   crash: CrashRun | null;
   checksOk: boolean;
@@ -359,6 +373,22 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
       result.harnessProcs = bed.fleet!.members.length;
       const nodes = Array.from({ length: n }, (_, k) => slot('b', k).node);
       const runTimeout = 60_000 + n * 10;
+      if (g.agentsAdded > 0) {
+        // the agents just added run the wake-up's code for the first time: a change first, as the
+        // floor warms its code up, so the runs compare with it; its figures are kept apart
+        await bed.fleet!.hold(true);
+        const w = await oneRun(bed, nodes, `fan${n}warm`, 0, runTimeout);
+        result.warmup = {
+          allAckedMs: w.allAckedMs,
+          allFetchedMs: w.allFetchedMs,
+          controllerCpuS: w.controllerCpuS,
+          harnessCpuS: w.harnessCpuS ?? NaN,
+        };
+        say(
+          `fan-out N=${n} warm-up (first change after growing, not counted): all acked ${round(w.allAckedMs)} ms, all fetched ${round(w.allFetchedMs)} ms, controller CPU ${w.controllerCpuS} s`,
+        );
+        await bed.settle(n, problems);
+      }
       for (let r = 1; r <= o.runsFor(n); r++) {
         if (r > 1) await bed.settle(n, problems);
         await bed.fleet!.hold(true);

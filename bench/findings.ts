@@ -507,6 +507,10 @@ export function findings(r: BenchResults): string[] {
     );
     p("API's process and the push worker, and the bookkeeping of each");
     p('wake-up (its slot and timer, push states, metrics, the acknowledged generation written back).');
+    if (big.warmup)
+      p(
+        `Both sides are warm: Herald's run at N = ${n} follows a first change that warmed up the code of the agents added, as the floor's warm-up does (not counted: acked after ${f(big.warmup.allAckedMs / 1000, 2)} s, fetched after ${f(big.warmup.allFetchedMs / 1000, 2)} s, ${f((1000 * big.warmup.controllerCpuS) / big.n, 2)} ms of controller CPU an agent, the simulated agents ${f(big.warmup.harnessCpuS, 1)} CPU-s; before 2026-12-04 21:30 UTC the runs at 5,000 and 10,000 were that first change).`,
+      );
     p(
       `${fl.allAckedMs > 1_500 ? `The acked goal (1.5 s) is below the floor's own ${f(fl.allAckedMs / 1000, 2)} s on these two cores: every wake-up is a signature, a verification and a frame each way. ` : ''}Fetched: on two saturated cores the`,
     );

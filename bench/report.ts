@@ -443,6 +443,10 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p("connected; between runs the held hooks end, and the run's cluster completes and is deleted (a node belongs");
     p('to one cluster at a time). The simulated agents keep their state on tmpfs (`/dev/shm`, where there is one):');
     p('on a fleet each agent has a disk of its own, here 10,000 would share one.');
+    if (r.fanout.some((f) => f.warmup))
+      p(
+        'After the fleet grows, a first change warms up the code of the agents added (new harness processes), as the floor warms its own; it is not counted in the runs, and its figures are in the table after the next.',
+      );
     p();
     p(
       '| N | runs | request answered | all acked (median) | all fetched (median) | all fetched, runs | ack p50 / p99 | fetch p50 / p99 | controller CPU per run | CPU per agent |',
@@ -479,6 +483,20 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
       'the fleet grows step by step, so a larger N carries the history of the runs before it; after a crash run the controller is a new process.',
     );
     p();
+    const warm = r.fanout.filter((f) => f.warmup);
+    if (warm.length > 0) {
+      p('The first change after the fleet grew (cold code in the agents added; not counted above):');
+      p();
+      p("| N | agents added | all acked | all fetched | controller CPU | per agent | simulated agents' CPU |");
+      p('|---|---|---|---|---|---|---|');
+      for (const f of warm) {
+        const w = f.warmup!;
+        p(
+          `| ${f.n.toLocaleString('en-US')} | ${(f.runs[0]?.agentsAdded ?? f.n).toLocaleString('en-US')} | ${s(w.allAckedMs, 3)} | ${s(w.allFetchedMs, 3)} | ${fmt(w.controllerCpuS, 2)} s | ${fmt((w.controllerCpuS / f.n) * 1e6, 0)} µs | ${fmt(w.harnessCpuS, 1)} s |`,
+        );
+      }
+      p();
+    }
     const fl = r.floor;
     if (fl) {
       p(
