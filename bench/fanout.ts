@@ -133,7 +133,7 @@ export interface FanoutResult {
   n: number;
   harnessProcs: number;
   pushWorkers: number | 'default';
-  /** Absent in results before 2026-12-04 21:30 UTC, and when no agent was added for this N. */
+  /** Absent in results before commit de11ede (2026-12-04 21:15 UTC), and when no agent was added for this N. */
   warmup?: WarmupRun;
   runs: FanoutRun[];
   crash: CrashRun | null;

@@ -120,7 +120,20 @@ export function findings(r: BenchResults): string[] {
     "the fan-out's request writes the same rows as before and answers from them without a read back; 58.8 µs a signature at its end, slower than any full run of the day since 07:15 UTC's 64.4 µs,",
   );
   p("load average 3-4 at its start) measured 11.19 ms (p99 19.81 ms), 5.48 s / 15.34 s, 0.84 ms (14.2 signatures'");
-  p('time, the fewest yet), 72.1 KB and 32.21 s after the crash (914 polls).', '');
+  p('time, the fewest yet), 72.1 KB and 32.21 s after the crash (914 polls).');
+  p(
+    'The full run of 17:41 UTC on 6ed2561 (49.8 µs a signature) measured 12.92 ms (p99 20.12 ms) back to back, 6.13 s / 15.65 s,',
+  );
+  p(
+    '0.92 ms against its floor of 0.57 ms (its first change after growing was the measured one), 72.5 KB and 38.87 s after the',
+  );
+  p(
+    'crash; that of 20:53 UTC on 0bc3f51 (the state journal; 70.6 µs, the machine just out of a full test run) 14.85 ms (p99',
+  );
+  p(
+    '22.01 ms), 6.32 s / 17.26 s, 0.97 ms against 0.51 ms, 75.8 KB and 47.12 s; the run above (de11ede) is the first whose runs',
+  );
+  p("follow a warm-up change, as the floor's do.", '');
 
   p('### 1. PATCH → hook started (goal p50 ≤ 10 ms, p99 ≤ 20 ms, back to back to one node)', '');
   const one = lat?.push.oneNode;
@@ -293,7 +306,7 @@ export function findings(r: BenchResults): string[] {
           `From the request to the last fetch the controller used ${f(run.controllerCpuS)} CPU-s (${f((1000 * run.controllerCpuS) / big.n, 2)} ms per agent) and the simulated`,
         );
         p(
-          `agents ${f(run.harnessCpuS)} CPU-s (${f((1000 * run.harnessCpuS) / big.n, 2)} ms per agent: two Ed25519 verifications, the state written and fsynced,`,
+          `agents ${f(run.harnessCpuS)} CPU-s (${f((1000 * run.harnessCpuS) / big.n, 2)} ms per agent: two Ed25519 verifications, the state journal line written and fdatasync'd,`,
         );
         p(
           `the frames): ${f(used)} of the ${f(2 * windowS)} CPU-s the two cores hold in ${f(windowS)} s (${f((100 * used) / (2 * windowS), 0)} %). Where the time is spent`,
@@ -509,7 +522,7 @@ export function findings(r: BenchResults): string[] {
     p('wake-up (its slot and timer, push states, metrics, the acknowledged generation written back).');
     if (big.warmup)
       p(
-        `Both sides are warm: Herald's run at N = ${n} follows a first change that warmed up the code of the agents added, as the floor's warm-up does (not counted: acked after ${f(big.warmup.allAckedMs / 1000, 2)} s, fetched after ${f(big.warmup.allFetchedMs / 1000, 2)} s, ${f((1000 * big.warmup.controllerCpuS) / big.n, 2)} ms of controller CPU an agent, the simulated agents ${f(big.warmup.harnessCpuS, 1)} CPU-s; before 2026-12-04 21:30 UTC the runs at 5,000 and 10,000 were that first change).`,
+        `Both sides are warm: Herald's run at N = ${n} follows a first change that warmed up the code of the agents added, as the floor's warm-up does (not counted: acked after ${f(big.warmup.allAckedMs / 1000, 2)} s, fetched after ${f(big.warmup.allFetchedMs / 1000, 2)} s, ${f((1000 * big.warmup.controllerCpuS) / big.n, 2)} ms of controller CPU an agent, the simulated agents ${f(big.warmup.harnessCpuS, 1)} CPU-s; before commit de11ede, 2026-12-04 21:15 UTC, the runs at 5,000 and 10,000 were that first change).`,
       );
     p(
       `${fl.allAckedMs > 1_500 ? `The acked goal (1.5 s) is below the floor's own ${f(fl.allAckedMs / 1000, 2)} s on these two cores: every wake-up is a signature, a verification and a frame each way. ` : ''}Fetched: on two saturated cores the`,
@@ -518,7 +531,7 @@ export function findings(r: BenchResults): string[] {
       `time to the last fetch is both ends' CPU over two cores. The floor's agents spent ${f(fl.agentsCpuS)} CPU-s, the simulated agents ${f(harness)} CPU-s`,
     );
     p(
-      `(${f((1000 * fl.agentsCpuS) / fl.n, 2)} against ${f((1000 * harness) / big.n, 2)} ms an agent: the agent's own parts, its state written and fsynced, its apply loop and`,
+      `(${f((1000 * fl.agentsCpuS) / fl.n, 2)} against ${f((1000 * harness) / big.n, 2)} ms an agent: the agent's own parts, its state journal line written and fdatasync'd, its apply loop and`,
     );
     p(
       `poller, in harness processes of 1,250 agents each); Herald's fetched time, ${f(fetched / 1000, 2)} s, is that CPU spent on the same two cores.`,
