@@ -427,7 +427,8 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
       output.stop();
       fetcher.close();
       material.close();
-      await state.flush().catch(() => undefined);
+      // the journal folded into state.json: the next start replays nothing
+      await state.close().catch((err: unknown) => log.warn({ err }, 'cannot fold the state journal at stop'));
       log.info({}, 'agent stopped');
     })();
     return stopping;

@@ -240,6 +240,16 @@ export class AgentState {
     return this.writing;
   }
 
+  /**
+   * At a clean stop: every change on disk, then the journal folded into `state.json`, so the
+   * snapshot alone holds the state (a start replays nothing, and a Herald from before the journal
+   * reads it all). Changes made after it get writes of their own, as ever.
+   */
+  async close(): Promise<void> {
+    await this.writing.catch(() => undefined);
+    if (this.mustFold || this.journalBytes > Buffer.byteLength(journalHead(this.data.journal_epoch))) this.fold();
+  }
+
   private changed(id: string): Promise<void> {
     this.dirtyItems.add(id);
     return this.save();

@@ -211,6 +211,22 @@ describe('AgentState journal after a crash', () => {
     await expect(AgentState.open(dir)).rejects.toThrow(/the record of item x/);
   });
 
+  it('a clean stop folds the journal: state.json alone holds everything', async () => {
+    const dir = await withJournal('closed');
+    const s = await AgentState.open(dir);
+    await s.markFinished('b', 2);
+    await s.close();
+    const journal = (await readFile(join(dir, STATE_JOURNAL_FILE), 'utf8')).split('\n').filter(Boolean);
+    expect(journal).toHaveLength(1); // only its head
+    const snap = JSON.parse(await readFile(join(dir, STATE_FILE), 'utf8')) as {
+      items: Record<string, { status_code?: number }>;
+    };
+    expect(snap.items.a?.status_code).toBe(0);
+    expect(snap.items.b?.status_code).toBe(2);
+    await s.close(); // nothing to fold: no write
+    expect((await readFile(join(dir, STATE_JOURNAL_FILE), 'utf8')).split('\n').filter(Boolean)).toEqual(journal);
+  });
+
   it('keeps every change acknowledged before a kill -9, and goes on from what it left', async () => {
     const dir = join(base, 'killed');
     // a child that records changes as fast as it can and reports each once its promise resolved
