@@ -41,10 +41,12 @@ export function writeFileAtomicSync(path: string, data: string | Uint8Array, mod
  * directory's. A crash during the call may leave a prefix of `data` at the end of the file,
  * which readers must expect (agent/state.ts reads such a torn tail as never written).
  *
- * @throws the file system's error; ENOENT when the file does not exist (it is never created here)
+ * @throws the file system's error; ENOENT when the file does not exist (it is never created here),
+ *   ELOOP when it is a symlink
  */
 export function appendFileDurableSync(path: string, data: string): void {
-  const fd = openSync(path, constants.O_WRONLY | constants.O_APPEND);
+  // O_NOFOLLOW: a symlink planted in its place is never written through (ELOOP)
+  const fd = openSync(path, constants.O_WRONLY | constants.O_APPEND | constants.O_NOFOLLOW);
   try {
     writeFileSync(fd, data);
     fdatasyncSync(fd);

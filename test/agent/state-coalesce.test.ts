@@ -4,7 +4,7 @@
  * promise resolves. The journal's append and the snapshot's atomic replace are wrapped to count
  * calls; the files are real.
  */
-import { mkdir, rm, stat } from 'node:fs/promises';
+import { lstat, mkdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AGENT_STATE_JOURNAL_MAX_BYTES } from '../../protocol/limits.js';
@@ -100,6 +100,21 @@ describe('agent state writes', () => {
     const disk = onDisk(dir);
     expect(disk.items.a?.status_code).toBe(0); // the change whose append failed is held by the fold
     expect(disk.items.b).toBeDefined();
+  });
+
+  it("never appends through a symlink planted in the journal's place: the change is refused, the next write replaces the link", async () => {
+    const dir = join(base, 'e');
+    const st = await AgentState.open(dir);
+    await st.markStarted('a', { deployment_id: 'd', revision: 1 }); // folds: both files exist
+    const elsewhere = join(base, 'elsewhere.txt');
+    await writeFile(elsewhere, 'untouched\n');
+    await rm(join(dir, STATE_JOURNAL_FILE));
+    await symlink(elsewhere, join(dir, STATE_JOURNAL_FILE));
+    await expect(st.markFinished('a', 0)).rejects.toThrow(/ELOOP/);
+    await st.markStarted('b', { deployment_id: 'd', revision: 2 }); // a fold: the link is replaced
+    expect(await readFile(elsewhere, 'utf8')).toBe('untouched\n');
+    expect((await lstat(join(dir, STATE_JOURNAL_FILE))).isSymbolicLink()).toBe(false);
+    expect(onDisk(dir).items.a?.status_code).toBe(0);
   });
 
   it('the journal is folded into the snapshot once it holds AGENT_STATE_JOURNAL_MAX_BYTES, and nothing is lost', async () => {
