@@ -15,7 +15,6 @@
  * codes.
  */
 import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError } from '../protocol/errors.js';
 import { AGENT_STATE_JOURNAL_MAX_BYTES } from '../protocol/limits.js';
@@ -116,24 +115,12 @@ export class AgentState {
    */
   static async open(dir: string, opts: AgentStateOptions = {}): Promise<AgentState> {
     await ensurePrivateDir(dir, opts.log);
-    const [snapshot, journal] = await Promise.all([
-      readIfThere(join(dir, STATE_FILE)),
-      readIfThere(join(dir, STATE_JOURNAL_FILE)),
-    ]);
-    return new AgentState(dir, load(dir, snapshot, journal), opts.now ?? (() => new Date()));
+    return new AgentState(dir, load(dir), opts.now ?? (() => new Date()));
   }
 
   /** What the state dir holds, read without changing anything (tests, diagnosis). */
   static read(dir: string): StateView {
-    const readSync = (f: string): string | undefined => {
-      try {
-        return readFileSync(join(dir, f), 'utf8');
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-        throw err;
-      }
-    };
-    const { data } = load(dir, readSync(STATE_FILE), readSync(STATE_JOURNAL_FILE));
+    const { data } = load(dir);
     return {
       lastFetchedGeneration: data.last_fetched_generation ?? undefined,
       lastAppliedGeneration: data.last_applied_generation ?? undefined,
@@ -326,18 +313,20 @@ function journalHead(epoch: number): string {
   return `${JSON.stringify({ epoch })}\n`;
 }
 
-async function readIfThere(file: string): Promise<string | undefined> {
+function readIfThere(file: string): string | undefined {
   try {
-    return await readFile(file, 'utf8');
+    return readFileSync(file, 'utf8');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw err;
   }
 }
 
-/** The snapshot with its journal replayed over it. */
-function load(dir: string, snapshot: string | undefined, journal: string | undefined): Loaded {
+/** The snapshot with its journal replayed over it (a start: at most a snapshot and 64 KiB of journal, read at once). */
+function load(dir: string): Loaded {
   const file = join(dir, STATE_FILE);
+  const snapshot = readIfThere(file);
+  const journal = readIfThere(join(dir, STATE_JOURNAL_FILE));
   const data: StateFile =
     snapshot === undefined
       ? {

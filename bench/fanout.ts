@@ -122,12 +122,7 @@ export interface CrashRun {
  * processes new) run the wake-up's code for the first time, as the floor's warm-up change does
  * (bench/floor.ts). Kept so the cold figure stays in the report.
  */
-export interface WarmupRun {
-  allAckedMs: number;
-  allFetchedMs: number;
-  controllerCpuS: number;
-  harnessCpuS: number;
-}
+export type WarmupRun = Pick<FanoutRun, 'allAckedMs' | 'allFetchedMs' | 'controllerCpuS' | 'harnessCpuS'>;
 
 export interface FanoutResult {
   n: number;
@@ -378,12 +373,8 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
         // floor warms its code up, so the runs compare with it; its figures are kept apart
         await bed.fleet!.hold(true);
         const w = await oneRun(bed, nodes, `fan${n}warm`, 0, runTimeout);
-        result.warmup = {
-          allAckedMs: w.allAckedMs,
-          allFetchedMs: w.allFetchedMs,
-          controllerCpuS: w.controllerCpuS,
-          harnessCpuS: w.harnessCpuS ?? NaN,
-        };
+        const { allAckedMs, allFetchedMs, controllerCpuS, harnessCpuS } = w;
+        result.warmup = { allAckedMs, allFetchedMs, controllerCpuS, harnessCpuS };
         say(
           `fan-out N=${n} warm-up (first change after growing, not counted): all acked ${round(w.allAckedMs)} ms, all fetched ${round(w.allFetchedMs)} ms, controller CPU ${w.controllerCpuS} s`,
         );

@@ -492,7 +492,7 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
       for (const f of warm) {
         const w = f.warmup!;
         p(
-          `| ${f.n.toLocaleString('en-US')} | ${(f.runs[0]?.agentsAdded ?? f.n).toLocaleString('en-US')} | ${s(w.allAckedMs, 3)} | ${s(w.allFetchedMs, 3)} | ${fmt(w.controllerCpuS, 2)} s | ${fmt((w.controllerCpuS / f.n) * 1e6, 0)} µs | ${fmt(w.harnessCpuS, 1)} s |`,
+          `| ${f.n.toLocaleString('en-US')} | ${(f.runs[0]?.agentsAdded ?? f.n).toLocaleString('en-US')} | ${s(w.allAckedMs, 3)} | ${s(w.allFetchedMs, 3)} | ${fmt(w.controllerCpuS, 2)} s | ${fmt((w.controllerCpuS / f.n) * 1e6, 0)} µs | ${fmt(w.harnessCpuS ?? Number.NaN, 1)} s |`,
         );
       }
       p();
