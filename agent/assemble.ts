@@ -312,6 +312,8 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
         } else {
           log.debug?.({ gen: r.gen }, 'metadata not modified');
         }
+        // a wake-up's answer is as fresh as a poll's: the next poll is an interval from now
+        if (!poll) poller.fetched();
         observe.fetched?.(r, poll);
         return { gen: r.gen };
       } catch (err) {

@@ -6,7 +6,8 @@
  * quarter, so a fleet that loses its controller does not poll it all at once, nor while it
  * redials them), and stretches again when push is healthy again
  * before that poll came. A failed poll is retried sooner, with backoff
- * and full jitter, never later than the normal interval.
+ * and full jitter, never later than the normal interval. A wake-up's fetch that got an answer
+ * counts as a poll: the interval runs from the last answer, whichever path brought it.
  */
 import { fullJitterMs, jittered } from '../protocol/backoff.js';
 import {
@@ -158,6 +159,24 @@ export class Poller {
     this.#floorMs = Math.min(this.#interval, Math.max(this.#floorMs, notBeforeMs));
     if (!this.#running || this.#polling) return;
     this.#failures++;
+    this.#lastPollEnd = this.#t.now();
+    if (this.#timer !== null) this.#t.clearTimeout(this.#timer);
+    this.#timer = null;
+    this.#schedule();
+  }
+
+  /**
+   * A fetch outside a poll got its answer (the one a wake-up started, over either channel): the
+   * agent holds the metadata as of now, as a poll would have left it, so the next poll is planned
+   * one interval from now, as after a poll (SPEC §4: the agent fetches every interval; this fetch
+   * was one). Without it, a fleet that had just fetched a change polled again on the poll's old
+   * schedule, and when the controller died those polls fell inside its redial. During a poll
+   * nothing changes here: the poll's own result reschedules.
+   */
+  fetched(): void {
+    if (!this.#running || this.#polling) return;
+    this.#failures = 0;
+    this.#floorMs = 0;
     this.#lastPollEnd = this.#t.now();
     if (this.#timer !== null) this.#t.clearTimeout(this.#timer);
     this.#timer = null;

@@ -128,6 +128,71 @@ describe('poller', () => {
     expect(p.nextDueAt! - at[1]!).toBeGreaterThan(500_000);
   });
 
+  it("a wake-up's fetch that got an answer counts as a poll: the next poll comes one interval after it", async () => {
+    const { clock, p, at } = poller();
+    p.start(true);
+    await clock.advance(0);
+    expect(p.nextDueAt).toBe(120_000);
+    await clock.advance(100_000);
+    p.fetched();
+    expect(p.nextDueAt).toBe(220_000);
+    await clock.advance(119_999);
+    expect(at).toEqual([0]);
+    await clock.advance(1);
+    expect(at).toEqual([0, 220_000]);
+  });
+
+  it('push lost soon after a fetched wake-up: the poll keeps its time, an interval after that fetch, and does not fall inside the redial', async () => {
+    let healthy = true;
+    const { clock, p, at } = poller({ healthy: () => healthy, random: () => 0 });
+    p.start(true);
+    await clock.advance(0);
+    await clock.advance(400_000);
+    p.fetched();
+    // healthy: the long interval from the fetch (600 s × 0.9 at this random value)
+    expect(p.nextDueAt).toBe(400_000 + 540_000);
+    await clock.advance(10_000);
+    healthy = false;
+    p.pushChanged();
+    // not overdue: the short interval (120 s × 0.9) from the fetch, not a spread poll from 410 s
+    // (which would come at 410 s + 27 s)
+    expect(p.nextDueAt).toBe(400_000 + 108_000);
+    await clock.advance(97_999);
+    expect(at).toEqual([0]);
+    await clock.advance(1);
+    expect(at).toEqual([0, 508_000]);
+  });
+
+  it('a fetch answered before start, after stop or during a poll plans nothing of its own', async () => {
+    let release: (() => void) | undefined;
+    const clock = new FakeClock();
+    const p = new Poller({
+      intervalMs: 120_000,
+      healthyIntervalMs: 600_000,
+      timers: clock,
+      random: () => 0.5,
+      isPushHealthy: () => false,
+      poll: () =>
+        new Promise<boolean>((r) => {
+          release = () => r(true);
+        }),
+    });
+    p.fetched();
+    expect(p.nextDueAt).toBeNull();
+    p.start(true);
+    await clock.advance(0);
+    await clock.advance(5_000);
+    // the start-up poll is still in flight: its own end plans the next one
+    p.fetched();
+    expect(p.nextDueAt).toBeNull();
+    release?.();
+    await clock.advance(0);
+    expect(p.nextDueAt).toBe(125_000);
+    p.stop();
+    p.fetched();
+    expect(p.nextDueAt).toBeNull();
+  });
+
   it('honours a Retry-After floor on the retry, once', async () => {
     let ok = false;
     const { clock, p, at } = poller({ ok: () => ok, random: () => 0 });

@@ -130,6 +130,7 @@ export class PushStub implements PushService {
 export interface TestController {
   ctl: RunningController;
   port: number;
+  /** What the controller told its push service (nothing when started with `realPush`). */
   push: PushStub;
   /** Every log line, as written (JSON text). */
   logText(): string;
@@ -153,7 +154,10 @@ export function memoryLogger(): { logger: Logger; text: () => string } {
 export async function startTestController(
   pki: ControllerTestPki,
   over: Partial<ControllerOptions> = {},
-  deps: Omit<StartDeps, 'logger' | 'push'> = {},
+  deps: Omit<StartDeps, 'logger' | 'push'> & {
+    /** The controller's own push dialer (in-process) instead of the stub: it dials agents for real. */
+    realPush?: boolean;
+  } = {},
 ): Promise<TestController> {
   const dbDir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-ctl-db-'));
   const dbPath = over.db ?? path.join(dbDir, 'herald.db');
@@ -176,7 +180,8 @@ export async function startTestController(
     signingKey: undefined,
     ...over,
   };
-  const ctl = await startController(options, { ...deps, logger, push: () => push });
+  const { realPush, ...startDeps } = deps;
+  const ctl = await startController(options, { ...startDeps, logger, ...(realPush ? {} : { push: () => push }) });
   const port = ctl.address.port;
   return {
     ctl,
