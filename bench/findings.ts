@@ -131,9 +131,18 @@ export function findings(r: BenchResults): string[] {
     'crash; that of 20:53 UTC on 0bc3f51 (the state journal; 70.6 µs, the machine just out of a full test run) 14.85 ms (p99',
   );
   p(
-    '22.01 ms), 6.32 s / 17.26 s, 0.97 ms against 0.51 ms, 75.8 KB and 47.12 s; the run above (de11ede) is the first whose runs',
+    '22.01 ms), 6.32 s / 17.26 s, 0.97 ms against 0.51 ms, 75.8 KB and 47.12 s; that of 21:15 UTC on de11ede (the first whose',
   );
-  p("follow a warm-up change, as the floor's do.", '');
+  p(
+    "runs follow a warm-up change, as the floor's do; 69.1 µs) 10.74 ms (p99 17.36 ms), 4.43 s / 12.86 s, 0.76 ms against 0.48 ms,",
+  );
+  p(
+    "72.8 KB and 48.18 s after the crash, 2,019 agents polling in that window. The run above (61ddbab: a wake-up's fetch counts",
+  );
+  p(
+    'as a poll, section 2; the uncommitted changes it names were this text and docs/, not code) had no poll in its window.',
+    '',
+  );
 
   p('### 1. PATCH → hook started (goal p50 ≤ 10 ms, p99 ≤ 20 ms, back to back to one node)', '');
   const one = lat?.push.oneNode;
@@ -717,27 +726,21 @@ export function findings(r: BenchResults): string[] {
         `${f(c.allFetchedMs / 1000)} s, ${c.fetchedByPoll.toLocaleString('en-US')} of them through a poll rather than their wake-up: an agent that loses push polls`,
       );
       p(
-        'within one 120 s interval of its last poll (SPEC §4; an overdue one, since 2026-12-04, at a random moment between 30 and',
+        'within one 120 s interval of its last fetch (SPEC §4; an overdue one at a random moment between 30 and 120 s after the',
       );
       p(
-        '120 s after the loss: docs/departures.md), and in a full run half the fleet was added, with its start-up polls, in the',
+        "loss: docs/departures.md). Since 61ddbab a wake-up's fetch counts as a poll, so every agent that fetched the last run's",
       );
       p(
-        'two minutes before the crash. An agent whose controller dials it before that poll stretches the poll again (push is',
+        'change polls 120 s after that fetch, past this window; before it, the poll kept the schedule of the start-up poll and',
       );
       p(
-        'healthy). An agent whose poll is not overdue keeps its time (last poll + 120 s): in a full run that is the half of the',
+        'fell inside the redial: one-step runs back to back (23:21 and 23:28 UTC) had 4,626 polls and 41.2 s before, none and',
       );
       p(
-        'fleet added last, whose polls fall due 25-90 s after the crash. The full run of 05:23 UTC, before the 30 s, had 4,052',
+        "33.7 s after, the controller's CPU in the window 31.9 → 23.2 s and the agents' 47.2 → 39.3 s. The full runs of 05:23",
       );
-      p(
-        'agents poll in its 69.2 s window (876 in the run before it, 43.3 s); one-step runs, whose fleets grow for three minutes',
-      );
-      p(
-        'before the crash so that most agents are not overdue, saw 577-1,278 polls before the change and 185-1,722 after it (the',
-      );
-      p('count follows when the agents started, not the change).');
+      p('and 21:15 UTC, before it, had 4,052 and 2,019 agents poll in their 69.2 s and 48.2 s windows.');
       const a = c.agentActivity;
       if (a)
         p(
@@ -1003,6 +1006,9 @@ export function findings(r: BenchResults): string[] {
   );
   p(
     '| an overdue poll after a push loss waits a quarter of the interval (30 s) before its random moment (docs/departures.md); a poll that is not overdue keeps its time | `agent/poller.ts`, `POLL_AFTER_PUSH_LOSS_MIN_FRACTION` | full runs, 10,000 agents after a crash: 69.2 s with 4,052 agents polling in the window (05:23 UTC, 48.7 µs a signature) → 32.4 s with 134 (07:15 UTC, 64.4 µs at its end); not a same-hour pair, and one-step runs, where most agents are not overdue, spread too widely (35.7-54.1 s) to show it |',
+  );
+  p(
+    "| a wake-up's fetch that got its answer counts as a poll: the next poll comes an interval after it, not on the last poll's schedule | `agent/poller.ts` `fetched`, `agent/assemble.ts` | 10,000 agents after a crash, one-step runs back to back (2026-12-04 23:21 and 23:28 UTC, `--only fanout --n 10000 --runs 1`): polls in the window 4,626 → 0, all connected again 41.2 → 33.7 s, controller and agents' CPU in the window 31.9 + 47.2 → 23.2 + 39.3 CPU-s |",
   );
   p(
     "| TLS client sessions kept without the server's certificate (the `[3]` element of OpenSSL's DER; nothing reads it back, and OpenSSL 3.0 decoded it, public key and all, at every offer) | `certs/session-der.ts`, `certs/session-store.ts` | `setSession` of one session ~0.4 ms → ~5 µs; crash profile of 2026-12-04 06:38 UTC: 8 % of the push worker's samples decoding sessions; one-step crash run 07:39 UTC (42.7 µs a signature): all connected 33.7 s, 23.0 CPU-s of controller in the window, against 35.7-54.1 s and 24.3-40.7 CPU-s in the eight runs before it that morning (41-50 µs); another at 08:15 UTC (48.2 µs): 41.0 s, 22.8 CPU-s. The controller's CPU in the window is below every run before; the wall time is within their spread; push session file at 10,000 agents 63 → 39 MB |",
