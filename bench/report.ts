@@ -412,6 +412,18 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p(
       `First change after the agent started (POST /v1/deployments, cold): hook started ${ms(l.push.coldHookStartMs, 1)}, COMPLETE ${ms(l.push.coldCompleteMs, 1)}.`,
     );
+    if (l.push.oneNode && l.push.oneNode.completeMs.p99 > 500) {
+      p(
+        `Back to back to one node, COMPLETE's p99 (${ms(l.push.oneNode.completeMs.p99, 1)}) is the per-node signal rate limit (SPEC §3: a burst of 20, then 5 a second):`,
+      );
+      p(
+        'a change every ~30 ms signals faster than that, and a signal past the burst is answered 429 and sent again after its',
+      );
+      p(
+        '`Retry-After` (the controller logs it `rate_limited` on the signal route). Only a fetch that answers a wake-up is exempt;',
+      );
+      p('the hook itself starts at once, which is what the goal times.');
+    }
     p();
     const b = l.push.breakdown;
     if (b) {
