@@ -143,9 +143,7 @@ export class Poller {
     if (!this.#running || this.#polling || this.#timer === null) return;
     const healthy = this.#healthy();
     if (this.#dueLong === healthy || (healthy && this.#failures > 0)) return;
-    this.#t.clearTimeout(this.#timer);
-    this.#timer = null;
-    this.#schedule(!healthy);
+    this.#replan(!healthy);
   }
 
   /**
@@ -160,9 +158,7 @@ export class Poller {
     if (!this.#running || this.#polling) return;
     this.#failures++;
     this.#lastPollEnd = this.#t.now();
-    if (this.#timer !== null) this.#t.clearTimeout(this.#timer);
-    this.#timer = null;
-    this.#schedule();
+    this.#replan();
   }
 
   /**
@@ -178,17 +174,26 @@ export class Poller {
     this.#failures = 0;
     this.#floorMs = 0;
     this.#lastPollEnd = this.#t.now();
-    if (this.#timer !== null) this.#t.clearTimeout(this.#timer);
-    this.#timer = null;
-    this.#schedule();
+    this.#replan();
   }
 
   /** Stops polling; a poll in flight finishes. Idempotent. */
   stop(): void {
     this.#stopped = true;
     this.#running = false;
+    this.#cancel();
+  }
+
+  /** Drops the planned poll, if any. */
+  #cancel(): void {
     if (this.#timer !== null) this.#t.clearTimeout(this.#timer);
     this.#timer = null;
+  }
+
+  /** Drops the planned poll and plans the next one anew (`spread`: see #schedule). */
+  #replan(spread = false): void {
+    this.#cancel();
+    this.#schedule(spread);
   }
 
   /**
