@@ -110,7 +110,10 @@ export async function startController(a: ControllerArgs): Promise<ControllerProc
   // HERALD_BENCH_CONTROLLER_WRAP: a command the controller runs under, for diagnosis (e.g.
   // `heaptrack -o /tmp/ht`: where its native memory goes); words split on spaces
   const wrap = (process.env.HERALD_BENCH_CONTROLLER_WRAP ?? '').split(' ').filter(Boolean);
-  const argv = [process.execPath, ...HERALD_NODE_FLAGS, ...(a.nodeArgs ?? []), ...args];
+  // HERALD_BENCH_CONTROLLER_NODE_ARGS: node flags added after Herald's own (a later V8 flag wins), for
+  // experiments on the controller alone (its push workers inherit them), e.g. `--trace-gc`
+  const extraNode = (process.env.HERALD_BENCH_CONTROLLER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const argv = [process.execPath, ...HERALD_NODE_FLAGS, ...(a.nodeArgs ?? []), ...extraNode, ...args];
   const proc = track(
     spawn(wrap[0] ?? argv[0]!, [...wrap.slice(1), ...(wrap.length ? argv : argv.slice(1))], {
       stdio: ['ignore', fd, fd],

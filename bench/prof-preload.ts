@@ -2,13 +2,19 @@
  * Preloaded (`node --import .../prof-preload.js`) into the processes a profiled benchmark run
  * starts: SIGUSR2 starts the V8 CPU profiler, the next SIGUSR2 stops it and writes
  * `$HERALD_BENCH_PROFILE_DIR/<title>-<pid>-<k>.cpuprofile`. So a profile covers exactly the
- * window being measured (a fan-out run), not the set-up before it. Loads nothing else.
+ * window being measured (a fan-out run), not the set-up before it. With
+ * `HERALD_BENCH_PROFILE_HEAP=1` the same window also samples allocations, the collected ones
+ * included (what the collector had to deal with, not only what survived), into
+ * `<title>-<pid>-<k>.heapprofile` (`node dist/bench/prof-top.js --alloc <file>`). Loads nothing else.
  */
 import fs from 'node:fs';
 import { Session } from 'node:inspector';
 import path from 'node:path';
 
 const dir = process.env.HERALD_BENCH_PROFILE_DIR;
+const heap = process.env.HERALD_BENCH_PROFILE_HEAP === '1';
+/** Mean bytes between two sampled allocations (V8's default is 32 KiB; finer for a short window). */
+const HEAP_SAMPLING_INTERVAL_BYTES = 4_096;
 if (dir) {
   let session: Session | null = null;
   let k = 0;
@@ -19,20 +25,34 @@ if (dir) {
       s.post('Profiler.enable', () =>
         s.post('Profiler.setSamplingInterval', { interval: 200 }, () => s.post('Profiler.start')),
       );
+      if (heap)
+        // (the two include flags are V8's, newer than @types/node's type of these parameters)
+        s.post('HeapProfiler.startSampling', {
+          samplingInterval: HEAP_SAMPLING_INTERVAL_BYTES,
+          includeObjectsCollectedByMajorGC: true,
+          includeObjectsCollectedByMinorGC: true,
+        } as object);
       session = s;
       return;
     }
     const s = session;
     session = null;
-    s.post('Profiler.stop', (err, res) => {
-      if (!err && res) {
-        const title =
-          path.basename(process.argv[1] ?? 'node').replace(/\.js$/, '') +
-          (process.argv[2] ? `-${process.argv[2]}` : '');
-        fs.mkdirSync(dir, { recursive: true });
-        fs.writeFileSync(path.join(dir, `${title}-${process.pid}-${k++}.cpuprofile`), JSON.stringify(res.profile));
-      }
-      s.disconnect();
+    const title =
+      path.basename(process.argv[1] ?? 'node').replace(/\.js$/, '') + (process.argv[2] ? `-${process.argv[2]}` : '');
+    const base = path.join(dir, `${title}-${process.pid}-${k++}`);
+    fs.mkdirSync(dir, { recursive: true });
+    const cpuDone = (): void =>
+      s.post('Profiler.stop', (err, res) => {
+        if (!err && res) fs.writeFileSync(`${base}.cpuprofile`, JSON.stringify(res.profile));
+        s.disconnect();
+      });
+    if (!heap) {
+      cpuDone();
+      return;
+    }
+    s.post('HeapProfiler.stopSampling', (err, res) => {
+      if (!err && res) fs.writeFileSync(`${base}.heapprofile`, JSON.stringify(res.profile));
+      cpuDone();
     });
   };
   process.on('SIGUSR2', toggle);

@@ -1,7 +1,8 @@
 /**
  * `node dist/bench/prof-top.js <file.cpuprofile> [n]`: the functions with the most self time
  * and the most inclusive time in a V8 CPU profile (what `npm run bench -- --profile <dir>`
- * writes), for a first look without a browser. Flame graphs: open the file in Chrome DevTools
+ * writes), for a first look without a browser; `--alloc <file.heapprofile>`: the functions that
+ * allocated the most in the same window (`HERALD_BENCH_PROFILE_HEAP=1`). Flame graphs: open the file in Chrome DevTools
  * (Performance) or speedscope.
  */
 import fs from 'node:fs';
@@ -53,11 +54,52 @@ export function top(file: string, n = 25): string {
   return [...show(self, 'self time'), '', ...show(incl, 'inclusive time')].join('\n');
 }
 
+interface HeapNode {
+  callFrame: ProfNode['callFrame'];
+  selfSize: number;
+  children: HeapNode[];
+}
+
+/**
+ * The functions that allocated the most in a sampling heap profile (`HERALD_BENCH_PROFILE_HEAP=1`
+ * with `--profile`), by their own allocations and with their callees'.
+ */
+export function topAlloc(file: string, n = 25): string {
+  const root = (JSON.parse(fs.readFileSync(file, 'utf8')) as { head: HeapNode }).head;
+  const key = (x: HeapNode): string =>
+    `${x.callFrame.functionName || '(anonymous)'} ${x.callFrame.url.replace(/^.*\/(dist|node_modules)\//, '$1/')}:${x.callFrame.lineNumber + 1}`;
+  const self = new Map<string, number>();
+  const incl = new Map<string, number>();
+  let total = 0;
+  const walk = (x: HeapNode, above: ReadonlySet<string>): number => {
+    const k = key(x);
+    let sum = x.selfSize;
+    self.set(k, (self.get(k) ?? 0) + x.selfSize);
+    total += x.selfSize;
+    const here = above.has(k) ? above : new Set([...above, k]);
+    for (const c of x.children) sum += walk(c, here);
+    if (!above.has(k)) incl.set(k, (incl.get(k) ?? 0) + sum);
+    return sum;
+  };
+  walk(root, new Set());
+  const show = (m: Map<string, number>, title: string): string[] => [
+    `-- ${title} (of ${(total / 2 ** 20).toFixed(1)} MiB sampled)`,
+    ...[...m]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(
+        ([k, v]) => `${(v / 2 ** 20).toFixed(1).padStart(8)} MiB ${((v / total) * 100).toFixed(1).padStart(5)} %  ${k}`,
+      ),
+  ];
+  return [...show(self, 'allocated'), '', ...show(incl, 'allocated, callees included')].join('\n');
+}
+
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/^.*\//, ''))) {
-  const file = process.argv[2];
+  const alloc = process.argv[2] === '--alloc';
+  const [file, count] = process.argv.slice(alloc ? 3 : 2);
   if (!file) {
-    process.stderr.write('usage: node dist/bench/prof-top.js <file.cpuprofile> [n]\n');
+    process.stderr.write('usage: node dist/bench/prof-top.js [--alloc] <file.cpuprofile|file.heapprofile> [n]\n');
     process.exit(2);
   }
-  process.stdout.write(`${top(file, Number(process.argv[3] ?? 25))}\n`);
+  process.stdout.write(`${(alloc ? topAlloc : top)(file, Number(count ?? 25))}\n`);
 }
