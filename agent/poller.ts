@@ -1,13 +1,14 @@
 /**
  * Fallback polling (SPEC §4): every `intervalMs` (jittered ±10 %) the agent fetches with
  * If-None-Match whether or not push works; while push is healthy the interval stretches to
- * `healthyIntervalMs`, and drops back the moment the push connection closes (when the short
- * interval has already passed, at a random moment within one interval but not in its first
- * quarter, so a fleet that loses its controller does not poll it all at once, nor while it
- * redials them), and stretches again when push is healthy again
- * before that poll came. A failed poll is retried sooner, with backoff
- * and full jitter, never later than the normal interval. A wake-up's fetch that got an answer
- * counts as a poll: the interval runs from the last answer, whichever path brought it.
+ * `healthyIntervalMs`, and drops back the moment the push connection closes. When the short
+ * interval has already passed then, or would pass within the first quarter of one, the poll
+ * comes at a random moment within one interval but not in its first quarter, so a fleet that
+ * loses its controller does not poll it all at once, nor while it redials them. The interval
+ * stretches again when push is healthy again before that poll came. A failed poll is retried
+ * sooner, with backoff and full jitter, never later than the normal interval. A wake-up's fetch
+ * that got an answer counts as a poll: the interval runs from the last answer, whichever path
+ * brought it.
  */
 import { fullJitterMs, jittered } from '../protocol/backoff.js';
 import {
@@ -164,7 +165,7 @@ export class Poller {
   /**
    * A fetch outside a poll got its answer (the one a wake-up started, over either channel): the
    * agent holds the metadata as of now, as a poll would have left it, so the next poll is planned
-   * one interval from now, as after a poll (SPEC §4: the agent fetches every interval; this fetch
+   * anew, one interval (jittered afresh) from now, as after a poll (SPEC §4: the agent fetches every interval; this fetch
    * was one). Without it, a fleet that had just fetched a change polled again on the poll's old
    * schedule, and when the controller died those polls fell inside its redial. During a poll
    * nothing changes here: the poll's own result reschedules.
@@ -198,11 +199,14 @@ export class Poller {
 
   /**
    * Plans the next poll. `spread`: push was just lost; when the short interval has already
-   * passed since the last poll, the poll comes at a random moment within one interval rather
-   * than at once, and not in the first POLL_AFTER_PUSH_LOSS_MIN_FRACTION of it. A controller
-   * that dies drops every agent's push connection at the same moment, and 10,000 agents polling
-   * it at once while it restarts, or while it redials them, would only delay the redial that
-   * delivers their changes (`npm run bench`, crash run).
+   * passed since the last poll, or would pass within the first POLL_AFTER_PUSH_LOSS_MIN_FRACTION
+   * of one from now, the poll comes at a random moment within one interval from now, not in
+   * that first part of it. A controller that dies drops every agent's push connection at the
+   * same moment, and 10,000 agents polling it at once while it restarts, or while it redials
+   * them, would only delay the redial that delivers their changes (`npm run bench`, crash run).
+   * The second case matters because a change to the whole fleet plans every agent's next poll
+   * an interval from the same moment (`fetched`): a controller dying most of an interval later
+   * would otherwise meet those polls during its redial.
    */
   #schedule(spread = false): void {
     if (!this.#running) return;
@@ -221,8 +225,8 @@ export class Poller {
     }
     this.#floorMs = 0;
     const now = this.#t.now();
-    if (this.#lastPollEnd + delay < now && spread) {
-      const least = Math.floor(delay * POLL_AFTER_PUSH_LOSS_MIN_FRACTION);
+    const least = Math.floor(delay * POLL_AFTER_PUSH_LOSS_MIN_FRACTION);
+    if (spread && this.#lastPollEnd + delay < now + least) {
       this.#dueAt = now + least + Math.floor(this.#random() * (delay - least));
     } else {
       this.#dueAt = Math.max(now, this.#lastPollEnd + delay);
@@ -247,6 +251,6 @@ export class Poller {
     this.#failures = ok ? 0 : this.#failures + 1;
     if (ok) this.#floorMs = 0;
     this.#lastPollEnd = this.#t.now();
-    this.#schedule();
+    this.#replan(); // (a stop() and start() while the poll ran planned one already)
   }
 }

@@ -222,10 +222,11 @@ export const POLL_INTERVAL_HEALTHY_MS = 600_000;
 /** Poll jitter, as a fraction either way. */
 export const POLL_JITTER_FRACTION = 0.1;
 /**
- * When push is lost and a poll is already overdue, it comes at a random moment in the rest of one
- * interval after this fraction of it (30 s of the 120 s default, the longest a controller waits
- * between redials of a node, RECONNECT_BACKOFF_MAX_MS): a controller that restarts redials its
- * fleet first, and polls in those seconds only compete with the redials for its CPU.
+ * When push is lost and a poll is already overdue, or due within this fraction of an interval, it
+ * comes at a random moment in the rest of one interval after this fraction of it (30 s of the
+ * 120 s default, the longest a controller waits between redials of a node,
+ * RECONNECT_BACKOFF_MAX_MS): a controller that restarts redials its fleet first, and polls in
+ * those seconds only compete with the redials for its CPU.
  */
 export const POLL_AFTER_PUSH_LOSS_MIN_FRACTION = 0.25;
 

@@ -88,10 +88,11 @@ describe('poller', () => {
     p.start(true);
     await clock.advance(0);
     expect(p.nextDueAt).toBe(600_000);
-    await clock.advance(100_000);
+    await clock.advance(50_000);
     healthy = false;
     p.pushChanged();
     expect(p.nextDueAt).toBe(120_000);
+    await clock.advance(50_000);
     await clock.advance(20_000);
     expect(at).toEqual([0, 120_000]);
     expect(p.nextDueAt).toBe(240_000);
@@ -163,6 +164,59 @@ describe('poller', () => {
     expect(at).toEqual([0, 508_000]);
   });
 
+  it('push lost most of an interval after a fetched wake-up: the poll due in the redial is spread over the interval after it', async () => {
+    // a change to the whole fleet plans every agent's next poll an interval from the same moment
+    let healthy = false;
+    const { clock, p, at } = poller({ healthy: () => healthy });
+    p.start(true);
+    await clock.advance(0);
+    await clock.advance(100_000);
+    p.fetched();
+    expect(p.nextDueAt).toBe(220_000);
+    healthy = true;
+    p.pushChanged(); // the long interval, from the fetch
+    expect(p.nextDueAt).toBe(700_000);
+    await clock.advance(102_000);
+    healthy = false;
+    p.pushChanged(); // lost at 202 s: the short interval from the fetch would poll at 220 s, 18 s later
+    const least = 120_000 * 0.25;
+    expect(p.nextDueAt).toBe(202_000 + least + 0.5 * (120_000 - least));
+    await clock.advance(least + 44_999);
+    expect(at).toEqual([0]);
+    await clock.advance(1);
+    expect(at).toEqual([0, 277_000]);
+  });
+
+  it('a poll that ends after a stop() and start() leaves one poll planned, not two', async () => {
+    let release: (() => void) | undefined;
+    const clock = new FakeClock();
+    const at: number[] = [];
+    const p = new Poller({
+      intervalMs: 120_000,
+      healthyIntervalMs: 600_000,
+      timers: clock,
+      random: () => 0.5,
+      isPushHealthy: () => false,
+      poll: () => {
+        at.push(clock.t);
+        return new Promise<boolean>((r) => {
+          release = () => r(true);
+        });
+      },
+    });
+    p.start(true);
+    await clock.advance(1_000);
+    p.stop();
+    p.start(); // plans a poll an interval from now, while the first one is still running
+    await clock.advance(1_000);
+    release?.();
+    await clock.advance(0);
+    expect(p.nextDueAt).toBe(122_000);
+    await clock.advance(300_000);
+    // one poll at 122 s and, that one never ending, none after it
+    expect(at).toEqual([0, 122_000]);
+  });
+
   it('a fetch answered before start, after stop or during a poll plans nothing of its own', async () => {
     let release: (() => void) | undefined;
     const clock = new FakeClock();
@@ -179,6 +233,8 @@ describe('poller', () => {
     });
     p.fetched();
     expect(p.nextDueAt).toBeNull();
+    await clock.advance(200_000);
+    expect(p.polls).toBe(0);
     p.start(true);
     await clock.advance(0);
     await clock.advance(5_000);
@@ -187,10 +243,12 @@ describe('poller', () => {
     expect(p.nextDueAt).toBeNull();
     release?.();
     await clock.advance(0);
-    expect(p.nextDueAt).toBe(125_000);
+    expect(p.nextDueAt).toBe(200_000 + 5_000 + 120_000);
     p.stop();
     p.fetched();
     expect(p.nextDueAt).toBeNull();
+    await clock.advance(600_000);
+    expect(p.polls).toBe(1);
   });
 
   it('honours a Retry-After floor on the retry, once', async () => {
