@@ -1,11 +1,18 @@
 /**
- * A node's deployment metadata (SPEC §5), shaped as Heat shapes it, built once per (node,
+ * A node's deployment metadata (SPEC §5), shaped as Heat shapes it, encoded once per (node,
  * generation) and kept with its digest; only the small JWS is signed per response. Hidden input
  * values are in here on purpose: the agent needs them, and only that agent can read them.
+ *
+ * The body is written as JSON text directly, not built as objects and then stringified: what a
+ * config contributes to every item it feeds (its group, script, input declarations, outputs and
+ * options) is encoded once per config record and reused by every node's document, so a fetch
+ * encodes only the node's own values. The text is exactly `JSON.stringify` of the document the
+ * types in protocol/heat.ts describe (test/controller/metadata-encoder.test.ts holds the two
+ * side by side).
  */
 import { sha256b64url } from '../protocol/metadata.js';
-import type { MetadataDocument, MetadataInput, MetadataItem } from '../protocol/heat.js';
 import { METADATA_CACHE_ENTRIES } from '../protocol/limits.js';
+import type { ConfigRecord } from './records.js';
 import type { MetadataDeployment, MetadataSource } from './store.js';
 
 export const SIGNAL_TRANSPORT = 'HERALD_SIGNAL';
@@ -17,8 +24,8 @@ export interface BuiltMetadata {
   sha256: string;
 }
 
-/** Heat's descriptions of the derived inputs. */
-const DERIVED_DESCRIPTIONS: Record<string, string> = {
+/** Heat's derived inputs, in Heat's order, with its descriptions. */
+const DERIVED_DESCRIPTIONS = {
   deploy_server_id: 'ID of the server being deployed to',
   deploy_action: 'Name of the current action being deployed',
   deploy_stack_id: 'ID of the stack this deployment belongs to',
@@ -26,38 +33,115 @@ const DERIVED_DESCRIPTIONS: Record<string, string> = {
   deploy_signal_transport: 'How the server should signal to heat with the deployment output values.',
   deploy_signal_id: 'ID of signal to use for signaling output values',
   deploy_signal_verb: 'HTTP verb to use for signaling outputvalues',
-};
+} as const;
+type Derived = keyof typeof DERIVED_DESCRIPTIONS;
+
+const J = JSON.stringify;
+
+/** `{"name":<k>,"type":"String","value":` and `,"description":<text>}` of each derived input. */
+const DERIVED_PARTS = Object.fromEntries(
+  Object.entries(DERIVED_DESCRIPTIONS).map(([k, d]) => [
+    k,
+    { head: `{"name":${J(k)},"type":"String","value":`, tail: `,"description":${J(d)}}` },
+  ]),
+) as Record<Derived, { head: string; tail: string }>;
+
+/** What a config puts in every item it feeds, as JSON text. */
+interface ConfigParts {
+  /** `,"group":<group>,"creation_time":` */
+  group: string;
+  /** `,"config":<config>,"inputs":[` */
+  config: string;
+  inputs: DeclaredInput[];
+  declared: ReadonlySet<string>;
+  /** `],"outputs":[…],"options":{…},"deployment_id":` */
+  tail: string;
+}
+
+interface DeclaredInput {
+  name: string;
+  /** `{"name":<name>,"type":<type>` */
+  head: string;
+  /** The value when the revision gives none: the default, else `empty`. */
+  fallback: string;
+  /** The value when the revision's or the default is null: '' for a String, null otherwise. */
+  empty: string;
+  /** `,"description":<text>` or '' */
+  description: string;
+}
+
+/** Configs never change: a record's parts are encoded the first time a document needs them. */
+const partsOf = new WeakMap<ConfigRecord, ConfigParts>();
+
+function configParts(c: ConfigRecord): ConfigParts {
+  let p = partsOf.get(c);
+  if (p !== undefined) return p;
+  const inputs = c.inputs.map((i): DeclaredInput => {
+    const empty = i.type === 'String' ? '""' : 'null';
+    return {
+      name: i.name,
+      head: `{"name":${J(i.name)},"type":${J(i.type)}`,
+      fallback: i.default === undefined || i.default === null ? empty : J(i.default),
+      empty,
+      description: i.description !== undefined ? `,"description":${J(i.description)}` : '',
+    };
+  });
+  const outputs = c.outputs.map((o) => ({
+    name: o.name,
+    type: o.type,
+    error_output: o.error_output,
+    ...(o.description !== undefined ? { description: o.description } : {}),
+  }));
+  p = {
+    group: `${member('group', c.group)},"creation_time":`,
+    config: `${member('config', c.config)},"inputs":[`,
+    inputs,
+    declared: new Set(c.inputs.map((i) => i.name)),
+    tail: `]${member('outputs', outputs)}${member('options', c.options)},"deployment_id":`,
+  };
+  partsOf.set(c, p);
+  return p;
+}
+
+/** `,"<key>":<value>`, or nothing where JSON.stringify leaves the member out (an undefined value). */
+function member(key: string, value: unknown): string {
+  const v = J(value) as string | undefined;
+  return v === undefined ? '' : `,${J(key)}:${v}`;
+}
 
 /**
- * The document for `src`. `signalUrl(node, deploymentId)` gives `deploy_signal_id`.
- * Sorted by name (the deployment's, else its config's), then creation time, then id.
+ * The document for `src` as JSON text. `signalUrl(node, deploymentId)` gives `deploy_signal_id`;
+ * `hiddenOf(d)` the names of the inputs to flag hidden. Items sorted by name (the deployment's,
+ * else its config's), then creation time, then id.
  */
-export function buildMetadataDocument(
+export function encodeMetadataDocument(
   src: MetadataSource,
   signalUrl: (node: string, deploymentId: string) => string,
   hiddenOf: (d: MetadataDeployment) => ReadonlySet<string>,
-): MetadataDocument {
-  const items: MetadataItem[] = src.entries.map(({ deployment: d, config: c, cluster }) => {
+): string {
+  const items = src.entries.map(({ deployment: d, config: c, cluster }) => {
     const r = d.current;
     const name = d.name ?? c.name;
-    const inputs: MetadataInput[] = [];
-    const declared = new Set<string>();
+    const p = configParts(c);
     const hidden = hiddenOf(d);
-    for (const i of c.inputs) {
-      declared.add(i.name);
-      const v = Object.hasOwn(r.inputValues, i.name) ? r.inputValues[i.name] : i.default;
-      const input: MetadataInput = { name: i.name, type: i.type, value: v ?? (i.type === 'String' ? '' : null) };
-      if (i.description !== undefined) input.description = i.description;
-      if (hidden.has(i.name)) input.hidden = true;
-      inputs.push(input);
+    const values = r.inputValues;
+    let inputs = '';
+    const sep = (): string => (inputs === '' ? '' : ',');
+    for (const i of p.inputs) {
+      let v: string | undefined;
+      if (Object.hasOwn(values, i.name)) {
+        const given = values[i.name];
+        v = given === undefined || given === null ? i.empty : J(given);
+      } else v = i.fallback;
+      inputs += `${sep()}${i.head}${v === undefined ? '' : `,"value":${v}`}${i.description}${hidden.has(i.name) ? ',"hidden":true}' : '}'}`;
     }
-    for (const [k, v] of Object.entries(r.inputValues)) {
-      if (declared.has(k)) continue;
-      const input: MetadataInput = { name: k, type: 'String', value: typeof v === 'string' ? v : JSON.stringify(v) };
-      if (hidden.has(k)) input.hidden = true;
-      inputs.push(input);
+    for (const k in values) {
+      if (!Object.hasOwn(values, k) || p.declared.has(k)) continue;
+      const v = values[k];
+      const text = (typeof v === 'string' ? v : J(v)) as string | undefined;
+      inputs += `${sep()}{"name":${J(k)},"type":"String"${text === undefined ? '' : `,"value":${J(text)}`}${hidden.has(k) ? ',"hidden":true}' : '}'}`;
     }
-    const derived: Record<string, string> = {
+    const derived: Record<Derived, string> = {
       deploy_server_id: d.node,
       deploy_action: r.action,
       deploy_stack_id: cluster ? `${cluster.name}/${cluster.id}` : `herald/${d.id}`,
@@ -66,31 +150,19 @@ export function buildMetadataDocument(
       deploy_signal_id: signalUrl(d.node, d.id),
       deploy_signal_verb: 'POST',
     };
-    for (const [k, v] of Object.entries(derived))
-      inputs.push({ name: k, type: 'String', value: v, description: DERIVED_DESCRIPTIONS[k]! });
-    return {
-      id: r.itemId,
-      name,
-      group: c.group,
-      creation_time: d.createdAt,
-      config: c.config,
-      inputs,
-      outputs: c.outputs.map((o) => ({
-        name: o.name,
-        type: o.type,
-        error_output: o.error_output,
-        ...(o.description !== undefined ? { description: o.description } : {}),
-      })),
-      options: c.options,
-      deployment_id: d.id,
-      revision: r.revision,
-      signalled: r.signalled,
-    };
+    for (const k in derived) {
+      const part = DERIVED_PARTS[k as Derived];
+      inputs += `${sep()}${part.head}${J(derived[k as Derived])}${part.tail}`;
+    }
+    const json =
+      `{"id":${J(r.itemId)},"name":${J(name)}${p.group}${J(d.createdAt)}${p.config}${inputs}${p.tail}` +
+      `${J(d.id)},"revision":${J(r.revision)},"signalled":${r.signalled ? 'true' : 'false'}}`;
+    return { name, createdAt: d.createdAt, id: d.id, json };
   });
-  items.sort(
-    (a, b) => cmp(a.name, b.name) || cmp(a.creation_time, b.creation_time) || cmp(a.deployment_id, b.deployment_id),
-  );
-  return { node: src.node.id, generation: src.node.generation, deployments: items };
+  items.sort((a, b) => cmp(a.name, b.name) || cmp(a.createdAt, b.createdAt) || cmp(a.id, b.id));
+  let deployments = '';
+  for (const it of items) deployments += deployments === '' ? it.json : `,${it.json}`;
+  return `{"node":${J(src.node.id)},"generation":${J(src.node.generation)},"deployments":[${deployments}]}`;
 }
 
 function cmp(a: string, b: string): number {
@@ -115,25 +187,20 @@ export class MetadataCache {
     return hit;
   }
 
-  /** Encodes `doc`, keeps it for its node unless a newer generation is kept already, and returns it. */
-  put(doc: MetadataDocument): BuiltMetadata {
-    const body = Buffer.from(JSON.stringify(doc), 'utf8');
-    const built: BuiltMetadata = { node: doc.node, generation: doc.generation, body, sha256: sha256b64url(body) };
-    const had = this.#entries.get(doc.node);
+  /** Keeps `json`, the document of (node, generation), with its digest unless a newer generation is kept already, and returns it. */
+  put(node: string, generation: number, json: string): BuiltMetadata {
+    const body = Buffer.from(json, 'utf8');
+    const built: BuiltMetadata = { node, generation, body, sha256: sha256b64url(body) };
+    const had = this.#entries.get(node);
     if (had && had.generation > built.generation) return built; // (two builds raced; the newer stays)
-    this.#entries.delete(doc.node);
-    this.#entries.set(doc.node, built);
+    this.#entries.delete(node);
+    this.#entries.set(node, built);
     while (this.#entries.size > this.#max) {
       const oldest = this.#entries.keys().next();
       if (oldest.done) break;
       this.#entries.delete(oldest.value);
     }
     return built;
-  }
-
-  /** The body for (node, generation), building it with `build` when not cached. */
-  get(node: string, generation: number, build: () => MetadataDocument): BuiltMetadata {
-    return this.peek(node, generation) ?? this.put(build());
   }
 
   delete(node: string): void {

@@ -16,7 +16,7 @@ import { hostInSans, parseEndpoint } from './endpoint.js';
 import { GroupCommitter } from './group-commit.js';
 import { LiveOutputService } from './live-output.js';
 import type { EventBus } from './events.js';
-import { buildMetadataDocument, MetadataCache, type BuiltMetadata } from './metadata-builder.js';
+import { encodeMetadataDocument, MetadataCache, type BuiltMetadata } from './metadata-builder.js';
 import type { ControllerMetrics } from './metrics.js';
 import type { PushService } from './push-types.js';
 import { recordSignal } from './signal.js';
@@ -505,29 +505,29 @@ export class ControllerService {
     // one snapshot: the node (its generation) and its deployments are read together
     const src = await this.store.metadataSource(node);
     if (!src) throw new HeraldError('not_found', `no node ${node}`);
-    // as hiddenInputsOf, from the configs the snapshot read with the deployments: one set per cluster
+    // as hiddenInputsOf, from the configs the snapshot read with the deployments: one set per
+    // cluster, joined with a deployment's own only when its own config hides any
     const byCluster = new Map<string, Set<string>>();
-    const hidden = new Map<string, Set<string>>();
+    const hidden = new Map<string, ReadonlySet<string>>();
     for (const e of src.entries) {
-      let names: Set<string>;
-      if (e.cluster === null) names = hiddenNames(e.config);
-      else {
+      const own = hiddenNames(e.config);
+      let names: ReadonlySet<string> = own;
+      if (e.cluster !== null) {
         let ofCluster = byCluster.get(e.cluster.id);
         if (ofCluster === undefined) {
           ofCluster = hiddenNames(...e.cluster.configs);
           byCluster.set(e.cluster.id, ofCluster);
         }
-        names = new Set([...ofCluster, ...hiddenNames(e.config)]);
+        names = own.size === 0 ? ofCluster : new Set([...ofCluster, ...own]);
       }
       hidden.set(e.deployment.id, names);
     }
-    return this.#cache.put(
-      buildMetadataDocument(
-        src,
-        (nd, id) => this.signalUrl(nd, id),
-        (d) => hidden.get(d.id)!,
-      ),
+    const json = encodeMetadataDocument(
+      src,
+      (nd, id) => this.signalUrl(nd, id),
+      (d) => hidden.get(d.id)!,
     );
+    return this.#cache.put(src.node.id, src.node.generation, json);
   }
 
   signalUrl(node: string, deploymentId: string): string {
