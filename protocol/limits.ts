@@ -370,7 +370,10 @@ export const NODE_MAX_SEMI_SPACE_BYTES = 2 * 1024 * 1024;
  * for each TLS connection it holds, and only their first pages are ever written (a record or
  * two). Carved from the heap, they land on memory that earlier allocations (handshakes, IPC)
  * dirtied, and count in full; mapped on their own, they cost the pages written. A push worker
- * holds thousands of such connections for days (BENCHMARKS.md, memory per agent).
+ * holds thousands of such connections for days (BENCHMARKS.md, memory per agent). The price:
+ * OpenSSL's ~17 KB record buffers, taken and given back for each record, are mapped too (~40 µs
+ * of CPU a round trip, `node dist/bench/tls-record-cost.js`; not seen beyond the spread in a
+ * fan-out, docs/development.md).
  */
 export const PUSH_WORKER_MMAP_THRESHOLD_BYTES = 16 * 1024;
 /**
