@@ -505,7 +505,11 @@ export function findings(r: BenchResults): string[] {
       `protocol, warmed up, used ${f(fl.cpuPerAgentMs, 2)} ms of CPU per agent at N = ${n}; its lean agents had acked every wake-up after ${f(fl.allAckedMs / 1000, 2)} s`,
     );
     p(
-      `and checked every fetch after ${f(fl.allFetchedMs / 1000, 2)} s. Herald's controller used ${f(cpu, 2)} ms per agent, ${f(cpu / fl.cpuPerAgentMs, 2)}× the floor; the goal of`,
+      `and checked every fetch after ${f(fl.allFetchedMs / 1000, 2)} s. Herald's controller used ${f(cpu, 2)} ms per agent${
+        big.runs.length > 1
+          ? ` (the median of ${big.runs.length} runs: ${big.runs.map((x) => f((1000 * x.controllerCpuS) / big.n, 2)).join(', ')} ms)`
+          : ''
+      }, ${f(cpu / fl.cpuPerAgentMs, 2)}× the floor; the goal of`,
     );
     p(
       `${CPU_PER_AGENT_GOAL_MS} ms was set at ${f(GOAL_MARGIN, 2)}× the issue's prototype (${PROTOTYPE_CPU_PER_AGENT_MS} ms, on the CPU of 23 µs a signature). ${
@@ -530,10 +534,13 @@ export function findings(r: BenchResults): string[] {
     p("API's process and the push worker, and the bookkeeping of each");
     p('wake-up (its slot and timer, push states, metrics, the acknowledged generation written back).');
     p(
-      "A fetch's document timed alone (2026-12-05, a 10,000-node cluster, the cache missed) takes 43-48 µs an agent: the normalised read",
+      "A fetch's own work timed alone (2026-12-05, a 10,000-node cluster, the cache missed): the normalised read 16-17 µs and the node's",
     );
     p(
-      "16-17 µs, the body's `JSON.stringify` ~10 µs and its SHA-256 ~9 µs; the floor reads one row and hashes a prebuilt body, so ~25-30 µs",
+      'row before it ~4 µs; the document, written as JSON text from parts encoded once per config since a6d59ab, 8 µs with its Buffer',
+    );
+    p(
+      '(11-12 µs built as objects and stringified); its SHA-256 ~2 µs. The floor reads one row and hashes a prebuilt body, so ~20-25 µs',
     );
     p(
       "of it is Herald's own. The main process allocates 43 KB an agent in a fan-out, and its collector takes ~18 % of its CPU: thousands",
@@ -544,8 +551,18 @@ export function findings(r: BenchResults): string[] {
     p(
       'controller (interleaved runs at N = 5,000: ahead of 2 MiB in two pairs, behind in the third, against a floor that moved 1.33-2.25 s',
     );
+    p('within the hour; 7-9 KB more memory per agent at 16 MiB).');
     p(
-      'within the hour; 7-9 KB more memory per agent at 16 MiB). docs/development.md, "Measured 2026-12-05", has the figures.',
+      "On-CPU samples of a first change at 10,000 (2026-12-05) put 62 % of the controller's samples in the push worker, and ~18 % of those",
+    );
+    p(
+      "in mapping and unmapping OpenSSL's per-record buffers (released after each record) under the worker's 16 KiB mmap threshold, the",
+    );
+    p(
+      'price of its ~7 KB less memory an agent: ~40 µs of CPU a round trip timed alone (`node dist/bench/tls-record-cost.js`), and in',
+    );
+    p(
+      'interleaved fan-outs at 5,000 (16, 64 and 128 KiB) not beyond the spread, so kept. docs/development.md, "Measured 2026-12-05", has the figures.',
     );
     if (big.warmup)
       p(
