@@ -42,9 +42,11 @@ class FakeClock implements Timers {
   }
 }
 
-function poller(o: { healthy?: () => boolean; ok?: () => boolean; random?: () => number } = {}) {
+/** A poller on a fake clock; `held`: each poll stays in flight until `release()`. */
+function poller(o: { healthy?: () => boolean; ok?: () => boolean; random?: () => number; held?: boolean } = {}) {
   const clock = new FakeClock();
   const at: number[] = [];
+  let releaseHeld: (() => void) | undefined;
   const p = new Poller({
     intervalMs: 120_000,
     healthyIntervalMs: 600_000,
@@ -53,10 +55,11 @@ function poller(o: { healthy?: () => boolean; ok?: () => boolean; random?: () =>
     isPushHealthy: o.healthy ?? (() => false),
     poll: async () => {
       at.push(clock.t);
+      if (o.held) await new Promise<void>((r) => (releaseHeld = r));
       return o.ok ? o.ok() : true;
     },
   });
-  return { clock, p, at };
+  return { clock, p, at, release: () => releaseHeld?.() };
 }
 
 describe('poller', () => {
@@ -188,28 +191,13 @@ describe('poller', () => {
   });
 
   it('a poll that ends after a stop() and start() leaves one poll planned, not two', async () => {
-    let release: (() => void) | undefined;
-    const clock = new FakeClock();
-    const at: number[] = [];
-    const p = new Poller({
-      intervalMs: 120_000,
-      healthyIntervalMs: 600_000,
-      timers: clock,
-      random: () => 0.5,
-      isPushHealthy: () => false,
-      poll: () => {
-        at.push(clock.t);
-        return new Promise<boolean>((r) => {
-          release = () => r(true);
-        });
-      },
-    });
+    const { clock, p, at, release } = poller({ held: true });
     p.start(true);
     await clock.advance(1_000);
     p.stop();
     p.start(); // plans a poll an interval from now, while the first one is still running
     await clock.advance(1_000);
-    release?.();
+    release();
     await clock.advance(0);
     expect(p.nextDueAt).toBe(122_000);
     await clock.advance(300_000);
