@@ -23,18 +23,14 @@ import { parseArgs } from 'node:util';
 import { pkiPaths } from '../certs/paths.js';
 import { initPki, issueCert } from '../certs/pki.js';
 import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
-
-interface Sample {
-  cpuUs: number;
-  rss: number;
-}
+import { procSample, type ProcSample } from './util.js';
 
 const ANSWER_BYTES = 3_000;
 const ASK_BYTES = 200;
 /** Connections opened at once while the fleet is set up. */
 const CONNECT_BATCH = 250;
 
-/** The answering end: a TLS server that answers each message; reports its CPU and RSS when asked. */
+/** The answering end: a TLS server that answers each message (its CPU and RSS read from /proc). */
 function child(dir: string): void {
   const p = pkiPaths(dir);
   const answer = Buffer.alloc(ANSWER_BYTES, 'x');
@@ -42,7 +38,6 @@ function child(dir: string): void {
     {
       key: fs.readFileSync(p.key('agent', 'bench-server')),
       cert: fs.readFileSync(p.cert('agent', 'bench-server')),
-      ca: fs.readFileSync(p.caCrt),
     },
     (sock) => {
       sock.on('data', () => sock.write(answer));
@@ -50,10 +45,6 @@ function child(dir: string): void {
     },
   );
   server.listen(0, '127.0.0.1', () => process.send?.({ port: (server.address() as { port: number }).port }));
-  process.on('message', () => {
-    const u = process.cpuUsage();
-    process.send?.({ cpuUs: u.user + u.system, rss: process.memoryUsage().rss } satisfies Sample);
-  });
 }
 
 async function measure(dir: string, threshold: string, conns: number, rounds: number): Promise<string> {
@@ -63,13 +54,13 @@ async function measure(dir: string, threshold: string, conns: number, rounds: nu
   const kid = fork(fileURLToPath(import.meta.url), ['--child', dir], { env, execArgv: [...HERALD_NODE_FLAGS] });
   try {
     const { port } = await new Promise<{ port: number }>((resolve) => kid.once('message', resolve as never));
-    const sample = (): Promise<Sample> =>
-      new Promise((resolve) => {
-        kid.once('message', resolve as never);
-        kid.send('sample');
-      });
+    const sample = (): ProcSample => {
+      const got = procSample(kid.pid!);
+      if (got === null) throw new Error('the answering process is gone');
+      return got;
+    };
     const ca = fs.readFileSync(pkiPaths(dir).caCrt);
-    const before = await sample();
+    const before = sample();
     const socks: tls.TLSSocket[] = [];
     for (let i = 0; i < conns; i += CONNECT_BATCH) {
       const batch = Array.from(
@@ -82,7 +73,7 @@ async function measure(dir: string, threshold: string, conns: number, rounds: nu
       );
       socks.push(...(await Promise.all(batch)));
     }
-    const connected = await sample();
+    const connected = sample();
     const ask = Buffer.alloc(ASK_BYTES, 'a');
     for (let r = 0; r < rounds; r++) {
       await Promise.all(
@@ -102,10 +93,11 @@ async function measure(dir: string, threshold: string, conns: number, rounds: nu
         ),
       );
     }
-    const after = await sample();
+    const after = sample();
     for (const s of socks) s.destroy();
-    const perTrip = (after.cpuUs - connected.cpuUs) / (conns * rounds);
-    const rssKb = (after.rss - before.rss) / conns / 1024;
+    const cpuS = (x: ProcSample): number => x.cpuPreciseS ?? x.cpuS;
+    const perTrip = (1e6 * (cpuS(after) - cpuS(connected))) / (conns * rounds);
+    const rssKb = (after.rssKb - before.rssKb) / conns;
     return `threshold ${threshold.padEnd(7)}  ${perTrip.toFixed(1).padStart(6)} µs of CPU per round trip   ${rssKb.toFixed(1).padStart(5)} KB of RSS per connection`;
   } finally {
     kid.kill();
