@@ -19,7 +19,11 @@ import type { Registry } from 'prom-client';
 import type { MaterialPaths } from '../certs/paths.js';
 import { ConfigError } from '../protocol/errors.js';
 import type { Ed25519PrivateJwk } from '../protocol/jws.js';
-import { PUSH_WORKER_MMAP_THRESHOLD_BYTES, RECONNECT_BACKOFF_MAX_MS } from '../protocol/limits.js';
+import {
+  MAX_PUSH_REQUESTS_ANSWERING,
+  PUSH_WORKER_MMAP_THRESHOLD_BYTES,
+  RECONNECT_BACKOFF_MAX_MS,
+} from '../protocol/limits.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { FromWorker, PushTuning, ToWorker, ToWorkerCommand } from './push-ipc.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
@@ -57,6 +61,8 @@ export interface PushPoolOptions {
   tuning?: PushTuning;
   /** The file worker `i` keeps its TLS sessions with the agents in (none: in memory only). */
   sessionFile?: (worker: number) => string;
+  /** Requests answered at once (default MAX_PUSH_REQUESTS_ANSWERING). */
+  requestsAnswering?: number;
 }
 
 interface Shard {
@@ -71,6 +77,17 @@ interface Shard {
   restarts: number;
   connected: number;
   closedWaiter: (() => void) | null;
+}
+
+/** Taken requests at the head of the queue past which it is copied down (see #pumpRequests). */
+const REQUEST_QUEUE_COMPACT_AT = 4_096;
+
+/** A worker's request waiting for the handler; `child` is the worker that asked. */
+interface QueuedRequest {
+  s: Shard;
+  child: ChildProcess;
+  id: number;
+  r: PushRequest;
 }
 
 /** The compiled worker beside this module, or under dist/ when this module runs from source. */
@@ -91,7 +108,12 @@ export function shardOf(node: string, shards: number): number {
 }
 
 export class PushPool implements PushService {
-  readonly #o: PushPoolOptions & { workers: number; workerScript: string; tuning: PushTuning };
+  readonly #o: PushPoolOptions & {
+    workers: number;
+    workerScript: string;
+    tuning: PushTuning;
+    requestsAnswering: number;
+  };
   readonly #log: Logger;
   readonly #metrics: PushMetricsSink;
   readonly #events = new EventEmitter();
@@ -99,13 +121,23 @@ export class PushPool implements PushService {
   readonly #targets = new Map<string, PushTarget>();
   readonly #states = new Map<string, PushState>();
   #requestHandler: PushRequestHandler | null = null;
+  /** Requests waiting for the handler, oldest first from `#requestsHead` (see MAX_PUSH_REQUESTS_ANSWERING). */
+  #requests: QueuedRequest[] = [];
+  #requestsHead = 0;
+  #answering = 0;
   #started = false;
   #closed = false;
   #closing: Promise<void> | null = null;
 
   /** @throws ConfigError naming a bad option (worker count, missing worker script) */
   constructor(opts: PushPoolOptions) {
-    const o = { workers: 1, workerScript: defaultWorkerScript(), tuning: {}, ...opts };
+    const o = {
+      workers: 1,
+      workerScript: defaultWorkerScript(),
+      tuning: {},
+      requestsAnswering: MAX_PUSH_REQUESTS_ANSWERING,
+      ...opts,
+    };
     if (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_PUSH_WORKERS) {
       throw new ConfigError(`--push-workers must be a whole number from 1 to ${MAX_PUSH_WORKERS}`, {
         field: 'workers',
@@ -188,6 +220,11 @@ export class PushPool implements PushService {
   }
 
   /** Worker process ids, for tests and diagnostics. */
+  /** Workers' requests waiting for their turn at the handler (not those being answered). */
+  get requestsWaiting(): number {
+    return this.#requests.length - this.#requestsHead;
+  }
+
   get workerPids(): number[] {
     return this.#shards.flatMap((s) => (s.child?.pid !== undefined ? [s.child.pid] : []));
   }
@@ -370,22 +407,50 @@ export class PushPool implements PushService {
     }
   }
 
-  /** Answers a worker's request; dropped when that worker has been replaced meanwhile (its agent times out). */
+  /**
+   * Queues a worker's request for the handler: at most `requestsAnswering` are answered at once,
+   * in arrival order. One from a worker replaced meanwhile is dropped (its agent times out).
+   */
   #answerRequest(s: Shard, id: number, r: PushRequest): void {
-    const child = s.child;
+    if (s.child === null) return;
+    this.#requests.push({ s, child: s.child, id, r });
+    this.#pumpRequests();
+  }
+
+  #pumpRequests(): void {
+    while (this.#answering < this.#o.requestsAnswering && this.#requestsHead < this.#requests.length) {
+      const q = this.#requests[this.#requestsHead++]!;
+      if (q.s.child !== q.child) continue;
+      this.#answering++;
+      void this.#answerOne(q).finally(() => {
+        this.#answering--;
+        this.#pumpRequests();
+      });
+    }
+    if (this.#requestsHead === this.#requests.length) {
+      this.#requests = [];
+      this.#requestsHead = 0;
+    } else if (this.#requestsHead > REQUEST_QUEUE_COMPACT_AT) {
+      // a steady stream that never drains: drop the answered head now and then, not on every take
+      this.#requests = this.#requests.slice(this.#requestsHead);
+      this.#requestsHead = 0;
+    }
+  }
+
+  async #answerOne({ s, child, id, r }: QueuedRequest): Promise<void> {
     const handler = this.#requestHandler;
-    const answered =
-      handler === null
-        ? Promise.resolve(unavailableReply(r.kind))
-        : handler(r).catch((err: unknown): PushReply => {
-            this.#log.error({ node: r.node, err, kind: r.kind }, 'push request handler failed');
-            return { status: 500, error: 'internal' };
-          });
-    void answered.then((reply) => {
-      if (s.child !== child || child === null) return;
-      s.queue.push({ t: 'answer', id, kind: r.kind, r: reply });
-      this.#schedule(s);
-    });
+    let reply: PushReply;
+    if (handler === null) reply = unavailableReply(r.kind);
+    else
+      try {
+        reply = await handler(r);
+      } catch (err) {
+        this.#log.error({ node: r.node, err, kind: r.kind }, 'push request handler failed');
+        reply = { status: 500, error: 'internal' };
+      }
+    if (s.child !== child) return;
+    s.queue.push({ t: 'answer', id, kind: r.kind, r: reply });
+    this.#schedule(s);
   }
 
   #closeShard(s: Shard): Promise<void> {

@@ -24,6 +24,15 @@ export const MAX_PUSH_ANSWER_BUFFERED_BYTES = 1024 * 1024;
 export const MAX_LATE_FETCH_ENTRIES = 4;
 /** Requests (fetches and signals) over one push connection refused 429 in a row before the controller closes it (as the API does). */
 export const MAX_PUSH_REFUSED_REQUESTS = 3;
+/**
+ * Requests from the push workers (agents' fetches and signals) the controller's main process
+ * answers at once; the rest wait their turn in arrival order. A worker's batch can hold thousands
+ * (one fetch per agent of a fan-out); started together, every answer's half-built objects were
+ * alive at each young-generation collection and copied, twice the collector's time per fetch of
+ * answering a few at a time (docs/development.md, "Measured 2026-12-05 12:30"). Enough for the
+ * PostgreSQL pool (PG_POOL_CONNECTIONS) to have work queued for every connection.
+ */
+export const MAX_PUSH_REQUESTS_ANSWERING = 32;
 /** The push worker answers a request 503 (`fetch_unavailable`, `signal_unavailable`) when the API has not within this (the agent asks HTTPS). */
 export const PUSH_REQUEST_ANSWER_TIMEOUT_MS = 20_000;
 /**

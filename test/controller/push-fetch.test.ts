@@ -28,7 +28,7 @@ import type { PushReply, PushRequest } from '../../controller/push-types.js';
 import { materialPaths } from '../../certs/paths.js';
 import { makeCa, newRsaKeyPem } from '../../certs/pki.js';
 import { newNonce, verifyMetadataResponse } from '../../protocol/metadata.js';
-import { startTestController, type TestController } from '../helpers/controller-harness.js';
+import { startTestController, type TestController, waitFor } from '../helpers/controller-harness.js';
 import { makeControllerTestPki, type ControllerTestPki } from '../helpers/controller-pki.js';
 import { nextPushEvent } from '../helpers/push-events.js';
 import { CONTROLLER_ID, makePushPki, TD, TestWakeListener, type PushPki } from '../helpers/wake-listener.js';
@@ -140,8 +140,9 @@ function inProcess(over: { clock?: () => number } = {}): PushDialer {
   });
 }
 
-function inWorker(): PushPool {
+function inWorker(over: { requestsAnswering?: number } = {}): PushPool {
   return new PushPool({
+    ...over,
     workers: 1,
     signingJwk: pki.signingJwk,
     issuer: CONTROLLER_ID,
@@ -168,12 +169,16 @@ async function connectedTo(push: PushDialer | PushPool): Promise<{ l: TestWakeLi
 function holdRequests(push: PushDialer | PushPool): {
   asked(n: number): Promise<void>;
   answer(i: number, r: PushReply): void;
+  /** The requests that have reached the handler so far. */
+  readonly requests: PushRequest[];
 } {
+  const requests: PushRequest[] = [];
   const answers: Array<(r: PushReply) => void> = [];
   const waiting: Array<{ n: number; resolve: () => void }> = [];
   push.serveRequests(
-    () =>
+    (req) =>
       new Promise((r) => {
+        requests.push(req);
         answers.push(r);
         for (const w of waiting.filter((x) => answers.length >= x.n)) {
           waiting.splice(waiting.indexOf(w), 1);
@@ -184,6 +189,7 @@ function holdRequests(push: PushDialer | PushPool): {
   return {
     asked: (n) => (answers.length >= n ? Promise.resolve() : new Promise((resolve) => waiting.push({ n, resolve }))),
     answer: (i, r) => answers[i]!(r),
+    requests,
   };
 }
 
@@ -457,6 +463,23 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
   'fetches and signals over the push connection, dialer in a worker process (PushPool)',
   () => {
     dialerCases(inWorker);
+
+    it('answers the requests of its workers a bounded number at a time, in the order they came', async () => {
+      const pool = inWorker({ requestsAnswering: 1 });
+      const { agent, held } = await fetchHeldBy(pool);
+      const ws = await agent.connected;
+      ws.send(encodeSignal('s'.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
+      // the signal reached the controller's process and waits there: the fetch holds the one place
+      await waitFor('the signal to wait its turn', () => pool.requestsWaiting === 1);
+      expect(held.requests.map((r) => r.kind)).toEqual(['fetch']);
+      held.answer(0, { status: 304, etag: '"2"', signature: 'h.p.s' });
+      expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ nonce: 'a'.repeat(22), status: 304 });
+      await held.asked(2);
+      expect(held.requests.map((r) => r.kind)).toEqual(['fetch', 'signal']);
+      expect(pool.requestsWaiting).toBe(0);
+      held.answer(1, { status: 200 });
+      expect(headOf(await agent.nextFrame())).toMatchObject({ status: 200 });
+    });
 
     it("a worker killed while its fetch is answered: the late answer never reaches the new worker's fetch of the same id", async () => {
       const pool = inWorker();
