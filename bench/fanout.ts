@@ -152,6 +152,8 @@ export interface FanoutOptions {
   controllerNodeArgs?: string[] | undefined;
   /** Bracket each measured window with SIGUSR2 to every process (see prof-preload.ts). */
   profile?: boolean;
+  /** Called just before each measured run at N (`run` from 1), the fleet settled: the floor's turn. */
+  beforeRun?: (n: number, run: number) => Promise<void>;
 }
 
 /**
@@ -383,6 +385,7 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
       for (let r = 1; r <= o.runsFor(n); r++) {
         if (r > 1) await bed.settle(n, problems);
         await bed.fleet!.hold(true);
+        await o.beforeRun?.(n, r);
         const fleet = bed.fleet!;
         const profiled = o.profile ? [bed.ctl.pid, ...childrenOf(bed.ctl.pid), ...fleet.pids()] : [];
         for (const p of profiled) killQuietly(p, 'SIGUSR2');

@@ -16,6 +16,19 @@ export const PROTOTYPE_CPU_PER_AGENT_MS = 0.29;
 /** The margin the goal gave over the floor it was set against. */
 const GOAL_MARGIN = CPU_PER_AGENT_GOAL_MS / PROTOTYPE_CPU_PER_AGENT_MS;
 
+/**
+ * Herald's controller CPU per agent over the floor's at the floor's N: the median of each run's
+ * ratio to the floor run measured just before it when the two took turns (this host's CPU speed
+ * moves within minutes), else the ratio of the medians.
+ */
+export function ratioToFloor(big: BenchResults['fanout'][number], fl: NonNullable<BenchResults['floor']>): number {
+  const herald = big.runs.map((x) => (1000 * x.controllerCpuS) / big.n);
+  const floors = fl.runs ?? [];
+  if (floors.length === herald.length && floors.length > 0)
+    return median(herald.map((h, i) => h / floors[i]!.cpuPerAgentMs));
+  return median(herald) / fl.cpuPerAgentMs;
+}
+
 const f = (x: number | undefined, d = 1): string =>
   x === undefined || !Number.isFinite(x) ? 'n/a' : round(x, d).toLocaleString('en-US');
 
@@ -501,25 +514,31 @@ export function findings(r: BenchResults): string[] {
     p(
       `**The floor beside it, this run** ("Fan-out" has its table, \`bench/floor.ts\` its code): a minimal controller of the same`,
     );
+    const paired = (fl.runs?.length ?? 0) === big.runs.length && big.runs.length > 1;
+    const ratio = ratioToFloor(big, fl);
     p(
-      `protocol, warmed up, used ${f(fl.cpuPerAgentMs, 2)} ms of CPU per agent at N = ${n}; its lean agents had acked every wake-up after ${f(fl.allAckedMs / 1000, 2)} s`,
+      `protocol, warmed up, used ${f(fl.cpuPerAgentMs, 2)} ms of CPU per agent at N = ${n}${
+        paired
+          ? ` (the median of ${fl.runs!.length} runs, each just before one of Herald's: ${fl.runs!.map((x) => f(x.cpuPerAgentMs, 2)).join(', ')} ms)`
+          : ''
+      }; its lean agents had acked every wake-up after ${f(fl.allAckedMs / 1000, 2)} s`,
     );
     p(
       `and checked every fetch after ${f(fl.allFetchedMs / 1000, 2)} s. Herald's controller used ${f(cpu, 2)} ms per agent${
         big.runs.length > 1
           ? ` (the median of ${big.runs.length} runs: ${big.runs.map((x) => f((1000 * x.controllerCpuS) / big.n, 2)).join(', ')} ms)`
           : ''
-      }, ${f(cpu / fl.cpuPerAgentMs, 2)}× the floor; the goal of`,
+      }, ${f(ratio, 2)}× the floor${paired ? ' (the median of each run over the floor run before it)' : ''}; the goal of`,
     );
     p(
       `${CPU_PER_AGENT_GOAL_MS} ms was set at ${f(GOAL_MARGIN, 2)}× the issue's prototype (${PROTOTYPE_CPU_PER_AGENT_MS} ms, on the CPU of 23 µs a signature). ${
         fl.cpuPerAgentMs > CPU_PER_AGENT_GOAL_MS
           ? `On this run's CPU the floor itself is above the goal: no controller of this protocol written in Node meets ${CPU_PER_AGENT_GOAL_MS} ms on this host at this hour.`
           : "On this run's CPU the floor is under the goal."
-      } Held to the goal's own margin over its floor, Herald would use ${f(GOAL_MARGIN * fl.cpuPerAgentMs, 2)} ms here; ${
-        cpu > GOAL_MARGIN * fl.cpuPerAgentMs
-          ? `the ${f(cpu - GOAL_MARGIN * fl.cpuPerAgentMs, 2)} ms an agent above that is Herald's own, not the machine's.`
-          : 'it uses less, so what is missed is the machine.'
+      } Held to the goal's own margin over its floor (${f(GOAL_MARGIN, 2)}×), Herald would use ${f(GOAL_MARGIN * fl.cpuPerAgentMs, 2)} ms here; ${
+        ratio > GOAL_MARGIN
+          ? `at ${f(ratio, 2)}× the floor, the ${f((ratio - GOAL_MARGIN) * fl.cpuPerAgentMs, 2)} ms an agent above that is Herald's own, not the machine's.`
+          : `at ${f(ratio, 2)}× the floor it is within that margin, so what is missed is the machine.`
       }`,
     );
     p(

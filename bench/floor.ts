@@ -62,11 +62,31 @@ const FLOOR_REPORT_EVERY_MS = 20;
 /** The pause between the warm-up change and the measured one (its last frames settle). */
 const FLOOR_SETTLE_MS = 1_000;
 
+/** One measured change of the floor. */
+export interface FloorRun {
+  /** The change's transaction, from the start of the window. */
+  commitMs: number;
+  allAckedMs: number;
+  allFetchedMs: number;
+  acked: number;
+  fetched: number;
+  /** The floor controller's CPU over the window, from /proc (user + system, all threads). */
+  controllerCpuS: number;
+  cpuPerAgentMs: number;
+  agentsCpuS: number;
+  timedOut: boolean;
+}
+
+/**
+ * The floor at N: its figures are those of its median run by CPU (`runs` has each, in order; when
+ * the fan-out's runs at N took turns with them, the i-th was measured just before Herald's i-th).
+ */
 export interface FloorResult {
   n: number;
   /** The document's size, bytes. */
   bodyBytes: number;
   connectMs: number;
+  runs?: FloorRun[];
   /** The change's transaction, from the start of the window. */
   commitMs: number;
   allAckedMs: number;
@@ -342,8 +362,18 @@ function nextMessage<T extends { t: string }>(c: ChildProcess, t: T['t'], timeou
   });
 }
 
-/** Runs the floor once at N agents and reports it. Every process it starts is gone when it returns. */
-export async function floorPhase(o: { pki: BenchPki; runDir: string; n: number }): Promise<FloorResult> {
+/** A floor at N agents, connected and warmed up: `measure()` times one more change to all of them. */
+export interface FloorBed {
+  readonly n: number;
+  measure(): Promise<FloorRun>;
+  /** The floor's figures over the runs measured so far (none: a result with no runs is not made). */
+  result(): FloorResult;
+  /** Ends every process it started. */
+  stop(): void;
+}
+
+/** Starts the floor at N agents: connects them and warms the code up with a first change, unmeasured. */
+export async function startFloor(o: { pki: BenchPki; runDir: string; n: number }): Promise<FloorBed> {
   const p = pkiPaths(o.pki.dir);
   // every floor agent listens on the first bench agent's address and presents its certificate
   const agentSlot = slot('b', 0);
@@ -363,6 +393,10 @@ export async function floorPhase(o: { pki: BenchPki; runDir: string; n: number }
   const problems: string[] = [];
   const agents = Array.from({ length: FLOOR_AGENT_PROCS }, () => forkFloor('agents'));
   const ctl = forkFloor('controller');
+  const stop = (): void => {
+    for (const c of [ctl, ...agents]) c.kill('SIGKILL');
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
   try {
     const shares = agents.map((_, k) =>
       Array.from(
@@ -399,8 +433,10 @@ export async function floorPhase(o: { pki: BenchPki; runDir: string; n: number }
           return r;
         }),
       );
+    let gen = 0;
     /** One change to every agent; resolves when all hold it (the agents count fetches across rounds). */
-    const change = async (gen: number) => {
+    const change = async () => {
+      gen++;
       const started = nextMessage<Extract<FromController, { t: 'started' }>>(ctl, 'started', FLOOR_WINDOW_TIMEOUT_MS);
       ctl.send({ t: 'go', gen } satisfies ToController);
       const s = await started;
@@ -412,44 +448,74 @@ export async function floorPhase(o: { pki: BenchPki; runDir: string; n: number }
       }
     };
     // a first change warms the code up (Herald's figure is its fleet's fifth or later), unmeasured
-    const warm = await change(1);
+    const warm = await change();
     if (warm.timedOut) problems.push('floor: the warm-up change did not reach every agent');
-    await sleep(FLOOR_SETTLE_MS);
     const cpu = (): number => treeSample(ctl.pid!).cpuS;
     const agentsCpu = (): number => agents.reduce((x, a) => x + treeSample(a.pid!).cpuS, 0);
-    const cpu0 = cpu();
-    const agentsCpu0 = agentsCpu();
-    const { s, reports, timedOut } = await change(2);
-    const lastFetch = Math.max(...reports.map((r) => r.lastFetchMs));
-    // CPU to the last fetch: the polling above ends within FLOOR_REPORT_EVERY_MS of it, the controller idle then
-    const cpuS = cpu() - cpu0;
-    const agentsCpuS = agentsCpu() - agentsCpu0;
-    for (const r of reports) for (const e of r.errors) problems.push(`floor agent: ${e}`);
-    const acked = reports.reduce((x, r) => x + r.acked, 0) - o.n;
-    const fetched = reports.reduce((x, r) => x + r.fetched, 0) - o.n;
-    if (fetched < o.n) problems.push(`floor: ${fetched} of ${o.n} agents fetched`);
-    const result: FloorResult = {
-      n: o.n,
-      bodyBytes: documentOf('f00000', 2, paddingFor('f00000')).length,
-      connectMs: c.ms,
-      commitMs: s.commitMs,
-      allAckedMs: round(Math.max(...reports.map((r) => r.lastAckMs)) - s.t0, 1),
-      allFetchedMs: round(lastFetch - s.t0, 1),
-      acked,
-      fetched,
-      controllerCpuS: round(cpuS, 3),
-      cpuPerAgentMs: round((cpuS * 1000) / o.n, 3),
-      agentsCpuS: round(agentsCpuS, 2),
-      timedOut,
-      problems,
+    // the agents' counters are totals over every change: a run's are the difference
+    let before = {
+      acked: warm.reports.reduce((x, r) => x + r.acked, 0),
+      fetched: warm.reports.reduce((x, r) => x + r.fetched, 0),
     };
-    say(
-      `floor N=${o.n}: commit ${result.commitMs} ms, all acked ${result.allAckedMs} ms, all fetched ${result.allFetchedMs} ms; controller CPU ${result.controllerCpuS} s (${result.cpuPerAgentMs} ms per agent), agents ${result.agentsCpuS} s`,
-    );
-    return result;
+    const runs: FloorRun[] = [];
+    const bodyBytes = documentOf('f00000', 2, paddingFor('f00000')).length;
+    return {
+      n: o.n,
+      async measure(): Promise<FloorRun> {
+        await sleep(FLOOR_SETTLE_MS);
+        const cpu0 = cpu();
+        const agentsCpu0 = agentsCpu();
+        const { s, reports, timedOut } = await change();
+        const lastFetch = Math.max(...reports.map((r) => r.lastFetchMs));
+        // CPU to the last fetch: the polling above ends within FLOOR_REPORT_EVERY_MS of it, the controller idle then
+        const cpuS = cpu() - cpu0;
+        const agentsCpuS = agentsCpu() - agentsCpu0;
+        for (const r of reports) for (const e of r.errors) problems.push(`floor agent: ${e}`);
+        const totals = {
+          acked: reports.reduce((x, r) => x + r.acked, 0),
+          fetched: reports.reduce((x, r) => x + r.fetched, 0),
+        };
+        const acked = totals.acked - before.acked;
+        const fetched = totals.fetched - before.fetched;
+        before = totals;
+        if (fetched < o.n) problems.push(`floor: ${fetched} of ${o.n} agents fetched`);
+        const run: FloorRun = {
+          commitMs: s.commitMs,
+          allAckedMs: round(Math.max(...reports.map((r) => r.lastAckMs)) - s.t0, 1),
+          allFetchedMs: round(lastFetch - s.t0, 1),
+          acked,
+          fetched,
+          controllerCpuS: round(cpuS, 3),
+          cpuPerAgentMs: round((cpuS * 1000) / o.n, 3),
+          agentsCpuS: round(agentsCpuS, 2),
+          timedOut,
+        };
+        runs.push(run);
+        say(
+          `floor N=${o.n} run ${runs.length}: commit ${run.commitMs} ms, all acked ${run.allAckedMs} ms, all fetched ${run.allFetchedMs} ms; controller CPU ${run.controllerCpuS} s (${run.cpuPerAgentMs} ms per agent), agents ${run.agentsCpuS} s`,
+        );
+        return run;
+      },
+      result(): FloorResult {
+        const mid = [...runs].sort((a, b) => a.cpuPerAgentMs - b.cpuPerAgentMs)[Math.floor((runs.length - 1) / 2)]!;
+        return { n: o.n, bodyBytes, connectMs: c.ms, ...mid, runs: [...runs], problems };
+      },
+      stop,
+    };
+  } catch (err) {
+    stop();
+    throw err;
+  }
+}
+
+/** Runs the floor once at N agents and reports it. Every process it starts is gone when it returns. */
+export async function floorPhase(o: { pki: BenchPki; runDir: string; n: number }): Promise<FloorResult> {
+  const bed = await startFloor(o);
+  try {
+    await bed.measure();
+    return bed.result();
   } finally {
-    for (const c of [ctl, ...agents]) c.kill('SIGKILL');
-    fs.rmSync(dir, { recursive: true, force: true });
+    bed.stop();
   }
 }
 
