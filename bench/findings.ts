@@ -150,12 +150,21 @@ export function findings(r: BenchResults): string[] {
     "runs follow a warm-up change, as the floor's do; 69.1 µs) 10.74 ms (p99 17.36 ms), 4.43 s / 12.86 s, 0.76 ms against 0.48 ms,",
   );
   p(
-    "72.8 KB and 48.18 s after the crash, 2,019 agents polling in that window. The run above (61ddbab: a wake-up's fetch counts",
+    "72.8 KB and 48.18 s after the crash, 2,019 agents polling in that window. The full run of 23:53 UTC on 61ddbab (a wake-up's",
   );
   p(
-    'as a poll, section 2; the uncommitted changes it names were this text and docs/, not code) had no poll in its window.',
-    '',
+    'fetch counts as a poll, section 2; 42 µs a signature at its end) measured 9.13 ms (p99 13.38 ms) back to back, 3.47 s / 8.95 s,',
   );
+  p(
+    '0.56 ms against 0.36 ms, 75.2 KB, 30.21 s after the crash with no poll in its window, and the cluster restart in 0.84 s. On',
+  );
+  p(
+    '2026-12-05 the latency and restart figures were slower on every tree: 16.04 ms and 2.87 s in the full run of 08:16 UTC (a4826a8),',
+  );
+  p(
+    'and at 13:23 UTC `--only latency` on the very tree of 61ddbab measured 16.32 ms (p99 27.93 ms) back to back, as the run above',
+  );
+  p("did on its own tree ten minutes before: these goals are met or missed by the host's hour, not by the code.", '');
 
   p('### 1. PATCH → hook started (goal p50 ≤ 10 ms, p99 ≤ 20 ms, back to back to one node)', '');
   const one = lat?.push.oneNode;
@@ -562,27 +571,51 @@ export function findings(r: BenchResults): string[] {
       '(11-12 µs built as objects and stringified); its SHA-256 ~2 µs. The floor reads one row and hashes a prebuilt body, so ~20-25 µs',
     );
     p(
-      "of it is Herald's own. The main process allocates 43 KB an agent in a fan-out, and its collector takes ~18 % of its CPU: thousands",
+      "of it is Herald's own. Where the rest goes, on-CPU samples of two measured runs at 10,000 (perf, 2026-12-05 12:06 UTC, the",
     );
     p(
-      'of fetches in flight outlive each 2 MiB scavenge and are promoted. Tried and not kept: a young generation of 8, 16 or 32 MiB for the',
+      "warm-ups left out): the controller's samples split about evenly between the main process and the push worker. In the main",
     );
     p(
-      'controller (interleaved runs at N = 5,000: ahead of 2 MiB in two pairs, behind in the third, against a floor that moved 1.33-2.25 s',
-    );
-    p('within the hour; 7-9 KB more memory per agent at 16 MiB).');
-    p(
-      "On-CPU samples of a first change at 10,000 (2026-12-05) put 62 % of the controller's samples in the push worker, and ~18 % of those",
+      'process, the fetches 37 % (their signatures 8-12 %, the normalised read 11-14 %), the request and its commit 16 %, the',
     );
     p(
-      "in mapping and unmapping OpenSSL's per-record buffers (released after each record) under the worker's 16 KiB mmap threshold, the",
+      'collector 25 % (scavenges 16-20 %), the IPC 6 %; in the worker, socket writes 18 %, wake-up signatures 12-13 %, the collector',
     );
     p(
-      'price of its ~7 KB less memory an agent: ~40 µs of CPU a round trip timed alone (`node dist/bench/tls-record-cost.js`), and in',
+      "16-20 %, mapping and unmapping OpenSSL's per-record buffers 3-10 %. The main process allocated ~40 KB an agent (heap sampling at",
     );
     p(
-      'interleaved fan-outs at 5,000 (16, 64 and 128 KiB) not beyond the spread, so kept. docs/development.md, "Measured 2026-12-05", has the figures.',
+      "5,000), and it started every request of a worker's batch at once: thousands of half-built answers were alive at each 2 MiB",
     );
+    p(
+      'scavenge and were copied. Since c3ed416 it answers them 32 at a time in arrival order (`MAX_PUSH_REQUESTS_ANSWERING`): timed',
+    );
+    p(
+      "alone, 5,000 fetches spent 19-33 µs each in the collector's pauses when started 500 at a time, 8-10 µs at 32. Tried and not",
+    );
+    p(
+      'kept: a young generation of 8, 16 or 32 MiB for the controller (interleaved runs at N = 5,000: ahead of 2 MiB in two pairs,',
+    );
+    p(
+      'behind in the third; 7-9 KB more memory per agent at 16 MiB), and one of 8 MiB fixed in the push worker alone (2026-12-05, 10,000:',
+    );
+    p(
+      '0.555, 0.556 and 0.747 ms an agent against 0.564-0.589 at 2 MiB the next hour, and 78.2 against 70.7 KB of memory an agent).',
+    );
+    p(
+      "The worker's mmap threshold (16 KiB) costs ~40 µs of CPU a TLS round trip timed alone (`node dist/bench/tls-record-cost.js`);",
+    );
+    p(
+      'interleaved fan-outs at 5,000 with 16, 64 and 128 KiB showed nothing beyond the spread, so the ~7 KB less memory an agent is kept.',
+    );
+    p(
+      'What is left above the margin is the design, not the machine: two processes where the floor has one (the wake-up and the',
+    );
+    p(
+      "fetch each cross the IPC twice, with the collector's work on both sides), and the normalised rows read and written per node.",
+    );
+    p('docs/development.md ("Measured 2026-12-05") has the figures.');
     if (big.warmup)
       p(
         `Both sides are warm: Herald's run at N = ${n} follows a first change that warmed up the code of the agents added, as the floor's warm-up does (not counted: acked after ${f(big.warmup.allAckedMs / 1000, 2)} s, fetched after ${f(big.warmup.allFetchedMs / 1000, 2)} s, ${f((1000 * big.warmup.controllerCpuS) / big.n, 2)} ms of controller CPU an agent, the simulated agents ${f(big.warmup.harnessCpuS, 1)} CPU-s; before commit de11ede, 2026-12-04 21:15 UTC, the runs at 5,000 and 10,000 were that first change).`,
@@ -1072,6 +1105,9 @@ export function findings(r: BenchResults): string[] {
   );
   p(
     "| a cluster's members written with one many-row insert per table (PostgreSQL `INSERT … SELECT FROM unnest(…)`, the nodes checked with `= ANY(…)`; SQLite the one-row statement per row, as fast there) and the `POST`'s answer built from the rows written, not read back | `controller/sql-statements.ts` `INSERT_MANY`, `controller/sql-tx.ts` `insertCluster` | PostgreSQL, one process, 5,000 nodes: the transaction 4.79 s → 1.15 s (controller CPU 3.58 → 0.77 s); several controllers' fan-out at N = 5,000 (section \"Several controllers\"): first acked 7.04-8.51 → 1.58-1.67 s after the request, all fetched 18.07-21.22 → 9.9-17.41 s, answered 4.79-12.5 → 4.0-5.24 s; SQLite's 10,000-node fan-out unchanged (the request's commit 1.43 s in the run of 12:14 UTC) |",
+  );
+  p(
+    "| the push workers' requests (fetches, signals) answered 32 at a time in arrival order, not every request of a batch at once | `controller/push-pool.ts` `#pumpRequests`, `MAX_PUSH_REQUESTS_ANSWERING` | timed alone (2026-12-05, 5,000 fetches on a fresh cluster, 2 MiB young generation): the collector's pauses 19-33 µs a fetch when started 500 at a time, 8-10 µs at 32; in the fan-out within the spread (10,000 agents, one-step runs: 0.564-0.589 ms of controller CPU an agent at 12:45 UTC, against 0.56 in the full run of 2026-12-04 23:53 UTC on a CPU slower by its signatures) |",
   );
   p('');
   return L;
