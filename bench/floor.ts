@@ -59,7 +59,7 @@ const FLOOR_CONNECT_TIMEOUT_MS = 180_000;
 const FLOOR_AGENT_ANSWER_TIMEOUT_MS = 30_000;
 /** How often the agents are asked whether all of them hold the change. */
 const FLOOR_REPORT_EVERY_MS = 20;
-/** The pause between the warm-up change and the measured one (its last frames settle). */
+/** The pause before each measured change (the last one's frames settle). */
 const FLOOR_SETTLE_MS = 1_000;
 
 /** One measured change of the floor. */
@@ -81,23 +81,12 @@ export interface FloorRun {
  * The floor at N: its figures are those of its median run by CPU (`runs` has each, in order; when
  * the fan-out's runs at N took turns with them, the i-th was measured just before Herald's i-th).
  */
-export interface FloorResult {
+export interface FloorResult extends FloorRun {
   n: number;
   /** The document's size, bytes. */
   bodyBytes: number;
   connectMs: number;
   runs?: FloorRun[];
-  /** The change's transaction, from the start of the window. */
-  commitMs: number;
-  allAckedMs: number;
-  allFetchedMs: number;
-  acked: number;
-  fetched: number;
-  /** The floor controller's CPU over the window, from /proc (user + system, all threads). */
-  controllerCpuS: number;
-  cpuPerAgentMs: number;
-  agentsCpuS: number;
-  timedOut: boolean;
   problems: string[];
 }
 
