@@ -589,7 +589,7 @@ export function findings(r: BenchResults): string[] {
       "5,000), and it started every request of a worker's batch at once: thousands of half-built answers were alive at each 2 MiB",
     );
     p(
-      'scavenge and were copied. Since c3ed416 it answers them 32 at a time in arrival order (`MAX_PUSH_REQUESTS_ANSWERING`): timed',
+      'scavenge and were copied. Since c3ed416 it answers them 32 at a time in arrival order (`MAX_PUSH_REQUESTS_IN_FLIGHT`): timed',
     );
     p(
       "alone, 5,000 fetches spent 19-33 µs each in the collector's pauses when started 500 at a time, 8-10 µs at 32. Tried and not",
@@ -1107,7 +1107,7 @@ export function findings(r: BenchResults): string[] {
     "| a cluster's members written with one many-row insert per table (PostgreSQL `INSERT … SELECT FROM unnest(…)`, the nodes checked with `= ANY(…)`; SQLite the one-row statement per row, as fast there) and the `POST`'s answer built from the rows written, not read back | `controller/sql-statements.ts` `INSERT_MANY`, `controller/sql-tx.ts` `insertCluster` | PostgreSQL, one process, 5,000 nodes: the transaction 4.79 s → 1.15 s (controller CPU 3.58 → 0.77 s); several controllers' fan-out at N = 5,000 (section \"Several controllers\"): first acked 7.04-8.51 → 1.58-1.67 s after the request, all fetched 18.07-21.22 → 9.9-17.41 s, answered 4.79-12.5 → 4.0-5.24 s; SQLite's 10,000-node fan-out unchanged (the request's commit 1.43 s in the run of 12:14 UTC) |",
   );
   p(
-    "| the push workers' requests (fetches, signals) answered 32 at a time in arrival order, not every request of a batch at once | `controller/push-pool.ts` `#pumpRequests`, `MAX_PUSH_REQUESTS_ANSWERING` | timed alone (2026-12-05, 5,000 fetches on a fresh cluster, 2 MiB young generation): the collector's pauses 19-33 µs a fetch when started 500 at a time, 8-10 µs at 32; in the fan-out within the spread (10,000 agents, one-step runs: 0.564-0.589 ms of controller CPU an agent at 12:45 UTC, against 0.56 in the full run of 2026-12-04 23:53 UTC on a CPU slower by its signatures) |",
+    "| the push workers' requests (fetches, signals) answered 32 at a time in arrival order, not every request of a batch at once | `controller/push-pool.ts` `#pumpRequests`, `MAX_PUSH_REQUESTS_IN_FLIGHT` | timed alone (2026-12-05, 5,000 fetches on a fresh cluster, 2 MiB young generation): the collector's pauses 19-33 µs a fetch when started 500 at a time, 8-10 µs at 32; in the fan-out within the spread (10,000 agents, one-step runs: 0.564-0.589 ms of controller CPU an agent at 12:45 UTC, against 0.56 in the full run of 2026-12-04 23:53 UTC on a CPU slower by its signatures) |",
   );
   p('');
   return L;

@@ -20,7 +20,7 @@ import type { MaterialPaths } from '../certs/paths.js';
 import { ConfigError } from '../protocol/errors.js';
 import type { Ed25519PrivateJwk } from '../protocol/jws.js';
 import {
-  MAX_PUSH_REQUESTS_ANSWERING,
+  MAX_PUSH_REQUESTS_IN_FLIGHT,
   PUSH_WORKER_MMAP_THRESHOLD_BYTES,
   RECONNECT_BACKOFF_MAX_MS,
 } from '../protocol/limits.js';
@@ -61,8 +61,8 @@ export interface PushPoolOptions {
   tuning?: PushTuning;
   /** The file worker `i` keeps its TLS sessions with the agents in (none: in memory only). */
   sessionFile?: (worker: number) => string;
-  /** Requests answered at once (default MAX_PUSH_REQUESTS_ANSWERING). */
-  requestsAnswering?: number;
+  /** Requests answered at once (default MAX_PUSH_REQUESTS_IN_FLIGHT). */
+  requestsInFlight?: number;
 }
 
 interface Shard {
@@ -112,7 +112,7 @@ export class PushPool implements PushService {
     workers: number;
     workerScript: string;
     tuning: PushTuning;
-    requestsAnswering: number;
+    requestsInFlight: number;
   };
   readonly #log: Logger;
   readonly #metrics: PushMetricsSink;
@@ -121,7 +121,7 @@ export class PushPool implements PushService {
   readonly #targets = new Map<string, PushTarget>();
   readonly #states = new Map<string, PushState>();
   #requestHandler: PushRequestHandler | null = null;
-  /** Requests waiting for the handler, oldest first from `#requestsHead` (see MAX_PUSH_REQUESTS_ANSWERING). */
+  /** Requests waiting for the handler, oldest first from `#requestsHead` (see MAX_PUSH_REQUESTS_IN_FLIGHT). */
   #requests: QueuedRequest[] = [];
   #requestsHead = 0;
   #answering = 0;
@@ -135,7 +135,7 @@ export class PushPool implements PushService {
       workers: 1,
       workerScript: defaultWorkerScript(),
       tuning: {},
-      requestsAnswering: MAX_PUSH_REQUESTS_ANSWERING,
+      requestsInFlight: MAX_PUSH_REQUESTS_IN_FLIGHT,
       ...opts,
     };
     if (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_PUSH_WORKERS) {
@@ -408,7 +408,7 @@ export class PushPool implements PushService {
   }
 
   /**
-   * Queues a worker's request for the handler: at most `requestsAnswering` are answered at once,
+   * Queues a worker's request for the handler: at most `requestsInFlight` are answered at once,
    * in arrival order. One from a worker replaced meanwhile is dropped (its agent times out).
    */
   #answerRequest(s: Shard, id: number, r: PushRequest): void {
@@ -418,7 +418,7 @@ export class PushPool implements PushService {
   }
 
   #pumpRequests(): void {
-    while (this.#answering < this.#o.requestsAnswering && this.#requestsHead < this.#requests.length) {
+    while (this.#answering < this.#o.requestsInFlight && this.#requestsHead < this.#requests.length) {
       const q = this.#requests[this.#requestsHead++]!;
       if (q.s.child !== q.child) continue;
       this.#answering++;

@@ -32,7 +32,7 @@ export const MAX_PUSH_REFUSED_REQUESTS = 3;
  * answering a few at a time (docs/development.md, "Measured 2026-12-05 12:30"). Enough for the
  * PostgreSQL pool (PG_POOL_CONNECTIONS) to have work queued for every connection.
  */
-export const MAX_PUSH_REQUESTS_ANSWERING = 32;
+export const MAX_PUSH_REQUESTS_IN_FLIGHT = 32;
 /** The push worker answers a request 503 (`fetch_unavailable`, `signal_unavailable`) when the API has not within this (the agent asks HTTPS). */
 export const PUSH_REQUEST_ANSWER_TIMEOUT_MS = 20_000;
 /**

@@ -140,7 +140,7 @@ function inProcess(over: { clock?: () => number } = {}): PushDialer {
   });
 }
 
-function inWorker(over: { requestsAnswering?: number } = {}): PushPool {
+function inWorker(over: { requestsInFlight?: number } = {}): PushPool {
   return new PushPool({
     ...over,
     workers: 1,
@@ -465,7 +465,7 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
     dialerCases(inWorker);
 
     it('answers the requests of its workers a bounded number at a time, in the order they came', async () => {
-      const pool = inWorker({ requestsAnswering: 1 });
+      const pool = inWorker({ requestsInFlight: 1 });
       const { agent, held } = await fetchHeldBy(pool);
       const ws = await agent.connected;
       ws.send(encodeSignal('s'.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
