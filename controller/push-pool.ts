@@ -232,6 +232,10 @@ export class PushPool implements PushService {
   close(): Promise<void> {
     if (this.#closing) return this.#closing;
     this.#closed = true;
+    // requests still waiting are not started: their connections close with the workers (1001),
+    // and the agents ask again over HTTPS or after their redial
+    this.#requests = [];
+    this.#requestsHead = 0;
     this.#closing = Promise.all(this.#shards.map((s) => this.#closeShard(s))).then(() => {
       this.#metrics.connected(0);
       this.#log.info('push workers stopped');

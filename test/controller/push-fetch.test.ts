@@ -481,6 +481,20 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
       expect(headOf(await agent.nextFrame())).toMatchObject({ status: 200 });
     });
 
+    it('requests still waiting their turn when the pool closes are never started', async () => {
+      const pool = inWorker({ requestsInFlight: 1 });
+      const { agent, held } = await fetchHeldBy(pool);
+      const ws = await agent.connected;
+      ws.send(encodeSignal('s'.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
+      await waitFor('the signal to wait its turn', () => pool.requestsWaiting === 1);
+      await pool.close();
+      expect(pool.requestsWaiting).toBe(0);
+      // the held fetch ends after the close: its place is free, and nothing waits for it
+      held.answer(0, { status: 304, etag: '"2"', signature: 'h.p.s' });
+      await new Promise((r) => setImmediate(r));
+      expect(held.requests.map((r) => r.kind)).toEqual(['fetch']);
+    });
+
     it("a worker killed while its fetch is answered: the late answer never reaches the new worker's fetch of the same id", async () => {
       const pool = inWorker();
       const { agent, held, closed } = await fetchHeldBy(pool);
