@@ -29,7 +29,7 @@ export const MAX_PUSH_REFUSED_REQUESTS = 3;
  * answers at once; the rest wait their turn in arrival order. A worker's batch can hold thousands
  * (one fetch per agent of a fan-out); started together, every answer's half-built objects were
  * alive at each young-generation collection and copied, twice the collector's time per fetch of
- * answering a few at a time (docs/development.md, "Measured 2026-12-05 12:30"). Enough for the
+ * answering a few at a time (docs/development.md, "Measured 2026-12-05 11:55-13:25"). Enough for the
  * PostgreSQL pool (PG_POOL_CONNECTIONS) to have work queued for every connection.
  */
 export const MAX_PUSH_REQUESTS_IN_FLIGHT = 32;
