@@ -154,6 +154,8 @@ export interface FanoutOptions {
   profile?: boolean;
   /** Called just before each measured run at N (`run` from 1), the fleet settled: the floor's turn. */
   beforeRun?: (n: number, run: number) => Promise<void>;
+  /** Called after the measured runs at N, before its crash run (the floor stops there). */
+  afterRuns?: (n: number) => Promise<void>;
 }
 
 /**
@@ -409,6 +411,7 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
           `fan-out N=${n} run ${r}: commit ${round(run.commitMs)} ms, all acked ${round(run.allAckedMs)} ms, all fetched ${round(run.allFetchedMs)} ms${run.timedOut ? ' (TIMED OUT)' : ''}`,
         );
       }
+      await o.afterRuns?.(n);
       if (o.crashFor(n)) {
         result.crash = await crashRun(bed, n, nodes, CRASH_WINDOW_MS(n), problems);
         say(

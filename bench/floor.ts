@@ -78,7 +78,8 @@ export interface FloorRun {
 }
 
 /**
- * The floor at N: its figures are those of its median run by CPU (`runs` has each, in order; when
+ * The floor at N: its figures are those of its median run by CPU, the lower of the middle two for
+ * an even count (`runs` has each, in order; when
  * the fan-out's runs at N took turns with them, the i-th was measured just before Herald's i-th).
  */
 export interface FloorResult extends FloorRun {
@@ -354,6 +355,8 @@ function nextMessage<T extends { t: string }>(c: ChildProcess, t: T['t'], timeou
 /** A floor at N agents, connected and warmed up: `measure()` times one more change to all of them. */
 export interface FloorBed {
   readonly n: number;
+  /** Runs measured so far. */
+  readonly runs: number;
   measure(): Promise<FloorRun>;
   /** The floor's figures over the runs measured so far (none: a result with no runs is not made). */
   result(): FloorResult;
@@ -450,6 +453,9 @@ export async function startFloor(o: { pki: BenchPki; runDir: string; n: number }
     const bodyBytes = documentOf('f00000', 2, paddingFor('f00000')).length;
     return {
       n: o.n,
+      get runs() {
+        return runs.length;
+      },
       async measure(): Promise<FloorRun> {
         await sleep(FLOOR_SETTLE_MS);
         const cpu0 = cpu();

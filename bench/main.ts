@@ -373,7 +373,18 @@ async function main(): Promise<number> {
   };
 
   // set by the fan-out's first run at its largest N (see beforeRun)
-  const floorAt: { bed: FloorBed | null } = { bed: null };
+  const floorAt = {
+    bed: null as FloorBed | null,
+    failed: false,
+    result: undefined as FloorResult | undefined,
+    /** Keeps the floor's figures so far and ends its processes; idempotent. */
+    stop(): void {
+      if (this.bed === null) return;
+      this.result = this.bed.runs > 0 ? this.bed.result() : undefined;
+      this.bed.stop();
+      this.bed = null;
+    },
+  };
   if (want('fanout')) {
     const sorted = [...ns].sort((a, b) => a - b);
     const rs = await fanoutAll({
@@ -397,21 +408,30 @@ async function main(): Promise<number> {
       },
       // the floor takes turns with Herald's runs at the largest N, each just before one: this host's
       // CPU speed moves within minutes, and a floor measured once, later, moved with it
+      // a floor that fails is a problem of the run, not the end of the fan-out (the report then
+      // compares with the floor runs it has, or none)
       beforeRun: async (n) => {
-        if (n !== Math.max(...ns)) return;
-        floorAt.bed ??= await startFloor({ pki, runDir, n });
-        await floorAt.bed.measure();
+        if (n !== Math.max(...ns) || floorAt.failed) return;
+        try {
+          floorAt.bed ??= await startFloor({ pki, runDir, n });
+          await floorAt.bed.measure();
+        } catch (err) {
+          floorAt.failed = true;
+          failures.push(`floor: ${(err as Error).message}`);
+          floorAt.stop();
+        }
       },
+      // its processes and connections gone before the crash run, which they would disturb
+      afterRuns: async () => floorAt.stop(),
     });
     results.fanout.push(...rs);
     for (const r of rs) failures.push(...r.problems.map((p) => `fan-out N=${r.n}: ${p}`));
   }
   // the fan-out's floor on this run's CPU, at its largest N: a minimal controller of the same protocol
-  if (floorAt.bed !== null) {
-    const floor = floorAt.bed.result();
-    floorAt.bed.stop();
-    results.floor = floor;
-    failures.push(...floor.problems);
+  floorAt.stop();
+  if (floorAt.result !== undefined) {
+    results.floor = floorAt.result;
+    failures.push(...floorAt.result.problems);
   } else if (want('fanout') || want('floor')) {
     results.floor = await floorPhase({ pki, runDir, n: Math.max(...ns) });
     failures.push(...results.floor.problems);

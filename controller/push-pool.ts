@@ -21,6 +21,7 @@ import { ConfigError } from '../protocol/errors.js';
 import type { Ed25519PrivateJwk } from '../protocol/jws.js';
 import {
   MAX_PUSH_REQUESTS_IN_FLIGHT,
+  PUSH_REQUEST_ANSWER_TIMEOUT_MS,
   PUSH_WORKER_MMAP_THRESHOLD_BYTES,
   RECONNECT_BACKOFF_MAX_MS,
 } from '../protocol/limits.js';
@@ -88,6 +89,8 @@ interface QueuedRequest {
   child: ChildProcess;
   id: number;
   r: PushRequest;
+  /** When it came (Date.now()): past PUSH_REQUEST_ANSWER_TIMEOUT_MS the worker has answered it 503 itself. */
+  at: number;
 }
 
 /** The compiled worker beside this module, or under dist/ when this module runs from source. */
@@ -219,12 +222,12 @@ export class PushPool implements PushService {
     this.#events.off(event, fn as (...args: unknown[]) => void);
   }
 
-  /** Worker process ids, for tests and diagnostics. */
   /** Workers' requests waiting for their turn at the handler (not those being answered). */
   get requestsWaiting(): number {
     return this.#requests.length - this.#requestsHead;
   }
 
+  /** Worker process ids, for tests and diagnostics. */
   get workerPids(): number[] {
     return this.#shards.flatMap((s) => (s.child?.pid !== undefined ? [s.child.pid] : []));
   }
@@ -416,15 +419,18 @@ export class PushPool implements PushService {
    * in arrival order. One from a worker replaced meanwhile is dropped (its agent times out).
    */
   #answerRequest(s: Shard, id: number, r: PushRequest): void {
-    if (s.child === null) return;
-    this.#requests.push({ s, child: s.child, id, r });
+    // a closing pool starts nothing: a worker's batches still arrive until it exits
+    if (s.child === null || this.#closed) return;
+    this.#requests.push({ s, child: s.child, id, r, at: Date.now() });
     this.#pumpRequests();
   }
 
   #pumpRequests(): void {
+    if (this.#closed) return;
     while (this.#answering < this.#o.requestsInFlight && this.#requestsHead < this.#requests.length) {
       const q = this.#requests[this.#requestsHead++]!;
-      if (q.s.child !== q.child) continue;
+      // its worker was replaced, or has answered it 503 already (the agent asked HTTPS): dead work
+      if (q.s.child !== q.child || Date.now() - q.at >= PUSH_REQUEST_ANSWER_TIMEOUT_MS) continue;
       this.#answering++;
       void this.#answerOne(q).finally(() => {
         this.#answering--;
@@ -441,20 +447,32 @@ export class PushPool implements PushService {
     }
   }
 
-  async #answerOne({ s, child, id, r }: QueuedRequest): Promise<void> {
-    const handler = this.#requestHandler;
-    let reply: PushReply;
-    if (handler === null) reply = unavailableReply(r.kind);
-    else
-      try {
-        reply = await handler(r);
-      } catch (err) {
-        this.#log.error({ node: r.node, err, kind: r.kind }, 'push request handler failed');
-        reply = { status: 500, error: 'internal' };
-      }
-    if (s.child !== child) return;
+  /**
+   * Answers one request and frees its place, at the latest when the worker has stopped waiting
+   * for it: a handler that never settles holds no place for ever (its late answer is dropped).
+   */
+  async #answerOne({ s, child, id, r, at }: QueuedRequest): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const givenUp = new Promise<null>((resolve) => {
+      timer = setTimeout(() => resolve(null), PUSH_REQUEST_ANSWER_TIMEOUT_MS - (Date.now() - at));
+      timer.unref();
+    });
+    const reply = await Promise.race([this.#replyTo(r), givenUp]);
+    clearTimeout(timer);
+    if (reply === null || s.child !== child) return;
     s.queue.push({ t: 'answer', id, kind: r.kind, r: reply });
     this.#schedule(s);
+  }
+
+  async #replyTo(r: PushRequest): Promise<PushReply> {
+    const handler = this.#requestHandler;
+    if (handler === null) return unavailableReply(r.kind);
+    try {
+      return await handler(r);
+    } catch (err) {
+      this.#log.error({ node: r.node, err, kind: r.kind }, 'push request handler failed');
+      return { status: 500, error: 'internal' };
+    }
   }
 
   #closeShard(s: Shard): Promise<void> {

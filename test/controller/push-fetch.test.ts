@@ -495,6 +495,21 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
       expect(held.requests.map((r) => r.kind)).toEqual(['fetch']);
     });
 
+    it('a request waiting its turn when its worker dies is never started', async () => {
+      const pool = inWorker({ requestsInFlight: 1 });
+      const { agent, held } = await fetchHeldBy(pool);
+      const ws = await agent.connected;
+      ws.send(encodeSignal('s'.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
+      await waitFor('the signal to wait its turn', () => pool.requestsWaiting === 1);
+      const [pid] = pool.workerPids;
+      process.kill(pid!, 'SIGKILL');
+      await waitFor('the worker to be replaced', () => pool.workerPids.length === 1 && !pool.workerPids.includes(pid!));
+      held.answer(0, { status: 304, etag: '"2"', signature: 'h.p.s' });
+      await new Promise((r) => setImmediate(r));
+      expect(held.requests.map((r) => r.kind)).toEqual(['fetch']);
+      expect(pool.requestsWaiting).toBe(0);
+    });
+
     it("a worker killed while its fetch is answered: the late answer never reaches the new worker's fetch of the same id", async () => {
       const pool = inWorker();
       const { agent, held, closed } = await fetchHeldBy(pool);
