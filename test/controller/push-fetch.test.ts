@@ -464,13 +464,21 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
   () => {
     dialerCases(inWorker);
 
-    it('answers the requests of its workers a bounded number at a time, in the order they came', async () => {
+    /**
+     * A pool answering one request at a time, its fetch held by the handler and a signal of the
+     * same agent waiting its turn in the controller's process behind it.
+     */
+    async function signalWaitingBehindFetch() {
       const pool = inWorker({ requestsInFlight: 1 });
       const { agent, held } = await fetchHeldBy(pool);
       const ws = await agent.connected;
       ws.send(encodeSignal('s'.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
-      // the signal reached the controller's process and waits there: the fetch holds the one place
       await waitFor('the signal to wait its turn', () => pool.requestsWaiting === 1);
+      return { pool, agent, held };
+    }
+
+    it('answers the requests of its workers a bounded number at a time, in the order they came', async () => {
+      const { pool, agent, held } = await signalWaitingBehindFetch();
       expect(held.requests.map((r) => r.kind)).toEqual(['fetch']);
       held.answer(0, { status: 304, etag: '"2"', signature: 'h.p.s' });
       expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ nonce: 'a'.repeat(22), status: 304 });
@@ -482,11 +490,7 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
     });
 
     it('requests still waiting their turn when the pool closes are never started', async () => {
-      const pool = inWorker({ requestsInFlight: 1 });
-      const { agent, held } = await fetchHeldBy(pool);
-      const ws = await agent.connected;
-      ws.send(encodeSignal('s'.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
-      await waitFor('the signal to wait its turn', () => pool.requestsWaiting === 1);
+      const { pool, agent, held } = await signalWaitingBehindFetch();
       await pool.close();
       expect(pool.requestsWaiting).toBe(0);
       // the held fetch ends after the close: its place is free, and nothing waits for it
@@ -496,11 +500,7 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
     });
 
     it('a request waiting its turn when its worker dies is never started', async () => {
-      const pool = inWorker({ requestsInFlight: 1 });
-      const { agent, held } = await fetchHeldBy(pool);
-      const ws = await agent.connected;
-      ws.send(encodeSignal('s'.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
-      await waitFor('the signal to wait its turn', () => pool.requestsWaiting === 1);
+      const { pool, agent, held } = await signalWaitingBehindFetch();
       const [pid] = pool.workerPids;
       process.kill(pid!, 'SIGKILL');
       await waitFor('the worker to be replaced', () => pool.workerPids.length === 1 && !pool.workerPids.includes(pid!));
