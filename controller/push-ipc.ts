@@ -32,6 +32,8 @@ export interface WorkerInit {
   material: MaterialPaths;
   logLevel: string;
   tuning: PushTuning;
+  /** How long it waits for the answer to a request before telling the agent to ask HTTPS (503). */
+  requestAnswerTimeoutMs: number;
   /** Where this worker keeps its TLS sessions with the agents (certs/session-file.ts). */
   sessionFile?: string;
 }

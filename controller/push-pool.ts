@@ -64,6 +64,8 @@ export interface PushPoolOptions {
   sessionFile?: (worker: number) => string;
   /** Requests answered at once (default MAX_PUSH_REQUESTS_IN_FLIGHT). */
   requestsInFlight?: number;
+  /** How long a worker waits for a request's answer (default PUSH_REQUEST_ANSWER_TIMEOUT_MS; shorter in tests). */
+  requestAnswerTimeoutMs?: number;
 }
 
 interface Shard {
@@ -91,6 +93,8 @@ interface QueuedRequest {
   r: PushRequest;
   /** When it came (Date.now()): past PUSH_REQUEST_ANSWER_TIMEOUT_MS the worker has answered it 503 itself. */
   at: number;
+  /** Being answered and holding a place (set when started, cleared by its answer or by the sweep). */
+  holding: boolean;
 }
 
 /** The compiled worker beside this module, or under dist/ when this module runs from source. */
@@ -116,6 +120,7 @@ export class PushPool implements PushService {
     workerScript: string;
     tuning: PushTuning;
     requestsInFlight: number;
+    requestAnswerTimeoutMs: number;
   };
   readonly #log: Logger;
   readonly #metrics: PushMetricsSink;
@@ -127,7 +132,10 @@ export class PushPool implements PushService {
   /** Requests waiting for the handler, oldest first from `#requestsHead` (see MAX_PUSH_REQUESTS_IN_FLIGHT). */
   #requests: QueuedRequest[] = [];
   #requestsHead = 0;
-  #answering = 0;
+  /** Requests being answered, in the order they were started (so oldest first: they start in arrival order). */
+  readonly #answering = new Set<QueuedRequest>();
+  /** One timer for all of them: due when the oldest's worker stops waiting (see #sweepAnswering). */
+  #sweepTimer: NodeJS.Timeout | null = null;
   #started = false;
   #closed = false;
   #closing: Promise<void> | null = null;
@@ -139,6 +147,7 @@ export class PushPool implements PushService {
       workerScript: defaultWorkerScript(),
       tuning: {},
       requestsInFlight: MAX_PUSH_REQUESTS_IN_FLIGHT,
+      requestAnswerTimeoutMs: PUSH_REQUEST_ANSWER_TIMEOUT_MS,
       ...opts,
     };
     if (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_PUSH_WORKERS) {
@@ -239,6 +248,8 @@ export class PushPool implements PushService {
     // and the agents ask again over HTTPS or after their redial
     this.#requests = [];
     this.#requestsHead = 0;
+    if (this.#sweepTimer !== null) clearTimeout(this.#sweepTimer);
+    this.#sweepTimer = null;
     this.#closing = Promise.all(this.#shards.map((s) => this.#closeShard(s))).then(() => {
       this.#metrics.connected(0);
       this.#log.info('push workers stopped');
@@ -355,6 +366,7 @@ export class PushPool implements PushService {
         material: this.#o.material,
         logLevel: this.#o.logger.level,
         tuning: this.#o.tuning,
+        requestAnswerTimeoutMs: this.#o.requestAnswerTimeoutMs,
         ...(this.#o.sessionFile === undefined ? {} : { sessionFile: this.#o.sessionFile(s.index) }),
       };
       child.send(init);
@@ -421,21 +433,20 @@ export class PushPool implements PushService {
   #answerRequest(s: Shard, id: number, r: PushRequest): void {
     // a closing pool starts nothing: a worker's batches still arrive until it exits
     if (s.child === null || this.#closed) return;
-    this.#requests.push({ s, child: s.child, id, r, at: Date.now() });
+    this.#requests.push({ s, child: s.child, id, r, at: Date.now(), holding: false });
     this.#pumpRequests();
   }
 
   #pumpRequests(): void {
     if (this.#closed) return;
-    while (this.#answering < this.#o.requestsInFlight && this.#requestsHead < this.#requests.length) {
+    while (this.#answering.size < this.#o.requestsInFlight && this.#requestsHead < this.#requests.length) {
       const q = this.#requests[this.#requestsHead++]!;
       // its worker was replaced, or has answered it 503 already (the agent asked HTTPS): dead work
-      if (q.s.child !== q.child || Date.now() - q.at >= PUSH_REQUEST_ANSWER_TIMEOUT_MS) continue;
-      this.#answering++;
-      void this.#answerOne(q).finally(() => {
-        this.#answering--;
-        this.#pumpRequests();
-      });
+      if (q.s.child !== q.child || Date.now() - q.at >= this.#o.requestAnswerTimeoutMs) continue;
+      q.holding = true;
+      this.#answering.add(q);
+      this.#armSweep();
+      void this.#replyTo(q.r).then((reply) => this.#answered(q, reply));
     }
     if (this.#requestsHead === this.#requests.length) {
       this.#requests = [];
@@ -447,21 +458,45 @@ export class PushPool implements PushService {
     }
   }
 
+  /** Sends a request's answer to its worker and frees its place; one the sweep gave up on is dropped. */
+  #answered(q: QueuedRequest, reply: PushReply): void {
+    if (!q.holding) return;
+    q.holding = false;
+    this.#answering.delete(q);
+    if (q.s.child === q.child) {
+      q.s.queue.push({ t: 'answer', id: q.id, kind: q.r.kind, r: reply });
+      this.#schedule(q.s);
+    }
+    this.#pumpRequests();
+  }
+
   /**
-   * Answers one request and frees its place, at the latest when the worker has stopped waiting
-   * for it: a handler that never settles holds no place for ever (its late answer is dropped).
+   * Frees the places of requests whose worker has stopped waiting (PUSH_REQUEST_ANSWER_TIMEOUT_MS
+   * after they came; it has answered them 503 itself): a handler that never settles holds no
+   * place for ever. One timer, due at the oldest's deadline, not one per request: a fan-out
+   * answers thousands of fetches a second.
    */
-  async #answerOne({ s, child, id, r, at }: QueuedRequest): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const givenUp = new Promise<null>((resolve) => {
-      timer = setTimeout(() => resolve(null), PUSH_REQUEST_ANSWER_TIMEOUT_MS - (Date.now() - at));
-      timer.unref();
-    });
-    const reply = await Promise.race([this.#replyTo(r), givenUp]);
-    clearTimeout(timer);
-    if (reply === null || s.child !== child) return;
-    s.queue.push({ t: 'answer', id, kind: r.kind, r: reply });
-    this.#schedule(s);
+  #armSweep(): void {
+    if (this.#sweepTimer !== null || this.#closed) return;
+    const oldest = this.#answering.values().next();
+    if (oldest.done) return;
+    const dueMs = Math.max(0, oldest.value.at + this.#o.requestAnswerTimeoutMs - Date.now());
+    this.#sweepTimer = setTimeout(() => {
+      this.#sweepTimer = null;
+      this.#sweepAnswering();
+    }, dueMs);
+    this.#sweepTimer.unref();
+  }
+
+  #sweepAnswering(): void {
+    const now = Date.now();
+    for (const q of this.#answering) {
+      if (now - q.at < this.#o.requestAnswerTimeoutMs) break;
+      q.holding = false;
+      this.#answering.delete(q);
+    }
+    this.#pumpRequests();
+    this.#armSweep();
   }
 
   async #replyTo(r: PushRequest): Promise<PushReply> {

@@ -12,7 +12,6 @@ import { PushDialer } from './push-dialer.js';
 import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent, WorkerInit } from './push-ipc.js';
 import { DeltaPushMetrics } from './push-metrics.js';
 import { unavailableReply, type PushReply, type PushRequest } from './push-types.js';
-import { PUSH_REQUEST_ANSWER_TIMEOUT_MS } from '../protocol/limits.js';
 
 function send(m: FromWorker): void {
   // with a callback, a parent that has just died is an EPIPE here, not an unhandled 'error'
@@ -26,11 +25,18 @@ class Worker {
   readonly #metrics = new DeltaPushMetrics();
   #events: WorkerEvent[] = [];
   #flushScheduled = false;
-  /** Requests sent to the main process, by id: at most one fetch and one signal per connected node. */
-  readonly #requests = new Map<number, { kind: PushRequest['kind']; resolve: (r: PushReply) => void }>();
+  /**
+   * Requests sent to the main process, by id (so oldest first): at most one fetch and one signal
+   * per connected node. `at`: when sent (Date.now()).
+   */
+  readonly #requests = new Map<number, { kind: PushRequest['kind']; resolve: (r: PushReply) => void; at: number }>();
   #requestSeq = 0;
+  /** One timer for all requests, due when the oldest's answer is overdue (see #sweep). */
+  #sweepTimer: NodeJS.Timeout | null = null;
+  readonly #timeoutMs: number;
 
   constructor(init: WorkerInit) {
+    this.#timeoutMs = init.requestAnswerTimeoutMs;
     const logger = pino({ level: init.logLevel }).child({ push_worker: init.worker });
     this.#material = new PkiMaterial({ ...init.material, trustDomain: init.trustDomain, logger });
     this.#dialer = new PushDialer({
@@ -50,22 +56,39 @@ class Worker {
       (r) =>
         new Promise((resolve) => {
           const id = ++this.#requestSeq;
-          // a main process that does not answer (a stalled database) does not hold the entry for
-          // ever: the agent is told to ask over HTTPS, and a late answer finds nothing
-          const timer = setTimeout(() => {
-            if (this.#requests.delete(id)) resolve(unavailableReply(r.kind));
-          }, PUSH_REQUEST_ANSWER_TIMEOUT_MS);
-          timer.unref();
-          this.#requests.set(id, {
-            kind: r.kind,
-            resolve: (reply) => {
-              clearTimeout(timer);
-              resolve(reply);
-            },
-          });
+          this.#requests.set(id, { kind: r.kind, resolve, at: Date.now() });
+          this.#armSweep();
           this.#push({ t: 'request', id, r });
         }),
     );
+  }
+
+  /**
+   * A main process that does not answer (a stalled database) does not hold a request for ever:
+   * `requestAnswerTimeoutMs` (PUSH_REQUEST_ANSWER_TIMEOUT_MS) after it was sent the agent is told to ask over HTTPS, and a
+   * late answer finds nothing. One timer, due at the oldest request's deadline, not one per
+   * request: a fan-out sends thousands a second.
+   */
+  #armSweep(): void {
+    if (this.#sweepTimer !== null) return;
+    const oldest = this.#requests.values().next();
+    if (oldest.done) return;
+    const dueMs = Math.max(0, oldest.value.at + this.#timeoutMs - Date.now());
+    this.#sweepTimer = setTimeout(() => {
+      this.#sweepTimer = null;
+      this.#sweep();
+    }, dueMs);
+    this.#sweepTimer.unref();
+  }
+
+  #sweep(): void {
+    const now = Date.now();
+    for (const [id, p] of this.#requests) {
+      if (now - p.at < this.#timeoutMs) break;
+      this.#requests.delete(id);
+      p.resolve(unavailableReply(p.kind));
+    }
+    this.#armSweep();
   }
 
   run(cmd: ToWorkerCommand): void {
@@ -92,11 +115,11 @@ class Worker {
         const pending = this.#requests.get(cmd.id);
         if (pending?.kind !== cmd.kind) break; // answers another request (or none): never taken
         this.#requests.delete(cmd.id);
-        // the structured clone of the IPC channel delivers the body as a plain Uint8Array
+        // the structured clone of the IPC channel delivers the body as a plain Uint8Array (the
+        // reply is this message's own: viewed as a Buffer in place)
         const b = cmd.r.body;
-        pending.resolve(
-          b === undefined ? cmd.r : { ...cmd.r, body: Buffer.from(b.buffer, b.byteOffset, b.byteLength) },
-        );
+        if (b !== undefined) cmd.r.body = Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+        pending.resolve(cmd.r);
         break;
       }
     }
@@ -106,6 +129,8 @@ class Worker {
   async close(): Promise<void> {
     for (const p of this.#requests.values()) p.resolve(unavailableReply(p.kind));
     this.#requests.clear();
+    if (this.#sweepTimer !== null) clearTimeout(this.#sweepTimer);
+    this.#sweepTimer = null;
     await this.#dialer.close();
     this.#material.close();
     this.#flush();

@@ -140,7 +140,7 @@ function inProcess(over: { clock?: () => number } = {}): PushDialer {
   });
 }
 
-function inWorker(over: { requestsInFlight?: number } = {}): PushPool {
+function inWorker(over: { requestsInFlight?: number; requestAnswerTimeoutMs?: number } = {}): PushPool {
   return new PushPool({
     ...over,
     workers: 1,
@@ -490,7 +490,7 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
     });
 
     it('requests still waiting their turn when the pool closes are never started', async () => {
-      const { pool, agent, held } = await signalWaitingBehindFetch();
+      const { pool, held } = await signalWaitingBehindFetch();
       await pool.close();
       expect(pool.requestsWaiting).toBe(0);
       // the held fetch ends after the close: its place is free, and nothing waits for it
@@ -500,7 +500,7 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
     });
 
     it('a request waiting its turn when its worker dies is never started', async () => {
-      const { pool, agent, held } = await signalWaitingBehindFetch();
+      const { pool, held } = await signalWaitingBehindFetch();
       const [pid] = pool.workerPids;
       process.kill(pid!, 'SIGKILL');
       await waitFor('the worker to be replaced', () => pool.workerPids.length === 1 && !pool.workerPids.includes(pid!));
@@ -508,6 +508,29 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
       await new Promise((r) => setImmediate(r));
       expect(held.requests.map((r) => r.kind)).toEqual(['fetch']);
       expect(pool.requestsWaiting).toBe(0);
+    });
+
+    it('a handler that never answers: the agent is told 503 once the worker stops waiting, the place frees for the next request, and the late answer goes nowhere', async () => {
+      const pool = inWorker({ requestsInFlight: 1, requestAnswerTimeoutMs: 400 });
+      const { agent, held } = await fetchHeldBy(pool);
+      const ws = await agent.connected;
+      expect(headOf(await agent.nextFrame())).toMatchObject({
+        nonce: 'a'.repeat(22),
+        status: 503,
+        error: 'fetch_unavailable',
+      });
+      // the held fetch still holds nothing: the signal after it is started and answered
+      ws.send(encodeSignal('s'.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
+      await held.asked(2);
+      expect(held.requests.map((r) => r.kind)).toEqual(['fetch', 'signal']);
+      held.answer(1, { status: 200 });
+      expect(headOf(await agent.nextFrame())).toMatchObject({ nonce: 's'.repeat(22), status: 200 });
+      // the first fetch's answer comes at last: dropped; the next frame the agent gets answers its next fetch
+      held.answer(0, { status: 200, etag: '"9"', signature: 'late.answer.x', body: Buffer.from('{"late":true}') });
+      ws.send(encodeFetch('c'.repeat(22)));
+      await held.asked(3);
+      held.answer(2, { status: 304, etag: '"2"', signature: 'h.p.s' });
+      expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ nonce: 'c'.repeat(22), status: 304 });
     });
 
     it("a worker killed while its fetch is answered: the late answer never reaches the new worker's fetch of the same id", async () => {
