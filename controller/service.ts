@@ -99,7 +99,8 @@ export class ControllerService {
   readonly #cache = new MetadataCache();
   /** Signals and announcements from many agents share commits (one fsync each batch). */
   readonly #committer: GroupCommitter;
-  readonly #fetches = new Map<string, FetchState>();
+  /** Each node's last fetch: its generation and when (ms), kept in place (a fetch allocates nothing here). */
+  readonly #fetches = new Map<string, { gen: number; atMs: number }>();
   /** When the controller last sent each node a wake-up, oldest first (entries older than WAKE_FETCH_EXEMPT_MS are dropped). */
   readonly #wokeAt = new Map<string, number>();
   #pendingAcks = new Map<string, number>();
@@ -287,11 +288,7 @@ export class ControllerService {
   }
 
   #nodeView(n: NodeRecord): View {
-    return nodeView(
-      n,
-      this.push.state(n.id),
-      this.#fetches.get(n.id) ?? { generation_fetched: null, last_fetch_at: null },
-    );
+    return nodeView(n, this.push.state(n.id), fetchStateOf(this.#fetches.get(n.id)));
   }
 
   // ---- configs -----------------------------------------------------------------------------
@@ -540,8 +537,14 @@ export class ControllerService {
   }
 
   #noteFetched(node: string, gen: number, isFetch: boolean): void {
-    if (isFetch)
-      this.#fetches.set(node, { generation_fetched: gen, last_fetch_at: new Date(this.#now()).toISOString() });
+    if (isFetch) {
+      const f = this.#fetches.get(node);
+      if (f === undefined) this.#fetches.set(node, { gen, atMs: this.#now() });
+      else {
+        f.gen = gen;
+        f.atMs = this.#now();
+      }
+    }
     const had = this.#pendingAcks.get(node);
     if (had === undefined || had < gen) this.#pendingAcks.set(node, gen);
   }
@@ -924,4 +927,10 @@ function signalSummary(d: DeploymentRecord): View {
     status_reason: r.statusReason,
     signalled: r.signalled,
   };
+}
+
+function fetchStateOf(f: { gen: number; atMs: number } | undefined): FetchState {
+  return f === undefined
+    ? { generation_fetched: null, last_fetch_at: null }
+    : { generation_fetched: f.gen, last_fetch_at: new Date(f.atMs).toISOString() };
 }
