@@ -46,6 +46,8 @@ import {
  * later than the controller's 1 s limit and get dropped as half-open (then redialled).
  */
 const AGENTS_PER_HARNESS = 1_250;
+/** How long the controller's CPU is sampled, quiet, before each change (its background rate). */
+const FANOUT_IDLE_SAMPLE_MS = 5_000;
 
 export interface FanoutRun {
   run: number;
@@ -67,6 +69,11 @@ export interface FanoutRun {
   fetchedByPoll: number;
   wakesVerifiedAgents: number;
   controllerCpuS: number;
+  /**
+   * The controller's CPU per second while nothing changes, sampled for FANOUT_IDLE_SAMPLE_MS just
+   * before the change (its pings and the agents' healthy polls; absent in older results).
+   */
+  controllerIdleCpuPerS?: number;
   /** CPU of the simulated agents' harness processes over the same window (absent in older results). */
   harnessCpuS?: number;
   metricsAckedDelta: number;
@@ -152,6 +159,11 @@ export interface FanoutOptions {
   controllerNodeArgs?: string[] | undefined;
   /** Bracket each measured window with SIGUSR2 to every process (see prof-preload.ts). */
   profile?: boolean;
+  /**
+   * Called once the fleet has grown to N, before its warm-up change: the floor dials its agents
+   * here, so the warm-up, not a measured run, comes after that storm of handshakes.
+   */
+  afterGrow?: (n: number) => Promise<void>;
   /** Called just before each measured run at N (`run` from 1), the fleet settled: the floor's turn. */
   beforeRun?: (n: number, run: number) => Promise<void>;
   /** Called after the measured runs at N, before its crash run (the floor stops there). */
@@ -370,6 +382,7 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
       await bed.settle(n, problems);
       const g = await bed.grow(n, problems);
       result.harnessProcs = bed.fleet!.members.length;
+      await o.afterGrow?.(n);
       const nodes = Array.from({ length: n }, (_, k) => slot('b', k).node);
       const runTimeout = 60_000 + n * 10;
       if (g.agentsAdded > 0) {
@@ -625,6 +638,10 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
   const n = nodes.length;
   const ctl = bed.ctl;
   const fleet = bed.fleet!;
+  const idle0 = treeSample(ctl.pid).cpuS;
+  const idleT0 = nowMs();
+  await sleep(FANOUT_IDLE_SAMPLE_MS);
+  const idleCpuPerS = (treeSample(ctl.pid).cpuS - idle0) / ((nowMs() - idleT0) / 1000);
   const m0 = await ctl.op.metrics();
   const cpu0 = treeSample(ctl.pid).cpuS;
   const harness0 = fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
@@ -666,6 +683,7 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
     fetchedByPoll: reports.filter((r) => r.fetchWasPoll).length,
     wakesVerifiedAgents: reports.filter((r) => r.wakes > 0).length,
     controllerCpuS: round(cpu1 - cpu0, 2),
+    controllerIdleCpuPerS: round(idleCpuPerS, 4),
     harnessCpuS: round(harness1 - harness0, 2),
     metricsAckedDelta: metricSum(m1, 'herald_wakeups_acked_total') - metricSum(m0, 'herald_wakeups_acked_total'),
     metricsFetch200Delta:

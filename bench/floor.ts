@@ -59,8 +59,8 @@ const FLOOR_CONNECT_TIMEOUT_MS = 180_000;
 const FLOOR_AGENT_ANSWER_TIMEOUT_MS = 30_000;
 /** How often the agents are asked whether all of them hold the change. */
 const FLOOR_REPORT_EVERY_MS = 20;
-/** The pause before each measured change (the last one's frames settle). */
-const FLOOR_SETTLE_MS = 1_000;
+/** The pause before each measured change (the last one's frames settle), the floor's CPU sampled over it. */
+const FLOOR_SETTLE_MS = 5_000;
 
 /** One measured change of the floor. */
 export interface FloorRun {
@@ -73,6 +73,11 @@ export interface FloorRun {
   /** The floor controller's CPU over the window, from /proc (user + system, all threads). */
   controllerCpuS: number;
   cpuPerAgentMs: number;
+  /**
+   * The floor controller's CPU per second while quiet, sampled over the settle before the change
+   * (as Herald's before its runs; absent in older results).
+   */
+  idleCpuPerS?: number;
   agentsCpuS: number;
   timedOut: boolean;
 }
@@ -457,7 +462,10 @@ export async function startFloor(o: { pki: BenchPki; runDir: string; n: number }
         return runs.length;
       },
       async measure(): Promise<FloorRun> {
+        const idle0 = cpu();
+        const idleT0 = nowMs();
         await sleep(FLOOR_SETTLE_MS);
+        const idleCpuPerS = (cpu() - idle0) / ((nowMs() - idleT0) / 1000);
         const cpu0 = cpu();
         const agentsCpu0 = agentsCpu();
         const { s, reports, timedOut } = await change();
@@ -482,6 +490,7 @@ export async function startFloor(o: { pki: BenchPki; runDir: string; n: number }
           fetched,
           controllerCpuS: round(cpuS, 3),
           cpuPerAgentMs: round((cpuS * 1000) / o.n, 3),
+          idleCpuPerS: round(idleCpuPerS, 4),
           agentsCpuS: round(agentsCpuS, 2),
           timedOut,
         };

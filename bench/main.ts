@@ -377,6 +377,20 @@ async function main(): Promise<number> {
     bed: null as FloorBed | null,
     failed: false,
     result: undefined as FloorResult | undefined,
+    /** Dials the floor's agents unless done (or failed) already. */
+    async start(n: number): Promise<void> {
+      if (this.bed !== null || this.failed) return;
+      try {
+        this.bed = await startFloor({ pki, runDir, n });
+      } catch (err) {
+        this.fail(err);
+      }
+    },
+    fail(err: unknown): void {
+      this.failed = true;
+      failures.push(`floor: ${(err as Error).message}`);
+      this.stop();
+    },
     /** Keeps the floor's figures so far and ends its processes; idempotent. */
     stop(): void {
       if (this.bed === null) return;
@@ -410,15 +424,20 @@ async function main(): Promise<number> {
       // CPU speed moves within minutes, and a floor measured once, later, moved with it
       // a floor that fails is a problem of the run, not the end of the fan-out (the report then
       // compares with the floor runs it has, or none)
+      // its agents dialled before Herald's warm-up: the first measured run after a storm of 10,000
+      // handshakes on both cores was the slowest of every run (its controller's background CPU 3-4×
+      // the later runs'; docs/development.md, "Measured 2026-12-05 16:25-")
+      afterGrow: async (n) => {
+        if (n !== Math.max(...ns) || floorAt.failed) return;
+        await floorAt.start(n);
+      },
       beforeRun: async (n) => {
         if (n !== Math.max(...ns) || floorAt.failed) return;
+        await floorAt.start(n);
         try {
-          floorAt.bed ??= await startFloor({ pki, runDir, n });
-          await floorAt.bed.measure();
+          await floorAt.bed?.measure();
         } catch (err) {
-          floorAt.failed = true;
-          failures.push(`floor: ${(err as Error).message}`);
-          floorAt.stop();
+          floorAt.fail(err);
         }
       },
       // its processes and connections gone before the crash run, which they would disturb
