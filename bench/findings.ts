@@ -642,6 +642,33 @@ export function findings(r: BenchResults): string[] {
     p(
       "fetch each cross the IPC twice, with the collector's work on both sides), and the normalised rows read and written per node.",
     );
+    p(
+      'Measured again 2026-12-05 16:10-17:40 UTC: the first measured run had been the slowest every time (1.97-2.39× its floor against',
+    );
+    p(
+      "1.40-1.71× for the later ones) because it followed the floor's dialling of its 10,000 agents: the controller's CPU with nothing",
+    );
+    p(
+      "changing was 79-105 ms a second before it against 24-34 after. The floor now dials before the warm-up, and each side's quiet",
+    );
+    p(
+      "CPU is sampled for 5 s before its change and taken off its window (the floor's is ~0; Herald's is its pings and healthy polls).",
+    );
+    p(
+      "perf over two runs then: the push worker took 61 % of the controller's samples; in it JavaScript 26 %, the collector 17 % (a major",
+    );
+    p(
+      'GC per change, ~7 %), TLS writes and TCP send 20 %, signatures 7 %; in the main process JavaScript 22 %, the collector 21 %,',
+    );
+    p(
+      "signatures 17 %, SQLite 14 %. Tried again and not kept: the worker's mmap threshold at 64 KiB, alone and with an 8 MiB young",
+    );
+    p(
+      'generation (1.40-2.39× across runs, within the spread, for 3.4-5 KB more memory an agent). Kept: one sweep timer for overdue',
+    );
+    p(
+      'push requests on each side instead of one per request, and fetch bookkeeping updated in place (less garbage per fetch).',
+    );
     p('docs/development.md ("Measured 2026-12-05") has the figures.');
     if (big.warmup)
       p(
