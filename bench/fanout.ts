@@ -47,7 +47,7 @@ import {
  */
 const AGENTS_PER_HARNESS = 1_250;
 /** How long the controller's CPU is sampled, quiet, before each change (its background rate). */
-const FANOUT_IDLE_SAMPLE_MS = 5_000;
+export const FANOUT_IDLE_SAMPLE_MS = 5_000;
 
 export interface FanoutRun {
   run: number;

@@ -7,7 +7,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { FanoutResult } from './fanout.js';
+import { FANOUT_IDLE_SAMPLE_MS, type FanoutResult } from './fanout.js';
 import {
   CPU_PER_AGENT_GOAL_MS,
   findings,
@@ -202,6 +202,7 @@ export function goals(r: ReportInput['results'], m: Record<string, unknown> = {}
       goal: `≤ ${CPU_PER_AGENT_GOAL_MS} ms`,
       measured:
         ms(cpuMs, 2) +
+        ` (${ms(median(largest.runs.map((x) => netCpuPerAgentMs(x, x.controllerIdleCpuPerS, largest.n))), 2)} net of background)` +
         (fl
           ? `, ${fmt(ratioToFloor(largest, fl), 2)}× this run's floor net of each side's background (${fmt(ratioToFloor(largest, fl, true), 2)}× gross)`
           : '') +
@@ -556,10 +557,10 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
         p('Run by run (the floor first, then the Herald run it stands beside):');
         p();
         p(
-          "Background: each controller's CPU per second with nothing changing, sampled for 5 s just before its change (Herald's: the",
+          `Background: each controller's CPU per second with nothing changing, sampled for ${fmt(FANOUT_IDLE_SAMPLE_MS / 1000, 0)} s just before its change (Herald's: the`,
         );
         p(
-          "pings of 10,000 held connections and the agents' healthy polls; the floor has neither). Net: the window's CPU less the",
+          `pings of ${fl.n.toLocaleString('en-US')} held connections and the agents' healthy polls; the floor has neither). Net: the window's CPU less the`,
         );
         p("background over the window's length (to the last fetch), per agent: the change's own cost.");
         p();

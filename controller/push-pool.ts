@@ -82,6 +82,9 @@ interface Shard {
   closedWaiter: (() => void) | null;
 }
 
+/** The longest delay a Node timer takes (2^31 - 1 ms); longer ones fire after 1 ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Taken requests at the head of the queue past which it is copied down (see #pumpRequests). */
 const REQUEST_QUEUE_COMPACT_AT = 4_096;
 
@@ -91,7 +94,10 @@ interface QueuedRequest {
   child: ChildProcess;
   id: number;
   r: PushRequest;
-  /** When it came (Date.now()): past PUSH_REQUEST_ANSWER_TIMEOUT_MS the worker has answered it 503 itself. */
+  /**
+   * When it came (performance.now(): a wall clock stepped back must not hold a place longer):
+   * past `requestAnswerTimeoutMs` the worker has answered it 503 itself.
+   */
   at: number;
   /** Being answered and holding a place (set when started, cleared by its answer or by the sweep). */
   holding: boolean;
@@ -153,6 +159,15 @@ export class PushPool implements PushService {
     if (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_PUSH_WORKERS) {
       throw new ConfigError(`--push-workers must be a whole number from 1 to ${MAX_PUSH_WORKERS}`, {
         field: 'workers',
+      });
+    }
+    if (
+      !Number.isInteger(o.requestAnswerTimeoutMs) ||
+      o.requestAnswerTimeoutMs < 1 ||
+      o.requestAnswerTimeoutMs > MAX_TIMER_MS
+    ) {
+      throw new ConfigError(`requestAnswerTimeoutMs must be a whole number of ms from 1 to ${MAX_TIMER_MS}`, {
+        field: 'requestAnswerTimeoutMs',
       });
     }
     if (!fs.existsSync(o.workerScript))
@@ -234,6 +249,11 @@ export class PushPool implements PushService {
   /** Workers' requests waiting for their turn at the handler (not those being answered). */
   get requestsWaiting(): number {
     return this.#requests.length - this.#requestsHead;
+  }
+
+  /** Workers' requests being answered now (each holding one of the `requestsInFlight` places). */
+  get requestsAnswering(): number {
+    return this.#answering.size;
   }
 
   /** Worker process ids, for tests and diagnostics. */
@@ -433,7 +453,7 @@ export class PushPool implements PushService {
   #answerRequest(s: Shard, id: number, r: PushRequest): void {
     // a closing pool starts nothing: a worker's batches still arrive until it exits
     if (s.child === null || this.#closed) return;
-    this.#requests.push({ s, child: s.child, id, r, at: Date.now(), holding: false });
+    this.#requests.push({ s, child: s.child, id, r, at: performance.now(), holding: false });
     this.#pumpRequests();
   }
 
@@ -442,7 +462,7 @@ export class PushPool implements PushService {
     while (this.#answering.size < this.#o.requestsInFlight && this.#requestsHead < this.#requests.length) {
       const q = this.#requests[this.#requestsHead++]!;
       // its worker was replaced, or has answered it 503 already (the agent asked HTTPS): dead work
-      if (q.s.child !== q.child || Date.now() - q.at >= this.#o.requestAnswerTimeoutMs) continue;
+      if (q.s.child !== q.child || performance.now() - q.at >= this.#o.requestAnswerTimeoutMs) continue;
       q.holding = true;
       this.#answering.add(q);
       this.#armSweep();
@@ -480,7 +500,7 @@ export class PushPool implements PushService {
     if (this.#sweepTimer !== null || this.#closed) return;
     const oldest = this.#answering.values().next();
     if (oldest.done) return;
-    const dueMs = Math.max(0, oldest.value.at + this.#o.requestAnswerTimeoutMs - Date.now());
+    const dueMs = Math.max(0, oldest.value.at + this.#o.requestAnswerTimeoutMs - performance.now());
     this.#sweepTimer = setTimeout(() => {
       this.#sweepTimer = null;
       this.#sweepAnswering();
@@ -489,7 +509,7 @@ export class PushPool implements PushService {
   }
 
   #sweepAnswering(): void {
-    const now = Date.now();
+    const now = performance.now();
     for (const q of this.#answering) {
       if (now - q.at < this.#o.requestAnswerTimeoutMs) break;
       q.holding = false;

@@ -12,6 +12,7 @@ import { PushDialer } from './push-dialer.js';
 import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent, WorkerInit } from './push-ipc.js';
 import { DeltaPushMetrics } from './push-metrics.js';
 import { unavailableReply, type PushReply, type PushRequest } from './push-types.js';
+import { PUSH_REQUEST_ANSWER_TIMEOUT_MS } from '../protocol/limits.js';
 
 function send(m: FromWorker): void {
   // with a callback, a parent that has just died is an EPIPE here, not an unhandled 'error'
@@ -27,7 +28,8 @@ class Worker {
   #flushScheduled = false;
   /**
    * Requests sent to the main process, by id (so oldest first): at most one fetch and one signal
-   * per connected node. `at`: when sent (Date.now()).
+   * per connected node. `at`: when sent (performance.now(), so a wall clock stepped back does not
+   * hold a request longer).
    */
   readonly #requests = new Map<number, { kind: PushRequest['kind']; resolve: (r: PushReply) => void; at: number }>();
   #requestSeq = 0;
@@ -36,7 +38,7 @@ class Worker {
   readonly #timeoutMs: number;
 
   constructor(init: WorkerInit) {
-    this.#timeoutMs = init.requestAnswerTimeoutMs;
+    this.#timeoutMs = init.requestAnswerTimeoutMs ?? PUSH_REQUEST_ANSWER_TIMEOUT_MS;
     const logger = pino({ level: init.logLevel }).child({ push_worker: init.worker });
     this.#material = new PkiMaterial({ ...init.material, trustDomain: init.trustDomain, logger });
     this.#dialer = new PushDialer({
@@ -56,7 +58,7 @@ class Worker {
       (r) =>
         new Promise((resolve) => {
           const id = ++this.#requestSeq;
-          this.#requests.set(id, { kind: r.kind, resolve, at: Date.now() });
+          this.#requests.set(id, { kind: r.kind, resolve, at: performance.now() });
           this.#armSweep();
           this.#push({ t: 'request', id, r });
         }),
@@ -73,7 +75,7 @@ class Worker {
     if (this.#sweepTimer !== null) return;
     const oldest = this.#requests.values().next();
     if (oldest.done) return;
-    const dueMs = Math.max(0, oldest.value.at + this.#timeoutMs - Date.now());
+    const dueMs = Math.max(0, oldest.value.at + this.#timeoutMs - performance.now());
     this.#sweepTimer = setTimeout(() => {
       this.#sweepTimer = null;
       this.#sweep();
@@ -82,7 +84,7 @@ class Worker {
   }
 
   #sweep(): void {
-    const now = Date.now();
+    const now = performance.now();
     for (const [id, p] of this.#requests) {
       if (now - p.at < this.#timeoutMs) break;
       this.#requests.delete(id);

@@ -511,7 +511,7 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
     });
 
     it('a handler that never answers: the agent is told 503 once the worker stops waiting, the place frees for the next request, and the late answer goes nowhere', async () => {
-      const pool = inWorker({ requestsInFlight: 1, requestAnswerTimeoutMs: 400 });
+      const pool = inWorker({ requestsInFlight: 1, requestAnswerTimeoutMs: 1_000 });
       const { agent, held } = await fetchHeldBy(pool);
       const ws = await agent.connected;
       expect(headOf(await agent.nextFrame())).toMatchObject({
@@ -531,6 +531,31 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))(
       await held.asked(3);
       held.answer(2, { status: 304, etag: '"2"', signature: 'h.p.s' });
       expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ nonce: 'c'.repeat(22), status: 304 });
+    });
+
+    it.each([0, 1.5, Number.NaN, 2 ** 31])('refuses requestAnswerTimeoutMs %s with a ConfigError naming it', (ms) => {
+      expect(() => inWorker({ requestAnswerTimeoutMs: ms })).toThrow(
+        expect.objectContaining({ code: 'bad_option', field: 'requestAnswerTimeoutMs' }),
+      );
+    });
+
+    it('two requests that never get answers: each frees its place when its worker stops waiting, the later one by the sweep the first one left armed', async () => {
+      const pool = inWorker({ requestsInFlight: 2, requestAnswerTimeoutMs: 1_000 });
+      const { agent, held } = await fetchHeldBy(pool);
+      const ws = await agent.connected;
+      // the second comes half a deadline after the first: the sweep due for the first finds it
+      // not yet overdue, and must be armed again for it
+      await new Promise((r) => setTimeout(r, 500));
+      ws.send(encodeSignal('s'.repeat(22), 'd1', Buffer.from('{"revision":1}')), { binary: false });
+      await held.asked(2);
+      expect(pool.requestsAnswering).toBe(2);
+      expect(headOf(await agent.nextFrame())).toMatchObject({ nonce: 'a'.repeat(22), status: 503 });
+      expect(headOf(await agent.nextFrame())).toMatchObject({
+        nonce: 's'.repeat(22),
+        status: 503,
+        error: 'signal_unavailable',
+      });
+      await waitFor('both places to be free', () => pool.requestsAnswering === 0);
     });
 
     it("a worker killed while its fetch is answered: the late answer never reaches the new worker's fetch of the same id", async () => {
