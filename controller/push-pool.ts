@@ -27,6 +27,7 @@ import {
 } from '../protocol/limits.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { FromWorker, PushTuning, ToWorker, ToWorkerCommand } from './push-ipc.js';
+import { OldestFirstTimer } from './oldest-first-timer.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
 import {
   IDLE_PUSH_STATE,
@@ -141,7 +142,7 @@ export class PushPool implements PushService {
   /** Requests being answered, in the order they were started (so oldest first: they start in arrival order). */
   readonly #answering = new Set<QueuedRequest>();
   /** One timer for all of them: due when the oldest's worker stops waiting (see #sweepAnswering). */
-  #sweepTimer: NodeJS.Timeout | null = null;
+  readonly #overdue: OldestFirstTimer;
   #started = false;
   #closed = false;
   #closing: Promise<void> | null = null;
@@ -173,6 +174,11 @@ export class PushPool implements PushService {
     if (!fs.existsSync(o.workerScript))
       throw new ConfigError(`push worker ${o.workerScript} not found (run npm run build)`, { field: 'workerScript' });
     this.#o = o;
+    this.#overdue = new OldestFirstTimer(
+      o.requestAnswerTimeoutMs,
+      () => this.#answering.values().next().value?.at,
+      (now) => this.#sweepAnswering(now),
+    );
     this.#log = o.logger.child({ component: 'push-pool' });
     this.#metrics = promPushMetrics(o.metrics);
     this.#shards = Array.from({ length: o.workers }, (_, index) => ({
@@ -268,8 +274,7 @@ export class PushPool implements PushService {
     // and the agents ask again over HTTPS or after their redial
     this.#requests = [];
     this.#requestsHead = 0;
-    if (this.#sweepTimer !== null) clearTimeout(this.#sweepTimer);
-    this.#sweepTimer = null;
+    this.#overdue.stop();
     this.#closing = Promise.all(this.#shards.map((s) => this.#closeShard(s))).then(() => {
       this.#metrics.connected(0);
       this.#log.info('push workers stopped');
@@ -465,7 +470,7 @@ export class PushPool implements PushService {
       if (q.s.child !== q.child || performance.now() - q.at >= this.#o.requestAnswerTimeoutMs) continue;
       q.holding = true;
       this.#answering.add(q);
-      this.#armSweep();
+      this.#overdue.arm();
       void this.#replyTo(q.r).then((reply) => this.#answered(q, reply));
     }
     if (this.#requestsHead === this.#requests.length) {
@@ -496,27 +501,13 @@ export class PushPool implements PushService {
    * place for ever. One timer, due at the oldest's deadline, not one per request: a fan-out
    * answers thousands of fetches a second.
    */
-  #armSweep(): void {
-    if (this.#sweepTimer !== null || this.#closed) return;
-    const oldest = this.#answering.values().next();
-    if (oldest.done) return;
-    const dueMs = Math.max(0, oldest.value.at + this.#o.requestAnswerTimeoutMs - performance.now());
-    this.#sweepTimer = setTimeout(() => {
-      this.#sweepTimer = null;
-      this.#sweepAnswering();
-    }, dueMs);
-    this.#sweepTimer.unref();
-  }
-
-  #sweepAnswering(): void {
-    const now = performance.now();
+  #sweepAnswering(now: number): void {
     for (const q of this.#answering) {
       if (now - q.at < this.#o.requestAnswerTimeoutMs) break;
       q.holding = false;
       this.#answering.delete(q);
     }
     this.#pumpRequests();
-    this.#armSweep();
   }
 
   async #replyTo(r: PushRequest): Promise<PushReply> {

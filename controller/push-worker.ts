@@ -13,6 +13,7 @@ import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent, WorkerInit } f
 import { DeltaPushMetrics } from './push-metrics.js';
 import { unavailableReply, type PushReply, type PushRequest } from './push-types.js';
 import { PUSH_REQUEST_ANSWER_TIMEOUT_MS } from '../protocol/limits.js';
+import { OldestFirstTimer } from './oldest-first-timer.js';
 
 function send(m: FromWorker): void {
   // with a callback, a parent that has just died is an EPIPE here, not an unhandled 'error'
@@ -34,11 +35,16 @@ class Worker {
   readonly #requests = new Map<number, { kind: PushRequest['kind']; resolve: (r: PushReply) => void; at: number }>();
   #requestSeq = 0;
   /** One timer for all requests, due when the oldest's answer is overdue (see #sweep). */
-  #sweepTimer: NodeJS.Timeout | null = null;
+  readonly #overdue: OldestFirstTimer;
   readonly #timeoutMs: number;
 
   constructor(init: WorkerInit) {
     this.#timeoutMs = init.requestAnswerTimeoutMs ?? PUSH_REQUEST_ANSWER_TIMEOUT_MS;
+    this.#overdue = new OldestFirstTimer(
+      this.#timeoutMs,
+      () => this.#requests.values().next().value?.at,
+      (now) => this.#sweep(now),
+    );
     const logger = pino({ level: init.logLevel }).child({ push_worker: init.worker });
     this.#material = new PkiMaterial({ ...init.material, trustDomain: init.trustDomain, logger });
     this.#dialer = new PushDialer({
@@ -59,7 +65,7 @@ class Worker {
         new Promise((resolve) => {
           const id = ++this.#requestSeq;
           this.#requests.set(id, { kind: r.kind, resolve, at: performance.now() });
-          this.#armSweep();
+          this.#overdue.arm();
           this.#push({ t: 'request', id, r });
         }),
     );
@@ -71,26 +77,12 @@ class Worker {
    * late answer finds nothing. One timer, due at the oldest request's deadline, not one per
    * request: a fan-out sends thousands a second.
    */
-  #armSweep(): void {
-    if (this.#sweepTimer !== null) return;
-    const oldest = this.#requests.values().next();
-    if (oldest.done) return;
-    const dueMs = Math.max(0, oldest.value.at + this.#timeoutMs - performance.now());
-    this.#sweepTimer = setTimeout(() => {
-      this.#sweepTimer = null;
-      this.#sweep();
-    }, dueMs);
-    this.#sweepTimer.unref();
-  }
-
-  #sweep(): void {
-    const now = performance.now();
+  #sweep(now: number): void {
     for (const [id, p] of this.#requests) {
       if (now - p.at < this.#timeoutMs) break;
       this.#requests.delete(id);
       p.resolve(unavailableReply(p.kind));
     }
-    this.#armSweep();
   }
 
   run(cmd: ToWorkerCommand): void {
@@ -131,8 +123,7 @@ class Worker {
   async close(): Promise<void> {
     for (const p of this.#requests.values()) p.resolve(unavailableReply(p.kind));
     this.#requests.clear();
-    if (this.#sweepTimer !== null) clearTimeout(this.#sweepTimer);
-    this.#sweepTimer = null;
+    this.#overdue.stop();
     await this.#dialer.close();
     this.#material.close();
     this.#flush();
