@@ -100,8 +100,6 @@ interface QueuedRequest {
    * past `requestAnswerTimeoutMs` the worker has answered it 503 itself.
    */
   at: number;
-  /** Being answered and holding a place (set when started, cleared by its answer or by the sweep). */
-  holding: boolean;
 }
 
 /** The compiled worker beside this module, or under dist/ when this module runs from source. */
@@ -458,7 +456,7 @@ export class PushPool implements PushService {
   #answerRequest(s: Shard, id: number, r: PushRequest): void {
     // a closing pool starts nothing: a worker's batches still arrive until it exits
     if (s.child === null || this.#closed) return;
-    this.#requests.push({ s, child: s.child, id, r, at: performance.now(), holding: false });
+    this.#requests.push({ s, child: s.child, id, r, at: performance.now() });
     this.#pumpRequests();
   }
 
@@ -468,7 +466,6 @@ export class PushPool implements PushService {
       const q = this.#requests[this.#requestsHead++]!;
       // its worker was replaced, or has answered it 503 already (the agent asked HTTPS): dead work
       if (q.s.child !== q.child || performance.now() - q.at >= this.#o.requestAnswerTimeoutMs) continue;
-      q.holding = true;
       this.#answering.add(q);
       this.#overdue.arm();
       void this.#replyTo(q.r).then((reply) => this.#answered(q, reply));
@@ -485,9 +482,7 @@ export class PushPool implements PushService {
 
   /** Sends a request's answer to its worker and frees its place; one the sweep gave up on is dropped. */
   #answered(q: QueuedRequest, reply: PushReply): void {
-    if (!q.holding) return;
-    q.holding = false;
-    this.#answering.delete(q);
+    if (!this.#answering.delete(q)) return; // the sweep gave up on it
     if (q.s.child === q.child) {
       q.s.queue.push({ t: 'answer', id: q.id, kind: q.r.kind, r: reply });
       this.#schedule(q.s);
@@ -504,7 +499,6 @@ export class PushPool implements PushService {
   #sweepAnswering(now: number): void {
     for (const q of this.#answering) {
       if (now - q.at < this.#o.requestAnswerTimeoutMs) break;
-      q.holding = false;
       this.#answering.delete(q);
     }
     this.#pumpRequests();

@@ -12,7 +12,6 @@ import { PushDialer } from './push-dialer.js';
 import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent, WorkerInit } from './push-ipc.js';
 import { DeltaPushMetrics } from './push-metrics.js';
 import { unavailableReply, type PushReply, type PushRequest } from './push-types.js';
-import { PUSH_REQUEST_ANSWER_TIMEOUT_MS } from '../protocol/limits.js';
 import { OldestFirstTimer } from './oldest-first-timer.js';
 
 function send(m: FromWorker): void {
@@ -39,7 +38,7 @@ class Worker {
   readonly #timeoutMs: number;
 
   constructor(init: WorkerInit) {
-    this.#timeoutMs = init.requestAnswerTimeoutMs ?? PUSH_REQUEST_ANSWER_TIMEOUT_MS;
+    this.#timeoutMs = init.requestAnswerTimeoutMs;
     this.#overdue = new OldestFirstTimer(
       this.#timeoutMs,
       () => this.#requests.values().next().value?.at,
