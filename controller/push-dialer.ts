@@ -58,6 +58,7 @@ import {
   RECONNECT_BACKOFF_MAX_MS,
 } from '../protocol/limits.js';
 import { newJti, signWake, type WakeReason } from '../protocol/wake.js';
+import { OldestFirstTimer } from './oldest-first-timer.js';
 import { pushCodeOf, type PushErrorCode } from './push-errors.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
 import { PingWheel, type WheelMember } from './push-ping-wheel.js';
@@ -118,8 +119,10 @@ type Resolved = Required<Omit<PushDialerOptions, 'metrics' | 'metricsSink' | 'se
 interface InFlight {
   jti: string;
   gen: number;
+  /** The dialer's clock when sent (the ack's latency). */
   sentAtMs: number;
-  timer: NodeJS.Timeout;
+  /** performance.now() when sent: its answer is overdue `answerTimeoutMs` later (see #answersDue). */
+  at: number;
 }
 
 /** One node. Kept small: there are 10,000 of these, each with a live socket. */
@@ -198,7 +201,12 @@ export class PushDialer implements PushService {
   /** Nodes waiting for a wake-up slot, in arrival order (fair). */
   readonly #waiting = new Set<NodeEntry>();
   readonly #dialWaiting = new Set<NodeEntry>();
-  #inFlight = 0;
+  /**
+   * Nodes with a wake-up in flight, in the order they were sent: so also in the order their
+   * answers fall due, which one timer watches (#answersDue), not a timer per wake-up.
+   */
+  readonly #inFlight = new Set<NodeEntry>();
+  readonly #answersDue: OldestFirstTimer;
   #dialsInFlight = 0;
   #connected = 0;
   #context: tls.SecureContext;
@@ -258,6 +266,11 @@ export class PushDialer implements PushService {
     this.#log = o.logger.child({ component: 'push' });
     this.#metrics = opts.metricsSink ?? promPushMetrics(opts.metrics);
     this.#wheel = new PingWheel<NodeEntry>(o.pingIntervalMs, (e) => this.#ping(e));
+    this.#answersDue = new OldestFirstTimer(
+      o.answerTimeoutMs,
+      () => this.#inFlight.values().next().value?.inflight?.at,
+      (now) => this.#sweepUnanswered(now),
+    );
     this.#context = this.#buildContext();
     this.#sessions = new TlsSessionStore(o.material, {
       maxAgeMs: PUSH_TLS_SESSION_LIFETIME_S * 1000,
@@ -276,7 +289,7 @@ export class PushDialer implements PushService {
 
   /** Wake-ups awaiting their answer right now (for tests and the worker's reports). */
   get wakesInFlight(): number {
-    return this.#inFlight;
+    return this.#inFlight.size;
   }
 
   get connectedCount(): number {
@@ -358,6 +371,7 @@ export class PushDialer implements PushService {
     this.#o.material.off('tls-change', this.#onTlsChange);
     this.#o.material.off('revoked-change', this.#onRevokedChange);
     this.#wheel.clear();
+    this.#answersDue.stop();
     this.#waiting.clear();
     this.#dialWaiting.clear();
     const closing: Promise<void>[] = [];
@@ -669,7 +683,7 @@ export class PushDialer implements PushService {
   #requestWake(e: NodeEntry, reason: WakeReason): void {
     e.wantReason = mergeReason(e.wantReason, reason);
     if (e.inflight !== null || e.queued) return; // coalesced: sent with the newest gen when due
-    if (this.#inFlight >= this.#o.maxWakesInFlight) {
+    if (this.#inFlight.size >= this.#o.maxWakesInFlight) {
       e.queued = true;
       this.#waiting.add(e);
       return;
@@ -686,10 +700,9 @@ export class PushDialer implements PushService {
     const gen = e.generation;
     const jti = newJti();
     const token = signWake(this.#signer, { iss: this.#o.issuer, aud: e.spiffeId, gen, reason, nowS: now / 1000, jti });
-    const timer = setTimeout(() => this.#onAnswerTimeout(e, jti), this.#o.answerTimeoutMs);
-    timer.unref();
-    e.inflight = { jti, gen, sentAtMs: now, timer };
-    this.#inFlight++;
+    e.inflight = { jti, gen, sentAtMs: now, at: performance.now() };
+    this.#inFlight.add(e);
+    this.#answersDue.arm();
     ws.send(token);
     this.#metrics.sent();
     if (e.ps.generation_pushed === null || gen > e.ps.generation_pushed) e.ps.generation_pushed = gen;
@@ -698,16 +711,14 @@ export class PushDialer implements PushService {
 
   /** Frees the node's wake-up slot, if it holds one, and hands free slots to waiting nodes. */
   #release(e: NodeEntry): void {
-    const f = e.inflight;
-    if (f === null) return;
-    clearTimeout(f.timer);
+    if (e.inflight === null) return;
     e.inflight = null;
-    this.#inFlight--;
+    this.#inFlight.delete(e);
     this.#pump();
   }
 
   #pump(): void {
-    while (this.#inFlight < this.#o.maxWakesInFlight && this.#waiting.size > 0) {
+    while (this.#inFlight.size < this.#o.maxWakesInFlight && this.#waiting.size > 0) {
       const next = this.#waiting.values().next().value as NodeEntry;
       this.#waiting.delete(next);
       next.queued = false;
@@ -742,9 +753,8 @@ export class PushDialer implements PushService {
     }
     const now = this.#o.clock();
     const latencyMs = now - f.sentAtMs;
-    clearTimeout(f.timer);
     e.inflight = null;
-    this.#inFlight--;
+    this.#inFlight.delete(e);
     if (answer.type === 'ack') {
       e.attempt = 0; // an answered wake-up proves the connection healthy
       e.ps.generation_acked = answer.gen;
@@ -829,11 +839,19 @@ export class PushDialer implements PushService {
     );
   }
 
-  #onAnswerTimeout(e: NodeEntry, jti: string): void {
-    if (e.inflight?.jti !== jti) return;
-    // timers run before the poll phase: after a busy stretch (a reconnect storm) the answer may
-    // be waiting unread in the socket. setImmediate runs after the poll phase has read it.
-    setImmediate(() => this.#answerOverdue(e, jti));
+  /**
+   * The wake-ups sent `answerTimeoutMs` ago or longer and still unanswered. Timers run before
+   * the poll phase: after a busy stretch (a reconnect storm) the answer may be waiting unread in
+   * the socket, so each is judged after the poll phase has read it (setImmediate). It stays in
+   * flight until then; the timer is armed for the next one (the sweep stops at the first not due).
+   */
+  #sweepUnanswered(now: number): void {
+    for (const e of this.#inFlight) {
+      const f = e.inflight!;
+      if (now - f.at < this.#o.answerTimeoutMs) break;
+      const jti = f.jti;
+      setImmediate(() => this.#answerOverdue(e, jti));
+    }
   }
 
   #answerOverdue(e: NodeEntry, jti: string): void {

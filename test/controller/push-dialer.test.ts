@@ -303,6 +303,41 @@ describe('push dialer', () => {
     d.notify('n1', 2, 'deployment'); // after close: ignored, no throw
   });
 
+  it('finds each of two unanswered wake-ups sent apart half-open in its turn (one timer, armed again for the later one)', async () => {
+    const l1 = await listener('n1', { mode: 'silent' });
+    const l2 = await listener('n2', { mode: 'silent' });
+    // (the whole backoff, not a jittered part of it: no reconnect puts a wake-up in flight meanwhile)
+    const d = dialer({ answerTimeoutMs: 300, backoffBaseMs: 5_000, backoffMaxMs: 5_000, random: () => 0.999 });
+    const half = (node: string) =>
+      next(
+        d,
+        'state',
+        stateIs(node, (s) => s.state === 'half_open'),
+        4_000,
+      );
+    const n1up = next(
+      d,
+      'state',
+      stateIs('n1', (s) => s.state === 'connected'),
+    );
+    const n1half = half('n1');
+    const n2half = half('n2');
+    await d.start([
+      { node: 'n1', url: l1.url, generation: 1, ackedGeneration: 0 },
+      { node: 'n2', url: null, generation: 1, ackedGeneration: 0 },
+    ]);
+    await n1up;
+    expect(d.wakesInFlight).toBe(1);
+    // n2's wake-up goes out a while after n1's, so it falls due after the timer has fired for n1
+    await new Promise((r) => setTimeout(r, 150));
+    d.setEndpoint('n2', l2.url, 2);
+    await n1half;
+    expect(d.state('n2').state).toBe('connected'); // not yet due
+    const [, s2] = await n2half;
+    expect(s2).toMatchObject({ last_error: 'half_open', generation_pushed: 2 });
+    expect(d.wakesInFlight).toBe(0);
+  });
+
   it('bounds wake-ups in flight and serves waiting nodes in turn', async () => {
     const l1 = await listener('n1', { mode: 'silent' });
     const l3 = await listener('n3');
