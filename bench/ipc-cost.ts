@@ -1,7 +1,7 @@
 /**
  * What the hop between the controller's main process and its push worker costs per woken agent,
  * timed alone: the messages a fan-out sends for each agent (two push states, an ack and a fetch
- * request up; the fetch's answer with a body down), in batches as PushPool and the worker send
+ * request up, written flat as the worker writes them; the fetch's answer with a body down), in batches as PushPool and the worker send
  * them (controller/push-ipc.ts), over a `child_process.fork` channel with the same `advanced`
  * serialization and the same young-generation cap. Prints the CPU (user + system) of each end
  * per agent and the wall time.
@@ -15,7 +15,13 @@ import { fork, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
-import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent } from '../controller/push-ipc.js';
+import {
+  readWorkerEvents,
+  WorkerEvents,
+  type FromWorker,
+  type ToWorker,
+  type ToWorkerCommand,
+} from '../controller/push-ipc.js';
 import type { PushState } from '../controller/push-types.js';
 
 interface ChildGo {
@@ -37,7 +43,7 @@ function child(): void {
     if (m.t === 'go') {
       total = m.n;
       for (let b = 0; b * m.batch < m.n; b++) {
-        const events: WorkerEvent[] = [];
+        const events = new WorkerEvents();
         for (let i = b * m.batch; i < Math.min(m.n, (b + 1) * m.batch); i++) {
           const node = `node-${i}`;
           const s: PushState = {
@@ -49,14 +55,12 @@ function child(): void {
             last_error: null,
             last_error_at: null,
           };
-          events.push(
-            { t: 'state', node, s },
-            { t: 'ack', e: { node, jti: 'jti-0123456789abcdefghij', gen: 5, fetch: 'started', latencyMs: 12.5 } },
-            { t: 'state', node, s: { ...s, generation_acked: 5 } },
-            { t: 'request', id: i, r: { kind: 'fetch', node, nonce: 'n'.repeat(32), ifNoneMatch: '"4"' } },
-          );
+          events.state(node, s);
+          events.ack({ node, jti: 'jti-0123456789abcdefghij', gen: 5, fetch: 'started', latencyMs: 12.5 });
+          events.state(node, { ...s, generation_acked: 5 });
+          events.request(i, { kind: 'fetch', node, nonce: 'n'.repeat(32), ifNoneMatch: '"4"' });
         }
-        const msg: FromWorker = { t: 'batch', events, metrics: null };
+        const msg: FromWorker = { t: 'batch', events: events.take(), metrics: null };
         process.send?.(msg);
       }
     } else if (m.t === 'batch') {
@@ -96,6 +100,7 @@ async function main(): Promise<void> {
     serialization: 'advanced',
     execArgv: [...HERALD_NODE_FLAGS],
   });
+  const states = new Map<string, PushState>();
   const start = process.cpuUsage();
   const t0 = performance.now();
   const childCpuUs = await new Promise<number>((resolve) => {
@@ -103,16 +108,20 @@ async function main(): Promise<void> {
       if (m.t === 'done') resolve(m.cpuUs);
       else if (m.t === 'batch') {
         const cmds: ToWorkerCommand[] = [];
-        for (const ev of m.events) {
-          if (ev.t !== 'request') continue;
-          cmds.push({
-            t: 'answer',
-            id: ev.id,
-            kind: 'fetch',
-            // the built body as the API hands it over (a Buffer, cloned by the channel)
-            r: { status: 200, etag: '"5"', signature: 's'.repeat(300), body },
-          });
-        }
+        // as PushPool does: the states kept, the fetches answered
+        readWorkerEvents(m.events, {
+          state: (node, s) => states.set(node, s),
+          ack: () => undefined,
+          nack: () => undefined,
+          request: (id) =>
+            cmds.push({
+              t: 'answer',
+              id,
+              kind: 'fetch',
+              // the built body as the API hands it over (a Buffer, cloned by the channel)
+              r: { status: 200, etag: '"5"', signature: 's'.repeat(300), body },
+            }),
+        });
         const out: ToWorker = { t: 'batch', cmds };
         c.send(out);
       }

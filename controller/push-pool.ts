@@ -26,7 +26,7 @@ import {
   RECONNECT_BACKOFF_MAX_MS,
 } from '../protocol/limits.js';
 import type { WakeReason } from '../protocol/wake.js';
-import type { FromWorker, PushTuning, ToWorker, ToWorkerCommand } from './push-ipc.js';
+import { readWorkerEvents, type FromWorker, type PushTuning, type ToWorker, type ToWorkerCommand } from './push-ipc.js';
 import { OldestFirstTimer } from './oldest-first-timer.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
 import {
@@ -423,24 +423,25 @@ export class PushPool implements PushService {
   }
 
   #onBatch(s: Shard, m: Extract<FromWorker, { t: 'batch' }>): void {
-    for (const ev of m.events) {
-      if (ev.t === 'state') {
-        if (!this.#targets.has(ev.node)) continue; // removed meanwhile
-        this.#states.set(ev.node, ev.s);
-        this.#events.emit('state', ev.node, { ...ev.s });
-      } else if (ev.t === 'ack') {
-        const t = this.#targets.get(ev.e.node);
-        if (t) t.ackedGeneration = ev.e.gen;
+    readWorkerEvents(m.events, {
+      state: (node, st) => {
+        if (!this.#targets.has(node)) return; // removed meanwhile
+        this.#states.set(node, st);
+        this.#events.emit('state', node, { ...st });
+      },
+      ack: (e) => {
+        const t = this.#targets.get(e.node);
+        if (t) t.ackedGeneration = e.gen;
         s.restarts = 0;
-        this.#metrics.acked(ev.e.latencyMs / 1000);
-        this.#events.emit('ack', ev.e);
-      } else if (ev.t === 'request') {
-        this.#answerRequest(s, ev.id, ev.r);
-      } else {
-        this.#metrics.nacked(ev.e.code);
-        this.#events.emit('nack', ev.e);
-      }
-    }
+        this.#metrics.acked(e.latencyMs / 1000);
+        this.#events.emit('ack', e);
+      },
+      nack: (e) => {
+        this.#metrics.nacked(e.code);
+        this.#events.emit('nack', e);
+      },
+      request: (id, r) => this.#answerRequest(s, id, r),
+    });
     if (m.metrics) {
       s.connected = m.metrics.connected;
       this.#metrics.connected(this.#shards.reduce((n, x) => n + x.connected, 0));

@@ -9,7 +9,7 @@ import pino from 'pino';
 import { PkiMaterial } from '../certs/tls.js';
 import { Signer } from '../protocol/jws.js';
 import { PushDialer } from './push-dialer.js';
-import type { FromWorker, ToWorker, ToWorkerCommand, WorkerEvent, WorkerInit } from './push-ipc.js';
+import { WorkerEvents, type FromWorker, type ToWorker, type ToWorkerCommand, type WorkerInit } from './push-ipc.js';
 import { DeltaPushMetrics } from './push-metrics.js';
 import { unavailableReply, type PushReply, type PushRequest } from './push-types.js';
 import { OldestFirstTimer } from './oldest-first-timer.js';
@@ -24,7 +24,7 @@ class Worker {
   readonly #dialer: PushDialer;
   readonly #material: PkiMaterial;
   readonly #metrics = new DeltaPushMetrics();
-  #events: WorkerEvent[] = [];
+  readonly #events = new WorkerEvents();
   #flushScheduled = false;
   /**
    * Requests sent to the main process, by id (so oldest first): at most one fetch and one signal
@@ -56,16 +56,26 @@ class Worker {
       metricsSink: this.#metrics,
       ...(init.sessionFile === undefined ? {} : { sessionFile: init.sessionFile }),
     });
-    this.#dialer.on('state', (node, s) => this.#push({ t: 'state', node, s }));
-    this.#dialer.on('ack', (e) => this.#push({ t: 'ack', e }));
-    this.#dialer.on('nack', (e) => this.#push({ t: 'nack', e }));
+    this.#dialer.on('state', (node, s) => {
+      this.#events.state(node, s);
+      this.#schedule();
+    });
+    this.#dialer.on('ack', (e) => {
+      this.#events.ack(e);
+      this.#schedule();
+    });
+    this.#dialer.on('nack', (e) => {
+      this.#events.nack(e);
+      this.#schedule();
+    });
     this.#dialer.serveRequests(
       (r) =>
         new Promise((resolve) => {
           const id = ++this.#requestSeq;
           this.#requests.set(id, { kind: r.kind, resolve, at: performance.now() });
           this.#overdue.arm();
-          this.#push({ t: 'request', id, r });
+          this.#events.request(id, r);
+          this.#schedule();
         }),
     );
   }
@@ -128,11 +138,6 @@ class Worker {
     this.#flush();
   }
 
-  #push(ev: WorkerEvent): void {
-    this.#events.push(ev);
-    this.#schedule();
-  }
-
   #schedule(): void {
     if (this.#flushScheduled) return;
     this.#flushScheduled = true;
@@ -141,10 +146,8 @@ class Worker {
 
   #flush(): void {
     this.#flushScheduled = false;
-    if (this.#events.length === 0 && !this.#metrics.dirty) return;
-    const events = this.#events;
-    this.#events = [];
-    send({ t: 'batch', events, metrics: this.#metrics.dirty ? this.#metrics.take() : null });
+    if (this.#events.empty && !this.#metrics.dirty) return;
+    send({ t: 'batch', events: this.#events.take(), metrics: this.#metrics.dirty ? this.#metrics.take() : null });
   }
 }
 
