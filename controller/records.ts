@@ -254,6 +254,15 @@ export interface AuditRecord {
   detail: Record<string, unknown> | null;
 }
 
+/**
+ * A metadata read: the node, and its deployments (`source`) when the read's `wanted` asked for
+ * them (null: the generation alone answers the fetch, a 304 or a document already built).
+ */
+export interface MetadataRead {
+  node: NodeRecord;
+  source: MetadataSource | null;
+}
+
 export interface MetadataSource {
   node: NodeRecord;
   /**

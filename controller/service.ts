@@ -21,7 +21,7 @@ import type { ControllerMetrics } from './metrics.js';
 import type { PushService } from './push-types.js';
 import { recordSignal } from './signal.js';
 import type { ClusterView, ControllerView } from '../protocol/rest.js';
-import type { ClusterRecord, ConfigRecord, NewNodegroup } from './records.js';
+import type { ClusterRecord, ConfigRecord, MetadataSource, NewNodegroup } from './records.js';
 import type { ChangeSet, DeploymentRecord, NodeRecord, Store } from './store.js';
 import {
   checkConfig,
@@ -486,22 +486,25 @@ export class ControllerService {
    * @throws HeraldError node_deleted | not_found
    */
   async metadata(node: string, unchanged: (generation: number) => boolean = () => false): Promise<MetadataAnswer> {
-    const n = await this.store.getNode(node);
-    if (!n) {
+    // one read: the node's generation decides, inside it, whether its deployments are read too
+    // (not for a 304, nor for a generation whose document is built already)
+    const cached: { hit?: BuiltMetadata } = {};
+    const read = await this.store.metadataSource(node, (n) => {
+      if (unchanged(n.generation)) return false;
+      cached.hit = this.#cache.peek(node, n.generation);
+      return cached.hit === undefined;
+    });
+    if (!read) {
       if (await this.store.isTombstoned(node)) throw new HeraldError('node_deleted', `node ${node} was deleted`);
       throw new HeraldError('not_found', `no node ${node}`);
     }
-    if (unchanged(n.generation)) return { generation: n.generation, built: null };
-    const built = await this.#built(node, n.generation);
-    return { generation: built.generation, built };
+    const generation = read.node.generation;
+    if (read.source === null) return { generation, built: cached.hit ?? null };
+    return { generation, built: this.#build(read.source) };
   }
 
-  async #built(node: string, generation: number): Promise<BuiltMetadata> {
-    const hit = this.#cache.peek(node, generation);
-    if (hit) return hit;
-    // one snapshot: the node (its generation) and its deployments are read together
-    const src = await this.store.metadataSource(node);
-    if (!src) throw new HeraldError('not_found', `no node ${node}`);
+  /** The node's document, built from one snapshot of its rows, and cached. */
+  #build(src: MetadataSource): BuiltMetadata {
     // as hiddenInputsOf, from the configs the snapshot read with the deployments: one set per
     // cluster, joined with a deployment's own only when its own config hides any
     const byCluster = new Map<string, Set<string>>();

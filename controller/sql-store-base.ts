@@ -14,7 +14,7 @@ import type {
   ConfigRecord,
   DeploymentPatch,
   DeploymentRecord,
-  MetadataSource,
+  MetadataRead,
   NewConfig,
   NewDeployment,
   NodeRecord,
@@ -73,8 +73,8 @@ export abstract class SqlStoreBase {
   }
 
   /** The node's generation and its deployments agree: the generation an agent acknowledges is never newer than what it was given. */
-  metadataSource(node: string): Promise<MetadataSource | undefined> {
-    return this.read((r) => r.metadataSource(node), true);
+  metadataSource(node: string, wanted?: (n: NodeRecord) => boolean): Promise<MetadataRead | undefined> {
+    return this.read((r) => r.metadataSource(node, wanted), true);
   }
 
   getCluster(id: string): Promise<ClusterRecord | undefined> {

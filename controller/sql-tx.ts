@@ -23,6 +23,7 @@ import type {
   DeploymentRecord,
   DeploymentStatus,
   MetadataCluster,
+  MetadataRead,
   MetadataSource,
   NewConfig,
   NewDeployment,
@@ -145,9 +146,10 @@ export class SqlRows {
    * cluster's own and its nodegroups'): two reads, and one more for each cluster among them (a
    * node is a member of one cluster at a time); configs come from the cache (they never change).
    */
-  async metadataSource(node: string): Promise<MetadataSource | undefined> {
+  async metadataSource(node: string, wanted?: (n: NodeRecord) => boolean): Promise<MetadataRead | undefined> {
     const n = await this.node(node);
     if (!n) return undefined;
+    if (wanted !== undefined && !wanted(n)) return { node: n, source: null };
     const rows = (await this.s.depForMetadata.all(node)) as MetadataDeploymentRow[];
     const clusters = new Map<string, MetadataCluster>();
     const entries: MetadataSource['entries'] = [];
@@ -162,7 +164,7 @@ export class SqlRows {
       }
       entries.push({ deployment: metadataDeploymentOf(r), config: (await this.config(r.config_id))!, cluster });
     }
-    return { node: n, entries };
+    return { node: n, source: { node: n, entries } };
   }
 
   /** A cluster's configs in clusterConfigIds' order: its own two, then its nodegroups' by position; each once. */

@@ -30,7 +30,7 @@ import type {
   ConfigRecord,
   DeploymentPatch,
   DeploymentRecord,
-  MetadataSource,
+  MetadataRead,
   NewConfig,
   NewDeployment,
   NodeRecord,
@@ -68,8 +68,11 @@ export interface StoreReads {
   listDeployments(filter?: { node?: string | undefined }): Promise<DeploymentRecord[]>;
   /** Revisions of a deployment, oldest first. */
   listRevisions(id: string): Promise<RevisionRecord[]>;
-  /** The node with every deployment's current revision and config, in one snapshot. */
-  metadataSource(node: string): Promise<MetadataSource | undefined>;
+  /**
+   * The node and, when `wanted(node)` (called inside the read, default yes) asks for them, every
+   * deployment's current revision and config, in one snapshot: a fetch reads the node once.
+   */
+  metadataSource(node: string, wanted?: (n: NodeRecord) => boolean): Promise<MetadataRead | undefined>;
   getCluster(id: string): Promise<ClusterRecord | undefined>;
   /** A cluster's status alone (no nodes): O(1), for the path of every signal. */
   getClusterStatus(id: string): Promise<{ status: ClusterStatus; statusReason: string } | undefined>;

@@ -588,11 +588,13 @@ describe('metadata', () => {
   it('a 304 reads no metadata (the generation answers it); a 200 of a new generation builds its document once', async () => {
     const m1 = pki.cred('agent', 'm1');
     const store = t.ctl.store;
+    // the reads that went on to the node's deployments (a 304 reads the node's generation alone)
     const sourced: string[] = [];
     const original = store.metadataSource.bind(store);
-    store.metadataSource = (node: string) => {
-      sourced.push(node);
-      return original(node);
+    store.metadataSource = async (node, wanted) => {
+      const read = await original(node, wanted);
+      if (read?.source) sourced.push(node);
+      return read;
     };
     try {
       const { r } = await fetchMetadata(m1, 'm1');

@@ -316,8 +316,17 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
           Date.now(),
         ),
       );
-      const src = (await s.metadataSource('a'))!;
+      const src = (await s.metadataSource('a'))!.source!;
       expect(src.node.id).toBe('a');
+      // the node alone when its deployments are not wanted (a 304, a document already built)
+      const seen: number[] = [];
+      const alone = await s.metadataSource('a', (n) => {
+        seen.push(n.generation);
+        return false;
+      });
+      expect(alone).toEqual({ node: src.node, source: null });
+      expect(seen).toEqual([src.node.generation]);
+      expect(await s.metadataSource('nobody', () => true)).toBeUndefined();
       // (in no order: the document sorts them; each found by its role, which the source does not carry)
       const roles = new Map(
         (await s.listDeployments({ node: 'a' })).map((d) => [d.id, d.id === own.id ? 'own' : d.clusterRole]),
