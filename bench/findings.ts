@@ -594,7 +594,7 @@ export function findings(r: BenchResults): string[] {
       "revision and cluster read back per fetch, against the floor's one row holding a document built at commit), the hop between the",
     );
     p("API's process and the push worker, and the bookkeeping of each");
-    p('wake-up (its slot and timer, push states, metrics, the acknowledged generation written back).');
+    p('wake-up (its slot, push states, metrics, the acknowledged generation written back).');
     p(
       "A fetch's own work timed alone (2026-12-05, a 10,000-node cluster, the cache missed): the normalised read 16-17 µs and the node's",
     );
@@ -675,6 +675,21 @@ export function findings(r: BenchResults): string[] {
     );
     p(
       'push requests on each side instead of one per request, and fetch bookkeeping updated in place (less garbage per fetch).',
+    );
+    p(
+      'Measured again 2026-12-05 19:13-20:30 UTC: the hop between the processes, timed alone, cost both ends about as much per',
+    );
+    p(
+      "object as per message, so the worker's events now cross it written flat, a tag and its fields in one array (46-54 → 31-38 µs",
+    );
+    p(
+      'an agent, `node dist/bench/ipc-cost.js`); the dialer watches the answers of its wake-ups in flight with one timer, not one',
+    );
+    p(
+      "each; a fetch reads its node once. One-step runs after them: 1.21, 1.42, 1.49× the floor net. The worker's mmap threshold",
+    );
+    p(
+      'at 64 KiB, tried again: 1.46, 1.31, 1.08×, the floor itself 10-20 % slower that hour, memory 75.9 against 70.5 KB an agent.',
     );
     p('docs/development.md ("Measured 2026-12-05") has the figures.');
     if (big.warmup)
