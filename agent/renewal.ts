@@ -14,12 +14,10 @@ import type { Logger, PkiMaterial } from '../certs/tls.js';
 import { fullJitterMs } from '../protocol/backoff.js';
 import { renewAtMs, renewalWarnAtMs, type CertificateBundle, type RenewRequest } from '../protocol/enroll.js';
 import { codeOf, isErrorCode, RefusalError } from '../protocol/errors.js';
-import { RENEWAL_BACKOFF_BASE_MS, RENEWAL_BACKOFF_MAX_MS } from '../protocol/limits.js';
+import { MAX_TIMER_DELAY_MS, RENEWAL_BACKOFF_BASE_MS, RENEWAL_BACKOFF_MAX_MS } from '../protocol/limits.js';
 
 /** Shortest wait between two attempts, so a certificate already past its time is not hammered. */
 const MIN_RETRY_MS = 250;
-/** The longest delay setTimeout takes (2^31 - 1 ms). */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export interface RenewerTimers {
   setTimeout(fn: () => void, ms: number): unknown;
@@ -124,8 +122,8 @@ export class CertificateRenewer {
     this.status.nextAttemptAt = now + delay;
     // a timer cannot wait longer than ~24.8 days (Node fires it at once): wait in steps
     this.#timer =
-      delay > MAX_TIMER_MS
-        ? this.#timers.setTimeout(() => this.#schedule(), MAX_TIMER_MS)
+      delay > MAX_TIMER_DELAY_MS
+        ? this.#timers.setTimeout(() => this.#schedule(), MAX_TIMER_DELAY_MS)
         : this.#timers.setTimeout(() => void this.attempt(), delay);
   }
 

@@ -14,7 +14,7 @@ import crypto from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
 import { ConfigError } from '../protocol/errors.js';
-import { TLS_TICKET_KEY_BYTES, TLS_TICKET_KEY_ROTATE_MS } from '../protocol/limits.js';
+import { MAX_TIMER_DELAY_MS, TLS_TICKET_KEY_BYTES, TLS_TICKET_KEY_ROTATE_MS } from '../protocol/limits.js';
 import { PRIVATE_FILE_MODE, writeFileAtomic } from './files.js';
 import type { Logger } from './tls.js';
 
@@ -122,7 +122,7 @@ export class TicketKey extends EventEmitter {
     if (this.#closed) return;
     const dueMs = Math.max(0, this.#madeAtMs + this.#rotateMs - this.#now());
     // setTimeout fires at once past 2^31-1 ms (~24.8 days); a longer period is checked in steps
-    this.#timer = setTimeout(() => this.check() || this.#schedule(), Math.min(dueMs, 2 ** 31 - 1));
+    this.#timer = setTimeout(() => this.check() || this.#schedule(), Math.min(dueMs, MAX_TIMER_DELAY_MS));
     this.#timer.unref();
   }
 }

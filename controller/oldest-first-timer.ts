@@ -1,3 +1,5 @@
+import { MAX_TIMER_DELAY_MS } from '../protocol/limits.js';
+
 /**
  * One timer for many deadlines that are set in the order they fall due (each `timeoutMs` after
  * its start, on the monotonic clock `performance.now()`): it is due at the oldest's deadline,
@@ -33,7 +35,8 @@ export class OldestFirstTimer {
         this.#onDue(performance.now());
         this.arm();
       },
-      Math.max(0, at + this.#timeoutMs - performance.now()),
+      // (a deadline past Node's longest timer is reached by arming again: nothing is due before it)
+      Math.min(MAX_TIMER_DELAY_MS, Math.max(0, at + this.#timeoutMs - performance.now())),
     );
     this.#timer.unref();
   }

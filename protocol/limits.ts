@@ -396,3 +396,9 @@ export const PUSH_TLS_SESSION_LIFETIME_S = 86_400;
 export const PUSH_TLS_SESSION_STORE_ENTRIES = 100_000;
 /** A push session file is rewritten when it holds this many lines more than live sessions (certs/session-file.ts). */
 export const PUSH_TLS_SESSION_FILE_SLACK_ENTRIES = 20_000;
+
+/**
+ * The longest delay a Node timer takes (2^31 - 1 ms, about 24.8 days): a longer one fires after
+ * 1 ms with a TimeoutOverflowWarning, so every timer that could be longer is clamped to it.
+ */
+export const MAX_TIMER_DELAY_MS = 2 ** 31 - 1;

@@ -26,6 +26,7 @@ import {
   type MetadataItem,
 } from '../../protocol/heat.js';
 import {
+  MAX_TIMER_DELAY_MS,
   HOOK_KILL_GRACE_MS,
   HOOK_OUTPUT_DRAIN_MS,
   HOOK_TIMEOUT_S,
@@ -47,8 +48,6 @@ export { INTERRUPTED_STATUS_CODE };
 export const HOOK_ERROR_STATUS_CODE = -1;
 /** deploy_status_code of a run killed at its timeout. */
 export const HOOK_TIMEOUT_STATUS_CODE = 124;
-/** Longest timeout a timer can hold, ms (about 24.8 days); longer ones are clamped. */
-const MAX_TIMER_MS = 2_147_483_647;
 
 interface Resolved {
   runsDir: string;
@@ -91,7 +90,7 @@ async function runUnmasked(item: MetadataItem, opts: RunOptions): Promise<RunRes
     signal: opts.signal,
     onSpawn: opts.onSpawn,
     onOutput: opts.onOutput,
-    timeoutMs: Math.min(itemTimeoutMs(item) ?? opts.timeoutMs ?? HOOK_TIMEOUT_S * 1000, MAX_TIMER_MS),
+    timeoutMs: Math.min(itemTimeoutMs(item) ?? opts.timeoutMs ?? HOOK_TIMEOUT_S * 1000, MAX_TIMER_DELAY_MS),
     killGraceMs: opts.killGraceMs ?? HOOK_KILL_GRACE_MS,
     drainMs: opts.drainMs ?? HOOK_OUTPUT_DRAIN_MS,
     uid: opts.uid ?? process.getuid?.(),

@@ -1,5 +1,6 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { OldestFirstTimer } from '../../controller/oldest-first-timer.js';
+import { MAX_TIMER_DELAY_MS } from '../../protocol/limits.js';
 
 describe('OldestFirstTimer: one timer for deadlines set in order', () => {
   it('is due at the oldest deadline, then armed again for the next one, until none is left', async () => {
@@ -49,5 +50,31 @@ describe('OldestFirstTimer: one timer for deadlines set in order', () => {
     timer.stop();
     timer.arm();
     expect(oldestAsked).toBe(1); // stopped: not even asked
+  });
+
+  describe('with a timeout past the longest Node timer', () => {
+    afterEach(() => {
+      vi.useRealTimers();
+    });
+
+    it('waits the longest timer and arms again, never firing at once', () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+      const start = performance.now();
+      const due: number[] = [];
+      const timer = new OldestFirstTimer(
+        MAX_TIMER_DELAY_MS + 60_000,
+        () => (due.length < 2 ? start : undefined),
+        (now) => due.push(now - start),
+      );
+      timer.arm();
+      // unclamped, Node would take the delay as 1 ms: due at once, and again every millisecond
+      vi.advanceTimersByTime(1_000);
+      expect(due).toEqual([]);
+      vi.advanceTimersByTime(MAX_TIMER_DELAY_MS - 1_000);
+      expect(due).toEqual([MAX_TIMER_DELAY_MS]); // not yet past the deadline: armed for the rest
+      vi.advanceTimersByTime(60_000);
+      expect(due).toEqual([MAX_TIMER_DELAY_MS, MAX_TIMER_DELAY_MS + 60_000]);
+      timer.stop();
+    });
   });
 });
