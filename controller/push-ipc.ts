@@ -74,6 +74,8 @@ const ACK = 1;
 const NACK = 2;
 const FETCH = 3;
 const SIGNAL = 4;
+/** Words an event takes, its tag included, by tag. */
+const EVENT_WORDS = [8, 6, 4, 5, 5];
 
 /** A worker's events since its last batch, written flat (EventWord). */
 export class WorkerEvents {
@@ -117,11 +119,25 @@ export class WorkerEvents {
   }
 }
 
-/** Hands each event of a worker's batch to its handler, as objects again, in order. */
+/** A worker's batch with a word out of place: only a bug on one side of the channel writes one. */
+export class MalformedBatchError extends Error {
+  override name = 'MalformedBatchError';
+}
+
+/**
+ * Hands each event of a worker's batch to its handler, as objects again, in order.
+ * @throws MalformedBatchError at the first word that is not an event's tag, or an event cut short
+ *   (the events before it were handed over)
+ */
 export function readWorkerEvents(w: readonly EventWord[], h: WorkerEventHandlers): void {
   let i = 0;
   while (i < w.length) {
-    switch (w[i]) {
+    const tag = w[i];
+    const words = typeof tag === 'number' ? EVENT_WORDS[tag] : undefined;
+    // only this module writes them: a word out of place is a bug on one side of the channel
+    if (words === undefined) throw new MalformedBatchError(`push worker batch: no event tag at word ${i}`);
+    if (i + words > w.length) throw new MalformedBatchError(`push worker batch: the event at word ${i} is cut short`);
+    switch (tag) {
       case STATE: {
         const state = w[i + 2] as PushState['state'];
         h.state(w[i + 1] as string, {
@@ -133,7 +149,6 @@ export function readWorkerEvents(w: readonly EventWord[], h: WorkerEventHandlers
           last_error: w[i + 6] as string | null,
           last_error_at: w[i + 7] as string | null,
         });
-        i += 8;
         break;
       }
       case ACK:
@@ -144,11 +159,9 @@ export function readWorkerEvents(w: readonly EventWord[], h: WorkerEventHandlers
           fetch: w[i + 4] as AckEvent['fetch'],
           latencyMs: w[i + 5] as number,
         });
-        i += 6;
         break;
       case NACK:
         h.nack({ node: w[i + 1] as string, jti: w[i + 2] as string | null, code: w[i + 3] as string });
-        i += 4;
         break;
       case FETCH:
         h.request(w[i + 1] as number, {
@@ -157,7 +170,6 @@ export function readWorkerEvents(w: readonly EventWord[], h: WorkerEventHandlers
           nonce: w[i + 3] as string,
           ifNoneMatch: w[i + 4] as string | null,
         });
-        i += 5;
         break;
       case SIGNAL:
         h.request(w[i + 1] as number, {
@@ -166,12 +178,9 @@ export function readWorkerEvents(w: readonly EventWord[], h: WorkerEventHandlers
           deploymentId: w[i + 3] as string,
           body: w[i + 4] as Uint8Array,
         });
-        i += 5;
         break;
-      default:
-        // only this module writes them: a word out of place is a bug on one side of the channel
-        throw new Error(`push worker batch: no event tag at word ${i}`);
     }
+    i += words;
   }
 }
 

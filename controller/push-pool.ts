@@ -20,13 +20,21 @@ import type { MaterialPaths } from '../certs/paths.js';
 import { ConfigError } from '../protocol/errors.js';
 import type { Ed25519PrivateJwk } from '../protocol/jws.js';
 import {
+  MAX_TIMER_DELAY_MS,
   MAX_PUSH_REQUESTS_IN_FLIGHT,
   PUSH_REQUEST_ANSWER_TIMEOUT_MS,
   PUSH_WORKER_MMAP_THRESHOLD_BYTES,
   RECONNECT_BACKOFF_MAX_MS,
 } from '../protocol/limits.js';
 import type { WakeReason } from '../protocol/wake.js';
-import { readWorkerEvents, type FromWorker, type PushTuning, type ToWorker, type ToWorkerCommand } from './push-ipc.js';
+import {
+  MalformedBatchError,
+  readWorkerEvents,
+  type FromWorker,
+  type PushTuning,
+  type ToWorker,
+  type ToWorkerCommand,
+} from './push-ipc.js';
 import { OldestFirstTimer } from './oldest-first-timer.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
 import {
@@ -82,9 +90,6 @@ interface Shard {
   connected: number;
   closedWaiter: (() => void) | null;
 }
-
-/** The longest delay a Node timer takes (2^31 - 1 ms); longer ones fire after 1 ms. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** Taken requests at the head of the queue past which it is copied down (see #pumpRequests). */
 const REQUEST_QUEUE_COMPACT_AT = 4_096;
@@ -163,9 +168,9 @@ export class PushPool implements PushService {
     if (
       !Number.isInteger(o.requestAnswerTimeoutMs) ||
       o.requestAnswerTimeoutMs < 1 ||
-      o.requestAnswerTimeoutMs > MAX_TIMER_MS
+      o.requestAnswerTimeoutMs > MAX_TIMER_DELAY_MS
     ) {
-      throw new ConfigError(`requestAnswerTimeoutMs must be a whole number of ms from 1 to ${MAX_TIMER_MS}`, {
+      throw new ConfigError(`requestAnswerTimeoutMs must be a whole number of ms from 1 to ${MAX_TIMER_DELAY_MS}`, {
         field: 'requestAnswerTimeoutMs',
       });
     }
@@ -365,7 +370,15 @@ export class PushPool implements PushService {
         } else if (m.t === 'batch') {
           // a replaced worker's last messages answer nothing: its requests' ids are not the new one's
           if (s.child !== child) return;
-          this.#onBatch(s, m);
+          try {
+            this.#onBatch(s, m);
+          } catch (err) {
+            if (!(err instanceof MalformedBatchError)) throw err;
+            // a batch this process cannot read (a bug on one side of the channel): the worker is
+            // replaced, and the new one reconnects its nodes and reports their states afresh
+            this.#log.error({ worker: s.index, err }, 'push worker sent a batch that cannot be read: restarting it');
+            child.kill('SIGKILL');
+          }
         } else if (m.t === 'closed') {
           s.closedWaiter?.();
         }
@@ -423,6 +436,13 @@ export class PushPool implements PushService {
   }
 
   #onBatch(s: Shard, m: Extract<FromWorker, { t: 'batch' }>): void {
+    // the counters first: they stand even when the events that follow cannot be read
+    if (m.metrics) {
+      s.connected = m.metrics.connected;
+      this.#metrics.connected(this.#shards.reduce((n, x) => n + x.connected, 0));
+      if (m.metrics.sent) this.#metrics.sent(m.metrics.sent);
+      for (const [code, n] of Object.entries(m.metrics.dialFailures)) this.#metrics.dialFailed(code, n);
+    }
     readWorkerEvents(m.events, {
       state: (node, st) => {
         if (!this.#targets.has(node)) return; // removed meanwhile
@@ -442,12 +462,6 @@ export class PushPool implements PushService {
       },
       request: (id, r) => this.#answerRequest(s, id, r),
     });
-    if (m.metrics) {
-      s.connected = m.metrics.connected;
-      this.#metrics.connected(this.#shards.reduce((n, x) => n + x.connected, 0));
-      if (m.metrics.sent) this.#metrics.sent(m.metrics.sent);
-      for (const [code, n] of Object.entries(m.metrics.dialFailures)) this.#metrics.dialFailed(code, n);
-    }
   }
 
   /**

@@ -5,7 +5,7 @@
  */
 import v8 from 'node:v8';
 import { describe, expect, it } from 'vitest';
-import { readWorkerEvents, WorkerEvents, type EventWord } from '../../controller/push-ipc.js';
+import { MalformedBatchError, readWorkerEvents, WorkerEvents, type EventWord } from '../../controller/push-ipc.js';
 import type { AckEvent, PushRequest, PushState } from '../../controller/push-types.js';
 
 type Seen =
@@ -81,11 +81,23 @@ describe('worker events on the IPC channel', () => {
     ]);
   });
 
-  it('refuses a batch with a word out of place (a bug on one side), not misreads it', () => {
+  it('refuses a batch with a word out of place or an event cut short (a bug on one side), not misreads it', () => {
     const w = new WorkerEvents();
     w.ack({ node: 'n1', jti: 'j1', gen: 1, fetch: 'current', latencyMs: 1 });
     const words = w.take();
     expect(() => readAll(words.slice(1))).toThrow(/no event tag at word 0/);
     expect(() => readAll([...words, 'stray'])).toThrow(/no event tag at word 6/);
+    expect(() => readAll([...words, 99])).toThrow(MalformedBatchError);
+    // an event with fields missing is not handed over with holes in it
+    const seen: string[] = [];
+    expect(() =>
+      readWorkerEvents([...words, ...words.slice(0, -1)], {
+        state: () => seen.push('state'),
+        ack: () => seen.push('ack'),
+        nack: () => seen.push('nack'),
+        request: () => seen.push('request'),
+      }),
+    ).toThrow(/the event at word 6 is cut short/);
+    expect(seen).toEqual(['ack']); // the whole one before it was
   });
 });

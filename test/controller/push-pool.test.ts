@@ -5,6 +5,8 @@
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import { defaultWorkerScript, PushPool, pushWorkerEnv, shardOf } from '../../controller/push-pool.js';
@@ -19,6 +21,7 @@ import {
   waitForEvent,
   type PushPki,
 } from '../helpers/wake-listener.js';
+import { waitFor } from '../helpers/procs.js';
 
 let pki: PushPki;
 const open: Array<{ close(): Promise<void> }> = [];
@@ -183,5 +186,49 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))('push pool (worker proces
     );
     process.kill(p.workerPids[shardOf('n1', 2)]!, 'SIGKILL');
     expect((await lost).s).toMatchObject({ connected: false, last_error: 'connection_reset' });
+  });
+
+  it('replaces a worker that sends a batch it cannot read, and stays up itself (the events before the bad word count)', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-bad-worker-'));
+    const starts = path.join(dir, 'starts');
+    const script = path.join(dir, 'worker.mjs');
+    // a worker with a bug: a good push state, then a word out of place, each time it is started
+    fs.writeFileSync(
+      script,
+      `import fs from 'node:fs';
+process.on('message', (m) => {
+  if (m.t === 'init') {
+    fs.appendFileSync(${JSON.stringify(starts)}, 'started\\n');
+    process.send({ t: 'ready' });
+  } else if (m.t === 'batch' && m.cmds.some((c) => c.t === 'start')) {
+    process.send({ t: 'batch', events: [0, 'n1', 'connected', 1, null, null, null, null, 'stray'], metrics: null });
+  } else if (m.t === 'close') {
+    process.send({ t: 'closed' });
+    process.disconnect();
+  }
+});
+process.on('disconnect', () => process.exit(0));
+`,
+    );
+    try {
+      const p = new PushPool({
+        workers: 1,
+        signingJwk: pki.signingJwk,
+        issuer: CONTROLLER_ID,
+        trustDomain: TD,
+        material: materialPaths(pki.dir, 'controller', 'controller'),
+        logger: pki.logger,
+        workerScript: script,
+      });
+      open.push(p);
+      const states: string[] = [];
+      p.on('state', (node, s) => states.push(`${node} ${s.state}`));
+      await p.start([{ node: 'n1', url: null, generation: 1, ackedGeneration: 0 }]);
+      const startCount = () => fs.readFileSync(starts, 'utf8').split('\n').filter(Boolean).length;
+      await waitFor('the worker to be replaced', () => startCount() >= 2);
+      expect(states[0]).toBe('n1 connected');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
