@@ -519,6 +519,8 @@ export class PgStore extends SqlStoreBase implements Store {
     return { unlisten: () => r.unlisten() };
   }
 
+  protected override readonly snapshotCostsMore = true;
+
   protected read<T>(fn: (rows: SqlRows, output: SqlOutputRows) => Promise<T>, snapshot = false): Promise<T> {
     if (!snapshot) return this.#db(() => fn(this.#rows, this.#output));
     return this.#snapshot((rows) => fn(rows, this.#output));

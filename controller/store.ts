@@ -69,8 +69,10 @@ export interface StoreReads {
   /** Revisions of a deployment, oldest first. */
   listRevisions(id: string): Promise<RevisionRecord[]>;
   /**
-   * The node and, when `wanted(node)` (called inside the read, default yes) asks for them, every
-   * deployment's current revision and config, in one snapshot: a fetch reads the node once.
+   * The node and, when `wanted(node)` (default yes) asks for them, every deployment's current
+   * revision and config, in one snapshot: on SQLite a fetch reads the node once; on PostgreSQL a
+   * fetch its node's row answers (a 304) opens no snapshot. `wanted` must be synchronous and must
+   * not call the store (SQLite runs it holding the connection).
    */
   metadataSource(node: string, wanted?: (n: NodeRecord) => boolean): Promise<MetadataRead | undefined>;
   getCluster(id: string): Promise<ClusterRecord | undefined>;
