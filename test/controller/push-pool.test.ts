@@ -9,7 +9,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
-import { defaultWorkerScript, PushPool, pushWorkerEnv, shardOf } from '../../controller/push-pool.js';
+import {
+  defaultWorkerScript,
+  PushPool,
+  pushWorkerEnv,
+  shardOf,
+  type PushPoolOptions,
+} from '../../controller/push-pool.js';
 import { PUSH_WORKER_MMAP_THRESHOLD_BYTES } from '../../protocol/limits.js';
 import type { AckEvent, PushState } from '../../controller/push-types.js';
 import { materialPaths } from '../../certs/paths.js';
@@ -37,7 +43,7 @@ afterEach(async () => {
 afterAll(() => pki?.cleanup());
 
 /** The pool's events re-emitted on an EventEmitter, so tests can wait for them with a bound. */
-function pool(registry?: Registry): { p: PushPool; ev: EventEmitter } {
+function pool(over: Partial<PushPoolOptions> = {}): { p: PushPool; ev: EventEmitter } {
   const p = new PushPool({
     workers: 2,
     signingJwk: pki.signingJwk,
@@ -45,8 +51,8 @@ function pool(registry?: Registry): { p: PushPool; ev: EventEmitter } {
     trustDomain: TD,
     material: materialPaths(pki.dir, 'controller', 'controller'),
     logger: pki.logger,
-    ...(registry ? { metrics: registry } : {}),
     tuning: { backoffBaseMs: 50, backoffMaxMs: 200 },
+    ...over,
   });
   open.push(p);
   const ev = new EventEmitter();
@@ -83,7 +89,7 @@ describe.skipIf(!fs.existsSync(defaultWorkerScript()))('push pool (worker proces
     const ls = await Promise.all(['n1', 'n2', 'n3'].map((node) => TestWakeListener.start({ pkiDir: pki.dir, node })));
     open.push(...ls);
     const registry = new Registry();
-    const { p, ev } = pool(registry);
+    const { p, ev } = pool({ metrics: registry });
     const acked = new Set<string>();
     const all = waitForEvent<AckEvent>(ev, 'ack', (e) => acked.add(e.node).size === 3, 10_000);
     await p.start(ls.map((l, i) => ({ node: l.node, url: l.url, generation: 10 + i, ackedGeneration: null })));
@@ -211,16 +217,7 @@ process.on('disconnect', () => process.exit(0));
 `,
     );
     try {
-      const p = new PushPool({
-        workers: 1,
-        signingJwk: pki.signingJwk,
-        issuer: CONTROLLER_ID,
-        trustDomain: TD,
-        material: materialPaths(pki.dir, 'controller', 'controller'),
-        logger: pki.logger,
-        workerScript: script,
-      });
-      open.push(p);
+      const { p } = pool({ workers: 1, workerScript: script });
       const states: string[] = [];
       p.on('state', (node, s) => states.push(`${node} ${s.state}`));
       await p.start([{ node: 'n1', url: null, generation: 1, ackedGeneration: 0 }]);
