@@ -354,6 +354,24 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       // a fetch reads what the document carries, never the node's results (they can be large)
       expect(of('own').deployment.current).not.toHaveProperty('outputValues');
       expect(await s.metadataSource('nobody')).toBeUndefined();
+      // a cluster of nodes alone (no nodegroups): its own two configs
+      await s.createNode('c', null, WHO);
+      const {
+        result: { id: plainId },
+      } = await s.transaction((tx) =>
+        new ClusterEngine().create(
+          tx,
+          newCluster({ nodes: ['c'], installConfigId: gpuInstall, uninstallConfigId: gpuUninstall }),
+          WHO,
+          Date.now(),
+        ),
+      );
+      const ofC = (await s.metadataSource('c'))!.source!;
+      expect(ofC.entries).toHaveLength(2);
+      for (const e of ofC.entries) {
+        expect(e.cluster!.id).toBe(plainId);
+        expect(e.cluster!.configs.map((c) => c.id)).toEqual([gpuInstall, gpuUninstall]);
+      }
     });
   });
 
