@@ -686,7 +686,7 @@ export function findings(r: BenchResults): string[] {
       'an agent, `node dist/bench/ipc-cost.js`); the dialer watches the answers of its wake-ups in flight with one timer, not one',
     );
     p(
-      "each; a fetch reads its node once. One-step runs after them: 1.21, 1.42, 1.49× the floor net. The worker's mmap threshold",
+      "each; on SQLite a fetch reads its node once. One-step runs after them: 1.21, 1.42, 1.49× the floor net. The worker's mmap threshold",
     );
     p(
       'at 64 KiB, tried again: 1.46, 1.31, 1.08×, the floor itself 10-20 % slower that hour, memory 75.9 against 70.5 KB an agent.',
