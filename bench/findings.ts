@@ -689,7 +689,10 @@ export function findings(r: BenchResults): string[] {
       "each; on SQLite a fetch reads its node once. One-step runs after them: 1.21, 1.42, 1.49× the floor net. The worker's mmap threshold",
     );
     p(
-      'at 64 KiB, tried again: 1.46, 1.31, 1.08×, the floor itself 10-20 % slower that hour, memory 75.9 against 70.5 KB an agent.',
+      'at 64 KiB, tried again: 1.46, 1.31, 1.08×, the floor itself 10-20 % slower that hour, memory 75.9 against 70.5 KB an agent;',
+    );
+    p(
+      "once more at 21:03: 1.37, 1.40, 1.22×, but Herald's own CPU no lower (0.551-0.571 against 0.526-0.561 ms net): not kept.",
     );
     p('docs/development.md ("Measured 2026-12-05") has the figures.');
     if (big.warmup)
