@@ -80,6 +80,12 @@ const EVENT_WORDS = [8, 6, 4, 5, 5];
 /** A worker's events since its last batch, written flat (EventWord). */
 export class WorkerEvents {
   words: EventWord[] = [];
+  readonly #onWrite: () => void;
+
+  /** @param onWrite called after each event written (the worker schedules its next batch) */
+  constructor(onWrite: () => void = () => undefined) {
+    this.#onWrite = onWrite;
+  }
 
   get empty(): boolean {
     return this.words.length === 0;
@@ -103,19 +109,23 @@ export class WorkerEvents {
       s.last_error,
       s.last_error_at,
     );
+    this.#onWrite();
   }
 
   ack(e: AckEvent): void {
     this.words.push(ACK, e.node, e.jti, e.gen, e.fetch, e.latencyMs);
+    this.#onWrite();
   }
 
   nack(e: { node: string; jti: string | null; code: string }): void {
     this.words.push(NACK, e.node, e.jti, e.code);
+    this.#onWrite();
   }
 
   request(id: number, r: PushRequest): void {
     if (r.kind === 'fetch') this.words.push(FETCH, id, r.node, r.nonce, r.ifNoneMatch);
     else this.words.push(SIGNAL, id, r.node, r.deploymentId, r.body);
+    this.#onWrite();
   }
 }
 

@@ -24,7 +24,8 @@ class Worker {
   readonly #dialer: PushDialer;
   readonly #material: PkiMaterial;
   readonly #metrics = new DeltaPushMetrics();
-  readonly #events = new WorkerEvents();
+  /** Events since the last batch; each one written schedules the next batch. */
+  readonly #events = new WorkerEvents(() => this.#schedule());
   #flushScheduled = false;
   /**
    * Requests sent to the main process, by id (so oldest first): at most one fetch and one signal
@@ -56,18 +57,9 @@ class Worker {
       metricsSink: this.#metrics,
       ...(init.sessionFile === undefined ? {} : { sessionFile: init.sessionFile }),
     });
-    this.#dialer.on('state', (node, s) => {
-      this.#events.state(node, s);
-      this.#schedule();
-    });
-    this.#dialer.on('ack', (e) => {
-      this.#events.ack(e);
-      this.#schedule();
-    });
-    this.#dialer.on('nack', (e) => {
-      this.#events.nack(e);
-      this.#schedule();
-    });
+    this.#dialer.on('state', (node, s) => this.#events.state(node, s));
+    this.#dialer.on('ack', (e) => this.#events.ack(e));
+    this.#dialer.on('nack', (e) => this.#events.nack(e));
     this.#dialer.serveRequests(
       (r) =>
         new Promise((resolve) => {
@@ -75,7 +67,6 @@ class Worker {
           this.#requests.set(id, { kind: r.kind, resolve, at: performance.now() });
           this.#overdue.arm();
           this.#events.request(id, r);
-          this.#schedule();
         }),
     );
   }

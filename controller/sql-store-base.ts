@@ -34,8 +34,8 @@ export abstract class SqlStoreBase {
    */
   protected abstract read<T>(fn: (rows: SqlRows, output: SqlOutputRows) => Promise<T>, snapshot?: boolean): Promise<T>;
   /**
-   * Whether a snapshot read costs more than a plain one (PostgreSQL: a transaction of its own,
-   * BEGIN and COMMIT around it; SQLite: the same, its reads are in turn with its transactions).
+   * Whether a snapshot read costs more than a plain one (PostgreSQL: yes, a transaction of its
+   * own, BEGIN and COMMIT around it; SQLite: no, every read is in turn with its transactions).
    */
   protected readonly snapshotCostsMore: boolean = false;
 
