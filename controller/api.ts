@@ -623,7 +623,12 @@ export class ApiServer {
       });
     };
 
-    add('GET', '/healthz', 'any', () => ok({ status: 'ok' }));
+    // the API listens before the service starts (its URL, with port 0, is known only then): until
+    // the controller has its nodes (and has joined the fleet) a probe must not count it in
+    add('GET', '/healthz', 'any', () => {
+      const status = s.phase;
+      return status === 'ok' ? ok({ status }) : { status: 503, body: { status } };
+    });
 
     // agent routes
     add(

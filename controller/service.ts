@@ -112,6 +112,7 @@ export class ControllerService {
   readonly #tickMs: number;
   readonly #ackMs: number;
   #closed = false;
+  #started = false;
   #feed: { catchUp(): Promise<void> } | undefined;
   #tickFailing = false;
   #ackFailing = false;
@@ -199,6 +200,15 @@ export class ControllerService {
       );
     }, this.#ackMs);
     this.#ackTimer.unref();
+    this.#started = true;
+  }
+
+  /**
+   * What `/healthz` says: `starting` until start() has finished (the dialer has every node and, on
+   * PostgreSQL, this controller has joined the fleet and taken its share), `stopping` once closed.
+   */
+  get phase(): 'starting' | 'ok' | 'stopping' {
+    return this.#closed ? 'stopping' : this.#started ? 'ok' : 'starting';
   }
 
   /**

@@ -9,7 +9,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyMetadataResponse, newNonce } from '../../protocol/metadata.js';
 import { DERIVED_INPUT_NAMES } from '../../protocol/heat.js';
 import { makeControllerTestPki, type ControllerTestPki, type Cred } from '../helpers/controller-pki.js';
-import { startTestController, waitFor, type Res, type TestController } from '../helpers/controller-harness.js';
+import {
+  PushStub,
+  request,
+  startTestController,
+  waitFor,
+  type Res,
+  type TestController,
+} from '../helpers/controller-harness.js';
+import { freePort } from '../helpers/procs.js';
 
 let pki: ControllerTestPki;
 let t: TestController;
@@ -98,6 +106,33 @@ describe('authorization before routing', () => {
       const r = await t.req(c, 'GET', '/healthz');
       expect(r.status).toBe(200);
       expect(r.json).toEqual({ status: 'ok' });
+    }
+  });
+
+  it('answers /healthz 503 starting until the controller has started, then 200 ok', async () => {
+    let open!: () => void;
+    const stub = new PushStub();
+    stub.startGate = new Promise<void>((r) => {
+      open = r;
+    });
+    const port = await freePort();
+    const starting = startTestController(pki, { listen: { host: '127.0.0.1', port } }, { pushStub: stub });
+    try {
+      // the API listens before the service starts; the push service's start is held
+      const r = await waitFor('the API to listen', () => request(port, op, 'GET', '/healthz').catch(() => null));
+      expect(r.status).toBe(503);
+      expect(r.json).toEqual({ status: 'starting' });
+      expect(stub.started).toBeNull();
+    } finally {
+      open();
+    }
+    const c = await starting;
+    try {
+      const r = await c.req(op, 'GET', '/healthz');
+      expect(r.status).toBe(200);
+      expect(r.json).toEqual({ status: 'ok' });
+    } finally {
+      await c.close();
     }
   });
 

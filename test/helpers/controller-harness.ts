@@ -89,10 +89,13 @@ export class PushStub implements PushService {
   readonly endpoints: Array<{ node: string; url: string | null; generation: number }> = [];
   readonly removed: string[] = [];
   started: PushTarget[] | null = null;
+  /** When set, start() waits for it: the controller's start-up is held there. */
+  startGate: Promise<void> | null = null;
   closed = false;
   readonly #handlers: { [E in keyof PushEvents]: Array<PushEvents[E]> } = { ack: [], nack: [], state: [] };
 
   async start(targets: PushTarget[]): Promise<void> {
+    await this.startGate;
     this.started = targets;
   }
   notify(node: string, generation: number, reason: WakeReason): void {
@@ -157,12 +160,14 @@ export async function startTestController(
   deps: Omit<StartDeps, 'logger' | 'push'> & {
     /** The controller's own push dialer (in-process) instead of the stub: it dials agents for real. */
     realPush?: boolean;
+    /** The stub to use (default a new one). */
+    pushStub?: PushStub;
   } = {},
 ): Promise<TestController> {
   const dbDir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-ctl-db-'));
   const dbPath = over.db ?? path.join(dbDir, 'herald.db');
   const { logger, text } = memoryLogger();
-  const push = new PushStub();
+  const push = deps.pushStub ?? new PushStub();
   const options: ControllerOptions = {
     listen: { host: '127.0.0.1', port: 0 },
     pki: pki.dir,
@@ -180,7 +185,7 @@ export async function startTestController(
     signingKey: undefined,
     ...over,
   };
-  const { realPush, ...startDeps } = deps;
+  const { realPush, pushStub: _, ...startDeps } = deps;
   const ctl = await startController(options, { ...startDeps, logger, ...(realPush ? {} : { push: () => push }) });
   const port = ctl.address.port;
   return {
