@@ -164,8 +164,9 @@ export async function startTestController(
     pushStub?: PushStub;
   } = {},
 ): Promise<TestController> {
-  const dbDir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-ctl-db-'));
-  const dbPath = over.db ?? path.join(dbDir, 'herald.db');
+  // a temp dir only when the test gives no database of its own (removed at close)
+  const dbDir = over.db === undefined ? fs.mkdtempSync(path.join(os.tmpdir(), 'herald-ctl-db-')) : null;
+  const dbPath = over.db ?? path.join(dbDir!, 'herald.db');
   const { logger, text } = memoryLogger();
   const push = deps.pushStub ?? new PushStub();
   const options: ControllerOptions = {
@@ -203,7 +204,7 @@ export async function startTestController(
     req: (cred, method, p, body, o) => request(port, cred, method, p, body, o),
     close: async () => {
       await ctl.close();
-      if (over.db === undefined) fs.rmSync(dbDir, { recursive: true, force: true });
+      if (dbDir !== null) fs.rmSync(dbDir, { recursive: true, force: true });
     },
   };
 }
