@@ -6,11 +6,11 @@
  * advances are claimed `SKIP LOCKED`: PostgreSQL's row locks; SQLite's one writer makes them
  * moot and its statements leave them out.
  */
-import { randomUUID } from 'node:crypto';
 import { HeraldError } from '../protocol/errors.js';
 import type { DeployAction } from '../protocol/heat.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { ChangeSetBuilder } from './change-set.js';
+import { newId } from './ids.js';
 import type { ClusterGlance, ClusterHead, ClusterRows, NodeStepChange, StepResult } from './clusters/tx.js';
 import type {
   AuditRecord,
@@ -387,7 +387,7 @@ export class SqlTx implements StoreTx {
 
   async createConfig(c: NewConfig, who: string): Promise<ConfigRecord> {
     this.#live();
-    const id = randomUUID();
+    const id = newId();
     await this.#s.configInsert.run(
       id,
       c.name,
@@ -411,7 +411,7 @@ export class SqlTx implements StoreTx {
 
   async createDeployment(d: NewDeployment, who: string): Promise<DeploymentRecord> {
     this.#live();
-    const id = randomUUID();
+    const id = newId();
     await this.#insertDeployment(id, d, null, null, 'deployment');
     await this.audit(who, 'deployment.create', id, { node: d.node, config_id: d.configId, action: d.action });
     return (await this.#r.deployment(id))!;
@@ -556,7 +556,7 @@ export class SqlTx implements StoreTx {
     return [
       id,
       revision,
-      randomUUID(),
+      newId(),
       action,
       JSON.stringify(inputValues),
       status,
@@ -611,7 +611,7 @@ export class SqlTx implements StoreTx {
     if (!(await this.#config(c.uninstallConfigId)))
       throw new HeraldError('unknown_config', `no config ${c.uninstallConfigId}`, { field: 'uninstall_config_id' });
     for (const [i, g] of c.nodegroups.entries()) await this.#assertGroupConfigs(g, `nodegroups.${i}.`);
-    const id = randomUUID();
+    const id = newId();
     const now = this.#r.iso(nowMs);
     const row: ClusterRow = {
       id,
@@ -713,7 +713,7 @@ export class SqlTx implements StoreTx {
       ['install', g.installConfigId, rows.installActions, g.installInputValues],
       ['uninstall', g.uninstallConfigId, rows.uninstallActions, g.uninstallInputValues],
     ] as const) {
-      const id = randomUUID();
+      const id = newId();
       const d = { node, configId, name: `${clusterName}-${role}`, actions, action: 'CREATE' as const, inputValues };
       out.deployments.push(this.#deploymentRow(id, d, clusterId, role, now));
       out.revisions.push(this.#revisionRow(id, node, actions, 1, 'CREATE', inputValues, 'deployment', now));
@@ -892,7 +892,7 @@ export class SqlTx implements StoreTx {
   ): Promise<string> {
     this.#live();
     if (replaces !== null) await this.#removeDeployment(replaces);
-    const id = randomUUID();
+    const id = newId();
     await this.#insertDeployment(
       id,
       { node, configId, name: 'health', actions: ['CHECK'], action: 'CHECK', inputValues: {} },

@@ -333,6 +333,8 @@ export const X509_PARSE_CACHE_ENTRIES = 1_024;
  * CSPRNG when spent (protocol/random-token.ts): 256 tokens a refill.
  */
 export const RANDOM_TOKEN_POOL_BYTES = 4 * 1024;
+/** The pool the random part of row ids is taken from (controller/ids.ts): 409 ids a refill. */
+export const ID_RANDOM_POOL_BYTES = 4 * 1024;
 /**
  * SQLite's page cache of the controller's database (`PRAGMA cache_size`): better-sqlite3's
  * default is 16 MiB, filled slowly as the database grows; the hot rows (nodes, current
