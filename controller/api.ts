@@ -627,7 +627,7 @@ export class ApiServer {
     // the controller has its nodes (and has joined the fleet) a probe must not count it in
     add('GET', '/healthz', 'any', () => {
       const status = s.phase;
-      return status === 'ok' ? ok({ status }) : { status: 503, body: { status } };
+      return status === 'ok' ? ok({ status }) : { status: 503, body: { status }, headers: { 'Retry-After': '1' } };
     });
 
     // agent routes
@@ -1001,8 +1001,11 @@ function peerHint(socket: tls.TLSSocket): string {
   }
 }
 
-/** A plain-HTTP `GET /healthz` for probes (`--health-listen`); `check` says whether we are healthy (never rejects). */
-export function createHealthServer(check: () => Promise<boolean>): http.Server {
+/**
+ * A plain-HTTP `GET /healthz` for probes (`--health-listen`): `check` gives the status, `ok` or
+ * why not (`starting`, `stopping`, `unavailable`); never rejects.
+ */
+export function createHealthServer(check: () => Promise<string>): http.Server {
   return http.createServer(async (req, res) => {
     res.setHeader('Cache-Control', 'no-store');
     res.setHeader('X-Content-Type-Options', 'nosniff');
@@ -1012,8 +1015,11 @@ export function createHealthServer(check: () => Promise<boolean>): http.Server {
       res.end(JSON.stringify({ error: { code: 'not_found', message: 'only GET /healthz here' } }));
       return;
     }
-    const healthy = await check();
-    res.writeHead(healthy ? 200 : 503, { 'Content-Type': 'application/json' });
-    res.end(JSON.stringify({ status: healthy ? 'ok' : 'unavailable' }));
+    const status = await check();
+    res.writeHead(status === 'ok' ? 200 : 503, {
+      'Content-Type': 'application/json',
+      ...(status === 'ok' ? {} : { 'Retry-After': '1' }),
+    });
+    res.end(JSON.stringify({ status }));
   });
 }

@@ -1,5 +1,5 @@
 /**
- * Row ids (deployments, revisions' item ids, clusters): UUIDv7 (RFC 9562 §5.7), in the usual
+ * Row ids (configs, deployments, revisions' item ids, clusters): UUIDv7 (RFC 9562 §5.7), in the usual
  * 8-4-4-4-12 spelling. The first 48 bits are the time in ms, so ids made one after another sort
  * one after another, and a cluster's thousands of new rows land at the end of each index on them
  * instead of on a random page each (SQLite and PostgreSQL B-trees alike: fewer pages dirtied, a

@@ -321,11 +321,14 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     let health: http.Server | null = null;
     let healthAddress: AddressInfo | null = null;
     if (o.healthListen) {
+      // the TLS /healthz's phase, and the database reachable
       const h = createHealthServer(() =>
-        store.generation().then(
-          () => true,
-          () => false,
-        ),
+        service.phase !== 'ok'
+          ? Promise.resolve(service.phase)
+          : store.generation().then(
+              () => 'ok',
+              () => 'unavailable',
+            ),
       );
       health = h;
       try {
@@ -360,6 +363,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     const close = (): Promise<void> => {
       closing ??= (async () => {
         logger.info({ event: 'controller.stop' }, 'controller shutting down');
+        service.beginStop(); // probes hear `stopping` while the API drains
         const h = health;
         await Promise.all([api.close(), h ? new Promise<void>((r) => h.close(() => r())) : Promise.resolve()]);
         await service.close();

@@ -113,6 +113,7 @@ export class ControllerService {
   readonly #ackMs: number;
   #closed = false;
   #started = false;
+  #stopping = false;
   #feed: { catchUp(): Promise<void> } | undefined;
   #tickFailing = false;
   #ackFailing = false;
@@ -205,10 +206,16 @@ export class ControllerService {
 
   /**
    * What `/healthz` says: `starting` until start() has finished (the dialer has every node and, on
-   * PostgreSQL, this controller has joined the fleet and taken its share), `stopping` once closed.
+   * PostgreSQL, this controller has joined the fleet and run its first ownership pass: nodes a live
+   * controller still holds come over at that one's next pass), `stopping` from beginStop() or close().
    */
   get phase(): 'starting' | 'ok' | 'stopping' {
-    return this.#closed ? 'stopping' : this.#started ? 'ok' : 'starting';
+    return this.#stopping || this.#closed ? 'stopping' : this.#started ? 'ok' : 'starting';
+  }
+
+  /** Shutdown has begun (the API drains its requests first): probes are told `stopping` from now on. */
+  beginStop(): void {
+    this.#stopping = true;
   }
 
   /**

@@ -147,7 +147,17 @@ describe.runIf(pgAvailable())('herald controllers with two controllers on Postgr
       200,
     );
     for (const name of ['c1', 'c2']) {
-      const r = await cli(name);
+      // the table is a read of its own (a late heartbeat or an agent reconnecting between it and
+      // the wait above would move a count for a moment): read until it shows the same
+      const r = await waitFor(
+        `${name}'s table to show the nodes spread and held`,
+        async () => {
+          const t = await cli(name);
+          return /^2 of 2 live; 4 nodes owned, 4 held$/m.test(t.stdout) ? t : null;
+        },
+        30_000,
+        200,
+      );
       expect(r).toMatchObject({ code: 0, stderr: '' });
       const rows = rowsOf(r.stdout);
       expect(rows.map((x) => [x[0], x[1], x[5]])).toEqual([

@@ -109,7 +109,7 @@ describe('authorization before routing', () => {
     }
   });
 
-  it('answers /healthz 503 starting until the controller has started, then 200 ok', async () => {
+  it('answers /healthz 503 starting until the controller has started, 200 ok, then 503 stopping', async () => {
     let open!: () => void;
     const stub = new PushStub();
     stub.startGate = new Promise<void>((r) => {
@@ -117,11 +117,13 @@ describe('authorization before routing', () => {
     });
     const port = await freePort();
     const starting = startTestController(pki, { listen: { host: '127.0.0.1', port } }, { pushStub: stub });
+    starting.catch(() => {}); // (awaited below; a start that fails while the check polls is reported there)
     try {
       // the API listens before the service starts; the push service's start is held
       const r = await waitFor('the API to listen', () => request(port, op, 'GET', '/healthz').catch(() => null));
       expect(r.status).toBe(503);
       expect(r.json).toEqual({ status: 'starting' });
+      expect(r.headers['retry-after']).toBe('1');
       expect(stub.started).toBeNull();
     } finally {
       open();
@@ -131,6 +133,11 @@ describe('authorization before routing', () => {
       const r = await c.req(op, 'GET', '/healthz');
       expect(r.status).toBe(200);
       expect(r.json).toEqual({ status: 'ok' });
+      // close() says so first, while the API drains its requests
+      c.ctl.service.beginStop();
+      const s = await c.req(op, 'GET', '/healthz');
+      expect(s.status).toBe(503);
+      expect(s.json).toEqual({ status: 'stopping' });
     } finally {
       await c.close();
     }
@@ -1006,6 +1013,12 @@ describe('plain health listener', () => {
       expect(await res.json()).toEqual({ status: 'ok' });
       expect(res.headers.get('cache-control')).toBe('no-store');
       expect((await fetch(`http://127.0.0.1:${port}/v1/nodes`)).status).toBe(404);
+      // the TLS /healthz's phase: shutting down is not healthy
+      h.ctl.service.beginStop();
+      const stopping = await fetch(`http://127.0.0.1:${port}/healthz`);
+      expect(stopping.status).toBe(503);
+      expect(await stopping.json()).toEqual({ status: 'stopping' });
+      expect(stopping.headers.get('retry-after')).toBe('1');
     } finally {
       await h.close();
     }

@@ -3,8 +3,14 @@
  * id greater than the one before it, within a millisecond, past a millisecond's counter and
  * when the clock steps back.
  */
-import { describe, expect, it } from 'vitest';
-import { newId } from '../../controller/ids.js';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+
+// each test with a fresh module: its last time and counter are module state
+let newId: (nowMs?: number) => string;
+beforeEach(async () => {
+  vi.resetModules();
+  ({ newId } = await import('../../controller/ids.js'));
+});
 
 const V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 const msOf = (id: string): number => Number.parseInt(id.replace(/-/g, '').slice(0, 12), 16);
