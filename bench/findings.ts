@@ -694,6 +694,21 @@ export function findings(r: BenchResults): string[] {
     p(
       "once more at 21:03: 1.37, 1.40, 1.22×, but Herald's own CPU no lower (0.551-0.571 against 0.526-0.561 ms net): not kept.",
     );
+    p(
+      'Measured again 2026-12-05 22:00-23:35 UTC: the change itself, a 10,000-node cluster created in one process, costs',
+    );
+    p(
+      "1.0-1.4 s of CPU (the rows' inserts ~0.53 s, the COMMIT ~0.18 s, the 201's 9.2 MB ~0.2 s); the floor's commit updates 10,000",
+    );
+    p(
+      'prepared rows and answers no request. Row ids are now UUIDv7 (time-ordered): 1.10-1.19 against 1.20-1.31 s a create on a',
+    );
+    p(
+      'fresh database, 0.59-1.02 against 1.24-1.68 s as the fourth to sixth cluster on one (interleaved); the fan-out deletes each',
+    );
+    p(
+      "run's cluster, so its tables stay small and its figures did not move beyond the spread (one-step run: 1.23, 1.41, 1.31×).",
+    );
     p('docs/development.md ("Measured 2026-12-05") has the figures.');
     if (big.warmup)
       p(
