@@ -187,7 +187,13 @@ export async function startTestController(
     ...over,
   };
   const { realPush, pushStub: _, ...startDeps } = deps;
-  const ctl = await startController(options, { ...startDeps, logger, ...(realPush ? {} : { push: () => push }) });
+  let ctl: RunningController;
+  try {
+    ctl = await startController(options, { ...startDeps, logger, ...(realPush ? {} : { push: () => push }) });
+  } catch (err) {
+    if (dbDir !== null) fs.rmSync(dbDir, { recursive: true, force: true }); // (a start a test expects to fail)
+    throw err;
+  }
   const port = ctl.address.port;
   return {
     ctl,
