@@ -625,10 +625,9 @@ export class ApiServer {
 
     // the API listens before the service starts (its URL, with port 0, is known only then): until
     // the controller has its nodes (and has joined the fleet) a probe must not count it in
-    add('GET', '/healthz', 'any', () => {
-      const status = s.phase;
-      return status === 'ok' ? ok({ status }) : { status: 503, body: { status }, headers: { 'Retry-After': '1' } };
-    });
+    // the API listens before the service starts (its URL, with port 0, is known only then): a
+    // probe must not count the controller in before it has its nodes and has joined the fleet
+    add('GET', '/healthz', 'any', () => healthReply(s.phase));
 
     // agent routes
     add(
@@ -1015,11 +1014,15 @@ export function createHealthServer(check: () => Promise<string>): http.Server {
       res.end(JSON.stringify({ error: { code: 'not_found', message: 'only GET /healthz here' } }));
       return;
     }
-    const status = await check();
-    res.writeHead(status === 'ok' ? 200 : 503, {
-      'Content-Type': 'application/json',
-      ...(status === 'ok' ? {} : { 'Retry-After': '1' }),
-    });
-    res.end(JSON.stringify({ status }));
+    const r = healthReply(await check());
+    res.writeHead(r.status, { 'Content-Type': 'application/json', ...r.headers });
+    res.end(JSON.stringify(r.body));
   });
+}
+
+/** `/healthz`'s answer, on the TLS port and the plain one alike: 200 for `ok`, else 503 and a second to wait. */
+function healthReply(status: string): Reply {
+  return status === 'ok'
+    ? { status: 200, body: { status } }
+    : { status: 503, body: { status }, headers: { 'Retry-After': '1' } };
 }
