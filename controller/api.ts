@@ -338,7 +338,7 @@ export class ApiServer {
       const spec = m.route;
       route = spec.path;
       // the rate limit comes before the role check: refusals cost the caller its budget too
-      if (!(spec.rate === 'fetch' && this.#o.service.wokeRecently(identity.name))) {
+      if (!this.#exempt(spec.rate, m.params, identity)) {
         const decision = this.#limiters[spec.rate].take(identity.spiffeId);
         if (!decision.ok)
           throw new ApiError('rate_limited', `too many requests; retry after ${decision.retryAfterS} s`, {
@@ -442,6 +442,18 @@ export class ApiServer {
     const result = authorizePeer(socket, ROLES, this.#o.material);
     this.#auth.set(socket, { epoch: this.#epoch, result });
     return result;
+  }
+
+  /**
+   * What the controller itself asked for is not rate-limited: a fetch answering a wake-up it sent
+   * that node lately (SPEC §3), and a node's signal of work a wake-up gave it (one per wake-up,
+   * docs/departures.md). The limit bounds what an agent asks for and sends by itself.
+   */
+  #exempt(rate: RateClass, params: Record<string, string>, id: CertIdentity): boolean {
+    if (rate === 'fetch') return this.#o.service.wokeRecently(id.name);
+    if (rate === 'signal')
+      return id.role === 'agent' && params.node === id.name && this.#o.service.takeExemptSignal(id.name);
+    return false;
   }
 
   #checkRole(spec: RouteSpec, params: Record<string, string>, id: CertIdentity): void {
@@ -879,8 +891,8 @@ export class ApiServer {
     const who = spiffeIdOf(this.#trustDomain, 'agent', r.node);
     const route = SIGNAL_ROUTE;
     try {
-      const decision = this.#limiters.signal.take(who);
-      if (!decision.ok) {
+      const decision = this.#o.service.takeExemptSignal(r.node) ? null : this.#limiters.signal.take(who);
+      if (decision !== null && !decision.ok) {
         this.#o.metrics.refusals.inc({ code: 'rate_limited' });
         this.#logRefusal('rate_limited', 'too many requests', { status: 429, peer: who, method: 'PUSH', route }, who);
         return { status: 429, error: 'rate_limited', retryAfterS: decision.retryAfterS };

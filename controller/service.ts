@@ -9,7 +9,12 @@
 import type { Logger } from 'pino';
 import { codeOf, HeraldError } from '../protocol/errors.js';
 import { DEFAULT_ACTIONS, type DeployAction } from '../protocol/heat.js';
-import { ACK_FLUSH_INTERVAL_MS, CLUSTER_TICK_INTERVAL_MS, WAKE_FETCH_EXEMPT_MS } from '../protocol/limits.js';
+import {
+  ACK_FLUSH_INTERVAL_MS,
+  CLUSTER_TICK_INTERVAL_MS,
+  EXEMPT_SIGNALS_PER_NODE_MAX,
+  WAKE_FETCH_EXEMPT_MS,
+} from '../protocol/limits.js';
 import type { CertIdentity } from '../certs/identity.js';
 import { ClusterEngine, type RestartOptions } from './clusters/engine.js';
 import { hostInSans, parseEndpoint } from './endpoint.js';
@@ -103,6 +108,8 @@ export class ControllerService {
   readonly #fetches = new Map<string, { gen: number; atMs: number }>();
   /** When the controller last sent each node a wake-up, oldest first (entries older than WAKE_FETCH_EXEMPT_MS are dropped). */
   readonly #wokeAt = new Map<string, number>();
+  /** Each node's signals the controller asked for and has not had yet (one per wake-up with work, capped); absent at 0. */
+  readonly #exemptSignals = new Map<string, number>();
   #pendingAcks = new Map<string, number>();
   #tickTimer: NodeJS.Timeout | undefined;
   /** The tick in progress, if any: a slow one is not run twice at once. */
@@ -466,6 +473,20 @@ export class ControllerService {
   wokeRecently(node: string): boolean {
     const at = this.#wokeAt.get(node);
     return at !== undefined && this.#now() - at < WAKE_FETCH_EXEMPT_MS;
+  }
+
+  /**
+   * Spends one of the signals the controller asked `node` for (one per wake-up that gave it work,
+   * at most EXEMPT_SIGNALS_PER_NODE_MAX held): such a signal is not rate-limited, so back-to-back
+   * changes to one node are not held back by their own results. False when none is left: the
+   * signal counts against the node's rate limit (what an agent sends by itself).
+   */
+  takeExemptSignal(node: string): boolean {
+    const n = this.#exemptSignals.get(node);
+    if (n === undefined) return false;
+    if (n <= 1) this.#exemptSignals.delete(node);
+    else this.#exemptSignals.set(node, n - 1);
+    return true;
   }
 
   #forgetOldWakes(now: number): void {
@@ -880,6 +901,10 @@ export class ControllerService {
         this.push.notify(w.node, w.generation, w.reason);
         this.#wokeAt.delete(w.node); // re-inserted last: the map stays in wake order
         this.#wokeAt.set(w.node, now);
+        this.#exemptSignals.set(
+          w.node,
+          Math.min((this.#exemptSignals.get(w.node) ?? 0) + 1, EXEMPT_SIGNALS_PER_NODE_MAX),
+        );
       }
       this.#forgetOldWakes(now);
     }
@@ -902,6 +927,7 @@ export class ControllerService {
       if (listening) this.events.publish('node', this.#nodeView(n));
     }
     for (const id of c.removedNodes) {
+      this.#exemptSignals.delete(id);
       if (this.#feed) this.push.remove(id);
       this.events.publish('node', { id, deleted: true });
     }

@@ -671,7 +671,8 @@ describe('the API answers a signal over the push connection as its signal route'
         body: Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)),
       });
     const result = { revision: 1, deploy_status_code: 0, deploy_stdout: 'out', deploy_stderr: '', outputs: {} };
-    // 1-2: recorded, then a repeat answered 200 without change
+    // 1-2: recorded (the signal the deployment's wake-up asked for: not counted), then a repeat
+    // answered 200 without change (the first of the budget of 8)
     expect(await signal('ps1', mine.json.id, result)).toEqual({ status: 200 });
     expect(await signal('ps1', mine.json.id, { ...result, deploy_status_code: 3 })).toEqual({ status: 200 });
     const view = await t.req(op, 'GET', `/v1/deployments/${mine.json.id}`);
@@ -685,9 +686,10 @@ describe('the API answers a signal over the push connection as its signal route'
     expect(await signal('ps1', mine.json.id, '{"revision":')).toEqual({ status: 400, error: 'invalid_json' });
     expect(await signal('ps1', mine.json.id, { revision: 'one' })).toEqual({ status: 400, error: 'invalid_request' });
     expect((await t.req(op, 'GET', `/v1/deployments/${theirs.json.id}`)).json.signalled).toBe(false);
-    // 7: over HTTPS, from the same budget; 8: the last token; then both channels are limited
+    // 7: over HTTPS, from the same budget; 8-9: its last two tokens; then both channels are limited
     const url = `/v1/nodes/ps1/deployments/${mine.json.id}/signal`;
     expect((await t.req(agent, 'POST', url, result)).status).toBe(200);
+    expect(await signal('ps1', mine.json.id, result)).toEqual({ status: 200 });
     expect(await signal('ps1', mine.json.id, result)).toEqual({ status: 200 });
     const limited = await signal('ps1', mine.json.id, result);
     expect(limited).toMatchObject({ status: 429, error: 'rate_limited' });

@@ -16,6 +16,7 @@ import {
   MAX_JSON_DEPTH_LEVELS,
   API_IDENTITY_MAX_CONNECTIONS,
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
+  EXEMPT_SIGNALS_PER_NODE_MAX,
   SIGNAL_RATE_BURST,
 } from '../../protocol/limits.js';
 import { newNonce } from '../../protocol/metadata.js';
@@ -510,6 +511,8 @@ describe('signals (review item 8)', () => {
       const c = await own.req(op, 'POST', '/v1/configs', { name: 's', group: 'script', config: '#!/bin/sh\n' });
       const dep = (await own.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: c.json.id })).json.id;
       const url = `/v1/nodes/n1/deployments/${dep}/signal`;
+      // the first signal answers the work the deployment's wake-up gave: not counted (below)
+      expect((await own.req(n1(), 'POST', url, { revision: 1, deploy_status_code: 0 })).status).toBe(200);
       const codes: number[] = [];
       for (let i = 0; i < SIGNAL_RATE_BURST; i++)
         codes.push((await own.req(n1(), 'POST', url, { revision: 1, deploy_status_code: 0 })).status);
@@ -520,6 +523,67 @@ describe('signals (review item 8)', () => {
         code: 'rate_limited',
       });
       expect(Number(limited.headers['retry-after'])).toBeGreaterThan(0);
+    } finally {
+      await own.close();
+    }
+  });
+});
+
+describe('a signal of work a wake-up gave is never rate-limited', () => {
+  const n1 = (): Cred => pki.cred('agent', 'n1');
+  let t: TestController;
+  let cfg: string;
+  beforeAll(async () => {
+    t = await startTestController(
+      pki,
+      {},
+      { rates: { announce: GENEROUS, fetch: GENEROUS, other: GENEROUS, signal: { burst: 2, perS: 0.001 } } },
+    );
+    await t.req(op, 'POST', '/v1/nodes', { id: 'n1' });
+    cfg = (
+      await t.req(op, 'POST', '/v1/configs', {
+        name: 'w',
+        group: 'script',
+        config: '#!/bin/sh\n',
+        inputs: [{ name: 'i' }],
+      })
+    ).json.id;
+  });
+  afterAll(async () => t?.close());
+
+  const signal = async (dep: string, revision: number) =>
+    (await t.req(n1(), 'POST', `/v1/nodes/n1/deployments/${dep}/signal`, { revision, deploy_status_code: 0 })).status;
+
+  it('back-to-back changes to one node are all signalled; what the agent sends by itself meets the limit', async () => {
+    const d = await t.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: cfg });
+    expect(await signal(d.json.id, 1)).toBe(200);
+    const codes: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      const r = await t.req(op, 'PATCH', `/v1/deployments/${d.json.id}`, { input_values: { i: String(i) } });
+      codes.push(await signal(d.json.id, r.json.revision));
+    }
+    expect(codes).toEqual(Array(12).fill(200));
+    // no work given since: the same result again is the agent's own, from its budget of 2
+    expect([await signal(d.json.id, 13), await signal(d.json.id, 13), await signal(d.json.id, 13)]).toEqual([
+      200, 200, 429,
+    ]);
+  });
+
+  it('a node holds at most EXEMPT_SIGNALS_PER_NODE_MAX of them', async () => {
+    const own = await startTestController(pki, {}, { rates: { signal: { burst: 1, perS: 0.001 } } });
+    try {
+      await own.req(op, 'POST', '/v1/nodes', { id: 'n1' });
+      const c = await own.req(op, 'POST', '/v1/configs', { name: 'w', group: 'script', config: '#!/bin/sh\n' });
+      const d = await own.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: c.json.id });
+      let revision = 1;
+      for (let i = 0; i < EXEMPT_SIGNALS_PER_NODE_MAX + 5; i++)
+        revision = (await own.req(op, 'PATCH', `/v1/deployments/${d.json.id}`, { input_values: { i } })).json.revision;
+      const url = `/v1/nodes/n1/deployments/${d.json.id}/signal`;
+      const codes: number[] = [];
+      for (let i = 0; i < EXEMPT_SIGNALS_PER_NODE_MAX + 3; i++)
+        codes.push((await own.req(n1(), 'POST', url, { revision, deploy_status_code: 0 })).status);
+      // the ones held, then the budget of 1, then the limit
+      expect(codes).toEqual([...Array(EXEMPT_SIGNALS_PER_NODE_MAX + 1).fill(200), 429, 429]);
     } finally {
       await own.close();
     }
