@@ -7,9 +7,9 @@
  * heavy parts, TLS, signatures, JSON, spawning hooks, are native), and the first function it
  * optimises, during start-up module resolution or later at any hour, pages in ~3.5 MB of the
  * optimising compiler's code for the life of the process. Measured here (2 cores): idle RSS
- * 53.5 → 49.8 MB, and per deployment item the agent spends less CPU without it (1.5 ms against
- * 2.5-2.9 ms: TurboFan's own compiling is most of the difference), PATCH → COMPLETE the same
- * or better. Ignition and Sparkplug (the baseline compiler) still run.
+ * 53.5 → 49.8 MB; per deployment item the agent's CPU is the same either way (15-19 ms, most of
+ * it native: the hook's fork, TLS, signatures, fdatasync; docs/agent-footprint.md). Ignition and
+ * Sparkplug (the baseline compiler) still run.
  */
 import v8 from 'node:v8';
 

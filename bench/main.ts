@@ -337,6 +337,7 @@ async function main(): Promise<number> {
     floor?: FloorResult;
     restart?: RestartResult;
     restartFast?: RestartResult;
+    restartProcs?: RestartResult;
     idle?: IdleResult;
     peer?: PeerResult;
   } = { fanout: [] };
@@ -470,6 +471,17 @@ async function main(): Promise<number> {
       runner: 'real',
     });
     failures.push(...results.restart.problems.map((p) => `restart: ${p}`));
+    results.restartProcs = await restartPhase({
+      pki,
+      runDir,
+      port: port + 2,
+      runs: args.quick ? 1 : runs,
+      pushWorkers: args.pushWorkers,
+      profArgs,
+      runner: 'real',
+      agents: 'processes',
+    });
+    failures.push(...results.restartProcs.problems.map((p) => `restart (herald agent processes): ${p}`));
     results.restartFast = await restartPhase({
       pki,
       runDir,

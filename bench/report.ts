@@ -633,22 +633,30 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     const x = r.restart;
     p(`## Cluster restart: ${x.nodes} nodes, trivial scripts`);
     p();
-    p("Harness agents (the agent's own modules, ten per harness process). Real hooks: the real hook runner");
+    p("Agents: harness agents (the agent's own modules, ten per harness process), or 100 `herald agent` processes as");
     p(
-      '(`agent/hooks/run-item.ts`), a real `/bin/sh` process per step, uninstall then install on every node: 200 spawns per',
+      '`bin/herald` starts them, one per node. Real hooks: the real hook runner (`agent/hooks/run-item.ts`), a real `/bin/sh`',
     );
     p(
-      "restart, all on this machine's two cores. No-op hooks: the same agents with a runner that returns success at once,",
+      "process per step, uninstall then install on every node: 200 spawns per restart, all on this machine's two cores.",
     );
-    p("so the figure is Herald's own orchestration (wake-ups, fetches, signals, the cluster state machine).");
-    p('`PATCH /v1/clusters/{id}/actions/restart` → `GET` shows `RESTART_COMPLETE` (polled every 10 ms).');
+    p(
+      "No-op hooks: harness agents with a runner that returns success at once, so the figure is Herald's own orchestration",
+    );
+    p(
+      '(wake-ups, fetches, signals, the cluster state machine). `PATCH /v1/clusters/{id}/actions/restart` → `GET` shows',
+    );
+    p("`RESTART_COMPLETE` (polled every 10 ms). The goal's figure is the first row.");
     p();
-    p('| hooks | runs | median | p50 | p99 | min | max | each run | controller CPU per restart |');
-    p('|---|---|---|---|---|---|---|---|---|');
-    for (const y of [r.restart, r.restartFast]) {
+    p(
+      "| hooks | agents | runs | median | p50 | p99 | min | max | each run | controller CPU per restart | agents' own CPU per restart |",
+    );
+    p('|---|---|---|---|---|---|---|---|---|---|---|');
+    for (const y of [r.restart, r.restartProcs, r.restartFast]) {
       if (!y) continue;
+      const agentsCpu = y.runs.map((z) => z.agentsCpuS).filter((v): v is number => v !== undefined);
       p(
-        `| ${y.runner === 'real' ? 'real (/bin/sh)' : 'no-op'} | ${y.runs.length} | ${s(y.medianMs)} | ${s(y.restartMs.p50)} | ${s(y.restartMs.p99)} | ${s(y.restartMs.min)} | ${s(y.restartMs.max)} | ${y.runs.map((z) => fmt(z.ms / 1000, 2)).join(', ')} s | ${fmt(median(y.runs.map((z) => z.controllerCpuS)), 2)} s |`,
+        `| ${y.runner === 'real' ? 'real (/bin/sh)' : 'no-op'} | ${y.agents === 'processes' ? `${y.nodes} \`herald agent\` processes` : 'harness'} | ${y.runs.length} | ${s(y.medianMs)} | ${s(y.restartMs.p50)} | ${s(y.restartMs.p99)} | ${s(y.restartMs.min)} | ${s(y.restartMs.max)} | ${y.runs.map((z) => fmt(z.ms / 1000, 2)).join(', ')} s | ${fmt(median(y.runs.map((z) => z.controllerCpuS)), 2)} s | ${agentsCpu.length ? `${fmt(median(agentsCpu), 2)} s` : '–'} |`,
       );
     }
     p();

@@ -1,28 +1,36 @@
 /**
  * Restart: a 100-node cluster restart with trivial scripts, `PATCH
  * /v1/clusters/{id}/actions/restart` → the cluster reads `RESTART_COMPLETE` (polled every
- * 10 ms). The agents are harness agents (the agent's own modules) with the REAL hook runner
- * (`agent/hooks/run-item.ts`): every step spawns a real `/bin/sh` script, 200 per restart,
- * ten agents per harness process.
+ * 10 ms). The agents are either harness agents (the agent's own modules, ten per harness
+ * process) or 100 real `herald agent` processes as `bin/herald` starts them, one per node. With
+ * the real hook runner (`agent/hooks/run-item.ts`) every step spawns a real `/bin/sh` script, 200
+ * per restart; with the no-op runner (harness agents only) the result comes back at once, so the
+ * figure is Herald's own orchestration. All of it shares this machine's two cores.
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import type { ChildProcess } from 'node:child_process';
 import { agentStateRoot } from './fanout.js';
 import { metricSum } from './api-client.js';
 import { Fleet } from './fleet.js';
 import { slot, type BenchPki } from './pki-cache.js';
-import { startController, stopController } from './procs.js';
-import { childrenOf, dist, nowMs, round, say, sleep, treeSample, waitFor, type Dist } from './util.js';
+import { startAgentProc, startController, stopController, stopProc } from './procs.js';
+import { childrenOf, dist, nowMs, procSample, round, say, sleep, treeSample, waitFor, type Dist } from './util.js';
 
-/** Harness processes for the restart's agents (see restartPhase). */
+/** Harness processes for the no-op restart's agents (see restartPhase). */
 export const RESTART_HARNESS_PROCS = 10;
+/** How long 100 real agent processes may take to start and be dialled (on two cores). */
+const RESTART_AGENTS_CONNECT_TIMEOUT_MS = 180_000;
 
 export interface RestartResult {
   nodes: number;
   /** `real`: agent/hooks/run-item.ts spawning /bin/sh; `noop`: the result returned at once. */
   runner: 'real' | 'noop';
+  /** `processes`: one `herald agent` process per node; `harness`: the agent's modules, many per process. */
+  agents?: 'processes' | 'harness';
   createMs: number;
-  runs: Array<{ ms: number; controllerCpuS: number; status: string }>;
+  /** `agentsCpuS`: the agent processes' own CPU (not their hooks'); absent in older results. */
+  runs: Array<{ ms: number; controllerCpuS: number; agentsCpuS?: number; status: string }>;
   restartMs: Dist;
   medianMs: number;
   problems: string[];
@@ -37,11 +45,15 @@ export interface RestartOptions {
   nodes?: number;
   profArgs?: string[];
   runner: 'real' | 'noop';
+  /** `harness` (default) or `processes`: one `herald agent` process per node (real hooks only). */
+  agents?: 'processes' | 'harness';
 }
 
 export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
   const n = o.nodes ?? 100;
-  const dir = path.join(o.runDir, `restart-${n}-${o.runner}`);
+  const agents = o.agents ?? 'harness';
+  if (agents === 'processes' && o.runner !== 'real') throw new Error('a `herald agent` process runs real hooks only');
+  const dir = path.join(o.runDir, `restart-${n}-${o.runner}-${agents}`);
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(dir, { recursive: true });
   const problems: string[] = [];
@@ -53,35 +65,52 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
     nodeArgs: o.profArgs,
   });
   const slots = Array.from({ length: n }, (_, i) => slot('b', i));
-  const stateRoot = agentStateRoot(o.runDir, `restart-${o.runner}`);
+  const stateRoot = agentStateRoot(o.runDir, `restart-${o.runner}-${agents}`);
   fs.rmSync(stateRoot, { recursive: true, force: true });
   const result: RestartResult = {
     nodes: n,
     runner: o.runner,
+    agents,
     createMs: NaN,
     runs: [],
     restartMs: dist([]),
     medianMs: NaN,
     problems,
   };
-  // the real hook runner spawns a process per step, and spawn() costs a Node process ~10 ms of
-  // page-table copying here, more the larger it is: small harness processes, so that 200 spawns
-  // per restart do not queue in one process as they never would on 100 machines
-  const { fleet, failed } = await Fleet.start({
-    pki: o.pki,
-    slots,
-    controllerUrl: ctl.url,
-    stateRoot,
-    hook: o.runner,
-    procs: RESTART_HARNESS_PROCS,
-    execArgv: o.profArgs,
-  });
+  let fleet: Fleet | null = null;
+  const procs: ChildProcess[] = [];
+  if (agents === 'harness') {
+    const started = await Fleet.start({
+      pki: o.pki,
+      slots,
+      controllerUrl: ctl.url,
+      stateRoot,
+      hook: o.runner,
+      procs: RESTART_HARNESS_PROCS,
+      execArgv: o.profArgs,
+    });
+    fleet = started.fleet;
+    if (started.failed.length) problems.push(`${started.failed.length} agents failed to start`);
+  } else {
+    fs.mkdirSync(stateRoot, { recursive: true });
+    for (const s of slots)
+      procs.push(
+        startAgentProc({
+          pki: o.pki,
+          node: s.node,
+          controllerUrl: ctl.url,
+          listen: `${s.ip}:${s.port}`,
+          stateDir: path.join(stateRoot, s.node),
+          logFile: path.join(dir, `agent-${s.node}.log`),
+          nodeArgs: o.profArgs,
+        }),
+      );
+  }
   try {
-    if (failed.length) problems.push(`${failed.length} agents failed to start`);
     await waitFor(
       `${n} agents connected`,
       async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n,
-      60_000,
+      RESTART_AGENTS_CONNECT_TIMEOUT_MS,
       100,
     );
     const script = '#!/bin/sh\ntrue\n';
@@ -104,11 +133,13 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
     });
     await waitStatus(ctl.op, cl.id, 'CREATE_COMPLETE', 60_000);
     result.createMs = round(nowMs() - t0, 1);
-    const profiled = o.profArgs?.length ? [ctl.pid, ...childrenOf(ctl.pid), ...fleet.pids()] : [];
+    const agentPids = fleet ? fleet.pids() : procs.map((p) => p.pid!).filter((p) => p !== undefined);
+    const profiled = o.profArgs?.length ? [ctl.pid, ...childrenOf(ctl.pid), ...agentPids] : [];
     for (let r = 1; r <= o.runs; r++) {
       await sleep(500);
       if (r === o.runs) for (const p of profiled) process.kill(p, 'SIGUSR2');
       const cpu0 = treeSample(ctl.pid).cpuS;
+      const agentsCpu0 = agentsCpu(agentPids);
       t0 = nowMs();
       const res = await ctl.op.request('PATCH', `/v1/clusters/${cl.id}/actions/restart`);
       if (res.status !== 204) throw new Error(`restart → ${res.status} ${res.raw.slice(0, 200)}`);
@@ -117,9 +148,17 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
         return 'TIMEOUT';
       });
       const ms = nowMs() - t0;
-      result.runs.push({ ms: round(ms, 1), controllerCpuS: round(treeSample(ctl.pid).cpuS - cpu0, 2), status });
+      const agentsCpuS = round(agentsCpu(agentPids) - agentsCpu0, 2);
+      result.runs.push({
+        ms: round(ms, 1),
+        controllerCpuS: round(treeSample(ctl.pid).cpuS - cpu0, 2),
+        agentsCpuS,
+        status,
+      });
       if (r === o.runs) for (const p of profiled) process.kill(p, 'SIGUSR2');
-      say(`restart ${n} nodes (${o.runner} hooks) run ${r}: ${round(ms, 0)} ms (${status})`);
+      say(
+        `restart ${n} nodes (${o.runner} hooks, ${agents}) run ${r}: ${round(ms, 0)} ms (${status}); CPU: controller ${result.runs.at(-1)!.controllerCpuS} s, agents ${agentsCpuS} s`,
+      );
     }
     const ok = result.runs.filter((r) => r.status === 'RESTART_COMPLETE').map((r) => r.ms);
     result.restartMs = dist(ok);
@@ -130,10 +169,19 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
   } finally {
     if (o.profArgs?.length) await sleep(2_000);
     await stopController(ctl, 'SIGKILL');
-    await fleet.stop();
+    await fleet?.stop();
+    await Promise.all(procs.map((p) => stopProc(p)));
   }
   fs.rmSync(stateRoot, { recursive: true, force: true });
   return result;
+}
+
+/** The agent processes' own CPU, seconds (their hooks, reaped by then, are not counted). */
+function agentsCpu(pids: number[]): number {
+  return pids.reduce((a, p) => {
+    const x = procSample(p);
+    return a + (x ? (x.cpuPreciseS ?? x.cpuS) : 0);
+  }, 0);
 }
 
 async function waitStatus(

@@ -12,5 +12,7 @@ export type BenchResults = {
   floor?: FloorResult;
   restart?: RestartResult;
   restartFast?: RestartResult;
+  /** The real-hooks restart with one `herald agent` process per node (absent in older results). */
+  restartProcs?: RestartResult;
   idle?: IdleResult;
 };
