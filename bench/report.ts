@@ -374,7 +374,7 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
       `to be signalled COMPLETE. Push, rotated: ${l.push.samples} changes, round-robin over ${l.push.agents} agents, a short random pause between them. Push, one node:`,
     );
     p(
-      `${l.push.oneNode?.samples ?? 0} changes back to back to one node, each sent as soon as the bench sees the previous one COMPLETE (it looks every 15 ms; a fetch answering a wake-up is never rate-limited). Polling: ${l.polling2s.samples} changes over ${l.polling2s.agents} agents polling every 2 s whose`,
+      `${l.push.oneNode?.samples ?? 0} changes back to back to one node, each sent as soon as the bench sees the previous one COMPLETE (it looks every 15 ms; a fetch answering a wake-up, and one signal for each wake-up that gave work, are not rate-limited). Polling: ${l.polling2s.samples} changes over ${l.polling2s.agents} agents polling every 2 s whose`,
     );
     p("announced endpoint has no listener (push off). 30 s and 120 s: computed (the only computed rows): the poller's");
     p('±10 % jittered interval, a change at a uniformly random moment, plus the measured push-path cost.');
@@ -429,9 +429,12 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
         'a change every ~30 ms signals faster than that, and a signal past the burst is answered 429 and sent again after its',
       );
       p(
-        '`Retry-After` (the controller logs it `rate_limited` on the signal route). Only a fetch that answers a wake-up is exempt;',
+        '`Retry-After` (the controller logs it `rate_limited` on the signal route). In results before 2026-12-06 only a fetch',
       );
-      p('the hook itself starts at once, which is what the goal times.');
+      p(
+        'that answers a wake-up was exempt; since then a signal of work a wake-up gave is too (docs/departures.md). The hook',
+      );
+      p('itself starts at once, which is what the goal times.');
     }
     p();
     const b = l.push.breakdown;

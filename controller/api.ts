@@ -160,6 +160,11 @@ class ApiError extends HeraldError {
   }
 }
 
+/** The caller is the agent of the route's `:node`. */
+function isOwnAgent(params: Record<string, string>, id: CertIdentity): boolean {
+  return id.role === 'agent' && params.node === id.name;
+}
+
 export class ApiServer {
   readonly server: https.Server;
   readonly #o: ApiServerOptions;
@@ -451,8 +456,7 @@ export class ApiServer {
    */
   #exempt(rate: RateClass, params: Record<string, string>, id: CertIdentity): boolean {
     if (rate === 'fetch') return this.#o.service.wokeRecently(id.name);
-    if (rate === 'signal')
-      return id.role === 'agent' && params.node === id.name && this.#o.service.takeExemptSignal(id.name);
+    if (rate === 'signal') return isOwnAgent(params, id) && this.#o.service.takeExemptSignal(id.name);
     return false;
   }
 
@@ -463,10 +467,10 @@ export class ApiServer {
         throw new ApiError('wrong_role', `an operator certificate is required, not a ${id.role} one`);
       return;
     }
+    if (isOwnAgent(params, id)) return;
     if (id.role !== 'agent')
       throw new ApiError('wrong_role', `only the node's agent may use this route, not the ${id.role} role`);
-    if (params.node !== id.name)
-      throw new ApiError('wrong_node', `agent ${id.name} may only use its own node's routes`);
+    throw new ApiError('wrong_node', `agent ${id.name} may only use its own node's routes`);
   }
 
   /** Reads a JSON body of at most `limit` bytes (undefined when empty). */
@@ -883,8 +887,9 @@ export class ApiServer {
   /**
    * An agent's signal on its push connection (SPEC §2), answered as `POST
    * /v1/nodes/{node}/deployments/{id}/signal` would be: the connection has already proven the
-   * agent to be `agent/<node>`, so the route's rate limit (shared with HTTPS), its body limit and
-   * JSON reading, and the route itself remain. Never rejects: an error becomes its status and code,
+   * agent to be `agent/<node>`, so the route's rate limit (shared with HTTPS, and the signals a
+   * wake-up asked for not counted: `takeExemptSignal`), its body limit and JSON reading, and the
+   * route itself remain. Never rejects: an error becomes its status and code,
    * logged as the API logs a refusal.
    */
   async answerPushSignal(r: PushSignalRequest): Promise<PushReply> {

@@ -173,11 +173,12 @@ export const OUTPUT_RATE_PER_S = 8;
  */
 export const WAKE_FETCH_EXEMPT_MS = 5_000;
 /**
- * Each wake-up that gives a node work grants it one signal that is not rate-limited (the
- * controller asked for its result); a node holds at most this many such signals at once, so an
- * agent that never signals cannot bank them, and one that signals by itself meets the limit.
+ * Each change that gives a node work (a wake-up) grants it one signal that is not rate-limited
+ * (the controller asked for its result); a node holds at most this many such signals at once, on
+ * each controller, so an agent cannot bank more than this over SIGNAL_RATE_BURST, and one that
+ * signals by itself meets the limit.
  */
-export const EXEMPT_SIGNALS_PER_NODE_MAX = 32;
+export const EXEMPT_SIGNALS_PER_NODE_MAX = 8;
 /** Refusals before authentication are logged at most once per code per this interval, with the count. */
 export const REFUSAL_LOG_INTERVAL_MS = 10_000;
 /**

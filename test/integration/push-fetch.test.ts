@@ -103,7 +103,7 @@ for (const workers of ['1', '0']) {
       expect(n1.proc.log()).not.toContain('signalling over HTTPS');
     });
 
-    it(`more quick changes than the signal burst (${SIGNAL_RATE_BURST}): the agent waits out the 429s and its push connection stays`, async () => {
+    it(`more quick changes than the signal burst (${SIGNAL_RATE_BURST}): every result arrives and the push connection stays`, async () => {
       const connects = (): number => n1.proc.log().split('controller connected').length - 1;
       const before = connects();
       const cfg = await mkConfig(c, { name: 'burst', group: 'script', config: '#!/bin/sh\ntrue\n' });
@@ -111,9 +111,10 @@ for (const workers of ['1', '0']) {
       for (let i = 0; i < SIGNAL_RATE_BURST + 40; i++)
         ids.push(await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE' }));
       for (const id of ids) expect((await waitDeployment(c, id, undefined, 30_000)).status).toBe('COMPLETE');
-      // the signals over the limit were refused 429 and sent again after their Retry-After, never
-      // three in a row: the controller never closed the push connection (it is the wake-ups' path)
-      expect(n1.proc.log()).toContain('signal not accepted; retrying');
+      // each change's wake-up lets its result past the signal limit (EXEMPT_SIGNALS_PER_NODE_MAX held
+      // at most); one the agent fell too far behind for is refused 429 and sent again after its
+      // Retry-After, never three in a row: the controller never closed the push connection (it is
+      // the wake-ups' path)
       expect(connects()).toBe(before);
       expect((await getNode(c, 'n1')).push.connected).toBe(true);
     });

@@ -588,6 +588,28 @@ describe('a signal of work a wake-up gave is never rate-limited', () => {
       await own.close();
     }
   });
+
+  it("another agent's or an operator's signal to the node's route spends none of them", async () => {
+    const own = await startTestController(pki, {}, { rates: { signal: { burst: 1, perS: 0.001 } } });
+    try {
+      await own.req(op, 'POST', '/v1/nodes', { id: 'n1' });
+      const c = await own.req(op, 'POST', '/v1/configs', { name: 'w', group: 'script', config: '#!/bin/sh\n' });
+      const d = await own.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: c.json.id });
+      const url = `/v1/nodes/n1/deployments/${d.json.id}/signal`;
+      const result = { revision: 1, deploy_status_code: 0 };
+      const refused = [
+        await own.req(pki.cred('agent', 'n2'), 'POST', url, result),
+        await own.req(op, 'POST', url, result),
+      ].map((r) => r.json?.error?.code);
+      expect(refused).toEqual(['wrong_node', 'wrong_role']);
+      // n1's own: the one the deployment's wake-up gave, then its budget of 1, then the limit
+      const codes: number[] = [];
+      for (let i = 0; i < 3; i++) codes.push((await own.req(n1(), 'POST', url, result)).status);
+      expect(codes).toEqual([200, 200, 429]);
+    } finally {
+      await own.close();
+    }
+  });
 });
 
 describe('a fetch answering a wake-up is never rate-limited (SPEC §3)', () => {
