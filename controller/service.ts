@@ -12,7 +12,7 @@ import { DEFAULT_ACTIONS, type DeployAction } from '../protocol/heat.js';
 import {
   ACK_FLUSH_INTERVAL_MS,
   CLUSTER_TICK_INTERVAL_MS,
-  EXEMPT_SIGNALS_PER_NODE_MAX,
+  EXEMPT_SIGNALS_CAPACITY,
   WAKE_FETCH_EXEMPT_MS,
 } from '../protocol/limits.js';
 import type { CertIdentity } from '../certs/identity.js';
@@ -477,7 +477,7 @@ export class ControllerService {
 
   /**
    * Spends one of the signals the controller asked `node` for (one per wake-up that gave it work,
-   * at most EXEMPT_SIGNALS_PER_NODE_MAX held): such a signal is not rate-limited, so back-to-back
+   * at most EXEMPT_SIGNALS_CAPACITY held): such a signal is not rate-limited, so back-to-back
    * changes to one node are not held back by their own results. False when none is left: the
    * signal counts against the node's rate limit (what an agent sends by itself).
    */
@@ -901,10 +901,7 @@ export class ControllerService {
         this.push.notify(w.node, w.generation, w.reason);
         this.#wokeAt.delete(w.node); // re-inserted last: the map stays in wake order
         this.#wokeAt.set(w.node, now);
-        this.#exemptSignals.set(
-          w.node,
-          Math.min((this.#exemptSignals.get(w.node) ?? 0) + 1, EXEMPT_SIGNALS_PER_NODE_MAX),
-        );
+        this.#exemptSignals.set(w.node, Math.min((this.#exemptSignals.get(w.node) ?? 0) + 1, EXEMPT_SIGNALS_CAPACITY));
       }
       this.#forgetOldWakes(now);
     }

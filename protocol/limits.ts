@@ -178,7 +178,7 @@ export const WAKE_FETCH_EXEMPT_MS = 5_000;
  * each controller, so an agent cannot bank more than this over SIGNAL_RATE_BURST, and one that
  * signals by itself meets the limit.
  */
-export const EXEMPT_SIGNALS_PER_NODE_MAX = 8;
+export const EXEMPT_SIGNALS_CAPACITY = 8;
 /** Refusals before authentication are logged at most once per code per this interval, with the count. */
 export const REFUSAL_LOG_INTERVAL_MS = 10_000;
 /**

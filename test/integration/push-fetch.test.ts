@@ -111,7 +111,7 @@ for (const workers of ['1', '0']) {
       for (let i = 0; i < SIGNAL_RATE_BURST + 40; i++)
         ids.push(await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE' }));
       for (const id of ids) expect((await waitDeployment(c, id, undefined, 30_000)).status).toBe('COMPLETE');
-      // each change's wake-up lets its result past the signal limit (EXEMPT_SIGNALS_PER_NODE_MAX held
+      // each change's wake-up lets its result past the signal limit (EXEMPT_SIGNALS_CAPACITY held
       // at most); one the agent fell too far behind for is refused 429 and sent again after its
       // Retry-After, never three in a row: the controller never closed the push connection (it is
       // the wake-ups' path)

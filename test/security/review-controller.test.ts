@@ -16,7 +16,7 @@ import {
   MAX_JSON_DEPTH_LEVELS,
   API_IDENTITY_MAX_CONNECTIONS,
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
-  EXEMPT_SIGNALS_PER_NODE_MAX,
+  EXEMPT_SIGNALS_CAPACITY,
   SIGNAL_RATE_BURST,
 } from '../../protocol/limits.js';
 import { newNonce } from '../../protocol/metadata.js';
@@ -569,21 +569,21 @@ describe('a signal of work a wake-up gave is never rate-limited', () => {
     ]);
   });
 
-  it('a node holds at most EXEMPT_SIGNALS_PER_NODE_MAX of them', async () => {
+  it('a node holds at most EXEMPT_SIGNALS_CAPACITY of them', async () => {
     const own = await startTestController(pki, {}, { rates: { signal: { burst: 1, perS: 0.001 } } });
     try {
       await own.req(op, 'POST', '/v1/nodes', { id: 'n1' });
       const c = await own.req(op, 'POST', '/v1/configs', { name: 'w', group: 'script', config: '#!/bin/sh\n' });
       const d = await own.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: c.json.id });
       let revision = 1;
-      for (let i = 0; i < EXEMPT_SIGNALS_PER_NODE_MAX + 5; i++)
+      for (let i = 0; i < EXEMPT_SIGNALS_CAPACITY + 5; i++)
         revision = (await own.req(op, 'PATCH', `/v1/deployments/${d.json.id}`, { input_values: { i } })).json.revision;
       const url = `/v1/nodes/n1/deployments/${d.json.id}/signal`;
       const codes: number[] = [];
-      for (let i = 0; i < EXEMPT_SIGNALS_PER_NODE_MAX + 3; i++)
+      for (let i = 0; i < EXEMPT_SIGNALS_CAPACITY + 3; i++)
         codes.push((await own.req(n1(), 'POST', url, { revision, deploy_status_code: 0 })).status);
       // the ones held, then the budget of 1, then the limit
-      expect(codes).toEqual([...Array(EXEMPT_SIGNALS_PER_NODE_MAX + 1).fill(200), 429, 429]);
+      expect(codes).toEqual([...Array(EXEMPT_SIGNALS_CAPACITY + 1).fill(200), 429, 429]);
     } finally {
       await own.close();
     }
