@@ -461,37 +461,23 @@ async function main(): Promise<number> {
   startChildren();
   if (want('restart')) {
     const runs = args.runs ?? (args.quick ? 2 : 3);
-    results.restart = await restartPhase({
-      pki,
-      runDir,
-      port: port + 2,
-      runs: args.quick ? 1 : runs,
-      pushWorkers: args.pushWorkers,
-      profArgs,
-      runner: 'real',
-    });
-    failures.push(...results.restart.problems.map((p) => `restart: ${p}`));
-    results.restartProcs = await restartPhase({
-      pki,
-      runDir,
-      port: port + 2,
-      runs: args.quick ? 1 : runs,
-      pushWorkers: args.pushWorkers,
-      profArgs,
+    // the real hooks' runs once in a quick run: each spawns 200 hook processes
+    const restart = async (
+      label: string,
+      o: Pick<Parameters<typeof restartPhase>[0], 'runner' | 'agents' | 'runs'>,
+    ): Promise<RestartResult> => {
+      const x = await restartPhase({ pki, runDir, port: port + 2, pushWorkers: args.pushWorkers, profArgs, ...o });
+      failures.push(...x.problems.map((p) => `${label}: ${p}`));
+      return x;
+    };
+    const realRuns = args.quick ? 1 : runs;
+    results.restart = await restart('restart', { runner: 'real', runs: realRuns });
+    results.restartProcs = await restart('restart (herald agent processes)', {
       runner: 'real',
       agents: 'processes',
+      runs: realRuns,
     });
-    failures.push(...results.restartProcs.problems.map((p) => `restart (herald agent processes): ${p}`));
-    results.restartFast = await restartPhase({
-      pki,
-      runDir,
-      port: port + 2,
-      runs,
-      pushWorkers: args.pushWorkers,
-      profArgs,
-      runner: 'noop',
-    });
-    failures.push(...results.restartFast.problems.map((p) => `restart (no-op hooks): ${p}`));
+    results.restartFast = await restart('restart (no-op hooks)', { runner: 'noop', runs });
   }
   if (want('idle')) {
     const parts = inNs

@@ -569,33 +569,33 @@ describe('a signal of work a wake-up gave is never rate-limited', () => {
     ]);
   });
 
-  it('a node holds at most EXEMPT_SIGNALS_CAPACITY of them', async () => {
+  /** A controller of its own (signals: a budget of 1, next to no refill) with one deployment on n1. */
+  async function withDeployment(fn: (own: TestController, depId: string, url: string) => Promise<void>) {
     const own = await startTestController(pki, {}, { rates: { signal: { burst: 1, perS: 0.001 } } });
     try {
       await own.req(op, 'POST', '/v1/nodes', { id: 'n1' });
       const c = await own.req(op, 'POST', '/v1/configs', { name: 'w', group: 'script', config: '#!/bin/sh\n' });
-      const d = await own.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: c.json.id });
+      const d = (await own.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: c.json.id })).json.id;
+      await fn(own, d, `/v1/nodes/n1/deployments/${d}/signal`);
+    } finally {
+      await own.close();
+    }
+  }
+
+  it('a node holds at most EXEMPT_SIGNALS_CAPACITY of them', () =>
+    withDeployment(async (own, dep, url) => {
       let revision = 1;
       for (let i = 0; i < EXEMPT_SIGNALS_CAPACITY + 5; i++)
-        revision = (await own.req(op, 'PATCH', `/v1/deployments/${d.json.id}`, { input_values: { i } })).json.revision;
-      const url = `/v1/nodes/n1/deployments/${d.json.id}/signal`;
+        revision = (await own.req(op, 'PATCH', `/v1/deployments/${dep}`, { input_values: { i } })).json.revision;
       const codes: number[] = [];
       for (let i = 0; i < EXEMPT_SIGNALS_CAPACITY + 3; i++)
         codes.push((await own.req(n1(), 'POST', url, { revision, deploy_status_code: 0 })).status);
       // the ones held, then the budget of 1, then the limit
       expect(codes).toEqual([...Array(EXEMPT_SIGNALS_CAPACITY + 1).fill(200), 429, 429]);
-    } finally {
-      await own.close();
-    }
-  });
+    }));
 
-  it("another agent's or an operator's signal to the node's route spends none of them", async () => {
-    const own = await startTestController(pki, {}, { rates: { signal: { burst: 1, perS: 0.001 } } });
-    try {
-      await own.req(op, 'POST', '/v1/nodes', { id: 'n1' });
-      const c = await own.req(op, 'POST', '/v1/configs', { name: 'w', group: 'script', config: '#!/bin/sh\n' });
-      const d = await own.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: c.json.id });
-      const url = `/v1/nodes/n1/deployments/${d.json.id}/signal`;
+  it("another agent's or an operator's signal to the node's route spends none of them", () =>
+    withDeployment(async (own, _dep, url) => {
       const result = { revision: 1, deploy_status_code: 0 };
       const refused = [
         await own.req(pki.cred('agent', 'n2'), 'POST', url, result),
@@ -606,10 +606,7 @@ describe('a signal of work a wake-up gave is never rate-limited', () => {
       const codes: number[] = [];
       for (let i = 0; i < 3; i++) codes.push((await own.req(n1(), 'POST', url, result)).status);
       expect(codes).toEqual([200, 200, 429]);
-    } finally {
-      await own.close();
-    }
-  });
+    }));
 });
 
 describe('a fetch answering a wake-up is never rate-limited (SPEC §3)', () => {
