@@ -1119,7 +1119,7 @@ export function findings(r: BenchResults): string[] {
         `all on this machine's two cores: the agents' own CPU per restart was ${a !== null ? `${f(a, 2)} s in the harness` : ''}${a !== null && b !== null ? ' and ' : ''}${b !== null ? `${f(b, 2)} s as processes` : ''} (${b !== null ? f((b * 1000) / 200, 1) : f(((a ?? 0) * 1000) / 200, 1)} ms a step), besides the hooks' own.`,
       );
     p(
-      'Where one step goes (one `herald agent`, 100 back-to-back changes to one node, 2026-12-06, `/proc` and on-CPU samples):',
+      'Where one step goes (one `herald agent`, 100 back-to-back changes to one node, 2026-12-06, `/proc` and on-CPU samples; `node dist/bench/item-cost.js`):',
     );
     p(
       "15-19 ms of the agent's own CPU and 5-6 ms of the hook's processes per item. About a third of the agent's share is the",

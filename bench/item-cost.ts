@@ -1,0 +1,126 @@
+/**
+ * What one deployment item costs a real agent: a `herald controller` and one `herald agent`
+ * process as `bin/herald` starts them, N changes back to back to one deployment (each PATCH sent
+ * once the previous revision reads COMPLETE), and the agent's CPU read from /proc/<pid>/stat
+ * around them: its own (utime + stime, all threads) and its reaped children's (the hooks).
+ * Prints one JSON line: the wall time per change, both CPU figures per item, the agent's RSS.
+ *
+ *   npm run build && node dist/bench/item-cost.js [--n 100] [--script '#!/bin/sh\ntrue\n'] [--node-args '--opt']
+ *
+ * docs/agent-footprint.md and BENCHMARKS.md (findings, the cluster restart) quote it.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { metricSum } from './api-client.js';
+import { benchPki, slot } from './pki-cache.js';
+import { freeLowPort, startAgentProc, startController, stopController, stopProc } from './procs.js';
+import { waitFor } from './util.js';
+
+/** How often the deployment is read while a change is applied (the operator's API rate limit counts it). */
+const COMPLETE_POLL_MS = 15;
+/** How long one change may take. */
+const CHANGE_TIMEOUT_MS = 15_000;
+/** How long the agent may take to start and be dialled. */
+const CONNECT_TIMEOUT_MS = 30_000;
+const CLK_TCK = 100;
+/** The repository (this file runs as dist/bench/item-cost.js). */
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+interface Deployment {
+  id: string;
+  revision: number;
+  status: string;
+}
+
+/** The agent's own CPU and its reaped children's, ms, from /proc/<pid>/stat. */
+function cpuMs(pid: number): { self: number; children: number } {
+  const f = fs.readFileSync(`/proc/${pid}/stat`, 'latin1').split(') ')[1]!.split(' ');
+  const tick = (i: number): number => (Number(f[i]) * 1000) / CLK_TCK;
+  return { self: tick(11) + tick(12), children: tick(13) + tick(14) };
+}
+
+async function main(): Promise<void> {
+  const { values: a } = parseArgs({
+    options: {
+      n: { type: 'string', default: '100' },
+      script: { type: 'string', default: '#!/bin/sh\ntrue\n' },
+      'node-args': { type: 'string', default: '' },
+    },
+  });
+  const n = Number(a.n);
+  const s = slot('b', 0);
+  const { pki } = await benchPki(path.join(ROOT, 'tmp', 'bench-pki'), [s]);
+  const dir = path.join(ROOT, 'tmp', 'bench-run', 'item-cost');
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(dir, { recursive: true });
+  const ctl = await startController({ pki, dir, port: await freeLowPort() });
+  const agent = startAgentProc({
+    pki,
+    node: s.node,
+    controllerUrl: ctl.url,
+    listen: `${s.ip}:${s.port}`,
+    stateDir: path.join(dir, 'state'),
+    logFile: path.join(dir, 'agent.log'),
+    nodeArgs: a['node-args'].split(' ').filter(Boolean),
+  });
+  try {
+    await waitFor(
+      'the agent push-connected',
+      async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= 1,
+      CONNECT_TIMEOUT_MS,
+      100,
+    );
+    const cfg = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/configs', {
+      name: 'item-cost',
+      group: 'script',
+      config: a.script.replace(/\\n/g, '\n'),
+    });
+    const dep = await ctl.op.must<Deployment>(201, 'POST', '/v1/deployments', {
+      node: s.node,
+      config_id: cfg.id,
+      action: 'CREATE',
+      input_values: { k: 0 },
+    });
+    const complete = (revision: number): Promise<unknown> =>
+      waitFor(
+        `revision ${revision} COMPLETE`,
+        async () => {
+          const d = (await ctl.op.request<Deployment>('GET', `/v1/deployments/${dep.id}`)).json;
+          if (d?.status === 'FAILED') throw new Error(`deployment FAILED at revision ${d.revision}`);
+          return d?.revision === revision && d.status === 'COMPLETE';
+        },
+        CHANGE_TIMEOUT_MS,
+        COMPLETE_POLL_MS,
+      );
+    await complete(dep.revision);
+    const pid = agent.pid!;
+    const c0 = cpuMs(pid);
+    const t0 = performance.now();
+    for (let k = 1; k <= n; k++) {
+      const r = await ctl.op.must<Deployment>(200, 'PATCH', `/v1/deployments/${dep.id}`, { input_values: { k } });
+      await complete(r.revision);
+    }
+    const wallMs = performance.now() - t0;
+    const c1 = cpuMs(pid);
+    const rss = /VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+    process.stdout.write(
+      `${JSON.stringify({
+        changes: n,
+        wallMsPerChange: Math.round((wallMs / n) * 100) / 100,
+        agentOwnCpuMsPerItem: Math.round(((c1.self - c0.self) / n) * 100) / 100,
+        hookCpuMsPerItem: Math.round(((c1.children - c0.children) / n) * 100) / 100,
+        agentRssKb: Number(rss),
+      })}\n`,
+    );
+  } finally {
+    await stopProc(agent);
+    await stopController(ctl, 'SIGKILL');
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`item-cost: ${(err as Error).message}\n`);
+  process.exit(1);
+});
