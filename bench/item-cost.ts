@@ -13,32 +13,33 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { metricSum } from './api-client.js';
 import { benchPki, slot } from './pki-cache.js';
 import { freeLowPort, startAgentProc, startController, stopController, stopProc } from './procs.js';
-import { waitFor } from './util.js';
+import { waitComplete, waitConnected } from './latency.js';
+import { parseProcStat, reapedChildrenTicks } from '../protocol/proc-stat.js';
 
-/** How often the deployment is read while a change is applied (the operator's API rate limit counts it). */
-const COMPLETE_POLL_MS = 15;
 /** How long one change may take. */
 const CHANGE_TIMEOUT_MS = 15_000;
 /** How long the agent may take to start and be dialled. */
 const CONNECT_TIMEOUT_MS = 30_000;
+/** Clock ticks a second in /proc (USER_HZ). */
 const CLK_TCK = 100;
 /** The repository (this file runs as dist/bench/item-cost.js). */
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
+/** What the API answers of a deployment, as far as this reads it. */
 interface Deployment {
   id: string;
   revision: number;
-  status: string;
 }
 
-/** The agent's own CPU and its reaped children's, ms, from /proc/<pid>/stat. */
+/** The agent's own CPU (all threads) and its reaped children's (the hooks), ms. */
 function cpuMs(pid: number): { self: number; children: number } {
-  const f = fs.readFileSync(`/proc/${pid}/stat`, 'latin1').split(') ')[1]!.split(' ');
-  const tick = (i: number): number => (Number(f[i]) * 1000) / CLK_TCK;
-  return { self: tick(11) + tick(12), children: tick(13) + tick(14) };
+  const text = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
+  const st = parseProcStat(text);
+  const children = reapedChildrenTicks(text);
+  if (st === undefined || children === undefined) throw new Error(`cannot read /proc/${pid}/stat`);
+  return { self: ((st.utimeTicks + st.stimeTicks) * 1000) / CLK_TCK, children: (children * 1000) / CLK_TCK };
 }
 
 async function main(): Promise<void> {
@@ -66,12 +67,7 @@ async function main(): Promise<void> {
     nodeArgs: a['node-args'].split(' ').filter(Boolean),
   });
   try {
-    await waitFor(
-      'the agent push-connected',
-      async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= 1,
-      CONNECT_TIMEOUT_MS,
-      100,
-    );
+    await waitConnected(ctl, s.node, CONNECT_TIMEOUT_MS);
     const cfg = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/configs', {
       name: 'item-cost',
       group: 'script',
@@ -83,17 +79,7 @@ async function main(): Promise<void> {
       action: 'CREATE',
       input_values: { k: 0 },
     });
-    const complete = (revision: number): Promise<unknown> =>
-      waitFor(
-        `revision ${revision} COMPLETE`,
-        async () => {
-          const d = (await ctl.op.request<Deployment>('GET', `/v1/deployments/${dep.id}`)).json;
-          if (d?.status === 'FAILED') throw new Error(`deployment FAILED at revision ${d.revision}`);
-          return d?.revision === revision && d.status === 'COMPLETE';
-        },
-        CHANGE_TIMEOUT_MS,
-        COMPLETE_POLL_MS,
-      );
+    const complete = (revision: number): Promise<void> => waitComplete(ctl, dep.id, revision, CHANGE_TIMEOUT_MS);
     await complete(dep.revision);
     const pid = agent.pid!;
     const c0 = cpuMs(pid);

@@ -446,7 +446,7 @@ function breakdown(
   };
 }
 
-async function waitConnected(ctl: ControllerProc, node: string, ms: number): Promise<void> {
+export async function waitConnected(ctl: ControllerProc, node: string, ms: number): Promise<void> {
   await waitFor(
     `agent ${node} push-connected`,
     async () => {
@@ -458,7 +458,7 @@ async function waitConnected(ctl: ControllerProc, node: string, ms: number): Pro
   );
 }
 
-async function waitComplete(ctl: ControllerProc, id: string, revision: number, ms: number): Promise<void> {
+export async function waitComplete(ctl: ControllerProc, id: string, revision: number, ms: number): Promise<void> {
   await waitFor(
     `deployment ${id} revision ${revision} COMPLETE`,
     async () => {

@@ -133,7 +133,7 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
     });
     await waitStatus(ctl.op, cl.id, 'CREATE_COMPLETE', 60_000);
     result.createMs = round(nowMs() - t0, 1);
-    const agentPids = fleet ? fleet.pids() : procs.map((p) => p.pid!).filter((p) => p !== undefined);
+    const agentPids = fleet ? fleet.pids() : procs.flatMap((p) => (p.pid === undefined ? [] : [p.pid]));
     const profiled = o.profArgs?.length ? [ctl.pid, ...childrenOf(ctl.pid), ...agentPids] : [];
     for (let r = 1; r <= o.runs; r++) {
       await sleep(500);

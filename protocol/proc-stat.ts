@@ -26,8 +26,8 @@ export type ProcStat = {
   startTimeTicks: string;
 };
 
-/** Parses the text of `/proc/<pid>/stat`; undefined when it is not one. */
-export function parseProcStat(text: string): ProcStat | undefined {
+/** The fields after the command name, from field 3 on (index 0); undefined when `text` is not a stat line. */
+function fieldsAfterComm(text: string): { open: number; close: number; f: string[] } | undefined {
   const open = text.indexOf(' (');
   const close = text.lastIndexOf(')');
   if (open < 0 || close < open) return undefined;
@@ -35,7 +35,14 @@ export function parseProcStat(text: string): ProcStat | undefined {
     .slice(close + 2)
     .trimEnd()
     .split(' ');
-  if (f.length < 20) return undefined;
+  return f.length < 20 ? undefined : { open, close, f };
+}
+
+/** Parses the text of `/proc/<pid>/stat`; undefined when it is not one. */
+export function parseProcStat(text: string): ProcStat | undefined {
+  const at = fieldsAfterComm(text);
+  if (at === undefined) return undefined;
+  const { open, close, f } = at;
   const pid = Number(text.slice(0, open));
   const ppid = Number(f[1]);
   const pgrp = Number(f[2]);
@@ -52,6 +59,16 @@ export function parseProcStat(text: string): ProcStat | undefined {
     stimeTicks,
     startTimeTicks: f[19]!,
   };
+}
+
+/**
+ * The CPU of a process's children it has waited for (fields 16 and 17, cutime + cstime), in clock
+ * ticks; undefined when `text` is not a stat line.
+ */
+export function reapedChildrenTicks(text: string): number | undefined {
+  const f = fieldsAfterComm(text)?.f;
+  const t = f && Number(f[13]) + Number(f[14]);
+  return t !== undefined && Number.isSafeInteger(t) ? t : undefined;
 }
 
 /** A state of a process that still runs: neither a zombie (`Z`) nor dead (`X`, `x`). */
