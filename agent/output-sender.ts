@@ -8,8 +8,11 @@
  * blocks or slows the hook: the output path only appends to a bounded in-memory queue
  * (OUTPUT_QUEUE_MAX_BYTES) and never awaits the network; when the queue is full the oldest chunks
  * are dropped and the next chunk carries how many bytes were lost (`dropped_bytes`). One request
- * at a time, paced to the controller's rate class (OUTPUT_RATE_BURST, then OUTPUT_RATE_PER_S); a
- * chunk the controller may already hold is sent again and kept once there (its `seq`).
+ * at a time, paced to the controller's rate class (OUTPUT_RATE_BURST, then OUTPUT_RATE_PER_S),
+ * except a run's last chunk of each stream: the signal waits for it, and the controller does not
+ * count it against the limit (EXEMPT_OUTPUT_PER_WAKE_REQUESTS for each change that gave the node
+ * work), so it takes a token if one is there and never waits for one. A chunk the controller may
+ * already hold is sent again and kept once there (its `seq`).
  */
 import type { Logger } from '../certs/tls.js';
 import type { MetadataItem } from '../protocol/heat.js';
@@ -51,6 +54,8 @@ interface Queued {
   path: string;
   body: OutputChunkBody;
   bytes: number;
+  /** The run's last chunk of its stream: not paced (see the module's comment). */
+  last?: boolean;
 }
 
 /** Backoff after a network error: doubles from this, ms. */
@@ -70,6 +75,8 @@ export class OutputSender {
   #dropped = new Map<string, number>();
   #pumping = false;
   #inflight: Queued | null = null;
+  /** The chunk whose token the pump is waiting for. */
+  #waitingFor: Queued | null = null;
   #stopped = false;
   #tokens = OUTPUT_RATE_BURST;
   #tokensAt = Date.now();
@@ -105,8 +112,16 @@ export class OutputSender {
     };
     let seq = 0;
     let closed: Promise<void> | null = null;
+    /** Each stream's newest chunk queued, marked the run's last at close if it has not left yet. */
+    const newest: Partial<Record<OutputStream, Queued>> = {};
     const flush = (stream: OutputStream, end: boolean): void => {
-      for (const text of chunkers[stream].take(end)) this.#push({ path, body: { revision, stream, seq: ++seq, text } });
+      const texts = chunkers[stream].take(end);
+      texts.forEach((text, i) => {
+        newest[stream] = this.#push(
+          { path, body: { revision, stream, seq: ++seq, text } },
+          end && i === texts.length - 1,
+        );
+      });
     };
     const timer = setInterval(() => {
       flush('stdout', false);
@@ -127,8 +142,11 @@ export class OutputSender {
       close: () => {
         closed ??= (async () => {
           clearInterval(timer);
-          flush('stdout', true);
-          flush('stderr', true);
+          for (const stream of ['stdout', 'stderr'] as const) {
+            flush(stream, true);
+            const q = newest[stream];
+            if (q !== undefined && q.last !== true) this.#markLast(q);
+          }
           await this.#idle(this.#o.finalWaitMs);
         })();
         return closed;
@@ -145,10 +163,12 @@ export class OutputSender {
     this.#settleIdle();
   }
 
-  #push(q: Omit<Queued, 'bytes'>): void {
-    if (this.#stopped) return;
+  /** Queues a chunk (`last`: its run's last of its stream); returns its entry (undefined once stopped). */
+  #push(q: Omit<Queued, 'bytes' | 'last'>, last: boolean): Queued | undefined {
+    if (this.#stopped) return undefined;
     const key = `${q.path}#${q.body.revision}`;
     const entry: Queued = { ...q, bytes: Buffer.byteLength(q.body.text, 'utf8') };
+    if (last) entry.last = true;
     this.#queue.push(entry);
     this.#queuedBytes += entry.bytes;
     // the chunk in flight stays: it may be delivered already
@@ -171,6 +191,7 @@ export class OutputSender {
       this.#dropped.delete(k);
     }
     if (!this.#pumping) void this.#pump();
+    return entry;
   }
 
   async #pump(): Promise<void> {
@@ -178,8 +199,10 @@ export class OutputSender {
     let failures = 0;
     try {
       while (!this.#stopped && this.#queue.length > 0) {
-        await this.#takeToken();
-        const q = this.#queue[0]!;
+        await this.#takeToken(this.#queue[0]!);
+        // the wait may have let stop() empty the queue, or a full one drop its oldest
+        const q = this.#queue[0];
+        if (q === undefined) continue;
         let retryMs: number | undefined;
         this.#inflight = q;
         try {
@@ -212,17 +235,31 @@ export class OutputSender {
     }
   }
 
-  /** The client side of the controller's token bucket, so the agent is not refused 429 needlessly. */
-  async #takeToken(): Promise<void> {
-    const now = Date.now();
-    this.#tokens = Math.min(OUTPUT_RATE_BURST, this.#tokens + ((now - this.#tokensAt) / 1000) * OUTPUT_RATE_PER_S);
-    this.#tokensAt = now;
-    if (this.#tokens < 1) {
+  /**
+   * The client side of the controller's token bucket, so the agent is not refused 429 needlessly.
+   * A run's last chunk takes a token if there is one and otherwise goes without (the controller
+   * spends a credit its wake-up gave for it first); it may become the last while it waits.
+   */
+  async #takeToken(q: Queued): Promise<void> {
+    for (;;) {
+      const now = Date.now();
+      this.#tokens = Math.min(OUTPUT_RATE_BURST, this.#tokens + ((now - this.#tokensAt) / 1000) * OUTPUT_RATE_PER_S);
+      this.#tokensAt = now;
+      if (this.#tokens >= 1) {
+        this.#tokens -= 1;
+        return;
+      }
+      if (q.last === true || this.#stopped) return;
+      this.#waitingFor = q;
       await this.#sleep(((1 - this.#tokens) / OUTPUT_RATE_PER_S) * 1000);
-      this.#tokens = 1;
-      this.#tokensAt = Date.now();
+      this.#waitingFor = null;
     }
-    this.#tokens -= 1;
+  }
+
+  /** `q` turned out to be its run's last chunk of its stream (see the module's comment). */
+  #markLast(q: Queued): void {
+    q.last = true;
+    if (this.#waitingFor === q) this.#wake?.();
   }
 
   #sleep(ms: number): Promise<void> {

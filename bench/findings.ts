@@ -306,8 +306,14 @@ export function findings(r: BenchResults): string[] {
   );
   p('floor: the spawn is (a fork of the ~50 MB agent, which waits for the child to exec), then the hops between five');
   p('processes (bench, controller, push worker, agent, hook) on two shared cores.');
-  p("Back-to-back COMPLETE is slower than the hook start: a node's signals");
-  p('are limited to a burst of 20 then 5 a second (SPEC §3), so the 21st quick change waits for its signal.', '');
+  p("Back-to-back COMPLETE adds the hook's run, the agent's durable records of its end, the signal over the push");
+  p(
+    "connection and its commit to the hook start. Neither the signal nor a run's last live output chunk counts against the",
+  );
+  p(
+    "node's rate limits: each change that gave the node work grants them (docs/departures.md; until 2026-12-06 the 21st",
+  );
+  p('quick change waited for its signal, and a hook that printed for its last chunk behind the output pacer).', '');
   p(
     `The first change after an agent started (push already connected) reached its hook in ${f(lat?.push.coldHookStartMs)} ms and COMPLETE in`,
   );

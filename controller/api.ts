@@ -451,12 +451,14 @@ export class ApiServer {
 
   /**
    * What the controller itself asked for is not rate-limited: a fetch answering a wake-up it sent
-   * that node lately (SPEC §3), and a node's signal of work a wake-up gave it (one per wake-up,
-   * docs/departures.md). The limit bounds what an agent asks for and sends by itself.
+   * that node lately (SPEC §3), and a node's signal of work a wake-up gave it and that work's last
+   * live output chunks (credits per wake-up: controller/wake-credits.ts, docs/departures.md). The
+   * limit bounds what an agent asks for and sends by itself.
    */
   #exempt(rate: RateClass, params: Record<string, string>, id: CertIdentity): boolean {
     if (rate === 'fetch') return this.#o.service.wokeRecently(id.name);
-    if (rate === 'signal') return isOwnAgent(params, id) && this.#o.service.takeExemptSignal(id.name);
+    if (rate === 'signal' || rate === 'output')
+      return isOwnAgent(params, id) && this.#o.service.takeWakeCredit(id.name, rate);
     return false;
   }
 
@@ -888,7 +890,7 @@ export class ApiServer {
    * An agent's signal on its push connection (SPEC §2), answered as `POST
    * /v1/nodes/{node}/deployments/{id}/signal` would be: the connection has already proven the
    * agent to be `agent/<node>`, so the route's rate limit (shared with HTTPS, and the signals a
-   * wake-up asked for not counted: `takeExemptSignal`), its body limit and JSON reading, and the
+   * wake-up asked for not counted: `takeWakeCredit`), its body limit and JSON reading, and the
    * route itself remain. Never rejects: an error becomes its status and code,
    * logged as the API logs a refusal.
    */
@@ -896,7 +898,7 @@ export class ApiServer {
     const who = spiffeIdOf(this.#trustDomain, 'agent', r.node);
     const route = SIGNAL_ROUTE;
     try {
-      const decision = this.#o.service.takeExemptSignal(r.node) ? null : this.#limiters.signal.take(who);
+      const decision = this.#o.service.takeWakeCredit(r.node, 'signal') ? null : this.#limiters.signal.take(who);
       if (decision !== null && !decision.ok) {
         this.#o.metrics.refusals.inc({ code: 'rate_limited' });
         this.#logRefusal('rate_limited', 'too many requests', { status: 429, peer: who, method: 'PUSH', route }, who);

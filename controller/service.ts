@@ -9,12 +9,7 @@
 import type { Logger } from 'pino';
 import { codeOf, HeraldError } from '../protocol/errors.js';
 import { DEFAULT_ACTIONS, type DeployAction } from '../protocol/heat.js';
-import {
-  ACK_FLUSH_INTERVAL_MS,
-  CLUSTER_TICK_INTERVAL_MS,
-  EXEMPT_SIGNALS_CAPACITY,
-  WAKE_FETCH_EXEMPT_MS,
-} from '../protocol/limits.js';
+import { ACK_FLUSH_INTERVAL_MS, CLUSTER_TICK_INTERVAL_MS, WAKE_FETCH_EXEMPT_MS } from '../protocol/limits.js';
 import type { CertIdentity } from '../certs/identity.js';
 import { ClusterEngine, type RestartOptions } from './clusters/engine.js';
 import { hostInSans, parseEndpoint } from './endpoint.js';
@@ -25,6 +20,7 @@ import { encodeMetadataDocument, MetadataCache, type BuiltMetadata } from './met
 import type { ControllerMetrics } from './metrics.js';
 import type { PushService } from './push-types.js';
 import { recordSignal } from './signal.js';
+import { WakeCredits, type WakeCreditKind } from './wake-credits.js';
 import type { ClusterView, ControllerView } from '../protocol/rest.js';
 import type { ClusterRecord, ConfigRecord, MetadataSource, NewNodegroup } from './records.js';
 import type { ChangeSet, DeploymentRecord, NodeRecord, Store } from './store.js';
@@ -108,8 +104,8 @@ export class ControllerService {
   readonly #fetches = new Map<string, { gen: number; atMs: number }>();
   /** When the controller last sent each node a wake-up, oldest first (entries older than WAKE_FETCH_EXEMPT_MS are dropped). */
   readonly #wokeAt = new Map<string, number>();
-  /** Each node's signals the controller asked for and has not had yet (one per wake-up with work, capped); absent at 0. */
-  readonly #exemptSignals = new Map<string, number>();
+  /** What each node may send outside its rate limits: the results and last output chunks of work it was given. */
+  readonly #credits = new WakeCredits();
   #pendingAcks = new Map<string, number>();
   #tickTimer: NodeJS.Timeout | undefined;
   /** The tick in progress, if any: a slow one is not run twice at once. */
@@ -476,17 +472,14 @@ export class ControllerService {
   }
 
   /**
-   * Spends one of the signals the controller asked `node` for (one per wake-up that gave it work,
-   * at most EXEMPT_SIGNALS_CAPACITY held): such a signal is not rate-limited, so back-to-back
-   * changes to one node are not held back by their own results. False when none is left: the
-   * signal counts against the node's rate limit (what an agent sends by itself).
+   * Spends one of what the controller asked `node` for (controller/wake-credits.ts): a signal of
+   * work a wake-up gave it, or one of that work's last live output chunks. Such a request is not
+   * rate-limited, so back-to-back changes to one node are not held back by their own results.
+   * False when none is left: the request counts against the node's rate limit (what an agent
+   * sends by itself).
    */
-  takeExemptSignal(node: string): boolean {
-    const n = this.#exemptSignals.get(node);
-    if (n === undefined) return false;
-    if (n <= 1) this.#exemptSignals.delete(node);
-    else this.#exemptSignals.set(node, n - 1);
-    return true;
+  takeWakeCredit(node: string, kind: WakeCreditKind): boolean {
+    return this.#credits.take(node, kind);
   }
 
   #forgetOldWakes(now: number): void {
@@ -901,7 +894,7 @@ export class ControllerService {
         this.push.notify(w.node, w.generation, w.reason);
         this.#wokeAt.delete(w.node); // re-inserted last: the map stays in wake order
         this.#wokeAt.set(w.node, now);
-        this.#exemptSignals.set(w.node, Math.min((this.#exemptSignals.get(w.node) ?? 0) + 1, EXEMPT_SIGNALS_CAPACITY));
+        this.#credits.grant(w.node);
       }
       this.#forgetOldWakes(now);
     }
@@ -924,7 +917,7 @@ export class ControllerService {
       if (listening) this.events.publish('node', this.#nodeView(n));
     }
     for (const id of c.removedNodes) {
-      this.#exemptSignals.delete(id);
+      this.#credits.forget(id);
       if (this.#feed) this.push.remove(id);
       this.events.publish('node', { id, deleted: true });
     }

@@ -179,6 +179,14 @@ export const WAKE_FETCH_EXEMPT_MS = 5_000;
  * signals by itself meets the limit.
  */
 export const EXEMPT_SIGNALS_CAPACITY = 8;
+/**
+ * Each change that gives a node work also grants it this many live output chunks that are not
+ * rate-limited: a run's last chunk of stdout and of stderr, which its signal waits for, so
+ * back-to-back runs that print are not paced by their own output.
+ */
+export const EXEMPT_OUTPUT_PER_WAKE_REQUESTS = 2;
+/** Such output chunks a node holds at most, on each controller (as EXEMPT_SIGNALS_CAPACITY). */
+export const EXEMPT_OUTPUT_CHUNKS_CAPACITY = EXEMPT_SIGNALS_CAPACITY * EXEMPT_OUTPUT_PER_WAKE_REQUESTS;
 /** Refusals before authentication are logged at most once per code per this interval, with the count. */
 export const REFUSAL_LOG_INTERVAL_MS = 10_000;
 /**

@@ -1,6 +1,7 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { OutputSender } from '../../agent/output-sender.js';
 import type { MetadataItem } from '../../protocol/heat.js';
+import { OUTPUT_CHUNK_MAX_BYTES, OUTPUT_RATE_BURST, OUTPUT_RATE_PER_S } from '../../protocol/limits.js';
 import type { OutputChunkBody } from '../../protocol/output.js';
 
 const log = { info() {}, warn() {}, error() {}, debug() {} };
@@ -73,5 +74,46 @@ describe('OutputSender', () => {
     const withGap = bodies.find((b) => (b.dropped_bytes ?? 0) > 0);
     expect(withGap).toBeDefined();
     s.stop();
+  });
+
+  it("paces a run's chunks to the controller's rate, but not its last chunk of each stream, which the signal waits for", async () => {
+    vi.useFakeTimers();
+    try {
+      const got: OutputChunkBody[] = [];
+      const s = new OutputSender({
+        node: 'n1',
+        log,
+        send: async (_p, body) => {
+          got.push(body);
+          return { status: 200 };
+        },
+      });
+      const plain = (revision: number) => ({ ...item, revision, inputs: [] }) as unknown as MetadataItem;
+      // back-to-back runs that print on both streams, well past the burst: no wait on the (fake) clock
+      const t0 = Date.now();
+      const runs = OUTPUT_RATE_BURST + 10;
+      for (let r = 1; r <= runs; r++) {
+        const live = s.open(plain(r));
+        live.write('stdout', Buffer.from(`run ${r}\n`));
+        live.write('stderr', Buffer.from(`warn ${r}\n`));
+        await live.close();
+      }
+      expect(got).toHaveLength(2 * runs);
+      expect(Date.now() - t0).toBe(0);
+      // one run's chunks before its last still wait for tokens (the bucket is empty now): chunks
+      // 1-3 at one token each, the fourth, its last, at once after them
+      const live = s.open(plain(runs + 1));
+      const big = Buffer.alloc(OUTPUT_CHUNK_MAX_BYTES, 'x');
+      for (let i = 0; i < 4; i++) live.write('stdout', big);
+      const closed = live.close();
+      await vi.advanceTimersByTimeAsync((2.5 * 1000) / OUTPUT_RATE_PER_S);
+      expect(got).toHaveLength(2 * runs + 2);
+      await vi.advanceTimersByTimeAsync(1000 / OUTPUT_RATE_PER_S);
+      await closed;
+      expect(got).toHaveLength(2 * runs + 4);
+      s.stop();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -16,6 +16,8 @@ import {
   MAX_JSON_DEPTH_LEVELS,
   API_IDENTITY_MAX_CONNECTIONS,
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
+  EXEMPT_OUTPUT_CHUNKS_CAPACITY,
+  EXEMPT_OUTPUT_PER_WAKE_REQUESTS,
   EXEMPT_SIGNALS_CAPACITY,
   SIGNAL_RATE_BURST,
 } from '../../protocol/limits.js';
@@ -569,21 +571,8 @@ describe('a signal of work a wake-up gave is never rate-limited', () => {
     ]);
   });
 
-  /** A controller of its own (signals: a budget of 1, next to no refill) with one deployment on n1. */
-  async function withDeployment(fn: (own: TestController, depId: string, url: string) => Promise<void>) {
-    const own = await startTestController(pki, {}, { rates: { signal: { burst: 1, perS: 0.001 } } });
-    try {
-      await own.req(op, 'POST', '/v1/nodes', { id: 'n1' });
-      const c = await own.req(op, 'POST', '/v1/configs', { name: 'w', group: 'script', config: '#!/bin/sh\n' });
-      const d = (await own.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: c.json.id })).json.id;
-      await fn(own, d, `/v1/nodes/n1/deployments/${d}/signal`);
-    } finally {
-      await own.close();
-    }
-  }
-
   it('a node holds at most EXEMPT_SIGNALS_CAPACITY of them', () =>
-    withDeployment(async (own, dep, url) => {
+    withDeployment('signal', async (own, dep, url) => {
       let revision = 1;
       for (let i = 0; i < EXEMPT_SIGNALS_CAPACITY + 5; i++)
         revision = (await own.req(op, 'PATCH', `/v1/deployments/${dep}`, { input_values: { i } })).json.revision;
@@ -595,7 +584,7 @@ describe('a signal of work a wake-up gave is never rate-limited', () => {
     }));
 
   it("another agent's or an operator's signal to the node's route spends none of them", () =>
-    withDeployment(async (own, _dep, url) => {
+    withDeployment('signal', async (own, _dep, url) => {
       const result = { revision: 1, deploy_status_code: 0 };
       const refused = [
         await own.req(pki.cred('agent', 'n2'), 'POST', url, result),
@@ -606,6 +595,79 @@ describe('a signal of work a wake-up gave is never rate-limited', () => {
       const codes: number[] = [];
       for (let i = 0; i < 3; i++) codes.push((await own.req(n1(), 'POST', url, result)).status);
       expect(codes).toEqual([200, 200, 429]);
+    }));
+});
+
+/**
+ * A controller of its own (the route of `kind`: a budget of 1, next to no refill) with one
+ * deployment on n1; `url` is n1's route of that kind for it.
+ */
+async function withDeployment(
+  kind: 'signal' | 'output',
+  fn: (own: TestController, depId: string, url: string) => Promise<void>,
+): Promise<void> {
+  const own = await startTestController(pki, {}, { rates: { [kind]: { burst: 1, perS: 0.001 } } });
+  try {
+    await own.req(op, 'POST', '/v1/nodes', { id: 'n1' });
+    const c = await own.req(op, 'POST', '/v1/configs', {
+      name: 'w',
+      group: 'script',
+      config: '#!/bin/sh\n',
+      inputs: [{ name: 'i' }],
+    });
+    const d = (await own.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: c.json.id })).json.id;
+    await fn(own, d, `/v1/nodes/n1/deployments/${d}/${kind}`);
+  } finally {
+    await own.close();
+  }
+}
+
+describe("a run's last output chunks, which its signal waits for, are never rate-limited", () => {
+  const n1 = (): Cred => pki.cred('agent', 'n1');
+  let seq = 0;
+  const chunk = (revision: number) => ({ revision, stream: 'stdout', seq: ++seq, text: `line ${seq}\n` });
+
+  it('each change that gave the node work lets it post EXEMPT_OUTPUT_PER_WAKE_REQUESTS chunks past its limit', () =>
+    withDeployment('output', async (own, dep, url) => {
+      const codes: number[][] = [];
+      for (let i = 0; i < 3; i++) {
+        const { revision } = (await own.req(op, 'PATCH', `/v1/deployments/${dep}`, { input_values: { i } })).json;
+        const run: number[] = [];
+        for (let k = 0; k < EXEMPT_OUTPUT_PER_WAKE_REQUESTS; k++)
+          run.push((await own.req(n1(), 'POST', url, chunk(revision))).status);
+        codes.push(run);
+      }
+      expect(codes).toEqual(Array(3).fill(Array(EXEMPT_OUTPUT_PER_WAKE_REQUESTS).fill(200)));
+      // the creation's wake-up left its credits too: those, the budget of 1, then the limit
+      const revision = (await own.req(op, 'GET', `/v1/deployments/${dep}`)).json.revision;
+      const rest: number[] = [];
+      for (let k = 0; k < EXEMPT_OUTPUT_PER_WAKE_REQUESTS + 2; k++)
+        rest.push((await own.req(n1(), 'POST', url, chunk(revision))).status);
+      expect(rest).toEqual([...Array(EXEMPT_OUTPUT_PER_WAKE_REQUESTS + 1).fill(200), 429]);
+    }));
+
+  it('a node holds at most EXEMPT_OUTPUT_CHUNKS_CAPACITY of them', () =>
+    withDeployment('output', async (own, dep, url) => {
+      let revision = 1;
+      for (let i = 0; i < EXEMPT_OUTPUT_CHUNKS_CAPACITY; i++)
+        revision = (await own.req(op, 'PATCH', `/v1/deployments/${dep}`, { input_values: { i } })).json.revision;
+      const codes: number[] = [];
+      for (let i = 0; i < EXEMPT_OUTPUT_CHUNKS_CAPACITY + 3; i++)
+        codes.push((await own.req(n1(), 'POST', url, chunk(revision))).status);
+      expect(codes).toEqual([...Array(EXEMPT_OUTPUT_CHUNKS_CAPACITY + 1).fill(200), 429, 429]);
+    }));
+
+  it("another agent's or an operator's chunk to the node's route spends none of them", () =>
+    withDeployment('output', async (own, _dep, url) => {
+      const refused = [
+        await own.req(pki.cred('agent', 'n2'), 'POST', url, chunk(1)),
+        await own.req(op, 'POST', url, chunk(1)),
+      ].map((r) => r.json?.error?.code);
+      expect(refused).toEqual(['wrong_node', 'wrong_role']);
+      const codes: number[] = [];
+      for (let i = 0; i < EXEMPT_OUTPUT_PER_WAKE_REQUESTS + 2; i++)
+        codes.push((await own.req(n1(), 'POST', url, chunk(1))).status);
+      expect(codes).toEqual([...Array(EXEMPT_OUTPUT_PER_WAKE_REQUESTS + 1).fill(200), 429]);
     }));
 });
 
