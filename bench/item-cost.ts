@@ -3,7 +3,8 @@
  * process as `bin/herald` starts them, N changes back to back to one deployment (each PATCH sent
  * once the previous revision reads COMPLETE), and the agent's CPU read from /proc/<pid>/stat
  * around them: its own (utime + stime, all threads) and its reaped children's (the hooks).
- * Prints one JSON line: the wall time per change, both CPU figures per item, the agent's RSS.
+ * Prints one JSON line: the wall time per change, both CPU figures per item (the agent's split into
+ * user and system time), the agent's minor page faults per item, its RSS.
  *
  *   npm run build && node dist/bench/item-cost.js [--n 100] [--script '#!/bin/sh\ntrue\n'] [--node-args '--opt']
  *
@@ -33,13 +34,20 @@ interface Deployment {
   revision: number;
 }
 
-/** The agent's own CPU (all threads) and its reaped children's (the hooks), ms. */
-function cpuMs(pid: number): { self: number; children: number } {
+/** The agent's own CPU (all threads: user, system) and its reaped children's (the hooks), ms; its minor faults. */
+function cpuMs(pid: number): { self: number; user: number; system: number; children: number; minorFaults: number } {
   const text = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
   const st = parseProcStat(text);
   const children = reapedChildrenTicks(text);
   if (st === undefined || children === undefined) throw new Error(`cannot read /proc/${pid}/stat`);
-  return { self: ((st.utimeTicks + st.stimeTicks) * 1000) / CLK_TCK, children: (children * 1000) / CLK_TCK };
+  const ms = (ticks: number): number => (ticks * 1000) / CLK_TCK;
+  return {
+    self: ms(st.utimeTicks + st.stimeTicks),
+    user: ms(st.utimeTicks),
+    system: ms(st.stimeTicks),
+    children: ms(children),
+    minorFaults: st.minorFaults,
+  };
 }
 
 async function main(): Promise<void> {
@@ -96,6 +104,9 @@ async function main(): Promise<void> {
         changes: n,
         wallMsPerChange: Math.round((wallMs / n) * 100) / 100,
         agentOwnCpuMsPerItem: Math.round(((c1.self - c0.self) / n) * 100) / 100,
+        agentUserMsPerItem: Math.round(((c1.user - c0.user) / n) * 100) / 100,
+        agentSystemMsPerItem: Math.round(((c1.system - c0.system) / n) * 100) / 100,
+        agentMinorFaultsPerItem: Math.round((c1.minorFaults - c0.minorFaults) / n),
         hookCpuMsPerItem: Math.round(((c1.children - c0.children) / n) * 100) / 100,
         agentRssKb: Number(rss),
       })}\n`,

@@ -16,6 +16,8 @@ export type ProcStat = {
   ppid: number;
   /** The process group id (field 5). */
   pgrp: number;
+  /** Minor page faults so far (field 10): pages mapped without a disk read (fresh, or copied on write). */
+  minorFaults: number;
   /** User and system CPU time, in clock ticks (fields 14 and 15; usually 100 a second). */
   utimeTicks: number;
   stimeTicks: number;
@@ -46,15 +48,17 @@ export function parseProcStat(text: string): ProcStat | undefined {
   const pid = Number(text.slice(0, open));
   const ppid = Number(f[1]);
   const pgrp = Number(f[2]);
+  const minorFaults = Number(f[7]);
   const utimeTicks = Number(f[11]);
   const stimeTicks = Number(f[12]);
-  if (![pid, ppid, pgrp, utimeTicks, stimeTicks].every(Number.isSafeInteger) || !/^\d+$/.test(f[19]!)) return undefined;
+  if (![pid, ppid, pgrp, minorFaults, utimeTicks, stimeTicks].every(Number.isSafeInteger) || !/^\d+$/.test(f[19]!)) return undefined;
   return {
     pid,
     comm: text.slice(open + 2, close),
     state: f[0]!,
     ppid,
     pgrp,
+    minorFaults,
     utimeTicks,
     stimeTicks,
     startTimeTicks: f[19]!,

@@ -6,13 +6,14 @@ const LINE =
   '24728 (cat) R 24725 24725 15215 0 -1 4194304 100 0 0 0 7 3 0 0 20 0 1 0 238151 3133440 389 18446744073709551615 0 0 0\n';
 
 describe('parseProcStat', () => {
-  it('reads state, parents, group, CPU ticks and start time', () => {
+  it('reads state, parents, group, minor faults, CPU ticks and start time', () => {
     expect(parseProcStat(LINE)).toEqual({
       pid: 24728,
       comm: 'cat',
       state: 'R',
       ppid: 24725,
       pgrp: 24725,
+      minorFaults: 100,
       utimeTicks: 7,
       stimeTicks: 3,
       startTimeTicks: '238151',
