@@ -216,6 +216,13 @@ export function findings(r: BenchResults): string[] {
   p(
     '`child_process.spawn` forks the agent (~1.3-1.9 ms from a ~50 MB process, measured in-process) and `/bin/sh` starts.',
   );
+  p(
+    'On this VM the fork and the exec are dear because a page fault is (11-17 µs; finding 5 and docs/agent-footprint.md):',
+  );
+  p(
+    'the `spawn` call holds the agent for the fork (2.5 ms in the timeline below), and a start costs 11.6 ms of CPU on both',
+  );
+  p('sides of the fork together (`node dist/bench/spawn-cost.js`, 2026-12-06).');
   p("Removed on the way (profiles of this benchmark): the fetcher parsed the controller's certificate on every");
   p('response (~1.5 ms of agent CPU per fetch; now once per kept-alive connection); the run directory and script');
   p('were made with asynchronous calls, a thread-pool round trip each (item start to spawn 3.4 → 2.5 ms); and an');
@@ -1131,17 +1138,30 @@ export function findings(r: BenchResults): string[] {
       "15-19 ms of the agent's own CPU and 5-6 ms of the hook's processes per item. About a third of the agent's share is the",
     );
     p(
-      "`spawn`: Node 20's libuv (1.46) forks the agent, copying its page tables, the child tears the copy down at `exec`, and",
+      "`spawn`, and what makes it dear here is page faults: Node 20's libuv (1.46) forks the agent, copying its page tables, the",
     );
     p(
-      'the agent then takes a copy-on-write fault on each page it writes first (`spawn` of `sh -c true` alone costs a 46-75 MB',
+      'child faults on what it writes and drops the copy at `exec`, and the agent then takes a copy-on-write fault on each page',
     );
     p(
-      'Node process 3.5-4.4 ms of CPU here). libuv spawns with `posix_spawn` (`CLONE_VFORK`, no copy) on Linux only in work',
+      "it writes first. A page fault costs 11-17 µs on this VM (the machine line above gives this run's own), and an item costs",
     );
     p(
-      "on its v1.x branch after 1.52.1, past Node 20's 1.46. The rest is the item's durable records (started, the outbox, finished: each an",
+      'the agent ~235 of them (8.8 of its 19.4 ms a step was system time, 05:05 UTC). `node dist/bench/spawn-cost.js`: starting',
     );
+    p(
+      '`sh -c true` costs a 55 MB Node process 11.6 ms of CPU (its own 6.15, the child 5.45; 121 MB: 16 ms). Tried: a `bash` that',
+    );
+    p(
+      'stays and forks for the agent, 6.0 ms a start in all; not adopted, because its children could only share one pair of',
+    );
+    p(
+      "pipes across runs, where a daemon a hook leaves behind would write into later runs' output (docs/agent-footprint.md).",
+    );
+    p(
+      'libuv spawns with `posix_spawn` (`CLONE_VFORK`, no copy) on Linux only in work on its v1.x branch after 1.52.1, past',
+    );
+    p("Node 20's 1.46. The rest is the item's durable records (started, the outbox, finished: each an");
     p(
       "fdatasync), the push connection's TLS and two signature checks. On 100 machines each node's step costs what one node's",
     );

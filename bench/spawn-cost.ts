@@ -1,29 +1,50 @@
 /**
- * What starting a child costs the hook runner: `child_process.spawn` against `execa`, each
- * spawning `/bin/true` and `sh -c true` N times (one at a time, wall time from the call to the
- * child's exit) from a process grown to the idle agent's resident size (BENCHMARKS.md: ~54 MB),
- * so the fork copies what the agent's would. Prints p50/p99 in µs per way.
+ * What starting a child costs the hook runner, from a process grown to the agent's resident size
+ * (BENCHMARKS.md: ~54-60 MB), so the fork copies what the agent's would. Each way starts
+ * `sh -c true` N times, one at a time, and is timed from the call to the child's exit. Per start
+ * it prints the wall time (p50, p99), the CPU of this process, of the helper that stays (if any)
+ * and of the reaped children (all from /proc), and this process's minor page faults; then what one
+ * page fault costs here (`pageFaultUs`, as the benchmark's machine line gives it).
  *
- * Herald does not depend on execa (this measurement is why: README, "Hooks"); to re-measure,
- * install it beside the tree without saving it:
+ * - `spawn`: `child_process.spawn`, as `agent/hooks/run-process.ts` starts a hook (its own
+ *   process group, pipes for stdout and stderr). Node 20's libuv forks this process for it.
+ * - `execa`: the same through execa, when it is installed beside the tree (Herald does not depend
+ *   on it: README, "Hooks"): `npm install --no-save execa@9.6.1`.
+ * - `shell-stays`: one `bash` started once (`set -m`: each job in its own process group) is
+ *   asked over a pipe to start each child and to say when it ended: the fork is bash's, not this
+ *   process's. A measurement of what the runner would save; the runner does not do it (the child's
+ *   stdout and stderr would be bash's, shared by every run: docs/agent-footprint.md).
  *
- *   npm install --no-save execa@9.6.1
- *   npx tsc -p tsconfig.build.json && node dist/bench/spawn-cost.js [--n 200] [--rss-mb 54]
- *
- * Without execa installed only the spawn rows are printed.
+ *   npm run build && node dist/bench/spawn-cost.js [--n 200] [--rss-mb 54]
  */
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import { parseArgs } from 'node:util';
+import { parseProcStat, reapedChildrenTicks } from '../protocol/proc-stat.js';
+import { pageFaultUs } from './report.js';
 import { pct } from './util.js';
 
-type Way = (file: string, args: string[]) => Promise<void>;
+/** Clock ticks a second in /proc (USER_HZ). */
+const CLK_TCK = 100;
 
-const spawnWay: Way = (file, args) =>
-  new Promise((resolve, reject) => {
-    const c = spawn(file, args, { stdio: 'ignore' });
-    c.once('error', reject);
-    c.once('exit', () => resolve());
-  });
+interface Way {
+  name: string;
+  /** Starts `sh -c true` and resolves when it has exited. */
+  run: () => Promise<void>;
+  /** The helper process that stays, if the way has one. */
+  helperPid?: number;
+  close?: () => void;
+}
+
+const spawnWay: Way = {
+  name: 'spawn',
+  run: () =>
+    new Promise((resolve, reject) => {
+      const c = spawn('sh', ['-c', 'true'], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+      c.once('error', reject);
+      c.once('close', () => resolve());
+    }),
+};
 
 type Execa = (file: string, args: string[], o: { stdio: 'ignore' }) => Promise<unknown>;
 
@@ -32,16 +53,44 @@ async function execaWay(): Promise<Way | undefined> {
   const name = 'execa';
   try {
     const { execa } = (await import(name)) as { execa: Execa };
-    return async (file, args) => void (await execa(file, args, { stdio: 'ignore' }));
+    return { name: 'execa', run: async () => void (await execa('sh', ['-c', 'true'], { stdio: 'ignore' })) };
   } catch {
     return undefined;
   }
 }
 
-const COMMANDS: Array<[string, string[]]> = [
-  ['/bin/true', []],
-  ['sh', ['-c', 'true']],
-];
+/** A bash that stays, starting each child as a job of its own and answering its exit status. */
+function shellStaysWay(): Way {
+  const sh = spawn(
+    'bash',
+    ['--noprofile', '--norc', '-c', 'set -m; while read -r _; do sh -c true </dev/null & wait $!; echo $?; done'],
+    {
+      stdio: ['pipe', 'pipe', 'ignore'],
+    },
+  );
+  let pending: (() => void) | undefined;
+  let buf = '';
+  sh.stdout.setEncoding('utf8');
+  sh.stdout.on('data', (d: string) => {
+    buf += d;
+    while (buf.includes('\n')) {
+      buf = buf.slice(buf.indexOf('\n') + 1);
+      const p = pending;
+      pending = undefined;
+      p?.();
+    }
+  });
+  return {
+    name: 'shell-stays',
+    helperPid: sh.pid,
+    run: () =>
+      new Promise((resolve) => {
+        pending = resolve;
+        sh.stdin.write('\n');
+      }),
+    close: () => sh.stdin.end(),
+  };
+}
 
 /** Grows the heap to about `mb` MB of touched memory, as an agent that has run a while. */
 function ballast(mb: number): Buffer[] {
@@ -51,10 +100,40 @@ function ballast(mb: number): Buffer[] {
   return chunks;
 }
 
-async function timeOne(way: Way, file: string, args: string[]): Promise<number> {
-  const t = process.hrtime.bigint();
-  await way(file, args);
-  return Number(process.hrtime.bigint() - t) / 1_000;
+/** A process's own CPU and its reaped children's, ms, and its minor faults. */
+function usage(pid: number): { self: number; children: number; faults: number } {
+  const text = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
+  const st = parseProcStat(text);
+  const children = reapedChildrenTicks(text);
+  if (st === undefined || children === undefined) throw new Error(`cannot read /proc/${pid}/stat`);
+  return {
+    self: ((st.utimeTicks + st.stimeTicks) * 1000) / CLK_TCK,
+    children: (children * 1000) / CLK_TCK,
+    faults: st.minorFaults,
+  };
+}
+
+async function measure(way: Way, n: number): Promise<string> {
+  for (let i = 0; i < 10; i++) await way.run(); // warm-up
+  const me0 = usage(process.pid);
+  const h0 = way.helperPid === undefined ? undefined : usage(way.helperPid);
+  const wall: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = process.hrtime.bigint();
+    await way.run();
+    wall.push(Number(process.hrtime.bigint() - t) / 1_000);
+  }
+  const me1 = usage(process.pid);
+  const h1 = way.helperPid === undefined ? undefined : usage(way.helperPid);
+  const per = (x: number): string => (x / n).toFixed(2).padStart(6);
+  const self = me1.self - me0.self;
+  const helper = h0 && h1 ? h1.self - h0.self : 0;
+  const kids = me1.children - me0.children + (h0 && h1 ? h1.children - h0.children : 0);
+  return (
+    `  ${way.name.padEnd(11)} p50 ${pct(wall, 50).toFixed(0).padStart(6)} µs  p99 ${pct(wall, 99).toFixed(0).padStart(6)} µs` +
+    `  CPU ms a start: this process ${per(self)}, helper ${per(helper)}, children ${per(kids)}, all ${per(self + helper + kids)}` +
+    `  faults here ${((me1.faults - me0.faults) / n).toFixed(0)}\n`
+  );
 }
 
 async function main(): Promise<void> {
@@ -63,24 +142,14 @@ async function main(): Promise<void> {
   });
   const n = Number(values.n);
   const execa = await execaWay();
-  const ways: Record<string, Way> = execa ? { spawn: spawnWay, execa } : { spawn: spawnWay };
   const keep = ballast(Number(values['rss-mb']));
-  if (!execa) process.stdout.write('execa is not installed (npm install --no-save execa@9.6.1): spawn only\n');
   process.stdout.write(
-    `spawn cost, N=${n} each, from a process of ${(process.memoryUsage().rss / 2 ** 20).toFixed(0)} MB RSS (${keep.length} MB ballast)\n`,
+    `sh -c true, N=${n} each, from a process of ${(process.memoryUsage().rss / 2 ** 20).toFixed(0)} MB RSS (${keep.length} MB ballast)${execa ? '' : '; execa not installed'}\n`,
   );
-  for (const [file, args] of COMMANDS) {
-    // interleaved, so a noisy neighbour on a shared machine hits both ways alike
-    const samples = Object.fromEntries(Object.keys(ways).map((w) => [w, [] as number[]]));
-    for (const w of Object.keys(ways)) for (let i = 0; i < 10; i++) await timeOne(ways[w]!, file, args); // warm-up
-    for (let i = 0; i < n; i++)
-      for (const w of Object.keys(ways)) samples[w]!.push(await timeOne(ways[w]!, file, args));
-    for (const [w, xs] of Object.entries(samples)) {
-      process.stdout.write(
-        `  ${[file, ...args].join(' ').padEnd(12)} ${w.padEnd(6)} p50 ${pct(xs, 50).toFixed(0).padStart(6)} µs  p99 ${pct(xs, 99).toFixed(0).padStart(6)} µs\n`,
-      );
-    }
-  }
+  const ways = [spawnWay, ...(execa ? [execa] : []), shellStaysWay()];
+  for (const way of ways) process.stdout.write(await measure(way, n));
+  for (const way of ways) way.close?.();
+  process.stdout.write(`a page fault here (the first write to a fresh 4 KiB page): ${pageFaultUs()} µs\n`);
 }
 
 await main();

@@ -51,7 +51,8 @@ export function parseProcStat(text: string): ProcStat | undefined {
   const minorFaults = Number(f[7]);
   const utimeTicks = Number(f[11]);
   const stimeTicks = Number(f[12]);
-  if (![pid, ppid, pgrp, minorFaults, utimeTicks, stimeTicks].every(Number.isSafeInteger) || !/^\d+$/.test(f[19]!)) return undefined;
+  if (![pid, ppid, pgrp, minorFaults, utimeTicks, stimeTicks].every(Number.isSafeInteger) || !/^\d+$/.test(f[19]!))
+    return undefined;
   return {
     pid,
     comm: text.slice(open + 2, close),
