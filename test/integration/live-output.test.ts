@@ -18,6 +18,8 @@ import {
 } from '../helpers/agent-cluster.js';
 import { readEvents, type ReceivedEvent } from '../helpers/event-stream.js';
 import { api, credOf, HERALD, isBuilt, killAll, stopProc, waitFor } from '../helpers/procs.js';
+import { OUTPUT_RATE_BURST } from '../../protocol/limits.js';
+import { metricSum } from '../security/helpers/battery.js';
 
 const built = isBuilt();
 let c: Cluster;
@@ -165,6 +167,38 @@ describe.skipIf(!built)('live output end to end', { timeout: 90_000 }, () => {
     expect(wrongRoute.status).toBe(404); // not n2's deployment
     const asOperator = await api(c.ctl.port, c.op, 'POST', path1, { ...body, seq: 1003 });
     expect(asOperator.status).toBe(403);
+  });
+
+  it(`back-to-back runs that print on both streams, past the output burst (${OUTPUT_RATE_BURST}): each run's output is kept whole and no chunk is refused`, async () => {
+    const refused = async (): Promise<number> =>
+      metricSum(
+        (await api(c.ctl.port, c.op, 'GET', '/metrics')).raw,
+        'herald_api_refusals_total',
+        (l) => l.code === 'rate_limited',
+      );
+    const before = await refused();
+    const cfg = await mkConfig(c, {
+      name: 'chatty',
+      group: 'script',
+      config: '#!/bin/sh\necho "run $k"\necho "warn $k" >&2\n',
+      inputs: [{ name: 'k' }],
+    });
+    const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE', input_values: { k: '0' } });
+    let d = await waitDeployment(c, id);
+    const runs = OUTPUT_RATE_BURST + 10; // two chunks a run: well past the burst and its refill
+    for (let k = 1; k <= runs; k++) {
+      const r = await api(c.ctl.port, c.op, 'PATCH', `/v1/deployments/${id}`, { input_values: { k: String(k) } });
+      expect(r.status).toBe(200);
+      d = await waitDeployment(c, id, undefined, 15_000, r.json.revision);
+      expect(d.status).toBe('COMPLETE');
+    }
+    // every run's last chunks reached the controller before its signal (a signalled revision
+    // takes no more), sent without waiting for the agent's pacer and not counted by the limit
+    for (let k = 0; k <= runs; k++) {
+      const kept = await api(c.ctl.port, c.op, 'GET', `/v1/deployments/${id}/output?revision=${d.revision - runs + k}`);
+      expect([kept.json.stdout.text, kept.json.stderr.text]).toEqual([`run ${k}\n`, `warn ${k}\n`]);
+    }
+    expect(await refused()).toBe(before);
   });
 
   it('herald deploy logs --follow prints the lines as they come and exits 0, or 1 when the deployment FAILED', async () => {
