@@ -44,6 +44,7 @@ import {
 import {
   AGENT_IDLE_CLOSE_MS,
   LISTENER_HANDSHAKE_TIMEOUT_MS,
+  LISTENER_HTTP_CHECK_INTERVAL_MS,
   MAX_AUTHENTICATED_CONNECTIONS,
   MAX_BAD_FRAMES,
   MAX_LATE_FETCH_ENTRIES,
@@ -294,6 +295,9 @@ export class WakeListener extends EventEmitter {
       ...sessions,
       // our own timer (TLS plus upgrade) destroys the socket first; this only bounds Node's wait
       handshakeTimeout: this.#o.handshakeTimeoutMs + 1_000,
+      // Node's check of headersTimeout and requestTimeout: a backstop behind that timer, which
+      // would otherwise wake an idle agent every 30 s
+      connectionsCheckingInterval: LISTENER_HTTP_CHECK_INTERVAL_MS,
     });
     // keep-alive would let a peer hold a pending slot between requests; nothing here wants it
     this.#server.keepAliveTimeout = 1;

@@ -58,6 +58,13 @@ export const AGENT_IDLE_CLOSE_MS = 90_000;
 export const PUSH_HEALTHY_WINDOW_MS = 90_000;
 /** TLS handshake plus WebSocket upgrade at the listener must finish within this. */
 export const LISTENER_HANDSHAKE_TIMEOUT_MS = 5_000;
+/**
+ * How often Node's HTTP server checks the listener's connections for `headersTimeout` and
+ * `requestTimeout` (its `connectionsCheckingInterval`, 30 s by default). A backstop only: the
+ * listener's own timer cuts every connection not upgraded within LISTENER_HANDSHAKE_TIMEOUT_MS.
+ * Each check wakes an idle agent, which costs it ~0.6 ms of CPU here (docs/agent-footprint.md).
+ */
+export const LISTENER_HTTP_CHECK_INTERVAL_MS = 300_000;
 /** Connections at one listener that have not yet authenticated. */
 export const MAX_PENDING_CONNECTIONS = 16;
 /** Authenticated connections at one listener (one per controller identity). */

@@ -16,7 +16,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AGENT_API_IDLE_CLOSE_MS, AGENT_IDLE_CLOSE_MS, PUSH_TLS_SESSION_LIFETIME_S } from '../../protocol/limits.js';
+import {
+  AGENT_API_IDLE_CLOSE_MS,
+  AGENT_IDLE_CLOSE_MS,
+  LISTENER_HTTP_CHECK_INTERVAL_MS,
+  PUSH_TLS_SESSION_LIFETIME_S,
+} from '../../protocol/limits.js';
 import {
   getNode,
   makeCluster,
@@ -184,6 +189,8 @@ describe.skipIf(!built)('an idle agent', { timeout: 60_000 }, () => {
     // the certificate lives a year: its renewal is far off (a timer waits at most ~24.8 days)
     expect(ms('renewal')).toBeGreaterThan(86_400_000);
     expect(ms('ticket key rotation')).toBe(PUSH_TLS_SESSION_LIFETIME_S * 1000);
+    // Node's own check is a backstop behind the listener's handshake timer: not a wake-up every 30 s
+    expect(ms("node's http connection check")).toBe(LISTENER_HTTP_CHECK_INTERVAL_MS);
   });
 
   it('has loaded neither the hook runner nor enrolment, node-forge, nor anything of the controller or operator CLI', async () => {
