@@ -342,6 +342,8 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     verifier,
     acceptController: (name) => acceptsController(controllerIds, name),
     onWake: (claims) => {
+      // the controller granted this work's last output chunks past its limit (a ping is no work)
+      if (claims.reason !== 'ping') output.granted();
       const fetch = coalescer.wake(claims.gen);
       observe.wake?.(claims, fetch);
       return fetch;

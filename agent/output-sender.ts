@@ -9,14 +9,18 @@
  * (OUTPUT_QUEUE_MAX_BYTES) and never awaits the network; when the queue is full the oldest chunks
  * are dropped and the next chunk carries how many bytes were lost (`dropped_bytes`). One request
  * at a time, paced to the controller's rate class (OUTPUT_RATE_BURST, then OUTPUT_RATE_PER_S),
- * except a run's last chunk of each stream: the signal waits for it, and the controller does not
- * count it against the limit (EXEMPT_OUTPUT_PER_WAKE_REQUESTS for each change that gave the node
- * work), so it takes a token if one is there and never waits for one. A chunk the controller may
- * already hold is sent again and kept once there (its `seq`).
+ * except a run's last chunk of each stream, which the run's signal waits for: the controller lets
+ * EXEMPT_OUTPUT_PER_WAKE_REQUESTS chunks past its limit for each change that gave the node work,
+ * and the agent counts them as it counts its tokens (`granted`, at each wake-up that is not a
+ * ping), so such a chunk takes a token if one is there, else one of those credits, and waits
+ * only when it has neither. A chunk the controller may already hold is sent again and kept once
+ * there (its `seq`).
  */
 import type { Logger } from '../certs/tls.js';
 import type { MetadataItem } from '../protocol/heat.js';
 import {
+  EXEMPT_OUTPUT_CAPACITY,
+  EXEMPT_OUTPUT_PER_WAKE_REQUESTS,
   OUTPUT_FINAL_FLUSH_WAIT_MS,
   OUTPUT_FLUSH_INTERVAL_MS,
   OUTPUT_QUEUE_MAX_BYTES,
@@ -80,6 +84,8 @@ export class OutputSender {
   #stopped = false;
   #tokens = OUTPUT_RATE_BURST;
   #tokensAt = Date.now();
+  /** The controller's credits for a run's last chunks, as far as this agent knows of them. */
+  #credits = 0;
   #idleWaiters: Array<() => void> = [];
   #wake: (() => void) | null = null;
   /** Chunks answered 2xx, for tests. */
@@ -116,12 +122,10 @@ export class OutputSender {
     const newest: Partial<Record<OutputStream, Queued>> = {};
     const flush = (stream: OutputStream, end: boolean): void => {
       const texts = chunkers[stream].take(end);
-      texts.forEach((text, i) => {
-        newest[stream] = this.#push(
-          { path, body: { revision, stream, seq: ++seq, text } },
-          end && i === texts.length - 1,
-        );
-      });
+      for (let i = 0; i < texts.length; i++) {
+        const last = end && i === texts.length - 1;
+        newest[stream] = this.#push({ path, body: { revision, stream, seq: ++seq, text: texts[i]! }, last });
+      }
     };
     const timer = setInterval(() => {
       flush('stdout', false);
@@ -154,6 +158,14 @@ export class OutputSender {
     };
   }
 
+  /**
+   * The controller gave this node work (a wake-up that is not a ping): it lets that work's last
+   * chunks past its limit (controller/wake-credits.ts), so they need not wait for a token here.
+   */
+  granted(): void {
+    this.#credits = Math.min(this.#credits + EXEMPT_OUTPUT_PER_WAKE_REQUESTS, EXEMPT_OUTPUT_CAPACITY);
+  }
+
   /** Stops sending; what is queued is dropped (the signal carries the tails). Idempotent. */
   stop(): void {
     this.#stopped = true;
@@ -163,12 +175,11 @@ export class OutputSender {
     this.#settleIdle();
   }
 
-  /** Queues a chunk (`last`: its run's last of its stream); returns its entry (undefined once stopped). */
-  #push(q: Omit<Queued, 'bytes' | 'last'>, last: boolean): Queued | undefined {
+  /** Queues a chunk; returns its entry (undefined once stopped). */
+  #push(q: Omit<Queued, 'bytes'>): Queued | undefined {
     if (this.#stopped) return undefined;
     const key = `${q.path}#${q.body.revision}`;
     const entry: Queued = { ...q, bytes: Buffer.byteLength(q.body.text, 'utf8') };
-    if (last) entry.last = true;
     this.#queue.push(entry);
     this.#queuedBytes += entry.bytes;
     // the chunk in flight stays: it may be delivered already
@@ -199,7 +210,7 @@ export class OutputSender {
     let failures = 0;
     try {
       while (!this.#stopped && this.#queue.length > 0) {
-        await this.#takeToken(this.#queue[0]!);
+        await this.#takeToken();
         // the wait may have let stop() empty the queue, or a full one drop its oldest
         const q = this.#queue[0];
         if (q === undefined) continue;
@@ -236,11 +247,12 @@ export class OutputSender {
   }
 
   /**
-   * The client side of the controller's token bucket, so the agent is not refused 429 needlessly.
-   * A run's last chunk takes a token if there is one and otherwise goes without (the controller
-   * spends a credit its wake-up gave for it first); it may become the last while it waits.
+   * Paces the chunk at the head of the queue: the client side of the controller's token bucket,
+   * so the agent is not refused 429 needlessly. A run's last chunk goes on a credit when no token
+   * is there (see the module's comment); the head is read again after each wait, since a full
+   * queue may drop it and `close` may mark it the last meanwhile.
    */
-  async #takeToken(q: Queued): Promise<void> {
+  async #takeToken(): Promise<void> {
     for (;;) {
       const now = Date.now();
       this.#tokens = Math.min(OUTPUT_RATE_BURST, this.#tokens + ((now - this.#tokensAt) / 1000) * OUTPUT_RATE_PER_S);
@@ -249,30 +261,41 @@ export class OutputSender {
         this.#tokens -= 1;
         return;
       }
-      if (q.last === true || this.#stopped) return;
-      this.#waitingFor = q;
-      await this.#sleep(((1 - this.#tokens) / OUTPUT_RATE_PER_S) * 1000);
+      const head = this.#queue[0];
+      if (head === undefined || this.#stopped) return;
+      if (head.last === true && this.#credits > 0) {
+        this.#credits--;
+        return;
+      }
+      this.#waitingFor = head;
+      const full = await this.#sleep(((1 - this.#tokens) / OUTPUT_RATE_PER_S) * 1000);
       this.#waitingFor = null;
+      if (full) {
+        // a timer may fire a little before its time by this clock: a whole wait is a whole token
+        this.#tokens = 1;
+        this.#tokensAt = Date.now();
+      }
     }
   }
 
-  /** `q` turned out to be its run's last chunk of its stream (see the module's comment). */
+  /** `q` turned out to be its run's last chunk of its stream: a wait for its token may end now. */
   #markLast(q: Queued): void {
     q.last = true;
     if (this.#waitingFor === q) this.#wake?.();
   }
 
-  #sleep(ms: number): Promise<void> {
+  /** Resolves true after `ms`, or false at once when `#wake` is called. */
+  #sleep(ms: number): Promise<boolean> {
     return new Promise((resolve) => {
-      const t = setTimeout(done, ms);
+      const t = setTimeout(() => {
+        this.#wake = null;
+        resolve(true);
+      }, ms);
       t.unref();
-      function done(): void {
-        clearTimeout(t);
-        resolve();
-      }
       this.#wake = () => {
         this.#wake = null;
-        done();
+        clearTimeout(t);
+        resolve(false);
       };
     });
   }

@@ -17,14 +17,12 @@ import { parseArgs } from 'node:util';
 import { benchPki, slot } from './pki-cache.js';
 import { freeLowPort, startAgentProc, startController, stopController, stopProc } from './procs.js';
 import { waitComplete, waitConnected } from './latency.js';
-import { parseProcStat, reapedChildrenTicks } from '../protocol/proc-stat.js';
+import { procUsage } from './util.js';
 
 /** How long one change may take. */
 const CHANGE_TIMEOUT_MS = 15_000;
 /** How long the agent may take to start and be dialled. */
 const CONNECT_TIMEOUT_MS = 30_000;
-/** Clock ticks a second in /proc (USER_HZ). */
-const CLK_TCK = 100;
 /** The repository (this file runs as dist/bench/item-cost.js). */
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -32,22 +30,6 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 interface Deployment {
   id: string;
   revision: number;
-}
-
-/** The agent's own CPU (all threads: user, system) and its reaped children's (the hooks), ms; its minor faults. */
-function cpuMs(pid: number): { self: number; user: number; system: number; children: number; minorFaults: number } {
-  const text = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
-  const st = parseProcStat(text);
-  const children = reapedChildrenTicks(text);
-  if (st === undefined || children === undefined) throw new Error(`cannot read /proc/${pid}/stat`);
-  const ms = (ticks: number): number => (ticks * 1000) / CLK_TCK;
-  return {
-    self: ms(st.utimeTicks + st.stimeTicks),
-    user: ms(st.utimeTicks),
-    system: ms(st.stimeTicks),
-    children: ms(children),
-    minorFaults: st.minorFaults,
-  };
 }
 
 async function main(): Promise<void> {
@@ -90,24 +72,24 @@ async function main(): Promise<void> {
     const complete = (revision: number): Promise<void> => waitComplete(ctl, dep.id, revision, CHANGE_TIMEOUT_MS);
     await complete(dep.revision);
     const pid = agent.pid!;
-    const c0 = cpuMs(pid);
+    const c0 = procUsage(pid);
     const t0 = performance.now();
     for (let k = 1; k <= n; k++) {
       const r = await ctl.op.must<Deployment>(200, 'PATCH', `/v1/deployments/${dep.id}`, { input_values: { k } });
       await complete(r.revision);
     }
     const wallMs = performance.now() - t0;
-    const c1 = cpuMs(pid);
+    const c1 = procUsage(pid);
     const rss = /VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
     process.stdout.write(
       `${JSON.stringify({
         changes: n,
         wallMsPerChange: Math.round((wallMs / n) * 100) / 100,
-        agentOwnCpuMsPerItem: Math.round(((c1.self - c0.self) / n) * 100) / 100,
-        agentUserMsPerItem: Math.round(((c1.user - c0.user) / n) * 100) / 100,
-        agentSystemMsPerItem: Math.round(((c1.system - c0.system) / n) * 100) / 100,
+        agentOwnCpuMsPerItem: Math.round(((c1.selfMs - c0.selfMs) / n) * 100) / 100,
+        agentUserMsPerItem: Math.round(((c1.userMs - c0.userMs) / n) * 100) / 100,
+        agentSystemMsPerItem: Math.round(((c1.systemMs - c0.systemMs) / n) * 100) / 100,
         agentMinorFaultsPerItem: Math.round((c1.minorFaults - c0.minorFaults) / n),
-        hookCpuMsPerItem: Math.round(((c1.children - c0.children) / n) * 100) / 100,
+        hookCpuMsPerItem: Math.round(((c1.childrenMs - c0.childrenMs) / n) * 100) / 100,
         agentRssKb: Number(rss),
       })}\n`,
     );

@@ -17,7 +17,7 @@ import {
 } from './findings.js';
 import type { PeerResult } from './peer.js';
 import type { BenchResults } from './results.js';
-import { loadAvg, median, round } from './util.js';
+import { loadAvg, median, pageFaultUs, round } from './util.js';
 
 export interface ReportInput {
   out: string;
@@ -96,28 +96,6 @@ export function ed25519Us(): { signUs: number; verifyUs: number } {
     signUs: time(() => crypto.sign(null, msg, privateKey)),
     verifyUs: time(() => crypto.verify(null, msg, publicKey, sig)),
   };
-}
-
-/**
- * What a page fault costs here, µs: the first write to each 4 KiB page of a fresh 64 MiB buffer
- * (the kernel maps and zeroes it), less the same writes once mapped. Every fork (a hook's spawn
- * copies the agent's page tables, then each page either side writes first faults again), fresh
- * heap page and TLS buffer pays it; on this VM it is far above the write it stands for.
- */
-export function pageFaultUs(): number {
-  const PAGE_BYTES = 4096;
-  const pages = (64 * 2 ** 20) / PAGE_BYTES;
-  const runs: number[] = [];
-  for (let r = 0; r < 3; r++) {
-    const u8 = new Uint8Array(new ArrayBuffer(pages * PAGE_BYTES));
-    const t0 = process.hrtime.bigint();
-    for (let i = 0; i < u8.length; i += PAGE_BYTES) u8[i] = 1;
-    const t1 = process.hrtime.bigint();
-    for (let i = 0; i < u8.length; i += PAGE_BYTES) u8[i] = 2;
-    const t2 = process.hrtime.bigint();
-    runs.push(Number(t1 - t0 - (t2 - t1)) / 1e3 / pages);
-  }
-  return round(median(runs), 2);
 }
 
 /** Ed25519 here when the floors and the goals' "now" figures were measured (2026-12-01/02). */

@@ -15,17 +15,14 @@
  *   process's. A measurement of what the runner would save; the runner does not do it (the child's
  *   stdout and stderr would be bash's, shared by every run: docs/agent-footprint.md).
  *
+ * The ways run one after another, N each (each way's CPU is read from /proc around its block, at
+ * 10 ms resolution), so run it on a quiet machine.
+ *
  *   npm run build && node dist/bench/spawn-cost.js [--n 200] [--rss-mb 54]
  */
 import { spawn } from 'node:child_process';
-import fs from 'node:fs';
 import { parseArgs } from 'node:util';
-import { parseProcStat, reapedChildrenTicks } from '../protocol/proc-stat.js';
-import { pageFaultUs } from './report.js';
-import { pct } from './util.js';
-
-/** Clock ticks a second in /proc (USER_HZ). */
-const CLK_TCK = 100;
+import { pageFaultUs, pct, procUsage } from './util.js';
 
 interface Way {
   name: string;
@@ -46,14 +43,18 @@ const spawnWay: Way = {
     }),
 };
 
-type Execa = (file: string, args: string[], o: { stdio: 'ignore' }) => Promise<unknown>;
+type Execa = (file: string, args: string[], o: { stdin: 'ignore'; detached: true }) => Promise<unknown>;
 
 /** execa when it is installed (a variable specifier, so the build does not need it). */
 async function execaWay(): Promise<Way | undefined> {
   const name = 'execa';
   try {
     const { execa } = (await import(name)) as { execa: Execa };
-    return { name: 'execa', run: async () => void (await execa('sh', ['-c', 'true'], { stdio: 'ignore' })) };
+    // as the spawn way: stdin ignored, stdout and stderr piped, a process group of its own
+    return {
+      name: 'execa',
+      run: async () => void (await execa('sh', ['-c', 'true'], { stdin: 'ignore', detached: true })),
+    };
   } catch {
     return undefined;
   }
@@ -100,39 +101,26 @@ function ballast(mb: number): Buffer[] {
   return chunks;
 }
 
-/** A process's own CPU and its reaped children's, ms, and its minor faults. */
-function usage(pid: number): { self: number; children: number; faults: number } {
-  const text = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
-  const st = parseProcStat(text);
-  const children = reapedChildrenTicks(text);
-  if (st === undefined || children === undefined) throw new Error(`cannot read /proc/${pid}/stat`);
-  return {
-    self: ((st.utimeTicks + st.stimeTicks) * 1000) / CLK_TCK,
-    children: (children * 1000) / CLK_TCK,
-    faults: st.minorFaults,
-  };
-}
-
 async function measure(way: Way, n: number): Promise<string> {
   for (let i = 0; i < 10; i++) await way.run(); // warm-up
-  const me0 = usage(process.pid);
-  const h0 = way.helperPid === undefined ? undefined : usage(way.helperPid);
+  const me0 = procUsage(process.pid);
+  const h0 = way.helperPid === undefined ? undefined : procUsage(way.helperPid);
   const wall: number[] = [];
   for (let i = 0; i < n; i++) {
     const t = process.hrtime.bigint();
     await way.run();
     wall.push(Number(process.hrtime.bigint() - t) / 1_000);
   }
-  const me1 = usage(process.pid);
-  const h1 = way.helperPid === undefined ? undefined : usage(way.helperPid);
+  const me1 = procUsage(process.pid);
+  const h1 = way.helperPid === undefined ? undefined : procUsage(way.helperPid);
   const per = (x: number): string => (x / n).toFixed(2).padStart(6);
-  const self = me1.self - me0.self;
-  const helper = h0 && h1 ? h1.self - h0.self : 0;
-  const kids = me1.children - me0.children + (h0 && h1 ? h1.children - h0.children : 0);
+  const self = me1.selfMs - me0.selfMs;
+  const helper = h0 && h1 ? h1.selfMs - h0.selfMs : 0;
+  const kids = me1.childrenMs - me0.childrenMs + (h0 && h1 ? h1.childrenMs - h0.childrenMs : 0);
   return (
     `  ${way.name.padEnd(11)} p50 ${pct(wall, 50).toFixed(0).padStart(6)} µs  p99 ${pct(wall, 99).toFixed(0).padStart(6)} µs` +
     `  CPU ms a start: this process ${per(self)}, helper ${per(helper)}, children ${per(kids)}, all ${per(self + helper + kids)}` +
-    `  faults here ${((me1.faults - me0.faults) / n).toFixed(0)}\n`
+    `  faults here ${((me1.minorFaults - me0.minorFaults) / n).toFixed(0)}\n`
   );
 }
 

@@ -62,7 +62,7 @@ export const LISTENER_HANDSHAKE_TIMEOUT_MS = 5_000;
  * How often Node's HTTP server checks the listener's connections for `headersTimeout` and
  * `requestTimeout` (its `connectionsCheckingInterval`, 30 s by default). A backstop only: the
  * listener's own timer cuts every connection not upgraded within LISTENER_HANDSHAKE_TIMEOUT_MS.
- * Each check wakes an idle agent, which costs it ~0.6 ms of CPU here (docs/agent-footprint.md).
+ * Each check wakes an idle agent, which costs it 0.3-0.6 ms of CPU here (docs/agent-footprint.md).
  */
 export const LISTENER_HTTP_CHECK_INTERVAL_MS = 300_000;
 /** Connections at one listener that have not yet authenticated. */
@@ -193,7 +193,7 @@ export const EXEMPT_SIGNALS_CAPACITY = 8;
  */
 export const EXEMPT_OUTPUT_PER_WAKE_REQUESTS = 2;
 /** Such output chunks a node holds at most, on each controller (as EXEMPT_SIGNALS_CAPACITY). */
-export const EXEMPT_OUTPUT_CHUNKS_CAPACITY = EXEMPT_SIGNALS_CAPACITY * EXEMPT_OUTPUT_PER_WAKE_REQUESTS;
+export const EXEMPT_OUTPUT_CAPACITY = EXEMPT_SIGNALS_CAPACITY * EXEMPT_OUTPUT_PER_WAKE_REQUESTS;
 /** Refusals before authentication are logged at most once per code per this interval, with the count. */
 export const REFUSAL_LOG_INTERVAL_MS = 10_000;
 /**

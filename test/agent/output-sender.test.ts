@@ -76,41 +76,93 @@ describe('OutputSender', () => {
     s.stop();
   });
 
-  it("paces a run's chunks to the controller's rate, but not its last chunk of each stream, which the signal waits for", async () => {
+  /** A sender on fake timers; `got` collects what it sent. */
+  function pacedSender(): {
+    s: OutputSender;
+    got: OutputChunkBody[];
+    open: (revision: number) => ReturnType<OutputSender['open']>;
+  } {
+    const got: OutputChunkBody[] = [];
+    const s = new OutputSender({
+      node: 'n1',
+      log,
+      send: async (_p, body) => {
+        got.push(body);
+        return { status: 200 };
+      },
+    });
+    const open = (revision: number) => s.open({ ...item, revision, inputs: [] } as unknown as MetadataItem);
+    return { s, got, open };
+  }
+
+  /** Lets the pump run what it can without the (fake) clock moving. */
+  const settle = () => vi.advanceTimersByTimeAsync(0);
+
+  it("sends a run's last chunk of each stream on a credit its wake-up gave, with no token and no wait; other chunks wait for tokens", async () => {
     vi.useFakeTimers();
     try {
-      const got: OutputChunkBody[] = [];
-      const s = new OutputSender({
-        node: 'n1',
-        log,
-        send: async (_p, body) => {
-          got.push(body);
-          return { status: 200 };
-        },
-      });
-      const plain = (revision: number) => ({ ...item, revision, inputs: [] }) as unknown as MetadataItem;
-      // back-to-back runs that print on both streams, well past the burst: no wait on the (fake) clock
-      const t0 = Date.now();
+      const { s, got, open } = pacedSender();
+      // back-to-back runs that print on both streams, well past the burst, each after a wake-up
       const runs = OUTPUT_RATE_BURST + 10;
       for (let r = 1; r <= runs; r++) {
-        const live = s.open(plain(r));
+        s.granted();
+        const live = open(r);
         live.write('stdout', Buffer.from(`run ${r}\n`));
         live.write('stderr', Buffer.from(`warn ${r}\n`));
-        await live.close();
+        const closed = live.close();
+        await settle();
+        // both last chunks left at once: a token while there were any, then a credit
+        expect(got).toHaveLength(2 * r);
+        await closed;
       }
-      expect(got).toHaveLength(2 * runs);
-      expect(Date.now() - t0).toBe(0);
-      // one run's chunks before its last still wait for tokens (the bucket is empty now): chunks
-      // 1-3 at one token each, the fourth, its last, at once after them
-      const live = s.open(plain(runs + 1));
+      // a run's chunks before its last wait for tokens (the bucket is empty now): chunks 1-3 one
+      // token each; the fourth becomes the last at close, while it waits, and goes on a credit
+      s.granted();
+      const live = open(runs + 1);
       const big = Buffer.alloc(OUTPUT_CHUNK_MAX_BYTES, 'x');
       for (let i = 0; i < 4; i++) live.write('stdout', big);
       const closed = live.close();
       await vi.advanceTimersByTimeAsync((2.5 * 1000) / OUTPUT_RATE_PER_S);
       expect(got).toHaveLength(2 * runs + 2);
       await vi.advanceTimersByTimeAsync(1000 / OUTPUT_RATE_PER_S);
-      await closed;
       expect(got).toHaveLength(2 * runs + 4);
+      await closed;
+      s.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("without a credit a run's last chunk waits for a token like any other, and is sent when close marks it last while it waits", async () => {
+    vi.useFakeTimers();
+    try {
+      const { s, got, open } = pacedSender();
+      for (let r = 1; r <= OUTPUT_RATE_BURST; r++) {
+        const live = open(r);
+        live.write('stdout', Buffer.from(`run ${r}\n`));
+        await live.close();
+      }
+      expect(got).toHaveLength(OUTPUT_RATE_BURST);
+      // the bucket is empty and no wake-up gave a credit: the last chunk waits for its token
+      const a = open(OUTPUT_RATE_BURST + 1);
+      a.write('stdout', Buffer.from('no credit\n'));
+      const closedA = a.close();
+      await settle();
+      expect(got).toHaveLength(OUTPUT_RATE_BURST);
+      await vi.advanceTimersByTimeAsync(1000 / OUTPUT_RATE_PER_S);
+      expect(got).toHaveLength(OUTPUT_RATE_BURST + 1);
+      await closedA;
+      // a chunk waiting for its token when close finds nothing more: it is the last, and a
+      // credit given meanwhile sends it at once
+      const b = open(OUTPUT_RATE_BURST + 2);
+      b.write('stdout', Buffer.alloc(OUTPUT_CHUNK_MAX_BYTES, 'y'));
+      await settle();
+      expect(got).toHaveLength(OUTPUT_RATE_BURST + 1);
+      s.granted();
+      const closedB = b.close();
+      await settle();
+      expect(got).toHaveLength(OUTPUT_RATE_BURST + 2);
+      await closedB;
       s.stop();
     } finally {
       vi.useRealTimers();

@@ -16,7 +16,7 @@ import {
   MAX_JSON_DEPTH_LEVELS,
   API_IDENTITY_MAX_CONNECTIONS,
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
-  EXEMPT_OUTPUT_CHUNKS_CAPACITY,
+  EXEMPT_OUTPUT_CAPACITY,
   EXEMPT_OUTPUT_PER_WAKE_REQUESTS,
   EXEMPT_SIGNALS_CAPACITY,
   SIGNAL_RATE_BURST,
@@ -646,16 +646,48 @@ describe("a run's last output chunks, which its signal waits for, are never rate
       expect(rest).toEqual([...Array(EXEMPT_OUTPUT_PER_WAKE_REQUESTS + 1).fill(200), 429]);
     }));
 
-  it('a node holds at most EXEMPT_OUTPUT_CHUNKS_CAPACITY of them', () =>
+  it('a node holds at most EXEMPT_OUTPUT_CAPACITY of them', () =>
     withDeployment('output', async (own, dep, url) => {
       let revision = 1;
-      for (let i = 0; i < EXEMPT_OUTPUT_CHUNKS_CAPACITY; i++)
+      for (let i = 0; i < EXEMPT_OUTPUT_CAPACITY; i++)
         revision = (await own.req(op, 'PATCH', `/v1/deployments/${dep}`, { input_values: { i } })).json.revision;
       const codes: number[] = [];
-      for (let i = 0; i < EXEMPT_OUTPUT_CHUNKS_CAPACITY + 3; i++)
+      for (let i = 0; i < EXEMPT_OUTPUT_CAPACITY + 3; i++)
         codes.push((await own.req(n1(), 'POST', url, chunk(revision))).status);
-      expect(codes).toEqual([...Array(EXEMPT_OUTPUT_CHUNKS_CAPACITY + 1).fill(200), 429, 429]);
+      expect(codes).toEqual([...Array(EXEMPT_OUTPUT_CAPACITY + 1).fill(200), 429, 429]);
     }));
+
+  it('output chunks spend no signal credits', async () => {
+    const own = await startTestController(
+      pki,
+      {},
+      { rates: { output: { burst: 1, perS: 0.001 }, signal: { burst: 1, perS: 0.001 } } },
+    );
+    try {
+      await own.req(op, 'POST', '/v1/nodes', { id: 'n1' });
+      const c = await own.req(op, 'POST', '/v1/configs', { name: 'w', group: 'script', config: '#!/bin/sh\n' });
+      const dep = (await own.req(op, 'POST', '/v1/deployments', { node: 'n1', config_id: c.json.id })).json.id;
+      // one change that gave n1 work: one signal and EXEMPT_OUTPUT_PER_WAKE_REQUESTS chunks past the limits
+      const chunks: number[] = [];
+      for (let i = 0; i < EXEMPT_OUTPUT_PER_WAKE_REQUESTS + 2; i++)
+        chunks.push((await own.req(n1(), 'POST', `/v1/nodes/n1/deployments/${dep}/output`, chunk(1))).status);
+      expect(chunks).toEqual([...Array(EXEMPT_OUTPUT_PER_WAKE_REQUESTS + 1).fill(200), 429]);
+      const signals: number[] = [];
+      for (let i = 0; i < 3; i++)
+        signals.push(
+          (
+            await own.req(n1(), 'POST', `/v1/nodes/n1/deployments/${dep}/signal`, {
+              revision: 1,
+              deploy_status_code: 0,
+            })
+          ).status,
+        );
+      // the signal credit, then the budget of 1, then the limit
+      expect(signals).toEqual([200, 200, 429]);
+    } finally {
+      await own.close();
+    }
+  });
 
   it("another agent's or an operator's chunk to the node's route spends none of them", () =>
     withDeployment('output', async (own, _dep, url) => {
