@@ -164,6 +164,7 @@ export class OutputSender {
    */
   granted(): void {
     this.#credits = Math.min(this.#credits + EXEMPT_OUTPUT_PER_WAKE_REQUESTS, EXEMPT_OUTPUT_CAPACITY);
+    if (this.#waitingFor?.last === true) this.#wake?.(); // a last chunk waiting for a token goes now
   }
 
   /** Stops sending; what is queued is dropped (the signal carries the tails). Idempotent. */
