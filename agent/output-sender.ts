@@ -118,14 +118,11 @@ export class OutputSender {
     };
     let seq = 0;
     let closed: Promise<void> | null = null;
-    /** Each stream's newest chunk queued, marked the run's last at close if it has not left yet. */
+    /** Each stream's newest chunk queued: at close, the run's last (it may not have left yet). */
     const newest: Partial<Record<OutputStream, Queued>> = {};
     const flush = (stream: OutputStream, end: boolean): void => {
-      const texts = chunkers[stream].take(end);
-      for (let i = 0; i < texts.length; i++) {
-        const last = end && i === texts.length - 1;
-        newest[stream] = this.#push({ path, body: { revision, stream, seq: ++seq, text: texts[i]! }, last });
-      }
+      for (const text of chunkers[stream].take(end))
+        newest[stream] = this.#push({ path, body: { revision, stream, seq: ++seq, text } });
     };
     const timer = setInterval(() => {
       flush('stdout', false);
@@ -149,7 +146,7 @@ export class OutputSender {
           for (const stream of ['stdout', 'stderr'] as const) {
             flush(stream, true);
             const q = newest[stream];
-            if (q !== undefined && q.last !== true) this.#markLast(q);
+            if (q !== undefined) this.#markLast(q);
           }
           await this.#idle(this.#o.finalWaitMs);
         })();
