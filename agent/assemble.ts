@@ -26,7 +26,8 @@ import {
 import { WakeVerifier, type WakeClaims } from '../protocol/wake.js';
 import { materialPaths } from '../certs/paths.js';
 import { PkiMaterial, refusalCodeOf, type Logger } from '../certs/tls.js';
-import { ApplyLoop } from './apply.js';
+import { ApplyLoop, type ApplyLoopOptions } from './apply.js';
+import type { HookLauncher } from './hooks/launcher.js';
 import { ensurePrivateDir } from './atomic-file.js';
 import { FetchCoalescer } from './coalescer.js';
 import { parseControllerUrls } from './controller-endpoints.js';
@@ -76,6 +77,11 @@ export interface AgentConfig {
   liveOutput?: boolean | undefined;
   /** Renew the certificate at two thirds of its lifetime (SPEC §9; default true). */
   renew?: boolean | undefined;
+  /**
+   * Start hooks from a small process that stays (agent/hooks/launcher.ts; default true where it
+   * can: Linux with perl). False: the agent spawns every hook itself.
+   */
+  hookLauncher?: boolean | undefined;
 }
 
 export const DEFAULT_AGENT_CONFIG = {
@@ -284,12 +290,27 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
   });
   const output = new OutputSender({ node: cfg.node, send: (p, body) => fetcher.output(p, body), log });
   let runItem: RunItem | undefined = deps.runItem;
+  const runOptions: ApplyLoopOptions['runOptions'] = {
+    runsDir,
+    ...(cfg.hooksDir ? { hooksDir: path.resolve(cfg.hooksDir) } : {}),
+    log,
+  };
+  let launcher: HookLauncher | undefined;
   const apply = new ApplyLoop({
     node: cfg.node,
     state,
     enqueue: (s) => outbox.put(s),
-    loadRunItem: async () => (runItem ??= (await import('./hooks/run-item.js')).runItem),
-    runOptions: { runsDir, ...(cfg.hooksDir ? { hooksDir: path.resolve(cfg.hooksDir) } : {}), log },
+    // the runner and the launcher load at the first item: an idle agent holds neither
+    loadRunItem: async () => {
+      if (cfg.hookLauncher !== false && launcher === undefined) {
+        const { HookLauncher } = await import('./hooks/launcher.js');
+        launcher ??= new HookLauncher({ log });
+        runOptions.launcher = launcher;
+      }
+      runItem ??= (await import('./hooks/run-item.js')).runItem;
+      return runItem;
+    },
+    runOptions,
     ...(cfg.liveOutput === false ? {} : { openOutput: (item: MetadataItem) => output.open(item) }),
     log,
     ...(observe.spawn ? { onSpawn: observe.spawn } : {}),
@@ -424,6 +445,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
       coalescer.close();
       await listener.close();
       await apply.stop(cfg.shutdownGraceMs ?? AGENT_SHUTDOWN_GRACE_MS);
+      launcher?.close();
       await announcing;
       // one short chance to deliver what is queued; the rest waits on disk for the next start
       if (started) await Promise.race([outbox.idle(), new Promise((r) => setTimeout(r, 1_000).unref())]);

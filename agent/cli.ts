@@ -75,6 +75,7 @@ interface AgentCliOptions {
   ca?: string;
   cert?: string;
   key?: string;
+  hookLauncher: boolean;
 }
 
 /** Adds `herald agent` to `program`. */
@@ -115,6 +116,10 @@ export function registerAgentCommand(program: Command): void {
     .option('--ca <file>', 'override the CA certificate file')
     .option('--cert <file>', 'override the agent certificate file')
     .option('--key <file>', 'override the agent key file')
+    .option(
+      '--no-hook-launcher',
+      'spawn every hook from the agent itself, not from the small process that starts them (perl, where there is one: a hook then costs the agent no fork of itself)',
+    )
     .addHelpText(
       'after',
       `
@@ -159,6 +164,7 @@ Example:
         ca: o.ca,
         cert: o.cert,
         key: o.key,
+        hookLauncher: o.hookLauncher,
       });
       await new Promise<void>((resolve) => {
         let signals = 0;

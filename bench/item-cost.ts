@@ -2,11 +2,14 @@
  * What one deployment item costs a real agent: a `herald controller` and one `herald agent`
  * process as `bin/herald` starts them, N changes back to back to one deployment (each PATCH sent
  * once the previous revision reads COMPLETE), and the agent's CPU read from /proc/<pid>/stat
- * around them: its own (utime + stime, all threads) and its reaped children's (the hooks).
- * Prints one JSON line: the wall time per change, both CPU figures per item (the agent's split into
+ * around them: its own (utime + stime, all threads) and its reaped children's (the hooks), and
+ * those of its hook launcher (agent/hooks/launcher.ts: the perl that forks the hooks, whose
+ * children are the hooks then) when it has one.
+ * Prints one JSON line: the wall time per change, the CPU figures per item (the agent's split into
  * user and system time), the agent's minor page faults per item, its RSS.
  *
  *   npm run build && node dist/bench/item-cost.js [--n 100] [--script '#!/bin/sh\ntrue\n'] [--node-args '--opt']
+ *     [--no-hook-launcher]
  *
  * docs/agent-footprint.md and BENCHMARKS.md (findings, the cluster restart) quote it.
  */
@@ -18,6 +21,7 @@ import { benchPki, slot } from './pki-cache.js';
 import { freeLowPort, startAgentProc, startController, stopController, stopProc } from './procs.js';
 import { waitComplete, waitConnected } from './latency.js';
 import { procUsage } from './util.js';
+import { parseProcStat } from '../protocol/proc-stat.js';
 
 /** How long one change may take. */
 const CHANGE_TIMEOUT_MS = 15_000;
@@ -38,6 +42,7 @@ async function main(): Promise<void> {
       n: { type: 'string', default: '100' },
       script: { type: 'string', default: '#!/bin/sh\ntrue\n' },
       'node-args': { type: 'string', default: '' },
+      'no-hook-launcher': { type: 'boolean', default: false },
     },
   });
   const n = Number(a.n);
@@ -55,6 +60,7 @@ async function main(): Promise<void> {
     stateDir: path.join(dir, 'state'),
     logFile: path.join(dir, 'agent.log'),
     nodeArgs: a['node-args'].split(' ').filter(Boolean),
+    ...(a['no-hook-launcher'] ? { extra: ['--no-hook-launcher'] } : {}),
   });
   try {
     await waitConnected(ctl, s.node, CONNECT_TIMEOUT_MS);
@@ -72,7 +78,9 @@ async function main(): Promise<void> {
     const complete = (revision: number): Promise<void> => waitComplete(ctl, dep.id, revision, CHANGE_TIMEOUT_MS);
     await complete(dep.revision);
     const pid = agent.pid!;
+    const launcher = launcherOf(pid);
     const c0 = procUsage(pid);
+    const l0 = launcher === undefined ? undefined : procUsage(launcher);
     const t0 = performance.now();
     for (let k = 1; k <= n; k++) {
       const r = await ctl.op.must<Deployment>(200, 'PATCH', `/v1/deployments/${dep.id}`, { input_values: { k } });
@@ -80,6 +88,7 @@ async function main(): Promise<void> {
     }
     const wallMs = performance.now() - t0;
     const c1 = procUsage(pid);
+    const l1 = launcher === undefined ? undefined : procUsage(launcher);
     const rss = /VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
     process.stdout.write(
       `${JSON.stringify({
@@ -89,7 +98,10 @@ async function main(): Promise<void> {
         agentUserMsPerItem: Math.round(((c1.userMs - c0.userMs) / n) * 100) / 100,
         agentSystemMsPerItem: Math.round(((c1.systemMs - c0.systemMs) / n) * 100) / 100,
         agentMinorFaultsPerItem: Math.round((c1.minorFaults - c0.minorFaults) / n),
-        hookCpuMsPerItem: Math.round(((c1.childrenMs - c0.childrenMs) / n) * 100) / 100,
+        hookCpuMsPerItem:
+          Math.round(((c1.childrenMs - c0.childrenMs + (l0 && l1 ? l1.childrenMs - l0.childrenMs : 0)) / n) * 100) /
+          100,
+        launcherCpuMsPerItem: l0 && l1 ? Math.round(((l1.selfMs - l0.selfMs) / n) * 100) / 100 : null,
         agentRssKb: Number(rss),
       })}\n`,
     );
@@ -97,6 +109,20 @@ async function main(): Promise<void> {
     await stopProc(agent);
     await stopController(ctl, 'SIGKILL');
   }
+}
+
+/** The agent's hook launcher (a perl child of it), undefined when it has none. */
+function launcherOf(agent: number): number | undefined {
+  for (const e of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const st = parseProcStat(fs.readFileSync(`/proc/${e}/stat`, 'latin1'));
+      if (st?.ppid === agent && st.comm === 'perl') return st.pid;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return undefined;
 }
 
 main().catch((err: unknown) => {

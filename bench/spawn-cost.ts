@@ -10,6 +10,8 @@
  *   process group, pipes for stdout and stderr). Node 20's libuv forks this process for it.
  * - `execa`: the same through execa, when it is installed beside the tree (Herald does not depend
  *   on it: README, "Hooks"): `npm install --no-save execa@9.6.1`.
+ * - `launcher`: the runner's way by default, `agent/hooks/launcher.ts`: a perl that stays hands
+ *   each run pipes of its own, which this process opens through /proc, and forks the child.
  * - `shell-stays`: one `bash` started once (`set -m`: each job in its own process group) is
  *   asked over a pipe to start each child and to say when it ended: the fork is bash's, not this
  *   process's. A measurement of what the runner would save; the runner does not do it (the child's
@@ -21,6 +23,7 @@
  *   npm run build && node dist/bench/spawn-cost.js [--n 200] [--rss-mb 54]
  */
 import { spawn } from 'node:child_process';
+import { HookLauncher } from '../agent/hooks/launcher.js';
 import { parseArgs } from 'node:util';
 import { pageFaultUs, pct, procUsage } from './util.js';
 
@@ -58,6 +61,29 @@ async function execaWay(): Promise<Way | undefined> {
   } catch {
     return undefined;
   }
+}
+
+/** The hook runner's launcher, started once; each start asked of it waits for the child's exit. */
+async function launcherWay(): Promise<Way | undefined> {
+  const launcher = new HookLauncher();
+  if (!(await launcher.start())) return undefined;
+  const spec = { file: 'sh', args: ['-c', 'true'], cwd: '/', env: { PATH: '/usr/bin:/bin' }, stdin: false };
+  return {
+    name: 'launcher',
+    helperPid: launcher.pid as number,
+    run: () =>
+      new Promise((resolve, reject) => {
+        const c = launcher.launch(spec);
+        if (c === undefined) return reject(new Error('the launcher is not ready'));
+        c.once('error', reject);
+        c.once('exit', () => {
+          c.stdout.destroy();
+          c.stderr.destroy();
+          resolve();
+        });
+      }),
+    close: () => launcher.close(),
+  };
 }
 
 /** A bash that stays, starting each child as a job of its own and answering its exit status. */
@@ -134,7 +160,8 @@ async function main(): Promise<void> {
   process.stdout.write(
     `sh -c true, N=${n} each, from a process of ${(process.memoryUsage().rss / 2 ** 20).toFixed(0)} MB RSS (${keep.length} MB ballast)${execa ? '' : '; execa not installed'}\n`,
   );
-  const ways = [spawnWay, ...(execa ? [execa] : []), shellStaysWay()];
+  const launcher = await launcherWay();
+  const ways = [spawnWay, ...(execa ? [execa] : []), ...(launcher ? [launcher] : []), shellStaysWay()];
   for (const way of ways) process.stdout.write(await measure(way, n));
   for (const way of ways) way.close?.();
   process.stdout.write(`a page fault here (the first write to a fresh 4 KiB page): ${pageFaultUs()} µs\n`);

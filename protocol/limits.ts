@@ -240,6 +240,15 @@ export const AGENT_STATE_JOURNAL_MAX_BYTES = 64 * 1024;
 export const HOOK_SPAWN_BUSY_RETRY_MS = 10;
 export const HOOK_SPAWN_BUSY_MAX_WAIT_MS = 1_000;
 /**
+ * The hook launcher (agent/hooks/launcher.ts: a small process that starts hooks so the agent does
+ * not fork itself for each) ends after this long without a run; the next run starts it again.
+ */
+export const HOOK_LAUNCHER_IDLE_CLOSE_MS = 5 * 60_000;
+/** A hook whose launcher died while it ran is looked for in /proc this often, until it ended. */
+export const HOOK_LAUNCHER_LOST_PROBE_MS = 50;
+/** Of what the launcher itself writes on stderr (never a hook's), at most this much is logged. */
+export const MAX_HOOK_LAUNCHER_STDERR_BYTES = 1024;
+/**
  * The agent's start-up fetch waits for its endpoint announcement at most this long: a node the
  * announcement registers does not exist before it, and a fetch racing it would be a 404.
  */

@@ -61,6 +61,7 @@ interface Resolved {
   uid: number | undefined;
   env: NodeJS.ProcessEnv;
   log: RunOptions['log'];
+  launcher: RunOptions['launcher'];
 }
 
 /** Fails the item with a Herald code; thrown inside this module, turned into a RunResult. */
@@ -96,6 +97,7 @@ async function runUnmasked(item: MetadataItem, opts: RunOptions): Promise<RunRes
     uid: opts.uid ?? process.getuid?.(),
     env: opts.env ?? process.env,
     log: opts.log,
+    launcher: opts.launcher,
   };
   try {
     const { inputNames, outputNames } = checkItem(item);
@@ -193,6 +195,7 @@ function processOptions(o: Resolved) {
     ...(o.signal === undefined ? {} : { signal: o.signal }),
     ...(o.onSpawn === undefined ? {} : { onSpawn: o.onSpawn }),
     ...(o.onOutput === undefined ? {} : { onOutput: o.onOutput }),
+    ...(o.launcher === undefined ? {} : { launcher: o.launcher }),
   };
 }
 

@@ -12,6 +12,7 @@ import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { constants as osc } from 'node:os';
 import { HOOK_SPAWN_BUSY_MAX_WAIT_MS, HOOK_SPAWN_BUSY_RETRY_MS } from '../../protocol/limits.js';
+import type { HookLauncher, LaunchedProcess } from './launcher.js';
 import { TailBuffer } from './tail-buffer.js';
 
 export interface ProcessSpec {
@@ -30,6 +31,8 @@ export interface ProcessSpec {
   onSpawn?: (pid: number) => void;
   /** Called with each piece the hook writes, as it comes (live output); must not throw or block. */
   onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
+  /** Starts the process when it can (launcher.ts); otherwise, or when absent, it is spawned here. */
+  launcher?: HookLauncher;
 }
 
 export interface ProcessResult {
@@ -80,22 +83,31 @@ function runProcessOnce(spec: ProcessSpec): Promise<ProcessResult> {
       return r;
     };
 
-    let child: ReturnType<typeof spawn>;
+    let child: ReturnType<typeof spawn> | LaunchedProcess;
     try {
-      child = spawn(spec.file, spec.args ?? [], {
-        cwd: spec.cwd,
-        env: spec.env,
-        detached: true, // own process group: the timeout kills the hook and its children
-        stdio: [spec.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-        windowsHide: true,
-      });
+      child =
+        spec.launcher?.launch({
+          file: spec.file,
+          args: spec.args ?? [],
+          cwd: spec.cwd,
+          env: spec.env,
+          stdin: spec.stdin !== undefined,
+        }) ??
+        spawn(spec.file, spec.args ?? [], {
+          cwd: spec.cwd,
+          env: spec.env,
+          detached: true, // own process group: the timeout kills the hook and its children
+          stdio: [spec.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+          windowsHide: true,
+        });
     } catch (e) {
       resolve(result(null, null, e as Error));
       return;
     }
 
-    const pid = child.pid;
+    // read when needed: a launched process has its pid only once it started
     const killGroup = (sig: NodeJS.Signals): void => {
+      const pid = child.pid;
       if (pid === undefined) return;
       try {
         process.kill(-pid, sig);
@@ -103,7 +115,7 @@ function runProcessOnce(spec: ProcessSpec): Promise<ProcessResult> {
         // ESRCH: the group is gone already
       }
     };
-    const groupAlive = (): boolean => pid !== undefined && groupHasLiveMember(pid);
+    const groupAlive = (): boolean => child.pid !== undefined && groupHasLiveMember(child.pid);
     const startKill = (): void => {
       if (killTimer !== undefined || killSent) return;
       killGroup('SIGTERM');
@@ -138,7 +150,7 @@ function runProcessOnce(spec: ProcessSpec): Promise<ProcessResult> {
     if (spec.stdin !== undefined) child.stdin?.end(spec.stdin);
 
     child.once('spawn', () => {
-      if (pid !== undefined) spec.onSpawn?.(pid);
+      if (child.pid !== undefined) spec.onSpawn?.(child.pid);
     });
 
     const cleanup = (): void => {
@@ -146,7 +158,7 @@ function runProcessOnce(spec: ProcessSpec): Promise<ProcessResult> {
       spec.signal?.removeEventListener('abort', onAbort);
     };
 
-    child.once('error', (e) => {
+    child.once('error', (e: Error) => {
       // Only a failure to start ends the run here; after a start, 'exit' does.
       if (settled || child.pid !== undefined) return;
       settled = true;
@@ -154,7 +166,7 @@ function runProcessOnce(spec: ProcessSpec): Promise<ProcessResult> {
       resolve(result(null, null, e));
     });
 
-    child.once('exit', (code, sig) => {
+    child.once('exit', (code: number | null, sig: NodeJS.Signals | null) => {
       if (settled) return;
       settled = true;
       clearTimeout(timeout);
@@ -208,7 +220,10 @@ function groupHasLiveMember(pgid: number): boolean {
 }
 
 /** Waits for stdout and stderr to close, at most `ms` (a daemon may keep them open forever). */
-function drain(child: ReturnType<typeof spawn>, ms: number): Promise<void> {
+function drain(
+  child: { stdout: NodeJS.ReadableStream | null; stderr: NodeJS.ReadableStream | null },
+  ms: number,
+): Promise<void> {
   const closed = (s: NodeJS.ReadableStream | null): Promise<void> =>
     s === null || (s as unknown as { closed?: boolean }).closed === true
       ? Promise.resolve()

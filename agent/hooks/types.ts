@@ -2,6 +2,7 @@
  * The seam between the agent's apply loop and its hook runner.
  */
 import type { MetadataItem } from '../../protocol/heat.js';
+import type { HookLauncher } from './launcher.js';
 
 export interface RunResult {
   deploy_status_code: number;
@@ -40,6 +41,11 @@ export interface RunOptions {
   uid?: number;
   /** The agent's environment, of which only PATH, HOME, LANG and LC_* pass. Default process.env. */
   env?: NodeJS.ProcessEnv;
+  /**
+   * Starts hooks without forking the agent (launcher.ts) when it can; absent: every hook is
+   * spawned by the agent itself.
+   */
+  launcher?: HookLauncher;
   /** Warnings about refused items and unexpected failures (ids and codes only, never values). */
   log?: { warn(obj: object, msg: string): void };
 }

@@ -1,7 +1,8 @@
 /** The hook runner's process handling, with real children checked in /proc. */
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { HookLauncher } from '../../agent/hooks/launcher.js';
 import { HOOK_TIMEOUT_STATUS_CODE, INTERRUPTED_STATUS_CODE, runItem } from '../../agent/hooks/run-item.js';
 import { cutMarker, TailBuffer } from '../../agent/hooks/tail-buffer.js';
 import type { RunOptions } from '../../agent/hooks/types.js';
@@ -24,9 +25,14 @@ afterAll(async () => {
   await rm(base, { recursive: true, force: true });
 });
 
-function opts(over: Partial<RunOptions> = {}): RunOptions {
-  return { runsDir: join(base, 'runs'), env: { PATH: process.env.PATH }, uid: 1000, ...over };
-}
+const launcher = new HookLauncher();
+afterAll(() => launcher.close());
+
+// the tests below run both ways a hook can start: each must hold whichever starts it
+describe('hook processes', () => processTests(undefined));
+describe('hook processes started by the launcher', () => processTests(launcher));
+describe('a script busy being written (ETXTBSY)', () => busyTests(undefined));
+describe('a script busy being written (ETXTBSY) for the launcher', () => busyTests(launcher));
 
 describe('TailBuffer', () => {
   it('keeps the last bytes with a marker', () => {
@@ -47,7 +53,33 @@ describe('TailBuffer', () => {
   });
 });
 
-describe('hook processes', () => {
+function processTests(l: HookLauncher | undefined): void {
+  let spawns = 0;
+  let before = 0;
+  beforeEach(async () => {
+    spawns = 0;
+    if (l !== undefined) expect(await l.start()).toBe(true);
+    before = l?.started ?? 0;
+  });
+  afterEach(() => {
+    if (l !== undefined) expect(l.started - before).toBe(spawns);
+  });
+
+  function opts(over: Partial<RunOptions> = {}): RunOptions {
+    const onSpawn = over.onSpawn;
+    return {
+      runsDir: join(base, 'runs'),
+      env: { PATH: process.env.PATH },
+      uid: 1000,
+      ...over,
+      ...(l === undefined ? {} : { launcher: l }),
+      onSpawn: (pid) => {
+        spawns++;
+        onSpawn?.(pid);
+      },
+    };
+  }
+
   it('keeps the last 1 MiB of 5 MiB of stdout, with the marker', async () => {
     const r = await runItem(
       item({ config: '#!/bin/sh\nhead -c 5242880 /dev/zero | tr "\\0" a\nprintf END\necho err >&2\n' }),
@@ -162,10 +194,12 @@ describe('hook processes', () => {
     const r = await runItem(item({ config: '#!/bin/sh\nkill -KILL $$\n' }), opts());
     expect(r.deploy_status_code).toBe(137);
   });
-});
+}
 
-describe('a script busy being written (ETXTBSY)', () => {
+function busyTests(l: HookLauncher | undefined): void {
   it('is started once the writer lets go, not failed', async () => {
+    if (l !== undefined) expect(await l.start()).toBe(true);
+    const before = l?.started ?? 0;
     const { mkdtemp, open, rm: rmDir } = await import('node:fs/promises');
     const { tmpdir } = await import('node:os');
     const { runProcess } = await import('../../agent/hooks/run-process.js');
@@ -184,8 +218,10 @@ describe('a script busy being written (ETXTBSY)', () => {
         killGraceMs: 1_000,
         drainMs: 100,
         maxOutputBytes: 1024,
+        ...(l === undefined ? {} : { launcher: l }),
       });
       await released;
+      if (l !== undefined) expect(l.started - before).toBe(1);
       expect(r.spawnError).toBeUndefined();
       expect(r.exitCode).toBe(0);
       expect(r.stdout).toBe('started\n');
@@ -193,4 +229,4 @@ describe('a script busy being written (ETXTBSY)', () => {
       await rmDir(dir, { recursive: true, force: true });
     }
   });
-});
+}

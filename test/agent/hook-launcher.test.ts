@@ -1,0 +1,238 @@
+/**
+ * The hook launcher (agent/hooks/launcher.ts): a hook it starts sees what a hook the agent spawns
+ * sees, each run has pipes of its own, and whatever happens to the launcher a run still ends
+ * and later runs still start. test/agent/hooks-process.test.ts runs the runner's process tests
+ * both ways.
+ */
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { HookLauncher } from '../../agent/hooks/launcher.js';
+import { runProcess, type ProcessSpec } from '../../agent/hooks/run-process.js';
+import { procState, waitDead } from './hooks-helpers.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'herald-launcher-'));
+const launchers: HookLauncher[] = [];
+afterAll(() => {
+  for (const l of launchers) l.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function newLauncher(opts: ConstructorParameters<typeof HookLauncher>[0] = {}): HookLauncher {
+  const l = new HookLauncher(opts);
+  launchers.push(l);
+  return l;
+}
+
+let n = 0;
+function script(text: string, mode = 0o700): string {
+  const file = join(dir, `hook-${++n}`);
+  writeFileSync(file, text, { mode });
+  chmodSync(file, mode);
+  return file;
+}
+
+function spec(file: string, over: Partial<ProcessSpec> = {}): ProcessSpec {
+  return {
+    file,
+    cwd: dir,
+    env: { PATH: '/usr/bin:/bin' },
+    timeoutMs: 20_000,
+    killGraceMs: 1_000,
+    drainMs: 200,
+    maxOutputBytes: 1024 * 1024,
+    ...over,
+  };
+}
+
+/** Polls /proc until `pid` is gone, within a bound; false when it still runs. */
+async function gone(pid: number | undefined): Promise<boolean> {
+  return pid === undefined || (await waitDead(pid, 5_000));
+}
+
+describe('a hook the launcher starts', () => {
+  it('sees what a spawned one sees: environment, cwd, stdin, its own session and group, fds, signals', async () => {
+    const l = newLauncher();
+    expect(await l.start()).toBe(true);
+    // perl itself runs with nothing of this process's environment (PERL5OPT, PERL5LIB)
+    expect(readFileSync(`/proc/${l.pid}/environ`, 'latin1')).toBe('');
+    const file = script(
+      [
+        '#!/bin/sh',
+        'env | sort',
+        'pwd',
+        'cat',
+        'echo',
+        // pid, pgrp and session of this shell (its comm, "sh", has no space)
+        'set -- $(cut -d" " -f1,5,6 /proc/$$/stat)',
+        '[ "$1" = "$2" ] && [ "$1" = "$3" ] && echo leader-of-own-session-and-group',
+        'grep -E "^(SigIgn|SigBlk)" /proc/$$/status',
+        // the shell's own glob: no pipeline, whose pipes the shell holds for a moment
+        'cd /proc/$$/fd && echo * && cd - >/dev/null',
+        'echo to-stderr >&2',
+        'exit 7',
+      ].join('\n'),
+    );
+    const s = spec(file, {
+      env: { PATH: '/usr/bin:/bin', A: 'x=y', EMPTY: '', 'not-an-identifier': 'v', MULTI: 'a\nb' },
+      stdin: 'the input\n',
+    });
+    const spawned = await runProcess(s);
+    const before = l.started;
+    const launched = await runProcess({ ...s, launcher: l });
+    expect(l.started - before).toBe(1);
+    expect(spawned.exitCode).toBe(7);
+    // the last line lists the open descriptors: the launcher's hook holds no more than the
+    // spawned one (which may also hold one the test process had open without close-on-exec)
+    const last = (out: string) => out.slice(out.lastIndexOf('\n', out.length - 2) + 1);
+    const fds = (out: string) => new Set(last(out).trim().split(' '));
+    const cut = (r: typeof spawned) => ({ ...r, stdout: r.stdout.slice(0, -last(r.stdout).length) });
+    expect(cut(launched)).toEqual(cut(spawned));
+    expect([...fds(launched.stdout)].filter((fd) => !fds(spawned.stdout).has(fd))).toEqual([]);
+    expect(fds(launched.stdout)).toContain('0');
+    expect(launched.stdout).toContain('A=x=y\nEMPTY=\nMULTI=a\nPATH=/usr/bin:/bin\n');
+    expect(launched.stdout).toContain(`${dir}\nthe input\n\nleader-of-own-session-and-group\n`);
+    expect(launched.stdout).toContain('SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n');
+    expect(launched.stderr).toBe('to-stderr\n');
+
+    // no shell between: the environment exactly as given, names a shell would drop included
+    const env = { ...s, file: '/usr/bin/env', args: ['-0'], stdin: undefined };
+    const exact = await runProcess({ ...env, launcher: l });
+    expect(l.started - before).toBe(2);
+    expect(exact.stdout.split('\0').sort()).toEqual(
+      ['', 'A=x=y', 'EMPTY=', 'MULTI=a\nb', 'PATH=/usr/bin:/bin', 'not-an-identifier=v'].sort(),
+    );
+    expect(exact).toEqual(await runProcess(env));
+  });
+
+  it('fails to start with the codes spawn gives: ENOENT, EACCES, a bad interpreter, a bad cwd', async () => {
+    const l = newLauncher();
+    const cases: ProcessSpec[] = [
+      spec(join(dir, 'missing')),
+      spec(script('#!/bin/sh\necho never\n', 0o600)),
+      spec(script('#!/no/such/interpreter\necho never\n')),
+      spec(script('#!/bin/sh\necho never\n'), { cwd: join(dir, 'no-such-dir') }),
+    ];
+    const codes = (r: { spawnError?: Error }) => (r.spawnError as NodeJS.ErrnoException | undefined)?.code;
+    for (const c of cases) {
+      expect(await l.start()).toBe(true);
+      const before = l.started;
+      const spawned = await runProcess(c);
+      const launched = await runProcess({ ...c, launcher: l });
+      expect(codes(launched)).toBeDefined();
+      expect(codes(launched)).toBe(codes(spawned));
+      expect(launched.exitCode).toBeNull();
+      expect(launched.stdout + launched.stderr).toBe('');
+      expect(l.started).toBe(before); // not started: nothing counted
+    }
+    // a script without an interpreter line runs under /bin/sh both ways (execvp's rule)
+    const bare = spec(script('echo no interpreter line\n'));
+    const launched = await runProcess({ ...bare, launcher: l });
+    expect(launched).toEqual(await runProcess(bare));
+    expect(launched.stdout).toBe('no interpreter line\n');
+  });
+
+  it('a value no process can carry (NUL) is spawned directly and refused as before', async () => {
+    const l = newLauncher();
+    expect(await l.start()).toBe(true);
+    const s = spec(script('#!/bin/sh\ntrue\n'), { env: { PATH: '/usr/bin:/bin', BAD: 'a\0b' } });
+    const spawned = await runProcess(s);
+    const launched = await runProcess({ ...s, launcher: l });
+    expect((launched.spawnError as NodeJS.ErrnoException).code).toBe('ERR_INVALID_ARG_VALUE');
+    expect(launched).toEqual(spawned);
+    expect(l.ready).toBe(true); // still there for the next run
+  });
+});
+
+describe('each run has pipes of its own', () => {
+  it("a daemon one run leaves behind never writes into a later run's output", async () => {
+    const l = newLauncher();
+    expect(await l.start()).toBe(true);
+    const first = await runProcess({
+      ...spec(script('#!/bin/sh\n(sleep 0.4; echo late-from-the-first-run; echo late-err >&2) &\necho first\n')),
+      launcher: l,
+    });
+    expect(first.stdout).toBe('first\n');
+    // the second run outlives the daemon's write
+    const second = await runProcess({ ...spec(script('#!/bin/sh\necho second\nsleep 1\necho end\n')), launcher: l });
+    expect(l.started).toBe(2);
+    expect(second.stdout).toBe('second\nend\n');
+    expect(second.stderr).toBe('');
+  });
+});
+
+describe('whatever happens to the launcher', () => {
+  it("ignores TERM and INT sent to it (the agent's process group): the run keeps its status", async () => {
+    const l = newLauncher();
+    expect(await l.start()).toBe(true);
+    const r = await runProcess({
+      ...spec(script('#!/bin/sh\nsleep 0.3\nexit 5\n')),
+      launcher: l,
+      onSpawn: () => {
+        process.kill(l.pid as number, 'SIGTERM');
+        process.kill(l.pid as number, 'SIGINT');
+      },
+    });
+    expect(r.exitCode).toBe(5);
+    expect(l.started).toBe(1);
+    expect(l.ready).toBe(true);
+  });
+
+  it('killed while a hook runs: the run ends when the hook does, and later hooks are spawned directly', async () => {
+    const warnings: string[] = [];
+    const l = newLauncher({ log: { warn: (_o, m) => warnings.push(m) } });
+    expect(await l.start()).toBe(true);
+    const launcherPid = l.pid;
+    let hook = 0;
+    const r = await runProcess({
+      ...spec(script('#!/bin/sh\nsleep 0.3\necho out\nexit 5\n')),
+      launcher: l,
+      onSpawn: (pid) => {
+        hook = pid;
+        process.kill(launcherPid as number, 'SIGKILL');
+      },
+    });
+    expect(hook).toBeGreaterThan(0);
+    expect(procState(hook) ?? 'Z').toBe('Z'); // ended (a zombie until whoever adopted it reaps it)
+    expect(r.exitCode).toBeNull(); // its status went with the launcher
+    expect(r.stdout).toBe('out\n');
+    expect(warnings).toContain('hook launcher died while a hook ran');
+    expect(await gone(launcherPid)).toBe(true);
+    const next = await runProcess({ ...spec(script('#!/bin/sh\nexit 3\n')), launcher: l });
+    expect(next.exitCode).toBe(3);
+    expect(l.started).toBe(1);
+    expect(l.pid).toBeUndefined();
+    expect(await l.start()).toBe(false);
+  });
+
+  it('ends after its idle time, and the run after that starts a new one', async () => {
+    const l = newLauncher({ idleCloseMs: 100 });
+    expect(await l.start()).toBe(true);
+    const first = l.pid;
+    expect(await gone(first)).toBe(true);
+    expect(l.pid).toBeUndefined();
+    // this run is spawned directly and starts the next launcher
+    expect((await runProcess({ ...spec(script('#!/bin/sh\nexit 0\n')), launcher: l })).exitCode).toBe(0);
+    expect(l.started).toBe(0);
+    expect(await l.start()).toBe(true);
+    expect(l.pid).not.toBe(first);
+    expect((await runProcess({ ...spec(script('#!/bin/sh\nexit 4\n')), launcher: l })).exitCode).toBe(4);
+    expect(l.started).toBe(1);
+  });
+
+  it('close() ends it; without perl there is none, and hooks are spawned directly', async () => {
+    const l = newLauncher();
+    expect(await l.start()).toBe(true);
+    const pid = l.pid;
+    l.close();
+    expect(await gone(pid)).toBe(true);
+    expect(await l.start()).toBe(false);
+
+    const none = newLauncher({ perl: join(dir, 'no-perl-here') });
+    expect(await none.start()).toBe(false);
+    const r = await runProcess({ ...spec(script('#!/bin/sh\necho direct\n')), launcher: none });
+    expect(r.stdout).toBe('direct\n');
+    expect(none.started).toBe(0);
+  });
+});
