@@ -20,8 +20,7 @@ import { parseArgs } from 'node:util';
 import { benchPki, slot } from './pki-cache.js';
 import { freeLowPort, startAgentProc, startController, stopController, stopProc } from './procs.js';
 import { waitComplete, waitConnected } from './latency.js';
-import { procUsage } from './util.js';
-import { parseProcStat } from '../protocol/proc-stat.js';
+import { launchersOf, procUsage } from './util.js';
 
 /** How long one change may take. */
 const CHANGE_TIMEOUT_MS = 15_000;
@@ -78,7 +77,7 @@ async function main(): Promise<void> {
     const complete = (revision: number): Promise<void> => waitComplete(ctl, dep.id, revision, CHANGE_TIMEOUT_MS);
     await complete(dep.revision);
     const pid = agent.pid!;
-    const launcher = launcherOf(pid);
+    const launcher = launchersOf([pid])[0];
     const c0 = procUsage(pid);
     const l0 = launcher === undefined ? undefined : procUsage(launcher);
     const t0 = performance.now();
@@ -109,20 +108,6 @@ async function main(): Promise<void> {
     await stopProc(agent);
     await stopController(ctl, 'SIGKILL');
   }
-}
-
-/** The agent's hook launcher (a perl child of it), undefined when it has none. */
-function launcherOf(agent: number): number | undefined {
-  for (const e of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const st = parseProcStat(fs.readFileSync(`/proc/${e}/stat`, 'latin1'));
-      if (st?.ppid === agent && st.comm === 'perl') return st.pid;
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return undefined;
 }
 
 main().catch((err: unknown) => {

@@ -31,7 +31,7 @@ import { replaceKeptSection, writeReport } from './report.js';
 import { severalMain } from './several-main.js';
 import { restartPhase, type RestartResult } from './restart.js';
 import { levelGrowth, soakMarkdown, soakPhase } from './soak.js';
-import { loadAvg, say } from './util.js';
+import { loadAvg, say, NO_HOOK_LAUNCHER_ENV } from './util.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** The checkout: dist/bench/main.js → two levels up. */
@@ -129,9 +129,12 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--failover-ns') a.failoverNs = next().split(',').map(Number);
     else if (v === '--peer') a.peerRequired = a.peer = true;
     else if (v === '--no-peer') a.noPeer = true;
+    // every agent the run starts (processes and harness agents) spawns its hooks itself: an A/B
+    // of agent/hooks/launcher.ts in one hour (the environment reaches every process started)
+    else if (v === '--no-hook-launcher') process.env[NO_HOOK_LAUNCHER_ENV] = '1';
     else if (v === '--help' || v === '-h') {
       process.stdout.write(
-        'usage: npm run bench [-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--soak-gc] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer | --no-peer]\n',
+        'usage: npm run bench [-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--soak-gc] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer | --no-peer] [--no-hook-launcher]\n',
       );
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);

@@ -15,7 +15,19 @@ import { metricSum } from './api-client.js';
 import { Fleet } from './fleet.js';
 import { slot, type BenchPki } from './pki-cache.js';
 import { startAgentProc, startController, stopController, stopProc } from './procs.js';
-import { childrenOf, dist, nowMs, procSample, round, say, sleep, treeSample, waitFor, type Dist } from './util.js';
+import {
+  childrenOf,
+  dist,
+  launchersOf,
+  nowMs,
+  procSample,
+  round,
+  say,
+  sleep,
+  treeSample,
+  waitFor,
+  type Dist,
+} from './util.js';
 
 /** Harness processes for the no-op restart's agents (see restartPhase). */
 export const RESTART_HARNESS_PROCS = 10;
@@ -29,7 +41,10 @@ export interface RestartResult {
   /** `processes`: one `herald agent` process per node; `harness`: the agent's modules, many per process. */
   agents?: 'processes' | 'harness';
   createMs: number;
-  /** `agentsCpuS`: the agent processes' own CPU (not their hooks'); absent in older results. */
+  /**
+   * `agentsCpuS`: the agent processes' own CPU and their hook launchers' (not their hooks'); absent
+   * in older results (before 2026-12-06 08:20 UTC the agents forked the hooks themselves).
+   */
   runs: Array<{ ms: number; controllerCpuS: number; agentsCpuS?: number; status: string }>;
   restartMs: Dist;
   medianMs: number;
@@ -139,7 +154,9 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
       await sleep(500);
       if (r === o.runs) for (const p of profiled) process.kill(p, 'SIGUSR2');
       const cpu0 = treeSample(ctl.pid).cpuS;
-      const agentsCpu0 = agentsCpu(agentPids);
+      // the agents' hook launchers start their hooks: their own CPU is the agents' (the hooks' is not)
+      const counted = [...agentPids, ...launchersOf(agentPids)];
+      const agentsCpu0 = agentsCpu(counted);
       t0 = nowMs();
       const res = await ctl.op.request('PATCH', `/v1/clusters/${cl.id}/actions/restart`);
       if (res.status !== 204) throw new Error(`restart → ${res.status} ${res.raw.slice(0, 200)}`);
@@ -148,7 +165,7 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
         return 'TIMEOUT';
       });
       const ms = nowMs() - t0;
-      const agentsCpuS = round(agentsCpu(agentPids) - agentsCpu0, 2);
+      const agentsCpuS = round(agentsCpu(counted) - agentsCpu0, 2);
       result.runs.push({
         ms: round(ms, 1),
         controllerCpuS: round(treeSample(ctl.pid).cpuS - cpu0, 2),

@@ -18,7 +18,7 @@ import type { Logger } from '../certs/tls.js';
 import { assembleAgent, type AssembledAgent } from '../agent/assemble.js';
 import type { RunItem } from '../agent/hooks/types.js';
 import type { AgentSlot } from './pki-cache.js';
-import { nowMs } from './util.js';
+import { nowMs, NO_HOOK_LAUNCHER_ENV } from './util.js';
 
 /**
  * At most this many metadata fetches of one harness process in flight at once. A real agent has
@@ -152,6 +152,7 @@ export class SimAgent {
         pollIntervalHealthyMs: o.pollIntervalHealthyMs,
         shutdownGraceMs: 1_000,
         announce: o.announce,
+        hookLauncher: process.env[NO_HOOK_LAUNCHER_ENV] !== '1',
       },
       {
         log: o.log,

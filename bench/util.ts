@@ -10,6 +10,9 @@ export function nowMs(): number {
   return performance.timeOrigin + performance.now();
 }
 
+/** Set to '1' by `--no-hook-launcher`: the run's agents spawn their hooks themselves. */
+export const NO_HOOK_LAUNCHER_ENV = 'HERALD_BENCH_NO_HOOK_LAUNCHER';
+
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** Nearest-rank percentile of `xs` (p in 0..100); NaN for an empty list. */
@@ -244,6 +247,25 @@ export function childrenOf(pid: number): number[] {
   for (const d of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
     if (ppidOf(Number(d)) === pid) out.push(Number(d));
+  }
+  return out;
+}
+
+/**
+ * The hook launchers (agent/hooks/launcher.ts: a perl child of an agent process, whose children are
+ * the hooks) of these agent processes. Their own CPU is the agents' share of a hook's start.
+ */
+export function launchersOf(agents: number[]): number[] {
+  const set = new Set(agents);
+  const out: number[] = [];
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const st = parseProcStat(fs.readFileSync(`/proc/${d}/stat`, 'latin1'));
+      if (st !== undefined && set.has(st.ppid) && st.comm === 'perl') out.push(st.pid);
+    } catch {
+      // gone meanwhile
+    }
   }
   return out;
 }
