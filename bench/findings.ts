@@ -214,15 +214,28 @@ export function findings(r: BenchResults): string[] {
   );
   p('and the agent records an item as started, durably, before its hook runs (so a crash never runs it twice). Then');
   p(
-    '`child_process.spawn` forks the agent (~1.3-1.9 ms from a ~50 MB process, measured in-process) and `/bin/sh` starts.',
+    "the agent's hook launcher (a small perl process that stays, `agent/hooks/launcher.ts`) forks and `/bin/sh` starts.",
   );
   p(
-    'On this VM the fork and the exec are dear because a page fault is (11-17 µs; finding 5 and docs/agent-footprint.md):',
+    'On this VM the fork and the exec are dear because a page fault is (11-17 µs; finding 5 and docs/agent-footprint.md).',
   );
   p(
-    'the `spawn` call holds the agent for the fork (2.5 ms in the timeline below), and a start costs 11.6 ms of CPU on both',
+    "Until 2026-12-06 08:00 UTC the agent forked itself for each hook (Node 20's `child_process.spawn`): the call held the",
   );
-  p('sides of the fork together (`node dist/bench/spawn-cost.js`, 2026-12-06).');
+  p('agent for the fork (2.5 ms in the timeline below), and the copy-on-write faults after it cost the agent 233-243');
+  p(
+    'faults and ~8 ms of CPU an item. Through the launcher an item costs the agent 6-7 faults and 6.6-10 ms of its own CPU',
+  );
+  p(
+    'against 13.6-18.5 ms, and a back-to-back change 24.8-38.9 ms against 31.1-41.6 ms (`node dist/bench/item-cost.js`',
+  );
+  p(
+    'with and without `--no-hook-launcher`, alternated, 07:59-08:25 UTC). The launcher itself adds a hop (the agent asks,',
+  );
+  p('perl wakes and forks), so the hook starts about when it did: `--only latency,restart` alternated with');
+  p(
+    '`--no-hook-launcher` (08:02-08:12 UTC, a slow hour): back to back p50 15.87 and 17.75 ms against 16.99 and 19 ms.',
+  );
   p("Removed on the way (profiles of this benchmark): the fetcher parsed the controller's certificate on every");
   p('response (~1.5 ms of agent CPU per fetch; now once per kept-alive connection); the run directory and script');
   p('were made with asynchronous calls, a thread-pool round trip each (item start to spawn 3.4 → 2.5 ms); and an');
@@ -1147,33 +1160,34 @@ export function findings(r: BenchResults): string[] {
       'Where one step goes (one `herald agent`, 100 back-to-back changes to one node, 2026-12-06, `/proc` and on-CPU samples; `node dist/bench/item-cost.js`):',
     );
     p(
-      "15-19 ms of the agent's own CPU and 5-6 ms of the hook's processes per item. About a third of the agent's share is the",
+      "6.6-10 ms of the agent's own CPU, ~2-3 ms of its hook launcher's and 5.5-8 ms of the hook's processes per item. Until",
     );
     p(
-      "`spawn`, and what makes it dear here is page faults: Node 20's libuv (1.46) forks the agent, copying its page tables, the",
+      "2026-12-06 08:00 UTC the agent spawned each hook itself and that cost it 13.6-19.4 ms: Node 20's libuv (1.46) forks the",
     );
     p(
-      'child faults on what it writes and drops the copy at `exec`, and the agent then takes a copy-on-write fault on each page',
+      'agent, copying its page tables, the child faults on what it writes and drops the copy at `exec`, and the agent then',
     );
     p(
-      "it writes first. A page fault costs 11-17 µs on this VM (the machine line above gives this run's own), and an item costs",
+      'takes a copy-on-write fault on each page it writes first; a page fault costs 11-17 µs on this VM (the machine line above',
     );
     p(
-      'the agent ~235 of them (8.8 of its 19.4 ms a step was system time, 05:05 UTC). `node dist/bench/spawn-cost.js`: starting',
+      "gives this run's own), and an item cost the agent ~235 of them (6-7 now). The hooks now start from a small perl process",
     );
     p(
-      '`sh -c true` costs a 55 MB Node process 11.6 ms of CPU (its own 6.15, the child 5.45; 121 MB: 16 ms). Tried: a `bash` that',
+      'that stays beside the agent and hands each run pipes of its own (`agent/hooks/launcher.ts`; docs/agent-footprint.md):',
     );
     p(
-      'stays and forks for the agent, 6.0 ms a start in all; not adopted, because its children could only share one pair of',
+      '`--only restart` alternated with `--no-hook-launcher` (08:02-08:12 UTC, a slow hour): harness agents 3.33 and 3.19 s',
     );
     p(
-      "pipes across runs, where a daemon a hook leaves behind would write into later runs' output (docs/agent-footprint.md).",
+      "against 3.69 and 4.38 s, 100 processes 3.68 and 4.03 s against 4.16 and 4.31 s; the harness agents' own CPU a restart",
     );
     p(
-      'libuv spawns with `posix_spawn` (`CLONE_VFORK`, no copy) on Linux only in work on its v1.x branch after 1.52.1, past',
+      "1.6 s against 3.2-3.7 s (the launchers' ~0.4 s not yet counted in those runs; it is since). What is left of a start is",
     );
-    p("Node 20's 1.46. The rest is the item's durable records (started, the outbox, finished: each an");
+    p('the exec of `/bin/sh` faulting in its own pages (~5.5 ms of CPU here), which no helper avoids.');
+    p("The rest of the agent's share is the item's durable records (started, the outbox, finished: each an");
     p(
       "fdatasync), the push connection's TLS and two signature checks. On 100 machines each node's step costs what one node's",
     );
