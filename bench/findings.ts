@@ -6,7 +6,7 @@
  * measured window with the V8 profiler in every process (bench/prof-preload.ts).
  */
 import type { BenchResults } from './results.js';
-import { AGENT_STATE_JOURNAL_MAX_BYTES } from '../protocol/limits.js';
+import { AGENT_STATE_JOURNAL_MAX_BYTES, HOOK_LAUNCHER_IDLE_CLOSE_MS } from '../protocol/limits.js';
 import { median, round } from './util.js';
 
 /** Issue 16's goal for the controller's CPU per agent in a fan-out of 10,000 (ms). */
@@ -1108,7 +1108,7 @@ export function findings(r: BenchResults): string[] {
       );
       p('plus what the idle agent loads (TLS, ws, pino, the state); the hook runner loads only with the first');
       p(
-        `hook (the latency agent after its hooks: ${f(fp.afterHooksRssKb / 1024)} MB). The CPU figure is a ${f(fp.windowS, 0)} s sample of all the agent's threads`,
+        `hook (the latency agent after its hooks: ${f(fp.afterHooksRssKb / 1024)} MB${Number.isFinite(fp.launcherRssKb ?? Number.NaN) ? `, and its hook launcher beside it, a perl that ends ${HOOK_LAUNCHER_IDLE_CLOSE_MS / 60_000} min after the last hook: ${f((fp.launcherRssKb ?? 0) / 1024)} MB, most of it perl's and libc's shared pages` : ''}). The CPU figure is a ${f(fp.windowS, 0)} s sample of all the agent's threads`,
       );
       p(
         `(V8's helper threads included), ${f(fp.warmupS, 0)} s after its push connection, with nothing else of the benchmark running. An idle`,

@@ -59,6 +59,8 @@ export interface FootprintResult {
   pushConnected: boolean;
   /** The latency agent after running its hooks (execa and the hook runner loaded); latency.ts. */
   afterHooksRssKb: number;
+  /** Its hook launcher's RSS then (agent/hooks/launcher.ts); absent in results before 2026-12-06. */
+  launcherRssKb?: number;
 }
 
 export interface TrafficResult {

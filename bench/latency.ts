@@ -26,7 +26,19 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { slot, type BenchPki } from './pki-cache.js';
 import { startAgentProc, startController, stopController, stopProc, tail, type ControllerProc } from './procs.js';
-import { childrenOf, dist, nowMs, procSample, round, roundDist, say, sleep, waitFor, type Dist } from './util.js';
+import {
+  childrenOf,
+  dist,
+  nowMs,
+  procSample,
+  round,
+  roundDist,
+  say,
+  sleep,
+  waitFor,
+  type Dist,
+  launchersOf,
+} from './util.js';
 
 export interface LatencyResult {
   push: {
@@ -95,7 +107,9 @@ const HOOK = '#!/bin/sh\n: > "$mark_dir/$mark"\n';
 /** How often the bench looks for COMPLETE: with each change's PATCH, under the operator's rate limit. */
 const COMPLETE_POLL_MS = 15;
 
-export async function latencyPhase(o: LatencyOptions): Promise<{ result: LatencyResult; afterHooksRssKb: number }> {
+export async function latencyPhase(
+  o: LatencyOptions,
+): Promise<{ result: LatencyResult; afterHooksRssKb: number; launcherRssKb: number }> {
   const dir = path.join(o.runDir, `latency-${o.part}`);
   fs.mkdirSync(dir, { recursive: true });
   const markDir = path.join(dir, 'marks');
@@ -383,11 +397,15 @@ export async function latencyPhase(o: LatencyOptions): Promise<{ result: Latency
     if (result.push.samples < 200) problems.push(`only ${result.push.samples} push changes measured`);
   }
 
-  const afterHooks = pushProcs[0]?.pid ? procSample(pushProcs[0].pid) : null;
+  const agentPid = pushProcs[0]?.pid;
+  const afterHooks = agentPid ? procSample(agentPid) : null;
+  // its hook launcher, beside it for HOOK_LAUNCHER_IDLE_CLOSE_MS after the last hook
+  const launcher = agentPid ? launchersOf([agentPid])[0] : undefined;
+  const launcherRss = launcher === undefined ? null : procSample(launcher);
   watcher.close();
   for (const p of procs) await stopProc(p, 'SIGTERM', 5_000);
   await stopController(ctl);
-  return { result, afterHooksRssKb: afterHooks?.rssKb ?? NaN };
+  return { result, afterHooksRssKb: afterHooks?.rssKb ?? NaN, launcherRssKb: launcherRss?.rssKb ?? NaN };
 }
 
 /**

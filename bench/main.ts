@@ -356,6 +356,7 @@ async function main(): Promise<number> {
   const failedPart = (why: string): IdlePart => ({ exact: false, agents: 0, problems: [why] });
   /** The latency agent's RSS after its hooks, for the idle footprint's table. */
   let afterHooksRssKb = Number.NaN;
+  let launcherRssKb = Number.NaN;
   let childrenStarted = false;
   // started after the smallest fan-out, whose figures their own start-up would disturb most
   const startChildren = (): void => {
@@ -523,6 +524,7 @@ async function main(): Promise<number> {
     }
     results.latency = r.result;
     afterHooksRssKb = r.afterHooksRssKb;
+    launcherRssKb = r.launcherRssKb;
     failures.push(...r.result.problems.map((p) => `latency: ${p}`));
   }
   // the idle agent's footprint last and alone, so that nothing else of the benchmark runs in its window
@@ -530,7 +532,7 @@ async function main(): Promise<number> {
     const f = inNs
       ? await runChild<IdlePart>(args, runDir, 'idle-footprint', failedPart)
       : await idlePhase({ pki, runDir, port: port + 3, quick: args.quick, exactLo: false, part: 'footprint' });
-    results.idle.footprint = f.footprint ? { ...f.footprint, afterHooksRssKb } : null;
+    results.idle.footprint = f.footprint ? { ...f.footprint, afterHooksRssKb, launcherRssKb } : null;
     failures.push(...f.problems.map((p) => `idle: ${p}`));
   }
 

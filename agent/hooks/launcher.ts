@@ -254,7 +254,7 @@ export class HookLauncher {
     }
   }
 
-  /** Ends the launcher (idempotent); a run in progress keeps going, its status is lost. */
+  /** Ends the launcher (idempotent); with a run in progress, once that run has ended. */
   close(): void {
     this.#closed = true;
     this.#end();
@@ -304,6 +304,10 @@ export class HookLauncher {
     const [kind, a, b, c] = line.split(' ');
     if (kind === 'P') {
       this.#ready = { out: Number(a), err: Number(b), in: Number(c) };
+      if (this.#closed) {
+        this.#end(); // closed while a run was in progress
+        return;
+      }
       this.#idle = setTimeout(() => this.#end(), this.#idleCloseMs);
       this.#idle.unref();
       return;

@@ -221,18 +221,26 @@ describe('whatever happens to the launcher', () => {
     expect(l.started).toBe(1);
   });
 
-  it('close() ends it; without perl there is none, and hooks are spawned directly', async () => {
+  it('close() ends it, after the run in progress; without perl there is none, and hooks are spawned directly', async () => {
     const l = newLauncher();
     expect(await l.start()).toBe(true);
     const pid = l.pid;
-    l.close();
+    const r = await runProcess({
+      ...spec(script('#!/bin/sh\nsleep 0.2\nexit 6\n')),
+      launcher: l,
+      onSpawn: () => l.close(),
+    });
+    expect(r.exitCode).toBe(6); // the run kept its status
+    expect(l.started).toBe(1);
     expect(await gone(pid)).toBe(true);
     expect(await l.start()).toBe(false);
+    expect((await runProcess({ ...spec(script('#!/bin/sh\nexit 2\n')), launcher: l })).exitCode).toBe(2);
+    expect(l.started).toBe(1);
 
     const none = newLauncher({ perl: join(dir, 'no-perl-here') });
     expect(await none.start()).toBe(false);
-    const r = await runProcess({ ...spec(script('#!/bin/sh\necho direct\n')), launcher: none });
-    expect(r.stdout).toBe('direct\n');
+    const direct = await runProcess({ ...spec(script('#!/bin/sh\necho direct\n')), launcher: none });
+    expect(direct.stdout).toBe('direct\n');
     expect(none.started).toBe(0);
   });
 });
