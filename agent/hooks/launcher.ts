@@ -8,12 +8,15 @@
  * of every change (docs/agent-footprint.md, "What a hook's start costs"). The launcher is a perl
  * of a few MB (perl-base is part of every Debian and Ubuntu); its fork is cheap.
  *
- * What a hook sees is what `child_process.spawn` gives it (run-process.ts): its own session and
- * process group, the environment it was given and nothing else, the run's directory as its cwd,
- * stdin from the agent or /dev/null, stdout and stderr on pipes of its own run that only the agent
- * reads. Failures to start carry the errno code spawn would (ENOENT, EACCES, ETXTBSY), and a
- * script without an interpreter line runs under /bin/sh (execvp's rule, both ways), so callers
- * cannot tell the two ways apart except by the hook's parent pid.
+ * What a hook sees is what `child_process.spawn` gives it (run-process.ts), except that its stdin,
+ * stdout and stderr are pipes, as a shell gives, where libuv gives Unix sockets (on which
+ * `/dev/stdout` and `/dev/stderr` cannot be opened): its own session and process group, the
+ * environment it was given and nothing else, the run's directory as its cwd, stdin from the agent
+ * or /dev/null, stdout and stderr of its own run that only the agent reads, and no signal blocked.
+ * Failures to start carry the errno code spawn would (ENOENT, EACCES, ETXTBSY), and a script
+ * without an interpreter line runs under /bin/sh (execvp's rule, both ways). An agent starts every
+ * run the same way: the first waits for the launcher to start (prepare()), and only where it
+ * cannot run at all, or for a field it cannot carry, is a hook spawned directly.
  *
  * How the pipes reach the agent: before each run the launcher makes the run's three pipes and
  * names their descriptors; the agent opens its ends through `/proc/<launcher>/fd/<n>` (the same
@@ -28,16 +31,18 @@
  *   launcher → agent  `S <id> <pid>` started, or `E <id> <errno>` not started
  *   launcher → agent  `X <id> <wait status>` the hook's own process ended
  *
- * Linux only (it needs /proc); where perl, /proc or anything in this path is missing, the agent
- * spawns hooks itself as before. The launcher is started at the first run (which is spawned
- * directly meanwhile) and ends after HOOK_LAUNCHER_IDLE_CLOSE_MS without a run, or with the agent:
+ * Linux on x64 and arm64 only (it needs /proc and two syscall numbers); where perl, /proc or
+ * anything in this path is missing, the agent spawns hooks itself. The launcher starts with the
+ * first run and ends after HOOK_LAUNCHER_IDLE_CLOSE_MS without a run, or with the agent:
  * it ends at EOF on its stdin and ignores INT, TERM, HUP and QUIT, so a hook's exit status is not
- * lost to a signal sent to the agent's process group.
+ * lost to a signal sent to the agent's process group. Known limits: a launcher someone stops
+ * (SIGSTOP) holds its run's end until it continues, as a stopped agent would; one killed with
+ * SIGKILL between a fork and its answer leaves that hook untracked (the run fails: EPIPE).
  */
 import { isLiveState, parseProcStat } from '../../protocol/proc-stat.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
-import { closeSync, constants as fsc, existsSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, constants as fsc, existsSync, openSync, readFileSync, readlinkSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { constants as osc } from 'node:os';
 import {
@@ -46,8 +51,12 @@ import {
   MAX_HOOK_LAUNCHER_STDERR_BYTES,
 } from '../../protocol/limits.js';
 
-/** setsid(2)'s number, called with perl's `syscall` (perl-base has no POSIX::setsid without 2 MB more heap). */
+/**
+ * The numbers of setsid(2) and rt_sigprocmask(2), called with perl's `syscall` (POSIX::setsid and
+ * POSIX::sigprocmask would put 2 MB more heap into every fork).
+ */
 const SETSID_SYSCALL: Partial<Record<NodeJS.Architecture, number>> = { x64: 112, arm64: 157 };
+const SIGPROCMASK_SYSCALL: Partial<Record<NodeJS.Architecture, number>> = { x64: 14, arm64: 135 };
 
 /** Where perl is looked for: system paths only, never PATH (an agent running as root). */
 const PERL_PATHS = ['/usr/bin/perl', '/bin/perl'];
@@ -56,13 +65,14 @@ const PERL_PATHS = ['/usr/bin/perl', '/bin/perl'];
  * The launcher. Perl without `use warnings`, so nothing of its own reaches a hook's stderr. In the
  * child, before exec: a new session; the run's pipes as 0, 1 and 2 (every other descriptor perl
  * holds is close-on-exec); the cwd; the environment exactly as given; default handling of the
- * signals it ignores itself. Exec's errno goes back over a close-on-exec pipe.
+ * signals it ignores itself and an empty signal mask (whatever mask perl was started with: a hook
+ * with TERM blocked would outlive its timeout's TERM). Exec's errno goes back over a close-on-exec pipe.
  */
 const LAUNCHER_SCRIPT = String.raw`
 use strict;
 my @ours = qw(INT TERM HUP QUIT);
 $SIG{$_} = 'IGNORE' for @ours;
-my $setsid = shift @ARGV;
+my ($setsid, $sigprocmask) = @ARGV;
 my $buf = '';
 my ($or, $ow, $er, $ew, $ir, $iw);
 sub fresh { pipe($or, $ow) && pipe($er, $ew) && pipe($ir, $iw) or exit 1; join ' ', 'P', fileno $or, fileno $er, fileno $iw }
@@ -81,18 +91,22 @@ while (1) {
   if (!defined $pid) { my $e = $! + 0; close $_ for $sw, $sr, $ow, $ew, $ir, $iw, $or, $er; tell_("E $id $e\n" . fresh()); next; }
   if ($pid == 0) {
     close $sr;
-    {
-      syscall($setsid) != -1 or last;
-      if ($stdin eq '1') { open(STDIN, '<&', $ir) or last; } else { open(STDIN, '<', '/dev/null') or last; }
-      open(STDOUT, '>&', $ow) or last;
-      open(STDERR, '>&', $ew) or last;
-      chdir $cwd or last;
+    # each step dies on failure, with its errno in $!; any other death (a perl error) says EINVAL
+    eval {
+      syscall($setsid) != -1 or die;
+      if ($stdin eq '1') { open(STDIN, '<&', $ir) or die; } else { open(STDIN, '<', '/dev/null') or die; }
+      open(STDOUT, '>&', $ow) or die;
+      open(STDERR, '>&', $ew) or die;
+      chdir $cwd or die;
       %ENV = ();
       for (@rest) { my ($k, $v) = split /=/, $_, 2; $ENV{$k} = $v; }
       $SIG{$_} = 'DEFAULT' for @ours;
+      my $empty = "\0" x 8;
+      syscall($sigprocmask, 2, $empty, 0, 8) != -1 or die; # SIG_SETMASK: nothing blocked
       exec { $file } $file, @args;
-    }
-    my $e = $! + 0; syswrite $sw, "$e"; exit 127;
+      die;
+    };
+    my $e = ($! + 0) || 22; syswrite $sw, "$e"; exit 127;
   }
   close $_ for $sw, $ow, $ew, $ir, $iw, $or, $er;
   my $got = ''; sysread $sr, $got, 16; close $sr;
@@ -159,8 +173,11 @@ export class HookLauncher {
   /** Set once the launcher cannot work here (no perl, no /proc, a failure): spawn directly. */
   #off: boolean;
   #closed = false;
-  /** Hooks this launcher has started (tests: a run went through it). */
+  /** Runs asked of this launcher, and hooks it has started (tests: a run went through it). */
+  launched = 0;
   started = 0;
+  /** Waits for the launcher's lines (an awaited start, a run in progress): its stdout is ref'd meanwhile. */
+  #holds = 0;
 
   constructor(opts: HookLauncherOptions = {}) {
     this.#log = opts.log;
@@ -171,7 +188,7 @@ export class HookLauncher {
       SETSID_SYSCALL[process.arch] === undefined ||
       this.#perl === undefined ||
       !existsSync(this.#perl) ||
-      !existsSync('/proc/self/fd');
+      !ownProc();
   }
 
   /** The launcher's pid while it runs (tests: a hook it started has it as parent). */
@@ -195,18 +212,27 @@ export class HookLauncher {
     const proc = this.#proc;
     if (proc === null) return Promise.resolve(false);
     const out = proc.stdout as unknown as Socket;
-    out.ref(); // an awaited start keeps the process up
+    this.#hold(); // an awaited start keeps the process up
     return new Promise((resolve) => {
       const check = (): void => {
         if (this.#ready === null && !this.#off && this.#proc === proc) return;
         out.off('data', check);
         proc.off('exit', check);
-        out.unref();
+        this.#release();
         resolve(this.#ready !== null && this.#proc === proc);
       };
       out.on('data', check);
       proc.once('exit', check);
     });
+  }
+
+  /**
+   * Readies the launcher for the next run: starts it when it does not run (the first run, or the
+   * first after its idle time), so that every run of an agent starts the same way. Resolves at
+   * once when it is ready, busy with a run, or cannot work here (the run is then spawned).
+   */
+  async prepare(): Promise<void> {
+    if (this.#current === null) await this.start();
   }
 
   /**
@@ -224,6 +250,7 @@ export class HookLauncher {
     if (ready === null || this.#current !== null || !carriable(spec)) return undefined;
     const pid = this.#proc.pid;
     const fds: number[] = [];
+    const sockets: Socket[] = [];
     try {
       const at = (n: number, flags: number): number => {
         const fd = openSync(`/proc/${pid}/fd/${n}`, flags | fsc.O_NONBLOCK);
@@ -233,10 +260,16 @@ export class HookLauncher {
       const out = at(ready.out, fsc.O_RDONLY);
       const err = at(ready.err, fsc.O_RDONLY);
       const input = spec.stdin ? at(ready.in, fsc.O_WRONLY) : undefined;
+      const socket = (fd: number, readable: boolean): Socket => {
+        const sock = new Socket({ fd, readable, writable: !readable });
+        sockets.push(sock);
+        fds.splice(fds.indexOf(fd), 1); // the socket owns it now
+        return sock;
+      };
       const run = new LaunchedProcess(
-        new Socket({ fd: out, readable: true, writable: false }),
-        new Socket({ fd: err, readable: true, writable: false }),
-        input === undefined ? null : new Socket({ fd: input, readable: false, writable: true }),
+        socket(out, true),
+        socket(err, true),
+        input === undefined ? null : socket(input, false),
       );
       const id = ++this.#ids;
       const fields = [String(id), spec.cwd, spec.file, spec.stdin ? '1' : '0', String(spec.args.length), ...spec.args];
@@ -244,10 +277,13 @@ export class HookLauncher {
       const body = Buffer.from(fields.join('\0'));
       this.#ready = null;
       this.#current = { id, file: spec.file, run };
+      this.launched++;
+      this.#hold(); // until its end is heard
       clearTimeout(this.#idle);
       this.#proc.stdin?.write(Buffer.concat([Buffer.from(`${body.length}\n`), body]));
       return run;
     } catch (e) {
+      for (const sock of sockets) sock.destroy();
       for (const fd of fds) closeSync(fd);
       this.#disable('the launcher could not hand over a run', e);
       return undefined;
@@ -263,11 +299,15 @@ export class HookLauncher {
   #spawnLauncher(): void {
     let proc: ChildProcess;
     try {
-      proc = spawn(this.#perl as string, ['-e', LAUNCHER_SCRIPT, String(SETSID_SYSCALL[process.arch])], {
-        env: {}, // nothing of the agent's environment (PERL5OPT, PERL5LIB) reaches perl
-        cwd: '/',
-        stdio: ['pipe', 'pipe', 'pipe'],
-      });
+      proc = spawn(
+        this.#perl as string,
+        ['-f', '-e', LAUNCHER_SCRIPT, String(SETSID_SYSCALL[process.arch]), String(SIGPROCMASK_SYSCALL[process.arch])],
+        {
+          env: {}, // nothing of the agent's environment (PERL5OPT, PERL5LIB) reaches perl
+          cwd: '/',
+          stdio: ['pipe', 'pipe', 'pipe'],
+        },
+      );
     } catch (e) {
       this.#disable('the launcher could not start', e);
       return;
@@ -275,6 +315,7 @@ export class HookLauncher {
     this.#proc = proc;
     this.#ready = null;
     this.#lines = '';
+    this.#holds = 0;
     proc.unref();
     for (const s of [proc.stdin, proc.stdout, proc.stderr]) (s as unknown as Socket | null)?.unref?.();
     proc.stdin?.on('error', () => undefined); // EPIPE: it died; 'exit' says so
@@ -324,6 +365,7 @@ export class HookLauncher {
       run.emit('spawn');
     } else if (kind === 'E') {
       this.#current = null;
+      this.#release();
       const code = errnoName(Number(b));
       const err = Object.assign(new Error(`spawn ${cur.file} ${code}`), {
         code,
@@ -337,6 +379,7 @@ export class HookLauncher {
       run.emit('error', err);
     } else if (kind === 'X') {
       this.#current = null;
+      this.#release();
       const status = Number(b);
       const signo = status & 0x7f;
       if (signo === 0) run.emit('exit', (status >> 8) & 0xff, null);
@@ -367,11 +410,20 @@ export class HookLauncher {
     // its exit status went with the launcher: the run ends when the hook's own process has
     // (a timeout or an abort still kills its group meanwhile)
     const pid = run.pid;
+    const start = startTimeOf(pid); // a pid used again later is not this hook
     const probe = setInterval(() => {
-      if (processLives(pid)) return;
+      if (start !== undefined && startTimeOf(pid) === start) return;
       clearInterval(probe);
       run.emit('exit', null, null);
     }, HOOK_LAUNCHER_LOST_PROBE_MS);
+  }
+
+  #hold(): void {
+    if (this.#holds++ === 0) (this.#proc?.stdout as unknown as Socket | undefined)?.ref();
+  }
+
+  #release(): void {
+    if (this.#holds > 0 && --this.#holds === 0) (this.#proc?.stdout as unknown as Socket | undefined)?.unref();
   }
 
   /** Stops using the launcher for good; a run it holds ends as in #onExit. */
@@ -392,11 +444,20 @@ export class HookLauncher {
   }
 }
 
-/** True while `pid` is a process that has not ended (a zombie has). */
-function processLives(pid: number): boolean {
+/** The start time of `pid` while it is a process that has not ended (a zombie has); else undefined. */
+function startTimeOf(pid: number): string | undefined {
   try {
     const s = parseProcStat(readFileSync(`/proc/${pid}/stat`, 'latin1'));
-    return s !== undefined && isLiveState(s.state);
+    return s !== undefined && isLiveState(s.state) ? s.startTimeTicks : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** True when /proc is this process's own (not another PID namespace's): its fd paths name our children. */
+function ownProc(): boolean {
+  try {
+    return readlinkSync('/proc/self') === String(process.pid);
   } catch {
     return false;
   }

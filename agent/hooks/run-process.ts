@@ -36,7 +36,10 @@ export interface ProcessSpec {
 }
 
 export interface ProcessResult {
-  /** Exit code, or 128 + signal number when a signal ended it. null only when it never started. */
+  /**
+   * Exit code, or 128 + signal number when a signal ended it. null when it never started, or
+   * when its status was lost (its launcher died while it ran).
+   */
   exitCode: number | null;
   exitSignal: NodeJS.Signals | null;
   stdout: string;
@@ -59,6 +62,7 @@ const GROUP_PROBE_MS = 50;
 export async function runProcess(spec: ProcessSpec): Promise<ProcessResult> {
   let waited = 0;
   for (let delay = HOOK_SPAWN_BUSY_RETRY_MS; ; delay *= 2) {
+    await spec.launcher?.prepare();
     const r = await runProcessOnce(spec);
     const busy = (r.spawnError as NodeJS.ErrnoException | undefined)?.code === 'ETXTBSY';
     if (!busy || waited + delay > HOOK_SPAWN_BUSY_MAX_WAIT_MS || spec.signal?.aborted === true) return r;
@@ -150,7 +154,10 @@ function runProcessOnce(spec: ProcessSpec): Promise<ProcessResult> {
     if (spec.stdin !== undefined) child.stdin?.end(spec.stdin);
 
     child.once('spawn', () => {
-      if (child.pid !== undefined) spec.onSpawn?.(child.pid);
+      if (child.pid === undefined) return;
+      // a timeout or an abort before a launched hook's pid was known: its group is killed now
+      if (killTimer !== undefined || killSent) killGroup(killSent ? 'SIGKILL' : 'SIGTERM');
+      spec.onSpawn?.(child.pid);
     });
 
     const cleanup = (): void => {
@@ -174,6 +181,7 @@ function runProcessOnce(spec: ProcessSpec): Promise<ProcessResult> {
         await drain(child, spec.drainMs);
         child.stdout?.destroy();
         child.stderr?.destroy();
+        child.stdin?.destroy(); // a daemon may hold the hook's stdin unread: no write waits for it
         // After a timeout or abort, the run ends only when the group is gone or got its KILL,
         // so "killed with its children" holds when the result is seen.
         if (killTimer !== undefined) {

@@ -96,7 +96,6 @@ function processTests(l: HookLauncher | undefined): void {
   it('kills the hook and its children at the timeout (TERM)', async () => {
     const pidfile = join(base, 'timeout.pid');
     let hookPid = 0;
-    const started = Date.now();
     const r = await runItem(
       item({
         config: '#!/bin/sh\nsleep 60 &\necho $! > "$pidfile"\necho before\nsleep 60\n',
@@ -107,7 +106,7 @@ function processTests(l: HookLauncher | undefined): void {
         onSpawn: (pid) => {
           hookPid = pid;
         },
-        killGraceMs: 5_000,
+        killGraceMs: 600_000, // TERM must suffice: a KILL after the grace would outlast the test
       }),
     );
     const child = Number(await waitFile(pidfile));
@@ -115,7 +114,6 @@ function processTests(l: HookLauncher | undefined): void {
     expect(r.deploy_status_code).toBe(HOOK_TIMEOUT_STATUS_CODE);
     expect(r.status_reason).toMatch(/^hook_timeout: /);
     expect(r.deploy_stdout).toBe('before\n');
-    expect(Date.now() - started).toBeLessThan(4_000); // TERM sufficed: no wait for the grace
     expect(hookPid).toBeGreaterThan(0);
     expect(await waitDead(hookPid)).toBe(true);
     expect(await waitDead(child)).toBe(true);
@@ -139,7 +137,6 @@ function processTests(l: HookLauncher | undefined): void {
 
   it('ends when the hook exits even if a daemon it started holds the pipes', async () => {
     const pidfile = join(base, 'daemon.pid');
-    const started = Date.now();
     const r = await runItem(
       item({
         config: '#!/bin/sh\nsleep 30 &\necho $! > "$pidfile"\necho done\n',
@@ -149,7 +146,6 @@ function processTests(l: HookLauncher | undefined): void {
     );
     const daemon = Number(await waitFile(pidfile));
     leftovers.push(daemon);
-    expect(Date.now() - started).toBeLessThan(3_000);
     expect(r).toMatchObject({ deploy_status_code: 0, deploy_stdout: 'done\n' });
     expect(r.status_reason).toBeUndefined();
     // the daemon is left alone: it is the hook's business
