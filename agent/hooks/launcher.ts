@@ -218,11 +218,13 @@ export class HookLauncher {
         if (this.#ready === null && !this.#off && this.#proc === proc) return;
         out.off('data', check);
         proc.off('exit', check);
+        proc.off('error', check);
         this.#release();
         resolve(this.#ready !== null && this.#proc === proc);
       };
       out.on('data', check);
       proc.once('exit', check);
+      proc.once('error', check); // perl could not be started: #disable has run
     });
   }
 

@@ -317,6 +317,13 @@ describe('whatever happens to the launcher', () => {
     expect((await runProcess({ ...spec(script('#!/bin/sh\nexit 2\n')), launcher: l })).exitCode).toBe(2);
     expect(l.started).toBe(1);
 
+    // a perl that cannot be started (not executable): found out at the first start, not a hang
+    const broken = newLauncher({ perl: script('not a program\n', 0o600) });
+    expect(await broken.start()).toBe(false);
+    const spawned = await runProcess({ ...spec(script('#!/bin/sh\necho still-runs\n')), launcher: broken });
+    expect(spawned.stdout).toBe('still-runs\n');
+    expect(broken.started).toBe(0);
+
     const none = newLauncher({ perl: join(dir, 'no-perl-here') });
     expect(await none.start()).toBe(false);
     const direct = await runProcess({ ...spec(script('#!/bin/sh\necho direct\n')), launcher: none });
