@@ -40,7 +40,19 @@ import { metricSum } from './api-client.js';
 import { Fleet } from './fleet.js';
 import { slot, type BenchPki } from './pki-cache.js';
 import { startAgentProc, startController, stopController, stopProc, type ControllerProc } from './procs.js';
-import { loadAvg, loCounters, procSample, round, say, sleep, waitFor } from './util.js';
+import {
+  loadAvg,
+  loCounters,
+  procSample,
+  round,
+  say,
+  sleep,
+  byThreadText,
+  threadCpu,
+  threadCpuDelta,
+  type ThreadCpu,
+  waitFor,
+} from './util.js';
 
 export interface FootprintResult {
   /** A `herald agent` that never got work: RSS at the end of the window (and the most seen). */
@@ -61,6 +73,11 @@ export interface FootprintResult {
   afterHooksRssKb: number;
   /** Its hook launcher's RSS then (agent/hooks/launcher.ts); absent in results before 2026-12-06. */
   launcherRssKb?: number;
+  /**
+   * The window's CPU by kind of thread (the main thread's wake-ups against V8's collector and
+   * compiler threads and libuv's pool), most first; absent in results before 2026-12-06 10:00 UTC.
+   */
+  byThread?: ThreadCpu[];
 }
 
 export interface TrafficResult {
@@ -346,12 +363,14 @@ async function footprintWindow(o: IdleOptions, ctl: ControllerProc, dir: string,
     say(`idle footprint: ${warmup} s warm-up, then a ${window} s window with nothing else running`);
     await sleep(warmup * 1000);
     const x0 = footProc.pid ? procSample(footProc.pid) : null;
+    const th0 = footProc.pid ? threadCpu(footProc.pid) : null;
     const j0 = machineJiffies();
     const t0 = Date.now();
     fp.loadAvgStart = loadAvg();
     sampling = true;
     await sleep(window * 1000);
     const x1 = footProc.pid ? procSample(footProc.pid) : null;
+    const th1 = footProc.pid ? threadCpu(footProc.pid) : null;
     const j1 = machineJiffies();
     fp.loadAvgEnd = loadAvg();
     if (!x0 || !x1) throw new Error('the footprint agent is gone');
@@ -360,10 +379,11 @@ async function footprintWindow(o: IdleOptions, ctl: ControllerProc, dir: string,
     fp.freshRssKb = x1.rssKb;
     fp.freshRssMaxKb = Math.max(Number.isFinite(fp.freshRssMaxKb) ? fp.freshRssMaxKb : 0, x1.rssKb);
     fp.freshCpuSPerHour = round((((x1.cpuPreciseS ?? x1.cpuS) - (x0.cpuPreciseS ?? x0.cpuS)) * 3600) / w, 3);
+    if (th0 && th1) fp.byThread = threadCpuDelta(th0, th1);
     if (j0 && j1 && j1.total > j0.total)
       fp.machineBusyPct = round((100 * (j1.busy - j0.busy)) / (j1.total - j0.total), 1);
     say(
-      `idle footprint: ${round(fp.freshRssKb / 1024, 1)} MB RSS, ${fp.freshCpuSPerHour} CPU-s per hour over ${fp.windowS} s (load ${fp.loadAvgStart.join(' ')} → ${fp.loadAvgEnd.join(' ')}, machine ${fp.machineBusyPct} % busy)`,
+      `idle footprint: ${round(fp.freshRssKb / 1024, 1)} MB RSS, ${fp.freshCpuSPerHour} CPU-s per hour over ${fp.windowS} s (load ${fp.loadAvgStart.join(' ')} → ${fp.loadAvgEnd.join(' ')}, machine ${fp.machineBusyPct} % busy; by thread: ${byThreadText(fp.byThread)})`,
     );
   } finally {
     clearInterval(sampler);

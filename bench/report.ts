@@ -17,7 +17,7 @@ import {
 } from './findings.js';
 import type { PeerResult } from './peer.js';
 import type { BenchResults } from './results.js';
-import { loadAvg, median, pageFaultUs, round } from './util.js';
+import { byThreadText, loadAvg, median, pageFaultUs, round } from './util.js';
 
 export interface ReportInput {
   out: string;
@@ -717,7 +717,9 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p(
       `Load average at the window's start ${fp.loadAvgStart?.join(' ') ?? 'n/a'}, at its end ${fp.loadAvgEnd?.join(' ') ?? 'n/a'}; the whole machine was ${fmt(fp.machineBusyPct, 1)} % busy in it.`,
     );
-    p("CPU from the threads' schedstat, ns resolution; RSS from VmRSS.");
+    p(
+      `CPU from the threads' schedstat, ns resolution; RSS from VmRSS. The window's CPU by thread (a run: once put on a CPU; the main thread's runs are its wake-ups; \`node\`: the helper threads, V8's collector and compiler and libuv's pool): ${byThreadText(fp.byThread)}.`,
+    );
     p();
     p('| | RSS | CPU |');
     p('|---|---|---|');
