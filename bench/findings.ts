@@ -190,14 +190,16 @@ export function findings(r: BenchResults): string[] {
   );
   p("did on its own tree ten minutes before: these goals are met or missed by the host's hour, not by the code.");
   p(
-    'On 2026-12-06 the machine restarted between two full runs 80 minutes apart whose measured paths were the same (the hook',
-    "launcher's review fixes between them). The run of 08:14 UTC on 40aa951 (a signature 29.6 µs, a page fault 11.6 µs) measured",
+    "On 2026-12-06 the machine restarted between two full runs 80 minutes apart whose hook path differed only by the launcher's",
+    'review fixes (7d05d8d: the first run after a quiet spell waits for the launcher; the hook starts with no signal blocked),',
+    'and whose other paths were the same. The run of 08:14 UTC on 40aa951 (a signature 29.6 µs, a page fault 11.6 µs) measured',
     "14 ms (p99 23.04 ms) back to back, 4.17 s / 11.1 s, 0.62 ms net against the floor's 0.46 ms, 73 KB, 50.13 s after the crash",
     'and the restart in 2.22 s; that of 09:36 UTC on b1becac (a signature 36.5 µs and a verification 104.9 µs, slower, but a page',
     'fault 2.9 µs) 6.18 ms (p99 11.31 ms), 2.63 s / 6.78 s, 0.42 ms net against 0.31 ms, 71.7 KB, 20.44 s after the crash and the',
-    'restart in 0.61 s (1 s with 100 agent processes). The hook start, the restart and the crash follow what a page fault and',
-    "a process's wake-up cost on the hour's host; the fan-out's CPU follows the signature. The full run of 10:16 UTC on a61e72d",
-    '(43 µs a signature at its end) measured 7.28 ms (p99 11.4 ms), 26.44 s after the crash and the restart in 0.86 s (met); its',
+    'restart in 0.61 s (1 s with 100 agent processes). The crash, which runs no hook, went from 50.13 to 20.44 s on the host',
+    "alone; the hook start and the restart moved with it, as a page fault and a wake-up got cheaper, while the fan-out's CPU",
+    'follows the signature. The full run of 10:16 UTC on a61e72d (its findings text uncommitted;',
+    '43 µs a signature at its end) measured 7.28 ms (p99 11.4 ms), 26.44 s after the crash and the restart in 0.86 s (met); its',
     "fan-out's first two runs took 0.42-0.43 ms of controller CPU an agent net (1.38-1.45× the floor beside them) and fetched",
     'all in 6.8-6.9 s, its last three 0.57-0.63 ms and 9.0-11.3 s while the floor beside them moved 0.30 → 0.40 ms; five runs',
     'alone just after it (10:41-10:45 UTC, `--only fanout --n 10000 --runs 5 --no-crash`) fetched all in 8.0, 8.2, 9.9, 9.6 and',
@@ -1138,15 +1140,15 @@ export function findings(r: BenchResults): string[] {
         'Its CPU is mostly the count of its wake-ups: on this VM an empty timer costs a sleeping Node process 0.3-0.6 ms (a C program',
       );
       p(
-        "50 µs), a ping about 2-3 ms in all. Since 2026-12-06 Node's HTTP check of the listener runs every 300 s, not 30 s (a backstop",
+        "50 µs), a ping about 2-3 ms in all (2026-12-06 morning). Since then Node's HTTP check of the listener runs every 300 s, not 30 s (a backstop",
       );
       p(
         "behind the listener's own handshake timer): 10 → 7 wake-ups in 120 s, 0.391 → 0.351 CPU-s an hour measured alone. The pings",
       );
       p(
-        '(120 an hour, SPEC §2) and the connection idle check (every 60-90 s) are what is left; the goal sits between the quiet runs',
+        '(120 an hour, SPEC §2) and the connection idle check (every 60-90 s) are what is left; that morning the quiet runs measured',
       );
-      p('(0.35-0.45 s/h) and those that follow a busy phase (0.50-0.53 s/h).');
+      p('0.35-0.45 s/h and those that followed a busy phase 0.50-0.53 s/h.');
       const main = fp.byThread?.find((t) => t.kind === 'main');
       if (fp.byThread && main) {
         const helpers = fp.byThread.filter((t) => t.kind !== 'main').reduce((x, t) => x + t.ns, 0);
@@ -1157,7 +1159,8 @@ export function findings(r: BenchResults): string[] {
       p(
         'On 2026-12-06 the full run of 09:36 UTC measured 0.774 s/h; two windows alone on the same host after it (10:04 and 10:14 UTC,',
         'the second after the restart and latency parts, as in a full run) 0.083 and 0.115 s/h, the second 9.6 ms in 25 wake-ups of',
-        "the main thread and nothing on the helpers: the same agent and the same pings, so the spread is the hour's, not the code's.",
+        'the main thread and nothing on the helpers. The same agent and the same pings: likely the hour, and the next dear window',
+        'will say, by thread, whether its main thread woke more often or paid more a wake-up (the 0.774 had no such split).',
         '',
       );
     }

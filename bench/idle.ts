@@ -41,15 +41,15 @@ import { Fleet } from './fleet.js';
 import { slot, type BenchPki } from './pki-cache.js';
 import { startAgentProc, startController, stopController, stopProc, type ControllerProc } from './procs.js';
 import {
+  byThreadText,
   loadAvg,
   loCounters,
   procSample,
   round,
   say,
   sleep,
-  byThreadText,
-  threadCpu,
   threadCpuDelta,
+  threadSamples,
   type ThreadCpu,
   waitFor,
 } from './util.js';
@@ -363,14 +363,14 @@ async function footprintWindow(o: IdleOptions, ctl: ControllerProc, dir: string,
     say(`idle footprint: ${warmup} s warm-up, then a ${window} s window with nothing else running`);
     await sleep(warmup * 1000);
     const x0 = footProc.pid ? procSample(footProc.pid) : null;
-    const th0 = footProc.pid ? threadCpu(footProc.pid) : null;
+    const th0 = footProc.pid ? threadSamples(footProc.pid) : null;
     const j0 = machineJiffies();
     const t0 = Date.now();
     fp.loadAvgStart = loadAvg();
     sampling = true;
     await sleep(window * 1000);
     const x1 = footProc.pid ? procSample(footProc.pid) : null;
-    const th1 = footProc.pid ? threadCpu(footProc.pid) : null;
+    const th1 = footProc.pid ? threadSamples(footProc.pid) : null;
     const j1 = machineJiffies();
     fp.loadAvgEnd = loadAvg();
     if (!x0 || !x1) throw new Error('the footprint agent is gone');

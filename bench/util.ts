@@ -199,17 +199,8 @@ export function procSample(pid: number): ProcSample | null {
   } catch {
     return null;
   }
-  let precise: number | null = null;
-  try {
-    let ns = 0;
-    for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
-      const line = fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8');
-      ns += Number(line.split(' ')[0]);
-    }
-    precise = ns / 1e9;
-  } catch {
-    precise = null;
-  }
+  const threads = threadSamples(pid);
+  const precise = threads === null ? null : threads.reduce((x, t) => x + t.ns, 0) / 1e9;
   return { pid, cpuS, cpuPreciseS: precise, rssKb };
 }
 
@@ -225,47 +216,57 @@ export interface ThreadCpu {
   runs: number;
 }
 
+/** One thread's counters at one moment (`threadSamples`). */
+export interface ThreadSample extends ThreadCpu {
+  tid: number;
+}
+
 /**
- * A process's CPU by kind of thread, from /proc/<pid>/task/<tid>/{comm,schedstat}: what tells a
- * process's own wake-ups (the main thread) from V8's collector and compiler threads and libuv's
- * pool. Threads of one kind are summed. Null when the process is gone.
+ * A process's threads' CPU, from /proc/<pid>/task/<tid>/{comm,schedstat}: what tells a process's
+ * own wake-ups (the main thread) from V8's collector and compiler threads and libuv's pool. A
+ * thread that ends while it is read is left out; null only when the process is gone.
  */
-export function threadCpu(pid: number): ThreadCpu[] | null {
-  const byKind = new Map<string, ThreadCpu>();
+export function threadSamples(pid: number): ThreadSample[] | null {
+  let tids: string[];
   try {
-    for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
-      const f = fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ');
-      const kind =
-        Number(t) === pid
-          ? 'main'
-          : fs
-              .readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8')
-              .trim()
-              .replace(/[\d]+$/, '')
-              .trim();
-      const x = byKind.get(kind) ?? { kind, ns: 0, runs: 0 };
-      x.ns += Number(f[0]);
-      x.runs += Number(f[2]);
-      byKind.set(kind, x);
-    }
+    tids = fs.readdirSync(`/proc/${pid}/task`);
   } catch {
     return null;
   }
-  return [...byKind.values()];
+  const out: ThreadSample[] = [];
+  for (const t of tids) {
+    const tid = Number(t);
+    try {
+      const f = fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ');
+      const kind =
+        tid === pid ? 'main' : fs.readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim().replace(/\d+$/, '').trim();
+      out.push({ tid, kind, ns: Number(f[0]), runs: Number(f[2]) });
+    } catch {
+      // the thread ended between the listing and its files
+    }
+  }
+  return out;
 }
 
-/** What each kind of thread did between two `threadCpu` samples (threads that ended are lost). */
-export function threadCpuDelta(a: readonly ThreadCpu[], b: readonly ThreadCpu[]): ThreadCpu[] {
-  return b
-    .map((x) => {
-      const y = a.find((z) => z.kind === x.kind);
-      return { kind: x.kind, ns: x.ns - (y?.ns ?? 0), runs: x.runs - (y?.runs ?? 0) };
-    })
-    .filter((x) => x.ns > 0 || x.runs > 0)
-    .sort((x, y) => y.ns - x.ns);
+/**
+ * What each kind of thread did between two samples, most CPU first: each thread's own difference
+ * (one born in between counts from zero), summed by kind. A thread that ended in between is not
+ * in the later sample, so its work is lost; an idle agent's threads live as long as it does.
+ */
+export function threadCpuDelta(a: readonly ThreadSample[], b: readonly ThreadSample[]): ThreadCpu[] {
+  const before = new Map(a.map((t) => [t.tid, t]));
+  const byKind = new Map<string, ThreadCpu>();
+  for (const t of b) {
+    const was = before.get(t.tid);
+    const x = byKind.get(t.kind) ?? { kind: t.kind, ns: 0, runs: 0 };
+    x.ns += t.ns - (was?.ns ?? 0);
+    x.runs += t.runs - (was?.runs ?? 0);
+    byKind.set(t.kind, x);
+  }
+  return [...byKind.values()].filter((x) => x.ns > 0 || x.runs > 0).sort((x, y) => y.ns - x.ns);
 }
 
-/** `main 5.1 ms in 22 runs, V8 DefaultWorke 1.2 ms in 4 runs`: a footprint's window by thread. */
+/** `main 5.1 ms in 22 runs, node 1.2 ms in 4 runs`: a footprint's window by thread. */
 export function byThreadText(x: readonly ThreadCpu[] | undefined): string {
   if (x === undefined || x.length === 0) return 'n/a';
   return x.map((t) => `${t.kind} ${round(t.ns / 1e6, 1)} ms in ${t.runs} runs`).join(', ');

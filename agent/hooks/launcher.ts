@@ -32,7 +32,7 @@
  *   launcher → agent  `X <id> <wait status>` the hook's own process ended
  *
  * Linux on x64 and arm64 only (it needs /proc and two syscall numbers); where perl, /proc or
- * anything in this path is missing, the agent spawns hooks itself. The launcher starts with the
+ * anything in this path is missing, or perl cannot be started, the agent spawns hooks itself. The launcher starts with the
  * first run and ends after HOOK_LAUNCHER_IDLE_CLOSE_MS without a run, or with the agent:
  * it ends at EOF on its stdin and ignores INT, TERM, HUP and QUIT, so a hook's exit status is not
  * lost to a signal sent to the agent's process group. Known limits: a launcher someone stops
@@ -214,8 +214,10 @@ export class HookLauncher {
     const out = proc.stdout as unknown as Socket;
     this.#hold(); // an awaited start keeps the process up
     return new Promise((resolve) => {
+      let settled = false;
       const check = (): void => {
-        if (this.#ready === null && !this.#off && this.#proc === proc) return;
+        if (settled || (this.#ready === null && !this.#off && this.#proc === proc)) return;
+        settled = true;
         out.off('data', check);
         proc.off('exit', check);
         proc.off('error', check);
@@ -329,7 +331,8 @@ export class HookLauncher {
       said += d.length;
       this.#log?.warn({ text: d.toString('utf8', 0, MAX_HOOK_LAUNCHER_STDERR_BYTES) }, 'hook launcher wrote on stderr');
     });
-    proc.once('error', (e) => this.#disable('the launcher could not start', e));
+    // on, not once: a kill that fails after the first error emits another, and none may go unheard
+    proc.on('error', (e) => this.#disable('the launcher could not start', e));
     proc.once('exit', (code, sig) => this.#onExit(proc, code, sig));
   }
 

@@ -323,6 +323,11 @@ describe('whatever happens to the launcher', () => {
     const spawned = await runProcess({ ...spec(script('#!/bin/sh\necho still-runs\n')), launcher: broken });
     expect(spawned.stdout).toBe('still-runs\n');
     expect(broken.started).toBe(0);
+    // the same, found by a run's prepare() (as the agent meets it), with no start() before
+    const unstarted = newLauncher({ perl: script('not a program either\n', 0o600) });
+    const first = await runProcess({ ...spec(script('#!/bin/sh\necho first-run\n')), launcher: unstarted });
+    expect(first.stdout).toBe('first-run\n');
+    expect(unstarted.started).toBe(0);
 
     const none = newLauncher({ perl: join(dir, 'no-perl-here') });
     expect(await none.start()).toBe(false);
