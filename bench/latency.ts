@@ -29,6 +29,7 @@ import { startAgentProc, startController, stopController, stopProc, tail, type C
 import {
   childrenOf,
   dist,
+  launchersOf,
   nowMs,
   procSample,
   round,
@@ -37,7 +38,6 @@ import {
   sleep,
   waitFor,
   type Dist,
-  launchersOf,
 } from './util.js';
 
 export interface LatencyResult {

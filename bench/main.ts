@@ -31,7 +31,7 @@ import { replaceKeptSection, writeReport } from './report.js';
 import { severalMain } from './several-main.js';
 import { restartPhase, type RestartResult } from './restart.js';
 import { levelGrowth, soakMarkdown, soakPhase } from './soak.js';
-import { loadAvg, say, NO_HOOK_LAUNCHER_ENV } from './util.js';
+import { loadAvg, NO_HOOK_LAUNCHER_ENV, say } from './util.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** The checkout: dist/bench/main.js → two levels up. */

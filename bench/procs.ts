@@ -11,7 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { OperatorClient } from './api-client.js';
 import type { BenchPki } from './pki-cache.js';
-import { descendantsOf, say, sleep, waitFor, NO_HOOK_LAUNCHER_ENV } from './util.js';
+import { descendantsOf, NO_HOOK_LAUNCHER_ENV, say, sleep, waitFor } from './util.js';
 import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));

@@ -203,7 +203,7 @@ export class HookLauncher {
 
   /**
    * Starts the launcher unless it runs or cannot; resolves when it is ready or cannot be.
-   * A run that finds it not ready spawns directly, so awaiting this is only for tests and warm-up.
+   * Every run awaits it first (`prepare()`); a run that still finds it not ready is spawned directly.
    */
   start(): Promise<boolean> {
     if (this.#off || this.#closed) return Promise.resolve(false);
@@ -240,19 +240,16 @@ export class HookLauncher {
   }
 
   /**
-   * Starts `spec` through the launcher; undefined when it cannot now (not started yet, busy with
-   * another run, not available here, or a field it cannot carry): the caller spawns it itself.
-   * The first call starts the launcher for the next run.
+   * Starts `spec` through the launcher; undefined when it cannot now (not ready: `prepare()` first;
+   * busy with another run, not available here, or a field it cannot carry): the caller spawns it
+   * itself.
    */
   launch(spec: LaunchSpec): LaunchedProcess | undefined {
-    if (this.#off || this.#closed) return undefined;
-    if (this.#proc === null) {
-      this.#spawnLauncher();
-      return undefined;
-    }
     const ready = this.#ready;
-    if (ready === null || this.#current !== null || !carriable(spec)) return undefined;
-    const pid = this.#proc.pid;
+    const proc = this.#proc;
+    if (this.#off || this.#closed || ready === null || proc === null || this.#current !== null || !carriable(spec))
+      return undefined;
+    const pid = proc.pid;
     const fds: number[] = [];
     const sockets: Socket[] = [];
     try {
@@ -284,7 +281,7 @@ export class HookLauncher {
       this.launched++;
       this.#hold(); // until its end is heard
       clearTimeout(this.#idle);
-      this.#proc.stdin?.write(Buffer.concat([Buffer.from(`${body.length}\n`), body]));
+      proc.stdin?.write(Buffer.concat([Buffer.from(`${body.length}\n`), body]));
       return run;
     } catch (e) {
       for (const sock of sockets) sock.destroy();
@@ -477,6 +474,7 @@ function carriable(spec: LaunchSpec): boolean {
   return true;
 }
 
+/** ENOEXEC and the like by number: os.constants knows every errno (libuv's names stop short of some). */
 function errnoName(n: number): string {
   for (const [name, v] of Object.entries(osc.errno)) if (v === n) return name;
   return `errno ${n}`;
