@@ -34,10 +34,12 @@ import {
   roundDist,
   say,
   sleep,
+  splitByProcess,
   tcpTroubles,
   treeSample,
   waitFor,
   type Dist,
+  type ProcessSplit,
 } from './util.js';
 
 /**
@@ -76,6 +78,11 @@ export interface FanoutRun {
   controllerIdleCpuPerS?: number;
   /** CPU of the simulated agents' harness processes over the same window (absent in older results). */
   harnessCpuS?: number;
+  /**
+   * controllerCpuS by process: the main process and its push workers, each with its kernel time
+   * (absent in results before 2026-12-06 12:30 UTC).
+   */
+  controllerSplit?: ProcessSplit;
   metricsAckedDelta: number;
   metricsFetch200Delta: number;
   timedOut: boolean;
@@ -612,6 +619,15 @@ async function crashRun(
   };
 }
 
+function roundSplit(x: ProcessSplit): ProcessSplit {
+  return {
+    mainS: round(x.mainS, 3),
+    mainSysS: round(x.mainSysS, 3),
+    childrenS: round(x.childrenS, 3),
+    childrenSysS: round(x.childrenSysS, 3),
+  };
+}
+
 /** herald_push_dial_failures_total by its code label. */
 function dialFailuresOf(m: Map<string, number>): Record<string, number> {
   const out: Record<string, number> = {};
@@ -643,7 +659,8 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
   await sleep(FANOUT_IDLE_SAMPLE_MS);
   const idleCpuPerS = (treeSample(ctl.pid).cpuS - idle0) / ((nowMs() - idleT0) / 1000);
   const m0 = await ctl.op.metrics();
-  const cpu0 = treeSample(ctl.pid).cpuS;
+  const tree0 = treeSample(ctl.pid);
+  const cpu0 = tree0.cpuS;
   const harness0 = fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
   const tcp0 = tcpTroubles();
   await fleet.arm(`${name}-install`);
@@ -658,7 +675,8 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
   const tCommit = nowMs();
   bed.cluster = { id: created.id, name };
   const w = await fleet.waitRun(n, timeoutMs);
-  const cpu1 = treeSample(ctl.pid).cpuS;
+  const tree1 = treeSample(ctl.pid);
+  const cpu1 = tree1.cpuS;
   const harness1 = fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
   await sleep(100);
   const reports: AgentRunReport[] = await fleet.report();
@@ -683,6 +701,7 @@ async function oneRun(bed: Bed, nodes: string[], name: string, run: number, time
     fetchedByPoll: reports.filter((r) => r.fetchWasPoll).length,
     wakesVerifiedAgents: reports.filter((r) => r.wakes > 0).length,
     controllerCpuS: round(cpu1 - cpu0, 2),
+    controllerSplit: roundSplit(splitByProcess(tree0, tree1, ctl.pid)),
     controllerIdleCpuPerS: round(idleCpuPerS, 4),
     harnessCpuS: round(harness1 - harness0, 2),
     metricsAckedDelta: metricSum(m1, 'herald_wakeups_acked_total') - metricSum(m0, 'herald_wakeups_acked_total'),

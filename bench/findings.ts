@@ -7,7 +7,7 @@
  */
 import type { BenchResults } from './results.js';
 import { AGENT_STATE_JOURNAL_MAX_BYTES, HOOK_LAUNCHER_IDLE_CLOSE_MS } from '../protocol/limits.js';
-import { median, round } from './util.js';
+import { median, round, type ProcessSplit } from './util.js';
 
 /** Issue 16's goal for the controller's CPU per agent in a fan-out of 10,000 (ms). */
 export const CPU_PER_AGENT_GOAL_MS = 0.4;
@@ -639,6 +639,33 @@ export function findings(r: BenchResults): string[] {
     );
     p("API's process and the push worker, and the bookkeeping of each");
     p('wake-up (its slot, push states, metrics, the acknowledged generation written back).');
+    const splits = big.runs.map((x) => x.controllerSplit).filter((x) => x !== undefined);
+    if (splits.length > 0) {
+      const per = (pick: (x: ProcessSplit) => number): number => (1000 * median(splits.map(pick))) / big.n;
+      const kernel = (cpu: (x: ProcessSplit) => number, sys: (x: ProcessSplit) => number): number =>
+        (100 * median(splits.map(sys))) / Math.max(median(splits.map(cpu)), 1e-9);
+      p(
+        `By process, this run (medians of ${splits.length} runs, gross): the main process ${f(
+          per((x) => x.mainS),
+          3,
+        )} ms an agent (${f(
+          kernel(
+            (x) => x.mainS,
+            (x) => x.mainSysS,
+          ),
+          0,
+        )} % of it in the kernel), the push worker ${f(
+          per((x) => x.childrenS),
+          3,
+        )} ms (${f(
+          kernel(
+            (x) => x.childrenS,
+            (x) => x.childrenSysS,
+          ),
+          0,
+        )} %), against the floor's one process's ${f(fl.cpuPerAgentMs, 2)} ms: the worker signs and sends every wake-up and writes every answer, the floor's work without its reads and response signatures; the main process reads, builds and signs each answer, and its request, IPC and bookkeeping are the rest.`,
+      );
+    }
     p(
       "A fetch's own work timed alone (2026-12-05, a 10,000-node cluster, the cache missed): the normalised read 16-17 µs and the node's",
     );

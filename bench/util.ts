@@ -121,6 +121,8 @@ export interface ProcSample {
   cpuS: number;
   /** Sum of the threads' on-CPU time from schedstat, seconds (ns resolution), when available. */
   cpuPreciseS: number | null;
+  /** Of cpuS, the time in the kernel (stime), seconds (10 ms resolution). */
+  sysS: number;
   rssKb: number;
 }
 
@@ -201,7 +203,7 @@ export function procSample(pid: number): ProcSample | null {
   }
   const threads = threadSamples(pid);
   const precise = threads === null ? null : threads.reduce((x, t) => x + t.ns, 0) / 1e9;
-  return { pid, cpuS, cpuPreciseS: precise, rssKb };
+  return { pid, cpuS, cpuPreciseS: precise, sysS: st.stimeTicks / CLK_TCK, rssKb };
 }
 
 /** One kind of thread's on-CPU time (schedstat, ns) and how often it was put on a CPU. */
@@ -343,7 +345,7 @@ export interface TreeSample {
   cpuS: number;
   rssKb: number;
   pids: number[];
-  byPid: Record<number, { cpuS: number; rssKb: number }>;
+  byPid: Record<number, { cpuS: number; sysS: number; rssKb: number }>;
 }
 
 export function treeSample(pid: number): TreeSample {
@@ -356,7 +358,36 @@ export function treeSample(pid: number): TreeSample {
     out.cpuS += cpu;
     out.rssKb += s.rssKb;
     out.pids.push(p);
-    out.byPid[p] = { cpuS: cpu, rssKb: s.rssKb };
+    out.byPid[p] = { cpuS: cpu, sysS: s.sysS, rssKb: s.rssKb };
+  }
+  return out;
+}
+
+/** A process tree's CPU over a window, its root apart from its children (a controller's push workers). */
+export interface ProcessSplit {
+  /** The root process: CPU-s in the window, and of it in the kernel. */
+  mainS: number;
+  mainSysS: number;
+  /** Its children alive at both ends of the window, summed (one that started or ended inside it is left out). */
+  childrenS: number;
+  childrenSysS: number;
+}
+
+/** The CPU each side of `root`'s tree used between two samples of it (`treeSample`). */
+export function splitByProcess(before: TreeSample, after: TreeSample, root: number): ProcessSplit {
+  const out: ProcessSplit = { mainS: 0, mainSysS: 0, childrenS: 0, childrenSysS: 0 };
+  for (const [key, b] of Object.entries(after.byPid)) {
+    const a = before.byPid[Number(key)];
+    if (a === undefined) continue;
+    const cpu = b.cpuS - a.cpuS;
+    const sys = b.sysS - a.sysS;
+    if (Number(key) === root) {
+      out.mainS += cpu;
+      out.mainSysS += sys;
+    } else {
+      out.childrenS += cpu;
+      out.childrenSysS += sys;
+    }
   }
   return out;
 }
