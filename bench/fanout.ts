@@ -43,11 +43,15 @@ import {
 } from './util.js';
 
 /**
- * Agents per harness process at most. Each holds a listener, a push and an API connection; more
- * to one event loop and, while new agents handshake, the old ones answer pings and wake-ups
- * later than the controller's 1 s limit and get dropped as half-open (then redialled).
+ * Agents per harness process at most: a fleet of 10,000 made in one step is four processes, as
+ * the floor spreads its own (FLOOR_AGENT_PROCS), so both sides' agents share the cores among as
+ * many event loops (the full run's fleet, grown from 100, is six). Each
+ * agent holds a listener and a push connection (its API connection closes while push is
+ * healthy). Eight processes of 1,250 had cost the simulated agents 7.5-8.8 CPU-s a fan-out at
+ * 10,000 against 6.9-7.6 with four (2026-12-06 12:14-12:27 UTC), and growing the fleet 122-133 s
+ * against 97 s.
  */
-const AGENTS_PER_HARNESS = 1_250;
+export const AGENTS_PER_HARNESS = 2_500;
 /** How long the controller's CPU is sampled, quiet, before each change (its background rate). */
 export const FANOUT_IDLE_SAMPLE_MS = 5_000;
 
@@ -187,7 +191,7 @@ const CRASH_WINDOW_MS = (n: number): number => Math.min(90_000, 60_000 + n * 10)
 /** Harness processes to add when the fleet grows by `added` agents. */
 export function harnessProcsFor(added: number): number {
   if (added <= 200) return 1;
-  return Math.min(8, Math.max(Math.ceil(added / AGENTS_PER_HARNESS), 1));
+  return Math.min(4, Math.max(Math.ceil(added / AGENTS_PER_HARNESS), 1));
 }
 
 /**

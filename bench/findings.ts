@@ -7,6 +7,7 @@
  */
 import type { BenchResults } from './results.js';
 import { AGENT_STATE_JOURNAL_MAX_BYTES, HOOK_LAUNCHER_IDLE_CLOSE_MS } from '../protocol/limits.js';
+import { FLOOR_AGENT_PROCS } from './floor.js';
 import { median, round, type ProcessSplit } from './util.js';
 
 /** Issue 16's goal for the controller's CPU per agent in a fan-out of 10,000 (ms). */
@@ -395,7 +396,9 @@ export function findings(r: BenchResults): string[] {
       p(
         `wake-up acked after ${f(run.allAckedMs / 1000, 2)} s: one push worker signs and sends every wake-up (Ed25519, one per node), and the`,
       );
-      p('simulated agents verify and answer them in ten harness processes on the same cores, which are also busy');
+      p(
+        `simulated agents verify and answer them in ${big.harnessProcs} harness processes on the same cores, which are also busy`,
+      );
       p('with the first fetches. More push workers on more cores, and the agents elsewhere, are what the acked goal');
       p('assumes; signing a wake-up per node is required (each names its node as the audience).');
       if (run.harnessCpuS !== undefined) {
@@ -795,7 +798,7 @@ export function findings(r: BenchResults): string[] {
       `(${f((1000 * fl.agentsCpuS) / fl.n, 2)} against ${f((1000 * harness) / big.n, 2)} ms an agent: the agent's own parts, its state journal line written and fdatasync'd, its apply loop and`,
     );
     p(
-      `poller, in harness processes of 1,250 agents each); Herald's fetched time, ${f(fetched / 1000, 2)} s, is that CPU spent on the same two cores.`,
+      `poller, in ${big.harnessProcs} harness processes, the floor's in ${FLOOR_AGENT_PROCS}); Herald's fetched time, ${f(fetched / 1000, 2)} s, is that CPU spent on the same two cores.`,
       '',
     );
   }

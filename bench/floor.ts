@@ -46,7 +46,7 @@ import { track } from './procs.js';
 import { nowMs, round, say, sleep, treeSample } from './util.js';
 
 /** Agent processes of the floor: the agents' half of the work, spread as the harness spreads it. */
-const FLOOR_AGENT_PROCS = 4;
+export const FLOOR_AGENT_PROCS = 4;
 /** Dials in flight at once while the floor controller connects (handshakes, outside the window). */
 const FLOOR_DIAL_CONCURRENCY = 200;
 /** The floor's document: about the size of Herald's for a node of one cluster (2.6 KB in the fan-out). */
