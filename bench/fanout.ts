@@ -188,6 +188,17 @@ export interface FanoutOptions {
  */
 const CRASH_WINDOW_MS = (n: number): number => Math.min(90_000, 60_000 + n * 10);
 
+/**
+ * How often a bench waits on a cluster's status: every poll is a `GET /v1/clusters/{id}`, which
+ * builds the whole cluster's view (every node twice, 9 MB at 10,000: ~0.25 s of the controller's
+ * CPU). Polled every 100 ms between runs, those views cost the controller's main process ~30 CPU-s
+ * a run at 10,000 (measured 2026-12-06), more than the fan-out itself; one poll per 10 nodes' worth
+ * of milliseconds keeps it to a few percent.
+ */
+export function clusterPollMs(n: number): number {
+  return Math.max(100, Math.round(n / 10));
+}
+
 /** Harness processes to add when the fleet grows by `added` agents. */
 export function harnessProcsFor(added: number): number {
   if (added <= 200) return 1;
@@ -344,11 +355,16 @@ class Bed {
       return r.status === 404 ? null : (r.json?.status ?? '?');
     };
     try {
-      await waitFor(`cluster ${c.name} to finish`, async () => !(await status())?.endsWith('_IN_PROGRESS'), limit, 100);
+      await waitFor(
+        `cluster ${c.name} to finish`,
+        async () => !(await status())?.endsWith('_IN_PROGRESS'),
+        limit,
+        clusterPollMs(n),
+      );
       const del = await ctl.op.request('DELETE', `/v1/clusters/${c.id}`, undefined, 120_000);
       if (del.status !== 202 && del.status !== 204)
         throw new Error(`DELETE /v1/clusters/${c.id} → ${del.status}: ${del.raw.slice(0, 200)}`);
-      await waitFor(`cluster ${c.name} to be deleted`, async () => (await status()) === null, limit, 100);
+      await waitFor(`cluster ${c.name} to be deleted`, async () => (await status()) === null, limit, clusterPollMs(n));
     } catch (err) {
       problems.push(`settling ${c.name}: ${(err as Error).message}`);
     }
@@ -498,7 +514,7 @@ async function crashRun(
       async () =>
         (await bed.ctl.op.request<{ status: string }>('GET', `/v1/clusters/${id}`)).json?.status?.endsWith('_COMPLETE'),
       60_000 + n * 20,
-      100,
+      clusterPollMs(n),
     ).catch((err: Error) => problems.push(`crash: ${err.message}`));
   } else {
     const created = await bed.ctl.op.must<{ id: string }>(
@@ -516,7 +532,7 @@ async function crashRun(
       async () =>
         (await bed.ctl.op.request<{ status: string }>('GET', `/v1/clusters/${id}`)).json?.status?.endsWith('_COMPLETE'),
       60_000 + n * 20,
-      100,
+      clusterPollMs(n),
     ).catch((err: Error) => problems.push(`crash: ${err.message}`));
   }
   // the run's signals all answered before the crash: a signal whose answer the kill cut off would
