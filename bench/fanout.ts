@@ -44,12 +44,14 @@ import {
 
 /**
  * Agents per harness process at most: a fleet of 10,000 made in one step is four processes, as
- * the floor spreads its own (FLOOR_AGENT_PROCS), so both sides' agents share the cores among as
- * many event loops (the full run's fleet, grown from 100, is six). Each
- * agent holds a listener and a push connection (its API connection closes while push is
- * healthy). Eight processes of 1,250 had cost the simulated agents 7.5-8.8 CPU-s a fan-out at
- * 10,000 against 6.9-7.6 with four (2026-12-06 12:14-12:27 UTC), and growing the fleet 122-133 s
- * against 97 s.
+ * the floor spreads its own (bench/floor.ts FLOOR_AGENT_PROCS), so both sides' agents share the
+ * cores among as many event loops (the full run's fleet, grown from 100, is six). Each agent holds
+ * a listener and a push connection (its API connection closes while push is healthy). Eight
+ * processes of 1,250 had cost the simulated agents 7.5-8.8 CPU-s a fan-out at 10,000 against
+ * 6.9-7.6 with four (2026-12-06 12:14-12:27 UTC), and growing the fleet 122-133 s against 97 s.
+ * The limit that once kept it at 1,250 (agents answering pings and wake-ups past the controller's
+ * 1 s while others handshook, then dropped as half-open) did not show at 2,500: every check passed
+ * and no agent was dropped while the fleet grew, in one step or in the full run's three.
  */
 export const AGENTS_PER_HARNESS = 2_500;
 /** How long the controller's CPU is sampled, quiet, before each change (its background rate). */
@@ -191,18 +193,26 @@ const CRASH_WINDOW_MS = (n: number): number => Math.min(90_000, 60_000 + n * 10)
 /**
  * How often a bench waits on a cluster's status: every poll is a `GET /v1/clusters/{id}`, which
  * builds the whole cluster's view (every node twice, 9 MB at 10,000: ~0.25 s of the controller's
- * CPU). Polled every 100 ms between runs, those views cost the controller's main process ~30 CPU-s
- * a run at 10,000 (measured 2026-12-06), more than the fan-out itself; one poll per 10 nodes' worth
- * of milliseconds keeps it to a few percent.
+ * CPU). Polled every 100 ms, those views took most of the ~21 CPU-s the main process used between
+ * two runs at 10,000 (2026-12-06 11:51 UTC), against ~3.5 CPU-s for the signals and fetches of
+ * completing and deleting the cluster. A poll every n/10 ms (1 s at 10,000) is ~20 % of a core
+ * while waiting: 8-8.6 CPU-s between runs. Never used inside a measured window.
  */
 export function clusterPollMs(n: number): number {
   return Math.max(100, Math.round(n / 10));
 }
 
+/**
+ * Harness processes one growth of the fleet adds at most (the floor's FLOOR_AGENT_PROCS). A step
+ * of more than 10,000 agents puts more than AGENTS_PER_HARNESS in each; at 10,000 a step has
+ * 2,500 a process, two or three descriptors each, far from the 20,000 a process may open.
+ */
+const HARNESS_PROCS_PER_STEP_MAX = 4;
+
 /** Harness processes to add when the fleet grows by `added` agents. */
 export function harnessProcsFor(added: number): number {
   if (added <= 200) return 1;
-  return Math.min(4, Math.max(Math.ceil(added / AGENTS_PER_HARNESS), 1));
+  return Math.min(HARNESS_PROCS_PER_STEP_MAX, Math.max(Math.ceil(added / AGENTS_PER_HARNESS), 1));
 }
 
 /**

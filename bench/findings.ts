@@ -7,7 +7,6 @@
  */
 import type { BenchResults } from './results.js';
 import { AGENT_STATE_JOURNAL_MAX_BYTES, HOOK_LAUNCHER_IDLE_CLOSE_MS } from '../protocol/limits.js';
-import { FLOOR_AGENT_PROCS } from './floor.js';
 import { median, round, type ProcessSplit } from './util.js';
 
 /** Issue 16's goal for the controller's CPU per agent in a fan-out of 10,000 (ms). */
@@ -397,7 +396,7 @@ export function findings(r: BenchResults): string[] {
         `wake-up acked after ${f(run.allAckedMs / 1000, 2)} s: one push worker signs and sends every wake-up (Ed25519, one per node), and the`,
       );
       p(
-        `simulated agents verify and answer them in ${big.harnessProcs} harness processes on the same cores, which are also busy`,
+        `simulated agents verify and answer them in ${procsText(big.harnessProcs, 'harness')} on the same cores, which are also busy`,
       );
       p('with the first fetches. More push workers on more cores, and the agents elsewhere, are what the acked goal');
       p('assumes; signing a wake-up per node is required (each names its node as the audience).');
@@ -643,32 +642,7 @@ export function findings(r: BenchResults): string[] {
     p("API's process and the push worker, and the bookkeeping of each");
     p('wake-up (its slot, push states, metrics, the acknowledged generation written back).');
     const splits = big.runs.map((x) => x.controllerSplit).filter((x) => x !== undefined);
-    if (splits.length > 0) {
-      const per = (pick: (x: ProcessSplit) => number): number => (1000 * median(splits.map(pick))) / big.n;
-      const kernel = (cpu: (x: ProcessSplit) => number, sys: (x: ProcessSplit) => number): number =>
-        (100 * median(splits.map(sys))) / Math.max(median(splits.map(cpu)), 1e-9);
-      p(
-        `By process, this run (medians of ${splits.length} runs, gross): the main process ${f(
-          per((x) => x.mainS),
-          3,
-        )} ms an agent (${f(
-          kernel(
-            (x) => x.mainS,
-            (x) => x.mainSysS,
-          ),
-          0,
-        )} % of it in the kernel), the push worker ${f(
-          per((x) => x.childrenS),
-          3,
-        )} ms (${f(
-          kernel(
-            (x) => x.childrenS,
-            (x) => x.childrenSysS,
-          ),
-          0,
-        )} %), against the floor's one process's ${f(fl.cpuPerAgentMs, 2)} ms: the worker signs and sends every wake-up and writes every answer, the floor's work without its reads and response signatures; the main process reads, builds and signs each answer, and its request, IPC and bookkeeping are the rest.`,
-      );
-    }
+    if (splits.length > 0) p(byProcessText(splits, big.n, big.pushWorkers, fl.cpuPerAgentMs));
     p(
       "A fetch's own work timed alone (2026-12-05, a 10,000-node cluster, the cache missed): the normalised read 16-17 µs and the node's",
     );
@@ -798,7 +772,7 @@ export function findings(r: BenchResults): string[] {
       `(${f((1000 * fl.agentsCpuS) / fl.n, 2)} against ${f((1000 * harness) / big.n, 2)} ms an agent: the agent's own parts, its state journal line written and fdatasync'd, its apply loop and`,
     );
     p(
-      `poller, in ${big.harnessProcs} harness processes, the floor's in ${FLOOR_AGENT_PROCS}); Herald's fetched time, ${f(fetched / 1000, 2)} s, is that CPU spent on the same two cores.`,
+      `poller, in ${procsText(big.harnessProcs, 'harness')}${fl.agentProcs !== undefined ? `, the floor's in ${procsText(fl.agentProcs)}` : ''}); Herald's fetched time, ${f(fetched / 1000, 2)} s, is that CPU spent on the same two cores.`,
       '',
     );
   }
@@ -1357,4 +1331,40 @@ export function findings(r: BenchResults): string[] {
   );
   p('');
   return L;
+}
+
+/** `1 harness process`, `6 harness processes`. */
+function procsText(n: number, kind?: string): string {
+  return `${n} ${kind === undefined ? '' : `${kind} `}process${n === 1 ? '' : 'es'}`;
+}
+
+/**
+ * The controller's CPU an agent by process (medians of the runs) and each side's kernel share
+ * (summed over the runs: stime is read in 10 ms ticks, so one run's share is coarse).
+ */
+export function byProcessText(
+  splits: readonly ProcessSplit[],
+  n: number,
+  pushWorkers: number | 'default',
+  floorMs: number,
+): string {
+  const perAgent = (pick: (x: ProcessSplit) => number): string => f((1000 * median(splits.map(pick))) / n, 3);
+  const kernel = (cpu: (x: ProcessSplit) => number, sys: (x: ProcessSplit) => number): string => {
+    const total = splits.reduce((a, x) => a + cpu(x), 0);
+    return total > 0 ? `${f((100 * splits.reduce((a, x) => a + sys(x), 0)) / total, 0)} %` : 'n/a';
+  };
+  const main = `the main process ${perAgent((x) => x.mainS)} ms an agent (${kernel(
+    (x) => x.mainS,
+    (x) => x.mainSysS,
+  )} of it in the kernel)`;
+  const workers = pushWorkers === 'default' ? 1 : pushWorkers;
+  const floor = `against the floor's one process's ${f(floorMs, 2)} ms`;
+  const runs = `medians of ${splits.length} run${splits.length === 1 ? '' : 's'}, gross`;
+  if (workers === 0)
+    return `By process, this run (${runs}): ${main}, which also dials (\`--push-workers 0\`), ${floor}.`;
+  const who = workers === 1 ? 'the push worker' : `the ${workers} push workers together`;
+  return `By process, this run (${runs}): ${main}, ${who} ${perAgent((x) => x.childrenS)} ms (${kernel(
+    (x) => x.childrenS,
+    (x) => x.childrenSysS,
+  )}), ${floor}: the worker signs and sends every wake-up and writes every answer, the floor's work without its reads and response signatures; the main process reads, builds and signs each answer, and its request, IPC and bookkeeping are the rest.`;
 }

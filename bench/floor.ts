@@ -92,6 +92,8 @@ export interface FloorResult extends FloorRun {
   /** The document's size, bytes. */
   bodyBytes: number;
   connectMs: number;
+  /** Processes its agents ran in (FLOOR_AGENT_PROCS; absent in results before 2026-12-06 13:30 UTC). */
+  agentProcs?: number;
   runs?: FloorRun[];
   problems: string[];
 }
@@ -502,7 +504,15 @@ export async function startFloor(o: { pki: BenchPki; runDir: string; n: number }
       },
       result(): FloorResult {
         const mid = [...runs].sort((a, b) => a.cpuPerAgentMs - b.cpuPerAgentMs)[Math.floor((runs.length - 1) / 2)]!;
-        return { n: o.n, bodyBytes, connectMs: c.ms, ...mid, runs: [...runs], problems };
+        return {
+          n: o.n,
+          bodyBytes,
+          connectMs: c.ms,
+          agentProcs: FLOOR_AGENT_PROCS,
+          ...mid,
+          runs: [...runs],
+          problems,
+        };
       },
       stop,
     };

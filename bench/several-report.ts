@@ -6,7 +6,6 @@
  */
 import type { SeveralFanoutRun, SeveralResult } from './several.js';
 import type { StoreLatency } from './store-latency.js';
-import { AGENTS_PER_HARNESS } from './fanout.js';
 import { median, round } from './util.js';
 
 /** The marker the section starts with; `npm run bench -- --controllers` replaces the block it opens. */
@@ -120,7 +119,7 @@ export function severalMarkdown(r: SeveralReport): string {
       'Real `herald controller --name cN --db postgres://…` processes (default options: one push worker each) on one PostgreSQL;',
     );
     p(
-      `simulated agents (the agent's own modules, \`bench/sim-agent.ts\`, up to ${AGENTS_PER_HARNESS.toLocaleString('en-US')} per harness process) with \`--controller-id '*'\` and`,
+      "simulated agents (the agent's own modules, `bench/sim-agent.ts`, at most 1,000 per harness process) with `--controller-id '*'` and",
     );
     p(
       "the URLs of the configuration's controllers, agent i starting at URL i mod k (as a load balancer would spread their API calls).",

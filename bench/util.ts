@@ -345,6 +345,7 @@ export interface TreeSample {
   cpuS: number;
   rssKb: number;
   pids: number[];
+  /** cpuS: schedstat's ns when available (else ticks); sysS: stime, 10 ms ticks. */
   byPid: Record<number, { cpuS: number; sysS: number; rssKb: number }>;
 }
 
@@ -363,7 +364,11 @@ export function treeSample(pid: number): TreeSample {
   return out;
 }
 
-/** A process tree's CPU over a window, its root apart from its children (a controller's push workers). */
+/**
+ * A process tree's CPU over a window, its root apart from its children (a controller's push
+ * workers). The CPU is the threads' schedstat time (ns); the kernel's part is stime, in 10 ms
+ * ticks, so a short window's share is coarse.
+ */
 export interface ProcessSplit {
   /** The root process: CPU-s in the window, and of it in the kernel. */
   mainS: number;

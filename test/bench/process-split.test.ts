@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { byProcessText } from '../../bench/findings.js';
 import { splitByProcess, treeSample, type TreeSample } from '../../bench/util.js';
 
 const tree = (byPid: TreeSample['byPid']): TreeSample => ({
@@ -29,13 +30,32 @@ describe("the fan-out's controller CPU by process", () => {
 
   it("reads this process's own CPU and kernel time from /proc", () => {
     const a = treeSample(process.pid);
+    // busy until this process has used 50 ms of CPU, however fast the machine
+    const c0 = process.cpuUsage();
     let x = 0;
-    for (let i = 0; i < 5_000_000; i++) x += i % 7;
+    while ((process.cpuUsage(c0).user + process.cpuUsage(c0).system) / 1000 < 50)
+      for (let i = 0; i < 100_000; i++) x += i % 7;
     expect(x).toBeGreaterThan(0);
     const b = treeSample(process.pid);
     const s = splitByProcess(a, b, process.pid);
-    expect(s.mainS).toBeGreaterThan(0);
+    expect(s.mainS).toBeGreaterThanOrEqual(0.045);
+    expect(s.mainS).toBeLessThan(5);
     expect(s.mainSysS).toBeGreaterThanOrEqual(0);
-    expect(s.mainSysS).toBeLessThanOrEqual(s.mainS + 0.02); // ticks of 10 ms against ns
+    expect(s.mainSysS).toBeLessThanOrEqual(s.mainS + 0.011); // (stime's 10 ms ticks against schedstat's ns)
+    expect(s.childrenS).toBe(0); // this process started no child in the window
+  });
+
+  it('says what each process is for as many push workers as the run had, and none when the main process dials', () => {
+    const runs = [
+      { mainS: 2, mainSysS: 0.1, childrenS: 2.5, childrenSysS: 0.5 },
+      { mainS: 3, mainSysS: 0.2, childrenS: 3.5, childrenSysS: 0.5 },
+    ];
+    const one = byProcessText(runs, 10_000, 'default', 0.34);
+    expect(one).toContain('the main process 0.25 ms an agent (6 % of it in the kernel)'); // kernel: summed, 0.3 / 5
+    expect(one).toContain('the push worker 0.3 ms (17 %)');
+    expect(byProcessText(runs, 10_000, 2, 0.34)).toContain('the 2 push workers together 0.3 ms');
+    const none = byProcessText([{ mainS: 4, mainSysS: 0.4, childrenS: 0, childrenSysS: 0 }], 10_000, 0, 0.34);
+    expect(none).toContain('which also dials');
+    expect(none).not.toContain('push worker');
   });
 });
