@@ -214,6 +214,19 @@ describe.skipIf(!built)('agent end to end', { timeout: 90_000 }, () => {
         10_000,
         250,
       );
+      // the push connection made before the cut may still carry a ping as it closes: wait until the
+      // agent holds none (each "controller connected" of its log has its "controller disconnected")
+      await waitFor(
+        'the push connection held before the cut to close',
+        () => {
+          const log = a.proc.log();
+          return (
+            log.split('"msg":"controller connected"').length === log.split('"msg":"controller disconnected"').length
+          );
+        },
+        10_000,
+        25,
+      );
       const cfg = await mkConfig(c, { name: 'polled', group: 'script', config: '#!/bin/sh\necho polled\n' });
       const logged = a.proc.log().length;
       const t0 = Date.now();
