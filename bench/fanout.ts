@@ -22,6 +22,7 @@ import path from 'node:path';
 import { AGENT_API_IDLE_CLOSE_MS } from '../protocol/limits.js';
 import { metricSum } from './api-client.js';
 import { Fleet } from './fleet.js';
+import { FLOOR_AGENT_PROCS } from './floor.js';
 import type { AgentRunReport } from './harness.js';
 import { slot, type BenchPki } from './pki-cache.js';
 import { exited, startController, stopController, type ControllerProc } from './procs.js';
@@ -53,7 +54,7 @@ import {
  * 1 s while others handshook, then dropped as half-open) did not show at 2,500: every check passed
  * and no agent was dropped while the fleet grew, in one step or in the full run's three.
  */
-export const AGENTS_PER_HARNESS = 2_500;
+const AGENTS_PER_HARNESS = 2_500;
 /** How long the controller's CPU is sampled, quiet, before each change (its background rate). */
 export const FANOUT_IDLE_SAMPLE_MS = 5_000;
 
@@ -198,21 +199,66 @@ const CRASH_WINDOW_MS = (n: number): number => Math.min(90_000, 60_000 + n * 10)
  * completing and deleting the cluster. A poll every n/10 ms (1 s at 10,000) is ~20 % of a core
  * while waiting: 8-8.6 CPU-s between runs. Never used inside a measured window.
  */
-export function clusterPollMs(n: number): number {
+function clusterPollMs(n: number): number {
   return Math.max(100, Math.round(n / 10));
 }
 
 /**
- * Harness processes one growth of the fleet adds at most (the floor's FLOOR_AGENT_PROCS). A step
- * of more than 10,000 agents puts more than AGENTS_PER_HARNESS in each; at 10,000 a step has
- * 2,500 a process, two or three descriptors each, far from the 20,000 a process may open.
+ * Harness processes to add when the fleet grows by `added` agents: at most as many as the floor's
+ * agents run in (FLOOR_AGENT_PROCS). A step of more than 10,000 agents puts more than
+ * AGENTS_PER_HARNESS in each; at 10,000 a step has 2,500 a process, two or three descriptors
+ * each, far from the 20,000 a process may open.
  */
-const HARNESS_PROCS_PER_STEP_MAX = 4;
-
-/** Harness processes to add when the fleet grows by `added` agents. */
 export function harnessProcsFor(added: number): number {
   if (added <= 200) return 1;
-  return Math.min(HARNESS_PROCS_PER_STEP_MAX, Math.max(Math.ceil(added / AGENTS_PER_HARNESS), 1));
+  return Math.min(FLOOR_AGENT_PROCS, Math.max(Math.ceil(added / AGENTS_PER_HARNESS), 1));
+}
+
+/** A cluster's status, or null once it is gone (404). */
+async function clusterStatus(op: ControllerProc['op'], id: string): Promise<string | null> {
+  const r = await op.request<{ status: string }>('GET', `/v1/clusters/${id}`);
+  return r.status === 404 ? null : (r.json?.status ?? '?');
+}
+
+/** Waits, every clusterPollMs(n), until cluster `id` of `n` nodes ends its operation `_COMPLETE`. */
+async function waitClusterComplete(
+  op: ControllerProc['op'],
+  id: string,
+  what: string,
+  n: number,
+  limitMs: number,
+): Promise<void> {
+  await waitFor(what, async () => (await clusterStatus(op, id))?.endsWith('_COMPLETE'), limitMs, clusterPollMs(n));
+}
+
+/**
+ * Between runs: waits until cluster `c` of `n` nodes ends its operation, deletes it and waits
+ * until it is gone (its nodes are free for the next run's cluster), polling every clusterPollMs(n).
+ * @throws Error when it does not end, or the DELETE is refused, within `limitMs`
+ */
+export async function finishAndDeleteCluster(
+  op: ControllerProc['op'],
+  c: { id: string; name: string },
+  n: number,
+  limitMs: number,
+  deleteTimeoutMs: number,
+): Promise<void> {
+  const pollMs = clusterPollMs(n);
+  await waitFor(
+    `cluster ${c.name} to finish`,
+    async () => !(await clusterStatus(op, c.id))?.endsWith('_IN_PROGRESS'),
+    limitMs,
+    pollMs,
+  );
+  const del = await op.request('DELETE', `/v1/clusters/${c.id}`, undefined, deleteTimeoutMs);
+  if (del.status !== 202 && del.status !== 204)
+    throw new Error(`DELETE /v1/clusters/${c.id} → ${del.status}: ${del.raw.slice(0, 200)}`);
+  await waitFor(
+    `cluster ${c.name} to be deleted`,
+    async () => (await clusterStatus(op, c.id)) === null,
+    limitMs,
+    pollMs,
+  );
 }
 
 /**
@@ -358,23 +404,8 @@ class Bed {
     await fleet.hold(false);
     await fleet.release();
     if (c === null) return;
-    const ctl = this.ctl;
-    const limit = 60_000 + n * 20;
-    const status = async (): Promise<string | null> => {
-      const r = await ctl.op.request<{ status: string }>('GET', `/v1/clusters/${c.id}`);
-      return r.status === 404 ? null : (r.json?.status ?? '?');
-    };
     try {
-      await waitFor(
-        `cluster ${c.name} to finish`,
-        async () => !(await status())?.endsWith('_IN_PROGRESS'),
-        limit,
-        clusterPollMs(n),
-      );
-      const del = await ctl.op.request('DELETE', `/v1/clusters/${c.id}`, undefined, 120_000);
-      if (del.status !== 202 && del.status !== 204)
-        throw new Error(`DELETE /v1/clusters/${c.id} → ${del.status}: ${del.raw.slice(0, 200)}`);
-      await waitFor(`cluster ${c.name} to be deleted`, async () => (await status()) === null, limit, clusterPollMs(n));
+      await finishAndDeleteCluster(this.ctl.op, c, n, 60_000 + n * 20, 120_000);
     } catch (err) {
       problems.push(`settling ${c.name}: ${(err as Error).message}`);
     }
@@ -519,13 +550,9 @@ async function crashRun(
   let cluster = c;
   if (cluster !== null) {
     const id = cluster.id;
-    await waitFor(
-      `cluster ${cluster.name} to finish`,
-      async () =>
-        (await bed.ctl.op.request<{ status: string }>('GET', `/v1/clusters/${id}`)).json?.status?.endsWith('_COMPLETE'),
-      60_000 + n * 20,
-      clusterPollMs(n),
-    ).catch((err: Error) => problems.push(`crash: ${err.message}`));
+    await waitClusterComplete(bed.ctl.op, id, `cluster ${cluster.name} to finish`, n, 60_000 + n * 20).catch(
+      (err: Error) => problems.push(`crash: ${err.message}`),
+    );
   } else {
     const created = await bed.ctl.op.must<{ id: string }>(
       201,
@@ -537,13 +564,9 @@ async function crashRun(
     cluster = { id: created.id, name: `fan${n}crash` };
     bed.cluster = cluster;
     const id = created.id;
-    await waitFor(
-      'crash cluster to be created',
-      async () =>
-        (await bed.ctl.op.request<{ status: string }>('GET', `/v1/clusters/${id}`)).json?.status?.endsWith('_COMPLETE'),
-      60_000 + n * 20,
-      clusterPollMs(n),
-    ).catch((err: Error) => problems.push(`crash: ${err.message}`));
+    await waitClusterComplete(bed.ctl.op, id, 'crash cluster to be created', n, 60_000 + n * 20).catch((err: Error) =>
+      problems.push(`crash: ${err.message}`),
+    );
   }
   // the run's signals all answered before the crash: a signal whose answer the kill cut off would
   // be sent again in the window, and the window measures the pending change alone

@@ -15,7 +15,7 @@ import { pkiPaths } from '../certs/paths.js';
 import { issueCert } from '../certs/pki.js';
 import type { ControllerView } from '../protocol/rest.js';
 import { metricSum } from './api-client.js';
-import { agentStateRoot, clusterPollMs, harnessProcsFor } from './fanout.js';
+import { agentStateRoot, finishAndDeleteCluster, harnessProcsFor } from './fanout.js';
 import { Fleet } from './fleet.js';
 import { slot, type BenchPki } from './pki-cache.js';
 import { exited, startController, stopController, type ControllerProc } from './procs.js';
@@ -277,24 +277,10 @@ export class SeveralBed {
     await fleet.release();
     const c = this.cluster;
     if (c === null) return;
-    const op = this.op;
-    // a cluster's operations on PostgreSQL take a statement per row (see several.ts RUN_WINDOW_MS)
-    const limit = 120_000 + n * 100;
-    const status = async (): Promise<string | null> => {
-      const r = await op.request<{ status: string }>('GET', `/v1/clusters/${c.id}`);
-      return r.status === 404 ? null : (r.json?.status ?? '?');
-    };
     try {
-      await waitFor(
-        `cluster ${c.name} to finish`,
-        async () => !(await status())?.endsWith('_IN_PROGRESS'),
-        limit,
-        clusterPollMs(n),
-      );
-      const del = await op.request('DELETE', `/v1/clusters/${c.id}`, undefined, limit);
-      if (del.status !== 202 && del.status !== 204)
-        throw new Error(`DELETE /v1/clusters/${c.id} → ${del.status}: ${del.raw.slice(0, 200)}`);
-      await waitFor(`cluster ${c.name} to be deleted`, async () => (await status()) === null, limit, clusterPollMs(n));
+      // a cluster's operations on PostgreSQL take a statement per row (see several.ts RUN_WINDOW_MS)
+      const limit = 120_000 + n * 100;
+      await finishAndDeleteCluster(this.op, c, n, limit, limit);
     } catch (err) {
       problems.push(`settling ${c.name}: ${(err as Error).message}`);
     }
