@@ -421,6 +421,8 @@ export class Fleet implements PushService {
     const readopt: NodeRow[] = [];
     const release: string[] = [];
     const stillMine = new Set<string>();
+    /** Nodes adopted in this pass, each with the endpoint and generation the scan read. */
+    const adopted: NodeRow[] = [];
     let waiting = 0;
     for (const r of rows) {
       const want = ownerOf(r.id, live);
@@ -463,6 +465,7 @@ export class Fleet implements PushService {
         const was = r.controller ?? '(none)';
         from.set(was, (from.get(was) ?? 0) + 1);
         this.#adopt(r, w.epoch);
+        adopted.push(r);
       }
       if (won.length > 0) {
         this.#m.takeovers.inc(won.length);
@@ -477,9 +480,13 @@ export class Fleet implements PushService {
         [me, readopt.map((r) => r.id)] as never[],
       )) as unknown as Array<{ node_id: string; epoch: number }>;
       const byId = new Map(readopt.map((r) => [r.id, r]));
-      for (const w of won) this.#adopt(byId.get(w.node_id)!, w.epoch);
+      for (const w of won) {
+        this.#adopt(byId.get(w.node_id)!, w.epoch);
+        adopted.push(byId.get(w.node_id)!);
+      }
       if (won.length > 0) this.#log.info({ nodes: won.length }, 'adopted the nodes it owned before');
     }
+    if (adopted.length > 0) await this.#catchUpAdopted(adopted);
     this.#m.owned.set(this.#owned.size);
     // nodes moved (or were waiting for another controller to let go): keep looking each second
     if (claim.length > 0 || release.length > 0 || readopt.length > 0 || waiting > 0)
@@ -492,6 +499,36 @@ export class Fleet implements PushService {
     this.#inner.remove(r.id);
     this.#endpoints.set(r.id, r.endpoint);
     if (r.endpoint !== null) this.#inner.setEndpoint(r.id, r.endpoint, r.generation);
+  }
+
+  /**
+   * The scan read each adopted node's endpoint and generation before the claim, and a change
+   * committed in between reached no controller: this one's change feed passed it on while the
+   * node was not yet its own (`notify` and `setEndpoint` pass only for owned nodes), and the
+   * former owner had let it go or was dead. The ping on connect then carried the generation
+   * the agent had already fetched, so it fetched nothing and the step waited for its deadline.
+   * Read them again now that they are owned: what commits after this read, the feed passes on.
+   */
+  async #catchUpAdopted(adopted: NodeRow[]): Promise<void> {
+    const rows = (await this.#o.store.controlSql.unsafe(
+      'SELECT id, endpoint, generation FROM nodes WHERE id = ANY($1::text[])',
+      [adopted.map((r) => r.id)] as never[],
+    )) as unknown as Array<Pick<NodeRow, 'id' | 'endpoint' | 'generation'>>;
+    const current = new Map(rows.map((r) => [r.id, r]));
+    let changed = 0;
+    for (const a of adopted) {
+      if (!this.#owned.has(a.id)) continue; // let go again meanwhile
+      const r = current.get(a.id);
+      if (r === undefined) {
+        this.#drop(a.id); // deleted meanwhile
+        continue;
+      }
+      if (r.endpoint !== a.endpoint) this.setEndpoint(a.id, r.endpoint, r.generation);
+      else if (r.generation > a.generation) this.#inner.notify(a.id, r.generation, 'ping');
+      else continue;
+      changed++;
+    }
+    if (changed > 0) this.#log.info({ nodes: changed }, 'nodes changed while being claimed: woken again');
   }
 
   /** The owner of each of `nodes` (null: of every node) as the database records it. */

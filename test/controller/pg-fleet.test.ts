@@ -76,3 +76,66 @@ describe('the fleet lease', () => {
     }
   });
 });
+
+describe('taking a node over', () => {
+  it('wakes it with a generation committed between the scan that chose it and the claim', async () => {
+    const store = await PgStore.open(await pg.createDatabase(), { controller: 'c1' });
+    const quiet = pino({ level: 'warn' }, new Writable({ write: (_c, _e, cb) => cb() }));
+    // what the dialer was last told of each node's generation (by setEndpoint or notify)
+    const told = new Map<string, number>();
+    const dialer: PushService = {
+      ...recordingDialer(),
+      setEndpoint: (node, _url, gen) => void told.set(node, Math.max(told.get(node) ?? 0, gen)),
+      notify: (node, gen) => void told.set(node, Math.max(told.get(node) ?? 0, gen)),
+      remove: (node) => void told.delete(node),
+    };
+    const real = store.controlSql;
+    let fleet: Fleet | undefined;
+    let committed: number | undefined;
+    // the change a signal of another node makes (a cluster step's next revision) commits just
+    // before the claim, and the change feed hands it over while the node is not yet this one's
+    const control = new Proxy(real, {
+      get(t, k) {
+        if (k !== 'unsafe') return Reflect.get(t, k);
+        return async (q: string, params?: never[]) => {
+          if (committed === undefined && q.includes('INSERT INTO node_owners')) {
+            const [r] = (await real.unsafe(
+              "UPDATE nodes SET generation = generation + 1 WHERE id = 'a' RETURNING generation",
+            )) as unknown as Array<{ generation: number }>;
+            committed = r!.generation;
+            fleet!.notify('a', committed, 'restart');
+          }
+          return real.unsafe(q, params);
+        };
+      },
+    });
+    const storeView = new Proxy(store, {
+      get(t, k) {
+        if (k === 'controlSql') return control;
+        const v = Reflect.get(t, k);
+        return typeof v === 'function' ? v.bind(t) : v;
+      },
+    });
+    fleet = new Fleet({
+      store: storeView,
+      name: 'c1',
+      apiUrl: () => 'https://127.0.0.1:1',
+      push: dialer,
+      logger: quiet,
+      registry: new Registry(),
+      heartbeatMs: 100,
+      leaseMs: 600,
+      reconcileMs: 100,
+    });
+    try {
+      await store.announceEndpoint('a', 'wss://127.0.0.1:7001/v1/wake', WHO, true);
+      await fleet.start([]);
+      expect(fleet.owns('a')).toBe(true);
+      expect(committed).toBeDefined();
+      expect(told.get('a')).toBe(committed);
+    } finally {
+      await fleet.close();
+      await store.close();
+    }
+  });
+});

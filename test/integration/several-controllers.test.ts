@@ -6,9 +6,10 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { controllerNames, makeFleet, nodeNames, type TestFleet } from '../helpers/fleet.js';
 import { readEvents } from '../helpers/event-stream.js';
+import { keepFleetLogs } from '../helpers/fleet-logs.js';
 import { api, isBuilt, stopProc, waitFor } from '../helpers/procs.js';
 
 const CONTROLLERS = controllerNames(3);
@@ -21,6 +22,13 @@ beforeAll(async () => {
   for (const c of CONTROLLERS) await f.startController(c, { viaProxy: c === 'c3' });
   await f.startAgents(NODES);
 }, 180_000);
+
+// the work dir (every controller's and agent's log) goes at cleanup: keep it when a test fails
+beforeEach(({ onTestFailed, task }) => {
+  onTestFailed(async () => {
+    await keepFleetLogs(f, task.name);
+  }, 60_000);
+});
 
 afterAll(async () => {
   await f?.cleanup();
