@@ -11,7 +11,7 @@ import { initPki, issueCert } from '../certs/pki.js';
 import type { ClusterView, ConfigView, ListEnvelope, NodeView } from '../protocol/rest.js';
 import { clientFromOptions, type ApiClient } from './operator-client.js';
 import { HEALTH_SCRIPT, INSTALL_SCRIPT, UNINSTALL_SCRIPT } from './demo-scripts.js';
-import { DemoFailure, freePort, isAlive, type Child, type DemoSupervisor } from './demo-supervisor.js';
+import { DemoFailure, isAlive, type Child, type DemoSupervisor } from './demo-supervisor.js';
 
 /** One node of the demo: its directory, what the restart must leave alone, and its service. */
 export interface DemoNode {
@@ -73,17 +73,17 @@ export async function startController(
   pkiDir: string,
   timeoutMs: number,
 ): Promise<DemoController> {
-  const port = await freePort();
-  const url = `https://127.0.0.1:${port}`;
+  // port 0: the kernel picks a free port and the controller logs it (no race for a port chosen first)
   const child = sup.startHerald('controller', [
     'controller',
     '--listen',
-    `127.0.0.1:${port}`,
+    '127.0.0.1:0',
     '--pki',
     pkiDir,
     '--db',
     path.join(root, 'controller.db'),
   ]);
+  const url = `https://127.0.0.1:${await sup.boundPort(child, timeoutMs)}`;
   const api = clientFromOptions({ controller: url, pki: pkiDir }, sup.env);
   await sup.waitFor(
     'the controller to answer',
@@ -144,7 +144,6 @@ export async function startNodes(
   for (const id of o.ids) {
     const node = makeNode(sup, o.nodesDir, id);
     o.nodes.push(node);
-    const agentPort = await freePort();
     agents.push(
       sup.startHerald(`agent-${id}`, [
         'agent',
@@ -153,8 +152,9 @@ export async function startNodes(
         '--controller',
         (o.controllerUrls ?? [ctl.url]).join(','),
         ...(o.controllerUrls ? ['--controller-id', '*'] : []),
+        // port 0: the agent announces the port it was given
         '--listen',
-        `127.0.0.1:${agentPort}`,
+        '127.0.0.1:0',
         '--pki',
         o.pkiDir,
         '--state-dir',

@@ -9,7 +9,7 @@ import { initPki, issueCert } from '../certs/pki.js';
 import { ownerOf } from '../controller/rendezvous.js';
 import type { ControllerView, ListEnvelope, NodeView } from '../protocol/rest.js';
 import type { DemoController } from './demo-fixtures.js';
-import { DemoFailure, freePort, sleep, type Child, type DemoSupervisor } from './demo-supervisor.js';
+import { DemoFailure, sleep, type Child, type DemoSupervisor } from './demo-supervisor.js';
 import { clientFromOptions } from './operator-client.js';
 
 /** How often the takeover watch asks the survivors. */
@@ -40,20 +40,23 @@ export async function startControllers(
   o: { pkiDir: string; db: string; names: string[]; timeoutMs: number },
 ): Promise<FleetController[]> {
   const started: FleetController[] = [];
-  for (const name of o.names) {
-    const port = await freePort();
-    const url = `https://127.0.0.1:${port}`;
-    const child = sup.startHerald(`controller-${name}`, [
+  const children = o.names.map((name) =>
+    // port 0: the kernel picks a free port and the controller logs it (no race for a port chosen first)
+    sup.startHerald(`controller-${name}`, [
       'controller',
       '--name',
       name,
       '--listen',
-      `127.0.0.1:${port}`,
+      '127.0.0.1:0',
       '--pki',
       o.pkiDir,
       '--db',
       o.db,
-    ]);
+    ]),
+  );
+  for (const [i, name] of o.names.entries()) {
+    const child = children[i]!;
+    const url = `https://127.0.0.1:${await sup.boundPort(child, o.timeoutMs)}`;
     const api = clientFromOptions({ controller: url, pki: o.pkiDir, controllerId: name }, sup.env);
     started.push({ name, url, child, api });
   }

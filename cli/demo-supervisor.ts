@@ -40,7 +40,12 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
-/** A port free right now on 127.0.0.1 (racy by nature; a collision shows as a child's exit). */
+/**
+ * A port free right now on 127.0.0.1: racy by nature (another process may bind it before the
+ * child does, which shows as the child's exit), so only for what cannot bind port 0 and say
+ * where it listens (PostgreSQL, whose port must also survive its restarts). Herald's own
+ * processes listen on port 0: `boundPort`, and agents announce what they bound.
+ */
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = net.createServer();
@@ -51,6 +56,28 @@ export async function freePort(): Promise<number> {
       s.close(() => (a && typeof a === 'object' ? resolve(a.port) : reject(new Error('no port'))));
     });
   });
+}
+
+/** The port in a controller's "controller listening" log line (pino JSON), if it has logged it. */
+export function listenedPort(log: string): number | undefined {
+  let text: string;
+  try {
+    text = fs.readFileSync(log, 'utf8');
+  } catch {
+    return undefined;
+  }
+  for (const line of text.split('\n')) {
+    if (!line.includes('"controller listening"')) continue;
+    try {
+      const { msg, listen } = JSON.parse(line) as { msg?: unknown; listen?: unknown };
+      if (msg !== 'controller listening' || typeof listen !== 'string') continue;
+      const port = Number(listen.slice(listen.lastIndexOf(':') + 1));
+      if (Number.isInteger(port) && port > 0) return port;
+    } catch {
+      // a line cut off mid-write: read again at the next poll
+    }
+  }
+  return undefined;
 }
 
 /** True when `pid` runs and is not a zombie (kill(0) where there is no /proc). */
@@ -189,6 +216,15 @@ export class DemoSupervisor {
       }
       await sleep(POLL_MS);
     }
+  }
+
+  /**
+   * The port `child`, a `herald controller` started with `--listen <host>:0`, was given by the
+   * kernel, from its "controller listening" log line.
+   * @throws DemoFailure when it exits first (with its log's tail), or at the timeout
+   */
+  boundPort(child: Child, timeoutMs: number): Promise<number> {
+    return this.waitFor(`${child.name} to listen`, timeoutMs, async () => listenedPort(child.log), [child]);
   }
 
   /**
