@@ -82,6 +82,9 @@ export async function startController(
     pkiDir,
     '--db',
     path.join(root, 'controller.db'),
+    // the port is read from its info line (a HERALD_CONTROLLER_LOG_LEVEL of the user's must not hide it)
+    '--log-level',
+    'info',
   ]);
   const url = `https://127.0.0.1:${await sup.boundPort(child, timeoutMs)}`;
   const api = clientFromOptions({ controller: url, pki: pkiDir }, sup.env);

@@ -52,6 +52,9 @@ export async function startControllers(
       o.pkiDir,
       '--db',
       o.db,
+      // the port is read from its info line (a HERALD_CONTROLLER_LOG_LEVEL of the user's must not hide it)
+      '--log-level',
+      'info',
     ]),
   );
   for (const [i, name] of o.names.entries()) {

@@ -58,7 +58,7 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** The port in a controller's "controller listening" log line (pino JSON), if it has logged it. */
+/** The port in a controller's last "controller listening" log line (pino JSON), if it has logged one. */
 export function listenedPort(log: string): number | undefined {
   let text: string;
   try {
@@ -66,18 +66,19 @@ export function listenedPort(log: string): number | undefined {
   } catch {
     return undefined;
   }
+  let port: number | undefined;
   for (const line of text.split('\n')) {
     if (!line.includes('"controller listening"')) continue;
     try {
       const { msg, listen } = JSON.parse(line) as { msg?: unknown; listen?: unknown };
       if (msg !== 'controller listening' || typeof listen !== 'string') continue;
-      const port = Number(listen.slice(listen.lastIndexOf(':') + 1));
-      if (Number.isInteger(port) && port > 0) return port;
+      const p = Number(listen.slice(listen.lastIndexOf(':') + 1));
+      if (Number.isInteger(p) && p > 0) port = p; // the last such line: a log written to before holds older ones
     } catch {
       // a line cut off mid-write: read again at the next poll
     }
   }
-  return undefined;
+  return port;
 }
 
 /** True when `pid` runs and is not a zombie (kill(0) where there is no /proc). */

@@ -22,6 +22,8 @@ export const PG_START_TIMEOUT_MS = 30_000;
 /** How long a fast shutdown (SIGINT) may take before the group is killed. */
 const PG_STOP_GRACE_MS = 5_000;
 const POLL_MS = 100;
+/** How many free ports a server started without `port` tries before it gives up (each pick is racy). */
+const PG_PORT_ATTEMPTS = 3;
 
 /** Where PostgreSQL's server binaries are looked for, beside `pg_config --bindir`. */
 const DEBIAN_PG_DIR = '/usr/lib/postgresql';
@@ -38,7 +40,10 @@ export function pgBinDir(): string | undefined {
 }
 
 /** A failure to make or start the server, with what its tools said. */
-export class ThrowawayPgError extends Error {}
+export class ThrowawayPgError extends Error {
+  /** The port was taken by another process between its pick and the server's bind. */
+  portTaken = false;
+}
 
 export interface ThrowawayPg {
   /** `postgres://herald@127.0.0.1:<port>/postgres`, the maintenance database. */
@@ -102,39 +107,47 @@ export async function startThrowawayPg(
     const init = spawnSync(initCmd, initArgs, { encoding: 'utf8', env });
     if (init.status !== 0)
       throw new ThrowawayPgError(`initdb failed: ${(init.stderr || init.error?.message || '').trim()}`);
-    const port = opts.port ?? (await freePort());
-    const url = `postgres://${THROWAWAY_PG_USER}@127.0.0.1:${port}/postgres`;
-    const launch = (): ChildProcess => {
-      const logFd = fs.openSync(logFile, 'a');
-      if (asRoot) chownToPostgres(logFile);
-      const [cmd, args] = asPostgres(path.join(binDir, 'postgres'), [
-        '-D',
-        data,
-        '-p',
-        String(port),
-        '-k',
-        dir,
-        '-c',
-        'listen_addresses=127.0.0.1',
-        '-c',
-        `fsync=${opts.fsync ? 'on' : 'off'}`,
-        '-c',
-        `max_connections=${opts.maxConnections ?? 200}`,
-        '-c',
-        `shared_buffers=${opts.sharedBuffers ?? '32MB'}`,
-      ]);
-      const child = spawn(cmd, args, { detached: true, stdio: ['ignore', logFd, logFd], env });
-      fs.closeSync(logFd);
-      return child;
-    };
-    const server = handle(launch, { url, port, dir, logFile });
-    try {
-      await waitReady(server);
-    } catch (err) {
-      await server.stop();
-      throw err;
+    // a port picked free may be taken before the server binds it: pick again (a port given is kept)
+    for (let attempt = 1; ; attempt++) {
+      const port = opts.port ?? (await freePort());
+      const url = `postgres://${THROWAWAY_PG_USER}@127.0.0.1:${port}/postgres`;
+      const launch = (): ChildProcess => {
+        const logFd = fs.openSync(logFile, 'a');
+        if (asRoot) chownToPostgres(logFile);
+        const [cmd, args] = asPostgres(path.join(binDir, 'postgres'), [
+          '-D',
+          data,
+          '-p',
+          String(port),
+          '-k',
+          dir,
+          '-c',
+          'listen_addresses=127.0.0.1',
+          '-c',
+          `fsync=${opts.fsync ? 'on' : 'off'}`,
+          '-c',
+          `max_connections=${opts.maxConnections ?? 200}`,
+          '-c',
+          `shared_buffers=${opts.sharedBuffers ?? '32MB'}`,
+        ]);
+        const child = spawn(cmd, args, { detached: true, stdio: ['ignore', logFd, logFd], env });
+        fs.closeSync(logFd);
+        return child;
+      };
+      fs.writeFileSync(logFile, ''); // this attempt's lines only: a bind refused before is not read again
+      const server = handle(launch, { url, port, dir, logFile });
+      try {
+        await waitReady(server, data);
+        return server;
+      } catch (err) {
+        if (opts.port === undefined && attempt < PG_PORT_ATTEMPTS && err instanceof ThrowawayPgError && err.portTaken) {
+          await server.kill9(); // (its postmaster has exited, or is about to: it could not bind)
+          continue;
+        }
+        await server.stop();
+        throw err;
+      }
     }
-    return server;
   } catch (err) {
     fs.rmSync(dir, { recursive: true, force: true });
     throw err;
@@ -197,20 +210,37 @@ function handle(
   return server;
 }
 
-/** Polls `SELECT 1` until the server answers. */
-async function waitReady(server: ThrowawayPg): Promise<void> {
+/**
+ * Polls until the server on `server.port` answers and is this one (its data directory is `data`:
+ * a server of another process that took the port first would answer too).
+ * @throws ThrowawayPgError (`portTaken` when another process holds the port)
+ */
+async function waitReady(server: ThrowawayPg, data?: string): Promise<void> {
   const { default: postgres } = await import('postgres');
   const deadline = Date.now() + PG_START_TIMEOUT_MS;
+  const taken = (why: string): ThrowawayPgError => {
+    const e = new ThrowawayPgError(
+      `port ${server.port} ${why}; the log (${server.logFile}):\n${logTail(server.logFile)}`,
+    );
+    e.portTaken = true;
+    return e;
+  };
   for (;;) {
-    if (server.child.exitCode !== null || server.child.signalCode !== null)
+    if (server.child.exitCode !== null || server.child.signalCode !== null) {
+      const log = fs.existsSync(server.logFile) ? fs.readFileSync(server.logFile, 'utf8') : '';
+      if (log.includes('Address already in use')) throw taken('was taken by another process');
       throw new ThrowawayPgError(
         `PostgreSQL exited at start; its log (${server.logFile}):\n${logTail(server.logFile)}`,
       );
+    }
     const sql = postgres(server.url, { max: 1, connect_timeout: 2, onnotice: () => {} });
     try {
-      await sql`SELECT 1`;
+      const [row] = await sql<Array<{ data_directory: string }>>`SHOW data_directory`;
+      if (data !== undefined && row !== undefined && path.resolve(row.data_directory) !== path.resolve(data))
+        throw taken(`is another server's (data directory ${row.data_directory})`);
       return;
-    } catch {
+    } catch (err) {
+      if (err instanceof ThrowawayPgError) throw err;
       if (Date.now() > deadline)
         throw new ThrowawayPgError(
           `PostgreSQL did not accept connections within ${PG_START_TIMEOUT_MS / 1000} s; its log:\n${logTail(server.logFile)}`,

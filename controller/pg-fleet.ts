@@ -448,45 +448,54 @@ export class Fleet implements PushService {
       this.#m.released.inc(release.length);
       this.#log.info({ nodes: release.length, live }, 'handed nodes to other live controllers');
     }
-    if (claim.length > 0) {
-      const won = (await sql.unsafe(
-        `INSERT INTO node_owners (node_id, controller, epoch)
-         SELECT id, $1, 1 FROM unnest($2::text[]) AS v(id)
-         ON CONFLICT (node_id) DO UPDATE SET controller = excluded.controller, epoch = node_owners.epoch + 1, since = now()
-           WHERE node_owners.controller <> excluded.controller
-             AND NOT EXISTS (SELECT 1 FROM controllers c WHERE c.name = node_owners.controller AND c.lease_until > now())
-         RETURNING node_id, epoch`,
-        [me, claim.map((r) => r.id)] as never[],
-      )) as unknown as Array<{ node_id: string; epoch: number }>;
-      const byId = new Map(claim.map((r) => [r.id, r]));
-      const from = new Map<string, number>();
-      for (const w of won) {
-        const r = byId.get(w.node_id)!;
-        const was = r.controller ?? '(none)';
-        from.set(was, (from.get(was) ?? 0) + 1);
-        this.#adopt(r, w.epoch);
-        adopted.push(r);
+    // a node adopted here is caught up below (#catchUpAdopted); if anything after the first adoption
+    // fails, the pass lets go of what it adopted, so the next pass adopts it again (the rows still
+    // name this controller: a new epoch) and catches it up, rather than keeping it uncaught-up
+    try {
+      if (claim.length > 0) {
+        const won = (await sql.unsafe(
+          `INSERT INTO node_owners (node_id, controller, epoch)
+           SELECT id, $1, 1 FROM unnest($2::text[]) AS v(id)
+           ON CONFLICT (node_id) DO UPDATE SET controller = excluded.controller, epoch = node_owners.epoch + 1, since = now()
+             WHERE node_owners.controller <> excluded.controller
+               AND NOT EXISTS (SELECT 1 FROM controllers c WHERE c.name = node_owners.controller AND c.lease_until > now())
+           RETURNING node_id, epoch`,
+          [me, claim.map((r) => r.id)] as never[],
+        )) as unknown as Array<{ node_id: string; epoch: number }>;
+        const byId = new Map(claim.map((r) => [r.id, r]));
+        const from = new Map<string, number>();
+        for (const w of won) {
+          const r = byId.get(w.node_id)!;
+          const was = r.controller ?? '(none)';
+          from.set(was, (from.get(was) ?? 0) + 1);
+          this.#adopt(r, w.epoch);
+          adopted.push(r);
+        }
+        if (won.length > 0) {
+          this.#m.takeovers.inc(won.length);
+          this.#log.info({ nodes: won.length, from: Object.fromEntries(from) }, 'took over nodes');
+        }
       }
-      if (won.length > 0) {
-        this.#m.takeovers.inc(won.length);
-        this.#log.info({ nodes: won.length, from: Object.fromEntries(from) }, 'took over nodes');
+      if (readopt.length > 0) {
+        // rows naming this controller from before it (re)started, or from before a lease loss: a new epoch fences the old
+        const won = (await sql.unsafe(
+          `UPDATE node_owners SET epoch = epoch + 1, since = now()
+           WHERE controller = $1 AND node_id = ANY($2::text[]) RETURNING node_id, epoch`,
+          [me, readopt.map((r) => r.id)] as never[],
+        )) as unknown as Array<{ node_id: string; epoch: number }>;
+        const byId = new Map(readopt.map((r) => [r.id, r]));
+        for (const w of won) {
+          this.#adopt(byId.get(w.node_id)!, w.epoch);
+          adopted.push(byId.get(w.node_id)!);
+        }
+        if (won.length > 0) this.#log.info({ nodes: won.length }, 'adopted the nodes it owned before');
       }
+      if (adopted.length > 0) await this.#catchUpAdopted(adopted);
+    } catch (err) {
+      for (const a of adopted) if (this.#owned.has(a.id)) this.#drop(a.id);
+      this.#dirty = true; // the retry a second later scans again
+      throw err;
     }
-    if (readopt.length > 0) {
-      // rows naming this controller from before it (re)started, or from before a lease loss: a new epoch fences the old
-      const won = (await sql.unsafe(
-        `UPDATE node_owners SET epoch = epoch + 1, since = now()
-         WHERE controller = $1 AND node_id = ANY($2::text[]) RETURNING node_id, epoch`,
-        [me, readopt.map((r) => r.id)] as never[],
-      )) as unknown as Array<{ node_id: string; epoch: number }>;
-      const byId = new Map(readopt.map((r) => [r.id, r]));
-      for (const w of won) {
-        this.#adopt(byId.get(w.node_id)!, w.epoch);
-        adopted.push(byId.get(w.node_id)!);
-      }
-      if (won.length > 0) this.#log.info({ nodes: won.length }, 'adopted the nodes it owned before');
-    }
-    if (adopted.length > 0) await this.#catchUpAdopted(adopted);
     this.#m.owned.set(this.#owned.size);
     // nodes moved (or were waiting for another controller to let go): keep looking each second
     if (claim.length > 0 || release.length > 0 || readopt.length > 0 || waiting > 0)
@@ -517,13 +526,15 @@ export class Fleet implements PushService {
     const current = new Map(rows.map((r) => [r.id, r]));
     let changed = 0;
     for (const a of adopted) {
-      if (!this.#owned.has(a.id)) continue; // let go again meanwhile
+      if (!this.owns(a.id)) continue; // let go again meanwhile, or the lease ended
       const r = current.get(a.id);
       if (r === undefined) {
         this.#drop(a.id); // deleted meanwhile
         continue;
       }
-      if (r.endpoint !== a.endpoint) this.setEndpoint(a.id, r.endpoint, r.generation);
+      // an endpoint the feed has moved on from since the adoption is newer than this read's
+      if (r.endpoint !== a.endpoint && this.#endpoints.get(a.id) === a.endpoint)
+        this.setEndpoint(a.id, r.endpoint, r.generation);
       else if (r.generation > a.generation) this.#inner.notify(a.id, r.generation, 'ping');
       else continue;
       changed++;

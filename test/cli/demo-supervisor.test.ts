@@ -29,6 +29,14 @@ describe('the port a demo controller listens on', () => {
     expect(listenedPort(p)).toBe(41317);
   });
 
+  it('is the last such line when the log holds an older one', () => {
+    const p = log('g.log', [
+      line({ msg: 'controller listening', listen: '127.0.0.1:1111' }),
+      line({ msg: 'controller listening', listen: '127.0.0.1:2222' }),
+    ]);
+    expect(listenedPort(p)).toBe(2222);
+  });
+
   it('is the last colon-separated part of an IPv6 address', () => {
     expect(listenedPort(log('b.log', [line({ msg: 'controller listening', listen: '::1:8443' })]))).toBe(8443);
   });

@@ -12,6 +12,7 @@ import { Fleet } from '../../controller/pg-fleet.js';
 import { PgStore } from '../../controller/pg-store.js';
 import { IDLE_PUSH_STATE, type PushService } from '../../controller/push-types.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
+import { waitFor } from '../helpers/procs.js';
 
 const WHO = 'spiffe://herald.local/operator/admin';
 let pg: PgServer;
@@ -77,62 +78,88 @@ describe('the fleet lease', () => {
   });
 });
 
+/**
+ * A fleet on `store` whose claim of node `a` races a change: just before the claim statement, the
+ * change (a cluster step's next revision, as another node's signal makes it) commits and the
+ * change feed hands it over while `a` is not yet this fleet's. `failCatchUpOnce`: the read after
+ * the claim fails the first time (the database lost mid-pass).
+ */
+async function claimRaceBed(o: { failCatchUpOnce: boolean }) {
+  const store = await PgStore.open(await pg.createDatabase(), { controller: 'c1' });
+  const quiet = pino({ level: 'error' }, new Writable({ write: (_c, _e, cb) => cb() }));
+  // what the dialer was last told of each node's generation (by setEndpoint or notify)
+  const told = new Map<string, number>();
+  const dialer: PushService = {
+    ...recordingDialer(),
+    setEndpoint: (node, _url, gen) => void told.set(node, Math.max(told.get(node) ?? 0, gen)),
+    notify: (node, gen) => void told.set(node, Math.max(told.get(node) ?? 0, gen)),
+    remove: (node) => void told.delete(node),
+  };
+  const real = store.controlSql;
+  const race: { fleet?: Fleet; committed?: number; catchUpFailed: boolean } = { catchUpFailed: false };
+  const control = new Proxy(real, {
+    get(t, k) {
+      if (k !== 'unsafe') return Reflect.get(t, k);
+      return async (q: string, params?: never[]) => {
+        if (race.committed === undefined && q.includes('INSERT INTO node_owners')) {
+          const [r] = (await real.unsafe(
+            "UPDATE nodes SET generation = generation + 1 WHERE id = 'a' RETURNING generation",
+          )) as unknown as Array<{ generation: number }>;
+          race.committed = r!.generation;
+          race.fleet!.notify('a', race.committed, 'restart');
+        }
+        if (o.failCatchUpOnce && !race.catchUpFailed && q.includes('FROM nodes WHERE id = ANY')) {
+          race.catchUpFailed = true;
+          throw new Error('connection lost');
+        }
+        return real.unsafe(q, params);
+      };
+    },
+  });
+  const storeView = new Proxy(store, {
+    get(t, k) {
+      if (k === 'controlSql') return control;
+      const v = Reflect.get(t, k);
+      return typeof v === 'function' ? v.bind(t) : v;
+    },
+  });
+  race.fleet = new Fleet({
+    store: storeView,
+    name: 'c1',
+    apiUrl: () => 'https://127.0.0.1:1',
+    push: dialer,
+    logger: quiet,
+    registry: new Registry(),
+    heartbeatMs: 100,
+    leaseMs: 600,
+    reconcileMs: 100,
+  });
+  await store.announceEndpoint('a', 'wss://127.0.0.1:7001/v1/wake', WHO, true);
+  return { store, fleet: race.fleet, told, race };
+}
+
 describe('taking a node over', () => {
   it('wakes it with a generation committed between the scan that chose it and the claim', async () => {
-    const store = await PgStore.open(await pg.createDatabase(), { controller: 'c1' });
-    const quiet = pino({ level: 'warn' }, new Writable({ write: (_c, _e, cb) => cb() }));
-    // what the dialer was last told of each node's generation (by setEndpoint or notify)
-    const told = new Map<string, number>();
-    const dialer: PushService = {
-      ...recordingDialer(),
-      setEndpoint: (node, _url, gen) => void told.set(node, Math.max(told.get(node) ?? 0, gen)),
-      notify: (node, gen) => void told.set(node, Math.max(told.get(node) ?? 0, gen)),
-      remove: (node) => void told.delete(node),
-    };
-    const real = store.controlSql;
-    let fleet: Fleet | undefined;
-    let committed: number | undefined;
-    // the change a signal of another node makes (a cluster step's next revision) commits just
-    // before the claim, and the change feed hands it over while the node is not yet this one's
-    const control = new Proxy(real, {
-      get(t, k) {
-        if (k !== 'unsafe') return Reflect.get(t, k);
-        return async (q: string, params?: never[]) => {
-          if (committed === undefined && q.includes('INSERT INTO node_owners')) {
-            const [r] = (await real.unsafe(
-              "UPDATE nodes SET generation = generation + 1 WHERE id = 'a' RETURNING generation",
-            )) as unknown as Array<{ generation: number }>;
-            committed = r!.generation;
-            fleet!.notify('a', committed, 'restart');
-          }
-          return real.unsafe(q, params);
-        };
-      },
-    });
-    const storeView = new Proxy(store, {
-      get(t, k) {
-        if (k === 'controlSql') return control;
-        const v = Reflect.get(t, k);
-        return typeof v === 'function' ? v.bind(t) : v;
-      },
-    });
-    fleet = new Fleet({
-      store: storeView,
-      name: 'c1',
-      apiUrl: () => 'https://127.0.0.1:1',
-      push: dialer,
-      logger: quiet,
-      registry: new Registry(),
-      heartbeatMs: 100,
-      leaseMs: 600,
-      reconcileMs: 100,
-    });
+    const { store, fleet, told, race } = await claimRaceBed({ failCatchUpOnce: false });
     try {
-      await store.announceEndpoint('a', 'wss://127.0.0.1:7001/v1/wake', WHO, true);
       await fleet.start([]);
       expect(fleet.owns('a')).toBe(true);
-      expect(committed).toBeDefined();
-      expect(told.get('a')).toBe(committed);
+      expect(race.committed).toBeDefined();
+      expect(told.get('a')).toBe(race.committed);
+    } finally {
+      await fleet.close();
+      await store.close();
+    }
+  });
+
+  it('when the read after the claim fails, lets the node go and adopts it again at the next pass, caught up', async () => {
+    const { store, fleet, told, race } = await claimRaceBed({ failCatchUpOnce: true });
+    try {
+      await fleet.start([]);
+      expect(race.catchUpFailed).toBe(true);
+      expect(fleet.owns('a')).toBe(false); // not kept with the generation the scan read
+      await waitFor('the node adopted again', async () => fleet.owns('a'), 10_000, 50);
+      expect(told.get('a')).toBe(race.committed);
     } finally {
       await fleet.close();
       await store.close();

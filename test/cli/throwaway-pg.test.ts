@@ -1,0 +1,55 @@
+/**
+ * The throwaway PostgreSQL (cli/throwaway-pg.ts) on a port another process holds: it says so
+ * (`portTaken`, which makes a server started on a port picked free pick again), whether the
+ * holder is a plain listener (the postmaster cannot bind and exits) or another PostgreSQL that
+ * would answer in its place (its data directory is not ours). Its directory is removed.
+ */
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pgBinDir, startThrowawayPg, ThrowawayPgError } from '../../cli/throwaway-pg.js';
+import { startPg, type PgServer } from '../helpers/pg.js';
+
+const bin = pgBinDir();
+let other: PgServer | undefined;
+beforeAll(async () => {
+  if (bin && !process.env.HERALD_TEST_PG) other = await startPg();
+}, 60_000);
+afterAll(async () => {
+  await other?.close();
+});
+
+async function refusal(port: number): Promise<ThrowawayPgError> {
+  const before = new Set(fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith('herald-pg-')));
+  const err = await startThrowawayPg(bin!, process.env, { port }).then(
+    async (pg) => {
+      await pg.stop();
+      throw new Error(`started on port ${port}, which another process holds`);
+    },
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ThrowawayPgError);
+  const left = fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith('herald-pg-') && !before.has(n));
+  expect(left).toEqual([]);
+  return err as ThrowawayPgError;
+}
+
+describe.skipIf(!bin || process.env.HERALD_TEST_PG)('a throwaway PostgreSQL on a port another process holds', () => {
+  it('a plain listener: refused as portTaken, nothing left behind', async () => {
+    const holder = net.createServer();
+    await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
+    try {
+      const err = await refusal((holder.address() as net.AddressInfo).port);
+      expect(err.portTaken).toBe(true);
+      expect(err.message).toMatch(/port \d+ .*(taken by another process|another server's)/);
+    } finally {
+      holder.close();
+    }
+  }, 60_000);
+
+  it("another PostgreSQL: refused as portTaken, not used in this one's place", async () => {
+    const err = await refusal(other!.port);
+    expect(err.portTaken).toBe(true);
+  }, 60_000);
+});
