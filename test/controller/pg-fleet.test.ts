@@ -39,22 +39,26 @@ function recordingDialer(): PushService & { endpoints: Map<string, string | null
   };
 }
 
+/** A fleet `c1` on `store` pushing through `push`, with short timers (a lease of 600 ms). */
+function testFleet(store: PgStore, push: PushService): Fleet {
+  return new Fleet({
+    store,
+    name: 'c1',
+    apiUrl: () => 'https://127.0.0.1:1',
+    push,
+    logger: pino({ level: 'error' }, new Writable({ write: (_c, _e, cb) => cb() })),
+    registry: new Registry(),
+    heartbeatMs: 100,
+    leaseMs: 600,
+    reconcileMs: 100,
+  });
+}
+
 describe('the fleet lease', () => {
   it('is renewed while every pooled connection is busy, so the controller keeps its nodes', async () => {
     const store = await PgStore.open(await pg.createDatabase(), { controller: 'c1' });
-    const quiet = pino({ level: 'warn' }, new Writable({ write: (_c, _e, cb) => cb() }));
     const dialer = recordingDialer();
-    const fleet = new Fleet({
-      store,
-      name: 'c1',
-      apiUrl: () => 'https://127.0.0.1:1',
-      push: dialer,
-      logger: quiet,
-      registry: new Registry(),
-      heartbeatMs: 100,
-      leaseMs: 600,
-      reconcileMs: 100,
-    });
+    const fleet = testFleet(store, dialer);
     try {
       for (const n of ['a', 'b', 'c'])
         await store.announceEndpoint(n, `wss://127.0.0.1:7${n.charCodeAt(0)}/v1/wake`, WHO, true);
@@ -86,7 +90,6 @@ describe('the fleet lease', () => {
  */
 async function claimRaceBed(o: { failCatchUpOnce: boolean }) {
   const store = await PgStore.open(await pg.createDatabase(), { controller: 'c1' });
-  const quiet = pino({ level: 'error' }, new Writable({ write: (_c, _e, cb) => cb() }));
   // what the dialer was last told of each node's generation (by setEndpoint or notify)
   const told = new Map<string, number>();
   const dialer: PushService = {
@@ -123,17 +126,7 @@ async function claimRaceBed(o: { failCatchUpOnce: boolean }) {
       return typeof v === 'function' ? v.bind(t) : v;
     },
   });
-  race.fleet = new Fleet({
-    store: storeView,
-    name: 'c1',
-    apiUrl: () => 'https://127.0.0.1:1',
-    push: dialer,
-    logger: quiet,
-    registry: new Registry(),
-    heartbeatMs: 100,
-    leaseMs: 600,
-    reconcileMs: 100,
-  });
+  race.fleet = testFleet(storeView, dialer);
   await store.announceEndpoint('a', 'wss://127.0.0.1:7001/v1/wake', WHO, true);
   return { store, fleet: race.fleet, told, race };
 }
