@@ -51,6 +51,8 @@ export interface ThrowawayPg {
   readonly port: number;
   /** Its data, socket and log: removed by `stop()`. */
   readonly dir: string;
+  /** Its data directory (under `dir`): what tells this server from another on its port. */
+  readonly data: string;
   readonly logFile: string;
   /** The server's process (leader of its process group); a new one after `start()`. */
   readonly child: ChildProcess;
@@ -135,9 +137,9 @@ export async function startThrowawayPg(
         return child;
       };
       fs.writeFileSync(logFile, ''); // this attempt's lines only: a bind refused before is not read again
-      const server = handle(launch, { url, port, dir, logFile });
+      const server = handle(launch, { url, port, dir, data, logFile });
       try {
-        await waitReady(server, data);
+        await waitReady(server);
         return server;
       } catch (err) {
         if (opts.port === undefined && attempt < PG_PORT_ATTEMPTS && err instanceof ThrowawayPgError && err.portTaken) {
@@ -156,7 +158,7 @@ export async function startThrowawayPg(
 
 function handle(
   launch: () => ChildProcess,
-  o: { url: string; port: number; dir: string; logFile: string },
+  o: { url: string; port: number; dir: string; data: string; logFile: string },
 ): ThrowawayPg {
   let child = launch();
   const exitOf = (c: ChildProcess) =>
@@ -211,11 +213,12 @@ function handle(
 }
 
 /**
- * Polls until the server on `server.port` answers and is this one (its data directory is `data`:
- * a server of another process that took the port first would answer too).
+ * Polls until the server on `server.port` answers and is this one (its data directory is
+ * `server.data`: a server of another process that took the port first, or took it back while
+ * this one was killed, would answer too).
  * @throws ThrowawayPgError (`portTaken` when another process holds the port)
  */
-async function waitReady(server: ThrowawayPg, data?: string): Promise<void> {
+async function waitReady(server: ThrowawayPg): Promise<void> {
   const { default: postgres } = await import('postgres');
   const deadline = Date.now() + PG_START_TIMEOUT_MS;
   const taken = (why: string): ThrowawayPgError => {
@@ -236,7 +239,7 @@ async function waitReady(server: ThrowawayPg, data?: string): Promise<void> {
     const sql = postgres(server.url, { max: 1, connect_timeout: 2, onnotice: () => {} });
     try {
       const [row] = await sql<Array<{ data_directory: string }>>`SHOW data_directory`;
-      if (data !== undefined && row !== undefined && path.resolve(row.data_directory) !== path.resolve(data))
+      if (row !== undefined && path.resolve(row.data_directory) !== path.resolve(server.data))
         throw taken(`is another server's (data directory ${row.data_directory})`);
       return;
     } catch (err) {
