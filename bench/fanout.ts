@@ -30,6 +30,7 @@ import {
   childrenOf,
   diffCounters,
   dist,
+  median,
   nowMs,
   round,
   roundDist,
@@ -64,7 +65,7 @@ export interface FanoutRun {
   connectAllMs: number;
   agentsAdded: number;
   controllerCpuConnectS: number;
-  controllerRssKb: { baseline: number; connected: number; perAgent: number };
+  controllerRssKb: ControllerRss;
   agentsConnected: number;
   metricsConnected: number;
   /** POST /v1/clusters answered (the change committed and every wake-up handed to push). */
@@ -279,9 +280,45 @@ interface Grown {
   connectAllMs: number;
   agentsAdded: number;
   cpuConnectS: number;
-  rss: { baseline: number; connected: number; perAgent: number };
+  rss: ControllerRss;
   agentsConnected: number;
   metricsConnected: number;
+}
+
+/**
+ * The controller's RSS with N agents connected. RSS under a garbage collector is a sawtooth, so
+ * it is sampled over a quiet window (FANOUT_RSS_WINDOW_MS, a sample every FANOUT_RSS_EVERY_MS):
+ * `connected` is the window's median, `connectedMax` its highest sample.
+ */
+export interface ControllerRss {
+  baseline: number;
+  connected: number;
+  /** (connected − baseline) / N, KB */
+  perAgent: number;
+  // a BENCHMARKS.json written before the window (2026-12-06) has one sample and none of these
+  connectedMax?: number;
+  samples?: number;
+  /** (connectedMax − baseline) / N, KB */
+  perAgentMax?: number;
+}
+
+/** The quiet window the controller's RSS is sampled over once the fleet has grown, and how often. */
+export const FANOUT_RSS_WINDOW_MS = 10_000;
+export const FANOUT_RSS_EVERY_MS = 500;
+
+/** Per agent from a window of RSS samples (KB): its median and its highest, over the empty controller's. */
+export function rssPerAgent(baselineKb: number, samplesKb: readonly number[], n: number): Required<ControllerRss> {
+  if (samplesKb.length === 0 || n <= 0) throw new Error('rssPerAgent: no samples or no agents');
+  const connected = median(samplesKb);
+  const connectedMax = Math.max(...samplesKb);
+  return {
+    baseline: baselineKb,
+    connected,
+    connectedMax,
+    samples: samplesKb.length,
+    perAgent: round((connected - baselineKb) / n, 1),
+    perAgentMax: round((connectedMax - baselineKb) / n, 1),
+  };
 }
 
 class Bed {
@@ -371,23 +408,25 @@ class Bed {
     // steady state: the start-up's API connections close once idle while push is healthy
     // (AGENT_API_IDLE_CLOSE_MS); what a connected agent costs is its push connection
     await sleep(AGENT_API_IDLE_CLOSE_MS + (n >= 5000 ? 2_000 : 500));
+    const rssKb: number[] = [];
+    for (const end = Date.now() + FANOUT_RSS_WINDOW_MS; ; await sleep(FANOUT_RSS_EVERY_MS)) {
+      rssKb.push(treeSample(ctl.pid).rssKb);
+      if (Date.now() + FANOUT_RSS_EVERY_MS > end) break;
+    }
+    const rss = rssPerAgent(this.baselineRssKb, rssKb, n);
     const now = treeSample(ctl.pid);
     const harnessCpuS = fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
     const c0 = await fleet.counters();
     const m0 = await ctl.op.metrics();
     say(
-      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s)`,
+      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s); controller RSS over ${rss.samples} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round(rss.connectedMax / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')})`,
     );
     this.#harnessCpuS = harnessCpuS;
     return {
       connectAllMs,
       agentsAdded: n - have,
       cpuConnectS: round(now.cpuS - cpu0, 2),
-      rss: {
-        baseline: this.baselineRssKb,
-        connected: now.rssKb,
-        perAgent: round((now.rssKb - this.baselineRssKb) / n, 1),
-      },
+      rss,
       agentsConnected: c0.agentsConnected,
       metricsConnected: metricSum(m0, 'herald_push_connected_agents'),
     };
