@@ -20,6 +20,7 @@ import type { MaterialPaths } from '../certs/paths.js';
 import { ConfigError } from '../protocol/errors.js';
 import type { Ed25519PrivateJwk } from '../protocol/jws.js';
 import {
+  IPC_BATCH_MAX_DELAY_MS,
   MAX_TIMER_DELAY_MS,
   MAX_PUSH_REQUESTS_IN_FLIGHT,
   PUSH_REQUEST_ANSWER_TIMEOUT_MS,
@@ -37,6 +38,7 @@ import {
 } from './push-ipc.js';
 import { OldestFirstTimer } from './oldest-first-timer.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
+import { TurnFlusher } from './turn-flusher.js';
 import {
   IDLE_PUSH_STATE,
   type PushEvents,
@@ -83,7 +85,8 @@ interface Shard {
   ready: boolean;
   /** Commands waiting for the next flush (or for the worker to be ready). */
   queue: ToWorkerCommand[];
-  flushScheduled: boolean;
+  /** Posts the queue at the end of the turn, or IPC_BATCH_MAX_DELAY_MS into a long one. */
+  batches: TurnFlusher;
   /** A flush at the end of the current microtask checkpoint is pending (see #schedule). */
   flushSoon: boolean;
   restarts: number;
@@ -184,17 +187,20 @@ export class PushPool implements PushService {
     );
     this.#log = o.logger.child({ component: 'push-pool' });
     this.#metrics = promPushMetrics(o.metrics);
-    this.#shards = Array.from({ length: o.workers }, (_, index) => ({
-      index,
-      child: null,
-      ready: false,
-      queue: [],
-      flushScheduled: false,
-      flushSoon: false,
-      restarts: 0,
-      connected: 0,
-      closedWaiter: null,
-    }));
+    this.#shards = Array.from({ length: o.workers }, (_, index) => {
+      const s: Shard = {
+        index,
+        child: null,
+        ready: false,
+        queue: [],
+        batches: new TurnFlusher(() => this.#flush(s), IPC_BATCH_MAX_DELAY_MS),
+        flushSoon: false,
+        restarts: 0,
+        connected: 0,
+        closedWaiter: null,
+      };
+      return s;
+    });
   }
 
   async start(targets: PushTarget[]): Promise<void> {
@@ -320,12 +326,7 @@ export class PushPool implements PushService {
       });
       return;
     }
-    if (s.flushScheduled) return;
-    s.flushScheduled = true;
-    setImmediate(() => {
-      s.flushScheduled = false;
-      this.#flush(s);
-    });
+    s.batches.queued();
   }
 
   #flush(s: Shard): void {

@@ -7,12 +7,14 @@
  */
 import pino from 'pino';
 import { PkiMaterial } from '../certs/tls.js';
+import { IPC_BATCH_MAX_DELAY_MS } from '../protocol/limits.js';
 import { Signer } from '../protocol/jws.js';
 import { PushDialer } from './push-dialer.js';
 import { WorkerEvents, type FromWorker, type ToWorker, type ToWorkerCommand, type WorkerInit } from './push-ipc.js';
 import { DeltaPushMetrics } from './push-metrics.js';
 import { unavailableReply, type PushReply, type PushRequest } from './push-types.js';
 import { OldestFirstTimer } from './oldest-first-timer.js';
+import { TurnFlusher } from './turn-flusher.js';
 
 function send(m: FromWorker): void {
   // with a callback, a parent that has just died is an EPIPE here, not an unhandled 'error'
@@ -25,8 +27,9 @@ class Worker {
   readonly #material: PkiMaterial;
   readonly #metrics = new DeltaPushMetrics();
   /** Events since the last batch; each one written schedules the next batch. */
-  readonly #events = new WorkerEvents(() => this.#schedule());
-  #flushScheduled = false;
+  readonly #events = new WorkerEvents(() => this.#batches.queued());
+  /** Posts the batch at the end of the turn, or IPC_BATCH_MAX_DELAY_MS into a long one. */
+  readonly #batches = new TurnFlusher(() => this.#flush(), IPC_BATCH_MAX_DELAY_MS);
   /**
    * Requests sent to the main process, by id (so oldest first): at most one fetch and one signal
    * per connected node. `at`: when sent (performance.now(), so a wall clock stepped back does not
@@ -117,7 +120,7 @@ class Worker {
         break;
       }
     }
-    this.#schedule();
+    this.#batches.queued();
   }
 
   async close(): Promise<void> {
@@ -126,17 +129,10 @@ class Worker {
     this.#overdue.stop();
     await this.#dialer.close();
     this.#material.close();
-    this.#flush();
-  }
-
-  #schedule(): void {
-    if (this.#flushScheduled) return;
-    this.#flushScheduled = true;
-    setImmediate(() => this.#flush());
+    this.#batches.flushNow();
   }
 
   #flush(): void {
-    this.#flushScheduled = false;
     if (this.#events.empty && !this.#metrics.dirty) return;
     send({ t: 'batch', events: this.#events.take(), metrics: this.#metrics.dirty ? this.#metrics.take() : null });
   }

@@ -33,6 +33,14 @@ export const MAX_PUSH_REFUSED_REQUESTS = 3;
  * PostgreSQL pool (PG_POOL_CONNECTIONS) to have work queued for every connection.
  */
 export const MAX_PUSH_REQUESTS_IN_FLIGHT = 32;
+/**
+ * A batch of IPC messages between the main process and a push worker waits for the end of the
+ * event loop's turn (so the events of many sockets travel together), but never longer than this
+ * after its first message was queued: a worker reading thousands of sockets stays in one poll
+ * phase for seconds, and fetches held that long left the main process idle while the wake-ups
+ * went out (controller/turn-flusher.ts).
+ */
+export const IPC_BATCH_MAX_DELAY_MS = 2;
 /** The push worker answers a request 503 (`fetch_unavailable`, `signal_unavailable`) when the API has not within this (the agent asks HTTPS). */
 export const PUSH_REQUEST_ANSWER_TIMEOUT_MS = 20_000;
 /**
