@@ -8,6 +8,7 @@
  */
 import { HeraldError } from '../protocol/errors.js';
 import type { DeployAction } from '../protocol/heat.js';
+import { CLUSTER_MEMBERS_PER_INSERT } from '../protocol/limits.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { ChangeSetBuilder } from './change-set.js';
 import { newId } from './ids.js';
@@ -61,10 +62,17 @@ const MEMBER_COLUMNS = INSERT_MANY.cnInsertMany.columns.map(([c]) => c as keyof 
 
 /** A cluster's new members, as rows of each table: written with one many-row insert per table. */
 class MemberRows {
-  readonly deployments: unknown[][] = [];
-  readonly revisions: unknown[][] = [];
+  /** The rows of members not yet inserted (see SqlTx #insertMembers). */
+  deployments: unknown[][] = [];
+  revisions: unknown[][] = [];
   /** Whole rows, as a read of them would give them back (the insert takes its columns). */
   readonly nodes: ClusterNodeRow[] = [];
+  /** nodes[inserted..] are not inserted yet. */
+  inserted = 0;
+
+  get pending(): number {
+    return this.nodes.length - this.inserted;
+  }
 }
 
 /** Every read; the store runs them outside transactions, SqlTx inside. */
@@ -648,7 +656,10 @@ export class SqlTx implements StoreTx {
     let position = 0;
     for (const [gi, g] of c.nodegroups.entries()) {
       groups.push(await this.#insertGroupRow(id, g, gi, now));
-      for (const node of g.nodes) this.#memberRows(members, id, c.name, g, node, position++, c, now);
+      for (const node of g.nodes) {
+        this.#memberRows(members, id, c.name, g, node, position++, c, now);
+        if (members.pending >= CLUSTER_MEMBERS_PER_INSERT) await this.#insertMembers(members);
+      }
     }
     await this.#insertMembers(members);
     this.changes.clusterChanged(id);
@@ -739,10 +750,18 @@ export class SqlTx implements StoreTx {
     });
   }
 
+  /** Inserts the members' rows not inserted yet: each member's deployments, then their revisions, then its own row. */
   async #insertMembers(m: MemberRows): Promise<void> {
-    await this.#s.depInsertMany.run(m.deployments);
-    await this.#s.revInsertMany.run(m.revisions);
-    await this.#s.cnInsertMany.run(m.nodes.map((n) => MEMBER_COLUMNS.map((c) => n[c])));
+    if (m.pending === 0) return;
+    const deployments = m.deployments;
+    const revisions = m.revisions;
+    const nodes = m.nodes.slice(m.inserted);
+    m.deployments = [];
+    m.revisions = [];
+    m.inserted = m.nodes.length;
+    await this.#s.depInsertMany.run(deployments);
+    await this.#s.revInsertMany.run(revisions);
+    await this.#s.cnInsertMany.run(nodes.map((n) => MEMBER_COLUMNS.map((c) => n[c])));
   }
 
   async insertNodegroup(
@@ -760,7 +779,10 @@ export class SqlTx implements StoreTx {
     await this.#insertGroupRow(clusterId, g, ((await this.#s.ngNextPosition.get(clusterId)) as { p: number }).p, now);
     let position = ((await this.#s.cnNextPosition.get(clusterId)) as { p: number }).p;
     const members = new MemberRows();
-    for (const node of g.nodes) this.#memberRows(members, clusterId, name, g, node, position++, rows, now);
+    for (const node of g.nodes) {
+      this.#memberRows(members, clusterId, name, g, node, position++, rows, now);
+      if (members.pending >= CLUSTER_MEMBERS_PER_INSERT) await this.#insertMembers(members);
+    }
     await this.#insertMembers(members);
     this.changes.clusterChanged(clusterId);
   }

@@ -333,6 +333,13 @@ export const PG_STATEMENT_TIMEOUT_MS = 10_000;
 /** `Retry-After` of a 503 `store_unavailable`. */
 export const STORE_UNAVAILABLE_RETRY_AFTER_S = 1;
 /**
+ * A new cluster's (or node group's) members whose rows are inserted together, in one transaction
+ * all the same: the rows of 10,000 members held to the end outlived V8's young generation and
+ * were copied and promoted before they were inserted (20 % of the create's CPU in one process,
+ * docs/development.md "Measured 2026-12-06").
+ */
+export const CLUSTER_MEMBERS_PER_INSERT = 1_024;
+/**
  * Rows one PostgreSQL statement of a many-row insert carries at most (a cluster's members: two
  * deployments, two revisions and a row each); more go in further statements of the same
  * transaction, so none of them nears PG_STATEMENT_TIMEOUT_MS however large the cluster.

@@ -11,6 +11,7 @@ import Database from 'better-sqlite3';
 import { newCluster } from '../helpers/new-cluster.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { codeOf } from '../../protocol/errors.js';
+import { CLUSTER_MEMBERS_PER_INSERT } from '../../protocol/limits.js';
 import { ClusterEngine } from '../../controller/clusters/engine.js';
 import { recordSignal, type SignalOutcome } from '../../controller/signal.js';
 import { PgStore } from '../../controller/pg-store.js';
@@ -392,7 +393,9 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
 
     it("writes every member's deployments, revisions and row together, and its change set names each node", async () => {
       const s = await open();
-      const nodes = Array.from({ length: 300 }, (_, i) => `n${String(i).padStart(3, '0')}`);
+      // past one batch of inserted members (CLUSTER_MEMBERS_PER_INSERT): the second group spans two
+      const total = CLUSTER_MEMBERS_PER_INSERT + 3;
+      const nodes = Array.from({ length: total }, (_, i) => `n${String(i).padStart(4, '0')}`);
       await s.transaction(async (tx) => {
         for (const n of nodes) await tx.createNode(n, null, WHO);
       });
@@ -426,7 +429,17 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       );
       expect(new Set(c.nodes.map((n) => n.stepDeadlineMs)).size).toBe(1);
       expect(c.nodes[0]!.stepDeadlineMs).toBeGreaterThan(nowMs);
-      for (const n of [c.nodes[0]!, c.nodes[299]!]) {
+      expect(c.nodes).toHaveLength(total);
+      const installs = new Set<string>();
+      for (const n of c.nodes) installs.add(n.installDeploymentId).add(n.uninstallDeploymentId);
+      expect(installs.size).toBe(2 * total);
+      expect(await s.listDeployments()).toHaveLength(2 * total); // every one written, none twice
+      for (const n of [
+        c.nodes[0]!,
+        c.nodes[CLUSTER_MEMBERS_PER_INSERT - 1]!,
+        c.nodes[CLUSTER_MEMBERS_PER_INSERT]!,
+        c.nodes[total - 1]!,
+      ]) {
         const ds = await s.listDeployments({ node: n.node });
         const inst = ds.find((d) => d.id === n.installDeploymentId)!;
         const uninst = ds.find((d) => d.id === n.uninstallDeploymentId)!;
