@@ -28,7 +28,13 @@ export class OperatorClient {
     });
   }
 
-  request<T = unknown>(method: string, path: string, body?: unknown, timeoutMs = 60_000): Promise<ApiReply<T>> {
+  request<T = unknown>(
+    method: string,
+    path: string,
+    body?: unknown,
+    timeoutMs = 60_000,
+    headers: Record<string, string> = {},
+  ): Promise<ApiReply<T>> {
     return new Promise((resolve, reject) => {
       const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
       const req = https.request(
@@ -38,7 +44,10 @@ export class OperatorClient {
           method,
           path,
           agent: this.#agent,
-          headers: data ? { 'content-type': 'application/json', 'content-length': data.length } : {},
+          headers: {
+            ...(data ? { 'content-type': 'application/json', 'content-length': data.length } : {}),
+            ...headers,
+          },
         },
         (res) => {
           const chunks: Buffer[] = [];
@@ -69,8 +78,9 @@ export class OperatorClient {
     path: string,
     body?: unknown,
     timeoutMs?: number,
+    headers?: Record<string, string>,
   ): Promise<T> {
-    const r = await this.request<T>(method, path, body, timeoutMs);
+    const r = await this.request<T>(method, path, body, timeoutMs, headers);
     if (r.status !== want) throw new Error(`${method} ${path} → ${r.status} (wanted ${want}): ${r.raw.slice(0, 300)}`);
     return r.json;
   }

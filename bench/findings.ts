@@ -758,6 +758,15 @@ export function findings(r: BenchResults): string[] {
       "run's cluster, so its tables stay small and its figures did not move beyond the spread (one-step run: 1.23, 1.41, 1.31×).",
     );
     p('docs/development.md ("Measured 2026-12-05") has the figures.');
+    p(
+      "Since 2026-12-06 the members' rows are inserted 1,024 members at a time (they died young instead of being promoted: the create",
+    );
+    p(
+      'in one process ~400 → ~320 ms of CPU), and the fan-out asks for the 201 without the members (`Prefer: return=minimal`,',
+    );
+    p(
+      'docs/api.md), as a client creating a large cluster would: the 9.2 MB answer and its parsing left the shared cores.',
+    );
     if (big.warmup)
       p(
         `Both sides are warm: Herald's run at N = ${n} follows a first change that warmed up the code of the agents added, as the floor's warm-up does (not counted: acked after ${f(big.warmup.allAckedMs / 1000, 2)} s, fetched after ${f(big.warmup.allFetchedMs / 1000, 2)} s, ${f((1000 * big.warmup.controllerCpuS) / big.n, 2)} ms of controller CPU an agent, the simulated agents ${f(big.warmup.harnessCpuS, 1)} CPU-s; before commit de11ede, 2026-12-04 21:15 UTC, the runs at 5,000 and 10,000 were that first change).`,

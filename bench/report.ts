@@ -463,7 +463,10 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p("N simulated agents (the agent's own listener, TLS, verifier, fetcher with signature check, state and poller;");
     p('see `bench/sim-agent.ts`) in several harness processes, beside a real `herald controller` (default options:');
     p('one push worker). The change: one `POST /v1/clusters` naming all N nodes (one request, one transaction, one');
-    p('wake-up per node). "Acked": the agent verified its wake-up and answered; "fetched": the agent holds a 200');
+    p(
+      'wake-up per node; since 2026-12-06 with `Prefer: return=minimal`, so the 201 leaves the members out, ~9 MB at 10,000).',
+    );
+    p('"Acked": the agent verified its wake-up and answered; "fetched": the agent holds a 200');
     p('whose signature, nonce, audience and digest it checked. Times from sending the request. Hooks are held in');
     p('the measuring window (a no-op that ends when released), so no signal reaches the controller inside it.');
     p('One controller and one fleet serve every N: the fleet grows from one N to the next and its agents stay');

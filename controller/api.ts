@@ -749,8 +749,11 @@ export class ApiServer {
       return d === null ? { status: 204 } : { status: 202, body: d };
     });
     add('POST', '/v1/clusters', 'operator', async (c) => {
-      const cl = await s.createCluster(c.body, who(c));
-      return created(cl, `/v1/clusters/${String(cl.id)}`);
+      const minimal = prefersMinimal(c.req);
+      const cl = await s.createCluster(c.body, who(c), minimal ? 'minimal' : 'full');
+      const reply = created(cl, `/v1/clusters/${String(cl.id)}`);
+      if (minimal) reply.headers = { ...reply.headers, 'Preference-Applied': 'return=minimal' };
+      return reply;
     });
     add('GET', '/v1/clusters', 'operator', async () => items(await s.listClusters()));
     add('GET', '/v1/clusters/:id', 'operator', async (c) => ok(await s.getCluster(c.params.id!)));
@@ -1044,4 +1047,27 @@ function healthReply(status: string): Reply {
   return status === 'ok'
     ? { status: 200, body: { status } }
     : { status: 503, body: { status }, headers: { 'Retry-After': '1' } };
+}
+
+/**
+ * The request asks for a minimal answer: `Prefer: return=minimal` (RFC 7240), alone or among
+ * other preferences, on one Prefer header or several; the name case-insensitive, the value a
+ * token or quoted.
+ */
+export function prefersMinimal(req: http.IncomingMessage): boolean {
+  const h = req.headers.prefer;
+  if (h === undefined) return false;
+  for (const line of Array.isArray(h) ? h : [h])
+    for (const pref of line.split(',')) {
+      const [name, value] = pref.split(';')[0]!.split('=');
+      if (name?.trim().toLowerCase() !== 'return' || value === undefined) continue;
+      if (
+        value
+          .trim()
+          .replace(/^"(.*)"$/, '$1')
+          .toLowerCase() === 'minimal'
+      )
+        return true;
+    }
+  return false;
 }

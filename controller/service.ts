@@ -42,6 +42,7 @@ import {
 } from './validation.js';
 import type { NodegroupBody } from './validation.js';
 import {
+  clusterSummaryView,
   clusterView,
   configView,
   deploymentView,
@@ -597,7 +598,14 @@ export class ControllerService {
 
   // ---- clusters ----------------------------------------------------------------------------
 
-  async createCluster(body: unknown, who: string): Promise<View> {
+  /**
+   * Creates a cluster; its nodes' wake-ups leave before the answer is built.
+   * @param answer `minimal` (the client's `Prefer: return=minimal`): the cluster without its
+   *   members, counted instead (ClusterSummaryView)
+   * @returns the cluster as GET shows it, or its summary
+   * @throws HeraldError invalid_request | unknown_config | unknown_node | cluster_busy
+   */
+  async createCluster(body: unknown, who: string, answer: 'full' | 'minimal' = 'full'): Promise<View> {
     const b = parseBody(clusterCreateSchema, body);
     if ((b.nodes === undefined) === (b.nodegroups === undefined))
       throw new HeraldError('invalid_request', 'give either nodes or nodegroups', { field: 'nodegroups' });
@@ -638,7 +646,8 @@ export class ControllerService {
       { event: 'cluster.create', cluster: cluster.id, nodes: cluster.nodes.length, who },
       'cluster created',
     );
-    return clusterView(cluster, install, uninstall, await this.#groupConfigs(cluster));
+    const view = answer === 'minimal' ? clusterSummaryView : clusterView;
+    return view(cluster, install, uninstall, await this.#groupConfigs(cluster));
   }
 
   /**

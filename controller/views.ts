@@ -5,9 +5,11 @@
  */
 import type {
   ClusterNodeView,
+  ClusterSummaryView,
   ClusterView,
   ConfigView,
   DeploymentView,
+  NodegroupView,
   NodeView,
   RestartPlanView,
   RevisionView,
@@ -170,12 +172,36 @@ export function clusterView(
   groupConfigs: Array<ConfigRecord | undefined> = [],
 ): ClusterView {
   const hidden = hiddenNames(install, uninstall, ...groupConfigs);
-  const members = new Map<string, string[]>();
-  for (const n of c.nodes) {
-    const m = members.get(n.nodegroup);
-    if (m) m.push(n.node);
-    else members.set(n.nodegroup, [n.node]);
-  }
+  return {
+    ...clusterHead(c, hidden),
+    nodes: c.nodes.map(clusterNodeView),
+    nodegroups: c.nodegroups.map((g) => ({
+      ...nodegroupHead(c, g, hidden),
+      nodes: c.nodes.filter((n) => n.nodegroup === g.name).map(clusterNodeView),
+    })),
+    rollout: clusterRolloutView(c),
+  };
+}
+
+/** The cluster as `clusterView` shows it, without its members: their number instead. */
+export function clusterSummaryView(
+  c: ClusterRecord,
+  install: ConfigRecord | undefined,
+  uninstall: ConfigRecord | undefined,
+  groupConfigs: Array<ConfigRecord | undefined> = [],
+): ClusterSummaryView {
+  const hidden = hiddenNames(install, uninstall, ...groupConfigs);
+  const counts = new Map<string, number>();
+  for (const n of c.nodes) counts.set(n.nodegroup, (counts.get(n.nodegroup) ?? 0) + 1);
+  return {
+    ...clusterHead(c, hidden),
+    node_count: c.nodes.length,
+    nodegroups: c.nodegroups.map((g) => ({ ...nodegroupHead(c, g, hidden), node_count: counts.get(g.name) ?? 0 })),
+    rollout: clusterRolloutView(c),
+  };
+}
+
+function clusterHead(c: ClusterRecord, hidden: Set<string>): Omit<ClusterView, 'nodes' | 'nodegroups' | 'rollout'> {
   return {
     id: c.id,
     name: c.name,
@@ -190,19 +216,31 @@ export function clusterView(
     operation_finished_at: c.operationFinishedAt,
     creation_time: c.createdAt,
     updated_time: c.updatedAt,
-    nodes: c.nodes.map(clusterNodeView),
-    nodegroups: c.nodegroups.map((g) => ({
-      name: g.name,
-      role: g.role,
-      install_config_id: g.installConfigId ?? c.installConfigId,
-      uninstall_config_id: g.uninstallConfigId ?? c.uninstallConfigId,
-      input_values: maskValues(g.inputValues ?? {}, hidden),
-      creation_time: g.createdAt,
-      nodes: c.nodes.filter((n) => n.nodegroup === g.name).map(clusterNodeView),
-    })),
-    rollout:
-      c.rollout === null || c.rollout.change !== undefined
-        ? null
-        : rolloutView(c.rollout, new Map(c.rollout.groups.map((g) => [g.name, members.get(g.name) ?? []]))),
   };
+}
+
+function nodegroupHead(
+  c: ClusterRecord,
+  g: ClusterRecord['nodegroups'][number],
+  hidden: Set<string>,
+): Omit<NodegroupView, 'nodes'> {
+  return {
+    name: g.name,
+    role: g.role,
+    install_config_id: g.installConfigId ?? c.installConfigId,
+    uninstall_config_id: g.uninstallConfigId ?? c.uninstallConfigId,
+    input_values: maskValues(g.inputValues ?? {}, hidden),
+    creation_time: g.createdAt,
+  };
+}
+
+function clusterRolloutView(c: ClusterRecord): RolloutView | null {
+  if (c.rollout === null || c.rollout.change !== undefined) return null;
+  const members = new Map<string, string[]>();
+  for (const n of c.nodes) {
+    const m = members.get(n.nodegroup);
+    if (m) m.push(n.node);
+    else members.set(n.nodegroup, [n.node]);
+  }
+  return rolloutView(c.rollout, new Map(c.rollout.groups.map((g) => [g.name, members.get(g.name) ?? []])));
 }

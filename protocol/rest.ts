@@ -231,6 +231,15 @@ export type ClusterView = {
   rollout: RolloutView | null;
 };
 
+/**
+ * `POST /v1/clusters` with `Prefer: return=minimal` (RFC 7240): the cluster without its members,
+ * counted instead (a 10,000-node cluster's whole view is ~9 MB).
+ */
+export type ClusterSummaryView = Omit<ClusterView, 'nodes' | 'nodegroups'> & {
+  node_count: number;
+  nodegroups: Array<Omit<NodegroupView, 'nodes'> & { node_count: number }>;
+};
+
 // ---- events -------------------------------------------------------------------------------------
 
 /** `output`: a live output chunk (protocol/output.ts `OutputEventView`, SPEC §8). */

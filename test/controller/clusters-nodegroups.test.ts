@@ -256,4 +256,43 @@ describe('node groups through the API', () => {
       'invalid_request',
     );
   });
+
+  it('answers Prefer: return=minimal with the cluster without its members, counted instead; GET shows them all', async () => {
+    const r = await t.req(
+      op,
+      'POST',
+      '/v1/clusters',
+      {
+        ...base(),
+        name: 'small-answer',
+        input_values: { token: 's3cr3t' },
+        nodegroups: [
+          { name: 'masters', role: 'master', nodes: ['g3'] },
+          { name: 'workers', nodes: ['g4'] },
+        ],
+      },
+      { headers: { prefer: 'respond-async, return=minimal' } },
+    );
+    expect(r.status, JSON.stringify(r.json)).toBe(201);
+    expect(r.headers['preference-applied']).toBe('return=minimal');
+    expect(r.headers.location).toBe(`/v1/clusters/${r.json.id}`);
+    const full = (await t.req(op, 'GET', `/v1/clusters/${r.json.id}`)).json;
+    const { nodes, nodegroups, ...head } = full;
+    expect(nodes).toHaveLength(2);
+    expect(r.json).toEqual({
+      ...head,
+      node_count: 2,
+      nodegroups: nodegroups.map(({ nodes: members, ...g }: any) => ({ ...g, node_count: members.length })),
+    });
+    expect(r.json.input_values).toEqual({ token: '***' });
+    // only the create takes the preference: GET shows the whole cluster
+    const other = await t.req(op, 'GET', `/v1/clusters/${r.json.id}`, undefined, {
+      headers: { prefer: 'return=minimal' },
+    });
+    expect(other.json.nodes).toHaveLength(2);
+    await settle(
+      ['g3', 'g4'],
+      async () => (await t.req(op, 'GET', `/v1/clusters/${r.json.id}`)).json.status === 'CREATE_COMPLETE',
+    );
+  });
 });
