@@ -408,14 +408,15 @@ class Bed {
     // steady state: the start-up's API connections close once idle while push is healthy
     // (AGENT_API_IDLE_CLOSE_MS); what a connected agent costs is its push connection
     await sleep(AGENT_API_IDLE_CLOSE_MS + (n >= 5000 ? 2_000 : 500));
+    // the CPU to connect them, before the window the RSS is sampled over
+    const now = treeSample(ctl.pid);
+    const harnessCpuS = fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
     const rssKb: number[] = [];
     for (const end = Date.now() + FANOUT_RSS_WINDOW_MS; ; await sleep(FANOUT_RSS_EVERY_MS)) {
       rssKb.push(treeSample(ctl.pid).rssKb);
       if (Date.now() + FANOUT_RSS_EVERY_MS > end) break;
     }
     const rss = rssPerAgent(this.baselineRssKb, rssKb, n);
-    const now = treeSample(ctl.pid);
-    const harnessCpuS = fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
     const c0 = await fleet.counters();
     const m0 = await ctl.op.metrics();
     say(

@@ -1051,23 +1051,18 @@ function healthReply(status: string): Reply {
 
 /**
  * The request asks for a minimal answer: `Prefer: return=minimal` (RFC 7240), alone or among
- * other preferences, on one Prefer header or several; the name case-insensitive, the value a
- * token or quoted.
+ * other preferences, on one Prefer header or several. As the RFC reads: the name is
+ * case-insensitive, the value a token or quoted and compared exactly, a comma inside quotes
+ * separates nothing, and only the first `return` counts.
  */
 export function prefersMinimal(req: http.IncomingMessage): boolean {
   const h = req.headers.prefer;
   if (h === undefined) return false;
   for (const line of Array.isArray(h) ? h : [h])
-    for (const pref of line.split(',')) {
+    for (const pref of line.match(/(?:[^,"]|"(?:[^"\\]|\\.)*")+/g) ?? []) {
       const [name, value] = pref.split(';')[0]!.split('=');
-      if (name?.trim().toLowerCase() !== 'return' || value === undefined) continue;
-      if (
-        value
-          .trim()
-          .replace(/^"(.*)"$/, '$1')
-          .toLowerCase() === 'minimal'
-      )
-        return true;
+      if (name?.trim().toLowerCase() !== 'return') continue;
+      return value?.trim().replace(/^"(.*)"$/, '$1') === 'minimal';
     }
   return false;
 }

@@ -312,8 +312,9 @@ export class PushPool implements PushService {
    * Posts the shard's queue to its worker in one message. `soon` (a wake-up to send): once the
    * synchronous part of the current job is done, so the worker signs it before the API has even
    * written the answer to the request that made the change (a change set's wake-ups are queued
-   * in one synchronous loop: a fan-out is still one message); otherwise once per event loop turn,
-   * so the answers to many fetches travel together.
+   * in one synchronous loop: a fan-out is still one message); otherwise at the end of the event
+   * loop's turn, or IPC_BATCH_MAX_DELAY_MS into a long one (TurnFlusher), so the answers to many
+   * fetches travel together.
    */
   #schedule(s: Shard, soon = false): void {
     if (!s.ready) return;
@@ -322,7 +323,7 @@ export class PushPool implements PushService {
       s.flushSoon = true;
       queueMicrotask(() => {
         s.flushSoon = false;
-        this.#flush(s);
+        s.batches.flushNow(); // the batch's wait starts again with the next message queued
       });
       return;
     }

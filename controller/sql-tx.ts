@@ -8,7 +8,7 @@
  */
 import { HeraldError } from '../protocol/errors.js';
 import type { DeployAction } from '../protocol/heat.js';
-import { CLUSTER_MEMBERS_PER_INSERT } from '../protocol/limits.js';
+import { CLUSTER_INSERT_BATCH_ENTRIES } from '../protocol/limits.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { ChangeSetBuilder } from './change-set.js';
 import { newId } from './ids.js';
@@ -60,7 +60,7 @@ const IN_PROGRESS_REASON = 'Deploy data available';
 /** The columns of a cluster member's row the insert writes, in its order. */
 const MEMBER_COLUMNS = INSERT_MANY.cnInsertMany.columns.map(([c]) => c as keyof ClusterNodeRow);
 
-/** A cluster's new members, as rows of each table: written with one many-row insert per table. */
+/** A cluster's new members, as rows of each table: written with one many-row insert per table for each batch of CLUSTER_INSERT_BATCH_ENTRIES members. */
 class MemberRows {
   /** The rows of members not yet inserted (see SqlTx #insertMembers). */
   deployments: unknown[][] = [];
@@ -658,7 +658,7 @@ export class SqlTx implements StoreTx {
       groups.push(await this.#insertGroupRow(id, g, gi, now));
       for (const node of g.nodes) {
         this.#memberRows(members, id, c.name, g, node, position++, c, now);
-        if (members.pending >= CLUSTER_MEMBERS_PER_INSERT) await this.#insertMembers(members);
+        if (members.pending >= CLUSTER_INSERT_BATCH_ENTRIES) await this.#insertMembers(members);
       }
     }
     await this.#insertMembers(members);
@@ -781,7 +781,7 @@ export class SqlTx implements StoreTx {
     const members = new MemberRows();
     for (const node of g.nodes) {
       this.#memberRows(members, clusterId, name, g, node, position++, rows, now);
-      if (members.pending >= CLUSTER_MEMBERS_PER_INSERT) await this.#insertMembers(members);
+      if (members.pending >= CLUSTER_INSERT_BATCH_ENTRIES) await this.#insertMembers(members);
     }
     await this.#insertMembers(members);
     this.changes.clusterChanged(clusterId);

@@ -336,13 +336,14 @@ export const STORE_UNAVAILABLE_RETRY_AFTER_S = 1;
  * A new cluster's (or node group's) members whose rows are inserted together, in one transaction
  * all the same: the rows of 10,000 members held to the end outlived V8's young generation and
  * were copied and promoted before they were inserted (20 % of the create's CPU in one process,
- * docs/development.md "Measured 2026-12-06").
+ * docs/development.md "Measured 2026-12-06 16:25-17:45 UTC").
  */
-export const CLUSTER_MEMBERS_PER_INSERT = 1_024;
+export const CLUSTER_INSERT_BATCH_ENTRIES = 1_024;
 /**
- * Rows one PostgreSQL statement of a many-row insert carries at most (a cluster's members: two
- * deployments, two revisions and a row each); more go in further statements of the same
- * transaction, so none of them nears PG_STATEMENT_TIMEOUT_MS however large the cluster.
+ * Rows one PostgreSQL statement of a many-row insert carries at most; more go in further
+ * statements of the same transaction, so none of them nears PG_STATEMENT_TIMEOUT_MS. A cluster's
+ * members come in batches of CLUSTER_INSERT_BATCH_ENTRIES (two deployments, two revisions and a
+ * row each: at most 2,048 rows a statement), so this is the bound for any other caller.
  */
 export const PG_INSERT_MANY_MAX_ROWS = 10_000;
 /** A transaction that lost a deadlock, a serialization check or a unique-key race with another controller runs again this many times. */

@@ -9,7 +9,7 @@ const req = (prefer?: string | string[]): http.IncomingMessage =>
 describe('Prefer: return=minimal', () => {
   it.each([
     'return=minimal',
-    'RETURN=Minimal',
+    'RETURN=minimal',
     'return="minimal"',
     'return = minimal',
     'respond-async, return=minimal',
@@ -22,10 +22,18 @@ describe('Prefer: return=minimal', () => {
     expect(prefersMinimal(req(['respond-async', 'return=minimal']))).toBe(true);
   });
 
-  it.each([undefined, '', 'return=representation', 'respond-async', 'return', 'minimal', 'x-return=minimal'])(
-    '%s does not',
-    (h) => {
-      expect(prefersMinimal(req(h))).toBe(false);
-    },
-  );
+  it.each([
+    undefined,
+    '',
+    'return=representation',
+    'return=Minimal',
+    'respond-async',
+    'return',
+    'minimal',
+    'x-return=minimal',
+    'return=representation, return=minimal',
+    'foo="a,return=minimal"',
+  ])('%s does not', (h) => {
+    expect(prefersMinimal(req(h))).toBe(false);
+  });
 });

@@ -11,7 +11,7 @@ import Database from 'better-sqlite3';
 import { newCluster } from '../helpers/new-cluster.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { codeOf } from '../../protocol/errors.js';
-import { CLUSTER_MEMBERS_PER_INSERT } from '../../protocol/limits.js';
+import { CLUSTER_INSERT_BATCH_ENTRIES } from '../../protocol/limits.js';
 import { ClusterEngine } from '../../controller/clusters/engine.js';
 import { recordSignal, type SignalOutcome } from '../../controller/signal.js';
 import { PgStore } from '../../controller/pg-store.js';
@@ -393,8 +393,8 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
 
     it("writes every member's deployments, revisions and row together, and its change set names each node", async () => {
       const s = await open();
-      // past one batch of inserted members (CLUSTER_MEMBERS_PER_INSERT): the second group spans two
-      const total = CLUSTER_MEMBERS_PER_INSERT + 3;
+      // past one batch of inserted members (CLUSTER_INSERT_BATCH_ENTRIES): the second group spans two
+      const total = CLUSTER_INSERT_BATCH_ENTRIES + 3;
       const nodes = Array.from({ length: total }, (_, i) => `n${String(i).padStart(4, '0')}`);
       await s.transaction(async (tx) => {
         for (const n of nodes) await tx.createNode(n, null, WHO);
@@ -436,8 +436,8 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       expect(await s.listDeployments()).toHaveLength(2 * total); // every one written, none twice
       for (const n of [
         c.nodes[0]!,
-        c.nodes[CLUSTER_MEMBERS_PER_INSERT - 1]!,
-        c.nodes[CLUSTER_MEMBERS_PER_INSERT]!,
+        c.nodes[CLUSTER_INSERT_BATCH_ENTRIES - 1]!,
+        c.nodes[CLUSTER_INSERT_BATCH_ENTRIES]!,
         c.nodes[total - 1]!,
       ]) {
         const ds = await s.listDeployments({ node: n.node });
