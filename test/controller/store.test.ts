@@ -459,6 +459,48 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       }
     });
 
+    it("a group added writes every new member's rows, past one batch of members, at the positions after the cluster's", async () => {
+      const s = await open();
+      const total = CLUSTER_INSERT_BATCH_ENTRIES + 2;
+      const more = Array.from({ length: total }, (_, i) => `m${String(i).padStart(4, '0')}`);
+      await s.transaction(async (tx) => {
+        for (const n of ['first', ...more]) await tx.createNode(n, null, WHO);
+      });
+      const install = (await s.createConfig({ ...CONFIG, name: 'install' }, WHO)).id;
+      const uninstall = (await s.createConfig({ ...CONFIG, name: 'uninstall' }, WHO)).id;
+      const { result: created } = await s.transaction((tx) =>
+        new ClusterEngine().create(
+          tx,
+          newCluster({ nodes: ['first'], installConfigId: install, uninstallConfigId: uninstall }),
+          WHO,
+          Date.now(),
+        ),
+      );
+      await s.transaction((tx) =>
+        tx.insertNodegroup(
+          created.id,
+          group('more', more, install, uninstall),
+          { installActions: ['CREATE'], uninstallActions: ['DELETE'], stepDeadlineMs: Date.now() + 60_000 },
+          Date.now(),
+        ),
+      );
+      const c = (await s.getCluster(created.id))!;
+      expect(c.nodes.map((n) => [n.node, n.position, n.nodegroup])).toEqual([
+        ['first', 0, 'default-worker'],
+        ...more.map((n, i) => [n, i + 1, 'more']),
+      ]);
+      expect(await s.listDeployments()).toHaveLength(2 * (total + 1));
+      for (const n of [
+        c.nodes[1]!,
+        c.nodes[CLUSTER_INSERT_BATCH_ENTRIES]!,
+        c.nodes[CLUSTER_INSERT_BATCH_ENTRIES + 1]!,
+        c.nodes[total]!,
+      ]) {
+        const ds = await s.listDeployments({ node: n.node });
+        expect(ds.map((d) => d.id).sort()).toEqual([n.installDeploymentId, n.uninstallDeploymentId].sort());
+      }
+    });
+
     it('refuses the first unknown or taken node by its index and writes nothing; a group added checks its configs', async () => {
       const s = await open();
       for (const n of ['a', 'b', 'c']) await s.createNode(n, null, WHO);
