@@ -300,6 +300,9 @@ export interface ControllerRss {
   samples?: number;
   /** (connectedMax − baseline) / N, KB */
   perAgentMax?: number;
+  /** The window's last sample split: the main process, and its push workers together (KB). */
+  mainKb?: number;
+  workersKb?: number;
 }
 
 /** The quiet window the controller's RSS is sampled over once the fleet has grown, and how often. */
@@ -307,7 +310,11 @@ export const FANOUT_RSS_WINDOW_MS = 10_000;
 export const FANOUT_RSS_EVERY_MS = 500;
 
 /** Per agent from a window of RSS samples (KB): its median and its highest, over the empty controller's. */
-export function rssPerAgent(baselineKb: number, samplesKb: readonly number[], n: number): Required<ControllerRss> {
+export function rssPerAgent(
+  baselineKb: number,
+  samplesKb: readonly number[],
+  n: number,
+): Required<Omit<ControllerRss, 'mainKb' | 'workersKb'>> {
   if (samplesKb.length === 0 || n <= 0) throw new Error('rssPerAgent: no samples or no agents');
   const connected = median(samplesKb);
   const connectedMax = Math.max(...samplesKb);
@@ -412,15 +419,22 @@ class Bed {
     const now = treeSample(ctl.pid);
     const harnessCpuS = fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
     const rssKb: number[] = [];
+    let last = now;
     for (const end = Date.now() + FANOUT_RSS_WINDOW_MS; ; await sleep(FANOUT_RSS_EVERY_MS)) {
-      rssKb.push(treeSample(ctl.pid).rssKb);
+      last = treeSample(ctl.pid);
+      rssKb.push(last.rssKb);
       if (Date.now() + FANOUT_RSS_EVERY_MS > end) break;
     }
-    const rss = rssPerAgent(this.baselineRssKb, rssKb, n);
+    const mainKb = last.byPid[ctl.pid]?.rssKb ?? 0;
+    const rss: ControllerRss = {
+      ...rssPerAgent(this.baselineRssKb, rssKb, n),
+      mainKb,
+      workersKb: last.rssKb - mainKb,
+    };
     const c0 = await fleet.counters();
     const m0 = await ctl.op.metrics();
     say(
-      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s); controller RSS over ${rss.samples} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round(rss.connectedMax / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')})`,
+      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s); controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); at its end the main process ${round(mainKb / 1024, 1)} MB, the push workers ${round((rss.workersKb ?? 0) / 1024, 1)} MB`,
     );
     this.#harnessCpuS = harnessCpuS;
     return {

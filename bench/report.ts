@@ -500,7 +500,7 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
       const rss = f.runs[0]?.controllerRssKb;
       const added = f.runs[0]?.agentsAdded ?? f.n;
       p(
-        `| ${f.n.toLocaleString('en-US')} | ${f.runs.map((x) => `${x.agentsConnected} / ${x.metricsConnected}`).join(', ')} | ${f.runs.map((x) => x.wakesVerifiedAgents).join(', ')} | ${f.runs.map((x) => x.fetched).join(', ')} | +${added.toLocaleString('en-US')}: ${s(median(f.runs.map((x) => x.connectAllMs)), 1)} | ${fmt(median(f.runs.map((x) => x.controllerCpuConnectS)), 1)} s | ${rss ? `${fmt(rss.baseline / 1024, 0)} → ${fmt(rss.connected / 1024, 0)} MB` : ''} | ${fmt(median(f.runs.map((x) => x.controllerRssKb.perAgent)), 1)} KB${rss?.perAgentMax === undefined ? '' : ` (${fmt(rss.perAgentMax, 1)} KB)`} |`,
+        `| ${f.n.toLocaleString('en-US')} | ${f.runs.map((x) => `${x.agentsConnected} / ${x.metricsConnected}`).join(', ')} | ${f.runs.map((x) => x.wakesVerifiedAgents).join(', ')} | ${f.runs.map((x) => x.fetched).join(', ')} | +${added.toLocaleString('en-US')}: ${s(median(f.runs.map((x) => x.connectAllMs)), 1)} | ${fmt(median(f.runs.map((x) => x.controllerCpuConnectS)), 1)} s | ${rss ? `${fmt(rss.baseline / 1024, 0)} → ${fmt(rss.connected / 1024, 0)} MB${rss.mainKb === undefined ? '' : ` (main ${fmt(rss.mainKb / 1024, 0)}, workers ${fmt((rss.workersKb ?? 0) / 1024, 0)})`}` : ''} | ${fmt(median(f.runs.map((x) => x.controllerRssKb.perAgent)), 1)} KB${rss?.perAgentMax === undefined ? '' : ` (${fmt(rss.perAgentMax, 1)} KB)`} |`,
       );
     }
     p();
