@@ -485,8 +485,9 @@ export class Fleet implements PushService {
         )) as unknown as Array<{ node_id: string; epoch: number }>;
         const byId = new Map(readopt.map((r) => [r.id, r]));
         for (const w of won) {
-          this.#adopt(byId.get(w.node_id)!, w.epoch);
-          adopted.push(byId.get(w.node_id)!);
+          const r = byId.get(w.node_id)!;
+          this.#adopt(r, w.epoch);
+          adopted.push(r);
         }
         if (won.length > 0) this.#log.info({ nodes: won.length }, 'adopted the nodes it owned before');
       }

@@ -656,10 +656,7 @@ export class SqlTx implements StoreTx {
     let position = 0;
     for (const [gi, g] of c.nodegroups.entries()) {
       groups.push(await this.#insertGroupRow(id, g, gi, now));
-      for (const node of g.nodes) {
-        this.#memberRows(members, id, c.name, g, node, position++, c, now);
-        if (members.pending >= CLUSTER_INSERT_BATCH_ENTRIES) await this.#insertMembers(members);
-      }
+      for (const node of g.nodes) await this.#addMember(members, id, c.name, g, node, position++, c, now);
     }
     await this.#insertMembers(members);
     this.changes.clusterChanged(id);
@@ -705,11 +702,12 @@ export class SqlTx implements StoreTx {
   }
 
   /**
-   * The rows of a node of group `g`: its install deployment (runs at once) and uninstall
-   * deployment (not yet), their revisions, and its own row. The caller has held the node with
-   * #assertFreeNodes and checked the configs.
+   * Adds the rows of a node of group `g` to `out`: its install deployment (runs at once) and
+   * uninstall deployment (not yet), their revisions, and its own row; and inserts what `out`
+   * holds once it is CLUSTER_INSERT_BATCH_ENTRIES members (the caller inserts the rest at the
+   * end). The caller has held the node with #assertFreeNodes and checked the configs.
    */
-  #memberRows(
+  async #addMember(
     out: MemberRows,
     clusterId: string,
     clusterName: string,
@@ -718,7 +716,7 @@ export class SqlTx implements StoreTx {
     position: number,
     rows: Pick<ClusterRows, 'installActions' | 'uninstallActions' | 'stepDeadlineMs'>,
     now: string,
-  ): void {
+  ): Promise<void> {
     const ids: string[] = [];
     for (const [role, configId, actions, inputValues] of [
       ['install', g.installConfigId, rows.installActions, g.installInputValues],
@@ -748,6 +746,7 @@ export class SqlTx implements StoreTx {
       check_started_at: null,
       ended_at_ms: null,
     });
+    if (out.pending >= CLUSTER_INSERT_BATCH_ENTRIES) await this.#insertMembers(out);
   }
 
   /** Inserts the members' rows not inserted yet: each member's deployments, then their revisions, then its own row. */
@@ -779,10 +778,7 @@ export class SqlTx implements StoreTx {
     await this.#insertGroupRow(clusterId, g, ((await this.#s.ngNextPosition.get(clusterId)) as { p: number }).p, now);
     let position = ((await this.#s.cnNextPosition.get(clusterId)) as { p: number }).p;
     const members = new MemberRows();
-    for (const node of g.nodes) {
-      this.#memberRows(members, clusterId, name, g, node, position++, rows, now);
-      if (members.pending >= CLUSTER_INSERT_BATCH_ENTRIES) await this.#insertMembers(members);
-    }
+    for (const node of g.nodes) await this.#addMember(members, clusterId, name, g, node, position++, rows, now);
     await this.#insertMembers(members);
     this.changes.clusterChanged(clusterId);
   }
