@@ -18,7 +18,9 @@
  * each one: the time to do so, and whether any was lost.
  */
 import fs from 'node:fs';
+import { availableParallelism } from 'node:os';
 import path from 'node:path';
+import { defaultPushWorkers } from '../controller/options.js';
 import { AGENT_API_IDLE_CLOSE_MS } from '../protocol/limits.js';
 import { metricSum } from './api-client.js';
 import { Fleet } from './fleet.js';
@@ -494,7 +496,8 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
       const result: FanoutResult = {
         n,
         harnessProcs: 0,
-        pushWorkers: o.pushWorkers ?? 'default',
+        // what the controller starts (its default follows the cores); 'default' in older results meant 1
+        pushWorkers: o.pushWorkers ?? defaultPushWorkers(availableParallelism()),
         runs: [],
         crash: null,
         checksOk: false,

@@ -461,8 +461,12 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p('## Fan-out: one change to every node');
     p();
     p("N simulated agents (the agent's own listener, TLS, verifier, fetcher with signature check, state and poller;");
+    const w = r.fanout[0]?.pushWorkers ?? 'default';
+    const workers = w === 'default' ? 1 : w;
     p('see `bench/sim-agent.ts`) in several harness processes, beside a real `herald controller` (default options:');
-    p('one push worker). The change: one `POST /v1/clusters` naming all N nodes (one request, one transaction, one');
+    p(
+      `${workers === 1 ? 'one push worker' : `${workers} push workers`}, the default on this machine's cores). The change: one \`POST /v1/clusters\` naming all N nodes (one request, one transaction, one`,
+    );
     p(
       'wake-up per node; since 2026-12-06 with `Prefer: return=minimal`, so the 201 leaves the members out, ~9 MB at 10,000).',
     );

@@ -26,7 +26,10 @@ export function registerControllerCommand(program: Command): void {
     .option('--health-listen <host:port>', 'also serve a plain-HTTP GET /healthz for probes (off by default)')
     .option('--no-auto-register', 'refuse announcements of nodes an operator has not added')
     .option('--public-url <url>', 'https://host:port agents reach this API at (default from --listen)')
-    .option('--push-workers <n>', 'push dialer worker processes; 0 dials from the API process (default 1)')
+    .option(
+      '--push-workers <n>',
+      'push dialer worker processes, 0 to 64; 0 dials from the API process (default: the cores less one, 1 to 4)',
+    )
     .option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent (default info)')
     .option('--config <file>', 'JSON file of options (keys: the long option names); command line and environment win')
     .option('--ca <file>', 'override <pki>/ca.crt')

@@ -6,6 +6,7 @@
  */
 import fs from 'node:fs';
 import net from 'node:net';
+import { availableParallelism } from 'node:os';
 import { ConfigError } from '../protocol/errors.js';
 import { isValidName, TRUST_DOMAIN_RE } from '../protocol/identity.js';
 import {
@@ -73,7 +74,19 @@ const KEYS = {
 } as const;
 type OptionName = keyof typeof KEYS;
 
-export const DEFAULT_PUSH_WORKERS = 1;
+/** The most push workers a controller starts when `--push-workers` is not given. */
+export const DEFAULT_PUSH_WORKERS_MAX = 4;
+
+/**
+ * The push workers a controller starts when `--push-workers` is not given: one fewer than the
+ * cores it may run on, from 1 to DEFAULT_PUSH_WORKERS_MAX. The workers sign and send a fan-out's
+ * wake-ups, each for its shard of the nodes, and one worker spends ~0.25 ms of CPU a woken node
+ * (BENCHMARKS.md), so with one worker 10,000 nodes wait ~2.5 s for one core whatever the machine;
+ * the core left over is the main process's, which reads, builds and signs every fetch's answer.
+ */
+export function defaultPushWorkers(cores: number): number {
+  return Math.min(DEFAULT_PUSH_WORKERS_MAX, Math.max(1, Math.floor(cores) - 1));
+}
 export const MAX_PUSH_WORKERS_OPTION = 64;
 
 /** Raw values by option name, each as a string, boolean or number. */
@@ -125,12 +138,14 @@ export function fromConfigFile(file: string): RawOptions {
 }
 
 /**
- * Merges the sources (cli over env over file over defaults) and checks every value.
+ * Merges the sources (cli over env over file over defaults) and checks every value. `cores`: what
+ * the default number of push workers follows (defaultPushWorkers).
  * @throws ConfigError bad_option naming the option
  */
 export function resolveOptions(
   cli: RawOptions & { config?: string },
   env: NodeJS.ProcessEnv = process.env,
+  cores: number = availableParallelism(),
 ): ControllerOptions {
   const e = fromEnv(env);
   const configFile = cli.config ?? e.config;
@@ -181,7 +196,7 @@ export function resolveOptions(
       });
     publicUrl = u.toString().replace(/\/+$/, '');
   }
-  const pw = pick('push-workers') ?? DEFAULT_PUSH_WORKERS;
+  const pw = pick('push-workers') ?? defaultPushWorkers(cores);
   const pushWorkers = typeof pw === 'number' ? pw : Number(pw);
   if (!Number.isInteger(pushWorkers) || pushWorkers < 0 || pushWorkers > MAX_PUSH_WORKERS_OPTION) {
     throw new ConfigError(

@@ -59,7 +59,7 @@ export const MAX_PUSH_WORKERS = 64;
 export const PUSH_WORKER_RESTART_BASE_MS = 500;
 
 export interface PushPoolOptions {
-  /** Worker processes (default 1). */
+  /** Worker processes (default 1; `herald controller` picks by the cores: controller/options.ts). */
   workers?: number;
   signingJwk: Ed25519PrivateJwk;
   issuer: string;

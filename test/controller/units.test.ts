@@ -8,7 +8,12 @@ import { hostInSans, isLinkLocal, parseEndpoint } from '../../controller/endpoin
 import { RateLimiter } from '../../controller/rate-limit.js';
 import { matchesEtag, statusOf } from '../../controller/api.js';
 import { coerceValue, mergeInputValues } from '../../controller/validation.js';
-import { parseHostPort, resolveOptions } from '../../controller/options.js';
+import {
+  DEFAULT_PUSH_WORKERS_MAX,
+  defaultPushWorkers,
+  parseHostPort,
+  resolveOptions,
+} from '../../controller/options.js';
 import { planCluster } from '../../controller/clusters/plan.js';
 
 function code(fn: () => unknown): string | undefined {
@@ -135,6 +140,7 @@ describe('options', () => {
     const o = resolveOptions(
       { pki: '/p', db: '/d' },
       { HERALD_CONTROLLER_NAME: 'ctl2', HERALD_CONTROLLER_AUTO_REGISTER: 'false', HERALD_CONTROLLER_DB: '/env' },
+      2,
     );
     expect(o).toMatchObject({
       pki: '/p',
@@ -150,6 +156,19 @@ describe('options', () => {
     expect(() => resolveOptions({ pki: '/p', db: '/d', listen: '1.2.3.4:99999' }, {})).toThrow(/--listen/);
     expect(() => resolveOptions({ pki: '/p', db: '/d', name: 'Bad' }, {})).toThrow(/--name/);
     expect(() => resolveOptions({ pki: '/p', db: '/d', 'public-url': 'http://x' }, {})).toThrow(/--public-url/);
+  });
+
+  it('starts one push worker fewer than the cores, from 1 to DEFAULT_PUSH_WORKERS_MAX, unless told', () => {
+    expect([1, 2, 3, 4, 5, 6, 16, 64].map(defaultPushWorkers)).toEqual([1, 1, 2, 3, 4, 4, 4, 4]);
+    expect(DEFAULT_PUSH_WORKERS_MAX).toBe(4);
+    const base = { pki: '/p', db: '/d' };
+    expect(resolveOptions(base, {}, 1).pushWorkers).toBe(1);
+    expect(resolveOptions(base, {}, 3).pushWorkers).toBe(2);
+    expect(resolveOptions(base, {}, 32).pushWorkers).toBe(4);
+    // what the operator says wins, from every source, 0 included
+    expect(resolveOptions({ ...base, 'push-workers': '0' }, {}, 32).pushWorkers).toBe(0);
+    expect(resolveOptions(base, { HERALD_CONTROLLER_PUSH_WORKERS: '7' }, 2).pushWorkers).toBe(7);
+    expect(() => resolveOptions({ ...base, 'push-workers': '65' }, {}, 2)).toThrow(/--push-workers/);
   });
 });
 
