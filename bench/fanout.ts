@@ -29,6 +29,7 @@ import type { AgentRunReport } from './harness.js';
 import { slot, type BenchPki } from './pki-cache.js';
 import { exited, startController, stopController, type ControllerProc } from './procs.js';
 import {
+  addRssParts,
   childrenOf,
   diffCounters,
   dist,
@@ -36,6 +37,7 @@ import {
   nowMs,
   round,
   roundDist,
+  rssParts,
   say,
   sleep,
   splitByProcess,
@@ -44,6 +46,7 @@ import {
   waitFor,
   type Dist,
   type ProcessSplit,
+  type RssParts,
 } from './util.js';
 
 /**
@@ -305,6 +308,15 @@ export interface ControllerRss {
   /** The window's last sample split: the main process, and its push workers together (KB). */
   mainKb?: number;
   workersKb?: number;
+  /** The same moment by kind (bench/util.ts RssParts): which side, native or V8, holds a level. */
+  mainParts?: RssParts;
+  workersParts?: RssParts;
+}
+
+/** RssParts in MB for a log line. */
+function partsText(p: RssParts): string {
+  const mb = (kb: number): number => round(kb / 1024, 1);
+  return `malloc heap ${mb(p.heapKb)}, other anonymous ${mb(p.anonKb)}, files ${mb(p.fileKb)} MB`;
 }
 
 /** The quiet window the controller's RSS is sampled over once the fleet has grown, and how often. */
@@ -316,7 +328,7 @@ export function rssPerAgent(
   baselineKb: number,
   samplesKb: readonly number[],
   n: number,
-): Required<Omit<ControllerRss, 'mainKb' | 'workersKb'>> {
+): Required<Omit<ControllerRss, 'mainKb' | 'workersKb' | 'mainParts' | 'workersParts'>> {
   if (samplesKb.length === 0 || n <= 0) throw new Error('rssPerAgent: no samples or no agents');
   const connected = median(samplesKb);
   const connectedMax = Math.max(...samplesKb);
@@ -428,15 +440,19 @@ class Bed {
       if (Date.now() + FANOUT_RSS_EVERY_MS > end) break;
     }
     const mainKb = last.byPid[ctl.pid]?.rssKb ?? 0;
+    const mainParts = addRssParts([rssParts(ctl.pid)]);
+    const workersParts = addRssParts(last.pids.filter((p) => p !== ctl.pid).map(rssParts));
     const rss: ControllerRss = {
       ...rssPerAgent(this.baselineRssKb, rssKb, n),
       mainKb,
       workersKb: last.rssKb - mainKb,
+      mainParts,
+      workersParts,
     };
     const c0 = await fleet.counters();
     const m0 = await ctl.op.metrics();
     say(
-      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s); controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); at its end the main process ${round(mainKb / 1024, 1)} MB, the push workers ${round((rss.workersKb ?? 0) / 1024, 1)} MB`,
+      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s); controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); at its end the main process ${round(mainKb / 1024, 1)} MB (${partsText(mainParts)}), the push workers ${round((rss.workersKb ?? 0) / 1024, 1)} MB (${partsText(workersParts)})`,
     );
     this.#harnessCpuS = harnessCpuS;
     return {

@@ -17,7 +17,7 @@ import {
 } from './findings.js';
 import type { PeerResult } from './peer.js';
 import type { BenchResults } from './results.js';
-import { byThreadText, loadAvg, median, pageFaultUs, round } from './util.js';
+import { byThreadText, loadAvg, median, pageFaultUs, round, type RssParts } from './util.js';
 
 export interface ReportInput {
   out: string;
@@ -525,6 +525,20 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p(
       'the fleet grows step by step, so a larger N carries the history of the runs before it; after a crash run the controller is a new process.',
     );
+    const parted = r.fanout.filter((f) => f.runs[0]?.controllerRssKb.mainParts !== undefined);
+    if (parted.length > 0) {
+      const mb = (kb: number): string => fmt(kb / 1024, 0);
+      const text = (x: RssParts): string =>
+        `malloc heap ${mb(x.heapKb)}, other anonymous ${mb(x.anonKb)}, files ${mb(x.fileKb)} MB`;
+      p(
+        `By kind at the end of each window (\`/proc/<pid>/smaps\`: the C library's heap, other anonymous memory such as V8's heap, mapped files): ${parted
+          .map((f) => {
+            const c = f.runs[0]!.controllerRssKb;
+            return `${f.n.toLocaleString('en-US')}: main ${text(c.mainParts!)}; workers ${text(c.workersParts!)}`;
+          })
+          .join('. ')}.`,
+      );
+    }
     p();
     const warm = r.fanout.filter((f) => f.warmup);
     if (warm.length > 0) {

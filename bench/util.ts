@@ -340,6 +340,56 @@ export function descendantsOf(pid: number): number[] {
   }
 }
 
+/**
+ * A process's resident memory by kind, KB: `heap` the C library's brk heap (malloc's main arena),
+ * `anon` every other anonymous mapping (V8's heap pages, mmap'd allocations, other arenas,
+ * stacks), `file` mapped files (the node binary, libraries). So a change in RSS can be put on the
+ * JavaScript side or the native side.
+ */
+export interface RssParts {
+  heapKb: number;
+  anonKb: number;
+  fileKb: number;
+}
+
+/** RssParts from the text of `/proc/<pid>/smaps`. Pure. */
+export function rssPartsOf(smaps: string): RssParts {
+  const out: RssParts = { heapKb: 0, anonKb: 0, fileKb: 0 };
+  let kind: keyof RssParts = 'anonKb';
+  for (const line of smaps.split('\n')) {
+    const head = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (head) {
+      const name = head[1]!.trim();
+      kind = name === '[heap]' ? 'heapKb' : name === '' || name.startsWith('[') ? 'anonKb' : 'fileKb';
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss) out[kind] += Number(rss[1]);
+  }
+  return out;
+}
+
+/** RssParts of the live process `pid`, or null once it is gone. */
+export function rssParts(pid: number): RssParts | null {
+  try {
+    return rssPartsOf(fs.readFileSync(`/proc/${pid}/smaps`, 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+/** The sum of several processes' RssParts. */
+export function addRssParts(parts: readonly (RssParts | null)[]): RssParts {
+  const out: RssParts = { heapKb: 0, anonKb: 0, fileKb: 0 };
+  for (const p of parts) {
+    if (!p) continue;
+    out.heapKb += p.heapKb;
+    out.anonKb += p.anonKb;
+    out.fileKb += p.fileKb;
+  }
+  return out;
+}
+
 /** A process and its direct children (the controller and its push workers), summed. */
 export interface TreeSample {
   cpuS: number;
