@@ -18,9 +18,7 @@
  * each one: the time to do so, and whether any was lost.
  */
 import fs from 'node:fs';
-import { availableParallelism } from 'node:os';
 import path from 'node:path';
-import { defaultPushWorkers } from '../controller/options.js';
 import { AGENT_API_IDLE_CLOSE_MS } from '../protocol/limits.js';
 import { metricSum } from './api-client.js';
 import { Fleet } from './fleet.js';
@@ -29,15 +27,16 @@ import type { AgentRunReport } from './harness.js';
 import { slot, type BenchPki } from './pki-cache.js';
 import { exited, startController, stopController, type ControllerProc } from './procs.js';
 import {
-  addRssParts,
+  addResident,
   childrenOf,
   diffCounters,
   dist,
   median,
   nowMs,
   round,
+  residentByKind,
+  residentText,
   roundDist,
-  rssParts,
   say,
   sleep,
   splitByProcess,
@@ -46,7 +45,7 @@ import {
   waitFor,
   type Dist,
   type ProcessSplit,
-  type RssParts,
+  type ResidentKinds,
 } from './util.js';
 
 /**
@@ -308,15 +307,20 @@ export interface ControllerRss {
   /** The window's last sample split: the main process, and its push workers together (KB). */
   mainKb?: number;
   workersKb?: number;
-  /** The same moment by kind (bench/util.ts RssParts): which side, native or V8, holds a level. */
-  mainParts?: RssParts;
-  workersParts?: RssParts;
+  /** The same moment by kind (bench/util.ts ResidentKinds): which kind of memory holds a level. */
+  mainParts?: ResidentKinds;
+  workersParts?: ResidentKinds;
+  /** The push worker processes the controller ran in the window (its default follows the cores). */
+  workers?: number;
 }
 
-/** RssParts in MB for a log line. */
-function partsText(p: RssParts): string {
-  const mb = (kb: number): number => round(kb / 1024, 1);
-  return `malloc heap ${mb(p.heapKb)}, other anonymous ${mb(p.anonKb)}, files ${mb(p.fileKb)} MB`;
+/**
+ * The push workers a fan-out's controller ran: counted in its windows; results from before
+ * 2026-12-06 did not count them (the default was then one).
+ */
+export function workersOf(f: Pick<FanoutResult, 'runs' | 'pushWorkers'>): number {
+  const counted = f.runs.find((x) => x.controllerRssKb.workers !== undefined)?.controllerRssKb.workers;
+  return counted ?? (f.pushWorkers === 'default' ? 1 : f.pushWorkers);
 }
 
 /** The quiet window the controller's RSS is sampled over once the fleet has grown, and how often. */
@@ -328,7 +332,7 @@ export function rssPerAgent(
   baselineKb: number,
   samplesKb: readonly number[],
   n: number,
-): Required<Omit<ControllerRss, 'mainKb' | 'workersKb' | 'mainParts' | 'workersParts'>> {
+): Required<Omit<ControllerRss, 'mainKb' | 'workersKb' | 'mainParts' | 'workersParts' | 'workers'>> {
   if (samplesKb.length === 0 || n <= 0) throw new Error('rssPerAgent: no samples or no agents');
   const connected = median(samplesKb);
   const connectedMax = Math.max(...samplesKb);
@@ -439,20 +443,23 @@ class Bed {
       rssKb.push(last.rssKb);
       if (Date.now() + FANOUT_RSS_EVERY_MS > end) break;
     }
+    // by kind right after the last sample (reading smaps takes a few ms: the two differ by that)
     const mainKb = last.byPid[ctl.pid]?.rssKb ?? 0;
-    const mainParts = addRssParts([rssParts(ctl.pid)]);
-    const workersParts = addRssParts(last.pids.filter((p) => p !== ctl.pid).map(rssParts));
+    const workerPids = last.pids.filter((p) => p !== ctl.pid);
+    const mainParts = residentByKind(ctl.pid);
+    const workersParts = addResident(workerPids.map(residentByKind));
     const rss: ControllerRss = {
       ...rssPerAgent(this.baselineRssKb, rssKb, n),
       mainKb,
       workersKb: last.rssKb - mainKb,
-      mainParts,
-      workersParts,
+      workers: workerPids.length,
+      ...(mainParts ? { mainParts } : {}),
+      ...(workersParts ? { workersParts } : {}),
     };
     const c0 = await fleet.counters();
     const m0 = await ctl.op.metrics();
     say(
-      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s); controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); at its end the main process ${round(mainKb / 1024, 1)} MB (${partsText(mainParts)}), the push workers ${round((rss.workersKb ?? 0) / 1024, 1)} MB (${partsText(workersParts)})`,
+      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s); controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); at its end the main process ${round(mainKb / 1024, 1)} MB (${mainParts ? residentText(mainParts) : 'gone'}), the ${workerPids.length} push worker(s) ${round((rss.workersKb ?? 0) / 1024, 1)} MB (${workersParts ? residentText(workersParts) : 'none'})`,
     );
     this.#harnessCpuS = harnessCpuS;
     return {
@@ -512,8 +519,7 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
       const result: FanoutResult = {
         n,
         harnessProcs: 0,
-        // what the controller starts (its default follows the cores); 'default' in older results meant 1
-        pushWorkers: o.pushWorkers ?? defaultPushWorkers(availableParallelism()),
+        pushWorkers: o.pushWorkers ?? 'default',
         runs: [],
         crash: null,
         checksOk: false,

@@ -8,6 +8,7 @@
 import type { BenchResults } from './results.js';
 import { AGENT_STATE_JOURNAL_MAX_BYTES, HOOK_LAUNCHER_IDLE_CLOSE_MS } from '../protocol/limits.js';
 import { median, round, type ProcessSplit } from './util.js';
+import { workersOf } from './fanout.js';
 
 /** Issue 16's goal for the controller's CPU per agent in a fan-out of 10,000 (ms). */
 export const CPU_PER_AGENT_GOAL_MS = 0.4;
@@ -392,8 +393,10 @@ export function findings(r: BenchResults): string[] {
       p(
         `At ${big.n.toLocaleString('en-US')} agents the request itself (one transaction making ${big.n.toLocaleString('en-US')} revisions) was answered after ${f(run.commitMs / 1000, 2)} s, the last`,
       );
+      const w = workersOf(big);
+      const signers = w <= 1 ? 'one push worker signs' : `${w} push workers sign`;
       p(
-        `wake-up acked after ${f(run.allAckedMs / 1000, 2)} s: one push worker signs and sends every wake-up (Ed25519, one per node), and the`,
+        `wake-up acked after ${f(run.allAckedMs / 1000, 2)} s: ${signers} and send every wake-up (Ed25519, one per node), and the`,
       );
       p(
         `simulated agents verify and answer them in ${procsText(big.harnessProcs, 'harness')} on the same cores, which are also busy`,
@@ -642,7 +645,7 @@ export function findings(r: BenchResults): string[] {
     p("API's process and the push worker, and the bookkeeping of each");
     p('wake-up (its slot, push states, metrics, the acknowledged generation written back).');
     const splits = big.runs.map((x) => x.controllerSplit).filter((x) => x !== undefined);
-    if (splits.length > 0) p(byProcessText(splits, big.n, big.pushWorkers, fl.cpuPerAgentMs));
+    if (splits.length > 0) p(byProcessText(splits, big.n, workersOf(big), fl.cpuPerAgentMs));
     p(
       "A fetch's own work timed alone (2026-12-05, a 10,000-node cluster, the cache missed): the normalised read 16-17 µs and the node's",
     );
@@ -1351,12 +1354,7 @@ function procsText(n: number, kind?: string): string {
  * The controller's CPU an agent by process (medians of the runs) and each side's kernel share
  * (summed over the runs: stime is read in 10 ms ticks, so one run's share is coarse).
  */
-export function byProcessText(
-  splits: readonly ProcessSplit[],
-  n: number,
-  pushWorkers: number | 'default',
-  floorMs: number,
-): string {
+export function byProcessText(splits: readonly ProcessSplit[], n: number, workers: number, floorMs: number): string {
   const perAgent = (pick: (x: ProcessSplit) => number): string => f((1000 * median(splits.map(pick))) / n, 3);
   const kernel = (cpu: (x: ProcessSplit) => number, sys: (x: ProcessSplit) => number): string => {
     const total = splits.reduce((a, x) => a + cpu(x), 0);
@@ -1366,7 +1364,6 @@ export function byProcessText(
     (x) => x.mainS,
     (x) => x.mainSysS,
   )} of it in the kernel)`;
-  const workers = pushWorkers === 'default' ? 1 : pushWorkers;
   const floor = `against the floor's one process's ${f(floorMs, 2)} ms`;
   const runs = `medians of ${splits.length} run${splits.length === 1 ? '' : 's'}, gross`;
   if (workers === 0)

@@ -7,7 +7,13 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { FANOUT_IDLE_SAMPLE_MS, FANOUT_RSS_EVERY_MS, FANOUT_RSS_WINDOW_MS, type FanoutResult } from './fanout.js';
+import {
+  FANOUT_IDLE_SAMPLE_MS,
+  FANOUT_RSS_EVERY_MS,
+  FANOUT_RSS_WINDOW_MS,
+  type FanoutResult,
+  workersOf,
+} from './fanout.js';
 import {
   CPU_PER_AGENT_GOAL_MS,
   findings,
@@ -17,7 +23,7 @@ import {
 } from './findings.js';
 import type { PeerResult } from './peer.js';
 import type { BenchResults } from './results.js';
-import { byThreadText, loadAvg, median, pageFaultUs, round, type RssParts } from './util.js';
+import { byThreadText, loadAvg, median, pageFaultUs, residentText, round } from './util.js';
 
 export interface ReportInput {
   out: string;
@@ -461,11 +467,9 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p('## Fan-out: one change to every node');
     p();
     p("N simulated agents (the agent's own listener, TLS, verifier, fetcher with signature check, state and poller;");
-    const w = r.fanout[0]?.pushWorkers ?? 'default';
-    const workers = w === 'default' ? 1 : w;
-    p('see `bench/sim-agent.ts`) in several harness processes, beside a real `herald controller` (default options:');
+    p('see `bench/sim-agent.ts`) in several harness processes, beside a real `herald controller` (');
     p(
-      `${workers === 1 ? 'one push worker' : `${workers} push workers`}, the default on this machine's cores). The change: one \`POST /v1/clusters\` naming all N nodes (one request, one transaction, one`,
+      `${pushWorkersText(r.fanout)}). The change: one \`POST /v1/clusters\` naming all N nodes (one request, one transaction, one`,
     );
     p(
       'wake-up per node; since 2026-12-06 with `Prefer: return=minimal`, so the 201 leaves the members out, ~9 MB at 10,000).',
@@ -526,19 +530,16 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
       'the fleet grows step by step, so a larger N carries the history of the runs before it; after a crash run the controller is a new process.',
     );
     const parted = r.fanout.filter((f) => f.runs[0]?.controllerRssKb.mainParts !== undefined);
-    if (parted.length > 0) {
-      const mb = (kb: number): string => fmt(kb / 1024, 0);
-      const text = (x: RssParts): string =>
-        `malloc heap ${mb(x.heapKb)}, other anonymous ${mb(x.anonKb)}, files ${mb(x.fileKb)} MB`;
+    if (parted.length > 0)
       p(
-        `By kind at the end of each window (\`/proc/<pid>/smaps\`: the C library's heap, other anonymous memory such as V8's heap, mapped files): ${parted
+        `By kind at the end of each window (\`/proc/<pid>/smaps\`: the C library's main heap; other anonymous memory: V8's heap, mmap'd allocations, other malloc arenas, stacks; mapped files): ${parted
           .map((f) => {
             const c = f.runs[0]!.controllerRssKb;
-            return `${f.n.toLocaleString('en-US')}: main ${text(c.mainParts!)}; workers ${text(c.workersParts!)}`;
+            const w = c.workersParts ? residentText(c.workersParts) : 'none';
+            return `${f.n.toLocaleString('en-US')}: main ${residentText(c.mainParts!)}; workers ${w}`;
           })
           .join('. ')}.`,
       );
-    }
     p();
     const warm = r.fanout.filter((f) => f.warmup);
     if (warm.length > 0) {
@@ -939,4 +940,16 @@ export function replaceKeptSection(old: string, markerStart: string, section: st
       ? `${old.trimEnd()}\n\n${section}`
       : `${old.slice(0, at)}${section}${next < old.length ? `\n${old.slice(next)}` : ''}`;
   return text.endsWith('\n') ? text : `${text}\n`;
+}
+
+/**
+ * `default options: one push worker, the default on these cores` or `--push-workers 2: 2 push
+ * workers`: what the fan-out's controller ran.
+ */
+export function pushWorkersText(fanout: readonly FanoutResult[]): string {
+  const f = fanout[0];
+  const n = f === undefined ? 1 : workersOf(f);
+  const workers = n === 0 ? 'no push worker' : n === 1 ? 'one push worker' : `${n} push workers`;
+  if (f !== undefined && f.pushWorkers !== 'default') return `\`--push-workers ${f.pushWorkers}\`: ${workers}`;
+  return `default options: ${workers}, the default on these cores`;
 }

@@ -6,16 +6,7 @@
  */
 import type { SeveralFanoutRun, SeveralResult } from './several.js';
 import type { StoreLatency } from './store-latency.js';
-import { defaultPushWorkers } from '../controller/options.js';
 import { median, round } from './util.js';
-
-/** The push workers each controller started by default, from the run's machine line ("<n> cores (…"). */
-function workersText(machine: string): string {
-  const cores = Number(/^(\d+) cores/.exec(machine)?.[1] ?? Number.NaN);
-  if (!Number.isFinite(cores)) return 'the default number of push workers each';
-  const w = defaultPushWorkers(cores);
-  return `${w === 1 ? 'one push worker' : `${w} push workers`} each, the default on ${cores} cores`;
-}
 
 /** The marker the section starts with; `npm run bench -- --controllers` replaces the block it opens. */
 export const SEVERAL_MARKER =
@@ -125,7 +116,7 @@ export function severalMarkdown(r: SeveralReport): string {
       p();
     }
     p(
-      `Real \`herald controller --name cN --db postgres://…\` processes (default options: ${workersText(r.machine)}) on one PostgreSQL;`,
+      `Real \`herald controller --name cN --db postgres://…\` processes (${workersText(sev.workersPerController)}) on one PostgreSQL;`,
     );
     p(
       "simulated agents (the agent's own modules, `bench/sim-agent.ts`, at most 1,000 per harness process) with `--controller-id '*'` and",
@@ -265,4 +256,14 @@ export function severalMarkdown(r: SeveralReport): string {
     }
   }
   return L.join('\n');
+}
+
+/**
+ * `one push worker each, …`: what each controller ran, counted at the first bed's start (results
+ * from before 2026-12-06 did not count: their controllers ran the default of then, one).
+ */
+function workersText(workers: number | undefined): string {
+  const n = workers ?? 1;
+  const each = n === 1 ? 'one push worker each' : `${n} push workers each`;
+  return `${each}: the default on these cores unless the command above gives \`--push-workers\``;
 }

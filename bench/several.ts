@@ -22,7 +22,7 @@
 import { metricSum } from './api-client.js';
 import type { FirstWake } from './harness.js';
 import { CONTROLLER_NAMES, type DbCounters, type SeveralBed } from './several-bed.js';
-import { dist, nowMs, round, roundDist, say, sleep, type Dist } from './util.js';
+import { childrenOf, dist, nowMs, round, roundDist, say, sleep, type Dist } from './util.js';
 
 /** Idle window before each fan-out run: the database's background commits per second. */
 const BACKGROUND_WINDOW_MS = 4_000;
@@ -104,6 +104,8 @@ export interface SeveralResult {
   failover: FailoverRun[];
   grow: Array<{ label: string; n: number; added: number; addMs: number }>;
   problems: string[];
+  /** The push worker processes each controller ran (counted at the first bed's start). */
+  workersPerController?: number;
 }
 
 export interface SeveralOptions {
@@ -310,6 +312,8 @@ export async function severalPhase(o: SeveralOptions): Promise<SeveralResult> {
     const bed = await o.makeBed(label, names);
     try {
       await bed.start();
+      const first = bed.live()[0];
+      if (first !== undefined) out.workersPerController ??= childrenOf(first.pid).length;
       await fn(bed);
     } catch (err) {
       problems.push(`${label}: ${(err as Error).message}`);

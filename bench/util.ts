@@ -277,29 +277,61 @@ export function byThreadText(x: readonly ThreadCpu[] | undefined): string {
 /**
  * A process's resident memory by kind, from /proc/<pid>/smaps, in KB: `brk` is the C heap's main
  * arena (`[heap]`: malloc from the main thread: OpenSSL, SQLite, buffers' backing stores),
- * `anon` the other anonymous mappings (V8's heap, other malloc arenas, thread stacks), `file`
- * file-backed pages (the node binary, libraries). Null when it cannot be read.
+ * `anon` the other anonymous mappings (V8's heap, mmap'd malloc chunks, other malloc arenas,
+ * thread stacks; shared anonymous memory such as memfd or /dev/shm too), `file` file-backed pages
+ * (the node binary, libraries).
  */
-export function residentByKind(pid: number): { brk: number; anon: number; file: number } | null {
-  let text: string;
-  try {
-    text = fs.readFileSync(`/proc/${pid}/smaps`, 'utf8');
-  } catch {
-    return null;
-  }
-  const out = { brk: 0, anon: 0, file: 0 };
-  let kind: keyof typeof out = 'anon';
-  for (const line of text.split('\n')) {
+export interface ResidentKinds {
+  brk: number;
+  anon: number;
+  file: number;
+}
+
+/** Names of shared anonymous mappings: file-backed in form, memory in fact. */
+const SHARED_ANON_RE = /^(\/dev\/zero|\/SYSV|\/memfd:|\/dev\/shm\/)/;
+
+/** ResidentKinds from the text of /proc/<pid>/smaps. Pure. */
+export function residentByKindOf(smaps: string): ResidentKinds {
+  const out: ResidentKinds = { brk: 0, anon: 0, file: 0 };
+  let kind: keyof ResidentKinds = 'anon';
+  for (const line of smaps.split('\n')) {
     const head = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
     if (head) {
-      const name = head[1] ?? '';
-      kind = name === '[heap]' ? 'brk' : name === '' || name.startsWith('[') ? 'anon' : 'file';
+      const name = (head[1] ?? '').trim();
+      kind =
+        name === '[heap]' ? 'brk' : name === '' || name.startsWith('[') || SHARED_ANON_RE.test(name) ? 'anon' : 'file';
       continue;
     }
     const rss = /^Rss:\s+(\d+) kB/.exec(line);
     if (rss) out[kind] += Number(rss[1]);
   }
   return out;
+}
+
+/** ResidentKinds of the live process `pid`; null when it cannot be read (gone). */
+export function residentByKind(pid: number): ResidentKinds | null {
+  try {
+    return residentByKindOf(fs.readFileSync(`/proc/${pid}/smaps`, 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+/** The sum of several processes' ResidentKinds (those gone skipped); null when none was read. */
+export function addResident(parts: readonly (ResidentKinds | null)[]): ResidentKinds | null {
+  const read = parts.filter((p): p is ResidentKinds => p !== null);
+  if (read.length === 0) return null;
+  return read.reduce((a, p) => ({ brk: a.brk + p.brk, anon: a.anon + p.anon, file: a.file + p.file }), {
+    brk: 0,
+    anon: 0,
+    file: 0,
+  });
+}
+
+/** `malloc heap 474, other anonymous 130, files 42 MiB`: ResidentKinds for a line of text. */
+export function residentText(x: ResidentKinds): string {
+  const mib = (kb: number): string => round(kb / 1024, 0).toLocaleString('en-US');
+  return `malloc heap ${mib(x.brk)}, other anonymous ${mib(x.anon)}, files ${mib(x.file)} MiB`;
 }
 
 /** Direct children of `pid` (Linux /proc scan). */
@@ -338,56 +370,6 @@ export function descendantsOf(pid: number): number[] {
     out.push(...childrenOf(at));
     if (next >= out.length) return out;
   }
-}
-
-/**
- * A process's resident memory by kind, KB: `heap` the C library's brk heap (malloc's main arena),
- * `anon` every other anonymous mapping (V8's heap pages, mmap'd allocations, other arenas,
- * stacks), `file` mapped files (the node binary, libraries). So a change in RSS can be put on the
- * JavaScript side or the native side.
- */
-export interface RssParts {
-  heapKb: number;
-  anonKb: number;
-  fileKb: number;
-}
-
-/** RssParts from the text of `/proc/<pid>/smaps`. Pure. */
-export function rssPartsOf(smaps: string): RssParts {
-  const out: RssParts = { heapKb: 0, anonKb: 0, fileKb: 0 };
-  let kind: keyof RssParts = 'anonKb';
-  for (const line of smaps.split('\n')) {
-    const head = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
-    if (head) {
-      const name = head[1]!.trim();
-      kind = name === '[heap]' ? 'heapKb' : name === '' || name.startsWith('[') ? 'anonKb' : 'fileKb';
-      continue;
-    }
-    const rss = /^Rss:\s+(\d+) kB/.exec(line);
-    if (rss) out[kind] += Number(rss[1]);
-  }
-  return out;
-}
-
-/** RssParts of the live process `pid`, or null once it is gone. */
-export function rssParts(pid: number): RssParts | null {
-  try {
-    return rssPartsOf(fs.readFileSync(`/proc/${pid}/smaps`, 'utf8'));
-  } catch {
-    return null;
-  }
-}
-
-/** The sum of several processes' RssParts. */
-export function addRssParts(parts: readonly (RssParts | null)[]): RssParts {
-  const out: RssParts = { heapKb: 0, anonKb: 0, fileKb: 0 };
-  for (const p of parts) {
-    if (!p) continue;
-    out.heapKb += p.heapKb;
-    out.anonKb += p.anonKb;
-    out.fileKb += p.fileKb;
-  }
-  return out;
 }
 
 /** A process and its direct children (the controller and its push workers), summed. */

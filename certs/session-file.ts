@@ -33,7 +33,7 @@
  * cache, never needed to start.
  */
 import fs from 'node:fs';
-import { PUSH_TLS_SESSION_FILE_SLACK_ENTRIES } from '../protocol/limits.js';
+import { MAX_PUSH_WORKER_PROCESSES, PUSH_TLS_SESSION_FILE_SLACK_ENTRIES } from '../protocol/limits.js';
 import { ROLES, type Role } from '../protocol/identity.js';
 import { PRIVATE_FILE_MODE, writeFileAtomic } from './files.js';
 import { withoutPeerCertificate } from './session-der.js';
@@ -54,6 +54,34 @@ interface Line {
   s?: string;
   p?: SessionPeer;
   t?: number;
+}
+
+/**
+ * Removes the session files of the push workers a controller no longer starts: those of workers
+ * `first` to MAX_PUSH_WORKER_PROCESSES - 1 (`fileOf(worker)`). Nodes are sharded over the workers
+ * by their count, so after the count changed (by `--push-workers`, or a default that follows the
+ * cores) a node's session may sit in another worker's file, which costs it one full handshake; a
+ * file no worker opens again would keep sessions as sensitive as the controller's key for as long
+ * as their tickets live. Returns the files removed; one that cannot be removed is left (logged
+ * by the caller).
+ */
+export function removeSessionFilesFrom(
+  fileOf: (worker: number) => string,
+  first: number,
+): { removed: string[]; failed: { file: string; error: string }[] } {
+  const removed: string[] = [];
+  const failed: { file: string; error: string }[] = [];
+  for (let worker = Math.max(0, first); worker < MAX_PUSH_WORKER_PROCESSES; worker++) {
+    const file = fileOf(worker);
+    try {
+      fs.unlinkSync(file);
+      removed.push(file);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT') failed.push({ file, error: code ?? String(err) });
+    }
+  }
+  return { removed, failed };
 }
 
 export interface SessionFileOptions {

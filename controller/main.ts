@@ -12,6 +12,7 @@ import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
 import { materialPaths, pkiPaths, signingKeyFileOf, type MaterialPaths } from '../certs/paths.js';
 import type { LoadedIssuer } from '../certs/pki.js';
+import { removeSessionFilesFrom } from '../certs/session-file.js';
 import { TicketKey } from '../certs/ticket-key.js';
 import { PkiMaterial } from '../certs/tls.js';
 import { ConfigError, HeraldError } from '../protocol/errors.js';
@@ -213,6 +214,21 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     }
     const metrics = new ControllerMetrics();
     const events = new EventBus();
+    // beside the database: its own process's state (the PKI directory may be shared by processes of one name)
+    const sessionFile = (worker: number): string =>
+      dbFile !== null && dbFile !== ':memory:'
+        ? `${dbFile}.push-sessions-${worker}`
+        : pkiPaths(o.pki).pushSessions(o.name, worker);
+    // the files of workers this start does not have (fewer workers than the last start: worker 0
+    // dials when there are none) hold sessions no one will offer again
+    const stale = removeSessionFilesFrom(sessionFile, Math.max(1, o.pushWorkers));
+    if (stale.removed.length > 0)
+      logger.info({ files: stale.removed }, 'removed the session files of push workers no longer started');
+    for (const { file, error } of stale.failed)
+      logger.warn(
+        { code: 'session_file_unremovable', file, error },
+        `${file}: cannot remove a stale push session file`,
+      );
     const dialer = await (deps.push ?? defaultPush)({
       signer,
       signingJwk,
@@ -223,11 +239,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       logger,
       metrics,
       workers: o.pushWorkers,
-      // beside the database: its own process's state (the PKI directory may be shared by processes of one name)
-      sessionFile: (worker) =>
-        dbFile !== null && dbFile !== ':memory:'
-          ? `${dbFile}.push-sessions-${worker}`
-          : pkiPaths(o.pki).pushSessions(o.name, worker),
+      sessionFile,
     });
     // several controllers (SPEC §7): the fleet decides which nodes this one pushes to
     let publicUrl = o.publicUrl ?? defaultPublicUrl(o.listen.host, o.listen.port);

@@ -12,7 +12,9 @@ import { isValidName, TRUST_DOMAIN_RE } from '../protocol/identity.js';
 import {
   AGENT_CERT_LIFETIME_S,
   DEFAULT_CONTROLLER_PORT,
+  MAX_DEFAULT_PUSH_WORKER_PROCESSES,
   MAX_JOIN_TOKEN_TTL_S,
+  MAX_PUSH_WORKER_PROCESSES,
   MIN_AGENT_CERT_LIFETIME_S,
 } from '../protocol/limits.js';
 
@@ -74,20 +76,18 @@ const KEYS = {
 } as const;
 type OptionName = keyof typeof KEYS;
 
-/** The most push workers a controller starts when `--push-workers` is not given. */
-export const DEFAULT_PUSH_WORKERS_MAX = 4;
-
 /**
  * The push workers a controller starts when `--push-workers` is not given: one fewer than the
- * cores it may run on, from 1 to DEFAULT_PUSH_WORKERS_MAX. The workers sign and send a fan-out's
- * wake-ups, each for its shard of the nodes, and one worker spends ~0.25 ms of CPU a woken node
- * (BENCHMARKS.md), so with one worker 10,000 nodes wait ~2.5 s for one core whatever the machine;
- * the core left over is the main process's, which reads, builds and signs every fetch's answer.
+ * cores it may run on, from 1 to MAX_DEFAULT_PUSH_WORKER_PROCESSES (1 for a count that is not a
+ * number). The workers sign and send a change's wake-ups and write the fetches' answers, each
+ * for its shard of the nodes: one worker spent ~0.25 ms of CPU a woken node in the 10,000-agent
+ * fan-out (BENCHMARKS.md, gross, on two shared cores), so one worker alone puts a large change
+ * seconds behind one core. The core left over is the main process's, which answers every fetch.
  */
 export function defaultPushWorkers(cores: number): number {
-  return Math.min(DEFAULT_PUSH_WORKERS_MAX, Math.max(1, Math.floor(cores) - 1));
+  if (!Number.isFinite(cores)) return 1;
+  return Math.min(MAX_DEFAULT_PUSH_WORKER_PROCESSES, Math.max(1, Math.floor(cores) - 1));
 }
-export const MAX_PUSH_WORKERS_OPTION = 64;
 
 /** Raw values by option name, each as a string, boolean or number. */
 export type RawOptions = Partial<Record<OptionName, string | boolean | number>>;
@@ -198,9 +198,9 @@ export function resolveOptions(
   }
   const pw = pick('push-workers') ?? defaultPushWorkers(cores);
   const pushWorkers = typeof pw === 'number' ? pw : Number(pw);
-  if (!Number.isInteger(pushWorkers) || pushWorkers < 0 || pushWorkers > MAX_PUSH_WORKERS_OPTION) {
+  if (!Number.isInteger(pushWorkers) || pushWorkers < 0 || pushWorkers > MAX_PUSH_WORKER_PROCESSES) {
     throw new ConfigError(
-      `--push-workers must be a whole number from 0 (dialer in the API process) to ${MAX_PUSH_WORKERS_OPTION}`,
+      `--push-workers must be a whole number from 0 (dialer in the API process) to ${MAX_PUSH_WORKER_PROCESSES}`,
       { field: 'push-workers' },
     );
   }

@@ -23,6 +23,7 @@ import {
   IPC_BATCH_MAX_DELAY_MS,
   MAX_TIMER_DELAY_MS,
   MAX_PUSH_REQUESTS_IN_FLIGHT,
+  MAX_PUSH_WORKER_PROCESSES,
   PUSH_REQUEST_ANSWER_TIMEOUT_MS,
   PUSH_WORKER_MMAP_THRESHOLD_BYTES,
   RECONNECT_BACKOFF_MAX_MS,
@@ -53,8 +54,6 @@ import {
 
 /** Longest a worker gets to close its connections (1001) before it is killed. */
 export const PUSH_WORKER_CLOSE_MS = 5_000;
-/** Most push worker processes one controller starts. */
-export const MAX_PUSH_WORKERS = 64;
 /** First delay before a crashed worker is started again (doubling to RECONNECT_BACKOFF_MAX_MS). */
 export const PUSH_WORKER_RESTART_BASE_MS = 500;
 
@@ -163,8 +162,8 @@ export class PushPool implements PushService {
       requestAnswerTimeoutMs: PUSH_REQUEST_ANSWER_TIMEOUT_MS,
       ...opts,
     };
-    if (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_PUSH_WORKERS) {
-      throw new ConfigError(`--push-workers must be a whole number from 1 to ${MAX_PUSH_WORKERS}`, {
+    if (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_PUSH_WORKER_PROCESSES) {
+      throw new ConfigError(`--push-workers must be a whole number from 1 to ${MAX_PUSH_WORKER_PROCESSES}`, {
         field: 'workers',
       });
     }

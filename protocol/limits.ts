@@ -441,6 +441,15 @@ export const PUSH_WORKER_MMAP_THRESHOLD_BYTES = 16 * 1024;
  * handshake each.
  */
 export const PUSH_TLS_SESSION_LIFETIME_S = 86_400;
+/** Most push worker processes one controller starts (`--push-workers`). */
+export const MAX_PUSH_WORKER_PROCESSES = 64;
+/**
+ * Most push workers a controller starts when `--push-workers` is not given (its default is one
+ * fewer than the cores, controller/options.ts): each worker holds ~58-65 MB with no agents, and
+ * past a few workers the main process, which answers every fetch (~0.21 ms an agent), is what a
+ * fan-out waits for.
+ */
+export const MAX_DEFAULT_PUSH_WORKER_PROCESSES = 4;
 /** Client sessions one push dialer keeps, one per node (the oldest goes first). */
 export const PUSH_TLS_SESSION_STORE_ENTRIES = 100_000;
 /** A push session file is rewritten when it holds this many lines more than live sessions (certs/session-file.ts). */

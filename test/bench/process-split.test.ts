@@ -50,7 +50,7 @@ describe("the fan-out's controller CPU by process", () => {
       { mainS: 2, mainSysS: 0.1, childrenS: 2.5, childrenSysS: 0.5 },
       { mainS: 3, mainSysS: 0.2, childrenS: 3.5, childrenSysS: 0.5 },
     ];
-    const one = byProcessText(runs, 10_000, 'default', 0.34);
+    const one = byProcessText(runs, 10_000, 1, 0.34);
     expect(one).toContain('the main process 0.25 ms an agent (6 % of it in the kernel)'); // kernel: summed, 0.3 / 5
     expect(one).toContain('the push worker 0.3 ms (17 %)');
     expect(byProcessText(runs, 10_000, 2, 0.34)).toContain('the 2 push workers together 0.3 ms');

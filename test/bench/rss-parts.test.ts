@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { addRssParts, rssParts, rssPartsOf } from '../../bench/util.js';
+import { addResident, residentByKind, residentByKindOf, residentText } from '../../bench/util.js';
 
 const SMAPS = `00400000-04e00000 r-xp 00000000 fd:00 123 /usr/bin/node
 Size:              75776 kB
@@ -17,26 +17,37 @@ Rss:                1000 kB
 Rss:                  64 kB
 7f0000300000-7f0000301000 r--p 00000000 fd:00 456 /usr/lib/x86_64-linux-gnu/libc.so.6
 Rss:                   4 kB
+7f0000400000-7f0000500000 rw-s 00000000 00:01 789 /memfd:pool (deleted)
+Rss:                 500 kB
+7f0000600000-7f0000700000 rw-s 00000000 00:01 790 /dev/zero (deleted)
+Rss:                  30 kB
+7f0000800000-7f0000801000 r--p 00000000 fd:00 457 /var/lib/a dir with spaces/lib.so (deleted)
+Rss:                   8 kB
 `;
 
-describe('rssPartsOf', () => {
+describe('residentByKindOf', () => {
   it("puts each mapping's Rss under the malloc heap, other anonymous memory or files", () => {
-    expect(rssPartsOf(SMAPS)).toEqual({ heapKb: 300_000, anonKb: 1_264, fileKb: 40_004 });
+    // shared anonymous memory (memfd, /dev/zero) is memory; a deleted file is still a file
+    expect(residentByKindOf(SMAPS)).toEqual({ brk: 300_000, anon: 1_794, file: 40_012 });
   });
 
-  it('adds up the parts of several processes, skipping the ones gone', () => {
-    const a = rssPartsOf(SMAPS);
-    expect(addRssParts([a, null, a])).toEqual({ heapKb: 600_000, anonKb: 2_528, fileKb: 80_008 });
+  it("adds up several processes' kinds, skipping the ones gone, and says so when none was read", () => {
+    const a = residentByKindOf(SMAPS);
+    expect(addResident([a, null, a])).toEqual({ brk: 600_000, anon: 3_588, file: 80_024 });
+    expect(addResident([null])).toBeNull();
+    expect(residentText({ brk: 485_776, anon: 135_744, file: 44_032 })).toBe(
+      'malloc heap 474, other anonymous 133, files 43 MiB',
+    );
   });
 
-  it("reads a live process's parts, which add up to its resident set", () => {
-    const p = rssParts(process.pid);
+  it("reads a live process's kinds, which add up to its resident set", () => {
+    const p = residentByKind(process.pid);
     expect(p).not.toBeNull();
     const vmRss = Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync('/proc/self/status', 'utf8'))?.[1]);
-    const sum = p!.heapKb + p!.anonKb + p!.fileKb;
-    expect(p!.fileKb).toBeGreaterThan(0);
-    expect(p!.anonKb).toBeGreaterThan(0);
-    expect(Math.abs(sum - vmRss) / vmRss).toBeLessThan(0.1);
-    expect(rssParts(2 ** 22 + 12_345)).toBeNull();
+    expect(p!.brk).toBeGreaterThan(0);
+    expect(p!.anon).toBeGreaterThan(0);
+    expect(p!.file).toBeGreaterThan(0);
+    expect(Math.abs(p!.brk + p!.anon + p!.file - vmRss) / vmRss).toBeLessThan(0.1);
+    expect(residentByKind(2 ** 22 + 12_345)).toBeNull();
   });
 });

@@ -8,12 +8,7 @@ import { hostInSans, isLinkLocal, parseEndpoint } from '../../controller/endpoin
 import { RateLimiter } from '../../controller/rate-limit.js';
 import { matchesEtag, statusOf } from '../../controller/api.js';
 import { coerceValue, mergeInputValues } from '../../controller/validation.js';
-import {
-  DEFAULT_PUSH_WORKERS_MAX,
-  defaultPushWorkers,
-  parseHostPort,
-  resolveOptions,
-} from '../../controller/options.js';
+import { defaultPushWorkers, parseHostPort, resolveOptions } from '../../controller/options.js';
 import { planCluster } from '../../controller/clusters/plan.js';
 
 function code(fn: () => unknown): string | undefined {
@@ -158,9 +153,9 @@ describe('options', () => {
     expect(() => resolveOptions({ pki: '/p', db: '/d', 'public-url': 'http://x' }, {})).toThrow(/--public-url/);
   });
 
-  it('starts one push worker fewer than the cores, from 1 to DEFAULT_PUSH_WORKERS_MAX, unless told', () => {
+  it('starts one push worker fewer than the cores, from 1 to MAX_DEFAULT_PUSH_WORKER_PROCESSES, unless told', () => {
     expect([1, 2, 3, 4, 5, 6, 16, 64].map(defaultPushWorkers)).toEqual([1, 1, 2, 3, 4, 4, 4, 4]);
-    expect(DEFAULT_PUSH_WORKERS_MAX).toBe(4);
+    expect(defaultPushWorkers(Number.NaN)).toBe(1);
     const base = { pki: '/p', db: '/d' };
     expect(resolveOptions(base, {}, 1).pushWorkers).toBe(1);
     expect(resolveOptions(base, {}, 3).pushWorkers).toBe(2);

@@ -17,7 +17,7 @@ describe('limits documentation', () => {
 
   it('every limit name carries its unit, or is a count, fraction or name', () => {
     const unitless =
-      /(_MS|_S|_BYTES|_BITS|_DAYS|_PER_S|_BURST|_CAPACITY|_CONNECTIONS|_FRAMES|_FRACTION|_LEVELS|_REQUESTS|_PORT|_ENTRIES|_BUCKETS|_IN_FLIGHT|_DOMAIN|_ATTEMPTS|_ROWS)$/;
+      /(_MS|_S|_BYTES|_BITS|_DAYS|_PER_S|_BURST|_CAPACITY|_CONNECTIONS|_FRAMES|_FRACTION|_LEVELS|_REQUESTS|_PORT|_ENTRIES|_BUCKETS|_IN_FLIGHT|_DOMAIN|_ATTEMPTS|_ROWS|_PROCESSES)$/;
     expect(Object.keys(limits).filter((n) => !unitless.test(n))).toEqual([]);
   });
 });
