@@ -31,6 +31,7 @@ import {
   childrenOf,
   diffCounters,
   dist,
+  heapNote,
   median,
   nowMs,
   round,
@@ -312,6 +313,8 @@ export interface ControllerRss {
   workersParts?: ResidentKinds;
   /** The push worker processes the controller ran in the window (its default follows the cores). */
   workers?: number;
+  /** The main process's V8 heap right after the window (its /metrics, KB): taken, used, and external. */
+  mainHeap?: { totalKb: number; usedKb: number; externalKb: number };
 }
 
 /**
@@ -332,7 +335,7 @@ export function rssPerAgent(
   baselineKb: number,
   samplesKb: readonly number[],
   n: number,
-): Required<Omit<ControllerRss, 'mainKb' | 'workersKb' | 'mainParts' | 'workersParts' | 'workers'>> {
+): Required<Omit<ControllerRss, 'mainKb' | 'workersKb' | 'mainParts' | 'workersParts' | 'workers' | 'mainHeap'>> {
   if (samplesKb.length === 0 || n <= 0) throw new Error('rssPerAgent: no samples or no agents');
   const connected = median(samplesKb);
   const connectedMax = Math.max(...samplesKb);
@@ -458,8 +461,15 @@ class Bed {
     };
     const c0 = await fleet.counters();
     const m0 = await ctl.op.metrics();
+    // a controller from before 2026-12-06 serves no heap gauges
+    if (m0.has('nodejs_heap_size_total_bytes'))
+      rss.mainHeap = {
+        totalKb: Math.round(metricSum(m0, 'nodejs_heap_size_total_bytes') / 1024),
+        usedKb: Math.round(metricSum(m0, 'nodejs_heap_size_used_bytes') / 1024),
+        externalKb: Math.round(metricSum(m0, 'nodejs_external_memory_bytes') / 1024),
+      };
     say(
-      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s); controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); at its end the main process ${round(mainKb / 1024, 1)} MB (${mainParts ? residentText(mainParts) : 'gone'}), the ${workerPids.length} push worker(s) ${round((rss.workersKb ?? 0) / 1024, 1)} MB (${workersParts ? residentText(workersParts) : 'none'})`,
+      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s); controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); at its end the main process ${round(mainKb / 1024, 1)} MB (${mainParts ? residentText(mainParts, heapNote(rss.mainHeap)) : 'gone'}), the ${workerPids.length} push worker(s) ${round((rss.workersKb ?? 0) / 1024, 1)} MB (${workersParts ? residentText(workersParts) : 'none'})`,
     );
     this.#harnessCpuS = harnessCpuS;
     return {

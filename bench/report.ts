@@ -23,7 +23,7 @@ import {
 } from './findings.js';
 import type { PeerResult } from './peer.js';
 import type { BenchResults } from './results.js';
-import { byThreadText, loadAvg, median, pageFaultUs, residentText, round } from './util.js';
+import { byThreadText, heapNote, loadAvg, median, pageFaultUs, residentText, round } from './util.js';
 
 export interface ReportInput {
   out: string;
@@ -536,7 +536,7 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
           .map((f) => {
             const c = f.runs[0]!.controllerRssKb;
             const w = c.workersParts ? residentText(c.workersParts) : 'none';
-            return `${f.n.toLocaleString('en-US')}: main ${residentText(c.mainParts!)}; workers ${w}`;
+            return `${f.n.toLocaleString('en-US')}: main ${residentText(c.mainParts!, heapNote(c.mainHeap))}; workers ${w}`;
           })
           .join('. ')}.`,
       );

@@ -328,10 +328,20 @@ export function addResident(parts: readonly (ResidentKinds | null)[]): ResidentK
   });
 }
 
-/** `malloc heap 474, other anonymous 130, files 42 MiB`: ResidentKinds for a line of text. */
-export function residentText(x: ResidentKinds): string {
+/**
+ * `malloc heap 474, other anonymous 130, files 42 MiB`: ResidentKinds for a line of text;
+ * `anonNote` follows the anonymous part (what of it is V8's heap).
+ */
+export function residentText(x: ResidentKinds, anonNote = ''): string {
   const mib = (kb: number): string => round(kb / 1024, 0).toLocaleString('en-US');
-  return `malloc heap ${mib(x.brk)}, other anonymous ${mib(x.anon)}, files ${mib(x.file)} MiB`;
+  const note = anonNote === '' ? '' : ` (${anonNote})`;
+  return `malloc heap ${mib(x.brk)}, other anonymous ${mib(x.anon)}${note}, files ${mib(x.file)} MiB`;
+}
+
+/** `V8's heap 29, 26 used`: the note on a main process's anonymous memory, from its heap gauges (KB). */
+export function heapNote(h: { totalKb: number; usedKb: number } | undefined): string {
+  if (h === undefined) return '';
+  return `V8's heap ${round(h.totalKb / 1024, 0)}, ${round(h.usedKb / 1024, 0)} used`;
 }
 
 /** Direct children of `pid` (Linux /proc scan). */

@@ -2,7 +2,11 @@
  * The controller's Prometheus metrics, in a registry of its own (never prom-client's global
  * default, so two controllers in one test process do not collide). The push dialer registers
  * its metrics (connected agents, wake-ups sent/acked/nacked, ack latency) into `registry`.
+ * The main process's memory is read when scraped, under the names prom-client's defaults use
+ * (not its collector: that one also samples the event loop every 10 ms, which an idle controller
+ * should not pay): what a controller holds, and whether V8's heap or native memory holds it.
  */
+import v8 from 'node:v8';
 import { Counter, Gauge, Registry } from 'prom-client';
 
 export class ControllerMetrics {
@@ -45,6 +49,34 @@ export class ControllerMetrics {
       help: 'Clients connected to GET /v1/events',
       registers,
     });
+    const memory = (name: string, help: string, read: () => number): void => {
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.set(read());
+        },
+      });
+    };
+    memory('process_resident_memory_bytes', "The main process's resident memory (its push workers apart)", () =>
+      process.memoryUsage.rss(),
+    );
+    memory(
+      'nodejs_heap_size_total_bytes',
+      "V8's heap in the main process: what it has taken from the system",
+      () => v8.getHeapStatistics().total_heap_size,
+    );
+    memory(
+      'nodejs_heap_size_used_bytes',
+      "V8's heap in the main process: what its objects take, garbage not yet collected included",
+      () => v8.getHeapStatistics().used_heap_size,
+    );
+    memory(
+      'nodejs_external_memory_bytes',
+      'Memory outside V8 that the main process holds through JavaScript objects (buffers)',
+      () => v8.getHeapStatistics().external_memory,
+    );
   }
 
   /** The Prometheus text exposition. */

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { addResident, residentByKind, residentByKindOf, residentText } from '../../bench/util.js';
+import { addResident, heapNote, residentByKind, residentByKindOf, residentText } from '../../bench/util.js';
 
 const SMAPS = `00400000-04e00000 r-xp 00000000 fd:00 123 /usr/bin/node
 Size:              75776 kB
@@ -38,6 +38,10 @@ describe('residentByKindOf', () => {
     expect(residentText({ brk: 485_776, anon: 135_744, file: 44_032 })).toBe(
       'malloc heap 474, other anonymous 133, files 43 MiB',
     );
+    expect(
+      residentText({ brk: 75_776, anon: 130_048, file: 47_104 }, heapNote({ totalKb: 104_448, usedKb: 92_160 })),
+    ).toBe("malloc heap 74, other anonymous 127 (V8's heap 102, 90 used), files 46 MiB");
+    expect(heapNote(undefined)).toBe('');
   });
 
   it("reads a live process's kinds, which add up to its resident set", () => {

@@ -896,6 +896,13 @@ describe('metrics', () => {
     );
     expect(r.text).toMatch(/herald_metadata_fetches_total\{status="304",channel="https"\} \d+/);
     expect(r.text).toMatch(/herald_signals_total\{outcome="recorded",status="COMPLETE"\} \d+/);
+    // the main process's memory, read when scraped: this process's own (the controller runs in it)
+    const gauge = (name: string): number => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(r.text)?.[1]);
+    const used = gauge('nodejs_heap_size_used_bytes');
+    expect(used).toBeGreaterThan(1_000_000);
+    expect(gauge('nodejs_heap_size_total_bytes')).toBeGreaterThanOrEqual(used);
+    expect(gauge('process_resident_memory_bytes')).toBeGreaterThan(gauge('nodejs_heap_size_total_bytes'));
+    expect(gauge('nodejs_external_memory_bytes')).toBeGreaterThan(0);
   });
 });
 
