@@ -16,8 +16,16 @@ import { removeSessionFilesFrom } from '../certs/session-file.js';
 import { TicketKey } from '../certs/ticket-key.js';
 import { PkiMaterial } from '../certs/tls.js';
 import { ConfigError, HeraldError } from '../protocol/errors.js';
-import { AGENT_CERT_LIFETIME_S, DEFAULT_TRUST_DOMAIN, RESTART_STEP_MARGIN_S } from '../protocol/limits.js';
+import {
+  AGENT_CERT_LIFETIME_S,
+  DEFAULT_TRUST_DOMAIN,
+  IDLE_GC_CHECK_MS,
+  IDLE_GC_MAX_BUSY_FRACTION,
+  IDLE_GC_MIN_GARBAGE_BYTES,
+  RESTART_STEP_MARGIN_S,
+} from '../protocol/limits.js';
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
+import { IdleCollector, v8Probe } from './idle-collector.js';
 import { ApiServer, createHealthServer } from './api.js';
 import { ClusterEngine } from './clusters/engine.js';
 import { Enrollment } from './enrollment.js';
@@ -329,6 +337,21 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       service.setPublicUrl(publicUrl);
     }
     await service.start();
+
+    // what a burst (a fleet connecting, a change to every node) left in V8's heap, collected once
+    // the process is quiet, so an idle controller holds what it uses
+    const idle = new IdleCollector(v8Probe(), {
+      everyMs: IDLE_GC_CHECK_MS,
+      maxUtilization: IDLE_GC_MAX_BUSY_FRACTION,
+      minGarbageBytes: IDLE_GC_MIN_GARBAGE_BYTES,
+      onCollected: (before, after) =>
+        logger.info(
+          { heap_before_mb: Math.round(before / 2 ** 20), heap_after_mb: Math.round(after / 2 ** 20) },
+          'collected the heap while idle',
+        ),
+    });
+    idle.start();
+    cleanup.push(() => idle.close());
 
     let health: http.Server | null = null;
     let healthAddress: AddressInfo | null = null;

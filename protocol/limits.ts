@@ -450,6 +450,12 @@ export const MAX_PUSH_WORKER_PROCESSES = 64;
  * fan-out waits for.
  */
 export const MAX_DEFAULT_PUSH_WORKER_PROCESSES = 4;
+/** How often the controller's main process checks whether it is quiet with garbage to collect (controller/idle-collector.ts). */
+export const IDLE_GC_CHECK_MS = 5_000;
+/** Quiet: its event loop busy at most this fraction of the last check's interval. */
+export const IDLE_GC_MAX_BUSY_FRACTION = 0.25;
+/** It collects when V8's used heap has grown this much since its last collection (or the lowest seen). */
+export const IDLE_GC_MIN_GARBAGE_BYTES = 32 * 1024 * 1024;
 /** Client sessions one push dialer keeps, one per node (the oldest goes first). */
 export const PUSH_TLS_SESSION_STORE_ENTRIES = 100_000;
 /** A push session file is rewritten when it holds this many lines more than live sessions (certs/session-file.ts). */
