@@ -770,6 +770,58 @@ export function findings(r: BenchResults): string[] {
     p(
       'docs/api.md), as a client creating a large cluster would: the 9.2 MB answer and its parsing left the shared cores.',
     );
+    p(
+      'Measured again 2026-12-06 21:40-22:45 UTC (fleets grown 1,000 → 10,000, two or three runs each; docs/development.md has them): on-CPU',
+    );
+    p(
+      "samples of one run at 10,000 (perf, 400 Hz, 21:57 UTC): the main process SQLite 27 % (a fetch's reads ~13 %, the members'",
+    );
+    p(
+      'inserts ~10 %), the collector 13 %, Ed25519 11 %, the IPC 3 %; the push worker the collector 25 %, loopback TCP 11 %, Ed25519',
+    );
+    p(
+      "9 %, OpenSSL 9 %, the IPC 5 %. Half of the worker's collector time is concurrent marking of its whole heap (~90 MB live for",
+    );
+    p(
+      "10,000 connections), once or twice a fan-out. V8's own trace (`--trace-incremental-marking`) names what starts it: external",
+    );
+    p(
+      "memory pressure, at a heap of 140-164 MB against an old-generation limit of 356-373 MB. The worker's ArrayBuffers grew by",
+    );
+    p(
+      '43-64 MB in each fan-out of 10,000 (4-6 KB an agent that outlived two scavenges and died later) and fell to ~2 MB at each',
+    );
+    p(
+      "full collection. Tried and not kept, each in three paired runs (the code unchanged, V8's GC trace on, that hour: 1.57 and 1.38×",
+    );
+    p("the floor): V8's old-generation growth at 2× and 3× (`--heap-growing-percent`");
+    p(
+      '100 and 200: one marking a run all the same; 1.44, 1.27, 1.16× and 1.51, 1.40, 1.04× the floor); the answer framed as text',
+    );
+    p(
+      'in the worker, not as bytes (its ArrayBuffers then grew ~10 MB a run, but its heap grew 100-160 MB instead and was marked',
+    );
+    p(
+      'once a run all the same; 1.35, 1.43, 1.33×); a 16 MiB young generation in the worker alone (the ArrayBuffers grew as before,',
+    );
+    p(
+      'so they outlive far more than two scavenges; 1.54, 1.78, 1.15×). What holds them: a heap snapshot of the worker 1.5 s into a',
+    );
+    p(
+      'fan-out of 5,000 found 2.7 MB of live ArrayBuffers: 2.2 MB held by 285 writes in flight and 0.5 MB by 62 queued behind them, each',
+    );
+    p(
+      "pinning an 8 KB slab of Node's buffer pool (the answer frames and the WebSocket headers are slices of it). Node keeps a TLS write's",
+    );
+    p(
+      'buffers until its completion, reported on a later turn of the event loop, and a turn on two saturated cores handles hundreds of',
+    );
+    p(
+      "agents: whatever is in flight across it is promoted, in the floor's one process as in the worker. Left: fewer bytes per write",
+    );
+    p(
+      'in flight (the head and the body in one exact buffer, not a pool slab each), and fewer objects per agent on both sides.',
+    );
     if (big.warmup)
       p(
         `Both sides are warm: Herald's run at N = ${n} follows a first change that warmed up the code of the agents added, as the floor's warm-up does (not counted: acked after ${f(big.warmup.allAckedMs / 1000, 2)} s, fetched after ${f(big.warmup.allFetchedMs / 1000, 2)} s, ${f((1000 * big.warmup.controllerCpuS) / big.n, 2)} ms of controller CPU an agent, the simulated agents ${f(big.warmup.harnessCpuS, 1)} CPU-s; before commit de11ede, 2026-12-04 21:15 UTC, the runs at 5,000 and 10,000 were that first change).`,
@@ -837,7 +889,16 @@ export function findings(r: BenchResults): string[] {
       'of 10,000 holds 78.6 KB per agent (06:49 UTC, on the slower host of that day; push worker ~66 KB, main process ~12 KB).',
     );
     p('A full run grows the fleet in steps with');
-    p("fan-out runs between them, so its figure at 10,000 carries what those runs left in the controller's RSS. Split");
+    p("fan-out runs between them, so its figure at 10,000 carries what those runs left in the controller's RSS (since");
+    p(
+      '2026-12-06, commit 04e1b99, the main process collects its heap once it is quiet after a burst, `controller/idle-collector.ts`:',
+    );
+    p(
+      'in eight fleets grown to 10,000 that evening it collected after each fan-out, from 45-150 MB of used heap to 15-26 MB, and the',
+    );
+    p(
+      'fleets held 66.5-73.9 KB an agent; before it, two full runs of that day held 78.7 and 79.4 KB at 10,000). Split',
+    );
     p(
       '(a one-step fleet of 10,000, 2026-12-02 14:55 UTC: `process.memoryUsage()` after a forced GC, `/proc/<pid>/smaps`,',
     );
