@@ -817,7 +817,7 @@ export function findings(r: BenchResults): string[] {
       'buffers until its completion, reported on a later turn of the event loop, and a turn on two saturated cores handles hundreds of',
     );
     p(
-      "agents: whatever is in flight across it is promoted, in the floor's one process as in the worker. Left: fewer bytes per write",
+      "agents: whatever is in flight across it is promoted (the floor's one process writes the same way). Left: fewer bytes per write",
     );
     p(
       'in flight (the head and the body in one exact buffer, not a pool slab each), and fewer objects per agent on both sides.',
