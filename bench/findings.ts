@@ -820,8 +820,15 @@ export function findings(r: BenchResults): string[] {
       "agents: whatever is in flight across it is promoted (the floor's one process writes the same way). Left: fewer bytes per write",
     );
     p(
-      'in flight (the head and the body in one exact buffer, not a pool slab each), and fewer objects per agent on both sides.',
+      'in flight (the head and the body in one exact buffer, not a pool slab each), and fewer objects per agent on both sides. But the',
     );
+    p(
+      "floor's process, traced the same way (23:20 UTC, three runs at 10,000), ran 5-8 full collections a run (a ~62 MB heap, freeing",
+    );
+    p(
+      "1-3 MB each) and ~147 scavenges, against one each and ~185 + ~93 scavenges in Herald's main process and worker: the markings",
+    );
+    p('are not what Herald spends above the floor; the scavenges of a second heap are part of it.');
     if (big.warmup)
       p(
         `Both sides are warm: Herald's run at N = ${n} follows a first change that warmed up the code of the agents added, as the floor's warm-up does (not counted: acked after ${f(big.warmup.allAckedMs / 1000, 2)} s, fetched after ${f(big.warmup.allFetchedMs / 1000, 2)} s, ${f((1000 * big.warmup.controllerCpuS) / big.n, 2)} ms of controller CPU an agent, the simulated agents ${f(big.warmup.harnessCpuS, 1)} CPU-s; before commit de11ede, 2026-12-04 21:15 UTC, the runs at 5,000 and 10,000 were that first change).`,
