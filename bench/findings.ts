@@ -771,7 +771,7 @@ export function findings(r: BenchResults): string[] {
       'docs/api.md), as a client creating a large cluster would: the 9.2 MB answer and its parsing left the shared cores.',
     );
     p(
-      'Measured again 2026-12-06 21:40-22:45 UTC (fleets grown 1,000 → 10,000, two or three runs each; docs/development.md has them): on-CPU',
+      'Measured again 2026-12-06 21:40-23:25 UTC (fleets grown 1,000 → 10,000, two or three runs each; docs/development.md has them): on-CPU',
     );
     p(
       "samples of one run at 10,000 (perf, 400 Hz, 21:57 UTC): the main process SQLite 27 % (a fetch's reads ~13 %, the members'",
