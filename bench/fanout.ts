@@ -290,21 +290,27 @@ interface Grown {
   metricsConnected: number;
 }
 
-/**
- * The controller's RSS with N agents connected. RSS under a garbage collector is a sawtooth, so
- * it is sampled over a quiet window (FANOUT_RSS_WINDOW_MS, a sample every FANOUT_RSS_EVERY_MS):
- * `connected` is the window's median, `connectedMax` its highest sample.
- */
-export interface ControllerRss {
+/** What a window of RSS samples gives per agent (rssPerAgent). */
+export interface RssWindow {
   baseline: number;
   connected: number;
   /** (connected − baseline) / N, KB */
   perAgent: number;
-  // a BENCHMARKS.json written before the window (2026-12-06) has one sample and none of these
-  connectedMax?: number;
-  samples?: number;
+  connectedMax: number;
+  samples: number;
   /** (connectedMax − baseline) / N, KB */
-  perAgentMax?: number;
+  perAgentMax: number;
+}
+
+/**
+ * The controller's RSS with N agents connected. RSS under a garbage collector is a sawtooth, so
+ * it is sampled over a quiet window (FANOUT_RSS_WINDOW_MS, a sample every FANOUT_RSS_EVERY_MS):
+ * `connected` is the window's median, `connectedMax` its highest sample.
+ * A BENCHMARKS.json written before the window (2026-12-06) has one sample and none of its extremes.
+ */
+export interface ControllerRss
+  extends Pick<RssWindow, 'baseline' | 'connected' | 'perAgent'>,
+    Partial<Pick<RssWindow, 'connectedMax' | 'samples' | 'perAgentMax'>> {
   /** The window's last sample split: the main process, and its push workers together (KB). */
   mainKb?: number;
   workersKb?: number;
@@ -331,11 +337,7 @@ export const FANOUT_RSS_WINDOW_MS = 10_000;
 export const FANOUT_RSS_EVERY_MS = 500;
 
 /** Per agent from a window of RSS samples (KB): its median and its highest, over the empty controller's. */
-export function rssPerAgent(
-  baselineKb: number,
-  samplesKb: readonly number[],
-  n: number,
-): Required<Omit<ControllerRss, 'mainKb' | 'workersKb' | 'mainParts' | 'workersParts' | 'workers' | 'mainHeap'>> {
+export function rssPerAgent(baselineKb: number, samplesKb: readonly number[], n: number): RssWindow {
   if (samplesKb.length === 0 || n <= 0) throw new Error('rssPerAgent: no samples or no agents');
   const connected = median(samplesKb);
   const connectedMax = Math.max(...samplesKb);

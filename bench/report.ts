@@ -23,7 +23,16 @@ import {
 } from './findings.js';
 import type { PeerResult } from './peer.js';
 import type { BenchResults } from './results.js';
-import { byThreadText, heapNote, loadAvg, median, pageFaultUs, residentText, round } from './util.js';
+import {
+  byThreadText,
+  heapNote,
+  loadAvg,
+  median,
+  pageFaultUs,
+  pushWorkersPhrase,
+  residentText,
+  round,
+} from './util.js';
 
 export interface ReportInput {
   out: string;
@@ -949,7 +958,7 @@ export function replaceKeptSection(old: string, markerStart: string, section: st
 export function pushWorkersText(fanout: readonly FanoutResult[]): string {
   const f = fanout[0];
   const n = f === undefined ? 1 : workersOf(f);
-  const workers = n === 0 ? 'no push worker' : n === 1 ? 'one push worker' : `${n} push workers`;
+  const workers = pushWorkersPhrase(n);
   if (f !== undefined && f.pushWorkers !== 'default') return `\`--push-workers ${f.pushWorkers}\`: ${workers}`;
   return `default options: ${workers}, the default on these cores`;
 }

@@ -6,7 +6,7 @@
  */
 import type { SeveralFanoutRun, SeveralResult } from './several.js';
 import type { StoreLatency } from './store-latency.js';
-import { median, round } from './util.js';
+import { median, pushWorkersPhrase, round } from './util.js';
 
 /** The marker the section starts with; `npm run bench -- --controllers` replaces the block it opens. */
 export const SEVERAL_MARKER =
@@ -263,7 +263,5 @@ export function severalMarkdown(r: SeveralReport): string {
  * from before 2026-12-06 did not count: their controllers ran the default of then, one).
  */
 function workersText(workers: number | undefined): string {
-  const n = workers ?? 1;
-  const each = n === 1 ? 'one push worker each' : `${n} push workers each`;
-  return `${each}: the default on these cores unless the command above gives \`--push-workers\``;
+  return `${pushWorkersPhrase(workers ?? 1)} each: the default on these cores unless the command above gives \`--push-workers\``;
 }

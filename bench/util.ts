@@ -344,6 +344,11 @@ export function heapNote(h: { totalKb: number; usedKb: number } | undefined): st
   return `V8's heap ${round(h.totalKb / 1024, 0)}, ${round(h.usedKb / 1024, 0)} used`;
 }
 
+/** `no push worker`, `one push worker`, `3 push workers`: a controller's worker count in a report's text. */
+export function pushWorkersPhrase(n: number): string {
+  return n === 0 ? 'no push worker' : n === 1 ? 'one push worker' : `${n} push workers`;
+}
+
 /** Direct children of `pid` (Linux /proc scan). */
 export function childrenOf(pid: number): number[] {
   const out: number[] = [];
