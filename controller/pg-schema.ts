@@ -14,6 +14,8 @@ import {
   type InsertManyName,
   type SelectManyName,
   type StatementName,
+  VALUES_SQL,
+  type ValuesName,
 } from './sql-statements.js';
 
 export interface PgMigration {
@@ -208,13 +210,14 @@ export const PG_MIGRATIONS: PgMigration[] = [
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS[PG_MIGRATIONS.length - 1]!.version;
 
 /** Every statement's PostgreSQL text: the shared ones, and the many-row forms (sql-statements.ts). */
-export type PgStatementName = StatementName | InsertManyName | SelectManyName;
+export type PgStatementName = StatementName | InsertManyName | SelectManyName | ValuesName;
 
 /** The statements with `?` numbered `$1, $2, ...` (none of them has a `?` in a literal). */
 export function pgStatementTexts(): Record<PgStatementName, string> {
   const out = {} as Record<PgStatementName, string>;
   const texts: Array<[PgStatementName, string]> = [
     ...(Object.entries(SQL) as Array<[StatementName, string]>),
+    ...(Object.entries(VALUES_SQL) as Array<[ValuesName, string]>),
     ...(Object.keys(INSERT_MANY) as InsertManyName[]).map((n): [PgStatementName, string] => [n, insertUnnestSql(n)]),
     ...(Object.entries(SELECT_MANY) as Array<[SelectManyName, { many: string }]>).map(
       ([n, { many }]): [PgStatementName, string] => [n, many],

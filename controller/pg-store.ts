@@ -58,6 +58,9 @@ import {
   type StatementName,
   type Statements,
   type Stmt,
+  VALUES_SQL,
+  type ValuesName,
+  type ValuesStmt,
 } from './sql-statements.js';
 import { SqlRows, SqlTx } from './sql-tx.js';
 import type { Committed, Store, TxFn, UnitOutcome } from './store.js';
@@ -126,7 +129,8 @@ function unavailable(err: unknown): HeraldError {
 function bind(sql: Sql | TxSql, texts: Record<PgStatementName, string>): Statements {
   const out = {} as Record<StatementName, Stmt> &
     Record<InsertManyName, InsertMany> &
-    Record<SelectManyName, SelectMany>;
+    Record<SelectManyName, SelectMany> &
+    Record<ValuesName, ValuesStmt>;
   for (const name of Object.keys(SQL) as StatementName[]) {
     const text = texts[name];
     out[name] = {
@@ -135,6 +139,12 @@ function bind(sql: Sql | TxSql, texts: Record<PgStatementName, string>): Stateme
       run: async (...params: unknown[]) => ({
         changes: (await sql.unsafe(text, params as never[], { prepare: true })).count,
       }),
+    };
+  }
+  for (const name of Object.keys(VALUES_SQL) as ValuesName[]) {
+    const text = texts[name];
+    out[name] = {
+      all: async (...params: unknown[]) => [...(await sql.unsafe(text, params as never[], { prepare: true }).values())],
     };
   }
   for (const name of Object.keys(INSERT_MANY) as InsertManyName[]) {

@@ -21,6 +21,7 @@ import type {
   RevisionRecord,
   Rollout,
 } from './records.js';
+import { METADATA_DEPLOYMENT_AT, NODE_AT } from './sql-statements.js';
 
 export interface NodeRow {
   id: string;
@@ -153,41 +154,38 @@ export function revisionOf(r: RevisionRow): RevisionRecord {
   };
 }
 
-/** A row of SQL.depForMetadata: what a document takes of a deployment, with its cluster's name and configs. */
-export type MetadataDeploymentRow = Pick<
-  DeploymentRow,
-  | 'id'
-  | 'node'
-  | 'config_id'
-  | 'name'
-  | 'cluster_id'
-  | 'd_created_at'
-  | 'revision'
-  | 'item_id'
-  | 'action'
-  | 'input_values'
-  | 'signalled'
-> & {
-  cluster_name: string | null;
-  cluster_install_config_id: string | null;
-  cluster_uninstall_config_id: string | null;
-};
-
-export function metadataDeploymentOf(r: MetadataDeploymentRow): MetadataDeployment {
+/**
+ * A row of VALUES_SQL.depForMetadata (its columns' values, at METADATA_DEPLOYMENT_AT): what a
+ * document takes of a deployment.
+ */
+export function metadataDeploymentOf(v: readonly unknown[]): MetadataDeployment {
+  const at = METADATA_DEPLOYMENT_AT;
   return {
-    id: r.id,
-    node: r.node,
-    configId: r.config_id,
-    name: r.name,
-    clusterId: r.cluster_id,
-    createdAt: r.d_created_at,
+    id: v[at.id] as string,
+    node: v[at.node] as string,
+    configId: v[at.config_id] as string,
+    name: v[at.name] as string | null,
+    clusterId: v[at.cluster_id] as string | null,
+    createdAt: v[at.d_created_at] as string,
     current: {
-      revision: r.revision,
-      itemId: r.item_id,
-      action: r.action as DeployAction,
-      inputValues: JSON.parse(r.input_values) as Record<string, unknown>,
-      signalled: r.signalled === 1,
+      revision: v[at.revision] as number,
+      itemId: v[at.item_id] as string,
+      action: v[at.action] as DeployAction,
+      inputValues: JSON.parse(v[at.input_values] as string) as Record<string, unknown>,
+      signalled: v[at.signalled] === 1,
     },
+  };
+}
+
+/** A row of VALUES_SQL.nodeValues (its columns' values, at NODE_AT), as nodeOf maps SQL.nodeGet's. */
+export function nodeOfValues(v: readonly unknown[]): NodeRecord {
+  return {
+    id: v[NODE_AT.id] as string,
+    endpoint: v[NODE_AT.endpoint] as string | null,
+    generation: v[NODE_AT.generation] as number,
+    ackedGeneration: v[NODE_AT.acked_generation] as number | null,
+    createdAt: v[NODE_AT.created_at] as string,
+    updatedAt: v[NODE_AT.updated_at] as string,
   };
 }
 

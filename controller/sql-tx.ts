@@ -47,12 +47,12 @@ import {
   type ClusterRow,
   type ConfigRow,
   type DeploymentRow,
-  type MetadataDeploymentRow,
   metadataDeploymentOf,
+  nodeOfValues,
   type NodeRow,
   type RevisionRow,
 } from './sql-records.js';
-import { INSERT_MANY, type Statements } from './sql-statements.js';
+import { INSERT_MANY, METADATA_DEPLOYMENT_AT, type Statements } from './sql-statements.js';
 import type { StoreTx } from './store.js';
 
 const IN_PROGRESS_REASON = 'Deploy data available';
@@ -151,37 +151,50 @@ export class SqlRows {
 
   /**
    * The node and its deployments, each with its config and its cluster's name and configs (the
-   * cluster's own and its nodegroups'): two reads, and one more for each cluster among them (a
-   * node is a member of one cluster at a time); configs come from the cache (they never change).
+   * cluster's own and its nodegroups'): two reads, their rows as arrays (VALUES_SQL), and one
+   * more for each cluster among them (a node is a member of one cluster at a time); configs come
+   * from the cache (they never change).
    */
   async metadataSource(node: string, wanted?: (n: NodeRecord) => boolean): Promise<MetadataRead | undefined> {
-    const n = await this.node(node);
-    if (!n) return undefined;
+    const nodeRow = (await this.s.nodeValues.all(node))[0];
+    if (nodeRow === undefined) return undefined;
+    const n = nodeOfValues(nodeRow);
     if (wanted !== undefined && !wanted(n)) return { node: n, source: null };
-    const rows = (await this.s.depForMetadata.all(node)) as MetadataDeploymentRow[];
+    const at = METADATA_DEPLOYMENT_AT;
     const clusters = new Map<string, MetadataCluster>();
     const entries: MetadataSource['entries'] = [];
-    for (const r of rows) {
+    for (const v of await this.s.depForMetadata.all(node)) {
       let cluster: MetadataCluster | null = null;
-      if (r.cluster_id !== null) {
-        cluster = clusters.get(r.cluster_id) ?? null;
+      const clusterId = v[at.cluster_id] as string | null;
+      if (clusterId !== null) {
+        cluster = clusters.get(clusterId) ?? null;
         if (!cluster) {
-          cluster = { id: r.cluster_id, name: r.cluster_name ?? '', configs: await this.#clusterConfigs(r) };
-          clusters.set(r.cluster_id, cluster);
+          const configs = await this.#clusterConfigs(
+            clusterId,
+            v[at.cluster_install_config_id] as string | null,
+            v[at.cluster_uninstall_config_id] as string | null,
+          );
+          cluster = { id: clusterId, name: (v[at.cluster_name] as string | null) ?? '', configs };
+          clusters.set(clusterId, cluster);
         }
       }
-      entries.push({ deployment: metadataDeploymentOf(r), config: (await this.config(r.config_id))!, cluster });
+      const config = (await this.config(v[at.config_id] as string))!;
+      entries.push({ deployment: metadataDeploymentOf(v), config, cluster });
     }
     return { node: n, source: { node: n, entries } };
   }
 
   /** A cluster's configs in clusterConfigIds' order: its own two, then its nodegroups' by position; each once. */
-  async #clusterConfigs(r: MetadataDeploymentRow): Promise<ConfigRecord[]> {
+  async #clusterConfigs(
+    clusterId: string,
+    installConfigId: string | null,
+    uninstallConfigId: string | null,
+  ): Promise<ConfigRecord[]> {
     const ids = new Set<string>();
-    if (r.cluster_install_config_id !== null) {
-      ids.add(r.cluster_install_config_id);
-      ids.add(r.cluster_uninstall_config_id!);
-      for (const g of (await this.s.ngConfigsOfCluster.all(r.cluster_id)) as Array<{
+    if (installConfigId !== null) {
+      ids.add(installConfigId);
+      ids.add(uninstallConfigId!);
+      for (const g of (await this.s.ngConfigsOfCluster.all(clusterId)) as Array<{
         install_config_id: string | null;
         uninstall_config_id: string | null;
       }>) {

@@ -14,6 +14,8 @@ import {
   type SelectManyName,
   type StatementName,
   type Statements,
+  VALUES_SQL,
+  type ValuesName,
 } from './sql-statements.js';
 
 interface Migration {
@@ -200,6 +202,8 @@ export function prepareStatements(db: Database.Database): Statements {
       },
     };
   }
+  for (const [name, sql] of Object.entries(VALUES_SQL) as Array<[ValuesName, string]>)
+    out[name] = prepare(sql).raw(true) as { all(...params: unknown[]): unknown[][] };
   for (const [name, { one }] of Object.entries(SELECT_MANY) as Array<[SelectManyName, { one: string }]>) {
     const stmt = prepare(one);
     out[name] = { all: (keys) => keys.flatMap((k) => stmt.all(k)) };

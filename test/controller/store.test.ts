@@ -340,6 +340,20 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
         gpuUninstall,
       ]);
       expect(of('own').cluster).toBeNull();
+      // read as arrays (VALUES_SQL): each field as the reads of row objects give it
+      expect(src.node).toEqual(await s.getNode('a'));
+      for (const d of await s.listDeployments({ node: 'a' })) {
+        const { revision, itemId, action, inputValues, signalled } = d.current;
+        expect(src.entries.find((e) => e.deployment.id === d.id)!.deployment).toEqual({
+          id: d.id,
+          node: d.node,
+          configId: d.configId,
+          name: d.name,
+          clusterId: d.clusterId,
+          createdAt: d.createdAt,
+          current: { revision, itemId, action, inputValues, signalled },
+        });
+      }
       const k = of('install').cluster!;
       expect(of('uninstall').cluster).toBe(k); // one per cluster
       expect(k.id).toBe(clusterId);
