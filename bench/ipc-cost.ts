@@ -1,8 +1,9 @@
 /**
  * What the hop between the controller's main process and its push worker costs per woken agent,
- * timed alone: the messages a fan-out sends for each agent (two push states, an ack and a fetch
- * request up, written flat as the worker writes them; the fetch's answer with a body down), in batches as PushPool and the worker send
- * them (controller/push-ipc.ts), over a `child_process.fork` channel with the same `advanced`
+ * timed alone: the messages a fan-out sends for each agent (the wake-up command down; two push
+ * states, an ack and a fetch request up; the fetch's answer with a body down; each written flat
+ * as the two ends write them), in batches as PushPool and the worker send them
+ * (controller/push-ipc.ts), over a `child_process.fork` channel with the same `advanced`
  * serialization and the same young-generation cap. Prints the CPU (user + system) of each end
  * per agent and the wall time.
  *
@@ -16,11 +17,12 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
 import {
+  readWorkerCommands,
   readWorkerEvents,
+  WorkerCommands,
   WorkerEvents,
   type FromWorker,
   type ToWorker,
-  type ToWorkerCommand,
 } from '../controller/push-ipc.js';
 import type { PushState } from '../controller/push-types.js';
 
@@ -64,13 +66,16 @@ function child(): void {
         process.send?.(msg);
       }
     } else if (m.t === 'batch') {
-      for (const c of m.cmds) {
-        if (c.t !== 'answer' || c.r.body === undefined) continue;
-        // as the worker does: the structured clone's Uint8Array viewed as a Buffer
-        Buffer.from(c.r.body.buffer, c.r.body.byteOffset, c.r.body.byteLength);
-        answered++;
-      }
-      if (answered === total) {
+      readWorkerCommands(m.words, {
+        notify: () => undefined,
+        answer: (_id, _kind, r) => {
+          // as the worker does: the structured clone's Uint8Array viewed as a Buffer
+          if (r.body !== undefined) Buffer.from(r.body.buffer, r.body.byteOffset, r.body.byteLength);
+          answered++;
+        },
+        other: () => undefined,
+      });
+      if (total > 0 && answered === total) {
         const u = process.cpuUsage(start);
         const done: ChildDone = { t: 'done', cpuUs: u.user + u.system };
         process.send?.(done);
@@ -107,25 +112,27 @@ async function main(): Promise<void> {
     c.on('message', (m: FromWorker | ChildDone) => {
       if (m.t === 'done') resolve(m.cpuUs);
       else if (m.t === 'batch') {
-        const cmds: ToWorkerCommand[] = [];
+        const cmds = new WorkerCommands();
         // as PushPool does: the states kept, the fetches answered
         readWorkerEvents(m.events, {
           state: (node, s) => states.set(node, s),
           ack: () => undefined,
           nack: () => undefined,
           request: (id) =>
-            cmds.push({
-              t: 'answer',
-              id,
-              kind: 'fetch',
-              // the built body as the API hands it over (a Buffer, cloned by the channel)
-              r: { status: 200, etag: '"5"', signature: 's'.repeat(300), body },
-            }),
+            // the built body as the API hands it over (a Buffer, cloned by the channel)
+            cmds.answer(id, 'fetch', { status: 200, etag: '"5"', signature: 's'.repeat(300), body }),
         });
-        const out: ToWorker = { t: 'batch', cmds };
+        const out: ToWorker = { t: 'batch', words: cmds.take() };
         c.send(out);
       }
     });
+    // the change's wake-ups, as PushPool queues them
+    for (let b = 0; b * batch < n; b++) {
+      const wakes = new WorkerCommands();
+      for (let i = b * batch; i < Math.min(n, (b + 1) * batch); i++) wakes.notify(`node-${i}`, 5, 'deployment');
+      const out: ToWorker = { t: 'batch', words: wakes.take() };
+      c.send(out);
+    }
     const go: ChildGo = { t: 'go', n, batch };
     c.send(go);
   });

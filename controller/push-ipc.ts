@@ -38,17 +38,118 @@ export interface WorkerInit {
   sessionFile?: string;
 }
 
+/** The commands to a worker other than a wake-up and an answer (those are written flat: `WorkerCommands`). */
 export type ToWorkerCommand =
   /** `reconnect`: nodes a crashed predecessor held connections to, connected again at once. */
   | { t: 'start'; targets: PushTarget[]; reconnect: string[] }
-  | { t: 'notify'; node: string; gen: number; reason: WakeReason }
   | { t: 'endpoint'; node: string; url: string | null; gen: number }
   | { t: 'remove'; node: string }
-  | { t: 'signing-key'; jwk: Ed25519PrivateJwk }
-  /** The answer to the worker's `request` event `id` (a body arrives as a Uint8Array). */
-  | { t: 'answer'; id: number; kind: PushRequest['kind']; r: PushReply };
+  | { t: 'signing-key'; jwk: Ed25519PrivateJwk };
 
-export type ToWorker = WorkerInit | { t: 'batch'; cmds: ToWorkerCommand[] } | { t: 'close' };
+/**
+ * One value of a batch of commands to a worker: as the events (EventWord), the two commands a
+ * fan-out sends per agent are written flat, each a tag and then its fields in a fixed order (a
+ * wake-up: node, generation, reason; an answer: request id, kind and the reply's fields, absent
+ * ones as null); any other command is one word after its tag, as the object it is. Written as
+ * objects, a wake-up and an answer cost the two processes ~9-11 µs an agent, flat ~5
+ * (2026-12-07, 10,000 of each in batches of 1,000).
+ */
+export type CommandWord = EventWord | ToWorkerCommand;
+
+export type ToWorker = WorkerInit | { t: 'batch'; words: CommandWord[] } | { t: 'close' };
+
+/** What a worker does with each command of a batch, in the order they were written. */
+export interface WorkerCommandHandlers {
+  notify(node: string, gen: number, reason: WakeReason): void;
+  /** The answer to the worker's request `id` (a body arrives as a Uint8Array). */
+  answer(id: number, kind: PushRequest['kind'], r: PushReply): void;
+  other(cmd: ToWorkerCommand): void;
+}
+
+const NOTIFY = 0;
+const ANSWER = 1;
+const OTHER = 2;
+/** Words a command takes, its tag included, by tag. */
+const COMMAND_WORDS = [4, 9, 2];
+
+/** A shard's commands since its last batch, written flat (CommandWord). */
+export class WorkerCommands {
+  words: CommandWord[] = [];
+
+  get empty(): boolean {
+    return this.words.length === 0;
+  }
+
+  /** The words written so far; the writer starts again empty. */
+  take(): CommandWord[] {
+    const w = this.words;
+    this.words = [];
+    return w;
+  }
+
+  /** Drops what was written (a start carries every target: what was queued before it is folded in). */
+  clear(): void {
+    this.words = [];
+  }
+
+  notify(node: string, gen: number, reason: WakeReason): void {
+    this.words.push(NOTIFY, node, gen, reason);
+  }
+
+  answer(id: number, kind: PushRequest['kind'], r: PushReply): void {
+    this.words.push(
+      ANSWER,
+      id,
+      kind,
+      r.status,
+      r.etag ?? null,
+      r.signature ?? null,
+      r.body ?? null,
+      r.error ?? null,
+      r.retryAfterS ?? null,
+    );
+  }
+
+  other(cmd: ToWorkerCommand): void {
+    this.words.push(OTHER, cmd);
+  }
+}
+
+/**
+ * Hands each command of a batch to its handler, in order; an answer's reply has only the fields
+ * that were given.
+ * @throws MalformedBatchError at the first word that is not a command's tag, or a command cut
+ *   short (the commands before it were handed over)
+ */
+export function readWorkerCommands(w: readonly CommandWord[], h: WorkerCommandHandlers): void {
+  let i = 0;
+  while (i < w.length) {
+    const tag = w[i];
+    const words = typeof tag === 'number' ? COMMAND_WORDS[tag] : undefined;
+    if (words === undefined) throw new MalformedBatchError(`push commands batch: no command tag at word ${i}`);
+    if (i + words > w.length)
+      throw new MalformedBatchError(`push commands batch: the command at word ${i} is cut short`);
+    switch (tag) {
+      case NOTIFY:
+        h.notify(w[i + 1] as string, w[i + 2] as number, w[i + 3] as WakeReason);
+        break;
+      case ANSWER: {
+        const r: PushReply = { status: w[i + 3] as number };
+        if (w[i + 4] !== null) r.etag = w[i + 4] as string;
+        if (w[i + 5] !== null) r.signature = w[i + 5] as string;
+        if (w[i + 6] !== null) r.body = w[i + 6] as Uint8Array;
+        if (w[i + 7] !== null) r.error = w[i + 7] as string;
+        if (w[i + 8] !== null) r.retryAfterS = w[i + 8] as number;
+        h.answer(w[i + 1] as number, w[i + 2] as PushRequest['kind'], r);
+        break;
+      }
+      case OTHER:
+        h.other(w[i + 1] as ToWorkerCommand);
+        break;
+    }
+    i += words;
+  }
+}
 
 /**
  * One value of a worker's events as they cross the channel: the events are written flat, each a

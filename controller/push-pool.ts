@@ -36,6 +36,7 @@ import {
   type PushTuning,
   type ToWorker,
   type ToWorkerCommand,
+  WorkerCommands,
 } from './push-ipc.js';
 import { OldestFirstTimer } from './oldest-first-timer.js';
 import { promPushMetrics, type PushMetricsSink } from './push-metrics.js';
@@ -83,7 +84,7 @@ interface Shard {
   child: ChildProcess | null;
   ready: boolean;
   /** Commands waiting for the next flush (or for the worker to be ready). */
-  queue: ToWorkerCommand[];
+  queue: WorkerCommands;
   /** Posts the queue at the end of the turn, or IPC_BATCH_MAX_DELAY_MS into a long one. */
   batches: TurnFlusher;
   /** A flush at the end of the current microtask checkpoint is pending (see #schedule). */
@@ -191,7 +192,7 @@ export class PushPool implements PushService {
         index,
         child: null,
         ready: false,
-        queue: [],
+        queue: new WorkerCommands(),
         batches: new TurnFlusher(() => this.#flush(s), IPC_BATCH_MAX_DELAY_MS),
         flushSoon: false,
         restarts: 0,
@@ -215,7 +216,9 @@ export class PushPool implements PushService {
     if (this.#closed) return;
     const t = this.#target(node);
     if (generation > t.generation) t.generation = generation;
-    this.#send(node, { t: 'notify', node, gen: generation, reason }, true);
+    const s = this.#shardOf(node);
+    s.queue.notify(node, generation, reason);
+    this.#schedule(s, true);
   }
 
   setEndpoint(node: string, url: string | null, generation: number): void {
@@ -231,7 +234,7 @@ export class PushPool implements PushService {
     // a worker restarted later is initialised with the new key; running ones get a command
     this.#o.signingJwk = jwk;
     for (const s of this.#shards) {
-      s.queue.push({ t: 'signing-key', jwk });
+      s.queue.other({ t: 'signing-key', jwk });
       this.#schedule(s);
     }
   }
@@ -301,10 +304,14 @@ export class PushPool implements PushService {
     return t;
   }
 
-  #send(node: string, cmd: ToWorkerCommand, soon = false): void {
-    const s = this.#shards[shardOf(node, this.#shards.length)]!;
-    s.queue.push(cmd);
-    this.#schedule(s, soon);
+  #shardOf(node: string): Shard {
+    return this.#shards[shardOf(node, this.#shards.length)]!;
+  }
+
+  #send(node: string, cmd: ToWorkerCommand): void {
+    const s = this.#shardOf(node);
+    s.queue.other(cmd);
+    this.#schedule(s);
   }
 
   /**
@@ -330,10 +337,8 @@ export class PushPool implements PushService {
   }
 
   #flush(s: Shard): void {
-    if (!s.ready || s.child === null || s.queue.length === 0) return;
-    const cmds = s.queue;
-    s.queue = [];
-    this.#post(s, { t: 'batch', cmds });
+    if (!s.ready || s.child === null || s.queue.empty) return;
+    this.#post(s, { t: 'batch', words: s.queue.take() });
   }
 
   #post(s: Shard, m: ToWorker): void {
@@ -365,8 +370,10 @@ export class PushPool implements PushService {
             .filter((t) => (this.#states.get(t.node)?.state ?? 'idle') !== 'idle')
             .map((t) => t.node);
           // the start carries every target: commands queued before it are already folded in
-          s.queue = [];
-          this.#post(s, { t: 'batch', cmds: [{ t: 'start', targets: shardTargets, reconnect }] });
+          s.queue.clear();
+          const start = new WorkerCommands();
+          start.other({ t: 'start', targets: shardTargets, reconnect });
+          this.#post(s, { t: 'batch', words: start.take() });
           resolve();
         } else if (m.t === 'batch') {
           // a replaced worker's last messages answer nothing: its requests' ids are not the new one's
@@ -500,7 +507,7 @@ export class PushPool implements PushService {
   #answered(q: QueuedRequest, reply: PushReply): void {
     if (!this.#answering.delete(q)) return; // the sweep gave up on it
     if (q.s.child === q.child) {
-      q.s.queue.push({ t: 'answer', id: q.id, kind: q.r.kind, r: reply });
+      q.s.queue.answer(q.id, q.r.kind, reply);
       this.#schedule(q.s);
     }
     this.#pumpRequests();
@@ -543,7 +550,7 @@ export class PushPool implements PushService {
       });
       if (s.ready) {
         // flush what is queued, then close
-        if (s.queue.length > 0) this.#post(s, { t: 'batch', cmds: s.queue.splice(0) });
+        if (!s.queue.empty) this.#post(s, { t: 'batch', words: s.queue.take() });
         this.#post(s, { t: 'close' });
       } else {
         child.kill('SIGTERM');

@@ -10,7 +10,16 @@ import { PkiMaterial } from '../certs/tls.js';
 import { IPC_BATCH_MAX_DELAY_MS } from '../protocol/limits.js';
 import { Signer } from '../protocol/jws.js';
 import { PushDialer } from './push-dialer.js';
-import { WorkerEvents, type FromWorker, type ToWorker, type ToWorkerCommand, type WorkerInit } from './push-ipc.js';
+import {
+  readWorkerCommands,
+  WorkerEvents,
+  type CommandWord,
+  type FromWorker,
+  type ToWorker,
+  type ToWorkerCommand,
+  type WorkerCommandHandlers,
+  type WorkerInit,
+} from './push-ipc.js';
 import { DeltaPushMetrics } from './push-metrics.js';
 import { unavailableReply, type PushReply, type PushRequest } from './push-types.js';
 import { OldestFirstTimer } from './oldest-first-timer.js';
@@ -88,7 +97,28 @@ class Worker {
     }
   }
 
-  run(cmd: ToWorkerCommand): void {
+  /** The commands of one batch from the main process, in order. */
+  run(words: readonly CommandWord[]): void {
+    readWorkerCommands(words, this.#handlers);
+    this.#batches.queued();
+  }
+
+  readonly #handlers: WorkerCommandHandlers = {
+    notify: (node, gen, reason) => this.#dialer.notify(node, gen, reason),
+    answer: (id, kind, r) => {
+      const pending = this.#requests.get(id);
+      if (pending?.kind !== kind) return; // answers another request (or none): never taken
+      this.#requests.delete(id);
+      // the structured clone of the IPC channel delivers the body as a plain Uint8Array (the
+      // reply is this batch's own: viewed as a Buffer in place)
+      const b = r.body;
+      if (b !== undefined) r.body = Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+      pending.resolve(r);
+    },
+    other: (cmd) => this.#other(cmd),
+  };
+
+  #other(cmd: ToWorkerCommand): void {
     switch (cmd.t) {
       case 'start': {
         void this.#dialer.start(cmd.targets);
@@ -96,9 +126,6 @@ class Worker {
         for (const node of cmd.reconnect) this.#dialer.notify(node, gens.get(node) ?? 0, 'ping');
         break;
       }
-      case 'notify':
-        this.#dialer.notify(cmd.node, cmd.gen, cmd.reason);
-        break;
       case 'endpoint':
         this.#dialer.setEndpoint(cmd.node, cmd.url, cmd.gen);
         break;
@@ -108,19 +135,7 @@ class Worker {
       case 'signing-key':
         this.#dialer.setSigningKey(cmd.jwk);
         break;
-      case 'answer': {
-        const pending = this.#requests.get(cmd.id);
-        if (pending?.kind !== cmd.kind) break; // answers another request (or none): never taken
-        this.#requests.delete(cmd.id);
-        // the structured clone of the IPC channel delivers the body as a plain Uint8Array (the
-        // reply is this message's own: viewed as a Buffer in place)
-        const b = cmd.r.body;
-        if (b !== undefined) cmd.r.body = Buffer.from(b.buffer, b.byteOffset, b.byteLength);
-        pending.resolve(cmd.r);
-        break;
-      }
     }
-    this.#batches.queued();
   }
 
   async close(): Promise<void> {
@@ -146,7 +161,7 @@ process.on('message', (m: ToWorker) => {
       worker = new Worker(m);
       send({ t: 'ready' });
     } else if (m.t === 'batch') {
-      for (const c of m.cmds) worker?.run(c);
+      worker?.run(m.words);
     } else if (m.t === 'close') {
       void (worker?.close() ?? Promise.resolve()).then(() => {
         send({ t: 'closed' });

@@ -5,8 +5,17 @@
  */
 import v8 from 'node:v8';
 import { describe, expect, it } from 'vitest';
-import { MalformedBatchError, readWorkerEvents, WorkerEvents, type EventWord } from '../../controller/push-ipc.js';
-import type { AckEvent, PushRequest, PushState } from '../../controller/push-types.js';
+import {
+  MalformedBatchError,
+  readWorkerCommands,
+  readWorkerEvents,
+  WorkerCommands,
+  WorkerEvents,
+  type CommandWord,
+  type EventWord,
+  type ToWorkerCommand,
+} from '../../controller/push-ipc.js';
+import type { AckEvent, PushReply, PushRequest, PushState } from '../../controller/push-types.js';
 
 type Seen =
   | ['state', string, PushState]
@@ -99,5 +108,74 @@ describe('worker events on the IPC channel', () => {
       }),
     ).toThrow(/the event at word 6 is cut short/);
     expect(seen).toEqual(['ack']); // the whole one before it was
+  });
+});
+
+type Command = ['notify', string, number, string] | ['answer', number, string, PushReply] | ['other', ToWorkerCommand];
+
+function readCommands(words: readonly CommandWord[]): Command[] {
+  const seen: Command[] = [];
+  readWorkerCommands(words, {
+    notify: (node, gen, reason) => seen.push(['notify', node, gen, reason]),
+    answer: (id, kind, r) => seen.push(['answer', id, kind, r]),
+    other: (cmd) => seen.push(['other', cmd]),
+  });
+  return seen;
+}
+
+describe('commands to a worker on the IPC channel', () => {
+  it('reads back every kind of command, field for field and in order, after the structured clone', () => {
+    const ok: PushReply = { status: 200, etag: '"7"', signature: 'e.s.j', body: Buffer.from('{"node":"n1"}') };
+    const notModified: PushReply = { status: 304, etag: '"7"', signature: 'e.s.k' };
+    const limited: PushReply = { status: 429, error: 'rate_limited', retryAfterS: 2 };
+    const endpoint: ToWorkerCommand = { t: 'endpoint', node: 'n2', url: 'wss://127.0.0.1:9/n2', gen: 3 };
+    const c = new WorkerCommands();
+    expect(c.empty).toBe(true);
+    c.notify('n1', 7, 'deployment');
+    c.answer(1, 'fetch', ok);
+    c.other(endpoint);
+    c.answer(2, 'fetch', notModified);
+    c.notify('n3', 8, 'ping');
+    c.answer(3, 'signal', limited);
+    c.other({ t: 'remove', node: 'n4' });
+    expect(c.empty).toBe(false);
+    const words = c.take();
+    expect(c.empty).toBe(true);
+
+    const seen = readCommands(v8.deserialize(v8.serialize(words)) as CommandWord[]);
+    // the body comes back as the clone makes it: a Uint8Array with the same bytes
+    const [, , , okBack] = seen[1] as ['answer', number, string, PushReply];
+    expect(Buffer.from(okBack.body!).toString()).toBe('{"node":"n1"}');
+    // a reply has only the fields it was given (no nulls for the ones it had not)
+    expect(
+      seen.map((x) => (x[0] === 'answer' && x[3].body ? ['answer', x[1], x[2], { ...x[3], body: 'bytes' }] : x)),
+    ).toStrictEqual([
+      ['notify', 'n1', 7, 'deployment'],
+      ['answer', 1, 'fetch', { ...ok, body: 'bytes' }],
+      ['other', endpoint],
+      ['answer', 2, 'fetch', notModified],
+      ['notify', 'n3', 8, 'ping'],
+      ['answer', 3, 'signal', limited],
+      ['other', { t: 'remove', node: 'n4' }],
+    ]);
+  });
+
+  it('refuses a batch with a word out of place or a command cut short (a bug on one side), not misreads it', () => {
+    const c = new WorkerCommands();
+    c.notify('n1', 1, 'deployment');
+    const words = c.take();
+    expect(() => readCommands(words.slice(1))).toThrow(/no command tag at word 0/);
+    expect(() => readCommands([...words, 'stray'])).toThrow(/no command tag at word 4/);
+    expect(() => readCommands([...words, 99])).toThrow(MalformedBatchError);
+    // a command with fields missing is not handed over with holes in it
+    const seen: string[] = [];
+    expect(() =>
+      readWorkerCommands([...words, ...words.slice(0, -1)], {
+        notify: (node) => seen.push(node),
+        answer: () => seen.push('answer'),
+        other: () => seen.push('other'),
+      }),
+    ).toThrow(/the command at word 4 is cut short/);
+    expect(seen).toEqual(['n1']); // the whole one before it was
   });
 });

@@ -206,7 +206,7 @@ process.on('message', (m) => {
   if (m.t === 'init') {
     fs.appendFileSync(${JSON.stringify(starts)}, 'started\\n');
     process.send({ t: 'ready' });
-  } else if (m.t === 'batch' && m.cmds.some((c) => c.t === 'start')) {
+  } else if (m.t === 'batch' && m.words.some((w) => w?.t === 'start')) {
     process.send({ t: 'batch', events: [0, 'n1', 'connected', 1, null, null, null, null, 'stray'], metrics: null });
   } else if (m.t === 'close') {
     process.send({ t: 'closed' });
