@@ -5,7 +5,8 @@
  * figure from another day (this host's CPU speed varies by the hour; BENCHMARKS.md, "CPU speed").
  *
  * Per agent the floor does exactly what SPEC §2-§3 requires of any controller, with Herald's own
- * protocol functions and the same libraries (`ws`, `node:tls`, better-sqlite3, `node:crypto`):
+ * protocol functions and the same libraries (`ws`, `node:tls`, better-sqlite3, `node:crypto`, and
+ * the controller's Ed25519 signing, libsodium's: controller/ed25519.ts):
  * - the change: one SQLite transaction (WAL, `synchronous=FULL`, as Herald's store) writing each
  *   node's new generation and its document, built there once (a Heat-shaped body of Herald's size);
  * - a wake-up: an Ed25519 JWS naming the node, sent on a held mutual-TLS WebSocket it dialled;
@@ -37,6 +38,7 @@ import {
   encodeMetadataFrame,
 } from '../protocol/frames.js';
 import { spiffeIdOf } from '../protocol/identity.js';
+import { fastEd25519 } from '../controller/ed25519.js';
 import { KeySet, Signer } from '../protocol/jws.js';
 import { newNonce, sha256b64url, signMetadata, verifyMetadataResponse } from '../protocol/metadata.js';
 import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
@@ -191,7 +193,7 @@ async function controllerMain(): Promise<void> {
 
   async function connectAll(): Promise<void> {
     const s = setup!;
-    signer = new Signer(JSON.parse(fs.readFileSync(s.pki.signingJwk, 'utf8')));
+    signer = new Signer(JSON.parse(fs.readFileSync(s.pki.signingJwk, 'utf8')), fastEd25519);
     iss = spiffeIdOf(s.pki.trustDomain, 'controller', 'controller');
     db = new Database(path.join(s.dir, 'floor.db'));
     db.pragma('journal_mode = WAL');

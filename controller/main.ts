@@ -24,6 +24,7 @@ import {
   IDLE_GC_MIN_GARBAGE_BYTES,
   RESTART_STEP_MARGIN_S,
 } from '../protocol/limits.js';
+import { ed25519Engine, fastEd25519 } from './ed25519.js';
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import { IdleCollector, v8Probe } from './idle-collector.js';
 import { ApiServer, createHealthServer } from './api.js';
@@ -115,7 +116,7 @@ function loadSigningJwk(file: string): Ed25519PrivateJwk {
     });
   }
   try {
-    new Signer(jwk);
+    new Signer(jwk, fastEd25519);
   } catch (err) {
     throw new ConfigError(`${file} is not a private Ed25519 JWK with a kid`, { cause: err, field: 'signing-key' });
   }
@@ -190,13 +191,13 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     if (issuer) logger.info({ issuer: issuer.name, serial: issuer.serial }, 'issuing CA loaded');
     const signingFile = signingKeyFileOf(o.pki, o.name, o.signingKey);
     const signingJwk = loadSigningJwk(signingFile);
-    let signer = new Signer(signingJwk);
+    let signer = new Signer(signingJwk, fastEd25519);
     let pushService: PushService | undefined;
     // a rotated signing key comes with a new JWKS: take the new private key with it
     material.on('jwks-change', () => {
       try {
         const jwk = loadSigningJwk(signingFile);
-        signer = new Signer(jwk);
+        signer = new Signer(jwk, fastEd25519);
         pushService?.setSigningKey(jwk);
         logger.info({ kid: signer.kid }, 'signing key reloaded');
       } catch (err) {
@@ -389,6 +390,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         db: pg ? pg.url : o.db,
         autoRegister: o.autoRegister,
         pushWorkers: o.pushWorkers,
+        signing: ed25519Engine(),
         generation: await store.generation(),
       },
       'controller listening',

@@ -39,6 +39,7 @@ import {
   type MetadataFrameHead,
 } from '../protocol/frames.js';
 import { spiffeIdOf } from '../protocol/identity.js';
+import { fastEd25519 } from './ed25519.js';
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import {
   DIAL_TIMEOUT_MS,
@@ -321,7 +322,7 @@ export class PushDialer implements PushService {
   }
 
   setSigningKey(jwk: Ed25519PrivateJwk): void {
-    this.#signer = new Signer(jwk);
+    this.#signer = new Signer(jwk, fastEd25519);
   }
 
   serveRequests(handler: PushRequestHandler): void {

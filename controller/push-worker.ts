@@ -8,6 +8,7 @@
 import pino from 'pino';
 import { PkiMaterial } from '../certs/tls.js';
 import { IPC_BATCH_MAX_DELAY_MS } from '../protocol/limits.js';
+import { fastEd25519 } from './ed25519.js';
 import { Signer } from '../protocol/jws.js';
 import { PushDialer } from './push-dialer.js';
 import {
@@ -61,7 +62,7 @@ class Worker {
     this.#material = new PkiMaterial({ ...init.material, trustDomain: init.trustDomain, logger });
     this.#dialer = new PushDialer({
       ...init.tuning,
-      signer: new Signer(init.signingJwk),
+      signer: new Signer(init.signingJwk, fastEd25519),
       issuer: init.issuer,
       trustDomain: init.trustDomain,
       material: this.#material,

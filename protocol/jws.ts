@@ -34,18 +34,34 @@ export interface Ed25519PrivateJwk extends Ed25519PublicJwk {
 const HEADER_KEYS = ['alg', 'kid', 'typ'];
 const KID_RE = /^[A-Za-z0-9_-]{1,128}$/;
 
+/**
+ * How a private key signs: made once per key from its JWK (`d`, the 32-byte seed, and `x`), then
+ * called per token with the signing input's bytes; returns the 64-byte signature. Ed25519 is
+ * deterministic (RFC 8032), so two implementations give the same bytes for the same key and input.
+ */
+export type Ed25519Signing = (jwk: Ed25519PrivateJwk) => (input: Buffer) => Buffer;
+
+/** `node:crypto` (OpenSSL): the default, needing no module beyond Node itself. */
+export const nodeEd25519: Ed25519Signing = (jwk) => {
+  const key = createPrivateKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x, d: jwk.d }, format: 'jwk' });
+  if (createPublicKey(key).export({ format: 'jwk' }).x !== jwk.x)
+    throw new TypeError('signing key: x is not the public key of d');
+  return (input) => edSign(null, input, key);
+};
+
 /** Holds the controller's private signing key. */
 export class Signer {
   readonly kid: string;
-  readonly #key: KeyObject;
+  readonly #sign: (input: Buffer) => Buffer;
   readonly #headers = new Map<string, string>();
 
-  constructor(jwk: Ed25519PrivateJwk) {
+  /** @param signing how the key signs (default `node:crypto`; the controller passes libsodium's, controller/ed25519.ts) */
+  constructor(jwk: Ed25519PrivateJwk, signing: Ed25519Signing = nodeEd25519) {
     if (jwk?.kty !== 'OKP' || jwk.crv !== 'Ed25519' || typeof jwk.d !== 'string')
       throw new TypeError('signing key must be a private Ed25519 JWK');
     if (typeof jwk.kid !== 'string' || !KID_RE.test(jwk.kid)) throw new TypeError('signing key must carry a kid');
     this.kid = jwk.kid;
-    this.#key = createPrivateKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x, d: jwk.d }, format: 'jwk' });
+    this.#sign = signing(jwk);
   }
 
   /** Signs `claims` as a compact JWS with header exactly `{alg, kid, typ}`. */
@@ -56,7 +72,7 @@ export class Signer {
       this.#headers.set(typ, header);
     }
     const input = `${header}.${b64json(claims)}`;
-    const sig = edSign(null, Buffer.from(input, 'ascii'), this.#key);
+    const sig = this.#sign(Buffer.from(input, 'ascii'));
     return `${input}.${sig.toString('base64url')}`;
   }
 }
