@@ -352,7 +352,7 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
   );
   if (typeof m.ed25519SignUs === 'number' && typeof m.ed25519VerifyUs === 'number')
     p(
-      `CPU speed: an Ed25519 signature took ${fmt(m.ed25519SignUs)} µs and a verification ${fmt(m.ed25519VerifyUs)} µs at the end of the run (${fmt(REFERENCE_ED25519.signUs, 0)} and ${fmt(REFERENCE_ED25519.verifyUs, 0)} µs on this VM when the floors below were measured: the CPU behind it varies between days, so compare runs with this line in mind).${typeof m.pageFaultUs === 'number' ? ` A page fault (the first write to a fresh 4 KiB page) took ${fmt(m.pageFaultUs)} µs.` : ''}`,
+      `CPU speed: an Ed25519 signature took ${fmt(m.ed25519SignUs)} µs and a verification ${fmt(m.ed25519VerifyUs)} µs at the end of the run, both through \`node:crypto\` (${fmt(REFERENCE_ED25519.signUs, 0)} and ${fmt(REFERENCE_ED25519.verifyUs, 0)} µs on this VM when the floors below were measured: the CPU behind it varies between days, so compare runs with this line in mind; since 2026-12-07 the controller and the fan-out's floor sign with libsodium, about twice as fast, controller/ed25519.ts).${typeof m.pageFaultUs === 'number' ? ` A page fault (the first write to a fresh 4 KiB page) took ${fmt(m.pageFaultUs)} µs.` : ''}`,
     );
   const load0 = (m.loadAverageAtStart as number[] | undefined) ?? [];
   const load1 = (m.loadAverageAtEnd as number[] | undefined) ?? [];
