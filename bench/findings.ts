@@ -829,6 +829,32 @@ export function findings(r: BenchResults): string[] {
       "1-3 MB each) and ~147 scavenges, against one each and ~185 + ~93 scavenges in Herald's main process and worker: the markings",
     );
     p('are not what Herald spends above the floor; the scavenges of a second heap are part of it.');
+    p(
+      "Since 2026-12-07 (a906a51) the controller signs with libsodium (controller/ed25519.ts): OpenSSL 3.0's Ed25519, which Node 20",
+    );
+    p(
+      "carries, is its portable C code (`fe_mul`, `ge_scalarmult_base` in the samples), 37-39 µs a signature here, libsodium's 18 µs,",
+    );
+    p(
+      'the same bytes. The floor signs the same way (it is what this hardware can do): each side spends ~38 µs less an agent, and',
+    );
+    p("Herald's ratio to the floor rose with it. The same day a fetch's read takes its rows as arrays (17.6");
+    p(
+      '→ 13.0 µs) and the wake-ups and answers go to the push worker written flat (~10 → ~5 µs an agent). On-CPU samples of both',
+    );
+    p(
+      "sides in one recording (00:14 UTC, before these cuts, two runs at 10,000): Herald's two processes 4,918 samples, the floor's",
+    );
+    p(
+      "2,894; the push worker's TLS, kernel and allocator within ~20 % of the floor's; the excess is the main process: answering",
+    );
+    p(
+      'the fetches 48 % of it (its signature 16 %), creating the cluster 13 %, its collector 14 %. A fetch allocates ~23 KB (the',
+    );
+    p(
+      "document's text built by concatenation ~6 KB of it), collected at ~200 scavenges a fan-out of 10,000 in the main process.",
+    );
+    p('docs/development.md ("Measured 2026-12-07") has the figures.');
     if (big.warmup)
       p(
         `Both sides are warm: Herald's run at N = ${n} follows a first change that warmed up the code of the agents added, as the floor's warm-up does (not counted: acked after ${f(big.warmup.allAckedMs / 1000, 2)} s, fetched after ${f(big.warmup.allFetchedMs / 1000, 2)} s, ${f((1000 * big.warmup.controllerCpuS) / big.n, 2)} ms of controller CPU an agent, the simulated agents ${f(big.warmup.harnessCpuS, 1)} CPU-s; before commit de11ede, 2026-12-04 21:15 UTC, the runs at 5,000 and 10,000 were that first change).`,

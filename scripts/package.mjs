@@ -56,7 +56,7 @@ const r = await build({
   plugins: [requireLikeImport()],
 });
 const inputs = Object.keys(r.metafile.inputs);
-const forbidden = inputs.filter((i) => /better-sqlite3|node-forge|controller\/|\.node$/.test(i));
+const forbidden = inputs.filter((i) => /better-sqlite3|node-forge|sodium-native|controller\/|\.node$/.test(i));
 if (forbidden.length > 0) {
   console.error(`package: the agent bundle must not carry ${forbidden.join(', ')}`);
   process.exit(1);
