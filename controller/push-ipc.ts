@@ -38,6 +38,40 @@ export interface WorkerInit {
   sessionFile?: string;
 }
 
+/** A batch with a word out of place: only a bug on one side of the channel writes one. */
+export class MalformedBatchError extends Error {
+  override name = 'MalformedBatchError';
+}
+
+/** Messages written flat, each a tag and then its fields, taken as one batch. */
+class FlatWords<W> {
+  words: W[] = [];
+
+  get empty(): boolean {
+    return this.words.length === 0;
+  }
+
+  /** The words written so far; the writer starts again empty. */
+  take(): W[] {
+    const w = this.words;
+    this.words = [];
+    return w;
+  }
+}
+
+/**
+ * The length in words of the message at word `i` of a batch, its tag included. Only this module
+ * writes them, so a word out of place is a bug on one side of the channel.
+ * @throws MalformedBatchError when `w[i]` is no tag of `sizes`, or the message is cut short
+ */
+function messageWords(w: readonly unknown[], i: number, sizes: readonly number[], batch: string, what: string): number {
+  const tag = w[i];
+  const words = typeof tag === 'number' ? sizes[tag] : undefined;
+  if (words === undefined) throw new MalformedBatchError(`${batch}: no ${what} tag at word ${i}`);
+  if (i + words > w.length) throw new MalformedBatchError(`${batch}: the ${what} at word ${i} is cut short`);
+  return words;
+}
+
 /** The commands to a worker other than a wake-up and an answer (those are written flat: `WorkerCommands`). */
 export type ToWorkerCommand =
   /** `reconnect`: nodes a crashed predecessor held connections to, connected again at once. */
@@ -73,20 +107,7 @@ const OTHER = 2;
 const COMMAND_WORDS = [4, 9, 2];
 
 /** A shard's commands since its last batch, written flat (CommandWord). */
-export class WorkerCommands {
-  words: CommandWord[] = [];
-
-  get empty(): boolean {
-    return this.words.length === 0;
-  }
-
-  /** The words written so far; the writer starts again empty. */
-  take(): CommandWord[] {
-    const w = this.words;
-    this.words = [];
-    return w;
-  }
-
+export class WorkerCommands extends FlatWords<CommandWord> {
   /** Drops what was written (a start carries every target: what was queued before it is folded in). */
   clear(): void {
     this.words = [];
@@ -124,12 +145,8 @@ export class WorkerCommands {
 export function readWorkerCommands(w: readonly CommandWord[], h: WorkerCommandHandlers): void {
   let i = 0;
   while (i < w.length) {
-    const tag = w[i];
-    const words = typeof tag === 'number' ? COMMAND_WORDS[tag] : undefined;
-    if (words === undefined) throw new MalformedBatchError(`push commands batch: no command tag at word ${i}`);
-    if (i + words > w.length)
-      throw new MalformedBatchError(`push commands batch: the command at word ${i} is cut short`);
-    switch (tag) {
+    const words = messageWords(w, i, COMMAND_WORDS, 'push commands batch', 'command');
+    switch (w[i]) {
       case NOTIFY:
         h.notify(w[i + 1] as string, w[i + 2] as number, w[i + 3] as WakeReason);
         break;
@@ -179,24 +196,13 @@ const SIGNAL = 4;
 const EVENT_WORDS = [8, 6, 4, 5, 5];
 
 /** A worker's events since its last batch, written flat (EventWord). */
-export class WorkerEvents {
-  words: EventWord[] = [];
+export class WorkerEvents extends FlatWords<EventWord> {
   readonly #onWrite: () => void;
 
   /** @param onWrite called after each event written (the worker schedules its next batch) */
   constructor(onWrite: () => void = () => undefined) {
+    super();
     this.#onWrite = onWrite;
-  }
-
-  get empty(): boolean {
-    return this.words.length === 0;
-  }
-
-  /** The words written so far; the writer starts again empty. */
-  take(): EventWord[] {
-    const w = this.words;
-    this.words = [];
-    return w;
   }
 
   state(node: string, s: PushState): void {
@@ -230,11 +236,6 @@ export class WorkerEvents {
   }
 }
 
-/** A worker's batch with a word out of place: only a bug on one side of the channel writes one. */
-export class MalformedBatchError extends Error {
-  override name = 'MalformedBatchError';
-}
-
 /**
  * Hands each event of a worker's batch to its handler, as objects again, in order.
  * @throws MalformedBatchError at the first word that is not an event's tag, or an event cut short
@@ -243,12 +244,8 @@ export class MalformedBatchError extends Error {
 export function readWorkerEvents(w: readonly EventWord[], h: WorkerEventHandlers): void {
   let i = 0;
   while (i < w.length) {
-    const tag = w[i];
-    const words = typeof tag === 'number' ? EVENT_WORDS[tag] : undefined;
-    // only this module writes them: a word out of place is a bug on one side of the channel
-    if (words === undefined) throw new MalformedBatchError(`push worker batch: no event tag at word ${i}`);
-    if (i + words > w.length) throw new MalformedBatchError(`push worker batch: the event at word ${i} is cut short`);
-    switch (tag) {
+    const words = messageWords(w, i, EVENT_WORDS, 'push worker batch', 'event');
+    switch (w[i]) {
       case STATE: {
         const state = w[i + 2] as PushState['state'];
         h.state(w[i + 1] as string, {
