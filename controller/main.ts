@@ -24,8 +24,8 @@ import {
   IDLE_GC_MIN_GARBAGE_BYTES,
   RESTART_STEP_MARGIN_S,
 } from '../protocol/limits.js';
-import { ed25519Engine, fastEd25519 } from './ed25519.js';
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
+import { ed25519Engine, fastEd25519 } from './ed25519.js';
 import { IdleCollector, v8Probe } from './idle-collector.js';
 import { ApiServer, createHealthServer } from './api.js';
 import { ClusterEngine } from './clusters/engine.js';

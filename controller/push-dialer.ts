@@ -39,8 +39,8 @@ import {
   type MetadataFrameHead,
 } from '../protocol/frames.js';
 import { spiffeIdOf } from '../protocol/identity.js';
-import { fastEd25519 } from './ed25519.js';
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
+import { fastEd25519 } from './ed25519.js';
 import {
   DIAL_TIMEOUT_MS,
   FRAME_ANSWER_TIMEOUT_MS,

@@ -8,8 +8,8 @@
 import pino from 'pino';
 import { PkiMaterial } from '../certs/tls.js';
 import { IPC_BATCH_MAX_DELAY_MS } from '../protocol/limits.js';
-import { fastEd25519 } from './ed25519.js';
 import { Signer } from '../protocol/jws.js';
+import { fastEd25519 } from './ed25519.js';
 import { PushDialer } from './push-dialer.js';
 import {
   readWorkerCommands,
