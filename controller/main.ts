@@ -118,7 +118,10 @@ function loadSigningJwk(file: string): Ed25519PrivateJwk {
   try {
     new Signer(jwk, fastEd25519);
   } catch (err) {
-    throw new ConfigError(`${file} is not a private Ed25519 JWK with a kid`, { cause: err, field: 'signing-key' });
+    throw new ConfigError(`${file} is not a usable private Ed25519 JWK with a kid: ${(err as Error).message}`, {
+      cause: err,
+      field: 'signing-key',
+    });
   }
   return jwk;
 }

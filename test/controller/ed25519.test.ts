@@ -4,9 +4,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
 import { ed25519Engine, fastEd25519 } from '../../controller/ed25519.js';
 import { KeySet, METADATA_TYP, nodeEd25519, Signer, WAKE_TYP } from '../../protocol/jws.js';
 import { newJti, signWake, WakeVerifier } from '../../protocol/wake.js';
+import { startTestController } from '../helpers/controller-harness.js';
+import { makeControllerTestPki } from '../helpers/controller-pki.js';
 import { makeSigningKey } from '../helpers/signing-keys.js';
 
 const CTRL = 'spiffe://herald.local/controller/controller';
@@ -46,6 +50,25 @@ describe('the controller signing with libsodium', () => {
     for (const signing of [fastEd25519, nodeEd25519]) {
       expect(() => new Signer(mixed, signing)).toThrow(/x is not the public key of d/);
       expect(() => new Signer({ ...a.priv, d: Buffer.alloc(31, 1).toString('base64url') }, signing)).toThrow(TypeError);
+    }
+  });
+
+  it('a controller whose signing key file has an x that is not its d refuses to start: bad_option, field signing-key, naming the file', async () => {
+    const pki = await makeControllerTestPki();
+    try {
+      const a = await makeSigningKey();
+      const b = await makeSigningKey();
+      const file = path.join(pki.dir, 'mixed.jwk');
+      fs.writeFileSync(file, JSON.stringify({ ...a.priv, x: b.priv.x }), { mode: 0o600 });
+      await expect(startTestController(pki, { signingKey: file })).rejects.toMatchObject({
+        code: 'bad_option',
+        field: 'signing-key',
+        message: expect.stringContaining(
+          `${file} is not a usable private Ed25519 JWK with a kid: signing key: x is not the public key of d`,
+        ),
+      });
+    } finally {
+      pki.cleanup();
     }
   });
 });
