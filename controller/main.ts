@@ -104,7 +104,8 @@ export function resolveTrustDomain(o: ControllerOptions): string {
   return o.trustDomain || readTrustDomain(o.pki, { caPath: o.ca, fallback: DEFAULT_TRUST_DOMAIN });
 }
 
-function loadSigningJwk(file: string): Ed25519PrivateJwk {
+/** The signing key in `file`, and its Signer (made once: making it is what checks the key). */
+function loadSigningKey(file: string): { jwk: Ed25519PrivateJwk; signer: Signer } {
   let jwk: Ed25519PrivateJwk;
   try {
     jwk = JSON.parse(fs.readFileSync(file, 'utf8')) as Ed25519PrivateJwk;
@@ -116,14 +117,13 @@ function loadSigningJwk(file: string): Ed25519PrivateJwk {
     });
   }
   try {
-    new Signer(jwk, fastEd25519);
+    return { jwk, signer: new Signer(jwk, fastEd25519) };
   } catch (err) {
     throw new ConfigError(`${file} is not a usable private Ed25519 JWK with a kid: ${(err as Error).message}`, {
       cause: err,
       field: 'signing-key',
     });
   }
-  return jwk;
 }
 
 /** The real push service: the in-process dialer, or worker processes behind PushPool. */
@@ -193,15 +193,16 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     const issuer = o.issuer === undefined ? undefined : await loadControllerIssuer(o.pki, o.issuer, paths.caPath);
     if (issuer) logger.info({ issuer: issuer.name, serial: issuer.serial }, 'issuing CA loaded');
     const signingFile = signingKeyFileOf(o.pki, o.name, o.signingKey);
-    const signingJwk = loadSigningJwk(signingFile);
-    let signer = new Signer(signingJwk, fastEd25519);
+    const loaded = loadSigningKey(signingFile);
+    const signingJwk = loaded.jwk;
+    let signer = loaded.signer;
     let pushService: PushService | undefined;
     // a rotated signing key comes with a new JWKS: take the new private key with it
     material.on('jwks-change', () => {
       try {
-        const jwk = loadSigningJwk(signingFile);
-        signer = new Signer(jwk, fastEd25519);
-        pushService?.setSigningKey(jwk);
+        const next = loadSigningKey(signingFile);
+        signer = next.signer;
+        pushService?.setSigningKey(next.jwk);
         logger.info({ kid: signer.kid }, 'signing key reloaded');
       } catch (err) {
         logger.error(
