@@ -51,8 +51,12 @@ import { nowMs, round, say, sleep, treeSample } from './util.js';
 export const FLOOR_AGENT_PROCS = 4;
 /** Dials in flight at once while the floor controller connects (handshakes, outside the window). */
 const FLOOR_DIAL_CONCURRENCY = 200;
-/** The floor's document: about the size of Herald's for a node of one cluster (2.6 KB in the fan-out). */
-const FLOOR_BODY_BYTES = 2_600;
+/**
+ * The floor's document: about the size of Herald's for a node of one cluster (1.35 KB in the
+ * fan-out: its install's item; 2.6 KB before 2026-12-07, when the uninstall's item, born not
+ * triggered, was in it too).
+ */
+const FLOOR_BODY_BYTES = 1_350;
 /** How long the floor's window may take before the run is reported as timed out. */
 const FLOOR_WINDOW_TIMEOUT_MS = 120_000;
 /** How long dialling every agent may take. */

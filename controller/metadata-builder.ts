@@ -24,6 +24,19 @@ export interface BuiltMetadata {
   sha256: string;
 }
 
+/**
+ * Whether a deployment at revision `revision`, whose action is `action`, has an item in its node's
+ * document. Heat creates no deployment for an action outside its `actions` (its
+ * `SoftwareDeployment._handle_action` returns first), so a deployment born not triggered, as a
+ * cluster's uninstall deployment is, shows in no document until a later revision of it: the
+ * agent would skip its item anyway (it is `signalled` at once), and a cluster's node's document
+ * carries its install alone until a restart or a delete runs the uninstall. `actionsJson` is the
+ * deployment's stored `actions` (a JSON array).
+ */
+export function inDocument(revision: number, action: string, actionsJson: string): boolean {
+  return revision > 1 || (JSON.parse(actionsJson) as string[]).includes(action);
+}
+
 /** Heat's derived inputs, in Heat's order, with its descriptions. */
 const DERIVED_DESCRIPTIONS = {
   deploy_server_id: 'ID of the server being deployed to',

@@ -243,12 +243,14 @@ const NODE_LIST = selectList({
 export const NODE_AT = NODE_LIST.at;
 
 // of each deployment only what its document carries (no results, status or bookkeeping: a node's
-// earlier outputs are never parsed to answer a fetch), with its cluster's name and configs
+// earlier outputs are never parsed to answer a fetch), with its cluster's name and configs; its
+// actions say whether it has an item at all (metadata-builder.ts inDocument)
 const METADATA_DEPLOYMENT_LIST = selectList({
   id: 'd.id',
   node: 'd.node',
   config_id: 'd.config_id',
   name: 'd.name',
+  actions: 'd.actions',
   cluster_id: 'd.cluster_id',
   d_created_at: 'd.created_at',
   revision: 'r.revision',

@@ -12,6 +12,7 @@ import { CLUSTER_INSERT_BATCH_ENTRIES } from '../protocol/limits.js';
 import type { WakeReason } from '../protocol/wake.js';
 import type { ChangeSetBuilder } from './change-set.js';
 import { newId } from './ids.js';
+import { inDocument } from './metadata-builder.js';
 import type { ClusterGlance, ClusterHead, ClusterRows, NodeStepChange, StepResult } from './clusters/tx.js';
 import type {
   AuditRecord,
@@ -150,7 +151,8 @@ export class SqlRows {
   }
 
   /**
-   * The node and its deployments, each with its config and its cluster's name and configs (the
+   * The node and the deployments its document carries (`inDocument`: not one born not triggered
+   * until a later revision of it), each with its config and its cluster's name and configs (the
    * cluster's own and its nodegroups'): two reads, their rows as arrays (VALUES_SQL), and one
    * more for each cluster among them (a node is a member of one cluster at a time); configs come
    * from the cache (they never change).
@@ -164,6 +166,7 @@ export class SqlRows {
     const clusters = new Map<string, MetadataCluster>();
     const entries: MetadataSource['entries'] = [];
     for (const v of await this.s.depForMetadata.all(node)) {
+      if (!inDocument(v[at.revision] as number, v[at.action] as string, v[at.actions] as string)) continue;
       let cluster: MetadataCluster | null = null;
       const clusterId = v[at.cluster_id] as string | null;
       if (clusterId !== null) {

@@ -15,7 +15,10 @@ import type { ClusterHead, ClusterTx } from './tx.js';
 
 /** Actions of a cluster's install deployments: made with CREATE, run again by a restart. */
 export const CLUSTER_INSTALL_ACTIONS: DeployAction[] = ['CREATE', 'UPDATE', 'RESTART'];
-/** Actions of a cluster's uninstall deployments: made with CREATE (not triggered), run by a restart or a delete. */
+/**
+ * Actions of a cluster's uninstall deployments: made with CREATE (not triggered: no item in the
+ * node's document until then, metadata-builder.ts inDocument), run by a restart or a delete.
+ */
 export const CLUSTER_UNINSTALL_ACTIONS: DeployAction[] = ['RESTART', 'DELETE'];
 
 /**

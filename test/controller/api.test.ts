@@ -510,6 +510,25 @@ describe('operator routes', () => {
     expect(md2.json.deployments.some((x: { deployment_id: string }) => x.deployment_id === withDelete.id)).toBe(false);
   });
 
+  it('a deployment born not triggered has no item in the metadata until a later revision of it (as Heat creates none)', async () => {
+    const cfg = await mkConfig({ name: 'uninstall-only', group: 'script', config: 'x' });
+    await announce(n1, 'n1');
+    const items = async (): Promise<
+      Array<{ deployment_id: string; revision: number; inputs: Array<{ name: string; value: unknown }> }>
+    > => (await fetchMetadata(n1, 'n1')).r.json.deployments;
+    const onDelete = await mkDeployment({ node: 'n1', config_id: cfg, actions: ['DELETE'] });
+    expect(onDelete).toMatchObject({ revision: 1, status: 'COMPLETE', signalled: true });
+    const runs = await mkDeployment({ node: 'n1', config_id: cfg, actions: ['CREATE', 'DELETE'] });
+    const before = await items();
+    expect(before.some((x) => x.deployment_id === runs.id)).toBe(true);
+    expect(before.some((x) => x.deployment_id === onDelete.id)).toBe(false);
+    // its DELETE runs: from then on it has its item, as any other
+    expect((await t.req(op, 'DELETE', `/v1/deployments/${onDelete.id}`)).status).toBe(202);
+    const item = (await items()).find((x) => x.deployment_id === onDelete.id)!;
+    expect(item.revision).toBe(2);
+    expect(item.inputs.find((i) => i.name === 'deploy_action')!.value).toBe('DELETE');
+  });
+
   it('GET /v1/audit records who changed what', async () => {
     const r = await t.req(op, 'GET', '/v1/audit?limit=500');
     expect(r.status).toBe(200);
