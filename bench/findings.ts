@@ -855,6 +855,34 @@ export function findings(r: BenchResults): string[] {
       "document's text built by concatenation ~6 KB of it), collected at ~200 scavenges a fan-out of 10,000 in the main process.",
     );
     p('docs/development.md ("Measured 2026-12-07") has the figures.');
+    p(
+      "Later that day (eaf48d5) a deployment born not triggered has no item in its node's document, as Heat creates none for an",
+    );
+    p(
+      "action outside `actions`: a cluster's nodes fetch their install's item alone (1.3 KB against 2.6 KB) until a restart or a",
+    );
+    p(
+      "delete runs the uninstall (a fetch replayed in one process 60-79 → 48-56 µs). The floor's document follows Herald's size,",
+    );
+    p(
+      "and its commit, which writes each node's document, fell with it (~0.2 against ~0.3 s at 10,000), so Herald's ratio to the",
+    );
+    p(
+      "floor rose. The main process's CPU cut to one run's window (perf, 02:40 UTC, 772 samples): SQLite 26 % (the members' rows",
+    );
+    p(
+      "and the acks written, a fetch's reads), its collector 13 % (~3 % more on its helper threads), V8's compiler threads 7 % (the",
+    );
+    p(
+      "create's loops compiled again at every create, some after deoptimizations: a fixed cost a create), Ed25519 9 %. Not kept,",
+    );
+    p(
+      'three paired runs each: a 16 MiB young generation for every process, an 8 MiB one for the controller alone. The next lever',
+    );
+    p(
+      "is the create's rows: each node's uninstall deployment and its revision (two of its six rows) could be made when its first",
+    );
+    p("step starts, as a health check's deployment is.");
     if (big.warmup)
       p(
         `Both sides are warm: Herald's run at N = ${n} follows a first change that warmed up the code of the agents added, as the floor's warm-up does (not counted: acked after ${f(big.warmup.allAckedMs / 1000, 2)} s, fetched after ${f(big.warmup.allFetchedMs / 1000, 2)} s, ${f((1000 * big.warmup.controllerCpuS) / big.n, 2)} ms of controller CPU an agent, the simulated agents ${f(big.warmup.harnessCpuS, 1)} CPU-s; before commit de11ede, 2026-12-04 21:15 UTC, the runs at 5,000 and 10,000 were that first change).`,
