@@ -26,12 +26,14 @@ export interface BuiltMetadata {
 
 /**
  * Whether a deployment at revision `revision`, whose action is `action`, has an item in its node's
- * document. Heat creates no deployment for an action outside its `actions` (its
- * `SoftwareDeployment._handle_action` returns first), so a deployment born not triggered, as a
- * cluster's uninstall deployment is, shows in no document until a later revision of it: the
- * agent would skip its item anyway (it is `signalled` at once), and a cluster's node's document
- * carries its install alone until a restart or a delete runs the uninstall. `actionsJson` is the
- * deployment's stored `actions` (a JSON array).
+ * document: not one born not triggered (its first revision's action outside its `actions`, as a
+ * cluster's uninstall deployment is) until its next revision. Heat creates no deployment for an
+ * action outside `actions` (`SoftwareDeployment._handle_action` returns first; Heat then waits for
+ * a revision that runs, Herald shows the next one, run or not: the agent skips a `signalled` item
+ * either way, and a deployment that has run keeps its item through revisions that run nothing).
+ * What runs is decided from `actions` for every group, as the store decides it (SPEC §3). A
+ * cluster's node's document so carries its install alone until a restart or a delete runs the
+ * uninstall. `actionsJson` is the deployment's stored `actions` (a JSON array).
  */
 export function inDocument(revision: number, action: string, actionsJson: string): boolean {
   return revision > 1 || (JSON.parse(actionsJson) as string[]).includes(action);

@@ -527,6 +527,12 @@ describe('operator routes', () => {
     const item = (await items()).find((x) => x.deployment_id === onDelete.id)!;
     expect(item.revision).toBe(2);
     expect(item.inputs.find((i) => i.name === 'deploy_action')!.value).toBe('DELETE');
+    // one that has run keeps its item through a revision that runs nothing
+    const quiet = await t.req(op, 'PATCH', `/v1/deployments/${runs.id}`, { action: 'SUSPEND' });
+    expect(quiet.json).toMatchObject({ revision: 2, status: 'COMPLETE', signalled: true });
+    const kept = (await items()).find((x) => x.deployment_id === runs.id)!;
+    expect(kept.revision).toBe(2);
+    expect(kept.inputs.find((i) => i.name === 'deploy_action')!.value).toBe('SUSPEND');
   });
 
   it('GET /v1/audit records who changed what', async () => {
