@@ -12,8 +12,8 @@
  * windows they end at once and each run's cluster is completed and deleted, so the next run's
  * nodes are free again (a node belongs to one cluster at a time). Hooks are timed in latency.ts.
  *
- * Crash run: the controller commits a change to every node (a restart of the cluster: a new
- * revision of every node's uninstall step) and dies (SIGKILL) before any wake-up went out;
+ * Crash run: the controller commits a change to every node (a restart of the cluster: every
+ * node's uninstall deployment made, its first revision the restart's) and dies (SIGKILL) before any wake-up went out;
  * started again on the same database it must reconnect all N agents and deliver the change to
  * each one: the time to do so, and whether any was lost.
  */
@@ -624,7 +624,8 @@ function checks(result: FanoutResult): string[] {
  * The controller dies right after committing a change to every node, before any wake-up left
  * (its push workers are stopped with SIGSTOP first, then everything gets SIGKILL). Started again
  * on the same database, it must reconnect every agent and deliver the change to each. The
- * change: a restart of the last run's cluster (every node's uninstall step gets a new revision).
+ * change: a restart of the last run's cluster (every node's uninstall deployment is made, its
+ * first revision the restart's).
  */
 async function crashRun(
   bed: Bed,
@@ -666,7 +667,8 @@ async function crashRun(
   const before = await fleet.counters();
   const workers = childrenOf(bed.ctl.pid);
   for (const p of workers) killQuietly(p, 'SIGSTOP');
-  await fleet.arm(`${cluster.name}-uninstall`, 2);
+  // (its first revision: a node's uninstall deployment is made by its first uninstall)
+  await fleet.arm(`${cluster.name}-uninstall`, 1);
   await bed.ctl.op.must(204, 'PATCH', `/v1/clusters/${cluster.id}/actions/restart`, undefined, 120_000);
   const tKill = nowMs();
   bed.ctl.op.close();

@@ -239,7 +239,7 @@ export function severalMarkdown(r: SeveralReport): string {
     const c = ca ?? cb;
     if (c) {
       p(
-        `A cluster of ${n(c.n)} nodes in the same stores: \`ClusterEngine.create\` in one \`transaction()\` (a \`POST /v1/clusters\`'s transaction: each member's two deployments, their revisions and its row, written with one many-row insert per table), then each member's install result recorded as the signal route records it (\`recordSignal\` through the service's group commit: the signals that arrive together share one transaction, each in its own savepoint), ${c.concurrency} in flight at once, until the cluster is CREATE_COMPLETE (each signal takes the cluster's row \`FOR UPDATE\` on PostgreSQL, so one controller's group at a time).`,
+        `A cluster of ${n(c.n)} nodes in the same stores: \`ClusterEngine.create\` in one \`transaction()\` (a \`POST /v1/clusters\`'s transaction: each member's install deployment (and its uninstall deployment too in runs before 2026-12-07), their revisions and its row, written with one many-row insert per table), then each member's install result recorded as the signal route records it (\`recordSignal\` through the service's group commit: the signals that arrive together share one transaction, each in its own savepoint), ${c.concurrency} in flight at once, until the cluster is CREATE_COMPLETE (each signal takes the cluster's row \`FOR UPDATE\` on PostgreSQL, so one controller's group at a time).`,
       );
       p();
       p('| store | create: wall / CPU of this process | every install signalled | signals per second | status |');

@@ -205,6 +205,12 @@ export const PG_MIGRATIONS: PgMigration[] = [
     // SPEC §9: SQLite's migration 5 (pg-enrollment.ts)
     sql: PG_ENROLLMENT_MIGRATION_SQL,
   },
+  {
+    version: 3,
+    name: 'uninstall_deployment_at_first_uninstall',
+    // SQLite's migration 6: a cluster node's uninstall deployment is made when its first uninstall starts
+    sql: 'ALTER TABLE cluster_nodes ALTER COLUMN uninstall_deployment_id DROP NOT NULL',
+  },
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS[PG_MIGRATIONS.length - 1]!.version;

@@ -120,7 +120,8 @@ export interface ClusterNodeRecord {
   position: number;
   phase: ClusterNodePhase;
   installDeploymentId: string;
-  uninstallDeploymentId: string;
+  /** Null until the node's first uninstall starts: the deployment is made then (engine.ts #startStep). */
+  uninstallDeploymentId: string | null;
   /** When the step in flight must have its result (epoch ms), else null. */
   stepDeadlineMs: number | null;
   uninstallStartedAt: string | null;

@@ -99,7 +99,7 @@ export interface ClusterNodeRow {
   position: number;
   phase: string;
   install_deployment_id: string;
-  uninstall_deployment_id: string;
+  uninstall_deployment_id: string | null;
   step_deadline_ms: number | null;
   uninstall_started_at: string | null;
   uninstall_finished_at: string | null;

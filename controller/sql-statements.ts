@@ -27,8 +27,8 @@ const DEPLOYMENT_SELECT = `SELECT ${DEPLOYMENT_COLUMNS} FROM ${DEPLOYMENT_FROM}`
 type Column = readonly [name: string, pgType: 'text' | 'integer' | 'bigint'];
 
 /**
- * Inserts of many rows in one call: a cluster's new members (two deployments, two revisions and
- * a row each). PostgreSQL binds each column as one array (`INSERT … SELECT * FROM unnest(…)`),
+ * Inserts of many rows in one call: a cluster's new members (a deployment, its revision and a
+ * row each: a node's uninstall deployment is made at its first uninstall). PostgreSQL binds each column as one array (`INSERT … SELECT * FROM unnest(…)`),
  * so a cluster of 10,000 nodes is three statements, not 50,000 round trips. SQLite runs the
  * one-row form once per row, in process: a multi-row `VALUES` form measured no faster there
  * (20,000 deployment rows in ~0.1 s either way, 2026-12-04). The one-row inserts of the same
@@ -172,6 +172,13 @@ export const SQL = {
   cnList: 'SELECT * FROM cluster_nodes WHERE cluster_id = ? ORDER BY position',
   cnByNode: 'SELECT cluster_id FROM cluster_nodes WHERE node = ? LIMIT 1',
   cnGet: 'SELECT * FROM cluster_nodes WHERE cluster_id = ? AND node = ?',
+  // what a node's uninstall deployment is made of, at its first uninstall (sql-tx.ts newUninstallDeployment)
+  cnUninstallSource: `SELECT n.uninstall_deployment_id, c.name, c.uninstall_config_id, c.input_values,
+        g.uninstall_config_id AS group_uninstall_config_id, g.input_values AS group_input_values
+      FROM cluster_nodes n JOIN clusters c ON c.id = n.cluster_id
+        JOIN cluster_nodegroups g ON g.cluster_id = n.cluster_id AND g.name = n.nodegroup
+      WHERE n.cluster_id = ? AND n.node = ?`,
+  cnSetUninstallDeployment: 'UPDATE cluster_nodes SET uninstall_deployment_id = ? WHERE cluster_id = ? AND node = ?',
   // the engine's glance: each sub-query is one seek in an index on (cluster_id, phase, ...) (MIN and EXISTS
   // stop at the first entry), so its cost does not grow with the cluster's size
   cnGlance: `SELECT

@@ -13,6 +13,7 @@ import type { WakeReason } from '../protocol/wake.js';
 import type { ChangeSetBuilder } from './change-set.js';
 import { newId } from './ids.js';
 import { inDocument } from './metadata-builder.js';
+import { coerceInputValues } from './validation.js';
 import type { ClusterGlance, ClusterHead, ClusterRows, NodeStepChange, StepResult } from './clusters/tx.js';
 import type {
   AuditRecord,
@@ -57,6 +58,16 @@ import { INSERT_MANY, METADATA_DEPLOYMENT_AT, type Statements } from './sql-stat
 import type { StoreTx } from './store.js';
 
 const IN_PROGRESS_REASON = 'Deploy data available';
+
+/** What a node's uninstall deployment is made of (`cnUninstallSource`). */
+interface UninstallSourceRow {
+  uninstall_deployment_id: string | null;
+  name: string;
+  uninstall_config_id: string;
+  input_values: string;
+  group_uninstall_config_id: string | null;
+  group_input_values: string | null;
+}
 
 /** The columns of a cluster member's row the insert writes, in its order. */
 const MEMBER_COLUMNS = INSERT_MANY.cnInsertMany.columns.map(([c]) => c as keyof ClusterNodeRow);
@@ -718,10 +729,11 @@ export class SqlTx implements StoreTx {
   }
 
   /**
-   * Adds the rows of a node of group `g` to `out`: its install deployment (runs at once) and
-   * uninstall deployment (not yet), their revisions, and its own row; and inserts what `out`
-   * holds once it is CLUSTER_INSERT_BATCH_ENTRIES members (the caller inserts the rest at the
-   * end). The caller has held the node with #assertFreeNodes and checked the configs.
+   * Adds the rows of a node of group `g` to `out`: its install deployment (runs at once), its
+   * revision, and its own row (no uninstall deployment: newUninstallDeployment makes it when the
+   * node's first uninstall starts); and inserts what `out` holds once it is
+   * CLUSTER_INSERT_BATCH_ENTRIES members (the caller inserts the rest at the end). The caller has
+   * held the node with #assertFreeNodes and checked the configs.
    */
   async #addMember(
     out: MemberRows,
@@ -730,27 +742,22 @@ export class SqlTx implements StoreTx {
     g: NewNodegroup,
     node: string,
     position: number,
-    rows: Pick<ClusterRows, 'installActions' | 'uninstallActions' | 'stepDeadlineMs'>,
+    rows: Pick<ClusterRows, 'installActions' | 'stepDeadlineMs'>,
     now: string,
   ): Promise<void> {
-    const ids: string[] = [];
-    for (const [role, configId, actions, inputValues] of [
-      ['install', g.installConfigId, rows.installActions, g.installInputValues],
-      ['uninstall', g.uninstallConfigId, rows.uninstallActions, g.uninstallInputValues],
-    ] as const) {
-      const id = newId();
-      const d = { node, configId, name: `${clusterName}-${role}`, actions, action: 'CREATE' as const, inputValues };
-      out.deployments.push(this.#deploymentRow(id, d, clusterId, role, now));
-      out.revisions.push(this.#revisionRow(id, node, actions, 1, 'CREATE', inputValues, 'deployment', now));
-      ids.push(id);
-    }
+    const id = newId();
+    const { installConfigId: configId, installInputValues: inputValues } = g;
+    const actions = rows.installActions;
+    const d = { node, configId, name: `${clusterName}-install`, actions, action: 'CREATE' as const, inputValues };
+    out.deployments.push(this.#deploymentRow(id, d, clusterId, 'install', now));
+    out.revisions.push(this.#revisionRow(id, node, actions, 1, 'CREATE', inputValues, 'deployment', now));
     out.nodes.push({
       cluster_id: clusterId,
       node,
       position,
       phase: 'installing',
-      install_deployment_id: ids[0]!,
-      uninstall_deployment_id: ids[1]!,
+      install_deployment_id: id,
+      uninstall_deployment_id: null,
       step_deadline_ms: rows.stepDeadlineMs,
       uninstall_started_at: null,
       uninstall_finished_at: null,
@@ -782,7 +789,7 @@ export class SqlTx implements StoreTx {
   async insertNodegroup(
     clusterId: string,
     g: NewNodegroup,
-    rows: Pick<ClusterRows, 'installActions' | 'uninstallActions' | 'stepDeadlineMs'>,
+    rows: Pick<ClusterRows, 'installActions' | 'stepDeadlineMs'>,
     nowMs: number,
   ): Promise<void> {
     this.#live();
@@ -935,6 +942,41 @@ export class SqlTx implements StoreTx {
       'restart',
     );
     return id;
+  }
+
+  async newUninstallDeployment(
+    clusterId: string,
+    node: string,
+    actions: DeployAction[],
+    action: DeployAction,
+    reason: WakeReason,
+  ): Promise<{ id: string; configId: string }> {
+    this.#live();
+    const src = (await this.#s.cnUninstallSource.get(clusterId, node)) as UninstallSourceRow | undefined;
+    if (!src) throw new HeraldError('not_found', `cluster ${clusterId} has no node ${node}`);
+    if (src.uninstall_deployment_id !== null)
+      throw new HeraldError('internal', `node ${node} of cluster ${clusterId} has an uninstall deployment`);
+    const configId = src.group_uninstall_config_id ?? src.uninstall_config_id;
+    const config = await this.#config(configId);
+    if (!config) throw new HeraldError('internal', `cluster ${clusterId} has no config ${configId}`);
+    // as the cluster's creation resolved them (service.ts): the group's values over the cluster's
+    const values = {
+      ...JSON.parse(src.input_values),
+      ...(src.group_input_values ? JSON.parse(src.group_input_values) : {}),
+    };
+    const id = newId();
+    const d = {
+      node,
+      configId,
+      name: `${src.name}-uninstall`,
+      actions,
+      action,
+      inputValues: coerceInputValues(config, values),
+    };
+    await this.#insertDeployment(id, d, clusterId, 'uninstall', reason);
+    await this.#s.cnSetUninstallDeployment.run(id, clusterId, node);
+    this.changes.clusterChanged(clusterId);
+    return { id, configId };
   }
 
   async finishCluster(clusterId: string, status: ClusterStatus, reason: string, nowMs: number): Promise<void> {

@@ -29,6 +29,11 @@ interface Migration {
   columns?: Array<{ table: string; column: string; decl: string }>;
 }
 
+/** cluster_nodes' columns after migration 3, which migration 6 copies. */
+const CLUSTER_NODE_COLUMNS_V6 = `cluster_id, node, position, phase, install_deployment_id, uninstall_deployment_id,
+  step_deadline_ms, uninstall_started_at, uninstall_finished_at, install_started_at, install_finished_at, reason,
+  nodegroup, health_deployment_id, check_started_at, ended_at_ms`;
+
 /** Applied in order, each in its own transaction; never edit one that has shipped. */
 export const MIGRATIONS: Migration[] = [
   {
@@ -183,6 +188,42 @@ export const MIGRATIONS: Migration[] = [
     // SPEC §9: join tokens (their SHA-256 only) and each node's certificate with its renewal
     // state (controller/sqlite-enrollment.ts)
     sql: ENROLLMENT_MIGRATION_SQL,
+  },
+  {
+    version: 6,
+    name: 'uninstall_deployment_at_first_uninstall',
+    // a cluster node's uninstall deployment is made when its first uninstall starts (clusters/engine.ts
+    // #startStep), so its id is null until then. SQLite cannot drop a NOT NULL: the table is made
+    // again with the same rows and indexes, as SQLite's ALTER TABLE page describes (in this
+    // migration's transaction; harmless run again over its own result)
+    sql: `
+      DROP TABLE IF EXISTS cluster_nodes_v6;
+      CREATE TABLE cluster_nodes_v6 (
+        cluster_id TEXT NOT NULL,
+        node TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        phase TEXT NOT NULL,
+        install_deployment_id TEXT NOT NULL,
+        uninstall_deployment_id TEXT,
+        step_deadline_ms INTEGER,
+        uninstall_started_at TEXT,
+        uninstall_finished_at TEXT,
+        install_started_at TEXT,
+        install_finished_at TEXT,
+        reason TEXT,
+        nodegroup TEXT NOT NULL DEFAULT 'default-worker',
+        health_deployment_id TEXT,
+        check_started_at TEXT,
+        ended_at_ms INTEGER,
+        PRIMARY KEY (cluster_id, node)
+      ) STRICT;
+      INSERT INTO cluster_nodes_v6 (${CLUSTER_NODE_COLUMNS_V6}) SELECT ${CLUSTER_NODE_COLUMNS_V6} FROM cluster_nodes;
+      DROP TABLE cluster_nodes;
+      ALTER TABLE cluster_nodes_v6 RENAME TO cluster_nodes;
+      CREATE INDEX cluster_nodes_by_node ON cluster_nodes (node);
+      CREATE INDEX cluster_nodes_by_deadline ON cluster_nodes (cluster_id, phase, step_deadline_ms);
+      CREATE INDEX cluster_nodes_by_position ON cluster_nodes (cluster_id, phase, position);
+    `,
   },
 ];
 

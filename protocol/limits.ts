@@ -342,8 +342,8 @@ export const CLUSTER_INSERT_BATCH_ENTRIES = 1_024;
 /**
  * Rows one PostgreSQL statement of a many-row insert carries at most; more go in further
  * statements of the same transaction, so none of them nears PG_STATEMENT_TIMEOUT_MS. A cluster's
- * members come in batches of CLUSTER_INSERT_BATCH_ENTRIES (two deployments, two revisions and a
- * row each: at most 2,048 rows a statement), so this is the bound for any other caller.
+ * members come in batches of CLUSTER_INSERT_BATCH_ENTRIES (a deployment, its revision and a row
+ * each: at most 1,024 rows a statement), so this is the bound for any other caller.
  */
 export const PG_INSERT_MANY_MAX_ROWS = 10_000;
 /** A transaction that lost a deadlock, a serialization check or a unique-key race with another controller runs again this many times. */

@@ -169,7 +169,8 @@ export type ClusterNodeView = {
   /** Why the node failed, else null. */
   reason: string | null;
   install_deployment_id: string;
-  uninstall_deployment_id: string;
+  /** Null until the node's first uninstall starts (a restart, a delete, its group's removal): its deployment is made then. */
+  uninstall_deployment_id: string | null;
   uninstall_started_at: string | null;
   uninstall_finished_at: string | null;
   install_started_at: string | null;

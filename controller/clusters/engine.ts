@@ -16,8 +16,10 @@ import type { ClusterHead, ClusterTx } from './tx.js';
 /** Actions of a cluster's install deployments: made with CREATE, run again by a restart. */
 export const CLUSTER_INSTALL_ACTIONS: DeployAction[] = ['CREATE', 'UPDATE', 'RESTART'];
 /**
- * Actions of a cluster's uninstall deployments: made with CREATE (not triggered: no item in the
- * node's document until then, metadata-builder.ts inDocument), run by a restart or a delete.
+ * Actions of a cluster's uninstall deployments, run by a restart or a delete (or a node group's
+ * removal). A node's is made when its first uninstall starts, its first revision that step's
+ * action: Heat makes no deployment for an action outside `actions` (a CREATE here), so a new
+ * cluster writes none, and its nodes' documents carry their installs alone.
  */
 export const CLUSTER_UNINSTALL_ACTIONS: DeployAction[] = ['RESTART', 'DELETE'];
 
@@ -123,7 +125,6 @@ export class ClusterEngine {
         nodes: groups.flatMap((g) => g.nodes),
         nodegroups: groups,
         installActions: CLUSTER_INSTALL_ACTIONS,
-        uninstallActions: CLUSTER_UNINSTALL_ACTIONS,
         stepDeadlineMs: nowMs + budgetMs,
       },
       nowMs,
@@ -231,7 +232,6 @@ export class ClusterEngine {
       g,
       {
         installActions: CLUSTER_INSTALL_ACTIONS,
-        uninstallActions: CLUSTER_UNINSTALL_ACTIONS,
         stepDeadlineMs: nowMs + stepBudgetMs(install, this.#marginS),
       },
       nowMs,
@@ -333,7 +333,10 @@ export class ClusterEngine {
     return c;
   }
 
-  /** Starts a node's step: a new revision of its uninstall or install deployment. Returns its deadline (epoch ms). */
+  /**
+   * Starts a node's step: a new revision of its uninstall or install deployment, or, at its
+   * first uninstall, its uninstall deployment made with that revision. Returns its deadline (epoch ms).
+   */
   async #startStep(
     tx: ClusterTx,
     c: StepCluster,
@@ -341,15 +344,21 @@ export class ClusterEngine {
     step: 'uninstall' | 'install',
     nowMs: number,
   ): Promise<number> {
-    const depId = step === 'install' ? n.installDeploymentId : n.uninstallDeploymentId;
-    const d = await tx.deployment(depId);
-    if (!d) throw new HeraldError('not_found', `no deployment ${depId}`);
     const removing = c.operation === 'delete' || (c.operation === 'update' && c.rollout?.change?.type === 'remove');
     const action: DeployAction = removing ? 'DELETE' : 'RESTART';
     const reason: WakeReason = c.operation === 'restart' ? 'restart' : 'deployment';
-    await tx.newRevision(d, action, reason);
+    const depId = step === 'install' ? n.installDeploymentId : n.uninstallDeploymentId;
+    let d: { id: string; configId: string };
+    if (depId === null) {
+      d = await tx.newUninstallDeployment(c.id, n.node, CLUSTER_UNINSTALL_ACTIONS, action, reason);
+    } else {
+      const current = await tx.deployment(depId);
+      if (!current) throw new HeraldError('not_found', `no deployment ${depId}`);
+      await tx.newRevision(current, action, reason);
+      d = current;
+    }
     const config = await tx.config(d.configId);
-    if (!config) throw new HeraldError('internal', `deployment ${depId} has no config ${d.configId}`);
+    if (!config) throw new HeraldError('internal', `deployment ${d.id} has no config ${d.configId}`);
     const deadlineMs = nowMs + stepBudgetMs(config, this.#marginS);
     await tx.setNodeStep(c.id, n.node, { type: 'start', step, deadlineMs }, nowMs);
     return deadlineMs;
@@ -454,7 +463,7 @@ export class ClusterEngine {
               ? [n.installDeploymentId, n.installStartedAt]
               : n.phase === 'checking'
                 ? [n.healthDeploymentId ?? '', n.checkStartedAt]
-                : [n.uninstallDeploymentId, n.uninstallStartedAt];
+                : [n.uninstallDeploymentId ?? '', n.uninstallStartedAt];
           const d = await tx.deployment(depId);
           if (!d) throw new HeraldError('not_found', `no deployment ${depId}`);
           const startedAt = Date.parse(started ?? c.updatedAt);

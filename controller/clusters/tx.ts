@@ -74,8 +74,6 @@ export interface ClusterRows extends NewCluster {
   nodegroups: NewNodegroup[];
   /** Actions of each node's install deployment (made with a triggered CREATE revision). */
   installActions: DeployAction[];
-  /** Actions of each node's uninstall deployment (made with CREATE, which they do not list: not triggered). */
-  uninstallActions: DeployAction[];
   /** When every node's install must have its result (epoch ms). */
   stepDeadlineMs: number;
 }
@@ -102,8 +100,9 @@ export interface ClusterTx {
   recordResult(d: DeploymentRecord, r: StepResult, nowMs: number): Promise<void>;
 
   /**
-   * Inserts a cluster in CREATE_IN_PROGRESS with, for each node in order, its install and
-   * uninstall deployments and its row (phase installing until `stepDeadlineMs`).
+   * Inserts a cluster in CREATE_IN_PROGRESS with, for each node in order, its install deployment
+   * and its row (phase installing until `stepDeadlineMs`; no uninstall deployment yet:
+   * newUninstallDeployment makes it when the node's first uninstall starts).
    * @returns the new cluster as a read of it in this transaction would give it back
    * @throws HeraldError unknown_node | cluster_busy (field `nodes.<i>`), unknown_config
    */
@@ -137,14 +136,14 @@ export interface ClusterTx {
   ): Promise<void>;
   /**
    * Adds group `g` (after the others) to an idle cluster: its row, and for each of its nodes
-   * (after the cluster's) install and uninstall deployments as insertCluster makes them and its
-   * row, phase installing until `stepDeadlineMs`.
+   * (after the cluster's) its install deployment as insertCluster makes it and its row, phase
+   * installing until `stepDeadlineMs`.
    * @throws HeraldError unknown_node | cluster_busy (field `nodes.<i>`), unknown_config
    */
   insertNodegroup(
     clusterId: string,
     g: NewNodegroup,
-    rows: Pick<ClusterRows, 'installActions' | 'uninstallActions' | 'stepDeadlineMs'>,
+    rows: Pick<ClusterRows, 'installActions' | 'stepDeadlineMs'>,
     nowMs: number,
   ): Promise<void>;
   /** Removes group `name`: its node rows, every deployment of the cluster on its nodes, and its row. */
@@ -158,6 +157,21 @@ export interface ClusterTx {
    * @returns the new deployment's id
    */
   newHealthDeployment(clusterId: string, node: string, configId: string, replaces: string | null): Promise<string>;
+  /**
+   * Makes the uninstall deployment of `node`, a member of the cluster with none yet (role
+   * `uninstall`, named `<cluster>-uninstall`, with `actions`): its group's uninstall config and
+   * input values, resolved as the cluster's creation resolved its install's (the group's over the
+   * cluster's), and a first revision with `action`, waking the node with `reason` when `action`
+   * is among `actions`; and names it on the node's row.
+   * @returns the new deployment's id and config
+   */
+  newUninstallDeployment(
+    clusterId: string,
+    node: string,
+    actions: DeployAction[],
+    action: DeployAction,
+    reason: WakeReason,
+  ): Promise<{ id: string; configId: string }>;
   /** Ends the operation in `status` with `reason`. */
   finishCluster(clusterId: string, status: ClusterStatus, reason: string, nowMs: number): Promise<void>;
   /** Removes the cluster, its node rows and every deployment it made (touching their nodes). */

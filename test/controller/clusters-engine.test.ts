@@ -34,7 +34,7 @@ function world(n: number, o: { timeoutS?: number; marginS?: number } = {}) {
     data.run(async (tx) => {
       const n = cluster(id).nodes.find((x) => x.node === node)!;
       const which = step ?? (n.phase === 'installing' ? 'install' : 'uninstall');
-      const depId = which === 'install' ? n.installDeploymentId : n.uninstallDeploymentId;
+      const depId = which === 'install' ? n.installDeploymentId : n.uninstallDeploymentId!;
       const d = (await tx.deployment(depId))!;
       const reason = ok ? 'Outputs received' : 'Deployment to server failed: exploded';
       await tx.recordResult(d, { status: ok ? 'COMPLETE' : 'FAILED', statusReason: reason, outputValues: {} }, nowMs);
@@ -78,12 +78,11 @@ describe('cluster engine: create', () => {
       'n2:deployment',
     ]);
     expect(changes.clusters).toEqual([id]);
-    expect(changes.deployments.length).toBe(6);
-    // the uninstall deployments exist but did not run (CREATE is not among their actions)
-    expect(w.data.deployment(c.nodes[0]!.uninstallDeploymentId)!.current).toMatchObject({
-      action: 'CREATE',
-      signalled: true,
-    });
+    // the installs alone: an uninstall deployment is made at the node's first uninstall (as Heat
+    // makes none for CREATE, which is not among its actions)
+    expect(changes.deployments).toEqual(c.nodes.map((n) => n.installDeploymentId));
+    expect(c.nodes.map((n) => n.uninstallDeploymentId)).toEqual([null, null, null]);
+    expect([...w.data.deployments.values()].map((e) => e.d.clusterRole)).toEqual(['install', 'install', 'install']);
     expect(w.data.audit).toEqual([{ who: WHO, action: 'cluster.create', target: id }]);
   });
 
@@ -165,7 +164,12 @@ describe('cluster engine: restart', () => {
       statusReason: 'restart complete on 5 node(s)',
     });
     for (const n of w.cluster(id).nodes) {
-      expect(w.data.deployment(n.uninstallDeploymentId)!.current).toMatchObject({ revision: 2, action: 'RESTART' });
+      // made by the restart, its first revision the restart's
+      expect(w.data.deployment(n.uninstallDeploymentId!)).toMatchObject({
+        clusterRole: 'uninstall',
+        configId: w.uninstall,
+        current: { revision: 1, action: 'RESTART' },
+      });
       expect(w.data.deployment(n.installDeploymentId)!.current).toMatchObject({ revision: 2, action: 'RESTART' });
     }
   });
@@ -260,12 +264,15 @@ describe('cluster engine: delete', () => {
     const w = world(3);
     const { id } = await w.create();
     await w.drive(id, T0 + 1);
-    const deps = w.cluster(id).nodes.flatMap((n) => [n.installDeploymentId, n.uninstallDeploymentId]);
     const del = await w.data.run((tx) => w.engine.delete(tx, id, WHO, T0 + 10));
+    const deps = w.cluster(id).nodes.flatMap((n) => [n.installDeploymentId, n.uninstallDeploymentId!]);
     expect(w.cluster(id).head.status).toBe('DELETE_IN_PROGRESS');
     expect(w.phases(id)).toEqual(['uninstalling', 'uninstalling', 'uninstalling']);
     expect(del.changes.wakes.map((x) => x.reason)).toEqual(['deployment', 'deployment', 'deployment']);
-    expect(w.data.deployment(w.cluster(id).nodes[0]!.uninstallDeploymentId)!.current.action).toBe('DELETE');
+    expect(w.data.deployment(w.cluster(id).nodes[0]!.uninstallDeploymentId!)!.current).toMatchObject({
+      revision: 1,
+      action: 'DELETE',
+    });
     await w.result(id, 'n0', true, T0 + 11);
     expect(w.phases(id)).toEqual(['complete', 'uninstalling', 'uninstalling']);
     await w.result(id, 'n1', true, T0 + 12);

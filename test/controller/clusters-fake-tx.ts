@@ -34,6 +34,8 @@ interface FakeCluster {
   head: ClusterHead & { name: string; statusReason: string };
   nodes: ClusterNodeRecord[];
   nodegroups: NodegroupRecord[];
+  /** Each node's uninstall config (its group's, resolved), for its uninstall deployment when it is made. */
+  uninstallConfigs: Map<string, string>;
 }
 
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -161,34 +163,26 @@ export class FakeClusterTx implements ClusterTx {
     const id = this.#w.id('cluster');
     const at = iso(nowMs);
     const groupOf = (node: string) => c.nodegroups.find((g) => g.nodes.includes(node))!;
+    const uninstallConfigs = new Map<string, string>();
     const nodes: ClusterNodeRecord[] = c.nodes.map((node, position) => {
       const g = groupOf(node);
-      const mk = (role: 'install' | 'uninstall', configId: string, actions: DeployAction[]): string => {
-        const depId = this.#w.id(role);
-        this.#w.deployments.set(depId, {
-          d: {
-            id: depId,
-            node,
-            configId,
-            name: `${c.name}-${role}`,
-            actions,
-            clusterId: id,
-            clusterRole: role,
-            createdAt: at,
-            updatedAt: at,
-          },
-          revisions: [],
-        });
-        this.changes.deploymentChanged(depId);
-        this.#revise(depId, 'CREATE', 'deployment');
-        return depId;
-      };
+      uninstallConfigs.set(node, g.uninstallConfigId);
       return {
         node,
         position,
         phase: 'installing',
-        installDeploymentId: mk('install', g.installConfigId, c.installActions),
-        uninstallDeploymentId: mk('uninstall', g.uninstallConfigId, c.uninstallActions),
+        installDeploymentId: this.#mkDeployment(
+          id,
+          c.name,
+          node,
+          'install',
+          g.installConfigId,
+          c.installActions,
+          'CREATE',
+          'deployment',
+          at,
+        ),
+        uninstallDeploymentId: null,
         stepDeadlineMs: c.stepDeadlineMs,
         uninstallStartedAt: null,
         uninstallFinishedAt: null,
@@ -213,6 +207,7 @@ export class FakeClusterTx implements ClusterTx {
         rollout: null,
       },
       nodes,
+      uninstallConfigs,
       nodegroups: c.nodegroups.map((g, position) => ({
         name: g.name,
         role: g.role,
@@ -245,6 +240,65 @@ export class FakeClusterTx implements ClusterTx {
     };
   }
 
+  /** A cluster's deployment on `node` and its first revision, `action`; returns its id. */
+  #mkDeployment(
+    clusterId: string,
+    clusterName: string,
+    node: string,
+    role: 'install' | 'uninstall',
+    configId: string,
+    actions: DeployAction[],
+    action: DeployAction,
+    reason: WakeReason,
+    at: string,
+  ): string {
+    const depId = this.#w.id(role);
+    this.#w.deployments.set(depId, {
+      d: {
+        id: depId,
+        node,
+        configId,
+        name: `${clusterName}-${role}`,
+        actions,
+        clusterId,
+        clusterRole: role,
+        createdAt: at,
+        updatedAt: at,
+      },
+      revisions: [],
+    });
+    this.changes.deploymentChanged(depId);
+    this.#revise(depId, action, reason);
+    return depId;
+  }
+
+  async newUninstallDeployment(
+    clusterId: string,
+    node: string,
+    actions: DeployAction[],
+    action: DeployAction,
+    reason: WakeReason,
+  ): Promise<{ id: string; configId: string }> {
+    const c = this.#cluster(clusterId);
+    const n = c.nodes.find((x) => x.node === node);
+    if (!n) throw new HeraldError('not_found', `cluster ${clusterId} has no node ${node}`);
+    if (n.uninstallDeploymentId !== null) throw new Error(`the fake's node ${node} has an uninstall deployment`);
+    const configId = c.uninstallConfigs.get(node)!;
+    n.uninstallDeploymentId = this.#mkDeployment(
+      clusterId,
+      c.head.name,
+      node,
+      'uninstall',
+      configId,
+      actions,
+      action,
+      reason,
+      iso(0),
+    );
+    this.changes.clusterChanged(clusterId);
+    return { id: n.uninstallDeploymentId, configId };
+  }
+
   #cluster(id: string): FakeCluster {
     const c = this.#w.clusters.get(id);
     if (!c) throw new Error(`the fake has no cluster ${id}`);
@@ -269,7 +323,7 @@ export class FakeClusterTx implements ClusterTx {
   async insertNodegroup(
     clusterId: string,
     g: NewNodegroup,
-    rows: Pick<ClusterRows, 'installActions' | 'uninstallActions' | 'stepDeadlineMs'>,
+    rows: Pick<ClusterRows, 'installActions' | 'stepDeadlineMs'>,
     nowMs: number,
   ): Promise<void> {
     for (const [i, n] of g.nodes.entries())
@@ -288,32 +342,23 @@ export class FakeClusterTx implements ClusterTx {
       createdAt: at,
     });
     for (const node of g.nodes) {
-      const mk = (role: 'install' | 'uninstall', configId: string, actions: DeployAction[]): string => {
-        const depId = this.#w.id(role);
-        this.#w.deployments.set(depId, {
-          d: {
-            id: depId,
-            node,
-            configId,
-            name: `${c.head.name}-${role}`,
-            actions,
-            clusterId,
-            clusterRole: role,
-            createdAt: at,
-            updatedAt: at,
-          },
-          revisions: [],
-        });
-        this.changes.deploymentChanged(depId);
-        this.#revise(depId, 'CREATE', 'deployment');
-        return depId;
-      };
+      c.uninstallConfigs.set(node, g.uninstallConfigId);
       c.nodes.push({
         node,
         position: c.nodes.length,
         phase: 'installing',
-        installDeploymentId: mk('install', g.installConfigId, rows.installActions),
-        uninstallDeploymentId: mk('uninstall', g.uninstallConfigId, rows.uninstallActions),
+        installDeploymentId: this.#mkDeployment(
+          clusterId,
+          c.head.name,
+          node,
+          'install',
+          g.installConfigId,
+          rows.installActions,
+          'CREATE',
+          'deployment',
+          at,
+        ),
+        uninstallDeploymentId: null,
         stepDeadlineMs: rows.stepDeadlineMs,
         uninstallStartedAt: null,
         uninstallFinishedAt: null,

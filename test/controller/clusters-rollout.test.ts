@@ -55,7 +55,7 @@ async function world(spec: Array<{ name: string; role: 'master' | 'worker'; n: n
       ? n.installDeploymentId
       : n.phase === 'checking'
         ? n.healthDeploymentId!
-        : n.uninstallDeploymentId;
+        : n.uninstallDeploymentId!;
   const result = (name: string, ok: boolean, nowMs: number) =>
     data.run(async (tx) => {
       const depId = depOf(node(name));
@@ -87,7 +87,7 @@ async function world(spec: Array<{ name: string; role: 'master' | 'worker'; n: n
     }
     return { seen, now };
   };
-  return { data, engine, id, health, cluster, node, result, restart, tick, busy, drive };
+  return { data, engine, id, install, uninstall, health, cluster, node, result, restart, tick, busy, drive };
 }
 
 async function rejected(p: Promise<unknown>): Promise<{ code: string | undefined; field: unknown }> {
@@ -234,14 +234,20 @@ describe('rollout: one group, and the plan', () => {
       { name: 'm', role: 'master', n: 1 },
       { name: 'w', role: 'worker', n: 2 },
     ]);
-    const before = w.data.deployment(w.node('m0').uninstallDeploymentId)!.current.revision;
+    const before = w.data.deployment(w.node('m0').installDeploymentId)!.current.revision;
     await w.restart({ nodegroups: ['w'] }, T0 + 10_000);
     expect(w.busy()).toEqual(['w0', 'w1']);
     await w.drive(T0 + 10_000);
     expect(w.cluster().head.status).toBe('RESTART_COMPLETE');
     expect(w.cluster().head.statusReason).toBe('restart complete on 2 node(s) in 1 group(s)');
     expect(w.node('m0').phase).toBe('complete');
-    expect(w.data.deployment(w.node('m0').uninstallDeploymentId)!.current.revision).toBe(before);
+    expect(w.data.deployment(w.node('m0').installDeploymentId)!.current.revision).toBe(before);
+    // m0 never uninstalled: it has no uninstall deployment; the workers' were made by the restart
+    expect(w.node('m0').uninstallDeploymentId).toBeNull();
+    expect(w.data.deployment(w.node('w0').uninstallDeploymentId!)!.current).toMatchObject({
+      revision: 1,
+      action: 'RESTART',
+    });
   });
 
   it('plans without changing anything, and refuses an unknown group or health config naming the field', async () => {
@@ -277,8 +283,7 @@ describe('rollout: one group, and the plan', () => {
 describe('node groups added and removed', () => {
   it('adds a group to an idle cluster: its nodes install, the others are untouched, UPDATE_COMPLETE', async () => {
     const w = await world([{ name: 'm', role: 'master', n: 1 }]);
-    const install = w.data.deployment(w.node('m0').installDeploymentId)!.configId;
-    const uninstall = w.data.deployment(w.node('m0').uninstallDeploymentId)!.configId;
+    const { install, uninstall } = w;
     const before = w.data.deployment(w.node('m0').installDeploymentId)!.current.revision;
     const g: NewNodegroup = {
       name: 'gpu',
@@ -316,10 +321,10 @@ describe('node groups added and removed', () => {
       { name: 'm', role: 'master', n: 1 },
       { name: 'w', role: 'worker', n: 2 },
     ]);
-    const deps = [w.node('w0'), w.node('w1')].flatMap((n) => [n.installDeploymentId, n.uninstallDeploymentId]);
     await w.data.run((tx) => w.engine.deleteNodegroup(tx, w.id, 'w', WHO, T0 + 10_000));
+    const deps = [w.node('w0'), w.node('w1')].flatMap((n) => [n.installDeploymentId, n.uninstallDeploymentId!]);
     expect(w.busy()).toEqual(['w0', 'w1']);
-    expect(w.data.deployment(w.node('w0').uninstallDeploymentId)!.current.action).toBe('DELETE');
+    expect(w.data.deployment(w.node('w0').uninstallDeploymentId!)!.current.action).toBe('DELETE');
     await w.result('w0', true, T0 + 10_001);
     expect(w.cluster().head.status).toBe('UPDATE_IN_PROGRESS');
     await w.result('w1', true, T0 + 10_002);

@@ -158,6 +158,10 @@ describe('clusters in-process', () => {
       input_values: withToken ? { token: '***' } : {},
     });
     expect(r.json.nodes.map((n: { phase: string }) => n.phase)).toEqual(nodes.map(() => 'installing'));
+    // no uninstall deployment until a node's first uninstall
+    expect(r.json.nodes.map((n: { uninstall_deployment_id: unknown }) => n.uninstall_deployment_id)).toEqual(
+      nodes.map(() => null),
+    );
     const agents = new FakeAgents((c, m, p, b) => t.req(c, m, p, b), new Map(nodes.map((n) => [n, creds.get(n)!])));
     expect(await agents.until(status(r.json.id), ['CREATE_COMPLETE', 'CREATE_FAILED'])).toBe('CREATE_COMPLETE');
     return { id: r.json.id, agents };
@@ -226,6 +230,9 @@ describe('clusters in-process', () => {
     for (const n of c.nodes) {
       expect(n.phase).toBe('complete');
       expect(Date.parse(n.uninstall_finished_at)).toBeLessThanOrEqual(Date.parse(n.install_started_at));
+      // the uninstall deployment the restart made: its first revision the restart's, run and signalled
+      const u = (await t.req(op, 'GET', `/v1/deployments/${n.uninstall_deployment_id}`)).json;
+      expect(u).toMatchObject({ name: 'k8s-uninstall', revision: 1, action: 'RESTART', status: 'COMPLETE' });
     }
     // deployments of a cluster are not changed by hand
     const dep = c.nodes[0].install_deployment_id;
@@ -397,10 +404,10 @@ describe('clusters across SIGKILL (real process)', () => {
         ).toEqual(['uninstall', 'install']);
       const c = (await call(op, 'GET', `/v1/clusters/${cl.id}`)).json;
       for (const n of c.nodes) {
-        // CREATE (not triggered) + one RESTART; CREATE + one RESTART: no finished step made again
+        // one RESTART (the uninstall made by the restart); CREATE + one RESTART: no finished step made again
         expect(
           (await call(op, 'GET', `/v1/deployments/${n.uninstall_deployment_id}/revisions`)).json.items.length,
-        ).toBe(2);
+        ).toBe(1);
         expect((await call(op, 'GET', `/v1/deployments/${n.install_deployment_id}/revisions`)).json.items.length).toBe(
           2,
         );
@@ -534,15 +541,16 @@ describe('large clusters in the store (real SQLite file)', () => {
     expect(c1.nodes.every((n) => n.phase === 'uninstalling' && n.stepDeadlineMs === t1 + STEP_MS)).toBe(true);
     expect(changes.wakes.length).toBe(BIG);
     expect(changes.wakes.every((w) => w.reason === 'restart')).toBe(true);
-    expect((await store.getDeployment(c1.nodes[BIG - 1]!.uninstallDeploymentId))!.current).toMatchObject({
-      revision: 2,
+    // each node's uninstall deployment made by this restart, its first revision the restart's
+    expect((await store.getDeployment(c1.nodes[BIG - 1]!.uninstallDeploymentId!))!.current).toMatchObject({
+      revision: 1,
       action: 'RESTART',
       status: 'IN_PROGRESS',
     });
 
     // one shared transaction per phase keeps the test fast; each signal is still its own savepoint
     const uninstalled = await signals(
-      c1.nodes.map((n) => ({ node: n.node, depId: n.uninstallDeploymentId, revision: 2, nowMs: t1 + 1 })),
+      c1.nodes.map((n) => ({ node: n.node, depId: n.uninstallDeploymentId!, revision: 1, nowMs: t1 + 1 })),
     );
     c1.nodes.forEach((n, i) => {
       // the uninstall's success starts this node's install, in the same transaction
@@ -665,8 +673,9 @@ describe('large clusters in the store (real SQLite file)', () => {
       await signals(
         busy.map((n) => ({
           node: n.node,
-          depId: n.phase === 'installing' ? n.installDeploymentId : n.uninstallDeploymentId,
-          revision: 2,
+          // (the install's second revision; the uninstall's first, made by this restart)
+          depId: n.phase === 'installing' ? n.installDeploymentId : n.uninstallDeploymentId!,
+          revision: n.phase === 'installing' ? 2 : 1,
           nowMs: at,
         })),
       );

@@ -317,17 +317,16 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
           Date.now(),
         ),
       );
-      // the uninstall is born not triggered (its actions do not list CREATE): no item until it runs,
-      // as Heat creates no deployment for an action outside its actions
+      // a new cluster's node has its install alone: its uninstall deployment is made when its first
+      // uninstall runs (a restart here), as Heat makes none for an action outside its actions
       const born = (await s.metadataSource('a'))!.source!;
       expect(born.entries.map((e) => e.deployment.id).sort()).toEqual(
-        (await s.listDeployments({ node: 'a' }))
-          .filter((d) => d.clusterRole !== 'uninstall')
-          .map((d) => d.id)
-          .sort(),
+        (await s.listDeployments({ node: 'a' })).map((d) => d.id).sort(),
       );
-      const uninstallOfA = (await s.listDeployments({ node: 'a' })).find((d) => d.clusterRole === 'uninstall')!;
-      await s.transaction((tx) => tx.newRevision(uninstallOfA, 'RESTART', 'restart'));
+      expect(born.entries).toHaveLength(2);
+      await s.transaction((tx) =>
+        tx.newUninstallDeployment(clusterId, 'a', ['RESTART', 'DELETE'], 'RESTART', 'restart'),
+      );
       const src = (await s.metadataSource('a'))!.source!;
       expect(src.node.id).toBe('a');
       // the node alone when its deployments are not wanted (a 304, a document already built)
@@ -456,9 +455,11 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       expect(c.nodes[0]!.stepDeadlineMs).toBeGreaterThan(nowMs);
       expect(c.nodes).toHaveLength(total);
       const installs = new Set<string>();
-      for (const n of c.nodes) installs.add(n.installDeploymentId).add(n.uninstallDeploymentId);
-      expect(installs.size).toBe(2 * total);
-      expect(await s.listDeployments()).toHaveLength(2 * total); // every one written, none twice
+      for (const n of c.nodes) installs.add(n.installDeploymentId);
+      expect(installs.size).toBe(total);
+      expect(await s.listDeployments()).toHaveLength(total); // every one written, none twice
+      // no uninstall deployment until the node's first uninstall (newUninstallDeployment)
+      expect(c.nodes.filter((n) => n.uninstallDeploymentId !== null)).toEqual([]);
       for (const n of [
         c.nodes[0]!,
         c.nodes[CLUSTER_INSERT_BATCH_ENTRIES - 1]!,
@@ -467,8 +468,7 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       ]) {
         const ds = await s.listDeployments({ node: n.node });
         const inst = ds.find((d) => d.id === n.installDeploymentId)!;
-        const uninst = ds.find((d) => d.id === n.uninstallDeploymentId)!;
-        expect(ds).toHaveLength(2);
+        expect(ds).toHaveLength(1);
         expect(inst).toMatchObject({ clusterId: id, clusterRole: 'install', name: 'k-install', configId: install });
         expect(inst.current).toMatchObject({
           revision: 1,
@@ -477,11 +477,87 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
           signalled: false,
           inputValues: { step: 'in' },
         });
-        expect(uninst).toMatchObject({ clusterRole: 'uninstall', name: 'k-uninstall', configId: uninstall });
-        // created, not triggered: the uninstall's actions do not list CREATE
-        expect(uninst.current).toMatchObject({ revision: 1, status: 'COMPLETE', signalled: true });
-        expect(inst.current.itemId).not.toBe(uninst.current.itemId);
       }
+    });
+
+    it("a node's uninstall deployment, made at its first uninstall: its group's config and input values over the cluster's, a triggered first revision, named on its row", async () => {
+      const s = await open();
+      const nodes = ['u0', 'u1', 'u2'];
+      await s.transaction(async (tx) => {
+        for (const n of nodes) await tx.createNode(n, null, WHO);
+      });
+      const inputs = [
+        { name: 'size', type: 'Number' as const },
+        { name: 'tag', type: 'String' as const },
+      ];
+      const install = (await s.createConfig({ ...CONFIG, name: 'install' }, WHO)).id;
+      const uninstall = (await s.createConfig({ ...CONFIG, name: 'uninstall', inputs }, WHO)).id;
+      const own = (await s.createConfig({ ...CONFIG, name: 'own-uninstall', inputs }, WHO)).id;
+      const { result: c } = await s.transaction((tx) =>
+        new ClusterEngine().create(
+          tx,
+          newCluster({
+            name: 'k',
+            nodes,
+            nodegroups: [
+              group('a', ['u0'], install, uninstall),
+              {
+                ...group('b', ['u1', 'u2'], install, own),
+                ownUninstallConfigId: own,
+                ownInputValues: { tag: 'b' },
+              },
+            ],
+            installConfigId: install,
+            uninstallConfigId: uninstall,
+            inputValues: { size: '3', tag: 'k' },
+          }),
+          WHO,
+          Date.now(),
+        ),
+      );
+      const made = new Map<string, { id: string; configId: string }>();
+      const { changes } = await s.transaction(async (tx) => {
+        for (const [node, action] of [
+          ['u0', 'RESTART'],
+          ['u1', 'DELETE'],
+        ] as const)
+          made.set(node, await tx.newUninstallDeployment(c.id, node, ['RESTART', 'DELETE'], action, 'restart'));
+      });
+      expect(changes.wakes.map((w) => `${w.node}:${w.reason}`).sort()).toEqual(['u0:restart', 'u1:restart']);
+      expect(changes.clusters).toEqual([c.id]);
+      const read = (await s.getCluster(c.id))!;
+      const byNode = new Map(read.nodes.map((n) => [n.node, n]));
+      expect(byNode.get('u0')!.uninstallDeploymentId).toBe(made.get('u0')!.id);
+      expect(byNode.get('u1')!.uninstallDeploymentId).toBe(made.get('u1')!.id);
+      expect(byNode.get('u2')!.uninstallDeploymentId).toBeNull();
+      const u0 = (await s.getDeployment(made.get('u0')!.id))!;
+      expect(made.get('u0')!.configId).toBe(uninstall);
+      expect(u0).toMatchObject({ node: 'u0', clusterId: c.id, clusterRole: 'uninstall', name: 'k-uninstall' });
+      expect(u0.actions).toEqual(['RESTART', 'DELETE']);
+      // the cluster's values, coerced to the config's inputs
+      expect(u0.current).toMatchObject({
+        revision: 1,
+        action: 'RESTART',
+        status: 'IN_PROGRESS',
+        signalled: false,
+        inputValues: { size: 3, tag: 'k' },
+      });
+      // the group's own config, its values over the cluster's
+      const u1 = (await s.getDeployment(made.get('u1')!.id))!;
+      expect(made.get('u1')!.configId).toBe(own);
+      expect(u1.configId).toBe(own);
+      expect(u1.current).toMatchObject({ revision: 1, action: 'DELETE', inputValues: { size: 3, tag: 'b' } });
+      // in the node's document at once (a triggered first revision)
+      const md = (await s.metadataSource('u0'))!.source!;
+      expect(md.entries.map((e) => e.deployment.id)).toContain(made.get('u0')!.id);
+      // made once: a second is a bug, refused
+      expect(
+        codeOf(
+          await s
+            .transaction((tx) => tx.newUninstallDeployment(c.id, 'u0', ['RESTART', 'DELETE'], 'RESTART', 'restart'))
+            .catch((e: unknown) => e),
+        ),
+      ).toBe('internal');
     });
 
     it("a group added writes every new member's rows, past one batch of members, at the positions after the cluster's", async () => {
@@ -505,7 +581,7 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
         tx.insertNodegroup(
           created.id,
           group('more', more, install, uninstall),
-          { installActions: ['CREATE'], uninstallActions: ['DELETE'], stepDeadlineMs: Date.now() + 60_000 },
+          { installActions: ['CREATE'], stepDeadlineMs: Date.now() + 60_000 },
           Date.now(),
         ),
       );
@@ -514,7 +590,7 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
         ['first', 0, 'default-worker'],
         ...more.map((n, i) => [n, i + 1, 'more']),
       ]);
-      expect(await s.listDeployments()).toHaveLength(2 * (total + 1));
+      expect(await s.listDeployments()).toHaveLength(total + 1);
       for (const n of [
         c.nodes[1]!,
         c.nodes[CLUSTER_INSERT_BATCH_ENTRIES]!,
@@ -522,7 +598,8 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
         c.nodes[total]!,
       ]) {
         const ds = await s.listDeployments({ node: n.node });
-        expect(ds.map((d) => d.id).sort()).toEqual([n.installDeploymentId, n.uninstallDeploymentId].sort());
+        expect(ds.map((d) => d.id)).toEqual([n.installDeploymentId]);
+        expect(n.uninstallDeploymentId).toBeNull();
       }
     });
 
@@ -560,7 +637,7 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
           tx.insertNodegroup(
             first,
             group('more', ['a'], install, 'no-such-config'),
-            { installActions: ['CREATE'], uninstallActions: ['DELETE'], stepDeadlineMs: Date.now() + 60_000 },
+            { installActions: ['CREATE'], stepDeadlineMs: Date.now() + 60_000 },
             Date.now(),
           ),
         )
@@ -805,6 +882,81 @@ describe('the database file', () => {
         SCHEMA_VERSION,
       );
       after.close();
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("migrates a version 5 database: cluster nodes' uninstall deployment may be null, their rows and indexes kept", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-store-'));
+    const file = path.join(dir, 'h.db');
+    const columns = (db: Database.Database) =>
+      db.prepare('PRAGMA table_info(cluster_nodes)').all() as Array<{ name: string; notnull: number }>;
+    try {
+      const s1 = new SqliteStore(file);
+      for (const n of ['a', 'b']) await s1.createNode(n, null, WHO);
+      await s1.close();
+      // cluster_nodes as version 5 left it (migration 1's table and migration 3's columns), with a member
+      const db = new Database(file);
+      const v6 = columns(db).map((c) => c.name);
+      db.exec(`
+        DROP TABLE cluster_nodes;
+        CREATE TABLE cluster_nodes (
+          cluster_id TEXT NOT NULL, node TEXT NOT NULL, position INTEGER NOT NULL, phase TEXT NOT NULL,
+          install_deployment_id TEXT NOT NULL, uninstall_deployment_id TEXT NOT NULL, step_deadline_ms INTEGER,
+          uninstall_started_at TEXT, uninstall_finished_at TEXT, install_started_at TEXT, install_finished_at TEXT,
+          reason TEXT, nodegroup TEXT NOT NULL DEFAULT 'default-worker', health_deployment_id TEXT,
+          check_started_at TEXT, ended_at_ms INTEGER, PRIMARY KEY (cluster_id, node)) STRICT;
+        CREATE INDEX cluster_nodes_by_node ON cluster_nodes (node);
+        CREATE INDEX cluster_nodes_by_deadline ON cluster_nodes (cluster_id, phase, step_deadline_ms);
+        CREATE INDEX cluster_nodes_by_position ON cluster_nodes (cluster_id, phase, position);
+        INSERT INTO cluster_nodes (cluster_id, node, position, phase, install_deployment_id, uninstall_deployment_id, nodegroup, ended_at_ms)
+          VALUES ('old', 'a', 0, 'complete', 'i-1', 'u-1', 'g', 42);
+        DELETE FROM schema_migrations WHERE version > 5;
+      `);
+      expect(columns(db).find((c) => c.name === 'uninstall_deployment_id')!.notnull).toBe(1);
+      db.close();
+      const s2 = openFile(file);
+      await s2.close();
+      const after = new Database(file, { readonly: true });
+      expect(columns(after).map((c) => c.name)).toEqual(v6); // the same columns, in the same order
+      expect(columns(after).find((c) => c.name === 'uninstall_deployment_id')!.notnull).toBe(0);
+      expect(after.prepare('SELECT * FROM cluster_nodes').all()).toMatchObject([
+        {
+          cluster_id: 'old',
+          node: 'a',
+          install_deployment_id: 'i-1',
+          uninstall_deployment_id: 'u-1',
+          nodegroup: 'g',
+          ended_at_ms: 42,
+        },
+      ]);
+      expect(
+        (
+          after
+            .prepare(
+              "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'cluster_nodes' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+            )
+            .all() as Array<{ name: string }>
+        ).map((r) => r.name),
+      ).toEqual(['cluster_nodes_by_deadline', 'cluster_nodes_by_node', 'cluster_nodes_by_position']);
+      expect((after.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number }).v).toBe(
+        SCHEMA_VERSION,
+      );
+      after.close();
+      // and a new cluster's member is written with none
+      const s3 = openFile(file);
+      const cfg = (await s3.createConfig(CONFIG, WHO)).id;
+      const { result: c } = await s3.transaction((tx) =>
+        new ClusterEngine().create(
+          tx,
+          newCluster({ nodes: ['b'], installConfigId: cfg, uninstallConfigId: cfg }),
+          WHO,
+          Date.now(),
+        ),
+      );
+      expect((await s3.getCluster(c.id))!.nodes[0]!.uninstallDeploymentId).toBeNull();
+      await s3.close();
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }

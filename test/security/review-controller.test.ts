@@ -173,8 +173,21 @@ describe('hidden inputs across a cluster (review item 1)', () => {
     expect(cl.status, JSON.stringify(cl.json)).toBe(201);
     expect(cl.json.input_values).toEqual({ install_pw: '***', uninstall_pw: '***', plain: 'visible' });
 
+    // each install succeeds, then a restart makes each node's uninstall deployment (its first
+    // uninstall): masked as the installs are
+    for (const n of cl.json.nodes as Array<{ node: string; install_deployment_id: string }>) {
+      const path = `/v1/nodes/${n.node}/deployments/${n.install_deployment_id}/signal`;
+      const body = { revision: 1, deploy_status_code: 0 };
+      expect((await t.req(pki.cred('agent', n.node), 'POST', path, body)).status).toBe(200);
+    }
+    expect((await t.req(op, 'PATCH', `/v1/clusters/${cl.json.id}/actions/restart`)).status).toBe(204);
     const list = await t.req(op, 'GET', '/v1/deployments');
-    expect(list.json.items.length).toBe(4); // an install and an uninstall deployment per node
+    expect(list.json.items.map((d: { name: string }) => d.name).sort()).toEqual([
+      'c-install',
+      'c-install',
+      'c-uninstall',
+      'c-uninstall',
+    ]);
     for (const d of list.json.items) {
       expect(d.input_values.install_pw).toBe('***');
       expect(d.input_values.uninstall_pw).toBe('***');
@@ -191,6 +204,11 @@ describe('hidden inputs across a cluster (review item 1)', () => {
     expect(inputs.find((i) => i.name === 'install_pw')).toMatchObject({ value: 'SECRET-ONE', hidden: true });
     expect(inputs.find((i) => i.name === 'uninstall_pw')).toMatchObject({ value: 'SECRET-TWO', hidden: true });
     expect(inputs.find((i) => i.name === 'plain')?.hidden).toBeUndefined();
+    // and the uninstall's item, made by the restart
+    const items = md.json.deployments as Array<{ name: string; inputs: typeof inputs }>;
+    const un = items.find((d) => d.name === 'c-uninstall')!.inputs;
+    expect(un.find((i) => i.name === 'uninstall_pw')).toMatchObject({ value: 'SECRET-TWO', hidden: true });
+    expect(un.find((i) => i.name === 'install_pw')).toMatchObject({ value: 'SECRET-ONE', hidden: true });
 
     await waitFor('deployment events', () => stream.text().includes('event: deployment'));
     stream.stop();
