@@ -632,7 +632,7 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     );
     p("commits a change to every node (a restart of the last run's cluster:");
     p(
-      "a new revision of every node's uninstall step) with its push workers stopped (SIGSTOP), then gets SIGKILL before",
+      "every node's uninstall deployment made, with its first revision) with its push workers stopped (SIGSTOP), then gets SIGKILL before",
     );
     p(
       'any wake-up leaves. Started again on the same database, it finds every node behind and dials them all (SPEC: at',

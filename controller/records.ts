@@ -206,6 +206,11 @@ export interface NewNodegroup {
   installConfigId: string;
   uninstallConfigId: string;
   installInputValues: Record<string, unknown>;
+  /**
+   * Checked at creation, so a value the uninstall config refuses is refused then; the uninstall
+   * deployment, made at the node's first uninstall, coerces the stored values again the same way
+   * (sql-tx.ts newUninstallDeployment).
+   */
   uninstallInputValues: Record<string, unknown>;
 }
 
@@ -217,7 +222,7 @@ export interface NewCluster {
   nodegroups?: NewNodegroup[];
   installConfigId: string;
   uninstallConfigId: string;
-  /** Already checked against each config's inputs (service.ts). */
+  /** Already checked against each config's inputs (service.ts); the uninstall's as NewNodegroup's. */
   installInputValues: Record<string, unknown>;
   uninstallInputValues: Record<string, unknown>;
   /** As given (stored for display; masked above). */

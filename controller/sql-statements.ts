@@ -178,7 +178,6 @@ export const SQL = {
       FROM cluster_nodes n JOIN clusters c ON c.id = n.cluster_id
         JOIN cluster_nodegroups g ON g.cluster_id = n.cluster_id AND g.name = n.nodegroup
       WHERE n.cluster_id = ? AND n.node = ?`,
-  cnSetUninstallDeployment: 'UPDATE cluster_nodes SET uninstall_deployment_id = ? WHERE cluster_id = ? AND node = ?',
   // the engine's glance: each sub-query is one seek in an index on (cluster_id, phase, ...) (MIN and EXISTS
   // stop at the first entry), so its cost does not grow with the cluster's size
   cnGlance: `SELECT
@@ -195,8 +194,10 @@ export const SQL = {
   cnReset: `UPDATE cluster_nodes SET phase = 'pending', step_deadline_ms = NULL, uninstall_started_at = NULL, uninstall_finished_at = NULL,
                 install_started_at = NULL, install_finished_at = NULL, reason = NULL, check_started_at = NULL, ended_at_ms = NULL
                 WHERE cluster_id = ?`,
+  // (the uninstall deployment named when this step made it: sql-tx.ts newUninstallDeployment)
   cnStartUninstall: `UPDATE cluster_nodes SET phase = 'uninstalling', step_deadline_ms = ?, uninstall_started_at = ?, uninstall_finished_at = NULL,
-                         install_started_at = NULL, install_finished_at = NULL, reason = NULL WHERE cluster_id = ? AND node = ?`,
+                         install_started_at = NULL, install_finished_at = NULL, reason = NULL,
+                         uninstall_deployment_id = COALESCE(?, uninstall_deployment_id) WHERE cluster_id = ? AND node = ?`,
   cnStartInstall: `UPDATE cluster_nodes SET phase = 'installing', step_deadline_ms = ?, install_started_at = ?, install_finished_at = NULL, reason = NULL
                        WHERE cluster_id = ? AND node = ?`,
   cnUninstallDone: `UPDATE cluster_nodes SET uninstall_finished_at = ? WHERE cluster_id = ? AND node = ?`,

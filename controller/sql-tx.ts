@@ -875,7 +875,14 @@ export class SqlTx implements StoreTx {
     const at = this.#r.iso(nowMs);
     switch (change.type) {
       case 'start':
-        if (change.step === 'uninstall') await this.#s.cnStartUninstall.run(change.deadlineMs, at, clusterId, node);
+        if (change.step === 'uninstall')
+          await this.#s.cnStartUninstall.run(
+            change.deadlineMs,
+            at,
+            change.uninstallDeploymentId ?? null,
+            clusterId,
+            node,
+          );
         else await this.#s.cnStartInstall.run(change.deadlineMs, at, clusterId, node);
         break;
       case 'uninstalled':
@@ -973,9 +980,11 @@ export class SqlTx implements StoreTx {
       action,
       inputValues: coerceInputValues(config, values),
     };
-    await this.#insertDeployment(id, d, clusterId, 'uninstall', reason);
-    await this.#s.cnSetUninstallDeployment.run(id, clusterId, node);
-    this.changes.clusterChanged(clusterId);
+    // the node needs no lock here (#insertDeployment's): a member cannot be deleted, and its row
+    // goes only with its cluster or group, whose head this transaction holds (clusters/tx.ts)
+    const now = this.#r.iso();
+    await this.#s.depInsert.run(...this.#deploymentRow(id, d, clusterId, 'uninstall', now));
+    await this.#s.revInsert.run(...this.#revisionRow(id, node, actions, 1, action, d.inputValues, reason, now));
     return { id, configId };
   }
 

@@ -11,7 +11,7 @@ import { HOOK_TIMEOUT_S, RESTART_STEP_MARGIN_S } from '../../protocol/limits.js'
 import type { WakeReason } from '../../protocol/wake.js';
 import type { ClusterNodeRecord, ClusterRecord, ConfigRecord, NewCluster, NewNodegroup, Rollout } from '../records.js';
 import { groupWindow, planCluster, planGroupChange, planRollout, type PlanNode } from './plan.js';
-import type { ClusterHead, ClusterTx } from './tx.js';
+import type { ClusterHead, ClusterTx, NodeStepChange } from './tx.js';
 
 /** Actions of a cluster's install deployments: made with CREATE, run again by a restart. */
 export const CLUSTER_INSTALL_ACTIONS: DeployAction[] = ['CREATE', 'UPDATE', 'RESTART'];
@@ -349,8 +349,10 @@ export class ClusterEngine {
     const reason: WakeReason = c.operation === 'restart' ? 'restart' : 'deployment';
     const depId = step === 'install' ? n.installDeploymentId : n.uninstallDeploymentId;
     let d: { id: string; configId: string };
+    let made: string | undefined;
     if (depId === null) {
       d = await tx.newUninstallDeployment(c.id, n.node, CLUSTER_UNINSTALL_ACTIONS, action, reason);
+      made = d.id;
     } else {
       const current = await tx.deployment(depId);
       if (!current) throw new HeraldError('not_found', `no deployment ${depId}`);
@@ -360,7 +362,9 @@ export class ClusterEngine {
     const config = await tx.config(d.configId);
     if (!config) throw new HeraldError('internal', `deployment ${d.id} has no config ${d.configId}`);
     const deadlineMs = nowMs + stepBudgetMs(config, this.#marginS);
-    await tx.setNodeStep(c.id, n.node, { type: 'start', step, deadlineMs }, nowMs);
+    const start: NodeStepChange = { type: 'start', step, deadlineMs };
+    if (made !== undefined) start.uninstallDeploymentId = made;
+    await tx.setNodeStep(c.id, n.node, start, nowMs);
     return deadlineMs;
   }
 

@@ -49,8 +49,12 @@ export interface ClusterGlance {
 
 /** A change to one node's step (SPEC §3 "Clusters"); timestamps are the call's `nowMs`. */
 export type NodeStepChange =
-  /** The step starts: phase uninstalling or installing until `deadlineMs` (epoch ms). Starting the uninstall clears the install's marks. */
-  | { type: 'start'; step: 'uninstall' | 'install'; deadlineMs: number }
+  /**
+   * The step starts: phase uninstalling or installing until `deadlineMs` (epoch ms). Starting the
+   * uninstall clears the install's marks; `uninstallDeploymentId`, the node's uninstall deployment
+   * made for this step (newUninstallDeployment), is then named on its row.
+   */
+  | { type: 'start'; step: 'uninstall' | 'install'; deadlineMs: number; uninstallDeploymentId?: string }
   /** The uninstall succeeded (the phase stays until the install starts or the node completes). */
   | { type: 'uninstalled' }
   /** The install succeeded and the health check starts (SPEC §8): phase checking until `deadlineMs`, on that deployment. */
@@ -162,7 +166,7 @@ export interface ClusterTx {
    * `uninstall`, named `<cluster>-uninstall`, with `actions`): its group's uninstall config and
    * input values, resolved as the cluster's creation resolved its install's (the group's over the
    * cluster's), and a first revision with `action`, waking the node with `reason` when `action`
-   * is among `actions`; and names it on the node's row.
+   * is among `actions`. The step's start (setNodeStep) names it on the node's row.
    * @returns the new deployment's id and config
    */
   newUninstallDeployment(

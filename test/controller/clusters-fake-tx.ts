@@ -284,19 +284,8 @@ export class FakeClusterTx implements ClusterTx {
     if (!n) throw new HeraldError('not_found', `cluster ${clusterId} has no node ${node}`);
     if (n.uninstallDeploymentId !== null) throw new Error(`the fake's node ${node} has an uninstall deployment`);
     const configId = c.uninstallConfigs.get(node)!;
-    n.uninstallDeploymentId = this.#mkDeployment(
-      clusterId,
-      c.head.name,
-      node,
-      'uninstall',
-      configId,
-      actions,
-      action,
-      reason,
-      iso(0),
-    );
-    this.changes.clusterChanged(clusterId);
-    return { id: n.uninstallDeploymentId, configId };
+    const id = this.#mkDeployment(clusterId, c.head.name, node, 'uninstall', configId, actions, action, reason, iso(0));
+    return { id, configId };
   }
 
   #cluster(id: string): FakeCluster {
@@ -482,6 +471,7 @@ export class FakeClusterTx implements ClusterTx {
         if (change.step === 'uninstall')
           Object.assign(n, {
             phase: 'uninstalling',
+            uninstallDeploymentId: change.uninstallDeploymentId ?? n.uninstallDeploymentId,
             uninstallStartedAt: at,
             uninstallFinishedAt: null,
             installStartedAt: null,

@@ -295,4 +295,79 @@ describe('node groups through the API', () => {
       async () => (await t.req(op, 'GET', `/v1/clusters/${r.json.id}`)).json.status === 'CREATE_COMPLETE',
     );
   });
+
+  it("makes a node's uninstall deployment at its first uninstall, of its group's config and values (a group added later too), and revises it at the next", async () => {
+    for (const c of (await t.req(op, 'GET', '/v1/clusters')).json.items as Array<{ id: string }>) {
+      expect((await t.req(op, 'DELETE', `/v1/clusters/${c.id}`)).status).toBe(202);
+      await settle(NODES, async () => (await t.req(op, 'GET', `/v1/clusters/${c.id}`)).status === 404);
+    }
+    const ownUninstall = (
+      await t.req(op, 'POST', '/v1/configs', {
+        name: 'uninstall-own',
+        group: 'script',
+        config: '#!/bin/sh\n',
+        inputs: [{ name: 'zone' }, { name: 'size', type: 'Number' }],
+      })
+    ).json.id as string;
+    const r = await t.req(op, 'POST', '/v1/clusters', {
+      ...base(),
+      name: 'lazy',
+      input_values: { token: 's3cr3t', zone: 'a', size: '1' },
+      nodegroups: [
+        { name: 'own', nodes: ['g1'], uninstall_config_id: ownUninstall, input_values: { zone: 'b', size: '2' } },
+        { name: 'plain', nodes: ['g2'] },
+      ],
+    });
+    expect(r.status, JSON.stringify(r.json)).toBe(201);
+    const cid = r.json.id as string;
+    const cluster = async () => (await t.req(op, 'GET', `/v1/clusters/${cid}`)).json;
+    const done = (status: string) => async () => (await cluster()).status === status;
+    await settle(['g1', 'g2'], done('CREATE_COMPLETE'));
+    expect((await cluster()).nodes.map((n: any) => n.uninstall_deployment_id)).toEqual([null, null]);
+    expect((await t.req(op, 'GET', `/v1/deployments?node=g1`)).json.items.map((d: any) => d.name)).toEqual([
+      'lazy-install',
+    ]);
+
+    const uninstallOf = async (node: string) => {
+      const id = (await cluster()).nodes.find((n: any) => n.node === node).uninstall_deployment_id;
+      return (await t.req(op, 'GET', `/v1/deployments/${id}`)).json;
+    };
+    expect((await t.req(op, 'PATCH', `/v1/clusters/${cid}/actions/restart`)).status).toBe(204);
+    await settle(['g1', 'g2'], done('RESTART_COMPLETE'));
+    const first = await uninstallOf('g1');
+    // the group's own config, its values over the cluster's, coerced to the config's inputs, hidden ones masked
+    expect(first).toMatchObject({
+      name: 'lazy-uninstall',
+      config_id: ownUninstall,
+      revision: 1,
+      action: 'RESTART',
+      status: 'COMPLETE',
+      input_values: { token: '***', zone: 'b', size: 2 },
+    });
+    expect(await uninstallOf('g2')).toMatchObject({
+      config_id: uninstall,
+      revision: 1,
+      input_values: { token: '***', zone: 'a', size: '1' },
+    });
+
+    // a group added later: its nodes' uninstall deployments come from its own config and values as well
+    const add = await t.req(op, 'POST', `/v1/clusters/${cid}/nodegroups`, {
+      name: 'later',
+      nodes: ['g3'],
+      uninstall_config_id: ownUninstall,
+      input_values: { zone: 'c' },
+    });
+    expect(add.status, JSON.stringify(add.json)).toBe(201);
+    await settle(['g3'], done('UPDATE_COMPLETE'));
+    expect((await cluster()).nodes.find((n: any) => n.node === 'g3').uninstall_deployment_id).toBeNull();
+    expect((await t.req(op, 'PATCH', `/v1/clusters/${cid}/actions/restart`)).status).toBe(204);
+    await settle(['g1', 'g2', 'g3'], done('RESTART_COMPLETE'));
+    // the second uninstall revises the deployment the first made
+    expect(await uninstallOf('g1')).toMatchObject({ id: first.id, revision: 2, action: 'RESTART' });
+    expect(await uninstallOf('g3')).toMatchObject({
+      config_id: ownUninstall,
+      revision: 1,
+      input_values: { token: '***', zone: 'c', size: 1 },
+    });
+  });
 });

@@ -127,7 +127,7 @@ describe('several stores on one database', () => {
     expect(await rejectedCode(Promise.reject(failed.reason))).toBe('cluster_busy');
   });
 
-  it(`a cluster whose member rows pass PG_INSERT_MANY_MAX_ROWS is written in several statements, every row kept`, async () => {
+  it(`a cluster of more than PG_INSERT_MANY_MAX_ROWS / 2 members is written in several statements, every row kept`, async () => {
     const { url, list } = await stores(1);
     const [a] = list as [PgStore];
     // a deployment and a revision a node, inserted CLUSTER_INSERT_BATCH_ENTRIES members at a time: several statements

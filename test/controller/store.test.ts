@@ -520,8 +520,17 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
         for (const [node, action] of [
           ['u0', 'RESTART'],
           ['u1', 'DELETE'],
-        ] as const)
-          made.set(node, await tx.newUninstallDeployment(c.id, node, ['RESTART', 'DELETE'], action, 'restart'));
+        ] as const) {
+          const d = await tx.newUninstallDeployment(c.id, node, ['RESTART', 'DELETE'], action, 'restart');
+          made.set(node, d);
+          // the step's start names it on the node's row
+          await tx.setNodeStep(
+            c.id,
+            node,
+            { type: 'start', step: 'uninstall', deadlineMs: Date.now() + 60_000, uninstallDeploymentId: d.id },
+            Date.now(),
+          );
+        }
       });
       expect(changes.wakes.map((w) => `${w.node}:${w.reason}`).sort()).toEqual(['u0:restart', 'u1:restart']);
       expect(changes.clusters).toEqual([c.id]);

@@ -149,16 +149,18 @@ describe('rollouts with real agents (SPEC §8)', () => {
     const gens = async () =>
       Promise.all(NODES.map(async (n) => (await api(c.ctl.port, c.op, 'GET', `/v1/nodes/${n}`)).json));
     const g0 = await gens();
+    // each node's install revision, and its uninstall deployment (none before the first uninstall)
     const revisions = async () => {
       const cl = await cluster();
       return Promise.all(
-        cl.nodes.map(
-          async (n: any) =>
-            (await api(c.ctl.port, c.op, 'GET', `/v1/deployments/${n.uninstall_deployment_id}`)).json.revision,
-        ),
+        cl.nodes.map(async (n: any) => [
+          (await api(c.ctl.port, c.op, 'GET', `/v1/deployments/${n.install_deployment_id}`)).json.revision,
+          n.uninstall_deployment_id,
+        ]),
       );
     };
     const r0 = await revisions();
+    expect(r0).toEqual(NODES.map(() => [1, null]));
     const r = await restart({ dry_run: true, health_config_id: health, pause_s: 1 });
     expect(r.status).toBe(200);
     expect(r.json.nodegroups.map((g: any) => [g.name, g.nodes, g.max_unavailable])).toEqual([
