@@ -582,11 +582,14 @@ export function findings(r: BenchResults): string[] {
   p(
     'left: the agents on other machines, and fewer cycles per message on both ends. The acked goal (1.5 s from the request)',
   );
-  p('leaves no room on these two cores: the request itself is answered after 1.1-2.0 s (a transaction of 10,000');
+  p('leaves no room on these two cores: the request itself was answered after 1.1-2.0 s then (a transaction of 10,000');
   p(
-    "nodes: ~50,000 rows at ~9 µs each, and a COMMIT of ~155 ms, two thirds of it SQLite's automatic WAL checkpoint), and each",
+    "nodes: ~50,000 rows at ~9 µs each, and a COMMIT of ~155 ms, two thirds of it SQLite's automatic WAL checkpoint; ~30,000",
   );
-  p('wake-up then costs both ends a signature or a verification and a TLS frame each way.', '');
+  p(
+    'rows since 2026-12-07, its commit 0.28-0.32 s in the full run of 05:14 UTC), and each wake-up then costs both ends a signature',
+  );
+  p('or a verification and a TLS frame each way.', '');
   const fl = r.floor;
   if (fl && big && fl.n === big.n && big.runs.length > 0) {
     const n = big.n.toLocaleString('en-US');

@@ -92,7 +92,9 @@ function send(
   body: string | Buffer | undefined,
   contentType = 'application/json',
 ): Promise<Answer> {
-  const key = cred.cert?.toString('base64').slice(-40) ?? 'none';
+  // the whole certificate: its PEM's tail is the same END line for every one (the last 40 base64
+  // characters of it differed by one character, so two identities could share a pool of sockets)
+  const key = cred.cert?.toString('base64') ?? 'none';
   let agent = agents.get(key);
   if (!agent) {
     agent = new https.Agent({
