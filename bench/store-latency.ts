@@ -151,7 +151,7 @@ async function measureCluster(store: Store): Promise<ClusterTimes> {
         installConfigId: install.id,
         uninstallConfigId: uninstall.id,
         installInputValues: {},
-        uninstallInputValues: {},
+
         inputValues: {},
       },
       WHO,

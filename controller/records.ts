@@ -205,13 +205,8 @@ export interface NewNodegroup {
   ownInputValues: Record<string, unknown> | null;
   installConfigId: string;
   uninstallConfigId: string;
+  /** The uninstall's are coerced when its deployment is made, at the node's first uninstall (sql-tx.ts). */
   installInputValues: Record<string, unknown>;
-  /**
-   * Checked at creation, so a value the uninstall config refuses is refused then; the uninstall
-   * deployment, made at the node's first uninstall, coerces the stored values again the same way
-   * (sql-tx.ts newUninstallDeployment).
-   */
-  uninstallInputValues: Record<string, unknown>;
 }
 
 export interface NewCluster {
@@ -222,9 +217,8 @@ export interface NewCluster {
   nodegroups?: NewNodegroup[];
   installConfigId: string;
   uninstallConfigId: string;
-  /** Already checked against each config's inputs (service.ts); the uninstall's as NewNodegroup's. */
+  /** Already checked against the install config's inputs (service.ts); the uninstall's as NewNodegroup's. */
   installInputValues: Record<string, unknown>;
-  uninstallInputValues: Record<string, unknown>;
   /** As given (stored for display; masked above). */
   inputValues: Record<string, unknown>;
 }

@@ -622,6 +622,10 @@ export class ControllerService {
       ? await this.#resolveNodegroups(b.nodegroups, install, uninstall, values)
       : undefined;
     const nodes = nodegroups ? nodegroups.flatMap((g) => g.nodes) : b.nodes!;
+    const installInputValues = coerceInputValues(install, values);
+    // checked now, so a value the uninstall config refuses is refused at creation; a node's uninstall
+    // deployment, made at its first uninstall, coerces the stored values again (sql-tx.ts)
+    coerceInputValues(uninstall, values);
     const { result: cluster, changes } = await this.store.transaction((tx) =>
       this.clusters.create(
         tx,
@@ -631,8 +635,7 @@ export class ControllerService {
           ...(nodegroups ? { nodegroups } : {}),
           installConfigId: install.id,
           uninstallConfigId: uninstall.id,
-          installInputValues: coerceInputValues(install, values),
-          uninstallInputValues: coerceInputValues(uninstall, values),
+          installInputValues,
           inputValues: values,
         },
         who,
@@ -687,6 +690,8 @@ export class ControllerService {
       const gi = await config(g.install_config_id, install, 'install_config_id');
       const gu = await config(g.uninstall_config_id, uninstall, 'uninstall_config_id');
       const merged = { ...values, ...(g.input_values ?? {}) };
+      const installInputValues = coerceInputValues(gi, merged);
+      coerceInputValues(gu, merged); // (checked now, as the cluster's are in createCluster)
       out.push({
         name: g.name,
         role: g.role,
@@ -696,8 +701,7 @@ export class ControllerService {
         ownInputValues: g.input_values ?? null,
         installConfigId: gi.id,
         uninstallConfigId: gu.id,
-        installInputValues: coerceInputValues(gi, merged),
-        uninstallInputValues: coerceInputValues(gu, merged),
+        installInputValues,
       });
     }
     return out;

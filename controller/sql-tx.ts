@@ -533,6 +533,17 @@ export class SqlTx implements StoreTx {
       throw new HeraldError('unknown_node', `no node ${d.node}`, { field: 'node' });
     if (!(await this.#config(d.configId)))
       throw new HeraldError('unknown_config', `no config ${d.configId}`, { field: 'config_id' });
+    await this.#writeDeployment(id, d, clusterId, role, reason);
+  }
+
+  /** A deployment's row and its first revision's, with no check (#insertDeployment checks). */
+  async #writeDeployment(
+    id: string,
+    d: NewDeployment,
+    clusterId: string | null,
+    role: 'install' | 'uninstall' | 'health' | null,
+    reason: WakeReason,
+  ): Promise<void> {
     const now = this.#r.iso();
     await this.#s.depInsert.run(...this.#deploymentRow(id, d, clusterId, role, now));
     await this.#s.revInsert.run(...this.#revisionRow(id, d.node, d.actions, 1, d.action, d.inputValues, reason, now));
@@ -982,9 +993,7 @@ export class SqlTx implements StoreTx {
     };
     // the node needs no lock here (#insertDeployment's): a member cannot be deleted, and its row
     // goes only with its cluster or group, whose head this transaction holds (clusters/tx.ts)
-    const now = this.#r.iso();
-    await this.#s.depInsert.run(...this.#deploymentRow(id, d, clusterId, 'uninstall', now));
-    await this.#s.revInsert.run(...this.#revisionRow(id, node, actions, 1, action, d.inputValues, reason, now));
+    await this.#writeDeployment(id, d, clusterId, 'uninstall', reason);
     return { id, configId };
   }
 

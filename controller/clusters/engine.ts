@@ -106,7 +106,6 @@ export class ClusterEngine {
         installConfigId: c.installConfigId,
         uninstallConfigId: c.uninstallConfigId,
         installInputValues: c.installInputValues,
-        uninstallInputValues: c.uninstallInputValues,
       },
     ];
     // every install starts at once: the step's deadline is the longest of the groups' budgets
@@ -348,22 +347,18 @@ export class ClusterEngine {
     const action: DeployAction = removing ? 'DELETE' : 'RESTART';
     const reason: WakeReason = c.operation === 'restart' ? 'restart' : 'deployment';
     const depId = step === 'install' ? n.installDeploymentId : n.uninstallDeploymentId;
-    let d: { id: string; configId: string };
-    let made: string | undefined;
-    if (depId === null) {
-      d = await tx.newUninstallDeployment(c.id, n.node, CLUSTER_UNINSTALL_ACTIONS, action, reason);
-      made = d.id;
-    } else {
-      const current = await tx.deployment(depId);
-      if (!current) throw new HeraldError('not_found', `no deployment ${depId}`);
-      await tx.newRevision(current, action, reason);
-      d = current;
-    }
+    const current = depId === null ? undefined : await tx.deployment(depId);
+    if (current) await tx.newRevision(current, action, reason);
+    const d =
+      depId === null
+        ? await tx.newUninstallDeployment(c.id, n.node, CLUSTER_UNINSTALL_ACTIONS, action, reason)
+        : current;
+    if (!d) throw new HeraldError('not_found', `no deployment ${depId}`);
     const config = await tx.config(d.configId);
     if (!config) throw new HeraldError('internal', `deployment ${d.id} has no config ${d.configId}`);
     const deadlineMs = nowMs + stepBudgetMs(config, this.#marginS);
     const start: NodeStepChange = { type: 'start', step, deadlineMs };
-    if (made !== undefined) start.uninstallDeploymentId = made;
+    if (depId === null) start.uninstallDeploymentId = d.id;
     await tx.setNodeStep(c.id, n.node, start, nowMs);
     return deadlineMs;
   }

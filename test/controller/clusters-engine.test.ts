@@ -119,7 +119,7 @@ describe('cluster engine: create', () => {
             installConfigId: 'nope',
             uninstallConfigId: w.uninstall,
             installInputValues: {},
-            uninstallInputValues: {},
+
             inputValues: {},
           },
           WHO,

@@ -309,6 +309,19 @@ describe('node groups through the API', () => {
         inputs: [{ name: 'zone' }, { name: 'size', type: 'Number' }],
       })
     ).json.id as string;
+    // a value the uninstall config refuses is refused at creation, though its deployment is made later
+    for (const body of [
+      { ...base(), uninstall_config_id: ownUninstall, nodes: ['g1'], input_values: { size: 'big' } },
+      {
+        ...base(),
+        nodegroups: [{ name: 'own', nodes: ['g1'], uninstall_config_id: ownUninstall }],
+        input_values: { size: 'big' },
+      },
+    ]) {
+      const refused = await t.req(op, 'POST', '/v1/clusters', body);
+      expect(refused.json.error.code, JSON.stringify(refused.json)).toBe('bad_input_value');
+    }
+    expect((await t.req(op, 'GET', '/v1/clusters')).json.items).toEqual([]);
     const r = await t.req(op, 'POST', '/v1/clusters', {
       ...base(),
       name: 'lazy',

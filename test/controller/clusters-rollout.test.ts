@@ -31,7 +31,6 @@ async function world(spec: Array<{ name: string; role: 'master' | 'worker'; n: n
     installConfigId: install,
     uninstallConfigId: uninstall,
     installInputValues: {},
-    uninstallInputValues: {},
   }));
   const {
     result: { id },
@@ -295,7 +294,6 @@ describe('node groups added and removed', () => {
       installConfigId: install,
       uninstallConfigId: uninstall,
       installInputValues: {},
-      uninstallInputValues: {},
     };
     await w.data.run((tx) => w.engine.addNodegroup(tx, w.id, g, WHO, T0 + 10_000));
     expect(w.cluster().head.status).toBe('UPDATE_IN_PROGRESS');

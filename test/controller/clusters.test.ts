@@ -480,7 +480,7 @@ describe('large clusters in the store (real SQLite file)', () => {
           installConfigId: o.install,
           uninstallConfigId: o.uninstall,
           installInputValues: {},
-          uninstallInputValues: {},
+
           inputValues: {},
         },
         WHO,

@@ -116,7 +116,7 @@ describe('several stores on one database', () => {
       installConfigId: cfg.id,
       uninstallConfigId: cfg.id,
       installInputValues: {},
-      uninstallInputValues: {},
+
       inputValues: {},
     });
     const results = await Promise.allSettled(
@@ -149,7 +149,7 @@ describe('several stores on one database', () => {
             installConfigId: cfg.id,
             uninstallConfigId: cfg.id,
             installInputValues: {},
-            uninstallInputValues: {},
+
             inputValues: {},
           },
           WHO,

@@ -300,7 +300,6 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
         installConfigId: i,
         uninstallConfigId: u,
         installInputValues: {},
-        uninstallInputValues: {},
       });
       const {
         result: { id: clusterId },
@@ -412,7 +411,6 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       installConfigId: i,
       uninstallConfigId: u,
       installInputValues: { step: 'in' },
-      uninstallInputValues: {},
     });
 
     it("writes every member's deployments, revisions and row together, and its change set names each node", async () => {

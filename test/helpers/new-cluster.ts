@@ -7,5 +7,5 @@ import type { NewCluster } from '../../controller/records.js';
 export function newCluster(
   o: Pick<NewCluster, 'nodes' | 'installConfigId' | 'uninstallConfigId'> & Partial<NewCluster>,
 ): NewCluster {
-  return { name: 'k', installInputValues: {}, uninstallInputValues: {}, inputValues: {}, ...o };
+  return { name: 'k', installInputValues: {}, inputValues: {}, ...o };
 }
