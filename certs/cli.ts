@@ -153,6 +153,7 @@ Layout of a PKI directory:
 
   certs
     .command('list')
+    .alias('ls')
     .description('list the certificates in the PKI: role, name, serial, expiry, revoked')
     .requiredOption('--dir <pki>', 'PKI directory')
     .option('--json', 'print JSON instead of a table', false)

@@ -121,6 +121,10 @@ function waitExitCode(stillBusy: boolean, failed: boolean): number | undefined {
 /** A leaf subcommand with the examples shown under its help. */
 function leaf(parent: Command, nameAndArgs: string, description: string, examples: string[]): Command {
   const c = parent.command(nameAndArgs).description(description);
+  // operators come from the openstack CLI (`list`) and from Unix (`ls`): a lister answers to both
+  const verb = nameAndArgs.split(' ')[0];
+  if (verb === 'ls') c.alias('list');
+  else if (verb === 'list') c.alias('ls');
   c.configureHelp({ showGlobalOptions: true });
   if (examples.length) c.addHelpText('after', `\nExamples:\n${examples.map((e) => `  $ ${e}`).join('\n')}\n`);
   return c;

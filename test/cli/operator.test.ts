@@ -38,7 +38,7 @@ describe('herald node', { timeout: 60_000 }, () => {
     expect(add).toMatchObject({ code: 0, stderr: '' });
     expect(add.stdout).toMatch(/web1/);
 
-    const ls = await runCli(['node', 'ls', ...conn]);
+    const ls = await runCli(['node', 'list', ...conn]);
     expect(ls.code).toBe(0);
     const [header, ...rows] = ls.stdout.trimEnd().split('\n');
     expect(header).toMatch(/^ID\s+ENDPOINT\s+PUSH/);
