@@ -7,10 +7,11 @@
  * same way; what differs between them is only what they hand in.
  *
  * `assembleAgent()` checks and opens everything that can be refused at start-up (the identity,
- * the JWKS, a wildcard listen address without an advertised one, a state or hooks dir another
- * user could write when running as root); `start()` recovers, listens, announces and polls.
+ * the JWKS, a wildcard listen address without an advertised one, a PKI file, state or hooks dir
+ * another user could write when running as root); `start()` recovers, listens, announces and polls.
  */
 import { readTrustDomain } from '../certs/trust-domain.js';
+import fs from 'node:fs';
 import path from 'node:path';
 import { codeOf, ConfigError } from '../protocol/errors.js';
 import type { FetchState, SignalledFrame } from '../protocol/frames.js';
@@ -24,7 +25,7 @@ import {
   POLL_INTERVAL_MS,
 } from '../protocol/limits.js';
 import { WakeVerifier, type WakeClaims } from '../protocol/wake.js';
-import { materialPaths } from '../certs/paths.js';
+import { materialPaths, pkiPaths } from '../certs/paths.js';
 import { PkiMaterial, refusalCodeOf, type Logger } from '../certs/tls.js';
 import { ApplyLoop, type ApplyLoopOptions } from './apply.js';
 import type { HookLauncher } from './hooks/launcher.js';
@@ -39,7 +40,7 @@ import { OutboxStore } from './outbox-store.js';
 import { OutputSender } from './output-sender.js';
 import { Poller, realTimers } from './poller.js';
 import { CertificateRenewer } from './renewal.js';
-import { checkRootOwned, UnsafeStateDirError, type OwnerFs } from './root-owned.js';
+import { checkRootOwned, checkRootOwnedPki, UnsafePathError, type OwnerFs } from './root-owned.js';
 import { AgentState } from './state.js';
 
 export interface HostPort {
@@ -127,7 +128,7 @@ export interface AgentDeps {
   runFetch?: <T>(fetch: () => Promise<T>) => Promise<T>;
   /** Watch the PKI files for rotation and revocation (default true). */
   watchPki?: boolean;
-  /** The effective uid the root-ownership checks go by (default process.getuid()). */
+  /** The effective uid the root-ownership checks (state, hooks, PKI) go by (default process.getuid()). */
   uid?: number | undefined;
   /** The file system those checks stat (default node:fs). */
   ownerFs?: OwnerFs;
@@ -167,7 +168,7 @@ export interface AssembledAgent {
 /**
  * Assembles the agent's parts and opens its state dir.
  * @throws ConfigError naming the option when the configuration or PKI is unusable
- *   (`unsafe_state_dir` when running as root over a dir another user could write)
+ *   (`unsafe_state_dir`, `unsafe_pki` when running as root over a file or dir another user could write)
  */
 export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<AssembledAgent> {
   const { log, observe = {} } = deps;
@@ -178,18 +179,39 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
   const controllerIds: ControllerIds = parseControllerIds(cfg.controllerId);
   parseControllerUrls(cfg.controller); // refused here, before anything is opened
   const paths = materialPaths(cfg.pki, 'agent', cfg.node);
-  const trustDomain =
-    cfg.trustDomain ?? readTrustDomain(cfg.pki, { caPath: cfg.ca ?? paths.caPath, fallback: DEFAULT_TRUST_DOMAIN });
-  const material = new PkiMaterial({
-    caPath: cfg.ca ?? paths.caPath,
-    certPath: cfg.cert ?? paths.certPath,
-    keyPath: cfg.key ?? paths.keyPath,
-    revokedPath: paths.revokedPath,
-    jwksPath: paths.jwksPath,
-    trustDomain,
-    logger: log,
-    watch: deps.watchPki ?? true,
-  });
+  const uid = 'uid' in deps ? deps.uid : process.getuid?.();
+  // as root: a PKI file someone else could write would let them choose whom the agent obeys;
+  // checked for every file PkiMaterial reads, at start and at every reload
+  const checkPki = (file: string): void =>
+    checkRootOwnedPki(file, { uid, ...(deps.ownerFs ? { fs: deps.ownerFs } : {}) });
+  const logUnsafe = (err: unknown, msg: string): void => {
+    if (err instanceof UnsafePathError) {
+      log.error({ code: err.code, field: err.field, path: err.path, owner: err.ownerUid, mode: err.mode }, msg);
+    }
+  };
+  let material: PkiMaterial;
+  try {
+    if (fs.existsSync(cfg.pki)) checkPki(cfg.pki);
+    const meta = pkiPaths(cfg.pki).meta;
+    if (cfg.trustDomain === undefined && fs.existsSync(meta)) checkPki(meta);
+    const trustDomain =
+      cfg.trustDomain ?? readTrustDomain(cfg.pki, { caPath: cfg.ca ?? paths.caPath, fallback: DEFAULT_TRUST_DOMAIN });
+    material = new PkiMaterial({
+      caPath: cfg.ca ?? paths.caPath,
+      certPath: cfg.cert ?? paths.certPath,
+      keyPath: cfg.key ?? paths.keyPath,
+      revokedPath: paths.revokedPath,
+      jwksPath: paths.jwksPath,
+      trustDomain,
+      logger: log,
+      watch: deps.watchPki ?? true,
+      checkFile: checkPki,
+    });
+  } catch (err) {
+    logUnsafe(err, 'refusing to start: unsafe PKI file or directory');
+    throw err;
+  }
+  const trustDomain = material.options.trustDomain;
   const refuse = (err: Error): never => {
     material.close();
     throw err;
@@ -223,24 +245,19 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
   // ---- durable state -----------------------------------------------------------------------
   // absolute: hooks run with their run directory as the working directory
   const stateDir = path.resolve(cfg.stateDir);
-  // as root: nothing anyone else could write is trusted (SPEC §4); checked before the state dir
+  // as root: nothing anyone else could write is trusted (root-owned.ts); checked before the state dir
   // is touched, and again once it exists (it may have been made meanwhile by someone else)
   const ownership = {
     stateDir,
     hooksDir: cfg.hooksDir,
-    uid: 'uid' in deps ? deps.uid : process.getuid?.(),
+    uid,
     ...(deps.ownerFs ? { fs: deps.ownerFs } : {}),
   };
   const checkOwnership = (): void => {
     try {
       checkRootOwned(ownership);
     } catch (err) {
-      if (err instanceof UnsafeStateDirError) {
-        log.error(
-          { code: err.code, field: err.field, path: err.path, owner: err.ownerUid, mode: err.mode },
-          'refusing to start: unsafe state or hooks dir',
-        );
-      }
+      logUnsafe(err, 'refusing to start: unsafe state or hooks dir');
       refuse(err as Error);
     }
   };

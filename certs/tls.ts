@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 import tls from 'node:tls';
-import { ConfigError, HeraldError, RefusalError, type ErrorCode } from '../protocol/errors.js';
+import { codeOf, ConfigError, HeraldError, RefusalError, type ErrorCode } from '../protocol/errors.js';
 import { API_KEEP_ALIVE_TIMEOUT_MS } from '../protocol/limits.js';
 import type { Role } from '../protocol/identity.js';
 import { describeExpectedServer, isExpectedServer, type ExpectedServer } from './expected-server.js';
@@ -57,6 +57,12 @@ export interface PkiMaterialOptions {
   debounceMs?: number | undefined;
   /** Watch the files' directories (default true); tests may call reload() instead. */
   watch?: boolean | undefined;
+  /**
+   * Called with each file's path after it is read and before its content is used, at start and
+   * at every reload; throws to refuse the file (an agent running as root: agent/root-owned.ts).
+   * At start the refusal is thrown as is; at a reload the file keeps its last good content.
+   */
+  checkFile?: ((file: string) => void) | undefined;
 }
 
 /** The parsed JWKS as read from disk; its keys are checked by protocol/, not here. */
@@ -140,6 +146,7 @@ export class PkiMaterial extends EventEmitter {
       this.#revoked = this.#loadRevoked(undefined);
       this.#jwks = this.#loadJwks(undefined);
     } catch (err) {
+      if (err instanceof ConfigError) throw err;
       if (err instanceof HeraldError && err.code === 'pki_missing')
         throw new ConfigError(err.message, { cause: err, code: 'pki_missing' });
       throw new ConfigError(err instanceof Error ? err.message : String(err), { cause: err });
@@ -240,13 +247,16 @@ export class PkiMaterial extends EventEmitter {
     this.#watchers = [];
   }
 
-  #loadError(file: string, err: unknown): void {
+  #loadError(part: string, err: unknown): void {
+    // a refusal names its own file (the CA, say, while reloading the certificate and key)
+    const named = (err as { path?: unknown }).path;
+    const file = typeof named === 'string' ? named : part;
     if (err instanceof KeyMismatchError) {
       // usual mid-renewal (key and certificate are replaced one after the other): the second
       // replace triggers another reload
       this.#log.warn({ file, err }, 'key and certificate do not match (yet); keeping the last good pair');
     } else {
-      this.#log.error({ file, err }, 'PKI file not loaded; keeping the last good content');
+      this.#log.error({ file, code: codeOf(err), err }, 'PKI file not loaded; keeping the last good content');
     }
     this.emit('load-error', { file, error: err });
   }
@@ -276,9 +286,9 @@ export class PkiMaterial extends EventEmitter {
 
   #loadTls(): TlsPart {
     const o = this.options;
-    const ca = mustRead(o.caPath, 'CA certificate');
-    const cert = mustRead(o.certPath, 'certificate');
-    const key = mustRead(o.keyPath, 'private key');
+    const ca = this.#read(o.caPath, 'CA certificate');
+    const cert = this.#read(o.certPath, 'certificate');
+    const key = this.#read(o.keyPath, 'private key');
     const caCerts = splitPemCertificates(ca, o.caPath);
     let x: crypto.X509Certificate;
     let k: crypto.KeyObject;
@@ -321,6 +331,7 @@ export class PkiMaterial extends EventEmitter {
       this.#log.warn({ file }, 'no revoked.json: no certificate or signing key is revoked');
       return { raw: undefined, serials: new Set(), kids: new Set() };
     }
+    this.options.checkFile?.(file);
     if (prev?.raw && raw.equals(prev.raw)) return prev;
     const list = parseRevoked(raw, file);
     return { raw, serials: new Set(list.serials), kids: new Set(list.kids) };
@@ -329,7 +340,7 @@ export class PkiMaterial extends EventEmitter {
   #loadJwks(prev: JwksPart | undefined): JwksPart {
     const file = this.options.jwksPath;
     if (!file) return prev ?? { raw: undefined, jwks: undefined };
-    const raw = mustRead(file, 'JWKS');
+    const raw = this.#read(file, 'JWKS');
     if (prev?.raw && raw.equals(prev.raw)) return prev;
     let j: unknown;
     try {
@@ -342,6 +353,13 @@ export class PkiMaterial extends EventEmitter {
       throw new HeraldError('bad_option', `${file} is not a JWKS ({"keys":[..]})`);
     }
     return { raw, jwks: { keys: keys as Array<Record<string, unknown>> } };
+  }
+
+  /** Every file is read through here (revoked.json aside, which may be missing): none escapes `checkFile`. */
+  #read(file: string, what: string): Buffer {
+    const raw = mustRead(file, what);
+    this.options.checkFile?.(file);
+    return raw;
   }
 
   #makeSnapshot(): MaterialSnapshot {

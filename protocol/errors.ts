@@ -124,6 +124,8 @@ export const ERROR_CODES = {
     "a hook's answer (or its outputs) is nested deeper than 64 levels: the deployment fails and the answer is not read",
   unsafe_state_dir:
     'the agent runs as root and its state dir, a directory above it, the hooks dir or a hook is not root-owned or is writable by group/others: it refuses to start',
+  unsafe_pki:
+    'the agent runs as root and a PKI file it trusts (CA, its certificate or key, JWKS, revoked.json, pki.json), the PKI dir or a directory on the way is not root-owned or is writable by group/others: it refuses to start, or a running agent keeps the last good content',
 
   // push dialer (controller → agent listener): a node's `last_error` and dial-failure metric
   connection_refused: "nothing listens at the node's endpoint (TCP connection refused)",

@@ -4,6 +4,7 @@
 // beside the systemd unit and the cloud-init example. Bundled by esbuild from the TypeScript
 // sources (cli/agent-main.ts and what it imports: the agent, protocol/, certs/ reading only).
 import fs from 'node:fs';
+import { builtinModules } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { execFileSync } from 'node:child_process';
@@ -36,6 +37,42 @@ function requireLikeImport() {
   };
 }
 
+/**
+ * ws's optional native accelerators (`bufferutil`, `utf-8-validate`) become a module that throws:
+ * ws require()s each in a try/catch and takes its own JavaScript path. Left external, each was
+ * looked up in every node_modules above the file and run, as root: code from outside the file.
+ */
+const ABSENT = ['bufferutil', 'utf-8-validate'];
+function absentModules() {
+  return {
+    name: 'absent-modules',
+    setup(b) {
+      const filter = new RegExp(`^(${ABSENT.join('|')})$`);
+      b.onResolve({ filter }, (a) => ({ path: a.path, namespace: 'herald-absent' }));
+      b.onLoad({ filter: /.*/, namespace: 'herald-absent' }, (a) => ({
+        contents: `throw new Error(${JSON.stringify(`${a.path} is not part of herald-agent`)});`,
+        loader: 'js',
+      }));
+    },
+  };
+}
+
+/**
+ * The bundle may load Node's built-ins and nothing else (docs/installing.md): any other module
+ * left external would be looked up in the node_modules directories above wherever the file is.
+ */
+function onlyBuiltins(result, what) {
+  const builtin = new Set(builtinModules);
+  const outside = Object.values(result.metafile.outputs)
+    .flatMap((o) => o.imports)
+    .filter((i) => i.external && !i.path.startsWith('node:') && !builtin.has(i.path))
+    .map((i) => i.path);
+  if (outside.length > 0) {
+    console.error(`package: ${what} would load ${[...new Set(outside)].join(', ')} from outside itself`);
+    process.exit(1);
+  }
+}
+
 const r = await build({
   entryPoints: [path.join(root, 'cli', 'agent-main.ts')],
   outfile: file,
@@ -46,15 +83,14 @@ const r = await build({
   minify: false,
   legalComments: 'eof',
   metafile: true,
-  // ws loads these optional native accelerators in a try/catch: the bundle runs without them
-  external: ['bufferutil', 'utf-8-validate'],
   // CommonJS dependencies (pino, ws, commander) call require(): give the ES module one
   banner: {
     js: `#!/usr/bin/env node\n// herald-agent ${version}: built by npm run package; runs with node 20 or newer, nothing else.\nimport { createRequire as __heraldRequire } from 'node:module';\nconst require = __heraldRequire(import.meta.url);`,
   },
   logLevel: 'warning',
-  plugins: [requireLikeImport()],
+  plugins: [absentModules(), requireLikeImport()],
 });
+onlyBuiltins(r, 'herald-agent.mjs');
 const inputs = Object.keys(r.metafile.inputs);
 const forbidden = inputs.filter((i) => /better-sqlite3|node-forge|sodium-native|controller\/|\.node$/.test(i));
 if (forbidden.length > 0) {
@@ -76,17 +112,18 @@ if (process.argv.includes('--sea')) {
   const work = fs.mkdtempSync(path.join(out, '.sea-'));
   try {
     const cjs = path.join(work, 'herald-agent.cjs');
-    await build({
+    const sea = await build({
       entryPoints: [path.join(root, 'cli', 'agent-main.ts')],
       outfile: cjs,
       bundle: true,
       platform: 'node',
       format: 'cjs',
       target: 'node20',
-      external: ['bufferutil', 'utf-8-validate'],
+      metafile: true,
       logLevel: 'warning',
-      plugins: [requireLikeImport()],
+      plugins: [absentModules(), requireLikeImport()],
     });
+    onlyBuiltins(sea, 'the single executable');
     const blob = path.join(work, 'sea-prep.blob');
     const config = path.join(work, 'sea-config.json');
     fs.writeFileSync(config, JSON.stringify({ main: cjs, output: blob, disableExperimentalSEAWarning: true }));

@@ -1,6 +1,7 @@
 /**
- * An agent running as root trusts nothing on disk that another user owns or could write (SPEC
- * §4, issue 11 item 3): the state dir and every directory above it, the hooks dir and its hooks.
+ * An agent running as root trusts nothing on disk that another user owns or could write
+ * (SECURITY.md, "5. The agent's state dir"): the state dir and every directory above it, the
+ * hooks dir and its hooks.
  * Real directories (chowned to another uid where this runs as root) and an injected file system
  * (so the check is proven without being root).
  */
@@ -142,5 +143,19 @@ describe.skipIf(!isRoot)('as root, with real ownership', () => {
     const link = path.join(base, 'real', 'link');
     fs.symlinkSync(target, link);
     expect(verdict({ stateDir: link, uid: 0 })).toMatchObject({ code: 'unsafe_state_dir' });
+  });
+
+  it('a symlink on the way that sits in a directory another user owns is refused, though it leads somewhere safe', () => {
+    // state -> theirs/hop -> safe: the real path is root's all the way, but uid 65534 can point
+    // theirs/hop anywhere at any time
+    const safe = mk('real', 'safe-state');
+    const theirs = mk('real', 'theirs');
+    fs.chmodSync(theirs, 0o755);
+    fs.symlinkSync(safe, path.join(theirs, 'hop'));
+    fs.chownSync(theirs, NOBODY, NOBODY);
+    const state = path.join(base, 'real', 'state-via-theirs');
+    fs.symlinkSync(path.join(theirs, 'hop'), state);
+    expect(verdict({ stateDir: safe, uid: 0 })).toBe('ok');
+    expect(verdict({ stateDir: state, uid: 0 })).toEqual({ code: 'unsafe_state_dir', field: 'state-dir' });
   });
 });

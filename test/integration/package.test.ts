@@ -6,6 +6,7 @@
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import { builtinModules } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,6 +25,8 @@ import {
 } from '../helpers/procs.js';
 
 const built = isBuilt();
+/** Modules an old bundle looked up outside itself (ws's optional native accelerators). */
+const TRAPPED = ['bufferutil', 'utf-8-validate'];
 const PACKAGE = path.join(REPO, 'dist', 'package');
 let c: Cluster;
 let nodeDir: string;
@@ -44,6 +47,16 @@ describe.skipIf(!built)('the agent package (npm run package)', { timeout: 90_000
     fs.mkdirSync(path.join(nodeDir, 'bin'));
     fs.copyFileSync(path.join(PACKAGE, 'herald-agent'), path.join(nodeDir, 'bin', 'herald-agent'));
     fs.chmodSync(path.join(nodeDir, 'bin', 'herald-agent'), 0o755);
+    // a node_modules above the file, as a root agent could find one: each module would leave a mark
+    for (const m of TRAPPED) {
+      const d = path.join(nodeDir, 'node_modules', m);
+      fs.mkdirSync(d, { recursive: true });
+      fs.writeFileSync(path.join(d, 'package.json'), JSON.stringify({ name: m, version: '99.0.0', main: 'index.js' }));
+      fs.writeFileSync(
+        path.join(d, 'index.js'),
+        `require('node:fs').writeFileSync(${JSON.stringify(path.join(nodeDir, `loaded-${m}`))}, 'x');\nmodule.exports = {};\n`,
+      );
+    }
     for (const n of ['pkg1', 'pkg2']) {
       const bundle = heraldSync([
         'certs',
@@ -141,6 +154,27 @@ describe.skipIf(!built)('the agent package (npm run package)', { timeout: 90_000
 
   it('the single executable (node and the agent in one file) does the same with no node installed beside it', async () => {
     await runPackaged([path.join(nodeDir, 'bin', 'herald-agent')], 'pkg2');
+  });
+
+  it("requires and imports nothing but Node's built-ins", () => {
+    const text = fs.readFileSync(path.join(PACKAGE, 'herald-agent.mjs'), 'utf8');
+    const specs = new Set<string>();
+    for (const re of [
+      /\b(?:__require|require)\(\s*["'`]([^"'`]+)["'`]\s*\)/g,
+      /\bimport\(\s*["'`]([^"'`]+)["'`]\s*\)/g,
+      /^\s*(?:import|export)\b[^;'"]*?\bfrom\s*["']([^"']+)["']/gm,
+      /^\s*import\s*["']([^"']+)["']/gm,
+    ])
+      for (const m of text.matchAll(re)) specs.add(m[1]!);
+    expect(specs.size).toBeGreaterThan(10); // the scan sees the bundle's requires at all
+    const builtin = new Set(builtinModules);
+    expect([...specs].filter((s) => !s.startsWith('node:') && !builtin.has(s))).toEqual([]);
+  });
+
+  it('loaded nothing from the node_modules above it while it ran (a planted bufferutil and utf-8-validate)', () => {
+    // after the runs above, which opened WebSockets (ws looks for both when it loads)
+    expect(agents.length).toBeGreaterThan(0);
+    expect(TRAPPED.filter((m) => fs.existsSync(path.join(nodeDir, `loaded-${m}`)))).toEqual([]);
   });
 
   const analyze = spawnSync('systemd-analyze', ['--version'], { stdio: 'ignore' }).status === 0;

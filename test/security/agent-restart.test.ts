@@ -11,6 +11,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MetadataItem } from '../../protocol/heat.js';
 import { sha256b64url, signMetadata } from '../../protocol/metadata.js';
+import { pkiPaths } from '../../certs/paths.js';
 import { hasExited, startHerald, stopProc, type Proc } from '../helpers/procs.js';
 import { Battery, isBuilt, jsonLines, QUIET_POLL, waitFor, type AgentProc } from './helpers/battery.js';
 import { FakeController, type MetadataAnswer } from './helpers/fake-controller.js';
@@ -112,40 +113,44 @@ describe.skipIf(!built)('agent restart: run directories a killed agent left', ()
   }, 60_000);
 });
 
-describe.skipIf(!built || !isRoot)('agent restart: as root, a state dir someone else owns', () => {
-  /** Starts `herald agent` for `node` with `stateDir`; resolves with its exit code and log lines. */
-  async function startRefused(
-    node: string,
-    stateDir: string,
-    hooksDir: string,
-  ): Promise<{ code: number | null; lines: Array<Record<string, unknown>>; stderr: string }> {
-    await b.issue('agent', node);
-    const proc = startHerald(
-      `refused-${node}`,
-      [
-        'agent',
-        '--node',
-        node,
-        '--controller',
-        fake.url,
-        '--listen',
-        '127.0.0.1:0',
-        '--pki',
-        b.pkiDir,
-        '--state-dir',
-        stateDir,
-        '--hooks-dir',
-        hooksDir,
-        ...QUIET_POLL,
-      ],
-      b.work,
-    );
-    extra.push(proc);
-    await Promise.race([proc.exited, new Promise((r) => setTimeout(r, 20_000))]);
-    expect(hasExited(proc)).toBe(true);
-    return { code: proc.child.exitCode, lines: jsonLines(proc.log()), stderr: proc.log() };
-  }
+/**
+ * Starts `herald agent` for `node` (issued in the battery's PKI when `pkiDir` is not given) with
+ * `stateDir`; resolves with its exit code and log lines.
+ */
+async function startRefused(
+  node: string,
+  stateDir: string,
+  hooksDir: string,
+  pkiDir?: string,
+): Promise<{ code: number | null; lines: Array<Record<string, unknown>>; stderr: string }> {
+  if (pkiDir === undefined) await b.issue('agent', node);
+  const proc = startHerald(
+    `refused-${node}`,
+    [
+      'agent',
+      '--node',
+      node,
+      '--controller',
+      fake.url,
+      '--listen',
+      '127.0.0.1:0',
+      '--pki',
+      pkiDir ?? b.pkiDir,
+      '--state-dir',
+      stateDir,
+      '--hooks-dir',
+      hooksDir,
+      ...QUIET_POLL,
+    ],
+    b.work,
+  );
+  extra.push(proc);
+  await Promise.race([proc.exited, new Promise((r) => setTimeout(r, 20_000))]);
+  expect(hasExited(proc)).toBe(true);
+  return { code: proc.child.exitCode, lines: jsonLines(proc.log()), stderr: proc.log() };
+}
 
+describe.skipIf(!built || !isRoot)('agent restart: as root, a state dir someone else owns', () => {
   // each: [title, node, make it unsafe (returns the state dir and hooks dir), the path refused]
   const cases: Array<[string, string, () => { state: string; hooks: string; bad: string }]> = [
     [
@@ -233,6 +238,79 @@ describe.skipIf(!built || !isRoot)('agent restart: as root, a state dir someone 
     const a = await b.startAgent('u6', { controllerUrl: fake.url, hooksDir: mkHooks('u6') });
     expect(a.lines().some((l) => l.msg === 'agent started')).toBe(true);
     expect(fs.statSync(state).uid).toBe(0);
+  }, 30_000);
+});
+
+describe.skipIf(!built || !isRoot)('agent restart: as root, a PKI file someone else could write', () => {
+  /** The agent's part of the battery's PKI (never the CA key) for `node`, in a root-owned 0700 `dir`. */
+  async function agentPki(node: string, dir: string): Promise<ReturnType<typeof pkiPaths>> {
+    await b.issue('agent', node);
+    const from = pkiPaths(b.pkiDir);
+    const to = pkiPaths(dir);
+    fs.mkdirSync(to.roleDir('agent'), { recursive: true, mode: 0o700 });
+    for (const f of ['caCrt', 'jwks', 'revoked', 'meta'] as const) fs.copyFileSync(from[f], to[f]);
+    fs.copyFileSync(from.cert('agent', node), to.cert('agent', node));
+    fs.copyFileSync(from.key('agent', node), to.key('agent', node));
+    return to;
+  }
+
+  // each: [title, node, make its PKI unsafe (returns the PKI dir and the path refused)]
+  const cases: Array<[string, string, (node: string) => Promise<{ pki: string; bad: string }>]> = [
+    [
+      'a CA certificate owned by uid 65534 (who could add a CA of their own)',
+      'p1',
+      async (node) => {
+        const p = await agentPki(node, path.join(b.work, `pki-${node}`));
+        fs.chownSync(p.caCrt, 65534, 65534);
+        return { pki: p.dir, bad: p.caCrt };
+      },
+    ],
+    [
+      'a JWKS writable by its group (who could add a signing key)',
+      'p2',
+      async (node) => {
+        const p = await agentPki(node, path.join(b.work, `pki-${node}`));
+        fs.chmodSync(p.jwks, 0o664);
+        return { pki: p.dir, bad: p.jwks };
+      },
+    ],
+    [
+      'a PKI dir under a directory writable by others, without the sticky bit',
+      'p3',
+      async (node) => {
+        const open = path.join(b.work, `open-${node}`);
+        fs.mkdirSync(open);
+        fs.chmodSync(open, 0o777);
+        const p = await agentPki(node, path.join(open, 'pki'));
+        return { pki: p.dir, bad: open };
+      },
+    ],
+  ];
+
+  it.each(cases)(
+    '%s: the agent refuses to start with unsafe_pki',
+    async (_title, node, unsafe) => {
+      const { pki, bad } = await unsafe(node);
+      const state = path.join(b.work, `state-${node}`);
+      const hooks = path.join(b.work, `hooks-${node}`);
+      fs.mkdirSync(hooks, { mode: 0o755 });
+      const r = await startRefused(node, state, hooks, pki);
+      expect(r.code).not.toBe(0);
+      expect(r.code).not.toBeNull();
+      const line = r.lines.find((l) => l.code === 'unsafe_pki');
+      expect(line, r.stderr.slice(-2000)).toMatchObject({ code: 'unsafe_pki', path: fs.realpathSync(bad) });
+      expect(r.stderr).toContain('herald: unsafe_pki:');
+      expect(r.lines.some((l) => l.msg === 'agent started')).toBe(false);
+      expect(fs.existsSync(state)).toBe(false);
+      expect(fake.requests.filter((q) => q.path.includes(`/nodes/${node}/`))).toEqual([]);
+    },
+    30_000,
+  );
+
+  it('control: the same agent with a root-owned PKI copy starts', async () => {
+    const p = await agentPki('p4', path.join(b.work, 'pki-p4'));
+    const a = await b.startAgent('p4', { controllerUrl: fake.url, extra: ['--pki', p.dir] });
+    expect(a.lines().some((l) => l.msg === 'agent started')).toBe(true);
   }, 30_000);
 });
 
