@@ -614,26 +614,28 @@ describe('signals over the push connection', () => {
       'bad_response',
     ],
   ];
-  for (const [what, make, code] of unsigned) {
-    it(`an answer not signed for this signal is not taken (${what}: ${code}): the fetcher signals over HTTPS`, async () => {
-      const { listener, port, lines } = await listen();
-      const ctl = await provenController(port);
-      const pending = listener.signalOverPush(NONCE, 'd1', 2, Buffer.from(JSON.stringify(RESULT)), 5_000)!;
-      ctl.ws.send(make(await ctl.nextSignal()));
-      expect(await thrownCodeAsync(pending)).toBe(code);
-      expect(lines.some((l) => l.code === code)).toBe(true);
-      ctl.ws.on('message', (d: Buffer) => {
-        const f = decodeAgentFrame(d);
-        if (f.type === 'signal') ctl.ws.send(make(f));
+  describe('an answer not signed for this signal is not taken, and the fetcher signals over HTTPS:', () => {
+    for (const [what, make, code] of unsigned) {
+      it(what, async () => {
+        const { listener, port, lines } = await listen();
+        const ctl = await provenController(port);
+        const pending = listener.signalOverPush(NONCE, 'd1', 2, Buffer.from(JSON.stringify(RESULT)), 5_000)!;
+        ctl.ws.send(make(await ctl.nextSignal()));
+        expect(await thrownCodeAsync(pending)).toBe(code);
+        expect(lines.some((l) => l.code === code)).toBe(true);
+        ctl.ws.on('message', (d: Buffer) => {
+          const f = decodeAgentFrame(d);
+          if (f.type === 'signal') ctl.ws.send(make(f));
+        });
+        const fetcher = fetcherOf(listener);
+        await expect(fetcher.signal('/v1/nodes/n1/deployments/d1/signal', RESULT, 'd1')).rejects.toMatchObject({
+          code: 'ECONNREFUSED',
+        });
+        expect(fetcher.pushSignals).toBe(0);
+        expect(listener.stats).toMatchObject({ pushSignals: 2, pushSignalsAnswered: 0 });
       });
-      const fetcher = fetcherOf(listener);
-      await expect(fetcher.signal('/v1/nodes/n1/deployments/d1/signal', RESULT, 'd1')).rejects.toMatchObject({
-        code: 'ECONNREFUSED',
-      });
-      expect(fetcher.pushSignals).toBe(0);
-      expect(listener.stats).toMatchObject({ pushSignals: 2, pushSignalsAnswered: 0 });
-    });
-  }
+    }
+  });
 
   it('the fetcher signals over the push connection, and over HTTPS when it gives no answer or cannot take it', async () => {
     const { listener, port } = await listen();
