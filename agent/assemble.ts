@@ -285,8 +285,8 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     // over the push connection whose controller offers it; the listener is made below
     pushFetch: (nonce, ifNoneMatch, timeoutMs): Promise<PushFetchAnswer> | null =>
       listener.fetchOverPush(nonce, ifNoneMatch, timeoutMs),
-    pushSignal: (nonce, deploymentId, body, timeoutMs): Promise<SignalledFrame> | null =>
-      listener.signalOverPush(nonce, deploymentId, body, timeoutMs),
+    pushSignal: (nonce, deploymentId, revision, body, timeoutMs): Promise<SignalledFrame> | null =>
+      listener.signalOverPush(nonce, deploymentId, revision, body, timeoutMs),
     pushHealthy: (): boolean => listener.isPushHealthy(),
     log,
   });

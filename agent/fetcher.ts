@@ -71,12 +71,13 @@ export interface FetcherOptions {
    */
   pushFetch?: (nonce: string, ifNoneMatch: string | undefined, timeoutMs: number) => Promise<PushFetchAnswer> | null;
   /**
-   * Sends a signal on a push connection (WakeListener.signalOverPush): null when none can take it.
-   * Absent: signals go over HTTPS only.
+   * Sends a signal on a push connection (WakeListener.signalOverPush): null when none can take it;
+   * resolves only with an answer signed for this signal. Absent: signals go over HTTPS only.
    */
   pushSignal?: (
     nonce: string,
     deploymentId: string,
+    revision: number,
     body: Uint8Array,
     timeoutMs: number,
   ) => Promise<SignalledFrame> | null;
@@ -326,7 +327,8 @@ export class Fetcher {
 
   /**
    * Sends one signal: over the push connection when one takes it (SPEC §2), else, or when that
-   * gets no answer or cannot take it there (503 `signal_unavailable`), over HTTPS. Any other
+   * gets no answer, an answer not signed for it, or cannot take it there (503
+   * `signal_unavailable`), over HTTPS. Any other
    * answer is the route's (a database outage's 503 is retried by the outbox, not doubled here).
    * Resolves with the status and its Retry-After (the outbox decides what they mean). A signal
    * the push connection recorded but whose answer was lost is recorded once: the HTTPS retry is
@@ -335,7 +337,7 @@ export class Fetcher {
    */
   async signal(path: string, body: SignalBody, deploymentId: string): Promise<SignalAnswer> {
     const bytes = Buffer.from(JSON.stringify(body));
-    const overPush = await this.#signalOverPush(deploymentId, bytes);
+    const overPush = await this.#signalOverPush(deploymentId, body.revision, bytes);
     if (overPush !== null) return overPush;
     const res = await this.#request('POST', path, { body: bytes, maxBytes: MAX_REQUEST_BODY_BYTES });
     const retryAfter = res.status === 429 ? retryAfterMs(res.headers['retry-after']) : undefined;
@@ -343,8 +345,8 @@ export class Fetcher {
   }
 
   /** The signal's answer over a push connection; null when none took it, it failed or could not take it there. */
-  async #signalOverPush(deploymentId: string, bytes: Buffer): Promise<SignalAnswer | null> {
-    const pending = this.#o.pushSignal?.(newNonce(), deploymentId, bytes, this.#timeoutMs) ?? null;
+  async #signalOverPush(deploymentId: string, revision: number, bytes: Buffer): Promise<SignalAnswer | null> {
+    const pending = this.#o.pushSignal?.(newNonce(), deploymentId, revision, bytes, this.#timeoutMs) ?? null;
     if (pending === null) return null;
     try {
       const a = await pending;
@@ -368,7 +370,9 @@ export class Fetcher {
   }
 
   /**
-   * Posts one live output chunk (SPEC §8). Resolves with the HTTP status and a 429's Retry-After.
+   * Posts one live output chunk (SPEC §8), over HTTPS only: a chunk is result data, and the push
+   * connection's peer may be anyone holding a controller TLS key (agent/listener.ts). Resolves
+   * with the HTTP status and a 429's Retry-After.
    * @throws a network or TLS error
    */
   async output(path: string, body: OutputChunkBody): Promise<{ status: number; retryAfterMs?: number }> {

@@ -13,6 +13,15 @@
  * as an HTTPS answer (signature, nonce, audience, issuer = this connection's controller, digest).
  * One that offers `signal` takes the agent's signals there too (`signalOverPush`), answered by a
  * `signalled` frame with the route's status, taken likewise only for the signal it answers.
+ *
+ * A controller TLS certificate alone proves little: whoever holds that key (without the Ed25519
+ * signing key) can connect here and be the connection heard from last. So a request that carries
+ * data (a signal: results, stdout, outputs) goes only on a connection that has *proven* it
+ * reaches the signing key's holder, by delivering a wake-up that verified (signed for this agent by
+ * a trusted key of the connection's own controller, fresh, its `jti` never seen before); and the
+ * answer the agent acts on is itself signed for that one request (protocol/signal-answer.ts).
+ * Without such a connection, or when the answer does not verify, the caller goes over HTTPS to its
+ * configured controller, whose URI SAN it checks. Live output never uses the push connection.
  */
 import { EventEmitter } from 'node:events';
 import https from 'node:https';
@@ -59,6 +68,7 @@ import {
   TLS_TICKET_KEY_BYTES,
 } from '../protocol/limits.js';
 import { RefusalSummary, type RefusalLine } from '../protocol/refusal-summary.js';
+import { verifySignalled } from '../protocol/signal-answer.js';
 import { peekJti, type WakeClaims, type WakeVerifier } from '../protocol/wake.js';
 import type { CertIdentity } from '../certs/identity.js';
 import {
@@ -145,10 +155,19 @@ interface Conn {
   pending: Record<PushRequestKind, PendingRequest | null>;
   /** Nonces of this connection's requests given up on (timed out): their late answers are dropped. */
   lateNonces: string[];
+  /** A verified wake-up came on this connection: its peer reaches the signing key (see the module's comment). */
+  proven: boolean;
 }
 
 /** What an agent may ask on a push connection. */
 type PushRequestKind = 'fetch' | 'signal';
+
+/**
+ * Whether a request of this kind may go only on a proven connection. A fetch carries a nonce and
+ * an ETag, and its answer is verified end to end (signature, nonce, digest); a signal carries the
+ * result itself. Every new kind must say which it is.
+ */
+const NEEDS_PROOF: Record<PushRequestKind, boolean> = { fetch: false, signal: true };
 
 interface PendingRequest {
   nonce: string;
@@ -389,17 +408,19 @@ export class WakeListener extends EventEmitter {
   }
 
   /**
-   * Sends a signal (the signal route's JSON body, as bytes, for `deployment`) on the push
-   * connection heard from last whose controller takes signals, and resolves with the `signalled`
-   * frame that answers it: the status the HTTPS route would have answered. Null when there is no
-   * such connection, it has a signal in flight already, or the frame would be over
-   * MAX_PUSH_SIGNAL_FRAME_BYTES (the caller signals over HTTPS). Rejects with RefusalError
-   * `push_signal_failed` when the connection closes or no answer comes within `timeoutMs`, and
-   * `malformed` for an answer that is not a signalled frame.
+   * Sends a signal (the signal route's JSON body, as bytes, for `deployment` at `revision`) on the
+   * proven push connection heard from last whose controller takes signals, and resolves with the
+   * `signalled` frame that answers it once its signature verified: the status the HTTPS route
+   * would have answered. Null when there is no such connection, it has a signal in flight already,
+   * or the frame would be over MAX_PUSH_SIGNAL_FRAME_BYTES (the caller signals over HTTPS).
+   * Rejects with RefusalError `push_signal_failed` when the connection closes or no answer comes
+   * within `timeoutMs`, `malformed` for an answer that is not a signalled frame, and the code of
+   * protocol/signal-answer.ts's `verifySignalled` for one that is not signed for this request.
    */
   signalOverPush(
     nonce: string,
     deployment: string,
+    revision: number,
     body: Uint8Array,
     timeoutMs: number,
   ): Promise<SignalledFrame> | null {
@@ -410,16 +431,38 @@ export class WakeListener extends EventEmitter {
     this.stats.pushSignals++;
     return this.#ask(c, 'signal', nonce, frame, timeoutMs).then((a) => {
       if (a.type !== 'signalled') throw new RefusalError('malformed', 'a metadata frame answered a signal');
+      try {
+        verifySignalled({
+          signature: a.signature,
+          status: a.status,
+          error: a.error,
+          retryAfterS: a.retry_after_s,
+          nonce,
+          deployment,
+          revision,
+          body,
+          audience: this.#verifier.audience,
+          issuer: c.identity.spiffeId,
+          keys: this.#verifier.keys(),
+        });
+      } catch (err) {
+        this.#refusedLog(codeOf(err) ?? 'bad_response', c.peer, (err as Error).message, c.identity.spiffeId);
+        throw err;
+      }
       this.stats.pushSignalsAnswered++;
       return a;
     });
   }
 
-  /** The healthy connection heard from last whose controller answers `kind`, if it has none in flight. */
+  /**
+   * The healthy connection heard from last whose controller answers `kind` (and, for a kind that
+   * needs it, has proven to reach the signing key), if it has none in flight.
+   */
   #pick(kind: PushRequestKind): Conn | null {
     const now = this.#o.now();
     let best: Conn | null = null;
     for (const c of this.#conns.values()) {
+      if (NEEDS_PROOF[kind] && !c.proven) continue;
       if (!c.offers[kind] || c.closing || now - c.lastHeard >= this.#o.healthyWindowMs) continue;
       if (best === null || c.lastHeard > best.lastHeard) best = c;
     }
@@ -635,6 +678,7 @@ export class WakeListener extends EventEmitter {
       offers,
       pending: { fetch: null, signal: null },
       lateNonces: [],
+      proven: false,
     };
     this.#conns.set(identity.spiffeId, c);
     this.stats.authenticated = this.#conns.size;
@@ -712,6 +756,7 @@ export class WakeListener extends EventEmitter {
       this.#nack(c, peekJti(text), isNackCode(code) ? code : 'malformed');
       return;
     }
+    c.proven = true;
     let fetch: FetchState;
     try {
       fetch = this.#onWake(claims);

@@ -58,6 +58,7 @@ import {
   RECONNECT_BACKOFF_BASE_MS,
   RECONNECT_BACKOFF_MAX_MS,
 } from '../protocol/limits.js';
+import { signSignalled } from '../protocol/signal-answer.js';
 import { newJti, signWake, type WakeReason } from '../protocol/wake.js';
 import { OldestFirstTimer } from './oldest-first-timer.js';
 import { pushCodeOf, type PushErrorCode } from './push-errors.js';
@@ -69,6 +70,7 @@ import {
   type PushEvents,
   type PushRequest,
   type PushRequestHandler,
+  type PushSignalRequest,
   type PushReply,
   type PushService,
   type PushState,
@@ -791,7 +793,8 @@ export class PushDialer implements PushService {
     if (ws === null) return;
     const reply = (a: PushReply, after?: () => void): void => {
       if (e.ws !== ws || ws.readyState !== WebSocket.OPEN) return;
-      ws.send(r.kind === 'fetch' ? metadataFrameOf(nonce, a) : signalledFrameOf(nonce, a), { binary: false }, after);
+      const frame = r.kind === 'fetch' ? metadataFrameOf(nonce, a) : this.#signalledFrame(e, nonce, r, a);
+      ws.send(frame, { binary: false }, after);
     };
     if (this.#o.clock() > e.peerNotAfterMs) {
       // the agent's certificate expired since the dial: what HTTPS would refuse, this refuses
@@ -838,6 +841,32 @@ export class PushDialer implements PushService {
         reply({ status: 500, error: 'internal' });
       },
     );
+  }
+
+  /**
+   * A signal's answer as a signalled frame: the route's status and error code, signed for this
+   * agent and this very signal (nonce, deployment, revision, body digest), since the agent drops
+   * or keeps the result on it and takes no unsigned one (protocol/signal-answer.ts).
+   */
+  #signalledFrame(e: NodeEntry, nonce: string, r: PushSignalRequest, a: PushReply): string {
+    const signature = signSignalled(this.#signer, {
+      iss: this.#o.issuer,
+      aud: e.spiffeId,
+      nonce,
+      deployment: r.deploymentId,
+      body: r.body,
+      status: a.status,
+      error: a.error,
+      retryAfterS: a.retryAfterS,
+      nowS: this.#o.clock() / 1000,
+    });
+    return encodeSignalled({
+      nonce,
+      status: a.status,
+      ...(a.error === undefined ? {} : { error: a.error }),
+      ...(a.retryAfterS === undefined ? {} : { retry_after_s: a.retryAfterS }),
+      signature,
+    });
   }
 
   /**
@@ -1009,14 +1038,4 @@ function metadataFrameOf(nonce: string, r: PushReply): Buffer {
   // fetches over HTTPS, whose own limit answers `response_too_large`
   if (frame.length <= MAX_PUSH_METADATA_FRAME_BYTES) return frame;
   return encodeMetadataFrame({ type: 'metadata', nonce, status: 507, error: 'response_too_large' });
-}
-
-/** A signal's answer as a signalled frame: the route's status and error code. */
-function signalledFrameOf(nonce: string, r: PushReply): string {
-  return encodeSignalled({
-    nonce,
-    status: r.status,
-    ...(r.error === undefined ? {} : { error: r.error }),
-    ...(r.retryAfterS === undefined ? {} : { retry_after_s: r.retryAfterS }),
-  });
 }

@@ -9,8 +9,9 @@
  * - a signal over the push connection: the agent posts a deployment's result on the connection
  *   (`signal`: a JSON head, a newline, then the exact body the HTTPS signal route would take), and
  *   the controller answers with a `signalled` frame carrying the status that route would have
- *   answered. Offered with `Herald-Features: signal`. The connection has proven the agent to be
- *   `agent/<node>`, so the node is the connection's, never the frame's.
+ *   answered, signed. Offered with `Herald-Features: signal`. The connection has proven the agent
+ *   to be `agent/<node>`, so the node is the connection's, never the frame's. The agent sends a
+ *   signal only on a connection that has proven to hold the signing key (agent/listener.ts).
  */
 import { RefusalError, type ErrorCode } from './errors.js';
 import { MAX_WAKE_FRAME_BYTES } from './limits.js';
@@ -94,7 +95,10 @@ export interface SignalFrame {
 /** Every frame an agent may send on the push connection. */
 export type AgentFrame = AnswerFrame | FetchFrame | SignalFrame;
 
-/** Controller → agent: the answer to a signal frame, the status the HTTPS route would have answered. */
+/**
+ * Controller → agent: the answer to a signal frame, the status the HTTPS route would have answered,
+ * signed by the controller's signing key for exactly this request (protocol/signal-answer.ts).
+ */
 export interface SignalledFrame {
   type: 'signalled';
   nonce: string;
@@ -103,6 +107,8 @@ export interface SignalledFrame {
   error?: string;
   /** A 429's Retry-After, in seconds. */
   retry_after_s?: number;
+  /** A compact JWS over all of the above, the signal's deployment, revision and body digest. */
+  signature?: string;
 }
 /** Every frame that answers an agent's request on the push connection. */
 export type ControllerAnswer = ({ type: 'metadata' } & MetadataFrame) | SignalledFrame;
@@ -115,7 +121,7 @@ const MAX_DEPLOYMENT_ID_CHARS = 200;
 const MAX_ERROR_CODE_CHARS = 64;
 /** The longest Retry-After an answer frame may carry, in seconds. */
 const MAX_RETRY_AFTER_S = 3_600;
-/** The longest Herald-Signature a metadata frame may carry (a compact JWS of a few claims). */
+/** The longest signature a metadata or signalled frame may carry (a compact JWS of a few claims). */
 const MAX_SIGNATURE_CHARS = 2_048;
 
 /**
@@ -204,19 +210,21 @@ export function decodeControllerAnswer(buf: Buffer): ControllerAnswer {
   if (retry !== undefined && !(typeof retry === 'number' && retry >= 0 && retry <= MAX_RETRY_AFTER_S))
     throw new RefusalError('malformed', `${v.type} frame retry_after_s`);
   const body = buf.subarray(Math.min(end + 1, buf.length));
+  const { signature } = v;
+  if (signature !== undefined && (typeof signature !== 'string' || signature.length > MAX_SIGNATURE_CHARS))
+    throw new RefusalError('malformed', `${v.type} frame signature`);
   if (v.type === 'signalled') {
     if (body.length > 0) throw new RefusalError('malformed', 'a signalled frame with a body');
     const f: SignalledFrame = { type: 'signalled', nonce, status: status as number };
     if (error !== undefined) f.error = error as string;
     if (retry !== undefined) f.retry_after_s = retry as number;
+    if (signature !== undefined) f.signature = signature as string;
     return f;
   }
   if (newline < 0) throw new RefusalError('malformed', 'metadata frame has no head line');
-  const { etag, signature } = v;
+  const { etag } = v;
   if (etag !== undefined && (typeof etag !== 'string' || etag.length > MAX_ETAG_CHARS))
     throw new RefusalError('malformed', 'metadata frame etag');
-  if (signature !== undefined && (typeof signature !== 'string' || signature.length > MAX_SIGNATURE_CHARS))
-    throw new RefusalError('malformed', 'metadata frame signature');
   if (status !== 200 && body.length > 0) throw new RefusalError('malformed', `a ${status} metadata frame with a body`);
   const head: MetadataFrameHead = { type: 'metadata', nonce, status: status as number };
   if (etag !== undefined) head.etag = etag as string;

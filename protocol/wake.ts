@@ -84,6 +84,16 @@ export class WakeVerifier {
     this.replayCache = opts.replayCache ?? new ReplayCache();
   }
 
+  /** The agent's own SPIFFE id: the `aud` of every token signed for it. */
+  get audience(): string {
+    return this.#o.audience;
+  }
+
+  /** The signing keys the agent trusts now, for the other signed answers it takes. */
+  keys(): KeySet {
+    return this.#o.keys();
+  }
+
   /**
    * Verifies one frame from the TLS peer `peerSpiffeId` and records its `jti`.
    * @throws RefusalError with one of the wake-up codes of SPEC §2

@@ -7,6 +7,7 @@
  * the push connection gives no answer.
  */
 import { once } from 'node:events';
+import fs from 'node:fs';
 import https from 'node:https';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -29,7 +30,11 @@ import {
   MAX_PUSH_SIGNAL_FRAME_BYTES,
   MAX_WAKE_FRAME_BYTES,
 } from '../../protocol/limits.js';
+import { newSigningJwk } from '../../certs/pki.js';
+import { pkiPaths } from '../../certs/paths.js';
+import { Signer, type Ed25519PrivateJwk } from '../../protocol/jws.js';
 import { sha256b64url, signMetadata } from '../../protocol/metadata.js';
+import { signSignalled, type SignSignalledInput } from '../../protocol/signal-answer.js';
 import { newJti, signWake, WakeVerifier } from '../../protocol/wake.js';
 import { Fetcher, keySetOf } from '../../agent/fetcher.js';
 import { WakeListener } from '../../agent/listener.js';
@@ -51,6 +56,11 @@ beforeAll(async () => {
   await new Promise<void>((r) => s.close(() => r()));
 });
 afterAll(() => pki?.cleanup());
+
+/** Controller c2's own signing key. */
+function c2Jwk(): Ed25519PrivateJwk {
+  return JSON.parse(fs.readFileSync(pkiPaths(pki.dir).controllerJwk('c2'), 'utf8')) as Ed25519PrivateJwk;
+}
 afterEach(async () => {
   for (const x of open.splice(0).reverse()) await x.close();
 });
@@ -185,7 +195,8 @@ function fetcherOf(listener: WakeListener, timeoutMs = 5_000): Fetcher {
     log: quietLog(),
     requestTimeoutMs: timeoutMs,
     pushFetch: (nonce, inm, ms) => listener.fetchOverPush(nonce, inm, ms),
-    pushSignal: (nonce, deployment, body, ms) => listener.signalOverPush(nonce, deployment, body, ms),
+    pushSignal: (nonce, deployment, revision, body, ms) =>
+      listener.signalOverPush(nonce, deployment, revision, body, ms),
   });
   open.push({ close: () => f.close() });
   return f;
@@ -413,24 +424,90 @@ describe('the fetcher: an answer over the push connection is checked like an HTT
 describe('signals over the push connection', () => {
   const BODY = Buffer.from('{"revision":2,"deploy_status_code":0}');
   const RESULT = { revision: 2, deploy_status_code: 0, deploy_stdout: '', deploy_stderr: '', outputs: {} };
+  type Answer = { status: number; error?: string; retry_after_s?: number };
+
+  /** A signalled frame for `f` as the controller `controller` signs it; `sign` changes what is signed. */
+  function signalled(f: SignalFrame, a: Answer, sign: Partial<SignSignalledInput> & { signer?: Signer } = {}): string {
+    const { signer = pki.signer, ...over } = sign;
+    const signature = signSignalled(signer, {
+      iss: pki.spiffe('controller', 'controller'),
+      aud: pki.spiffe('agent', 'n1'),
+      nonce: f.nonce,
+      deployment: f.deployment,
+      body: f.body,
+      status: a.status,
+      error: a.error,
+      retryAfterS: a.retry_after_s,
+      nowS: Date.now() / 1000,
+      ...over,
+    });
+    return encodeSignalled({ nonce: f.nonce, ...a, signature });
+  }
+
+  /** Proves `ctl`'s connection: a wake-up signed by controller `name`'s key (default: the real one), acked. */
+  async function prove(ctl: Ctl, name = 'controller', signer: Signer = pki.signer): Promise<Record<string, unknown>> {
+    const before = ctl.others.length;
+    ctl.ws.send(
+      signWake(signer, {
+        iss: pki.spiffe('controller', name),
+        aud: pki.spiffe('agent', 'n1'),
+        gen: 1,
+        reason: 'ping',
+        nowS: Date.now() / 1000,
+        jti: newJti(),
+      }),
+    );
+    while (ctl.others.length === before) await new Promise((r) => setImmediate(r));
+    return JSON.parse(ctl.others[before]!) as Record<string, unknown>;
+  }
+
+  /** A controller connection that has delivered a verified wake-up. */
+  async function provenController(port: number, o: { offer?: boolean | string } = {}): Promise<Ctl> {
+    const ctl = await controller(port, o);
+    expect(await prove(ctl)).toMatchObject({ type: 'ack' });
+    return ctl;
+  }
 
   it('asks no connection whose controller did not offer signals, and none for a frame over the limit', async () => {
     const { listener, port } = await listen();
-    await controller(port, { offer: FEATURE_FETCH });
+    await provenController(port, { offer: FEATURE_FETCH });
     expect(listener.connections).toBe(1);
-    expect(listener.signalOverPush(NONCE, 'd1', BODY, 1_000)).toBeNull();
+    expect(listener.signalOverPush(NONCE, 'd1', 2, BODY, 1_000)).toBeNull();
     const fetch = listener.fetchOverPush(NONCE, undefined, 1_000);
     expect(fetch).not.toBeNull();
     void fetch?.catch(() => undefined); // unanswered: it fails when the connection closes
     const both = await controller(port, { name: 'c2' });
-    expect(listener.signalOverPush(NONCE, 'd1', Buffer.alloc(MAX_PUSH_SIGNAL_FRAME_BYTES), 1_000)).toBeNull();
+    expect(listener.signalOverPush(NONCE, 'd1', 2, Buffer.alloc(MAX_PUSH_SIGNAL_FRAME_BYTES), 1_000)).toBeNull();
     expect(both.signals).toHaveLength(0);
+  });
+
+  it('goes only on a connection that delivered a verified wake-up: not on one that did not, or whose wake-up was refused, even heard from last', async () => {
+    const { listener, port } = await listen();
+    // a controller certificate without the signing key: it connects, offers signals, pings
+    const holder = await controller(port);
+    expect(listener.signalOverPush(NONCE, 'd1', 2, BODY, 1_000)).toBeNull();
+    // a wake-up signed with another key under the trusted kid is refused, and proves nothing
+    const forged = new Signer({ ...newSigningJwk(), kid: pki.signer.kid });
+    expect(await prove(holder, 'controller', forged)).toMatchObject({ type: 'nack', error: 'bad_signature' });
+    expect(listener.signalOverPush(NONCE, 'd1', 2, BODY, 1_000)).toBeNull();
+    // the real controller (another identity here) proves itself; the holder is then heard from last
+    const real = await controller(port, { name: 'c2' });
+    expect(await prove(real, 'c2', new Signer(c2Jwk()))).toMatchObject({ type: 'ack' });
+    holder.ws.ping();
+    await once(holder.ws, 'pong');
+    const t = Date.now();
+    while (Date.now() === t) await new Promise((r) => setImmediate(r));
+    holder.ws.ping();
+    await once(holder.ws, 'pong');
+    void listener.signalOverPush(NONCE, 'd1', 2, BODY, 1_000)?.catch(() => undefined);
+    expect((await real.nextSignal()).nonce).toBe(NONCE);
+    expect(holder.signals).toHaveLength(0);
   });
 
   it('sends the signal as a text frame and takes the signalled answer with its nonce; one at a time per connection', async () => {
     const { listener, port } = await listen();
-    const ctl = await controller(port);
-    const pending = listener.signalOverPush(NONCE, 'd1', BODY, 5_000)!;
+    const ctl = await provenController(port);
+    const pending = listener.signalOverPush(NONCE, 'd1', 2, BODY, 5_000)!;
     const f = await ctl.nextSignal();
     expect({ ...f, body: f.body.toString() }).toEqual({
       type: 'signal',
@@ -438,13 +515,13 @@ describe('signals over the push connection', () => {
       deployment: 'd1',
       body: BODY.toString(),
     });
-    expect(listener.signalOverPush('b'.repeat(22), 'd2', BODY, 5_000)).toBeNull();
+    expect(listener.signalOverPush('b'.repeat(22), 'd2', 2, BODY, 5_000)).toBeNull();
     // a fetch is its own request: it may go while the signal is answered
     const fetch = listener.fetchOverPush('c'.repeat(22), undefined, 5_000);
     expect(fetch).not.toBeNull();
     void fetch?.catch(() => undefined); // unanswered: it fails when the connection closes
-    ctl.ws.send(encodeSignalled({ nonce: NONCE, status: 409, error: 'stale_revision' }));
-    expect(await pending).toEqual({ type: 'signalled', nonce: NONCE, status: 409, error: 'stale_revision' });
+    ctl.ws.send(signalled(f, { status: 409, error: 'stale_revision' }));
+    expect(await pending).toMatchObject({ type: 'signalled', nonce: NONCE, status: 409, error: 'stale_revision' });
     expect(listener.stats).toMatchObject({ pushSignals: 1, pushSignalsAnswered: 1 });
   });
 
@@ -461,8 +538,8 @@ describe('signals over the push connection', () => {
 
   it('a metadata frame does not answer a signal: unexpected_frame, and the signal fails push_signal_failed', async () => {
     const { listener, port } = await listen();
-    const ctl = await controller(port);
-    const pending = listener.signalOverPush(NONCE, 'd1', BODY, 5_000)!;
+    const ctl = await provenController(port);
+    const pending = listener.signalOverPush(NONCE, 'd1', 2, BODY, 5_000)!;
     await ctl.nextSignal();
     const closed = once(ctl.ws, 'close');
     sendText(ctl.ws, encodeMetadataFrame(head({ status: 304 })));
@@ -472,25 +549,101 @@ describe('signals over the push connection', () => {
 
   it('the late answer of a signal that timed out is dropped; a signal fails push_signal_failed when its connection closes', async () => {
     const { listener, port, lines } = await listen();
-    const ctl = await controller(port);
-    const first = listener.signalOverPush(NONCE, 'd1', BODY, 200)!;
-    await ctl.nextSignal();
+    const ctl = await provenController(port);
+    const first = listener.signalOverPush(NONCE, 'd1', 2, BODY, 200)!;
+    const f = await ctl.nextSignal();
     expect(await thrownCodeAsync(first)).toBe('push_signal_failed');
-    ctl.ws.send(encodeSignalled({ nonce: NONCE, status: 200 }));
-    const second = listener.signalOverPush('n'.repeat(22), 'd1', BODY, 5_000)!;
+    ctl.ws.send(signalled(f, { status: 200 }));
+    const second = listener.signalOverPush('n'.repeat(22), 'd1', 2, BODY, 5_000)!;
     expect((await ctl.nextSignal()).nonce).toBe('n'.repeat(22));
     expect(lines.some((l) => l.code === 'unexpected_frame')).toBe(false);
     ctl.ws.close();
     expect(await thrownCodeAsync(second)).toBe('push_signal_failed');
   });
 
+  // each: [what is wrong with the answer, how it is made, the refusal code]
+  const unsigned: Array<[string, (f: SignalFrame) => string, string]> = [
+    ['no signature', (f) => encodeSignalled({ nonce: f.nonce, status: 200 }), 'missing_signature'],
+    [
+      'signed by another key under the trusted kid',
+      (f) => signalled(f, { status: 200 }, { signer: new Signer({ ...newSigningJwk(), kid: pki.signer.kid }) }),
+      'bad_signature',
+    ],
+    [
+      'signed by a key the agent does not trust',
+      (f) => signalled(f, { status: 200 }, { signer: new Signer(newSigningJwk()) }),
+      'unknown_kid',
+    ],
+    [
+      'a metadata signature in its place',
+      (f) => {
+        const signature = signMetadata(pki.signer, {
+          iss: pki.spiffe('controller', 'controller'),
+          aud: pki.spiffe('agent', 'n1'),
+          gen: 2,
+          nonce: f.nonce,
+          nowS: Date.now() / 1000,
+        });
+        return encodeSignalled({ nonce: f.nonce, status: 200, signature });
+      },
+      'wrong_type',
+    ],
+    ['signed for another nonce', (f) => signalled(f, { status: 200 }, { nonce: 'q'.repeat(22) }), 'nonce_mismatch'],
+    [
+      'signed for another agent',
+      (f) => signalled(f, { status: 200 }, { aud: pki.spiffe('agent', 'n2') }),
+      'wrong_audience',
+    ],
+    [
+      "signed naming another controller than the connection's",
+      (f) => signalled(f, { status: 200 }, { iss: pki.spiffe('controller', 'c2') }),
+      'wrong_issuer',
+    ],
+    ['signed for another deployment', (f) => signalled(f, { status: 200 }, { deployment: 'd9' }), 'bad_response'],
+    [
+      'signed for another revision',
+      (f) => signalled(f, { status: 200 }, { body: Buffer.from(JSON.stringify({ ...RESULT, revision: 1 })) }),
+      'digest_mismatch',
+    ],
+    [
+      'a 503 signed, sent as a 200',
+      (f) => {
+        const real = JSON.parse(signalled(f, { status: 503, error: 'store_unavailable' })) as { signature: string };
+        return encodeSignalled({ nonce: f.nonce, status: 200, signature: real.signature });
+      },
+      'bad_response',
+    ],
+  ];
+  describe('an answer not signed for this signal is not taken, and the fetcher signals over HTTPS:', () => {
+    for (const [what, make, code] of unsigned) {
+      it(what, async () => {
+        const { listener, port, lines } = await listen();
+        const ctl = await provenController(port);
+        const pending = listener.signalOverPush(NONCE, 'd1', 2, Buffer.from(JSON.stringify(RESULT)), 5_000)!;
+        ctl.ws.send(make(await ctl.nextSignal()));
+        expect(await thrownCodeAsync(pending)).toBe(code);
+        expect(lines.some((l) => l.code === code)).toBe(true);
+        ctl.ws.on('message', (d: Buffer) => {
+          const f = decodeAgentFrame(d);
+          if (f.type === 'signal') ctl.ws.send(make(f));
+        });
+        const fetcher = fetcherOf(listener);
+        await expect(fetcher.signal('/v1/nodes/n1/deployments/d1/signal', RESULT, 'd1')).rejects.toMatchObject({
+          code: 'ECONNREFUSED',
+        });
+        expect(fetcher.pushSignals).toBe(0);
+        expect(listener.stats).toMatchObject({ pushSignals: 2, pushSignalsAnswered: 0 });
+      });
+    }
+  });
+
   it('the fetcher signals over the push connection, and over HTTPS when it gives no answer or cannot take it', async () => {
     const { listener, port } = await listen();
-    const ctl = await controller(port);
-    let answer: { status: number; error?: string; retry_after_s?: number } | null = { status: 200 };
+    const ctl = await provenController(port);
+    let answer: Answer | null = { status: 200 };
     ctl.ws.on('message', (d: Buffer) => {
       const f = decodeAgentFrame(d);
-      if (f.type === 'signal' && answer !== null) ctl.ws.send(encodeSignalled({ nonce: f.nonce, ...answer }));
+      if (f.type === 'signal' && answer !== null) ctl.ws.send(signalled(f, answer));
     });
     const fetcher = fetcherOf(listener, 300);
     const path = '/v1/nodes/n1/deployments/d1/signal';

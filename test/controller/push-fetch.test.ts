@@ -287,8 +287,10 @@ function dialerCases(make: () => PushDialer | PushPool): void {
       return { status: 409, error: 'stale_revision' };
     });
     const body = { revision: 3, deploy_status_code: 0, deploy_stdout: 'é'.repeat(1_000), outputs: {} };
+    // the agent's listener resolves only with an answer signed for this very signal
     const a = await l.signalOverPush(NONCE, 'd1', body)!;
-    expect(a).toEqual({ type: 'signalled', nonce: NONCE, status: 409, error: 'stale_revision' });
+    expect(a).toMatchObject({ type: 'signalled', nonce: NONCE, status: 409, error: 'stale_revision' });
+    expect(a.signature).toMatch(/^ey[\w-]+\.[\w-]+\.[\w-]+$/);
     expect(seen).toHaveLength(1);
     const r = seen[0]!;
     expect(r.kind === 'signal' && { node: r.node, deploymentId: r.deploymentId }).toEqual({
@@ -297,7 +299,7 @@ function dialerCases(make: () => PushDialer | PushPool): void {
     });
     expect(r.kind === 'signal' && JSON.parse(Buffer.from(r.body).toString('utf8'))).toEqual(body);
     push.serveRequests(async () => ({ status: 200 }));
-    expect(await l.signalOverPush(NONCE, 'd1', body)!).toEqual({ type: 'signalled', nonce: NONCE, status: 200 });
+    expect(await l.signalOverPush(NONCE, 'd1', body)!).toMatchObject({ type: 'signalled', nonce: NONCE, status: 200 });
   });
 
   it('answers a signal 503 signal_unavailable while no handler is set, and 500 internal when the handler fails', async () => {
@@ -330,7 +332,7 @@ function dialerCases(make: () => PushDialer | PushPool): void {
     const body = Buffer.from('{"revision":1}');
     ws.send(encodeSignal('a'.repeat(22), 'd1', body), { binary: false });
     ws.send(encodeSignal('b'.repeat(22), 'd1', body), { binary: false });
-    expect(decodeControllerAnswer(await agent.nextFrame())).toEqual({
+    expect(decodeControllerAnswer(await agent.nextFrame())).toMatchObject({
       type: 'signalled',
       nonce: 'b'.repeat(22),
       status: 503,
@@ -340,7 +342,7 @@ function dialerCases(make: () => PushDialer | PushPool): void {
     ws.send(encodeFetch('c'.repeat(22)));
     expect(decodeMetadataFrame(await agent.nextFrame()).head).toMatchObject({ nonce: 'c'.repeat(22), status: 304 });
     release({ status: 200 });
-    expect(decodeControllerAnswer(await agent.nextFrame())).toEqual({
+    expect(decodeControllerAnswer(await agent.nextFrame())).toMatchObject({
       type: 'signalled',
       nonce: 'a'.repeat(22),
       status: 200,

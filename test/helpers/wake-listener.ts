@@ -207,7 +207,8 @@ export class TestWakeListener extends EventEmitter {
   /** The agent's signal over the push connection (WakeListener.signalOverPush); null when it cannot. */
   signalOverPush(nonce: string, deployment: string, body: unknown, timeoutMs = 5_000): Promise<SignalledFrame> | null {
     const bytes = Buffer.from(JSON.stringify(body));
-    return this.#listener?.signalOverPush(nonce, deployment, bytes, timeoutMs) ?? null;
+    const revision = (body as { revision?: number } | null)?.revision ?? 0;
+    return this.#listener?.signalOverPush(nonce, deployment, revision, bytes, timeoutMs) ?? null;
   }
 
   /** Takes the port down: the agent listener closes (1001 to every connection) and stops listening. */

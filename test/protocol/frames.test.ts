@@ -105,13 +105,14 @@ describe('signal and signalled frames (signal over the push connection)', () => 
   });
 
   it('round-trips a signalled answer; a metadata frame is told apart from it', () => {
-    const s = encodeSignalled({ nonce, status: 429, error: 'rate_limited', retry_after_s: 2 });
+    const s = encodeSignalled({ nonce, status: 429, error: 'rate_limited', retry_after_s: 2, signature: 'h.p.s' });
     expect(decodeControllerAnswer(Buffer.from(s))).toEqual({
       type: 'signalled',
       nonce,
       status: 429,
       error: 'rate_limited',
       retry_after_s: 2,
+      signature: 'h.p.s',
     });
     expect(code(() => decodeMetadataFrame(Buffer.from(s)))).toBe('malformed');
     const m = decodeControllerAnswer(encodeMetadataFrame({ type: 'metadata', nonce, status: 304, etag: '"1"' }));
@@ -123,6 +124,8 @@ describe('signal and signalled frames (signal over the push connection)', () => 
     ['a status out of range', `{"type":"signalled","nonce":"${nonce}","status":700}`],
     ['an error code too long', `{"type":"signalled","nonce":"${nonce}","status":400,"error":"${'e'.repeat(65)}"}`],
     ['another type', `{"type":"ack","nonce":"${nonce}","status":200}`],
+    ['a signature that is not a string', `{"type":"signalled","nonce":"${nonce}","status":200,"signature":1}`],
+    ['a signature too long', `{"type":"signalled","nonce":"${nonce}","status":200,"signature":"${'s'.repeat(2_049)}"}`],
   ])('refuses a signalled frame with %s (malformed)', (_what, frame) => {
     expect(code(() => decodeControllerAnswer(Buffer.from(frame)))).toBe('malformed');
   });
