@@ -1,20 +1,26 @@
 #!/usr/bin/env node
 /**
- * Fails (exit 1) when any TypeScript module of the project imports itself through others.
+ * Fails (exit 1) when any TypeScript module of the project imports itself through others, or
+ * imports across a folder rule (FOLDER_RULES below: what a folder may not import).
  * Edges come from TypeScript's own pre-processor (ts.preProcessFile), so comments and strings
  * never count and every form does: `import`, `import type`, `export … from`, `import()` and
  * `require()`. Only relative specifiers are followed (`./x.js` is `./x.ts`); packages are not
  * ours. Circles are the strongly connected components of that graph (Tarjan), each printed
  * with one path around it. Run from anywhere: it reads the tree it lives in.
  *
- *   node scripts/check-cycles.mjs [--types=false]   (--types=false: leave `import type` out)
+ *   node scripts/check-cycles.mjs [--types=false] [--root=<dir>]
+ *   (--types=false: leave `import type` out; --root: check that tree instead of this one)
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const rootArg = process.argv.find((a) => a.startsWith('--root='));
+// --root=<dir>: check another tree (the script's own test builds small ones)
+const ROOT = rootArg
+  ? path.resolve(rootArg.slice('--root='.length))
+  : path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const SKIP_DIRS = new Set(['node_modules', 'dist', '.git', 'coverage', 'tmp']);
 const withTypes = !process.argv.includes('--types=false');
 
@@ -143,7 +149,49 @@ const rel = (f) => path.relative(ROOT, f);
 for (const comp of components) {
   console.log(`import circle among ${comp.length} module(s): ${loopOf(comp).map(rel).join(' -> ')}`);
 }
+
+/**
+ * What each folder may not import (docs/architecture.md says why). A rule applies to every
+ * module under `from`; `except` lists folders under it that the rule leaves out. Type-only
+ * imports count: a type is a dependency of the reader's mind too.
+ */
+const FOLDER_RULES = [
+  {
+    from: 'protocol/',
+    deny: ['agent/', 'controller/', 'certs/', 'cli/', 'bench/', 'test/', 'scripts/'],
+    why: 'the wire contract is pure and imports nothing of ours',
+  },
+  {
+    from: 'certs/',
+    deny: ['agent/', 'controller/', 'cli/', 'bench/', 'test/'],
+    why: 'the PKI serves every process and knows none',
+  },
+  {
+    from: 'agent/',
+    deny: ['controller/', 'cli/', 'bench/', 'test/'],
+    why: 'the agent and the controller never import each other',
+  },
+  {
+    from: 'controller/',
+    deny: ['agent/', 'cli/', 'bench/', 'test/'],
+    why: 'the agent and the controller never import each other',
+  },
+  { from: 'cli/', deny: ['bench/', 'test/'], why: 'the product does not depend on its benchmarks or tests' },
+];
+
+const violations = [];
+for (const [f, targets] of edges) {
+  const from = rel(f);
+  for (const rule of FOLDER_RULES) {
+    if (!from.startsWith(rule.from) || rule.except?.some((e) => from.startsWith(e))) continue;
+    for (const t of targets) {
+      const to = rel(t);
+      if (rule.deny.some((d) => to.startsWith(d))) violations.push(`${from} imports ${to}: ${rule.from} ${rule.why}`);
+    }
+  }
+}
+for (const v of violations) console.log(`folder rule broken: ${v}`);
 console.log(
-  `check-cycles: ${files.length} modules, ${components.length} import circle(s)${withTypes ? '' : ' (type-only imports left out)'}`,
+  `check-cycles: ${files.length} modules, ${components.length} import circle(s), ${violations.length} folder rule(s) broken${withTypes ? '' : ' (type-only imports left out)'}`,
 );
-process.exit(components.length > 0 ? 1 : 0);
+process.exit(components.length > 0 || violations.length > 0 ? 1 : 0);
