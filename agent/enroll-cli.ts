@@ -71,6 +71,11 @@ Example:
         pki: o.pki,
         controllerId: o.controllerId?.split(',')[0] ?? 'controller',
         force: o.force === true,
+        // one line per try tried again; the last failure is the command's error (cli/run-cli.ts)
+        onRetry: (n) =>
+          process.stderr.write(
+            `herald: enrolment try ${n.attempt} of ${n.attempts} failed (${n.code}); trying again in ${(n.waitMs / 1000).toFixed(1)} s\n`,
+          ),
       });
       process.stdout.write(
         `enrolled ${r.spiffeId}: ${r.certPath} (serial ${r.serial}, valid until ${r.notAfter}), key ${r.keyPath}\n`,

@@ -4,7 +4,10 @@
  * controller's TLS chain is checked against the fingerprint before a byte is sent, and the
  * request then goes over a connection OpenSSL verifies against that CA, to the expected
  * controller identity; the answer is written in the §1 layout (keys 0600, every file atomic).
- * Also the files both enrolment and renewal install (`installCertificate`).
+ * A connection error, a 429 or a 503 is tried again a few times with the same key, so an answer
+ * lost on the way is asked for again and the controller gives the same certificate
+ * (controller/enroll-replay.ts, docs/adding-nodes.md). Also the files both enrolment and renewal
+ * install (`installCertificate`).
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -15,10 +18,21 @@ import { makeCsr } from '../certs/csr.js';
 import { ensureDir, PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, writeFileAtomic } from '../certs/files.js';
 import { identityOf, trustDomainOf } from '../certs/identity.js';
 import { pkiPaths } from '../certs/paths.js';
+import { tlsCodeOf } from '../certs/tls-codes.js';
+import { fullJitterMs } from '../protocol/backoff.js';
 import { normalizeFingerprint, type CertificateBundle, type EnrollRequest } from '../protocol/enroll.js';
-import { HeraldError, isErrorCode, RefusalError } from '../protocol/errors.js';
+import { HeraldError, isErrorCode, RefusalError, type ErrorCode } from '../protocol/errors.js';
 import { spiffeIdOf } from '../protocol/identity.js';
-import { API_REQUEST_TIMEOUT_MS, MAX_ENROLL_BODY_BYTES, RSA_KEY_BITS } from '../protocol/limits.js';
+import {
+  API_REQUEST_TIMEOUT_MS,
+  ENROLL_CLIENT_ATTEMPTS,
+  ENROLL_CLIENT_BACKOFF_BASE_MS,
+  ENROLL_CLIENT_BACKOFF_MAX_MS,
+  ENROLL_CLIENT_RETRY_AFTER_MAX_S,
+  MAX_ENROLL_BODY_BYTES,
+  RSA_KEY_BITS,
+} from '../protocol/limits.js';
+import { netCodeOf } from '../protocol/net-codes.js';
 
 export interface EnrollOptions {
   /** `https://host:port` of the controller API. */
@@ -35,6 +49,21 @@ export interface EnrollOptions {
   force?: boolean;
   /** Default API_REQUEST_TIMEOUT_MS, for each of the two connections. */
   timeoutMs?: number;
+  /** Tries in all on a connection error, a 429 or a 503 (default ENROLL_CLIENT_ATTEMPTS). */
+  attempts?: number;
+  /** Told before each wait between tries (the CLI prints one line). */
+  onRetry?: (r: RetryNote) => void;
+  sleep?: (ms: number) => Promise<void>;
+  random?: () => number;
+}
+
+/** One failed try that is tried again. */
+export interface RetryNote {
+  /** The try that failed, from 1. */
+  attempt: number;
+  attempts: number;
+  code: ErrorCode;
+  waitMs: number;
 }
 
 export interface EnrollResult {
@@ -70,7 +99,14 @@ export async function enroll(o: EnrollOptions): Promise<EnrollResult> {
       `${paths.cert('agent', o.node)} exists already: this node is enrolled (--force replaces it)`,
     );
   const timeoutMs = o.timeoutMs ?? API_REQUEST_TIMEOUT_MS;
-  const ca = await pinnedCa(url, fingerprint, timeoutMs);
+  const retry = retryPolicy(o);
+  const ca = await retry(async () => {
+    try {
+      return { ok: true, value: await pinnedCa(url, fingerprint, timeoutMs) };
+    } catch (err) {
+      return failedTry(url, err);
+    }
+  });
   const trustDomain = trustDomainOf(ca);
   const controllerSpiffeId = spiffeIdOf(trustDomain, 'controller', o.controllerId ?? 'controller');
   const spiffeId = spiffeIdOf(trustDomain, 'agent', o.node);
@@ -80,13 +116,35 @@ export async function enroll(o: EnrollOptions): Promise<EnrollResult> {
     node: o.node,
     csr: makeCsr({ keyPem, commonName: o.node, uris: [spiffeId] }),
   };
-  const res = await postJson(url, '/v1/enroll', body, {
-    ca: ca.toString(),
-    expected: controllerSpiffeId,
-    trustDomain,
-    timeoutMs,
+  // the same key and request every try: a try whose answer was lost spent the token, and the
+  // controller gives the same certificate again for the same key
+  let tried = 0;
+  const res = await retry(async () => {
+    tried++;
+    let a: JsonAnswer;
+    try {
+      a = await postJson(url, '/v1/enroll', body, {
+        ca: ca.toString(),
+        expected: controllerSpiffeId,
+        trustDomain,
+        timeoutMs,
+      });
+    } catch (err) {
+      return failedTry(url, err);
+    }
+    if (a.status === 200) return { ok: true, value: a };
+    const error = answerError(a);
+    if (error.code === 'enrollment_refused' && tried > 1)
+      return {
+        ok: false,
+        retryable: false,
+        error: new RefusalError(
+          error.code,
+          `${error.message} (an earlier try may have spent the token where its answer was lost: make a new token)`,
+        ),
+      };
+    return { ok: false, retryable: a.status === 429 || a.status === 503, retryAfterS: a.retryAfterS, error };
   });
-  if (res.status !== 200) throw answerError(res);
   const bundle = res.json as CertificateBundle;
   const id = identityOf(bundle.certificate, trustDomain);
   if (id.spiffeId !== spiffeId)
@@ -207,10 +265,63 @@ function pinnedCa(u: URL, fingerprint: string, timeoutMs: number): Promise<Buffe
   });
 }
 
+type Try<T> =
+  | { ok: true; value: T }
+  | { ok: false; retryable: boolean; error: HeraldError; retryAfterS?: number | undefined };
+
+/**
+ * Runs a try until it succeeds, fails for good, or has been tried `attempts` times; waits the
+ * controller's Retry-After (plus jitter, so a boot storm does not come back all at once) or,
+ * without one, full jitter doubling from ENROLL_CLIENT_BACKOFF_BASE_MS. A Retry-After over
+ * ENROLL_CLIENT_RETRY_AFTER_MAX_S ends the tries with the controller's code.
+ */
+function retryPolicy(o: EnrollOptions): <T>(once: () => Promise<Try<T>>) => Promise<T> {
+  const attempts = o.attempts ?? ENROLL_CLIENT_ATTEMPTS;
+  const sleep = o.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+  const random = o.random ?? Math.random;
+  return async (once) => {
+    for (let attempt = 1; ; attempt++) {
+      const r = await once();
+      if (r.ok) return r.value;
+      if (!r.retryable || attempt >= attempts) throw r.error;
+      if (r.retryAfterS !== undefined && r.retryAfterS > ENROLL_CLIENT_RETRY_AFTER_MAX_S) throw r.error;
+      const jitterMs = fullJitterMs(attempt - 1, ENROLL_CLIENT_BACKOFF_BASE_MS, ENROLL_CLIENT_BACKOFF_MAX_MS, random);
+      const waitMs = (r.retryAfterS ?? 0) * 1000 + jitterMs;
+      o.onRetry?.({ attempt, attempts, code: r.error.code, waitMs });
+      await sleep(waitMs);
+    }
+  };
+}
+
+/**
+ * A try that threw: a connection error (tried again) or a TLS refusal (not), as a coded error
+ * with one readable line; a coded error as it is.
+ */
+function failedTry(u: URL, err: unknown): Try<never> {
+  if (err instanceof HeraldError) return { ok: false, retryable: err.code === 'dial_timeout', error: err };
+  const net = netCodeOf(err);
+  const message = err instanceof Error ? err.message.split('\n')[0]! : String(err);
+  if (net !== undefined)
+    return {
+      ok: false,
+      retryable: true,
+      error: new RefusalError(net, `the controller at ${u.host}: ${message}`, { cause: err }),
+    };
+  const code = (err as { code?: unknown } | null)?.code;
+  const tls = typeof code === 'string' ? tlsCodeOf(code) : undefined;
+  return {
+    ok: false,
+    retryable: false,
+    error: new RefusalError(tls ?? 'tls_error', `the controller at ${u.host}: ${message}`, { cause: err }),
+  };
+}
+
 interface JsonAnswer {
   status: number;
   json: unknown;
   text: string;
+  /** The answer's Retry-After in whole seconds, when it has one. */
+  retryAfterS?: number | undefined;
 }
 
 /** One POST over TLS 1.3 verified by OpenSSL against `ca`, to the server `expected` only. */
@@ -264,7 +375,13 @@ export function postJson(
           } catch {
             json = undefined;
           }
-          resolve({ status: res.statusCode ?? 0, json, text });
+          const retryAfter = Number(res.headers['retry-after']);
+          resolve({
+            status: res.statusCode ?? 0,
+            json,
+            text,
+            retryAfterS: Number.isInteger(retryAfter) && retryAfter >= 0 ? retryAfter : undefined,
+          });
         });
         res.on('error', reject);
       },

@@ -39,7 +39,10 @@ import {
   STORE_UNAVAILABLE_RETRY_AFTER_S,
   API_RATE_PER_S,
   API_REQUEST_TIMEOUT_MS,
+  API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS,
+  API_UNAUTHENTICATED_IDLE_TIMEOUT_MS,
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
+  API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS,
   CONTROLLER_SHUTDOWN_GRACE_MS,
   ENROLL_RATE_BURST,
   ENROLL_RATE_PER_S,
@@ -59,6 +62,7 @@ import {
 } from '../protocol/limits.js';
 import { RefusalSummary } from '../protocol/refusal-summary.js';
 import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../protocol/metadata.js';
+import { ConnectionAdmission } from './admission.js';
 import { EnrollmentRefused, type Enrollment } from './enrollment.js';
 import type { ControllerEvent } from './events.js';
 import type { ControllerMetrics } from './metrics.js';
@@ -139,6 +143,8 @@ export interface ApiServerOptions {
    * when it rotates. Absent: Node's random per-process key.
    */
   ticketKey?: TicketKey | undefined;
+  /** Override of API_UNAUTHENTICATED_IDLE_TIMEOUT_MS (tests). */
+  unauthenticatedIdleTimeoutMs?: number;
 }
 
 /** The signal route; a signal over the push connection stands for it (in logs too). */
@@ -178,8 +184,13 @@ export class ApiServer {
   /** Open connections per identity, and the connections past its role's cap. */
   readonly #connections = new Map<string, number>();
   readonly #overLimit = new WeakSet<tls.TLSSocket>();
-  /** Open connections whose certificate did not authorize, all peers together. */
-  #unauthenticated = 0;
+  /** Open connections whose certificate did not authorize: admitted per pool, address and network. */
+  readonly #preAuth = new ConnectionAdmission({
+    total: API_UNAUTHENTICATED_MAX_CONNECTIONS,
+    perAddress: API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS,
+    perPrefix: API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS,
+  });
+  readonly #preAuthSockets = new WeakSet<tls.TLSSocket>();
   /** Consecutive 429 answers per connection. */
   readonly #rateLimited = new WeakMap<tls.TLSSocket, number>();
   /** Refusals anyone can cause in bulk are logged as a summary (SPEC §3). */
@@ -238,7 +249,10 @@ export class ApiServer {
     this.server.keepAliveTimeout = API_KEEP_ALIVE_TIMEOUT_MS;
     this.server.headersTimeout = API_HEADERS_TIMEOUT_MS;
     this.server.requestTimeout = API_REQUEST_TIMEOUT_MS;
-    this.server.on('secureConnection', (s: tls.TLSSocket) => {
+    // before the HTTP server's own listener (added by https.createServer): a connection refused
+    // here is destroyed before the HTTP parser is given its socket, so no byte of a request on it
+    // is read and no handler runs whose answer could not be sent (an enrolment spending its token)
+    this.server.prependListener('secureConnection', (s: tls.TLSSocket) => {
       this.#sockets.add(s);
       s.once('close', () => this.#sockets.delete(s));
       this.#countConnection(s);
@@ -319,6 +333,13 @@ export class ApiServer {
     let route = 'unmatched';
     let identity: CertIdentity | undefined;
     res.once('finish', () => this.#o.metrics.apiRequests.inc({ route, method, status: String(res.statusCode) }));
+    const socket = req.socket as tls.TLSSocket;
+    if (this.#preAuthSockets.has(socket)) {
+      // its one request has begun: the idle limit is the request timeouts' now (a handler that
+      // takes a while must not be cut off with its answer unsent); one answer, then closed
+      socket.setTimeout(0);
+      res.setHeader('Connection', 'close');
+    }
     // the one route without a client certificate; every other request is authorized first
     if (method === 'POST' && (req.url ?? '').split('?')[0] === ENROLL_PATH) {
       route = ENROLL_PATH;
@@ -354,6 +375,7 @@ export class ApiServer {
       const body =
         spec.bodyLimitBytes > 0 ? await this.#readJson(req, spec.bodyLimitBytes) : await this.#drainEmpty(req);
       this.#rateLimited.delete(req.socket as tls.TLSSocket);
+      if (this.#abandoned(req, route)) return;
       const reply = await spec.handler({ req, res, params: m.params, query: url.searchParams, identity, body });
       if (reply?.raw) {
         const data = Buffer.from(reply.raw.data);
@@ -398,6 +420,7 @@ export class ApiServer {
         );
         throw new EnrollmentRefused();
       }
+      if (this.#abandoned(req, ENROLL_PATH)) return;
       const bundle = await enrollment.enroll(body, remote);
       this.#send(res, 200, bundle, { Connection: 'close' });
     } catch (err) {
@@ -406,24 +429,50 @@ export class ApiServer {
   }
 
   /**
+   * A request whose connection is gone by the time its handler would run is not run: its answer
+   * could not be sent, and its effect (a spent join token, a new deployment) would be unknown to
+   * the client that asked. (A client gone later is what enrolment's replay is for:
+   * controller/enrollment.ts.)
+   */
+  #abandoned(req: http.IncomingMessage, route: string): boolean {
+    if (!req.socket.destroyed) return false;
+    this.#log.debug(
+      { event: 'request.abandoned', route, method: req.method },
+      'the client left before its request ran',
+    );
+    return true;
+  }
+
+  /**
    * One connection policy for every identity (SPEC §3): connections are kept alive for minutes
    * (API_KEEP_ALIVE_TIMEOUT_MS), so each identity holds at most its role's cap
    * (API_AGENT_MAX_CONNECTIONS for agents, API_IDENTITY_MAX_CONNECTIONS otherwise); requests on
    * more are refused `too_many_connections` and the connection closed. Peers whose certificate
-   * did not authorize are answered 403 and closed at their first request; at most
-   * API_UNAUTHENTICATED_MAX_CONNECTIONS of them are open at once, further ones are destroyed.
+   * did not authorize get one answer (enrolment, else 403) and are closed; they are admitted at
+   * the handshake (controller/admission.ts: at most API_UNAUTHENTICATED_MAX_CONNECTIONS in all,
+   * API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS per address, API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS
+   * per network), further ones destroyed before a byte of their request is read, and one idle
+   * API_UNAUTHENTICATED_IDLE_TIMEOUT_MS before its request is closed.
    */
   #countConnection(s: tls.TLSSocket): void {
     const auth = this.#authorize(s);
     if (!auth.ok) {
-      if (this.#unauthenticated >= API_UNAUTHENTICATED_MAX_CONNECTIONS) {
+      const remote = s.remoteAddress ?? '?';
+      const admitted = this.#preAuth.admit(remote);
+      if (!admitted.ok) {
         this.#o.metrics.refusals.inc({ code: 'too_many_connections' });
-        this.#summary.record('too_many_connections', { remote: s.remoteAddress, unauthenticated: true });
+        this.#summary.record('too_many_connections', { remote, unauthenticated: true, scope: admitted.scope });
         s.destroy();
         return;
       }
-      this.#unauthenticated++;
-      s.once('close', () => this.#unauthenticated--);
+      s.once('close', admitted.release);
+      this.#preAuthSockets.add(s);
+      s.setTimeout(this.#o.unauthenticatedIdleTimeoutMs ?? API_UNAUTHENTICATED_IDLE_TIMEOUT_MS);
+      s.once('timeout', () => {
+        this.#o.metrics.refusals.inc({ code: 'idle_timeout' });
+        this.#summary.record('idle_timeout', { remote, unauthenticated: true });
+        s.destroy();
+      });
       return;
     }
     const id = auth.identity.spiffeId;

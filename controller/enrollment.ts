@@ -19,6 +19,7 @@ import { ERROR_CODES, HeraldError, isErrorCode } from '../protocol/errors.js';
 import { isValidName, spiffeIdOf } from '../protocol/identity.js';
 import { JOIN_TOKEN_SECRET_BYTES, JOIN_TOKEN_TTL_S, MAX_JOIN_TOKEN_TTL_S } from '../protocol/limits.js';
 import type { EnrollmentTokenRecord, NodeCertificateRecord, TokenRefusal } from './enrollment-records.js';
+import { EnrollReplay } from './enroll-replay.js';
 import type { Store } from './store.js';
 
 /** Prefix of every join token, so one is recognisable in a config file or a leak scanner. */
@@ -56,11 +57,14 @@ export class Enrollment {
   readonly #o: EnrollmentOptions;
   readonly #now: () => number;
   readonly #log: Logger;
+  /** Answers a node whose answer was lost can ask for again (controller/enroll-replay.ts). */
+  readonly #replay: EnrollReplay;
 
   constructor(o: EnrollmentOptions) {
     this.#o = o;
     this.#now = o.now ?? Date.now;
     this.#log = o.logger;
+    this.#replay = new EnrollReplay(this.#now);
   }
 
   get enabled(): boolean {
@@ -149,13 +153,29 @@ export class Enrollment {
       return refuse(`bad CSR: ${(err as Error).message}`);
     }
     const spiffeId = spiffeIdOf(this.#trustDomain(), 'agent', node);
+    const hash = tokenHash(b.token);
+    const keySha256 = crypto
+      .createHash('sha256')
+      .update(crypto.createPublicKey(csr.publicKeyPem).export({ type: 'spki', format: 'der' }))
+      .digest('hex');
+    const again = this.#replay.find(hash, node, keySha256);
+    if (again !== undefined) {
+      const bundle = await again;
+      this.#log.info(
+        { event: 'enroll.replayed', node, remote },
+        'enrolment asked again with its key: same certificate',
+      );
+      return bundle;
+    }
     // the secret is never compared: its SHA-256 is looked up (an equal hash is an equal token)
-    const used = await this.#o.store.consumeEnrollmentToken(tokenHash(b.token), node, `${spiffeId} from ${remote}`);
+    const used = await this.#o.store.consumeEnrollmentToken(hash, node, `${spiffeId} from ${remote}`);
     if (!used.ok) return refuse(TOKEN_REASONS[used.reason]);
     const token = used.token;
     const wrong = csrMismatch(csr, spiffeId, node, token.dns, token.ips);
     if (wrong) return refuse(`${wrong} (the token ${token.id} is spent)`, { token: token.id });
-    const bundle = await this.#issue(issuer, node, token.dns, token.ips, csr.publicKeyPem, spiffeId);
+    const issued = this.#issue(issuer, node, token.dns, token.ips, csr.publicKeyPem, spiffeId);
+    this.#replay.remember(hash, node, keySha256, issued);
+    const bundle = await issued;
     this.#log.info(
       { event: 'enroll.issued', node, token: token.id, remote, not_after: bundle.not_after },
       'node enrolled',

@@ -51,6 +51,8 @@ export interface StartDeps {
   clusterTickMs?: number;
   rates?: Partial<Record<RateClass, RateRule>>;
   bodyLimits?: { requestBytes?: number; signalBytes?: number };
+  /** Override of API_UNAUTHENTICATED_IDLE_TIMEOUT_MS; tests shorten it. */
+  unauthenticatedIdleTimeoutMs?: number;
 }
 
 export interface PushContext {
@@ -324,6 +326,9 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       ticketKey,
       ...(deps.rates ? { rates: deps.rates } : {}),
       ...(deps.bodyLimits ? { bodyLimits: deps.bodyLimits } : {}),
+      ...(deps.unauthenticatedIdleTimeoutMs !== undefined
+        ? { unauthenticatedIdleTimeoutMs: deps.unauthenticatedIdleTimeoutMs }
+        : {}),
     });
     push.serveRequests((r) => api.answerPushRequest(r));
     let address: AddressInfo;

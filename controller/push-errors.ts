@@ -6,6 +6,7 @@
  */
 import { codeOf, ERROR_CODES, isErrorCode, type ErrorCode } from '../protocol/errors.js';
 import { tlsCodeOf } from '../certs/tls-codes.js';
+import { NET_ERROR_CODES } from '../protocol/net-codes.js';
 
 const PUSH_FAILURE_CODE_LIST = [
   'connection_refused',
@@ -27,17 +28,7 @@ export const PUSH_FAILURE_CODES = Object.fromEntries(PUSH_FAILURE_CODE_LIST.map(
 export type PushFailureCode = keyof typeof PUSH_FAILURE_CODES;
 export type PushErrorCode = PushFailureCode | ErrorCode;
 
-const NET_CODES: Record<string, PushFailureCode> = {
-  ECONNREFUSED: 'connection_refused',
-  ECONNRESET: 'connection_reset',
-  EPIPE: 'connection_reset',
-  ETIMEDOUT: 'dial_timeout',
-  EHOSTUNREACH: 'unreachable',
-  ENETUNREACH: 'unreachable',
-  EHOSTDOWN: 'unreachable',
-  ENOTFOUND: 'unreachable',
-  EAI_AGAIN: 'unreachable',
-};
+const NET_CODES: Readonly<Record<string, PushFailureCode>> = NET_ERROR_CODES;
 
 /**
  * The code of a dial or connection error (never throws): Herald's own, a network code, the TLS

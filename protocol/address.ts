@@ -172,9 +172,51 @@ export function addressRefusal(ip: string): AddressRefusal | null {
  */
 export function expandedIp(text: string): string | null {
   const b = parseIp(text.trim());
-  if (b === null) return null;
+  return b === null ? null : textOf(b);
+}
+
+/**
+ * The network a client address stands for when limits are kept per peer: IPv4 /24, IPv6 /64
+ * (one site or one customer of a provider, who can take any address inside it). An IPv6 address
+ * that carries an IPv4 one (a dual-stack server reports `::ffff:a.b.c.d`) is that IPv4 address.
+ */
+export const PEER_PREFIX_BITS_IPV4 = 24;
+export const PEER_PREFIX_BITS_IPV6 = 64;
+
+function peerBytes(ip: string): Uint8Array | null {
+  const b = parseIp(ip.trim());
+  if (b === null || b.length === 4) return b;
+  return carriedIpv4(b) ?? b;
+}
+
+function textOf(b: Uint8Array): string {
   if (b.length === 4) return Array.from(b).join('.');
   const groups: string[] = [];
   for (let i = 0; i < 16; i += 2) groups.push(((b[i]! << 8) | b[i + 1]!).toString(16).padStart(4, '0'));
   return groups.join(':');
+}
+
+/**
+ * One key per client address, whatever its spelling: dotted quad for IPv4 (IPv4-mapped IPv6
+ * included), eight hex groups for IPv6. A text that is not an IP address is its own key.
+ */
+export function peerAddressKey(ip: string): string {
+  const b = peerBytes(ip);
+  return b === null ? ip : textOf(b);
+}
+
+/**
+ * The key of the network `ip` belongs to: `a.b.c.0/24` for IPv4, the first four groups and
+ * `::/64` for IPv6. A text that is not an IP address is its own key.
+ */
+export function peerPrefixKey(ip: string): string {
+  const b = peerBytes(ip);
+  if (b === null) return ip;
+  const bits = b.length === 4 ? PEER_PREFIX_BITS_IPV4 : PEER_PREFIX_BITS_IPV6;
+  const masked = Uint8Array.from(b, (x, i) => (i * 8 >= bits ? 0 : x));
+  if (b.length === 4) return `${textOf(masked)}/${bits}`;
+  return `${textOf(masked)
+    .split(':')
+    .slice(0, bits / 16)
+    .join(':')}::/${bits}`;
 }

@@ -59,10 +59,11 @@ export const ERROR_CODES = {
   // agent listener: connection-level refusals and WebSocket close reasons (SPEC §2)
   upgrade_required: 'a plain HTTP request to /v1/wake; only a WebSocket upgrade is served there',
   too_many_connections:
-    'the listener holds its limit of pending (16) or authenticated (4) connections; at the API (429), the agent identity already holds 8 connections',
+    'the listener holds its limit of pending (16) or authenticated (4) connections; at the API (429), the agent identity already holds 8 connections; a connection without a valid certificate past 64 in all, 8 from its address or 16 from its network is destroyed before its request is read',
   handshake_timeout: 'TLS handshake plus WebSocket upgrade did not finish within 5 s; the socket was destroyed',
   tls_handshake_failed: 'the TLS handshake failed (a TLS version below 1.3, a bad certificate, or garbage)',
-  idle_timeout: 'the connection sent neither ping nor frame for 90 s (WebSocket close 1000)',
+  idle_timeout:
+    'the connection sent neither ping nor frame for 90 s (WebSocket close 1000); at the API, a connection without a valid certificate that began no request within 5 s was closed',
   connection_replaced: 'a newer connection from the same controller identity replaced this one (WebSocket close 4000)',
   too_many_bad_frames: 'ten bad frames on one connection (WebSocket close 1008)',
   shutting_down: 'the agent is stopping (WebSocket close 1001)',

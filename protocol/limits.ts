@@ -126,6 +126,18 @@ export const API_IDENTITY_MAX_CONNECTIONS = 32;
  * past this many at once, new ones are destroyed at the handshake.
  */
 export const API_UNAUTHENTICATED_MAX_CONNECTIONS = 64;
+/**
+ * Of those, what one client address and one network (IPv4 /24, IPv6 /64: protocol/address.ts)
+ * may hold, so one peer cannot take the whole pool and block every enrolment. Past a cap the
+ * connection is destroyed at the handshake, before a byte of a request is read.
+ */
+export const API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS = 8;
+export const API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS = 16;
+/**
+ * A connection whose certificate did not authorize must send its request within this (it gets
+ * one answer, then is closed), so an idle one cannot hold a place in the pool.
+ */
+export const API_UNAUTHENTICATED_IDLE_TIMEOUT_MS = 5_000;
 /** Consecutive 429 answers on one connection before it is closed (one 429 does not close it). */
 export const API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS = 3;
 /** Connections the agent's fetcher opens to the API at once. */
@@ -412,6 +424,23 @@ export const ENROLL_RATE_BURST = 5;
 export const ENROLL_RATE_PER_S = 0.1;
 /** Body limit of `POST /v1/enroll` and of a renewal (a CSR and a token). */
 export const MAX_ENROLL_BODY_BYTES = 16 * 1024;
+/**
+ * An enrolment whose answer was lost can be asked again: the same token with the same CSR key
+ * (and node) gets the same certificate back on the same controller for this long after the
+ * token was spent. At most this many such answers are kept (the oldest forgotten first).
+ */
+export const ENROLL_REPLAY_WINDOW_MS = 5 * 60_000;
+export const ENROLL_REPLAY_MAX_ENTRIES = 1_024;
+/**
+ * `herald agent enroll` tries this many times in all on a connection error, a 429 or a 503
+ * (keeping its key, so a lost answer is asked again: ENROLL_REPLAY_WINDOW_MS); between tries
+ * full jitter from the base to the cap, or the controller's Retry-After when it gives one and
+ * it is at most ENROLL_CLIENT_RETRY_AFTER_MAX_S.
+ */
+export const ENROLL_CLIENT_ATTEMPTS = 5;
+export const ENROLL_CLIENT_BACKOFF_BASE_MS = 500;
+export const ENROLL_CLIENT_BACKOFF_MAX_MS = 8_000;
+export const ENROLL_CLIENT_RETRY_AFTER_MAX_S = 60;
 
 /**
  * V8's young-generation semi-space cap for Herald's processes (`node --max-semi-space-size`, in

@@ -2,7 +2,8 @@
  * A small TCP proxy on 127.0.0.1 in front of a real server, that a test can stop (its listener
  * closed and every connection through it destroyed) and start again on the same port. TLS passes
  * through untouched, so the client still checks the real server's identity end to end: the proxy
- * only stands for "this URL's controller went away".
+ * only stands for "this URL's controller went away". It can also lose one answer on the way
+ * (`loseNextAnswer`): the request reaches the server, its answer never reaches the client.
  */
 import { once } from 'node:events';
 import net from 'node:net';
@@ -14,6 +15,7 @@ export class TcpProxy {
   connections = 0;
   #server: net.Server | undefined;
   readonly #sockets = new Set<net.Socket>();
+  #loss: { minRecordBytes: number; taken: boolean; onRequest: (cut: () => void) => void } | undefined;
 
   constructor(targetPort: number) {
     this.targetPort = targetPort;
@@ -33,14 +35,63 @@ export class TcpProxy {
           upstream.destroy();
         });
       }
-      client.pipe(upstream);
-      upstream.pipe(client);
+      const loss = this.#loss;
+      if (loss === undefined || loss.taken) {
+        client.pipe(upstream);
+        upstream.pipe(client);
+        return;
+      }
+      // watch the client's TLS records: the first application-data record longer than any a
+      // client without a certificate sends in its handshake is its request; from then on
+      // nothing of the server's reaches this client
+      let held = false;
+      let unread = Buffer.alloc(0);
+      client.on('data', (c: Buffer) => {
+        upstream.write(c);
+        if (loss.taken) return;
+        unread = Buffer.concat([unread, c]);
+        while (unread.length >= 5) {
+          const type = unread[0];
+          const length = unread.readUInt16BE(3);
+          if (type === TLS_APPLICATION_DATA && length > loss.minRecordBytes) {
+            loss.taken = true;
+            held = true;
+            loss.onRequest(() => {
+              client.destroy();
+              upstream.destroy();
+            });
+            return;
+          }
+          if (unread.length < 5 + length) break;
+          unread = unread.subarray(5 + length);
+        }
+      });
+      upstream.on('data', (c: Buffer) => {
+        if (!held) client.write(c);
+      });
+      client.on('end', () => upstream.end());
+      upstream.on('end', () => {
+        if (!held) client.end();
+      });
     });
     server.listen(port, '127.0.0.1');
     await once(server, 'listening');
     this.port = (server.address() as net.AddressInfo).port;
     this.#server = server;
     return this;
+  }
+
+  /**
+   * Loses the answer to the next request made through the proxy: its connection gets nothing
+   * more from the server once the client's request has gone through. Resolves with `cut`, which
+   * destroys that connection (call it when the server has acted on the request). A request is a
+   * TLS application-data record over `minRecordBytes`: a client without a certificate sends
+   * none that long in its handshake.
+   */
+  loseNextAnswer(minRecordBytes = 256): Promise<() => void> {
+    return new Promise((resolve) => {
+      this.#loss = { minRecordBytes, taken: false, onRequest: resolve };
+    });
   }
 
   get url(): string {
@@ -56,6 +107,9 @@ export class TcpProxy {
     if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
   }
 }
+
+/** TLS record content type of application data (RFC 8446 §5.1): TLS 1.3 encrypts all under it. */
+const TLS_APPLICATION_DATA = 23;
 
 /** A port nothing listens on (bound, then closed): connections to it are refused. */
 export async function deadPort(): Promise<number> {

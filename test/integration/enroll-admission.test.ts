@@ -1,0 +1,303 @@
+/**
+ * Connections without a client certificate are admitted before any work, and a lost enrolment
+ * answer is recoverable, with real processes (`bin/herald controller --issuer`, `herald agent
+ * enroll`) over real TLS on loopback addresses of several networks (127.0.x.y): one address
+ * cannot hold the pre-authentication pool, an enrolment past the pool's cap is never read (its
+ * token stays usable), and `herald agent enroll` whose answer is cut off on the way tries again
+ * with the same key and gets the same certificate, printing no stack trace.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import https from 'node:https';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import tls from 'node:tls';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeCsr } from '../../certs/csr.js';
+import { identityOf } from '../../certs/identity.js';
+import { newRsaKeyPem } from '../../certs/pki.js';
+import {
+  API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS,
+  API_UNAUTHENTICATED_MAX_CONNECTIONS,
+  API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS,
+} from '../../protocol/limits.js';
+import {
+  api,
+  credOf,
+  freePort,
+  hasExited,
+  heraldSync,
+  isBuilt,
+  killAll,
+  startHerald,
+  stopProc,
+  waitFor,
+  type Cred,
+  type Proc,
+} from '../helpers/procs.js';
+import { TcpProxy } from '../helpers/tcp-proxy.js';
+
+const built = isBuilt();
+let work: string;
+let pki: string;
+let op: Cred;
+let ca: Buffer;
+let fingerprint: string;
+let port: number;
+let ctl: Proc;
+let runs = 0;
+
+/** A connection without a certificate from `from`, kept from going idle by a request that never ends. */
+interface Held {
+  closed: boolean;
+  close(): void;
+}
+
+function hold(from: string): Promise<Held> {
+  return new Promise((resolve) => {
+    const h: Held = { closed: false, close: () => s.destroy() };
+    const s = tls.connect({
+      socket: net.connect({ host: '127.0.0.1', port, localAddress: from }),
+      servername: 'localhost',
+      ca,
+    });
+    // headers, one line a second: a request begun and never finished is not idle
+    let trickle: NodeJS.Timeout | undefined;
+    s.once('secureConnect', () => {
+      s.write('POST /v1/enroll HTTP/1.1\r\nHost: localhost\r\n');
+      trickle = setInterval(() => s.write('X-Hold: 1\r\n'), 1_000);
+      resolve(h);
+    });
+    s.on('error', () => {});
+    s.once('close', () => {
+      h.closed = true;
+      clearInterval(trickle);
+      resolve(h);
+    });
+  });
+}
+
+async function holdMany(addresses: string[]): Promise<Held[]> {
+  const held: Held[] = [];
+  for (const a of addresses) held.push(await hold(a));
+  return held;
+}
+
+function newToken(node: string): Promise<string> {
+  return api(port, op, 'POST', '/v1/enrollment-tokens', { node }).then((r) => {
+    expect(r.status).toBe(201);
+    return r.json.token as string;
+  });
+}
+
+async function tokenState(node: string): Promise<string> {
+  const r = await api(port, op, 'GET', '/v1/enrollment-tokens');
+  return (r.json.items as Array<{ node: string; state: string }>).find((t) => t.node === node)!.state;
+}
+
+/** `POST /v1/enroll` from `from`: the status, or 0 when the connection ended without one. */
+function enrollFrom(from: string, token: string, node: string): Promise<{ status: number; code?: string }> {
+  const key = newRsaKeyPem();
+  const body = JSON.stringify({
+    token,
+    node,
+    csr: makeCsr({ keyPem: key, commonName: node, uris: [`spiffe://herald.local/agent/${node}`] }),
+  });
+  return new Promise((resolve) => {
+    const q = https.request(
+      {
+        host: '127.0.0.1',
+        port,
+        localAddress: from,
+        method: 'POST',
+        path: '/v1/enroll',
+        ca,
+        servername: 'localhost',
+        agent: false,
+        headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) },
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, code: text ? JSON.parse(text).error?.code : undefined }),
+        );
+        res.on('error', () => resolve({ status: 0 }));
+      },
+    );
+    q.on('error', () => resolve({ status: 0 }));
+    q.end(body);
+  });
+}
+
+/** `herald agent enroll` run to its end (not blocking this process: a proxy may run here). */
+async function enrollCli(node: string, token: string, url: string): Promise<{ code: number | null; out: string }> {
+  const p = startHerald(
+    `enroll-${runs++}`,
+    [
+      'agent',
+      'enroll',
+      '--controller',
+      url,
+      '--ca-sha256',
+      fingerprint,
+      '--token',
+      token,
+      '--node',
+      node,
+      '--pki',
+      path.join(work, `node-${node}`),
+    ],
+    work,
+  );
+  await p.exited;
+  return { code: p.child.exitCode, out: p.log() };
+}
+
+function logEvents(event: string, node: string): Array<Record<string, unknown>> {
+  return ctl
+    .log()
+    .split('\n')
+    .filter((l) => l.includes(`"${event}"`))
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+    .filter((l) => l.node === node);
+}
+
+describe.skipIf(!built)('enrolment admission and lost answers with real processes', { timeout: 120_000 }, () => {
+  beforeAll(async () => {
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-enroll-admission-'));
+    pki = path.join(work, 'pki');
+    expect(heraldSync(['certs', 'init', '--dir', pki]).code).toBe(0);
+    expect(heraldSync(['certs', 'issue', 'issuer', 'i1', '--dir', pki]).code).toBe(0);
+    op = credOf(pki, 'operator', 'admin');
+    ca = fs.readFileSync(path.join(pki, 'ca.crt'));
+    fingerprint = crypto.createHash('sha256').update(new crypto.X509Certificate(ca).raw).digest('hex');
+    port = await freePort();
+    ctl = startHerald(
+      'controller',
+      [
+        'controller',
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--pki',
+        pki,
+        '--db',
+        path.join(work, 'herald.db'),
+        '--push-workers',
+        '0',
+        '--issuer',
+        'i1',
+      ],
+      work,
+    );
+    await waitFor(
+      'controller /healthz',
+      async () => {
+        if (hasExited(ctl)) throw new Error(`controller exited: ${ctl.log()}`);
+        return (await api(port, op, 'GET', '/healthz').catch(() => ({ status: 0 }))).status === 200;
+      },
+      20_000,
+      50,
+    );
+  });
+
+  afterAll(async () => {
+    await stopProc(ctl).catch(() => {});
+    await killAll();
+    if (work) fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  it('one address holds at most API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS (8) connections: 64 from one address do not block herald agent enroll from another', async () => {
+    const held = await holdMany(Array(API_UNAUTHENTICATED_MAX_CONNECTIONS).fill('127.0.0.2'));
+    try {
+      const excess = API_UNAUTHENTICATED_MAX_CONNECTIONS - API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS;
+      await waitFor(
+        'the connections past the address cap to be closed',
+        () => held.filter((h) => h.closed).length >= excess,
+      );
+      expect(held.filter((h) => !h.closed)).toHaveLength(API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS);
+      const r = await enrollCli('a1', await newToken('a1'), `https://127.0.0.1:${port}`);
+      expect(r.code, r.out).toBe(0);
+      expect(await tokenState('a1')).toBe('used');
+      // the controller counted them by their code
+      const m = await api(port, op, 'GET', '/metrics');
+      expect(
+        Number(/herald_api_refusals_total\{code="too_many_connections"\} (\d+)/.exec(m.raw)?.[1]),
+      ).toBeGreaterThanOrEqual(excess);
+    } finally {
+      for (const h of held) h.close();
+    }
+  });
+
+  it('one /24 holds at most API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS (16); another network still enrols', async () => {
+    const perAddress = API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS;
+    const addresses = Array.from({ length: API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS / perAddress }, (_, i) =>
+      Array(perAddress).fill(`127.0.5.${i + 1}`),
+    ).flat();
+    const held = await holdMany(addresses);
+    try {
+      const token = await newToken('p1');
+      // a new address of the same network: refused before its request is read
+      expect(await enrollFrom('127.0.5.200', token, 'p1')).toEqual({ status: 0 });
+      expect(await tokenState('p1')).toBe('active');
+      expect(await enrollFrom('127.0.6.1', token, 'p1')).toEqual({ status: 200, code: undefined });
+    } finally {
+      for (const h of held) h.close();
+    }
+  });
+
+  it('past API_UNAUTHENTICATED_MAX_CONNECTIONS (64) in all, an enrolment is refused before its request is read: its token is not spent, and enrols once a place is free', async () => {
+    // 64 from four networks, two addresses each: inside every per-address and per-network cap
+    const addresses: string[] = [];
+    for (let net = 10; addresses.length < API_UNAUTHENTICATED_MAX_CONNECTIONS; net++)
+      for (const host of [1, 2])
+        addresses.push(...Array(API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS).fill(`127.0.${net}.${host}`));
+    const held = await holdMany(addresses);
+    const token = await newToken('c65');
+    try {
+      expect(held.filter((h) => h.closed)).toHaveLength(0);
+      expect(await enrollFrom('127.0.20.1', token, 'c65')).toEqual({ status: 0 });
+      expect(await tokenState('c65')).toBe('active');
+      expect(logEvents('enroll.issued', 'c65')).toHaveLength(0);
+      expect(logEvents('enroll.refused', 'c65')).toHaveLength(0);
+    } finally {
+      for (const h of held) h.close();
+    }
+    // the controller frees their places as it sees them close: tried until then, with no effect
+    const r = await waitFor('a place in the pool', async () => {
+      const r = await enrollFrom('127.0.20.1', token, 'c65');
+      return r.status === 0 ? undefined : r;
+    });
+    expect(r).toEqual({ status: 200, code: undefined });
+    expect(await tokenState('c65')).toBe('used');
+  });
+
+  it('herald agent enroll whose answer is lost on the way tries again with the same key and gets the same certificate, without a stack trace', async () => {
+    const proxy = await new TcpProxy(port).start();
+    try {
+      const token = await newToken('lost1');
+      const lost = proxy.loseNextAnswer();
+      const run = enrollCli('lost1', token, proxy.url);
+      const cut = await lost;
+      // the controller has spent the token and issued the certificate: now the answer is lost
+      await waitFor('the certificate to be issued', () => logEvents('enroll.issued', 'lost1').length === 1);
+      cut();
+      const r = await run;
+      expect(r.code, r.out).toBe(0);
+      expect(r.out).toMatch(/herald: enrolment try 1 of 5 failed \(connection_reset\); trying again in/);
+      expect(r.out).not.toMatch(/\n\s+at /);
+      // one certificate was issued, and given again to the same key
+      expect(logEvents('enroll.issued', 'lost1')).toHaveLength(1);
+      expect(logEvents('enroll.replayed', 'lost1')).toHaveLength(1);
+      const dir = path.join(work, 'node-lost1', 'agent');
+      const cert = new crypto.X509Certificate(fs.readFileSync(path.join(dir, 'lost1.crt')));
+      expect(cert.checkPrivateKey(crypto.createPrivateKey(fs.readFileSync(path.join(dir, 'lost1.key'))))).toBe(true);
+      expect(identityOf(fs.readFileSync(path.join(dir, 'lost1.crt')), 'herald.local').spiffeId).toBe(
+        'spiffe://herald.local/agent/lost1',
+      );
+    } finally {
+      await proxy.stop();
+    }
+  });
+});
