@@ -5,6 +5,7 @@
  * turn (a hook's service) can be found and stopped too. Linux's /proc makes that last sweep
  * possible; elsewhere it is a no-op.
  */
+import { childEnv } from '../protocol/child-env.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -157,7 +158,7 @@ function killMarked(markers: string[]): number {
 /** Starts, watches and stops the demo's processes. `stopAll()` is idempotent. */
 export class DemoSupervisor {
   readonly children: Child[] = [];
-  /** The environment every child gets: the marker, and no CA-host warning from the CLI. */
+  /** The environment every child gets: what every child of Herald inherits (protocol/child-env.ts), the marker, and no CA-host warning from the CLI. */
   readonly env: NodeJS.ProcessEnv;
   readonly #root: string;
   readonly #markers: string[];
@@ -166,7 +167,8 @@ export class DemoSupervisor {
   /** @param extraMarkers more `NAME=value` pairs whose holders `stopAll` sweeps (the hooks' input) */
   constructor(root: string, extraMarkers: string[] = []) {
     this.#root = root;
-    this.env = { ...process.env, HERALD_NO_CA_WARNING: '1', [DEMO_ENV_MARKER]: root };
+    // not the caller's HERALD_* settings (a database URL, a controller id): the demo's processes are its own
+    this.env = childEnv(process.env, { HERALD_NO_CA_WARNING: '1', [DEMO_ENV_MARKER]: root });
     this.#markers = [`${DEMO_ENV_MARKER}=${root}`, ...extraMarkers];
   }
 

@@ -11,6 +11,7 @@
  * `kill -9` of PostgreSQL is) reaches the postmaster and every backend. `fsync=off`: nothing
  * a killed process wrote is lost (it is in the OS's page cache), only what a power cut would.
  */
+import { childEnv } from '../protocol/child-env.js';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
@@ -118,7 +119,7 @@ export interface ThrowawayPgOptions {
 
 export async function startThrowawayPg(
   binDir: string,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv = childEnv(process.env),
   opts: ThrowawayPgOptions = {},
 ): Promise<ThrowawayPg> {
   const asRoot = process.getuid?.() === 0;

@@ -118,6 +118,8 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   too_many_connections: 429,
   internal: 500,
   store_unavailable: 503,
+  controller_revoked: 503,
+  controller_expired: 503,
 };
 
 export function statusOf(code: ErrorCode): number {
@@ -372,6 +374,12 @@ export class ApiServer {
           });
       }
       this.#checkRole(spec, m.params, identity);
+      // a controller whose own certificate is revoked or expired changes nothing (standing.ts):
+      // every request that could write is refused here, before its body is read
+      if (method !== 'GET' && method !== 'HEAD') {
+        const lost = this.#o.service.standingRefusal();
+        if (lost !== undefined) throw lost;
+      }
       const body =
         spec.bodyLimitBytes > 0 ? await this.#readJson(req, spec.bodyLimitBytes) : await this.#drainEmpty(req);
       this.#rateLimited.delete(req.socket as tls.TLSSocket);

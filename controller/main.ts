@@ -37,6 +37,7 @@ import type { PushService } from './push-types.js';
 import type { RateClass } from './router.js';
 import type { RateRule } from './rate-limit.js';
 import { ControllerService } from './service.js';
+import { Standing } from './standing.js';
 import { looseDatabaseFiles, SqliteStore } from './sqlite-store.js';
 import type { PgStore } from './pg-store.js';
 import type { Store } from './store.js';
@@ -221,6 +222,12 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
 
     const { store, file: dbFile, pg } = await openStore(o.db, o.name);
     cleanup.push(() => store.close());
+    // its own certificate, checked while it runs: revoked or expired, it gives up its nodes and
+    // writes nothing (docs/several-controllers.md)
+    const standing = new Standing({ material, logger });
+    standing.start();
+    cleanup.push(() => standing.close());
+    pg?.setWriteGate(() => standing.refusal());
     for (const { file, mode } of dbFile === null ? [] : looseDatabaseFiles(dbFile)) {
       logger.warn(
         { code: 'unsafe_file_mode', file, mode },
@@ -267,6 +274,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         push: dialer,
         logger,
         registry: metrics.registry,
+        standing,
       });
     const push: PushService = fleet ?? dialer;
     pushService = push;
@@ -282,6 +290,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       publicUrl,
       name: o.name,
       autoRegister: o.autoRegister,
+      standing: () => standing.refusal(),
       ...(fleet
         ? {
             controllers: () => fleet.members(),
@@ -415,6 +424,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         await service.close();
         await push.close();
         await store.close();
+        standing.close();
         ticketKey.close();
         material.close();
         logger.info({ event: 'controller.stopped' }, 'controller stopped');

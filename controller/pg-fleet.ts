@@ -17,6 +17,12 @@
  *   when the lease it last got ends (its monotonic clock, started before the renewal was sent,
  *   so it stops no later than the others think it dead). Acknowledged generations are written
  *   with the epoch held (pg-store.ts), so a fenced-out owner's acks are ignored.
+ * - Standing: a lease counts only while its holder's certificate does. Each controller writes
+ *   its certificate's serial and end to its membership row; a row whose serial is in the
+ *   reader's revoked.json, or whose certificate has ended (database time), is dead to every
+ *   reader, whatever its lease says. A controller that finds its own certificate revoked or
+ *   expired (standing.ts) hands its nodes back and stops renewing at once, and joins again only
+ *   once it is back in standing (a renewed certificate).
  *
  * `Fleet` is the `PushService` the controller's service sees.
  */
@@ -43,6 +49,26 @@ import {
   type PushTarget,
 } from './push-types.js';
 import { ownerOf } from './rendezvous.js';
+import type { OwnCertificate } from './standing.js';
+
+/** What the fleet asks of this controller's standing (standing.ts). */
+export interface FleetStanding {
+  refusal(): Error | undefined;
+  /** Undefined: none to write (the membership row is then judged by its lease alone). */
+  certificate(): OwnCertificate | undefined;
+  revokedSerials(): ReadonlySet<string>;
+  onChange(fn: () => void): void;
+}
+
+/**
+ * The one test of a live membership row `c`, for every reader's every use (the spread, the
+ * claim, GET /v1/controllers): its lease ahead, its certificate not ended and its serial not in
+ * `$<revoked>` (the reader's revoked.json). A row without a certificate (a controller of a
+ * Herald before this check) is judged by its lease alone.
+ */
+const liveRow = (c: string, revoked: number): string =>
+  `(${c}.lease_until > now() AND (${c}.cert_not_after IS NULL OR ${c}.cert_not_after > now())
+    AND (${c}.cert_serial IS NULL OR NOT (${c}.cert_serial = ANY($${revoked}::text[]))))`;
 
 export interface FleetOptions {
   store: PgStore;
@@ -61,7 +87,16 @@ export interface FleetOptions {
   reconcileMs?: number;
   fullScanMs?: number;
   settleMs?: number;
+  /** Its own certificate's standing; without one (tests), always in standing and no peer revoked. */
+  standing?: FleetStanding;
 }
+
+const ALWAYS_STANDING: FleetStanding = {
+  refusal: () => undefined,
+  certificate: () => undefined,
+  revokedSerials: () => new Set(),
+  onChange: () => {},
+};
 
 /** A controller as `GET /v1/controllers` shows it. */
 export type ControllerMember = ControllerView;
@@ -93,6 +128,10 @@ export class Fleet implements PushService {
   #started = false;
   #closed = false;
   #leaseLostLogged = false;
+  /** Its certificate is revoked or expired: it has given up its lease and nodes (see #stepDown). */
+  #steppedDown = false;
+  /** After a step-down, the database has its nodes back and its lease ended. */
+  #handedBack = false;
   /** Fires when the lease ends without a renewal: fencing does not wait on a database call. */
   #leaseTimer: NodeJS.Timeout | undefined;
   /** Every node id the last full scan saw. */
@@ -123,6 +162,7 @@ export class Fleet implements PushService {
       reconcileMs: OWNERSHIP_RECONCILE_INTERVAL_MS,
       fullScanMs: OWNERSHIP_FULL_SCAN_INTERVAL_MS,
       settleMs: OWNERSHIP_SETTLE_MS,
+      standing: ALWAYS_STANDING,
       ...o,
     };
     this.#inner = o.push;
@@ -183,7 +223,7 @@ export class Fleet implements PushService {
   }
 
   #pushing(): boolean {
-    return this.#o.clock() < this.#leaseUntil;
+    return this.#o.clock() < this.#leaseUntil && !this.#steppedDown;
   }
 
   /** A renewal sent at `sentAt` succeeded: push until `sentAt + lease`, and stop then unless renewed again. */
@@ -206,8 +246,12 @@ export class Fleet implements PushService {
     if (this.#started) return;
     this.#started = true;
     await this.#inner.start([]);
-    await this.#join();
-    await this.reconcile();
+    // standing lost or regained: act now, not at the next heartbeat
+    this.#o.standing.onChange(() => void this.#heartbeat());
+    if (this.#o.standing.refusal() === undefined) {
+      await this.#join();
+      await this.reconcile();
+    } else this.#steppedDown = true;
     this.#heartbeatTimer = setInterval(() => void this.#heartbeat(), this.#o.heartbeatMs);
     this.#heartbeatTimer.unref();
     this.#reconcileTimer = setInterval(() => void this.reconcile(), this.#o.reconcileMs);
@@ -284,28 +328,61 @@ export class Fleet implements PushService {
 
   async #join(): Promise<void> {
     const t0 = this.#o.clock();
+    const cert = this.#o.standing.certificate();
     await this.#o.store.controlSql.unsafe(
-      `INSERT INTO controllers (name, api_url, incarnation, started_at, heartbeat_at, lease_until)
-       VALUES ($1, $2, $3, now(), now(), now() + make_interval(secs => $4))
+      `INSERT INTO controllers (name, api_url, incarnation, started_at, heartbeat_at, lease_until, cert_serial, cert_not_after)
+       VALUES ($1, $2, $3, now(), now(), now() + make_interval(secs => $4), $5, $6)
        ON CONFLICT (name) DO UPDATE SET api_url = excluded.api_url, incarnation = excluded.incarnation,
-         started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, lease_until = excluded.lease_until`,
-      [this.#o.name, this.#o.apiUrl(), this.#incarnation, this.#o.leaseMs / 1000],
+         started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, lease_until = excluded.lease_until,
+         cert_serial = excluded.cert_serial, cert_not_after = excluded.cert_not_after`,
+      [
+        this.#o.name,
+        this.#o.apiUrl(),
+        this.#incarnation,
+        this.#o.leaseMs / 1000,
+        cert?.serial ?? null,
+        cert?.notAfter ?? null,
+      ] as never[],
     );
+    this.#steppedDown = false;
     this.#renewed(t0);
     this.#log.info({ controller: this.#o.name, apiUrl: this.#o.apiUrl() }, 'joined the fleet');
   }
 
   async #heartbeat(): Promise<void> {
     if (this.#closed) return;
+    const refusal = this.#o.standing.refusal();
+    if (refusal !== undefined) return this.#stepDown(refusal);
+    if (this.#steppedDown) {
+      // back in standing (a renewed certificate): join as at start, nodes only through the claim rules
+      try {
+        await this.#join();
+        this.#log.info({ controller: this.#o.name }, 'back in standing: rejoined the fleet');
+        void this.reconcile();
+      } catch (err) {
+        this.#m.renewFailures.inc();
+        this.#log.warn({ code: 'store_unavailable', err: { message: (err as Error).message } }, 'could not rejoin');
+      }
+      return;
+    }
     const t0 = this.#o.clock();
+    const cert = this.#o.standing.certificate();
     let held = 0;
     for (const node of this.#owned.keys()) if (this.#inner.state(node).connected) held++;
     this.#m.held.set(held);
     try {
       const r = await this.#o.store.controlSql.unsafe(
         `UPDATE controllers SET heartbeat_at = now(), lease_until = now() + make_interval(secs => $3), api_url = $4,
-           nodes_held = $5 WHERE name = $1 AND incarnation = $2`,
-        [this.#o.name, this.#incarnation, this.#o.leaseMs / 1000, this.#o.apiUrl(), held],
+           nodes_held = $5, cert_serial = $6, cert_not_after = $7 WHERE name = $1 AND incarnation = $2`,
+        [
+          this.#o.name,
+          this.#incarnation,
+          this.#o.leaseMs / 1000,
+          this.#o.apiUrl(),
+          held,
+          cert?.serial ?? null,
+          cert?.notAfter ?? null,
+        ] as never[],
       );
       this.#m.renew.observe((this.#o.clock() - t0) / 1000);
       this.#renewFailing = false;
@@ -331,6 +408,38 @@ export class Fleet implements PushService {
         );
       }
       return;
+    }
+  }
+
+  /**
+   * Its own certificate is revoked or expired: stop pushing, hand every node back and end its
+   * lease now (the others claim the nodes at their next pass, as from a controller that left).
+   * Retried at every heartbeat until the database has taken it; the others' own check of its
+   * row (liveRow) does not wait for this.
+   */
+  async #stepDown(refusal: Error): Promise<void> {
+    if (!this.#steppedDown) {
+      this.#steppedDown = true;
+      clearTimeout(this.#leaseTimer);
+      this.#leaseUntil = 0;
+      this.#log.error(
+        { code: (refusal as { code?: string }).code, nodes: this.#owned.size },
+        'own certificate no longer in standing: stopped pushing and handing its nodes to the other controllers',
+      );
+      for (const node of [...this.#owned.keys()]) this.#drop(node);
+      this.#handedBack = false;
+    }
+    if (this.#handedBack) return;
+    try {
+      await this.#o.store.controlSql.unsafe('DELETE FROM node_owners WHERE controller = $1', [this.#o.name]);
+      await this.#o.store.controlSql.unsafe(
+        'UPDATE controllers SET lease_until = LEAST(lease_until, now()) WHERE name = $1 AND incarnation = $2',
+        [this.#o.name, this.#incarnation],
+      );
+      this.#handedBack = true;
+    } catch (err) {
+      this.#m.renewFailures.inc();
+      this.#log.warn({ err: { message: (err as Error).message } }, 'could not hand back its nodes yet; retrying');
     }
   }
 
@@ -387,6 +496,7 @@ export class Fleet implements PushService {
   }
 
   async #reconcile(): Promise<void> {
+    if (this.#steppedDown) return; // its nodes are handed back already
     if (!this.#pushing()) {
       if (this.#owned.size > 0) this.#loseLease(new Error('lease ended'));
       return;
@@ -394,7 +504,9 @@ export class Fleet implements PushService {
     const sql = this.#o.store.controlSql;
     const me = this.#o.name;
     const live = (
-      (await sql.unsafe('SELECT name FROM controllers WHERE lease_until > now() ORDER BY name')) as unknown as Array<{
+      (await sql.unsafe(`SELECT c.name FROM controllers c WHERE ${liveRow('c', 1)} ORDER BY c.name`, [
+        [...this.#o.standing.revokedSerials()],
+      ] as never[])) as unknown as Array<{
         name: string;
       }>
     ).map((r) => r.name);
@@ -458,9 +570,9 @@ export class Fleet implements PushService {
            SELECT id, $1, 1 FROM unnest($2::text[]) AS v(id)
            ON CONFLICT (node_id) DO UPDATE SET controller = excluded.controller, epoch = node_owners.epoch + 1, since = now()
              WHERE node_owners.controller <> excluded.controller
-               AND NOT EXISTS (SELECT 1 FROM controllers c WHERE c.name = node_owners.controller AND c.lease_until > now())
+               AND NOT EXISTS (SELECT 1 FROM controllers c WHERE c.name = node_owners.controller AND ${liveRow('c', 3)})
            RETURNING node_id, epoch`,
-          [me, claim.map((r) => r.id)] as never[],
+          [me, claim.map((r) => r.id), [...this.#o.standing.revokedSerials()]] as never[],
         )) as unknown as Array<{ node_id: string; epoch: number }>;
         const byId = new Map(claim.map((r) => [r.id, r]));
         const from = new Map<string, number>();
@@ -505,6 +617,7 @@ export class Fleet implements PushService {
 
   /** Owns `r` from now at `epoch`: a fresh dialer entry, so it connects and pings with the current generation. */
   #adopt(r: NodeRow, epoch: number): void {
+    if (this.#steppedDown) return; // a pass that began before the step-down: no node is its own any more
     this.#owned.set(r.id, epoch);
     this.#inner.remove(r.id);
     this.#endpoints.set(r.id, r.endpoint);
@@ -556,9 +669,10 @@ export class Fleet implements PushService {
   /** Every controller of the database, live or not, with what it owns and holds. */
   async members(): Promise<ControllerMember[]> {
     const rows = (await this.#o.store.controlSql.unsafe(
-      `SELECT c.name, c.api_url, c.started_at, c.heartbeat_at, c.lease_until, c.lease_until > now() AS live,
+      `SELECT c.name, c.api_url, c.started_at, c.heartbeat_at, c.lease_until, ${liveRow('c', 1)} AS live,
               c.nodes_held, (SELECT COUNT(*) FROM node_owners o WHERE o.controller = c.name) AS nodes_owned
        FROM controllers c ORDER BY c.name`,
+      [[...this.#o.standing.revokedSerials()]] as never[],
     )) as unknown as Array<{
       name: string;
       api_url: string;

@@ -211,6 +211,13 @@ export const PG_MIGRATIONS: PgMigration[] = [
     // SQLite's migration 6: a cluster node's uninstall deployment is made when its first uninstall starts
     sql: 'ALTER TABLE cluster_nodes ALTER COLUMN uninstall_deployment_id DROP NOT NULL',
   },
+  {
+    version: 4,
+    name: 'controller_certificates',
+    // a lease counts only while its holder's certificate does (pg-fleet.ts liveRow): each
+    // controller writes the serial and end of its certificate; NULL for one that does not yet
+    sql: 'ALTER TABLE controllers ADD COLUMN cert_serial TEXT, ADD COLUMN cert_not_after TIMESTAMPTZ',
+  },
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS[PG_MIGRATIONS.length - 1]!.version;

@@ -183,6 +183,8 @@ export class PgStore extends SqlStoreBase implements Store {
   readonly #url: string;
   /** Set by the fleet (pg-fleet.ts); without one, acks are written as SQLite writes them. */
   #ackFence: ((node: string) => number | undefined) | null = null;
+  /** Why this controller may not write now (standing.ts), checked before every write. */
+  #writeGate: () => HeraldError | undefined = () => undefined;
   /** Transactions in flight: close() waits for them. */
   readonly #open = new Set<Promise<unknown>>();
   #closed = false;
@@ -259,6 +261,22 @@ export class PgStore extends SqlStoreBase implements Store {
   /** Acks are written only for nodes this controller owns, with the epoch it holds (SPEC §7 fencing). */
   setAckFence(fence: (node: string) => number | undefined): void {
     this.#ackFence = fence;
+  }
+
+  /**
+   * Every write of this store (transactions, group commits, acks, output, enrolment) first asks
+   * `gate`, and rejects with what it returns: a controller whose certificate is revoked or
+   * expired changes nothing the fleet runs, by whatever path (API, push connection, cluster
+   * tick). The fleet's own membership statements (controlSql) are not gated: handing nodes back
+   * is a write it must still make.
+   */
+  setWriteGate(gate: () => HeraldError | undefined): void {
+    this.#writeGate = gate;
+  }
+
+  #assertWritable(): void {
+    const refusal = this.#writeGate();
+    if (refusal !== undefined) throw refusal;
   }
 
   async #migrate(): Promise<void> {
@@ -363,6 +381,7 @@ export class PgStore extends SqlStoreBase implements Store {
 
   async #retry<T>(run: () => Promise<T>): Promise<T> {
     this.#assertOpen();
+    this.#assertWritable();
     for (let attempt = 0; ; attempt++) {
       try {
         return await run();
@@ -409,6 +428,7 @@ export class PgStore extends SqlStoreBase implements Store {
     const gens: number[] = [];
     const epochs: number[] = [];
     const fence = this.#ackFence;
+    this.#assertWritable();
     if (fence === null) {
       await this.#db(() =>
         this.#sql.unsafe(
@@ -485,7 +505,8 @@ export class PgStore extends SqlStoreBase implements Store {
     return this.#tx((tx) => pgEnrollment.noteCertificate(tx, node, c, who, this.#iso()));
   }
 
-  noteRenewalFailure(node: string, code: string, reported: number): Promise<void> {
+  async noteRenewalFailure(node: string, code: string, reported: number): Promise<void> {
+    this.#assertWritable();
     return this.#db(() => pgEnrollment.noteRenewalFailure(this.#sql, node, code, reported, this.#iso()));
   }
 

@@ -9,6 +9,7 @@
  * mirrors each node's push state and target, so `state()` is synchronous and a worker that dies
  * is restarted with its shard's targets.
  */
+import { childEnv } from '../protocol/child-env.js';
 import { fork, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
@@ -560,13 +561,15 @@ export class PushPool implements PushService {
 }
 
 /**
- * The environment a push worker starts with: the controller's, with glibc's mmap threshold at
+ * The environment a push worker starts with: what every child of Herald inherits
+ * (protocol/child-env.ts: never the database URL), and glibc's mmap threshold at
  * PUSH_WORKER_MMAP_THRESHOLD_BYTES unless the operator's GLIBC_TUNABLES already sets one (other
- * tunables are kept). Other C libraries ignore the variable.
+ * tunables are kept). Other C libraries ignore the variable. The worker reads nothing else of
+ * its environment: everything it needs comes over IPC.
  */
-export function pushWorkerEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+export function pushWorkerEnv(env: NodeJS.ProcessEnv): Record<string, string> {
   const tunables = (env.GLIBC_TUNABLES ?? '').split(':').filter((t) => t !== '');
-  if (tunables.some((t) => t.startsWith('glibc.malloc.mmap_threshold='))) return env;
-  tunables.push(`glibc.malloc.mmap_threshold=${PUSH_WORKER_MMAP_THRESHOLD_BYTES}`);
-  return { ...env, GLIBC_TUNABLES: tunables.join(':') };
+  if (!tunables.some((t) => t.startsWith('glibc.malloc.mmap_threshold=')))
+    tunables.push(`glibc.malloc.mmap_threshold=${PUSH_WORKER_MMAP_THRESHOLD_BYTES}`);
+  return childEnv(env, { GLIBC_TUNABLES: tunables.join(':') });
 }

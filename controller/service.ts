@@ -76,6 +76,8 @@ export interface ControllerServiceOptions {
   owners?: (nodes: string[] | null) => Promise<Map<string, string>>;
   /** Several controllers: whether the push service wants to hear of a change to this node (its own, or one it has not seen). */
   pushCares?: (node: string) => boolean;
+  /** Why this controller may change nothing now (its certificate revoked or expired: standing.ts); default never. */
+  standing?: () => HeraldError | undefined;
 }
 
 type View = Record<string, unknown>;
@@ -125,6 +127,7 @@ export class ControllerService {
   readonly #controllers: (() => Promise<ControllerView[]>) | undefined;
   readonly #owners: ((nodes: string[] | null) => Promise<Map<string, string>>) | undefined;
   readonly #pushCares: ((node: string) => boolean) | undefined;
+  readonly #standing: () => HeraldError | undefined;
   readonly #startedAt = new Date().toISOString();
 
   constructor(o: ControllerServiceOptions) {
@@ -145,6 +148,16 @@ export class ControllerService {
     this.#controllers = o.controllers;
     this.#owners = o.owners;
     this.#pushCares = o.pushCares;
+    this.#standing = o.standing ?? (() => undefined);
+  }
+
+  /**
+   * Why this controller may change nothing now: HeraldError `controller_revoked` or
+   * `controller_expired` (its own certificate), else undefined. The API refuses every write with
+   * it; on PostgreSQL the store refuses every write with it too, whatever the path.
+   */
+  standingRefusal(): HeraldError | undefined {
+    return this.#standing();
   }
 
   /** `GET /v1/controllers`: every controller of the database, or this one alone on SQLite. */
@@ -194,6 +207,7 @@ export class ControllerService {
           this.#ackFailing = false;
         },
         (err: unknown) => {
+          if (this.#standing() !== undefined) return; // refused, and said once by the standing
           if (codeOf(err) !== 'store_unavailable') this.#log.error({ err }, 'could not write acknowledged generations');
           else if (!this.#ackFailing)
             this.#log.warn(
@@ -211,10 +225,14 @@ export class ControllerService {
   /**
    * What `/healthz` says: `starting` until start() has finished (the dialer has every node and, on
    * PostgreSQL, this controller has joined the fleet and run its first ownership pass: nodes a live
-   * controller still holds come over at that one's next pass), `stopping` from beginStop() or close().
+   * controller still holds come over at that one's next pass), `stopping` from beginStop() or close(),
+   * and the standing's code while its own certificate is revoked or expired (a probe takes it out).
    */
-  get phase(): 'starting' | 'ok' | 'stopping' {
-    return this.#stopping || this.#closed ? 'stopping' : this.#started ? 'ok' : 'starting';
+  get phase(): 'starting' | 'ok' | 'stopping' | 'controller_revoked' | 'controller_expired' {
+    if (this.#stopping || this.#closed) return 'stopping';
+    const lost = this.#standing()?.code;
+    if (lost === 'controller_revoked' || lost === 'controller_expired') return lost;
+    return this.#started ? 'ok' : 'starting';
   }
 
   /** Shutdown has begun (the API drains its requests first): probes are told `stopping` from now on. */
@@ -865,12 +883,15 @@ export class ControllerService {
   }
 
   async #tick(): Promise<void> {
+    // without standing nothing advances here (on PostgreSQL the store would refuse it anyway)
+    if (this.#standing() !== undefined) return;
     try {
       if ((await this.store.activeClusterIds()).length === 0) return;
       const { changes } = await this.store.transaction((tx) => this.clusters.tick(tx, this.#now()));
       await this.#apply(changes);
       this.#tickFailing = false;
     } catch (err) {
+      if (this.#standing() !== undefined) return; // lost meanwhile: the standing's own line says so
       // the database away (several controllers, SPEC §7) fails every tick: say it once
       if (codeOf(err) !== 'store_unavailable') this.#log.error({ err }, 'cluster tick failed');
       else if (!this.#tickFailing)

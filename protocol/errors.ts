@@ -102,6 +102,10 @@ export const ERROR_CODES = {
     'the controller cannot take signals on the push connection now (it is starting or stopping, another is still answered on that connection or its answers are unwritten, or the API did not answer within 20 s); the agent signals over HTTPS',
   store_unavailable:
     'the database is unreachable (PostgreSQL down or cut off): nothing was changed, or the change cannot be confirmed; retry after Retry-After seconds',
+  controller_revoked:
+    "this controller's own certificate is revoked: it changes nothing and holds no nodes; ask another controller",
+  controller_expired:
+    "this controller's own certificate is expired or not yet valid: it changes nothing and holds no nodes until it is renewed; ask another controller",
   db_in_use:
     'another controller has this SQLite database open; several controllers share a PostgreSQL database instead (reported at start)',
   unsafe_file_mode:

@@ -322,6 +322,8 @@ export const CONTROLLER_HEARTBEAT_INTERVAL_MS = 2_000;
 export const CONTROLLER_LEASE_MS = 8_000;
 /** Each controller compares the owners of the nodes with the rendezvous spread this often (and at once on a membership change). */
 export const OWNERSHIP_RECONCILE_INTERVAL_MS = 1_000;
+/** A controller checks its own certificate (revoked, expired) this often, besides at every change of revoked.json or of the certificate. */
+export const CONTROLLER_STANDING_CHECK_INTERVAL_MS = 1_000;
 /** Without a membership change or a new node, a controller reads every node's owner this often (what others released meanwhile). */
 export const OWNERSHIP_FULL_SCAN_INTERVAL_MS = 10_000;
 /** After a membership change or a move of nodes, the owners are read at every reconcile for this long. */

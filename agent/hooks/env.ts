@@ -3,20 +3,14 @@
  * LANG and LC_*; then the inputs and `heat_outputs_path`. Key paths, credentials and HERALD_*
  * variables of the agent never reach a hook.
  */
+import { DEFAULT_PATH, inheritedEnv } from '../../protocol/child-env.js';
 import type { MetadataInput } from '../../protocol/heat.js';
 
-/** Used when the agent itself has no PATH. */
-export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+export { DEFAULT_PATH };
 
-/** The part of the agent's environment a hook inherits. */
+/** The part of the agent's environment a hook inherits: what every child of Herald does (protocol/child-env.ts). */
 export function baseEnv(agentEnv: NodeJS.ProcessEnv): Record<string, string> {
-  const env: Record<string, string> = { PATH: agentEnv.PATH ?? DEFAULT_PATH };
-  if (agentEnv.HOME !== undefined) env.HOME = agentEnv.HOME;
-  if (agentEnv.LANG !== undefined) env.LANG = agentEnv.LANG;
-  for (const [k, v] of Object.entries(agentEnv)) {
-    if (k.startsWith('LC_') && /^LC_[A-Z]+$/.test(k) && v !== undefined) env[k] = v;
-  }
-  return env;
+  return inheritedEnv(agentEnv);
 }
 
 /**

@@ -10,6 +10,7 @@ import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Fleet } from '../../controller/pg-fleet.js';
 import { PgStore } from '../../controller/pg-store.js';
+import { HeraldError } from '../../protocol/errors.js';
 import { IDLE_PUSH_STATE, type PushService } from '../../controller/push-types.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
 import { waitFor } from '../helpers/procs.js';
@@ -156,6 +157,122 @@ describe('taking a node over', () => {
     } finally {
       await fleet.close();
       await store.close();
+    }
+  });
+});
+
+/** A standing the test steers: `refusal` set means revoked; `revoked` is what revoked.json lists. */
+function steeredStanding(serial: string, notAfter = new Date(Date.now() + 86_400_000)) {
+  const listeners: Array<() => void> = [];
+  const s = {
+    refusal: undefined as HeraldError | undefined,
+    revoked: new Set<string>(),
+    notAfter,
+    standing: {
+      refusal: () => s.refusal,
+      certificate: () => ({ serial, notAfter: s.notAfter }),
+      revokedSerials: () => s.revoked,
+      onChange: (fn: () => void) => void listeners.push(fn),
+    },
+    change(): void {
+      for (const fn of listeners) fn();
+    },
+  };
+  return s;
+}
+
+/** Two controllers `c1` and `c2` on one database, each with its own store and steered standing. */
+async function twoControllers(o: { c2NotAfter?: Date } = {}) {
+  const db = await pg.createDatabase();
+  const make = async (name: string, serial: string, notAfter?: Date) => {
+    const store = await PgStore.open(db, { controller: name });
+    const s = steeredStanding(serial, notAfter);
+    const fleet = new Fleet({
+      store,
+      name,
+      apiUrl: () => 'https://127.0.0.1:1',
+      push: recordingDialer(),
+      logger: pino({ level: 'silent' }),
+      registry: new Registry(),
+      heartbeatMs: 100,
+      leaseMs: 600,
+      reconcileMs: 100,
+      settleMs: 300,
+      standing: s.standing,
+    });
+    return { store, fleet, s };
+  };
+  const c1 = await make('c1', 'c1serial');
+  const c2 = await make('c2', 'c2serial', o.c2NotAfter);
+  for (let i = 0; i < 12; i++)
+    await c1.store.announceEndpoint(`n${i}`, `wss://127.0.0.1:${7000 + i}/v1/wake`, WHO, true);
+  const nodes = Array.from({ length: 12 }, (_, i) => `n${i}`);
+  await c1.fleet.start([]);
+  await c2.fleet.start([]);
+  const close = async () => {
+    for (const c of [c2, c1]) {
+      await c.fleet.close();
+      await c.store.close();
+    }
+  };
+  return { c1, c2, nodes, close };
+}
+
+describe("a controller's certificate and its lease", () => {
+  it('a lease held by a controller whose serial is in revoked.json does not count: its peer takes every node though it keeps renewing', async () => {
+    const { c1, c2, nodes, close } = await twoControllers();
+    try {
+      await waitFor(
+        'both own nodes',
+        async () => nodes.some((n) => c2.fleet.owns(n)) && nodes.some((n) => c1.fleet.owns(n)),
+        10_000,
+        50,
+      );
+      // c2 does not know (a controller that does not step down: a stolen key, an old Herald)
+      c1.s.revoked.add('c2serial');
+      await waitFor('c1 to own every node', async () => nodes.every((n) => c1.fleet.owns(n)), 10_000, 50);
+      expect(c1.fleet.liveControllers).toEqual(['c1']);
+      expect((await c1.fleet.members()).find((m) => m.name === 'c2')!.live).toBe(false);
+      expect([...(await c1.fleet.owners(null)).values()].every((o) => o === 'c1')).toBe(true);
+    } finally {
+      await close();
+    }
+  });
+
+  it('a lease held by a controller whose certificate has ended does not count (database time)', async () => {
+    const { c1, c2, nodes, close } = await twoControllers({ c2NotAfter: new Date(Date.now() + 4_000) });
+    try {
+      await waitFor('c2 to own nodes', async () => nodes.some((n) => c2.fleet.owns(n)), 10_000, 50);
+      await waitFor('c1 to own every node', async () => nodes.every((n) => c1.fleet.owns(n)), 15_000, 50);
+      expect((await c1.fleet.members()).find((m) => m.name === 'c2')!.live).toBe(false);
+    } finally {
+      await close();
+    }
+  });
+
+  it('a controller that loses its standing hands its nodes back and ends its lease at once; its store writes nothing', async () => {
+    const { c1, c2, nodes, close } = await twoControllers();
+    try {
+      await waitFor('c2 to own nodes', async () => nodes.some((n) => c2.fleet.owns(n)), 10_000, 50);
+      c2.s.refusal = new HeraldError('controller_revoked');
+      c2.store.setWriteGate(() => c2.s.refusal);
+      c2.s.change();
+      expect(nodes.some((n) => c2.fleet.owns(n))).toBe(false); // at once, before any database call
+      await waitFor('c1 to own every node', async () => nodes.every((n) => c1.fleet.owns(n)), 10_000, 50);
+      const row = (await c1.fleet.members()).find((m) => m.name === 'c2')!;
+      expect(row).toMatchObject({ live: false, nodes_owned: 0 });
+      await expect(
+        c2.store.createConfig({ name: 'x', group: 'script', config: '' } as never, WHO),
+      ).rejects.toMatchObject({
+        code: 'controller_revoked',
+      });
+      await expect(c2.store.recordAcked(new Map([['n1', 1]]))).rejects.toMatchObject({ code: 'controller_revoked' });
+      // renewed: it joins again and takes its share back
+      c2.s.refusal = undefined;
+      c2.s.change();
+      await waitFor('c2 to own nodes again', async () => nodes.some((n) => c2.fleet.owns(n)), 10_000, 50);
+    } finally {
+      await close();
     }
   });
 });

@@ -63,15 +63,20 @@ function pool(over: Partial<PushPoolOptions> = {}): { p: PushPool; ev: EventEmit
 
 describe('pushWorkerEnv', () => {
   const threshold = `glibc.malloc.mmap_threshold=${PUSH_WORKER_MMAP_THRESHOLD_BYTES}`;
-  it("adds glibc's mmap threshold, keeping the rest of the environment and other tunables", () => {
-    expect(pushWorkerEnv({ PATH: '/bin' })).toEqual({ PATH: '/bin', GLIBC_TUNABLES: threshold });
+  it("adds glibc's mmap threshold to what every child inherits, keeping other tunables; never the database URL", () => {
+    expect(
+      pushWorkerEnv({ PATH: '/bin', HERALD_DB: 'postgres://h:secret@db/h', NODE_OPTIONS: '--require /x' }),
+    ).toEqual({
+      PATH: '/bin',
+      GLIBC_TUNABLES: threshold,
+    });
     expect(pushWorkerEnv({ GLIBC_TUNABLES: 'glibc.malloc.arena_max=2' }).GLIBC_TUNABLES).toBe(
       `glibc.malloc.arena_max=2:${threshold}`,
     );
   });
   it("leaves an operator's own threshold as it is, and the caller's object unchanged", () => {
     const env = { GLIBC_TUNABLES: 'glibc.malloc.mmap_threshold=131072' };
-    expect(pushWorkerEnv(env)).toEqual({ GLIBC_TUNABLES: 'glibc.malloc.mmap_threshold=131072' });
+    expect(pushWorkerEnv(env).GLIBC_TUNABLES).toBe('glibc.malloc.mmap_threshold=131072');
     const mine = { PATH: '/bin' };
     pushWorkerEnv(mine);
     expect(mine).toEqual({ PATH: '/bin' });
