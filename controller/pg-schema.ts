@@ -5,7 +5,7 @@
  * values: JSON and times as TEXT, flags 0/1), plus what several controllers share: the change
  * log every controller reads in commit order, membership, and node ownership.
  */
-import { PG_ENROLLMENT_MIGRATION_SQL } from './pg-enrollment.js';
+import { PG_ENROLLMENT_MIGRATION_SQL, PG_IDENTITY_FLOOR_MIGRATION_SQL } from './pg-enrollment.js';
 import {
   INSERT_MANY,
   insertUnnestSql,
@@ -210,6 +210,12 @@ export const PG_MIGRATIONS: PgMigration[] = [
     name: 'uninstall_deployment_at_first_uninstall',
     // SQLite's migration 6: a cluster node's uninstall deployment is made when its first uninstall starts
     sql: 'ALTER TABLE cluster_nodes ALTER COLUMN uninstall_deployment_id DROP NOT NULL',
+  },
+  {
+    version: 4,
+    name: 'identity_floors',
+    // SQLite's migration 7: each node's identity floor (pg-enrollment.ts)
+    sql: PG_IDENTITY_FLOOR_MIGRATION_SQL,
   },
 ];
 
