@@ -143,6 +143,12 @@ Layout of a PKI directory:
       if (target === undefined && o.kid === undefined)
         throw new HeraldError('bad_option', 'missing <target> (name, role/name or serial) or --kid <kid>');
       const r = await revoke({ dir: o.dir, ...(o.kid !== undefined ? { kid: o.kid } : { target: target! }) });
+      if (r.revokedBefore !== undefined) {
+        out(`revoked ${target}: every certificate of it issued before ${r.revokedBefore}, whatever issued it`);
+        if (r.serial !== undefined) out(`  and serial ${r.serial} (${r.certificate})`);
+        out('  copy revoked.json to every controller; on a controller, herald node revoke does the same at once');
+        return;
+      }
       const what =
         r.kid !== undefined
           ? `signing key ${r.kid}`

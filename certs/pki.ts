@@ -332,11 +332,12 @@ function ensureControllerKey(p: PkiPaths, name: string): ControllerKeyResult {
 // ---- revoked.json -------------------------------------------------------------------------------
 
 function writeRevoked(p: PkiPaths, list: RevokedList): void {
-  writeFileAtomic(
-    p.revoked,
-    `${JSON.stringify({ serials: list.serials, kids: list.kids }, null, 2)}\n`,
-    PUBLIC_FILE_MODE,
-  );
+  const body = {
+    serials: list.serials,
+    kids: list.kids,
+    ...(list.identities && Object.keys(list.identities).length > 0 ? { identities: list.identities } : {}),
+  };
+  writeFileAtomic(p.revoked, `${JSON.stringify(body, null, 2)}\n`, PUBLIC_FILE_MODE);
 }
 
 // ---- the PKI directory -------------------------------------------------------------------------
@@ -738,6 +739,11 @@ export interface RevokeResult {
    * revoking one controller cuts off that controller alone.
    */
   kids?: string[];
+  /**
+   * For `agent/<name>`: the identity floor now in revoked.json; every certificate of the agent
+   * issued before it is refused, whatever issued it (docs/certificates-over-time.md).
+   */
+  revokedBefore?: string;
   /** It was listed already; nothing changed. */
   already: boolean;
 }
@@ -774,11 +780,13 @@ export async function revoke(opts: RevokeOptions): Promise<RevokeResult> {
     if (!owner && !current.kids.includes(kid))
       throw new HeraldError('bad_option', `kid ${JSON.stringify(kid)} is not in ${p.jwks}`);
     if (current.kids.includes(kid)) return { kid, already: true };
-    writeRevoked(p, { serials: current.serials, kids: [...current.kids, kid] });
+    writeRevoked(p, { ...current, kids: [...current.kids, kid] });
     return { kid, already: false };
   }
 
   const target = opts.target!.trim();
+  const agent = /^agent\/([a-z0-9][a-z0-9._-]{0,62})$/.exec(target)?.[1];
+  if (agent !== undefined) return revokeAgent(p, current, agent);
   const found = findCertificate(p, target);
   let serial: string;
   let certificate: string | undefined;
@@ -803,10 +811,39 @@ export async function revoke(opts: RevokeOptions): Promise<RevokeResult> {
   const newKids = kids.filter((k) => !current.kids.includes(k));
   if (current.serials.includes(serial) && newKids.length === 0) return { ...base, already: true };
   writeRevoked(p, {
+    ...current,
     serials: current.serials.includes(serial) ? current.serials : [...current.serials, serial],
     kids: [...current.kids, ...newKids],
   });
   return { ...base, already: false };
+}
+
+/**
+ * Revokes the identity `agent/<name>`: every certificate of it issued up to now, made here or by a
+ * controller's issuer (enrolment, renewal), whose serials this directory never saw. The floor is
+ * the next whole second (certificate times have whole seconds); the PKI's own certificate file, if
+ * any, is revoked by serial too.
+ */
+function revokeAgent(p: PkiPaths, current: RevokedList, name: string): RevokeResult {
+  const key = `agent/${name}`;
+  const floor = new Date(Math.floor(Date.now() / 1000) * 1000 + 1000).toISOString();
+  const file = p.cert('agent', name);
+  const serial = fs.existsSync(file)
+    ? normalizeSerial(new crypto.X509Certificate(fs.readFileSync(file)).serialNumber)
+    : undefined;
+  const identities = { ...(current.identities ?? {}) };
+  const had = identities[key];
+  identities[key] = had !== undefined && Date.parse(had) > Date.parse(floor) ? had : floor;
+  writeRevoked(p, {
+    serials: serial === undefined || current.serials.includes(serial) ? current.serials : [...current.serials, serial],
+    kids: current.kids,
+    identities,
+  });
+  return {
+    ...(serial !== undefined ? { serial, certificate: key } : {}),
+    revokedBefore: identities[key],
+    already: false,
+  };
 }
 
 /** The signing key ids of controller `name`: those the JWKS gives it, and the one in its key file. */

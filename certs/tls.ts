@@ -20,7 +20,7 @@ import type { Role } from '../protocol/identity.js';
 import { describeExpectedServer, isExpectedServer, type ExpectedServer } from './expected-server.js';
 import { checkChain, leafRoleAllowed, MAX_REMEMBERED_ISSUERS, presentedAbove } from './chain.js';
 import { identityOf, normalizeSerial, type CertIdentity } from './identity.js';
-import { parseRevoked } from './revoked.js';
+import { identityKey, parseRevoked } from './revoked.js';
 import { peerOf, TlsSessionStore, type SessionPeer } from './session-store.js';
 import { tlsCodeOf } from './tls-codes.js';
 import { x509Of } from './x509-parse.js';
@@ -79,6 +79,12 @@ export interface MaterialSnapshot {
   /** Lowercase hex. */
   revokedSerials: ReadonlySet<string>;
   revokedKids: ReadonlySet<string>;
+  /**
+   * Revoked identities, by `role/name`: a certificate of one whose notBefore (ms) is earlier is
+   * refused. revoked.json's `identities` and `setIdentityFloors` (the controller's database)
+   * together, the later floor winning.
+   */
+  identityFloors: ReadonlyMap<string, number>;
   jwks: JwksJson | undefined;
   trustDomain: string;
   /** Our own identity, read from our certificate. */
@@ -96,6 +102,7 @@ interface RevokedPart {
   raw: Buffer | undefined;
   serials: Set<string>;
   kids: Set<string>;
+  floors: Map<string, number>;
 }
 interface JwksPart {
   raw: Buffer | undefined;
@@ -124,6 +131,8 @@ export class PkiMaterial extends EventEmitter {
   #tls: TlsPart;
   #revoked: RevokedPart;
   #jwks: JwksPart;
+  /** Floors given by `setIdentityFloors`, beside revoked.json's. */
+  #extraFloors: ReadonlyMap<string, number> = new Map();
   #snapshot: MaterialSnapshot;
   #watchers: fs.FSWatcher[] = [];
   #timer: NodeJS.Timeout | undefined;
@@ -153,6 +162,19 @@ export class PkiMaterial extends EventEmitter {
     }
     this.#snapshot = this.#makeSnapshot();
     if (this.options.watch) this.#watch();
+  }
+
+  /**
+   * Revoked identities from elsewhere than revoked.json (the controller's database), `role/name`
+   * -> floor in ms; replaces the previous set. Emits `'revoked-change'` when it changed, so live
+   * connections of a newly revoked identity are closed as for a serial.
+   */
+  setIdentityFloors(floors: ReadonlyMap<string, number>): void {
+    const prev = this.#extraFloors;
+    if (prev.size === floors.size && [...floors].every(([k, v]) => prev.get(k) === v)) return;
+    this.#extraFloors = new Map(floors);
+    this.#snapshot = this.#makeSnapshot();
+    this.emit('revoked-change', this.#snapshot.revokedSerials, this.#snapshot.revokedKids);
   }
 
   /** The current material: an immutable snapshot, replaced (never mutated) on change. */
@@ -329,12 +351,13 @@ export class PkiMaterial extends EventEmitter {
     } catch (err) {
       if (prev) throw err;
       this.#log.warn({ file }, 'no revoked.json: no certificate or signing key is revoked');
-      return { raw: undefined, serials: new Set(), kids: new Set() };
+      return { raw: undefined, serials: new Set(), kids: new Set(), floors: new Map() };
     }
     this.options.checkFile?.(file);
     if (prev?.raw && raw.equals(prev.raw)) return prev;
     const list = parseRevoked(raw, file);
-    return { raw, serials: new Set(list.serials), kids: new Set(list.kids) };
+    const floors = new Map(Object.entries(list.identities ?? {}).map(([k, v]) => [k, Date.parse(v)] as const));
+    return { raw, serials: new Set(list.serials), kids: new Set(list.kids), floors };
   }
 
   #loadJwks(prev: JwksPart | undefined): JwksPart {
@@ -370,11 +393,34 @@ export class PkiMaterial extends EventEmitter {
       caCerts: this.#tls.caCerts,
       revokedSerials: this.#revoked.serials,
       revokedKids: this.#revoked.kids,
+      identityFloors: mergeFloors(this.#revoked.floors, this.#extraFloors),
       jwks: this.#jwks.jwks,
       trustDomain: this.options.trustDomain,
       identity: this.#tls.identity,
     });
   }
+}
+
+function mergeFloors(a: ReadonlyMap<string, number>, b: ReadonlyMap<string, number>): ReadonlyMap<string, number> {
+  if (b.size === 0) return a;
+  const out = new Map(a);
+  for (const [k, v] of b) out.set(k, Math.max(v, out.get(k) ?? v));
+  return out;
+}
+
+/**
+ * Why a certificate of `identity` (whose notBefore is `validFrom`) stands under its identity's
+ * revocation floor, or undefined: a revoked node's every certificate, whatever issued it, and
+ * the certificates a renewal superseded (docs/certificates-over-time.md).
+ */
+export function identityFloorRefusal(
+  identity: { role: string; name: string },
+  validFrom: Date,
+  m: MaterialSnapshot,
+): string | undefined {
+  const floor = m.identityFloors.get(identityKey(identity.role, identity.name));
+  if (floor === undefined || validFrom.getTime() >= floor) return undefined;
+  return `the certificates of ${identityKey(identity.role, identity.name)} issued before ${new Date(floor).toISOString()} are revoked`;
 }
 
 class KeyMismatchError extends HeraldError {
@@ -528,6 +574,8 @@ export function authorizeCertificate(
     if (err instanceof HeraldError) return refuse(err.code, err.message);
     throw err;
   }
+  const below = identityFloorRefusal(identity, identity.validFrom, m);
+  if (below !== undefined) return refuse('revoked', below);
   const underIssuer = leafRoleAllowed(identity.role, chain.issuerName);
   if (underIssuer && !underIssuer.ok) return underIssuer;
   if (chain.issuer) material.rememberIssuer(chain.issuer);
@@ -750,6 +798,8 @@ export function checkServerCertificate(
     );
   if (m.revokedSerials.has(id.serial))
     return new RefusalError('revoked', `the server's serial ${id.serial} is revoked`);
+  const below = identityFloorRefusal(id, id.validFrom, m);
+  if (below !== undefined) return new RefusalError('revoked', below);
   // OpenSSL verified the chain; whether its intermediate (if any) is a Herald issuer, of our
   // trust domain, unrevoked, and allowed to sign this role is ours to check
   const leaf = toX509OrUndefined(cert);
@@ -796,14 +846,27 @@ export function chainSerialsOf(cert: tls.PeerCertificate | crypto.X509Certificat
   return serials;
 }
 
-/** The first of `chainSerialsOf(cert)` that is revoked now, or undefined. */
+/**
+ * The first of `chainSerialsOf(cert)` that is revoked now, or the leaf's serial when its identity
+ * is revoked since before it was issued (`identityFloorRefusal`); undefined when neither.
+ */
 export function revokedSerialOf(
   cert: tls.PeerCertificate | crypto.X509Certificate | undefined,
   material: PkiMaterial,
 ): string | undefined {
   if (cert === undefined) return undefined;
-  const revoked = material.current().revokedSerials;
-  return chainSerialsOf(cert, material).find((s) => revoked.has(s));
+  const m = material.current();
+  const serials = chainSerialsOf(cert, material);
+  const serial = serials.find((s) => m.revokedSerials.has(s));
+  if (serial !== undefined || m.identityFloors.size === 0) return serial;
+  const leaf = toX509OrUndefined(cert);
+  if (leaf === undefined) return undefined;
+  try {
+    const id = identityOf(leaf, m.trustDomain);
+    return identityFloorRefusal(id, id.validFrom, m) === undefined ? undefined : id.serial;
+  } catch {
+    return undefined;
+  }
 }
 
 /**

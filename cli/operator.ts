@@ -183,6 +183,21 @@ function registerNode(program: Command): void {
       out(`node ${id} deleted\n`);
     });
   });
+  leaf(
+    node,
+    'revoke <id>',
+    "revoke every certificate of a node's agent issued up to now, whatever issued it; live connections of it are closed",
+    ['herald node revoke n1'],
+  ).action(async (id: string, _o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.post<{ node: string; revoked_before: string }>(`/v1/nodes/${seg(id)}/revoke`, {});
+      if (o.json) return printJson(body);
+      out(`node ${body.node} revoked: its certificates issued before ${body.revoked_before} are refused\n`);
+      out(
+        'to let it in again: herald enroll token --node <id>, then herald agent enroll on the node (docs/adding-nodes.md)\n',
+      );
+    });
+  });
 }
 
 // ---- config -------------------------------------------------------------------------------------

@@ -63,7 +63,8 @@ import {
 import { RefusalSummary } from '../protocol/refusal-summary.js';
 import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../protocol/metadata.js';
 import { ConnectionAdmission } from './admission.js';
-import { EnrollmentRefused, type Enrollment } from './enrollment.js';
+import { EnrollmentRefused, RenewalTooSoon, type Enrollment } from './enrollment.js';
+import type { IdentityFloors } from './identity-floors.js';
 import type { ControllerEvent } from './events.js';
 import type { ControllerMetrics } from './metrics.js';
 import type { PushFetchRequest, PushReply, PushRequest, PushSignalRequest } from './push-types.js';
@@ -115,6 +116,7 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   unknown_nodegroup: 422,
   unknown_config: 422,
   rate_limited: 429,
+  renewal_too_soon: 429,
   too_many_connections: 429,
   internal: 500,
   store_unavailable: 503,
@@ -140,6 +142,8 @@ export interface ApiServerOptions {
   bodyLimits?: { requestBytes?: number; signalBytes?: number };
   /** Join tokens, `POST /v1/enroll` and renewal (SPEC §9); absent: those routes answer `enrollment_disabled`. */
   enrollment?: Enrollment | undefined;
+  /** Node revocation (`POST /v1/nodes/{id}/revoke`) and superseded certificates; absent: that route answers `not_found`. */
+  floors?: IdentityFloors | undefined;
   /**
    * The TLS session-ticket key (certs/ticket-key.ts), so tickets survive a restart; followed
    * when it rotates. Absent: Node's random per-process key.
@@ -503,6 +507,8 @@ export class ApiServer {
     // resume, as Node's HTTPS clients do by default (a 403 for it broke ordinary operator clients)
     const result = authorizePeer(socket, ROLES, this.#o.material);
     this.#auth.set(socket, { epoch: this.#epoch, result });
+    // the first use of a renewed certificate retires the one it renewed (identity-floors.ts)
+    if (result.ok) this.#o.floors?.used(result.identity);
     return result;
   }
 
@@ -635,6 +641,7 @@ export class ApiServer {
       message = err.message;
       field = err.field;
       if (err instanceof ApiError) headers = { ...err.headers };
+      if (err instanceof RenewalTooSoon) headers['Retry-After'] = String(err.retryAfterS);
       this.#o.metrics.refusals.inc({ code });
       const status = statusOf(code);
       const socket = req.socket as tls.TLSSocket;
@@ -775,6 +782,11 @@ export class ApiServer {
       const node = await s.getNode(c.params.id!);
       const certificate = (await this.#o.enrollment?.nodeCertificate(c.params.id!)) ?? null;
       return ok({ ...node, certificate });
+    });
+    add('POST', '/v1/nodes/:id/revoke', 'operator', async (c) => {
+      const floors = this.#o.floors;
+      if (!floors) throw new HeraldError('not_found', 'this controller does not revoke node identities');
+      return ok(await floors.revoke(c.params.id!, who(c)));
     });
     add('DELETE', '/v1/nodes/:id', 'operator', async (c) => {
       await s.deleteNode(c.params.id!, who(c));

@@ -57,6 +57,24 @@ export interface SeenCertificate {
   issued: boolean;
 }
 
+/**
+ * A node's identity floor (docs/certificates-over-time.md, "Revoking a node"): every certificate
+ * of `agent/<node>` whose notBefore is earlier than `notBefore` is refused, whatever issued it.
+ * Kept after the node is deleted, so a certificate of a deleted node stays refused if a node of
+ * that name is added again.
+ */
+export interface IdentityFloorRecord {
+  node: string;
+  /** ISO 8601. */
+  notBefore: string;
+  /** The certificate the last renewal issued, not used yet: its first use raises the floor to `renewedNotBefore`. */
+  renewedSerial: string | null;
+  renewedNotBefore: string | null;
+}
+
+/** Why a node's floor is raised: an operator revoked it, or a renewal superseded its certificates. */
+export type FloorReason = 'revoke' | 'renewal';
+
 // ---- rows as both stores keep them (sqlite-enrollment.ts, pg-enrollment.ts) -------------------
 
 /** JSON arrays as text, times as ISO 8601 text. */
@@ -84,6 +102,22 @@ export interface CertRow {
   renewal_failures: number;
   last_renewal_error: string | null;
   last_renewal_attempt_at: string | null;
+}
+
+export interface FloorRow {
+  node: string;
+  not_before: string;
+  renewed_serial: string | null;
+  renewed_not_before: string | null;
+}
+
+export function floorRecord(r: FloorRow): IdentityFloorRecord {
+  return {
+    node: r.node,
+    notBefore: r.not_before,
+    renewedSerial: r.renewed_serial,
+    renewedNotBefore: r.renewed_not_before,
+  };
 }
 
 export function tokenRecord(r: TokenRow): EnrollmentTokenRecord {

@@ -9,7 +9,7 @@
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import type { ReadCsr } from '../certs/csr-verify.js';
-import type { CertIdentity } from '../certs/identity.js';
+import { normalizeSerial, type CertIdentity } from '../certs/identity.js';
 import type { LoadedIssuer } from '../certs/pki.js';
 import type { PkiMaterial } from '../certs/tls.js';
 import { expandedIp, parseIp } from '../protocol/address.js';
@@ -17,7 +17,14 @@ import type { CertificateBundle, EnrollmentTokenView, NodeCertificateView } from
 import { renewAtMs, renewalState } from '../protocol/enroll.js';
 import { ERROR_CODES, HeraldError, isErrorCode } from '../protocol/errors.js';
 import { isValidName, spiffeIdOf } from '../protocol/identity.js';
-import { JOIN_TOKEN_SECRET_BYTES, JOIN_TOKEN_TTL_S, MAX_JOIN_TOKEN_TTL_S } from '../protocol/limits.js';
+import {
+  JOIN_TOKEN_SECRET_BYTES,
+  JOIN_TOKEN_TTL_S,
+  MAX_JOIN_TOKEN_TTL_S,
+  RENEWAL_MIN_INTERVAL_FRACTION,
+} from '../protocol/limits.js';
+import { identityKey } from '../certs/revoked.js';
+import type { IdentityFloors } from './identity-floors.js';
 import type { EnrollmentTokenRecord, NodeCertificateRecord, TokenRefusal } from './enrollment-records.js';
 import { EnrollReplay } from './enroll-replay.js';
 import type { Store } from './store.js';
@@ -39,6 +46,17 @@ export interface EnrollmentOptions {
   agentCertLifetimeS: number;
   logger: Logger;
   now?: () => number;
+  /** Node revocation and the retirement of superseded certificates (identity-floors.ts). */
+  floors?: IdentityFloors | undefined;
+}
+
+/** `renewal_too_soon`, with the seconds after which a renewal is taken again (the API's Retry-After). */
+export class RenewalTooSoon extends HeraldError {
+  readonly retryAfterS: number;
+  constructor(retryAfterS: number) {
+    super('renewal_too_soon', `this node renewed its certificate lately; retry after ${retryAfterS} s`);
+    this.retryAfterS = retryAfterS;
+  }
 }
 
 /** The one answer to every failed enrolment. */
@@ -189,7 +207,11 @@ export class Enrollment {
    * `POST /v1/nodes/{node}/certificate` `{"csr","failed_attempts"?,"last_error"?}` from the node's
    * agent (the API checked the caller is it).
    * @param currentKey the SPKI DER of the certificate the caller presented
-   * @throws HeraldError `bad_csr`, `invalid_request`, `enrollment_disabled`
+   * Only a node that exists renews, at most once per RENEWAL_MIN_INTERVAL_FRACTION of the
+   * certificate lifetime; the certificates before the presented one are then refused, and the
+   * presented one once the new one is used (identity-floors.ts).
+   * @throws HeraldError `bad_csr`, `invalid_request`, `enrollment_disabled`, `node_deleted`,
+   *   `not_found`, `renewal_too_soon` (RenewalTooSoon)
    */
   async renew(node: string, body: unknown, identity: CertIdentity, currentKey: Buffer): Promise<CertificateBundle> {
     await this.noteSeen(identity);
@@ -226,7 +248,24 @@ export class Enrollment {
         new HeraldError('bad_csr', 'the CSR is for the key of the current certificate: renewal needs a new key'),
       );
     const lastError = typeof b.last_error === 'string' && isErrorCode(b.last_error) ? b.last_error : undefined;
+    // a certificate outlives its node's deletion, but is not renewed past it
+    if ((await this.#o.store.getNode(node)) === undefined)
+      return fail(
+        (await this.#o.store.isTombstoned(node))
+          ? new HeraldError('node_deleted', `node ${node} was deleted: its certificate is not renewed`)
+          : new HeraldError('not_found', `no node ${node}: only a node that exists renews its certificate`),
+      );
+    // one renewal per interval: a stolen certificate cannot mint a fleet of live ones
+    const last = (await this.#o.store.getNodeCertificate(node))?.issuedAt;
+    const intervalMs = this.#o.agentCertLifetimeS * 1000 * RENEWAL_MIN_INTERVAL_FRACTION;
+    const sinceMs = last ? this.#now() - Date.parse(last) : Number.POSITIVE_INFINITY;
+    if (sinceMs < intervalMs) return fail(new RenewalTooSoon(Math.max(1, Math.ceil((intervalMs - sinceMs) / 1000))));
     const bundle = await this.#issue(issuer, node, dns, ips, csr.publicKeyPem, identity.spiffeId);
+    const made = new crypto.X509Certificate(bundle.certificate);
+    await this.#o.floors?.renewed(node, identity, {
+      serial: normalizeSerial(made.serialNumber),
+      notBefore: new Date(made.validFrom).toISOString(),
+    });
     this.#log.info(
       {
         event: 'renew.issued',
@@ -296,6 +335,8 @@ export class Enrollment {
   ): Promise<CertificateBundle> {
     const now = this.#now();
     const lifetimeMs = this.#o.agentCertLifetimeS * 1000;
+    // never under the node's identity floor (a revoked node enrolled again): it would be refused
+    const floor = this.#o.material.current().identityFloors.get(identityKey('agent', node)) ?? 0;
     const made = (await forgeParts()).issueWithIssuer({
       issuer,
       role: 'agent',
@@ -304,7 +345,7 @@ export class Enrollment {
       ip: ips,
       // backdated for clock skew, but by a tenth of a short lifetime at most: the agent renews
       // at two thirds of notBefore..notAfter, which a 5 min backdate would put in the past
-      notBefore: new Date(now - Math.min(MAX_BACKDATE_MS, lifetimeMs / 10)),
+      notBefore: new Date(Math.max(floor, now - Math.min(MAX_BACKDATE_MS, lifetimeMs / 10))),
       notAfter: new Date(now + lifetimeMs),
       publicKeyPem,
     });

@@ -30,6 +30,7 @@ import { IdleCollector, v8Probe } from './idle-collector.js';
 import { ApiServer, createHealthServer } from './api.js';
 import { ClusterEngine } from './clusters/engine.js';
 import { Enrollment } from './enrollment.js';
+import { IdentityFloors } from './identity-floors.js';
 import { EventBus } from './events.js';
 import { ControllerMetrics } from './metrics.js';
 import type { ControllerOptions } from './options.js';
@@ -318,9 +319,13 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       service.useChangeFeed(feed);
       cleanup.push(() => feed.close());
     }
+    const floors = new IdentityFloors({ store, material, logger });
+    await floors.start();
+    cleanup.push(() => floors.close());
     const enrollment = new Enrollment({
       store,
       issuer,
+      floors,
       material,
       agentCertLifetimeS: o.agentCertLifetimeS ?? AGENT_CERT_LIFETIME_S,
       logger,
@@ -332,6 +337,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       logger,
       metrics,
       enrollment,
+      floors,
       ticketKey,
       ...(deps.rates ? { rates: deps.rates } : {}),
       ...(deps.bodyLimits ? { bodyLimits: deps.bodyLimits } : {}),

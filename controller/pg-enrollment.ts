@@ -7,6 +7,10 @@
 import type postgres from 'postgres';
 import {
   certRecord,
+  floorRecord,
+  type FloorReason,
+  type FloorRow,
+  type IdentityFloorRecord,
   tokenRecord,
   type CertRow,
   type ConsumeResult,
@@ -51,6 +55,17 @@ export const PG_ENROLLMENT_MIGRATION_SQL = `
   END $$;
   CREATE TRIGGER node_certificates_removed AFTER DELETE ON nodes
     FOR EACH ROW EXECUTE FUNCTION node_certificates_removed();
+`;
+
+/** PostgreSQL migration 5's SQL (pg-schema.ts): SQLite's migration 7, identity_floors. */
+export const PG_IDENTITY_FLOOR_MIGRATION_SQL = `
+  CREATE TABLE identity_floors (
+    node TEXT PRIMARY KEY,
+    not_before TEXT NOT NULL,
+    renewed_serial TEXT,
+    renewed_not_before TEXT,
+    updated_at TEXT NOT NULL
+  );
 `;
 
 const AUDIT = 'INSERT INTO audit (at, who, action, target, detail) VALUES ($1, $2, $3, $4, $5)';
@@ -154,6 +169,48 @@ export const pgEnrollment = {
          not_after = excluded.not_after WHERE node_certificates.serial <> excluded.serial`,
       [node, c.serial, c.notBefore, c.notAfter],
     );
+  },
+
+  async floors(sql: Sql): Promise<IdentityFloorRecord[]> {
+    return (
+      await q<FloorRow>(
+        sql,
+        'SELECT node, not_before, renewed_serial, renewed_not_before FROM identity_floors ORDER BY node',
+      )
+    ).map(floorRecord);
+  },
+
+  async raiseFloor(
+    tx: Sql,
+    node: string,
+    notBefore: string,
+    renewed: { serial: string; notBefore: string } | null,
+    reason: FloorReason,
+    who: string,
+    at: string,
+  ): Promise<void> {
+    // a floor never goes down: a renewal after a revocation cannot bring revoked certificates back
+    await q(
+      tx,
+      `INSERT INTO identity_floors (node, not_before, renewed_serial, renewed_not_before, updated_at)
+       VALUES ($1, $2, $3, $4, $5)
+       ON CONFLICT (node) DO UPDATE SET not_before = GREATEST(identity_floors.not_before, excluded.not_before),
+         renewed_serial = excluded.renewed_serial, renewed_not_before = excluded.renewed_not_before,
+         updated_at = excluded.updated_at`,
+      [node, notBefore, renewed?.serial ?? null, renewed?.notBefore ?? null, at],
+    );
+    if (reason === 'revoke')
+      await q(tx, AUDIT, [at, who, 'node.revoke', node, JSON.stringify({ revoked_before: notBefore })]);
+  },
+
+  async retireSuperseded(sql: Sql, node: string, serial: string, at: string): Promise<boolean> {
+    const r = await q(
+      sql,
+      `UPDATE identity_floors SET not_before = GREATEST(not_before, renewed_not_before), renewed_serial = NULL,
+         renewed_not_before = NULL, updated_at = $1 WHERE node = $2 AND renewed_serial = $3 RETURNING node`,
+      [at, node, serial],
+    );
+    return r.length === 1;
   },
 
   async noteRenewalFailure(sql: Sql, node: string, code: string, reported: number, at: string): Promise<void> {

@@ -5,7 +5,7 @@
  * values: JSON and times as TEXT, flags 0/1), plus what several controllers share: the change
  * log every controller reads in commit order, membership, and node ownership.
  */
-import { PG_ENROLLMENT_MIGRATION_SQL } from './pg-enrollment.js';
+import { PG_ENROLLMENT_MIGRATION_SQL, PG_IDENTITY_FLOOR_MIGRATION_SQL } from './pg-enrollment.js';
 import {
   INSERT_MANY,
   insertUnnestSql,
@@ -217,6 +217,12 @@ export const PG_MIGRATIONS: PgMigration[] = [
     // a lease counts only while its holder's certificate does (pg-fleet.ts liveRow): each
     // controller writes the serial and end of its certificate; NULL for one that does not yet
     sql: 'ALTER TABLE controllers ADD COLUMN cert_serial TEXT, ADD COLUMN cert_not_after TIMESTAMPTZ',
+  },
+  {
+    version: 5,
+    name: 'identity_floors',
+    // SQLite's migration 7: each node's identity floor (pg-enrollment.ts)
+    sql: PG_IDENTITY_FLOOR_MIGRATION_SQL,
   },
 ];
 

@@ -39,6 +39,8 @@ import { SqlStoreBase } from './sql-store-base.js';
 import type {
   ConsumeResult,
   EnrollmentTokenRecord,
+  FloorReason,
+  IdentityFloorRecord,
   NewEnrollmentToken,
   NodeCertificateRecord,
   SeenCertificate,
@@ -508,6 +510,24 @@ export class PgStore extends SqlStoreBase implements Store {
   async noteRenewalFailure(node: string, code: string, reported: number): Promise<void> {
     this.#assertWritable();
     return this.#db(() => pgEnrollment.noteRenewalFailure(this.#sql, node, code, reported, this.#iso()));
+  }
+
+  listIdentityFloors(): Promise<IdentityFloorRecord[]> {
+    return this.#db(() => pgEnrollment.floors(this.#sql));
+  }
+
+  raiseIdentityFloor(
+    node: string,
+    notBefore: string,
+    renewed: { serial: string; notBefore: string } | null,
+    reason: FloorReason,
+    who: string,
+  ): Promise<void> {
+    return this.#tx((tx) => pgEnrollment.raiseFloor(tx, node, notBefore, renewed, reason, who, this.#iso()));
+  }
+
+  retireSupersededCertificates(node: string, serial: string): Promise<boolean> {
+    return this.#db(() => pgEnrollment.retireSuperseded(this.#sql, node, serial, this.#iso()));
   }
 
   // ---- the change log (pg-change-feed.ts reads it) ------------------------------------------

@@ -9,6 +9,10 @@
 import type Database from 'better-sqlite3';
 import {
   certRecord,
+  floorRecord,
+  type FloorReason,
+  type FloorRow,
+  type IdentityFloorRecord,
   tokenRecord,
   type CertRow,
   type ConsumeResult,
@@ -53,6 +57,20 @@ export const ENROLLMENT_MIGRATION_SQL = `
   END;
 `;
 
+/**
+ * Migration 7's SQL: each node's identity floor (enrollment-records.ts IdentityFloorRecord). Not
+ * removed with the node: a deleted node's certificates stay refused. Plain SQL, as migration 5.
+ */
+export const IDENTITY_FLOOR_MIGRATION_SQL = `
+  CREATE TABLE IF NOT EXISTS identity_floors (
+    node TEXT PRIMARY KEY,
+    not_before TEXT NOT NULL,
+    renewed_serial TEXT,
+    renewed_not_before TEXT,
+    updated_at TEXT NOT NULL
+  ) STRICT;
+`;
+
 export class SqliteEnrollmentRows {
   readonly #db: Database.Database;
   readonly #audit: Database.Statement;
@@ -66,6 +84,9 @@ export class SqliteEnrollmentRows {
   readonly #certSeen: Database.Statement;
   readonly #certIssued: Database.Statement;
   readonly #certFailed: Database.Statement;
+  readonly #floors: Database.Statement;
+  readonly #floorRaise: Database.Statement;
+  readonly #floorRetire: Database.Statement;
 
   constructor(db: Database.Database) {
     this.#db = db;
@@ -101,6 +122,44 @@ export class SqliteEnrollmentRows {
       `UPDATE node_certificates SET renewal_failures = MAX(renewal_failures + 1, ?), last_renewal_error = ?,
          last_renewal_attempt_at = ? WHERE node = ?`,
     );
+    this.#floors = p('SELECT node, not_before, renewed_serial, renewed_not_before FROM identity_floors ORDER BY node');
+    // a floor never goes down: a renewal after a revocation cannot bring revoked certificates back
+    this.#floorRaise = p(
+      `INSERT INTO identity_floors (node, not_before, renewed_serial, renewed_not_before, updated_at)
+       VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (node) DO UPDATE SET not_before = MAX(not_before, excluded.not_before),
+         renewed_serial = excluded.renewed_serial, renewed_not_before = excluded.renewed_not_before,
+         updated_at = excluded.updated_at`,
+    );
+    this.#floorRetire = p(
+      `UPDATE identity_floors SET not_before = MAX(not_before, renewed_not_before), renewed_serial = NULL,
+         renewed_not_before = NULL, updated_at = ? WHERE node = ? AND renewed_serial = ?`,
+    );
+  }
+
+  floors(): IdentityFloorRecord[] {
+    return (this.#floors.all() as FloorRow[]).map(floorRecord);
+  }
+
+  /** Raises the node's floor (never lowers it) and sets or clears its renewed certificate; a revocation is audited. */
+  raiseFloor(
+    node: string,
+    notBefore: string,
+    renewed: { serial: string; notBefore: string } | null,
+    reason: FloorReason,
+    who: string,
+    at: string,
+  ): void {
+    this.#db.transaction(() => {
+      this.#floorRaise.run(node, notBefore, renewed?.serial ?? null, renewed?.notBefore ?? null, at);
+      if (reason === 'revoke')
+        this.#audit.run(at, who, 'node.revoke', node, JSON.stringify({ revoked_before: notBefore }));
+    })();
+  }
+
+  /** The renewed certificate `serial` was used: the floor rises to it. False when it is not the node's renewed one. */
+  retireSuperseded(node: string, serial: string, at: string): boolean {
+    return this.#floorRetire.run(at, node, serial).changes === 1;
   }
 
   create(t: NewEnrollmentToken, who: string, at: string): EnrollmentTokenRecord {

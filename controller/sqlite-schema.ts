@@ -4,7 +4,7 @@
  */
 import type Database from 'better-sqlite3';
 import { OUTPUT_MIGRATION_SQL } from './sqlite-output.js';
-import { ENROLLMENT_MIGRATION_SQL } from './sqlite-enrollment.js';
+import { ENROLLMENT_MIGRATION_SQL, IDENTITY_FLOOR_MIGRATION_SQL } from './sqlite-enrollment.js';
 import {
   INSERT_MANY,
   insertOneSql,
@@ -224,6 +224,13 @@ export const MIGRATIONS: Migration[] = [
       CREATE INDEX cluster_nodes_by_deadline ON cluster_nodes (cluster_id, phase, step_deadline_ms);
       CREATE INDEX cluster_nodes_by_position ON cluster_nodes (cluster_id, phase, position);
     `,
+  },
+  {
+    version: 7,
+    name: 'identity_floors',
+    // each node's identity floor: a revoked node's certificates, and those a renewal superseded,
+    // are refused whatever issued them (controller/sqlite-enrollment.ts)
+    sql: IDENTITY_FLOOR_MIGRATION_SQL,
   },
 ];
 

@@ -23,6 +23,8 @@ import { SqliteEnrollmentRows } from './sqlite-enrollment.js';
 import type {
   ConsumeResult,
   EnrollmentTokenRecord,
+  FloorReason,
+  IdentityFloorRecord,
   NewEnrollmentToken,
   NodeCertificateRecord,
   SeenCertificate,
@@ -287,6 +289,24 @@ export class SqliteStore extends SqlStoreBase implements Store {
 
   noteRenewalFailure(node: string, code: string, reported: number): Promise<void> {
     return this.#write(() => this.#enrollment.noteRenewalFailure(node, code, reported, this.#iso()));
+  }
+
+  listIdentityFloors(): Promise<IdentityFloorRecord[]> {
+    return this.#read(() => this.#enrollment.floors());
+  }
+
+  raiseIdentityFloor(
+    node: string,
+    notBefore: string,
+    renewed: { serial: string; notBefore: string } | null,
+    reason: FloorReason,
+    who: string,
+  ): Promise<void> {
+    return this.#write(() => this.#enrollment.raiseFloor(node, notBefore, renewed, reason, who, this.#iso()));
+  }
+
+  retireSupersededCertificates(node: string, serial: string): Promise<boolean> {
+    return this.#write(() => this.#enrollment.retireSuperseded(node, serial, this.#iso()));
   }
 
   /** A change outside `transaction()` (no generation): in turn with every other transaction. */

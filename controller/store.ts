@@ -17,6 +17,8 @@ import type { KeptOutput, OutputChunkRecord } from './sql-output.js';
 import type {
   ConsumeResult,
   EnrollmentTokenRecord,
+  FloorReason,
+  IdentityFloorRecord,
   NewEnrollmentToken,
   NodeCertificateRecord,
   SeenCertificate,
@@ -166,6 +168,22 @@ export interface Store extends StoreReads {
    * reported), last error and attempt time set. No audit row (nothing changed hands).
    */
   noteRenewalFailure(node: string, code: string, reported: number): Promise<void>;
+  /** Every node's identity floor (enrollment-records.ts IdentityFloorRecord). */
+  listIdentityFloors(): Promise<IdentityFloorRecord[]>;
+  /**
+   * Raises `node`'s identity floor to `notBefore` (never lowers it) and records `renewed`, the
+   * certificate a renewal just issued (null clears it). `reason` 'revoke' writes the audit row
+   * `node.revoke` by `who`.
+   */
+  raiseIdentityFloor(
+    node: string,
+    notBefore: string,
+    renewed: { serial: string; notBefore: string } | null,
+    reason: FloorReason,
+    who: string,
+  ): Promise<void>;
+  /** The renewed certificate `serial` of `node` was used: its floor rises to that certificate's notBefore. */
+  retireSupersededCertificates(node: string, serial: string): Promise<boolean>;
   /** Raises nodes' acknowledged generations (never lowers them); one transaction for the batch, no generation. */
   recordAcked(acks: ReadonlyMap<string, number>): Promise<void>;
   /** Waits for the open transaction, then closes; later calls reject `internal`. Idempotent. */

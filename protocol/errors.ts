@@ -43,7 +43,8 @@ export const ERROR_CODES = {
   no_client_certificate: 'the peer presented no certificate',
   untrusted_certificate: 'the certificate does not chain to the cluster CA',
   certificate_expired: 'the certificate is expired or not yet valid',
-  revoked: "the certificate's serial is in revoked.json",
+  revoked:
+    "the certificate's serial is in revoked.json, or its identity was revoked (or the certificate superseded by a renewal) after it was issued",
   wrong_role: "the identity's role is not the one this endpoint serves",
   no_identity: 'the certificate has no Herald SPIFFE URI SAN',
   multiple_identities: 'the certificate has more than one URI SAN',
@@ -152,6 +153,8 @@ export const ERROR_CODES = {
     'a renewal CSR does not verify, asks for another identity or other SANs than the current certificate, or reuses its key',
   ca_fingerprint_mismatch:
     "herald agent enroll: the controller's CA is not the one --ca-sha256 names (nothing was sent)",
+  renewal_too_soon:
+    'the node renewed its certificate a short while ago (a quarter of --agent-cert-lifetime); retry after Retry-After seconds',
   renewal_overdue:
     "an agent warning, not a refusal: 90 % of its certificate's lifetime has passed and renewal has not succeeded yet",
 

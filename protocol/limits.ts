@@ -418,6 +418,14 @@ export const MIN_AGENT_CERT_LIFETIME_S = 10;
 export const RENEWAL_AT_FRACTION = 2 / 3;
 /** From this fraction of the lifetime on, an agent whose renewal has not succeeded warns. */
 export const RENEWAL_WARN_FRACTION = 0.9;
+/**
+ * A node's certificate is renewed at most once per this fraction of `--agent-cert-lifetime`
+ * (`renewal_too_soon` before): at most four certificates issued per identity and lifetime, and
+ * an agent whose answer was lost (renewing at 2/3) retries in time before its certificate ends.
+ */
+export const RENEWAL_MIN_INTERVAL_FRACTION = 1 / 4;
+/** How often a controller re-reads the identity floors (revoked nodes) other controllers may have set. */
+export const IDENTITY_FLOOR_REFRESH_MS = 5_000;
 /** Renewal retries: first ceiling and cap (full jitter), also bounded by the time left. */
 export const RENEWAL_BACKOFF_BASE_MS = 1_000;
 export const RENEWAL_BACKOFF_MAX_MS = 300_000;

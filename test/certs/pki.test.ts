@@ -228,7 +228,12 @@ describe('revoke, list, bundle, rotate', () => {
     const s2 = serialOf('agent', 'n2');
     expect(await revoke({ dir, target: s2.toUpperCase() })).toEqual({ serial: s2, already: false });
     expect(await codeOfRejection(revoke({ dir, target: 'nobody' }))).toBe('pki_missing');
-    expect(await codeOfRejection(revoke({ dir, target: 'agent/nobody' }))).toBe('pki_missing');
+    expect(await codeOfRejection(revoke({ dir, target: 'operator/nobody' }))).toBe('pki_missing');
+    // an agent identity is revoked whatever issued its certificates, with no file here
+    expect(await revoke({ dir, target: 'agent/nobody' })).toMatchObject({
+      revokedBefore: expect.any(String),
+      already: false,
+    });
     expect(await codeOfRejection(revoke({ dir }))).toBe('bad_option');
     const list = parseRevoked(fs.readFileSync(p.revoked));
     expect(list.serials).toEqual([s1, serialOf('operator', 'dup'), s2]);

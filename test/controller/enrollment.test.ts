@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCsr } from '../../certs/csr.js';
 import { identityOf } from '../../certs/identity.js';
-import { issueIssuer, newRsaKeyPem, revoke } from '../../certs/pki.js';
+import { issueIssuer, issueWithIssuer, newRsaKeyPem, revoke } from '../../certs/pki.js';
 import { tokenHash } from '../../controller/enrollment.js';
 import { resolveOptions } from '../../controller/options.js';
 import { codeOf } from '../../protocol/errors.js';
@@ -280,12 +280,20 @@ describe('POST /v1/nodes/{node}/certificate (renewal)', () => {
   let key: string;
 
   beforeAll(async () => {
-    const token = await newToken('rn1', { ips: ['127.0.0.1'], dns: ['localhost'] });
-    const c = csrFor('rn1');
-    key = c.key;
-    const r = await enroll({ token, node: 'rn1', csr: c.csr });
-    expect(r.status).toBe(200);
-    cred = { ca: pki.ca, cert: Buffer.from(r.json.certificate), key: Buffer.from(key) };
+    // made by the issuer on the CA host, not enrolled: an enrolment now would make a renewal now
+    // too soon (RENEWAL_MIN_INTERVAL_FRACTION; test/integration/node-revocation.test.ts)
+    const made = issueWithIssuer({
+      issuer: {
+        cert: fs.readFileSync(`${pki.dir}/issuer/i1.crt`, 'utf8'),
+        key: fs.readFileSync(`${pki.dir}/issuer/i1.key`, 'utf8'),
+      },
+      role: 'agent',
+      name: 'rn1',
+      ip: ['127.0.0.1'],
+      dns: ['localhost'],
+    });
+    key = made.key;
+    cred = { ca: pki.ca, cert: Buffer.from(made.chain), key: Buffer.from(key) };
     const ann = await t.req(cred, 'PUT', '/v1/nodes/rn1/endpoint', { url: 'wss://127.0.0.1:7443/v1/wake' });
     expect(ann.status).toBe(200);
   });

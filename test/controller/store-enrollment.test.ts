@@ -138,4 +138,28 @@ describe.each<Kind>(['sqlite', 'postgres'])('the enrolment store (%s)', (kind) =
     await s.deleteNode('n1', WHO);
     expect(await s.getNodeCertificate('n1')).toBeUndefined();
   });
+
+  it('raises an identity floor and never lowers it, retires a renewed certificate once, and keeps the floor past the node', async () => {
+    const s = await openKind(kind);
+    await s.createNode('n1', null, WHO);
+    const t = (m: number): string => new Date(Date.UTC(2026, 11, 1, 0, m)).toISOString();
+    await s.raiseIdentityFloor('n1', t(10), { serial: 'bb', notBefore: t(20) }, 'renewal', WHO);
+    expect(await s.listIdentityFloors()).toEqual([
+      { node: 'n1', notBefore: t(10), renewedSerial: 'bb', renewedNotBefore: t(20) },
+    ]);
+    // a renewal from an older certificate cannot bring the floor down
+    await s.raiseIdentityFloor('n1', t(5), { serial: 'cc', notBefore: t(30) }, 'renewal', WHO);
+    expect((await s.listIdentityFloors())[0]).toMatchObject({ notBefore: t(10), renewedSerial: 'cc' });
+    expect(await s.retireSupersededCertificates('n1', 'bb')).toBe(false);
+    expect(await s.retireSupersededCertificates('n1', 'cc')).toBe(true);
+    expect(await s.retireSupersededCertificates('n1', 'cc')).toBe(false);
+    expect((await s.listIdentityFloors())[0]).toMatchObject({ notBefore: t(30), renewedSerial: null });
+    // an operator's revocation is audited; the floor outlives the node
+    await s.raiseIdentityFloor('n1', t(40), null, 'revoke', WHO);
+    expect((await s.listAudit()).some((a) => a.action === 'node.revoke' && a.target === 'n1')).toBe(true);
+    await s.deleteNode('n1', WHO);
+    expect(await s.listIdentityFloors()).toEqual([
+      { node: 'n1', notBefore: t(40), renewedSerial: null, renewedNotBefore: null },
+    ]);
+  });
 });
