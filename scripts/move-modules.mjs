@@ -91,9 +91,9 @@ console.log(`moved ${moves.size} files, rewrote imports in ${rewritten}`);
 const textFiles = execFileSync('git', ['ls-files'], { cwd: ROOT, encoding: 'utf8' })
   .split('\n')
   .filter((f) => f && /\.(ts|mts|mjs|js|md|json|yaml|yml|sh)$|^\.ci\//.test(f) && !f.endsWith('package-lock.json'));
-const escape = (x) => x.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const escapeRe = (x) => x.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const renames = [...moves].map(([from, to]) => [
-  new RegExp(`(?<![\\w/.-])${escape(path.relative(ROOT, from))}(?![\\w/])`, 'g'),
+  new RegExp(`(?<![\\w/.-])${escapeRe(path.relative(ROOT, from))}(?![\\w/])`, 'g'),
   path.relative(ROOT, to),
 ]);
 let mentions = 0;
