@@ -100,7 +100,7 @@ export const ERROR_CODES = {
   signal_unavailable:
     'the controller cannot take signals on the push connection now (it is starting or stopping, another is still answered on that connection or its answers are unwritten, or the API did not answer within 20 s); the agent signals over HTTPS',
   store_unavailable:
-    'the database is unreachable (PostgreSQL down or cut off): nothing was changed, or the change cannot be confirmed; retry after Retry-After seconds',
+    'the database is unreachable or not answering in time (PostgreSQL down, cut off or stalled): nothing was changed, or the change cannot be confirmed; retry after Retry-After seconds',
   db_in_use:
     'another controller has this SQLite database open; several controllers share a PostgreSQL database instead (reported at start)',
   unsafe_file_mode:
