@@ -64,8 +64,17 @@ export class PoolGate {
    *   `maxWaiting` callers wait already, or when the holder before it failed store_unavailable
    *   (`fn` is not run then)
    */
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    await this.#acquire();
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    // a free place is taken and `fn` started in this same turn, as without the gate (a caller
+    // that checks its own state first sees it as it is now, not a turn later)
+    if (this.#free > 0) {
+      this.#free--;
+      return this.#hold(fn);
+    }
+    return this.#wait().then(() => this.#hold(fn));
+  }
+
+  async #hold<T>(fn: () => Promise<T>): Promise<T> {
     let stalled = false;
     try {
       return await fn();
@@ -78,11 +87,8 @@ export class PoolGate {
     }
   }
 
-  #acquire(): Promise<void> {
-    if (this.#free > 0) {
-      this.#free--;
-      return Promise.resolve();
-    }
+  /** Waits for a place handed over by a holder that lets go. */
+  #wait(): Promise<void> {
     if (this.#waiting.size >= this.#maxWaiting)
       return Promise.reject(
         new HeraldError(
