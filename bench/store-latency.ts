@@ -87,7 +87,7 @@ async function measure(store: Store, kind: StoreLatency['store'], samples: numbe
       ),
     );
     const { deployment: u } = await timed('updateDeployment', () =>
-      store.updateDeployment(d.id, { inputValues: { round: i } }, WHO),
+      store.updateDeployment(d.id, { revises: d.current.revision, inputValues: { round: i } }, WHO),
     );
     await timed('signal', () =>
       store.transaction((tx) =>

@@ -15,8 +15,12 @@
  *   what it missed while cut off.
  * - A deadlock, a serialization failure or a unique-key race with another controller retries
  *   the whole transaction (its callback uses only `tx`, so it can run again).
- * - The database being away is `store_unavailable` (the API's 503), never a hang: connecting
- *   gives up after PG_CONNECT_TIMEOUT_S, a statement after PG_STATEMENT_TIMEOUT_MS.
+ * - The database being away or stalled is `store_unavailable` (the API's 503), never a hang:
+ *   every wait on it is bounded. Connecting gives up after PG_CONNECT_TIMEOUT_S, a statement
+ *   after PG_STATEMENT_TIMEOUT_MS, a lock wait after PG_LOCK_TIMEOUT_MS, an idle transaction
+ *   after PG_IDLE_IN_TRANSACTION_TIMEOUT_MS; a wait for a pooled connection after
+ *   PG_POOL_WAIT_MS, behind at most PG_POOL_QUEUE_ENTRIES others (pool-gate.ts: the client's
+ *   own queue has neither bound).
  *
  * The client is `postgres` (porsager): pooled, prepared statements, and `listen()` on a
  * dedicated connection that reconnects with backoff and calls back after every (re)connect,
@@ -28,9 +32,13 @@ import {
   CHANGE_LOG_RETENTION_S,
   PG_CONNECT_TIMEOUT_S,
   PG_CONTROL_CONNECTIONS,
+  PG_IDLE_IN_TRANSACTION_TIMEOUT_MS,
   PG_INSERT_MANY_MAX_ROWS,
+  PG_LOCK_TIMEOUT_MS,
   PG_RECONNECT_BACKOFF_MAX_S,
   PG_POOL_CONNECTIONS,
+  PG_POOL_QUEUE_ENTRIES,
+  PG_POOL_WAIT_MS,
   PG_STATEMENT_TIMEOUT_MS,
   PG_TX_RETRY_ATTEMPTS,
 } from '../protocol/limits.js';
@@ -48,6 +56,7 @@ import type {
 import { pgEnrollment } from './pg-enrollment.js';
 import { PG_MIGRATIONS, PG_SCHEMA_VERSION, pgStatementTexts, type PgStatementName } from './pg-schema.js';
 import type { ChangeSet } from './records.js';
+import { PoolGate } from './pool-gate.js';
 import { SqlOutputRows, type OutputChunkRecord } from './sql-output.js';
 import {
   INSERT_MANY,
@@ -89,6 +98,10 @@ export interface PgStoreOptions {
   now?: () => number;
   /** Connections in the pool (default PG_POOL_CONNECTIONS); `LISTEN` takes one more. */
   maxConnections?: number;
+  /** Longest wait for a pooled connection, ms (default PG_POOL_WAIT_MS). */
+  poolWaitMs?: number;
+  /** Callers waiting for a pooled connection at most (default PG_POOL_QUEUE_ENTRIES). */
+  poolQueueEntries?: number;
 }
 
 type Sql = postgres.Sql<Record<string, never>>;
@@ -117,8 +130,8 @@ export function isUnavailable(err: unknown): boolean {
   const e = err as { code?: unknown; errno?: unknown };
   if (typeof e?.code !== 'string') return false;
   if (UNAVAILABLE_CLIENT.has(e.code)) return true;
-  // statement_timeout (57014) is a stuck database as far as the caller can tell
-  return UNAVAILABLE_SQLSTATE.test(e.code) || e.code === '57014';
+  // statement_timeout (57014) and lock_timeout (55P03) are a stuck database as far as the caller can tell
+  return UNAVAILABLE_SQLSTATE.test(e.code) || e.code === '57014' || e.code === '55P03';
 }
 
 function unavailable(err: unknown): HeraldError {
@@ -183,6 +196,8 @@ export class PgStore extends SqlStoreBase implements Store {
   readonly #now: () => number;
   readonly #controller: string;
   readonly #url: string;
+  /** Every use of the pool passes here first: a bounded wait for a connection. */
+  readonly #gate: PoolGate;
   /** Set by the fleet (pg-fleet.ts); without one, acks are written as SQLite writes them. */
   #ackFence: ((node: string) => number | undefined) | null = null;
   /** Why this controller may not write now (standing.ts), checked before every write. */
@@ -198,6 +213,7 @@ export class PgStore extends SqlStoreBase implements Store {
     this.#control = control;
     this.#now = o.now;
     this.#controller = o.controller;
+    this.#gate = new PoolGate({ permits: o.maxConnections, waitMs: o.poolWaitMs, maxWaiting: o.poolQueueEntries });
     this.#pool = bind(sql, this.#texts);
     this.#rows = new SqlRows(this.#pool, o.now);
     this.#output = new SqlOutputRows(this.#pool);
@@ -210,7 +226,13 @@ export class PgStore extends SqlStoreBase implements Store {
    *   migrated by a newer Herald
    */
   static async open(url: string, opts: PgStoreOptions): Promise<PgStore> {
-    const o: Required<PgStoreOptions> = { now: Date.now, maxConnections: PG_POOL_CONNECTIONS, ...opts };
+    const o: Required<PgStoreOptions> = {
+      now: Date.now,
+      maxConnections: PG_POOL_CONNECTIONS,
+      poolWaitMs: PG_POOL_WAIT_MS,
+      poolQueueEntries: PG_POOL_QUEUE_ENTRIES,
+      ...opts,
+    };
     const client = (max: number, role: string) =>
       postgres(url, {
         max,
@@ -228,7 +250,8 @@ export class PgStore extends SqlStoreBase implements Store {
         connection: {
           application_name: `herald-controller/${o.controller}${role}`,
           statement_timeout: PG_STATEMENT_TIMEOUT_MS,
-          idle_in_transaction_session_timeout: PG_STATEMENT_TIMEOUT_MS,
+          lock_timeout: PG_LOCK_TIMEOUT_MS,
+          idle_in_transaction_session_timeout: PG_IDLE_IN_TRANSACTION_TIMEOUT_MS,
         },
       }) as unknown as Sql;
     const sql = client(o.maxConnections, '');
@@ -311,8 +334,12 @@ export class PgStore extends SqlStoreBase implements Store {
     if (this.#closed) throw new HeraldError('internal', 'the store is closed');
   }
 
-  /** Runs `fn` against the database, mapping "the database is away" to store_unavailable. */
-  async #db<T>(fn: () => Promise<T>): Promise<T> {
+  /** Runs `fn` on the pool (after the gate's bounded wait), mapping "the database is away" to store_unavailable. */
+  #db<T>(fn: () => Promise<T>): Promise<T> {
+    return this.#gate.run(() => this.#mapped(fn));
+  }
+
+  async #mapped<T>(fn: () => Promise<T>): Promise<T> {
     this.#assertOpen();
     try {
       return await fn();
@@ -374,7 +401,7 @@ export class PgStore extends SqlStoreBase implements Store {
   }
 
   #retrying<T>(run: () => Promise<T>): Promise<T> {
-    const p = this.#retry(run);
+    const p = this.#gate.run(() => this.#retry(run));
     this.#open.add(p);
     const forget = () => this.#open.delete(p);
     p.then(forget, forget);
@@ -566,7 +593,8 @@ export class PgStore extends SqlStoreBase implements Store {
    * `onListen` after every (re)connect (notifications sent meanwhile are lost: re-read then).
    */
   async listen(onNotify: (payload: string) => void, onListen: () => void): Promise<{ unlisten(): Promise<void> }> {
-    const r = await this.#db(() => this.#sql.listen(CHANGE_CHANNEL, onNotify, onListen));
+    // (a connection of its own, beside the pool: not through the gate)
+    const r = await this.#mapped(() => this.#sql.listen(CHANGE_CHANNEL, onNotify, onListen));
     return { unlisten: () => r.unlisten() };
   }
 

@@ -101,7 +101,14 @@ export interface NewDeployment {
 }
 
 export interface DeploymentPatch {
-  /** Replaces the stored values (service.ts merges a PATCH into them first). */
+  /**
+   * The current revision the patch was made from: the store writes the next one only while it
+   * is still current (else `internal`), so values merged into a revision read earlier can never
+   * silently replace a revision written since. Read it in the same transaction, under its lock
+   * (`StoreTx.deployment`), and the check never fails.
+   */
+  revises: number;
+  /** Replaces the stored values (service.ts merges a PATCH into those of revision `revises`). */
   inputValues?: Record<string, unknown>;
   action?: DeployAction;
 }

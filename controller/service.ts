@@ -370,26 +370,39 @@ export class ControllerService {
     return deploymentView(deployment, config, await this.hiddenInputsOf(deployment));
   }
 
+  /**
+   * A PATCH: the given input values merged into the current ones (null removes a key), as a new
+   * revision. Read, merge and write are one transaction, the deployment's row locked from the
+   * read to the commit: two PATCHes at once (on one controller or two) each merge into the
+   * other's result, and neither's keys are lost.
+   */
   async updateDeployment(id: string, body: unknown, who: string): Promise<View> {
     const b = parseBody(deploymentPatchSchema, body ?? {});
-    const d = await this.store.getDeployment(id);
-    if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
-    const config = (await this.store.getConfig(d.configId))!;
     const action = checkRevisionAction(b.action);
-    const inputValues =
-      b.input_values === undefined
-        ? undefined
-        : coerceInputValues(config, mergeInputValues(d.current.inputValues, b.input_values));
-    const { deployment, changes } = await this.store.updateDeployment(
-      id,
-      { ...(inputValues ? { inputValues } : {}), ...(action ? { action } : {}) },
-      who,
-    );
+    const {
+      result: { deployment, config },
+      changes,
+    } = await this.store.transaction(async (tx) => {
+      const d = await tx.deployment(id);
+      if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
+      const config = await tx.config(d.configId);
+      if (!config) throw new HeraldError('internal', `deployment ${id} has no config ${d.configId}`);
+      const inputValues =
+        b.input_values === undefined
+          ? undefined
+          : coerceInputValues(config, mergeInputValues(d.current.inputValues, b.input_values));
+      const patch = {
+        revises: d.current.revision,
+        ...(inputValues ? { inputValues } : {}),
+        ...(action ? { action } : {}),
+      };
+      return { deployment: await tx.updateDeployment(id, patch, who), config };
+    });
     this.#log.info(
       {
         event: 'deployment.update',
         deployment: id,
-        node: d.node,
+        node: deployment.node,
         revision: deployment.current.revision,
         action: deployment.current.action,
         who,

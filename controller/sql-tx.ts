@@ -459,6 +459,12 @@ export class SqlTx implements StoreTx {
       throw new HeraldError('deployment_busy', `deployment ${id} belongs to cluster ${d.clusterId}`);
     if (d.current.action === 'DELETE')
       throw new HeraldError('deployment_deleting', `deployment ${id} is being deleted`);
+    // a patch merged into a revision read outside this transaction would drop what came between
+    if (d.current.revision !== p.revises)
+      throw new HeraldError(
+        'internal',
+        `deployment ${id}: a patch of revision ${p.revises} while revision ${d.current.revision} is current (read it in the transaction that writes)`,
+      );
     const action = p.action ?? 'UPDATE';
     await this.#newRevision(
       id,

@@ -12,7 +12,7 @@ import { closeSync, constants, existsSync, mkdirSync, openSync, statSync } from 
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { ConfigError, HeraldError } from '../protocol/errors.js';
-import { SQLITE_PAGE_CACHE_BYTES } from '../protocol/limits.js';
+import { SQLITE_BUSY_TIMEOUT_MS, SQLITE_PAGE_CACHE_BYTES } from '../protocol/limits.js';
 import { ChangeSetBuilder } from './change-set.js';
 import { SqlStoreBase } from './sql-store-base.js';
 import { MIGRATIONS, prepareStatements, SCHEMA_VERSION } from './sqlite-schema.js';
@@ -71,7 +71,7 @@ export class SqliteStore extends SqlStoreBase implements Store {
       this.#claim(path);
       this.#db.pragma('synchronous = FULL');
       this.#db.pragma('foreign_keys = OFF');
-      this.#db.pragma('busy_timeout = 5000');
+      this.#db.pragma(`busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
       // a bound of our own: better-sqlite3 builds SQLite with a 16 MiB page cache, which a
       // controller fills as its database grows (the soak's C heap grew ~30 MB over 23,000 changes
       // before it levelled off, `npm run bench -- --soak`)

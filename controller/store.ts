@@ -215,7 +215,12 @@ export interface StoreTx extends ClusterTx {
   createConfig(c: NewConfig, who: string): Promise<ConfigRecord>;
   /** @throws HeraldError unknown_node (field `node`) | unknown_config (field `config_id`) */
   createDeployment(d: NewDeployment, who: string): Promise<DeploymentRecord>;
-  /** A new revision (action default UPDATE). @throws HeraldError not_found | deployment_busy | deployment_deleting */
+  /**
+   * A new revision (action default UPDATE) of revision `p.revises`, which must still be current.
+   * A caller that merges into the current values reads them through `deployment(id)` in this
+   * same transaction (the row stays locked to the commit), never from an earlier read.
+   * @throws HeraldError not_found | deployment_busy | deployment_deleting | internal (`p.revises` is not current)
+   */
   updateDeployment(id: string, p: DeploymentPatch, who: string): Promise<DeploymentRecord>;
   /** Runs its DELETE when listed (resolves with it), else removes it at once (resolves null). @throws HeraldError not_found | deployment_busy */
   deleteDeployment(id: string, who: string): Promise<DeploymentRecord | null>;

@@ -102,7 +102,7 @@ export const ERROR_CODES = {
   signal_unavailable:
     'the controller cannot take signals on the push connection now (it is starting or stopping, another is still answered on that connection or its answers are unwritten, or the API did not answer within 20 s); the agent signals over HTTPS',
   store_unavailable:
-    'the database is unreachable (PostgreSQL down or cut off): nothing was changed, or the change cannot be confirmed; retry after Retry-After seconds',
+    'the database is unreachable or not answering in time (PostgreSQL down, cut off or stalled): nothing was changed, or the change cannot be confirmed; retry after Retry-After seconds',
   controller_revoked:
     "this controller's own certificate is revoked: it changes nothing and holds no nodes; ask another controller",
   controller_expired:
@@ -110,7 +110,9 @@ export const ERROR_CODES = {
   db_in_use:
     'another controller has this SQLite database open; several controllers share a PostgreSQL database instead (reported at start)',
   unsafe_file_mode:
-    "a file that holds secrets is readable or writable by group or others: the database or its -wal/-shm (reported at start), or the controller's TLS ticket key (refused at start)",
+    "a file that holds secrets is readable or writable by group or others: the database or its -wal/-shm (reported at start), the controller's TLS ticket key (refused at start), or a push dialer's TLS session file (removed unread at start, logged)",
+  session_file_unremovable:
+    "at start, a push session file of a worker this controller no longer starts (fewer workers than the last start) could not be removed (logged with the file and the error; the start goes on): remove it by hand, it holds TLS sessions as sensitive as the controller's key",
 
   // agent hooks and state (SPEC §4, §5)
   bad_name: 'a group, tool, input or output name fails its pattern',

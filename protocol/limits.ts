@@ -342,8 +342,26 @@ export const PG_CONTROL_CONNECTIONS = 2;
 export const PG_RECONNECT_BACKOFF_MAX_S = 1;
 /** Connecting to PostgreSQL gives up after this (then `store_unavailable`). */
 export const PG_CONNECT_TIMEOUT_S = 3;
-/** A statement (or an idle transaction) running longer than this is cancelled: a stuck database is `store_unavailable`, not a hang. */
+/** A statement running longer than this is cancelled: a stuck database is `store_unavailable`, not a hang. */
 export const PG_STATEMENT_TIMEOUT_MS = 10_000;
+/**
+ * A statement waiting this long for a lock (another session's table or row lock) gives up
+ * (`lock_timeout`): a locked table is `store_unavailable` well inside PG_STATEMENT_TIMEOUT_MS.
+ */
+export const PG_LOCK_TIMEOUT_MS = 5_000;
+/** A transaction left idle this long (its client stalled) is ended by the server, and its locks with it. */
+export const PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 10_000;
+/**
+ * A request waits this long at most for one of the PG_POOL_CONNECTIONS pooled connections,
+ * then is answered `store_unavailable` (controller/pool-gate.ts): the client's own queue has
+ * no deadline.
+ */
+export const PG_POOL_WAIT_MS = 5_000;
+/**
+ * Requests waiting for a pooled connection at most; one more is refused `store_unavailable` at
+ * once, so a stalled database holds a bounded number of requests (and their memory).
+ */
+export const PG_POOL_QUEUE_ENTRIES = 1_000;
 /** `Retry-After` of a 503 `store_unavailable`. */
 export const STORE_UNAVAILABLE_RETRY_AFTER_S = 1;
 /**
@@ -402,6 +420,11 @@ export const ID_RANDOM_POOL_BYTES = 4 * 1024;
  * deployments) fit in far less, and the OS page cache holds the rest.
  */
 export const SQLITE_PAGE_CACHE_BYTES = 4 * 1024 * 1024;
+/**
+ * SQLite's `busy_timeout`: how long a statement waits for the database file's lock. The
+ * controller holds that lock for good (one controller a file), so no wait should ever reach it.
+ */
+export const SQLITE_BUSY_TIMEOUT_MS = 5_000;
 
 // ---- enrolment and renewal (SPEC §9) --------------------------------------------------------
 /** Lifetime of a join token unless `ttl_s` says otherwise. */

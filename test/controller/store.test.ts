@@ -148,6 +148,23 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
   });
 
   describe('deployments and signals', () => {
+    it('a patch of a revision that is no longer current is refused, and nothing is written', async () => {
+      const s = await open();
+      await s.createNode('a', null, WHO);
+      const cfg = await s.createConfig(CONFIG, WHO);
+      const { deployment: d } = await s.createDeployment(
+        { node: 'a', configId: cfg.id, name: null, actions: ['CREATE', 'UPDATE'], action: 'CREATE', inputValues: {} },
+        WHO,
+      );
+      await s.updateDeployment(d.id, { revises: 1, inputValues: { a: '1' } }, WHO);
+      // values merged into revision 1, read before revision 2 was written: they would drop `a`
+      expect(await rejectedCode(s.updateDeployment(d.id, { revises: 1, inputValues: { b: '2' } }, WHO))).toBe(
+        'internal',
+      );
+      const now = (await s.getDeployment(d.id))!;
+      expect(now.current).toMatchObject({ revision: 2, inputValues: { a: '1' } });
+    });
+
     it('revisions get new item ids; stale/unknown revisions refused; first result wins; Heat status', async () => {
       const s = await open();
       await s.createNode('a', null, WHO);
@@ -166,7 +183,7 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
         },
         WHO,
       );
-      const u = (await s.updateDeployment(d.id, {}, WHO)).deployment;
+      const u = (await s.updateDeployment(d.id, { revises: 1 }, WHO)).deployment;
       expect(u.current).toMatchObject({
         revision: 2,
         action: 'UPDATE',
@@ -233,7 +250,7 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
       expect(del.deployment!.current).toMatchObject({ action: 'DELETE', revision: 2, status: 'IN_PROGRESS' });
       expect(del.changes.wakes.length).toBe(1);
       expect((await s.deleteDeployment(listed.id, WHO)).changes.generation).toBeNull(); // already running
-      expect(await rejectedCode(s.updateDeployment(listed.id, {}, WHO))).toBe('deployment_deleting');
+      expect(await rejectedCode(s.updateDeployment(listed.id, { revises: 2 }, WHO))).toBe('deployment_deleting');
       const sig = await signal(s, 'a', listed.id, {
         revision: 2,
         deployStatusCode: 0,
