@@ -15,12 +15,12 @@ import {
   workersOf,
 } from './fanout.js';
 import {
+  byProcessText,
   CPU_PER_AGENT_GOAL_MS,
-  findings,
   netCpuPerAgentMs,
   PROTOTYPE_CPU_PER_AGENT_MS,
   ratioToFloor,
-} from './findings.js';
+} from './cpu-figures.js';
 import type { PeerResult } from './peer.js';
 import type { BenchResults } from './results.js';
 import {
@@ -626,6 +626,11 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
         });
         p();
       }
+      const splits = h?.runs.map((x) => x.controllerSplit).filter((x) => x !== undefined) ?? [];
+      if (h && splits.length > 0) {
+        p(byProcessText(splits, h.n, workersOf(h), fl.cpuPerAgentMs));
+        p();
+      }
     }
     p(
       "Crash with a change pending: once every agent's signals of the last run are answered (since 0d02e06), the controller",
@@ -781,7 +786,6 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p();
   }
   if (r.peer) L.push(...peerMarkdown(r));
-  L.push(...findings(i.results));
   p('## Run time');
   p();
   p(
