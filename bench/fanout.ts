@@ -471,7 +471,10 @@ class Bed {
         externalKb: Math.round(metricSum(m0, 'nodejs_external_memory_bytes') / 1024),
       };
     say(
-      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s); controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); at its end the main process ${round(mainKb / 1024, 1)} MB (${mainParts ? residentText(mainParts, heapNote(rss.mainHeap)) : 'gone'}), the ${workerPids.length} push worker(s) ${round((rss.workersKb ?? 0) / 1024, 1)} MB (${workersParts ? residentText(workersParts) : 'none'})`,
+      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s)`,
+    );
+    say(
+      `fan-out: controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); main process ${round(mainKb / 1024, 1)} MB (${mainParts ? residentText(mainParts, heapNote(rss.mainHeap)) : 'gone'}), ${workerPids.length} push worker(s) ${round((rss.workersKb ?? 0) / 1024, 1)} MB (${workersParts ? residentText(workersParts) : 'none'})`,
     );
     this.#harnessCpuS = harnessCpuS;
     return {

@@ -133,9 +133,13 @@ function parseArgs(argv: string[]): BenchArgs {
     // of agent/hooks/launcher.ts in one hour (the environment reaches every process started)
     else if (v === '--no-hook-launcher') process.env[NO_HOOK_LAUNCHER_ENV] = '1';
     else if (v === '--help' || v === '-h') {
-      process.stdout.write(
-        'usage: npm run bench [-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000] [--runs 3] [--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json] [--soak [minutes]] [--soak-gc] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000] [--failover-ns 300,3000] [--peer | --no-peer] [--no-hook-launcher]\n',
-      );
+      const options = [
+        '[-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000] [--runs 3]',
+        '[--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json]',
+        '[--soak [minutes]] [--soak-gc] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000]',
+        '[--failover-ns 300,3000] [--peer | --no-peer] [--no-hook-launcher]',
+      ];
+      process.stdout.write(`usage: npm run bench ${options.join(' ')}\n`);
       process.exit(0);
     } else throw new Error(`unknown option ${v}`);
   }

@@ -259,10 +259,9 @@ export class SeveralBed {
   }
 
   async dbCounters(): Promise<DbCounters> {
-    const [r] = await this.#sql.unsafe(
-      `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xid,
-              (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) AS commits`,
-    );
+    const xid = 'pg_snapshot_xmax(pg_current_snapshot())::text::bigint';
+    const commits = '(SELECT xact_commit FROM pg_stat_database WHERE datname = current_database())';
+    const [r] = await this.#sql.unsafe(`SELECT ${xid} AS xid, ${commits} AS commits`);
     return { t: Date.now(), commits: Number(r!.commits), xid: Number(r!.xid) };
   }
 

@@ -87,7 +87,7 @@ export function severalMarkdown(r: SeveralReport): string {
     `\`${r.command}\` on ${r.date.replace('T', ' ').slice(0, 19)} UTC in ${Math.round(r.elapsedS)} s; commit ${r.commit}. Machine: ${r.machine}. PostgreSQL ${r.pgVersion} (a throwaway server the run started: \`initdb\` in the run directory, \`fsync\` on, \`max_connections\` 100).`,
   );
   p(
-    `Load average (1, 5, 15 min) at start ${r.loadStart.join(' ')}, at end ${r.loadEnd.join(' ')}: **other engineers' work shared these 2 cores during the run, and the controllers, PostgreSQL and every simulated agent ran on them too; timings are upper bounds.** ${r.isolation}`,
+    `Load average (1, 5, 15 min) at start ${r.loadStart.join(' ')}, at end ${r.loadEnd.join(' ')}: shared cores, timings are upper bounds. ${r.isolation}`,
   );
   p();
   if (r.partial) {
@@ -102,10 +102,6 @@ export function severalMarkdown(r: SeveralReport): string {
       : `Checks: **${r.problems.length} failed**: ${r.problems.map((x) => x.replace(/\|/g, '/')).join('; ')}`,
   );
   p();
-  p(
-    'Reproduce: `npm run build && npm run bench -- --controllers` (all three parts; 24 min here with `--runs 1`, the default runs N = 1,000 twice), or one part: `--controllers store`, `--controllers fanout --controller-ns 1000`, `--controllers failover --failover-ns 300`. Needs PostgreSQL 15+ server binaries (`initdb`, `postgres`; Debian package `postgresql`).',
-  );
-  p();
   const sev = r.several;
   const sevCarried = carriedLine(r.carried?.several);
   if (sev && sev.fanout.length > 0) {
@@ -115,37 +111,7 @@ export function severalMarkdown(r: SeveralReport): string {
       p(sevCarried);
       p();
     }
-    p(
-      `Real \`herald controller --name cN --db postgres://…\` processes (${workersText(sev.workersPerController)}) on one PostgreSQL;`,
-    );
-    p(
-      "simulated agents (the agent's own modules, `bench/sim-agent.ts`, at most 1,000 per harness process) with `--controller-id '*'` and",
-    );
-    p(
-      "the URLs of the configuration's controllers, agent i starting at URL i mod k (as a load balancer would spread their API calls).",
-    );
-    p(
-      'Each (N, controllers) pair runs on a bed of its own: a new database, its k controllers, a new fleet that waits until they own',
-    );
-    p(
-      'and hold every node (a bed is not reused: completing and deleting a 5,000-node cluster between runs took more than an hour here,',
-    );
-    p(
-      'see the reading below). The change: one `POST /v1/clusters` to c1 naming all N nodes; each node is woken by its owner (rendezvous',
-    );
-    p(
-      "spread), which c1's commit reaches through one NOTIFY. Hooks are held inside the measuring window, as in the one-controller fan-out. CPU: every",
-    );
-    p(
-      "controller with its push workers, from /proc (schedstat), request to last fetch. Commits per node changed: the database's",
-    );
-    p(
-      "`pg_stat_database.xact_commit` delta (every transaction, the fetches' reads and the acks included) and the transaction id",
-    );
-    p(
-      "counter's delta (write transactions only), each less the background rate (the quieter of idle windows before and after the run: heartbeats",
-    );
-    p('every 2 s and reconciles every 1 s per controller), divided by N.');
+    p(`Controllers: ${workersText(sev.workersPerController)}.`);
     p();
     p(
       "| N | controllers | runs | acked / fetched | request answered | first acked | all acked | all fetched (runs) | ack p50 / p99 | fetch p50 / p99 | controllers' CPU | CPU per agent | per controller (last run) | commits per node changed: all / write |",
@@ -176,19 +142,6 @@ export function severalMarkdown(r: SeveralReport): string {
       p();
     }
     p(
-      'Three controllers holding every node; the one owning the most is killed with SIGKILL (its push workers too). From the',
-    );
-    p(
-      "kill: its lease ends (its row's `lease_until`: the last heartbeat + 8 s), the survivors claim its nodes (their `node_owners.since`,",
-    );
-    p(
-      'reconcile every 1 s), then dial each and send the ping wake-up with the current generation; "pinged" is the agent\'s own',
-    );
-    p(
-      "record of that wake-up (verified, signed by a survivor). Survivors' CPU: both, with push workers, kill → last ping.",
-    );
-    p();
-    p(
       "| N | victim's nodes | pinged | kill → lease ended | → first claimed | → last claimed | → first pinged | → last pinged | claim → ping p50 / p99 | dial rate | survivors' CPU (per orphan) |",
     );
     p('|---|---|---|---|---|---|---|---|---|---|---|');
@@ -201,7 +154,7 @@ export function severalMarkdown(r: SeveralReport): string {
       const detect = f.firstClaimMs;
       const redial = f.lastPingMs - f.firstClaimMs;
       p(
-        `- N = ${n(f.n)}: of the ${s(f.lastPingMs)} from the kill to the last ping, ${s(detect)} (${Math.round((100 * detect) / f.lastPingMs)} %) is detection (the lease running out: ${s(f.leaseEndMs)}, then the next reconcile) and ${s(redial)} is re-dialling ${n(f.orphans)} agents (${n(f.dialRatePerS)} full mutual-TLS dials and pings a second over two survivors).`,
+        `- N = ${n(f.n)}: kill → last ping ${s(f.lastPingMs)}: detection ${s(detect)} (${Math.round((100 * detect) / f.lastPingMs)} %; lease ended at ${s(f.leaseEndMs)}), re-dialling ${n(f.orphans)} agents ${s(redial)} (${n(f.dialRatePerS)}/s).`,
       );
     }
     p();
@@ -216,7 +169,7 @@ export function severalMarkdown(r: SeveralReport): string {
     }
     const [a, b] = [r.store.find((x) => x.store === 'sqlite'), r.store.find((x) => x.store === 'postgres')];
     p(
-      `In one process (\`bench/store-latency.ts\`), one call at a time, ${n(a?.samples ?? b?.samples ?? 0)} samples each after a warm-up: \`SqliteStore\` on a file (\`synchronous = FULL\`: an fsync per commit) and \`PgStore\` on the run's PostgreSQL over TCP on 127.0.0.1 (\`fsync\` and \`synchronous_commit\` on; the change-log row and NOTIFY under the sequence row's lock). Time from the call to its promise resolving (the commit durable).`,
+      `\`bench/store-latency.ts\`, one call at a time, ${n(a?.samples ?? b?.samples ?? 0)} samples each after a warm-up.`,
     );
     p();
     p('| transaction | SQLite p50 / p99 | PostgreSQL p50 / p99 | PostgreSQL / SQLite (p50) |');
@@ -238,9 +191,7 @@ export function severalMarkdown(r: SeveralReport): string {
     const [ca, cb] = [a?.cluster, b?.cluster];
     const c = ca ?? cb;
     if (c) {
-      p(
-        `A cluster of ${n(c.n)} nodes in the same stores: \`ClusterEngine.create\` in one \`transaction()\` (a \`POST /v1/clusters\`'s transaction: each member's install deployment (and its uninstall deployment too in runs before 2026-12-07), their revisions and its row, written with one many-row insert per table), then each member's install result recorded as the signal route records it (\`recordSignal\` through the service's group commit: the signals that arrive together share one transaction, each in its own savepoint), ${c.concurrency} in flight at once, until the cluster is CREATE_COMPLETE (each signal takes the cluster's row \`FOR UPDATE\` on PostgreSQL, so one controller's group at a time).`,
-      );
+      p(`A cluster of ${n(c.n)} nodes in the same stores, ${c.concurrency} signals in flight at once:`);
       p();
       p('| store | create: wall / CPU of this process | every install signalled | signals per second | status |');
       p('|---|---|---|---|---|');

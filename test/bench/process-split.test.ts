@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { byProcessText } from '../../bench/findings.js';
+import { byProcessText } from '../../bench/cpu-figures.js';
 import { splitByProcess, treeSample, type TreeSample } from '../../bench/util.js';
 
 const tree = (byPid: TreeSample['byPid']): TreeSample => ({

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { netCpuPerAgentMs, ratioToFloor } from '../../bench/findings.js';
+import { netCpuPerAgentMs, ratioToFloor } from '../../bench/cpu-figures.js';
 import type { BenchResults } from '../../bench/results.js';
 
 type Fanout = BenchResults['fanout'][number];
