@@ -418,7 +418,7 @@ async function main(): Promise<number> {
       pushWorkers: args.pushWorkers,
       // the goal's N five times: one tree's controller CPU moves by a fifth between runs an hour
       // apart and by as much between runs minutes apart (1.30-1.67× the floor in one full run, against
-      // a goal margin of 1.38×: docs/development.md, "Measured 2026-12-05"), and the goals table takes
+      // a goal margin of 1.38×: docs/performance.md, "Measured 2026-12-05"), and the goals table takes
       // the median; the smaller Ns three times
       runsFor: (n) => args.runs ?? (args.quick ? 1 : n >= 10_000 ? 5 : n >= 5_000 ? 1 : 3),
       // full: the smallest N and the goal's 10,000 (each crash run reconnects every agent)
@@ -437,7 +437,7 @@ async function main(): Promise<number> {
       // compares with the floor runs it has, or none)
       // its agents dialled before Herald's warm-up: the first measured run after a storm of 10,000
       // handshakes on both cores was the slowest of every run (its controller's background CPU 3-4×
-      // the later runs'; docs/development.md, "Measured 2026-12-05 16:25-")
+      // the later runs'; docs/performance.md, "Measured 2026-12-05 16:25-")
       afterGrow: async (n) => {
         if (n !== Math.max(...ns) || floorAt.failed) return;
         await floorAt.start(n);

@@ -10,7 +10,7 @@
  * Node's TLS sockets let OpenSSL release a connection's ~17 KB record buffers after each record
  * (SSL_MODE_RELEASE_BUFFERS) and take them again for the next: with the threshold below their
  * size, every record read or written is an mmap, its pages faulted in, and a munmap that flushes
- * the TLB on every core the process runs on. docs/development.md ("Measured 2026-12-05") and
+ * the TLB on every core the process runs on. docs/performance.md ("Measured 2026-12-05") and
  * PUSH_WORKER_MMAP_THRESHOLD_BYTES (protocol/limits.ts) have the figures.
  */
 import { fork } from 'node:child_process';

@@ -4,7 +4,7 @@
  * node and the signals after it) leaves what it promoted in V8's old generation until the next
  * mark-compact, and a controller that is quiet but not silent (the agents' polls, the push
  * workers' state) allocates too slowly to reach one soon and too steadily for V8's memory reducer,
- * which waits for a low allocation rate. Measured (docs/development.md, "Measured 2026-12-06"):
+ * which waits for a low allocation rate. Measured (docs/performance.md, "Measured 2026-12-06"):
  * a fleet of 10,000 left the main process's V8 heap at 111 MiB used where 23 MiB was live at
  * 5,000, ~85 MB of garbage held through a quiet window, ~8 KB an agent of the controller's memory.
  *

@@ -29,7 +29,7 @@ export const MAX_PUSH_REFUSED_REQUESTS = 3;
  * answers at once; the rest wait their turn in arrival order. A worker's batch can hold thousands
  * (one fetch per agent of a fan-out); started together, every answer's half-built objects were
  * alive at each young-generation collection and copied, twice the collector's time per fetch of
- * answering a few at a time (docs/development.md, "Measured 2026-12-05 11:55-13:25"). Enough for the
+ * answering a few at a time (docs/performance.md, "Measured 2026-12-05 11:55-13:25"). Enough for the
  * PostgreSQL pool (PG_POOL_CONNECTIONS) to have work queued for every connection.
  */
 export const MAX_PUSH_REQUESTS_IN_FLIGHT = 32;
@@ -368,7 +368,7 @@ export const STORE_UNAVAILABLE_RETRY_AFTER_S = 1;
  * A new cluster's (or node group's) members whose rows are inserted together, in one transaction
  * all the same: the rows of 10,000 members held to the end outlived V8's young generation and
  * were copied and promoted before they were inserted (20 % of the create's CPU in one process,
- * docs/development.md "Measured 2026-12-06 16:25-17:45 UTC").
+ * docs/performance.md "Measured 2026-12-06 16:25-17:45 UTC").
  */
 export const CLUSTER_INSERT_BATCH_ENTRIES = 1_024;
 /**
@@ -493,7 +493,7 @@ export const NODE_MAX_SEMI_SPACE_BYTES = 2 * 1024 * 1024;
  * holds thousands of such connections for days (BENCHMARKS.md, memory per agent). The price:
  * OpenSSL's ~17 KB record buffers, taken and given back for each record, are mapped too (~40 µs
  * of CPU a round trip, `node dist/bench/tls-record-cost.js`; not seen beyond the spread in a
- * fan-out, docs/development.md).
+ * fan-out, docs/performance.md).
  */
 export const PUSH_WORKER_MMAP_THRESHOLD_BYTES = 16 * 1024;
 /**
