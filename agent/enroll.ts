@@ -6,7 +6,7 @@
  * controller identity; the answer is written in the §1 layout (keys 0600, every file atomic).
  * A connection error, a 429 or a 503 is tried again a few times with the same key, so an answer
  * lost on the way is asked for again and the controller gives the same certificate
- * (controller/enroll-replay.ts, docs/adding-nodes.md). Also the files both enrolment and renewal
+ * (controller/service/enroll-replay.ts, docs/adding-nodes.md). Also the files both enrolment and renewal
  * install (`installCertificate`).
  */
 import crypto from 'node:crypto';

@@ -157,7 +157,7 @@ export class OutputSender {
 
   /**
    * The controller gave this node work (a wake-up that is not a ping): it lets that work's last
-   * chunks past its limit (controller/wake-credits.ts), so they need not wait for a token here.
+   * chunks past its limit (controller/service/wake-credits.ts), so they need not wait for a token here.
    */
   granted(): void {
     this.#credits = Math.min(this.#credits + EXEMPT_OUTPUT_PER_WAKE_REQUESTS, EXEMPT_OUTPUT_CAPACITY);

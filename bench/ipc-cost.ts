@@ -3,7 +3,7 @@
  * timed alone: the messages a fan-out sends for each agent (the wake-up command down; two push
  * states, an ack and a fetch request up; the fetch's answer with a body down; each written flat
  * as the two ends write them), in batches as PushPool and the worker send them
- * (controller/push-ipc.ts), over a `child_process.fork` channel with the same `advanced`
+ * (controller/push/ipc.ts), over a `child_process.fork` channel with the same `advanced`
  * serialization and the same young-generation cap. Prints the CPU (user + system) of each end
  * per agent and the wall time.
  *
@@ -23,8 +23,8 @@ import {
   WorkerEvents,
   type FromWorker,
   type ToWorker,
-} from '../controller/push-ipc.js';
-import type { PushState } from '../controller/push-types.js';
+} from '../controller/push/ipc.js';
+import type { PushState } from '../controller/push/types.js';
 
 interface ChildGo {
   t: 'go';

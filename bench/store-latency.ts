@@ -17,11 +17,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { ClusterEngine } from '../controller/clusters/engine.js';
-import { GroupCommitter } from '../controller/group-commit.js';
-import { PgStore } from '../controller/pg-store.js';
-import { recordSignal } from '../controller/signal.js';
-import { SqliteStore } from '../controller/sqlite-store.js';
-import type { Store } from '../controller/store.js';
+import { GroupCommitter } from '../controller/service/group-commit.js';
+import { PgStore } from '../controller/store/pg/store.js';
+import { recordSignal } from '../controller/service/signal.js';
+import { SqliteStore } from '../controller/store/sqlite/store.js';
+import type { Store } from '../controller/store/store.js';
 import { dist, nowMs, round, type Dist } from './util.js';
 
 export const STORE_OPS = ['createDeployment', 'updateDeployment', 'signal', 'recordAcked'] as const;

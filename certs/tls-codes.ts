@@ -1,7 +1,7 @@
 /**
  * THE mapping from the codes OpenSSL and Node put on a TLS error (`err.code`, or a socket's
  * `authorizationError`) to Herald's codes. Every dialer and listener that reports why a TLS
- * connection failed asks here (certs/tls.ts `refusalCodeOf`, controller/push-errors.ts), so one
+ * connection failed asks here (certs/tls.ts `refusalCodeOf`, controller/push/errors.ts), so one
  * failure has one name everywhere. `test/certs/tls-codes.test.ts` lists every code in a table.
  */
 import type { ErrorCode } from '../protocol/errors.js';

@@ -33,8 +33,8 @@ export async function buildProgram(only?: 'agent'): Promise<Command> {
   ] = await Promise.all([
     import('../certs/cli.js'),
     import('../controller/cli.js'),
-    import('./operator.js'),
-    import('./demo.js'),
+    import('./operator/commands.js'),
+    import('./demo/command.js'),
   ]);
   registerCertsCommands(program);
   registerAgentCommand(program);

@@ -17,7 +17,7 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import { freePort, sleep, tail as logTail } from './demo-supervisor.js';
+import { freePort, sleep, tail as logTail } from './demo/supervisor.js';
 
 /** The one user `initdb` makes, trusted on 127.0.0.1 and the socket. */
 export const THROWAWAY_PG_USER = 'herald';

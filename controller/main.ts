@@ -27,21 +27,21 @@ import {
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import { ed25519Engine, fastEd25519 } from './ed25519.js';
 import { IdleCollector, v8Probe } from './idle-collector.js';
-import { ApiServer, createHealthServer } from './api.js';
+import { ApiServer, createHealthServer } from './api/server.js';
 import { ClusterEngine } from './clusters/engine.js';
-import { Enrollment } from './enrollment.js';
-import { IdentityFloors } from './identity-floors.js';
-import { EventBus } from './events.js';
+import { Enrollment } from './service/enrollment.js';
+import { IdentityFloors } from './service/identity-floors.js';
+import { EventBus } from './service/events.js';
 import { ControllerMetrics } from './metrics.js';
 import type { ControllerOptions } from './options.js';
-import type { PushService } from './push-types.js';
-import type { RateClass } from './router.js';
-import type { RateRule } from './rate-limit.js';
-import { ControllerService } from './service.js';
-import { Standing } from './standing.js';
-import { looseDatabaseFiles, SqliteStore } from './sqlite-store.js';
-import type { PgStore } from './pg-store.js';
-import type { Store } from './store.js';
+import type { PushService } from './push/types.js';
+import type { RateClass } from './api/router.js';
+import type { RateRule } from './api/rate-limit.js';
+import { ControllerService } from './service/service.js';
+import { Standing } from './fleet/standing.js';
+import { looseDatabaseFiles, SqliteStore } from './store/sqlite/store.js';
+import type { PgStore } from './store/pg/store.js';
+import type { Store } from './store/store.js';
 
 export interface StartDeps {
   /** Default: pino JSON lines to stderr at `options.logLevel`. */
@@ -133,7 +133,7 @@ function loadSigningKey(file: string): { jwk: Ed25519PrivateJwk; signer: Signer 
 /** The real push service: the in-process dialer, or worker processes behind PushPool. */
 async function defaultPush(ctx: PushContext): Promise<PushService> {
   if (ctx.workers === 0) {
-    const { PushDialer } = await import('./push-dialer.js');
+    const { PushDialer } = await import('./push/dialer.js');
     return new PushDialer({
       signer: ctx.signer,
       issuer: ctx.issuer,
@@ -144,7 +144,7 @@ async function defaultPush(ctx: PushContext): Promise<PushService> {
       sessionFile: ctx.sessionFile(0),
     });
   }
-  const { PushPool } = await import('./push-pool.js');
+  const { PushPool } = await import('./push/pool.js');
   return new PushPool({
     workers: ctx.workers,
     signingJwk: ctx.signingJwk,
@@ -268,7 +268,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     let publicUrl = o.publicUrl ?? defaultPublicUrl(o.listen.host, o.listen.port);
     const fleet =
       pg &&
-      new (await import('./pg-fleet.js')).Fleet({
+      new (await import('./fleet/fleet.js')).Fleet({
         store: pg,
         name: o.name,
         apiUrl: () => publicUrl,
@@ -303,7 +303,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     });
     cleanup.push(() => service.close());
     if (pg) {
-      const { ChangeFeed } = await import('./pg-change-feed.js');
+      const { ChangeFeed } = await import('./fleet/change-feed.js');
       const feed = new ChangeFeed({
         store: pg,
         apply: (c) => service.applyChanges(c.changes),
@@ -463,7 +463,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
  */
 async function openStore(db: string, name: string): Promise<{ store: Store; file: string | null; pg: PgStore | null }> {
   if (/^postgres(ql)?:\/\//.test(db)) {
-    const { PgStore } = await import('./pg-store.js');
+    const { PgStore } = await import('./store/pg/store.js');
     const pg = await PgStore.open(db, { controller: name });
     return { store: pg, file: null, pg };
   }

@@ -1,7 +1,7 @@
 /**
  * The one address classifier (SPEC §3, agent routes): which IP addresses the controller must
- * never dial, used when an agent announces its endpoint (controller/endpoint.ts) and again when
- * the push dialer connects, on every address a DNS name resolves to (controller/push-dialer.ts).
+ * never dial, used when an agent announces its endpoint (controller/service/endpoint.ts) and again when
+ * the push dialer connects, on every address a DNS name resolves to (controller/push/dialer.ts).
  *
  * An IPv6 address that carries an IPv4 address is read as that IPv4 address: IPv4-mapped
  * (`::ffff:a.b.c.d`), IPv4-translated (`::ffff:0:a.b.c.d`), IPv4-compatible (`::a.b.c.d`) and

@@ -38,7 +38,7 @@ export const MAX_PUSH_REQUESTS_IN_FLIGHT = 32;
  * event loop's turn (so the events of many sockets travel together), but never longer than this
  * after its first message was queued: a worker reading thousands of sockets stays in one poll
  * phase for seconds, and fetches held that long left the main process idle while the wake-ups
- * went out (controller/turn-flusher.ts).
+ * went out (controller/push/turn-flusher.ts).
  */
 export const IPC_BATCH_MAX_DELAY_MS = 2;
 /** The push worker answers a request 503 (`fetch_unavailable`, `signal_unavailable`) when the API has not within this (the agent asks HTTPS). */
@@ -353,7 +353,7 @@ export const PG_LOCK_TIMEOUT_MS = 5_000;
 export const PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 10_000;
 /**
  * A request waits this long at most for one of the PG_POOL_CONNECTIONS pooled connections,
- * then is answered `store_unavailable` (controller/pool-gate.ts): the client's own queue has
+ * then is answered `store_unavailable` (controller/store/pg/pool-gate.ts): the client's own queue has
  * no deadline.
  */
 export const PG_POOL_WAIT_MS = 5_000;
@@ -412,7 +412,7 @@ export const X509_PARSE_CACHE_ENTRIES = 1_024;
  * CSPRNG when spent (protocol/random-token.ts): 256 tokens a refill.
  */
 export const RANDOM_TOKEN_POOL_BYTES = 4 * 1024;
-/** The pool the random part of row ids is taken from (controller/ids.ts): 409 ids a refill. */
+/** The pool the random part of row ids is taken from (controller/store/ids.ts): 409 ids a refill. */
 export const ID_RANDOM_POOL_BYTES = 4 * 1024;
 /**
  * SQLite's page cache of the controller's database (`PRAGMA cache_size`): better-sqlite3's

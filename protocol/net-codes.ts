@@ -1,6 +1,6 @@
 /**
  * THE mapping from the codes Node puts on a socket error (`err.code`) to Herald's codes, for
- * every client that reports why a connection failed: the push dialer (controller/push-errors.ts)
+ * every client that reports why a connection failed: the push dialer (controller/push/errors.ts)
  * and `herald agent enroll` (agent/enroll.ts). Pure: codes in, codes out.
  */
 import type { ErrorCode } from './errors.js';

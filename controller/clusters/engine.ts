@@ -9,7 +9,14 @@ import { HeraldError } from '../../protocol/errors.js';
 import type { DeployAction } from '../../protocol/heat.js';
 import { HOOK_TIMEOUT_S, RESTART_STEP_MARGIN_S } from '../../protocol/limits.js';
 import type { WakeReason } from '../../protocol/wake.js';
-import type { ClusterNodeRecord, ClusterRecord, ConfigRecord, NewCluster, NewNodegroup, Rollout } from '../records.js';
+import type {
+  ClusterNodeRecord,
+  ClusterRecord,
+  ConfigRecord,
+  NewCluster,
+  NewNodegroup,
+  Rollout,
+} from '../model/records.js';
 import { groupWindow, planCluster, planGroupChange, planRollout, type PlanNode } from './plan.js';
 import type { ClusterHead, ClusterTx, NodeStepChange } from './tx.js';
 

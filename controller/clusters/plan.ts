@@ -12,7 +12,7 @@
  * - delete: every node uninstalls at once; a node whose uninstall succeeded loses its
  *   deployments; the cluster is removed when all did, else DELETE_FAILED.
  */
-import type { ClusterNodePhase, ClusterOperation, ClusterStatus, Rollout } from '../records.js';
+import type { ClusterNodePhase, ClusterOperation, ClusterStatus, Rollout } from '../model/records.js';
 
 export interface PlanNode {
   node: string;

@@ -15,7 +15,7 @@
  */
 import type { WakeReason } from '../../protocol/wake.js';
 import type { DeployAction } from '../../protocol/heat.js';
-import type { ChangeSetBuilder } from '../change-set.js';
+import type { ChangeSetBuilder } from '../store/change-set.js';
 import type {
   ClusterNodeRecord,
   ClusterOperation,
@@ -28,7 +28,7 @@ import type {
   NewNodegroup,
   NodegroupRecord,
   Rollout,
-} from '../records.js';
+} from '../model/records.js';
 
 /** A cluster's own row, without its nodes. */
 export type ClusterHead = Pick<ClusterRecord, 'id' | 'status' | 'operation' | 'maxUnavailable' | 'updatedAt'> & {

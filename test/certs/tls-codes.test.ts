@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { tlsCodeOf } from '../../certs/tls-codes.js';
 import { refusalCodeOf } from '../../certs/tls.js';
-import { pushCodeOf } from '../../controller/push-errors.js';
+import { pushCodeOf } from '../../controller/push/errors.js';
 import { RefusalError } from '../../protocol/errors.js';
 
 /** Every OpenSSL / Node TLS code Herald names, and the Herald code it maps to (undefined: none). */
@@ -59,7 +59,7 @@ describe('the one OpenSSL → Herald code mapping', () => {
     expect(refusalCodeOf(new RefusalError('wrong_peer', 'x'))).toBe('wrong_peer');
   });
 
-  it('the push dialer (push-errors.ts) answers the table too, else its network codes, else tls_error', () => {
+  it('the push dialer (controller/push/errors.ts) answers the table too, else its network codes, else tls_error', () => {
     for (const [openssl, herald] of TABLE) {
       if (herald !== undefined) expect(pushCodeOf(err(openssl))).toBe(herald);
     }

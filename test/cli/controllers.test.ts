@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ControllerView, ListEnvelope } from '../../protocol/rest.js';
-import { ownerOf } from '../../controller/rendezvous.js';
+import { ownerOf } from '../../controller/fleet/rendezvous.js';
 import { makeFleet, type TestFleet } from '../helpers/fleet.js';
 import { pgAvailable } from '../helpers/pg.js';
 import { stopProc, waitFor } from '../helpers/procs.js';

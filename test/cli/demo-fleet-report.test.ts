@@ -8,11 +8,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { DemoNode } from '../../cli/demo-fixtures.js';
-import type { Takeover } from '../../cli/demo-fleet.js';
-import { fleetChecks, TAKEOVER_LIMIT_MS, timeline } from '../../cli/demo-fleet-report.js';
-import { controllersTable, heartbeatAge } from '../../cli/operator-controllers.js';
-import type { WatchEvent, WatchResult } from '../../cli/operator-watch.js';
+import type { DemoNode } from '../../cli/demo/fixtures.js';
+import type { Takeover } from '../../cli/demo/fleet.js';
+import { fleetChecks, TAKEOVER_LIMIT_MS, timeline } from '../../cli/demo/fleet-report.js';
+import { controllersTable, heartbeatAge } from '../../cli/operator/controllers.js';
+import type { WatchEvent, WatchResult } from '../../cli/operator/watch.js';
 import type { ControllerView } from '../../protocol/rest.js';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-fleet-report-'));

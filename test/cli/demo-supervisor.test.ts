@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { listenedPort } from '../../cli/demo-supervisor.js';
+import { listenedPort } from '../../cli/demo/supervisor.js';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-demo-sup-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));

@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { initPki, issueCert } from '../../certs/pki.js';
-import { clientFromOptions, type ApiClient } from '../../cli/operator-client.js';
+import { clientFromOptions, type ApiClient } from '../../cli/operator/client.js';
 
 export const HERALD_BIN = fileURLToPath(new URL('../../bin/herald', import.meta.url));
 

@@ -5,7 +5,7 @@
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { registerCertsCommands } from '../../certs/cli.js';
-import { registerOperatorCommands } from '../../cli/operator.js';
+import { registerOperatorCommands } from '../../cli/operator/commands.js';
 
 function* walk(c: Command, trail: string[] = []): Generator<[string, Command]> {
   for (const sub of c.commands) {

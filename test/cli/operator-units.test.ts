@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { SseParser, ApiError, type SseEvent } from '../../cli/operator-client.js';
-import { parseDuration, parseInputDecl, parseKeyValues, table, keyValues } from '../../cli/operator-format.js';
-import { buildConfigRequest } from '../../cli/operator-requests.js';
-import { clusterStateOf, watchRestart, type WatchEvent } from '../../cli/operator-watch.js';
+import { SseParser, ApiError, type SseEvent } from '../../cli/operator/client.js';
+import { parseDuration, parseInputDecl, parseKeyValues, table, keyValues } from '../../cli/operator/format.js';
+import { buildConfigRequest } from '../../cli/operator/requests.js';
+import { clusterStateOf, watchRestart, type WatchEvent } from '../../cli/operator/watch.js';
 import type { ClusterNodePhase, ClusterNodeView, ClusterStatus, ClusterView } from '../../protocol/rest.js';
-import { lineOf } from '../../cli/operator-progress.js';
-import type { ApiClient } from '../../cli/operator-client.js';
+import { lineOf } from '../../cli/operator/progress.js';
+import type { ApiClient } from '../../cli/operator/client.js';
 import { HeraldError } from '../../protocol/errors.js';
 
 describe('SseParser', () => {
@@ -264,7 +264,7 @@ describe('watchRestart', () => {
 
 describe('demo timeline', () => {
   it('orders events and puts nodes that did the same thing at once on one line', async () => {
-    const { timelineLines } = await import('../../cli/demo-run.js');
+    const { timelineLines } = await import('../../cli/demo/run.js');
     const t0 = new Date('2026-01-01T00:00:00.000Z');
     const at = (ms: number): Date => new Date(t0.getTime() + ms);
     const lines = timelineLines(

@@ -6,8 +6,8 @@
  */
 import fs from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { stepClock } from '../../cli/operator-progress.js';
-import { outputEventOf, type NodeState } from '../../cli/operator-watch.js';
+import { stepClock } from '../../cli/operator/progress.js';
+import { outputEventOf, type NodeState } from '../../cli/operator/watch.js';
 import {
   makePki,
   runCli,

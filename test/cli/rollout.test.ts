@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { codeOf } from '../../protocol/errors.js';
-import { formatPlan, parseNodegroupSpec, restartBody } from '../../cli/operator-rollout.js';
+import { formatPlan, parseNodegroupSpec, restartBody } from '../../cli/operator/rollout.js';
 import {
   makePki,
   runCli,

@@ -1,10 +1,10 @@
 /**
- * Admission of connections without a valid certificate (controller/admission.ts): the pool, one
+ * Admission of connections without a valid certificate (controller/api/admission.ts): the pool, one
  * address and one network (IPv4 /24, IPv6 /64) are each capped, whatever an address's spelling,
  * and a released place is free again.
  */
 import { describe, expect, it } from 'vitest';
-import { ConnectionAdmission } from '../../controller/admission.js';
+import { ConnectionAdmission } from '../../controller/api/admission.js';
 import { peerAddressKey, peerPrefixKey } from '../../protocol/address.js';
 
 describe('peer address and network keys', () => {

@@ -7,7 +7,7 @@
 import { HeraldError } from '../../protocol/errors.js';
 import type { DeployAction } from '../../protocol/heat.js';
 import type { WakeReason } from '../../protocol/wake.js';
-import { ChangeSetBuilder } from '../../controller/change-set.js';
+import { ChangeSetBuilder } from '../../controller/store/change-set.js';
 import type {
   ClusterGlance,
   ClusterHead,
@@ -28,7 +28,7 @@ import type {
   NodegroupRecord,
   RevisionRecord,
   Rollout,
-} from '../../controller/records.js';
+} from '../../controller/model/records.js';
 
 interface FakeCluster {
   head: ClusterHead & { name: string; statusReason: string };

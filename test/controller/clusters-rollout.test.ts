@@ -8,7 +8,7 @@ import { newCluster } from '../helpers/new-cluster.js';
 import { codeOf } from '../../protocol/errors.js';
 import { ClusterEngine, type RestartOptions } from '../../controller/clusters/engine.js';
 import { groupWindow } from '../../controller/clusters/plan.js';
-import type { ClusterNodeRecord, NewNodegroup } from '../../controller/records.js';
+import type { ClusterNodeRecord, NewNodegroup } from '../../controller/model/records.js';
 import { FakeClusterData } from './clusters-fake-tx.js';
 
 const WHO = 'spiffe://herald.local/operator/admin';

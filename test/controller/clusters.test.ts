@@ -12,9 +12,9 @@ import { makeControllerTestPki, type ControllerTestPki, type Cred } from '../hel
 import { request, startTestController, waitFor, type TestController } from '../helpers/controller-harness.js';
 import { controllerBuilt, startControllerProcess } from '../helpers/controller-process.js';
 import { ClusterEngine } from '../../controller/clusters/engine.js';
-import { recordSignal } from '../../controller/signal.js';
-import { SqliteStore } from '../../controller/sqlite-store.js';
-import type { ChangeSet, ClusterRecord, StoreTx } from '../../controller/store.js';
+import { recordSignal } from '../../controller/service/signal.js';
+import { SqliteStore } from '../../controller/store/sqlite/store.js';
+import type { ChangeSet, ClusterRecord, StoreTx } from '../../controller/store/store.js';
 
 const GENEROUS = { burst: 100_000, perS: 100_000 };
 const NODES = ['c1', 'c2', 'c3', 'c4', 'c5'];

@@ -8,8 +8,8 @@ import { once } from 'node:events';
 import net from 'node:net';
 import type dns from 'node:dns';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PushDialer, type DialLookup, type PushDialerOptions } from '../../controller/push-dialer.js';
-import type { PushEvents, PushState } from '../../controller/push-types.js';
+import { PushDialer, type DialLookup, type PushDialerOptions } from '../../controller/push/dialer.js';
+import type { PushEvents, PushState } from '../../controller/push/types.js';
 import { CONTROLLER_ID, makePushPki, TD, TestWakeListener, type PushPki } from '../helpers/wake-listener.js';
 
 let pki: PushPki;

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCsr } from '../../certs/csr.js';
 import { identityOf } from '../../certs/identity.js';
 import { issueIssuer, issueWithIssuer, newRsaKeyPem, revoke } from '../../certs/pki.js';
-import { tokenHash } from '../../controller/enrollment.js';
+import { tokenHash } from '../../controller/service/enrollment.js';
 import { resolveOptions } from '../../controller/options.js';
 import { codeOf } from '../../protocol/errors.js';
 import { ENROLL_RATE_BURST } from '../../protocol/limits.js';

@@ -9,7 +9,7 @@ import { beforeEach, describe, expect, it, vi } from 'vitest';
 let newId: (nowMs?: number) => string;
 beforeEach(async () => {
   vi.resetModules();
-  ({ newId } = await import('../../controller/ids.js'));
+  ({ newId } = await import('../../controller/store/ids.js'));
 });
 
 const V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;

@@ -4,9 +4,9 @@
  * current revision, and the output removed with its deployment. In-process, `:memory:`.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { renderOutput } from '../../controller/output-view.js';
-import { SqliteStore } from '../../controller/sqlite-store.js';
-import type { NewConfig } from '../../controller/store.js';
+import { renderOutput } from '../../controller/service/output-view.js';
+import { SqliteStore } from '../../controller/store/sqlite/store.js';
+import type { NewConfig } from '../../controller/store/store.js';
 
 const WHO = 'spiffe://herald.local/operator/test';
 const CONFIG: NewConfig = { name: 'c', group: 'script', config: 'x', inputs: [], outputs: [], options: {} };

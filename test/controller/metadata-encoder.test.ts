@@ -1,14 +1,14 @@
 /**
  * The metadata body is written as JSON text from parts encoded once per config
- * (controller/metadata-builder.ts). Here it is held against the plain way of making it: the
+ * (controller/service/metadata-builder.ts). Here it is held against the plain way of making it: the
  * document built as objects in the shape of protocol/heat.ts, then `JSON.stringify`. Byte for
  * byte, since the agent checks the body's SHA-256 and the document is Heat's contract with hooks.
  */
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { MetadataDocument, MetadataInput, MetadataItem } from '../../protocol/heat.js';
-import { encodeMetadataDocument, MetadataCache, SIGNAL_TRANSPORT } from '../../controller/metadata-builder.js';
-import type { ConfigRecord, MetadataDeployment, MetadataSource } from '../../controller/records.js';
+import { encodeMetadataDocument, MetadataCache, SIGNAL_TRANSPORT } from '../../controller/service/metadata-builder.js';
+import type { ConfigRecord, MetadataDeployment, MetadataSource } from '../../controller/model/records.js';
 
 const DESCRIPTIONS: Record<string, string> = {
   deploy_server_id: 'ID of the server being deployed to',

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { OldestFirstTimer } from '../../controller/oldest-first-timer.js';
+import { OldestFirstTimer } from '../../controller/push/oldest-first-timer.js';
 import { MAX_TIMER_DELAY_MS } from '../../protocol/limits.js';
 
 describe('OldestFirstTimer: one timer for deadlines set in order', () => {

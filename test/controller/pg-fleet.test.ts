@@ -8,10 +8,10 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Fleet } from '../../controller/pg-fleet.js';
-import { PgStore } from '../../controller/pg-store.js';
+import { Fleet } from '../../controller/fleet/fleet.js';
+import { PgStore } from '../../controller/store/pg/store.js';
 import { HeraldError } from '../../protocol/errors.js';
-import { IDLE_PUSH_STATE, type PushService } from '../../controller/push-types.js';
+import { IDLE_PUSH_STATE, type PushService } from '../../controller/push/types.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
 import { waitFor } from '../helpers/procs.js';
 

@@ -6,9 +6,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import postgres from 'postgres';
-import { PgStore } from '../../controller/pg-store.js';
+import { PgStore } from '../../controller/store/pg/store.js';
 import { PG_INSERT_MANY_MAX_ROWS } from '../../protocol/limits.js';
-import type { NewConfig } from '../../controller/store.js';
+import type { NewConfig } from '../../controller/store/store.js';
 import { rejectedCode } from '../helpers/controller-codes.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
 

@@ -1,5 +1,5 @@
 /**
- * The bounded wait in front of the PostgreSQL pool (controller/pool-gate.ts), with a fake clock:
+ * The bounded wait in front of the PostgreSQL pool (controller/store/pg/pool-gate.ts), with a fake clock:
  * a place per connection, a queue of bounded length whose callers wait a bounded time, and a
  * stall seen by one holder refused at once to everyone queued behind it. The real database
  * behind it: test/controller/pg-store.test.ts "a stalled database" and
@@ -7,7 +7,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { HeraldError } from '../../protocol/errors.js';
-import { PoolGate } from '../../controller/pool-gate.js';
+import { PoolGate } from '../../controller/store/pg/pool-gate.js';
 import { rejectedCode } from '../helpers/controller-codes.js';
 
 /** A holder that runs until `finish()` (or `fail()`) is called. */

@@ -1,7 +1,7 @@
 /** Reading `Prefer: return=minimal` (RFC 7240) off a request: what asks for it and what does not. */
 import type http from 'node:http';
 import { describe, expect, it } from 'vitest';
-import { prefersMinimal } from '../../controller/api.js';
+import { prefersMinimal } from '../../controller/api/server.js';
 
 const req = (prefer?: string | string[]): http.IncomingMessage =>
   ({ headers: prefer === undefined ? {} : { prefer } }) as unknown as http.IncomingMessage;

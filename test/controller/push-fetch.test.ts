@@ -22,9 +22,9 @@ import {
   encodeSignal,
 } from '../../protocol/frames.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PushDialer } from '../../controller/push-dialer.js';
-import { defaultWorkerScript, PushPool } from '../../controller/push-pool.js';
-import type { PushReply, PushRequest } from '../../controller/push-types.js';
+import { PushDialer } from '../../controller/push/dialer.js';
+import { defaultWorkerScript, PushPool } from '../../controller/push/pool.js';
+import type { PushReply, PushRequest } from '../../controller/push/types.js';
 import { materialPaths } from '../../certs/paths.js';
 import { makeCa, newRsaKeyPem } from '../../certs/pki.js';
 import { newNonce, verifyMetadataResponse } from '../../protocol/metadata.js';

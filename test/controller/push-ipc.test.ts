@@ -1,5 +1,5 @@
 /**
- * The worker's events as they cross the channel (controller/push-ipc.ts): written flat, cloned
+ * The worker's events as they cross the channel (controller/push/ipc.ts): written flat, cloned
  * as `child_process.fork`'s `advanced` serialization clones them (v8.serialize), and read back
  * as the same objects, in the order written.
  */
@@ -14,8 +14,8 @@ import {
   type CommandWord,
   type EventWord,
   type ToWorkerCommand,
-} from '../../controller/push-ipc.js';
-import type { AckEvent, PushReply, PushRequest, PushState } from '../../controller/push-types.js';
+} from '../../controller/push/ipc.js';
+import type { AckEvent, PushReply, PushRequest, PushState } from '../../controller/push/types.js';
 
 type Seen =
   | ['state', string, PushState]

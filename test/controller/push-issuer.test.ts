@@ -10,7 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { pkiPaths } from '../../certs/paths.js';
 import { issueIssuer, issueWithIssuer, makeCertificate, revoke, type Pem } from '../../certs/pki.js';
 import type { PkiMaterial } from '../../certs/tls.js';
-import { PushDialer } from '../../controller/push-dialer.js';
+import { PushDialer } from '../../controller/push/dialer.js';
 import { CONTROLLER_ID, makePushPki, TD, TestWakeListener, type PushPki } from '../helpers/wake-listener.js';
 
 let pki: PushPki;

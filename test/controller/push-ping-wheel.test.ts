@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { PingWheel, type WheelMember } from '../../controller/push-ping-wheel.js';
+import { PingWheel, type WheelMember } from '../../controller/push/ping-wheel.js';
 
 interface M extends WheelMember {
   id: number;

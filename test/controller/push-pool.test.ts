@@ -15,9 +15,9 @@ import {
   pushWorkerEnv,
   shardOf,
   type PushPoolOptions,
-} from '../../controller/push-pool.js';
+} from '../../controller/push/pool.js';
 import { PUSH_WORKER_MMAP_THRESHOLD_BYTES } from '../../protocol/limits.js';
-import type { AckEvent, PushState } from '../../controller/push-types.js';
+import type { AckEvent, PushState } from '../../controller/push/types.js';
 import { materialPaths } from '../../certs/paths.js';
 import {
   CONTROLLER_ID,

@@ -17,7 +17,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PushDialer, type PushDialerOptions } from '../../controller/push-dialer.js';
+import { PushDialer, type PushDialerOptions } from '../../controller/push/dialer.js';
 import { pkiPaths } from '../../certs/paths.js';
 import { normalizeSerial } from '../../certs/identity.js';
 import { issueCert } from '../../certs/pki.js';

@@ -1,6 +1,6 @@
 /** Rendezvous spreading (SPEC §7): the same owner from the same list, even spread, minimal moves. */
 import { describe, expect, it } from 'vitest';
-import { ownerOf } from '../../controller/rendezvous.js';
+import { ownerOf } from '../../controller/fleet/rendezvous.js';
 
 const nodes = Array.from({ length: 3000 }, (_, i) => `node-${i}`);
 

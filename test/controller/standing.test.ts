@@ -1,5 +1,5 @@
 /**
- * A controller's own standing (controller/standing.ts) on a real PKI made by certs/, with a fake
+ * A controller's own standing (controller/fleet/standing.ts) on a real PKI made by certs/, with a fake
  * clock: revoked in revoked.json while it runs, expired, not yet valid, and back in standing
  * with a renewed certificate.
  */
@@ -12,7 +12,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { materialPaths } from '../../certs/paths.js';
 import { initPki, issueCert, revoke } from '../../certs/pki.js';
 import { PkiMaterial } from '../../certs/tls.js';
-import { Standing } from '../../controller/standing.js';
+import { Standing } from '../../controller/fleet/standing.js';
 
 const quiet = pino({ level: 'silent' }, new Writable({ write: (_c, _e, cb) => cb() }));
 const DAY_MS = 86_400_000;

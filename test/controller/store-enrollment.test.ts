@@ -1,14 +1,14 @@
 /**
  * The enrolment methods of the Store interface (SPEC §9), run against both stores: SqliteStore
  * on `:memory:` and PgStore on a fresh database of a throwaway PostgreSQL. What each must do is
- * the interface's contract (controller/store.ts): a token kept by its hash, listed, revoked
+ * the interface's contract (controller/store/store.ts): a token kept by its hash, listed, revoked
  * once, consumed at most once and only when unused, unrevoked, unexpired and for its node (the
  * refusal reasons in that order); a node's certificate seen or issued, and its renewal failures.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PgStore } from '../../controller/pg-store.js';
-import { SqliteStore } from '../../controller/sqlite-store.js';
-import type { Store } from '../../controller/store.js';
+import { PgStore } from '../../controller/store/pg/store.js';
+import { SqliteStore } from '../../controller/store/sqlite/store.js';
+import type { Store } from '../../controller/store/store.js';
 import { rejectedCode } from '../helpers/controller-codes.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
 

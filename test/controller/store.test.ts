@@ -13,10 +13,10 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { codeOf } from '../../protocol/errors.js';
 import { CLUSTER_INSERT_BATCH_ENTRIES } from '../../protocol/limits.js';
 import { ClusterEngine } from '../../controller/clusters/engine.js';
-import { recordSignal, type SignalOutcome } from '../../controller/signal.js';
-import { PgStore } from '../../controller/pg-store.js';
-import { SCHEMA_VERSION, SqliteStore } from '../../controller/sqlite-store.js';
-import type { NewConfig, SignalInput, Store, StoreTx } from '../../controller/store.js';
+import { recordSignal, type SignalOutcome } from '../../controller/service/signal.js';
+import { PgStore } from '../../controller/store/pg/store.js';
+import { SCHEMA_VERSION, SqliteStore } from '../../controller/store/sqlite/store.js';
+import type { NewConfig, SignalInput, Store, StoreTx } from '../../controller/store/store.js';
 import { thrownCode } from '../helpers/codes.js';
 import { rejectedCode } from '../helpers/controller-codes.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
@@ -674,7 +674,7 @@ describe.each(['sqlite', 'postgres'] as const)('%s store', (kind) => {
 
   describe('group commit', () => {
     it("shares one transaction but keeps each change's own result or error", async () => {
-      const { GroupCommitter } = await import('../../controller/group-commit.js');
+      const { GroupCommitter } = await import('../../controller/service/group-commit.js');
       const s = await open();
       await s.createNode('a', null, WHO);
       const cfg = await s.createConfig(CONFIG, WHO);

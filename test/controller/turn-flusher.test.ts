@@ -5,7 +5,7 @@
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { TurnFlusher } from '../../controller/turn-flusher.js';
+import { TurnFlusher } from '../../controller/push/turn-flusher.js';
 import { IPC_BATCH_MAX_DELAY_MS } from '../../protocol/limits.js';
 
 function rig() {

@@ -4,10 +4,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import { codeOf } from '../../protocol/errors.js';
-import { hostInSans, isLinkLocal, parseEndpoint } from '../../controller/endpoint.js';
-import { RateLimiter } from '../../controller/rate-limit.js';
-import { matchesEtag, statusOf } from '../../controller/api.js';
-import { coerceValue, mergeInputValues } from '../../controller/validation.js';
+import { hostInSans, isLinkLocal, parseEndpoint } from '../../controller/service/endpoint.js';
+import { RateLimiter } from '../../controller/api/rate-limit.js';
+import { matchesEtag, statusOf } from '../../controller/api/server.js';
+import { coerceValue, mergeInputValues } from '../../controller/api/validation.js';
 import { defaultPushWorkers, parseHostPort, resolveOptions } from '../../controller/options.js';
 import { planCluster } from '../../controller/clusters/plan.js';
 

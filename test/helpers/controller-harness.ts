@@ -18,7 +18,7 @@ import {
   type PushService,
   type PushState,
   type PushTarget,
-} from '../../controller/push-types.js';
+} from '../../controller/push/types.js';
 import type { WakeReason } from '../../protocol/wake.js';
 import type { ControllerTestPki, Cred } from './controller-pki.js';
 

@@ -2,7 +2,7 @@
  * A cluster as the engine takes it (`NewCluster`), named `k`, with no input values: what the
  * engine, rollout and store tests create; each names its nodes, configs and groups.
  */
-import type { NewCluster } from '../../controller/records.js';
+import type { NewCluster } from '../../controller/model/records.js';
 
 export function newCluster(
   o: Pick<NewCluster, 'nodes' | 'installConfigId' | 'uninstallConfigId'> & Partial<NewCluster>,

@@ -1,5 +1,5 @@
 /** Waiting for a push dialer's events in tests, without sleeping. */
-import type { PushEvents, PushService } from '../../controller/push-types.js';
+import type { PushEvents, PushService } from '../../controller/push/types.js';
 
 /** The first dialer event `event` whose arguments satisfy `pred`, within `timeoutMs`. */
 export function nextPushEvent<E extends keyof PushEvents>(

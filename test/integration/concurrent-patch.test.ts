@@ -1,7 +1,7 @@
 /**
  * PATCHes of one deployment at once lose nothing: each merges its input values into the
  * revision current under the deployment's lock, in the transaction that writes the next one
- * (controller/service.ts). On SQLite, one real controller process taking many pairs of
+ * (controller/service/service.ts). On SQLite, one real controller process taking many pairs of
  * PATCHes, the two of a pair at once; on PostgreSQL, two controller processes, one of each pair each. Needs `npm run build`.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';

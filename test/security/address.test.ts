@@ -1,12 +1,12 @@
 /**
  * The one address classifier (protocol/address.ts) and the endpoint check built on it
- * (controller/endpoint.ts): every spelling of a refused address is refused with its code, and
+ * (controller/service/endpoint.ts): every spelling of a refused address is refused with its code, and
  * the addresses Herald must keep dialling (loopback, private ranges, public ones) are not.
  * Socket-free; the dial-time check is test/controller/endpoint-dial.test.ts.
  */
 import { describe, expect, it } from 'vitest';
 import { addressRefusal, carriedIpv4, expandedIp, parseIp } from '../../protocol/address.js';
-import { parseEndpoint } from '../../controller/endpoint.js';
+import { parseEndpoint } from '../../controller/service/endpoint.js';
 import { HeraldError } from '../../protocol/errors.js';
 
 function endpointCode(host: string): string | null {

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pgBinDir, startThrowawayPg } from '../../cli/throwaway-pg.js';
-import { DemoSupervisor } from '../../cli/demo-supervisor.js';
+import { DemoSupervisor } from '../../cli/demo/supervisor.js';
 import { parseProcStat } from '../../protocol/proc-stat.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
 import {

@@ -1,0 +1,97 @@
+/**
+ * `herald cluster restart --wait`: follows the restart to its end (each node's phase, its time
+ * against its step's deadline and its last live output line, SPEC §8), prints a summary per node
+ * and turns the result into an exit status, with the failing node and reason named on stderr.
+ */
+import type { ApiClient } from './client.js';
+import { plainView, ttyView, type ProgressView } from './progress.js';
+import { watchRestart, type WatchEvent, type WatchResult } from './watch.js';
+import { formatMs, table } from './format.js';
+import type { ClusterState } from './watch.js';
+
+/** The end of a restart, one row per node: phase, step times and the last output line seen. */
+export function summaryTable(c: ClusterState, lastLines: ReadonlyMap<string, string>): string {
+  const ms = (a: number | undefined, b: number | undefined): string =>
+    a === undefined || b === undefined ? '-' : formatMs(b - a);
+  return table(
+    ['NODE', 'PHASE', 'UNINSTALL', 'INSTALL', 'REASON', 'LAST OUTPUT'],
+    c.nodes.map((n) => [
+      n.node,
+      n.phase,
+      ms(n.uninstallStartedMs, n.uninstallDoneMs),
+      ms(n.installStartedMs, n.installDoneMs),
+      n.reason ?? '',
+      (lastLines.get(n.node) ?? '').slice(0, 80),
+    ]),
+  );
+}
+
+export interface FollowOptions {
+  clusterId: string;
+  startedAt: Date;
+  timeoutMs: number;
+  json: boolean;
+  /** Default: a bar on a TTY, lines otherwise. */
+  progress?: 'bar' | 'lines' | undefined;
+  useEvents?: boolean;
+}
+
+/** Follows the restart; returns the exit status (0 complete, 1 failed, 2 timed out). */
+export async function followRestart(client: ApiClient, o: FollowOptions): Promise<number> {
+  const events: WatchEvent[] = [];
+  /** Each node's last live output line. */
+  const lastLines = new Map<string, string>();
+  let view: ProgressView | undefined;
+  if (!o.json) {
+    const tty = process.stderr.isTTY === true && process.stdout.isTTY === true;
+    view =
+      (o.progress ?? (tty ? 'bar' : 'lines')) === 'bar' ? await ttyView(process.stderr) : plainView(process.stdout);
+  }
+  const stopView = (): void => view?.stop();
+  process.once('SIGINT', () => {
+    stopView();
+    process.stderr.write(`herald: stopped following; the restart goes on (herald cluster show ${o.clusterId})\n`);
+    process.exit(130);
+  });
+  let result: WatchResult;
+  try {
+    result = await watchRestart(client, {
+      clusterId: o.clusterId,
+      startedAt: o.startedAt,
+      timeoutMs: o.timeoutMs,
+      useEvents: o.useEvents !== false,
+      onStart: (c) => view?.start(c),
+      onLook: (c) => view?.look?.(c),
+      onEvent: (e) => {
+        if (e.kind === 'output') lastLines.set(e.node, e.line);
+        else events.push(e);
+        view?.event(e);
+      },
+    });
+  } finally {
+    stopView();
+  }
+  const took = formatMs(Date.now() - o.startedAt.getTime());
+  if (!o.json && result.cluster) process.stdout.write(summaryTable(result.cluster, lastLines));
+  if (o.json) {
+    process.stdout.write(
+      `${JSON.stringify({ ok: result.ok, timed_out: result.timedOut, status: result.cluster?.status ?? null, failed: result.failed, events }, null, 2)}\n`,
+    );
+  }
+  if (result.ok) {
+    if (!o.json) process.stdout.write(`cluster ${o.clusterId} restarted: RESTART_COMPLETE in ${took}\n`);
+    return 0;
+  }
+  if (result.timedOut) {
+    process.stderr.write(
+      `herald: timeout: cluster ${o.clusterId} did not finish its restart within ${formatMs(o.timeoutMs)} (status ${result.cluster?.status ?? 'unknown'}); it goes on: herald cluster show ${o.clusterId}\n`,
+    );
+    return 2;
+  }
+  const status = result.cluster?.status ?? 'unknown';
+  const nodes = result.failed.length
+    ? result.failed.map((f) => `node ${f.node}: ${f.reason}`).join('; ')
+    : (result.cluster?.statusReason ?? 'no node reported a reason');
+  process.stderr.write(`herald: restart failed: cluster ${o.clusterId} ${status}: ${nodes}\n`);
+  return 1;
+}

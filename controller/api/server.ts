@@ -1,0 +1,1137 @@
+/**
+ * The controller's HTTPS API (SPEC §3) on node:https, TLS 1.3 with a client certificate
+ * requested on every connection. Per request, in this order: one authorization of the peer
+ * certificate (`authorizePeer`: chain, dates, revocation, a Herald identity), routing, the
+ * route's role check (agent routes only for the node in the path, operator routes only for
+ * operators), the identity's rate limit, the body (size counted while reading, JSON only),
+ * then the handler. Errors become a status and `{"error":{code,message,field?}}` at one edge;
+ * anything unexpected is logged with its stack and answered 500 `internal` without detail.
+ */
+import http from 'node:http';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import type tls from 'node:tls';
+import type { Logger } from 'pino';
+import {
+  authorizePeer,
+  revokedSerialOf,
+  sessionIdContextOf,
+  tlsServerOptions,
+  watchServer,
+  type AuthorizeResult,
+  type PkiMaterial,
+} from '../../certs/tls.js';
+import type { CertIdentity } from '../../certs/identity.js';
+import type { TicketKey } from '../../certs/ticket-key.js';
+import { codeOf, ERROR_CODES, HeraldError, type ErrorCode } from '../../protocol/errors.js';
+import { ROLES, spiffeIdOf } from '../../protocol/identity.js';
+import type { Signer } from '../../protocol/jws.js';
+import {
+  ANNOUNCE_RATE_BURST,
+  ANNOUNCE_RATE_PER_S,
+  API_HEADERS_TIMEOUT_MS,
+  API_AGENT_MAX_CONNECTIONS,
+  API_IDENTITY_MAX_CONNECTIONS,
+  API_KEEP_ALIVE_TIMEOUT_MS,
+  API_LISTEN_BACKLOG_CONNECTIONS,
+  API_RATE_BURST,
+  API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS,
+  STORE_UNAVAILABLE_RETRY_AFTER_S,
+  API_RATE_PER_S,
+  API_REQUEST_TIMEOUT_MS,
+  API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS,
+  API_UNAUTHENTICATED_IDLE_TIMEOUT_MS,
+  API_UNAUTHENTICATED_MAX_CONNECTIONS,
+  API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS,
+  CONTROLLER_SHUTDOWN_GRACE_MS,
+  ENROLL_RATE_BURST,
+  ENROLL_RATE_PER_S,
+  FETCH_RATE_BURST,
+  FETCH_RATE_PER_S,
+  MAX_ENROLL_BODY_BYTES,
+  MAX_REQUEST_BODY_BYTES,
+  MAX_SIGNAL_BODY_BYTES,
+  MAX_SSE_BUFFERED_BYTES,
+  OUTPUT_RATE_BURST,
+  OUTPUT_RATE_PER_S,
+  REFUSAL_LOG_INTERVAL_MS,
+  SIGNAL_RATE_BURST,
+  SIGNAL_RATE_PER_S,
+  SSE_HEARTBEAT_INTERVAL_MS,
+  TLS_SESSION_LIFETIME_S,
+} from '../../protocol/limits.js';
+import { RefusalSummary } from '../../protocol/refusal-summary.js';
+import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../../protocol/metadata.js';
+import { ConnectionAdmission } from './admission.js';
+import { EnrollmentRefused, RenewalTooSoon, type Enrollment } from '../service/enrollment.js';
+import type { IdentityFloors } from '../service/identity-floors.js';
+import type { ControllerEvent } from '../service/events.js';
+import type { ControllerMetrics } from '../metrics.js';
+import type { PushFetchRequest, PushReply, PushRequest, PushSignalRequest } from '../push/types.js';
+import { RateLimiter, type RateRule } from './rate-limit.js';
+import { Router, type RateClass, type Reply, type RouteContext, type RouteSpec } from './router.js';
+import type { ControllerService } from '../service/service.js';
+
+/** Every API error code and its HTTP status: the one mapping. Unlisted codes are 400. */
+export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
+  invalid_request: 400,
+  invalid_json: 400,
+  bad_name: 400,
+  forbidden_input: 400,
+  bad_input_value: 400,
+  bad_config: 400,
+  bad_endpoint: 400,
+  link_local_endpoint: 400,
+  bad_csr: 400,
+  enrollment_refused: 403,
+  enrollment_disabled: 403,
+  no_client_certificate: 403,
+  untrusted_certificate: 403,
+  bad_issuer: 403,
+  certificate_expired: 403,
+  revoked: 403,
+  wrong_role: 403,
+  no_identity: 403,
+  multiple_identities: 403,
+  wrong_trust_domain: 403,
+  bad_identity: 403,
+  wrong_eku: 403,
+  tls_version: 403,
+  wrong_node: 403,
+  endpoint_not_in_san: 403,
+  node_deleted: 403,
+  not_found: 404,
+  method_not_allowed: 405,
+  node_exists: 409,
+  stale_revision: 409,
+  unknown_revision: 409,
+  deployment_busy: 409,
+  deployment_deleting: 409,
+  restart_in_progress: 409,
+  cluster_busy: 409,
+  node_in_cluster: 409,
+  body_too_large: 413,
+  unsupported_media_type: 415,
+  unknown_node: 422,
+  unknown_nodegroup: 422,
+  unknown_config: 422,
+  rate_limited: 429,
+  renewal_too_soon: 429,
+  too_many_connections: 429,
+  internal: 500,
+  store_unavailable: 503,
+  controller_revoked: 503,
+  controller_expired: 503,
+};
+
+export function statusOf(code: ErrorCode): number {
+  return STATUS_OF[code] ?? 400;
+}
+
+export interface ApiServerOptions {
+  service: ControllerService;
+  material: PkiMaterial;
+  /** The current metadata signing key (a function, so a rotated key is taken at once). */
+  signer: () => Signer;
+  logger: Logger;
+  metrics: ControllerMetrics;
+  now?: () => number;
+  /** Overrides of the per-identity rate limits (tests). */
+  rates?: Partial<Record<RateClass, RateRule>>;
+  /** Overrides of the body limits (tests). */
+  bodyLimits?: { requestBytes?: number; signalBytes?: number };
+  /** Join tokens, `POST /v1/enroll` and renewal (SPEC §9); absent: those routes answer `enrollment_disabled`. */
+  enrollment?: Enrollment | undefined;
+  /** Node revocation (`POST /v1/nodes/{id}/revoke`) and superseded certificates; absent: that route answers `not_found`. */
+  floors?: IdentityFloors | undefined;
+  /**
+   * The TLS session-ticket key (certs/ticket-key.ts), so tickets survive a restart; followed
+   * when it rotates. Absent: Node's random per-process key.
+   */
+  ticketKey?: TicketKey | undefined;
+  /** Override of API_UNAUTHENTICATED_IDLE_TIMEOUT_MS (tests). */
+  unauthenticatedIdleTimeoutMs?: number;
+}
+
+/** The signal route; a signal over the push connection stands for it (in logs too). */
+const SIGNAL_ROUTE = '/v1/nodes/:node/deployments/:deployment/signal';
+
+/** The one route served without a client certificate (SPEC §9). */
+export const ENROLL_PATH = '/v1/enroll';
+
+interface AuthCacheEntry {
+  epoch: number;
+  result: AuthorizeResult;
+}
+
+class ApiError extends HeraldError {
+  readonly headers: Record<string, string>;
+  constructor(code: ErrorCode, message: string | undefined, headers: Record<string, string> = {}) {
+    super(code, message);
+    this.headers = headers;
+  }
+}
+
+/** The caller is the agent of the route's `:node`. */
+function isOwnAgent(params: Record<string, string>, id: CertIdentity): boolean {
+  return id.role === 'agent' && params.node === id.name;
+}
+
+export class ApiServer {
+  readonly server: https.Server;
+  readonly #o: ApiServerOptions;
+  readonly #log: Logger;
+  readonly #trustDomain: string;
+  readonly #now: () => number;
+  readonly #router = new Router();
+  readonly #limiters: Record<RateClass, RateLimiter>;
+  readonly #auth = new WeakMap<tls.TLSSocket, AuthCacheEntry>();
+  readonly #sockets = new Set<tls.TLSSocket>();
+  /** Open connections per identity, and the connections past its role's cap. */
+  readonly #connections = new Map<string, number>();
+  readonly #overLimit = new WeakSet<tls.TLSSocket>();
+  /** Open connections whose certificate did not authorize: admitted per pool, address and network. */
+  readonly #preAuth = new ConnectionAdmission({
+    total: API_UNAUTHENTICATED_MAX_CONNECTIONS,
+    perAddress: API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS,
+    perPrefix: API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS,
+  });
+  readonly #preAuthSockets = new WeakSet<tls.TLSSocket>();
+  /** Consecutive 429 answers per connection. */
+  readonly #rateLimited = new WeakMap<tls.TLSSocket, number>();
+  /** Refusals anyone can cause in bulk are logged as a summary (SPEC §3). */
+  readonly #summary: RefusalSummary;
+  readonly #summaryTimer: NodeJS.Timeout;
+  readonly #streams = new Set<http.ServerResponse>();
+  readonly #controllerId: string;
+  #epoch = 0;
+  #unwatch: () => void;
+  #onRevoked: () => void;
+  #onTls: () => void;
+  #onTicketKey: (key: Buffer) => void;
+  #closing: Promise<void> | undefined;
+
+  constructor(o: ApiServerOptions) {
+    this.#o = o;
+    this.#log = o.logger;
+    this.#now = o.now ?? Date.now;
+    const r = o.rates ?? {};
+    this.#limiters = {
+      announce: new RateLimiter(r.announce ?? { burst: ANNOUNCE_RATE_BURST, perS: ANNOUNCE_RATE_PER_S }, this.#now),
+      fetch: new RateLimiter(r.fetch ?? { burst: FETCH_RATE_BURST, perS: FETCH_RATE_PER_S }, this.#now),
+      signal: new RateLimiter(r.signal ?? { burst: SIGNAL_RATE_BURST, perS: SIGNAL_RATE_PER_S }, this.#now),
+      output: new RateLimiter(r.output ?? { burst: OUTPUT_RATE_BURST, perS: OUTPUT_RATE_PER_S }, this.#now),
+      enroll: new RateLimiter(r.enroll ?? { burst: ENROLL_RATE_BURST, perS: ENROLL_RATE_PER_S }, this.#now),
+      other: new RateLimiter(r.other ?? { burst: API_RATE_BURST, perS: API_RATE_PER_S }, this.#now),
+    };
+    this.#controllerId = o.material.current().identity.spiffeId;
+    this.#trustDomain = o.material.current().identity.trustDomain;
+    this.#summary = new RefusalSummary(
+      ({ code, count, fields }) =>
+        this.#log.warn(
+          { event: 'refused', code, count, ...fields },
+          `refused ${count} time(s) in the last ${REFUSAL_LOG_INTERVAL_MS / 1000} s: ${ERROR_CODES[code as ErrorCode] ?? code}`,
+        ),
+      this.#now,
+    );
+    this.#summaryTimer = setInterval(() => this.#summary.flush(), REFUSAL_LOG_INTERVAL_MS);
+    this.#summaryTimer.unref();
+    // session resumption (issue 16): tickets live TLS_SESSION_LIFETIME_S, no longer than their
+    // key, and are bound to this controller's API by the session id context (Node's default is
+    // a hash of argv, so a restart with other flags would resume nothing); every resumed
+    // connection is authorized again like a full one (`authorizePeer`)
+    const resumption = (): tls.SecureContextOptions => ({
+      sessionTimeout: TLS_SESSION_LIFETIME_S,
+      sessionIdContext: sessionIdContextOf(this.#controllerId),
+      ...(o.ticketKey ? { ticketKeys: o.ticketKey.current() } : {}),
+    });
+    this.server = https.createServer(
+      { ...tlsServerOptions(o.material), ...resumption(), handshakeTimeout: API_HEADERS_TIMEOUT_MS },
+      (req, res) => {
+        void this.#handle(req, res);
+      },
+    );
+    // long keep-alive: an agent's polls and wake-up fetches reuse one connection (README "Scale")
+    this.server.keepAliveTimeout = API_KEEP_ALIVE_TIMEOUT_MS;
+    this.server.headersTimeout = API_HEADERS_TIMEOUT_MS;
+    this.server.requestTimeout = API_REQUEST_TIMEOUT_MS;
+    // before the HTTP server's own listener (added by https.createServer): a connection refused
+    // here is destroyed before the HTTP parser is given its socket, so no byte of a request on it
+    // is read and no handler runs whose answer could not be sent (an enrolment spending its token)
+    this.server.prependListener('secureConnection', (s: tls.TLSSocket) => {
+      this.#sockets.add(s);
+      s.once('close', () => this.#sockets.delete(s));
+      this.#countConnection(s);
+    });
+    this.server.on('tlsClientError', (err, s) => {
+      this.#o.metrics.refusals.inc({ code: 'tls_handshake_failed' });
+      this.#summary.record('tls_handshake_failed', {
+        remote: s.remoteAddress,
+        err: (err as { code?: string }).code ?? err.message.slice(0, 120),
+      });
+    });
+    this.#unwatch = watchServer(this.server, o.material, resumption);
+    this.#onTicketKey = (key) => this.server.setTicketKeys(key);
+    o.ticketKey?.on('rotate', this.#onTicketKey);
+    this.#onTls = () => {
+      this.#epoch++;
+    };
+    this.#onRevoked = () => {
+      this.#epoch++;
+      // a live connection of a revoked certificate (or of one under a revoked issuer) is closed,
+      // not only refused at its next request
+      for (const s of this.#sockets) {
+        const serial = revokedSerialOf(s.getPeerCertificate(true), o.material);
+        if (serial) {
+          this.#log.warn({ code: 'revoked', serial }, 'closing a connection whose certificate was revoked');
+          s.destroy();
+        }
+      }
+    };
+    o.material.on('tls-change', this.#onTls);
+    o.material.on('revoked-change', this.#onRevoked);
+    this.#routes();
+  }
+
+  /** Listens on host:port (0: any free port) and resolves with the bound address. */
+  listen(port: number, host: string): Promise<AddressInfo> {
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error): void => reject(err);
+      this.server.once('error', onError);
+      this.server.listen({ port, host, backlog: API_LISTEN_BACKLOG_CONNECTIONS }, () => {
+        this.server.off('error', onError);
+        resolve(this.server.address() as AddressInfo);
+      });
+    });
+  }
+
+  /**
+   * Stops accepting, ends event streams, lets in-flight requests finish (at most `graceMs`),
+   * then destroys what is left. Idempotent.
+   */
+  close(graceMs = CONTROLLER_SHUTDOWN_GRACE_MS): Promise<void> {
+    if (this.#closing) return this.#closing;
+    this.#closing = new Promise<void>((resolve) => {
+      this.#unwatch();
+      this.#o.ticketKey?.off('rotate', this.#onTicketKey);
+      this.#o.material.off('tls-change', this.#onTls);
+      this.#o.material.off('revoked-change', this.#onRevoked);
+      clearInterval(this.#summaryTimer);
+      this.#summary.flush(true);
+      for (const res of this.#streams) res.end();
+      const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
+      timer.unref();
+      this.server.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.server.closeIdleConnections();
+    });
+    return this.#closing;
+  }
+
+  // ---- the request pipeline ----------------------------------------------------------------
+
+  async #handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    res.setHeader('Cache-Control', 'no-store');
+    res.setHeader('X-Content-Type-Options', 'nosniff');
+    const method = req.method ?? 'GET';
+    let route = 'unmatched';
+    let identity: CertIdentity | undefined;
+    res.once('finish', () => this.#o.metrics.apiRequests.inc({ route, method, status: String(res.statusCode) }));
+    const socket = req.socket as tls.TLSSocket;
+    if (this.#preAuthSockets.has(socket)) {
+      // its one request has begun: the idle limit is the request timeouts' now (a handler that
+      // takes a while must not be cut off with its answer unsent); one answer, then closed
+      socket.setTimeout(0);
+      res.setHeader('Connection', 'close');
+    }
+    // the one route without a client certificate; every other request is authorized first
+    if (method === 'POST' && (req.url ?? '').split('?')[0] === ENROLL_PATH) {
+      route = ENROLL_PATH;
+      return this.#enroll(req, res);
+    }
+    try {
+      const auth = this.#authorize(req.socket as tls.TLSSocket);
+      if (!auth.ok) throw new ApiError(auth.code, auth.message, { Connection: 'close' });
+      identity = auth.identity;
+      if (this.#overLimit.has(req.socket as tls.TLSSocket)) {
+        const cap = identity.role === 'agent' ? API_AGENT_MAX_CONNECTIONS : API_IDENTITY_MAX_CONNECTIONS;
+        throw new ApiError('too_many_connections', `${identity.spiffeId} already holds ${cap} API connections`, {
+          Connection: 'close',
+          'Retry-After': '1',
+        });
+      }
+      const url = new URL(req.url ?? '/', 'https://controller.invalid');
+      const m = this.#router.match(method, url.pathname);
+      if (m.kind === 'none') throw new ApiError('not_found', `no route ${method} ${url.pathname}`);
+      if (m.kind === 'method')
+        throw new ApiError('method_not_allowed', `${method} is not allowed here`, { Allow: m.allowed.join(', ') });
+      const spec = m.route;
+      route = spec.path;
+      // the rate limit comes before the role check: refusals cost the caller its budget too
+      if (!this.#exempt(spec.rate, m.params, identity)) {
+        const decision = this.#limiters[spec.rate].take(identity.spiffeId);
+        if (!decision.ok)
+          throw new ApiError('rate_limited', `too many requests; retry after ${decision.retryAfterS} s`, {
+            'Retry-After': String(decision.retryAfterS),
+          });
+      }
+      this.#checkRole(spec, m.params, identity);
+      // a controller whose own certificate is revoked or expired changes nothing (standing.ts):
+      // every request that could write is refused here, before its body is read
+      if (method !== 'GET' && method !== 'HEAD') {
+        const lost = this.#o.service.standingRefusal();
+        if (lost !== undefined) throw lost;
+      }
+      const body =
+        spec.bodyLimitBytes > 0 ? await this.#readJson(req, spec.bodyLimitBytes) : await this.#drainEmpty(req);
+      this.#rateLimited.delete(req.socket as tls.TLSSocket);
+      if (this.#abandoned(req, route)) return;
+      const reply = await spec.handler({ req, res, params: m.params, query: url.searchParams, identity, body });
+      if (reply?.raw) {
+        const data = Buffer.from(reply.raw.data);
+        res.writeHead(reply.status, {
+          ...reply.headers,
+          'Content-Type': reply.raw.contentType,
+          'Content-Length': String(data.length),
+        });
+        res.end(data);
+      } else if (reply) {
+        this.#send(res, reply.status, reply.body, reply.headers);
+      }
+    } catch (err) {
+      this.#fail(req, res, err, route, identity);
+    }
+  }
+
+  /**
+   * `POST /v1/enroll` (SPEC §9): limited per source address before anything is read; every
+   * failure but the rate limit (and a controller without an issuer) is `enrollment_refused`,
+   * its real reason logged once by Enrollment. The connection is closed after the answer: a
+   * peer without a certificate has nothing else to ask.
+   */
+  async #enroll(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const remote = req.socket.remoteAddress ?? '?';
+    try {
+      const d = this.#limiters.enroll.take(remote);
+      if (!d.ok)
+        throw new ApiError('rate_limited', `too many enrolment attempts; retry after ${d.retryAfterS} s`, {
+          'Retry-After': String(d.retryAfterS),
+          Connection: 'close',
+        });
+      const enrollment = this.#o.enrollment;
+      if (!enrollment?.enabled) throw new HeraldError('enrollment_disabled', ERROR_CODES.enrollment_disabled);
+      let body: unknown;
+      try {
+        body = await this.#readJson(req, MAX_ENROLL_BODY_BYTES);
+      } catch (err) {
+        this.#log.warn(
+          { event: 'enroll.refused', code: 'enrollment_refused', reason: `unreadable body: ${codeOfErr(err)}`, remote },
+          'enrolment refused: unreadable body',
+        );
+        throw new EnrollmentRefused();
+      }
+      if (this.#abandoned(req, ENROLL_PATH)) return;
+      const bundle = await enrollment.enroll(body, remote);
+      this.#send(res, 200, bundle, { Connection: 'close' });
+    } catch (err) {
+      this.#fail(req, res, err, ENROLL_PATH, undefined);
+    }
+  }
+
+  /**
+   * A request whose connection is gone by the time its handler would run is not run: its answer
+   * could not be sent, and its effect (a spent join token, a new deployment) would be unknown to
+   * the client that asked. (A client gone later is what enrolment's replay is for:
+   * controller/service/enrollment.ts.)
+   */
+  #abandoned(req: http.IncomingMessage, route: string): boolean {
+    if (!req.socket.destroyed) return false;
+    this.#log.debug(
+      { event: 'request.abandoned', route, method: req.method },
+      'the client left before its request ran',
+    );
+    return true;
+  }
+
+  /**
+   * One connection policy for every identity (SPEC §3): connections are kept alive for minutes
+   * (API_KEEP_ALIVE_TIMEOUT_MS), so each identity holds at most its role's cap
+   * (API_AGENT_MAX_CONNECTIONS for agents, API_IDENTITY_MAX_CONNECTIONS otherwise); requests on
+   * more are refused `too_many_connections` and the connection closed. Peers whose certificate
+   * did not authorize get one answer (enrolment, else 403) and are closed; they are admitted at
+   * the handshake (controller/api/admission.ts: at most API_UNAUTHENTICATED_MAX_CONNECTIONS in all,
+   * API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS per address, API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS
+   * per network), further ones destroyed before a byte of their request is read, and one idle
+   * API_UNAUTHENTICATED_IDLE_TIMEOUT_MS before its request is closed.
+   */
+  #countConnection(s: tls.TLSSocket): void {
+    const auth = this.#authorize(s);
+    if (!auth.ok) {
+      const remote = s.remoteAddress ?? '?';
+      const admitted = this.#preAuth.admit(remote);
+      if (!admitted.ok) {
+        this.#o.metrics.refusals.inc({ code: 'too_many_connections' });
+        this.#summary.record('too_many_connections', { remote, unauthenticated: true, scope: admitted.scope });
+        s.destroy();
+        return;
+      }
+      s.once('close', admitted.release);
+      this.#preAuthSockets.add(s);
+      s.setTimeout(this.#o.unauthenticatedIdleTimeoutMs ?? API_UNAUTHENTICATED_IDLE_TIMEOUT_MS);
+      s.once('timeout', () => {
+        this.#o.metrics.refusals.inc({ code: 'idle_timeout' });
+        this.#summary.record('idle_timeout', { remote, unauthenticated: true });
+        s.destroy();
+      });
+      return;
+    }
+    const id = auth.identity.spiffeId;
+    const cap = auth.identity.role === 'agent' ? API_AGENT_MAX_CONNECTIONS : API_IDENTITY_MAX_CONNECTIONS;
+    const n = (this.#connections.get(id) ?? 0) + 1;
+    this.#connections.set(id, n);
+    if (n > cap) this.#overLimit.add(s);
+    s.once('close', () => {
+      const left = (this.#connections.get(id) ?? 1) - 1;
+      if (left <= 0) this.#connections.delete(id);
+      else this.#connections.set(id, left);
+    });
+  }
+
+  #authorize(socket: tls.TLSSocket): AuthorizeResult {
+    const hit = this.#auth.get(socket);
+    if (hit && hit.epoch === this.#epoch && (!hit.result.ok || hit.result.identity.validTo.getTime() >= this.#now()))
+      return hit.result;
+    // a resumed session is authorized like a full one (certs/tls.ts `authorizePeer`): any role may
+    // resume, as Node's HTTPS clients do by default (a 403 for it broke ordinary operator clients)
+    const result = authorizePeer(socket, ROLES, this.#o.material);
+    this.#auth.set(socket, { epoch: this.#epoch, result });
+    // the first use of a renewed certificate retires the one it renewed (identity-floors.ts)
+    if (result.ok) this.#o.floors?.used(result.identity);
+    return result;
+  }
+
+  /**
+   * What the controller itself asked for is not rate-limited: a fetch answering a wake-up it sent
+   * that node lately (SPEC §3), and a node's signal of work a wake-up gave it and that work's last
+   * live output chunks (credits per wake-up: controller/service/wake-credits.ts, docs/departures.md). The
+   * limit bounds what an agent asks for and sends by itself.
+   */
+  #exempt(rate: RateClass, params: Record<string, string>, id: CertIdentity): boolean {
+    if (rate === 'fetch') return this.#o.service.wokeRecently(id.name);
+    if (rate === 'signal' || rate === 'output')
+      return isOwnAgent(params, id) && this.#o.service.takeWakeCredit(id.name, rate);
+    return false;
+  }
+
+  #checkRole(spec: RouteSpec, params: Record<string, string>, id: CertIdentity): void {
+    if (spec.auth === 'any') return;
+    if (spec.auth === 'operator') {
+      if (id.role !== 'operator')
+        throw new ApiError('wrong_role', `an operator certificate is required, not a ${id.role} one`);
+      return;
+    }
+    if (isOwnAgent(params, id)) return;
+    if (id.role !== 'agent')
+      throw new ApiError('wrong_role', `only the node's agent may use this route, not the ${id.role} role`);
+    throw new ApiError('wrong_node', `agent ${id.name} may only use its own node's routes`);
+  }
+
+  /** Reads a JSON body of at most `limit` bytes (undefined when empty). */
+  #readJson(req: http.IncomingMessage, limit: number): Promise<unknown> {
+    const declared = req.headers['content-length'];
+    if (declared !== undefined && Number(declared) > limit) {
+      req.resume(); // discard it: the client may still be sending
+      return Promise.reject(new ApiError('body_too_large', `the body is over ${limit} bytes`, { Connection: 'close' }));
+    }
+    return new Promise((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      let total = 0;
+      let done = false;
+      const onData = (c: Buffer): void => {
+        if (done) return;
+        total += c.length;
+        if (total > limit) {
+          done = true;
+          chunks.length = 0;
+          reject(new ApiError('body_too_large', `the body is over ${limit} bytes`, { Connection: 'close' }));
+          return;
+        }
+        chunks.push(c);
+      };
+      req.on('data', onData);
+      req.once('error', (err) => {
+        if (!done) {
+          done = true;
+          reject(err);
+        }
+      });
+      req.once('end', () => {
+        if (done) return;
+        done = true;
+        if (total === 0) return resolve(undefined);
+        const type = req.headers['content-type'] ?? '';
+        if (!/^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i.test(type)) {
+          return reject(new ApiError('unsupported_media_type', 'the body must be application/json'));
+        }
+        try {
+          resolve(JSON.parse(Buffer.concat(chunks, total).toString('utf8')));
+        } catch {
+          reject(new ApiError('invalid_json', 'the body is not valid JSON'));
+        }
+      });
+    });
+  }
+
+  /** Routes without a body still read (and discard) whatever came, up to the request limit. */
+  #drainEmpty(req: http.IncomingMessage): Promise<unknown> {
+    if (req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined)
+      return Promise.resolve(undefined);
+    return this.#readJson(req, MAX_REQUEST_BODY_BYTES).then(() => undefined);
+  }
+
+  #send(res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+    for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+    if (body === undefined) {
+      res.writeHead(status);
+      res.end();
+      return;
+    }
+    const data = Buffer.from(JSON.stringify(body), 'utf8');
+    res.writeHead(status, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': String(data.length) });
+    res.end(data);
+  }
+
+  /**
+   * One refusal's log: those a peer can repeat in bulk are summarised, the rest are one line each
+   * (per identity and route once authenticated; per code alone before, see RefusalSummary).
+   */
+  #logRefusal(
+    code: ErrorCode,
+    message: string,
+    at: { status: number; peer: string; method: string; route: string; field?: string | undefined },
+    spiffeId: string | undefined,
+  ): void {
+    const { status, peer, method, route, field } = at;
+    if (status === 403 || status === 413 || status === 429 || status === 503) {
+      this.#summary.record(
+        code,
+        { status, peer, method, route },
+        spiffeId !== undefined ? `${code} ${spiffeId} ${method} ${route}` : code,
+      );
+    } else this.#log.info({ event: 'refused', code, status, peer, method, route, field }, message);
+  }
+
+  /** The one error edge. */
+  #fail(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    err: unknown,
+    route: string,
+    identity: CertIdentity | undefined,
+  ): void {
+    const peer = identity?.spiffeId ?? peerHint(req.socket as tls.TLSSocket);
+    let code: ErrorCode = 'internal';
+    let message: string = ERROR_CODES.internal;
+    let field: string | undefined;
+    let headers: Record<string, string> = {};
+    if (err instanceof HeraldError && err.code !== 'internal') {
+      code = err.code;
+      message = err.message;
+      field = err.field;
+      if (err instanceof ApiError) headers = { ...err.headers };
+      if (err instanceof RenewalTooSoon) headers['Retry-After'] = String(err.retryAfterS);
+      this.#o.metrics.refusals.inc({ code });
+      const status = statusOf(code);
+      const socket = req.socket as tls.TLSSocket;
+      // a 403 closes its connection; so do repeated 429s (one does not: the retry reuses it)
+      if (status === 403) headers.Connection = 'close';
+      if (code === 'store_unavailable') {
+        // the database's own words stay in the log
+        message = ERROR_CODES.store_unavailable;
+        headers['Retry-After'] = String(STORE_UNAVAILABLE_RETRY_AFTER_S);
+      }
+      if (code === 'rate_limited') {
+        const n = (this.#rateLimited.get(socket) ?? 0) + 1;
+        this.#rateLimited.set(socket, n);
+        if (n >= API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS) headers.Connection = 'close';
+      }
+      this.#logRefusal(code, message, { status, peer, method: req.method ?? '', route, field }, identity?.spiffeId);
+    } else {
+      this.#log.error({ err, peer, method: req.method, route }, 'request failed unexpectedly');
+    }
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const status = code === 'internal' ? 500 : statusOf(code);
+    const send = (): void =>
+      this.#send(res, status, { error: { code, message, ...(field !== undefined ? { field } : {}) } }, headers);
+    if (headers.Connection === 'close' && !req.complete) afterBody(req, send);
+    else send();
+  }
+
+  // ---- routes ------------------------------------------------------------------------------
+
+  #routes(): void {
+    const s = this.#o.service;
+    const reqLimit = this.#o.bodyLimits?.requestBytes ?? MAX_REQUEST_BODY_BYTES;
+    const sigLimit = this.#o.bodyLimits?.signalBytes ?? MAX_SIGNAL_BODY_BYTES;
+    const who = (c: RouteContext): string => c.identity.spiffeId;
+    const ok = (body: unknown): Reply => ({ status: 200, body });
+    const created = (body: Record<string, unknown>, location: string): Reply => ({
+      status: 201,
+      body,
+      headers: { Location: location },
+    });
+    const items = (list: unknown[]): Reply => ok({ items: list });
+    const add = (
+      method: RouteSpec['method'],
+      path: string,
+      auth: RouteSpec['auth'],
+      handler: RouteSpec['handler'],
+      extra: Partial<RouteSpec> = {},
+    ): void => {
+      const needsBody = method === 'POST' || method === 'PUT' || method === 'PATCH';
+      this.#router.add({
+        method,
+        path,
+        auth,
+        rate: 'other',
+        bodyLimitBytes: needsBody ? reqLimit : 0,
+        handler,
+        ...extra,
+      });
+    };
+
+    // the API listens before the service starts (its URL, with port 0, is known only then): until
+    // the controller has its nodes (and has joined the fleet) a probe must not count it in
+    // the API listens before the service starts (its URL, with port 0, is known only then): a
+    // probe must not count the controller in before it has its nodes and has joined the fleet
+    add('GET', '/healthz', 'any', () => healthReply(s.phase));
+
+    // agent routes
+    add(
+      'PUT',
+      '/v1/nodes/:node/endpoint',
+      'agent',
+      async (c) => {
+        const node = await s.announce(c.params.node!, c.body, c.identity);
+        // the certificate's dates, for the node's renewal state (GET /v1/nodes/{id})
+        await this.#o.enrollment?.noteSeen(c.identity).catch((err: unknown) => {
+          this.#log.error({ err, node: c.params.node }, 'could not record the agent certificate');
+        });
+        return ok(node);
+      },
+      { rate: 'announce' },
+    );
+    add(
+      'POST',
+      '/v1/nodes/:node/certificate',
+      'agent',
+      async (c) => {
+        const enrollment = this.#o.enrollment;
+        if (!enrollment) throw new HeraldError('enrollment_disabled', ERROR_CODES.enrollment_disabled);
+        // the leaf alone is enough here (authorizePeer read the chain first: NODE20-NOTES)
+        const leaf = (c.req.socket as tls.TLSSocket).getPeerX509Certificate();
+        const currentKey = leaf ? leaf.publicKey.export({ type: 'spki', format: 'der' }) : Buffer.alloc(0);
+        return ok(await enrollment.renew(c.params.node!, c.body, c.identity, currentKey));
+      },
+      { bodyLimitBytes: MAX_ENROLL_BODY_BYTES },
+    );
+    add('GET', '/v1/nodes/:node/metadata', 'agent', (c) => this.#metadata(c), { rate: 'fetch' });
+    add(
+      'POST',
+      SIGNAL_ROUTE,
+      'agent',
+      async (c) => ok(await s.signal(c.params.node!, c.params.deployment!, c.body, who(c))),
+      {
+        bodyLimitBytes: sigLimit,
+        rate: 'signal',
+      },
+    );
+    add(
+      'POST',
+      '/v1/nodes/:node/deployments/:deployment/output',
+      'agent',
+      async (c) => ok(await s.output.post(c.params.node!, c.params.deployment!, c.body)),
+      { rate: 'output' },
+    );
+
+    // operator routes
+    add('POST', '/v1/enrollment-tokens', 'operator', async (c) => {
+      const enrollment = this.#o.enrollment;
+      if (!enrollment) throw new HeraldError('enrollment_disabled', ERROR_CODES.enrollment_disabled);
+      const t = await enrollment.createToken(c.body, who(c));
+      return created({ ...t }, `/v1/enrollment-tokens/${t.id}`);
+    });
+    add('GET', '/v1/enrollment-tokens', 'operator', async () => items((await this.#o.enrollment?.listTokens()) ?? []));
+    add('DELETE', '/v1/enrollment-tokens/:id', 'operator', async (c) => {
+      const enrollment = this.#o.enrollment;
+      if (!enrollment) throw new HeraldError('not_found', `no enrollment token ${c.params.id!}`);
+      return ok(await enrollment.revokeToken(c.params.id!, who(c)));
+    });
+    add('POST', '/v1/nodes', 'operator', async (c) => {
+      const n = await s.createNode(c.body, who(c));
+      return created(n, `/v1/nodes/${encodeURIComponent(String(n.id))}`);
+    });
+    add('GET', '/v1/nodes', 'operator', async () => items(await s.listNodes()));
+    add('GET', '/v1/controllers', 'operator', async () => items(await s.listControllers()));
+    add('GET', '/v1/nodes/:id', 'operator', async (c) => {
+      const node = await s.getNode(c.params.id!);
+      const certificate = (await this.#o.enrollment?.nodeCertificate(c.params.id!)) ?? null;
+      return ok({ ...node, certificate });
+    });
+    add('POST', '/v1/nodes/:id/revoke', 'operator', async (c) => {
+      const floors = this.#o.floors;
+      if (!floors) throw new HeraldError('not_found', 'this controller does not revoke node identities');
+      return ok(await floors.revoke(c.params.id!, who(c)));
+    });
+    add('DELETE', '/v1/nodes/:id', 'operator', async (c) => {
+      await s.deleteNode(c.params.id!, who(c));
+      return { status: 204 };
+    });
+    add('POST', '/v1/configs', 'operator', async (c) => {
+      const cfg = await s.createConfig(c.body, who(c));
+      return created(cfg, `/v1/configs/${String(cfg.id)}`);
+    });
+    add('GET', '/v1/configs', 'operator', async () => items(await s.listConfigs()));
+    add('GET', '/v1/configs/:id', 'operator', async (c) => ok(await s.getConfig(c.params.id!)));
+    add('POST', '/v1/deployments', 'operator', async (c) => {
+      const d = await s.createDeployment(c.body, who(c));
+      return created(d, `/v1/deployments/${String(d.id)}`);
+    });
+    add('GET', '/v1/deployments', 'operator', async (c) =>
+      items(await s.listDeployments(c.query.get('node') ?? undefined)),
+    );
+    add('GET', '/v1/deployments/:id', 'operator', async (c) => ok(await s.getDeployment(c.params.id!)));
+    add('GET', '/v1/deployments/:id/revisions', 'operator', async (c) => items(await s.listRevisions(c.params.id!)));
+    add('GET', '/v1/deployments/:id/output', 'operator', async (c) =>
+      ok(await s.output.get(c.params.id!, c.query.get('revision'))),
+    );
+    add('PATCH', '/v1/deployments/:id', 'operator', async (c) =>
+      ok(await s.updateDeployment(c.params.id!, c.body, who(c))),
+    );
+    add('DELETE', '/v1/deployments/:id', 'operator', async (c) => {
+      const d = await s.deleteDeployment(c.params.id!, who(c));
+      return d === null ? { status: 204 } : { status: 202, body: d };
+    });
+    add('POST', '/v1/clusters', 'operator', async (c) => {
+      const minimal = prefersMinimal(c.req);
+      const cl = await s.createCluster(c.body, who(c), minimal ? 'minimal' : 'full');
+      const reply = created(cl, `/v1/clusters/${String(cl.id)}`);
+      if (minimal) reply.headers = { ...reply.headers, 'Preference-Applied': 'return=minimal' };
+      return reply;
+    });
+    add('GET', '/v1/clusters', 'operator', async () => items(await s.listClusters()));
+    add('GET', '/v1/clusters/:id', 'operator', async (c) => ok(await s.getCluster(c.params.id!)));
+    add('DELETE', '/v1/clusters/:id', 'operator', async (c) => {
+      await s.deleteCluster(c.params.id!, who(c));
+      try {
+        return { status: 202, body: await s.getCluster(c.params.id!) };
+      } catch {
+        return { status: 204 }; // nothing to uninstall: removed at once
+      }
+    });
+    add('PATCH', '/v1/clusters/:id/actions/restart', 'operator', async (c) => {
+      const plan = await s.restartCluster(c.params.id!, c.body, who(c));
+      return plan === null ? { status: 204 } : ok(plan); // a dry run answers its plan
+    });
+    add('POST', '/v1/clusters/:id/nodegroups', 'operator', async (c) => {
+      const g = await s.addNodegroup(c.params.id!, c.body, who(c));
+      return created(g, `/v1/clusters/${c.params.id!}/nodegroups/${String(g.name)}`);
+    });
+    add('GET', '/v1/clusters/:id/nodegroups/:name', 'operator', async (c) =>
+      ok(await s.getNodegroup(c.params.id!, c.params.name!)),
+    );
+    add('DELETE', '/v1/clusters/:id/nodegroups/:name', 'operator', async (c) => {
+      await s.deleteNodegroup(c.params.id!, c.params.name!, who(c));
+      return { status: 202, body: await s.getCluster(c.params.id!) };
+    });
+    add('PATCH', '/v1/clusters/:id/nodegroups/:name/actions/restart', 'operator', async (c) => {
+      const plan = await s.restartCluster(c.params.id!, c.body, who(c), c.params.name!);
+      return plan === null ? { status: 204 } : ok(plan);
+    });
+    add('GET', '/v1/audit', 'operator', async (c) => {
+      const limit = Math.min(1000, Math.max(1, Number(c.query.get('limit') ?? 100) || 100));
+      return items(await s.store.listAudit(limit));
+    });
+    add('GET', '/v1/events', 'operator', (c) => this.#events(c));
+    add('GET', '/metrics', 'operator', async () => {
+      const m = await this.#o.metrics.text();
+      return { status: 200, raw: { contentType: m.contentType, data: m.body } };
+    });
+  }
+
+  async #metadata(c: RouteContext): Promise<undefined> {
+    const { req, res, identity } = c;
+    const nonceHeader = req.headers[NONCE_HEADER];
+    const nonce = Array.isArray(nonceHeader) ? nonceHeader[0] : nonceHeader;
+    if (nonce !== undefined && !isValidNonce(nonce)) {
+      throw new HeraldError('invalid_request', 'Herald-Nonce must be 16 to 128 base64url characters', {
+        field: 'Herald-Nonce',
+      });
+    }
+    const a = await this.#answerMetadata(
+      c.params.node!,
+      identity.spiffeId,
+      nonce,
+      req.headers['if-none-match'],
+      'https',
+    );
+    res.setHeader('ETag', a.etag);
+    res.setHeader(SIGNATURE_HEADER, a.signature);
+    if (a.body === undefined) {
+      res.writeHead(304);
+      res.end();
+      return undefined;
+    }
+    res.writeHead(200, {
+      'Content-Type': 'application/json; charset=utf-8',
+      'Content-Length': String(a.body.length),
+    });
+    res.end(a.body);
+    return undefined;
+  }
+
+  /**
+   * The metadata route's answer, for HTTPS and for a fetch over the push connection alike: the
+   * body built once per generation, the small JWS signed per answer, the fetch recorded.
+   */
+  async #answerMetadata(
+    node: string,
+    audience: string,
+    nonce: string | undefined,
+    ifNoneMatch: string | string[] | undefined,
+    channel: 'https' | 'push',
+  ): Promise<{ etag: string; signature: string; body: Buffer | undefined }> {
+    const { generation, built } = await this.#o.service.metadata(node, (gen) => matchesEtag(ifNoneMatch, etagOf(gen)));
+    const signature = signMetadata(this.#o.signer(), {
+      iss: this.#controllerId,
+      aud: audience,
+      gen: generation,
+      nonce,
+      sha256: built?.sha256,
+      nowS: this.#now() / 1000,
+    });
+    this.#o.service.recordFetch(node, generation);
+    this.#o.metrics.fetches.inc({ status: built === null ? '304' : '200', channel });
+    return { etag: etagOf(generation), signature, body: built?.body };
+  }
+
+  /**
+   * An agent's fetch on its push connection (SPEC §2), answered as `GET /v1/nodes/{node}/metadata`
+   * would be: the push connection has already proven the agent to be `agent/<node>` (the dialer
+   * checked the listener's certificate), so only the rate limit (with its wake-up exemption) and
+   * the route itself remain. Never rejects: an error becomes its status and code.
+   */
+  answerPushRequest(r: PushRequest): Promise<PushReply> {
+    return r.kind === 'fetch' ? this.answerPushFetch(r) : this.answerPushSignal(r);
+  }
+
+  async answerPushFetch(r: PushFetchRequest): Promise<PushReply> {
+    const audience = spiffeIdOf(this.#trustDomain, 'agent', r.node);
+    try {
+      if (!isValidNonce(r.nonce)) throw new HeraldError('invalid_request', 'the fetch frame nonce');
+      if (!this.#o.service.wokeRecently(r.node)) {
+        const decision = this.#limiters.fetch.take(audience);
+        if (!decision.ok) {
+          this.#o.metrics.fetches.inc({ status: '429', channel: 'push' });
+          return { status: 429, error: 'rate_limited', retryAfterS: decision.retryAfterS };
+        }
+      }
+      const a = await this.#answerMetadata(r.node, audience, r.nonce, r.ifNoneMatch ?? undefined, 'push');
+      return a.body === undefined
+        ? { status: 304, etag: a.etag, signature: a.signature }
+        : { status: 200, etag: a.etag, signature: a.signature, body: a.body };
+    } catch (err) {
+      const code = codeOf(err);
+      if (code === undefined || code === 'internal') {
+        this.#log.error({ err, node: r.node }, 'answering a fetch over the push connection failed');
+        this.#o.metrics.fetches.inc({ status: '500', channel: 'push' });
+        return { status: 500, error: 'internal' };
+      }
+      const status = statusOf(code);
+      this.#o.metrics.fetches.inc({ status: String(status), channel: 'push' });
+      return { status, error: code };
+    }
+  }
+
+  /**
+   * An agent's signal on its push connection (SPEC §2), answered as `POST
+   * /v1/nodes/{node}/deployments/{id}/signal` would be: the connection has already proven the
+   * agent to be `agent/<node>`, so the route's rate limit (shared with HTTPS, and the signals a
+   * wake-up asked for not counted: `takeWakeCredit`), its body limit and JSON reading, and the
+   * route itself remain. Never rejects: an error becomes its status and code,
+   * logged as the API logs a refusal.
+   */
+  async answerPushSignal(r: PushSignalRequest): Promise<PushReply> {
+    const who = spiffeIdOf(this.#trustDomain, 'agent', r.node);
+    const route = SIGNAL_ROUTE;
+    try {
+      const decision = this.#o.service.takeWakeCredit(r.node, 'signal') ? null : this.#limiters.signal.take(who);
+      if (decision !== null && !decision.ok) {
+        this.#o.metrics.refusals.inc({ code: 'rate_limited' });
+        this.#logRefusal('rate_limited', 'too many requests', { status: 429, peer: who, method: 'PUSH', route }, who);
+        return { status: 429, error: 'rate_limited', retryAfterS: decision.retryAfterS };
+      }
+      const limit = this.#o.bodyLimits?.signalBytes ?? MAX_SIGNAL_BODY_BYTES;
+      if (r.body.length > limit) throw new ApiError('body_too_large', `the body is over ${limit} bytes`);
+      let body: unknown;
+      try {
+        body =
+          r.body.length === 0
+            ? undefined
+            : JSON.parse(Buffer.from(r.body.buffer, r.body.byteOffset, r.body.byteLength).toString('utf8'));
+      } catch {
+        throw new ApiError('invalid_json', 'the body is not valid JSON');
+      }
+      await this.#o.service.signal(r.node, r.deploymentId, body, who);
+      return { status: 200 };
+    } catch (err) {
+      const code = codeOf(err);
+      if (code === undefined || code === 'internal') {
+        this.#log.error({ err, node: r.node, route }, 'answering a signal over the push connection failed');
+        return { status: 500, error: 'internal' };
+      }
+      const status = statusOf(code);
+      this.#o.metrics.refusals.inc({ code });
+      const field = err instanceof HeraldError ? err.field : undefined;
+      this.#logRefusal(code, (err as Error).message, { status, peer: who, method: 'PUSH', route, field }, who);
+      return status === 503 && code === 'store_unavailable'
+        ? { status, error: code, retryAfterS: STORE_UNAVAILABLE_RETRY_AFTER_S }
+        : { status, error: code };
+    }
+  }
+
+  #events(c: RouteContext): undefined {
+    const { req, res } = c;
+    res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8', Connection: 'keep-alive' });
+    res.write(': herald events\nretry: 2000\n\n');
+    this.#streams.add(res);
+    this.#o.metrics.eventClients.inc();
+    const send = (e: ControllerEvent): void => {
+      if (res.writableLength > MAX_SSE_BUFFERED_BYTES) {
+        this.#log.warn({ event: 'sse.dropped', peer: c.identity.spiffeId }, 'event stream client too slow; dropped');
+        res.destroy();
+        return;
+      }
+      res.write(`id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify({ type: e.type, at: e.at, ...e.data })}\n\n`);
+    };
+    const unsubscribe = this.#o.service.events.subscribe(send);
+    const heartbeat = setInterval(() => res.write(': keep-alive\n\n'), SSE_HEARTBEAT_INTERVAL_MS);
+    heartbeat.unref();
+    const done = (): void => {
+      if (!this.#streams.delete(res)) return;
+      clearInterval(heartbeat);
+      unsubscribe();
+      this.#o.metrics.eventClients.dec();
+    };
+    res.once('close', done);
+    req.once('close', done);
+    return undefined;
+  }
+}
+
+/** How long a refused request's body is read (and discarded) before the answer goes out anyway. */
+const CLOSE_LINGER_MS = 2_000;
+
+/**
+ * Sends a `Connection: close` answer once the request body is in (discarded), or after
+ * CLOSE_LINGER_MS. Node destroys the socket as soon as such an answer is written; request bytes
+ * still unread then make the kernel send a TCP reset, and the client gets EPIPE/ECONNRESET
+ * instead of the coded answer (a 413 to a 4 MiB signal, a 403 to a revoked agent's upload).
+ */
+function afterBody(req: http.IncomingMessage, send: () => void): void {
+  let sent = false;
+  const once = (): void => {
+    if (sent) return;
+    sent = true;
+    clearTimeout(timer);
+    send();
+  };
+  const timer = setTimeout(once, CLOSE_LINGER_MS);
+  timer.unref();
+  req.once('end', once);
+  req.once('close', once);
+  req.resume();
+}
+
+/** A metadata document's ETag: its generation, quoted. */
+function etagOf(generation: number): string {
+  return `"${generation}"`;
+}
+
+/** `If-None-Match` with lists, weak tags and `*` (RFC 9110 §13.1.2). */
+export function matchesEtag(header: string | string[] | undefined, etag: string): boolean {
+  if (header === undefined) return false;
+  const value = Array.isArray(header) ? header.join(',') : header;
+  for (const raw of value.split(',')) {
+    const t = raw.trim();
+    if (t === '*') return true;
+    const strong = t.startsWith('W/') ? t.slice(2) : t;
+    if (strong === etag) return true;
+  }
+  return false;
+}
+
+function codeOfErr(err: unknown): string {
+  return err instanceof HeraldError ? err.code : err instanceof Error ? err.message.slice(0, 80) : String(err);
+}
+
+/** For logs about a refused peer: its certificate's serial and subject SAN, if it sent one. */
+function peerHint(socket: tls.TLSSocket): string {
+  try {
+    const x = socket.getPeerX509Certificate?.();
+    if (!x) return `${socket.remoteAddress ?? '?'} (no certificate)`;
+    return `${socket.remoteAddress ?? '?'} serial ${x.serialNumber.toLowerCase()} san ${(x.subjectAltName ?? '').slice(0, 200)}`;
+  } catch {
+    return socket.remoteAddress ?? '?';
+  }
+}
+
+/**
+ * A plain-HTTP `GET /healthz` for probes (`--health-listen`): `check` gives the status, `ok` or
+ * why not (`starting`, `stopping`, `unavailable`); never rejects.
+ */
+export function createHealthServer(check: () => Promise<string>): http.Server {
+  return http.createServer(async (req, res) => {
+    res.setHeader('Cache-Control', 'no-store');
+    res.setHeader('X-Content-Type-Options', 'nosniff');
+    const path = (req.url ?? '/').split('?')[0];
+    if (path !== '/healthz' || (req.method !== 'GET' && req.method !== 'HEAD')) {
+      res.writeHead(404, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify({ error: { code: 'not_found', message: 'only GET /healthz here' } }));
+      return;
+    }
+    const r = healthReply(await check());
+    res.writeHead(r.status, { 'Content-Type': 'application/json', ...r.headers });
+    res.end(JSON.stringify(r.body));
+  });
+}
+
+/** `/healthz`'s answer, on the TLS port and the plain one alike: 200 for `ok`, else 503 and a second to wait. */
+function healthReply(status: string): Reply {
+  return status === 'ok'
+    ? { status: 200, body: { status } }
+    : { status: 503, body: { status }, headers: { 'Retry-After': '1' } };
+}
+
+/**
+ * The request asks for a minimal answer: `Prefer: return=minimal` (RFC 7240), alone or among
+ * other preferences, on one Prefer header or several. As the RFC reads: the name is
+ * case-insensitive, the value a token or quoted and compared exactly, a comma inside quotes
+ * separates nothing, and only the first `return` counts.
+ */
+export function prefersMinimal(req: http.IncomingMessage): boolean {
+  const h = req.headers.prefer;
+  if (h === undefined) return false;
+  for (const line of Array.isArray(h) ? h : [h])
+    for (const pref of line.match(/(?:[^,"]|"(?:[^"\\]|\\.)*")+/g) ?? []) {
+      const [name, value] = pref.split(';')[0]!.split('=');
+      if (name?.trim().toLowerCase() !== 'return') continue;
+      return value?.trim().replace(/^"(.*)"$/, '$1') === 'minimal';
+    }
+  return false;
+}

@@ -1,0 +1,350 @@
+/**
+ * What the API accepts: zod schemas for every request body, the name rules of SPEC §4 (from
+ * protocol/heat.ts), and the coercion of input values to their declared Heat types. Every
+ * refusal is a HeraldError with the offending field as a dotted path (`input_values.port`).
+ * Messages never quote a value: an input may be hidden.
+ */
+import { z } from 'zod';
+import { HeraldError, RefusalError } from '../../protocol/errors.js';
+import {
+  checkGroupName,
+  checkInputName,
+  checkOutputName,
+  DEPLOY_ACTIONS,
+  DERIVED_INPUT_NAMES,
+  INPUT_TYPES,
+  STANDARD_OUTPUT_NAMES,
+  type DeployAction,
+  type InputType,
+} from '../../protocol/heat.js';
+import { NAME_RE } from '../../protocol/identity.js';
+import { withinJsonDepth } from '../../protocol/json-depth.js';
+import { MAX_JSON_DEPTH_LEVELS, MAX_RESTART_PAUSE_S } from '../../protocol/limits.js';
+import type { ConfigInput, ConfigOutput, ConfigRecord, NewConfig } from '../store/store.js';
+
+const MAX_NAME_CHARS = 255;
+const MAX_DESCRIPTION_CHARS = 4096;
+const MAX_IO_ENTRIES = 256;
+const MAX_URL_CHARS = 2048;
+/** Largest `options.timeout` a config may ask for: one day. */
+const MAX_TIMEOUT_S = 86_400;
+
+// biome-ignore lint/suspicious/noControlCharactersInRegex: the pattern exists to reject control characters in display names
+const NO_CONTROL_CHARS_RE = /^[^\u0000-\u001f\u007f]+$/;
+const displayName = z
+  .string()
+  .min(1)
+  .max(MAX_NAME_CHARS)
+  .regex(NO_CONTROL_CHARS_RE, 'must not contain control characters');
+const nodeId = z.string().regex(NAME_RE, `must match ${NAME_RE.source}`);
+const resourceId = z.string().min(1).max(64);
+/** A free-form JSON value: nested at most MAX_JSON_DEPTH_LEVELS (SPEC §3). */
+const TOO_DEEP = `is nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels`;
+const jsonValue = z.unknown().refine((v) => withinJsonDepth(v), TOO_DEEP);
+const valuesRecord = z.record(z.string(), jsonValue);
+const action = z.enum(DEPLOY_ACTIONS);
+
+export const nodeCreateSchema = z.strictObject({
+  id: nodeId,
+  endpoint: z.string().max(MAX_URL_CHARS).nullable().optional(),
+});
+
+export const endpointSchema = z.strictObject({ url: z.string().max(MAX_URL_CHARS) });
+
+const inputSchema = z.object({
+  name: z.string(),
+  type: z.enum(INPUT_TYPES).default('String'),
+  default: jsonValue.optional(),
+  description: z.string().max(MAX_DESCRIPTION_CHARS).optional(),
+  hidden: z.boolean().optional(),
+});
+
+const outputSchema = z.object({
+  name: z.string(),
+  type: z.enum(INPUT_TYPES).default('String'),
+  error_output: z.boolean().default(false),
+  description: z.string().max(MAX_DESCRIPTION_CHARS).optional(),
+});
+
+export const configCreateSchema = z.strictObject({
+  name: displayName,
+  group: z.string(),
+  config: z
+    .unknown()
+    .refine((v) => v !== undefined && v !== null, 'is required')
+    .refine((v) => withinJsonDepth(v), TOO_DEEP),
+  inputs: z.array(inputSchema).max(MAX_IO_ENTRIES).optional(),
+  outputs: z.array(outputSchema).max(MAX_IO_ENTRIES).optional(),
+  options: valuesRecord.optional(),
+});
+
+export const deploymentCreateSchema = z.strictObject({
+  node: nodeId,
+  config_id: resourceId,
+  name: displayName.optional(),
+  actions: z
+    .array(action)
+    .max(DEPLOY_ACTIONS.length * 2)
+    .optional(),
+  action: action.optional(),
+  input_values: valuesRecord.optional(),
+});
+
+export const deploymentPatchSchema = z.strictObject({
+  input_values: valuesRecord.optional(),
+  action: action.optional(),
+});
+
+/** Signals are lenient about extra keys: an agent of a later version may send more. */
+export const signalSchema = z.object({
+  revision: z.number().int().min(1),
+  deploy_status_code: z.number().int(),
+  deploy_stdout: z.string().default(''),
+  deploy_stderr: z.string().default(''),
+  outputs: valuesRecord.default({}),
+  status_reason: z.string().max(MAX_DESCRIPTION_CHARS).optional(),
+});
+
+/** A node group's name follows the name rule of SPEC §1. */
+const nodegroupName = z.string().regex(NAME_RE, `must match ${NAME_RE.source}`);
+
+/** One group of `POST /v1/clusters` `nodegroups` (SPEC §8). */
+export const nodegroupSchema = z.strictObject({
+  name: nodegroupName,
+  role: z.enum(['master', 'worker']).default('worker'),
+  nodes: z.array(nodeId).min(1).max(100_000),
+  install_config_id: resourceId.optional(),
+  uninstall_config_id: resourceId.optional(),
+  input_values: valuesRecord.optional(),
+});
+
+export type NodegroupBody = z.output<typeof nodegroupSchema>;
+
+/** `nodes` (one group 'default-worker') or `nodegroups`, exactly one of them (service.ts checks which). */
+export const clusterCreateSchema = z.strictObject({
+  name: displayName,
+  nodes: z.array(nodeId).min(1).max(100_000).optional(),
+  nodegroups: z.array(nodegroupSchema).min(1).max(1_000).optional(),
+  install_config_id: resourceId,
+  uninstall_config_id: resourceId,
+  input_values: valuesRecord.optional(),
+});
+
+/** `max_unavailable`: a count, or a percentage of each group's nodes, 1% to 100%. */
+const maxUnavailable = z.union([
+  z.number().int().min(1),
+  z
+    .string()
+    .regex(/^[0-9]{1,3}%$/, 'must be a count or a percentage such as "25%"')
+    .refine((p) => Number(p.slice(0, -1)) >= 1 && Number(p.slice(0, -1)) <= 100, 'must be between 1% and 100%'),
+]);
+
+/** `PATCH /v1/clusters/{id}/actions/restart` (SPEC §3, §8); every key optional. */
+export const restartSchema = z.strictObject({
+  max_unavailable: maxUnavailable.optional(),
+  nodegroups: z.array(nodegroupName).min(1).max(1_000).optional(),
+  pause_s: z.number().min(0).max(MAX_RESTART_PAUSE_S).optional(),
+  max_failures: z.number().int().min(0).optional(),
+  health_config_id: resourceId.optional(),
+  dry_run: z.boolean().optional(),
+});
+
+/**
+ * Parses `body` with `schema`, or throws `invalid_request` naming the first bad field.
+ * @throws HeraldError invalid_request
+ */
+export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.output<S> {
+  const r = schema.safeParse(body);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0]!;
+  const path = issue.path.map(String);
+  if (issue.code === 'unrecognized_keys' && issue.keys[0] !== undefined) path.push(issue.keys[0]);
+  const field = path.join('.');
+  const what = issue.code === 'unrecognized_keys' ? 'is not a known field' : issue.message;
+  throw new HeraldError('invalid_request', field ? `${field}: ${what}` : what, field ? { field } : {});
+}
+
+// ---- configs --------------------------------------------------------------------------------
+
+/**
+ * Checks a parsed config: group, tool, input and output names (SPEC §4), no derived or
+ * duplicate names, defaults that fit their types, a component config's shape, options.timeout.
+ * @throws RefusalError bad_name | forbidden_input | bad_config; HeraldError invalid_request | bad_input_value
+ */
+export function checkConfig(c: z.output<typeof configCreateSchema>): NewConfig {
+  checkGroupName(c.group, 'group');
+  const inputs: ConfigInput[] = [];
+  const seen = new Set<string>();
+  for (const [i, inp] of (c.inputs ?? []).entries()) {
+    const field = `inputs.${i}.name`;
+    checkInputName(inp.name, field);
+    if ((DERIVED_INPUT_NAMES as readonly string[]).includes(inp.name))
+      throw new RefusalError('bad_name', `${inp.name} is derived by Herald`, { field });
+    if (seen.has(inp.name)) throw new HeraldError('invalid_request', `input ${inp.name} is declared twice`, { field });
+    seen.add(inp.name);
+    const out: ConfigInput = { name: inp.name, type: inp.type };
+    if (inp.default !== undefined && inp.default !== null)
+      out.default = coerceValue(inp.type, inp.default, `inputs.${i}.default`);
+    if (inp.description !== undefined) out.description = inp.description;
+    if (inp.hidden !== undefined) out.hidden = inp.hidden;
+    inputs.push(out);
+  }
+  const outputs: ConfigOutput[] = [];
+  const seenOut = new Set<string>();
+  for (const [i, o] of (c.outputs ?? []).entries()) {
+    const field = `outputs.${i}.name`;
+    checkOutputName(o.name, field);
+    if ((STANDARD_OUTPUT_NAMES as readonly string[]).includes(o.name))
+      throw new RefusalError('bad_name', `${o.name} is reported by every signal`, { field });
+    if (seenOut.has(o.name)) throw new HeraldError('invalid_request', `output ${o.name} is declared twice`, { field });
+    seenOut.add(o.name);
+    const out: ConfigOutput = { name: o.name, type: o.type, error_output: o.error_output };
+    if (o.description !== undefined) out.description = o.description;
+    outputs.push(out);
+  }
+  const options = c.options ?? {};
+  if (options.timeout !== undefined) {
+    const t = options.timeout;
+    if (typeof t !== 'number' || !Number.isFinite(t) || t <= 0 || t > MAX_TIMEOUT_S) {
+      throw new HeraldError(
+        'invalid_request',
+        `options.timeout must be a number of seconds from 1 to ${MAX_TIMEOUT_S}`,
+        { field: 'options.timeout' },
+      );
+    }
+  }
+  if (c.group === 'script' && typeof c.config !== 'string') {
+    throw new RefusalError('bad_config', 'a script config is the script text (a string)', { field: 'config' });
+  }
+  if (c.group === 'component') checkComponentConfig(c.config);
+  return { name: c.name, group: c.group, config: c.config, inputs, outputs, options };
+}
+
+/** `{"configs":[{"actions":[..],"tool":"script","config":".."}, ..]}` (SPEC §5). */
+function checkComponentConfig(config: unknown): void {
+  const configs = (config as { configs?: unknown } | null)?.configs;
+  if (typeof config !== 'object' || config === null || Array.isArray(config) || !Array.isArray(configs)) {
+    throw new RefusalError(
+      'bad_config',
+      'a component config is {"configs":[{"actions":[..],"tool":"..","config":..}, ..]}',
+      { field: 'config.configs' },
+    );
+  }
+  for (const [i, sub] of configs.entries()) {
+    const s = sub as { actions?: unknown; tool?: unknown; config?: unknown } | null;
+    if (typeof s !== 'object' || s === null)
+      throw new RefusalError('bad_config', 'each component entry is an object', { field: `config.configs.${i}` });
+    checkGroupName(s.tool, `config.configs.${i}.tool`);
+    if (!Array.isArray(s.actions) || !s.actions.every((a) => (DEPLOY_ACTIONS as readonly unknown[]).includes(a))) {
+      throw new RefusalError('bad_config', `actions must be a list of ${DEPLOY_ACTIONS.join(', ')}`, {
+        field: `config.configs.${i}.actions`,
+      });
+    }
+    if (s.config === undefined)
+      throw new RefusalError('bad_config', 'each component entry needs its config', {
+        field: `config.configs.${i}.config`,
+      });
+  }
+}
+
+// ---- input values ---------------------------------------------------------------------------
+
+/**
+ * Checks and coerces `values` against the config's declared inputs: declared ones to their
+ * type, undeclared ones kept as Strings (as Heat does). A null value means "unset".
+ * @throws RefusalError bad_name | forbidden_input; HeraldError bad_input_value
+ */
+export function coerceInputValues(
+  config: ConfigRecord,
+  values: Record<string, unknown>,
+  prefix = 'input_values',
+): Record<string, unknown> {
+  const declared = new Map(config.inputs.map((i) => [i.name, i]));
+  const out: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(values)) {
+    const field = `${prefix}.${name}`;
+    checkInputName(name, field);
+    if ((DERIVED_INPUT_NAMES as readonly string[]).includes(name))
+      throw new RefusalError('bad_name', `${name} is derived by Herald`, { field });
+    if (value === null || value === undefined) continue;
+    out[name] = coerceValue(declared.get(name)?.type ?? 'String', value, field);
+  }
+  return out;
+}
+
+const TRUE_WORDS = new Set(['true', 't', 'yes', 'y', 'on', '1']);
+const FALSE_WORDS = new Set(['false', 'f', 'no', 'n', 'off', '0']);
+
+/**
+ * A value as its Heat type. String values are strings (lists and objects JSON-encoded);
+ * Numbers from numbers or numeric strings; Booleans from booleans, 0/1 or Heat's words;
+ * CommaDelimitedLists from lists of scalars or "a,b"; Json from anything (a string holding JSON
+ * is parsed).
+ * @throws HeraldError bad_input_value (the message names the type, never the value)
+ */
+export function coerceValue(type: InputType, value: unknown, field: string): unknown {
+  const bad = (): never => {
+    throw new HeraldError('bad_input_value', `${field} must be a ${type}`, { field });
+  };
+  switch (type) {
+    case 'String':
+      if (typeof value === 'string') return value;
+      if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+      return JSON.stringify(value);
+    case 'Number': {
+      if (typeof value === 'number' && Number.isFinite(value)) return value;
+      if (typeof value === 'string' && value.trim() !== '' && Number.isFinite(Number(value))) return Number(value);
+      return bad();
+    }
+    case 'Boolean': {
+      if (typeof value === 'boolean') return value;
+      if (value === 0 || value === 1) return value === 1;
+      if (typeof value === 'string') {
+        const w = value.trim().toLowerCase();
+        if (TRUE_WORDS.has(w)) return true;
+        if (FALSE_WORDS.has(w)) return false;
+      }
+      return bad();
+    }
+    case 'CommaDelimitedList': {
+      if (typeof value === 'string') return value === '' ? [] : value.split(',').map((s) => s.trim());
+      if (Array.isArray(value) && value.every((v) => ['string', 'number', 'boolean'].includes(typeof v)))
+        return value.map(String);
+      return bad();
+    }
+    case 'Json': {
+      if (typeof value === 'string') {
+        try {
+          return JSON.parse(value) as unknown;
+        } catch {
+          return value;
+        }
+      }
+      return value;
+    }
+  }
+}
+
+/** PATCH semantics for input values: given keys replace, null removes, others are kept. */
+export function mergeInputValues(
+  current: Record<string, unknown>,
+  patch: Record<string, unknown>,
+): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...current };
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete out[k];
+    else out[k] = v;
+  }
+  return out;
+}
+
+/** @throws HeraldError invalid_request when `action` is DELETE (use the DELETE route) */
+export function checkRevisionAction(a: DeployAction | undefined): DeployAction | undefined {
+  if (a === 'DELETE')
+    throw new HeraldError(
+      'invalid_request',
+      'action DELETE: delete the deployment instead (DELETE /v1/deployments/{id})',
+      { field: 'action' },
+    );
+  return a;
+}

@@ -1,0 +1,575 @@
+/**
+ * The PushService of a controller whose push connections live in worker processes
+ * (`--push-workers N`). Why: one process may hold 20,000 descriptors here, and 10,000 agents
+ * need 10,000 push connections plus their kept-alive fetch connections to the API; with the
+ * dialers in workers the main process keeps its descriptors for the API (docs/architecture-push.md).
+ *
+ * Nodes are sharded over the workers by a hash of the node id; commands go out (a change set's
+ * wake-ups as soon as it is applied) and events come back batched (see #schedule). The facade
+ * mirrors each node's push state and target, so `state()` is synchronous and a worker that dies
+ * is restarted with its shard's targets.
+ */
+import { childEnv } from '../../protocol/child-env.js';
+import { fork, type ChildProcess } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import type { MaterialPaths } from '../../certs/paths.js';
+import { ConfigError } from '../../protocol/errors.js';
+import type { Ed25519PrivateJwk } from '../../protocol/jws.js';
+import {
+  IPC_BATCH_MAX_DELAY_MS,
+  MAX_TIMER_DELAY_MS,
+  MAX_PUSH_REQUESTS_IN_FLIGHT,
+  MAX_PUSH_WORKER_PROCESSES,
+  PUSH_REQUEST_ANSWER_TIMEOUT_MS,
+  PUSH_WORKER_MMAP_THRESHOLD_BYTES,
+  RECONNECT_BACKOFF_MAX_MS,
+} from '../../protocol/limits.js';
+import type { WakeReason } from '../../protocol/wake.js';
+import {
+  MalformedBatchError,
+  readWorkerEvents,
+  type FromWorker,
+  type PushTuning,
+  type ToWorker,
+  type ToWorkerCommand,
+  WorkerCommands,
+} from './ipc.js';
+import { OldestFirstTimer } from './oldest-first-timer.js';
+import { promPushMetrics, type PushMetricsSink } from './metrics.js';
+import { TurnFlusher } from './turn-flusher.js';
+import {
+  IDLE_PUSH_STATE,
+  type PushEvents,
+  type PushRequest,
+  type PushRequestHandler,
+  type PushReply,
+  unavailableReply,
+  type PushService,
+  type PushState,
+  type PushTarget,
+} from './types.js';
+
+/** Longest a worker gets to close its connections (1001) before it is killed. */
+export const PUSH_WORKER_CLOSE_MS = 5_000;
+/** First delay before a crashed worker is started again (doubling to RECONNECT_BACKOFF_MAX_MS). */
+export const PUSH_WORKER_RESTART_BASE_MS = 500;
+
+export interface PushPoolOptions {
+  /** Worker processes (default 1; `herald controller` picks by the cores: controller/options.ts). */
+  workers?: number;
+  signingJwk: Ed25519PrivateJwk;
+  issuer: string;
+  trustDomain: string;
+  /** The controller's PKI files; each worker loads and watches them itself. */
+  material: MaterialPaths;
+  logger: Logger;
+  metrics?: Registry;
+  /** Default: the compiled `dist/controller/push/worker.js`. */
+  workerScript?: string;
+  tuning?: PushTuning;
+  /** The file worker `i` keeps its TLS sessions with the agents in (none: in memory only). */
+  sessionFile?: (worker: number) => string;
+  /** Requests answered at once (default MAX_PUSH_REQUESTS_IN_FLIGHT). */
+  requestsInFlight?: number;
+  /** How long a worker waits for a request's answer (default PUSH_REQUEST_ANSWER_TIMEOUT_MS; shorter in tests). */
+  requestAnswerTimeoutMs?: number;
+}
+
+interface Shard {
+  index: number;
+  child: ChildProcess | null;
+  ready: boolean;
+  /** Commands waiting for the next flush (or for the worker to be ready). */
+  queue: WorkerCommands;
+  /** Posts the queue at the end of the turn, or IPC_BATCH_MAX_DELAY_MS into a long one. */
+  batches: TurnFlusher;
+  /** A flush at the end of the current microtask checkpoint is pending (see #schedule). */
+  flushSoon: boolean;
+  restarts: number;
+  connected: number;
+  closedWaiter: (() => void) | null;
+}
+
+/** Taken requests at the head of the queue past which it is copied down (see #pumpRequests). */
+const REQUEST_QUEUE_COMPACT_AT = 4_096;
+
+/** A worker's request waiting for the handler; `child` is the worker that asked. */
+interface QueuedRequest {
+  s: Shard;
+  child: ChildProcess;
+  id: number;
+  r: PushRequest;
+  /**
+   * When it came (performance.now(): a wall clock stepped back must not hold a place longer):
+   * past `requestAnswerTimeoutMs` the worker has answered it 503 itself.
+   */
+  at: number;
+}
+
+/** The compiled worker beside this module, or under dist/ when this module runs from source. */
+export function defaultWorkerScript(): string {
+  const here = fileURLToPath(import.meta.url);
+  if (here.endsWith('.js')) return path.join(path.dirname(here), 'worker.js');
+  return path.resolve(path.dirname(here), '..', '..', 'dist', 'controller', 'push', 'worker.js');
+}
+
+/** FNV-1a: a stable shard for a node id, the same in every run. */
+export function shardOf(node: string, shards: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < node.length; i++) {
+    h ^= node.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return (h >>> 0) % shards;
+}
+
+export class PushPool implements PushService {
+  readonly #o: PushPoolOptions & {
+    workers: number;
+    workerScript: string;
+    tuning: PushTuning;
+    requestsInFlight: number;
+    requestAnswerTimeoutMs: number;
+  };
+  readonly #log: Logger;
+  readonly #metrics: PushMetricsSink;
+  readonly #events = new EventEmitter();
+  readonly #shards: Shard[];
+  readonly #targets = new Map<string, PushTarget>();
+  readonly #states = new Map<string, PushState>();
+  #requestHandler: PushRequestHandler | null = null;
+  /** Requests waiting for the handler, oldest first from `#requestsHead` (see MAX_PUSH_REQUESTS_IN_FLIGHT). */
+  #requests: QueuedRequest[] = [];
+  #requestsHead = 0;
+  /** Requests being answered, in the order they were started (so oldest first: they start in arrival order). */
+  readonly #answering = new Set<QueuedRequest>();
+  /** One timer for all of them: due when the oldest's worker stops waiting (see #sweepAnswering). */
+  readonly #overdue: OldestFirstTimer;
+  #started = false;
+  #closed = false;
+  #closing: Promise<void> | null = null;
+
+  /** @throws ConfigError naming a bad option (worker count, missing worker script) */
+  constructor(opts: PushPoolOptions) {
+    const o = {
+      workers: 1,
+      workerScript: defaultWorkerScript(),
+      tuning: {},
+      requestsInFlight: MAX_PUSH_REQUESTS_IN_FLIGHT,
+      requestAnswerTimeoutMs: PUSH_REQUEST_ANSWER_TIMEOUT_MS,
+      ...opts,
+    };
+    if (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_PUSH_WORKER_PROCESSES) {
+      throw new ConfigError(`--push-workers must be a whole number from 1 to ${MAX_PUSH_WORKER_PROCESSES}`, {
+        field: 'workers',
+      });
+    }
+    if (
+      !Number.isInteger(o.requestAnswerTimeoutMs) ||
+      o.requestAnswerTimeoutMs < 1 ||
+      o.requestAnswerTimeoutMs > MAX_TIMER_DELAY_MS
+    ) {
+      throw new ConfigError(`requestAnswerTimeoutMs must be a whole number of ms from 1 to ${MAX_TIMER_DELAY_MS}`, {
+        field: 'requestAnswerTimeoutMs',
+      });
+    }
+    if (!fs.existsSync(o.workerScript))
+      throw new ConfigError(`push worker ${o.workerScript} not found (run npm run build)`, { field: 'workerScript' });
+    this.#o = o;
+    this.#overdue = new OldestFirstTimer(
+      o.requestAnswerTimeoutMs,
+      () => this.#answering.values().next().value?.at,
+      (now) => this.#sweepAnswering(now),
+    );
+    this.#log = o.logger.child({ component: 'push-pool' });
+    this.#metrics = promPushMetrics(o.metrics);
+    this.#shards = Array.from({ length: o.workers }, (_, index) => {
+      const s: Shard = {
+        index,
+        child: null,
+        ready: false,
+        queue: new WorkerCommands(),
+        batches: new TurnFlusher(() => this.#flush(s), IPC_BATCH_MAX_DELAY_MS),
+        flushSoon: false,
+        restarts: 0,
+        connected: 0,
+        closedWaiter: null,
+      };
+      return s;
+    });
+  }
+
+  async start(targets: PushTarget[]): Promise<void> {
+    if (this.#closed) throw new ConfigError('the push pool is closed');
+    if (this.#started) throw new ConfigError('the push pool was started already');
+    this.#started = true;
+    for (const t of targets) this.#targets.set(t.node, { ...t });
+    await Promise.all(this.#shards.map((s) => this.#spawn(s)));
+    this.#log.info({ workers: this.#shards.length, nodes: targets.length }, 'push workers started');
+  }
+
+  notify(node: string, generation: number, reason: WakeReason): void {
+    if (this.#closed) return;
+    const t = this.#target(node);
+    if (generation > t.generation) t.generation = generation;
+    const s = this.#shardOf(node);
+    s.queue.notify(node, generation, reason);
+    this.#schedule(s, true);
+  }
+
+  setEndpoint(node: string, url: string | null, generation: number): void {
+    if (this.#closed) return;
+    const t = this.#target(node);
+    t.url = url;
+    if (generation > t.generation) t.generation = generation;
+    this.#send(node, { t: 'endpoint', node, url, gen: generation });
+  }
+
+  setSigningKey(jwk: Ed25519PrivateJwk): void {
+    if (this.#closed) return;
+    // a worker restarted later is initialised with the new key; running ones get a command
+    this.#o.signingJwk = jwk;
+    for (const s of this.#shards) {
+      s.queue.other({ t: 'signing-key', jwk });
+      this.#schedule(s);
+    }
+  }
+
+  serveRequests(handler: PushRequestHandler): void {
+    this.#requestHandler = handler;
+  }
+
+  remove(node: string): void {
+    if (this.#closed) return;
+    this.#targets.delete(node);
+    this.#states.delete(node);
+    this.#send(node, { t: 'remove', node });
+  }
+
+  state(node: string): PushState {
+    const s = this.#states.get(node);
+    return s ? { ...s } : { ...IDLE_PUSH_STATE };
+  }
+
+  on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {
+    this.#events.on(event, fn as (...args: unknown[]) => void);
+  }
+
+  off<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void {
+    this.#events.off(event, fn as (...args: unknown[]) => void);
+  }
+
+  /** Workers' requests waiting for their turn at the handler (not those being answered). */
+  get requestsWaiting(): number {
+    return this.#requests.length - this.#requestsHead;
+  }
+
+  /** Workers' requests being answered now (each holding one of the `requestsInFlight` places). */
+  get requestsAnswering(): number {
+    return this.#answering.size;
+  }
+
+  /** Worker process ids, for tests and diagnostics. */
+  get workerPids(): number[] {
+    return this.#shards.flatMap((s) => (s.child?.pid !== undefined ? [s.child.pid] : []));
+  }
+
+  close(): Promise<void> {
+    if (this.#closing) return this.#closing;
+    this.#closed = true;
+    // requests still waiting are not started: their connections close with the workers (1001),
+    // and the agents ask again over HTTPS or after their redial
+    this.#requests = [];
+    this.#requestsHead = 0;
+    this.#overdue.stop();
+    this.#closing = Promise.all(this.#shards.map((s) => this.#closeShard(s))).then(() => {
+      this.#metrics.connected(0);
+      this.#log.info('push workers stopped');
+    });
+    return this.#closing;
+  }
+
+  // ---- workers -------------------------------------------------------------------------------
+
+  #target(node: string): PushTarget {
+    let t = this.#targets.get(node);
+    if (!t) {
+      t = { node, url: null, generation: 0, ackedGeneration: null };
+      this.#targets.set(node, t);
+    }
+    return t;
+  }
+
+  #shardOf(node: string): Shard {
+    return this.#shards[shardOf(node, this.#shards.length)]!;
+  }
+
+  #send(node: string, cmd: ToWorkerCommand): void {
+    const s = this.#shardOf(node);
+    s.queue.other(cmd);
+    this.#schedule(s);
+  }
+
+  /**
+   * Posts the shard's queue to its worker in one message. `soon` (a wake-up to send): once the
+   * synchronous part of the current job is done, so the worker signs it before the API has even
+   * written the answer to the request that made the change (a change set's wake-ups are queued
+   * in one synchronous loop: a fan-out is still one message); otherwise at the end of the event
+   * loop's turn, or IPC_BATCH_MAX_DELAY_MS into a long one (TurnFlusher), so the answers to many
+   * fetches travel together.
+   */
+  #schedule(s: Shard, soon = false): void {
+    if (!s.ready) return;
+    if (soon) {
+      if (s.flushSoon) return;
+      s.flushSoon = true;
+      queueMicrotask(() => {
+        s.flushSoon = false;
+        s.batches.flushNow(); // the batch's wait starts again with the next message queued
+      });
+      return;
+    }
+    s.batches.queued();
+  }
+
+  #flush(s: Shard): void {
+    if (!s.ready || s.child === null || s.queue.empty) return;
+    this.#post(s, { t: 'batch', words: s.queue.take() });
+  }
+
+  #post(s: Shard, m: ToWorker): void {
+    try {
+      s.child?.send(m);
+    } catch (err) {
+      this.#log.error({ worker: s.index, err }, 'cannot reach push worker');
+    }
+  }
+
+  #spawn(s: Shard): Promise<void> {
+    return new Promise((resolve) => {
+      const child = fork(this.#o.workerScript, [], {
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+        serialization: 'advanced',
+        env: pushWorkerEnv(process.env),
+      });
+      s.child = child;
+      s.ready = false;
+      child.on('message', (m: FromWorker) => {
+        if (m.t === 'ready') {
+          s.ready = true;
+          const shardTargets = [...this.#targets.values()].filter(
+            (t) => shardOf(t.node, this.#shards.length) === s.index,
+          );
+          // a restarted worker takes up the connections its predecessor held, not only the
+          // nodes that are behind: their agents count on push being there
+          const reconnect = shardTargets
+            .filter((t) => (this.#states.get(t.node)?.state ?? 'idle') !== 'idle')
+            .map((t) => t.node);
+          // the start carries every target: commands queued before it are already folded in
+          s.queue.clear();
+          const start = new WorkerCommands();
+          start.other({ t: 'start', targets: shardTargets, reconnect });
+          this.#post(s, { t: 'batch', words: start.take() });
+          resolve();
+        } else if (m.t === 'batch') {
+          // a replaced worker's last messages answer nothing: its requests' ids are not the new one's
+          if (s.child !== child) return;
+          try {
+            this.#onBatch(s, m);
+          } catch (err) {
+            if (!(err instanceof MalformedBatchError)) throw err;
+            // a batch this process cannot read (a bug on one side of the channel): the worker is
+            // replaced, and the new one reconnects its nodes and reports their states afresh
+            this.#log.error({ worker: s.index, err }, 'push worker sent a batch that cannot be read: restarting it');
+            child.kill('SIGKILL');
+          }
+        } else if (m.t === 'closed') {
+          s.closedWaiter?.();
+        }
+      });
+      child.on('error', (err) => this.#log.error({ worker: s.index, err }, 'push worker error'));
+      child.on('exit', (code, signal) => {
+        if (s.child !== child) return;
+        s.child = null;
+        s.ready = false;
+        s.closedWaiter?.();
+        resolve();
+        if (this.#closed) return;
+        this.#onWorkerLost(s, code, signal);
+      });
+      const init: ToWorker = {
+        t: 'init',
+        worker: s.index,
+        signingJwk: this.#o.signingJwk,
+        issuer: this.#o.issuer,
+        trustDomain: this.#o.trustDomain,
+        material: this.#o.material,
+        logLevel: this.#o.logger.level,
+        tuning: this.#o.tuning,
+        requestAnswerTimeoutMs: this.#o.requestAnswerTimeoutMs,
+        ...(this.#o.sessionFile === undefined ? {} : { sessionFile: this.#o.sessionFile(s.index) }),
+      };
+      child.send(init);
+    });
+  }
+
+  #onWorkerLost(s: Shard, code: number | null, signal: NodeJS.Signals | null): void {
+    const delay = Math.min(RECONNECT_BACKOFF_MAX_MS, PUSH_WORKER_RESTART_BASE_MS * 2 ** s.restarts++);
+    this.#log.error({ worker: s.index, code, signal, restartInMs: delay }, 'push worker exited; restarting it');
+    const now = new Date().toISOString();
+    // every node the worker was connected or dialling to: a dial in flight died with it too, and
+    // a node left 'connecting' would show no error until the new worker's dial ends
+    for (const [node, st] of this.#states) {
+      if (shardOf(node, this.#shards.length) !== s.index || st.state === 'idle' || st.state === 'disconnected')
+        continue;
+      const next: PushState = {
+        ...st,
+        state: 'disconnected',
+        connected: false,
+        last_error: 'connection_reset',
+        last_error_at: now,
+      };
+      this.#states.set(node, next);
+      this.#events.emit('state', node, { ...next });
+    }
+    s.connected = 0;
+    this.#metrics.connected(this.#shards.reduce((n, x) => n + x.connected, 0));
+    setTimeout(() => {
+      if (!this.#closed) void this.#spawn(s);
+    }, delay).unref();
+  }
+
+  #onBatch(s: Shard, m: Extract<FromWorker, { t: 'batch' }>): void {
+    // the counters first: they stand even when the events that follow cannot be read
+    if (m.metrics) {
+      s.connected = m.metrics.connected;
+      this.#metrics.connected(this.#shards.reduce((n, x) => n + x.connected, 0));
+      if (m.metrics.sent) this.#metrics.sent(m.metrics.sent);
+      for (const [code, n] of Object.entries(m.metrics.dialFailures)) this.#metrics.dialFailed(code, n);
+    }
+    readWorkerEvents(m.events, {
+      state: (node, st) => {
+        if (!this.#targets.has(node)) return; // removed meanwhile
+        this.#states.set(node, st);
+        this.#events.emit('state', node, { ...st });
+      },
+      ack: (e) => {
+        const t = this.#targets.get(e.node);
+        if (t) t.ackedGeneration = e.gen;
+        s.restarts = 0;
+        this.#metrics.acked(e.latencyMs / 1000);
+        this.#events.emit('ack', e);
+      },
+      nack: (e) => {
+        this.#metrics.nacked(e.code);
+        this.#events.emit('nack', e);
+      },
+      request: (id, r) => this.#answerRequest(s, id, r),
+    });
+  }
+
+  /**
+   * Queues a worker's request for the handler: at most `requestsInFlight` are answered at once,
+   * in arrival order. One from a worker replaced meanwhile is dropped (its agent times out).
+   */
+  #answerRequest(s: Shard, id: number, r: PushRequest): void {
+    // a closing pool starts nothing: a worker's batches still arrive until it exits
+    if (s.child === null || this.#closed) return;
+    this.#requests.push({ s, child: s.child, id, r, at: performance.now() });
+    this.#pumpRequests();
+  }
+
+  #pumpRequests(): void {
+    if (this.#closed) return;
+    while (this.#answering.size < this.#o.requestsInFlight && this.#requestsHead < this.#requests.length) {
+      const q = this.#requests[this.#requestsHead++]!;
+      // its worker was replaced, or has answered it 503 already (the agent asked HTTPS): dead work
+      if (q.s.child !== q.child || performance.now() - q.at >= this.#o.requestAnswerTimeoutMs) continue;
+      this.#answering.add(q);
+      this.#overdue.arm();
+      void this.#replyTo(q.r).then((reply) => this.#answered(q, reply));
+    }
+    if (this.#requestsHead === this.#requests.length) {
+      this.#requests = [];
+      this.#requestsHead = 0;
+    } else if (this.#requestsHead > REQUEST_QUEUE_COMPACT_AT) {
+      // a steady stream that never drains: drop the answered head now and then, not on every take
+      this.#requests = this.#requests.slice(this.#requestsHead);
+      this.#requestsHead = 0;
+    }
+  }
+
+  /** Sends a request's answer to its worker and frees its place; one the sweep gave up on is dropped. */
+  #answered(q: QueuedRequest, reply: PushReply): void {
+    if (!this.#answering.delete(q)) return; // the sweep gave up on it
+    if (q.s.child === q.child) {
+      q.s.queue.answer(q.id, q.r.kind, reply);
+      this.#schedule(q.s);
+    }
+    this.#pumpRequests();
+  }
+
+  /**
+   * Frees the places of requests whose worker has stopped waiting (PUSH_REQUEST_ANSWER_TIMEOUT_MS
+   * after they came; it has answered them 503 itself): a handler that never settles holds no
+   * place for ever. One timer, due at the oldest's deadline, not one per request: a fan-out
+   * answers thousands of fetches a second.
+   */
+  #sweepAnswering(now: number): void {
+    for (const q of this.#answering) {
+      if (now - q.at < this.#o.requestAnswerTimeoutMs) break;
+      this.#answering.delete(q);
+    }
+    this.#pumpRequests();
+  }
+
+  async #replyTo(r: PushRequest): Promise<PushReply> {
+    const handler = this.#requestHandler;
+    if (handler === null) return unavailableReply(r.kind);
+    try {
+      return await handler(r);
+    } catch (err) {
+      this.#log.error({ node: r.node, err, kind: r.kind }, 'push request handler failed');
+      return { status: 500, error: 'internal' };
+    }
+  }
+
+  #closeShard(s: Shard): Promise<void> {
+    const child = s.child;
+    if (child === null || child.exitCode !== null) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => child.kill('SIGKILL'), PUSH_WORKER_CLOSE_MS);
+      timer.unref();
+      child.once('exit', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      if (s.ready) {
+        // flush what is queued, then close
+        if (!s.queue.empty) this.#post(s, { t: 'batch', words: s.queue.take() });
+        this.#post(s, { t: 'close' });
+      } else {
+        child.kill('SIGTERM');
+      }
+    });
+  }
+}
+
+/**
+ * The environment a push worker starts with: what every child of Herald inherits
+ * (protocol/child-env.ts: never the database URL), and glibc's mmap threshold at
+ * PUSH_WORKER_MMAP_THRESHOLD_BYTES unless the operator's GLIBC_TUNABLES already sets one (other
+ * tunables are kept). Other C libraries ignore the variable. The worker reads nothing else of
+ * its environment: everything it needs comes over IPC.
+ */
+export function pushWorkerEnv(env: NodeJS.ProcessEnv): Record<string, string> {
+  const tunables = (env.GLIBC_TUNABLES ?? '').split(':').filter((t) => t !== '');
+  if (!tunables.some((t) => t.startsWith('glibc.malloc.mmap_threshold=')))
+    tunables.push(`glibc.malloc.mmap_threshold=${PUSH_WORKER_MMAP_THRESHOLD_BYTES}`);
+  return childEnv(env, { GLIBC_TUNABLES: tunables.join(':') });
+}

@@ -1,0 +1,127 @@
+/**
+ * The seam between the controller's API/store and its push dialer. The dialer may run in this
+ * process or in worker processes (see README "Architecture"); either way the API side only
+ * sees this interface.
+ */
+import type { ErrorCode } from '../../protocol/errors.js';
+import type { Ed25519PrivateJwk } from '../../protocol/jws.js';
+import type { WakeReason } from '../../protocol/wake.js';
+
+export type { PushConnectionState } from '../../protocol/rest.js';
+import type { PushConnectionState } from '../../protocol/rest.js';
+
+/** Per-node push state, shown in `GET /v1/nodes/{id}` and metrics. */
+export interface PushState {
+  state: PushConnectionState;
+  connected: boolean;
+  /** Highest generation sent in a wake-up. */
+  generation_pushed: number | null;
+  /** Highest generation the agent acknowledged (its `gen`: last fetched). */
+  generation_acked: number | null;
+  /** ISO time of the last ack. */
+  last_ack_at: string | null;
+  /** Code of the last failure (dial error, nack code, `half_open`, ...). */
+  last_error: ErrorCode | string | null;
+  last_error_at: string | null;
+}
+
+/** A node the push service holds nothing for yet. Copy it (`{ ...IDLE_PUSH_STATE }`) before use. */
+export const IDLE_PUSH_STATE: Readonly<PushState> = Object.freeze({
+  state: 'idle',
+  connected: false,
+  generation_pushed: null,
+  generation_acked: null,
+  last_ack_at: null,
+  last_error: null,
+  last_error_at: null,
+});
+
+export interface PushTarget {
+  node: string;
+  /** `wss://host:port/v1/wake`, or null when the node has announced none. */
+  url: string | null;
+  /** The node's current metadata generation. */
+  generation: number;
+  /** The generation the agent last acknowledged, as stored. */
+  ackedGeneration: number | null;
+}
+
+export interface AckEvent {
+  node: string;
+  jti: string;
+  gen: number;
+  fetch: 'started' | 'queued' | 'current';
+  latencyMs: number;
+}
+
+/** An agent's fetch on its push connection (SPEC §2): the metadata route's request. */
+export interface PushFetchRequest {
+  kind: 'fetch';
+  node: string;
+  nonce: string;
+  ifNoneMatch: string | null;
+}
+
+/** An agent's signal on its push connection (SPEC §2): the signal route's request. */
+export interface PushSignalRequest {
+  kind: 'signal';
+  node: string;
+  deploymentId: string;
+  /** The route's JSON body, unparsed. */
+  body: Uint8Array;
+}
+
+/** What an agent asks on its push connection, answered by the API as the route would. */
+export type PushRequest = PushFetchRequest | PushSignalRequest;
+
+/**
+ * What the route would answer: for a fetch, a `metadata` frame's content; for a signal, a
+ * `signalled` frame's (status and error alone) (protocol/frames.ts).
+ */
+export interface PushReply {
+  status: number;
+  etag?: string;
+  signature?: string;
+  /** A 200's body, the exact bytes the signature's `sha256` covers. */
+  body?: Uint8Array;
+  /** An error's code. */
+  error?: string;
+  retryAfterS?: number;
+}
+
+/** The answer to a request nobody can answer now (no handler yet, busy, a stalled main process): the agent asks over HTTPS. */
+export function unavailableReply(kind: PushRequest['kind']): PushReply {
+  return { status: 503, error: kind === 'fetch' ? 'fetch_unavailable' : 'signal_unavailable' };
+}
+
+/** Answers the agents' requests on push connections (the controller's API); never rejects: an error is a reply. */
+export type PushRequestHandler = (r: PushRequest) => Promise<PushReply>;
+
+export interface PushEvents {
+  ack: (e: AckEvent) => void;
+  nack: (e: { node: string; jti: string | null; code: string }) => void;
+  state: (node: string, s: PushState) => void;
+}
+
+export interface PushService {
+  /** Starts the dialer; connects at once to every target whose acked generation is behind. */
+  start(targets: PushTarget[]): Promise<void>;
+  /** A node's metadata changed in a way that gives the agent work: wake it (coalesced). */
+  notify(node: string, generation: number, reason: WakeReason): void;
+  /** A node's endpoint changed (null: none). A changed URL closes the old connection. */
+  setEndpoint(node: string, url: string | null, generation: number): void;
+  /** The node was deleted: close and forget it. */
+  remove(node: string): void;
+  state(node: string): PushState;
+  /** A rotated signing key: wake-ups from now on are signed with it. */
+  setSigningKey(jwk: Ed25519PrivateJwk): void;
+  /**
+   * Who answers the agents' fetches and signals on their push connections. Until it is set, a
+   * fetch frame is answered 503 `fetch_unavailable` and a signal frame 503 `signal_unavailable`:
+   * the agent asks over HTTPS.
+   */
+  serveRequests(handler: PushRequestHandler): void;
+  on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void;
+  /** Closes every agent connection with 1001 and stops. Idempotent. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,169 @@
+/**
+ * What SqliteStore and PgStore share above their connections, written once: every read of
+ * `StoreReads` over the rows of controller/store/tx.ts and controller/store/output.ts, each run the way the store reads
+ * (`read`: SQLite in turn with its transactions; PostgreSQL on its pool, or in one snapshot
+ * when a read takes several statements that must agree), and the one-transaction shortcuts
+ * (one StoreTx call in its own transaction, the record read after the commit).
+ */
+import type {
+  AnnounceResult,
+  AuditRecord,
+  ChangeSet,
+  ClusterRecord,
+  ClusterStatus,
+  ConfigRecord,
+  DeploymentPatch,
+  DeploymentRecord,
+  MetadataRead,
+  NewConfig,
+  NewDeployment,
+  NodeRecord,
+  RevisionRecord,
+} from '../model/records.js';
+import type { KeptOutput } from './output.js';
+import type { SqlOutputRows } from './output.js';
+import type { SqlRows } from './tx.js';
+import type { Committed, TxFn } from './store.js';
+
+export abstract class SqlStoreBase {
+  abstract transaction<T>(fn: TxFn<T>): Promise<Committed<T>>;
+  /**
+   * Runs a read outside any transaction. `snapshot`: it takes several statements that must see
+   * one committed state (a store with MVCC runs them in one read-only snapshot; SQLite's reads
+   * are in turn with its transactions anyway).
+   */
+  protected abstract read<T>(fn: (rows: SqlRows, output: SqlOutputRows) => Promise<T>, snapshot?: boolean): Promise<T>;
+  /**
+   * Whether a snapshot read costs more than a plain one (PostgreSQL: yes, a transaction of its
+   * own, BEGIN and COMMIT around it; SQLite: no, every read is in turn with its transactions).
+   */
+  protected readonly snapshotCostsMore: boolean = false;
+
+  // ---- reads -------------------------------------------------------------------------------
+
+  generation(): Promise<number> {
+    return this.read((r) => r.generation());
+  }
+
+  getNode(id: string): Promise<NodeRecord | undefined> {
+    return this.read((r) => r.node(id));
+  }
+
+  isTombstoned(id: string): Promise<boolean> {
+    return this.read((r) => r.isTombstoned(id));
+  }
+
+  listNodes(): Promise<NodeRecord[]> {
+    return this.read((r) => r.nodes());
+  }
+
+  getConfig(id: string): Promise<ConfigRecord | undefined> {
+    return this.read((r) => r.config(id));
+  }
+
+  listConfigs(): Promise<ConfigRecord[]> {
+    return this.read((r) => r.configs());
+  }
+
+  getDeployment(id: string): Promise<DeploymentRecord | undefined> {
+    return this.read((r) => r.deployment(id));
+  }
+
+  listDeployments(filter: { node?: string | undefined } = {}): Promise<DeploymentRecord[]> {
+    return this.read((r) => r.deployments(filter));
+  }
+
+  listRevisions(id: string): Promise<RevisionRecord[]> {
+    return this.read((r) => r.revisions(id));
+  }
+
+  /** The node's generation and its deployments agree: the generation an agent acknowledges is never newer than what it was given. */
+  async metadataSource(node: string, wanted?: (n: NodeRecord) => boolean): Promise<MetadataRead | undefined> {
+    if (wanted === undefined || !this.snapshotCostsMore) return this.read((r) => r.metadataSource(node, wanted), true);
+    // a 304 or a generation already built is answered from the node's row alone, with no snapshot
+    // opened for it; else the deployments are read in one snapshot with the node again (which may
+    // have moved on meanwhile: the document is of the generation read with them)
+    const n = await this.getNode(node);
+    if (!n) return undefined;
+    if (!wanted(n)) return { node: n, source: null };
+    return this.read((r) => r.metadataSource(node), true);
+  }
+
+  getCluster(id: string): Promise<ClusterRecord | undefined> {
+    return this.read((r) => r.cluster(id), true);
+  }
+
+  getClusterStatus(id: string): Promise<{ status: ClusterStatus; statusReason: string } | undefined> {
+    return this.read((r) => r.clusterStatus(id));
+  }
+
+  clusterConfigIds(id: string): Promise<string[] | undefined> {
+    return this.read((r) => r.clusterConfigIds(id), true);
+  }
+
+  listClusters(): Promise<ClusterRecord[]> {
+    return this.read((r) => r.clusters(), true);
+  }
+
+  activeClusterIds(): Promise<string[]> {
+    return this.read((r) => r.activeClusterIds());
+  }
+
+  listAudit(limit = 100): Promise<AuditRecord[]> {
+    return this.read((r) => r.audit(limit));
+  }
+
+  readOutput(deploymentId: string, revision: number): Promise<KeptOutput> {
+    return this.read((_, o) => o.read(deploymentId, revision));
+  }
+
+  lastOutput(deploymentIds: readonly string[]): Promise<Map<string, string>> {
+    return this.read((_, o) => o.lastChunks(deploymentIds));
+  }
+
+  // ---- one-transaction shortcuts -----------------------------------------------------------
+
+  async createNode(
+    id: string,
+    endpoint: string | null,
+    who: string,
+  ): Promise<{ node: NodeRecord; changes: ChangeSet }> {
+    const { changes } = await this.transaction((tx) => tx.createNode(id, endpoint, who));
+    return { node: (await this.getNode(id))!, changes };
+  }
+
+  async announceEndpoint(id: string, url: string, who: string, autoRegister: boolean): Promise<AnnounceResult> {
+    const { result, changes } = await this.transaction((tx) => tx.announceEndpoint(id, url, who, autoRegister));
+    return { node: (await this.getNode(id))!, ...result, changes };
+  }
+
+  async deleteNode(id: string, who: string): Promise<ChangeSet> {
+    return (await this.transaction((tx) => tx.deleteNode(id, who))).changes;
+  }
+
+  async createConfig(c: NewConfig, who: string): Promise<ConfigRecord> {
+    return (await this.transaction((tx) => tx.createConfig(c, who))).result;
+  }
+
+  async createDeployment(d: NewDeployment, who: string): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }> {
+    const { result, changes } = await this.transaction((tx) => tx.createDeployment(d, who));
+    return { deployment: result, changes };
+  }
+
+  async updateDeployment(
+    id: string,
+    p: DeploymentPatch,
+    who: string,
+  ): Promise<{ deployment: DeploymentRecord; changes: ChangeSet }> {
+    const { result, changes } = await this.transaction((tx) => tx.updateDeployment(id, p, who));
+    return { deployment: result, changes };
+  }
+
+  async deleteDeployment(
+    id: string,
+    who: string,
+  ): Promise<{ deployment: DeploymentRecord | null; changes: ChangeSet }> {
+    const { result, changes } = await this.transaction((tx) => tx.deleteDeployment(id, who));
+    return { deployment: result, changes };
+  }
+}
