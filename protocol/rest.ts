@@ -1,7 +1,7 @@
 /**
  * The controller's REST contract (SPEC §3 operator routes): the JSON bodies `GET/POST/PATCH
  * /v1/...` answer with, the list envelope, the error body and the `/v1/events` payloads. The
- * controller's views (controller/api/views.ts) return these types and the CLI reads them, so both
+ * controller's views (controller/service/views.ts) return these types and the CLI reads them, so both
  * sides compile against one shape and neither guesses at field names.
  *
  * Types only. They are `type` aliases, not interfaces, so a view stays assignable to

@@ -177,6 +177,38 @@ const FOLDER_RULES = [
     why: 'the agent and the controller never import each other',
   },
   { from: 'cli/', deny: ['bench/', 'test/'], why: 'the product does not depend on its benchmarks or tests' },
+  {
+    from: 'controller/model/',
+    deny: [
+      'controller/api/',
+      'controller/service/',
+      'controller/store/',
+      'controller/push/',
+      'controller/fleet/',
+      'controller/clusters/',
+    ],
+    why: "records and Heat's rules are pure: everything may use them, they use nothing",
+  },
+  {
+    from: 'controller/store/',
+    deny: ['controller/api/', 'controller/service/', 'controller/push/', 'controller/fleet/'],
+    why: 'persistence only: the operations call the store, never the reverse',
+  },
+  {
+    from: 'controller/push/',
+    deny: ['controller/api/', 'controller/service/', 'controller/store/', 'controller/fleet/', 'controller/clusters/'],
+    why: 'the push connections carry what they are handed; they read no store and run no operation',
+  },
+  {
+    from: 'controller/clusters/',
+    deny: ['controller/api/', 'controller/service/', 'controller/push/', 'controller/fleet/'],
+    why: 'the cluster engine runs on its narrow transaction interface',
+  },
+  {
+    from: 'controller/service/',
+    deny: ['controller/api/'],
+    why: 'the HTTPS edge calls the operations, not the reverse',
+  },
 ];
 
 const violations = [];

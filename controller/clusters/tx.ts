@@ -15,7 +15,7 @@
  */
 import type { WakeReason } from '../../protocol/wake.js';
 import type { DeployAction } from '../../protocol/heat.js';
-import type { ChangeSetBuilder } from '../store/change-set.js';
+import type { ChangeSetBuilder } from '../model/change-set.js';
 import type {
   ClusterNodeRecord,
   ClusterOperation,
@@ -64,13 +64,8 @@ export type NodeStepChange =
   /** Phase failed, no deadline; stamps `step`'s end (and the node's) and keeps `reason`. */
   | { type: 'fail'; step: 'uninstall' | 'install' | 'check'; reason: string };
 
-/** A revision's result: Heat's status rules (heat-status.ts) or the engine's deadline. */
-export interface StepResult {
-  status: DeploymentStatus;
-  statusReason: string;
-  /** Null when no result came (a deadline passed). */
-  outputValues: Record<string, unknown> | null;
-}
+import type { StepResult } from '../model/records.js';
+export type { StepResult };
 
 /** Creating a cluster: what NewCluster says, plus the first step's deadline. */
 export interface ClusterRows extends NewCluster {

@@ -3,7 +3,7 @@
  * revision failed, and the status reason Heat would give. Pure; both stores' callers use it.
  */
 import type { ConfigRecord, SignalInput } from './records.js';
-import type { StepResult } from '../clusters/tx.js';
+import type { StepResult } from './records.js';
 
 /** Heat's status for a signal: FAILED on a non-zero code or a present error_output, else COMPLETE. */
 export function heatResult(

@@ -304,3 +304,11 @@ export interface AnnounceResult {
   changed: boolean;
   changes: ChangeSet;
 }
+
+/** A revision's result: Heat's status rules (heat-status.ts) or the engine's deadline. */
+export interface StepResult {
+  status: DeploymentStatus;
+  statusReason: string;
+  /** Null when no result came (a deadline passed). */
+  outputValues: Record<string, unknown> | null;
+}

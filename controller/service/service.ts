@@ -39,8 +39,8 @@ import {
   parseBody,
   restartSchema,
   signalSchema,
-} from '../api/validation.js';
-import type { NodegroupBody } from '../api/validation.js';
+} from './validation.js';
+import type { NodegroupBody } from './validation.js';
 import {
   clusterSummaryView,
   clusterView,
@@ -51,7 +51,7 @@ import {
   restartPlanView,
   revisionView,
   type FetchState,
-} from '../api/views.js';
+} from './views.js';
 
 export interface ControllerServiceOptions {
   store: Store;

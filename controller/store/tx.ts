@@ -10,10 +10,10 @@ import { HeraldError } from '../../protocol/errors.js';
 import type { DeployAction } from '../../protocol/heat.js';
 import { CLUSTER_INSERT_BATCH_ENTRIES } from '../../protocol/limits.js';
 import type { WakeReason } from '../../protocol/wake.js';
-import type { ChangeSetBuilder } from './change-set.js';
+import type { ChangeSetBuilder } from '../model/change-set.js';
 import { newId } from './ids.js';
-import { inDocument } from '../service/metadata-builder.js';
-import { coerceInputValues } from '../api/validation.js';
+import { inDocument } from '../model/document.js';
+import { coerceInputValues } from '../model/inputs.js';
 import type { ClusterGlance, ClusterHead, ClusterRows, NodeStepChange, StepResult } from '../clusters/tx.js';
 import type {
   AuditRecord,

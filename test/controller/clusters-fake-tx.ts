@@ -7,7 +7,7 @@
 import { HeraldError } from '../../protocol/errors.js';
 import type { DeployAction } from '../../protocol/heat.js';
 import type { WakeReason } from '../../protocol/wake.js';
-import { ChangeSetBuilder } from '../../controller/store/change-set.js';
+import { ChangeSetBuilder } from '../../controller/model/change-set.js';
 import type {
   ClusterGlance,
   ClusterHead,

@@ -7,7 +7,7 @@ import { codeOf } from '../../protocol/errors.js';
 import { hostInSans, isLinkLocal, parseEndpoint } from '../../controller/service/endpoint.js';
 import { RateLimiter } from '../../controller/api/rate-limit.js';
 import { matchesEtag, statusOf } from '../../controller/api/server.js';
-import { coerceValue, mergeInputValues } from '../../controller/api/validation.js';
+import { coerceValue, mergeInputValues } from '../../controller/service/validation.js';
 import { defaultPushWorkers, parseHostPort, resolveOptions } from '../../controller/options.js';
 import { planCluster } from '../../controller/clusters/plan.js';
 

@@ -42,7 +42,7 @@ import {
   PG_STATEMENT_TIMEOUT_MS,
   PG_TX_RETRY_ATTEMPTS,
 } from '../../../protocol/limits.js';
-import { ChangeSetBuilder } from '../change-set.js';
+import { ChangeSetBuilder } from '../../model/change-set.js';
 import { SqlStoreBase } from '../base.js';
 import type {
   ConsumeResult,

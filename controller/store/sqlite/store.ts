@@ -13,7 +13,7 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { ConfigError, HeraldError } from '../../../protocol/errors.js';
 import { SQLITE_BUSY_TIMEOUT_MS, SQLITE_PAGE_CACHE_BYTES } from '../../../protocol/limits.js';
-import { ChangeSetBuilder } from '../change-set.js';
+import { ChangeSetBuilder } from '../../model/change-set.js';
 import { SqlStoreBase } from '../base.js';
 import { MIGRATIONS, prepareStatements, SCHEMA_VERSION } from './schema.js';
 import { SqlOutputRows, type OutputChunkRecord } from '../output.js';

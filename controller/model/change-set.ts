@@ -4,7 +4,7 @@
  * turns it into a `ChangeSet` once, after it gave the touched nodes their new generation.
  */
 import type { WakeReason } from '../../protocol/wake.js';
-import type { ChangeSet } from '../model/records.js';
+import type { ChangeSet } from './records.js';
 
 export function emptyChanges(): ChangeSet {
   return {

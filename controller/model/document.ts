@@ -1,0 +1,18 @@
+/**
+ * Heat's rule for which deployments a node's metadata document carries.
+ */
+
+/**
+ * Whether a deployment at revision `revision`, whose action is `action`, has an item in its node's
+ * document: not one born not triggered (its first revision's action outside its `actions`, say a
+ * deployment made with CREATE whose actions list only DELETE) until its next revision. Heat creates no deployment for an
+ * action outside `actions` (`SoftwareDeployment._handle_action` returns first; Heat then waits for
+ * a revision that runs, Herald shows the next one, run or not: the agent skips a `signalled` item
+ * either way, and a deployment that has run keeps its item through revisions that run nothing).
+ * What runs is decided from `actions` for every group, as the store decides it (SPEC §3). (A
+ * cluster makes none such: a node's uninstall deployment is made by its first uninstall, with
+ * that step's revision.) `actionsJson` is the deployment's stored `actions` (a JSON array).
+ */
+export function inDocument(revision: number, action: string, actionsJson: string): boolean {
+  return revision > 1 || (JSON.parse(actionsJson) as string[]).includes(action);
+}
