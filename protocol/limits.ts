@@ -354,6 +354,13 @@ export const DEFAULT_TRUST_DOMAIN = 'herald.local';
 export const DEFAULT_CERT_DAYS = 90;
 export const CA_CERT_DAYS = 3650;
 export const RSA_KEY_BITS = 2048;
+/**
+ * RSA key sizes Herald admits from a peer (a CSR's key): a public-key operation costs with the
+ * modulus, so a peer may not choose it beyond this (SECURITY.md, "Enrolment"). The exponent
+ * must be 65537.
+ */
+export const MIN_PEER_RSA_KEY_BITS = 2048;
+export const MAX_PEER_RSA_KEY_BITS = 4096;
 
 /** Length of the controller API's TLS session-ticket key (Node's `ticketKeys`: name, HMAC and AES keys of 16 bytes each). */
 export const TLS_TICKET_KEY_BYTES = 48;
