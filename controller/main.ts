@@ -27,15 +27,13 @@ import {
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import { ed25519Engine, fastEd25519 } from './ed25519.js';
 import { IdleCollector, v8Probe } from './idle-collector.js';
-import { ApiServer, createHealthServer } from './api.js';
+import { ApiServer, createHealthServer, type RateOverrides } from './api.js';
 import { ClusterEngine } from './clusters/engine.js';
 import { Enrollment } from './enrollment.js';
 import { EventBus } from './events.js';
 import { ControllerMetrics } from './metrics.js';
 import type { ControllerOptions } from './options.js';
 import type { PushService } from './push-types.js';
-import type { RateClass } from './router.js';
-import type { RateRule } from './rate-limit.js';
 import { ControllerService } from './service.js';
 import { looseDatabaseFiles, SqliteStore } from './sqlite-store.js';
 import type { PgStore } from './pg-store.js';
@@ -49,7 +47,7 @@ export interface StartDeps {
   /** Cluster step margin (default RESTART_STEP_MARGIN_S); tests shorten it. */
   stepMarginS?: number;
   clusterTickMs?: number;
-  rates?: Partial<Record<RateClass, RateRule>>;
+  rates?: RateOverrides;
   bodyLimits?: { requestBytes?: number; signalBytes?: number };
 }
 

@@ -417,6 +417,13 @@ export const RENEWAL_BACKOFF_MAX_MS = 300_000;
 /** `POST /v1/enroll` attempts per source address: burst, then this rate. */
 export const ENROLL_RATE_BURST = 5;
 export const ENROLL_RATE_PER_S = 0.1;
+/**
+ * `POST /v1/enroll` attempts per source network (IPv4 /24, IPv6 /48; the per-address limit above
+ * counts an IPv6 /64 as one address): room for a rack enrolling at once, not for a scan spread
+ * over a network's addresses (protocol/address.ts addressPrefixes).
+ */
+export const ENROLL_NETWORK_RATE_BURST = 50;
+export const ENROLL_NETWORK_RATE_PER_S = 1;
 /** Body limit of `POST /v1/enroll` and of a renewal (a CSR and a token). */
 export const MAX_ENROLL_BODY_BYTES = 16 * 1024;
 
