@@ -81,6 +81,7 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   bad_endpoint: 400,
   link_local_endpoint: 400,
   bad_csr: 400,
+  bad_key: 400,
   enrollment_refused: 403,
   enrollment_disabled: 403,
   no_client_certificate: 403,

@@ -138,7 +138,7 @@ export const ERROR_CODES = {
 
   // enrolment and renewal (SPEC §9)
   enrollment_refused:
-    'POST /v1/enroll refused: the one answer to an unknown, reused, expired, revoked or wrong-node token, a CSR that does not verify or asks for another identity or other SANs (the controller log has the real reason)',
+    'POST /v1/enroll refused: the one answer to an unknown, reused, expired, revoked or wrong-node token, a CSR that does not verify, carries a key outside the key policy or asks for another identity or other SANs (the controller log has the real reason)',
   enrollment_disabled:
     'the controller runs without --issuer, or its issuer is revoked: it cannot issue certificates (enrolment and renewal are off)',
   bad_csr:
