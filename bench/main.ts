@@ -1,6 +1,7 @@
 /**
  * `npm run bench [-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000]`
- * `npm run bench -- --soak [minutes]`, `npm run bench -- --controllers [store,fanout,failover]`
+ * `npm run bench -- --soak [minutes]`, `npm run bench -- --controllers [store,fanout,failover]`,
+ * `npm run bench -- --pre-auth`
  *
  * Herald's benchmark suite (issue 7): push against polling, fan-out to 10,000 agents, idle
  * traffic and footprint, a cluster restart. Writes BENCHMARKS.md (tables) and BENCHMARKS.json
@@ -30,6 +31,7 @@ import { freeLowPort, killAll, track } from './procs.js';
 import { replaceKeptSection, writeReport } from './report.js';
 import { severalMain } from './several-main.js';
 import { restartPhase, type RestartResult } from './restart.js';
+import { preAuthMarkdown, preAuthPhase } from './pre-auth.js';
 import { levelGrowth, soakMarkdown, soakPhase } from './soak.js';
 import { loadAvg, NO_HOOK_LAUNCHER_ENV, say } from './util.js';
 
@@ -54,6 +56,8 @@ export interface BenchArgs {
   render: string | null;
   /** --soak [minutes]: the soak alone (a change every 50 ms over 4 nodes), its section in BENCHMARKS.md. */
   soakMinutes: number | null;
+  /** --pre-auth: requests before authentication beside an operator's, alone; its section in BENCHMARKS.md. */
+  preAuth: boolean;
   /** --controllers [store,fanout,failover]: several controllers on PostgreSQL alone, their section in BENCHMARKS.md. */
   controllers: Set<string> | null;
   /** --controller-ns: the fan-out N with 1, 2 and 3 controllers (default 1000,5000). */
@@ -89,6 +93,7 @@ function parseArgs(argv: string[]): BenchArgs {
     result: null,
     render: null,
     soakMinutes: null,
+    preAuth: false,
     controllers: null,
     controllerNs: [1_000, 5_000],
     failoverNs: [300, 3_000],
@@ -116,6 +121,7 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--render') a.render = path.resolve(next());
     else if (v === '--profile') a.profile = path.resolve(next());
     else if (v === '--soak-gc') process.env.HERALD_BENCH_MEM_GC = '1';
+    else if (v === '--pre-auth') a.preAuth = true;
     else if (v === '--soak') {
       const m = argv[i + 1];
       a.soakMinutes = m !== undefined && /^\d+(\.\d+)?$/.test(m) ? Number(argv[++i]) : 9;
@@ -136,7 +142,7 @@ function parseArgs(argv: string[]): BenchArgs {
       const options = [
         '[-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000] [--runs 3]',
         '[--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json]',
-        '[--soak [minutes]] [--soak-gc] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000]',
+        '[--soak [minutes]] [--soak-gc] [--pre-auth] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000]',
         '[--failover-ns 300,3000] [--peer | --no-peer] [--no-hook-launcher]',
       ];
       process.stdout.write(`usage: npm run bench ${options.join(' ')}\n`);
@@ -150,7 +156,15 @@ function parseArgs(argv: string[]): BenchArgs {
     a.only.delete('peer');
   }
   // a full run has the peer beside it by default (decided once on the host: HERALD_BENCH_PEER)
-  if (!a.peerRequired && !a.noPeer && !a.quick && a.only === null && a.soakMinutes === null && a.controllers === null)
+  if (
+    !a.peerRequired &&
+    !a.noPeer &&
+    !a.quick &&
+    a.only === null &&
+    a.soakMinutes === null &&
+    !a.preAuth &&
+    a.controllers === null
+  )
     a.peer = process.env.HERALD_BENCH_PEER !== '0';
   if (a.noPeer) a.peer = a.peerRequired = false;
   return a;
@@ -321,20 +335,24 @@ async function main(): Promise<number> {
   fs.mkdirSync(runDir, { recursive: true });
 
   say(
-    `Herald benchmark (${args.soakMinutes !== null ? 'soak' : args.quick ? 'quick' : 'full'})${inNs ? ' in its own network and PID namespaces' : ''}; load average ${loadAvg().join(' ')}`,
+    `Herald benchmark (${args.soakMinutes !== null ? 'soak' : args.preAuth ? 'pre-auth' : args.quick ? 'quick' : 'full'})${inNs ? ' in its own network and PID namespaces' : ''}; load average ${loadAvg().join(' ')}`,
   );
   const maxN = Math.max(...ns, 100);
-  const slots: AgentSlot[] = [
-    ...Array.from({ length: maxN }, (_, i) => slot('b', i)),
-    ...Array.from({ length: 64 }, (_, i) => slot('l', i)),
-    // the idle phase's push-off agents use names past the others
-    ...Array.from({ length: 400 }, (_, i) => slot('b', i)),
-  ];
+  // --pre-auth starts no agent: its certificates would take minutes to issue for nothing
+  const slots: AgentSlot[] = args.preAuth
+    ? []
+    : [
+        ...Array.from({ length: maxN }, (_, i) => slot('b', i)),
+        ...Array.from({ length: 64 }, (_, i) => slot('l', i)),
+        // the idle phase's push-off agents use names past the others
+        ...Array.from({ length: 400 }, (_, i) => slot('b', i)),
+      ];
   const { pki, issued, issueMs } = await benchPki(path.join(tmp, 'bench-pki'), slots);
   say(`PKI ready (${issued} certificates issued in ${issueMs} ms)`);
 
   const port = inNs ? 18443 : await freeLowPort();
   if (args.soakMinutes !== null) return soakMain(args, pki, runDir, port, args.soakMinutes);
+  if (args.preAuth) return preAuthMain(args, pki, runDir, port);
   // --profile: every process started gets the preload; SIGUSR2 brackets the measured windows
   const profArgs = args.profile ? ['--import', new URL('./prof-preload.js', import.meta.url).href] : [];
   if (args.profile) process.env.HERALD_BENCH_PROFILE_DIR = args.profile;
@@ -582,6 +600,26 @@ main().then(
     process.exit(2);
   },
 );
+
+/** `--pre-auth`: that phase alone; its result replaces its section of BENCHMARKS.md. */
+async function preAuthMain(
+  args: BenchArgs,
+  pki: Awaited<ReturnType<typeof benchPki>>['pki'],
+  runDir: string,
+  port: number,
+): Promise<number> {
+  say('pre-auth: an operator /healthz idle, then beside extreme enrolment CSRs');
+  const r = await preAuthPhase({ pki, runDir, port });
+  fs.mkdirSync(args.out, { recursive: true });
+  fs.writeFileSync(path.join(args.out, 'BENCHMARKS-pre-auth.json'), `${JSON.stringify(r, null, 2)}\n`);
+  const md = path.join(args.out, 'BENCHMARKS.md');
+  const old = fs.existsSync(md) ? fs.readFileSync(md, 'utf8') : '';
+  fs.writeFileSync(md, replaceKeptSection(old, '<!-- kept: pre-auth', preAuthMarkdown(r)));
+  say(
+    `pre-auth: /healthz p50/p99 ${r.idle.p50}/${r.idle.p99} ms idle, ${r.during.p50}/${r.during.p99} ms beside ${r.extremeCsrs} extreme CSRs (all answered in ${r.allAnsweredMs} ms)`,
+  );
+  return 0;
+}
 
 /** `--soak`: the soak alone; its result replaces the soak section of BENCHMARKS.md. */
 async function soakMain(

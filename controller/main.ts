@@ -27,7 +27,7 @@ import {
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import { ed25519Engine, fastEd25519 } from './ed25519.js';
 import { IdleCollector, v8Probe } from './idle-collector.js';
-import { ApiServer, createHealthServer } from './api/server.js';
+import { ApiServer, createHealthServer, type RateOverrides } from './api/server.js';
 import { ClusterEngine } from './clusters/engine.js';
 import { Enrollment } from './service/enrollment.js';
 import { IdentityFloors } from './service/identity-floors.js';
@@ -35,8 +35,6 @@ import { EventBus } from './service/events.js';
 import { ControllerMetrics } from './metrics.js';
 import type { ControllerOptions } from './options.js';
 import type { PushService } from './push/types.js';
-import type { RateClass } from './api/router.js';
-import type { RateRule } from './api/rate-limit.js';
 import { ControllerService } from './service/service.js';
 import { Standing } from './fleet/standing.js';
 import { looseDatabaseFiles, SqliteStore } from './store/sqlite/store.js';
@@ -51,7 +49,7 @@ export interface StartDeps {
   /** Cluster step margin (default RESTART_STEP_MARGIN_S); tests shorten it. */
   stepMarginS?: number;
   clusterTickMs?: number;
-  rates?: Partial<Record<RateClass, RateRule>>;
+  rates?: RateOverrides;
   bodyLimits?: { requestBytes?: number; signalBytes?: number };
   /** Override of API_UNAUTHENTICATED_IDLE_TIMEOUT_MS; tests shorten it. */
   unauthenticatedIdleTimeoutMs?: number;

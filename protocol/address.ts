@@ -220,3 +220,24 @@ export function peerPrefixKey(ip: string): string {
     .slice(0, bits / 16)
     .join(':')}::/${bits}`;
 }
+
+/**
+ * The networks a source address counts against when requests are limited before the peer is
+ * known (SECURITY.md, "Enrolment"): one host's and its neighbourhood's. A host is an IPv4 /32 or
+ * an IPv6 /64 (the smallest prefix a site is given: a host can pick any of its 2^64 addresses);
+ * the neighbourhood is an IPv4 /24 or an IPv6 /48 (one site's allocation). An IPv6 address that
+ * carries an IPv4 address (mapped, NAT64, ...) counts as that IPv4 address. Text that is not an
+ * address is its own host and neighbourhood.
+ */
+export function addressPrefixes(remote: string): { host: string; network: string } {
+  const b = parseIp(remote);
+  if (b === null) return { host: remote, network: remote };
+  const v4 = b.length === 4 ? b : carriedIpv4(b);
+  if (v4 !== null) return { host: `${v4.join('.')}/32`, network: `${v4.subarray(0, 3).join('.')}.0/24` };
+  const groups = (n: number): string => {
+    const out: string[] = [];
+    for (let i = 0; i < n * 2; i += 2) out.push(((b[i]! << 8) | b[i + 1]!).toString(16));
+    return out.join(':');
+  };
+  return { host: `${groups(4)}::/64`, network: `${groups(3)}::/48` };
+}

@@ -148,11 +148,13 @@ export const ERROR_CODES = {
 
   // enrolment and renewal (SPEC §9)
   enrollment_refused:
-    'POST /v1/enroll refused: the one answer to an unknown, reused, expired, revoked or wrong-node token, a CSR that does not verify or asks for another identity or other SANs (the controller log has the real reason)',
+    'POST /v1/enroll refused: the one answer to an unknown, reused, expired, revoked or wrong-node token, a CSR that does not verify, carries a key outside the key policy or asks for another identity or other SANs (the controller log has the real reason)',
   enrollment_disabled:
     'the controller runs without --issuer, or its issuer is revoked: it cannot issue certificates (enrolment and renewal are off)',
   bad_csr:
     'a renewal CSR does not verify, asks for another identity or other SANs than the current certificate, or reuses its key',
+  bad_key:
+    'a renewal CSR carries a key Herald does not certify: only RSA of 2048 to 4096 bits with exponent 65537 (checked before any signature work; SECURITY.md)',
   ca_fingerprint_mismatch:
     "herald agent enroll: the controller's CA is not the one --ca-sha256 names (nothing was sent)",
   renewal_too_soon:

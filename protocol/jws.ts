@@ -96,6 +96,8 @@ export class KeySet {
     for (const k of keys as Ed25519PublicJwk[]) {
       if (k?.kty !== 'OKP' || k.crv !== 'Ed25519' || typeof k.x !== 'string' || typeof k.kid !== 'string') continue;
       if ('d' in k) continue; // never trust a private key that found its way into a public set
+      // an Ed25519 key is 32 bytes: any other shape is no key of ours (and would throw below)
+      if (!/^[A-Za-z0-9_-]{43}$/.test(k.x)) continue;
       if (k.alg !== undefined && k.alg !== 'EdDSA') continue;
       if (revoked.has(k.kid)) continue;
       const controller = k.controller === undefined ? LEGACY_KEY_CONTROLLER : k.controller;

@@ -386,6 +386,13 @@ export const DEFAULT_TRUST_DOMAIN = 'herald.local';
 export const DEFAULT_CERT_DAYS = 90;
 export const CA_CERT_DAYS = 3650;
 export const RSA_KEY_BITS = 2048;
+/**
+ * RSA key sizes Herald admits from a peer (a CSR's key): a public-key operation costs with the
+ * modulus, so a peer may not choose it beyond this (SECURITY.md, "Enrolment"). The exponent
+ * must be 65537.
+ */
+export const MIN_PEER_RSA_KEY_BITS = 2048;
+export const MAX_PEER_RSA_KEY_BITS = 4096;
 
 /** Length of the controller API's TLS session-ticket key (Node's `ticketKeys`: name, HMAC and AES keys of 16 bytes each). */
 export const TLS_TICKET_KEY_BYTES = 48;
@@ -455,6 +462,13 @@ export const RENEWAL_BACKOFF_MAX_MS = 300_000;
 /** `POST /v1/enroll` attempts per source address: burst, then this rate. */
 export const ENROLL_RATE_BURST = 5;
 export const ENROLL_RATE_PER_S = 0.1;
+/**
+ * `POST /v1/enroll` attempts per source network (IPv4 /24, IPv6 /48; the per-address limit above
+ * counts an IPv6 /64 as one address): room for a rack enrolling at once, not for a scan spread
+ * over a network's addresses (protocol/address.ts addressPrefixes).
+ */
+export const ENROLL_NETWORK_RATE_BURST = 50;
+export const ENROLL_NETWORK_RATE_PER_S = 1;
 /** Body limit of `POST /v1/enroll` and of a renewal (a CSR and a token). */
 export const MAX_ENROLL_BODY_BYTES = 16 * 1024;
 /**

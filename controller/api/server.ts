@@ -44,6 +44,8 @@ import {
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
   API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS,
   CONTROLLER_SHUTDOWN_GRACE_MS,
+  ENROLL_NETWORK_RATE_BURST,
+  ENROLL_NETWORK_RATE_PER_S,
   ENROLL_RATE_BURST,
   ENROLL_RATE_PER_S,
   FETCH_RATE_BURST,
@@ -60,6 +62,7 @@ import {
   SSE_HEARTBEAT_INTERVAL_MS,
   TLS_SESSION_LIFETIME_S,
 } from '../../protocol/limits.js';
+import { addressPrefixes } from '../../protocol/address.js';
 import { RefusalSummary } from '../../protocol/refusal-summary.js';
 import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../../protocol/metadata.js';
 import { ConnectionAdmission } from './admission.js';
@@ -83,6 +86,7 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   bad_endpoint: 400,
   link_local_endpoint: 400,
   bad_csr: 400,
+  bad_key: 400,
   enrollment_refused: 403,
   enrollment_disabled: 403,
   no_client_certificate: 403,
@@ -128,6 +132,9 @@ export function statusOf(code: ErrorCode): number {
   return STATUS_OF[code] ?? 400;
 }
 
+/** Rate rules by route class, and `enrollNetwork`: enrolment attempts per source network. */
+export type RateOverrides = Partial<Record<RateClass | 'enrollNetwork', RateRule>>;
+
 export interface ApiServerOptions {
   service: ControllerService;
   material: PkiMaterial;
@@ -137,7 +144,7 @@ export interface ApiServerOptions {
   metrics: ControllerMetrics;
   now?: () => number;
   /** Overrides of the per-identity rate limits (tests). */
-  rates?: Partial<Record<RateClass, RateRule>>;
+  rates?: RateOverrides;
   /** Overrides of the body limits (tests). */
   bodyLimits?: { requestBytes?: number; signalBytes?: number };
   /** Join tokens, `POST /v1/enroll` and renewal (SPEC §9); absent: those routes answer `enrollment_disabled`. */
@@ -185,6 +192,8 @@ export class ApiServer {
   readonly #now: () => number;
   readonly #router = new Router();
   readonly #limiters: Record<RateClass, RateLimiter>;
+  /** Enrolment attempts per source network (`#limiters.enroll` counts per source address). */
+  readonly #enrollNetwork: RateLimiter;
   readonly #auth = new WeakMap<tls.TLSSocket, AuthCacheEntry>();
   readonly #sockets = new Set<tls.TLSSocket>();
   /** Open connections per identity, and the connections past its role's cap. */
@@ -224,6 +233,10 @@ export class ApiServer {
       enroll: new RateLimiter(r.enroll ?? { burst: ENROLL_RATE_BURST, perS: ENROLL_RATE_PER_S }, this.#now),
       other: new RateLimiter(r.other ?? { burst: API_RATE_BURST, perS: API_RATE_PER_S }, this.#now),
     };
+    this.#enrollNetwork = new RateLimiter(
+      r.enrollNetwork ?? { burst: ENROLL_NETWORK_RATE_BURST, perS: ENROLL_NETWORK_RATE_PER_S },
+      this.#now,
+    );
     this.#controllerId = o.material.current().identity.spiffeId;
     this.#trustDomain = o.material.current().identity.trustDomain;
     this.#summary = new RefusalSummary(
@@ -406,7 +419,8 @@ export class ApiServer {
   }
 
   /**
-   * `POST /v1/enroll` (SPEC §9): limited per source address before anything is read; every
+   * `POST /v1/enroll` (SPEC §9): limited per source address and per source network before
+   * anything is read (addressPrefixes: an IPv6 host can pick any address of its /64); every
    * failure but the rate limit (and a controller without an issuer) is `enrollment_refused`,
    * its real reason logged once by Enrollment. The connection is closed after the answer: a
    * peer without a certificate has nothing else to ask.
@@ -414,7 +428,9 @@ export class ApiServer {
   async #enroll(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const remote = req.socket.remoteAddress ?? '?';
     try {
-      const d = this.#limiters.enroll.take(remote);
+      const { host, network } = addressPrefixes(remote);
+      const one = this.#limiters.enroll.take(host);
+      const d = one.ok ? this.#enrollNetwork.take(network) : one;
       if (!d.ok)
         throw new ApiError('rate_limited', `too many enrolment attempts; retry after ${d.retryAfterS} s`, {
           'Retry-After': String(d.retryAfterS),
@@ -426,11 +442,7 @@ export class ApiServer {
       try {
         body = await this.#readJson(req, MAX_ENROLL_BODY_BYTES);
       } catch (err) {
-        this.#log.warn(
-          { event: 'enroll.refused', code: 'enrollment_refused', reason: `unreadable body: ${codeOfErr(err)}`, remote },
-          'enrolment refused: unreadable body',
-        );
-        throw new EnrollmentRefused();
+        throw new EnrollmentRefused('malformed', `unreadable body: ${codeOfErr(err)}`, { remote });
       }
       if (this.#abandoned(req, ENROLL_PATH)) return;
       const bundle = await enrollment.enroll(body, remote);
@@ -612,13 +624,14 @@ export class ApiServer {
     message: string,
     at: { status: number; peer: string; method: string; route: string; field?: string | undefined },
     spiffeId: string | undefined,
+    detail?: { key: string; fields: Record<string, unknown> },
   ): void {
     const { status, peer, method, route, field } = at;
     if (status === 403 || status === 413 || status === 429 || status === 503) {
       this.#summary.record(
         code,
-        { status, peer, method, route },
-        spiffeId !== undefined ? `${code} ${spiffeId} ${method} ${route}` : code,
+        { status, peer, method, route, ...detail?.fields },
+        detail?.key ?? (spiffeId !== undefined ? `${code} ${spiffeId} ${method} ${route}` : code),
       );
     } else this.#log.info({ event: 'refused', code, status, peer, method, route, field }, message);
   }
@@ -657,7 +670,19 @@ export class ApiServer {
         this.#rateLimited.set(socket, n);
         if (n >= API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS) headers.Connection = 'close';
       }
-      this.#logRefusal(code, message, { status, peer, method: req.method ?? '', route, field }, identity?.spiffeId);
+      this.#logRefusal(
+        code,
+        message,
+        { status, peer, method: req.method ?? '', route, field },
+        identity?.spiffeId,
+        // an enrolment's real reason, summarised per kind of reason (never per peer)
+        err instanceof EnrollmentRefused
+          ? {
+              key: `${code} ${err.kind}`,
+              fields: { event: 'enroll.refused', reason: err.reason, kind: err.kind, ...err.fields },
+            }
+          : undefined,
+      );
     } else {
       this.#log.error({ err, peer, method: req.method, route }, 'request failed unexpectedly');
     }

@@ -4,7 +4,8 @@
  * `POST /v1/nodes/{node}/certificate` (a renewal over mTLS). Certificates are signed by the
  * `--issuer` CA; their identity and SANs are the token's (or the current certificate's),
  * whatever the CSR asks. Every enrolment failure is answered with the same
- * `enrollment_refused` and logged once with the real reason.
+ * `enrollment_refused`; the error carries the real reason, which the API logs in its summary of
+ * refusals before authentication (one line per kind of reason per interval, with a count).
  */
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
@@ -15,7 +16,7 @@ import type { PkiMaterial } from '../../certs/tls.js';
 import { expandedIp, parseIp } from '../../protocol/address.js';
 import type { CertificateBundle, EnrollmentTokenView, NodeCertificateView } from '../../protocol/enroll.js';
 import { renewAtMs, renewalState } from '../../protocol/enroll.js';
-import { ERROR_CODES, HeraldError, isErrorCode } from '../../protocol/errors.js';
+import { codeOf, ERROR_CODES, HeraldError, isErrorCode } from '../../protocol/errors.js';
 import { isValidName, spiffeIdOf } from '../../protocol/identity.js';
 import {
   JOIN_TOKEN_SECRET_BYTES,
@@ -59,9 +60,19 @@ export class RenewalTooSoon extends HeraldError {
   }
 }
 
-/** The one answer to every failed enrolment. */
+/**
+ * Why an enrolment was refused, as a closed set: the key of the refusal summary, which a peer
+ * must not be able to vary at will (protocol/refusal-summary.ts).
+ */
+export type EnrollRefusalKind = 'malformed' | 'bad_csr' | 'bad_key' | CsrMismatch['kind'] | `token_${TokenRefusal}`;
+
+/** The one answer to every failed enrolment; `reason` and `fields` are for the log only. */
 export class EnrollmentRefused extends HeraldError {
-  constructor() {
+  constructor(
+    readonly kind: EnrollRefusalKind = 'malformed',
+    readonly reason: string = 'malformed request',
+    readonly fields: Record<string, unknown> = {},
+  ) {
     super('enrollment_refused', ERROR_CODES.enrollment_refused);
   }
 }
@@ -154,21 +165,17 @@ export class Enrollment {
     const b =
       body !== null && typeof body === 'object' && !Array.isArray(body) ? (body as Record<string, unknown>) : {};
     const node = typeof b.node === 'string' && isValidName(b.node) ? b.node : undefined;
-    const refuse = (reason: string, extra: Record<string, unknown> = {}): never => {
-      this.#log.warn(
-        { event: 'enroll.refused', code: 'enrollment_refused', reason, remote, node: node ?? null, ...extra },
-        `enrolment refused: ${reason}`,
-      );
-      throw new EnrollmentRefused();
+    const refuse = (kind: EnrollRefusalKind, reason: string, extra: Record<string, unknown> = {}): never => {
+      throw new EnrollmentRefused(kind, reason, { remote, node: node ?? null, ...extra });
     };
-    if (node === undefined) return refuse('malformed request: node is not a valid name');
+    if (node === undefined) return refuse('malformed', 'malformed request: node is not a valid name');
     if (typeof b.token !== 'string' || b.token.length === 0 || b.token.length > 256)
-      return refuse('malformed request: no token');
+      return refuse('malformed', 'malformed request: no token');
     let csr: ReadCsr;
     try {
       csr = (await forgeParts()).readCsr(b.csr);
     } catch (err) {
-      return refuse(`bad CSR: ${(err as Error).message}`);
+      return refuse(codeOf(err) === 'bad_key' ? 'bad_key' : 'bad_csr', `bad CSR: ${(err as Error).message}`);
     }
     const spiffeId = spiffeIdOf(this.#trustDomain(), 'agent', node);
     const hash = tokenHash(b.token);
@@ -187,10 +194,10 @@ export class Enrollment {
     }
     // the secret is never compared: its SHA-256 is looked up (an equal hash is an equal token)
     const used = await this.#o.store.consumeEnrollmentToken(hash, node, `${spiffeId} from ${remote}`);
-    if (!used.ok) return refuse(TOKEN_REASONS[used.reason]);
+    if (!used.ok) return refuse(`token_${used.reason}`, TOKEN_REASONS[used.reason]);
     const token = used.token;
     const wrong = csrMismatch(csr, spiffeId, node, token.dns, token.ips);
-    if (wrong) return refuse(`${wrong} (the token ${token.id} is spent)`, { token: token.id });
+    if (wrong) return refuse(wrong.kind, `${wrong.why} (the token ${token.id} is spent)`, { token: token.id });
     const issued = this.#issue(issuer, node, token.dns, token.ips, csr.publicKeyPem, spiffeId);
     this.#replay.remember(hash, node, keySha256, issued);
     const bundle = await issued;
@@ -241,7 +248,7 @@ export class Enrollment {
     const dns = identity.dns.map((d) => d.toLowerCase());
     const ips = identity.ips.map((i) => expandedIp(i) ?? i);
     const wrong = csrMismatch(csr, identity.spiffeId, node, dns, ips);
-    if (wrong) return fail(new HeraldError('bad_csr', wrong));
+    if (wrong) return fail(new HeraldError('bad_csr', wrong.why));
     const requested = crypto.createPublicKey(csr.publicKeyPem).export({ type: 'spki', format: 'der' });
     if (requested.equals(currentKey))
       return fail(
@@ -414,15 +421,28 @@ const TOKEN_REASONS: Record<TokenRefusal, string> = {
  * Why a CSR asks for more than `spiffeId` with these SANs (undefined: it does not). It may ask
  * for less: the certificate carries the allowed SANs anyway.
  */
-function csrMismatch(csr: ReadCsr, spiffeId: string, node: string, dns: string[], ips: string[]): string | undefined {
+interface CsrMismatch {
+  kind: 'csr_other_identity' | 'csr_other_sans';
+  why: string;
+}
+
+function csrMismatch(
+  csr: ReadCsr,
+  spiffeId: string,
+  node: string,
+  dns: string[],
+  ips: string[],
+): CsrMismatch | undefined {
+  const identity = (why: string): CsrMismatch => ({ kind: 'csr_other_identity', why });
+  const sans = (why: string): CsrMismatch => ({ kind: 'csr_other_sans', why });
   const otherUri = csr.uris.find((u) => u !== spiffeId);
-  if (otherUri !== undefined) return `the CSR asks for another identity (${otherUri.slice(0, 120)})`;
+  if (otherUri !== undefined) return identity(`the CSR asks for another identity (${otherUri.slice(0, 120)})`);
   if (csr.commonName !== undefined && csr.commonName !== node)
-    return `the CSR asks for another identity (CN ${csr.commonName.slice(0, 64)})`;
+    return identity(`the CSR asks for another identity (CN ${csr.commonName.slice(0, 64)})`);
   const otherDns = csr.dns.find((d) => !dns.includes(d));
-  if (otherDns !== undefined) return `the CSR asks for other SANs (DNS ${otherDns.slice(0, 120)})`;
+  if (otherDns !== undefined) return sans(`the CSR asks for other SANs (DNS ${otherDns.slice(0, 120)})`);
   const otherIp = csr.ips.find((i) => !ips.includes(i));
-  if (otherIp !== undefined) return `the CSR asks for other SANs (IP ${otherIp})`;
+  if (otherIp !== undefined) return sans(`the CSR asks for other SANs (IP ${otherIp})`);
   return undefined;
 }
 

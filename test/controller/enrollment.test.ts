@@ -14,7 +14,7 @@ import { issueIssuer, issueWithIssuer, newRsaKeyPem, revoke } from '../../certs/
 import { tokenHash } from '../../controller/service/enrollment.js';
 import { resolveOptions } from '../../controller/options.js';
 import { codeOf } from '../../protocol/errors.js';
-import { ENROLL_RATE_BURST } from '../../protocol/limits.js';
+import { ENROLL_NETWORK_RATE_BURST, ENROLL_RATE_BURST } from '../../protocol/limits.js';
 import { keptAlive } from '../helpers/kept-alive.js';
 import { startTestController, waitFor, type Res, type TestController } from '../helpers/controller-harness.js';
 import { makeControllerTestPki, TD, type ControllerTestPki, type Cred } from '../helpers/controller-pki.js';
@@ -27,7 +27,11 @@ beforeAll(async () => {
   pki = await makeControllerTestPki();
   await issueIssuer({ dir: pki.dir, name: 'i1' });
   // the refusal cases below come from one address: the per-address limit has its own test
-  t = await startTestController(pki, { issuer: 'i1' }, { rates: { enroll: { burst: 1000, perS: 1000 } } });
+  t = await startTestController(
+    pki,
+    { issuer: 'i1' },
+    { rates: { enroll: { burst: 1000, perS: 1000 }, enrollNetwork: { burst: 1000, perS: 1000 } } },
+  );
 });
 
 afterAll(async () => {
@@ -59,7 +63,10 @@ function enroll(body: unknown, on: TestController = t): Promise<Res> {
   return on.req(pki.noCert, 'POST', '/v1/enroll', body);
 }
 
-/** The `enroll.refused` log lines' reasons so far. */
+/**
+ * The `enroll.refused` log lines' reasons so far: the first refusal of each kind of reason in a
+ * summary interval is logged at once, later ones of that kind are counted into the next line.
+ */
 function refusals(): string[] {
   return t
     .logLines()
@@ -146,9 +153,12 @@ describe('POST /v1/enroll', () => {
       answers.push(r);
       expect(r.status, r.text).toBe(403);
       expect(r.json.error.code).toBe('enrollment_refused');
-      const logged = refusals().slice(before);
-      expect(logged.length, `no log line for ${reason}`).toBe(1);
-      expect(logged[0]).toMatch(reason);
+      // one line at most; none when a refusal of the same kind was logged in this interval
+      expect(refusals().length - before).toBeLessThanOrEqual(1);
+      expect(
+        refusals().some((l) => reason.test(l)),
+        `no log line for ${reason}`,
+      ).toBe(true);
     };
     // reused
     const used = await newToken('r1');
@@ -250,6 +260,53 @@ describe('POST /v1/enroll', () => {
       expect(codes).toEqual([...Array(ENROLL_RATE_BURST).fill('enrollment_refused'), 'rate_limited']);
     } finally {
       await limited.close();
+    }
+  });
+
+  it('limits attempts per source network too, and logs the refusals of many addresses as a summary', async () => {
+    // 127.0.0.0/8 is all loopback on Linux: each address below is another peer of one /24
+    // the default burst; no refill while the test runs, so the count is exact
+    const limited = await startTestController(
+      pki,
+      { issuer: 'i1' },
+      { rates: { enrollNetwork: { burst: ENROLL_NETWORK_RATE_BURST, perS: 0.001 } } },
+    );
+    let closed = false;
+    try {
+      const addresses = Array.from({ length: 30 }, (_, i) => `127.0.0.${i + 2}`);
+      const codes: string[] = [];
+      for (let round = 0; round < 2; round++) {
+        for (const a of addresses) {
+          const r = await limited.req(
+            pki.noCert,
+            'POST',
+            '/v1/enroll',
+            { token: 'hj1.guess', node: 'g1', csr: 'x' },
+            {
+              localAddress: a,
+            },
+          );
+          codes.push(r.json.error.code);
+        }
+      }
+      // each address stays within its own burst: only the network's limit stops them
+      expect(addresses.length * 2).toBeLessThanOrEqual(addresses.length * ENROLL_RATE_BURST);
+      expect(codes.filter((c) => c === 'enrollment_refused')).toHaveLength(ENROLL_NETWORK_RATE_BURST);
+      expect(codes.slice(ENROLL_NETWORK_RATE_BURST).every((c) => c === 'rate_limited')).toBe(true);
+      // closing writes what the summary still holds
+      await limited.close();
+      closed = true;
+      // every refusal is counted, in a line per kind of reason and interval, not a line each
+      const lines = limited.logLines().filter((l) => l.event === 'enroll.refused');
+      expect(lines.reduce((n, l) => n + Number(l.count), 0)).toBe(ENROLL_NETWORK_RATE_BURST);
+      expect(lines.length).toBeLessThan(ENROLL_NETWORK_RATE_BURST / 5);
+      expect(lines[0]).toMatchObject({
+        code: 'enrollment_refused',
+        kind: 'bad_csr',
+        reason: expect.stringMatching(/^bad CSR/),
+      });
+    } finally {
+      if (!closed) await limited.close();
     }
   });
 

@@ -34,6 +34,8 @@ export interface RequestOptions {
   headers?: Record<string, string>;
   /** Sent as is (no JSON encoding). */
   rawBody?: Buffer | string;
+  /** The source address (any of 127.0.0.0/8 on Linux), to act as many peers. */
+  localAddress?: string;
 }
 
 /** One HTTPS request on a fresh connection. */
@@ -58,7 +60,17 @@ export function request(
       ...o.headers,
     };
     const req = https.request(
-      { host: '127.0.0.1', port, method, path: p, ...cred, servername: 'localhost', agent: false, headers },
+      {
+        host: '127.0.0.1',
+        port,
+        method,
+        path: p,
+        ...cred,
+        servername: 'localhost',
+        agent: false,
+        headers,
+        ...(o.localAddress !== undefined ? { localAddress: o.localAddress } : {}),
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
