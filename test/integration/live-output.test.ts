@@ -17,7 +17,7 @@ import {
   type Cluster,
 } from '../helpers/agent-cluster.js';
 import { readEvents, type ReceivedEvent } from '../helpers/event-stream.js';
-import { api, credOf, HERALD, isBuilt, killAll, stopProc, waitFor } from '../helpers/procs.js';
+import { api, credOf, HERALD, heraldSync, isBuilt, killAll, stopProc, waitFor } from '../helpers/procs.js';
 import { OUTPUT_RATE_BURST } from '../../protocol/limits.js';
 import { metricSum } from '../security/helpers/battery.js';
 
@@ -131,6 +131,70 @@ describe.skipIf(!built)('live output end to end', { timeout: 90_000 }, () => {
       expect(d.output_values.deploy_stdout).toBe('whole: ***\nsplit: *** end\n');
       const everything = [JSON.stringify(ev.events), kept.raw, JSON.stringify(d)];
       for (const text of everything) for (const piece of SECRET_PIECES) expect(text).not.toContain(piece);
+    } finally {
+      ev.close();
+    }
+  });
+
+  it('never lets a hidden value out in the forms JSON encoders print it: Python json.dumps, Go, PHP, upper-case hex, a surrogate pair (in chunks, events, the kept output, the signal, deploy show and deploy logs)', async () => {
+    const values = { city: 'Zürich/2026', tag: '<b>"x"&amp;</b>', emoji: 'key-😀-Zz' };
+    const cfg = await mkConfig(c, {
+      name: 'encoders',
+      group: 'script',
+      config: [
+        '#!/bin/sh',
+        // a real encoder: Python writes non-ASCII as \uXXXX and the emoji as a surrogate pair
+        `python3 -c 'import json,os; [print("py:", json.dumps(os.environ[k])) for k in ("city", "tag", "emoji")]'`,
+        `python3 -c 'import json,os,sys; print("py-err:", json.dumps(os.environ["city"]), file=sys.stderr)'`,
+        // the escaped emoji split inside an escape, across two flushes
+        `python3 -c 'import json,os,sys,time; s = json.dumps(os.environ["emoji"]); sys.stdout.write("split: " + s[:7]); sys.stdout.flush(); time.sleep(0.3); print(s[7:], "end")'`,
+        // what Go's encoding/json and PHP's json_encode print, written out
+        `printf '%s\\n' 'go: \\u003cb\\u003e\\"x\\"\\u0026amp;\\u003c/b\\u003e'`,
+        `printf '%s\\n' 'php: Z\\u00fcrich\\/2026'`,
+        `printf '%s\\n' 'upper: key-\\uD83D\\uDE00-Zz'`,
+        `printf '%s' 'out: Z\\u00FCrich\\/2026' > "$heat_outputs_path.result"`,
+        '',
+      ].join('\n'),
+      inputs: Object.keys(values).map((name) => ({ name, type: 'String', hidden: true })),
+      outputs: [{ name: 'result', type: 'String' }],
+    });
+    const ev = readEvents(c.ctl.port, c.op);
+    await ev.opened;
+    try {
+      const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE', input_values: values });
+      const d = await waitDeployment(c, id, ['COMPLETE', 'FAILED'], 20_000);
+      expect(d.status).toBe('COMPLETE');
+      const stdout = 'py: "***"\npy: "***"\npy: "***"\nsplit: "***" end\ngo: ***\nphp: ***\nupper: ***\n';
+      await waitFor('the last stdout chunk', () =>
+        outputOf(ev.events, id)
+          .filter((e) => e.data.stream === 'stdout')
+          .map((e) => e.data.text)
+          .join('')
+          .endsWith('upper: ***\n'),
+      );
+      const streamed = (s: string): string =>
+        outputOf(ev.events, id)
+          .filter((e) => e.data.stream === s)
+          .map((e) => e.data.text)
+          .join('');
+      expect(streamed('stdout')).toBe(stdout);
+      const kept = await api(c.ctl.port, c.op, 'GET', `/v1/deployments/${id}/output`);
+      expect(kept.json.stdout.text).toBe(stdout);
+      expect(kept.json.stderr.text).toBe('py-err: "***"\n');
+      // the signal
+      expect(d.output_values.deploy_stdout).toBe(stdout);
+      expect(d.output_values.deploy_stderr).toBe('py-err: "***"\n');
+      expect(d.output_values.result).toBe('out: ***');
+      const cli = ['--controller', `https://127.0.0.1:${c.ctl.port}`, '--pki', c.pki];
+      const show = heraldSync(['deploy', 'show', id, ...cli]);
+      const logs = heraldSync(['deploy', 'logs', id, ...cli]);
+      expect(show.code).toBe(0);
+      expect(logs.code).toBe(0);
+      expect(logs.out).toBe(stdout);
+      const everything = [JSON.stringify(ev.events), kept.raw, JSON.stringify(d), show.out, logs.out, logs.err];
+      // what is left of any form of the three values once its neighbours are gone
+      const pieces = ['rich', 'ü', 'u00fc', 'u00FC', 'ud83d', 'uD83D', 'ude00', 'uDE00', '😀', '-Zz', 'amp;', 'u003c'];
+      for (const text of everything) for (const piece of pieces) expect(text).not.toContain(piece);
     } finally {
       ev.close();
     }
