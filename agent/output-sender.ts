@@ -14,7 +14,8 @@
  * and the agent counts them as it counts its tokens (`granted`, at each wake-up that is not a
  * ping), so such a chunk takes a token if one is there, else one of those credits, and waits
  * only when it has neither. A chunk the controller may already hold is sent again and kept once
- * there (its `seq`).
+ * there (its `seq`). A refused chunk is never sent again; a 409 (the revision's result is in,
+ * `output_closed`, or a newer revision exists) drops the rest of that run's chunks too.
  */
 import type { Logger } from '../certs/tls.js';
 import type { MetadataItem } from '../protocol/heat.js';
@@ -219,7 +220,12 @@ export class OutputSender {
           failures = 0;
           if (r.status === 429) retryMs = r.retryAfterMs ?? 1_000;
           else if (r.status >= 200 && r.status < 300) this.sent++;
-          else this.#o.log.debug?.({ status: r.status, path: q.path, seq: q.body.seq }, 'live output chunk refused');
+          else {
+            this.#o.log.debug?.({ status: r.status, path: q.path, seq: q.body.seq }, 'live output chunk refused');
+            // 409 (output_closed, stale_revision): the run's revision takes no more output, so
+            // the chunks queued after this one would each be refused the same way
+            if (r.status === 409) this.#dropRun(q);
+          }
         } catch (err) {
           failures++;
           retryMs = Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** Math.min(failures - 1, 5));
@@ -273,6 +279,16 @@ export class OutputSender {
         this.#tokens = 1;
         this.#tokensAt = Date.now();
       }
+    }
+  }
+
+  /** Drops the chunks queued after `q` of the same run (its path and revision); `q` itself leaves as usual. */
+  #dropRun(q: Queued): void {
+    for (let i = this.#queue.length - 1; i >= 0; i--) {
+      const x = this.#queue[i]!;
+      if (x === q || x.path !== q.path || x.body.revision !== q.body.revision) continue;
+      this.#queue.splice(i, 1);
+      this.#queuedBytes -= x.bytes;
     }
   }
 

@@ -201,10 +201,19 @@ describe.skipIf(!built)('live output end to end', { timeout: 90_000 }, () => {
   });
 
   it('keeps a chunk sent twice once, and refuses another node posting output (403 wrong_node)', async () => {
-    const cfg = await mkConfig(c, { name: 'short', group: 'script', config: '#!/bin/sh\necho short\n' });
+    // a hook that runs until told to end: chunks are taken only while its revision has no result
+    const go = path.join(c.work, 'twice-go');
+    const cfg = await mkConfig(c, {
+      name: 'short',
+      group: 'script',
+      config: `#!/bin/sh\necho short\nwhile [ ! -e ${go} ]; do sleep 0.05; done\n`,
+    });
     const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE' });
-    const d = await waitDeployment(c, id);
-    const body = { revision: d.revision, stream: 'stderr', seq: 1000, text: 'posted twice\n' };
+    const running = await waitFor('the run started', async () => {
+      const r = await api(c.ctl.port, c.op, 'GET', `/v1/deployments/${id}/output`);
+      return r.json?.stdout?.text === 'short\n' ? r.json : null;
+    });
+    const body = { revision: running.revision, stream: 'stderr', seq: 1000, text: 'posted twice\n' };
     const path1 = `/v1/nodes/n1/deployments/${id}/output`;
     const a = await api(c.ctl.port, n1.cred, 'POST', path1, body);
     const b = await api(c.ctl.port, n1.cred, 'POST', path1, body);
@@ -231,6 +240,42 @@ describe.skipIf(!built)('live output end to end', { timeout: 90_000 }, () => {
     expect(wrongRoute.status).toBe(404); // not n2's deployment
     const asOperator = await api(c.ctl.port, c.op, 'POST', path1, { ...body, seq: 1003 });
     expect(asOperator.status).toBe(403);
+    fs.writeFileSync(go, '');
+    expect((await waitDeployment(c, id)).status).toBe('COMPLETE');
+  });
+
+  it('refuses an empty chunk (400 empty_chunk) and any chunk once the revision has its result (409 output_closed): a finished log cannot be added to or rewritten', async () => {
+    const go = path.join(c.work, 'closed-go');
+    const cfg = await mkConfig(c, {
+      name: 'closes',
+      group: 'script',
+      config: `#!/bin/sh\necho "the real log"\nwhile [ ! -e ${go} ]; do sleep 0.05; done\n`,
+    });
+    const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE' });
+    const running = await waitFor('the run started', async () => {
+      const r = await api(c.ctl.port, c.op, 'GET', `/v1/deployments/${id}/output`);
+      return r.json?.stdout?.text === 'the real log\n' ? r.json : null;
+    });
+    const route = `/v1/nodes/n1/deployments/${id}/output`;
+    const chunk = { revision: running.revision, stream: 'stdout', seq: 500, text: '' };
+    const empty = await api(c.ctl.port, n1.cred, 'POST', route, chunk);
+    expect(empty.status).toBe(400);
+    expect(empty.json.error.code).toBe('empty_chunk');
+    fs.writeFileSync(go, '');
+    const d = await waitDeployment(c, id);
+    expect(d.status).toBe('COMPLETE');
+    const seq = running.stdout.last_seq as number;
+    for (const late of [
+      { ...chunk, seq: seq + 100, text: 'appended after the result\n' },
+      { ...chunk, seq, text: 'the log rewritten\n' },
+    ]) {
+      const r = await api(c.ctl.port, n1.cred, 'POST', route, late);
+      expect(r.status).toBe(409);
+      expect(r.json.error.code).toBe('output_closed');
+    }
+    const kept = await api(c.ctl.port, c.op, 'GET', `/v1/deployments/${id}/output`);
+    expect(kept.json.signalled).toBe(true);
+    expect(kept.json.stdout.text).toBe('the real log\n');
   });
 
   it(`back-to-back runs that print on both streams, past the output burst (${OUTPUT_RATE_BURST}): each run's output is kept whole and no chunk is refused`, async () => {
