@@ -14,7 +14,10 @@
  * and the agent counts them as it counts its tokens (`granted`, at each wake-up that is not a
  * ping), so such a chunk takes a token if one is there, else one of those credits, and waits
  * only when it has neither. A chunk the controller may already hold is sent again and kept once
- * there (its `seq`).
+ * there (its `seq`). The controller takes no chunk once the run's result is in, so at the end of
+ * a run whose queue does not empty in half of OUTPUT_FINAL_FLUSH_WAIT_MS the run's last chunks go
+ * ahead of the rest, which are dropped as a gap. A refused chunk is never sent again; a 409 (the revision's result is in,
+ * `output_closed`, or a newer revision exists) drops the rest of that run's chunks too.
  */
 import type { Logger } from '../certs/tls.js';
 import type { MetadataItem } from '../protocol/heat.js';
@@ -148,7 +151,14 @@ export class OutputSender {
             const q = newest[stream];
             if (q !== undefined) this.#markLast(q);
           }
-          await this.#idle(this.#o.finalWaitMs);
+          // the controller takes no chunk once the run's result is in (output_closed), so the run's
+          // tail must arrive before the signal: when half the wait has not emptied the queue, the
+          // run's other chunks give way to its last ones, their bytes told as a gap
+          const half = Math.floor(this.#o.finalWaitMs / 2);
+          await this.#idle(half);
+          if (this.#queue.some((x) => x.path === path && x.body.revision === revision && x.last !== true))
+            this.#dropAllButLast(path, revision);
+          await this.#idle(this.#o.finalWaitMs - half);
         })();
         return closed;
       },
@@ -219,7 +229,12 @@ export class OutputSender {
           failures = 0;
           if (r.status === 429) retryMs = r.retryAfterMs ?? 1_000;
           else if (r.status >= 200 && r.status < 300) this.sent++;
-          else this.#o.log.debug?.({ status: r.status, path: q.path, seq: q.body.seq }, 'live output chunk refused');
+          else {
+            this.#o.log.debug?.({ status: r.status, path: q.path, seq: q.body.seq }, 'live output chunk refused');
+            // 409 (output_closed, stale_revision): the run's revision takes no more output, so
+            // the chunks queued after this one would each be refused the same way
+            if (r.status === 409) this.#dropRun(q);
+          }
         } catch (err) {
           failures++;
           retryMs = Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** Math.min(failures - 1, 5));
@@ -274,6 +289,36 @@ export class OutputSender {
         this.#tokensAt = Date.now();
       }
     }
+  }
+
+  /** Drops the chunks queued after `q` of the same run (its path and revision); `q` itself leaves as usual. */
+  #dropRun(q: Queued): void {
+    for (let i = this.#queue.length - 1; i >= 0; i--) {
+      const x = this.#queue[i]!;
+      if (x === q || x.path !== q.path || x.body.revision !== q.body.revision) continue;
+      this.#queue.splice(i, 1);
+      this.#queuedBytes -= x.bytes;
+    }
+  }
+
+  /**
+   * Drops a run's queued chunks but its last ones (and the one in flight, which may be delivered
+   * already); their bytes ride on the run's first chunk left as `dropped_bytes`.
+   */
+  #dropAllButLast(path: string, revision: number): void {
+    let gap = 0;
+    for (let i = this.#queue.length - 1; i >= 0; i--) {
+      const x = this.#queue[i]!;
+      if (x.path !== path || x.body.revision !== revision || x.last === true || x === this.#inflight) continue;
+      this.#queue.splice(i, 1);
+      this.#queuedBytes -= x.bytes;
+      this.droppedBytes += x.bytes;
+      gap += x.bytes + (x.body.dropped_bytes ?? 0);
+    }
+    const next = this.#queue.find((x) => x.path === path && x.body.revision === revision && x !== this.#inflight);
+    if (next !== undefined && gap > 0) next.body.dropped_bytes = (next.body.dropped_bytes ?? 0) + gap;
+    // a pump waiting for a token for a chunk dropped here looks at the new head
+    if (this.#waitingFor !== null && !this.#queue.includes(this.#waitingFor)) this.#wake?.();
   }
 
   /** `q` turned out to be its run's last chunk of its stream: a wait for its token may end now. */

@@ -6,6 +6,7 @@
  */
 import { type Command, CommanderError } from 'commander';
 import { HeraldError, isErrorCode } from '../protocol/errors.js';
+import { visible } from './terminal-text.js';
 
 /**
  * The HeraldError `err` is or wraps (through `cause`, a few levels deep), else undefined. A
@@ -32,8 +33,9 @@ export function reportError(err: unknown): number {
   if (err instanceof CommanderError) return err.exitCode;
   const coded = heraldErrorOf(err);
   if (coded !== undefined) {
-    // one line, whatever a library put in the message
-    process.stderr.write(`herald: ${coded.code}: ${coded.message.split('\n')[0]!}\n`);
+    // one line, whatever a library put in the message; a controller's message may quote what a
+    // node sent, so its control characters are shown, not obeyed
+    process.stderr.write(`herald: ${coded.code}: ${visible(coded.message.split('\n')[0]!)}\n`);
     return 1;
   }
   process.stderr.write(

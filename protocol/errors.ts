@@ -90,6 +90,8 @@ export const ERROR_CODES = {
   bad_endpoint: 'the endpoint is not wss://host:port/v1/wake',
   stale_revision: 'the signal is for an older revision than the current one',
   unknown_revision: 'the signal is for a revision newer than the current one',
+  empty_chunk: 'a live output chunk with no text (it would be kept without counting against the per-revision limit)',
+  output_closed: "a live output chunk for a revision whose result is in: that revision's output is final",
   deployment_busy: 'the deployment belongs to a cluster operation and cannot be changed by hand',
   restart_in_progress: 'the cluster is already being restarted, created or deleted',
   cluster_busy: 'the node already belongs to another cluster',

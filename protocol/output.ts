@@ -79,7 +79,7 @@ export function gapMarker(bytes: number): string {
 
 /**
  * Checks a posted chunk's shape.
- * @throws HeraldError `invalid_request` with `field`
+ * @throws HeraldError `invalid_request` with `field`; `empty_chunk` (field `text`) for no text
  */
 export function parseOutputChunk(body: unknown): OutputChunkBody {
   const bad = (field: string, message: string): never => {
@@ -91,6 +91,8 @@ export function parseOutputChunk(body: unknown): OutputChunkBody {
   if (b.stream !== 'stdout' && b.stream !== 'stderr') bad('stream', 'stream must be "stdout" or "stderr"');
   if (!isPositiveInt(b.seq)) bad('seq', 'seq must be a positive integer');
   if (typeof b.text !== 'string') bad('text', 'text must be a string');
+  // an empty chunk would be a row that the per-revision byte limit never counts
+  if (b.text === '') throw new HeraldError('empty_chunk', 'text must not be empty', { field: 'text' });
   if (Buffer.byteLength(b.text as string, 'utf8') > OUTPUT_CHUNK_MAX_BYTES)
     bad('text', `text must be at most ${OUTPUT_CHUNK_MAX_BYTES} bytes`);
   if (b.dropped_bytes !== undefined && !(Number.isSafeInteger(b.dropped_bytes) && (b.dropped_bytes as number) >= 0))

@@ -3,15 +3,16 @@
  * chunks of text. Hidden values are masked here, before a chunk leaves the node (SPEC §4), and a
  * value the pipe delivered in two pieces, or that two flushes would split, is still caught whole:
  * the chunker keeps back the text where a hidden value may still be completing (at most the
- * longest value's length minus one characters, never the middle of a complete value) and sends
- * it with the next chunk, or at the end.
+ * longest form's length minus one characters, never the middle of a complete value) and sends
+ * it with the next chunk, or at the end. The forms are every spelling hidden-forms.ts makes of a
+ * value, so the hold-back covers the longest one (a JSON-escaped value may be six times as long).
  *
  * Pure: bytes in, text out; the caller owns the timer (OUTPUT_FLUSH_INTERVAL_MS) and decides
  * when to take what is ready.
  */
 import { StringDecoder } from 'node:string_decoder';
 import { OUTPUT_CHUNK_MAX_BYTES } from '../../protocol/limits.js';
-import { maskText } from './mask.js';
+import { hiddenSpans, maskText } from './mask.js';
 
 export class OutputChunker {
   readonly #values: readonly string[];
@@ -20,7 +21,7 @@ export class OutputChunker {
   /** Decoded, unmasked text not sent yet. */
   #pending = '';
 
-  /** `hidden`: the values to mask, longest first (`hiddenValues()` of mask.ts). */
+  /** `hidden`: the values to mask, every form of each, longest first (`hiddenValues()` of mask.ts). */
   constructor(hidden: readonly string[]) {
     this.#values = hidden;
     this.#keep = Math.max(0, (hidden[0]?.length ?? 0) - 1);
@@ -51,23 +52,12 @@ export class OutputChunker {
   /**
    * Where `t` can be cut with no hidden value split: keep back the last `keep` characters (a value
    * starting there may not be complete yet), and move the cut left to the start of any complete
-   * occurrence it would fall inside of.
+   * occurrence it would fall inside of (occurrences that overlap are one span, so one move does).
    */
   #safeCut(t: string): number {
     let cut = t.length - this.#keep;
     if (cut <= 0 || this.#values.length === 0) return cut;
-    for (let moved = true; moved && cut > 0; ) {
-      moved = false;
-      for (const v of this.#values) {
-        // an occurrence straddling the cut starts within v.length - 1 characters before it
-        const from = Math.max(0, cut - v.length + 1);
-        const i = t.indexOf(v, from);
-        if (i !== -1 && i < cut && i + v.length > cut) {
-          cut = i;
-          moved = true;
-        }
-      }
-    }
+    for (const [start, end] of hiddenSpans(t, this.#values)) if (start < cut && end > cut) cut = start;
     return cut;
   }
 }

@@ -19,11 +19,13 @@ import type { ApiClient, ClientOptions } from './client.js';
 // small and pure: loaded eagerly; the client (certificates, https) and the watcher load lazily
 import { CONTROLLERS_HELP, controllersTable } from './controllers.js';
 import { collect, formatMs, keyValues, parseDuration, parsePositiveInt, splitList, table } from './format.js';
+import { jsonText, visible } from '../terminal-text.js';
 import { gatherInputs, hiddenOnArgvWarning, INPUT_FILE_HELP, warnHiddenOnArgv } from './inputs.js';
 import { clusterMembers, formatPlan, RESTART_HELP, restartBody, type RestartFlags } from './rollout.js';
 
 interface CommonOptions extends ClientOptions {
   json?: boolean;
+  raw?: boolean;
 }
 
 /** Exit status of `cluster restart --wait` (and `deploy --wait`) when the operation failed. */
@@ -39,7 +41,9 @@ Connection (on every operator command, before or after the subcommand):
   --as <name>             operator identity operator/<name> (default admin)
   --ca/--cert/--key       override the files taken from --pki
   --controller-id <name>  the server must present controller/<name> (default controller)
-  --json                  print the API's JSON instead of tables`;
+  --json                  print the API's JSON instead of tables
+  --raw                   print text from nodes as it came: without it, terminal control
+                          characters (ESC, CR, C1, ...) are shown as \\u001b etc. (docs/cli.md)`;
 
 /** Adds the connection options to a command group. */
 function withConnectionOptions(cmd: Command): Command {
@@ -52,6 +56,7 @@ function withConnectionOptions(cmd: Command): Command {
     .option('--key <file>', 'client key (default <pki>/operator/<as>.key)')
     .option('--controller-id <name>', 'expected server identity controller/<name> (default controller)')
     .option('--json', 'print the API JSON instead of tables')
+    .option('--raw', 'print text from nodes (output, reasons) as it came, terminal control bytes included')
     .addHelpText('after', CONNECTION_HELP);
 }
 
@@ -67,20 +72,25 @@ async function withClient<T>(cmd: Command, fn: (client: ApiClient, o: CommonOpti
   }
 }
 
-function out(s: string): void {
-  process.stdout.write(s);
+/**
+ * Prints text for people: what the controller sent (a node's output, reasons, names) goes through
+ * `visible()` so a node's terminal control bytes are shown, not obeyed, unless `--raw`.
+ */
+function out(o: CommonOptions, s: string): void {
+  process.stdout.write(o.raw === true ? s : visible(s));
 }
 
-function printJson(v: unknown): void {
-  out(`${JSON.stringify(v, null, 2)}\n`);
+/** Prints the API's JSON (lossless: `jsonText` escapes C1 controls as `\u0080`-`\u009f` unless `--raw`). */
+function printJson(o: CommonOptions, v: unknown): void {
+  process.stdout.write(`${jsonText(v, o.raw === true)}\n`);
 }
 
 /** GETs `path` and prints it: the API's JSON with --json, else what `render` makes of it. */
 function printGet<T>(cmd: Command, path: string, render: (body: T) => string): Promise<void> {
   return withClient(cmd, async (client, o) => {
     const body = await client.get<T>(path);
-    if (o.json) return printJson(body);
-    out(render(body));
+    if (o.json) return printJson(o, body);
+    out(o, render(body));
   });
 }
 
@@ -138,7 +148,7 @@ function registerNode(program: Command): void {
     async (_o, cmd: Command) => {
       await withClient(cmd, async (client, o) => {
         const body = await client.get<ListEnvelope<NodeView>>('/v1/nodes');
-        if (o.json) return printJson(body);
+        if (o.json) return printJson(o, body);
         const rows = body.items.map(({ id, endpoint, generation, push: p }) => [
           id,
           endpoint,
@@ -148,7 +158,7 @@ function registerNode(program: Command): void {
           p.last_ack_at,
           p.last_error,
         ]);
-        out(table(['ID', 'ENDPOINT', 'PUSH', 'GEN', 'ACKED', 'LAST ACK', 'LAST ERROR'], rows));
+        out(o, table(['ID', 'ENDPOINT', 'PUSH', 'GEN', 'ACKED', 'LAST ACK', 'LAST ERROR'], rows));
       });
     },
   );
@@ -170,8 +180,8 @@ function registerNode(program: Command): void {
         const req: Obj = { id };
         if (opts.endpoint) req.endpoint = opts.endpoint;
         const body = await client.post<NodeView>('/v1/nodes', req);
-        if (o.json) return printJson(body);
-        out(`node ${body.id} added\n`);
+        if (o.json) return printJson(o, body);
+        out(o, `node ${body.id} added\n`);
       });
     });
   leaf(node, 'rm <id>', 'delete a node; its id stays refused to agents until an operator adds it again', [
@@ -179,8 +189,8 @@ function registerNode(program: Command): void {
   ]).action(async (id: string, _o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
       const body = await client.delete(`/v1/nodes/${seg(id)}`);
-      if (o.json) return printJson(body ?? { deleted: id });
-      out(`node ${id} deleted\n`);
+      if (o.json) return printJson(o, body ?? { deleted: id });
+      out(o, `node ${id} deleted\n`);
     });
   });
   leaf(
@@ -191,9 +201,10 @@ function registerNode(program: Command): void {
   ).action(async (id: string, _o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
       const body = await client.post<{ node: string; revoked_before: string }>(`/v1/nodes/${seg(id)}/revoke`, {});
-      if (o.json) return printJson(body);
-      out(`node ${body.node} revoked: its certificates issued before ${body.revoked_before} are refused\n`);
+      if (o.json) return printJson(o, body);
+      out(o, `node ${body.node} revoked: its certificates issued before ${body.revoked_before} are refused\n`);
       out(
+        o,
         'to let it in again: herald enroll token --node <id>, then herald agent enroll on the node (docs/adding-nodes.md)\n',
       );
     });
@@ -259,17 +270,17 @@ function registerConfig(program: Command): void {
         const req = buildConfigRequest({ ...opts, text });
         await withClient(cmd, async (client, o) => {
           const body = await client.post<ConfigView>('/v1/configs', req);
-          if (o.json) return printJson(body);
-          out(`config ${body.id} created (${opts.name}, group ${opts.group})\n`);
+          if (o.json) return printJson(o, body);
+          out(o, `config ${body.id} created (${opts.name}, group ${opts.group})\n`);
         });
       },
     );
   leaf(config, 'ls', 'list configs', ['herald config ls']).action(async (_o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
       const body = await client.get<ListEnvelope<ConfigView>>('/v1/configs');
-      if (o.json) return printJson(body);
+      if (o.json) return printJson(o, body);
       const rows = body.items.map((c) => [c.id, c.name, c.group, c.inputs.length, c.outputs.length, c.creation_time]);
-      out(table(['ID', 'NAME', 'GROUP', 'INPUTS', 'OUTPUTS', 'CREATED'], rows));
+      out(o, table(['ID', 'NAME', 'GROUP', 'INPUTS', 'OUTPUTS', 'CREATED'], rows));
     });
   });
   leaf(config, 'show <id>', 'show one config with its script, inputs (hidden defaults shown as ***) and outputs', [
@@ -324,7 +335,7 @@ function registerDeploy(program: Command): void {
         await withClient(cmd, async (client, o) => {
           await warnHiddenOnArgv(client, [opts.config], inputs.argvNames);
           const body = await client.post<DeploymentView>('/v1/deployments', req);
-          await reportDeployment(client, body, 'created', opts.wait === true, timeoutMs, o.json === true);
+          await reportDeployment(client, body, 'created', opts.wait === true, timeoutMs, o);
         });
       },
     );
@@ -355,7 +366,7 @@ function registerDeploy(program: Command): void {
             await warnHiddenOnArgv(client, [current?.config_id], inputs.argvNames);
           }
           const body = await client.patch<DeploymentView>(`/v1/deployments/${seg(id)}`, req);
-          await reportDeployment(client, body, 'updated', opts.wait === true, timeoutMs, o.json === true);
+          await reportDeployment(client, body, 'updated', opts.wait === true, timeoutMs, o);
         });
       },
     );
@@ -374,8 +385,9 @@ function registerDeploy(program: Command): void {
         const body = await client.get<ListEnvelope<DeploymentView>>(
           `/v1/deployments${opts.node ? `?node=${seg(opts.node)}` : ''}`,
         );
-        if (o.json) return printJson(body);
+        if (o.json) return printJson(o, body);
         out(
+          o,
           table(
             ['ID', 'NODE', 'NAME', 'ACTION', 'REV', 'STATUS', 'REASON'],
             body.items.map((d) => [d.id, d.node, d.name, d.action, d.revision, d.status, d.status_reason]),
@@ -401,6 +413,7 @@ function registerDeploy(program: Command): void {
           revision,
           timeoutMs,
           json: o.json === true,
+          raw: o.raw === true,
         });
         if (r.exitCode === 'timeout') process.stderr.write(`herald: timed out following deployment ${id}\n`);
         process.exitCode = waitExitCode(r.exitCode === 'timeout', r.exitCode === 'failed') ?? process.exitCode;
@@ -411,8 +424,8 @@ function registerDeploy(program: Command): void {
   ]).action(async (id: string, _o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
       const body = await client.delete(`/v1/deployments/${seg(id)}`);
-      if (o.json) return printJson(body ?? { deleted: id });
-      out(`deployment ${id} ${body ? 'is being deleted' : 'deleted'}\n`);
+      if (o.json) return printJson(o, body ?? { deleted: id });
+      out(o, `deployment ${id} ${body ? 'is being deleted' : 'deleted'}\n`);
     });
   });
 }
@@ -423,13 +436,14 @@ async function reportDeployment(
   verb: string,
   wait: boolean,
   timeoutMs: number,
-  json: boolean,
+  o: CommonOptions,
 ): Promise<void> {
   const busy = (d: DeploymentView): boolean => d.status === 'IN_PROGRESS';
   const d = wait ? await waitWhile(client, `/v1/deployments/${seg(body.id)}`, body, busy, timeoutMs) : body;
-  if (json) printJson(d);
+  if (o.json) printJson(o, d);
   else
     out(
+      o,
       `deployment ${d.id} ${verb}: revision ${d.revision}, ${d.status}${d.status_reason ? ` (${d.status_reason})` : ''}\n`,
     );
   if (!wait) return;
@@ -500,8 +514,8 @@ function registerCluster(program: Command): void {
           const body = opts.wait
             ? await waitWhile(client, `/v1/clusters/${seg(first.id)}`, first, busy, timeoutMs)
             : first;
-          if (o.json) printJson(body);
-          else out(`cluster ${body.id} created (${opts.name}): ${body.status}\n`);
+          if (o.json) printJson(o, body);
+          else out(o, `cluster ${body.id} created (${opts.name}): ${body.status}\n`);
           if (opts.wait)
             process.exitCode = waitExitCode(busy(body), body.status.endsWith('_FAILED')) ?? process.exitCode;
         });
@@ -510,8 +524,9 @@ function registerCluster(program: Command): void {
   leaf(cluster, 'ls', 'list clusters', ['herald cluster ls']).action(async (_o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
       const body = await client.get<ListEnvelope<ClusterView>>('/v1/clusters');
-      if (o.json) return printJson(body);
+      if (o.json) return printJson(o, body);
       out(
+        o,
         table(
           ['ID', 'NAME', 'STATUS', 'NODES', 'REASON'],
           body.items.map((c) => [c.id, c.name, c.status, c.nodes.length, c.status_reason]),
@@ -524,15 +539,16 @@ function registerCluster(program: Command): void {
   ]).action(async (id: string, _o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
       const body = await client.get<ClusterView>(`/v1/clusters/${seg(id)}`);
-      if (o.json) return printJson(body);
+      if (o.json) return printJson(o, body);
       const { clusterStateOf } = await import('./watch.js');
       const c = clusterStateOf(body);
       const head: Obj = {};
       for (const [k, v] of Object.entries(body))
         if (!Array.isArray(v) && (v === null || typeof v !== 'object')) head[k] = v;
-      out(keyValues(head));
+      out(o, keyValues(head));
       const dur = (a?: number, b?: number): string => (a !== undefined && b !== undefined ? formatMs(b - a) : '-');
       out(
+        o,
         `\n${table(
           ['NODE', 'PHASE', 'NODEGROUP', 'UNINSTALL', 'INSTALL', 'REASON'],
           c.nodes.map((n, i) => [
@@ -591,13 +607,13 @@ function registerCluster(program: Command): void {
           const startedAt = new Date();
           const plan = await client.patch<RestartPlanView | undefined>(`/v1/clusters/${seg(id)}/actions/restart`, body);
           if (opts.dryRun) {
-            if (o.json) printJson(plan);
-            else if (plan) out(formatPlan(plan));
+            if (o.json) printJson(o, plan);
+            else if (plan) out(o, formatPlan(plan));
             return;
           }
           if (!opts.wait) {
-            if (o.json) printJson({ accepted: true, cluster: id });
-            else out(`restart of cluster ${id} accepted; follow it with: herald cluster show ${id}\n`);
+            if (o.json) printJson(o, { accepted: true, cluster: id });
+            else out(o, `restart of cluster ${id} accepted; follow it with: herald cluster show ${id}\n`);
             return;
           }
           const { followRestart } = await import('./restart.js');
@@ -606,6 +622,7 @@ function registerCluster(program: Command): void {
             startedAt,
             timeoutMs,
             json: o.json === true,
+            raw: o.raw === true,
             progress: opts.progress,
             useEvents: opts.events,
           });
@@ -653,8 +670,8 @@ function registerCluster(program: Command): void {
           const busy = (c: ClusterView): boolean => c.status.endsWith('_IN_PROGRESS');
           const now = await client.get<ClusterView>(`/v1/clusters/${seg(id)}`);
           const body = opts.wait ? await waitWhile(client, `/v1/clusters/${seg(id)}`, now, busy, timeoutMs) : now;
-          if (o.json) printJson(opts.wait ? body : g);
-          else out(`node group ${String(req.name)} added to cluster ${id}: ${body.status}\n`);
+          if (o.json) printJson(o, opts.wait ? body : g);
+          else out(o, `node group ${String(req.name)} added to cluster ${id}: ${body.status}\n`);
           if (opts.wait)
             process.exitCode = waitExitCode(busy(body), body.status.endsWith('_FAILED')) ?? process.exitCode;
         });
@@ -668,8 +685,8 @@ function registerCluster(program: Command): void {
   ).action(async (id: string, name: string, _o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
       const body = await client.delete(`/v1/clusters/${seg(id)}/nodegroups/${seg(name)}`);
-      if (o.json) return printJson(body);
-      out(`node group ${name} of cluster ${id} is being removed (uninstall on its nodes, then removal)\n`);
+      if (o.json) return printJson(o, body);
+      out(o, `node group ${name} of cluster ${id} is being removed (uninstall on its nodes, then removal)\n`);
     });
   });
   leaf(cluster, 'rm <id>', 'delete a cluster: uninstalls on every node, then removes it', [
@@ -677,8 +694,8 @@ function registerCluster(program: Command): void {
   ]).action(async (id: string, _o, cmd: Command) => {
     await withClient(cmd, async (client, o) => {
       const body = await client.delete(`/v1/clusters/${seg(id)}`);
-      if (o.json) return printJson(body ?? { deleted: id });
-      out(`cluster ${id} is being deleted (uninstall on every node, then removal)\n`);
+      if (o.json) return printJson(o, body ?? { deleted: id });
+      out(o, `cluster ${id} is being deleted (uninstall on every node, then removal)\n`);
     });
   });
 }
@@ -723,8 +740,8 @@ function registerEnroll(program: Command): void {
         };
         if (opts.ttl !== undefined) req.ttl_s = Math.max(1, Math.round(parseDuration(opts.ttl, '--ttl') / 1000));
         const body = await client.post<Obj & { token: string }>('/v1/enrollment-tokens', req);
-        if (o.json) return printJson(body);
-        out(`${body.token}\n`);
+        if (o.json) return printJson(o, body);
+        out(o, `${body.token}\n`);
         process.stderr.write(
           `join token ${String(body.id)} for node ${String(body.node)}, single use, until ${String(body.expires_at)}\n`,
         );
@@ -734,9 +751,9 @@ function registerEnroll(program: Command): void {
     async (_o, cmd: Command) => {
       await withClient(cmd, async (client, o) => {
         const body = await client.get<ListEnvelope<Obj>>('/v1/enrollment-tokens');
-        if (o.json) return printJson(body);
+        if (o.json) return printJson(o, body);
         const rows = body.items.map((t) => [t.id, t.node, t.state, t.expires_at, t.used_at, t.created_by]);
-        out(table(['ID', 'NODE', 'STATE', 'EXPIRES', 'USED', 'MADE BY'], rows));
+        out(o, table(['ID', 'NODE', 'STATE', 'EXPIRES', 'USED', 'MADE BY'], rows));
       });
     },
   );
@@ -744,8 +761,8 @@ function registerEnroll(program: Command): void {
     async (id: string, _o, cmd: Command) => {
       await withClient(cmd, async (client, o) => {
         const body = await client.delete(`/v1/enrollment-tokens/${seg(id)}`);
-        if (o.json) return printJson(body);
-        out(`join token ${id} revoked\n`);
+        if (o.json) return printJson(o, body);
+        out(o, `join token ${id} revoked\n`);
       });
     },
   );

@@ -8,16 +8,22 @@
  * a chunk already in the kept output is not printed again (its sequence number). Events are
  * best-effort, so the deployment is also re-read now and then: a missed `deployment` event does
  * not leave the command waiting.
+ *
+ * The text is a node's: it is printed through `visible()` (terminal-text.ts), so the hook's
+ * terminal control bytes are shown rather than obeyed, unless `raw`.
  */
 import type { DeploymentOutputView, OutputEventView, OutputStream } from '../../protocol/output.js';
 import type { DeploymentView } from '../../protocol/rest.js';
 import type { ApiClient, SseEvent } from './client.js';
+import { jsonText, visible } from '../terminal-text.js';
 
 export interface LogsOptions {
   follow: boolean;
   revision?: number | undefined;
   timeoutMs: number;
   json: boolean;
+  /** Print the node's text as it came, terminal control bytes included (`--raw`). */
+  raw?: boolean;
   write?: (stream: OutputStream, text: string) => void;
 }
 
@@ -34,13 +40,14 @@ export interface LogsOutcome {
 }
 
 export async function deployLogs(client: ApiClient, id: string, o: LogsOptions): Promise<LogsOutcome> {
-  const write =
-    o.write ?? ((s: OutputStream, t: string) => (s === 'stdout' ? process.stdout : process.stderr).write(t));
+  const sink = o.write ?? ((s: OutputStream, t: string) => (s === 'stdout' ? process.stdout : process.stderr).write(t));
+  // every string printed below passes here: a node's control bytes made visible unless --raw
+  const write = (s: OutputStream, t: string): void => sink(s, o.raw === true ? t : visible(t));
   const path = (rev?: number): string =>
     `/v1/deployments/${encodeURIComponent(id)}/output${rev === undefined ? '' : `?revision=${rev}`}`;
   if (!o.follow) {
     const kept = await client.get<DeploymentOutputView>(path(o.revision));
-    if (o.json) write('stdout', `${JSON.stringify(kept, null, 2)}\n`);
+    if (o.json) sink('stdout', `${jsonText(kept, o.raw === true)}\n`);
     else printKept(kept, write);
     return { exitCode: undefined };
   }

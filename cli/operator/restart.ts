@@ -8,6 +8,7 @@ import { plainView, ttyView, type ProgressView } from './progress.js';
 import { watchRestart, type WatchEvent, type WatchResult } from './watch.js';
 import { formatMs, table } from './format.js';
 import type { ClusterState } from './watch.js';
+import { jsonText, visible } from '../terminal-text.js';
 
 /** The end of a restart, one row per node: phase, step times and the last output line seen. */
 export function summaryTable(c: ClusterState, lastLines: ReadonlyMap<string, string>): string {
@@ -31,6 +32,8 @@ export interface FollowOptions {
   startedAt: Date;
   timeoutMs: number;
   json: boolean;
+  /** Print a node's text as it came, terminal control bytes included (`--raw`). */
+  raw?: boolean;
   /** Default: a bar on a TTY, lines otherwise. */
   progress?: 'bar' | 'lines' | undefined;
   useEvents?: boolean;
@@ -60,6 +63,8 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
       startedAt: o.startedAt,
       timeoutMs: o.timeoutMs,
       useEvents: o.useEvents !== false,
+      // JSON output escapes control characters itself (jsonText), losslessly
+      raw: o.raw === true || o.json,
       onStart: (c) => view?.start(c),
       onLook: (c) => view?.look?.(c),
       onEvent: (e) => {
@@ -75,7 +80,7 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
   if (!o.json && result.cluster) process.stdout.write(summaryTable(result.cluster, lastLines));
   if (o.json) {
     process.stdout.write(
-      `${JSON.stringify({ ok: result.ok, timed_out: result.timedOut, status: result.cluster?.status ?? null, failed: result.failed, events }, null, 2)}\n`,
+      `${jsonText({ ok: result.ok, timed_out: result.timedOut, status: result.cluster?.status ?? null, failed: result.failed, events }, o.raw === true)}\n`,
     );
   }
   if (result.ok) {
@@ -92,6 +97,7 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
   const nodes = result.failed.length
     ? result.failed.map((f) => `node ${f.node}: ${f.reason}`).join('; ')
     : (result.cluster?.statusReason ?? 'no node reported a reason');
-  process.stderr.write(`herald: restart failed: cluster ${o.clusterId} ${status}: ${nodes}\n`);
+  const line = `herald: restart failed: cluster ${o.clusterId} ${status}: ${nodes}\n`;
+  process.stderr.write(o.raw === true ? line : visible(line)); // the reasons are the nodes'
   return 1;
 }

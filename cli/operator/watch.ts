@@ -4,11 +4,14 @@
  * phase change (filling in phases that happened between two looks, so every node shows
  * uninstalling → installing → complete in order), one per wake-up the events report, and one
  * per live output chunk of a member (its last line, SPEC §8: a stuck node is seen while stuck).
- * Renderers (plain lines, a progress bar, the demo's timeline) only consume these.
+ * Renderers (plain lines, a progress bar, the demo's timeline) only consume these. Text in them
+ * that a node supplied (its reason, its output line) has its terminal control characters made
+ * visible here, before any renderer draws it (terminal-text.ts), unless `raw`.
  */
 import type { ClusterNodePhase, ClusterStatus, ClusterView, EventData } from '../../protocol/rest.js';
 import { lastLineOf, type OutputEventView } from '../../protocol/output.js';
 import type { ApiClient, SseEvent } from './client.js';
+import { visibleDeep } from '../terminal-text.js';
 
 /** How often the cluster is read while a restart runs. */
 export const WATCH_POLL_INTERVAL_MS = 1_000;
@@ -268,6 +271,8 @@ export interface WatchOptions {
   /** Follow `/v1/events` (default true). */
   useEvents?: boolean;
   pollIntervalMs?: number;
+  /** Pass a node's text on as it came, terminal control bytes included (`--raw`, or JSON output). */
+  raw?: boolean;
 }
 
 /** Follows one cluster until its restart is complete, failed, or the timeout passes. */
@@ -284,11 +289,15 @@ export async function watchRestart(client: ApiClient, opts: WatchOptions): Promi
   let last: ClusterState | undefined;
   let members: ReadonlySet<string> = new Set();
   let lastError: Error | undefined;
+  // the one place the watch takes data in: what a renderer draws is already safe for a terminal
+  const shown = <T>(v: T): T => (opts.raw === true ? v : visibleDeep(v));
 
   const look = coalesced(async () => {
     if (settled) return;
     try {
-      const c = clusterStateOf(await client.get<ClusterView>(`/v1/clusters/${encodeURIComponent(opts.clusterId)}`));
+      const c = shown(
+        clusterStateOf(await client.get<ClusterView>(`/v1/clusters/${encodeURIComponent(opts.clusterId)}`)),
+      );
       if (last === undefined) opts.onStart?.(c);
       last = c;
       opts.onLook?.(c);
@@ -309,11 +318,11 @@ export async function watchRestart(client: ApiClient, opts: WatchOptions): Promi
     opts.useEvents === false
       ? undefined
       : client.events((e) => {
-          const out = settled ? undefined : outputEventOf(e, members);
+          const out = settled ? undefined : shown(outputEventOf(e, members));
           if (out) return opts.onEvent(out);
           const d = eventDataOf(e);
           if (settled || !d) return;
-          const woken = wakes.woken(d, members);
+          const woken = shown(wakes.woken(d, members));
           if (woken) opts.onEvent(woken);
           if (touches(d, opts.clusterId, members)) void look();
         });

@@ -109,6 +109,7 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   node_exists: 409,
   stale_revision: 409,
   unknown_revision: 409,
+  output_closed: 409,
   deployment_busy: 409,
   deployment_deleting: 409,
   restart_in_progress: 409,

@@ -30,8 +30,8 @@ export class LiveOutputService {
 
   /**
    * An agent's chunk (the node already checked against the caller).
-   * @throws HeraldError `invalid_request` (field), `not_found` (not this node's deployment),
-   *   `stale_revision` / `unknown_revision` (field `revision`)
+   * @throws HeraldError `invalid_request` (field), `empty_chunk`, `not_found` (not this node's
+   *   deployment), `stale_revision` / `unknown_revision` / `output_closed` (field `revision`)
    */
   async post(node: string, deploymentId: string, body: unknown): Promise<OutputChunkAck> {
     const c = parseOutputChunk(body);

@@ -5,6 +5,7 @@
  * holding OUTPUT_KEPT_PER_REVISION_BYTES stay (older ones are deleted, and the bytes cut are
  * counted per stream); a removed deployment's output goes with it (a trigger in each schema).
  */
+import { HeraldError } from '../../protocol/errors.js';
 import { OUTPUT_KEPT_PER_REVISION_BYTES } from '../../protocol/limits.js';
 import type { OutputStream } from '../../protocol/output.js';
 import type { Statements } from './statements.js';
@@ -37,9 +38,22 @@ export class SqlOutputRows {
   /**
    * Keeps the chunk and trims the revision to the limit; the caller runs it in one transaction.
    * `duplicate` when that sequence number was kept before (nothing changes then).
+   * @throws HeraldError `output_closed` when the revision's result is in: its output is final,
+   *   so a chunk can neither add to nor rewrite what operators read as the run's log
    */
   async append(c: OutputChunkRecord, at: string): Promise<{ duplicate: boolean }> {
     const s = this.#s;
+    // PostgreSQL: FOR SHARE makes a signal committing meanwhile wait for this transaction, or this
+    // read wait for the signal and see it; SQLite's one writer orders the two the same way
+    const rev = (await s.outRevisionSignalled.get(c.deploymentId, c.revision)) as
+      | { signalled: number | string }
+      | undefined;
+    if (rev !== undefined && Number(rev.signalled) === 1)
+      throw new HeraldError(
+        'output_closed',
+        `revision ${c.revision} of deployment ${c.deploymentId} has its result: its output is final`,
+        { field: 'revision' },
+      );
     const bytes = Buffer.byteLength(c.text, 'utf8');
     const r = await s.outInsert.run(c.deploymentId, c.revision, c.seq, c.stream, c.text, bytes, c.droppedBytes, at);
     if (r.changes === 0) return { duplicate: true };

@@ -209,6 +209,8 @@ export const SQL = {
   auditInsert: 'INSERT INTO audit (at, who, action, target, detail) VALUES (?, ?, ?, ?, ?)',
   auditList: 'SELECT * FROM audit ORDER BY seq DESC LIMIT ?',
   // live output (SPEC §8; controller/store/output.ts)
+  // the revision's row read with a lock a signal's update waits for (controller/store/output.ts append)
+  outRevisionSignalled: 'SELECT signalled FROM revisions WHERE deployment_id = ? AND revision = ? FOR SHARE',
   outInsert: `INSERT INTO deployment_output (deployment_id, revision, seq, stream, text, bytes, dropped_bytes, created_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
   outTotal: 'SELECT COALESCE(SUM(bytes), 0) AS n FROM deployment_output WHERE deployment_id = ? AND revision = ?',

@@ -170,4 +170,22 @@ describe('OutputSender', () => {
       vi.useRealTimers();
     }
   });
+
+  it("stops sending a run's output at the first 409 (output_closed: its result is in), never retrying it or sending the rest", async () => {
+    const bodies: OutputChunkBody[] = [];
+    const s = new OutputSender({
+      node: 'n1',
+      log,
+      send: async (_p, body) => {
+        bodies.push(body);
+        return { status: 409 };
+      },
+    });
+    const live = s.open(item);
+    // three full chunks queued at once, the first of them sent before the others
+    live.write('stdout', Buffer.from('x'.repeat(3 * OUTPUT_CHUNK_MAX_BYTES)));
+    await live.close();
+    expect(bodies.map((b) => b.seq)).toEqual([1]);
+    expect(s.sent).toBe(0);
+  });
 });

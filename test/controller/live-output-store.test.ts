@@ -1,22 +1,38 @@
 /**
  * Live output in the SQLite store (SPEC §8): a chunk kept once per sequence number, the newest
  * 1 MiB per revision (the rest counted as cut), rendered with its markers, the last chunk of the
- * current revision, and the output removed with its deployment. In-process, `:memory:`.
+ * current revision, and the output removed with its deployment. In-process, `:memory:`. Then
+ * both stores (PostgreSQL a throwaway server): a revision whose result is in takes no more chunks.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { ClusterEngine } from '../../controller/clusters/engine.js';
 import { renderOutput } from '../../controller/service/output-view.js';
+import { PgStore } from '../../controller/store/pg/store.js';
+import { recordSignal } from '../../controller/service/signal.js';
 import { SqliteStore } from '../../controller/store/sqlite/store.js';
-import type { NewConfig } from '../../controller/store/store.js';
+import type { NewConfig, Store } from '../../controller/store/store.js';
+import { rejectedCode } from '../helpers/controller-codes.js';
+import { startPg, type PgServer } from '../helpers/pg.js';
 
 const WHO = 'spiffe://herald.local/operator/test';
 const CONFIG: NewConfig = { name: 'c', group: 'script', config: 'x', inputs: [], outputs: [], options: {} };
-const stores: SqliteStore[] = [];
+const stores: Store[] = [];
+let pg: PgServer | undefined;
+beforeAll(async () => {
+  pg = await startPg();
+});
+afterAll(async () => {
+  await pg?.close();
+});
 afterEach(async () => {
   for (const s of stores.splice(0)) await s.close();
 });
 
-async function withDeployment(): Promise<{ s: SqliteStore; id: string }> {
-  const s = new SqliteStore(':memory:');
+async function withDeployment(kind: 'sqlite' | 'postgres' = 'sqlite'): Promise<{ s: Store; id: string }> {
+  const s =
+    kind === 'sqlite'
+      ? new SqliteStore(':memory:')
+      : await PgStore.open(await pg!.createDatabase(), { controller: 'c1' });
   stores.push(s);
   await s.createNode('a', null, WHO);
   const cfg = await s.createConfig(CONFIG, WHO);
@@ -73,5 +89,26 @@ describe('live output in the store', () => {
     expect(await s.getDeployment(id)).toBeUndefined();
     expect((await s.readOutput(id, 1)).chunks).toEqual([]);
     expect(await s.lastOutput([id])).toEqual(new Map());
+  });
+});
+
+describe.each(['sqlite', 'postgres'] as const)('live output after the result (%s store)', (kind) => {
+  it('refuses a chunk for a revision whose result is in (output_closed), a new sequence number or a kept one, and the kept output stays as it was', async () => {
+    const { s, id } = await withDeployment(kind);
+    expect(await s.appendOutput(chunk(id, 1, 'ran\n'))).toEqual({ duplicate: false });
+    await s.transaction((tx) =>
+      recordSignal(
+        tx,
+        new ClusterEngine(),
+        'a',
+        id,
+        { revision: 1, deployStatusCode: 0, deployStdout: 'ran\n', deployStderr: '', outputs: {} },
+        WHO,
+        Date.now(),
+      ),
+    );
+    expect(await rejectedCode(s.appendOutput(chunk(id, 2, 'appended later\n')))).toBe('output_closed');
+    expect(await rejectedCode(s.appendOutput(chunk(id, 1, 'rewritten\n')))).toBe('output_closed');
+    expect(renderOutput(await s.readOutput(id, 1)).stdout).toEqual({ text: 'ran\n', first_seq: 1, last_seq: 1 });
   });
 });

@@ -17,7 +17,7 @@ import {
   type Cluster,
 } from '../helpers/agent-cluster.js';
 import { readEvents, type ReceivedEvent } from '../helpers/event-stream.js';
-import { api, credOf, HERALD, isBuilt, killAll, stopProc, waitFor } from '../helpers/procs.js';
+import { api, credOf, HERALD, heraldSync, isBuilt, killAll, stopProc, waitFor } from '../helpers/procs.js';
 import { OUTPUT_RATE_BURST } from '../../protocol/limits.js';
 import { metricSum } from '../security/helpers/battery.js';
 
@@ -136,11 +136,84 @@ describe.skipIf(!built)('live output end to end', { timeout: 90_000 }, () => {
     }
   });
 
+  it('never lets a hidden value out in the forms JSON encoders print it: Python json.dumps, Go, PHP, upper-case hex, a surrogate pair (in chunks, events, the kept output, the signal, deploy show and deploy logs)', async () => {
+    const values = { city: 'Zürich/2026', tag: '<b>"x"&amp;</b>', emoji: 'key-😀-Zz' };
+    const cfg = await mkConfig(c, {
+      name: 'encoders',
+      group: 'script',
+      config: [
+        '#!/bin/sh',
+        // a real encoder: Python writes non-ASCII as \uXXXX and the emoji as a surrogate pair
+        `python3 -c 'import json,os; [print("py:", json.dumps(os.environ[k])) for k in ("city", "tag", "emoji")]'`,
+        `python3 -c 'import json,os,sys; print("py-err:", json.dumps(os.environ["city"]), file=sys.stderr)'`,
+        // the escaped emoji split inside an escape, across two flushes
+        `python3 -c 'import json,os,sys,time; s = json.dumps(os.environ["emoji"]); sys.stdout.write("split: " + s[:7]); sys.stdout.flush(); time.sleep(0.3); print(s[7:], "end")'`,
+        // what Go's encoding/json and PHP's json_encode print, written out
+        `printf '%s\\n' 'go: \\u003cb\\u003e\\"x\\"\\u0026amp;\\u003c/b\\u003e'`,
+        `printf '%s\\n' 'php: Z\\u00fcrich\\/2026'`,
+        `printf '%s\\n' 'upper: key-\\uD83D\\uDE00-Zz'`,
+        `printf '%s' 'out: Z\\u00FCrich\\/2026' > "$heat_outputs_path.result"`,
+        '',
+      ].join('\n'),
+      inputs: Object.keys(values).map((name) => ({ name, type: 'String', hidden: true })),
+      outputs: [{ name: 'result', type: 'String' }],
+    });
+    const ev = readEvents(c.ctl.port, c.op);
+    await ev.opened;
+    try {
+      const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE', input_values: values });
+      const d = await waitDeployment(c, id, ['COMPLETE', 'FAILED'], 20_000);
+      expect(d.status).toBe('COMPLETE');
+      const stdout = 'py: "***"\npy: "***"\npy: "***"\nsplit: "***" end\ngo: ***\nphp: ***\nupper: ***\n';
+      await waitFor('the last stdout chunk', () =>
+        outputOf(ev.events, id)
+          .filter((e) => e.data.stream === 'stdout')
+          .map((e) => e.data.text)
+          .join('')
+          .endsWith('upper: ***\n'),
+      );
+      const streamed = (s: string): string =>
+        outputOf(ev.events, id)
+          .filter((e) => e.data.stream === s)
+          .map((e) => e.data.text)
+          .join('');
+      expect(streamed('stdout')).toBe(stdout);
+      const kept = await api(c.ctl.port, c.op, 'GET', `/v1/deployments/${id}/output`);
+      expect(kept.json.stdout.text).toBe(stdout);
+      expect(kept.json.stderr.text).toBe('py-err: "***"\n');
+      // the signal
+      expect(d.output_values.deploy_stdout).toBe(stdout);
+      expect(d.output_values.deploy_stderr).toBe('py-err: "***"\n');
+      expect(d.output_values.result).toBe('out: ***');
+      const cli = ['--controller', `https://127.0.0.1:${c.ctl.port}`, '--pki', c.pki];
+      const show = heraldSync(['deploy', 'show', id, ...cli]);
+      const logs = heraldSync(['deploy', 'logs', id, ...cli]);
+      expect(show.code).toBe(0);
+      expect(logs.code).toBe(0);
+      expect(logs.out).toBe(stdout);
+      const everything = [JSON.stringify(ev.events), kept.raw, JSON.stringify(d), show.out, logs.out, logs.err];
+      // what is left of any form of the three values once its neighbours are gone
+      const pieces = ['rich', 'ü', 'u00fc', 'u00FC', 'ud83d', 'uD83D', 'ude00', 'uDE00', '😀', '-Zz', 'amp;', 'u003c'];
+      for (const text of everything) for (const piece of pieces) expect(text).not.toContain(piece);
+    } finally {
+      ev.close();
+    }
+  });
+
   it('keeps a chunk sent twice once, and refuses another node posting output (403 wrong_node)', async () => {
-    const cfg = await mkConfig(c, { name: 'short', group: 'script', config: '#!/bin/sh\necho short\n' });
+    // a hook that runs until told to end: chunks are taken only while its revision has no result
+    const go = path.join(c.work, 'twice-go');
+    const cfg = await mkConfig(c, {
+      name: 'short',
+      group: 'script',
+      config: `#!/bin/sh\necho short\nwhile [ ! -e ${go} ]; do sleep 0.05; done\n`,
+    });
     const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE' });
-    const d = await waitDeployment(c, id);
-    const body = { revision: d.revision, stream: 'stderr', seq: 1000, text: 'posted twice\n' };
+    const running = await waitFor('the run started', async () => {
+      const r = await api(c.ctl.port, c.op, 'GET', `/v1/deployments/${id}/output`);
+      return r.json?.stdout?.text === 'short\n' ? r.json : null;
+    });
+    const body = { revision: running.revision, stream: 'stderr', seq: 1000, text: 'posted twice\n' };
     const path1 = `/v1/nodes/n1/deployments/${id}/output`;
     const a = await api(c.ctl.port, n1.cred, 'POST', path1, body);
     const b = await api(c.ctl.port, n1.cred, 'POST', path1, body);
@@ -167,6 +240,42 @@ describe.skipIf(!built)('live output end to end', { timeout: 90_000 }, () => {
     expect(wrongRoute.status).toBe(404); // not n2's deployment
     const asOperator = await api(c.ctl.port, c.op, 'POST', path1, { ...body, seq: 1003 });
     expect(asOperator.status).toBe(403);
+    fs.writeFileSync(go, '');
+    expect((await waitDeployment(c, id)).status).toBe('COMPLETE');
+  });
+
+  it('refuses an empty chunk (400 empty_chunk) and any chunk once the revision has its result (409 output_closed): a finished log cannot be added to or rewritten', async () => {
+    const go = path.join(c.work, 'closed-go');
+    const cfg = await mkConfig(c, {
+      name: 'closes',
+      group: 'script',
+      config: `#!/bin/sh\necho "the real log"\nwhile [ ! -e ${go} ]; do sleep 0.05; done\n`,
+    });
+    const id = await mkDeployment(c, { node: 'n1', config_id: cfg, action: 'CREATE' });
+    const running = await waitFor('the run started', async () => {
+      const r = await api(c.ctl.port, c.op, 'GET', `/v1/deployments/${id}/output`);
+      return r.json?.stdout?.text === 'the real log\n' ? r.json : null;
+    });
+    const route = `/v1/nodes/n1/deployments/${id}/output`;
+    const chunk = { revision: running.revision, stream: 'stdout', seq: 500, text: '' };
+    const empty = await api(c.ctl.port, n1.cred, 'POST', route, chunk);
+    expect(empty.status).toBe(400);
+    expect(empty.json.error.code).toBe('empty_chunk');
+    fs.writeFileSync(go, '');
+    const d = await waitDeployment(c, id);
+    expect(d.status).toBe('COMPLETE');
+    const seq = running.stdout.last_seq as number;
+    for (const late of [
+      { ...chunk, seq: seq + 100, text: 'appended after the result\n' },
+      { ...chunk, seq, text: 'the log rewritten\n' },
+    ]) {
+      const r = await api(c.ctl.port, n1.cred, 'POST', route, late);
+      expect(r.status).toBe(409);
+      expect(r.json.error.code).toBe('output_closed');
+    }
+    const kept = await api(c.ctl.port, c.op, 'GET', `/v1/deployments/${id}/output`);
+    expect(kept.json.signalled).toBe(true);
+    expect(kept.json.stdout.text).toBe('the real log\n');
   });
 
   it(`back-to-back runs that print on both streams, past the output burst (${OUTPUT_RATE_BURST}): each run's output is kept whole and no chunk is refused`, async () => {
