@@ -363,7 +363,8 @@ function parseLine(raw: string): Line | undefined {
     !ROLES.includes(p.role as Role) ||
     !Array.isArray(p.serials) ||
     !p.serials.every((s) => typeof s === 'string') ||
-    typeof p.notAfterMs !== 'number'
+    typeof p.notAfterMs !== 'number' ||
+    (p.notBeforeMs !== undefined && typeof p.notBeforeMs !== 'number')
   )
     return undefined;
   return l as unknown as Line;

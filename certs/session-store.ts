@@ -5,8 +5,9 @@
  * `checkServerIdentity` and shows no server certificate, so a session is worth only what was
  * checked when it was made: each entry carries the identity of a server that passed
  * `checkServerCertificate` in a full handshake (or was inherited from such a session), its
- * serials (leaf and issuer) and the certificate's notAfter, and is offered only while none of
- * those serials is revoked (read from the material at the moment of offering), before notAfter,
+ * serials (leaf and issuer) and the certificate's validity, and is offered only while none of
+ * those serials is revoked and its identity's floor is not above its notBefore (read from the
+ * material at the moment of offering), before notAfter,
  * and within TLS_SESSION_LIFETIME_S. `clear()` drops everything; the owner calls it on the
  * material's 'tls-change' and 'revoked-change' (HttpsAgentHolder does). No I/O of its own: a
  * `SessionPersistence` (certs/session-file.ts) may follow its changes, and may keep a session's
@@ -18,11 +19,15 @@
 import { TLS_SESSION_LIFETIME_S, TLS_SESSION_STORE_ENTRIES } from '../protocol/limits.js';
 import type { Role } from '../protocol/identity.js';
 import { isExpectedServer, type ExpectedServer } from './expected-server.js';
+import { identityKey } from './revoked.js';
 import { withoutPeerCertificate } from './session-der.js';
 
-/** What the store reads of the PKI material (certs/tls.ts `PkiMaterial`): today's revoked serials. */
+/**
+ * What the store reads of the PKI material (certs/tls.ts `PkiMaterial`): today's revoked serials
+ * and identity floors (`role/name` -> ms: a certificate of it whose notBefore is earlier is revoked).
+ */
 export interface RevocationSource {
-  current(): { readonly revokedSerials: ReadonlySet<string> };
+  current(): { readonly revokedSerials: ReadonlySet<string>; readonly identityFloors?: ReadonlyMap<string, number> };
 }
 
 /** Whom a session was made with, as checked in its full handshake. */
@@ -34,11 +39,36 @@ export interface SessionPeer {
   serials: readonly string[];
   /** The server certificate's notAfter, ms since the epoch. */
   notAfterMs: number;
+  /**
+   * The server certificate's notBefore, ms since the epoch; absent in a session kept before it was
+   * recorded, which counts as older than any identity floor (`belowIdentityFloor`).
+   */
+  notBeforeMs?: number;
 }
 
 /** `e`'s peer alone: a copy that holds none of a session's bytes. */
 export function peerOf(e: SessionPeer): SessionPeer {
-  return { spiffeId: e.spiffeId, role: e.role, name: e.name, serials: [...e.serials], notAfterMs: e.notAfterMs };
+  const p: SessionPeer = {
+    spiffeId: e.spiffeId,
+    role: e.role,
+    name: e.name,
+    serials: [...e.serials],
+    notAfterMs: e.notAfterMs,
+  };
+  if (e.notBeforeMs !== undefined) p.notBeforeMs = e.notBeforeMs;
+  return p;
+}
+
+/**
+ * The identity floor `peer`'s certificate stands under (its identity was revoked since before the
+ * certificate was issued: certs/tls.ts `identityFloorRefusal`), or undefined.
+ */
+export function belowIdentityFloor(
+  peer: SessionPeer,
+  floors: ReadonlyMap<string, number> | undefined,
+): number | undefined {
+  const floor = floors?.get(identityKey(peer.role, peer.name));
+  return floor !== undefined && (peer.notBeforeMs ?? 0) < floor ? floor : undefined;
 }
 
 export interface StoredSession extends SessionPeer {
@@ -110,9 +140,11 @@ export class TlsSessionStore {
     const e = this.#entries.get(key);
     if (e === undefined) return undefined;
     const now = this.#now();
-    const revoked = this.#material.current().revokedSerials;
+    const m = this.#material.current();
+    const revoked = m.revokedSerials;
     if (
       e.serials.some((s) => revoked.has(s)) ||
+      belowIdentityFloor(e, m.identityFloors) !== undefined ||
       now >= e.notAfterMs ||
       now - e.storedAtMs >= this.#maxAgeMs ||
       !isExpectedServer(expected, e)

@@ -21,7 +21,7 @@ import { describeExpectedServer, isExpectedServer, type ExpectedServer } from '.
 import { checkChain, leafRoleAllowed, MAX_REMEMBERED_ISSUERS, presentedAbove } from './chain.js';
 import { identityOf, normalizeSerial, type CertIdentity } from './identity.js';
 import { identityKey, parseRevoked } from './revoked.js';
-import { peerOf, TlsSessionStore, type SessionPeer } from './session-store.js';
+import { belowIdentityFloor, peerOf, TlsSessionStore, type SessionPeer } from './session-store.js';
 import { tlsCodeOf } from './tls-codes.js';
 import { x509Of } from './x509-parse.js';
 
@@ -727,8 +727,13 @@ export function connectResumingX509(
     // certificate changed) while this dial was in flight is not seen by the sweeps of live
     // connections, which skip a dial that has no peer yet
     const now = Date.now();
-    const revoked = material.current().revokedSerials;
-    if (sessions.epoch !== epoch || now >= offered.notAfterMs || offered.serials.some((x) => revoked.has(x))) {
+    const m = material.current();
+    if (
+      sessions.epoch !== epoch ||
+      now >= offered.notAfterMs ||
+      offered.serials.some((x) => m.revokedSerials.has(x)) ||
+      belowIdentityFloor(offered, m.identityFloors) !== undefined
+    ) {
       forgotten.add(socket);
       sessions.delete(key);
       socket.destroy(
@@ -774,7 +779,14 @@ function sessionPeerOfX509(cert: crypto.X509Certificate, material: PkiMaterial):
   }
   const notAfterMs = Date.parse(cert.validTo);
   if (!Number.isFinite(notAfterMs)) return undefined;
-  return { spiffeId: id.spiffeId, role: id.role, name: id.name, serials: chainSerialsOf(cert, material), notAfterMs };
+  return {
+    spiffeId: id.spiffeId,
+    role: id.role,
+    name: id.name,
+    serials: chainSerialsOf(cert, material),
+    notAfterMs,
+    notBeforeMs: id.validFrom.getTime(),
+  };
 }
 
 /** The server side of a dial: undefined when `cert` is `expectedSpiffeId`, else a RefusalError. */
@@ -926,9 +938,15 @@ function checkSessionPeer(
   expected: ExpectedServer,
   now = Date.now(),
 ): RefusalError | undefined {
-  const revoked = material.current().revokedSerials;
-  const serial = peer.serials.find((s) => revoked.has(s));
+  const m = material.current();
+  const serial = peer.serials.find((s) => m.revokedSerials.has(s));
   if (serial !== undefined) return new RefusalError('revoked', `the server's serial ${serial} is revoked`);
+  const floor = belowIdentityFloor(peer, m.identityFloors);
+  if (floor !== undefined)
+    return new RefusalError(
+      'revoked',
+      `the certificates of ${identityKey(peer.role, peer.name)} issued before ${new Date(floor).toISOString()} are revoked`,
+    );
   if (now >= peer.notAfterMs)
     return new RefusalError(
       'certificate_expired',

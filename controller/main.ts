@@ -317,7 +317,13 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       service.useChangeFeed(feed);
       cleanup.push(() => feed.close());
     }
-    const floors = new IdentityFloors({ store, material, logger });
+    // the push workers load revoked.json but not the database: they are sent its floors
+    const floors = new IdentityFloors({
+      store,
+      material,
+      logger,
+      ...(dialer.setIdentityFloors ? { onChange: (f) => dialer.setIdentityFloors?.(f) } : {}),
+    });
     await floors.start();
     cleanup.push(() => floors.close());
     const enrollment = new Enrollment({

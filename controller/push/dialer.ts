@@ -23,6 +23,7 @@ import {
   tlsClientOptions,
   type PkiMaterial,
 } from '../../certs/tls.js';
+import { identityKey } from '../../certs/revoked.js';
 import { SessionFile } from '../../certs/session-file.js';
 import { TlsSessionStore } from '../../certs/session-store.js';
 import { addressRefusal, parseIp } from '../../protocol/address.js';
@@ -151,6 +152,8 @@ class NodeEntry implements WheelMember {
   peerIssuerSerial: string | null = null;
   /** When the peer's certificate expires (ms): past it, its fetches are refused and it is closed. */
   peerNotAfterMs = 0;
+  /** When the peer's certificate was issued (ms): under its identity's floor, it is closed (#closeRevoked). */
+  peerNotBeforeMs = 0;
   /** Requests of this connection refused 429 in a row (MAX_PUSH_REFUSED_REQUESTS closes it). */
   requestRefusals = 0;
   inflight: InFlight | null = null;
@@ -463,6 +466,7 @@ export class PushDialer implements PushService {
     e.failCode = null;
     e.peerSerial = null;
     e.peerIssuerSerial = null;
+    e.peerNotBeforeMs = 0;
     const { checkServerIdentity: _legacy, ...base } = tlsClientOptions(this.#o.material, e.spiffeId);
     let ws: WebSocket;
     try {
@@ -504,6 +508,7 @@ export class PushDialer implements PushService {
               e.peerSerial = peer.serials[0] ?? null;
               e.peerIssuerSerial = peer.serials[1] ?? null;
               e.peerNotAfterMs = peer.notAfterMs;
+              e.peerNotBeforeMs = peer.notBeforeMs ?? 0;
             },
           ),
       } as unknown as tls.ConnectionOptions & WebSocket.ClientOptions;
@@ -955,12 +960,27 @@ export class PushDialer implements PushService {
     void closeSocket(ws, POLICY_VIOLATION, reason, this.#o.closeGraceMs);
   }
 
+  /**
+   * Closes every connection (open or being dialled) whose agent certificate is revoked now: its
+   * serial or its issuer's, or its identity's floor (a revoked node: certs/tls.ts
+   * `identityFloorRefusal`) above its notBefore. Its session goes too, so the redial is a full
+   * handshake, refused `revoked` while the revocation stands.
+   */
   #closeRevoked(): void {
-    const revoked = this.#o.material.current().revokedSerials;
+    const m = this.#o.material.current();
+    const revoked = m.revokedSerials;
+    const floors = m.identityFloors;
     for (const e of this.#nodes.values()) {
       if (e.ws === null || e.peerSerial === null) continue;
-      if (!revoked.has(e.peerSerial) && !(e.peerIssuerSerial !== null && revoked.has(e.peerIssuerSerial))) continue;
+      const floor = floors.size === 0 ? undefined : floors.get(identityKey('agent', e.node));
+      if (
+        !revoked.has(e.peerSerial) &&
+        !(e.peerIssuerSerial !== null && revoked.has(e.peerIssuerSerial)) &&
+        !(floor !== undefined && e.peerNotBeforeMs < floor)
+      )
+        continue;
       this.#log.warn({ node: e.node, serial: e.peerSerial }, 'agent certificate revoked: closing its push connection');
+      this.#sessions.delete(e.node);
       this.#closeForPolicy(e, e.ws, 'revoked');
     }
   }

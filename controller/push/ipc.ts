@@ -78,7 +78,13 @@ export type ToWorkerCommand =
   | { t: 'start'; targets: PushTarget[]; reconnect: string[] }
   | { t: 'endpoint'; node: string; url: string | null; gen: number }
   | { t: 'remove'; node: string }
-  | { t: 'signing-key'; jwk: Ed25519PrivateJwk };
+  | { t: 'signing-key'; jwk: Ed25519PrivateJwk }
+  /**
+   * The revoked identities the main process keeps beyond revoked.json (its database: node
+   * revocations and renewals), `role/name` -> floor in ms since the epoch: every one, replacing
+   * the last. The worker merges them with its own revoked.json (`PkiMaterial.setIdentityFloors`).
+   */
+  | { t: 'identity-floors'; floors: [string, number][] };
 
 /**
  * One value of a batch of commands to a worker: as the events (EventWord), the two commands a

@@ -142,6 +142,8 @@ export class PushPool implements PushService {
   readonly #shards: Shard[];
   readonly #targets = new Map<string, PushTarget>();
   readonly #states = new Map<string, PushState>();
+  /** The database's identity floors as last given (`setIdentityFloors`), for every worker started. */
+  #floors: [string, number][] = [];
   #requestHandler: PushRequestHandler | null = null;
   /** Requests waiting for the handler, oldest first from `#requestsHead` (see MAX_PUSH_REQUESTS_IN_FLIGHT). */
   #requests: QueuedRequest[] = [];
@@ -236,6 +238,22 @@ export class PushPool implements PushService {
     this.#o.signingJwk = jwk;
     for (const s of this.#shards) {
       s.queue.other({ t: 'signing-key', jwk });
+      this.#schedule(s);
+    }
+  }
+
+  /**
+   * The workers load revoked.json themselves but not the database: each is sent these floors
+   * when they change and at its start, and closes its connections to agents now under them.
+   */
+  setIdentityFloors(floors: ReadonlyMap<string, number>): void {
+    if (this.#closed) return;
+    const next = [...floors];
+    const prev = new Map(this.#floors);
+    if (next.length === prev.size && next.every(([k, v]) => prev.get(k) === v)) return;
+    this.#floors = next;
+    for (const s of this.#shards) {
+      s.queue.other({ t: 'identity-floors', floors: next });
       this.#schedule(s);
     }
   }
@@ -373,6 +391,8 @@ export class PushPool implements PushService {
           // the start carries every target: commands queued before it are already folded in
           s.queue.clear();
           const start = new WorkerCommands();
+          // the floors first: no dial starts before the worker knows whom it must refuse
+          start.other({ t: 'identity-floors', floors: this.#floors });
           start.other({ t: 'start', targets: shardTargets, reconnect });
           this.#post(s, { t: 'batch', words: start.take() });
           resolve();

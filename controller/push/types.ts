@@ -116,6 +116,12 @@ export interface PushService {
   /** A rotated signing key: wake-ups from now on are signed with it. */
   setSigningKey(jwk: Ed25519PrivateJwk): void;
   /**
+   * The identity floors of the database (`IdentityFloors`, `role/name` -> ms), every one, each
+   * time they change: for a dialer whose TLS material is not the main process's (push workers).
+   * A dialer that shares the main process's `PkiMaterial` has them already and has no such method.
+   */
+  setIdentityFloors?(floors: ReadonlyMap<string, number>): void;
+  /**
    * Who answers the agents' fetches and signals on their push connections. Until it is set, a
    * fetch frame is answered 503 `fetch_unavailable` and a signal frame 503 `signal_unavailable`:
    * the agent asks over HTTPS.

@@ -2,7 +2,7 @@
  * A push worker process: runs one PushDialer for its shard of the nodes, driven by the PushPool
  * facade in the controller's main process over IPC (controller/push/ipc.ts). It loads the TLS
  * material itself (and watches it, so a renewed certificate or revoked.json applies here too);
- * the signing key comes over the IPC pipe. Started by `child_process.fork` of the compiled
+ * the signing key and the database's identity floors (revoked nodes) come over the IPC pipe. Started by `child_process.fork` of the compiled
  * `dist/controller/push/worker.js`; it exits when its parent does.
  */
 import pino from 'pino';
@@ -135,6 +135,11 @@ class Worker {
         break;
       case 'signing-key':
         this.#dialer.setSigningKey(cmd.jwk);
+        break;
+      case 'identity-floors':
+        // merged with revoked.json's; a change closes the connections now under a floor
+        // ('revoked-change': the dialer's #closeRevoked)
+        this.#material.setIdentityFloors(new Map(cmd.floors));
         break;
     }
   }

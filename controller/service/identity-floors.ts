@@ -8,7 +8,7 @@
  * superseded certificate, and one renewed from a stolen one before, is refused.
  *
  * The floors reach `PkiMaterial.setIdentityFloors`, read again every IDENTITY_FLOOR_REFRESH_MS
- * for what other controllers set.
+ * for what other controllers set, and the push workers (`onChange`: PushPool.setIdentityFloors).
  */
 import type { Logger } from 'pino';
 import type { CertIdentity } from '../../certs/identity.js';
@@ -26,6 +26,11 @@ export interface IdentityFloorsOptions {
   now?: () => number;
   /** Default IDENTITY_FLOOR_REFRESH_MS. */
   refreshMs?: number;
+  /**
+   * Told the floors read (`role/name` -> ms) after each read that changed them, the first read
+   * included: for the push workers, whose material is not `material` (PushPool.setIdentityFloors).
+   */
+  onChange?: (floors: ReadonlyMap<string, number>) => void;
 }
 
 /** `POST /v1/nodes/{id}/revoke`'s answer. */
@@ -52,6 +57,8 @@ export class IdentityFloors {
   #timer: NodeJS.Timeout | undefined;
   #refreshing: Promise<void> | undefined;
   #closed = false;
+  /** The floors of the last read. */
+  #floors: ReadonlyMap<string, number> | undefined;
 
   constructor(o: IdentityFloorsOptions) {
     this.#o = o;
@@ -93,6 +100,10 @@ export class IdentityFloors {
     }
     this.#renewed = renewed;
     this.#o.material.setIdentityFloors(floors);
+    const prev = this.#floors;
+    if (prev !== undefined && prev.size === floors.size && [...floors].every(([k, v]) => prev.get(k) === v)) return;
+    this.#floors = floors;
+    this.#o.onChange?.(floors);
   }
 
   /**

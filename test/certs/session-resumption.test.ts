@@ -350,6 +350,28 @@ describe('TlsSessionStore offers a session only while what its handshake checked
     }
   });
 
+  it("does not offer a session whose certificate is under its identity's floor (a revoked node), nor one kept without its notBefore", () => {
+    const floors = new Map<string, number>();
+    const store = new TlsSessionStore({
+      current: () => ({ revokedSerials: new Set<string>(), identityFloors: floors }),
+    });
+    const issued = Date.now() - 60_000;
+    store.save('h:1', { ...peer(), notBeforeMs: issued }, ticket, store.epoch);
+    store.save('h:2', peer(), ticket, store.epoch);
+    // no floor: both offered, the one kept without its notBefore too
+    expect(store.offer('h:1', CONTROLLER)?.session).toEqual(ticket);
+    expect(store.offer('h:2', CONTROLLER)?.session).toEqual(ticket);
+    // a floor at the certificate's notBefore: it was issued at the floor, and stays
+    floors.set('controller/controller', issued);
+    expect(store.offer('h:1', CONTROLLER)?.session).toEqual(ticket);
+    // the one without a notBefore counts as older than any floor
+    expect(store.offer('h:2', CONTROLLER)).toBeUndefined();
+    // a floor above it (the identity revoked since): dropped, at the moment of offering
+    floors.set('controller/controller', issued + 1_000);
+    expect(store.offer('h:1', CONTROLLER)).toBeUndefined();
+    expect(store.size).toBe(0);
+  });
+
   it('does not offer past the certificate notAfter or the ticket lifetime', () => {
     let now = Date.now();
     const store = new TlsSessionStore(agentSide(), { now: () => now, maxAgeMs: 10_000 });
