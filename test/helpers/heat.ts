@@ -30,7 +30,7 @@ export const HEAT_FIXTURE_DIR = path.join(REPO, 'test', 'fixtures', 'heat');
 /** Debian's interpreter: a python3 earlier on PATH (pyenv) lacks Debian's modules. */
 const PYTHON = '/usr/bin/python3';
 const MODULES = [
-  'heat.cmd.all',
+  'heat',
   'heatclient',
   'swiftclient',
   'openstackclient',

@@ -14,8 +14,14 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initPki } from '../../certs/pki.js';
 import { pkiPaths } from '../../certs/paths.js';
-import { HEAT_FIXTURE_DIR, HEAT_PACKAGES, heatAvailable, startHeat, type Heat } from '../helpers/heat.js';
-import { waitFor } from '../helpers/procs.js';
+import {
+  HEAT_FIXTURE_DIR,
+  HEAT_PACKAGES,
+  heatAvailable,
+  startHeat,
+  type Heat,
+  type OpenstackResult,
+} from '../helpers/heat.js';
 
 const available = heatAvailable();
 if (!available)
@@ -287,6 +293,30 @@ const metadataPuts = (store: RecordingObjectStore, from: number): HeatMetadata[]
     )
     .map((r) => JSON.parse(r.body ?? '') as HeatMetadata);
 
+/**
+ * Polls the recorder for the first metadata PUT with a deployment from index `from` on, while
+ * `cli` runs; fails at once when the command ends first, with what it printed.
+ */
+async function metadataPutDuring(
+  store: RecordingObjectStore,
+  from: number,
+  cli: Promise<OpenstackResult>,
+  heat: Heat,
+): Promise<HeatMetadata> {
+  let ended: OpenstackResult | undefined;
+  void cli.then((r) => (ended = r));
+  const t0 = Date.now();
+  for (;;) {
+    const md = metadataPuts(store, from).find((m) => m.deployments.length > 0);
+    if (md) return md;
+    if (ended)
+      throw new Error(`openstack ended (${ended.code}) before the metadata PUT:\n${ended.stderr}\n${heat.logTail()}`);
+    if (Date.now() - t0 > STEP_TIMEOUT_MS)
+      throw new Error(`no metadata PUT in ${STEP_TIMEOUT_MS} ms:\n${heat.logTail()}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 /** PUTs a result to `deploy_signal_id` as heat-agents' heat-config-notify does. */
 function notify(signalUrl: string, ca: Buffer, result: Record<string, unknown>): Promise<number> {
   const body = Buffer.from(JSON.stringify(result));
@@ -357,17 +387,7 @@ describe.skipIf(!available)(
     it('creates the stack: the metadata arrives through a TempURL, a signal completes it', async () => {
       const t0 = Date.now();
       const create = heat.openstack(['stack', 'create', '--wait', '--poll', '1', '-t', TEMPLATE, '-f', 'json', 'h1']);
-      let createDone = false;
-      void create.then(() => (createDone = true));
-      const md = await waitFor(
-        'the first metadata PUT with a deployment',
-        () => {
-          if (createDone) throw new Error('stack create ended first');
-          return metadataPuts(store, 0).find((m) => m.deployments.length > 0);
-        },
-        STEP_TIMEOUT_MS,
-        50,
-      );
+      const md = await metadataPutDuring(store, 0, create, heat);
       timings.createToMetadataPutMs = Date.now() - t0;
       const d = md.deployments[0]!;
       expect(d).toMatchObject({ name: 'install', group: 'script' });
@@ -418,17 +438,7 @@ describe.skipIf(!available)(
         'json',
         'h1',
       ]);
-      let updateDone = false;
-      void update.then(() => (updateDone = true));
-      const md = await waitFor(
-        'the metadata PUT of the update',
-        () => {
-          if (updateDone) throw new Error('stack update ended first');
-          return metadataPuts(store, from).find((m) => m.deployments.length > 0);
-        },
-        STEP_TIMEOUT_MS,
-        50,
-      );
+      const md = await metadataPutDuring(store, from, update, heat);
       timings.updateToMetadataPutMs = Date.now() - t0;
       const d = md.deployments[0]!;
       expect(input(d, 'deploy_action')).toBe('UPDATE');
