@@ -74,7 +74,7 @@ Example:
         // one line per try tried again; the last failure is the command's error (cli/run-cli.ts)
         onRetry: (n) =>
           process.stderr.write(
-            `herald: enrolment try ${n.attempt} of ${n.attempts} failed (${n.code}); trying again in ${(n.waitMs / 1000).toFixed(1)} s\n`,
+            `herald: enrolment try ${n.attempt} failed (${n.code}); trying again in ${(n.waitMs / 1000).toFixed(1)} s (${Math.round(n.leftMs / 1000)} s of retries left)\n`,
           ),
       });
       process.stdout.write(

@@ -25,10 +25,10 @@ import { HeraldError, isErrorCode, RefusalError, type ErrorCode } from '../proto
 import { spiffeIdOf } from '../protocol/identity.js';
 import {
   API_REQUEST_TIMEOUT_MS,
-  ENROLL_CLIENT_ATTEMPTS,
   ENROLL_CLIENT_BACKOFF_BASE_MS,
   ENROLL_CLIENT_BACKOFF_MAX_MS,
   ENROLL_CLIENT_RETRY_AFTER_MAX_S,
+  ENROLL_CLIENT_RETRY_BUDGET_MS,
   MAX_ENROLL_BODY_BYTES,
   RSA_KEY_BITS,
 } from '../protocol/limits.js';
@@ -49,8 +49,12 @@ export interface EnrollOptions {
   force?: boolean;
   /** Default API_REQUEST_TIMEOUT_MS, for each of the two connections. */
   timeoutMs?: number;
-  /** Tries in all on a connection error, a 429 or a 503 (default ENROLL_CLIENT_ATTEMPTS). */
-  attempts?: number;
+  /**
+   * How long after the first try another may start, on a connection error, a 429 or a 503
+   * (default ENROLL_CLIENT_RETRY_BUDGET_MS).
+   */
+  retryBudgetMs?: number;
+  now?: () => number;
   /** Told before each wait between tries (the CLI prints one line). */
   onRetry?: (r: RetryNote) => void;
   sleep?: (ms: number) => Promise<void>;
@@ -61,9 +65,10 @@ export interface EnrollOptions {
 export interface RetryNote {
   /** The try that failed, from 1. */
   attempt: number;
-  attempts: number;
   code: ErrorCode;
   waitMs: number;
+  /** What is left of the retry budget once this wait is over. */
+  leftMs: number;
 }
 
 export interface EnrollResult {
@@ -270,24 +275,29 @@ type Try<T> =
   | { ok: false; retryable: boolean; error: HeraldError; retryAfterS?: number | undefined };
 
 /**
- * Runs a try until it succeeds, fails for good, or has been tried `attempts` times; waits the
- * controller's Retry-After (plus jitter, so a boot storm does not come back all at once) or,
- * without one, full jitter doubling from ENROLL_CLIENT_BACKOFF_BASE_MS. A Retry-After over
+ * Runs a try until it succeeds, fails for good, or the retry budget (ENROLL_CLIENT_RETRY_BUDGET_MS
+ * from the first try) would be over before the next one; waits the controller's Retry-After plus
+ * jitter (so a boot storm does not come back all at once) or, without one, full jitter doubling
+ * from ENROLL_CLIENT_BACKOFF_BASE_MS to ENROLL_CLIENT_BACKOFF_MAX_MS. A Retry-After over
  * ENROLL_CLIENT_RETRY_AFTER_MAX_S ends the tries with the controller's code.
  */
 function retryPolicy(o: EnrollOptions): <T>(once: () => Promise<Try<T>>) => Promise<T> {
-  const attempts = o.attempts ?? ENROLL_CLIENT_ATTEMPTS;
+  const budgetMs = o.retryBudgetMs ?? ENROLL_CLIENT_RETRY_BUDGET_MS;
+  const now = o.now ?? Date.now;
   const sleep = o.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   const random = o.random ?? Math.random;
   return async (once) => {
+    const start = now();
     for (let attempt = 1; ; attempt++) {
       const r = await once();
       if (r.ok) return r.value;
-      if (!r.retryable || attempt >= attempts) throw r.error;
+      if (!r.retryable) throw r.error;
       if (r.retryAfterS !== undefined && r.retryAfterS > ENROLL_CLIENT_RETRY_AFTER_MAX_S) throw r.error;
       const jitterMs = fullJitterMs(attempt - 1, ENROLL_CLIENT_BACKOFF_BASE_MS, ENROLL_CLIENT_BACKOFF_MAX_MS, random);
       const waitMs = (r.retryAfterS ?? 0) * 1000 + jitterMs;
-      o.onRetry?.({ attempt, attempts, code: r.error.code, waitMs });
+      const leftMs = start + budgetMs - (now() + waitMs);
+      if (leftMs < 0) throw r.error;
+      o.onRetry?.({ attempt, code: r.error.code, waitMs, leftMs });
       await sleep(waitMs);
     }
   };

@@ -51,8 +51,8 @@ export interface StartDeps {
   clusterTickMs?: number;
   rates?: RateOverrides;
   bodyLimits?: { requestBytes?: number; signalBytes?: number };
-  /** Override of API_UNAUTHENTICATED_IDLE_TIMEOUT_MS; tests shorten it. */
-  unauthenticatedIdleTimeoutMs?: number;
+  /** Override of API_UNAUTHENTICATED_HEADERS_DEADLINE_MS; tests shorten it. */
+  unauthenticatedHeadersDeadlineMs?: number;
 }
 
 export interface PushContext {
@@ -345,8 +345,8 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       ticketKey,
       ...(deps.rates ? { rates: deps.rates } : {}),
       ...(deps.bodyLimits ? { bodyLimits: deps.bodyLimits } : {}),
-      ...(deps.unauthenticatedIdleTimeoutMs !== undefined
-        ? { unauthenticatedIdleTimeoutMs: deps.unauthenticatedIdleTimeoutMs }
+      ...(deps.unauthenticatedHeadersDeadlineMs !== undefined
+        ? { unauthenticatedHeadersDeadlineMs: deps.unauthenticatedHeadersDeadlineMs }
         : {}),
     });
     push.serveRequests((r) => api.answerPushRequest(r));

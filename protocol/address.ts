@@ -175,14 +175,6 @@ export function expandedIp(text: string): string | null {
   return b === null ? null : textOf(b);
 }
 
-/**
- * The network a client address stands for when limits are kept per peer: IPv4 /24, IPv6 /64
- * (one site or one customer of a provider, who can take any address inside it). An IPv6 address
- * that carries an IPv4 one (a dual-stack server reports `::ffff:a.b.c.d`) is that IPv4 address.
- */
-export const PEER_PREFIX_BITS_IPV4 = 24;
-export const PEER_PREFIX_BITS_IPV6 = 64;
-
 function peerBytes(ip: string): Uint8Array | null {
   const b = parseIp(ip.trim());
   if (b === null || b.length === 4) return b;
@@ -196,48 +188,34 @@ function textOf(b: Uint8Array): string {
   return groups.join(':');
 }
 
-/**
- * One key per client address, whatever its spelling: dotted quad for IPv4 (IPv4-mapped IPv6
- * included), eight hex groups for IPv6. A text that is not an IP address is its own key.
- */
-export function peerAddressKey(ip: string): string {
-  const b = peerBytes(ip);
-  return b === null ? ip : textOf(b);
+/** The prefix lengths of a peer's host and network (peerNetworks). */
+export const PEER_HOST_BITS_IPV4 = 32;
+export const PEER_HOST_BITS_IPV6 = 64;
+export const PEER_NETWORK_BITS_IPV4 = 24;
+export const PEER_NETWORK_BITS_IPV6 = 48;
+
+/** `b` cut to its first `bits` bits, written as `a.b.c.0/24` or `2001:db8:1::/48`. */
+function prefixText(b: Uint8Array, bits: number): string {
+  if (b.length === 4) return `${Array.from(b, (x, i) => (i * 8 >= bits ? 0 : x)).join('.')}/${bits}`;
+  const groups: string[] = [];
+  for (let i = 0; i < bits / 8; i += 2) groups.push(((b[i]! << 8) | b[i + 1]!).toString(16));
+  return `${groups.join(':')}::/${bits}`;
 }
 
 /**
- * The key of the network `ip` belongs to: `a.b.c.0/24` for IPv4, the first four groups and
- * `::/64` for IPv6. A text that is not an IP address is its own key.
+ * The one answer to "which peer is this" before the peer is known, for every limit kept per
+ * peer: the pre-authentication connection caps (controller/api/admission.ts) and the enrolment
+ * rate limits (controller/api/server.ts, SECURITY.md "Enrolment") key on the same two networks.
+ * A host is an IPv4 /32 or an IPv6 /64 (the smallest prefix a site is given: a host can pick any
+ * of its 2^64 addresses); its network is an IPv4 /24 or an IPv6 /48 (one site's allocation). An
+ * IPv6 address that carries an IPv4 address (mapped, NAT64, ...: a dual-stack server reports
+ * `::ffff:a.b.c.d`) counts as that IPv4 address, whatever the spelling. Text that is not an
+ * address is its own host and network.
  */
-export function peerPrefixKey(ip: string): string {
+export function peerNetworks(ip: string): { host: string; network: string } {
   const b = peerBytes(ip);
-  if (b === null) return ip;
-  const bits = b.length === 4 ? PEER_PREFIX_BITS_IPV4 : PEER_PREFIX_BITS_IPV6;
-  const masked = Uint8Array.from(b, (x, i) => (i * 8 >= bits ? 0 : x));
-  if (b.length === 4) return `${textOf(masked)}/${bits}`;
-  return `${textOf(masked)
-    .split(':')
-    .slice(0, bits / 16)
-    .join(':')}::/${bits}`;
-}
-
-/**
- * The networks a source address counts against when requests are limited before the peer is
- * known (SECURITY.md, "Enrolment"): one host's and its neighbourhood's. A host is an IPv4 /32 or
- * an IPv6 /64 (the smallest prefix a site is given: a host can pick any of its 2^64 addresses);
- * the neighbourhood is an IPv4 /24 or an IPv6 /48 (one site's allocation). An IPv6 address that
- * carries an IPv4 address (mapped, NAT64, ...) counts as that IPv4 address. Text that is not an
- * address is its own host and neighbourhood.
- */
-export function addressPrefixes(remote: string): { host: string; network: string } {
-  const b = parseIp(remote);
-  if (b === null) return { host: remote, network: remote };
-  const v4 = b.length === 4 ? b : carriedIpv4(b);
-  if (v4 !== null) return { host: `${v4.join('.')}/32`, network: `${v4.subarray(0, 3).join('.')}.0/24` };
-  const groups = (n: number): string => {
-    const out: string[] = [];
-    for (let i = 0; i < n * 2; i += 2) out.push(((b[i]! << 8) | b[i + 1]!).toString(16));
-    return out.join(':');
-  };
-  return { host: `${groups(4)}::/64`, network: `${groups(3)}::/48` };
+  if (b === null) return { host: ip, network: ip };
+  if (b.length === 4)
+    return { host: prefixText(b, PEER_HOST_BITS_IPV4), network: prefixText(b, PEER_NETWORK_BITS_IPV4) };
+  return { host: prefixText(b, PEER_HOST_BITS_IPV6), network: prefixText(b, PEER_NETWORK_BITS_IPV6) };
 }

@@ -60,11 +60,15 @@ export const ERROR_CODES = {
   // agent listener: connection-level refusals and WebSocket close reasons (SPEC §2)
   upgrade_required: 'a plain HTTP request to /v1/wake; only a WebSocket upgrade is served there',
   too_many_connections:
-    'the listener holds its limit of pending (16) or authenticated (4) connections; at the API (429), the agent identity already holds 8 connections; a connection without a valid certificate past 64 in all, 8 from its address or 16 from its network is destroyed before its request is read',
+    'the listener holds its limit of pending (16) or authenticated (4) connections; at the API (429), the agent identity already holds 8 connections; a connection without a valid certificate past 64 in all, 8 from its host (an IPv4 address, an IPv6 /64) or 16 from its network (IPv4 /24, IPv6 /48) is destroyed before its request is read',
   handshake_timeout: 'TLS handshake plus WebSocket upgrade did not finish within 5 s; the socket was destroyed',
   tls_handshake_failed: 'the TLS handshake failed (a TLS version below 1.3, a bad certificate, or garbage)',
-  idle_timeout:
-    'the connection sent neither ping nor frame for 90 s (WebSocket close 1000); at the API, a connection without a valid certificate that began no request within 5 s was closed',
+  idle_timeout: 'the connection sent neither ping nor frame for 90 s (WebSocket close 1000)',
+  headers_timeout:
+    'at the API, a connection without a valid certificate had not sent its request headers 5 s after its handshake, however slowly it was sending them; it was closed',
+  pipelined_request:
+    'at the API, a connection without a valid certificate sent a second request; it runs one, so the second was not run and the connection was closed after the first answer',
+  client_gone: 'the client closed its connection before its request ran, so the request was not run',
   connection_replaced: 'a newer connection from the same controller identity replaced this one (WebSocket close 4000)',
   too_many_bad_frames: 'ten bad frames on one connection (WebSocket close 1008)',
   shutting_down: 'the agent is stopping (WebSocket close 1001)',

@@ -127,17 +127,21 @@ export const API_IDENTITY_MAX_CONNECTIONS = 32;
  */
 export const API_UNAUTHENTICATED_MAX_CONNECTIONS = 64;
 /**
- * Of those, what one client address and one network (IPv4 /24, IPv6 /64: protocol/address.ts)
- * may hold, so one peer cannot take the whole pool and block every enrolment. Past a cap the
- * connection is destroyed at the handshake, before a byte of a request is read.
+ * Of those, what one host (an IPv4 address, an IPv6 /64) and one network (IPv4 /24, IPv6 /48)
+ * may hold: the networks the enrolment rate limits key on (protocol/address.ts peerNetworks), so
+ * a peer inside one network cannot take the whole pool; it takes four networks to fill it. Past
+ * a cap the connection is destroyed at the handshake, before a byte of a request is read.
  */
-export const API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS = 8;
-export const API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS = 16;
+export const API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS = 8;
+export const API_UNAUTHENTICATED_NETWORK_MAX_CONNECTIONS = 16;
 /**
- * A connection whose certificate did not authorize must send its request within this (it gets
- * one answer, then is closed), so an idle one cannot hold a place in the pool.
+ * A connection whose certificate did not authorize must have sent its request's headers within
+ * this of its handshake, however it spends the time (it gets one answer, then is closed): a fixed
+ * deadline, not an inactivity timer, so neither an idle connection nor one trickling a header
+ * byte at a time holds a place in the pool longer. A filled pool thus empties every few seconds,
+ * well inside the enrolling client's ENROLL_CLIENT_RETRY_BUDGET_MS.
  */
-export const API_UNAUTHENTICATED_IDLE_TIMEOUT_MS = 5_000;
+export const API_UNAUTHENTICATED_HEADERS_DEADLINE_MS = 5_000;
 /** Consecutive 429 answers on one connection before it is closed (one 429 does not close it). */
 export const API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS = 3;
 /** Connections the agent's fetcher opens to the API at once. */
@@ -465,7 +469,7 @@ export const ENROLL_RATE_PER_S = 0.1;
 /**
  * `POST /v1/enroll` attempts per source network (IPv4 /24, IPv6 /48; the per-address limit above
  * counts an IPv6 /64 as one address): room for a rack enrolling at once, not for a scan spread
- * over a network's addresses (protocol/address.ts addressPrefixes).
+ * over a network's addresses (protocol/address.ts peerNetworks).
  */
 export const ENROLL_NETWORK_RATE_BURST = 50;
 export const ENROLL_NETWORK_RATE_PER_S = 1;
@@ -479,12 +483,15 @@ export const MAX_ENROLL_BODY_BYTES = 16 * 1024;
 export const ENROLL_REPLAY_WINDOW_MS = 5 * 60_000;
 export const ENROLL_REPLAY_MAX_ENTRIES = 1_024;
 /**
- * `herald agent enroll` tries this many times in all on a connection error, a 429 or a 503
- * (keeping its key, so a lost answer is asked again: ENROLL_REPLAY_WINDOW_MS); between tries
- * full jitter from the base to the cap, or the controller's Retry-After when it gives one and
- * it is at most ENROLL_CLIENT_RETRY_AFTER_MAX_S.
+ * `herald agent enroll` tries again on a connection error, a 429 or a 503 (keeping its key, so a
+ * lost answer is asked again: ENROLL_REPLAY_WINDOW_MS) until ENROLL_CLIENT_RETRY_BUDGET_MS have
+ * passed since its first try: long enough to outlast a pre-authentication pool held by a peer of
+ * several networks, each of whose connections is closed within API_UNAUTHENTICATED_HEADERS_DEADLINE_MS.
+ * Between tries full jitter doubling from the base to the cap, or the controller's Retry-After
+ * plus that jitter when it gives one and it is at most ENROLL_CLIENT_RETRY_AFTER_MAX_S; no wait
+ * runs past the budget.
  */
-export const ENROLL_CLIENT_ATTEMPTS = 5;
+export const ENROLL_CLIENT_RETRY_BUDGET_MS = 90_000;
 export const ENROLL_CLIENT_BACKOFF_BASE_MS = 500;
 export const ENROLL_CLIENT_BACKOFF_MAX_MS = 8_000;
 export const ENROLL_CLIENT_RETRY_AFTER_MAX_S = 60;

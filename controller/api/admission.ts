@@ -3,31 +3,32 @@
  * with an expired certificate, a stranger): decided when the TLS handshake ends, before the HTTP
  * parser sees a byte of the connection, so a request on a connection past a cap is never read
  * and never run (its effect cannot outlive a lost answer). Three caps, all counted at once: the
- * whole pool, one client address, and one network (IPv4 /24, IPv6 /64: protocol/address.ts), so
- * one peer cannot hold the pool and block every enrolment. Pure counting: the API server
- * (controller/api/server.ts) owns the sockets.
+ * whole pool, one host (IPv4 address, IPv6 /64) and one network (IPv4 /24, IPv6 /48), keyed as
+ * the enrolment rate limits are (protocol/address.ts peerNetworks), so a peer inside one network
+ * cannot hold the pool. Pure counting: the API server (controller/api/server.ts) owns the
+ * sockets and the deadline by which an admitted connection must have sent its request.
  */
-import { peerAddressKey, peerPrefixKey } from '../../protocol/address.js';
+import { peerNetworks } from '../../protocol/address.js';
 
 export interface AdmissionCaps {
   /** All peers together. */
   total: number;
-  /** One client address. */
-  perAddress: number;
-  /** One network (IPv4 /24, IPv6 /64). */
-  perPrefix: number;
+  /** One host (an IPv4 address, an IPv6 /64). */
+  perHost: number;
+  /** One network (IPv4 /24, IPv6 /48). */
+  perNetwork: number;
 }
 
 /** Which cap a refused connection hit. */
-export type AdmissionScope = 'total' | 'address' | 'prefix';
+export type AdmissionScope = 'total' | 'host' | 'network';
 
 export type Admission = { ok: true; release: () => void } | { ok: false; scope: AdmissionScope };
 
 export class ConnectionAdmission {
   readonly #caps: AdmissionCaps;
   #total = 0;
-  readonly #byAddress = new Map<string, number>();
-  readonly #byPrefix = new Map<string, number>();
+  readonly #byHost = new Map<string, number>();
+  readonly #byNetwork = new Map<string, number>();
 
   /** @throws TypeError when a cap is not a whole number of at least 1 */
   constructor(caps: AdmissionCaps) {
@@ -41,14 +42,13 @@ export class ConnectionAdmission {
    * must be released once (when it closes); `release` is idempotent.
    */
   admit(address: string): Admission {
-    const a = peerAddressKey(address);
-    const p = peerPrefixKey(address);
+    const { host: h, network: n } = peerNetworks(address);
     if (this.#total >= this.#caps.total) return { ok: false, scope: 'total' };
-    if ((this.#byAddress.get(a) ?? 0) >= this.#caps.perAddress) return { ok: false, scope: 'address' };
-    if ((this.#byPrefix.get(p) ?? 0) >= this.#caps.perPrefix) return { ok: false, scope: 'prefix' };
+    if ((this.#byHost.get(h) ?? 0) >= this.#caps.perHost) return { ok: false, scope: 'host' };
+    if ((this.#byNetwork.get(n) ?? 0) >= this.#caps.perNetwork) return { ok: false, scope: 'network' };
     this.#total++;
-    this.#byAddress.set(a, (this.#byAddress.get(a) ?? 0) + 1);
-    this.#byPrefix.set(p, (this.#byPrefix.get(p) ?? 0) + 1);
+    this.#byHost.set(h, (this.#byHost.get(h) ?? 0) + 1);
+    this.#byNetwork.set(n, (this.#byNetwork.get(n) ?? 0) + 1);
     let released = false;
     return {
       ok: true,
@@ -56,8 +56,8 @@ export class ConnectionAdmission {
         if (released) return;
         released = true;
         this.#total--;
-        decrement(this.#byAddress, a);
-        decrement(this.#byPrefix, p);
+        decrement(this.#byHost, h);
+        decrement(this.#byNetwork, n);
       },
     };
   }

@@ -39,10 +39,10 @@ import {
   STORE_UNAVAILABLE_RETRY_AFTER_S,
   API_RATE_PER_S,
   API_REQUEST_TIMEOUT_MS,
-  API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS,
-  API_UNAUTHENTICATED_IDLE_TIMEOUT_MS,
+  API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS,
+  API_UNAUTHENTICATED_HEADERS_DEADLINE_MS,
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
-  API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS,
+  API_UNAUTHENTICATED_NETWORK_MAX_CONNECTIONS,
   CONTROLLER_SHUTDOWN_GRACE_MS,
   ENROLL_NETWORK_RATE_BURST,
   ENROLL_NETWORK_RATE_PER_S,
@@ -62,9 +62,10 @@ import {
   SSE_HEARTBEAT_INTERVAL_MS,
   TLS_SESSION_LIFETIME_S,
 } from '../../protocol/limits.js';
-import { addressPrefixes } from '../../protocol/address.js';
+import { peerNetworks } from '../../protocol/address.js';
 import { RefusalSummary } from '../../protocol/refusal-summary.js';
 import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../../protocol/metadata.js';
+import { abandoned } from './abandoned.js';
 import { ConnectionAdmission } from './admission.js';
 import { EnrollmentRefused, RenewalTooSoon, type Enrollment } from '../service/enrollment.js';
 import type { IdentityFloors } from '../service/identity-floors.js';
@@ -157,8 +158,8 @@ export interface ApiServerOptions {
    * when it rotates. Absent: Node's random per-process key.
    */
   ticketKey?: TicketKey | undefined;
-  /** Override of API_UNAUTHENTICATED_IDLE_TIMEOUT_MS (tests). */
-  unauthenticatedIdleTimeoutMs?: number;
+  /** Override of API_UNAUTHENTICATED_HEADERS_DEADLINE_MS (tests). */
+  unauthenticatedHeadersDeadlineMs?: number;
 }
 
 /** The signal route; a signal over the push connection stands for it (in logs too). */
@@ -203,10 +204,14 @@ export class ApiServer {
   /** Open connections whose certificate did not authorize: admitted per pool, address and network. */
   readonly #preAuth = new ConnectionAdmission({
     total: API_UNAUTHENTICATED_MAX_CONNECTIONS,
-    perAddress: API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS,
-    perPrefix: API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS,
+    perHost: API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS,
+    perNetwork: API_UNAUTHENTICATED_NETWORK_MAX_CONNECTIONS,
   });
-  readonly #preAuthSockets = new WeakSet<tls.TLSSocket>();
+  /**
+   * Per admitted pre-authentication connection: the deadline timer of its request's headers
+   * (cleared when they are complete), and its one request once it has begun.
+   */
+  readonly #preAuthSockets = new WeakMap<tls.TLSSocket, { deadline: NodeJS.Timeout; first?: http.ServerResponse }>();
   /** Consecutive 429 answers per connection. */
   readonly #rateLimited = new WeakMap<tls.TLSSocket, number>();
   /** Refusals anyone can cause in bulk are logged as a summary (SPEC §3). */
@@ -354,10 +359,9 @@ export class ApiServer {
     let identity: CertIdentity | undefined;
     res.once('finish', () => this.#o.metrics.apiRequests.inc({ route, method, status: String(res.statusCode) }));
     const socket = req.socket as tls.TLSSocket;
-    if (this.#preAuthSockets.has(socket)) {
-      // its one request has begun: the idle limit is the request timeouts' now (a handler that
-      // takes a while must not be cut off with its answer unsent); one answer, then closed
-      socket.setTimeout(0);
+    const preAuth = this.#preAuthSockets.get(socket);
+    if (preAuth !== undefined) {
+      if (!this.#firstPreAuthRequest(socket, preAuth, res)) return;
       res.setHeader('Connection', 'close');
     }
     // the one route without a client certificate; every other request is authorized first
@@ -401,7 +405,7 @@ export class ApiServer {
       const body =
         spec.bodyLimitBytes > 0 ? await this.#readJson(req, spec.bodyLimitBytes) : await this.#drainEmpty(req);
       this.#rateLimited.delete(req.socket as tls.TLSSocket);
-      if (this.#abandoned(req, route)) return;
+      if (abandoned(req, route, this.#log)) return;
       const reply = await spec.handler({ req, res, params: m.params, query: url.searchParams, identity, body });
       if (reply?.raw) {
         const data = Buffer.from(reply.raw.data);
@@ -421,7 +425,7 @@ export class ApiServer {
 
   /**
    * `POST /v1/enroll` (SPEC §9): limited per source address and per source network before
-   * anything is read (addressPrefixes: an IPv6 host can pick any address of its /64); every
+   * anything is read (peerNetworks: an IPv6 host can pick any address of its /64); every
    * failure but the rate limit (and a controller without an issuer) is `enrollment_refused`,
    * its real reason logged once by Enrollment. The connection is closed after the answer: a
    * peer without a certificate has nothing else to ask.
@@ -429,7 +433,7 @@ export class ApiServer {
   async #enroll(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const remote = req.socket.remoteAddress ?? '?';
     try {
-      const { host, network } = addressPrefixes(remote);
+      const { host, network } = peerNetworks(remote);
       const one = this.#limiters.enroll.take(host);
       const d = one.ok ? this.#enrollNetwork.take(network) : one;
       if (!d.ok)
@@ -445,7 +449,7 @@ export class ApiServer {
       } catch (err) {
         throw new EnrollmentRefused('malformed', `unreadable body: ${codeOfErr(err)}`, { remote });
       }
-      if (this.#abandoned(req, ENROLL_PATH)) return;
+      if (abandoned(req, ENROLL_PATH, this.#log)) return;
       const bundle = await enrollment.enroll(body, remote);
       this.#send(res, 200, bundle, { Connection: 'close' });
     } catch (err) {
@@ -454,18 +458,29 @@ export class ApiServer {
   }
 
   /**
-   * A request whose connection is gone by the time its handler would run is not run: its answer
-   * could not be sent, and its effect (a spent join token, a new deployment) would be unknown to
-   * the client that asked. (A client gone later is what enrolment's replay is for:
-   * controller/service/enrollment.ts.)
+   * A connection without a valid certificate runs exactly one request. Its headers are complete,
+   * so its deadline ends (the request timeouts bound the rest: a handler that takes a while must
+   * not be cut off with its answer unsent), and its answer closes it. Node starts a pipelined
+   * request as soon as it is parsed, and only the first answer goes out on a closed connection:
+   * a second request is not run (an enrolment would spend its token for an answer never sent);
+   * the connection is destroyed once the first answer is out (at once if it is). False: not run.
    */
-  #abandoned(req: http.IncomingMessage, route: string): boolean {
-    if (!req.socket.destroyed) return false;
-    this.#log.debug(
-      { event: 'request.abandoned', route, method: req.method },
-      'the client left before its request ran',
-    );
-    return true;
+  #firstPreAuthRequest(
+    socket: tls.TLSSocket,
+    state: { deadline: NodeJS.Timeout; first?: http.ServerResponse },
+    res: http.ServerResponse,
+  ): boolean {
+    clearTimeout(state.deadline);
+    const first = state.first;
+    if (first === undefined) {
+      state.first = res;
+      return true;
+    }
+    this.#o.metrics.refusals.inc({ code: 'pipelined_request' });
+    this.#summary.record('pipelined_request', { remote: socket.remoteAddress, unauthenticated: true });
+    if (first.writableFinished || socket.destroyed) socket.destroy();
+    else first.once('close', () => socket.destroy());
+    return false;
   }
 
   /**
@@ -475,9 +490,10 @@ export class ApiServer {
    * more are refused `too_many_connections` and the connection closed. Peers whose certificate
    * did not authorize get one answer (enrolment, else 403) and are closed; they are admitted at
    * the handshake (controller/api/admission.ts: at most API_UNAUTHENTICATED_MAX_CONNECTIONS in all,
-   * API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS per address, API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS
-   * per network), further ones destroyed before a byte of their request is read, and one idle
-   * API_UNAUTHENTICATED_IDLE_TIMEOUT_MS before its request is closed.
+   * API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS per host, API_UNAUTHENTICATED_NETWORK_MAX_CONNECTIONS
+   * per network), further ones destroyed before a byte of their request is read, and one whose
+   * request's headers are not complete API_UNAUTHENTICATED_HEADERS_DEADLINE_MS after its
+   * handshake is closed (`headers_timeout`).
    */
   #countConnection(s: tls.TLSSocket): void {
     const auth = this.#authorize(s);
@@ -490,13 +506,19 @@ export class ApiServer {
         s.destroy();
         return;
       }
-      s.once('close', admitted.release);
-      this.#preAuthSockets.add(s);
-      s.setTimeout(this.#o.unauthenticatedIdleTimeoutMs ?? API_UNAUTHENTICATED_IDLE_TIMEOUT_MS);
-      s.once('timeout', () => {
-        this.#o.metrics.refusals.inc({ code: 'idle_timeout' });
-        this.#summary.record('idle_timeout', { remote, unauthenticated: true });
+      // a fixed deadline from now, not an inactivity timer: a peer trickling its headers a byte
+      // at a time keeps an inactivity timer from ever firing, and holds its place until Node's
+      // headersTimeout (checked only every 30 s)
+      const deadline = setTimeout(() => {
+        this.#o.metrics.refusals.inc({ code: 'headers_timeout' });
+        this.#summary.record('headers_timeout', { remote, unauthenticated: true });
         s.destroy();
+      }, this.#o.unauthenticatedHeadersDeadlineMs ?? API_UNAUTHENTICATED_HEADERS_DEADLINE_MS);
+      deadline.unref();
+      this.#preAuthSockets.set(s, { deadline });
+      s.once('close', () => {
+        clearTimeout(deadline);
+        admitted.release();
       });
       return;
     }

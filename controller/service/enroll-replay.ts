@@ -13,8 +13,16 @@ import type { CertificateBundle } from '../../protocol/enroll.js';
 interface Entry {
   node: string;
   keySha256: string;
+  /** The id of the token spent (logs name it; the token itself is never kept). */
+  tokenId: string;
   answer: Promise<CertificateBundle>;
   atMs: number;
+}
+
+/** An answer that may be given again, and the token it spent. */
+export interface Replayed {
+  tokenId: string;
+  answer: Promise<CertificateBundle>;
 }
 
 export class EnrollReplay {
@@ -31,27 +39,33 @@ export class EnrollReplay {
   }
 
   /** The answer given for this token to this node and key within the window, else undefined. */
-  find(tokenHash: string, node: string, keySha256: string): Promise<CertificateBundle> | undefined {
+  find(tokenHash: string, node: string, keySha256: string): Replayed | undefined {
     const e = this.#entries.get(tokenHash);
     if (e === undefined) return undefined;
     if (this.#now() - e.atMs > this.#windowMs) {
       this.#entries.delete(tokenHash);
       return undefined;
     }
-    return e.node === node && e.keySha256 === keySha256 ? e.answer : undefined;
+    return e.node === node && e.keySha256 === keySha256 ? { tokenId: e.tokenId, answer: e.answer } : undefined;
   }
 
   /**
    * Keeps the answer of the enrolment that has just spent `tokenHash`; forgotten again if it
    * fails (nothing was issued, so there is nothing to give again).
    */
-  remember(tokenHash: string, node: string, keySha256: string, answer: Promise<CertificateBundle>): void {
+  remember(
+    tokenHash: string,
+    node: string,
+    keySha256: string,
+    tokenId: string,
+    answer: Promise<CertificateBundle>,
+  ): void {
     const now = this.#now();
     for (const [k, e] of this.#entries) {
       if (this.#entries.size < this.#max && now - e.atMs <= this.#windowMs) break;
       this.#entries.delete(k);
     }
-    this.#entries.set(tokenHash, { node, keySha256, answer, atMs: now });
+    this.#entries.set(tokenHash, { node, keySha256, tokenId, answer, atMs: now });
     answer.catch(() => {
       if (this.#entries.get(tokenHash)?.answer === answer) this.#entries.delete(tokenHash);
     });

@@ -185,9 +185,9 @@ export class Enrollment {
       .digest('hex');
     const again = this.#replay.find(hash, node, keySha256);
     if (again !== undefined) {
-      const bundle = await again;
+      const bundle = await again.answer;
       this.#log.info(
-        { event: 'enroll.replayed', node, remote },
+        { event: 'enroll.replayed', node, token: again.tokenId, remote },
         'enrolment asked again with its key: same certificate',
       );
       return bundle;
@@ -199,7 +199,7 @@ export class Enrollment {
     const wrong = csrMismatch(csr, spiffeId, node, token.dns, token.ips);
     if (wrong) return refuse(wrong.kind, `${wrong.why} (the token ${token.id} is spent)`, { token: token.id });
     const issued = this.#issue(issuer, node, token.dns, token.ips, csr.publicKeyPem, spiffeId);
-    this.#replay.remember(hash, node, keySha256, issued);
+    this.#replay.remember(hash, node, keySha256, token.id, issued);
     const bundle = await issued;
     this.#log.info(
       { event: 'enroll.issued', node, token: token.id, remote, not_after: bundle.not_after },

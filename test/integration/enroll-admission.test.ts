@@ -18,9 +18,9 @@ import { makeCsr } from '../../certs/csr.js';
 import { identityOf } from '../../certs/identity.js';
 import { newRsaKeyPem } from '../../certs/pki.js';
 import {
-  API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS,
+  API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS,
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
-  API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS,
+  API_UNAUTHENTICATED_NETWORK_MAX_CONNECTIONS,
 } from '../../protocol/limits.js';
 import {
   api,
@@ -78,6 +78,47 @@ function hold(from: string): Promise<Held> {
   });
 }
 
+/**
+ * A connection without a certificate from `from` that sends its request's headers one byte a
+ * second and never finishes them: an inactivity timer never fires on it.
+ */
+function trickle(from: string): Promise<Held> {
+  return new Promise((resolve) => {
+    const h: Held = { closed: false, close: () => s.destroy() };
+    const s = tls.connect({
+      socket: net.connect({ host: '127.0.0.1', port, localAddress: from }),
+      servername: 'localhost',
+      ca,
+    });
+    let timer: NodeJS.Timeout | undefined;
+    s.once('secureConnect', () => {
+      s.write('POST /v1/enroll HTTP/1.1\r\nHost: localhost\r\nX-Slow: ');
+      timer = setInterval(() => s.write('a'), 1_000);
+      resolve(h);
+    });
+    s.on('error', () => {});
+    s.once('close', () => {
+      h.closed = true;
+      clearInterval(timer);
+      resolve(h);
+    });
+  });
+}
+
+function refusals(metrics: string, code: string): number {
+  return Number(new RegExp(`herald_api_refusals_total\\{code="${code}"\\} (\\d+)`).exec(metrics)?.[1] ?? 0);
+}
+
+/** The body of `POST /v1/enroll` for `node` with a fresh key. */
+function enrollBody(token: string, node: string): string {
+  const key = newRsaKeyPem();
+  return JSON.stringify({
+    token,
+    node,
+    csr: makeCsr({ keyPem: key, commonName: node, uris: [`spiffe://herald.local/agent/${node}`] }),
+  });
+}
+
 async function holdMany(addresses: string[]): Promise<Held[]> {
   const held: Held[] = [];
   for (const a of addresses) held.push(await hold(a));
@@ -98,12 +139,7 @@ async function tokenState(node: string): Promise<string> {
 
 /** `POST /v1/enroll` from `from`: the status, or 0 when the connection ended without one. */
 function enrollFrom(from: string, token: string, node: string): Promise<{ status: number; code?: string }> {
-  const key = newRsaKeyPem();
-  const body = JSON.stringify({
-    token,
-    node,
-    csr: makeCsr({ keyPem: key, commonName: node, uris: [`spiffe://herald.local/agent/${node}`] }),
-  });
+  const body = enrollBody(token, node);
   return new Promise((resolve) => {
     const q = https.request(
       {
@@ -208,15 +244,15 @@ describe.skipIf(!built)('enrolment admission and lost answers with real processe
     if (work) fs.rmSync(work, { recursive: true, force: true });
   });
 
-  it('one address holds at most API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS (8) connections: 64 from one address do not block herald agent enroll from another', async () => {
+  it('one address holds at most API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS (8) connections: 64 from one address do not block herald agent enroll from another', async () => {
     const held = await holdMany(Array(API_UNAUTHENTICATED_MAX_CONNECTIONS).fill('127.0.0.2'));
     try {
-      const excess = API_UNAUTHENTICATED_MAX_CONNECTIONS - API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS;
+      const excess = API_UNAUTHENTICATED_MAX_CONNECTIONS - API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS;
       await waitFor(
         'the connections past the address cap to be closed',
         () => held.filter((h) => h.closed).length >= excess,
       );
-      expect(held.filter((h) => !h.closed)).toHaveLength(API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS);
+      expect(held.filter((h) => !h.closed)).toHaveLength(API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS);
       const r = await enrollCli('a1', await newToken('a1'), `https://127.0.0.1:${port}`);
       expect(r.code, r.out).toBe(0);
       expect(await tokenState('a1')).toBe('used');
@@ -230,9 +266,9 @@ describe.skipIf(!built)('enrolment admission and lost answers with real processe
     }
   });
 
-  it('one /24 holds at most API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS (16); another network still enrols', async () => {
-    const perAddress = API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS;
-    const addresses = Array.from({ length: API_UNAUTHENTICATED_PREFIX_MAX_CONNECTIONS / perAddress }, (_, i) =>
+  it('one /24 holds at most API_UNAUTHENTICATED_NETWORK_MAX_CONNECTIONS (16); another network still enrols', async () => {
+    const perAddress = API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS;
+    const addresses = Array.from({ length: API_UNAUTHENTICATED_NETWORK_MAX_CONNECTIONS / perAddress }, (_, i) =>
       Array(perAddress).fill(`127.0.5.${i + 1}`),
     ).flat();
     const held = await holdMany(addresses);
@@ -252,7 +288,7 @@ describe.skipIf(!built)('enrolment admission and lost answers with real processe
     const addresses: string[] = [];
     for (let net = 10; addresses.length < API_UNAUTHENTICATED_MAX_CONNECTIONS; net++)
       for (const host of [1, 2])
-        addresses.push(...Array(API_UNAUTHENTICATED_ADDRESS_MAX_CONNECTIONS).fill(`127.0.${net}.${host}`));
+        addresses.push(...Array(API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS).fill(`127.0.${net}.${host}`));
     const held = await holdMany(addresses);
     const token = await newToken('c65');
     try {
@@ -273,6 +309,66 @@ describe.skipIf(!built)('enrolment admission and lost answers with real processe
     expect(await tokenState('c65')).toBe('used');
   });
 
+  it('connections trickling a header byte a second fill the pool and are closed at the headers deadline (headers_timeout): herald agent enroll from another network, started meanwhile, enrols', async () => {
+    const before = refusals((await api(port, op, 'GET', '/metrics')).raw, 'headers_timeout');
+    // the whole pool, from four networks, inside every per-host and per-network cap
+    const addresses: string[] = [];
+    for (let net = 40; addresses.length < API_UNAUTHENTICATED_MAX_CONNECTIONS; net++)
+      for (const host of [1, 2])
+        addresses.push(...Array(API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS).fill(`127.0.${net}.${host}`));
+    const held = await Promise.all(addresses.map(trickle));
+    try {
+      expect(held.filter((h) => h.closed)).toHaveLength(0);
+      const run = enrollCli('t1', await newToken('t1'), `https://127.0.0.1:${port}`);
+      await waitFor('every trickling connection to be closed', () => held.every((h) => h.closed), 15_000, 100);
+      const m = (await api(port, op, 'GET', '/metrics')).raw;
+      expect(refusals(m, 'headers_timeout') - before).toBeGreaterThanOrEqual(API_UNAUTHENTICATED_MAX_CONNECTIONS);
+      const r = await run;
+      expect(r.code, r.out).toBe(0);
+      // it was kept out while the pool was full, and tried again
+      expect(r.out).toMatch(/herald: enrolment try 1 failed \(connection_reset\)/);
+      expect(await tokenState('t1')).toBe('used');
+    } finally {
+      for (const h of held) h.close();
+    }
+  });
+
+  it('a connection without a certificate runs one request: of three pipelined enrolments with three tokens one is run, the other two tokens stay usable', async () => {
+    const nodes = ['pl1', 'pl2', 'pl3'];
+    const tokens = await Promise.all(nodes.map((n) => newToken(n)));
+    const before = refusals((await api(port, op, 'GET', '/metrics')).raw, 'pipelined_request');
+    const requests = nodes.map((n, i) => {
+      const body = enrollBody(tokens[i]!, n);
+      return `POST /v1/enroll HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    });
+    const answer = await new Promise<string>((resolve) => {
+      const s = tls.connect({
+        socket: net.connect({ host: '127.0.0.1', port, localAddress: '127.0.30.1' }),
+        servername: 'localhost',
+        ca,
+      });
+      let text = '';
+      s.once('secureConnect', () => s.write(requests.join('')));
+      s.on('data', (c: Buffer) => (text += c.toString()));
+      s.on('error', () => {});
+      s.once('close', () => resolve(text));
+    });
+    expect(answer.match(/^HTTP\/1\.1 /gm)).toHaveLength(1);
+    expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    expect([await tokenState('pl1'), await tokenState('pl2'), await tokenState('pl3')]).toEqual([
+      'used',
+      'active',
+      'active',
+    ]);
+    expect(logEvents('enroll.issued', 'pl2')).toHaveLength(0);
+    expect(logEvents('enroll.refused', 'pl3')).toHaveLength(0);
+    const m = (await api(port, op, 'GET', '/metrics')).raw;
+    expect(refusals(m, 'pipelined_request') - before).toBeGreaterThanOrEqual(1);
+    // the tokens not run are still good
+    expect(await enrollFrom('127.0.30.2', tokens[1]!, 'pl2')).toEqual({ status: 200, code: undefined });
+    expect(await enrollFrom('127.0.30.2', tokens[2]!, 'pl3')).toEqual({ status: 200, code: undefined });
+  });
+
   it('herald agent enroll whose answer is lost on the way tries again with the same key and gets the same certificate, without a stack trace', async () => {
     const proxy = await new TcpProxy(port).start();
     try {
@@ -285,11 +381,16 @@ describe.skipIf(!built)('enrolment admission and lost answers with real processe
       cut();
       const r = await run;
       expect(r.code, r.out).toBe(0);
-      expect(r.out).toMatch(/herald: enrolment try 1 of 5 failed \(connection_reset\); trying again in/);
+      expect(r.out).toMatch(
+        /herald: enrolment try 1 failed \(connection_reset\); trying again in [\d.]+ s \(\d+ s of retries left\)/,
+      );
       expect(r.out).not.toMatch(/\n\s+at /);
       // one certificate was issued, and given again to the same key
       expect(logEvents('enroll.issued', 'lost1')).toHaveLength(1);
       expect(logEvents('enroll.replayed', 'lost1')).toHaveLength(1);
+      // the replay names the token it gave the answer of again
+      expect(logEvents('enroll.replayed', 'lost1')[0]!.token).toBe(logEvents('enroll.issued', 'lost1')[0]!.token);
+      expect(logEvents('enroll.replayed', 'lost1')[0]!.token).toEqual(expect.any(String));
       const dir = path.join(work, 'node-lost1', 'agent');
       const cert = new crypto.X509Certificate(fs.readFileSync(path.join(dir, 'lost1.crt')));
       expect(cert.checkPrivateKey(crypto.createPrivateKey(fs.readFileSync(path.join(dir, 'lost1.key'))))).toBe(true);
