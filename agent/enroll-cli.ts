@@ -2,8 +2,8 @@
  * `herald agent enroll` (SPEC §9): a subcommand of `herald agent`, registered beside it (also in
  * the packaged agent). `herald agent`'s own required options do not apply to it.
  */
-import type { Command } from 'commander';
-import { ConfigError } from '../protocol/errors.js';
+import { type Command, CommanderError } from 'commander';
+import { ConfigError, HeraldError } from '../protocol/errors.js';
 import { isValidName } from '../protocol/identity.js';
 
 interface EnrollCliOptions {
@@ -16,6 +16,13 @@ interface EnrollCliOptions {
   controllerId?: string;
   force?: boolean;
 }
+
+/**
+ * The exit code of `herald agent enroll` when it gave up on a failure that may pass (a connection
+ * error, a 429 or a 503 after its own tries): EX_TEMPFAIL of sysexits.h. A script may run it again
+ * later; any other failure (exit 1) is a definite refusal, and running it again changes nothing.
+ */
+export const ENROLL_TRY_AGAIN_EXIT_CODE = 75;
 
 /** Adds `enroll` under the `agent` command of `program` (registerAgentCommand first). */
 export function registerAgentEnrollCommand(program: Command): void {
@@ -40,6 +47,12 @@ export function registerAgentEnrollCommand(program: Command): void {
       `
 Also takes --controller <url>, --node <id>, --pki <dir> and --controller-id <name> as herald agent does.
 
+Exit codes: 0 enrolled; ${ENROLL_TRY_AGAIN_EXIT_CODE} a failure that may pass (connection error, 429, 503 after its own
+tries): run it again later; 1 a definite refusal (spent or wrong token, CA fingerprint, options).
+The key is made on the first run and kept in <pki>/agent/<node>.key.enrolling (0600) until its
+certificate is installed: a later run asks with the same key, so an answer lost on the way is
+given again (within 5 minutes) instead of refused.
+
 Example:
   herald agent enroll --controller https://ctl.example:8443 --ca-sha256 AB:CD:... \\
     --token-file /run/herald/token --node n1 --pki /etc/herald/pki`,
@@ -62,7 +75,7 @@ Example:
         }
       }
       if (!token) throw new ConfigError('--token <token> or --token-file <file> is required', { field: 'token' });
-      const { enroll } = await import('./enroll.js');
+      const { enroll, mayPass } = await import('./enroll.js');
       const r = await enroll({
         controller: o.controller.replace(/\/$/, ''),
         caSha256: o.caSha256,
@@ -76,6 +89,14 @@ Example:
           process.stderr.write(
             `herald: enrolment try ${n.attempt} failed (${n.code}); trying again in ${(n.waitMs / 1000).toFixed(1)} s (${Math.round(n.leftMs / 1000)} s of retries left)\n`,
           ),
+      }).catch((err: unknown) => {
+        if (!mayPass(err) || !(err instanceof HeraldError)) throw err;
+        // the one line cli/run-cli.ts would print, control characters shown, then EX_TEMPFAIL
+        const line = err.message
+          .split('\n')[0]!
+          .replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+        process.stderr.write(`herald: ${err.code}: ${line} (may pass: try again later)\n`);
+        throw new CommanderError(ENROLL_TRY_AGAIN_EXIT_CODE, 'herald.enroll.tryAgain', '');
       });
       process.stdout.write(
         `enrolled ${r.spiffeId}: ${r.certPath} (serial ${r.serial}, valid until ${r.notAfter}), key ${r.keyPath}\n`,

@@ -6,7 +6,9 @@
  * controller identity; the answer is written in the §1 layout (keys 0600, every file atomic).
  * A connection error, a 429 or a 503 is tried again a few times with the same key, so an answer
  * lost on the way is asked for again and the controller gives the same certificate
- * (controller/service/enroll-replay.ts, docs/adding-nodes.md). Also the files both enrolment and renewal
+ * (controller/service/enroll-replay.ts, docs/adding-nodes.md). The key is kept (0600) until its
+ * certificate is installed, so a later run of the command asks with it again (`pendingKeyPath`).
+ * Also the files both enrolment and renewal
  * install (`installCertificate`).
  */
 import crypto from 'node:crypto';
@@ -89,7 +91,36 @@ export function newKeyPem(): Promise<string> {
 }
 
 /**
- * Enrols the node. Writes nothing unless the controller issued a certificate.
+ * The key an enrolment made before asking, kept beside where the key goes until a certificate is
+ * installed for it: a later run (a cloud-init retry after its answer was lost, the token spent)
+ * asks with the same key, and the controller gives that key's certificate again
+ * (controller/service/enroll-replay.ts) instead of refusing a new key.
+ */
+export function pendingKeyPath(pki: string, node: string): string {
+  return `${pkiPaths(pki).key('agent', node)}.enrolling`;
+}
+
+/** The pending key of an earlier run, if one is there and parses; else a new one, kept there (0600) first. */
+async function enrolmentKey(pki: string, node: string): Promise<string> {
+  const file = pendingKeyPath(pki, node);
+  try {
+    const pem = fs.readFileSync(file, 'utf8');
+    crypto.createPrivateKey(pem);
+    return pem;
+  } catch {
+    // none (the first run), or not a key: a new one replaces it
+  }
+  const pem = await newKeyPem();
+  ensureDir(pki);
+  ensureDir(pkiPaths(pki).roleDir('agent'));
+  writeFileAtomic(file, pem, PRIVATE_FILE_MODE);
+  return pem;
+}
+
+/**
+ * Enrols the node. Before it asks, it writes only the pending key (`pendingKeyPath`, 0600), or
+ * reuses the one an earlier run left there; the rest is written once the controller issued a
+ * certificate, and the pending key is then removed.
  * @throws HeraldError `bad_option` (a key exists without `force`, a bad URL or fingerprint),
  *   `ca_fingerprint_mismatch` (nothing was sent), the controller's code (`enrollment_refused`,
  *   `rate_limited`, `enrollment_disabled`), `wrong_peer`, or a network error
@@ -115,7 +146,7 @@ export async function enroll(o: EnrollOptions): Promise<EnrollResult> {
   const trustDomain = trustDomainOf(ca);
   const controllerSpiffeId = spiffeIdOf(trustDomain, 'controller', o.controllerId ?? 'controller');
   const spiffeId = spiffeIdOf(trustDomain, 'agent', o.node);
-  const keyPem = await newKeyPem();
+  const keyPem = await enrolmentKey(o.pki, o.node);
   const body: EnrollRequest = {
     token: o.token,
     node: o.node,
@@ -155,6 +186,7 @@ export async function enroll(o: EnrollOptions): Promise<EnrollResult> {
   if (id.spiffeId !== spiffeId)
     throw new RefusalError('bad_response', `the controller issued ${id.spiffeId}, not ${spiffeId}`);
   const written = installBundle(o.pki, o.node, keyPem, bundle);
+  fs.rmSync(pendingKeyPath(o.pki, o.node), { force: true });
   return { spiffeId, ...written, notAfter: id.validTo.toISOString(), serial: id.serial };
 }
 
@@ -281,6 +313,18 @@ type Try<T> =
  * from ENROLL_CLIENT_BACKOFF_BASE_MS to ENROLL_CLIENT_BACKOFF_MAX_MS. A Retry-After over
  * ENROLL_CLIENT_RETRY_AFTER_MAX_S ends the tries with the controller's code.
  */
+/** Errors `enroll` gave up on that may pass (a connection error, a 429, a 503): see `mayPass`. */
+const passing = new WeakSet<object>();
+
+/**
+ * Whether `enroll` failed for a reason that may pass (a connection error, a 429, a 503 after its
+ * own tries): running it again later may succeed. False for a definite refusal (a spent or wrong
+ * token, a wrong CA fingerprint, a bad option, a TLS refusal).
+ */
+export function mayPass(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && passing.has(err);
+}
+
 function retryPolicy(o: EnrollOptions): <T>(once: () => Promise<Try<T>>) => Promise<T> {
   const budgetMs = o.retryBudgetMs ?? ENROLL_CLIENT_RETRY_BUDGET_MS;
   const now = o.now ?? Date.now;
@@ -291,6 +335,7 @@ function retryPolicy(o: EnrollOptions): <T>(once: () => Promise<Try<T>>) => Prom
     for (let attempt = 1; ; attempt++) {
       const r = await once();
       if (r.ok) return r.value;
+      if (r.retryable) passing.add(r.error);
       if (!r.retryable) throw r.error;
       if (r.retryAfterS !== undefined && r.retryAfterS > ENROLL_CLIENT_RETRY_AFTER_MAX_S) throw r.error;
       const jitterMs = fullJitterMs(attempt - 1, ENROLL_CLIENT_BACKOFF_BASE_MS, ENROLL_CLIENT_BACKOFF_MAX_MS, random);

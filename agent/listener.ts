@@ -18,7 +18,9 @@
  * signing key) can connect here and be the connection heard from last. So a request that carries
  * data (a signal: results, stdout, outputs) goes only on a connection that has *proven* it
  * reaches the signing key's holder, by delivering a wake-up that verified (signed for this agent by
- * a trusted key of the connection's own controller, fresh, its `jti` never seen before); and the
+ * a trusted key of the connection's own controller, fresh, its `jti` never seen before). That
+ * proof lasts only while its key is trusted: when revoked.json or the JWKS drops it, the
+ * connection is proven no more until a wake-up signed by a key still trusted verifies on it. The
  * answer the agent acts on is itself signed for that one request (protocol/signal-answer.ts).
  * Without such a connection, or when the answer does not verify, the caller goes over HTTPS to its
  * configured controller, whose URI SAN it checks. Live output never uses the push connection.
@@ -69,7 +71,8 @@ import {
 } from '../protocol/limits.js';
 import { RefusalSummary, type RefusalLine } from '../protocol/refusal-summary.js';
 import { verifySignalled } from '../protocol/signal-answer.js';
-import { peekJti, type WakeClaims, type WakeVerifier } from '../protocol/wake.js';
+import { checkKeyIssuer, type KeySet } from '../protocol/jws.js';
+import { peekJti, verifiedKid, type WakeClaims, type WakeVerifier } from '../protocol/wake.js';
 import type { CertIdentity } from '../certs/identity.js';
 import {
   authorizeCertificate,
@@ -155,8 +158,13 @@ interface Conn {
   pending: Record<PushRequestKind, PendingRequest | null>;
   /** Nonces of this connection's requests given up on (timed out): their late answers are dropped. */
   lateNonces: string[];
-  /** A verified wake-up came on this connection: its peer reaches the signing key (see the module's comment). */
-  proven: boolean;
+  /**
+   * The `kid` of the last wake-up that verified on this connection: its peer reaches that signing
+   * key (see the module's comment). Null until one verified, and again once that key is no longer
+   * trusted (revoked.json or the JWKS changed: #recheckAll); a later wake-up signed by a key still
+   * trusted proves it anew.
+   */
+  provenBy: string | null;
 }
 
 /** What an agent may ask on a push connection. */
@@ -242,7 +250,8 @@ export class WakeListener extends EventEmitter {
   /** Authenticated connections by controller SPIFFE id. */
   readonly #conns = new Map<string, Conn>();
   readonly #stopWatching: () => void;
-  readonly #onRevoked = (): void => this.#recheckAll();
+  /** Trust changed (CA, certificate, revoked.json, JWKS): every live connection is checked again. */
+  readonly #onTrustChange = (): void => this.#recheckAll();
   #closed = false;
   #closing: Promise<void> | null = null;
   readonly #summary: RefusalSummary;
@@ -335,8 +344,9 @@ export class WakeListener extends EventEmitter {
       clientTracking: false,
     });
     this.#stopWatching = watchServer(this.#server, this.#material, () => sessions);
-    this.#material.on('revoked-change', this.#onRevoked);
-    this.#material.on('tls-change', this.#onRevoked);
+    this.#material.on('revoked-change', this.#onTrustChange);
+    this.#material.on('tls-change', this.#onTrustChange);
+    this.#material.on('jwks-change', this.#onTrustChange);
 
     this.#server.on('connection', (raw: net.Socket) => this.#onTcp(raw));
     this.#server.on('tlsClientError', (err: Error, sock: tls.TLSSocket) => {
@@ -462,7 +472,7 @@ export class WakeListener extends EventEmitter {
     const now = this.#o.now();
     let best: Conn | null = null;
     for (const c of this.#conns.values()) {
-      if (NEEDS_PROOF[kind] && !c.proven) continue;
+      if (NEEDS_PROOF[kind] && c.provenBy === null) continue;
       if (!c.offers[kind] || c.closing || now - c.lastHeard >= this.#o.healthyWindowMs) continue;
       if (best === null || c.lastHeard > best.lastHeard) best = c;
     }
@@ -499,8 +509,9 @@ export class WakeListener extends EventEmitter {
     this.#summary.flush(true);
     this.#stopWatching();
     clearInterval(this.#ticketTimer);
-    this.#material.off('revoked-change', this.#onRevoked);
-    this.#material.off('tls-change', this.#onRevoked);
+    this.#material.off('revoked-change', this.#onTrustChange);
+    this.#material.off('tls-change', this.#onTrustChange);
+    this.#material.off('jwks-change', this.#onTrustChange);
     for (const p of this.#pending.values()) {
       clearTimeout(p.timer);
       p.raw.destroy();
@@ -678,7 +689,7 @@ export class WakeListener extends EventEmitter {
       offers,
       pending: { fetch: null, signal: null },
       lateNonces: [],
-      proven: false,
+      provenBy: null,
     };
     this.#conns.set(identity.spiffeId, c);
     this.stats.authenticated = this.#conns.size;
@@ -756,7 +767,7 @@ export class WakeListener extends EventEmitter {
       this.#nack(c, peekJti(text), isNackCode(code) ? code : 'malformed');
       return;
     }
-    c.proven = true;
+    c.provenBy = verifiedKid(text);
     let fetch: FetchState;
     try {
       fetch = this.#onWake(claims);
@@ -871,14 +882,35 @@ export class WakeListener extends EventEmitter {
     c.idleTimer.unref();
   }
 
-  /** Re-checks every live connection's certificate against the current CA and revocation list. */
+  /**
+   * Re-checks every live connection: its certificate against the current CA and revocation list
+   * (closed 1008 when it fails), and the key that proved it against the signing keys trusted now
+   * (revoked.json's kids, the JWKS). A connection whose proving key is no longer trusted is proven
+   * no more: its signal in flight fails (the caller asks HTTPS) and no later signal goes there
+   * until a wake-up signed by a key still trusted verifies on it.
+   */
   #recheckAll(): void {
+    const keys = this.#verifier.keys();
     for (const c of [...this.#conns.values()]) {
       const r = authorizeCertificate(c.cert, 'controller', this.#material);
       if (!r.ok) {
         this.#refusedLog(r.code, c.peer, r.message, c.identity.spiffeId);
         this.#closeConn(c, CLOSE_POLICY, r.code);
+        continue;
       }
+      const kid = c.provenBy;
+      if (kid === null || keyTrustedFor(keys, kid, c.identity.spiffeId)) continue;
+      c.provenBy = null;
+      this.#log.warn(
+        { code: 'unknown_kid', kid, peer: c.peer, identity: c.identity.spiffeId },
+        'the key that proved this push connection is no longer trusted: no signal goes there until a wake-up signed by a trusted key',
+      );
+      this.#settle(c, 'signal', (p) => {
+        this.#noteLate(c, p.nonce);
+        p.reject(
+          new RefusalError('push_signal_failed', `the key ${kid} that proved the push connection is no longer trusted`),
+        );
+      });
     }
   }
 
@@ -955,6 +987,16 @@ function abortHandshake(sock: Duplex, status: number, code: string, message: str
     );
   } else {
     sock.destroy();
+  }
+}
+
+/** Whether `kid` is a signing key trusted now, and the key of controller `spiffeId`. */
+function keyTrustedFor(keys: KeySet, kid: string, spiffeId: string): boolean {
+  try {
+    checkKeyIssuer(keys, kid, spiffeId);
+    return true;
+  } catch {
+    return false;
   }
 }
 

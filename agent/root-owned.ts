@@ -23,6 +23,7 @@
 import fs from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { ConfigError, type ErrorCode } from '../protocol/errors.js';
+import { MAX_SYMLINK_LEVELS } from '../protocol/limits.js';
 
 /** What the check needs of a file's status. */
 export interface OwnerStat {
@@ -61,8 +62,6 @@ export interface RootOwnedOptions {
 const STATE_SUBDIRS = ['outbox', 'runs'];
 const GROUP_OTHER_WRITE = 0o022;
 const STICKY = 0o1000;
-/** Symlinks followed in one path before it is refused, as Linux's own limit (ELOOP). */
-const MAX_SYMLINKS_FOLLOWED = 40;
 
 /**
  * @throws ConfigError `unsafe_state_dir` (field `state-dir` or `hooks-dir`) naming the path
@@ -164,7 +163,7 @@ function resolveChecked(f: OwnerFs, p: string, field: string): Resolved {
     const st = f.lstat(next);
     if (st.isSymbolicLink()) {
       // a link another user made (in a sticky directory, say) can be made to lead anywhere
-      if (st.uid !== 0 || ++followed > MAX_SYMLINKS_FOLLOWED) refuse(next, field, st);
+      if (st.uid !== 0 || ++followed > MAX_SYMLINK_LEVELS) refuse(next, field, st);
       const target = f.readlink(next);
       todo.unshift(...names(target));
       if (isAbsolute(target)) dir = '/';

@@ -192,6 +192,12 @@ export const CONTROLLER_SHUTDOWN_GRACE_MS = 10_000;
  * nested at most this many levels (SPEC §3): deeper ones are refused before anything walks them.
  */
 export const MAX_JSON_DEPTH_LEVELS = 64;
+/**
+ * Symlinks an agent running as root follows in one path of its state or hooks dir while it checks
+ * that every step is root-owned, before it refuses the path: Linux's own limit (ELOOP, "too many
+ * levels of symbolic links").
+ */
+export const MAX_SYMLINK_LEVELS = 40;
 /** Signals per node: burst, then sustained rate (a signal may be 4 MiB to parse). */
 export const SIGNAL_RATE_BURST = 20;
 export const SIGNAL_RATE_PER_S = 5;

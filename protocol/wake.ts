@@ -127,6 +127,16 @@ export class WakeVerifier {
 }
 
 /**
+ * The `kid` in the header of a frame that `WakeVerifier.verify` accepted: the key it verified
+ * with. Read from the header, so meaningful only for a verified frame.
+ */
+export function verifiedKid(frame: string): string {
+  const h = JSON.parse(Buffer.from(frame.split('.')[0] ?? '', 'base64url').toString('utf8')) as { kid?: unknown };
+  if (typeof h?.kid !== 'string') throw new RefusalError('malformed', 'the header names no kid');
+  return h.kid;
+}
+
+/**
  * The `jti` of an unverified token, for correlating a nack only (never trusted for anything).
  */
 export function peekJti(frame: string): string | null {

@@ -30,7 +30,7 @@ import {
   MAX_PUSH_SIGNAL_FRAME_BYTES,
   MAX_WAKE_FRAME_BYTES,
 } from '../../protocol/limits.js';
-import { newSigningJwk } from '../../certs/pki.js';
+import { newSigningJwk, publicJwkOf } from '../../certs/pki.js';
 import { pkiPaths } from '../../certs/paths.js';
 import { Signer, type Ed25519PrivateJwk } from '../../protocol/jws.js';
 import { sha256b64url, signMetadata } from '../../protocol/metadata.js';
@@ -67,13 +67,14 @@ afterEach(async () => {
 
 async function listen(
   onWake: (listener: WakeListener) => FetchState = () => 'current',
+  m: PkiMaterial = material,
 ): Promise<{ listener: WakeListener; port: number; lines: Array<Record<string, unknown>> }> {
   const { log, lines } = memoryLog();
   const listener: WakeListener = new WakeListener({
-    material,
+    material: m,
     verifier: new WakeVerifier({
       audience: pki.spiffe('agent', 'n1'),
-      keys: keySetOf(material),
+      keys: keySetOf(m),
       startedAtS: Math.floor(Date.now() / 1000) - 5,
     }),
     onWake: () => onWake(listener),
@@ -561,6 +562,63 @@ describe('signals over the push connection', () => {
     expect(await thrownCodeAsync(second)).toBe('push_signal_failed');
   });
 
+  // each: how the key that proved the connection stops being trusted
+  const distrust: Array<[string, (p: ReturnType<typeof pkiPaths>, kid: string) => void]> = [
+    [
+      'its kid is revoked in revoked.json',
+      (p, kid) => {
+        const r = JSON.parse(fs.readFileSync(p.revoked, 'utf8')) as { serials: string[]; kids: string[] };
+        fs.writeFileSync(p.revoked, JSON.stringify({ ...r, kids: [...r.kids, kid] }));
+      },
+    ],
+    [
+      'it is dropped from the JWKS',
+      (p, kid) => {
+        const j = JSON.parse(fs.readFileSync(p.jwks, 'utf8')) as { keys: Array<{ kid: string }> };
+        fs.writeFileSync(p.jwks, JSON.stringify({ keys: j.keys.filter((k) => k.kid !== kid) }));
+      },
+    ],
+  ];
+  describe('a connection is proven only while the key that proved it is trusted:', () => {
+    it.each(distrust)(
+      'when %s, its signal in flight fails, no signal goes there, until a wake-up signed by a trusted key proves it again',
+      async (_how, drop) => {
+        const p = pkiPaths(pki.dir);
+        const saved = { revoked: fs.readFileSync(p.revoked), jwks: fs.readFileSync(p.jwks) };
+        // a second key of controller c2 (an old one, say) that the agent trusts: the stolen one
+        const stolen = newSigningJwk();
+        const jwks = JSON.parse(saved.jwks.toString()) as { keys: unknown[] };
+        fs.writeFileSync(p.jwks, JSON.stringify({ keys: [...jwks.keys, publicJwkOf(stolen, 'c2')] }));
+        try {
+          const m = pki.material('agent', 'n1');
+          const { listener, port, lines } = await listen(undefined, m);
+          const ctl = await controller(port, { name: 'c2' });
+          expect(await prove(ctl, 'c2', new Signer(stolen))).toMatchObject({ type: 'ack' });
+          const inFlight = listener.signalOverPush(NONCE, 'd1', 2, BODY, 5_000);
+          expect(inFlight).not.toBeNull();
+          expect((await ctl.nextSignal()).nonce).toBe(NONCE);
+
+          drop(p, stolen.kid);
+          m.reload();
+          expect(await thrownCodeAsync(inFlight!)).toBe('push_signal_failed');
+          expect(lines.filter((l) => l.code === 'unknown_kid' && l.kid === stolen.kid)).toHaveLength(1);
+          expect(listener.signalOverPush('b'.repeat(22), 'd1', 2, BODY, 5_000)).toBeNull();
+          expect(listener.connections).toBe(1);
+          // the dropped key proves nothing any more; c2's own key, still trusted, does
+          expect(await prove(ctl, 'c2', new Signer(stolen))).toMatchObject({ type: 'nack', error: 'unknown_kid' });
+          expect(listener.signalOverPush('b'.repeat(22), 'd1', 2, BODY, 5_000)).toBeNull();
+          expect(await prove(ctl, 'c2', new Signer(c2Jwk()))).toMatchObject({ type: 'ack' });
+          void listener.signalOverPush('c'.repeat(22), 'd1', 2, BODY, 5_000)?.catch(() => undefined);
+          expect((await ctl.nextSignal()).nonce).toBe('c'.repeat(22));
+          expect(ctl.signals.map((f) => f.nonce)).toEqual([NONCE, 'c'.repeat(22)]);
+        } finally {
+          fs.writeFileSync(p.revoked, saved.revoked);
+          fs.writeFileSync(p.jwks, saved.jwks);
+        }
+      },
+    );
+  });
+
   // each: [what is wrong with the answer, how it is made, the refusal code]
   const unsigned: Array<[string, (f: SignalFrame) => string, string]> = [
     ['no signature', (f) => encodeSignalled({ nonce: f.nonce, status: 200 }), 'missing_signature'],
@@ -601,7 +659,7 @@ describe('signals over the push connection', () => {
     ],
     ['signed for another deployment', (f) => signalled(f, { status: 200 }, { deployment: 'd9' }), 'bad_response'],
     [
-      'signed for another revision',
+      'signed over another body than the one sent (digest_mismatch)',
       (f) => signalled(f, { status: 200 }, { body: Buffer.from(JSON.stringify({ ...RESULT, revision: 1 })) }),
       'digest_mismatch',
     ],

@@ -2,7 +2,8 @@
  * `packaging/cloud-init.yaml`, the node side of enrolment (docs/adding-nodes.md): parsed as
  * cloud-init parses it (PyYAML, cloud-init's own parser), its properties checked, and its script
  * run in a temporary directory with stand-ins for the tools that reach outside (curl, node,
- * systemctl, sleep), so that each path is seen: enrolled after retries, never enrolled, a download
+ * systemctl, sleep), so that each path is seen: enrolled after failures that may pass (exit 75),
+ * never enrolled, a definite refusal (exit 1) not tried again, a download
  * that does not match its SHA-256, a Node too old. In each the token file is gone at the end.
  */
 import { spawnSync } from 'node:child_process';
@@ -85,7 +86,7 @@ describe.skipIf(!pyYaml)('packaging/cloud-init.yaml', () => {
    * Runs the script under a new root with the files it downloads, `enrollFailures` failed
    * enrolments before one succeeds, and a node of `nodeMajor`.
    */
-  function run(o: { enrollFailures: number; nodeMajor?: number; tamper?: boolean }): Run {
+  function run(o: { enrollFailures: number; nodeMajor?: number; tamper?: boolean; failExit?: number }): Run {
     const dir = path.join(work, `run-${++n}`);
     const root = path.join(dir, 'root');
     const bin = path.join(dir, 'bin');
@@ -116,7 +117,7 @@ describe.skipIf(!pyYaml)('packaging/cloud-init.yaml', () => {
 while [ $# -gt 0 ]; do [ "$1" = --token-file ] && tok=$2; shift; done
 [ -f "$tok" ] && echo "token-present $(cat "$tok")" >> '${log}'
 count=$(grep -c '^node .* enroll' '${log}')
-[ "$count" -gt ${o.enrollFailures} ]`,
+[ "$count" -gt ${o.enrollFailures} ] || exit ${o.failExit ?? 75}`,
     );
     stub('systemctl', 'exit 0');
     stub('sleep', 'exit 0');
@@ -130,7 +131,7 @@ count=$(grep -c '^node .* enroll' '${log}')
     return { status: r.status, stderr: r.stderr, calls, root };
   }
 
-  it('enrols after two failures, waiting 5 s then 10 s, gives the token as a file, removes it and starts the service', () => {
+  it('enrols after two failures that may pass (exit 75), waiting 5 s then 10 s, gives the token as a file, removes it and starts the service', () => {
     const r = run({ enrollFailures: 2 });
     expect(r.status, r.stderr).toBe(0);
     const enrolls = r.calls.filter((c) => /^node .* agent enroll /.test(c));
@@ -147,7 +148,20 @@ count=$(grep -c '^node .* enroll' '${log}')
     );
   });
 
-  it('gives up after a bounded number of attempts, removes the token, and starts nothing', () => {
+  it('stops at once on a definite refusal (exit 1: a spent token, a wrong CA fingerprint): one run, no wait, the token removed, nothing started', () => {
+    const r = run({ enrollFailures: 1_000, failExit: 1 });
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('enrolment refused (exit 1');
+    expect(r.calls.filter((c) => /^node .* agent enroll /.test(c))).toHaveLength(1);
+    expect(r.calls.filter((c) => c.startsWith('sleep '))).toEqual([]);
+    expect(r.calls.filter((c) => c.startsWith('systemctl '))).toEqual([]);
+  });
+
+  it('never passes --force, which would replace the key an earlier run kept for its lost answer', () => {
+    expect(script).not.toContain('--force');
+  });
+
+  it('gives up after a bounded number of failures that may pass, removes the token, and starts nothing', () => {
     const r = run({ enrollFailures: 1_000 });
     expect(r.status).not.toBe(0);
     expect(r.stderr).toContain('enrolment failed 6 times');

@@ -401,4 +401,30 @@ describe.skipIf(!built)('enrolment admission and lost answers with real processe
       await proxy.stop();
     }
   });
+
+  it('a later run of herald agent enroll, after one that got no answer, asks with the key that run left and gets the same certificate; a new key is refused', async () => {
+    const token = await newToken('again1');
+    const dir = path.join(work, 'node-again1', 'agent');
+    const first = await enrollCli('again1', token, `https://127.0.0.1:${port}`);
+    expect(first.code, first.out).toBe(0);
+    expect(fs.existsSync(path.join(dir, 'again1.key.enrolling')), 'the pending key is removed').toBe(false);
+    const key = fs.readFileSync(path.join(dir, 'again1.key'));
+    const serial = new crypto.X509Certificate(fs.readFileSync(path.join(dir, 'again1.crt'))).serialNumber;
+    // as if the answer had been lost and the command had given up: only its pending key is left
+    fs.rmSync(path.join(dir, 'again1.crt'));
+    fs.rmSync(path.join(dir, 'again1.key'));
+    fs.writeFileSync(path.join(dir, 'again1.key.enrolling'), key, { mode: 0o600 });
+    const again = await enrollCli('again1', token, `https://127.0.0.1:${port}`);
+    expect(again.code, again.out).toBe(0);
+    expect(new crypto.X509Certificate(fs.readFileSync(path.join(dir, 'again1.crt'))).serialNumber).toBe(serial);
+    expect(fs.readFileSync(path.join(dir, 'again1.key'))).toEqual(key);
+    expect(fs.statSync(path.join(dir, 'again1.key')).mode & 0o777).toBe(0o600);
+    expect(fs.existsSync(path.join(dir, 'again1.key.enrolling'))).toBe(false);
+    expect(logEvents('enroll.replayed', 'again1')).toHaveLength(1);
+    // control: without that key, a new one is refused (the token is spent)
+    fs.rmSync(path.join(work, 'node-again1'), { recursive: true });
+    const fresh = await enrollCli('again1', token, `https://127.0.0.1:${port}`);
+    expect(fresh.code).not.toBe(0);
+    expect(fresh.out).toMatch(/herald: enrollment_refused: /);
+  });
 });

@@ -4,8 +4,10 @@
  * connects to a real `bin/herald agent`'s listener, offers to take signals, and keeps itself the
  * connection heard from last (it pings every 10 ms). While the agent runs a deployment of the real
  * controller (a real process), the peer must receive no result data: no signal frame, no byte of
- * the run's stdout. Its bogus `signalled` answers (unsigned, or signed with a key the agent does
- * not trust) must not count, and the real controller records the result within a bound.
+ * the run's stdout, and the real controller records the result within a bound. A peer that also
+ * holds a signing key proves its connection with a wake-up, but only while that key is trusted:
+ * once the operator revokes it, the agent's next signal goes over HTTPS to the real controller.
+ * (An answer not signed for the signal it answers is not taken: test/agent/push-fetch.test.ts.)
  */
 import crypto from 'node:crypto';
 import { once } from 'node:events';
@@ -14,6 +16,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { newSigningJwk } from '../../certs/pki.js';
+import { pkiPaths } from '../../certs/paths.js';
 import { decodeAgentFrame, encodeSignalled, FEATURE_SIGNAL, FEATURES_HEADER } from '../../protocol/frames.js';
 import { Signer } from '../../protocol/jws.js';
 import { signSignalled } from '../../protocol/signal-answer.js';
@@ -141,7 +144,7 @@ async function heardFromLast(h: Holder): Promise<void> {
 }
 
 describe.skipIf(!built)('results channel: a controller TLS key without the signing key', () => {
-  it('heard from last beside the real controller, it gets no result data and its unsigned signalled answer does not count: the controller records the result', async () => {
+  it('heard from last beside the real controller, having delivered no verified wake-up, it is sent no signal and no result data: the controller records the result', async () => {
     const secret = `RESULT-${crypto.randomBytes(8).toString('hex')}`;
     const h = await holder(r1.port, b.cred('controller', 'c2'), (nonce) => encodeSignalled({ nonce, status: 200 }));
     try {
@@ -183,6 +186,50 @@ describe.skipIf(!built)('results channel: a controller TLS key without the signi
       expect(String(d.output_values?.deploy_stdout)).toContain(secret);
       expect(h.signals).toBe(0);
       expect(h.frames.filter((f) => f.includes(secret))).toEqual([]);
+    } finally {
+      h.close();
+    }
+  });
+});
+
+describe.skipIf(!built)('results channel: a controller TLS key and a signing key, the key then revoked', () => {
+  it('proven by a wake-up signed with the stolen key, the connection is proven no more once that kid is revoked in revoked.json: the next signal goes over HTTPS', async () => {
+    const secret = `RESULT-${crypto.randomBytes(8).toString('hex')}`;
+    const stolen = b.signerOf('c2');
+    const iss = b.spiffe('controller', 'c2');
+    const aud = b.spiffe('agent', 'r2');
+    const h = await holder(r2.port, b.cred('controller', 'c2'), (nonce, deployment, body) => {
+      const signature = signSignalled(stolen, {
+        iss,
+        aud,
+        nonce,
+        deployment,
+        body,
+        status: 200,
+        nowS: Date.now() / 1000,
+      });
+      return encodeSignalled({ nonce, status: 200, signature });
+    });
+    try {
+      const acked = once(h.ws, 'message');
+      h.ws.send(validWake(stolen, iss, aud, 1_000_000, 'ping'));
+      expect(JSON.parse(String((await acked)[0]))).toMatchObject({ type: 'ack' });
+      // the operator revokes the stolen key (c2's certificate stays valid)
+      const reloads = r2.lines().filter((l) => l.msg === 'revoked.json reloaded').length;
+      const revokedPath = pkiPaths(b.pkiDir).revoked;
+      const r = JSON.parse(fs.readFileSync(revokedPath, 'utf8')) as { serials: string[]; kids: string[] };
+      fs.writeFileSync(revokedPath, JSON.stringify({ ...r, kids: [...r.kids, stolen.kid] }));
+      await waitFor(
+        'r2 to reload revoked.json',
+        () => r2.lines().filter((l) => l.msg === 'revoked.json reloaded').length > reloads,
+      );
+      const d = await deployGated(r2, secret, () => heardFromLast(h));
+      expect(d.status, d.status_reason).toBe('COMPLETE');
+      expect(String(d.output_values?.deploy_stdout)).toContain(secret);
+      expect(h.signals).toBe(0);
+      expect(h.frames.filter((f) => f.includes(secret))).toEqual([]);
+      expect(r2.lines().some((l) => l.code === 'unknown_kid' && l.kid === stolen.kid)).toBe(true);
+      expect(h.ws.readyState).toBe(WebSocket.OPEN);
     } finally {
       h.close();
     }
