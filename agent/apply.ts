@@ -1,5 +1,5 @@
 /**
- * The apply loop (SPEC §4): runs deployment items one at a time, in metadata order. An item runs
+ * The apply loop (docs/architecture.md): runs deployment items one at a time, in metadata order. An item runs
  * when its `id` has not run on this node and the controller does not already hold its result
  * (`signalled: true`). For each: started is recorded durably, the hook runs, its signal goes to
  * the outbox (durable), then finished is recorded. An item found started-but-not-finished at the
@@ -7,7 +7,7 @@
  *
  * The running hook's process group is also recorded (`running.json`), so that an agent killed
  * with SIGKILL can kill the group it left behind at its next start, and then remove the run
- * directories it left (their config and outputs may hold secrets, SPEC §4).
+ * directories it left (their config and outputs may hold secrets, docs/architecture.md).
  */
 import { isLiveState, parseProcStat } from '../protocol/proc-stat.js';
 import { readdir, readFile, rm, unlink } from 'node:fs/promises';
@@ -38,7 +38,7 @@ export interface ApplyLoopOptions {
   loadRunItem: () => Promise<RunItem>;
   /** Passed to each run (runsDir, hooksDir, timeouts); `signal` and `onSpawn` are the loop's. */
   runOptions: Omit<RunOptions, 'signal' | 'onSpawn' | 'onOutput'>;
-  /** Opens the live output sink of one run (SPEC §8); closed before its signal is queued. */
+  /** Opens the live output sink of one run (docs/api.md); closed before its signal is queued. */
   openOutput?: (item: MetadataItem) => LiveOutput;
   log: Logger;
   /** Told when a hook process starts (tests). */
@@ -343,7 +343,7 @@ function groupsWorkingIn(dir: string): Set<number> {
 
 /**
  * The signal of a run, fitted to the signal limit. Whatever a hook answered, this cannot throw:
- * outputs nested deeper than the one depth guard allows (SPEC §3) are dropped and the deployment
+ * outputs nested deeper than the one depth guard allows (docs/api.md) are dropped and the deployment
  * fails `hook_answer_too_deep`, so nothing below (JSON.stringify, the outbox) walks them.
  */
 export function signalBodyOf(

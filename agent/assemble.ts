@@ -1,5 +1,5 @@
 /**
- * The agent's one wiring (SPEC §4): the PKI material, the state dir, the fetcher, the outbox, the
+ * The agent's one wiring (docs/architecture.md): the PKI material, the state dir, the fetcher, the outbox, the
  * live output sender, the apply loop, the fetch coalescer, the wake-up listener and the poller,
  * assembled from explicit dependencies (logger, clock, random, hook runner, file system owner
  * checks). `agent/main.ts`
@@ -74,9 +74,9 @@ export interface AgentConfig {
    * never learns it and never dials, so only polling fetches (the benchmark's push-off runs).
    */
   announce?: boolean | undefined;
-  /** Stream hooks' output while they run (SPEC §8; default true). False: only the signal carries it. */
+  /** Stream hooks' output while they run (docs/api.md; default true). False: only the signal carries it. */
   liveOutput?: boolean | undefined;
-  /** Renew the certificate at two thirds of its lifetime (SPEC §9; default true). */
+  /** Renew the certificate at two thirds of its lifetime (docs/adding-nodes.md; default true). */
   renew?: boolean | undefined;
   /**
    * Start hooks from a small process that stays (agent/hooks/launcher.ts; default true where it

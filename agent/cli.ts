@@ -1,5 +1,5 @@
 /**
- * `herald agent ...` (SPEC §4). Options are checked here, each error naming its option; the
+ * `herald agent ...` (docs/architecture.md). Options are checked here, each error naming its option; the
  * agent's modules load only inside the action, so `herald --help` stays light.
  */
 import type { Command } from 'commander';

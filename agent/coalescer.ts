@@ -1,5 +1,5 @@
 /**
- * Coalesces fetch requests (SPEC §2): one fetch in flight, at most one queued, so a flood of
+ * Coalesces fetch requests (docs/protocol.md): one fetch in flight, at most one queued, so a flood of
  * wake-ups of any size costs at most two fetches. Wake-ups and polls take the same path.
  * Pure: the fetch itself is a function handed in.
  */
@@ -58,7 +58,7 @@ export class FetchCoalescer {
    * A verified wake-up for generation `gen`: `current` when a fetch already saw it (nothing
    * fetched), else `started` or `queued`.
    *
-   * `gen` is a hint, never a fact (SPEC §2): it is compared only with the generation last
+   * `gen` is a hint, never a fact (docs/protocol.md): it is compared only with the generation last
    * fetched and verified, never with what other wake-ups claimed. So no wake-up, however high
    * its claimed `gen`, can make a later one look `current`: a claim above what was fetched always
    * leads to a (coalesced) fetch. A flood of such claims still costs one fetch in flight and at

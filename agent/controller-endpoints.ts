@@ -1,5 +1,5 @@
 /**
- * The controller API URLs an agent may use (`--controller a,b,..`, SPEC §7) and which one it uses
+ * The controller API URLs an agent may use (`--controller a,b,..`, docs/several-controllers.md) and which one it uses
  * now. Every request the agent makes to the controller API (metadata fetches, the endpoint
  * announcement, signals, live output) runs through `request()`: it goes to the current URL, and
  * when that controller fails (the connection is refused, reset or times out, TLS fails, or it

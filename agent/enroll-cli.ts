@@ -1,5 +1,5 @@
 /**
- * `herald agent enroll` (SPEC §9): a subcommand of `herald agent`, registered beside it (also in
+ * `herald agent enroll` (docs/adding-nodes.md): a subcommand of `herald agent`, registered beside it (also in
  * the packaged agent). `herald agent`'s own required options do not apply to it.
  */
 import { type Command, CommanderError } from 'commander';

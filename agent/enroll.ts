@@ -1,5 +1,5 @@
 /**
- * `herald agent enroll` (SPEC §9): a node with nothing but a join token and the CA's
+ * `herald agent enroll` (docs/adding-nodes.md): a node with nothing but a join token and the CA's
  * fingerprint gets its certificate. The key is made here and never leaves the node; the
  * controller's TLS chain is checked against the fingerprint before a byte is sent, and the
  * request then goes over a connection OpenSSL verifies against that CA, to the expected

@@ -1,11 +1,11 @@
 /**
- * The agent's client side of the controller API (SPEC §3, §4, §7): signed metadata fetches,
+ * The agent's client side of the controller API (docs/api.md): signed metadata fetches,
  * endpoint announcements, signals and live output, over one keep-alive mutual-TLS agent that
  * dials only the controllers of `--controller-id`. Every request goes through one
  * `ControllerEndpoints` (agent/controller-endpoints.ts), which moves to the next `--controller`
  * URL when the current one fails.
  *
- * A metadata fetch goes over the push connection when one that offers it is open (SPEC §2, the
+ * A metadata fetch goes over the push connection when one that offers it is open (docs/protocol.md, the
  * `fetch` frame; `pushFetch`), else over HTTPS, and over HTTPS again when the push connection
  * gives no answer. Either way a response is trusted only after `verifyMetadataResponse`
  * (signature, fresh nonce, audience, issuer, digest, no rollback), on the 200 and on the 304
@@ -179,7 +179,7 @@ export class Fetcher {
       maxSockets: AGENT_API_MAX_CONNECTIONS,
       idleTimeoutMs: () => (opts.pushHealthy?.() ? (opts.apiIdleCloseMs ?? AGENT_API_IDLE_CLOSE_MS) : 0),
       // a restarted controller resumes its agents' sessions instead of a full handshake each
-      // (issue 16); a resumed socket keeps the identity its full handshake checked (certs/tls.ts)
+      //; a resumed socket keeps the identity its full handshake checked (certs/tls.ts)
       resumeSessions: true,
     });
     this.#keys = keySetOf(opts.material);
@@ -326,7 +326,7 @@ export class Fetcher {
   }
 
   /**
-   * Sends one signal: over the push connection when one takes it (SPEC §2), else, or when that
+   * Sends one signal: over the push connection when one takes it (docs/protocol.md), else, or when that
    * gets no answer, an answer not signed for it, or cannot take it there (503
    * `signal_unavailable`), over HTTPS. Any other
    * answer is the route's (a database outage's 503 is retried by the outbox, not doubled here).
@@ -370,7 +370,7 @@ export class Fetcher {
   }
 
   /**
-   * Posts one live output chunk (SPEC §8), over HTTPS only: a chunk is result data, and the push
+   * Posts one live output chunk (docs/api.md), over HTTPS only: a chunk is result data, and the push
    * connection's peer may be anyone holding a controller TLS key (agent/listener.ts). Resolves
    * with the HTTP status and a 429's Retry-After.
    * @throws a network or TLS error
@@ -385,7 +385,7 @@ export class Fetcher {
   }
 
   /**
-   * Posts a certificate renewal (SPEC §9) for this node. Resolves with the status and the body
+   * Posts a certificate renewal (docs/adding-nodes.md) for this node. Resolves with the status and the body
    * (the renewer reads the bundle or the error code).
    * @throws a network or TLS error
    */

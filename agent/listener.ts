@@ -1,5 +1,5 @@
 /**
- * The agent's wake-up listener (SPEC §2): `wss://host:port/v1/wake`, TLS 1.3, mutual auth.
+ * The agent's wake-up listener (docs/protocol.md): `wss://host:port/v1/wake`, TLS 1.3, mutual auth.
  *
  * It refuses early and cheaply: a socket is counted from the TCP level on and destroyed when
  * its TLS handshake plus WebSocket upgrade take too long or too many are pending; a peer that is
@@ -108,7 +108,7 @@ export interface WakeListenerOptions {
   material: PkiMaterial;
   verifier: WakeVerifier;
   /**
-   * Which controllers may connect, by name (`--controller-id`, SPEC §7); another controller of
+   * Which controllers may connect, by name (`--controller-id`, docs/several-controllers.md); another controller of
    * the trust domain is refused 403 `wrong_peer` before the upgrade. Default: every controller.
    */
   acceptController?: (name: string) => boolean;
@@ -935,7 +935,7 @@ export class WakeListener extends EventEmitter {
     this.emit('refused', { code, peer });
   }
 
-  /** A refusal anyone could cause: counted, and logged only as a summary (SPEC §3). */
+  /** A refusal anyone could cause: counted, and logged only as a summary (docs/api.md). */
   #refusedBeforeAuth(code: ErrorCode | string, peer: string, message: string, resumed = false): void {
     this.stats.refused++;
     this.stats.refusedBeforeAuth++;

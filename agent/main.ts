@@ -1,5 +1,5 @@
 /**
- * The agent process (SPEC §4): the parts are assembled by `assembleAgent()` (assemble.ts) from
+ * The agent process (docs/architecture.md): the parts are assembled by `assembleAgent()` (assemble.ts) from
  * the dependencies a process has: pino on stderr, the system clock, `Math.random`, the real hook
  * runner, this process's uid and file system. Everything else in agent/ receives what it needs.
  *
@@ -52,7 +52,7 @@ export async function startAgent(cfg: AgentConfig, deps: Partial<Omit<AgentDeps,
   return { port, log, stop: agent.stop };
 }
 
-/** The controllers' own signing keys (`controller/<name>.jwk`, SPEC §7) in `dir`, if any. */
+/** The controllers' own signing keys (`controller/<name>.jwk`, docs/several-controllers.md) in `dir`, if any. */
 function controllerKeyFiles(dir: string): string[] {
   try {
     return fs

@@ -1,5 +1,5 @@
 /**
- * The on-disk half of the signal outbox (SPEC §4): a durable, ordered queue of signal bodies. A
+ * The on-disk half of the signal outbox (docs/architecture.md): a durable, ordered queue of signal bodies. A
  * signal is written here before it is sent and removed once the controller answered 2xx, 404 or
  * 409 (the sending loop is `agent/outbox.ts`). Each entry is one file `<seq>-<deployment>.json`
  * (0600, written atomically) in `<stateDir>/outbox` (0700); `seq` grows across restarts, so
@@ -182,7 +182,7 @@ function cleanBody(b: SignalBody): SignalBody {
 }
 
 function parseEntry(text: string, seq: number): OutboxEntry | undefined {
-  // the one depth guard (SPEC §3): an entry nested deeper than any signal the agent writes would
+  // the one depth guard (docs/api.md): an entry nested deeper than any signal the agent writes would
   // overflow the stack when sent, and jam the outbox (nothing after it goes first)
   if (jsonTextDepth(text, MAX_JSON_DEPTH_LEVELS + 2) > MAX_JSON_DEPTH_LEVELS + 2) return undefined;
   try {

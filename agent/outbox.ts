@@ -1,5 +1,5 @@
 /**
- * The signal outbox's sending loop (SPEC §4). Every signal is on disk (`OutboxStore`) before it
+ * The signal outbox's sending loop (docs/architecture.md). Every signal is on disk (`OutboxStore`) before it
  * is sent; the queue is drained strictly in order, an entry removed once the controller answered
  * 2xx, 404 (the deployment is gone), 409 (a stale or unknown revision) or 400/413/422 (the signal
  * itself is refused: resending the same bytes cannot help),

@@ -1,5 +1,5 @@
 /**
- * Live output's sending side (SPEC §8): while a hook runs, what it prints goes to the controller
+ * Live output's sending side (docs/api.md): while a hook runs, what it prints goes to the controller
  * in numbered chunks (`POST /v1/nodes/{node}/deployments/{id}/output`), flushed every
  * OUTPUT_FLUSH_INTERVAL_MS or at OUTPUT_CHUNK_MAX_BYTES, masked before it leaves (OutputChunker).
  *

@@ -1,5 +1,5 @@
 /**
- * Fallback polling (SPEC §4): every `intervalMs` (jittered ±10 %) the agent fetches with
+ * Fallback polling (docs/architecture.md): every `intervalMs` (jittered ±10 %) the agent fetches with
  * If-None-Match whether or not push works; while push is healthy the interval stretches to
  * `healthyIntervalMs`, and drops back the moment the push connection closes. When the short
  * interval has already passed then, or would pass within the first quarter of one, the poll
@@ -137,7 +137,7 @@ export class Poller {
    * and the next poll was planned with the long interval, it is moved to the short one. When it
    * is healthy again and the next poll was planned with the short interval (not a retry after a
    * failure), it is planned anew with the long one, from the last poll: a fleet whose controller
-   * came back within the short interval does not poll it anyway (SPEC §4, "while push is healthy
+   * came back within the short interval does not poll it anyway (docs/architecture.md, "while push is healthy
    * the interval stretches").
    */
   pushChanged(): void {
@@ -165,7 +165,7 @@ export class Poller {
   /**
    * A fetch outside a poll got its answer (the one a wake-up started, over either channel): the
    * agent holds the metadata as of now, as a poll would have left it, so the next poll is planned
-   * anew, one interval (jittered afresh) from now, as after a poll (SPEC §4: the agent fetches every interval; this fetch
+   * anew, one interval (jittered afresh) from now, as after a poll (docs/architecture.md: the agent fetches every interval; this fetch
    * was one). Without it, a fleet that had just fetched a change polled again on the poll's old
    * schedule, and when the controller died those polls fell inside its redial. During a poll
    * nothing changes here: the poll's own result reschedules.

@@ -1,5 +1,5 @@
 /**
- * The agent renews its own certificate (SPEC §9): once two thirds of its lifetime have passed it
+ * The agent renews its own certificate (docs/adding-nodes.md): once two thirds of its lifetime have passed it
  * makes a new key here, posts a CSR for the same identity and SANs over mTLS with the current
  * certificate, installs the answer atomically (key, then certificate) and reloads its material
  * at once, so the listener's server certificate and the API client's certificate change without

@@ -1,5 +1,5 @@
 /**
- * The agent's durable memory (SPEC §4): which item ids started and finished on this node, and the
+ * The agent's durable memory (docs/architecture.md): which item ids started and finished on this node, and the
  * generations last fetched and applied. Two files in the 0700 state dir:
  * - `state.json`, a snapshot, replaced atomically (temporary file, fsync, rename, directory fsync);
  * - `state.journal`, the changes since that snapshot, one JSON line each, appended and

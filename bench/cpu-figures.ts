@@ -7,9 +7,9 @@
 import type { BenchResults } from './results.js';
 import { median, round, type ProcessSplit } from './util.js';
 
-/** Issue 16's goal for the controller's CPU per agent in a fan-out of 10,000 (ms). */
+/** The goal for the controller's CPU per agent in a fan-out of 10,000 (ms). */
 export const CPU_PER_AGENT_GOAL_MS = 0.4;
-/** Issue 16's "floor seen here" for it: its prototype, with the fetch (ms). */
+/** The "floor seen here" for it: its prototype, with the fetch (ms). */
 export const PROTOTYPE_CPU_PER_AGENT_MS = 0.29;
 /**
  * A window's controller CPU per agent (ms) less what the controller spends with nothing changing

@@ -4,7 +4,7 @@
  * controller's CPU per agent is compared with what this run's CPU makes possible, not with a
  * figure from another day (this host's CPU speed varies by the hour; BENCHMARKS.md, "CPU speed").
  *
- * Per agent the floor does exactly what SPEC §2-§3 requires of any controller, with Herald's own
+ * Per agent the floor does exactly what docs/protocol.md requires of any controller, with Herald's own
  * protocol functions and the same libraries (`ws`, `node:tls`, better-sqlite3, `node:crypto`, and
  * the controller's Ed25519 signing, libsodium's: controller/ed25519.ts):
  * - the change: one SQLite transaction (WAL, `synchronous=FULL`, as Herald's store) writing each

@@ -19,7 +19,7 @@ export interface HarnessStart {
   pki: Omit<SimPkiPaths, 'certPath'>;
   controllerUrl: string;
   /**
-   * Several controllers (SPEC §7): each agent gets every URL, starting at a different one (agent
+   * Several controllers (docs/several-controllers.md): each agent gets every URL, starting at a different one (agent
    * i at URL i mod the count), as a load balancer would spread them; replaces `controllerUrl`.
    */
   controllerUrls?: string[];

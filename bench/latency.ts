@@ -9,7 +9,7 @@
  * - push: ≥ 200 changes one after another, each to one agent (each waits for the previous to be
  *   signalled COMPLETE, plus a short random pause), round-robin over 4 agents, each its own
  *   process and deployment; then 100 changes back to back to ONE node (each sent the moment the
- *   previous is COMPLETE, no pause): a fetch answering a wake-up is never rate-limited (SPEC §3),
+ *   previous is COMPLETE, no pause): a fetch answering a wake-up is never rate-limited (docs/api.md),
  *   so the per-node limit must not show here;
  * - polling, push off: agents that announce an endpoint nothing listens on (the controller's
  *   dials fail), polling every 2 s; several agents in parallel, each its own deployment, so
@@ -70,7 +70,7 @@ export interface LatencyResult {
     /**
      * Back to back to ONE node: each change sent the moment the previous one is COMPLETE in the
      * API, no pause (what an operator's script does; a fetch that answers a wake-up is never
-     * rate-limited, SPEC §3).
+     * rate-limited, docs/api.md).
      */
     oneNode: { samples: number; hookStartMs: Dist; completeMs: Dist; samplesMs: number[] };
   };

@@ -3,7 +3,7 @@
  * `npm run bench -- --soak [minutes]`, `npm run bench -- --controllers [store,fanout,failover]`,
  * `npm run bench -- --pre-auth`
  *
- * Herald's benchmark suite (issue 7): push against polling, fan-out to 10,000 agents, idle
+ * Herald's benchmark suite: push against polling, fan-out to 10,000 agents, idle
  * traffic and footprint, a cluster restart. Writes BENCHMARKS.md (tables) and BENCHMARKS.json
  * (every raw figure) at the top of the checkout and exits non-zero when a correctness check
  * fails (an agent not connected, a wake-up not verified, a fetch not answered 200 with a checked

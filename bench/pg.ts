@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL of the several-controllers benchmark (SPEC §7): cli/throwaway-pg.ts's server
+ * The PostgreSQL of the several-controllers benchmark (docs/several-controllers.md): cli/throwaway-pg.ts's server
  * (`initdb` in a temp dir, run as the `postgres` user when the benchmark runs as root) on the
  * port the run gives it, with `fsync` on: the store's commit latency is one of the figures, and
  * a commit that does not reach the disk is not the one a deployment pays.

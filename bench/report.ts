@@ -52,7 +52,7 @@ export interface ReportInput {
 
 export interface Goal {
   figure: string;
-  /** What this machine allows at best (issue 16's "floor seen here"). */
+  /** What this machine allows at best (the "floor seen here"). */
   floor: string;
   goal: string;
   measured: string;
@@ -271,7 +271,7 @@ export function goals(r: ReportInput['results'], m: Record<string, unknown> = {}
       figure: `idle agent: CPU per hour, RSS (a ${fmt(fp.windowS, 0)} s window)`,
       floor: peer
         ? `os-collect-config at 30 s, this run: ${fmt(r.peer?.perHour.atDefault.cpuS, 2)} s/h, ${fmt(peer.rssKb / 1024, 1)} MB`
-        : 'os-collect-config at 30 s: 0.75 s/h, 51.9 MB (issue 16)',
+        : 'os-collect-config at 30 s: 0.75 s/h, 51.9 MB',
       goal: '≤ 0.5 s/h, ≤ 52 MB',
       measured: `CPU ${fmt(cpu, 2)} s/h, RSS ${fmt(rss)} MB`,
       met: rss <= 52 && cpu <= 0.5,
@@ -416,7 +416,7 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p(`| polling every 2 s (measured) | ${fmt(q.p50 / pp50, 0)}× | ${fmt(q.p99 / pp99, 0)}× |`);
     for (const e of l.expected)
       p(`| polling every ${e.intervalS} s (computed) | ${fmt(e.p50Ms / pp50, 0)}× | ${fmt(e.p99Ms / pp99, 0)}× |`);
-    p(`| os-collect-config, 30 s (issue 7: median 15.5 s, max 27.7 s) | ${fmt(15_500 / pp50, 0)}× | – |`);
+    p(`| os-collect-config, 30 s (median 15.5 s, max 27.7 s) | ${fmt(15_500 / pp50, 0)}× | – |`);
     p();
     p(
       `Also measured on the push path: PATCH answered (committed) p50 ${ms(l.push.patchAnsweredMs.p50, 2)}, p99 ${ms(l.push.patchAnsweredMs.p99, 2)};`,
@@ -638,8 +638,8 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
     p(`| **Herald, push healthy** | | **${kb(t.perAgentHourBytes.pushHealthy)}** |`);
     p(`| Herald, push off, polling every 30 s | | ${kb(t.perAgentHourBytes.pushOff30s)} |`);
     p(`| Herald, push off, polling every 120 s | | ${kb(t.perAgentHourBytes.pushOff120s)} |`);
-    p('| os-collect-config, 30 s (issue 7) | 7.7 kB | 924 kB |');
-    p('| os-collect-config, 120 s (issue 7) | 7.7 kB | 231 kB |');
+    p('| os-collect-config, 30 s | 7.7 kB | 924 kB |');
+    p('| os-collect-config, 120 s | 7.7 kB | 231 kB |');
     p();
   }
   const fp = r.idle?.footprint;
@@ -666,7 +666,7 @@ function markdown(i: ReportInput, m: Record<string, unknown>, g: Goal[]): string
       p(
         `| os-collect-config (this run, polling every 30 s) | ${fmt(r.peer.idle.rssKb / 1024)} MB | ${fmt(r.peer.perHour.atDefault.cpuS, 2)} s per hour |`,
       );
-    else p('| os-collect-config (issue 7) | 51.8 MB | 0.6 s per hour at 30 s |');
+    else p('| os-collect-config | 51.8 MB | 0.6 s per hour at 30 s |');
     p();
   }
   if (r.peer) L.push(...peerMarkdown(r));

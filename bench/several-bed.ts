@@ -1,5 +1,5 @@
 /**
- * The test bed of the several-controllers benchmark (SPEC §7): up to three real `herald
+ * The test bed of the several-controllers benchmark (docs/several-controllers.md): up to three real `herald
  * controller --name cN --db postgres://…` processes on one throwaway PostgreSQL (bench/pg.ts),
  * and one growing fleet of simulated agents (bench/sim-agent.ts, in harness processes) that know
  * every controller (`--controller-id '*'`, every URL, each agent starting at a different one, as a

@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- --controllers [store,fanout,failover]`: the several-controllers benchmark
- * alone (issue 13). Starts a throwaway PostgreSQL, runs the parts asked for (the stores' commit
+ * alone. Starts a throwaway PostgreSQL, runs the parts asked for (the stores' commit
  * latency first, on a machine the fleet does not load yet; then the fan-out and failover steps on
  * one bed), writes BENCHMARKS-controllers.json (every raw figure) and replaces its section of
  * BENCHMARKS.md, leaving the others as they were. Exits non-zero when a check failed (an agent

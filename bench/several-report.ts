@@ -81,7 +81,7 @@ export function severalMarkdown(r: SeveralReport): string {
     L.push(x);
   };
   p(SEVERAL_MARKER);
-  p('## Several controllers on one PostgreSQL (issue 13)');
+  p('## Several controllers on one PostgreSQL');
   p();
   p(
     `\`${r.command}\` on ${r.date.replace('T', ' ').slice(0, 19)} UTC in ${Math.round(r.elapsedS)} s; commit ${r.commit}. Machine: ${r.machine}. PostgreSQL ${r.pgVersion} (a throwaway server the run started: \`initdb\` in the run directory, \`fsync\` on, \`max_connections\` 100).`,

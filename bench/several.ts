@@ -1,5 +1,5 @@
 /**
- * Several controllers on one PostgreSQL (issue 13's benchmarks, SPEC §7), each configuration on
+ * Several controllers on one PostgreSQL (the benchmarks, docs/several-controllers.md), each configuration on
  * a bed of its own (several-bed.ts: a new database, its controllers, a new fleet that knows only
  * them). A bed is not reused from one controller count to the next: between two runs the last
  * run's cluster must complete and be deleted, and on PostgreSQL every signal of a cluster takes

@@ -5,7 +5,7 @@
  * 5 s the resident memory of the controller's main process, its push worker(s) and each agent is
  * sampled from /proc. At the end every node must hold its last change (COMPLETE at its latest
  * revision). The figure that matters: how much each process grew from the end of the run's first
- * quarter to its end (issue 16: at most 10 %).
+ * quarter to its end (at most 10 %).
  */
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';

@@ -1,5 +1,5 @@
 /**
- * Which chains Herald accepts (SPEC §1, §9): a leaf signed by the cluster CA directly, or through
+ * Which chains Herald accepts (docs/configuration.md): a leaf signed by the cluster CA directly, or through
  * exactly one Herald issuer, an intermediate CA that the cluster CA signed, with pathLen 0 and
  * the single URI SAN `spiffe://<trust domain>/issuer/<name>`, that signs agent certificates
  * only. OpenSSL verifies the chain at the handshake; this module re-checks it against the

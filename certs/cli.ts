@@ -1,5 +1,5 @@
 /**
- * `herald certs ...`: the PKI commands (SPEC §1). node-forge loads only inside an action
+ * `herald certs ...`: the PKI commands (docs/configuration.md). node-forge loads only inside an action
  * (dynamic import of ./pki.js), so `herald --help` and the other commands stay fast. Errors are
  * HeraldErrors, printed by cli/main.ts as one line; private keys are never printed.
  */

@@ -1,5 +1,5 @@
 /**
- * The controller's side of a certificate signing request (SPEC §9): parse a PKCS#10 request,
+ * The controller's side of a certificate signing request (docs/adding-nodes.md): parse a PKCS#10 request,
  * check its self-signature (proof that the sender holds the key), and read what it asks for.
  * What it asks for is only compared with what the caller may have: the certificate Herald
  * issues carries the token's (or the current certificate's) identity and SANs, never the CSR's.

@@ -1,6 +1,6 @@
 /**
  * A PKCS#10 certificate signing request (RFC 2986), made on the node for enrolment and renewal
- * (SPEC §9): its key never leaves the node, only this request does. Encoded here by hand (a few
+ * (docs/adding-nodes.md): its key never leaves the node, only this request does. Encoded here by hand (a few
  * DER structures) and signed by Node, so the agent's bundle carries no node-forge; the
  * controller reads and verifies requests in csr-verify.ts. Also the SHA-256 fingerprint of a CA
  * certificate, as `openssl x509 -noout -fingerprint -sha256` prints it.

@@ -7,7 +7,7 @@ import { acceptsController, describeControllerIds, type ControllerIds, type Role
 
 /**
  * Whom a dialer accepts as the server: exactly one SPIFFE id, or any of a set of controllers of
- * the trust domain (the agent's `--controller-id`, SPEC §7).
+ * the trust domain (the agent's `--controller-id`, docs/several-controllers.md).
  */
 export type ExpectedServer = string | { readonly controllers: ControllerIds };
 

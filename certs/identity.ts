@@ -1,5 +1,5 @@
 /**
- * Reads a certificate into a Herald identity (SPEC §1): its single URI SAN, in SPIFFE form, of
+ * Reads a certificate into a Herald identity (docs/configuration.md): its single URI SAN, in SPIFFE form, of
  * the configured trust domain, with the extended key usages its role needs. The CN is never
  * read. Uses node:crypto's X509Certificate (OpenSSL), never node-forge: forge only issues.
  */
@@ -12,7 +12,7 @@ import { x509Of } from './x509-parse.js';
 export const OID_SERVER_AUTH = '1.3.6.1.5.5.7.3.1';
 export const OID_CLIENT_AUTH = '1.3.6.1.5.5.7.3.2';
 
-/** What each role's certificate must allow (SPEC §1). */
+/** What each role's certificate must allow (docs/configuration.md). */
 export const ROLE_EKUS: Readonly<Record<Role, readonly string[]>> = {
   agent: [OID_SERVER_AUTH, OID_CLIENT_AUTH],
   controller: [OID_SERVER_AUTH, OID_CLIENT_AUTH],

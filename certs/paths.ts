@@ -1,24 +1,24 @@
 /**
- * The PKI directory's fixed layout (SPEC §1), so every process finds its files from `--pki <dir>`:
+ * The PKI directory's fixed layout (docs/configuration.md), so every process finds its files from `--pki <dir>`:
  *
  * ```
  * <pki>/ca.crt  <pki>/ca.key            cluster CA (ca.key belongs on the CA host only)
  * <pki>/wake-signing.jwk                the first controller's (`controller`) Ed25519 signing key (0600)
  * <pki>/wake-signing.jwks               public JWKS that agents trust; each key names its controller
- * <pki>/controller/<name>.jwk           the signing key of every other controller (0600, SPEC §7)
+ * <pki>/controller/<name>.jwk           the signing key of every other controller (0600, docs/several-controllers.md)
  * <pki>/controller/<name>.tls-ticket-key the controller's own TLS session-ticket key (0600, made and
  *                                       rotated by that controller; never bundled, never shared)
  * <pki>/revoked.json                    {"serials":[..],"kids":[..]}
  * <pki>/pki.json                        {"trustDomain":".."} (CA host only; Herald's own addition)
  * <pki>/<role>/<name>.crt  .key         role: controller | agent | operator
- * <pki>/issuer/<name>.crt  .key         an issuing CA under the cluster CA (SPEC §9)
+ * <pki>/issuer/<name>.crt  .key         an issuing CA under the cluster CA (docs/adding-nodes.md)
  * ```
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { ROLES, type Role } from '../protocol/identity.js';
 
-/** The layout's certificate directories: the party roles, and `issuer` for issuing CAs (SPEC §9). */
+/** The layout's certificate directories: the party roles, and `issuer` for issuing CAs (docs/adding-nodes.md). */
 export const CERT_DIRS = [...ROLES, 'issuer'] as const;
 export type CertDir = (typeof CERT_DIRS)[number];
 
@@ -34,7 +34,7 @@ export interface PkiPaths {
   roleDir(role: CertDir): string;
   cert(role: CertDir, name: string): string;
   key(role: CertDir, name: string): string;
-  /** `<dir>/controller/<name>.jwk`: the private signing key of controller `name` (SPEC §7). */
+  /** `<dir>/controller/<name>.jwk`: the private signing key of controller `name` (docs/several-controllers.md). */
   controllerJwk(name: string): string;
   /**
    * `<dir>/controller/<name>.tls-ticket-key`: the API's TLS session-ticket key of controller
@@ -71,8 +71,7 @@ export function pkiPaths(dir: string): PkiPaths {
 }
 
 /**
- * The private signing key file of a controller whose certificate is `controller/<name>` (SPEC
- * §7): `override` (`--signing-key`) when given, else `<dir>/controller/<name>.jwk` when it
+ * The private signing key file of a controller whose certificate is `controller/<name>` (docs/several-controllers.md): `override` (`--signing-key`) when given, else `<dir>/controller/<name>.jwk` when it
  * exists, else `<dir>/wake-signing.jwk` (the first controller's, and a PKI made before
  * per-controller keys). Looks only at whether the file exists; reading it is the caller's.
  */

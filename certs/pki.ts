@@ -1,5 +1,5 @@
 /**
- * The PKI itself (SPEC §1): make the CA, issue, revoke, list, bundle, rotate the signing key.
+ * The PKI itself (docs/configuration.md): make the CA, issue, revoke, list, bundle, rotate the signing key.
  * node-forge signs certificates here and nowhere else; Node (OpenSSL) makes the keys and does all
  * verification. Every function takes the PKI directory and prints nothing; `certs/cli.ts` is
  * the only caller that talks to a person.
@@ -189,7 +189,7 @@ export interface MakeCaOptions {
 /**
  * Makes a CA certificate and key. Its one URI SAN, `spiffe://<trustDomain>`, records the trust
  * domain it was made for; tests also use this for a second, foreign CA. pathLen 1: one Herald
- * issuer may stand between it and a leaf (SPEC §9), and no more.
+ * issuer may stand between it and a leaf (docs/adding-nodes.md), and no more.
  */
 export function makeCa(opts: MakeCaOptions = {}): Pem {
   const trustDomain = opts.trustDomain ?? DEFAULT_TRUST_DOMAIN;
@@ -227,7 +227,7 @@ export interface PublicJwk {
   alg: 'EdDSA';
   use: 'sig';
   /**
-   * The controller that signs with it (SPEC §7). In the JWKS only; a key without it (a PKI made
+   * The controller that signs with it (docs/several-controllers.md). In the JWKS only; a key without it (a PKI made
    * before per-controller keys) is the first controller's, `controller`.
    */
   controller?: string;
@@ -306,7 +306,7 @@ export interface ControllerKeyResult {
 /**
  * Makes sure controller `name` (not the first one, which keeps wake-signing.jwk) has its own
  * signing key `<pki>/controller/<name>.jwk` (0600) and that the JWKS holds its public key naming
- * it (SPEC §7). Re-issuing a controller's certificate keeps its key: renewing a certificate is
+ * it (docs/several-controllers.md). Re-issuing a controller's certificate keeps its key: renewing a certificate is
  * not a key rotation (that is `rotate-signing-key --controller <name>`), and agents keep trusting
  * it. A new key is made only when there is none, it does not parse, or its kid is revoked (a
  * controller revoked and issued again); it replaces the old kid's JWKS entry. The private key is
@@ -420,7 +420,7 @@ export interface IssueResult {
   serial: string;
   spiffeId: string;
   notAfter: Date;
-  /** For a controller other than the first: its signing key (SPEC §7). */
+  /** For a controller other than the first: its signing key (docs/several-controllers.md). */
   signingKey?: ControllerKeyResult;
 }
 
@@ -481,7 +481,7 @@ export interface IssueIssuerOptions {
 
 /**
  * Makes (or replaces) the issuing CA `<dir>/issuer/<name>.crt` and `.key` (0600), signed by the
- * cluster CA (SPEC §9): CA with pathLen 0, keyCertSign and cRLSign, the single URI SAN
+ * cluster CA (docs/adding-nodes.md): CA with pathLen 0, keyCertSign and cRLSign, the single URI SAN
  * `spiffe://<td>/issuer/<name>`. Only this needs the root `ca.key`; the issuer then signs agent
  * certificates (`issueWithIssuer`) where the root key is not.
  * @throws HeraldError `bad_identity` (bad name), `bad_option` (days; a cluster CA made before
@@ -554,7 +554,7 @@ export interface IssuedWithIssuer extends MadeCertificate {
 }
 
 /**
- * Issues an agent certificate signed by a Herald issuer instead of the root (SPEC §9). Writes
+ * Issues an agent certificate signed by a Herald issuer instead of the root (docs/adding-nodes.md). Writes
  * nothing: the caller stores `chain` (leaf + issuer) as the agent's certificate, so every peer
  * can build the chain to the cluster CA. The trust domain is the issuer's.
  * @throws HeraldError `bad_issuer` for another role than agent, or an `issuer` that is not a
@@ -735,7 +735,7 @@ export interface RevokeResult {
   /** `role/name` when the target was a certificate in the PKI. */
   certificate?: string;
   /**
-   * For a controller's certificate: its signing key ids, revoked with it (SPEC §7), so that
+   * For a controller's certificate: its signing key ids, revoked with it (docs/several-controllers.md), so that
    * revoking one controller cuts off that controller alone.
    */
   kids?: string[];

@@ -1,5 +1,5 @@
 /**
- * revoked.json (SPEC §1): `{"serials":[hex..],"kids":[kid..],"identities":{"agent/<name>":iso}}`,
+ * revoked.json (docs/configuration.md): `{"serials":[hex..],"kids":[kid..],"identities":{"agent/<name>":iso}}`,
  * the certificates and signing keys no party may use any more. `identities` revokes an identity
  * whatever issued its certificates: every certificate of it whose notBefore is earlier than the
  * time given is refused (docs/certificates-over-time.md, "Revoking a node"). Parsed here only:

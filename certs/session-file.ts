@@ -1,6 +1,6 @@
 /**
  * A `TlsSessionStore` (certs/session-store.ts) kept in a file as well, so the push dialer's
- * client sessions with the agents' listeners survive a controller crash (issue 16: a restarted
+ * client sessions with the agents' listeners survive a controller crash (a restarted
  * controller otherwise makes a full mutual handshake with every agent at once).
  *
  * The file is `<db>.push-sessions-<worker>` beside a SQLite database, or
@@ -22,7 +22,7 @@
  * While the file can be written, the session bytes live in it alone: the store keeps whom each
  * session was made with, and this class where its line starts and ends, and reads the line back
  * when the store offers the session (a redial). A push worker with 10,000 agents so holds ~2 KB
- * less per agent (issue 16, memory per connected agent; a session then had the peer's certificate
+ * less per agent (memory per connected agent; a session then had the peer's certificate
  * in it, ~0.4 KB without it since 2026-12-04). A line that cannot be read back is a
  * session lost, which costs one full handshake.
  *

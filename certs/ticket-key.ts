@@ -1,6 +1,6 @@
 /**
  * The controller API's TLS session-ticket key, kept in a file of its own so that tickets issued
- * before a restart still resume after it (issue 16: a restarted controller otherwise faces a full
+ * before a restart still resume after it (a restarted controller otherwise faces a full
  * mutual handshake from every agent at once).
  *
  * The file is `<pki>/controller/<name>.tls-ticket-key` (certs/paths.ts): exactly

@@ -1,5 +1,5 @@
 /**
- * The TLS helper every listener and dialer uses (SPEC §1): the party's own PKI material, watched
+ * The TLS helper every listener and dialer uses (docs/configuration.md): the party's own PKI material, watched
  * and reloaded from disk; server and client options for TLS 1.3 mutual authentication; and
  * `authorizePeer`, the one function that decides whether a peer certificate may talk to us.
  *
@@ -509,7 +509,7 @@ export type AuthorizeResult = { ok: true; identity: CertIdentity } | { ok: false
  * `checkServerSocket`): TLS 1.3; a certificate; chained to our CA (re-checked against the
  * current CA, as a resumed session skips verification); within its dates now; serial not
  * revoked; a valid Herald identity of our trust domain whose role is in `want`. A leaf may come
- * through one Herald issuer (SPEC §9): the issuer must be unrevoked and the leaf an agent.
+ * through one Herald issuer (docs/adding-nodes.md): the issuer must be unrevoked and the leaf an agent.
  * Synchronous. Codes: `tls_version`, `no_client_certificate`, `untrusted_certificate`,
  * `certificate_expired`, `revoked`, `bad_issuer`, the identity codes of `identityOf`,
  * `wrong_role`.

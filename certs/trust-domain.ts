@@ -1,5 +1,5 @@
 /**
- * Which trust domain a PKI directory was made for (SPEC §1), for a party started without
+ * Which trust domain a PKI directory was made for (docs/configuration.md), for a party started without
  * `--trust-domain`: the CA host's `pki.json`, else the CA certificate's `spiffe://<domain>` SAN
  * (a bundle copied to an agent or operator has no pki.json). No node-forge here.
  */

@@ -1,6 +1,6 @@
 /**
  * The self-contained agent (`npm run package` bundles this file into
- * `dist/package/herald-agent.mjs`, SPEC §10): the same `agent` and `agent enroll` commands as `herald`, and
+ * `dist/package/herald-agent.mjs`, docs/installing.md): the same `agent` and `agent enroll` commands as `herald`, and
  * nothing of the controller, the operator CLI or SQLite, so a node needs only `node`.
  */
 import { Command } from 'commander';

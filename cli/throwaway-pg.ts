@@ -1,5 +1,5 @@
 /**
- * A throwaway PostgreSQL (SPEC §7): `initdb` in a new temporary directory, the server on a free
+ * A throwaway PostgreSQL (docs/several-controllers.md): `initdb` in a new temporary directory, the server on a free
  * port of 127.0.0.1 with trust authentication for one local user, and its Unix socket in that
  * directory; run as the `postgres` user when we are root (PostgreSQL refuses to run as root).
  * For `herald demo --controllers`, the tests and the benchmarks: the server binaries are

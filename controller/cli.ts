@@ -39,7 +39,10 @@ export function registerControllerCommand(program: Command): void {
       '--signing-key <file>',
       'signing key (default <pki>/controller/<name>.jwk when it exists, else <pki>/wake-signing.jwk)',
     )
-    .option('--issuer <name>', 'the issuing CA <pki>/issuer/<name>.crt/.key that signs agent certificates (SPEC §9)')
+    .option(
+      '--issuer <name>',
+      'the issuing CA <pki>/issuer/<name>.crt/.key that signs agent certificates (docs/adding-nodes.md)',
+    )
     .option(
       '--agent-cert-lifetime <duration>',
       'lifetime of the agent certificates enrolment and renewal issue, e.g. 7d, 12h, 90s (default 7d)',

@@ -4,7 +4,7 @@
  * a fan-out); OpenSSL 3.0, which Node 20 carries, signs with its portable C code in ~37 µs here,
  * libsodium in ~18 µs, and the signatures are the same bytes (Ed25519 is deterministic, and
  * test/controller/ed25519.test.ts holds the two side by side). Only the controller loads the
- * addon: the agent signs nothing and its package has no native module (SPEC §10).
+ * addon: the agent signs nothing and its package has no native module (docs/installing.md).
  */
 import { createRequire } from 'node:module';
 import { nodeEd25519, type Ed25519PrivateJwk, type Ed25519Signing } from '../protocol/jws.js';

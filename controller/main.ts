@@ -75,7 +75,7 @@ export interface RunningController {
   healthAddress: AddressInfo | null;
   /** `spiffe://<td>/controller/<name>` */
   spiffeId: string;
-  /** The issuing CA of `--issuer`, kept for enrolment and renewal (SPEC §9). */
+  /** The issuing CA of `--issuer`, kept for enrolment and renewal (docs/adding-nodes.md). */
   issuer: LoadedIssuer | undefined;
   /** Join tokens, enrolment and renewal. */
   enrollment: Enrollment;
@@ -191,7 +191,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       throw new ConfigError(`${paths.certPath} is ${me.spiffeId}, not controller/${o.name}`, { field: 'cert' });
     }
     // the issuing CA is loaded now, so a wrong --issuer stops the start; enrolment and renewal
-    // sign with it (SPEC §9); node-forge loads only when one is given
+    // sign with it (docs/adding-nodes.md); node-forge loads only when one is given
     const issuer = o.issuer === undefined ? undefined : await loadControllerIssuer(o.pki, o.issuer, paths.caPath);
     if (issuer) logger.info({ issuer: issuer.name, serial: issuer.serial }, 'issuing CA loaded');
     const signingFile = signingKeyFileOf(o.pki, o.name, o.signingKey);
@@ -262,7 +262,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       workers: o.pushWorkers,
       sessionFile,
     });
-    // several controllers (SPEC §7): the fleet decides which nodes this one pushes to
+    // several controllers (docs/several-controllers.md): the fleet decides which nodes this one pushes to
     let publicUrl = o.publicUrl ?? defaultPublicUrl(o.listen.host, o.listen.port);
     const fleet =
       pg &&

@@ -47,8 +47,7 @@ export interface ControllerOptions {
   key: string | undefined;
   signingKey: string | undefined;
   /**
-   * The issuing CA `<pki>/issuer/<name>` the controller signs agent certificates with (SPEC
-   * §9); undefined: none.
+   * The issuing CA `<pki>/issuer/<name>` the controller signs agent certificates with (docs/adding-nodes.md); undefined: none.
    */
   issuer?: string | undefined;
   /** Lifetime of the agent certificates enrolment and renewal issue (`--agent-cert-lifetime`). */
@@ -103,7 +102,7 @@ export function fromEnv(env: NodeJS.ProcessEnv): RawOptions & { config?: string 
     const v = env[envName(name)];
     if (v !== undefined && v !== '') out[name] = v;
   }
-  // SPEC §7 names the database HERALD_DB; HERALD_CONTROLLER_DB wins when both are set
+  // docs/several-controllers.md names the database HERALD_DB; HERALD_CONTROLLER_DB wins when both are set
   if (out.db === undefined && env.HERALD_DB) out.db = env.HERALD_DB;
   const config = env[envName('config')];
   if (config) out.config = config;

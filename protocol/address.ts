@@ -1,5 +1,5 @@
 /**
- * The one address classifier (SPEC §3, agent routes): which IP addresses the controller must
+ * The one address classifier (docs/api.md, agent routes): which IP addresses the controller must
  * never dial, used when an agent announces its endpoint (controller/service/endpoint.ts) and again when
  * the push dialer connects, on every address a DNS name resolves to (controller/push/dialer.ts).
  *

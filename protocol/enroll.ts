@@ -1,5 +1,5 @@
 /**
- * The wire of enrolment and renewal (SPEC §9), shared by the controller and the agent: the
+ * The wire of enrolment and renewal (docs/adding-nodes.md), shared by the controller and the agent: the
  * bodies of `POST /v1/enroll` and `POST /v1/nodes/{node}/certificate`, the certificate bundle
  * both answer, the CA fingerprint form, and when an agent renews and warns. Pure: no I/O.
  */

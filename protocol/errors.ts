@@ -4,7 +4,7 @@
  * sync. Tests assert on codes, never on messages.
  */
 export const ERROR_CODES = {
-  // wake-up frames (SPEC §2); also used for metadata signatures where they apply
+  // wake-up frames (docs/protocol.md); also used for metadata signatures where they apply
   malformed: 'the frame or token is not a well-formed compact JWS with JSON claims',
   too_large: 'the frame is over the 4 KiB wake-up limit',
   binary_frame: 'a binary WebSocket frame; wake-ups are text',
@@ -25,7 +25,7 @@ export const ERROR_CODES = {
   bad_gen: '`gen` is not a non-negative integer',
   bad_claims: 'a required claim is missing or of the wrong type',
 
-  // metadata responses (SPEC §3), checked by the agent
+  // metadata responses (docs/api.md), checked by the agent
   missing_signature: 'the response has no Herald-Signature header',
   nonce_mismatch: 'the signature was made for another request nonce',
   digest_mismatch: 'the body does not match the signed `sha256`',
@@ -39,7 +39,7 @@ export const ERROR_CODES = {
   push_signal_failed:
     'a signal over the push connection got no answer (the connection closed, or no answer in time); the agent signals over HTTPS',
 
-  // TLS peers and identities (SPEC §1)
+  // TLS peers and identities (docs/configuration.md)
   no_client_certificate: 'the peer presented no certificate',
   untrusted_certificate: 'the certificate does not chain to the cluster CA',
   certificate_expired: 'the certificate is expired or not yet valid',
@@ -57,7 +57,7 @@ export const ERROR_CODES = {
     'the certificate is signed by an intermediate that is not a Herald issuer (a CA signed by the cluster CA, pathLen 0, URI SAN spiffe://<trust domain>/issuer/<name>), or a Herald issuer signed something other than an agent certificate',
   tls_version: 'the peer did not negotiate TLS 1.3',
 
-  // agent listener: connection-level refusals and WebSocket close reasons (SPEC §2)
+  // agent listener: connection-level refusals and WebSocket close reasons (docs/protocol.md)
   upgrade_required: 'a plain HTTP request to /v1/wake; only a WebSocket upgrade is served there',
   too_many_connections:
     'the listener holds its limit of pending (16) or authenticated (4) connections; at the API (429), the agent identity already holds 8 connections; a connection without a valid certificate past 64 in all, 8 from its host (an IPv4 address, an IPv6 /64) or 16 from its network (IPv4 /24, IPv6 /48) is destroyed before its request is read',
@@ -73,7 +73,7 @@ export const ERROR_CODES = {
   too_many_bad_frames: 'ten bad frames on one connection (WebSocket close 1008)',
   shutting_down: 'the agent is stopping (WebSocket close 1001)',
 
-  // controller API (SPEC §3)
+  // controller API (docs/api.md)
   wrong_node: 'an agent asked about another node than its own',
   not_found: 'no such resource or route',
   method_not_allowed: 'the route exists but not with this method',
@@ -120,7 +120,7 @@ export const ERROR_CODES = {
   session_file_unremovable:
     "at start, a push session file of a worker this controller no longer starts (fewer workers than the last start) could not be removed (logged with the file and the error; the start goes on): remove it by hand, it holds TLS sessions as sensitive as the controller's key",
 
-  // agent hooks and state (SPEC §4, §5)
+  // agent hooks and state (docs/architecture.md)
   bad_name: 'a group, tool, input or output name fails its pattern',
   forbidden_input: 'an input name would steer a loader or shell (PATH, LD_*, BASH_ENV, ...)',
   unknown_group: 'no hook for this group',
@@ -152,7 +152,7 @@ export const ERROR_CODES = {
   half_open: 'the agent did not answer a wake-up (or a ping) in time: the connection was dropped',
   protocol_error: 'the agent sent something that is not a valid answer frame',
 
-  // enrolment and renewal (SPEC §9)
+  // enrolment and renewal (docs/adding-nodes.md)
   enrollment_refused:
     'POST /v1/enroll refused: the one answer to an unknown, reused, expired, revoked or wrong-node token, a CSR that does not verify, carries a key outside the key policy or asks for another identity or other SANs (the controller log has the real reason)',
   enrollment_disabled:

@@ -1,5 +1,5 @@
 /**
- * The frames of the push connection besides the wake-up itself (SPEC §2):
+ * The frames of the push connection besides the wake-up itself (docs/protocol.md):
  * - the agent's answers to wake-up frames: one JSON text frame per frame received;
  * - a fetch over the push connection: the agent asks for its metadata on the connection the
  *   wake-up came on (`fetch`), and the controller answers with a `metadata` frame that carries

@@ -1,5 +1,5 @@
 /**
- * Heat-shaped deployment metadata (SPEC §5) and the name rules both sides enforce (SPEC §4): the
+ * Heat-shaped deployment metadata (docs/protocol.md) and the name rules both sides enforce (docs/architecture.md): the
  * controller refuses bad names when a config is created, the agent again before it runs one.
  */
 import { RefusalError } from './errors.js';
@@ -16,7 +16,7 @@ export const GROUP_RE = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 export const IO_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 
 /**
- * One rule of the input-name refusal list (SPEC §4): an exact name, or a family (every name that
+ * One rule of the input-name refusal list (docs/architecture.md): an exact name, or a family (every name that
  * starts with `prefix`). Exported whole so that docs/hook-inputs.md shows the same list and a
  * test keeps the two in step.
  */
@@ -113,7 +113,7 @@ export const FORBIDDEN_INPUT_RULES: readonly ForbiddenInputRule[] = Object.freez
 const FORBIDDEN_INPUT_NAMES = new Set(FORBIDDEN_INPUT_RULES.filter((r) => r.kind === 'name').map((r) => r.match));
 const FORBIDDEN_INPUT_PREFIXES = FORBIDDEN_INPUT_RULES.filter((r) => r.kind === 'prefix').map((r) => r.match);
 
-/** Inputs Herald derives for every item (SPEC §5); a config may not declare them itself. */
+/** Inputs Herald derives for every item (docs/protocol.md); a config may not declare them itself. */
 export const DERIVED_INPUT_NAMES = [
   'deploy_server_id',
   'deploy_action',
@@ -174,7 +174,7 @@ export interface MetadataInput {
   description?: string;
   /**
    * Set when any config that feeds the deployment (for a cluster's deployments, every config of
-   * the cluster) marks this input hidden: the agent masks its value in hook output (SPEC §4).
+   * the cluster) marks this input hidden: the agent masks its value in hook output (docs/architecture.md).
    */
   hidden?: true;
 }
@@ -206,7 +206,7 @@ export interface MetadataDocument {
   deployments: MetadataItem[];
 }
 
-/** A component config (SPEC §5). */
+/** A component config (docs/protocol.md). */
 export interface ComponentConfig {
   configs: Array<{ actions: string[]; tool: string; config: unknown }>;
 }

@@ -1,5 +1,5 @@
 /**
- * Herald identities are SPIFFE ids, `spiffe://<trust-domain>/<role>/<name>` (SPEC §1). This
+ * Herald identities are SPIFFE ids, `spiffe://<trust-domain>/<role>/<name>` (docs/configuration.md). This
  * module only parses and formats them; reading them out of certificates is `certs/identity.ts`.
  */
 import { ConfigError, RefusalError } from './errors.js';
@@ -54,7 +54,7 @@ export function parseSpiffeId(uri: string, trustDomain: string): Identity {
   return { role, name, trustDomain, spiffeId: uri };
 }
 
-/** The controllers an agent accepts (`--controller-id`, SPEC §7): these names, or `*` for every one of the trust domain. */
+/** The controllers an agent accepts (`--controller-id`, docs/several-controllers.md): these names, or `*` for every one of the trust domain. */
 export type ControllerIds = '*' | readonly string[];
 
 /**

@@ -1,5 +1,5 @@
 /**
- * One depth guard for every free-form JSON value Herald accepts (SPEC §3): API bodies' configs,
+ * One depth guard for every free-form JSON value Herald accepts (docs/api.md): API bodies' configs,
  * options, input values and signal outputs, and the agent's hook answers. A value nested deeper
  * than MAX_JSON_DEPTH_LEVELS is refused before anything stores, re-serialises or walks it recursively
  * (V8's JSON.stringify and a recursive walk both overflow the stack a few thousand levels down).

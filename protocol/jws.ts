@@ -20,13 +20,13 @@ export interface Ed25519PublicJwk {
   kid: string;
   alg?: string;
   use?: string;
-  /** The controller that signs with this key (SPEC §7); absent in a PKI made before §7. */
+  /** The controller that signs with this key (docs/several-controllers.md); absent in a PKI made before §7. */
   controller?: string;
 }
 
 /**
  * Whose a JWKS key is when it names no controller: a PKI made before several controllers
- * (SPEC §7) had one signing key, that of the first controller, `controller`.
+ * (docs/several-controllers.md) had one signing key, that of the first controller, `controller`.
  */
 export const LEGACY_KEY_CONTROLLER = 'controller';
 export interface Ed25519PrivateJwk extends Ed25519PublicJwk {
@@ -171,7 +171,7 @@ export function verifyCompact(token: string, typ: TokenType, keys: KeySet): Veri
 
 /**
  * Refuses a verified token whose signing key is not the key of the controller its `iss` names
- * (SPEC §7), so that one controller's key cannot speak for another: `iss` must be
+ * (docs/several-controllers.md), so that one controller's key cannot speak for another: `iss` must be
  * `spiffe://<td>/controller/<name>` and `kid` a key of `<name>`. The trust domain and whether
  * `iss` is the expected peer are the caller's checks.
  * @throws RefusalError wrong_issuer

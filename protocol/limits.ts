@@ -1,5 +1,5 @@
 /**
- * Every limit and default of the Herald contract (SPEC §6), in one place, each named with its
+ * Every limit and default of the Herald contract (docs/limits.md), in one place, each named with its
  * unit. Processes take their defaults from here; tests and docs refer to these names.
  */
 
@@ -117,7 +117,7 @@ export const API_AGENT_MAX_CONNECTIONS = 8;
 /**
  * Open API connections one operator or controller identity may hold (a CLI `--wait`, event
  * streams, a dashboard); past it, as for agents, requests are refused `too_many_connections`
- * and the connection closed. One policy for every identity (SPEC §3).
+ * and the connection closed. One policy for every identity (docs/api.md).
  */
 export const API_IDENTITY_MAX_CONNECTIONS = 32;
 /**
@@ -148,7 +148,7 @@ export const API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS = 3;
 export const AGENT_API_MAX_CONNECTIONS = 4;
 /**
  * While push is healthy the agent closes an API connection idle this long (and those idle when
- * push becomes healthy, at once). Its fetches go over the push connection then (SPEC §2), so its
+ * push becomes healthy, at once). Its fetches go over the push connection then (docs/protocol.md), so its
  * API connections carry the start-up announcement, signals, live output and renewals; kept open,
  * each would cost the controller a second TLS connection per agent (`npm run bench`: memory per
  * agent). Another one resumes its TLS session. While push is down they are kept for polling.
@@ -183,13 +183,13 @@ export const MAX_SSE_BUFFERED_BYTES = 4 * 1024 * 1024;
 export const ACK_FLUSH_INTERVAL_MS = 500;
 /** Cluster operations are checked for step deadlines and window slots this often. */
 export const CLUSTER_TICK_INTERVAL_MS = 1_000;
-/** The longest `pause_s` a restart accepts (seconds): a day (SPEC §8). */
+/** The longest `pause_s` a restart accepts (seconds): a day (docs/api.md). */
 export const MAX_RESTART_PAUSE_S = 86_400;
 /** On SIGTERM, in-flight requests may finish for this long before their sockets are destroyed. */
 export const CONTROLLER_SHUTDOWN_GRACE_MS = 10_000;
 /**
  * Free-form JSON values (configs, options, input values, signal outputs, hook answers) may be
- * nested at most this many levels (SPEC §3): deeper ones are refused before anything walks them.
+ * nested at most this many levels (docs/api.md): deeper ones are refused before anything walks them.
  */
 export const MAX_JSON_DEPTH_LEVELS = 64;
 /**
@@ -201,12 +201,12 @@ export const MAX_SYMLINK_LEVELS = 40;
 /** Signals per node: burst, then sustained rate (a signal may be 4 MiB to parse). */
 export const SIGNAL_RATE_BURST = 20;
 export const SIGNAL_RATE_PER_S = 5;
-/** Streamed output chunks per node: burst, then sustained rate (SPEC §6). */
+/** Streamed output chunks per node: burst, then sustained rate (docs/limits.md). */
 export const OUTPUT_RATE_BURST = 20;
 export const OUTPUT_RATE_PER_S = 8;
 /**
  * A metadata fetch within this long of a wake-up the controller sent that node is never
- * rate-limited (SPEC §3): the controller asked for it.
+ * rate-limited (docs/api.md): the controller asked for it.
  */
 export const WAKE_FETCH_EXEMPT_MS = 5_000;
 /**
@@ -245,7 +245,7 @@ export const HOOK_TIMEOUT_S = 600;
 export const HOOK_KILL_GRACE_MS = 10_000;
 /** After a hook's own process exits, how long its output pipes may drain (a daemon may hold them). */
 export const HOOK_OUTPUT_DRAIN_MS = 200;
-/** Live output (SPEC §8): what a running hook printed is sent at least this often. */
+/** Live output (docs/api.md): what a running hook printed is sent at least this often. */
 export const OUTPUT_FLUSH_INTERVAL_MS = 250;
 /** Live output: a chunk's text is at most this many bytes (UTF-8); more is flushed at once. */
 export const OUTPUT_CHUNK_MAX_BYTES = 64 * 1024;
@@ -325,7 +325,7 @@ export const OUTBOX_BACKOFF_MAX_MS = 60_000;
 /** A restart step's deadline is the hook timeout plus this margin. */
 export const RESTART_STEP_MARGIN_S = 60;
 
-// ---- several controllers on PostgreSQL (SPEC §7) -------------------------------------------
+// ---- several controllers on PostgreSQL (docs/several-controllers.md) -------------------------------------------
 /** A controller writes its heartbeat (and renews its lease) this often. */
 export const CONTROLLER_HEARTBEAT_INTERVAL_MS = 2_000;
 /** A controller whose lease is this old is dead: its nodes are taken over; it stops pushing itself when its own lease ends. */
@@ -443,7 +443,7 @@ export const SQLITE_PAGE_CACHE_BYTES = 4 * 1024 * 1024;
  */
 export const SQLITE_BUSY_TIMEOUT_MS = 5_000;
 
-// ---- enrolment and renewal (SPEC §9) --------------------------------------------------------
+// ---- enrolment and renewal (docs/adding-nodes.md) --------------------------------------------------------
 /** Lifetime of a join token unless `ttl_s` says otherwise. */
 export const JOIN_TOKEN_TTL_S = 3_600;
 /** Longest lifetime a join token may be given. */

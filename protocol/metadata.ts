@@ -1,5 +1,5 @@
 /**
- * Signed metadata responses (SPEC §3). The body (built once per generation) is covered by its
+ * Signed metadata responses (docs/api.md). The body (built once per generation) is covered by its
  * SHA-256 in a small JWS signed per response, bound to the request's nonce, so a middlebox can
  * neither alter a body, replay an old response, nor forge a 304.
  */

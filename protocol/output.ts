@@ -1,11 +1,11 @@
 /**
- * Live output (SPEC §8): the chunk an agent posts while a hook runs (`POST
+ * Live output (docs/api.md): the chunk an agent posts while a hook runs (`POST
  * /v1/nodes/{node}/deployments/{id}/output`), what `GET /v1/deployments/{id}/output` answers, and
  * the `/v1/events` payload of type `output`. Both sides import these; the check of a posted chunk
  * lives here so the agent's sender and the controller agree on it.
  *
  * A chunk's text is already masked (hidden values are `***` before a chunk leaves the node,
- * SPEC §4); nothing on the controller side can, or tries to, un-mask it.
+ * docs/architecture.md); nothing on the controller side can, or tries to, un-mask it.
  */
 import { HeraldError } from './errors.js';
 import { OUTPUT_CHUNK_MAX_BYTES } from './limits.js';
@@ -66,7 +66,7 @@ export function lastLineOf(text: string): string | null {
   return null;
 }
 
-/** What `GET /v1/clusters/{id}` adds to each node (SPEC §8: a stuck node is seen while stuck). */
+/** What `GET /v1/clusters/{id}` adds to each node (docs/api.md: a stuck node is seen while stuck). */
 export type ClusterNodeOutputView = {
   /** The last line of live output of the node's current (or last) step, as the agent masked it; null when none. */
   last_output_line: string | null;

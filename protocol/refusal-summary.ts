@@ -1,7 +1,7 @@
 /**
  * Refusals that anyone can cause without authenticating (a TCP connect to the agent listener, a
  * TLS handshake at the API) are counted and logged as a summary: at most one line per code per
- * REFUSAL_LOG_INTERVAL_MS, carrying how many were refused since the last line (SPEC §3), so no
+ * REFUSAL_LOG_INTERVAL_MS, carrying how many were refused since the last line (docs/api.md), so no
  * peer can fill a disk with log lines. Pure: the clock and the log line are the caller's.
  */
 import { REFUSAL_LOG_INTERVAL_MS } from './limits.js';

@@ -1,5 +1,5 @@
 /**
- * The controller's REST contract (SPEC §3 operator routes): the JSON bodies `GET/POST/PATCH
+ * The controller's REST contract (docs/api.md operator routes): the JSON bodies `GET/POST/PATCH
  * /v1/...` answer with, the list envelope, the error body and the `/v1/events` payloads. The
  * controller's views (controller/service/views.ts) return these types and the CLI reads them, so both
  * sides compile against one shape and neither guesses at field names.
@@ -51,14 +51,14 @@ export type NodeView = {
   updated_at: string;
   push: PushStateView;
   /**
-   * Several controllers (SPEC §7): the controller that owns the node and pushes to it (null
+   * Several controllers (docs/several-controllers.md): the controller that owns the node and pushes to it (null
    * while none does). `push` is the answering controller's view, so it is the owner's only when
    * this names the answering controller. Absent on SQLite (one controller).
    */
   owner?: string | null;
   /**
    * `GET /v1/nodes/{id}` only: the node's certificate as the controller last saw it, with its
-   * renewal state (SPEC §9); null before the agent presented one.
+   * renewal state (docs/adding-nodes.md); null before the agent presented one.
    */
   certificate?: NodeCertificateView | null;
 };
@@ -156,9 +156,9 @@ export type ClusterStatus =
   | 'UPDATE_IN_PROGRESS'
   | 'UPDATE_COMPLETE'
   | 'UPDATE_FAILED';
-/** `update`: a node group added (its nodes install) or removed (its nodes uninstall), SPEC §8. */
+/** `update`: a node group added (its nodes install) or removed (its nodes uninstall), docs/api.md. */
 export type ClusterOperation = 'create' | 'restart' | 'delete' | 'update';
-/** `checking`: the restart's health config runs on the node (SPEC §8, `health_config_id`). */
+/** `checking`: the restart's health config runs on the node (docs/api.md, `health_config_id`). */
 export type ClusterNodePhase = 'pending' | 'uninstalling' | 'installing' | 'checking' | 'complete' | 'failed';
 export type NodegroupRole = 'master' | 'worker';
 
@@ -177,7 +177,7 @@ export type ClusterNodeView = {
   install_finished_at: string | null;
   /** When the step in flight must have its result, else null. */
   step_deadline_at: string | null;
-  /** The node's group (SPEC §8). */
+  /** The node's group (docs/api.md). */
   nodegroup: string;
   /** The health deployment the last restart with `health_config_id` made on this node, else null. */
   health_deployment_id: string | null;
@@ -186,7 +186,7 @@ export type ClusterNodeView = {
   ended_at: string | null;
 };
 
-/** A node group of a cluster (SPEC §8), with its nodes in the cluster's order. */
+/** A node group of a cluster (docs/api.md), with its nodes in the cluster's order. */
 export type NodegroupView = {
   name: string;
   role: NodegroupRole;
@@ -199,7 +199,7 @@ export type NodegroupView = {
   nodes: ClusterNodeView[];
 };
 
-/** The limits of a restart (SPEC §8): the groups in the order they restart, each with its window. */
+/** The limits of a restart (docs/api.md): the groups in the order they restart, each with its window. */
 export type RolloutView = {
   nodegroups: Array<{ name: string; role: NodegroupRole; nodes: string[]; max_unavailable: number }>;
   pause_s: number;
@@ -243,8 +243,8 @@ export type ClusterSummaryView = Omit<ClusterView, 'nodes' | 'nodegroups'> & {
 
 // ---- events -------------------------------------------------------------------------------------
 
-/** `output`: a live output chunk (protocol/output.ts `OutputEventView`, SPEC §8). */
-/** `GET /v1/controllers` (SPEC §7): one controller of the database, live or not. */
+/** `output`: a live output chunk (protocol/output.ts `OutputEventView`, docs/api.md). */
+/** `GET /v1/controllers` (docs/several-controllers.md): one controller of the database, live or not. */
 export type ControllerView = {
   name: string;
   api_url: string;

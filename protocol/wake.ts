@@ -1,5 +1,5 @@
 /**
- * Wake-ups (SPEC §2): the controller signs one small token per push; the agent verifies it
+ * Wake-ups (docs/protocol.md): the controller signs one small token per push; the agent verifies it
  * completely before it does anything, cheapest checks first.
  */
 import { RefusalError } from './errors.js';
@@ -96,7 +96,7 @@ export class WakeVerifier {
 
   /**
    * Verifies one frame from the TLS peer `peerSpiffeId` and records its `jti`.
-   * @throws RefusalError with one of the wake-up codes of SPEC §2
+   * @throws RefusalError with one of the wake-up codes of docs/protocol.md
    */
   verify(frame: string, peerSpiffeId: string): WakeClaims {
     const o = this.#o;

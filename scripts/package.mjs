@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm run package`: the self-contained agent of SPEC §10 in dist/package/: one JavaScript file
+// `npm run package`: the self-contained agent of docs/installing.md in dist/package/: one JavaScript file
 // that runs with plain `node` (20 or newer) and needs no node_modules and no native module,
 // beside the systemd unit and the cloud-init example. Bundled by esbuild from the TypeScript
 // sources (cli/agent-main.ts and what it imports: the agent, protocol/, certs/ reading only).

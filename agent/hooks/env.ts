@@ -1,5 +1,5 @@
 /**
- * The hook's environment, built from scratch (SPEC §4): of the agent's own only PATH, HOME,
+ * The hook's environment, built from scratch (docs/architecture.md): of the agent's own only PATH, HOME,
  * LANG and LC_*; then the inputs and `heat_outputs_path`. Key paths, credentials and HERALD_*
  * variables of the agent never reach a hook.
  */
@@ -15,7 +15,7 @@ export function baseEnv(agentEnv: NodeJS.ProcessEnv): Record<string, string> {
 
 /**
  * An input value as an environment string: strings as they are, numbers and booleans in their
- * usual text, null/absent as empty, lists and objects JSON-encoded (SPEC §5).
+ * usual text, null/absent as empty, lists and objects JSON-encoded (docs/protocol.md).
  */
 export function inputEnvValue(value: unknown): string {
   if (typeof value === 'string') return value;

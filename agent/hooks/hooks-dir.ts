@@ -1,6 +1,6 @@
 /**
  * Finds the hook for a group in `--hooks-dir` and, when the agent runs as root, checks that
- * nobody but root could have put or changed it (SPEC §4): the hook file, its directory and every
+ * nobody but root could have put or changed it (docs/architecture.md): the hook file, its directory and every
  * directory above must be root-owned and not writable by group or others. Symlinks are followed
  * with `realpath` and the target's chain is checked too. An ancestor may be world-writable only
  * with the sticky bit (like /tmp): others then cannot rename or remove root's entries in it.

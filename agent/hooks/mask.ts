@@ -1,5 +1,5 @@
 /**
- * Hidden input values masked in what a hook printed (SPEC §4): every value of an input marked
+ * Hidden input values masked in what a hook printed (docs/architecture.md): every value of an input marked
  * `hidden: true` that appears in the kept stdout or stderr, in a declared output or in a reason is
  * replaced by `***` before the result is kept, signalled or logged.
  *

@@ -1,6 +1,6 @@
 /**
- * Live output at the agent (SPEC §8): turns what a running hook writes on one stream into masked
- * chunks of text. Hidden values are masked here, before a chunk leaves the node (SPEC §4), and a
+ * Live output at the agent (docs/api.md): turns what a running hook writes on one stream into masked
+ * chunks of text. Hidden values are masked here, before a chunk leaves the node (docs/architecture.md), and a
  * value the pipe delivered in two pieces, or that two flushes would split, is still caught whole:
  * the chunker keeps back the text where a hidden value may still be completing (at most the
  * longest form's length minus one characters, never the middle of a complete value) and sends

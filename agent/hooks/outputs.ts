@@ -1,5 +1,5 @@
 /**
- * Reads a script's declared outputs from `${heat_outputs_path}.<name>` (SPEC §4-§5): opened with
+ * Reads a script's declared outputs from `${heat_outputs_path}.<name>` (docs/architecture.md): opened with
  * O_NOFOLLOW (a symlink is never followed) and O_NONBLOCK (a FIFO cannot stall the agent), kept
  * only when fstat says regular file and it is at most MAX_OUTPUT_FILE_BYTES. A missing file means
  * the output is absent, as in Heat.

@@ -1,5 +1,5 @@
 /**
- * Runs one deployment item (SPEC §4-§5) and turns whatever happens into a RunResult: a bad item,
+ * Runs one deployment item (docs/architecture.md) and turns whatever happens into a RunResult: a bad item,
  * a missing hook, a timeout or a refused output fails that deployment, never the agent.
  *
  * Status codes Herald chooses itself (a hook's own exit code is passed through unchanged):
@@ -70,7 +70,7 @@ class ItemFailure extends HeraldError {}
 /**
  * Runs `item` per its group. Never throws for anything about the item or its hook; it may throw
  * only for a programming error in the options (e.g. a missing runsDir). Values of hidden inputs
- * are masked (`***`) in the result's stdout, stderr, outputs and reason (SPEC §4).
+ * are masked (`***`) in the result's stdout, stderr, outputs and reason (docs/architecture.md).
  */
 export async function runItem(item: MetadataItem, opts: RunOptions): Promise<RunResult> {
   const result = await runUnmasked(item, opts);
@@ -315,7 +315,7 @@ async function runHook(item: MetadataItem, group: string, outputNames: string[],
     const bad = abnormal(p, o, `hook ${group}`);
     if (bad !== undefined) return bad;
     const exitCode = p.exitCode ?? HOOK_ERROR_STATUS_CODE;
-    // the one depth guard (SPEC §3), on the text before it is parsed: an answer nested thousands
+    // the one depth guard (docs/api.md), on the text before it is parsed: an answer nested thousands
     // of levels would overflow the stack of whatever stringifies or walks it later (the signal)
     if (jsonTextDepth(p.stdout) > MAX_JSON_DEPTH_LEVELS) {
       return failed(

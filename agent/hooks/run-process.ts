@@ -1,5 +1,5 @@
 /**
- * Runs one hook process the way SPEC §4 asks: in its own process group, with a timeout that
+ * Runs one hook process the way docs/architecture.md asks: in its own process group, with a timeout that
  * kills the whole group (TERM, then KILL after a grace), keeping only the tail of stdout and
  * stderr, and ending when the hook's OWN process exits, even if a daemon it started still holds
  * the pipes.

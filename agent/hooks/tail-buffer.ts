@@ -1,6 +1,6 @@
 /**
  * Keeps the last `maxBytes` of a stream without ever holding much more: the end of a log is
- * where the error is (SPEC §4).
+ * where the error is (docs/architecture.md).
  */
 
 import { cutMarker } from '../../protocol/heat.js';

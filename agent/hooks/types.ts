@@ -25,7 +25,7 @@ export interface RunOptions {
   onSpawn?: (pid: number) => void;
   /**
    * Called with each piece of stdout or stderr the hook writes, unmasked, as it comes (live
-   * output, SPEC §8: the sink masks before anything leaves). Must not throw or block.
+   * output, docs/api.md: the sink masks before anything leaves). Must not throw or block.
    */
   onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
   /** Default timeout when `options.timeout` is absent, ms. */

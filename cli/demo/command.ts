@@ -35,7 +35,7 @@ touch. Creates a cluster whose install script starts a small service (a pid file
 uninstall script stops it, restarts the cluster, prints the timeline and checks that the
 containers and volumes survived while the service pids changed. Exit 0 when all checks hold.
 
-With --controllers N (SPEC §7): N controllers (c1..cN) share one PostgreSQL database: the one
+With --controllers N (docs/several-controllers.md): N controllers (c1..cN) share one PostgreSQL database: the one
 --db names (it must be empty: the demo refuses one holding nodes or configs), or else a
 throwaway server that initdb makes in a temporary directory and the demo removes afterwards
 (needs PostgreSQL's server binaries, Debian package postgresql; as root it runs them as the user

@@ -1,5 +1,5 @@
 /**
- * `herald demo --controllers N` (SPEC §7): N controllers on one PostgreSQL (the given `--db`, or
+ * `herald demo --controllers N` (docs/several-controllers.md): N controllers on one PostgreSQL (the given `--db`, or
  * a throwaway server in a temporary directory), agents that know all of them, a cluster, and a
  * rolling restart during which the controller owning the most nodes is killed with SIGKILL. It
  * shows the spread, the timeline from the kill (its nodes taken over, each pinged by its new

@@ -1,6 +1,6 @@
 /**
  * The options of `herald demo --controllers N` and the database it runs on, checked before
- * anything starts: every mistake is one `bad_option` line naming the option (SPEC §7: a
+ * anything starts: every mistake is one `bad_option` line naming the option (docs/several-controllers.md: a
  * `postgres://` URL, an empty database; or, without `--db`, PostgreSQL's server binaries for a
  * throwaway server).
  */

@@ -12,7 +12,7 @@ import type { Takeover } from './fleet.js';
 import { formatMs } from '../operator/format.js';
 import type { WatchEvent, WatchResult } from '../operator/watch.js';
 
-/** SPEC §7: a dead controller's nodes are taken over and pinged within this long of its death. */
+/** docs/several-controllers.md: a dead controller's nodes are taken over and pinged within this long of its death. */
 export const TAKEOVER_LIMIT_MS = 10_000;
 
 export interface FleetCheck {

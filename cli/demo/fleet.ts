@@ -1,5 +1,5 @@
 /**
- * What `herald demo --controllers N` sets up beyond the one-controller demo (SPEC §7): a PKI with
+ * What `herald demo --controllers N` sets up beyond the one-controller demo (docs/several-controllers.md): a PKI with
  * a certificate and signing key per controller, N controllers on one PostgreSQL database, the
  * wait until the nodes are spread over them and held; then the kill -9 of the controller that
  * owns the most nodes, and the watch of its nodes being taken over and pinged by their new

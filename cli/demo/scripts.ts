@@ -22,7 +22,7 @@ mkdir -p "$dir"
 echo "install \${deploy_action:-?}" >> "$dir/runs.log"
 pidfile="$dir/service.pid"
 ${ALIVE_FN}
-# a few lines while it works, so the operator sees progress live (SPEC §8)
+# a few lines while it works, so the operator sees progress live (docs/api.md)
 echo "install on \${deploy_server_id}: checking the node"
 sleep 0.1
 echo "install on \${deploy_server_id}: preparing the service"

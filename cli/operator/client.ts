@@ -1,5 +1,5 @@
 /**
- * The operator's client of the controller API (SPEC §3): HTTPS with the operator's mutual-TLS
+ * The operator's client of the controller API (docs/api.md): HTTPS with the operator's mutual-TLS
  * identity, the server checked by its SPIFFE URI SAN (never by hostname), JSON in and out, and
  * the `/v1/events` Server-Sent Events stream. Every failure becomes one coded HeraldError, so
  * the CLI prints one line and never a stack.
@@ -118,7 +118,7 @@ export function clientFromOptions(o: ClientOptions, env: NodeJS.ProcessEnv = pro
 }
 
 /**
- * SPEC §1: an operator that can read the CA key or the signing key says so, once per run
+ * docs/configuration.md: an operator that can read the CA key or the signing key says so, once per run
  * (`HERALD_NO_CA_WARNING=1` silences it, e.g. in the demo and tests, which are their own CA).
  */
 function warnIfCaHost(caKey: string, signingJwk: string, env: NodeJS.ProcessEnv): void {

@@ -1,5 +1,5 @@
 /**
- * The operator CLI (SPEC §3 operator routes): `herald node|config|deploy|cluster ...`. Each
+ * The operator CLI (docs/api.md operator routes): `herald node|config|deploy|cluster ...`. Each
  * command group takes the connection options (`--controller`, `--pki`, `--as`, `--ca/--cert/
  * --key`, `--controller-id`, `--json`); they may stand before or after the subcommand. Tables for
  * people, the API's JSON with `--json`. Modules beyond commander load inside the actions, so
@@ -707,7 +707,7 @@ function registerControllers(program: Command): void {
     program
       .command('controllers')
       .description(
-        'list the controllers of the database (SPEC §7): live, nodes owned and held, heartbeat age, API URL',
+        'list the controllers of the database (docs/several-controllers.md): live, nodes owned and held, heartbeat age, API URL',
       ),
   );
   c.addHelpText('after', CONTROLLERS_HELP).action(async (_o, cmd: Command) => {
@@ -722,7 +722,7 @@ function registerControllers(program: Command): void {
 
 function registerEnroll(program: Command): void {
   const enroll = withConnectionOptions(
-    program.command('enroll').description('join tokens for enrolling nodes (SPEC §9): make, list, revoke'),
+    program.command('enroll').description('join tokens for enrolling nodes (docs/adding-nodes.md): make, list, revoke'),
   );
   leaf(enroll, 'token', 'make a single-use join token for one node; it is printed this once', [
     'herald enroll token --node n1 --ip 10.0.0.5 --dns n1.example --ttl 1h',

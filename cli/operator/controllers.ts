@@ -1,5 +1,5 @@
 /**
- * `herald controllers` for people: the table of `GET /v1/controllers` (SPEC §7), one row per
+ * `herald controllers` for people: the table of `GET /v1/controllers` (docs/several-controllers.md), one row per
  * controller of the database, and the help that says what each column means. Pure: strings only,
  * so the demo prints the same table.
  */
@@ -42,7 +42,7 @@ Columns:
   NAME       the controller's name (its certificate controller/<name>)
   LIVE       yes while its lease is ahead of the database's clock: it owns its nodes and
              pushes to them; no once it stopped renewing (killed, stopped, or cut from the
-             database): within 10 s its nodes are taken over by the live ones (SPEC §7)
+             database): within 10 s its nodes are taken over by the live ones (docs/several-controllers.md)
   OWNED      nodes whose ownership names it (only the owner pushes to a node)
   HELD       of those, the ones it has a push connection up to, as it last reported
              (- when it is not live: what it reported then no longer holds)

@@ -5,7 +5,7 @@
  */
 import { HeraldError } from '../../protocol/errors.js';
 
-/** Heat's input types (SPEC §5). */
+/** Heat's input types (docs/protocol.md). */
 export const INPUT_TYPES = ['String', 'Number', 'CommaDelimitedList', 'Json', 'Boolean'] as const;
 export type InputType = (typeof INPUT_TYPES)[number];
 

@@ -1,5 +1,5 @@
 /**
- * `herald deploy logs <id> [--follow]` (SPEC §8): prints a revision's kept live output (stdout
+ * `herald deploy logs <id> [--follow]` (docs/api.md): prints a revision's kept live output (stdout
  * to stdout, stderr to stderr), and with `--follow` the chunks `/v1/events` brings as they come
  * until the revision is signalled; then it exits 0, or EXIT_FAILED when the deployment FAILED
  * (as `deploy create --wait` does), or EXIT_TIMEOUT at `--timeout`.

@@ -2,7 +2,7 @@
  * Shows a restart's progress to a person: a progress bar with each node's phase on a TTY, plain
  * timestamped lines otherwise (logs, CI, tests). Both consume `WatchEvent`s, and the cluster
  * states the watcher reads (`look`) for each node's time against its step's deadline; both show
- * a member's last live output line (SPEC §8), so a stuck node is seen while it is stuck.
+ * a member's last live output line (docs/api.md), so a stuck node is seen while it is stuck.
  */
 import type { Writable } from 'node:stream';
 import { clockTime, formatMs } from './format.js';

@@ -1,6 +1,6 @@
 /**
  * `herald cluster restart --wait`: follows the restart to its end (each node's phase, its time
- * against its step's deadline and its last live output line, SPEC §8), prints a summary per node
+ * against its step's deadline and its last live output line, docs/api.md), prints a summary per node
  * and turns the result into an exit status, with the failing node and reason named on stderr.
  */
 import type { ApiClient } from './client.js';

@@ -1,5 +1,5 @@
 /**
- * Node groups and rollout options of `herald cluster create|restart` (SPEC §8): the
+ * Node groups and rollout options of `herald cluster create|restart` (docs/api.md): the
  * `--nodegroup name:role:n1,n2` spelling, a groups file for groups with configs or input values
  * of their own, the restart body from the command's options, and a dry run's plan as text.
  * Pure but for reading the groups file; the controller checks everything again.
@@ -143,7 +143,7 @@ export function formatPlan(p: RestartPlanView): string {
 
 /** The text of `herald cluster restart --help` that explains the rollout. */
 export const RESTART_HELP = `
-Rollout (SPEC §8): the node groups restart one after another, the master groups first, then the
+Rollout (docs/api.md): the node groups restart one after another, the master groups first, then the
 others in the order they were created; a group starts when the one before it completed. Within a
 group at most --max-unavailable nodes are between the start of their uninstall and their end
 (default: 1 in a master group, every node in the others; a percentage counts the group's nodes,

@@ -3,7 +3,7 @@
  * and `GET /v1/clusters/{id}` every second as the authority. Emits one `WatchEvent` per node
  * phase change (filling in phases that happened between two looks, so every node shows
  * uninstalling → installing → complete in order), one per wake-up the events report, and one
- * per live output chunk of a member (its last line, SPEC §8: a stuck node is seen while stuck).
+ * per live output chunk of a member (its last line, docs/api.md: a stuck node is seen while stuck).
  * Renderers (plain lines, a progress bar, the demo's timeline) only consume these. Text in them
  * that a node supplied (its reason, its output line) has its terminal control characters made
  * visible here, before any renderer draws it (terminal-text.ts), unless `raw`.
@@ -88,7 +88,7 @@ export function clusterStateOf(c: ClusterView): ClusterState {
   };
 }
 
-// (checking, the health check of SPEC §8, comes between the install and the end)
+// (checking, the health check of docs/api.md, comes between the install and the end)
 const ORDER: Record<ClusterNodePhase, number> = {
   pending: 0,
   uninstalling: 1,

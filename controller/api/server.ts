@@ -1,5 +1,5 @@
 /**
- * The controller's HTTPS API (SPEC §3) on node:https, TLS 1.3 with a client certificate
+ * The controller's HTTPS API (docs/api.md) on node:https, TLS 1.3 with a client certificate
  * requested on every connection. Per request, in this order: one authorization of the peer
  * certificate (`authorizePeer`: chain, dates, revocation, a Herald identity), routing, the
  * route's role check (agent routes only for the node in the path, operator routes only for
@@ -149,7 +149,7 @@ export interface ApiServerOptions {
   rates?: RateOverrides;
   /** Overrides of the body limits (tests). */
   bodyLimits?: { requestBytes?: number; signalBytes?: number };
-  /** Join tokens, `POST /v1/enroll` and renewal (SPEC §9); absent: those routes answer `enrollment_disabled`. */
+  /** Join tokens, `POST /v1/enroll` and renewal (docs/adding-nodes.md); absent: those routes answer `enrollment_disabled`. */
   enrollment?: Enrollment | undefined;
   /** Node revocation (`POST /v1/nodes/{id}/revoke`) and superseded certificates; absent: that route answers `not_found`. */
   floors?: IdentityFloors | undefined;
@@ -165,7 +165,7 @@ export interface ApiServerOptions {
 /** The signal route; a signal over the push connection stands for it (in logs too). */
 const SIGNAL_ROUTE = '/v1/nodes/:node/deployments/:deployment/signal';
 
-/** The one route served without a client certificate (SPEC §9). */
+/** The one route served without a client certificate (docs/adding-nodes.md). */
 export const ENROLL_PATH = '/v1/enroll';
 
 interface AuthCacheEntry {
@@ -214,7 +214,7 @@ export class ApiServer {
   readonly #preAuthSockets = new WeakMap<tls.TLSSocket, { deadline: NodeJS.Timeout; first?: http.ServerResponse }>();
   /** Consecutive 429 answers per connection. */
   readonly #rateLimited = new WeakMap<tls.TLSSocket, number>();
-  /** Refusals anyone can cause in bulk are logged as a summary (SPEC §3). */
+  /** Refusals anyone can cause in bulk are logged as a summary (docs/api.md). */
   readonly #summary: RefusalSummary;
   readonly #summaryTimer: NodeJS.Timeout;
   readonly #streams = new Set<http.ServerResponse>();
@@ -255,7 +255,7 @@ export class ApiServer {
     );
     this.#summaryTimer = setInterval(() => this.#summary.flush(), REFUSAL_LOG_INTERVAL_MS);
     this.#summaryTimer.unref();
-    // session resumption (issue 16): tickets live TLS_SESSION_LIFETIME_S, no longer than their
+    // session resumption: tickets live TLS_SESSION_LIFETIME_S, no longer than their
     // key, and are bound to this controller's API by the session id context (Node's default is
     // a hash of argv, so a restart with other flags would resume nothing); every resumed
     // connection is authorized again like a full one (`authorizePeer`)
@@ -424,7 +424,7 @@ export class ApiServer {
   }
 
   /**
-   * `POST /v1/enroll` (SPEC §9): limited per source address and per source network before
+   * `POST /v1/enroll` (docs/adding-nodes.md): limited per source address and per source network before
    * anything is read (peerNetworks: an IPv6 host can pick any address of its /64); every
    * failure but the rate limit (and a controller without an issuer) is `enrollment_refused`,
    * its real reason logged once by Enrollment. The connection is closed after the answer: a
@@ -484,7 +484,7 @@ export class ApiServer {
   }
 
   /**
-   * One connection policy for every identity (SPEC §3): connections are kept alive for minutes
+   * One connection policy for every identity (docs/api.md): connections are kept alive for minutes
    * (API_KEEP_ALIVE_TIMEOUT_MS), so each identity holds at most its role's cap
    * (API_AGENT_MAX_CONNECTIONS for agents, API_IDENTITY_MAX_CONNECTIONS otherwise); requests on
    * more are refused `too_many_connections` and the connection closed. Peers whose certificate
@@ -549,7 +549,7 @@ export class ApiServer {
 
   /**
    * What the controller itself asked for is not rate-limited: a fetch answering a wake-up it sent
-   * that node lately (SPEC §3), and a node's signal of work a wake-up gave it and that work's last
+   * that node lately (docs/api.md), and a node's signal of work a wake-up gave it and that work's last
    * live output chunks (credits per wake-up: controller/service/wake-credits.ts, docs/departures.md). The
    * limit bounds what an agent asks for and sends by itself.
    */
@@ -969,7 +969,7 @@ export class ApiServer {
   }
 
   /**
-   * An agent's fetch on its push connection (SPEC §2), answered as `GET /v1/nodes/{node}/metadata`
+   * An agent's fetch on its push connection (docs/protocol.md), answered as `GET /v1/nodes/{node}/metadata`
    * would be: the push connection has already proven the agent to be `agent/<node>` (the dialer
    * checked the listener's certificate), so only the rate limit (with its wake-up exemption) and
    * the route itself remain. Never rejects: an error becomes its status and code.
@@ -1007,7 +1007,7 @@ export class ApiServer {
   }
 
   /**
-   * An agent's signal on its push connection (SPEC §2), answered as `POST
+   * An agent's signal on its push connection (docs/protocol.md), answered as `POST
    * /v1/nodes/{node}/deployments/{id}/signal` would be: the connection has already proven the
    * agent to be `agent/<node>`, so the route's rate limit (shared with HTTPS, and the signals a
    * wake-up asked for not counted: `takeWakeCredit`), its body limit and JSON reading, and the

@@ -1,5 +1,5 @@
 /**
- * The cluster engine (SPEC §3 "Clusters"): starts, advances and ends cluster operations inside
+ * The cluster engine (docs/api.md "Clusters"): starts, advances and ends cluster operations inside
  * the caller's transaction, through the narrow `ClusterTx` (tx.ts). It plans with the pure
  * planner (plan.ts) and applies each plan in the same transaction that recorded the event (a
  * signal, an operator's request, a timer tick), so a controller killed at any point carries the
@@ -53,7 +53,7 @@ export interface ClusterEngineOptions {
 
 type StepCluster = Pick<ClusterHead, 'id' | 'operation' | 'rollout'>;
 
-/** A restart's options (SPEC §8), as the API checked them; each absent one takes its default. */
+/** A restart's options (docs/api.md), as the API checked them; each absent one takes its default. */
 export interface RestartOptions {
   /** A count, or a percentage of each group's nodes ("25%"); default 1 in a master group, all in the others. */
   maxUnavailable?: number | string | null;
@@ -78,7 +78,7 @@ function timeoutSOf(config: ConfigRecord): number {
   return typeof t === 'number' && Number.isFinite(t) && t > 0 ? t : HOOK_TIMEOUT_S;
 }
 
-/** A step's budget in ms: the config's hook timeout (`options.timeout`, else HOOK_TIMEOUT_S) plus the margin (SPEC §3). */
+/** A step's budget in ms: the config's hook timeout (`options.timeout`, else HOOK_TIMEOUT_S) plus the margin (docs/api.md). */
 export function stepBudgetMs(config: ConfigRecord, marginS: number): number {
   return Math.round((timeoutSOf(config) + marginS) * 1000);
 }
@@ -144,7 +144,7 @@ export class ClusterEngine {
   }
 
   /**
-   * What a restart with `o` would do (SPEC §8), changing nothing: the groups in the order they
+   * What a restart with `o` would do (docs/api.md), changing nothing: the groups in the order they
    * restart (masters first, then the others in creation order), each with its window.
    * @throws HeraldError not_found | restart_in_progress | unknown_nodegroup (field `nodegroups.<i>`)
    *   | unknown_config (field `health_config_id`)
@@ -184,7 +184,7 @@ export class ClusterEngine {
   }
 
   /**
-   * Starts a restart (SPEC §3, §8): `o` a window (the form before node groups: a count, or null
+   * Starts a restart (docs/api.md): `o` a window (the form before node groups: a count, or null
    * for the default) or the full options.
    * @throws HeraldError as planRestart
    */
@@ -212,7 +212,7 @@ export class ClusterEngine {
   }
 
   /**
-   * Adds node group `g` to an idle cluster (SPEC §8): an `update` in which the group's nodes
+   * Adds node group `g` to an idle cluster (docs/api.md): an `update` in which the group's nodes
    * install at once; UPDATE_COMPLETE when all did, else UPDATE_FAILED (the group stays).
    * @throws HeraldError not_found | restart_in_progress | invalid_request (field `name`: the
    *   cluster has that group) | unknown_node | cluster_busy (field `nodes.<i>`) | unknown_config
@@ -246,7 +246,7 @@ export class ClusterEngine {
   }
 
   /**
-   * Removes node group `name` (SPEC §8): an `update` in which its nodes uninstall at once
+   * Removes node group `name` (docs/api.md): an `update` in which its nodes uninstall at once
    * (`deploy_action` DELETE); once all did, the group, its nodes' rows and their deployments go
    * (UPDATE_COMPLETE); if one fails, UPDATE_FAILED and the group stays. The last group stays
    * (delete the cluster instead).
@@ -370,7 +370,7 @@ export class ClusterEngine {
     return deadlineMs;
   }
 
-  /** The install succeeded: the health check starts on the node, a new health deployment (SPEC §8). */
+  /** The install succeeded: the health check starts on the node, a new health deployment (docs/api.md). */
   async #startCheck(
     tx: ClusterTx,
     c: StepCluster,

@@ -1,5 +1,5 @@
 /**
- * The cluster operations' state machine (SPEC §3 "Clusters"), as a pure planner: given a
+ * The cluster operations' state machine (docs/api.md "Clusters"), as a pure planner: given a
  * cluster's operation and its nodes' phases, what happens next. The engine (engine.ts) applies
  * the plan in the same transaction that recorded the event (a signal or a timer tick), so the
  * plan is never only in memory: a controller killed at any point carries the operation on from the database.
@@ -20,7 +20,7 @@ export interface PlanNode {
   phase: ClusterNodePhase;
   stepDeadlineMs: number | null;
   reason: string | null;
-  /** The node's group (SPEC §8); only planRollout reads it. */
+  /** The node's group (docs/api.md); only planRollout reads it. */
   nodegroup?: string;
   /** When the node's step ended (epoch ms), else null; only planRollout reads it (pause_s). */
   endedAtMs?: number | null;
@@ -104,7 +104,7 @@ export function planCluster(
 }
 
 /**
- * The next actions of a restart with node groups (SPEC §8), given every node of the cluster:
+ * The next actions of a restart with node groups (docs/api.md), given every node of the cluster:
  * only the nodes of `r.groups` take part. Timeouts first (as planCluster); then, unless more
  * than `r.maxFailures` nodes failed, window starts in the first group not yet done (groups go
  * one after another in `r.groups`' order); a node holds its group's slot from the start of its
@@ -164,7 +164,7 @@ export function planRollout(r: Rollout, nodes: readonly PlanNode[], nowMs: numbe
 }
 
 /**
- * The window of one group (SPEC §8): `maxUnavailable` as a count, or a percentage ("25%") of the
+ * The window of one group (docs/api.md): `maxUnavailable` as a count, or a percentage ("25%") of the
  * group's nodes rounded down; at least 1 and at most the group's size. Default: 1 in a master
  * group, every node in the others.
  */
@@ -178,7 +178,7 @@ export function groupWindow(role: 'master' | 'worker', size: number, maxUnavaila
 }
 
 /**
- * The next actions of an `update` (SPEC §8): group `c.nodegroup` added (its nodes install at
+ * The next actions of an `update` (docs/api.md): group `c.nodegroup` added (its nodes install at
  * once, started when it was added) or removed (its nodes uninstall at once). Only that group's
  * nodes count. Timeouts first; nothing while a node is in flight; then UPDATE_FAILED naming the
  * failed nodes (a removed group stays), else UPDATE_COMPLETE (a removed group goes).

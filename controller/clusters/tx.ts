@@ -32,7 +32,7 @@ import type {
 
 /** A cluster's own row, without its nodes. */
 export type ClusterHead = Pick<ClusterRecord, 'id' | 'status' | 'operation' | 'maxUnavailable' | 'updatedAt'> & {
-  /** The restart's limits (SPEC §8); null for other operations and for restarts before node groups. */
+  /** The restart's limits (docs/api.md); null for other operations and for restarts before node groups. */
   rollout?: Rollout | null;
 };
 
@@ -47,7 +47,7 @@ export interface ClusterGlance {
   failed: boolean;
 }
 
-/** A change to one node's step (SPEC §3 "Clusters"); timestamps are the call's `nowMs`. */
+/** A change to one node's step (docs/api.md "Clusters"); timestamps are the call's `nowMs`. */
 export type NodeStepChange =
   /**
    * The step starts: phase uninstalling or installing until `deadlineMs` (epoch ms). Starting the
@@ -57,7 +57,7 @@ export type NodeStepChange =
   | { type: 'start'; step: 'uninstall' | 'install'; deadlineMs: number; uninstallDeploymentId?: string }
   /** The uninstall succeeded (the phase stays until the install starts or the node completes). */
   | { type: 'uninstalled' }
-  /** The install succeeded and the health check starts (SPEC §8): phase checking until `deadlineMs`, on that deployment. */
+  /** The install succeeded and the health check starts (docs/api.md): phase checking until `deadlineMs`, on that deployment. */
   | { type: 'check'; deadlineMs: number; healthDeploymentId: string }
   /** Phase complete, no deadline; `installFinished` stamps the install's end; the node's end is `nowMs`. */
   | { type: 'complete'; installFinished: boolean }

@@ -1,5 +1,5 @@
 /**
- * Every committed change, whichever controller made it, in commit order (SPEC §7): the feed
+ * Every committed change, whichever controller made it, in commit order (docs/several-controllers.md): the feed
  * reads `change_log` (controller/store/pg/store.ts) from where it stopped and hands each change set to the
  * service, which wakes the nodes this controller owns and announces events. It reads when a
  * `NOTIFY herald_changes` arrives, after this controller's own commits (`catchUp`), every

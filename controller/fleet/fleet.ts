@@ -1,5 +1,5 @@
 /**
- * One controller's place among several on one PostgreSQL database (SPEC §7): membership,
+ * One controller's place among several on one PostgreSQL database (docs/several-controllers.md): membership,
  * node ownership, and the push service behind it.
  *
  * - Membership: a row per controller (name, API URL, heartbeat) renewed every

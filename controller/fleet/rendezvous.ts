@@ -1,7 +1,7 @@
 /**
  * Rendezvous (highest random weight) hashing: each node goes to the live controller with the
  * highest score for the pair, so every controller computes the same owner from the same list,
- * and a controller joining or leaving moves only the nodes it gains or loses (SPEC §7).
+ * and a controller joining or leaving moves only the nodes it gains or loses (docs/several-controllers.md).
  * Pure: no I/O.
  */
 

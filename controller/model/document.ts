@@ -9,7 +9,7 @@
  * action outside `actions` (`SoftwareDeployment._handle_action` returns first; Heat then waits for
  * a revision that runs, Herald shows the next one, run or not: the agent skips a `signalled` item
  * either way, and a deployment that has run keeps its item through revisions that run nothing).
- * What runs is decided from `actions` for every group, as the store decides it (SPEC §3). (A
+ * What runs is decided from `actions` for every group, as the store decides it (docs/api.md). (A
  * cluster makes none such: a node's uninstall deployment is made by its first uninstall, with
  * that step's revision.) `actionsJson` is the deployment's stored `actions` (a JSON array).
  */

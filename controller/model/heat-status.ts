@@ -1,5 +1,5 @@
 /**
- * Heat's status rules for a deployment's result (SPEC §5): which outputs are kept, when the
+ * Heat's status rules for a deployment's result (docs/protocol.md): which outputs are kept, when the
  * revision failed, and the status reason Heat would give. Pure; both stores' callers use it.
  */
 import type { ConfigRecord, SignalInput } from './records.js';

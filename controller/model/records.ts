@@ -58,7 +58,7 @@ export type NewConfig = Omit<ConfigRecord, 'id' | 'createdAt'>;
 
 export interface RevisionRecord {
   revision: number;
-  /** The metadata item `id` of this revision: new per revision, stored (SPEC §5). */
+  /** The metadata item `id` of this revision: new per revision, stored (docs/protocol.md). */
   itemId: string;
   action: DeployAction;
   /** As stored, hidden ones included: mask before showing (service.ts). */
@@ -74,7 +74,7 @@ export interface RevisionRecord {
   signalledAt: string | null;
 }
 
-/** What a cluster's deployment is for; `health`: the restart's health check on one node (SPEC §8). */
+/** What a cluster's deployment is for; `health`: the restart's health check on one node (docs/api.md). */
 export type ClusterRole = 'install' | 'uninstall' | 'health';
 
 export interface DeploymentRecord {
@@ -136,7 +136,7 @@ export interface ClusterNodeRecord {
   installStartedAt: string | null;
   installFinishedAt: string | null;
   reason: string | null;
-  /** The node's group (SPEC §8); 'default-worker' for a cluster made from a flat node list. */
+  /** The node's group (docs/api.md); 'default-worker' for a cluster made from a flat node list. */
   nodegroup: string;
   /** The health deployment a restart with a health config made on this node, else null. */
   healthDeploymentId: string | null;
@@ -145,7 +145,7 @@ export interface ClusterNodeRecord {
   endedAtMs: number | null;
 }
 
-/** A node group of a cluster (SPEC §8). */
+/** A node group of a cluster (docs/api.md). */
 export interface NodegroupRecord {
   name: string;
   role: NodegroupRole;
@@ -158,7 +158,7 @@ export interface NodegroupRecord {
   createdAt: string;
 }
 
-/** One group of a restart, in the order the groups restart, with its window (SPEC §8). */
+/** One group of a restart, in the order the groups restart, with its window (docs/api.md). */
 export interface RolloutGroup {
   name: string;
   role: NodegroupRole;
@@ -166,7 +166,7 @@ export interface RolloutGroup {
   window: number;
 }
 
-/** The limits of a restart (SPEC §8), kept on the cluster's row while it runs. */
+/** The limits of a restart (docs/api.md), kept on the cluster's row while it runs. */
 export interface Rollout {
   groups: RolloutGroup[];
   pauseS: number;

@@ -1,5 +1,5 @@
 /**
- * The controller's push dialer (SPEC §2): one persistent mutual-TLS WebSocket per agent, a signed
+ * The controller's push dialer (docs/protocol.md): one persistent mutual-TLS WebSocket per agent, a signed
  * wake-up per change (coalesced per node, bounded in flight globally), a `ping` wake-up on every
  * (re)connect, WebSocket pings from one shared timer wheel, reconnects with exponential backoff
  * and full jitter, and half-open detection when an answer does not come within 1 s.
@@ -482,7 +482,7 @@ export class PushDialer implements PushService {
         // §10.3), and inside mutual TLS no intermediary sees them (docs/departures.md)
         generateMask: zeroMask,
         followRedirects: false,
-        // this connection answers the agent's fetches and signals (SPEC §2): it needs no API connection
+        // this connection answers the agent's fetches and signals (docs/protocol.md): it needs no API connection
         headers: { [FEATURES_HEADER]: `${FEATURE_FETCH}, ${FEATURE_SIGNAL}` },
         // a name is resolved here and each address checked; the socket connects to exactly the
         // addresses checked, so a DNS answer that changes between check and connect cannot slip by
@@ -543,7 +543,7 @@ export class PushDialer implements PushService {
     };
 
     ws.on('unexpected-response', (req, res) => {
-      // the listener refuses with a 403 and {"error":{"code":..}} (SPEC §2): keep its code
+      // the listener refuses with a 403 and {"error":{"code":..}} (docs/protocol.md): keep its code
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => {

@@ -2,7 +2,7 @@
  * Why a push connection failed, as the stable codes shown in a node's push state
  * (`last_error`) and in `herald_push_dial_failures_total{code}`. TLS identity refusals reuse the
  * protocol's codes (`wrong_peer`, `revoked`, `untrusted_certificate`, ...); a 403 from the agent
- * listener carries its own code (SPEC §2), which is kept as is.
+ * listener carries its own code (docs/protocol.md), which is kept as is.
  */
 import { codeOf, ERROR_CODES, isErrorCode, type ErrorCode } from '../../protocol/errors.js';
 import { tlsCodeOf } from '../../certs/tls-codes.js';

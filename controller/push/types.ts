@@ -54,7 +54,7 @@ export interface AckEvent {
   latencyMs: number;
 }
 
-/** An agent's fetch on its push connection (SPEC §2): the metadata route's request. */
+/** An agent's fetch on its push connection (docs/protocol.md): the metadata route's request. */
 export interface PushFetchRequest {
   kind: 'fetch';
   node: string;
@@ -62,7 +62,7 @@ export interface PushFetchRequest {
   ifNoneMatch: string | null;
 }
 
-/** An agent's signal on its push connection (SPEC §2): the signal route's request. */
+/** An agent's signal on its push connection (docs/protocol.md): the signal route's request. */
 export interface PushSignalRequest {
   kind: 'signal';
   node: string;

@@ -1,5 +1,5 @@
 /**
- * The agent listener URL a node announces (SPEC §3): `wss://host:port/v1/wake`, whose host must
+ * The agent listener URL a node announces (docs/api.md): `wss://host:port/v1/wake`, whose host must
  * be one of the announcing certificate's DNS or IP SANs, so a stolen agent key cannot aim the
  * controller's dialer at another host. An IP host is checked by the one address classifier
  * (protocol/address.ts): unspecified, link-local and cloud metadata addresses are refused in

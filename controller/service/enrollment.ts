@@ -1,5 +1,5 @@
 /**
- * Enrolment and renewal on the controller (SPEC §9): join tokens (made, listed, revoked by
+ * Enrolment and renewal on the controller (docs/adding-nodes.md): join tokens (made, listed, revoked by
  * operators), `POST /v1/enroll` (a token and a CSR, no client certificate) and
  * `POST /v1/nodes/{node}/certificate` (a renewal over mTLS). Certificates are signed by the
  * `--issuer` CA; their identity and SANs are the token's (or the current certificate's),

@@ -1,8 +1,8 @@
 /**
- * Live output at the controller (SPEC §8): a chunk an agent posts for its own deployment is kept
+ * Live output at the controller (docs/api.md): a chunk an agent posts for its own deployment is kept
  * (once per sequence number; the newest OUTPUT_KEPT_PER_REVISION_BYTES per revision) and
  * published on `/v1/events` as an event of type `output`; operators read what is kept per stream
- * with `GET /v1/deployments/{id}/output`. The text comes masked from the agent (SPEC §4) and is
+ * with `GET /v1/deployments/{id}/output`. The text comes masked from the agent (docs/architecture.md) and is
  * passed on as it came.
  */
 import { HeraldError } from '../../protocol/errors.js';
@@ -101,7 +101,7 @@ export class LiveOutputService {
   }
 
   /**
-   * The cluster view with each node's last live output line (SPEC §8: every step shows when it
+   * The cluster view with each node's last live output line (docs/api.md: every step shows when it
    * started, its deadline and its last output line): of the step in flight, else of the last one
    * it ran. One index seek per node.
    */

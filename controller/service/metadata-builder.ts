@@ -1,5 +1,5 @@
 /**
- * A node's deployment metadata (SPEC §5), shaped as Heat shapes it, encoded once per (node,
+ * A node's deployment metadata (docs/protocol.md), shaped as Heat shapes it, encoded once per (node,
  * generation) and kept with its digest; only the small JWS is signed per response. Hidden input
  * values are in here on purpose: the agent needs them, and only that agent can read them.
  *

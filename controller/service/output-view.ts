@@ -1,5 +1,5 @@
 /**
- * What `GET /v1/deployments/{id}/output` shows of a revision's kept chunks (SPEC §8): per
+ * What `GET /v1/deployments/{id}/output` shows of a revision's kept chunks (docs/api.md): per
  * stream, the text in sequence order with the sequence range, at most the last
  * OUTPUT_KEPT_PER_REVISION_BYTES of both streams together. Where output is missing the text says
  * so in one line: chunks the agent dropped (`dropped_bytes`) and the start cut to keep the limit.

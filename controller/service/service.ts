@@ -70,7 +70,7 @@ export interface ControllerServiceOptions {
   ackFlushMs?: number;
   /** This controller's name (default `controller`). */
   name?: string;
-  /** Several controllers (SPEC §7): every controller of the database; without it, this one alone. */
+  /** Several controllers (docs/several-controllers.md): every controller of the database; without it, this one alone. */
   controllers?: () => Promise<ControllerView[]>;
   /** Several controllers: the owner of each of `nodes` (null: of every node). */
   owners?: (nodes: string[] | null) => Promise<Map<string, string>>;
@@ -93,7 +93,7 @@ export class ControllerService {
   readonly clusters: ClusterEngine;
   readonly push: PushService;
   readonly events: EventBus;
-  /** Live output chunks (SPEC §8). */
+  /** Live output chunks (docs/api.md). */
   readonly output: LiveOutputService;
   readonly #log: Logger;
   readonly #metrics: ControllerMetrics | undefined;
@@ -496,7 +496,7 @@ export class ControllerService {
 
   /**
    * The controller sent `node` a wake-up within WAKE_FETCH_EXEMPT_MS: its fetch answers that
-   * wake-up and is not rate-limited (SPEC §3). The limit bounds what an agent asks for itself.
+   * wake-up and is not rate-limited (docs/api.md). The limit bounds what an agent asks for itself.
    */
   wokeRecently(node: string): boolean {
     const at = this.#wokeAt.get(node);
@@ -685,7 +685,7 @@ export class ControllerService {
   }
 
   /**
-   * The groups of a new cluster (SPEC §8): names unique, each node in one group only, each
+   * The groups of a new cluster (docs/api.md): names unique, each node in one group only, each
    * group's configs and input values (the group's over the cluster's) resolved and checked.
    * @throws HeraldError invalid_request | unknown_config | bad_input_value (field `nodegroups.<i>...`)
    */
@@ -739,7 +739,7 @@ export class ControllerService {
   }
 
   /**
-   * Adds a node group to an idle cluster (SPEC §8); its nodes install at once.
+   * Adds a node group to an idle cluster (docs/api.md); its nodes install at once.
    * @returns the group as GET shows it
    * @throws HeraldError invalid_request | not_found | restart_in_progress | unknown_node | cluster_busy | unknown_config
    */
@@ -777,7 +777,7 @@ export class ControllerService {
   }
 
   /**
-   * Uninstalls a group's nodes, then removes it (SPEC §8).
+   * Uninstalls a group's nodes, then removes it (docs/api.md).
    * @throws HeraldError not_found | restart_in_progress | invalid_request (the last group)
    */
   async deleteNodegroup(id: string, name: string, who: string): Promise<void> {
@@ -801,7 +801,7 @@ export class ControllerService {
   }
 
   /**
-   * Starts a restart (SPEC §3, §8), of the whole cluster or of group `nodegroup`; a dry run
+   * Starts a restart (docs/api.md), of the whole cluster or of group `nodegroup`; a dry run
    * (`"dry_run": true`) changes nothing and returns the plan.
    * @returns the plan of a dry run, else null
    * @throws HeraldError invalid_request | not_found | restart_in_progress | unknown_nodegroup | unknown_config
@@ -864,7 +864,7 @@ export class ControllerService {
       await this.store.getConfig(c.uninstallConfigId),
       await this.#groupConfigs(c),
     );
-    // each node's last live output line (SPEC §8)
+    // each node's last live output line (docs/api.md)
     return this.output.withLastLines(view);
   }
 
@@ -905,7 +905,7 @@ export class ControllerService {
       this.#tickFailing = false;
     } catch (err) {
       if (this.#standing() !== undefined) return; // lost meanwhile: the standing's own line says so
-      // the database away (several controllers, SPEC §7) fails every tick: say it once
+      // the database away (several controllers, docs/several-controllers.md) fails every tick: say it once
       if (codeOf(err) !== 'store_unavailable') this.#log.error({ err }, 'cluster tick failed');
       else if (!this.#tickFailing)
         this.#log.warn({ code: 'store_unavailable' }, 'cluster tick failed: the database is unreachable; retrying');
@@ -916,7 +916,7 @@ export class ControllerService {
   // ---- after each transaction --------------------------------------------------------------
 
   /**
-   * Several controllers (SPEC §7): every change set, this controller's own included, comes
+   * Several controllers (docs/several-controllers.md): every change set, this controller's own included, comes
    * from the change feed in commit order (controller/fleet/change-feed.ts), so after a commit the service
    * only makes the feed catch up.
    */

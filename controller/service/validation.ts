@@ -1,5 +1,5 @@
 /**
- * What the API accepts: zod schemas for every request body, the name rules of SPEC §4 (from
+ * What the API accepts: zod schemas for every request body, the name rules of docs/architecture.md (from
  * protocol/heat.ts), and the coercion of input values to their declared Heat types. Every
  * refusal is a HeraldError with the offending field as a dotted path (`input_values.port`).
  * Messages never quote a value: an input may be hidden.
@@ -40,7 +40,7 @@ const displayName = z
   .regex(NO_CONTROL_CHARS_RE, 'must not contain control characters');
 const nodeId = z.string().regex(NAME_RE, `must match ${NAME_RE.source}`);
 const resourceId = z.string().min(1).max(64);
-/** A free-form JSON value: nested at most MAX_JSON_DEPTH_LEVELS (SPEC §3). */
+/** A free-form JSON value: nested at most MAX_JSON_DEPTH_LEVELS (docs/api.md). */
 const TOO_DEEP = `is nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels`;
 const jsonValue = z.unknown().refine((v) => withinJsonDepth(v), TOO_DEEP);
 const valuesRecord = z.record(z.string(), jsonValue);
@@ -107,10 +107,10 @@ export const signalSchema = z.object({
   status_reason: z.string().max(MAX_DESCRIPTION_CHARS).optional(),
 });
 
-/** A node group's name follows the name rule of SPEC §1. */
+/** A node group's name follows the name rule of docs/configuration.md. */
 const nodegroupName = z.string().regex(NAME_RE, `must match ${NAME_RE.source}`);
 
-/** One group of `POST /v1/clusters` `nodegroups` (SPEC §8). */
+/** One group of `POST /v1/clusters` `nodegroups` (docs/api.md). */
 export const nodegroupSchema = z.strictObject({
   name: nodegroupName,
   role: z.enum(['master', 'worker']).default('worker'),
@@ -141,7 +141,7 @@ const maxUnavailable = z.union([
     .refine((p) => Number(p.slice(0, -1)) >= 1 && Number(p.slice(0, -1)) <= 100, 'must be between 1% and 100%'),
 ]);
 
-/** `PATCH /v1/clusters/{id}/actions/restart` (SPEC §3, §8); every key optional. */
+/** `PATCH /v1/clusters/{id}/actions/restart` (docs/api.md); every key optional. */
 export const restartSchema = z.strictObject({
   max_unavailable: maxUnavailable.optional(),
   nodegroups: z.array(nodegroupName).min(1).max(1_000).optional(),
@@ -169,7 +169,7 @@ export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.outp
 // ---- configs --------------------------------------------------------------------------------
 
 /**
- * Checks a parsed config: group, tool, input and output names (SPEC §4), no derived or
+ * Checks a parsed config: group, tool, input and output names (docs/architecture.md), no derived or
  * duplicate names, defaults that fit their types, a component config's shape, options.timeout.
  * @throws RefusalError bad_name | forbidden_input | bad_config; HeraldError invalid_request | bad_input_value
  */
@@ -222,7 +222,7 @@ export function checkConfig(c: z.output<typeof configCreateSchema>): NewConfig {
   return { name: c.name, group: c.group, config: c.config, inputs, outputs, options };
 }
 
-/** `{"configs":[{"actions":[..],"tool":"script","config":".."}, ..]}` (SPEC §5). */
+/** `{"configs":[{"actions":[..],"tool":"script","config":".."}, ..]}` (docs/protocol.md). */
 function checkComponentConfig(config: unknown): void {
   const configs = (config as { configs?: unknown } | null)?.configs;
   if (typeof config !== 'object' || config === null || Array.isArray(config) || !Array.isArray(configs)) {

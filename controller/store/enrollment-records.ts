@@ -1,5 +1,5 @@
 /**
- * The stored shapes of enrolment (SPEC §9): join tokens (only the SHA-256 of the secret is
+ * The stored shapes of enrolment (docs/adding-nodes.md): join tokens (only the SHA-256 of the secret is
  * kept) and what the controller knows of each node's certificate and its renewal. Every store
  * (SQLite, PostgreSQL) returns these.
  */

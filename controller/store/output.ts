@@ -1,5 +1,5 @@
 /**
- * Live output rows (SPEC §8; tables `deployment_output` and `deployment_output_cut`), over the
+ * Live output rows (docs/api.md; tables `deployment_output` and `deployment_output_cut`), over the
  * statements both stores share: each chunk an agent posted, keyed by deployment, revision and
  * sequence number, so a chunk sent twice is kept once; per revision only the newest chunks
  * holding OUTPUT_KEPT_PER_REVISION_BYTES stay (older ones are deleted, and the bytes cut are

@@ -208,7 +208,7 @@ export const SQL = {
   cnDelete: 'DELETE FROM cluster_nodes WHERE cluster_id = ?',
   auditInsert: 'INSERT INTO audit (at, who, action, target, detail) VALUES (?, ?, ?, ?, ?)',
   auditList: 'SELECT * FROM audit ORDER BY seq DESC LIMIT ?',
-  // live output (SPEC §8; controller/store/output.ts)
+  // live output (docs/api.md; controller/store/output.ts)
   // the revision's row read with a lock a signal's update waits for (controller/store/output.ts append)
   outRevisionSignalled: 'SELECT signalled FROM revisions WHERE deployment_id = ? AND revision = ? FOR SHARE',
   outInsert: `INSERT INTO deployment_output (deployment_id, revision, seq, stream, text, bytes, dropped_bytes, created_at)

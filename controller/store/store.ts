@@ -1,8 +1,8 @@
 /**
  * The controller's durable state, behind one asynchronous interface: nodes (and tombstones of
  * deleted ids), immutable configs, deployments with one row per revision, clusters and their
- * per-node phases, the audit trail, and the one global generation sequence (SPEC §3
- * "Generations"). SqliteStore implements it; a PostgreSQL store can (SPEC §7).
+ * per-node phases, the audit trail, and the one global generation sequence (docs/api.md
+ * "Generations"). SqliteStore implements it; a PostgreSQL store can (docs/several-controllers.md).
  *
  * Changes run in transactions: `transaction(fn)` gives `fn` a `StoreTx`, and everything `fn`
  * does through it commits together (with its audit rows and one generation bump for the nodes
@@ -87,7 +87,7 @@ export interface StoreReads {
   activeClusterIds(): Promise<string[]>;
   /** The newest `limit` (default 100) audit rows, newest first. */
   listAudit(limit?: number): Promise<AuditRecord[]>;
-  /** A revision's kept live output chunks (SPEC §8), oldest first, and the bytes cut per stream. */
+  /** A revision's kept live output chunks (docs/api.md), oldest first, and the bytes cut per stream. */
   readOutput(deploymentId: string, revision: number): Promise<KeptOutput>;
   /** The text of the newest live output chunk of each deployment's current revision (none: absent). */
   lastOutput(deploymentIds: readonly string[]): Promise<Map<string, string>>;
@@ -137,7 +137,7 @@ export interface Store extends StoreReads {
    * OUTPUT_KEPT_PER_REVISION_BYTES of a revision stay.
    */
   appendOutput(chunk: OutputChunkRecord): Promise<{ duplicate: boolean }>;
-  // ---- enrolment (SPEC §9): no generation; each change one transaction with its audit row ----
+  // ---- enrolment (docs/adding-nodes.md): no generation; each change one transaction with its audit row ----
   /** Stores a join token (only its hash); audit `enrollment_token.create`. */
   createEnrollmentToken(t: NewEnrollmentToken, who: string): Promise<EnrollmentTokenRecord>;
   /** Every token, oldest first, without secrets or hashes. */

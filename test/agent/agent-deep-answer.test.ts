@@ -1,5 +1,5 @@
 /**
- * A hook answer nested ~4,500 levels (issue 11 item 5): the one depth guard fails that deployment
+ * A hook answer nested ~4,500 levels: the one depth guard fails that deployment
  * with `hook_answer_too_deep`, and the apply loop, the signal and the outbox never walk the value,
  * so the agent cannot crash on what a hook prints.
  */

@@ -1,5 +1,5 @@
 /**
- * Hidden input values printed by a real hook are masked before anything keeps them (SPEC §4):
+ * Hidden input values printed by a real hook are masked before anything keeps them (docs/architecture.md):
  * in stdout and stderr (a value the pipe delivers in two pieces included), in a Heat-protocol
  * hook's answer and outputs, in the JSON-encoded form of a hidden list, and at a cut tail's start.
  */

@@ -1,5 +1,5 @@
 /**
- * The input-name refusal list (SPEC §4, issue 11 item 11): every rule refuses, by family, both
+ * The input-name refusal list (docs/architecture.md): every rule refuses, by family, both
  * through the shared check the controller and the agent call and through the real hook runner;
  * docs/hook-inputs.md shows exactly this list.
  */
@@ -26,7 +26,7 @@ function verdict(name: string): string {
 const sample = (r: (typeof FORBIDDEN_INPUT_RULES)[number]): string => (r.kind === 'name' ? r.match : `${r.match}X`);
 
 describe('forbidden input names', () => {
-  // the names the review found accepted (issue 11 item 11)
+  // the names the review found accepted
   it.each([
     'OPENSSL_CONF',
     'JDK_JAVA_OPTIONS',

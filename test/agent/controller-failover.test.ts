@@ -1,5 +1,5 @@
 /**
- * `--controller a,b` (SPEC §7) against real controllers started in-process (real TLS on
+ * `--controller a,b` (docs/several-controllers.md) against real controllers started in-process (real TLS on
  * 127.0.0.1, their own SQLite files, one PKI), and the real agent assembled as `herald agent`
  * assembles it:
  * - the first URL is dead: the agent announces, fetches, runs a deployment and delivers its

@@ -1,7 +1,7 @@
 /**
  * The agent as `herald agent` assembles it, against a real controller started in-process with its
  * own push dialer (real TLS on 127.0.0.1): a wake-up's fetch that got its answer counts as a poll
- * (SPEC §4: the agent fetches every interval; that fetch was one), so the next poll is planned an
+ * (docs/architecture.md: the agent fetches every interval; that fetch was one), so the next poll is planned an
  * interval after it, not on the schedule of the last poll. A fleet that has just fetched a change
  * then does not poll a controller that died moments later while it redials them.
  */

@@ -1,5 +1,5 @@
 /**
- * Fetches and signals over the push connection at the agent (SPEC §2), over real TLS on
+ * Fetches and signals over the push connection at the agent (docs/protocol.md), over real TLS on
  * 127.0.0.1: the listener asks only a connection whose controller offers it, takes a metadata or
  * signalled frame only as the answer to its own request on that connection, and fails the request
  * when the connection closes or stays silent; the fetcher checks a metadata answer exactly as an

@@ -1,5 +1,5 @@
 /**
- * `herald certs issue|init` SAN options through the real CLI process (issue 11 item 13): every
+ * `herald certs issue|init` SAN options through the real CLI process: every
  * --ip/--dns value is checked and normalised before a key is made, so an address node-forge
  * cannot encode as written is either rewritten to a form it can or refused as one line
  * `herald: bad_option: ...` naming the option, never `unexpected error` with a stack.

@@ -1,5 +1,5 @@
 /**
- * Per-controller signing keys (SPEC §7): `certs issue controller <name>` makes
+ * Per-controller signing keys (docs/several-controllers.md): `certs issue controller <name>` makes
  * `<pki>/controller/<name>.jwk` and adds its public key to the JWKS naming its controller; a
  * bundle carries only that controller's key; the controller picks its own key file; revoking a
  * controller revokes its serial and its kid, and no other controller's.

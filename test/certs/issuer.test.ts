@@ -1,5 +1,5 @@
 /**
- * Herald issuers (SPEC §9), over real TLS 1.3 on 127.0.0.1: `herald certs issue issuer` makes an
+ * Herald issuers (docs/adding-nodes.md), over real TLS 1.3 on 127.0.0.1: `herald certs issue issuer` makes an
  * intermediate CA under the cluster CA; agent certificates it signs (presented as leaf + issuer)
  * are accepted by servers using authorizePeer (the agent listener, the controller API) and by
  * dialers using tlsClientOptions (the push dialer); every other chain is refused with a code,

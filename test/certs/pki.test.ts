@@ -45,7 +45,7 @@ describe('initPki', () => {
     await initPki({ dir, controllerDns: ['ctl.example'], controllerIp: ['10.1.2.3'] });
   });
 
-  it('writes the SPEC layout with private keys 0600 and directories 0700', () => {
+  it('writes the documented layout with private keys 0600 and directories 0700', () => {
     for (const f of [p.caKey, p.signingJwk, p.key('controller', 'controller'), p.key('operator', 'admin')])
       expect(mode(f)).toBe(0o600);
     for (const f of [p.caCrt, p.jwks, p.revoked, p.cert('controller', 'controller'), p.cert('operator', 'admin')]) {

@@ -1,5 +1,5 @@
 /**
- * certs/session-file.ts: a TlsSessionStore kept in a file (the push dialer's sessions, issue 16).
+ * certs/session-file.ts: a TlsSessionStore kept in a file (the push dialer's sessions).
  * Real files in a temp dir; the store's material is a stand-in that holds revoked serials.
  */
 import fs from 'node:fs';

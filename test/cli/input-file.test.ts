@@ -1,5 +1,5 @@
 /**
- * `--input-file` and the hidden-input warning (issue 11 item 9), with the real CLI process
+ * `--input-file` and the hidden-input warning, with the real CLI process
  * against a real controller: values come from a JSON file or standard input instead of the
  * command line (/proc/<pid>/cmdline is readable by every local user), `--input` wins for a key
  * given both ways, a bad file is one line `bad_option` naming `--input-file` and sends nothing,

@@ -1,5 +1,5 @@
 /**
- * `herald cluster restart <id> --wait` shows each node's live output (SPEC §8): against a real
+ * `herald cluster restart <id> --wait` shows each node's live output (docs/api.md): against a real
  * controller and real agents, its (non-TTY) lines carry each member's output line with where its
  * step stands against the deadline while the step runs, and the summary names the last line.
  * The pure parts (the step clock, a chunk's last line) are tested without sockets.

@@ -1,6 +1,6 @@
 /**
  * `herald cluster create --nodegroup ...` and `herald cluster restart` with rollout options
- * (SPEC §8) against a real controller and two real agents: groups created from the command
+ * (docs/api.md) against a real controller and two real agents: groups created from the command
  * line, `--dry-run` printing the plan and running nothing, a one-group restart with a
  * percentage window, and bad options refused in one line before anything is sent. The pure
  * parsers run without processes.

@@ -1,5 +1,5 @@
 /**
- * TLS session resumption between the agent's fetcher and the real controller API (issue 16),
+ * TLS session resumption between the agent's fetcher and the real controller API,
  * started as `herald controller` starts it (controller/main.ts, real TLS on 127.0.0.1, its own
  * SQLite file, the PKI's `controller/<name>.tls-ticket-key`):
  * - a second connection resumes, and the signed answer is accepted from the right identity;

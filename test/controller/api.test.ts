@@ -931,7 +931,7 @@ describe('metrics', () => {
   });
 });
 
-describe('rate limits (SPEC §6 defaults)', () => {
+describe('rate limits (docs/limits.md defaults)', () => {
   let rt: TestController;
   beforeAll(async () => {
     rt = await startTestController(pki);

@@ -1,5 +1,5 @@
 /**
- * Node groups and restart options through the API (SPEC §8), in-process: creating a cluster
+ * Node groups and restart options through the API (docs/api.md), in-process: creating a cluster
  * with groups (and the flat form's one group), what GET shows, the refusals naming their
  * field, and a dry run's plan. The rules of a rollout run with real agents in
  * test/integration/rollout.test.ts; the planner's on the in-memory transaction in

@@ -1,5 +1,5 @@
 /**
- * Restarts with node groups (SPEC §8) on the engine and the in-memory ClusterTx: the order of the
+ * Restarts with node groups (docs/api.md) on the engine and the in-memory ClusterTx: the order of the
  * groups, each group's window (counts and percentages), pause_s, the failure budget, the health
  * check, a one-group restart and the plan of a dry run. No SQLite, no sockets.
  */

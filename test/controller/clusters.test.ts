@@ -1,5 +1,5 @@
 /**
- * Cluster operations (SPEC §3 "Clusters") through the API, with simulated agents that fetch
+ * Cluster operations (docs/api.md "Clusters") through the API, with simulated agents that fetch
  * their metadata and signal each item they have not run: create, restart in a sliding window,
  * failure and repair, step deadlines, delete. The SIGKILL-mid-restart case runs a real process.
  * Clusters of more than 10,000 nodes go through the store directly (a real SQLite file).

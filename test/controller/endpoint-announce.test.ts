@@ -1,5 +1,5 @@
 /**
- * Issue 11 item 12 at announcement, through the real API over mutual TLS: an agent whose
+ * The endpoint checks at announcement, through the real API over mutual TLS: an agent whose
  * certificate holds the address as an IP SAN (so the SAN check passes) still cannot announce a
  * NAT64, IPv4-compatible, unspecified-mapped or cloud metadata address; loopback stays allowed.
  */

@@ -1,6 +1,6 @@
 /**
  * The push dialer checks, by protocol/address.ts's rules, every address an endpoint's DNS name
- * resolves to, and an IP literal stored before the rules, before any socket connects (SPEC §3,
+ * resolves to, and an IP literal stored before the rules, before any socket connects (docs/api.md,
  * agent routes). The resolver is injected (the dialer's `lookup` option); the listeners are real
  * TLS on 127.0.0.1. Every wait is for an event, with a bound.
  */

@@ -1,5 +1,5 @@
 /**
- * Join tokens, `POST /v1/enroll` and renewal on a real controller (SPEC §9), in-process over
+ * Join tokens, `POST /v1/enroll` and renewal on a real controller (docs/adding-nodes.md), in-process over
  * real TLS 1.3 on 127.0.0.1: the one route without a client certificate issues a certificate
  * whose identity and SANs are the token's; every refusal is the same `enrollment_refused` with
  * the real reason in the log; attempts are limited per source address; every other route

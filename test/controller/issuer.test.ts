@@ -1,5 +1,5 @@
 /**
- * The controller and a Herald issuer (SPEC §9), in-process over real TLS 1.3 on 127.0.0.1:
+ * The controller and a Herald issuer (docs/adding-nodes.md), in-process over real TLS 1.3 on 127.0.0.1:
  * `--issuer <name>` loads `<pki>/issuer/<name>` (or refuses to start with a code), and the API
  * serves agents whose certificates the issuer made, until the issuer is revoked: then a
  * kept-alive connection under it is closed and new ones are refused.

@@ -1,5 +1,5 @@
 /**
- * Live output in the SQLite store (SPEC §8): a chunk kept once per sequence number, the newest
+ * Live output in the SQLite store (docs/api.md): a chunk kept once per sequence number, the newest
  * 1 MiB per revision (the rest counted as cut), rendered with its markers, the last chunk of the
  * current revision, and the output removed with its deployment. In-process, `:memory:`. Then
  * both stores (PostgreSQL a throwaway server): a revision whose result is in takes no more chunks.

@@ -1,5 +1,5 @@
 /**
- * The fleet's lease (SPEC §7) on a real PostgreSQL, in-process: renewals run on connections of
+ * The fleet's lease (docs/several-controllers.md) on a real PostgreSQL, in-process: renewals run on connections of
  * their own, so a controller whose pooled connections are all busy (a storm of announcements, a
  * big cluster) keeps its lease and its nodes. The dialer behind the fleet is a recorder: what
  * is under test is the lease, not the pushing (the integration suite pushes for real).

@@ -1,5 +1,5 @@
 /**
- * PostgreSQL's own semantics (SPEC §7), beyond the store suite both stores pass
+ * PostgreSQL's own semantics (docs/several-controllers.md), beyond the store suite both stores pass
  * (store.test.ts): several stores on one database as several controllers are, committing at
  * once; the global generation as every reader sees it; the change log and its notifications;
  * fenced acks; schema versions; and the database going away (store_unavailable, not a hang).

@@ -1,5 +1,5 @@
 /**
- * Fetches and signals over the push connection at the controller (SPEC §2): the dialer, in this
+ * Fetches and signals over the push connection at the controller (docs/protocol.md): the dialer, in this
  * process and in worker processes (PushPool), hands an agent's `fetch` frame to the handler the
  * API serves and answers with a `metadata` frame carrying the handler's reply byte for byte, and
  * a `signal` frame likewise, answered by a `signalled` frame, always for the connection's node;
@@ -632,7 +632,7 @@ describe('the API answers a fetch over the push connection as its metadata route
     expect(limited).toMatchObject({ status: 429, error: 'rate_limited' });
     expect(limited.retryAfterS).toBeGreaterThanOrEqual(1);
     expect((await t.req(agent, 'GET', '/v1/nodes/pf1/metadata')).status).toBe(429);
-    // a change wakes the node: the fetch that answers it is never limited (SPEC §3)
+    // a change wakes the node: the fetch that answers it is never limited (docs/api.md)
     const op = cpki.cred('operator', 'admin');
     const cfg = await t.req(op, 'POST', '/v1/configs', { name: 'c', group: 'script', config: 'true' });
     const dep = await t.req(op, 'POST', '/v1/deployments', { node: 'pf1', config_id: cfg.json.id, action: 'CREATE' });

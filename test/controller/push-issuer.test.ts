@@ -1,5 +1,5 @@
 /**
- * The push dialer and agent listeners whose certificates a Herald issuer made (SPEC §9), over
+ * The push dialer and agent listeners whose certificates a Herald issuer made (docs/adding-nodes.md), over
  * real TLS 1.3 on 127.0.0.1: the real agent listener serves leaf + issuer, the dialer's identity
  * check accepts it, refuses one made by an intermediate that is not a Herald issuer, and closes the live
  * connection when the issuer is revoked.

@@ -1,5 +1,5 @@
 /**
- * TLS session resumption on the push connections (issue 16, reconnect storms): the dialer keeps
+ * TLS session resumption on the push connections (reconnect storms): the dialer keeps
  * the sessions the agents' listeners give it, in a file too, so a controller started again after
  * a crash resumes instead of making a full mutual handshake with every agent. Real listeners on
  * 127.0.0.1, certificates made by certs/ for the run; every wait is for an event, with a bound.

@@ -1,4 +1,4 @@
-/** Rendezvous spreading (SPEC §7): the same owner from the same list, even spread, minimal moves. */
+/** Rendezvous spreading (docs/several-controllers.md): the same owner from the same list, even spread, minimal moves. */
 import { describe, expect, it } from 'vitest';
 import { ownerOf } from '../../controller/fleet/rendezvous.js';
 

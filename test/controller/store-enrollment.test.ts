@@ -1,5 +1,5 @@
 /**
- * The enrolment methods of the Store interface (SPEC §9), run against both stores: SqliteStore
+ * The enrolment methods of the Store interface (docs/adding-nodes.md), run against both stores: SqliteStore
  * on `:memory:` and PgStore on a fresh database of a throwaway PostgreSQL. What each must do is
  * the interface's contract (controller/store/store.ts): a token kept by its hash, listed, revoked
  * once, consumed at most once and only when unused, unrevoked, unexpired and for its node (the

@@ -1,5 +1,5 @@
 /**
- * The store suite, run against both stores (SPEC §7): SqliteStore on `:memory:` and PgStore on
+ * The store suite, run against both stores (docs/several-controllers.md): SqliteStore on `:memory:` and PgStore on
  * a fresh database of a throwaway PostgreSQL: the global generation sequence, tombstones,
  * revisions and signals, group commit and transactions. Then SQLite's own: migrations and
  * durability of a reopened file. PostgreSQL's own are in pg-store.test.ts.

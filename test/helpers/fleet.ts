@@ -1,6 +1,6 @@
 /**
  * Several controllers on one throwaway PostgreSQL, and agents that know all of them, as
- * separate `bin/herald` processes on 127.0.0.1 (SPEC §7): the PKI made by `bin/herald certs`
+ * separate `bin/herald` processes on 127.0.0.1 (docs/several-controllers.md): the PKI made by `bin/herald certs`
  * (each controller with its own certificate and signing key), each controller optionally
  * reaching the database through a TCP proxy the test can stop ("cut from the database").
  */

@@ -1,5 +1,5 @@
 /**
- * A throwaway PostgreSQL for tests (SPEC §7): cli/throwaway-pg.ts (`initdb` in a temp dir, a
+ * A throwaway PostgreSQL for tests (docs/several-controllers.md): cli/throwaway-pg.ts (`initdb` in a temp dir, a
  * free port on 127.0.0.1, run as the `postgres` user when the tests run as root), or the server
  * `HERALD_TEST_PG` names (a `postgres://` URL the tests may create databases on; `kill9()` and
  * `start()` need our own).

@@ -1,5 +1,5 @@
 /**
- * Enrolment and renewal with real processes (SPEC §9): `bin/herald controller --issuer` with
+ * Enrolment and renewal with real processes (docs/adding-nodes.md): `bin/herald controller --issuer` with
  * 15 s agent certificates, `herald enroll token` and `herald agent enroll` as a node would run
  * them, every refusal the same `enrollment_refused` with the real reason in the controller's
  * log, the per-address limit, an agent that renews again and again without a restart and keeps

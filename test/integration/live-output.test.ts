@@ -1,5 +1,5 @@
 /**
- * Live output end to end (SPEC §8, issue 14): real `bin/herald` controller and agent processes
+ * Live output end to end (docs/api.md): real `bin/herald` controller and agent processes
  * on 127.0.0.1. A running hook's output is seen through `/v1/events` while it runs, kept (the
  * last 1 MiB per revision) and served by `GET /v1/deployments/{id}/output`, with hidden values
  * masked before anything leaves the node. Needs `npm run build` first.

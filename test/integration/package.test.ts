@@ -1,5 +1,5 @@
 /**
- * The self-contained agent of SPEC §10 (`npm run package`): the one file, copied into a directory
+ * The self-contained agent of docs/installing.md (`npm run package`): the one file, copied into a directory
  * that holds nothing else and run with plain `node` (no node_modules anywhere above it), joins a
  * real `bin/herald controller` and completes a deployment; the systemd unit passes
  * `systemd-analyze verify` where that command exists.
@@ -187,7 +187,7 @@ describe.skipIf(!built)('the agent package (npm run package)', { timeout: 90_000
 });
 
 /**
- * SPEC §9 with the package: a node holding only the package file, a join token and the CA's
+ * docs/adding-nodes.md with the package: a node holding only the package file, a join token and the CA's
  * fingerprint enrols (`node herald-agent.mjs agent enroll`), announces itself and completes a
  * deployment; a wrong fingerprint is refused before anything is sent.
  */

@@ -1,5 +1,5 @@
 /**
- * Fetches and signals over the push connection (SPEC §2), end to end with `bin/herald` processes:
+ * Fetches and signals over the push connection (docs/protocol.md), end to end with `bin/herald` processes:
  * a woken agent asks for its metadata on the connection the wake-up came on and posts its results
  * there too, so changes to one node back to back cost no API request at all, whether the
  * controller dials from push worker processes (the default) or from its API process

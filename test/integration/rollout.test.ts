@@ -1,5 +1,5 @@
 /**
- * Rollouts of a cluster with node groups (SPEC §8) with real processes: a controller and five
+ * Rollouts of a cluster with node groups (docs/api.md) with real processes: a controller and five
  * agents started through `bin/herald`, a master group and a worker group. Every script appends
  * its start and end (epoch ms) to one log, so each rule is checked from what the nodes did:
  * masters first and one at a time, the window, pause_s, the failure budget, the health check,
@@ -143,7 +143,7 @@ afterAll(async () => {
   c?.cleanup();
 });
 
-describe('rollouts with real agents (SPEC §8)', () => {
+describe('rollouts with real agents (docs/api.md)', () => {
   it('a dry run answers the plan and runs nothing: no script, no new revision, no new generation on any agent', async () => {
     const before = lineCount();
     const gens = async () =>

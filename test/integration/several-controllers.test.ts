@@ -1,7 +1,7 @@
 /**
- * Several controllers on one PostgreSQL (SPEC §7), all real processes: three `bin/herald
+ * Several controllers on one PostgreSQL (docs/several-controllers.md), all real processes: three `bin/herald
  * controller`s sharing a throwaway PostgreSQL, thirty agents that know all three, and the
- * faults of issue 13: a controller killed mid-restart, PostgreSQL killed, a controller cut
+ * faults: a controller killed mid-restart, PostgreSQL killed, a controller cut
  * from the database while alive, and two controllers racing on one deployment.
  */
 import fs from 'node:fs';
@@ -184,7 +184,7 @@ describe('three controllers on one PostgreSQL', { timeout: 150_000 }, () => {
     const killedAt = Date.now();
     await stopProc(victimProc, 'SIGKILL');
     const survivors = CONTROLLERS.filter((c) => c !== victim).map((c) => f.controllers.get(c)!);
-    // SPEC §7: within 10 s of the death, each of its nodes is owned by a survivor that is
+    // docs/several-controllers.md: within 10 s of the death, each of its nodes is owned by a survivor that is
     // connected to it and has had its ping wake-up acknowledged since the kill
     const pinged = new Set<string>();
     await waitFor(

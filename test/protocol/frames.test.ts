@@ -28,7 +28,7 @@ describe('answer frames', () => {
     expect(decodeAnswer(encodeNack(null, c))).toEqual({ type: 'nack', jti: null, error: c });
   });
 
-  it('covers every wake-up code of SPEC §2 and documents each', () => {
+  it('covers every wake-up code of docs/protocol.md and documents each', () => {
     const spec = [
       'malformed',
       'too_large',

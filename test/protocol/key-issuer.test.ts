@@ -1,5 +1,5 @@
 /**
- * One controller's key cannot speak for another (SPEC §7): a wake-up or a metadata signature is
+ * One controller's key cannot speak for another (docs/several-controllers.md): a wake-up or a metadata signature is
  * accepted only when its `kid` is a key of the controller its `iss` names; a JWKS key without a
  * `controller` member (a PKI made before per-controller keys) is the first controller's,
  * `controller`, and nobody else's. And the `--controller-id` list: names, or `*`.

@@ -1,7 +1,7 @@
 /**
- * What a real `bin/herald agent` does at start with what it finds on disk (SPEC §4):
+ * What a real `bin/herald agent` does at start with what it finds on disk (docs/architecture.md):
  * - run directories left by an agent killed with SIGKILL while a hook ran (config and outputs,
- *   secrets included) are removed when it starts again (issue 11 item 10);
+ *   secrets included) are removed when it starts again;
  * - as root, a state dir (or a directory above it, or the hooks dir) that someone else owns is
  *   refused: the agent does not start, exits non-zero, and logs `unsafe_state_dir` (item 3).
  */

@@ -106,7 +106,7 @@ async function refused(attack: () => Promise<Res>, status: number, code: string)
   expect(await world()).toBe(before);
   // the controller logged the refusal with its code and who (or what address) asked; a 403,
   // 413 or 429 like one logged in the last 10 s (the same code and caller, or the same code
-  // before authentication) is counted in that line's next summary instead (SPEC §3), so the
+  // before authentication) is counted in that line's next summary instead (docs/api.md), so the
   // line of that code may be an earlier one
   const lines = jsonLines(b.ctl.proc.log());
   const refusedLine = (l: Record<string, unknown>) => l.event === 'refused' && l.code === code;

@@ -60,7 +60,7 @@ afterAll(async () => {
 const nowS = (): number => Math.floor(Date.now() / 1000);
 const quiet: Logger = { info: () => undefined, warn: () => undefined, error: () => undefined };
 const C2 = (): string => b.spiffe('controller', 'c2');
-/** c2's own signing key: the key the agent trusts for wake-ups whose `iss` is c2 (SPEC §7). */
+/** c2's own signing key: the key the agent trusts for wake-ups whose `iss` is c2 (docs/several-controllers.md). */
 const c2Jwk = (): ReturnType<Battery['signingJwkOf']> => b.signingJwkOf('c2');
 const N1 = (): string => b.spiffe('agent', 'n1');
 
@@ -297,7 +297,7 @@ describe.skipIf(!built)('frames: floods and oversized frames', () => {
     d.ws.terminate();
   });
 
-  // A wake-up's gen is a hint (SPEC §2): a claim above the last fetched generation always leads
+  // A wake-up's gen is a hint (docs/protocol.md): a claim above the last fetched generation always leads
   // to a fetch, so a flood costs one fetch at a time for as long as it lasts (a token arriving
   // while a fetch runs may announce a change that fetch did not see), never one per token.
   it('10,000 valid wake-ups in a burst are all acked and coalesced: a few fetches, never one per token', async () => {

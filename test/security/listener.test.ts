@@ -95,7 +95,7 @@ describe.skipIf(!built)('listener: refused before the upgrade', () => {
     const r = await b.expectNoEffect(['n1'], () => rawUpgrade(n1.port, cred()));
     expect(r).toMatchObject(http(status, code));
     // and the agent logged it, with the code and the peer's address: a refusal before
-    // authentication is logged as a summary, at most one line per code per 10 s (SPEC §3), so an
+    // authentication is logged as a summary, at most one line per code per 10 s (docs/api.md), so an
     // earlier case with the same code may hold this one's line
     const logged = await waitFor(
       `the agent to log ${code}`,
@@ -251,7 +251,7 @@ describe.skipIf(!built)('listener: pre-authentication flood', () => {
     }
     const stats = await flood.done;
     // the agent's log: thousands of refusals, a handful of summary lines (at most one per code
-    // per 10 s, plus one interval flush in the 7 s), never a line per connection (issue 11 item 7)
+    // per 10 s, plus one interval flush in the 7 s), never a line per connection
     const refusedLines = n1
       .lines()
       .slice(fromLine)

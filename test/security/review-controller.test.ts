@@ -1,8 +1,8 @@
 /**
- * What an outside review of the controller found (issue 11), each reproduced against a real
+ * What an outside review of the controller found, each reproduced against a real
  * controller over real TLS and seen refused or made safe, with its code:
  * hidden inputs across a cluster (1), database file modes (2), deep JSON (5), one connection and
- * refusal policy for every identity (6), pre-authentication refusals summarised (SPEC §3), and
+ * refusal policy for every identity (6), pre-authentication refusals summarised (docs/api.md), and
  * signals limited and cheap when they cannot change anything (8).
  */
 import fs from 'node:fs';
@@ -367,7 +367,7 @@ describe('deep JSON (review item 5)', () => {
   });
 });
 
-describe('one connection and refusal policy for every identity (review item 6, SPEC §3)', () => {
+describe('one connection and refusal policy for every identity (review item 6, docs/api.md)', () => {
   let t: TestController;
   beforeAll(async () => {
     t = await startTestController(
@@ -448,7 +448,7 @@ describe('one connection and refusal policy for every identity (review item 6, S
   });
 });
 
-describe('refusals before authentication (SPEC §3)', () => {
+describe('refusals before authentication (docs/api.md)', () => {
   let t: TestController;
   beforeAll(async () => {
     t = await startTestController(pki);
@@ -721,7 +721,7 @@ describe("a run's last output chunks, which its signal waits for, are never rate
     }));
 });
 
-describe('a fetch answering a wake-up is never rate-limited (SPEC §3)', () => {
+describe('a fetch answering a wake-up is never rate-limited (docs/api.md)', () => {
   let t: TestController;
   beforeAll(async () => {
     t = await startTestController(

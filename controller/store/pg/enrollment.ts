@@ -1,5 +1,5 @@
 /**
- * Enrolment's rows in PostgreSQL (SPEC §9): the same tables, semantics and audit rows as
+ * Enrolment's rows in PostgreSQL (docs/adding-nodes.md): the same tables, semantics and audit rows as
  * controller/store/sqlite/enrollment.ts (join tokens by the SHA-256 of their secret, single use; each node's
  * certificate and its renewal failures). `consume` marks a token used in the statement that
  * checks it is still usable, so two controllers enrolling with one token cannot both win.

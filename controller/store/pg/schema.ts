@@ -1,5 +1,5 @@
 /**
- * PostgreSQL's side of the store (SPEC §7): its schema and migrations (versioned in code, run
+ * PostgreSQL's side of the store (docs/several-controllers.md): its schema and migrations (versioned in code, run
  * by the first controller to start under an advisory lock), and the statements of
  * controller/store/statements.ts in PostgreSQL's placeholders. The tables are SQLite's (the same columns and
  * values: JSON and times as TEXT, flags 0/1), plus what several controllers share: the change
@@ -202,7 +202,7 @@ export const PG_MIGRATIONS: PgMigration[] = [
   {
     version: 2,
     name: 'enrollment',
-    // SPEC §9: SQLite's migration 5 (controller/store/pg/enrollment.ts)
+    // docs/adding-nodes.md: SQLite's migration 5 (controller/store/pg/enrollment.ts)
     sql: PG_ENROLLMENT_MIGRATION_SQL,
   },
   {

@@ -1,5 +1,5 @@
 /**
- * `Store` on PostgreSQL (SPEC §7), for several controllers sharing one database. The rows and
+ * `Store` on PostgreSQL (docs/several-controllers.md), for several controllers sharing one database. The rows and
  * the transaction object are SQLite's (controller/store/tx.ts over controller/store/statements.ts); what differs is how
  * transactions meet:
  *
@@ -283,7 +283,7 @@ export class PgStore extends SqlStoreBase implements Store {
     return redact(this.#url);
   }
 
-  /** Acks are written only for nodes this controller owns, with the epoch it holds (SPEC §7 fencing). */
+  /** Acks are written only for nodes this controller owns, with the epoch it holds (docs/several-controllers.md fencing). */
   setAckFence(fence: (node: string) => number | undefined): void {
     this.#ackFence = fence;
   }

@@ -1,5 +1,5 @@
 /**
- * Enrolment's rows in SQLite (SPEC §9; migration 5): join tokens, kept by the SHA-256 of their
+ * Enrolment's rows in SQLite (docs/adding-nodes.md; migration 5): join tokens, kept by the SHA-256 of their
  * secret (never the secret), single use, bound to a node and its SANs; and each node's
  * certificate as the controller last saw or issued it, with its renewal failures (shown in
  * `GET /v1/nodes/{id}`). Every change is one transaction with its audit row; `consume` marks a

@@ -1,5 +1,5 @@
 /**
- * SQLite's tables for live output (SPEC §8; migration 4); the rows are read and written by
+ * SQLite's tables for live output (docs/api.md; migration 4); the rows are read and written by
  * controller/store/output.ts. Durable like the rest of the store: a controller started again serves what
  * it kept.
  */

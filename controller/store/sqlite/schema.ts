@@ -148,7 +148,7 @@ export const MIGRATIONS: Migration[] = [
   {
     version: 3,
     name: 'cluster_nodegroups',
-    // SPEC §8: node groups with a role and configs of their own; a restart's limits kept on the
+    // docs/api.md: node groups with a role and configs of their own; a restart's limits kept on the
     // cluster's row (JSON) so a controller started again carries the rollout on; a node's health
     // check and the end of its step (its pause counts from there). Existing clusters become one
     // group 'default-worker' with the cluster's configs.
@@ -178,14 +178,14 @@ export const MIGRATIONS: Migration[] = [
   {
     version: 4,
     name: 'deployment_output',
-    // SPEC §8 live output: each chunk an agent streamed, kept once per sequence number, the
+    // docs/api.md live output: each chunk an agent streamed, kept once per sequence number, the
     // newest 1 MiB per revision (controller/store/sqlite/output.ts)
     sql: OUTPUT_MIGRATION_SQL,
   },
   {
     version: 5,
     name: 'enrollment',
-    // SPEC §9: join tokens (their SHA-256 only) and each node's certificate with its renewal
+    // docs/adding-nodes.md: join tokens (their SHA-256 only) and each node's certificate with its renewal
     // state (controller/store/sqlite/enrollment.ts)
     sql: ENROLLMENT_MIGRATION_SQL,
   },

@@ -89,7 +89,7 @@ export class SqliteStore extends SqlStoreBase implements Store {
   }
 
   /**
-   * One controller per database file (SPEC §7): the connection takes SQLite's lock for good
+   * One controller per database file (docs/several-controllers.md): the connection takes SQLite's lock for good
    * (`locking_mode = EXCLUSIVE`, then a write transaction), so a second controller on the same
    * file is refused at once instead of waiting on it. Several controllers share PostgreSQL.
    * @throws ConfigError `db_in_use`
@@ -335,7 +335,7 @@ export class SqliteStore extends SqlStoreBase implements Store {
 /**
  * Creates the database file 0600 (its directory 0700 when Herald creates it) before SQLite
  * opens it: SQLite gives its `-wal` and `-shm` files the database file's mode, so all three
- * stay private (SPEC §3). An existing file is left as it is; `looseDatabaseFiles` reports it.
+ * stay private (docs/api.md). An existing file is left as it is; `looseDatabaseFiles` reports it.
  */
 function createPrivateFile(path: string): void {
   const dir = dirname(path);

@@ -139,7 +139,7 @@ export class Battery {
     return new Battery(work);
   }
 
-  /** Controller `name`'s own private signing key (SPEC §7): wake-signing.jwk for `controller`. */
+  /** Controller `name`'s own private signing key (docs/several-controllers.md): wake-signing.jwk for `controller`. */
   signingJwkOf(name: string): Ed25519PrivateJwk {
     const p = pkiPaths(this.pkiDir);
     const file = name === 'controller' ? p.signingJwk : p.controllerJwk(name);
