@@ -8,6 +8,7 @@
 import crypto from 'node:crypto';
 import { parseIp } from '../protocol/address.js';
 import { HeraldError } from '../protocol/errors.js';
+import { oid, seq, set, tlv } from './der-write.js';
 
 export interface CsrOptions {
   /** The private key (PKCS#8 PEM, RSA) whose public half the request carries. */
@@ -23,32 +24,6 @@ const OID_CN = '2.5.4.3';
 const OID_EXTENSION_REQUEST = '1.2.840.113549.1.9.14';
 const OID_SUBJECT_ALT_NAME = '2.5.29.17';
 const OID_SHA256_WITH_RSA = '1.2.840.113549.1.1.11';
-
-function len(n: number): Buffer {
-  if (n < 0x80) return Buffer.from([n]);
-  const bytes: number[] = [];
-  for (let v = n; v > 0; v >>= 8) bytes.unshift(v & 0xff);
-  return Buffer.from([0x80 | bytes.length, ...bytes]);
-}
-
-function tlv(tag: number, ...content: Buffer[]): Buffer {
-  const body = Buffer.concat(content);
-  return Buffer.concat([Buffer.from([tag]), len(body.length), body]);
-}
-
-function oid(dotted: string): Buffer {
-  const parts = dotted.split('.').map(Number);
-  const out: number[] = [40 * parts[0]! + parts[1]!];
-  for (const p of parts.slice(2)) {
-    const chunk: number[] = [p & 0x7f];
-    for (let v = p >>> 7; v > 0; v >>>= 7) chunk.unshift((v & 0x7f) | 0x80);
-    out.push(...chunk);
-  }
-  return tlv(0x06, Buffer.from(out));
-}
-
-const seq = (...c: Buffer[]): Buffer => tlv(0x30, ...c);
-const set = (...c: Buffer[]): Buffer => tlv(0x31, ...c);
 
 /**
  * Makes a CSR signed with `keyPem` (SHA-256 with RSA), asking for the given SANs.
