@@ -94,6 +94,7 @@ Example:
         // the one line cli/run-cli.ts would print, control characters shown, then EX_TEMPFAIL
         const line = err.message
           .split('\n')[0]!
+          // biome-ignore lint/suspicious/noControlCharactersInRegex: the control characters are what it makes visible
           .replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
         process.stderr.write(`herald: ${err.code}: ${line} (may pass: try again later)\n`);
         throw new CommanderError(ENROLL_TRY_AGAIN_EXIT_CODE, 'herald.enroll.tryAgain', '');

@@ -23,7 +23,6 @@ import type {
   ClusterStatus,
   ConfigRecord,
   DeploymentRecord,
-  DeploymentStatus,
   NewCluster,
   NewNodegroup,
   NodegroupRecord,

@@ -15,12 +15,11 @@ import {
   INPUT_TYPES,
   STANDARD_OUTPUT_NAMES,
   type DeployAction,
-  type InputType,
 } from '../../protocol/heat.js';
 import { NAME_RE } from '../../protocol/identity.js';
 import { withinJsonDepth } from '../../protocol/json-depth.js';
 import { MAX_JSON_DEPTH_LEVELS, MAX_RESTART_PAUSE_S } from '../../protocol/limits.js';
-import type { ConfigInput, ConfigOutput, ConfigRecord, NewConfig } from '../store/store.js';
+import type { ConfigInput, ConfigOutput, NewConfig } from '../store/store.js';
 import { coerceValue } from '../model/inputs.js';
 export { coerceInputValues, coerceValue, mergeInputValues } from '../model/inputs.js';
 
