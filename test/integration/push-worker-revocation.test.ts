@@ -2,7 +2,7 @@
  * A node revoked in the database (`POST /v1/nodes/{id}/revoke`) loses its push connection when the
  * push dialer runs in a worker process (`--push-workers 1`): the worker loads revoked.json itself
  * but not the database, so the main process sends it the database's identity floors over IPC
- * (controller/push-ipc.ts, `identity-floors`); the worker closes the live connection and refuses
+ * (controller/push/ipc.ts, `identity-floors`); the worker closes the live connection and refuses
  * the redials (`revoked`). Real processes: a controller with one push worker and an enrolled
  * agent whose listener the worker dials (docs/certificates-over-time.md, "Revoking a node").
  */
