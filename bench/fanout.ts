@@ -603,7 +603,7 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
   return results;
 }
 
-/** The checks the issue asks for: for this N, all connected, all verified, all fetched (200, checked). */
+/** The checks a run must pass: for this N, all connected, all verified, all fetched (200, checked). */
 function checks(result: FanoutResult): string[] {
   const n = result.n;
   const bad: string[] = [];

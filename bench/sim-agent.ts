@@ -3,7 +3,7 @@
  * the function `herald agent` uses. Many run in one harness process.
  *
  * What differs from `herald agent` is only what is handed in, and why:
- * - the hook runner: the fan-out runs use a no-op one (the issue allows it there; hooks are
+ * - the hook runner: the fan-out runs use a no-op one (the benchmark allows it there; hooks are
  *   timed on their own), the restart uses the real `agent/hooks/run-item.ts`;
  * - one logger counts warnings for all agents of a process (no pino per agent);
  * - the PKI files are not watched (ten thousand watchers would test inotify, not Herald), and

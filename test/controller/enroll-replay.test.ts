@@ -1,7 +1,7 @@
 /**
  * The enrolment answer replay cache (controller/service/enroll-replay.ts), on a fake clock: a
  * spent token's answer is given again only to the same node with the same CSR key, only within
- * ENROLL_REPLAY_WINDOW_MS, and forgotten after it (or when the issue failed).
+ * ENROLL_REPLAY_WINDOW_MS, and forgotten after it (or when issuing failed).
  */
 import { describe, expect, it } from 'vitest';
 import { EnrollReplay } from '../../controller/service/enroll-replay.js';

@@ -1,5 +1,5 @@
 /**
- * End to end (the agent issue's "done means"): the controller and agents are separate
+ * End to end: the controller and agents are separate
  * `bin/herald` processes on 127.0.0.1 with a PKI made by `bin/herald certs`. Needs
  * `npm run build` first (`npm test` does it).
  */
