@@ -115,6 +115,8 @@ export interface ThrowawayPgOptions {
   sharedBuffers?: string;
   /** When we are root: the user the server runs as. Default `postgres` if it exists, else `nobody`. */
   runAs?: string;
+  /** Where its directory is made. Default: the system's temporary directory. */
+  tmpDir?: string;
 }
 
 export async function startThrowawayPg(
@@ -123,7 +125,7 @@ export async function startThrowawayPg(
   opts: ThrowawayPgOptions = {},
 ): Promise<ThrowawayPg> {
   const asRoot = process.getuid?.() === 0;
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pg-'));
+  const dir = fs.mkdtempSync(path.join(opts.tmpDir ?? os.tmpdir(), 'herald-pg-'));
   const data = path.join(dir, 'data');
   const logFile = path.join(dir, 'server.log');
   const user = asRoot ? (opts.runAs ?? serverUser()) : '';

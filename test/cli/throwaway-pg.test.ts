@@ -8,6 +8,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { npmPgBinDir, pgBinDir, startThrowawayPg, ThrowawayPgError } from '../../cli/throwaway-pg.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
@@ -22,18 +23,23 @@ afterAll(async () => {
 });
 
 async function refusal(port: number): Promise<ThrowawayPgError> {
-  const before = new Set(fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith('herald-pg-')));
-  const err = await startThrowawayPg(bin!, process.env, { port }).then(
-    async (pg) => {
-      await pg.stop();
-      throw new Error(`started on port ${port}, which another process holds`);
-    },
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(ThrowawayPgError);
-  const left = fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith('herald-pg-') && !before.has(n));
-  expect(left).toEqual([]);
-  return err as ThrowawayPgError;
+  // a directory of this attempt's own: other test files start throwaway servers at the same time
+  const tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pg-test-'));
+  fs.chmodSync(tmpDir, 0o755); // the server's user (not root) must reach its directory inside
+  try {
+    const err = await startThrowawayPg(bin!, process.env, { port, tmpDir }).then(
+      async (pg) => {
+        await pg.stop();
+        throw new Error(`started on port ${port}, which another process holds`);
+      },
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(ThrowawayPgError);
+    expect(fs.readdirSync(tmpDir)).toEqual([]);
+    return err as ThrowawayPgError;
+  } finally {
+    fs.rmSync(tmpDir, { recursive: true, force: true });
+  }
 }
 
 describe.skipIf(!bin || process.env.HERALD_TEST_PG)('a throwaway PostgreSQL on a port another process holds', () => {
