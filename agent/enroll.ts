@@ -3,7 +3,7 @@
  * fingerprint gets its certificate. The key is made here and never leaves the node; the
  * controller's TLS chain is checked against the fingerprint before a byte is sent, and the
  * request then goes over a connection OpenSSL verifies against that CA, to the expected
- * controller identity; the answer is written in the §1 layout (keys 0600, every file atomic).
+ * controller identity; the answer is written in the PKI layout of docs/configuration.md (keys 0600, every file atomic).
  * A connection error, a 429 or a 503 is tried again a few times with the same key, so an answer
  * lost on the way is asked for again and the controller gives the same certificate
  * (controller/service/enroll-replay.ts, docs/adding-nodes.md). The key is kept (0600) until its
@@ -43,7 +43,7 @@ export interface EnrollOptions {
   caSha256: string;
   token: string;
   node: string;
-  /** Where the §1 layout is written. */
+  /** Where the PKI layout (docs/configuration.md) is written. */
   pki: string;
   /** The controller must present `controller/<name>` (default `controller`). */
   controllerId?: string;
@@ -191,7 +191,7 @@ export async function enroll(o: EnrollOptions): Promise<EnrollResult> {
 }
 
 /**
- * Writes what enrolment answered in the §1 layout: the key first (0600), then the certificate,
+ * Writes what enrolment answered in the PKI layout (docs/configuration.md): the key first (0600), then the certificate,
  * ca.crt, wake-signing.jwks and revoked.json, each atomically.
  */
 export function installBundle(

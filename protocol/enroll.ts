@@ -23,7 +23,7 @@ export interface RenewRequest {
   last_error?: string;
 }
 
-/** What enrolment and renewal answer: everything the §1 layout needs on the node. */
+/** What enrolment and renewal answer: everything the PKI layout (docs/configuration.md) needs on the node. */
 export interface CertificateBundle {
   node: string;
   /** The agent certificate followed by its issuer (PEM), the node's `agent/<node>.crt`. */

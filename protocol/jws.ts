@@ -20,7 +20,7 @@ export interface Ed25519PublicJwk {
   kid: string;
   alg?: string;
   use?: string;
-  /** The controller that signs with this key (docs/several-controllers.md); absent in a PKI made before §7. */
+  /** The controller that signs with this key (docs/several-controllers.md); absent in a PKI made before several controllers were supported. */
   controller?: string;
 }
 

@@ -89,7 +89,7 @@ describe("a controller's key speaks for that controller alone", () => {
     expect(metadata(a, ctl('ca'), ctl('cb'))).toBe('wrong_issuer');
   });
 
-  it('a key that names no controller belongs to the controller named controller only (a PKI made before §7)', () => {
+  it('a key that names no controller belongs to the controller named controller only (a PKI made before several controllers)', () => {
     expect(wake(legacy, ctl('controller'))).toBe('ok');
     expect(metadata(legacy, ctl('controller'))).toBe('ok');
     expect(wake(legacy, ctl('ca'))).toBe('wrong_issuer');
