@@ -133,6 +133,7 @@ export async function startThrowawayPg(
     asRoot ? ['runuser', ['-u', user, '--', cmd, ...args]] : [cmd, args];
   const chownToPostgres = (p: string) => chownTo(user, p);
   try {
+    if (asRoot) binDir = reachableBinDir(binDir, user, dir);
     if (asRoot) chownToPostgres(dir);
     const [initCmd, initArgs] = asPostgres(path.join(binDir, 'initdb'), [
       '-D',
@@ -306,6 +307,19 @@ async function createDatabase(serverUrl: string, name: string): Promise<string> 
   const u = new URL(serverUrl);
   u.pathname = `/${name}`;
   return u.toString();
+}
+
+/**
+ * `binDir` when `user` may run its programs; else a copy of its installation (bin, lib, share)
+ * inside `dir`. npm's binaries live in the checkout, which may sit below a directory only root
+ * may enter (a `mktemp -d` clone), where the server's user cannot reach them.
+ */
+function reachableBinDir(binDir: string, user: string, dir: string): string {
+  if (spawnSync('runuser', ['-u', user, '--', 'test', '-x', path.join(binDir, 'initdb')]).status === 0) return binDir;
+  const root = path.dirname(binDir);
+  const copy = path.join(dir, 'server');
+  fs.cpSync(root, copy, { recursive: true, verbatimSymlinks: true });
+  return path.join(copy, path.basename(binDir));
 }
 
 function chownTo(user: string, p: string): void {

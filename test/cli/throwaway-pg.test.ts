@@ -80,4 +80,17 @@ describe.skipIf(!npmBin || process.getuid?.() !== 0)('a throwaway PostgreSQL fro
     }
     expect(fs.existsSync(pg.dir)).toBe(false);
   }, 60_000);
+
+  it('starts when its binaries sit below a directory only root may enter (a mktemp -d checkout)', async () => {
+    const closed = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pg-closed-'));
+    try {
+      fs.cpSync(path.dirname(npmBin!), path.join(closed, 'native'), { recursive: true, verbatimSymlinks: true });
+      expect(fs.statSync(closed).mode & 0o777).toBe(0o700);
+      const pg = await startThrowawayPg(path.join(closed, 'native', 'bin'), process.env, { runAs: 'nobody' });
+      await pg.stop();
+      expect(fs.existsSync(pg.dir)).toBe(false);
+    } finally {
+      fs.rmSync(closed, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
