@@ -1,10 +1,12 @@
 /**
- * The agent's one wiring (docs/architecture.md): the PKI material, the state dir, the fetcher, the outbox, the
- * live output sender, the apply loop, the fetch coalescer, the wake-up listener and the poller,
+ * The agent's one wiring (docs/architecture.md): the PKI material, the state dir, the fetcher, the
+ * outbox, the live output sender, the apply loop, the wake-up listener, the poller and the
+ * pipeline that carries a wake-up or a poll through a fetch to the apply loop (agent/pipeline.ts),
  * assembled from explicit dependencies (logger, clock, random, hook runner, file system owner
- * checks). `agent/main.ts`
- * (the process), the benchmark's simulated agents and the tests run these same parts wired this
- * same way; what differs between them is only what they hand in.
+ * checks). This file only makes the parts and hands them to one another; what the agent does with
+ * a change is the pipeline's. `agent/main.ts` (the process), the benchmark's simulated agents and
+ * the tests run these same parts wired this same way; what differs between them is only what they
+ * hand in.
  *
  * `assembleAgent()` checks and opens everything that can be refused at start-up (the identity,
  * the JWKS, a wildcard listen address without an advertised one, a PKI file, state or hooks dir
@@ -13,7 +15,7 @@
 import { readTrustDomain } from '../certs/trust-domain.js';
 import fs from 'node:fs';
 import path from 'node:path';
-import { codeOf, ConfigError } from '../protocol/errors.js';
+import { ConfigError } from '../protocol/errors.js';
 import type { FetchState, SignalledFrame } from '../protocol/frames.js';
 import type { MetadataItem } from '../protocol/heat.js';
 import { acceptsController, parseControllerIds, spiffeIdOf, type ControllerIds } from '../protocol/identity.js';
@@ -24,20 +26,21 @@ import {
   POLL_INTERVAL_HEALTHY_MS,
   POLL_INTERVAL_MS,
 } from '../protocol/limits.js';
-import { WakeVerifier, type WakeClaims } from '../protocol/wake.js';
+import { WakeVerifier } from '../protocol/wake.js';
 import { materialPaths, pkiPaths } from '../certs/paths.js';
-import { PkiMaterial, refusalCodeOf, type Logger } from '../certs/tls.js';
+import { PkiMaterial, type Logger } from '../certs/tls.js';
 import { ApplyLoop, type ApplyLoopOptions } from './apply.js';
 import type { HookLauncher } from './hooks/launcher.js';
 import { ensurePrivateDir } from './atomic-file.js';
-import { FetchCoalescer } from './coalescer.js';
+import type { FetchCoalescer } from './coalescer.js';
 import { parseControllerUrls } from './controller-endpoints.js';
-import { earlyRetryDelayMs, Fetcher, keySetOf, type FetchResult } from './fetcher.js';
+import { Fetcher, keySetOf } from './fetcher.js';
 import type { RunItem } from './hooks/types.js';
 import { WakeListener, type PushFetchAnswer } from './listener.js';
 import { OutboxSender } from './outbox.js';
 import { OutboxStore } from './outbox-store.js';
 import { OutputSender } from './output-sender.js';
+import { AgentPipeline, type PipelineObserver } from './pipeline.js';
 import { Poller, realTimers } from './poller.js';
 import { CertificateRenewer } from './renewal.js';
 import { checkRootOwned, checkRootOwnedPki, UnsafePathError, type OwnerFs } from './root-owned.js';
@@ -91,14 +94,11 @@ export const DEFAULT_AGENT_CONFIG = {
   pollIntervalHealthyMs: POLL_INTERVAL_HEALTHY_MS,
 } as const;
 
-/** What happened, for a caller that counts or times it; none of these changes what the agent does. */
-export interface AgentObserver {
-  /** A wake-up was verified and answered with `fetch`. */
-  wake?(claims: WakeClaims, fetch: FetchState): void;
-  /** A metadata fetch succeeded; `poll`: a poll started it (else a wake-up, or a queued request). */
-  fetched?(result: FetchResult, poll: boolean): void;
-  /** A metadata fetch failed (already logged). */
-  fetchFailed?(err: unknown): void;
+/**
+ * What happened, for a caller that counts or times it; none of these changes what the agent does.
+ * Wake-ups and fetches are the pipeline's (agent/pipeline.ts).
+ */
+export interface AgentObserver extends PipelineObserver {
   /** A hook process started. */
   spawn?(pid: number, item: MetadataItem): void;
 }
@@ -142,6 +142,9 @@ export interface AgentParts {
   outbox: OutboxSender;
   output: OutputSender;
   apply: ApplyLoop;
+  /** Wake-ups and polls to fetches to the apply loop (agent/pipeline.ts). */
+  pipeline: AgentPipeline;
+  /** The pipeline's own (`pipeline.coalescer`). */
   coalescer: FetchCoalescer;
   listener: WakeListener;
   poller: Poller;
@@ -173,7 +176,6 @@ export interface AssembledAgent {
 export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<AssembledAgent> {
   const { log, observe = {} } = deps;
   const now = deps.now ?? Date.now;
-  const runFetch = deps.runFetch ?? (<T>(f: () => Promise<T>): Promise<T> => f());
 
   // ---- identity and PKI --------------------------------------------------------------------
   const controllerIds: ControllerIds = parseControllerIds(cfg.controllerId);
@@ -333,41 +335,9 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     ...(observe.spawn ? { onSpawn: observe.spawn } : {}),
   });
 
-  let lastFetchOk = false;
-  /** True while a poll asks the coalescer, whose fetch starts synchronously within that call. */
-  let polling = false;
-  // no initial generation: a fresh process has not fetched anything yet, whatever it did before
-  const coalescer = new FetchCoalescer({
-    fetch: async () => {
-      const poll = polling;
-      try {
-        const r = await runFetch(() => fetcher.fetchMetadata());
-        lastFetchOk = true;
-        outbox.retryNow();
-        if (r.status === 200) {
-          log.info({ gen: r.gen, items: r.document.deployments.length }, 'metadata fetched');
-          apply.submit(r.document);
-        } else {
-          log.debug?.({ gen: r.gen }, 'metadata not modified');
-        }
-        // a wake-up's answer is as fresh as a poll's: the next poll is an interval from now
-        if (!poll) poller.fetched();
-        observe.fetched?.(r, poll);
-        return { gen: r.gen };
-      } catch (err) {
-        lastFetchOk = false;
-        const code = codeOf(err) ?? refusalCodeOf(err) ?? (err as { code?: string }).code;
-        log.warn({ code, err: (err as Error).message }, 'metadata fetch failed');
-        observe.fetchFailed?.(err);
-        // a wake-up's fetch that failed for a passing reason is retried by the poller soon, not at
-        // the next interval; a refused answer waits for the next poll
-        const retryMs = earlyRetryDelayMs(err);
-        if (retryMs !== null) poller.fetchFailed(retryMs);
-        throw err;
-      }
-    },
-  });
-
+  // ---- the pipeline: wake-ups and polls in, fetches, documents to the apply loop -----------
+  // the listener and the poller hand their wake-ups and polls to the pipeline (agent/pipeline.ts),
+  // made last from the parts; neither calls it before start()
   const nowS = (): number => now() / 1000;
   const verifier = new WakeVerifier({
     audience: me.spiffeId,
@@ -379,14 +349,8 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     material,
     verifier,
     acceptController: (name) => acceptsController(controllerIds, name),
-    onWake: (claims) => {
-      // the controller granted this work's last output chunks past its limit (a ping is no work)
-      if (claims.reason !== 'ping') output.granted();
-      const fetch = coalescer.wake(claims.gen);
-      observe.wake?.(claims, fetch);
-      return fetch;
-    },
-    lastFetchedGen: () => coalescer.lastFetchedGen,
+    onWake: (claims): FetchState => pipeline.onWake(claims),
+    lastFetchedGen: (): number => pipeline.lastFetchedGen,
     log,
     now,
   });
@@ -394,18 +358,19 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     intervalMs: cfg.pollIntervalMs,
     healthyIntervalMs: cfg.pollIntervalHealthyMs,
     isPushHealthy: () => listener.isPushHealthy(),
-    poll: async () => {
-      polling = true;
-      try {
-        coalescer.poll();
-      } finally {
-        polling = false;
-      }
-      await coalescer.idle();
-      return lastFetchOk;
-    },
+    poll: (): Promise<boolean> => pipeline.onPoll(),
     timers: { ...realTimers, now },
     ...(deps.random ? { random: deps.random } : {}),
+  });
+  const pipeline = new AgentPipeline({
+    fetcher,
+    ...(deps.runFetch ? { runFetch: deps.runFetch } : {}),
+    apply,
+    outbox,
+    output,
+    poller,
+    log,
+    observe,
   });
   listener.on('push-change', () => {
     poller.pushChanged();
@@ -459,7 +424,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
       poller.stop();
       await renewer.stop();
       announceAbort.abort();
-      coalescer.close();
+      pipeline.close();
       await listener.close();
       await apply.stop(cfg.shutdownGraceMs ?? AGENT_SHUTDOWN_GRACE_MS);
       launcher?.close();
@@ -479,7 +444,19 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
 
   return {
     identity: me.spiffeId,
-    parts: { material, state, fetcher, outbox, output, apply, coalescer, listener, poller, renewer },
+    parts: {
+      material,
+      state,
+      fetcher,
+      outbox,
+      output,
+      apply,
+      pipeline,
+      coalescer: pipeline.coalescer,
+      listener,
+      poller,
+      renewer,
+    },
     start,
     announced: () => announcing,
     stop,
