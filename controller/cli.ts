@@ -47,6 +47,23 @@ export function registerControllerCommand(program: Command): void {
       '--agent-cert-lifetime <duration>',
       'lifetime of the agent certificates enrolment and renewal issue, e.g. 7d, 12h, 90s (default 7d)',
     )
+    .option(
+      '--object-store-listen <host:port>',
+      "also serve Heat's object store there (the Swift subset Heat and os-collect-config speak; docs/heat.md); off by default",
+    )
+    .option(
+      '--object-store-tokens <file>',
+      'who may call the object store with a token, for standalone Heat: lines of "<sha256 of the token> [project|*] [name]"',
+    )
+    .option(
+      '--keystone-credentials <file>',
+      "who may call it in a cloud: Keystone validates the tokens, with the service credentials of this file's [keystone_authtoken]",
+    )
+    .option(
+      '--keystone-ca <file>',
+      "CA bundle for Keystone's certificate (default the file's cafile, else the system's)",
+    )
+    .option('--keystone-roles <a,b>', "roles a token must hold on the account's project (default admin,swiftoperator)")
     .addHelpText(
       'after',
       `
@@ -76,6 +93,11 @@ SIGTERM or SIGINT: stop accepting, finish requests in flight, close agent connec
         signingKey: 'signing-key',
         issuer: 'issuer',
         agentCertLifetime: 'agent-cert-lifetime',
+        objectStoreListen: 'object-store-listen',
+        objectStoreTokens: 'object-store-tokens',
+        keystoneCredentials: 'keystone-credentials',
+        keystoneCa: 'keystone-ca',
+        keystoneRoles: 'keystone-roles',
       };
       for (const [k, opt] of Object.entries(map)) if (flags[k] !== undefined) raw[opt] = flags[k];
       // commander sets autoRegister=true by default for --no-auto-register: only the flag counts

@@ -40,6 +40,9 @@ import { Standing } from './fleet/standing.js';
 import { looseDatabaseFiles, SqliteStore } from './store/sqlite/store.js';
 import type { PgStore } from './store/pg/store.js';
 import type { Store } from './store/store.js';
+import { ObjectStoreServer } from './heat/server.js';
+import { keystoneValidator, staticTokenValidator } from './heat/tokens.js';
+import { HeatObjects } from './service/heat.js';
 
 export interface StartDeps {
   /** Default: pino JSON lines to stderr at `options.logLevel`. */
@@ -73,6 +76,8 @@ export interface RunningController {
   /** The bound API address (port 0 resolved). */
   address: AddressInfo;
   healthAddress: AddressInfo | null;
+  /** Heat's object store (`--object-store-listen`), or null. */
+  objectStoreAddress: AddressInfo | null;
   /** `spiffe://<td>/controller/<name>` */
   spiffeId: string;
   /** The issuing CA of `--issuer`, kept for enrolment and renewal (docs/adding-nodes.md). */
@@ -366,6 +371,8 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       service.setPublicUrl(publicUrl);
     }
     await service.start();
+    const objectStore = o.objectStoreListen ? await startObjectStore(o, { store, service, material, logger }) : null;
+    if (objectStore) cleanup.push(() => objectStore.close());
 
     // what a burst (a fleet connecting, a change to every node) left in V8's heap, collected once
     // the process is quiet, so an idle controller holds what it uses
@@ -413,6 +420,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         event: 'controller.start',
         listen: `${address.address}:${address.port}`,
         health: healthAddress ? `${healthAddress.address}:${healthAddress.port}` : null,
+        objectStore: objectStore ? `${objectStore.address.address}:${objectStore.address.port}` : null,
         spiffeId: me.spiffeId,
         trustDomain,
         db: pg ? pg.url : o.db,
@@ -430,7 +438,11 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         logger.info({ event: 'controller.stop' }, 'controller shutting down');
         service.beginStop(); // probes hear `stopping` while the API drains
         const h = health;
-        await Promise.all([api.close(), h ? new Promise<void>((r) => h.close(() => r())) : Promise.resolve()]);
+        await Promise.all([
+          api.close(),
+          h ? new Promise<void>((r) => h.close(() => r())) : Promise.resolve(),
+          objectStore?.close(),
+        ]);
         await service.close();
         await push.close();
         await store.close();
@@ -444,6 +456,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     return {
       address,
       healthAddress,
+      objectStoreAddress: objectStore?.address ?? null,
       spiffeId: me.spiffeId,
       service,
       store,
@@ -479,4 +492,49 @@ async function openStore(db: string, name: string): Promise<{ store: Store; file
 export function defaultPublicUrl(host: string, port: number): string {
   const h = host === '0.0.0.0' || host === '::' ? os.hostname() : host;
   return `https://${h.includes(':') ? `[${h}]` : h}:${port}`;
+}
+
+/**
+ * Heat's object store on its own listener (docs/heat.md), its tokens checked by Keystone or by the
+ * static file. @throws ConfigError naming the option that failed
+ */
+async function startObjectStore(
+  o: ControllerOptions,
+  d: { store: Store; service: ControllerService; material: PkiMaterial; logger: Logger },
+): Promise<{ address: AddressInfo; close(): Promise<void> }> {
+  const listen = o.objectStoreListen!;
+  const tokens = o.objectStoreTokens
+    ? staticTokenValidator({ file: o.objectStoreTokens, logger: d.logger })
+    : keystoneValidator({
+        credentialsFile: o.keystoneCredentials!,
+        ...(o.keystoneCa ? { caFile: o.keystoneCa } : {}),
+        ...(o.keystoneRoles ? { roles: o.keystoneRoles } : {}),
+        logger: d.logger,
+      });
+  const heat = new HeatObjects({ store: d.store, committed: (c) => d.service.committed(c) });
+  const server = new ObjectStoreServer({
+    heat,
+    tokens,
+    material: d.material,
+    logger: d.logger,
+    refusal: () => d.service.standingRefusal(),
+  });
+  let port: number;
+  try {
+    port = await server.listen(listen.port, listen.host);
+  } catch (err) {
+    tokens.close();
+    await server.close();
+    throw new ConfigError(`--object-store-listen ${listen.host}:${listen.port}: ${(err as Error).message}`, {
+      cause: err,
+      field: 'object-store-listen',
+    });
+  }
+  return {
+    address: server.server.address() as AddressInfo,
+    close: async () => {
+      await server.close();
+      tokens.close();
+    },
+  };
 }

@@ -52,6 +52,15 @@ export interface ControllerOptions {
   issuer?: string | undefined;
   /** Lifetime of the agent certificates enrolment and renewal issue (`--agent-cert-lifetime`). */
   agentCertLifetimeS?: number | undefined;
+  /** Serve Heat's object store here (docs/heat.md); null: off. */
+  objectStoreListen?: HostPort | null | undefined;
+  /** Who may call it with a token: a file of token digests (standalone Heat)... */
+  objectStoreTokens?: string | undefined;
+  /** ...or Keystone, through the credentials in this file (a cloud). */
+  keystoneCredentials?: string | undefined;
+  keystoneCa?: string | undefined;
+  /** The roles a Keystone token must hold on the account's project. */
+  keystoneRoles?: string[] | undefined;
 }
 
 /** Option name (long, kebab-case) → key of ControllerOptions. */
@@ -72,6 +81,11 @@ const KEYS = {
   'signing-key': 'signingKey',
   issuer: 'issuer',
   'agent-cert-lifetime': 'agentCertLifetimeS',
+  'object-store-listen': 'objectStoreListen',
+  'object-store-tokens': 'objectStoreTokens',
+  'keystone-credentials': 'keystoneCredentials',
+  'keystone-ca': 'keystoneCa',
+  'keystone-roles': 'keystoneRoles',
 } as const;
 type OptionName = keyof typeof KEYS;
 
@@ -210,6 +224,25 @@ export function resolveOptions(
     });
   const lifetime = str('agent-cert-lifetime');
   const agentCertLifetimeS = lifetime === undefined ? AGENT_CERT_LIFETIME_S : parseLifetimeS(lifetime);
+  const osl = str('object-store-listen');
+  const objectStoreListen = osl === undefined ? null : parseHostPort(osl, 'object-store-listen');
+  const objectStoreTokens = str('object-store-tokens');
+  const keystoneCredentials = str('keystone-credentials');
+  if (objectStoreListen && (objectStoreTokens === undefined) === (keystoneCredentials === undefined))
+    throw new ConfigError(
+      '--object-store-listen needs exactly one of --object-store-tokens <file> (standalone Heat) and --keystone-credentials <file> (a cloud): docs/heat.md',
+      { field: objectStoreTokens === undefined ? 'object-store-tokens' : 'keystone-credentials' },
+    );
+  const roles = str('keystone-roles');
+  const keystoneRoles =
+    roles === undefined
+      ? undefined
+      : roles
+          .split(',')
+          .map((r) => r.trim())
+          .filter((r) => r !== '');
+  if (keystoneRoles !== undefined && keystoneRoles.length === 0)
+    throw new ConfigError('--keystone-roles must name at least one role', { field: 'keystone-roles' });
   const logLevel = (str('log-level') ?? 'info') as LogLevel;
   if (!LOG_LEVELS.includes(logLevel))
     throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`, { field: 'log-level' });
@@ -230,6 +263,11 @@ export function resolveOptions(
     signingKey: str('signing-key'),
     issuer,
     agentCertLifetimeS,
+    objectStoreListen,
+    objectStoreTokens,
+    keystoneCredentials,
+    keystoneCa: str('keystone-ca'),
+    keystoneRoles,
   };
 }
 

@@ -168,6 +168,25 @@ export const ERROR_CODES = {
   renewal_overdue:
     "an agent warning, not a refusal: 90 % of its certificate's lifetime has passed and renewal has not succeeded yet",
 
+  // Heat's object store (docs/heat.md)
+  heat_metadata_invalid:
+    "a node's metadata written by Heat is not what Herald can serve (see `field`: not JSON, a malformed item, a config Herald refuses, or a signal transport other than TEMP_URL_SIGNAL or NO_SIGNAL); nothing was stored",
+  tempurl_invalid:
+    "a TempURL's signature does not match the account's temp-url key for this method and object, or it is malformed (a prefix TempURL, an expiry that is not epoch seconds, no key set)",
+  tempurl_expired: 'a TempURL past its `temp_url_expires`',
+  tempurl_sha1_refused: 'a TempURL signed with HMAC-SHA1: only SHA-256 and SHA-512 are accepted',
+  token_missing: 'a request to the object store with neither a TempURL signature nor an X-Auth-Token',
+  object_too_large: "an object over the object store's 4 MiB limit",
+  object_store_full:
+    'the account holds its limit of containers, or the container its limit of objects (docs/limits.md)',
+  token_invalid: 'the X-Auth-Token is not a valid token (unknown, expired or revoked)',
+  token_wrong_project: "the token is valid but scoped to another project than the account's",
+  token_role_missing: 'the token is valid for the project but holds none of the roles the object store requires',
+  token_unverifiable: 'the token could not be checked now (Keystone unreachable or failing); retry later',
+  container_not_empty: 'a container DELETE while it still holds objects (409, as Swift answers)',
+  temp_url_key_kept:
+    "a log code, not a refusal: an account POST tried to replace the account's temp-url key; the first key stays in force (answered 204)",
+
   // configuration (start-up) and the CLI
   bad_option: 'a command-line option or configuration value is invalid',
   pki_exists: 'the PKI directory already holds a CA (use --force to replace it)',

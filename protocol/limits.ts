@@ -555,3 +555,24 @@ export const PUSH_TLS_SESSION_FILE_SLACK_ENTRIES = 20_000;
  * 1 ms with a TimeoutOverflowWarning, so every timer that could be longer is clamped to it.
  */
 export const MAX_TIMER_DELAY_MS = 2 ** 31 - 1;
+
+// ---- Heat's object store (docs/heat.md) ---------------------------------------------------
+
+/** The largest object the object store keeps: a node's whole metadata from Heat, or a result. */
+export const OBJECT_STORE_OBJECT_MAX_BYTES = 4 * 1024 * 1024;
+/** Objects in one container (a stack's signals, a node's metadata): a token holder cannot fill the database. */
+export const OBJECT_STORE_CONTAINER_OBJECTS_MAX_ENTRIES = 10_000;
+/** Containers in one account. */
+export const OBJECT_STORE_ACCOUNT_CONTAINERS_MAX_ENTRIES = 10_000;
+/** Most names one container or account listing returns (Swift's default). */
+export const OBJECT_STORE_LISTING_MAX_ENTRIES = 10_000;
+/** Connections to the object store listener at once, all peers together, and from one host or network. */
+export const OBJECT_STORE_MAX_CONNECTIONS = 1_024;
+export const OBJECT_STORE_MAX_HOST_CONNECTIONS = 64;
+export const OBJECT_STORE_MAX_NETWORK_CONNECTIONS = 256;
+/** Request headers within this after a connection's handshake (or its previous request). */
+export const OBJECT_STORE_HEADERS_TIMEOUT_MS = 10_000;
+/** A whole request, body included. */
+export const OBJECT_STORE_REQUEST_TIMEOUT_MS = 30_000;
+/** Idle keep-alive: longer than Heat's once-a-second signal HEADs, shorter than an idle poller's gap. */
+export const OBJECT_STORE_KEEP_ALIVE_TIMEOUT_MS = 60_000;

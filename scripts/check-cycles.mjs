@@ -186,28 +186,52 @@ const FOLDER_RULES = [
       'controller/push/',
       'controller/fleet/',
       'controller/clusters/',
+      'controller/heat/',
     ],
     why: "records and Heat's rules are pure: everything may use them, they use nothing",
   },
   {
     from: 'controller/store/',
-    deny: ['controller/api/', 'controller/service/', 'controller/push/', 'controller/fleet/'],
+    deny: ['controller/api/', 'controller/service/', 'controller/push/', 'controller/fleet/', 'controller/heat/'],
     why: 'persistence only: the operations call the store, never the reverse',
   },
   {
     from: 'controller/push/',
-    deny: ['controller/api/', 'controller/service/', 'controller/store/', 'controller/fleet/', 'controller/clusters/'],
+    deny: [
+      'controller/api/',
+      'controller/service/',
+      'controller/store/',
+      'controller/fleet/',
+      'controller/clusters/',
+      'controller/heat/',
+    ],
     why: 'the push connections carry what they are handed; they read no store and run no operation',
   },
   {
     from: 'controller/clusters/',
-    deny: ['controller/api/', 'controller/service/', 'controller/push/', 'controller/fleet/'],
+    deny: ['controller/api/', 'controller/service/', 'controller/push/', 'controller/fleet/', 'controller/heat/'],
     why: 'the cluster engine runs on its narrow transaction interface',
   },
   {
     from: 'controller/service/',
-    deny: ['controller/api/'],
-    why: 'the HTTPS edge calls the operations, not the reverse',
+    deny: ['controller/api/', 'controller/heat/'],
+    why: 'the HTTPS edges call the operations, not the reverse',
+  },
+  {
+    from: 'controller/heat/',
+    deny: [
+      'controller/push/',
+      'controller/fleet/',
+      'controller/clusters/',
+      'controller/store/sqlite/',
+      'controller/store/pg/',
+    ],
+    why: "Heat's object store is an edge: it calls the operations (service/heat.ts), never a store's dialect or the push connections",
+  },
+  {
+    from: 'controller/api/',
+    deny: ['controller/heat/'],
+    why: "the API and Heat's object store are two edges side by side",
   },
 ];
 

@@ -136,16 +136,17 @@ export function encodeMetadataDocument(
       inputs += `${sep()}${i.head}${v === undefined ? '' : `,"value":${v}`}${i.description}${hidden.has(i.name) ? ',"hidden":true}' : '}'}`;
     }
     for (const k in values) {
-      if (!Object.hasOwn(values, k) || p.declared.has(k)) continue;
+      if (!Object.hasOwn(values, k) || p.declared.has(k) || Object.hasOwn(DERIVED_PARTS, k)) continue;
       const v = values[k];
       const text = (typeof v === 'string' ? v : J(v)) as string | undefined;
       inputs += `${sep()}{"name":${J(k)},"type":"String"${text === undefined ? '' : `,"value":${J(text)}`}${hidden.has(k) ? ',"hidden":true}' : '}'}`;
     }
     const derived: Record<Derived, string> = {
-      deploy_server_id: d.node,
+      deploy_server_id: heatOwn(values, 'deploy_server_id') ?? d.node,
       deploy_action: r.action,
-      deploy_stack_id: cluster ? `${cluster.name}/${cluster.id}` : `herald/${d.id}`,
-      deploy_resource_name: name,
+      deploy_stack_id:
+        heatOwn(values, 'deploy_stack_id') ?? (cluster ? `${cluster.name}/${cluster.id}` : `herald/${d.id}`),
+      deploy_resource_name: heatOwn(values, 'deploy_resource_name') ?? name,
       deploy_signal_transport: SIGNAL_TRANSPORT,
       deploy_signal_id: signalUrl(d.node, d.id),
       deploy_signal_verb: 'POST',
@@ -163,6 +164,15 @@ export function encodeMetadataDocument(
   let deployments = '';
   for (const it of items) deployments += deployments === '' ? it.json : `,${it.json}`;
   return `{"node":${J(src.node.id)},"generation":${J(src.node.generation)},"deployments":[${deployments}]}`;
+}
+
+/**
+ * Heat's own value of a derived input, kept in the values of a deployment Heat made (heat.ts):
+ * the hook sees the server, stack and resource Heat named. The signal's inputs are always Herald's.
+ */
+function heatOwn(values: Record<string, unknown>, k: 'deploy_server_id' | 'deploy_stack_id' | 'deploy_resource_name') {
+  const v = Object.hasOwn(values, k) ? values[k] : undefined;
+  return typeof v === 'string' ? v : undefined;
 }
 
 function cmp(a: string, b: string): number {

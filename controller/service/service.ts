@@ -929,6 +929,11 @@ export class ControllerService {
     else await this.applyChanges(c);
   }
 
+  /** After a commit made outside the service (Heat's object store, service/heat.ts): wake-ups and events. */
+  committed(c: ChangeSet): Promise<void> {
+    return this.#apply(c);
+  }
+
   /**
    * Wakes the nodes that got work (at once), then announces what changed. With a change feed
    * the change may be another controller's: the push service (the fleet) also learns of new

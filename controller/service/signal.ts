@@ -1,7 +1,8 @@
 /**
  * Recording an agent's result for a deployment's current revision, inside the caller's
  * transaction: Heat's status rules (heat-status.ts), the audit row, the removal of a plain
- * deployment whose DELETE ran, and, for a cluster's deployment, the cluster engine moving the
+ * deployment whose DELETE ran, the result written where Heat reads it for a deployment Heat made
+ * (heat.ts), and, for a cluster's deployment, the cluster engine moving the
  * cluster on in the same transaction (so a crash cannot fall between the two).
  */
 import { HeraldError } from '../../protocol/errors.js';
@@ -9,6 +10,7 @@ import type { ClusterEngine } from '../clusters/engine.js';
 import { heatResult } from '../model/heat-status.js';
 import type { DeploymentRecord, SignalInput } from '../model/records.js';
 import type { StoreTx } from '../store/store.js';
+import { writeHeatResult } from './heat.js';
 
 export interface SignalOutcome {
   /** 'duplicate': the revision had its result already (the first one wins). */
@@ -47,6 +49,7 @@ export async function recordSignal(
   if (!config) throw new HeraldError('internal', `deployment ${deploymentId} has no config ${d.configId}`);
   const result = heatResult(config, s);
   await tx.recordResult(d, result, nowMs);
+  await writeHeatResult(tx, d, s, nowMs);
   await tx.audit(who, 'deployment.signal', deploymentId, { revision: s.revision, status: result.status });
   if (d.clusterId === null) {
     if (d.current.action === 'DELETE') {

@@ -21,6 +21,7 @@ import type {
   RevisionRecord,
 } from '../model/records.js';
 import type { KeptOutput } from './output.js';
+import { ObjectRows } from './objects.js';
 import type { SqlOutputRows } from './output.js';
 import type { SqlRows } from './tx.js';
 import type { Committed, TxFn } from './store.js';
@@ -119,6 +120,10 @@ export abstract class SqlStoreBase {
 
   lastOutput(deploymentIds: readonly string[]): Promise<Map<string, string>> {
     return this.read((_, o) => o.lastChunks(deploymentIds));
+  }
+
+  readObjects<T>(fn: (o: ObjectRows) => Promise<T>): Promise<T> {
+    return this.read((r) => fn(new ObjectRows(r.s, r.now)));
   }
 
   // ---- one-transaction shortcuts -----------------------------------------------------------

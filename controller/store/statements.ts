@@ -225,6 +225,37 @@ export const SQL = {
   // the newest chunk of the deployment's current revision (an index seek per deployment)
   outLast: `SELECT o.text FROM deployment_output o JOIN deployments d ON d.id = o.deployment_id AND d.revision = o.revision
        WHERE o.deployment_id = ? ORDER BY o.seq DESC LIMIT 1`,
+  // Heat's object store (docs/heat.md; controller/store/objects.ts)
+  objAccountGet: 'SELECT temp_url_key FROM object_accounts WHERE project = ?',
+  // the first key set stays (docs/heat.md "The temp-url key"): a second server's POST cannot orphan the first's TempURLs
+  objAccountSetKey: `INSERT INTO object_accounts (project, temp_url_key, updated_at) VALUES (?, ?, ?)
+       ON CONFLICT (project) DO UPDATE SET temp_url_key = excluded.temp_url_key, updated_at = excluded.updated_at
+       WHERE object_accounts.temp_url_key IS NULL`,
+  objContainerGet: `SELECT c.created_at, (SELECT COUNT(*) FROM objects o WHERE o.project = c.project AND o.container = c.name) AS n,
+         (SELECT COALESCE(SUM(length(o.body)), 0) FROM objects o WHERE o.project = c.project AND o.container = c.name) AS bytes
+       FROM object_containers c WHERE c.project = ? AND c.name = ?`,
+  objContainerInsert:
+    'INSERT INTO object_containers (project, name, created_at) VALUES (?, ?, ?) ON CONFLICT (project, name) DO NOTHING',
+  objContainerDelete: 'DELETE FROM object_containers WHERE project = ? AND name = ?',
+  objContainerCount: 'SELECT COUNT(*) AS n FROM object_containers WHERE project = ?',
+  objContainerList: 'SELECT name FROM object_containers WHERE project = ? AND name > ? ORDER BY name LIMIT ?',
+  objList: `SELECT name, length(body) AS bytes, content_type, etag, modified_ms FROM objects
+       WHERE project = ? AND container = ? AND name > ? ORDER BY name LIMIT ?`,
+  objHead:
+    'SELECT length(body) AS bytes, content_type, etag, modified_ms FROM objects WHERE project = ? AND container = ? AND name = ?',
+  objGet: 'SELECT body, content_type, etag, modified_ms FROM objects WHERE project = ? AND container = ? AND name = ?',
+  objPut: `INSERT INTO objects (project, container, name, body, content_type, etag, modified_ms) VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (project, container, name) DO UPDATE SET body = excluded.body, content_type = excluded.content_type,
+         etag = excluded.etag, modified_ms = excluded.modified_ms`,
+  objDelete: 'DELETE FROM objects WHERE project = ? AND container = ? AND name = ?',
+  objCount: 'SELECT COUNT(*) AS n FROM objects WHERE project = ? AND container = ?',
+  heatLinksOf: 'SELECT * FROM heat_links WHERE node = ? AND source = ?',
+  heatLinkGet: 'SELECT * FROM heat_links WHERE deployment_id = ?',
+  heatLinkPut: `INSERT INTO heat_links (deployment_id, node, source, heat_key, heat_item_id, signal_project, signal_container, signal_object)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (deployment_id) DO UPDATE SET heat_item_id = excluded.heat_item_id, signal_project = excluded.signal_project,
+         signal_container = excluded.signal_container, signal_object = excluded.signal_object`,
+  heatLinkDelete: 'DELETE FROM heat_links WHERE deployment_id = ?',
 } as const;
 
 export type StatementName = keyof typeof SQL;

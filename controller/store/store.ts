@@ -14,6 +14,7 @@
  */
 import type { ClusterTx } from '../clusters/tx.js';
 import type { KeptOutput, OutputChunkRecord } from './output.js';
+import type { ObjectRows } from './objects.js';
 import type {
   ConsumeResult,
   EnrollmentTokenRecord,
@@ -91,6 +92,8 @@ export interface StoreReads {
   readOutput(deploymentId: string, revision: number): Promise<KeptOutput>;
   /** The text of the newest live output chunk of each deployment's current revision (none: absent). */
   lastOutput(deploymentIds: readonly string[]): Promise<Map<string, string>>;
+  /** Reads of Heat's object store (docs/heat.md), outside any transaction. */
+  readObjects<T>(fn: (o: ObjectRows) => Promise<T>): Promise<T>;
 }
 
 /**
@@ -197,6 +200,8 @@ export interface Store extends StoreReads {
  * valid only until the callback that received it settles; using it later rejects `internal`.
  */
 export interface StoreTx extends ClusterTx {
+  /** Heat's object store (docs/heat.md), its writes in this transaction. */
+  readonly objects: ObjectRows;
   node(id: string): Promise<NodeRecord | undefined>;
   /** @throws HeraldError node_exists (field `id`) */
   createNode(id: string, endpoint: string | null, who: string): Promise<void>;

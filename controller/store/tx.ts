@@ -12,6 +12,7 @@ import { CLUSTER_INSERT_BATCH_ENTRIES } from '../../protocol/limits.js';
 import type { WakeReason } from '../../protocol/wake.js';
 import type { ChangeSetBuilder } from '../model/change-set.js';
 import { newId } from './ids.js';
+import { ObjectRows } from './objects.js';
 import { inDocument } from '../model/document.js';
 import { coerceInputValues } from '../model/inputs.js';
 import type { ClusterGlance, ClusterHead, ClusterRows, NodeStepChange, StepResult } from '../clusters/tx.js';
@@ -324,6 +325,12 @@ export class SqlTx implements StoreTx {
     this.#r = rows;
     this.#s = rows.s;
     this.changes = changes;
+  }
+
+  /** Heat's object store, in this transaction. */
+  get objects(): ObjectRows {
+    this.#live();
+    return new ObjectRows(this.#s, this.#r.now);
   }
 
   /** The callback settled: any later use is a bug (a missing await) and rejects. */

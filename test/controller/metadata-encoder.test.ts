@@ -39,16 +39,19 @@ function referenceDocument(
       inputs.push(input);
     }
     for (const [k, v] of Object.entries(r.inputValues)) {
-      if (c.inputs.some((i) => i.name === k)) continue;
+      if (c.inputs.some((i) => i.name === k) || Object.hasOwn(DESCRIPTIONS, k)) continue;
       const input: MetadataInput = { name: k, type: 'String', value: typeof v === 'string' ? v : JSON.stringify(v) };
       if (hidden.has(k)) input.hidden = true;
       inputs.push(input);
     }
+    // a deployment Heat made keeps Heat's server, stack and resource (controller/service/heat.ts)
+    const own = (k: string): string | undefined =>
+      typeof r.inputValues[k] === 'string' ? (r.inputValues[k] as string) : undefined;
     const derived: Record<string, string> = {
-      deploy_server_id: d.node,
+      deploy_server_id: own('deploy_server_id') ?? d.node,
       deploy_action: r.action,
-      deploy_stack_id: cluster ? `${cluster.name}/${cluster.id}` : `herald/${d.id}`,
-      deploy_resource_name: name,
+      deploy_stack_id: own('deploy_stack_id') ?? (cluster ? `${cluster.name}/${cluster.id}` : `herald/${d.id}`),
+      deploy_resource_name: own('deploy_resource_name') ?? name,
       deploy_signal_transport: SIGNAL_TRANSPORT,
       deploy_signal_id: signalUrl(d.node, d.id),
       deploy_signal_verb: 'POST',
@@ -173,6 +176,29 @@ describe('the metadata body, encoded from parts per config', () => {
     expect(byName.undeclared_string!.hidden).toBe(true);
     expect(byName.undeclared_object!.value).toBe('{"k":["v",2,null]}');
     expect(byName.deploy_stack_id!.value).toBe('herald/d1');
+  });
+
+  it("keeps Heat's own server, stack and resource of a deployment Heat made, once each; the signal stays Herald's", () => {
+    const d = deployment('d9', {
+      current: {
+        inputValues: {
+          deploy_server_id: 'a65e7166-server',
+          deploy_stack_id: 'stack-1/e9f4eada',
+          deploy_resource_name: 'install',
+          deploy_signal_id: 'https://evil.example/steal',
+        },
+      },
+    });
+    const doc = expectSame({ node: node('n1', 3), entries: [{ deployment: d, config: rich, cluster: null }] }, () => {
+      return new Set<string>();
+    });
+    const inputs = doc.deployments[0]!.inputs;
+    const of = (k: string) => inputs.filter((i) => i.name === k).map((i) => i.value);
+    expect(of('deploy_server_id')).toEqual(['a65e7166-server']);
+    expect(of('deploy_stack_id')).toEqual(['stack-1/e9f4eada']);
+    expect(of('deploy_resource_name')).toEqual(['install']);
+    expect(of('deploy_signal_id')).toEqual([signalUrl('n1', 'd9')]);
+    expect(of('deploy_signal_transport')).toEqual(['HERALD_SIGNAL']);
   });
 
   it('sorts items by name, then creation time, then id, and names a cluster in deploy_stack_id', () => {

@@ -6,6 +6,7 @@
  * log every controller reads in commit order, membership, and node ownership.
  */
 import { PG_ENROLLMENT_MIGRATION_SQL, PG_IDENTITY_FLOOR_MIGRATION_SQL } from './enrollment.js';
+import { PG_OBJECTS_MIGRATION_SQL } from '../objects-schema.js';
 import {
   INSERT_MANY,
   insertUnnestSql,
@@ -223,6 +224,12 @@ export const PG_MIGRATIONS: PgMigration[] = [
     name: 'identity_floors',
     // SQLite's migration 7: each node's identity floor (controller/store/pg/enrollment.ts)
     sql: PG_IDENTITY_FLOOR_MIGRATION_SQL,
+  },
+  {
+    version: 6,
+    name: 'heat_object_store',
+    // SQLite's migration 8: Heat's object store (controller/store/objects-schema.ts)
+    sql: PG_OBJECTS_MIGRATION_SQL,
   },
 ];
 

@@ -5,6 +5,7 @@
 import type Database from 'better-sqlite3';
 import { OUTPUT_MIGRATION_SQL } from './output.js';
 import { ENROLLMENT_MIGRATION_SQL, IDENTITY_FLOOR_MIGRATION_SQL } from './enrollment.js';
+import { SQLITE_OBJECTS_MIGRATION_SQL } from '../objects-schema.js';
 import {
   INSERT_MANY,
   insertOneSql,
@@ -231,6 +232,13 @@ export const MIGRATIONS: Migration[] = [
     // each node's identity floor: a revoked node's certificates, and those a renewal superseded,
     // are refused whatever issued them (controller/store/sqlite/enrollment.ts)
     sql: IDENTITY_FLOOR_MIGRATION_SQL,
+  },
+  {
+    version: 8,
+    name: 'heat_object_store',
+    // Heat's object store (docs/heat.md): temp-url keys, containers, objects, and the deployments
+    // Heat's metadata made, linked to the objects they came from and answer to (controller/store/objects.ts)
+    sql: SQLITE_OBJECTS_MIGRATION_SQL,
   },
 ];
 
