@@ -27,8 +27,10 @@ import {
 import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import { ed25519Engine, fastEd25519 } from './ed25519.js';
 import { IdleCollector, v8Probe } from './idle-collector.js';
-import { ApiServer, createHealthServer, type RateOverrides } from './api/server.js';
+import { ApiServer, createHealthServer } from './api/server.js';
+import { apiRateLimiters, type RateOverrides } from './api/rate-limit.js';
 import { ClusterEngine } from './clusters/engine.js';
+import { AgentAnswers } from './service/agent-answers.js';
 import { Enrollment } from './service/enrollment.js';
 import { IdentityFloors } from './service/identity-floors.js';
 import { EventBus } from './service/events.js';
@@ -85,6 +87,8 @@ export interface RunningController {
   /** Join tokens, enrolment and renewal. */
   enrollment: Enrollment;
   service: ControllerService;
+  /** The answers to agents' fetches and signals, over HTTPS and push connections alike. */
+  answers: AgentAnswers;
   store: Store;
   api: ApiServer;
   metrics: ControllerMetrics;
@@ -339,22 +343,35 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       agentCertLifetimeS: o.agentCertLifetimeS ?? AGENT_CERT_LIFETIME_S,
       logger,
     });
+    // an agent's fetches and signals draw on one budget whether they come over HTTPS or push
+    const limiters = apiRateLimiters(deps.rates);
+    const answers = new AgentAnswers({
+      service,
+      signer: () => signer,
+      issuer: me.spiffeId,
+      trustDomain: me.trustDomain,
+      limits: { fetch: limiters.fetch, signal: limiters.signal },
+      metrics,
+      logger,
+      ...(deps.bodyLimits?.signalBytes !== undefined ? { signalBodyBytes: deps.bodyLimits.signalBytes } : {}),
+    });
+    cleanup.push(() => answers.close());
     const api = new ApiServer({
       service,
+      answers,
       material,
-      signer: () => signer,
       logger,
       metrics,
       enrollment,
       floors,
       ticketKey,
-      ...(deps.rates ? { rates: deps.rates } : {}),
+      limiters,
       ...(deps.bodyLimits ? { bodyLimits: deps.bodyLimits } : {}),
       ...(deps.unauthenticatedHeadersDeadlineMs !== undefined
         ? { unauthenticatedHeadersDeadlineMs: deps.unauthenticatedHeadersDeadlineMs }
         : {}),
     });
-    push.serveRequests((r) => api.answerPushRequest(r));
+    push.serveRequests((r) => answers.answerPush(r));
     let address: AddressInfo;
     try {
       address = await api.listen(o.listen.port, o.listen.host);
@@ -445,6 +462,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         ]);
         await service.close();
         await push.close();
+        answers.close();
         await store.close();
         standing.close();
         ticketKey.close();
@@ -459,6 +477,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       objectStoreAddress: objectStore?.address ?? null,
       spiffeId: me.spiffeId,
       service,
+      answers,
       store,
       api,
       metrics,

@@ -3,7 +3,24 @@
  * a second. Bounded: when the map grows past its cap, buckets that have refilled (so hold no
  * information) are dropped.
  */
-import { MAX_RATE_BUCKETS } from '../../protocol/limits.js';
+import {
+  ANNOUNCE_RATE_BURST,
+  ANNOUNCE_RATE_PER_S,
+  API_RATE_BURST,
+  API_RATE_PER_S,
+  ENROLL_NETWORK_RATE_BURST,
+  ENROLL_NETWORK_RATE_PER_S,
+  ENROLL_RATE_BURST,
+  ENROLL_RATE_PER_S,
+  FETCH_RATE_BURST,
+  FETCH_RATE_PER_S,
+  MAX_RATE_BUCKETS,
+  OUTPUT_RATE_BURST,
+  OUTPUT_RATE_PER_S,
+  SIGNAL_RATE_BURST,
+  SIGNAL_RATE_PER_S,
+} from '../../protocol/limits.js';
+import type { RateClass } from './router.js';
 
 export interface RateRule {
   burst: number;
@@ -64,4 +81,30 @@ export class RateLimiter {
       this.#buckets.delete(first.value);
     }
   }
+}
+
+/** Rate rules by route class, and `enrollNetwork`: enrolment attempts per source network. */
+export type RateOverrides = Partial<Record<RateClass | 'enrollNetwork', RateRule>>;
+
+/**
+ * The API's limiters: one per route class (per identity; `enroll` per source address), and
+ * `enrollNetwork` per source network. The `fetch` and `signal` ones are shared with the answers
+ * to the same requests over a push connection (controller/service/agent-answers.ts).
+ */
+export type ApiRateLimiters = Record<RateClass | 'enrollNetwork', RateLimiter>;
+
+/** The API's limiters with the default rules of protocol/limits.ts, or the given ones (tests). */
+export function apiRateLimiters(r: RateOverrides = {}, now: () => number = Date.now): ApiRateLimiters {
+  return {
+    announce: new RateLimiter(r.announce ?? { burst: ANNOUNCE_RATE_BURST, perS: ANNOUNCE_RATE_PER_S }, now),
+    fetch: new RateLimiter(r.fetch ?? { burst: FETCH_RATE_BURST, perS: FETCH_RATE_PER_S }, now),
+    signal: new RateLimiter(r.signal ?? { burst: SIGNAL_RATE_BURST, perS: SIGNAL_RATE_PER_S }, now),
+    output: new RateLimiter(r.output ?? { burst: OUTPUT_RATE_BURST, perS: OUTPUT_RATE_PER_S }, now),
+    enroll: new RateLimiter(r.enroll ?? { burst: ENROLL_RATE_BURST, perS: ENROLL_RATE_PER_S }, now),
+    other: new RateLimiter(r.other ?? { burst: API_RATE_BURST, perS: API_RATE_PER_S }, now),
+    enrollNetwork: new RateLimiter(
+      r.enrollNetwork ?? { burst: ENROLL_NETWORK_RATE_BURST, perS: ENROLL_NETWORK_RATE_PER_S },
+      now,
+    ),
+  };
 }

@@ -5,7 +5,9 @@
  * route's role check (agent routes only for the node in the path, operator routes only for
  * operators), the identity's rate limit, the body (size counted while reading, JSON only),
  * then the handler. Errors become a status and `{"error":{code,message,field?}}` at one edge;
- * anything unexpected is logged with its stack and answered 500 `internal` without detail.
+ * anything unexpected is logged with its stack and answered 500 `internal` without detail. The
+ * answers to an agent's fetch and signal are the service's (controller/service/agent-answers.ts,
+ * which answers the same requests arriving on a push connection); this module writes them in HTTP.
  */
 import http from 'node:http';
 import https from 'node:https';
@@ -23,130 +25,57 @@ import {
 } from '../../certs/tls.js';
 import type { CertIdentity } from '../../certs/identity.js';
 import type { TicketKey } from '../../certs/ticket-key.js';
-import { codeOf, ERROR_CODES, HeraldError, type ErrorCode } from '../../protocol/errors.js';
-import { ROLES, spiffeIdOf } from '../../protocol/identity.js';
-import type { Signer } from '../../protocol/jws.js';
+import { ERROR_CODES, HeraldError, type ErrorCode } from '../../protocol/errors.js';
+import { ROLES } from '../../protocol/identity.js';
 import {
-  ANNOUNCE_RATE_BURST,
-  ANNOUNCE_RATE_PER_S,
   API_HEADERS_TIMEOUT_MS,
   API_AGENT_MAX_CONNECTIONS,
   API_IDENTITY_MAX_CONNECTIONS,
   API_KEEP_ALIVE_TIMEOUT_MS,
   API_LISTEN_BACKLOG_CONNECTIONS,
-  API_RATE_BURST,
   API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS,
   STORE_UNAVAILABLE_RETRY_AFTER_S,
-  API_RATE_PER_S,
   API_REQUEST_TIMEOUT_MS,
   API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS,
   API_UNAUTHENTICATED_HEADERS_DEADLINE_MS,
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
   API_UNAUTHENTICATED_NETWORK_MAX_CONNECTIONS,
   CONTROLLER_SHUTDOWN_GRACE_MS,
-  ENROLL_NETWORK_RATE_BURST,
-  ENROLL_NETWORK_RATE_PER_S,
-  ENROLL_RATE_BURST,
-  ENROLL_RATE_PER_S,
-  FETCH_RATE_BURST,
-  FETCH_RATE_PER_S,
   MAX_ENROLL_BODY_BYTES,
   MAX_REQUEST_BODY_BYTES,
   MAX_SIGNAL_BODY_BYTES,
   MAX_SSE_BUFFERED_BYTES,
-  OUTPUT_RATE_BURST,
-  OUTPUT_RATE_PER_S,
-  REFUSAL_LOG_INTERVAL_MS,
-  SIGNAL_RATE_BURST,
-  SIGNAL_RATE_PER_S,
   SSE_HEARTBEAT_INTERVAL_MS,
   TLS_SESSION_LIFETIME_S,
 } from '../../protocol/limits.js';
 import { peerNetworks } from '../../protocol/address.js';
-import { RefusalSummary } from '../../protocol/refusal-summary.js';
-import { isValidNonce, NONCE_HEADER, signMetadata, SIGNATURE_HEADER } from '../../protocol/metadata.js';
+import { isValidNonce, NONCE_HEADER, SIGNATURE_HEADER } from '../../protocol/metadata.js';
 import { abandoned } from './abandoned.js';
 import { ConnectionAdmission } from './admission.js';
+import { statusOf } from '../error-status.js';
+import { RefusalLog } from '../refusal-log.js';
+import { SIGNAL_ROUTE, type AgentAnswers } from '../service/agent-answers.js';
 import { EnrollmentRefused, RenewalTooSoon, type Enrollment } from '../service/enrollment.js';
 import type { IdentityFloors } from '../service/identity-floors.js';
 import type { ControllerEvent } from '../service/events.js';
 import type { ControllerMetrics } from '../metrics.js';
-import type { PushFetchRequest, PushReply, PushRequest, PushSignalRequest } from '../push/types.js';
-import { RateLimiter, type RateRule } from './rate-limit.js';
+import { apiRateLimiters, type ApiRateLimiters } from './rate-limit.js';
 import { Router, type RateClass, type Reply, type RouteContext, type RouteSpec } from './router.js';
 import type { ControllerService } from '../service/service.js';
 
-/** Every API error code and its HTTP status: the one mapping. Unlisted codes are 400. */
-export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
-  invalid_request: 400,
-  invalid_json: 400,
-  bad_name: 400,
-  forbidden_input: 400,
-  bad_input_value: 400,
-  bad_config: 400,
-  bad_endpoint: 400,
-  link_local_endpoint: 400,
-  bad_csr: 400,
-  bad_key: 400,
-  enrollment_refused: 403,
-  enrollment_disabled: 403,
-  no_client_certificate: 403,
-  untrusted_certificate: 403,
-  bad_issuer: 403,
-  certificate_expired: 403,
-  revoked: 403,
-  wrong_role: 403,
-  no_identity: 403,
-  multiple_identities: 403,
-  wrong_trust_domain: 403,
-  bad_identity: 403,
-  wrong_eku: 403,
-  tls_version: 403,
-  wrong_node: 403,
-  endpoint_not_in_san: 403,
-  node_deleted: 403,
-  not_found: 404,
-  method_not_allowed: 405,
-  node_exists: 409,
-  stale_revision: 409,
-  unknown_revision: 409,
-  output_closed: 409,
-  deployment_busy: 409,
-  deployment_deleting: 409,
-  restart_in_progress: 409,
-  cluster_busy: 409,
-  node_in_cluster: 409,
-  body_too_large: 413,
-  unsupported_media_type: 415,
-  unknown_node: 422,
-  unknown_nodegroup: 422,
-  unknown_config: 422,
-  rate_limited: 429,
-  renewal_too_soon: 429,
-  too_many_connections: 429,
-  internal: 500,
-  store_unavailable: 503,
-  controller_revoked: 503,
-  controller_expired: 503,
-};
-
-export function statusOf(code: ErrorCode): number {
-  return STATUS_OF[code] ?? 400;
-}
-
-/** Rate rules by route class, and `enrollNetwork`: enrolment attempts per source network. */
-export type RateOverrides = Partial<Record<RateClass | 'enrollNetwork', RateRule>>;
-
 export interface ApiServerOptions {
   service: ControllerService;
+  /** The answers to an agent's fetch and signal, shared with its push connection. */
+  answers: AgentAnswers;
   material: PkiMaterial;
-  /** The current metadata signing key (a function, so a rotated key is taken at once). */
-  signer: () => Signer;
   logger: Logger;
   metrics: ControllerMetrics;
   now?: () => number;
-  /** Overrides of the per-identity rate limits (tests). */
-  rates?: RateOverrides;
+  /**
+   * The per-identity rate limits (default `apiRateLimiters()`); the `fetch` and `signal` ones are
+   * the buckets `answers` takes from for the push connection.
+   */
+  limiters?: ApiRateLimiters;
   /** Overrides of the body limits (tests). */
   bodyLimits?: { requestBytes?: number; signalBytes?: number };
   /** Join tokens, `POST /v1/enroll` and renewal (docs/adding-nodes.md); absent: those routes answer `enrollment_disabled`. */
@@ -161,9 +90,6 @@ export interface ApiServerOptions {
   /** Override of API_UNAUTHENTICATED_HEADERS_DEADLINE_MS (tests). */
   unauthenticatedHeadersDeadlineMs?: number;
 }
-
-/** The signal route; a signal over the push connection stands for it (in logs too). */
-const SIGNAL_ROUTE = '/v1/nodes/:node/deployments/:deployment/signal';
 
 /** The one route served without a client certificate (docs/adding-nodes.md). */
 export const ENROLL_PATH = '/v1/enroll';
@@ -190,12 +116,10 @@ export class ApiServer {
   readonly server: https.Server;
   readonly #o: ApiServerOptions;
   readonly #log: Logger;
-  readonly #trustDomain: string;
   readonly #now: () => number;
   readonly #router = new Router();
-  readonly #limiters: Record<RateClass, RateLimiter>;
-  /** Enrolment attempts per source network (`#limiters.enroll` counts per source address). */
-  readonly #enrollNetwork: RateLimiter;
+  /** Per route class; `enrollNetwork` counts enrolment attempts per source network (`enroll` per address). */
+  readonly #limiters: ApiRateLimiters;
   readonly #auth = new WeakMap<tls.TLSSocket, AuthCacheEntry>();
   readonly #sockets = new Set<tls.TLSSocket>();
   /** Open connections per identity, and the connections past its role's cap. */
@@ -215,8 +139,7 @@ export class ApiServer {
   /** Consecutive 429 answers per connection. */
   readonly #rateLimited = new WeakMap<tls.TLSSocket, number>();
   /** Refusals anyone can cause in bulk are logged as a summary (docs/api.md). */
-  readonly #summary: RefusalSummary;
-  readonly #summaryTimer: NodeJS.Timeout;
+  readonly #refusals: RefusalLog;
   readonly #streams = new Set<http.ServerResponse>();
   readonly #controllerId: string;
   #epoch = 0;
@@ -230,31 +153,9 @@ export class ApiServer {
     this.#o = o;
     this.#log = o.logger;
     this.#now = o.now ?? Date.now;
-    const r = o.rates ?? {};
-    this.#limiters = {
-      announce: new RateLimiter(r.announce ?? { burst: ANNOUNCE_RATE_BURST, perS: ANNOUNCE_RATE_PER_S }, this.#now),
-      fetch: new RateLimiter(r.fetch ?? { burst: FETCH_RATE_BURST, perS: FETCH_RATE_PER_S }, this.#now),
-      signal: new RateLimiter(r.signal ?? { burst: SIGNAL_RATE_BURST, perS: SIGNAL_RATE_PER_S }, this.#now),
-      output: new RateLimiter(r.output ?? { burst: OUTPUT_RATE_BURST, perS: OUTPUT_RATE_PER_S }, this.#now),
-      enroll: new RateLimiter(r.enroll ?? { burst: ENROLL_RATE_BURST, perS: ENROLL_RATE_PER_S }, this.#now),
-      other: new RateLimiter(r.other ?? { burst: API_RATE_BURST, perS: API_RATE_PER_S }, this.#now),
-    };
-    this.#enrollNetwork = new RateLimiter(
-      r.enrollNetwork ?? { burst: ENROLL_NETWORK_RATE_BURST, perS: ENROLL_NETWORK_RATE_PER_S },
-      this.#now,
-    );
+    this.#limiters = o.limiters ?? apiRateLimiters({}, this.#now);
     this.#controllerId = o.material.current().identity.spiffeId;
-    this.#trustDomain = o.material.current().identity.trustDomain;
-    this.#summary = new RefusalSummary(
-      ({ code, count, fields }) =>
-        this.#log.warn(
-          { event: 'refused', code, count, ...fields },
-          `refused ${count} time(s) in the last ${REFUSAL_LOG_INTERVAL_MS / 1000} s: ${ERROR_CODES[code as ErrorCode] ?? code}`,
-        ),
-      this.#now,
-    );
-    this.#summaryTimer = setInterval(() => this.#summary.flush(), REFUSAL_LOG_INTERVAL_MS);
-    this.#summaryTimer.unref();
+    this.#refusals = new RefusalLog(this.#log, this.#now);
     // session resumption: tickets live TLS_SESSION_LIFETIME_S, no longer than their
     // key, and are bound to this controller's API by the session id context (Node's default is
     // a hash of argv, so a restart with other flags would resume nothing); every resumed
@@ -284,7 +185,7 @@ export class ApiServer {
     });
     this.server.on('tlsClientError', (err, s) => {
       this.#o.metrics.refusals.inc({ code: 'tls_handshake_failed' });
-      this.#summary.record('tls_handshake_failed', {
+      this.#refusals.record('tls_handshake_failed', {
         remote: s.remoteAddress,
         err: (err as { code?: string }).code ?? err.message.slice(0, 120),
       });
@@ -335,8 +236,7 @@ export class ApiServer {
       this.#o.ticketKey?.off('rotate', this.#onTicketKey);
       this.#o.material.off('tls-change', this.#onTls);
       this.#o.material.off('revoked-change', this.#onRevoked);
-      clearInterval(this.#summaryTimer);
-      this.#summary.flush(true);
+      this.#refusals.close();
       for (const res of this.#streams) res.end();
       const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
       timer.unref();
@@ -435,7 +335,7 @@ export class ApiServer {
     try {
       const { host, network } = peerNetworks(remote);
       const one = this.#limiters.enroll.take(host);
-      const d = one.ok ? this.#enrollNetwork.take(network) : one;
+      const d = one.ok ? this.#limiters.enrollNetwork.take(network) : one;
       if (!d.ok)
         throw new ApiError('rate_limited', `too many enrolment attempts; retry after ${d.retryAfterS} s`, {
           'Retry-After': String(d.retryAfterS),
@@ -477,7 +377,7 @@ export class ApiServer {
       return true;
     }
     this.#o.metrics.refusals.inc({ code: 'pipelined_request' });
-    this.#summary.record('pipelined_request', { remote: socket.remoteAddress, unauthenticated: true });
+    this.#refusals.record('pipelined_request', { remote: socket.remoteAddress, unauthenticated: true });
     if (first.writableFinished || socket.destroyed) socket.destroy();
     else first.once('close', () => socket.destroy());
     return false;
@@ -502,7 +402,7 @@ export class ApiServer {
       const admitted = this.#preAuth.admit(remote);
       if (!admitted.ok) {
         this.#o.metrics.refusals.inc({ code: 'too_many_connections' });
-        this.#summary.record('too_many_connections', { remote, unauthenticated: true, scope: admitted.scope });
+        this.#refusals.record('too_many_connections', { remote, unauthenticated: true, scope: admitted.scope });
         s.destroy();
         return;
       }
@@ -511,7 +411,7 @@ export class ApiServer {
       // headersTimeout (checked only every 30 s)
       const deadline = setTimeout(() => {
         this.#o.metrics.refusals.inc({ code: 'headers_timeout' });
-        this.#summary.record('headers_timeout', { remote, unauthenticated: true });
+        this.#refusals.record('headers_timeout', { remote, unauthenticated: true });
         s.destroy();
       }, this.#o.unauthenticatedHeadersDeadlineMs ?? API_UNAUTHENTICATED_HEADERS_DEADLINE_MS);
       deadline.unref();
@@ -638,27 +538,6 @@ export class ApiServer {
     res.end(data);
   }
 
-  /**
-   * One refusal's log: those a peer can repeat in bulk are summarised, the rest are one line each
-   * (per identity and route once authenticated; per code alone before, see RefusalSummary).
-   */
-  #logRefusal(
-    code: ErrorCode,
-    message: string,
-    at: { status: number; peer: string; method: string; route: string; field?: string | undefined },
-    spiffeId: string | undefined,
-    detail?: { key: string; fields: Record<string, unknown> },
-  ): void {
-    const { status, peer, method, route, field } = at;
-    if (status === 403 || status === 413 || status === 429 || status === 503) {
-      this.#summary.record(
-        code,
-        { status, peer, method, route, ...detail?.fields },
-        detail?.key ?? (spiffeId !== undefined ? `${code} ${spiffeId} ${method} ${route}` : code),
-      );
-    } else this.#log.info({ event: 'refused', code, status, peer, method, route, field }, message);
-  }
-
   /** The one error edge. */
   #fail(
     req: http.IncomingMessage,
@@ -693,7 +572,7 @@ export class ApiServer {
         this.#rateLimited.set(socket, n);
         if (n >= API_RATE_LIMITED_BEFORE_CLOSE_REQUESTS) headers.Connection = 'close';
       }
-      this.#logRefusal(
+      this.#refusals.refused(
         code,
         message,
         { status, peer, method: req.method ?? '', route, field },
@@ -793,7 +672,7 @@ export class ApiServer {
       'POST',
       SIGNAL_ROUTE,
       'agent',
-      async (c) => ok(await s.signal(c.params.node!, c.params.deployment!, c.body, who(c))),
+      async (c) => ok(await this.#o.answers.signal(c.params.node!, c.params.deployment!, c.body, who(c))),
       {
         bodyLimitBytes: sigLimit,
         rate: 'signal',
@@ -921,7 +800,7 @@ export class ApiServer {
         field: 'Herald-Nonce',
       });
     }
-    const a = await this.#answerMetadata(
+    const a = await this.#o.answers.metadata(
       c.params.node!,
       identity.spiffeId,
       nonce,
@@ -930,7 +809,7 @@ export class ApiServer {
     );
     res.setHeader('ETag', a.etag);
     res.setHeader(SIGNATURE_HEADER, a.signature);
-    if (a.body === undefined) {
+    if (a.status === 304) {
       res.writeHead(304);
       res.end();
       return undefined;
@@ -941,116 +820,6 @@ export class ApiServer {
     });
     res.end(a.body);
     return undefined;
-  }
-
-  /**
-   * The metadata route's answer, for HTTPS and for a fetch over the push connection alike: the
-   * body built once per generation, the small JWS signed per answer, the fetch recorded.
-   */
-  async #answerMetadata(
-    node: string,
-    audience: string,
-    nonce: string | undefined,
-    ifNoneMatch: string | string[] | undefined,
-    channel: 'https' | 'push',
-  ): Promise<{ etag: string; signature: string; body: Buffer | undefined }> {
-    const { generation, built } = await this.#o.service.metadata(node, (gen) => matchesEtag(ifNoneMatch, etagOf(gen)));
-    const signature = signMetadata(this.#o.signer(), {
-      iss: this.#controllerId,
-      aud: audience,
-      gen: generation,
-      nonce,
-      sha256: built?.sha256,
-      nowS: this.#now() / 1000,
-    });
-    this.#o.service.recordFetch(node, generation);
-    this.#o.metrics.fetches.inc({ status: built === null ? '304' : '200', channel });
-    return { etag: etagOf(generation), signature, body: built?.body };
-  }
-
-  /**
-   * An agent's fetch on its push connection (docs/protocol.md), answered as `GET /v1/nodes/{node}/metadata`
-   * would be: the push connection has already proven the agent to be `agent/<node>` (the dialer
-   * checked the listener's certificate), so only the rate limit (with its wake-up exemption) and
-   * the route itself remain. Never rejects: an error becomes its status and code.
-   */
-  answerPushRequest(r: PushRequest): Promise<PushReply> {
-    return r.kind === 'fetch' ? this.answerPushFetch(r) : this.answerPushSignal(r);
-  }
-
-  async answerPushFetch(r: PushFetchRequest): Promise<PushReply> {
-    const audience = spiffeIdOf(this.#trustDomain, 'agent', r.node);
-    try {
-      if (!isValidNonce(r.nonce)) throw new HeraldError('invalid_request', 'the fetch frame nonce');
-      if (!this.#o.service.wokeRecently(r.node)) {
-        const decision = this.#limiters.fetch.take(audience);
-        if (!decision.ok) {
-          this.#o.metrics.fetches.inc({ status: '429', channel: 'push' });
-          return { status: 429, error: 'rate_limited', retryAfterS: decision.retryAfterS };
-        }
-      }
-      const a = await this.#answerMetadata(r.node, audience, r.nonce, r.ifNoneMatch ?? undefined, 'push');
-      return a.body === undefined
-        ? { status: 304, etag: a.etag, signature: a.signature }
-        : { status: 200, etag: a.etag, signature: a.signature, body: a.body };
-    } catch (err) {
-      const code = codeOf(err);
-      if (code === undefined || code === 'internal') {
-        this.#log.error({ err, node: r.node }, 'answering a fetch over the push connection failed');
-        this.#o.metrics.fetches.inc({ status: '500', channel: 'push' });
-        return { status: 500, error: 'internal' };
-      }
-      const status = statusOf(code);
-      this.#o.metrics.fetches.inc({ status: String(status), channel: 'push' });
-      return { status, error: code };
-    }
-  }
-
-  /**
-   * An agent's signal on its push connection (docs/protocol.md), answered as `POST
-   * /v1/nodes/{node}/deployments/{id}/signal` would be: the connection has already proven the
-   * agent to be `agent/<node>`, so the route's rate limit (shared with HTTPS, and the signals a
-   * wake-up asked for not counted: `takeWakeCredit`), its body limit and JSON reading, and the
-   * route itself remain. Never rejects: an error becomes its status and code,
-   * logged as the API logs a refusal.
-   */
-  async answerPushSignal(r: PushSignalRequest): Promise<PushReply> {
-    const who = spiffeIdOf(this.#trustDomain, 'agent', r.node);
-    const route = SIGNAL_ROUTE;
-    try {
-      const decision = this.#o.service.takeWakeCredit(r.node, 'signal') ? null : this.#limiters.signal.take(who);
-      if (decision !== null && !decision.ok) {
-        this.#o.metrics.refusals.inc({ code: 'rate_limited' });
-        this.#logRefusal('rate_limited', 'too many requests', { status: 429, peer: who, method: 'PUSH', route }, who);
-        return { status: 429, error: 'rate_limited', retryAfterS: decision.retryAfterS };
-      }
-      const limit = this.#o.bodyLimits?.signalBytes ?? MAX_SIGNAL_BODY_BYTES;
-      if (r.body.length > limit) throw new ApiError('body_too_large', `the body is over ${limit} bytes`);
-      let body: unknown;
-      try {
-        body =
-          r.body.length === 0
-            ? undefined
-            : JSON.parse(Buffer.from(r.body.buffer, r.body.byteOffset, r.body.byteLength).toString('utf8'));
-      } catch {
-        throw new ApiError('invalid_json', 'the body is not valid JSON');
-      }
-      await this.#o.service.signal(r.node, r.deploymentId, body, who);
-      return { status: 200 };
-    } catch (err) {
-      const code = codeOf(err);
-      if (code === undefined || code === 'internal') {
-        this.#log.error({ err, node: r.node, route }, 'answering a signal over the push connection failed');
-        return { status: 500, error: 'internal' };
-      }
-      const status = statusOf(code);
-      this.#o.metrics.refusals.inc({ code });
-      const field = err instanceof HeraldError ? err.field : undefined;
-      this.#logRefusal(code, (err as Error).message, { status, peer: who, method: 'PUSH', route, field }, who);
-      return status === 503 && code === 'store_unavailable'
-        ? { status, error: code, retryAfterS: STORE_UNAVAILABLE_RETRY_AFTER_S }
-        : { status, error: code };
-    }
   }
 
   #events(c: RouteContext): undefined {
@@ -1104,24 +873,6 @@ function afterBody(req: http.IncomingMessage, send: () => void): void {
   req.once('end', once);
   req.once('close', once);
   req.resume();
-}
-
-/** A metadata document's ETag: its generation, quoted. */
-function etagOf(generation: number): string {
-  return `"${generation}"`;
-}
-
-/** `If-None-Match` with lists, weak tags and `*` (RFC 9110 §13.1.2). */
-export function matchesEtag(header: string | string[] | undefined, etag: string): boolean {
-  if (header === undefined) return false;
-  const value = Array.isArray(header) ? header.join(',') : header;
-  for (const raw of value.split(',')) {
-    const t = raw.trim();
-    if (t === '*') return true;
-    const strong = t.startsWith('W/') ? t.slice(2) : t;
-    if (strong === etag) return true;
-  }
-  return false;
 }
 
 function codeOfErr(err: unknown): string {

@@ -789,7 +789,7 @@ export class PushDialer implements PushService {
 
   /**
    * The agent asks on this connection for its metadata (`fetch`) or to record a result
-   * (`signal`): the handler (the API, in the main process) answers as the route would, rate
+   * (`signal`): the handler (`AgentAnswers`, in the main process) answers as the route would, rate
    * limit included, for this connection's node (never one a frame names). One of each kind per
    * node at a time: another while one is answered is 503 at once, and the agent asks HTTPS.
    */

@@ -71,7 +71,10 @@ export interface PushSignalRequest {
   body: Uint8Array;
 }
 
-/** What an agent asks on its push connection, answered by the API as the route would. */
+/**
+ * What an agent asks on its push connection, answered as its HTTPS route would be
+ * (controller/service/agent-answers.ts).
+ */
 export type PushRequest = PushFetchRequest | PushSignalRequest;
 
 /**
@@ -94,7 +97,10 @@ export function unavailableReply(kind: PushRequest['kind']): PushReply {
   return { status: 503, error: kind === 'fetch' ? 'fetch_unavailable' : 'signal_unavailable' };
 }
 
-/** Answers the agents' requests on push connections (the controller's API); never rejects: an error is a reply. */
+/**
+ * Answers the agents' requests on push connections (the controller's `AgentAnswers`,
+ * controller/service/agent-answers.ts); never rejects: an error is a reply.
+ */
 export type PushRequestHandler = (r: PushRequest) => Promise<PushReply>;
 
 export interface PushEvents {

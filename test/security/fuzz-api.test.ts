@@ -10,7 +10,7 @@
 import https from 'node:https';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { statusOf } from '../../controller/api/server.js';
+import { statusOf } from '../../controller/error-status.js';
 import { isErrorCode, type ErrorCode } from '../../protocol/errors.js';
 import { makeControllerTestPki, type ControllerTestPki, type Cred } from '../helpers/controller-pki.js';
 import { startTestController, type TestController } from '../helpers/controller-harness.js';
