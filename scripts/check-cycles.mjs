@@ -205,6 +205,11 @@ const FOLDER_RULES = [
     why: 'the cluster engine runs on its narrow transaction interface',
   },
   {
+    from: 'controller/heat/',
+    deny: ['controller/api/', 'controller/push/'],
+    why: 'the object store Heat calls is an edge of its own: it uses the operations, not the API edge or the push connections',
+  },
+  {
     from: 'controller/service/',
     deny: ['controller/api/'],
     why: 'the HTTPS edge calls the operations, not the reverse',
