@@ -204,7 +204,7 @@ function prefixText(b: Uint8Array, bits: number): string {
 
 /**
  * The one answer to "which peer is this" before the peer is known, for every limit kept per
- * peer: the pre-authentication connection caps (controller/api/admission.ts) and the enrolment
+ * peer: the pre-authentication connection caps (controller/admission.ts) and the enrolment
  * rate limits (controller/api/server.ts, SECURITY.md "Enrolment") key on the same two networks.
  * A host is an IPv4 /32 or an IPv6 /64 (the smallest prefix a site is given: a host can pick any
  * of its 2^64 addresses); its network is an IPv4 /24 or an IPv6 /48 (one site's allocation). An

@@ -116,9 +116,19 @@ export const ERROR_CODES = {
   db_in_use:
     'another controller has this SQLite database open; several controllers share a PostgreSQL database instead (reported at start)',
   unsafe_file_mode:
-    "a file that holds secrets is readable or writable by group or others: the database or its -wal/-shm (reported at start), the controller's TLS ticket key (refused at start), or a push dialer's TLS session file (removed unread at start, logged)",
+    "a file that holds secrets is readable or writable by group or others: the database or its -wal/-shm (reported at start), the controller's TLS ticket key or Keystone credentials file (refused at start), or a push dialer's TLS session file (removed unread at start, logged); or the object store's static token file is writable by group or others (refused at start; every check `token_unverifiable` at run time)",
   session_file_unremovable:
     "at start, a push session file of a worker this controller no longer starts (fewer workers than the last start) could not be removed (logged with the file and the error; the start goes on): remove it by hand, it holds TLS sessions as sensitive as the controller's key",
+
+  // the object store's callers: Heat's X-Auth-Token (docs/heat.md)
+  token_invalid:
+    'the object store token is unknown: Keystone does not know it (or it expired, or was revoked), or it is not in the static token file, or it is empty, over 8 KiB or not printable ASCII',
+  token_wrong_project:
+    'the token is valid but not for this account: its project is not the one after AUTH_ in the path (or, in the static token file, its lines name other projects)',
+  token_role_missing:
+    'the token is for this project but holds none of the roles the object store requires (by default admin or swiftoperator, as Swift)',
+  token_unverifiable:
+    "the object store could not check the token: Keystone is unreachable, slow, failing or refusing the controller's own credentials, or the static token file cannot be read; retry later (503)",
 
   // agent hooks and state (docs/architecture.md)
   bad_name: 'a group, tool, input or output name fails its pattern',
@@ -179,10 +189,6 @@ export const ERROR_CODES = {
   object_too_large: "an object over the object store's 4 MiB limit",
   object_store_full:
     'the account holds its limit of containers, or the container its limit of objects (docs/limits.md)',
-  token_invalid: 'the X-Auth-Token is not a valid token (unknown, expired or revoked)',
-  token_wrong_project: "the token is valid but scoped to another project than the account's",
-  token_role_missing: 'the token is valid for the project but holds none of the roles the object store requires',
-  token_unverifiable: 'the token could not be checked now (Keystone unreachable or failing); retry later',
   container_not_empty: 'a container DELETE while it still holds objects (409, as Swift answers)',
   temp_url_key_kept:
     "a log code, not a refusal: an account POST tried to replace the account's temp-url key; the first key stays in force (answered 204)",

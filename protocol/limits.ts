@@ -443,6 +443,38 @@ export const SQLITE_PAGE_CACHE_BYTES = 4 * 1024 * 1024;
  */
 export const SQLITE_BUSY_TIMEOUT_MS = 5_000;
 
+// ---- who may call the object store (docs/heat.md) ---------------------------------------------
+/** A longer `X-Auth-Token` is refused `token_invalid` unread (Keystone's Fernet tokens are ~200 bytes, its JWS ones ~800). */
+export const MAX_OBJECT_STORE_TOKEN_BYTES = 8 * 1024;
+/** One request to Keystone, connect to last byte; past it the check answers `token_unverifiable`. */
+export const KEYSTONE_REQUEST_TIMEOUT_MS = 5_000;
+/** The largest answer read from Keystone (tokens are asked for without their catalog). */
+export const KEYSTONE_MAX_RESPONSE_BYTES = 1024 * 1024;
+/**
+ * Token validations waiting for Keystone at once (a burst of one token asks once); one more is
+ * answered `token_unverifiable` without asking, so a flood of fresh tokens cannot pile up
+ * requests on Keystone or memory here.
+ */
+export const KEYSTONE_MAX_REQUESTS_IN_FLIGHT = 16;
+/**
+ * How long Keystone's word on a valid token is kept (never past the token's `expires_at`): a token
+ * revoked in Keystone is still accepted this long (keystonemiddleware keeps 300 s by default).
+ */
+export const KEYSTONE_TOKEN_CACHE_MS = 60_000;
+/** Valid tokens kept (by SHA-256); the least recently used goes first. */
+export const KEYSTONE_TOKEN_CACHE_ENTRIES = 10_000;
+/** How long a token Keystone did not know (404) is refused without asking again. */
+export const KEYSTONE_INVALID_TOKEN_CACHE_MS = 10_000;
+/** Unknown tokens kept, apart from the valid ones, so a flood of bad tokens evicts no good one. */
+export const KEYSTONE_INVALID_TOKEN_CACHE_ENTRIES = 1_000;
+/**
+ * The controller's own Keystone token is renewed this long (or half its lifetime, if shorter)
+ * before it expires, as keystoneauth does; a 401 to it renews it at once.
+ */
+export const KEYSTONE_SERVICE_TOKEN_RENEW_BEFORE_MS = 120_000;
+/** The largest static token file (docs/heat.md) read. */
+export const MAX_STATIC_TOKEN_FILE_BYTES = 1024 * 1024;
+
 // ---- enrolment and renewal (docs/adding-nodes.md) --------------------------------------------------------
 /** Lifetime of a join token unless `ttl_s` says otherwise. */
 export const JOIN_TOKEN_TTL_S = 3_600;

@@ -220,13 +220,14 @@ const FOLDER_RULES = [
   {
     from: 'controller/heat/',
     deny: [
+      'controller/api/',
       'controller/push/',
       'controller/fleet/',
       'controller/clusters/',
       'controller/store/sqlite/',
       'controller/store/pg/',
     ],
-    why: "Heat's object store is an edge: it calls the operations (service/heat.ts), never a store's dialect or the push connections",
+    why: "the object store Heat calls is an edge of its own: it uses the operations (service/heat.ts), not the API edge, a store's dialect or the push connections",
   },
   {
     from: 'controller/api/',

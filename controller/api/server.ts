@@ -51,7 +51,7 @@ import {
 import { peerNetworks } from '../../protocol/address.js';
 import { isValidNonce, NONCE_HEADER, SIGNATURE_HEADER } from '../../protocol/metadata.js';
 import { abandoned } from './abandoned.js';
-import { ConnectionAdmission } from './admission.js';
+import { ConnectionAdmission } from '../admission.js';
 import { statusOf } from '../error-status.js';
 import { RefusalLog } from '../refusal-log.js';
 import { SIGNAL_ROUTE, type AgentAnswers } from '../service/agent-answers.js';
@@ -389,7 +389,7 @@ export class ApiServer {
    * (API_AGENT_MAX_CONNECTIONS for agents, API_IDENTITY_MAX_CONNECTIONS otherwise); requests on
    * more are refused `too_many_connections` and the connection closed. Peers whose certificate
    * did not authorize get one answer (enrolment, else 403) and are closed; they are admitted at
-   * the handshake (controller/api/admission.ts: at most API_UNAUTHENTICATED_MAX_CONNECTIONS in all,
+   * the handshake (controller/admission.ts: at most API_UNAUTHENTICATED_MAX_CONNECTIONS in all,
    * API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS per host, API_UNAUTHENTICATED_NETWORK_MAX_CONNECTIONS
    * per network), further ones destroyed before a byte of their request is read, and one whose
    * request's headers are not complete API_UNAUTHENTICATED_HEADERS_DEADLINE_MS after its

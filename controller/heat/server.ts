@@ -32,7 +32,7 @@ import {
   OBJECT_STORE_REQUEST_TIMEOUT_MS,
 } from '../../protocol/limits.js';
 import { RefusalSummary } from '../../protocol/refusal-summary.js';
-import { ConnectionAdmission } from '../api/admission.js';
+import { ConnectionAdmission } from '../admission.js';
 import type { HeatObjects } from '../service/heat.js';
 import type { ObjectHead, ObjectKey } from '../store/objects.js';
 import { checkTempUrl } from './tempurl.js';

@@ -1,11 +1,11 @@
 /**
- * Admission of connections without a valid certificate (controller/api/admission.ts): the pool, one
+ * Admission of connections without a valid certificate (controller/admission.ts): the pool, one
  * host (IPv4 address, IPv6 /64) and one network (IPv4 /24, IPv6 /48: the networks the enrolment
  * rate limits key on, protocol/address.ts peerNetworks) are each capped, whatever an address's
  * spelling, and a released place is free again.
  */
 import { describe, expect, it } from 'vitest';
-import { ConnectionAdmission } from '../../controller/api/admission.js';
+import { ConnectionAdmission } from '../../controller/admission.js';
 
 describe('ConnectionAdmission', () => {
   it('caps one host, then its network, then the pool, and names the cap', () => {

@@ -8,7 +8,7 @@
  * cannot hold the pool. Pure counting: the API server (controller/api/server.ts) owns the
  * sockets and the deadline by which an admitted connection must have sent its request.
  */
-import { peerNetworks } from '../../protocol/address.js';
+import { peerNetworks } from '../protocol/address.js';
 
 export interface AdmissionCaps {
   /** All peers together. */
