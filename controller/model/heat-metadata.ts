@@ -39,7 +39,11 @@ export interface HeatItem {
   serverId: string;
   stackId: string;
   resourceName: string;
-  /** `<deploy_stack_id>/<deploy_resource_name>`: one Heat deployment across its updates. */
+  /**
+   * One Heat deployment across its updates: its signal object's path (`deploy_signal_id` stays
+   * the same through updates, and a resource Heat replaces, say after a failed update, gets a new
+   * one), else `<deploy_stack_id>/<deploy_resource_name>`.
+   */
   key: string;
   /** The signal TempURL (`deploy_signal_id`), or null under NO_SIGNAL. */
   signalUrl: string | null;
@@ -78,10 +82,12 @@ export function readHeatMetadata(doc: unknown): HeatItem[] {
   if (d.deployments === undefined) return [];
   if (!Array.isArray(d.deployments)) throw bad('deployments', 'must be a list');
   const items = d.deployments.map((raw, i) => readItem(raw, `deployments.${i}`));
-  const seen = new Set<string>();
-  for (const [i, it] of items.entries()) {
-    if (seen.has(it.key)) throw bad(`deployments.${i}`, `deployment ${it.key} is listed twice`);
-    seen.add(it.key);
+  // two items of one key (a NO_SIGNAL resource and its replacement): told apart by their order
+  const seen = new Map<string, number>();
+  for (const it of items) {
+    const n = (seen.get(it.key) ?? 0) + 1;
+    seen.set(it.key, n);
+    if (n > 1) it.key = `${it.key}#${n}`;
   }
   return items;
 }
@@ -149,7 +155,13 @@ function readItem(raw: unknown, at: string): HeatItem {
     serverId: derived.deploy_server_id ?? '',
     stackId,
     resourceName,
-    key: `${stackId}/${resourceName}`,
+    key: signalUrl ? signalKey(signalUrl) : `${stackId}/${resourceName}`,
     signalUrl,
   };
+}
+
+/** A signal URL without its query (the TempURL's signature): the signal object's address. */
+function signalKey(url: string): string {
+  const q = url.indexOf('?');
+  return q < 0 ? url : url.slice(0, q);
 }

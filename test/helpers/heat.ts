@@ -78,6 +78,11 @@ export interface HeatOptions {
   caFile?: string;
   /** How long heat-all may take to answer (default HEAT_START_TIMEOUT_MS). */
   startTimeoutMs?: number;
+  /**
+   * The token the `openstack` CLI sends (`--os-auth-type admin_token --os-token`), which Heat
+   * passes on to the object store unchanged; default: none (`--os-auth-type none` sends `notused`).
+   */
+  token?: string;
 }
 
 export interface OpenstackResult {
@@ -99,7 +104,8 @@ export interface Heat {
   /** The end of heat-all's logs, for a failure message. */
   logTail(lines?: number): string;
   /**
-   * Runs the unmodified `openstack` CLI with `--os-auth-type none --os-endpoint <apiUrl>` and
+   * Runs the unmodified `openstack` CLI with `--os-auth-type none` (or `admin_token` with the
+   * token given) `--os-endpoint <apiUrl>` and
    * `args`, without blocking the event loop (an object store in this process must keep answering).
    */
   openstack(args: string[], timeoutMs?: number): Promise<OpenstackResult>;
@@ -210,7 +216,8 @@ export async function startHeat(opts: HeatOptions): Promise<Heat> {
   const runOpenstack = (args: string[], timeoutMs = OPENSTACK_TIMEOUT_MS): Promise<OpenstackResult> =>
     new Promise((resolve, reject) => {
       if (stopped) return reject(new Error('Heat is stopped'));
-      const c = spawn(openstack, ['--os-auth-type', 'none', '--os-endpoint', apiUrl, ...args], {
+      const auth = o.token ? ['--os-auth-type', 'admin_token', '--os-token', o.token] : ['--os-auth-type', 'none'];
+      const c = spawn(openstack, [...auth, '--os-endpoint', apiUrl, ...args], {
         cwd: dir,
         detached: true,
         stdio: ['ignore', 'pipe', 'pipe'],
