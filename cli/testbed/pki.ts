@@ -55,7 +55,7 @@ export interface TestbedPki {
   operator(): Cred;
   /** The CA certificate's SHA-256 (lowercase hex), what `herald agent enroll --ca-sha256` checks. */
   caSha256(): string;
-  /** Issues (or issues again) `role/name`, with the loopback SANs unless given. */
+  /** Issues (or issues again) `role/name`, with the loopback SANs unless given (an issuer has none). */
   issue(role: CertDir, name: string, o?: IssueOptions): Promise<IssueResult>;
 }
 
@@ -70,9 +70,7 @@ export async function makePki(dir: string, o: PkiOptions = {}): Promise<TestbedP
     ...(o.controllers ?? []).filter((n) => n !== FIRST_CONTROLLER).map((n) => pki.issue('controller', n)),
     ...(o.agents ?? []).map((n) => pki.issue('agent', n)),
   ]);
-  // an issuer has no SANs
-  for (const n of o.issuers ?? [])
-    await issueCert({ dir, role: 'issuer', name: n, ...(o.keyPem !== undefined ? { keyPem: o.keyPem } : {}) });
+  for (const n of o.issuers ?? []) await pki.issue('issuer', n);
   return pki;
 }
 
@@ -101,12 +99,13 @@ export function openPki(dir: string, keyPem?: string): TestbedPki {
         .digest('hex'),
     issue: (role, name, i = {}) => {
       const key = i.keyPem ?? keyPem;
+      // an issuer has no SANs
+      const sans = role === 'issuer' ? {} : { ip: i.ip ?? [...LOOPBACK_SANS.ip], dns: i.dns ?? [...LOOPBACK_SANS.dns] };
       return issueCert({
         dir,
         role,
         name,
-        ip: i.ip ?? [...LOOPBACK_SANS.ip],
-        dns: i.dns ?? [...LOOPBACK_SANS.dns],
+        ...sans,
         ...(i.notBefore !== undefined ? { notBefore: i.notBefore } : {}),
         ...(i.notAfter !== undefined ? { notAfter: i.notAfter } : {}),
         ...(key !== undefined ? { keyPem: key } : {}),
