@@ -5,7 +5,7 @@
  * endpoint (`announced()`), or for something the controller shows.
  */
 import fs from 'node:fs';
-import { spawnHerald, type HeraldProcess, type SpawnOptions } from './process.js';
+import { loggedPort, spawnHerald, type HeraldProcess, type SpawnOptions } from './process.js';
 import { waitFor } from './wait.js';
 
 /** How long an agent may take to listen or to have its endpoint accepted, unless told. */
@@ -90,18 +90,7 @@ export function startAgent(o: AgentOptions): TestbedAgent {
   };
 }
 
-/** The port in the first "agent started" line (pino JSON) of `text`, if it holds one. */
+/** The port in the last "agent started" line (pino JSON) of `text`, if it holds one. */
 export function startedPortIn(text: string): number | undefined {
-  for (const line of text.split('\n')) {
-    if (!line.includes('"agent started"')) continue;
-    try {
-      const { msg, listen } = JSON.parse(line) as { msg?: unknown; listen?: unknown };
-      if (msg !== 'agent started' || typeof listen !== 'string') continue;
-      const p = Number(listen.slice(listen.lastIndexOf(':') + 1));
-      if (Number.isInteger(p) && p > 0) return p;
-    } catch {
-      // a line cut off mid-write: read again at the next poll
-    }
-  }
-  return undefined;
+  return loggedPort(text, 'agent started');
 }

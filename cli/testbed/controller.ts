@@ -6,7 +6,7 @@
  * kernel gave when it was started on port 0 (no race for a port picked first).
  */
 import fs from 'node:fs';
-import { spawnHerald, type HeraldProcess, type SpawnOptions } from './process.js';
+import { loggedPort, spawnHerald, type HeraldProcess, type SpawnOptions } from './process.js';
 import { waitFor } from './wait.js';
 
 /** How long a controller may take to log that it listens, unless told. */
@@ -94,19 +94,7 @@ export async function startController(o: ControllerOptions): Promise<TestbedCont
 
 /** The port in the last "controller listening" line (pino JSON) of `text`, if it holds one. */
 export function listenedPortIn(text: string): number | undefined {
-  let port: number | undefined;
-  for (const line of text.split('\n')) {
-    if (!line.includes('"controller listening"')) continue;
-    try {
-      const { msg, listen } = JSON.parse(line) as { msg?: unknown; listen?: unknown };
-      if (msg !== 'controller listening' || typeof listen !== 'string') continue;
-      const p = Number(listen.slice(listen.lastIndexOf(':') + 1));
-      if (Number.isInteger(p) && p > 0) port = p; // the last such line: a log written to before holds older ones
-    } catch {
-      // a line cut off mid-write: read again at the next poll
-    }
-  }
-  return port;
+  return loggedPort(text, 'controller listening');
 }
 
 /** The port in a controller log file's last "controller listening" line, if it has logged one. */
