@@ -10,7 +10,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
-import { initPki, makeCertificate, newRsaKeyPem, type Pem } from '../certs/pki.js';
+import { makeCertificate, newRsaKeyPem, type Pem } from '../certs/pki.js';
+import { makePki } from '../cli/testbed/pki.js';
 import { pkiPaths } from '../certs/paths.js';
 import { say } from './util.js';
 
@@ -68,7 +69,7 @@ export async function benchPki(
   if (!fs.existsSync(p.caKey)) {
     fs.rmSync(dir, { recursive: true, force: true });
     fs.mkdirSync(path.dirname(dir), { recursive: true });
-    await initPki({ dir, trustDomain: TRUST_DOMAIN });
+    await makePki(dir, { trustDomain: TRUST_DOMAIN });
   }
   const sharedKeyPath = path.join(dir, 'agent-shared.key');
   if (!fs.existsSync(sharedKeyPath)) fs.writeFileSync(sharedKeyPath, newRsaKeyPem(), { mode: 0o600 });

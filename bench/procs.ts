@@ -1,22 +1,21 @@
 /**
- * Real Herald processes for the benchmark: `herald controller` and `herald agent`, started from
- * the same compiled tree as this benchmark (`dist/cli/main.js`, what `bin/herald` runs), with
- * their logs in the run directory. Every process started here is killed when the benchmark
- * exits (and, inside the benchmark's own PID namespace, by the kernel when it dies).
+ * Real Herald processes for the benchmark: `herald controller` and `herald agent`, started
+ * through the testbed (cli/testbed/) from the same compiled tree as this benchmark (`bin/herald`
+ * runs `dist/cli/main.js`), with their logs in the run directory. They are not leaders of process
+ * groups of their own: a signal reaches the process alone, as it did a process the benchmark
+ * forks. Every process started here is killed when the benchmark exits (and, inside the
+ * benchmark's own PID namespace, by the kernel when it dies).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { startAgent } from '../cli/testbed/agent.js';
+import { startController as startTestbedController } from '../cli/testbed/controller.js';
 import { OperatorClient } from './api-client.js';
 import type { BenchPki } from './pki-cache.js';
-import { descendantsOf, NO_HOOK_LAUNCHER_ENV, say, sleep, waitFor } from './util.js';
-import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
+import { descendantsOf, NO_HOOK_LAUNCHER_ENV, say, sleep } from './util.js';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-/** The CLI entry of this build: `dist/cli/main.js` beside `dist/bench/`. */
-export const HERALD_ENTRY = path.resolve(here, '..', 'cli', 'main.js');
+export { freeLowPort } from '../cli/testbed/ports.js';
 
 const live = new Set<ChildProcess>();
 export function killAll(): void {
@@ -49,19 +48,6 @@ export async function stopProc(c: ChildProcess, sig: NodeJS.Signals = 'SIGTERM',
   clearTimeout(t);
 }
 
-/** A TCP port below the ephemeral range that is free on 127.0.0.1 now. */
-export async function freeLowPort(from = 18443): Promise<number> {
-  for (let p = from; p < from + 2000; p++) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const s = net.createServer();
-      s.once('error', () => resolve(false));
-      s.listen(p, '127.0.0.1', () => s.close(() => resolve(true)));
-    });
-    if (ok) return p;
-  }
-  throw new Error('no free port below 20443');
-}
-
 export interface ControllerProc {
   proc: ChildProcess;
   pid: number;
@@ -91,21 +77,6 @@ export interface ControllerArgs {
 export async function startController(a: ControllerArgs): Promise<ControllerProc> {
   const db = a.db ?? path.join(a.dir, 'controller.db');
   const log = path.join(a.dir, `${a.label ?? 'controller'}.log`);
-  const fd = fs.openSync(log, 'a');
-  const args = [
-    HERALD_ENTRY,
-    'controller',
-    '--listen',
-    `127.0.0.1:${a.port}`,
-    '--pki',
-    a.pki.dir,
-    '--db',
-    db,
-    '--log-level',
-    a.logLevel ?? 'info',
-    ...(a.pushWorkers !== undefined ? ['--push-workers', String(a.pushWorkers)] : []),
-    ...(a.extra ?? []),
-  ];
   const spawnedAt = Date.now();
   // HERALD_BENCH_CONTROLLER_WRAP: a command the controller runs under, for diagnosis (e.g.
   // `heaptrack -o /tmp/ht`: where its native memory goes); words split on spaces
@@ -113,35 +84,37 @@ export async function startController(a: ControllerArgs): Promise<ControllerProc
   // HERALD_BENCH_CONTROLLER_NODE_ARGS: node flags added after Herald's own (a later V8 flag wins), for
   // experiments on the controller alone (its push workers inherit them), e.g. `--trace-gc`
   const extraNode = (process.env.HERALD_BENCH_CONTROLLER_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const argv = [process.execPath, ...HERALD_NODE_FLAGS, ...(a.nodeArgs ?? []), ...extraNode, ...args];
-  const proc = track(
-    spawn(wrap[0] ?? argv[0]!, [...wrap.slice(1), ...(wrap.length ? argv : argv.slice(1))], {
-      stdio: ['ignore', fd, fd],
-    }),
-  );
-  fs.closeSync(fd);
-  const op = new OperatorClient(a.pki.operator, '127.0.0.1', a.port, 64);
+  let proc: ChildProcess | undefined;
   try {
-    await waitFor(
-      'the controller to answer /healthz',
-      async () => {
-        if (proc.exitCode !== null) throw new Error(`controller exited ${proc.exitCode}; see ${log}`);
-        return (await op.request('GET', '/healthz', undefined, 2_000)).status === 200;
+    await startTestbedController({
+      label: a.label ?? 'controller',
+      pki: a.pki.dir,
+      db,
+      port: a.port,
+      pushWorkers: a.pushWorkers,
+      logLevel: a.logLevel,
+      args: a.extra,
+      logFile: log,
+      nodeArgs: [...(a.nodeArgs ?? []), ...extraNode],
+      wrap,
+      group: false,
+      timeoutMs: 60_000,
+      everyMs: 10,
+      onStart: (p) => {
+        proc = track(p.child);
       },
-      60_000,
-      10,
-    );
+    });
   } catch (err) {
     say(tail(log));
     throw err;
   }
   return {
-    proc,
-    pid: proc.pid!,
+    proc: proc!,
+    pid: proc!.pid!,
     port: a.port,
     url: `https://127.0.0.1:${a.port}`,
     db,
-    op,
+    op: new OperatorClient(a.pki.operator, '127.0.0.1', a.port, 64),
     log,
     spawnedAt,
     readyAt: Date.now(),
@@ -178,29 +151,19 @@ export interface AgentProcArgs {
 /** A real `herald agent` process. */
 export function startAgentProc(a: AgentProcArgs): ChildProcess {
   a.pki.ensureLayoutKey(a.node);
-  const fd = fs.openSync(a.logFile, 'a');
-  const args = [
-    HERALD_ENTRY,
-    'agent',
-    '--node',
-    a.node,
-    '--controller',
-    a.controllerUrl,
-    '--listen',
-    a.listen,
-    ...(a.advertise ? ['--advertise', a.advertise] : []),
-    '--pki',
-    a.pki.dir,
-    '--state-dir',
-    a.stateDir,
-    ...(a.extra ?? []),
-    ...(process.env[NO_HOOK_LAUNCHER_ENV] === '1' ? ['--no-hook-launcher'] : []),
-  ];
-  const c = track(
-    spawn(process.execPath, [...HERALD_NODE_FLAGS, ...(a.nodeArgs ?? []), ...args], { stdio: ['ignore', fd, fd] }),
-  );
-  fs.closeSync(fd);
-  return c;
+  const agent = startAgent({
+    node: a.node,
+    pki: a.pki.dir,
+    controllers: [a.controllerUrl],
+    listen: a.listen,
+    advertise: a.advertise,
+    stateDir: a.stateDir,
+    args: [...(a.extra ?? []), ...(process.env[NO_HOOK_LAUNCHER_ENV] === '1' ? ['--no-hook-launcher'] : [])],
+    logFile: a.logFile,
+    nodeArgs: a.nodeArgs,
+    group: false,
+  });
+  return track(agent.proc.child);
 }
 
 export function tail(file: string, lines = 15): string {

@@ -12,7 +12,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import postgres from 'postgres';
 import { pkiPaths } from '../certs/paths.js';
-import { issueCert } from '../certs/pki.js';
+import { openPki } from '../cli/testbed/pki.js';
 import type { ControllerView } from '../protocol/rest.js';
 import { metricSum } from './api-client.js';
 import { agentStateRoot, finishAndDeleteCluster, harnessProcsFor } from './fanout.js';
@@ -46,7 +46,7 @@ export async function ensureControllerCerts(pki: BenchPki, names: readonly strin
   const p = pkiPaths(pki.dir);
   for (const name of names) {
     if (fs.existsSync(p.cert('controller', name)) && fs.existsSync(p.controllerJwk(name))) continue;
-    await issueCert({ dir: pki.dir, role: 'controller', name, ip: ['127.0.0.1'], dns: ['localhost'] });
+    await openPki(pki.dir).issue('controller', name);
     say(`several controllers: issued controller/${name} (certificate and signing key)`);
   }
 }

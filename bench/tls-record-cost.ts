@@ -21,7 +21,7 @@ import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pkiPaths } from '../certs/paths.js';
-import { initPki, issueCert } from '../certs/pki.js';
+import { makePki } from '../cli/testbed/pki.js';
 import { HERALD_NODE_FLAGS } from '../protocol/node-flags.js';
 import { procSample, type ProcSample } from './util.js';
 
@@ -119,8 +119,7 @@ async function main(): Promise<void> {
   if (!(Number.isInteger(rounds) && rounds > 0)) throw new RangeError('--rounds: a positive whole number');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-tls-cost-'));
   try {
-    await initPki({ dir, trustDomain: 'herald.local' });
-    await issueCert({ dir, role: 'agent', name: 'bench-server', dns: ['localhost'], ip: ['127.0.0.1'] });
+    await makePki(dir, { trustDomain: 'herald.local', agents: ['bench-server'] });
     console.log(
       `${conns} TLS connections held by one process, ${rounds} round trips on each (${ASK_BYTES} B in, ${ANSWER_BYTES} B out)`,
     );

@@ -17,7 +17,9 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import { freePort, sleep, tail as logTail } from './demo/supervisor.js';
+import { freePort } from './testbed/ports.js';
+import { tail as logTail } from './testbed/process.js';
+import { sleep } from './testbed/wait.js';
 
 /** The one user `initdb` makes, trusted on 127.0.0.1 and the socket. */
 export const THROWAWAY_PG_USER = 'herald';

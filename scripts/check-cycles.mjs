@@ -178,6 +178,11 @@ const FOLDER_RULES = [
   },
   { from: 'cli/', deny: ['bench/', 'test/'], why: 'the product does not depend on its benchmarks or tests' },
   {
+    from: 'cli/testbed/',
+    deny: ['agent/', 'controller/', 'cli/demo/', 'cli/operator/'],
+    why: 'the testbed starts Herald through bin/herald as an operator would, and reaches inside no process',
+  },
+  {
     from: 'controller/model/',
     deny: [
       'controller/api/',

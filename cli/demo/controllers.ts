@@ -35,7 +35,8 @@ import { DemoFailure, DemoSupervisor, tail } from './supervisor.js';
 import { controllersTable } from '../operator/controllers.js';
 import { formatMs, table } from '../operator/format.js';
 import { watchRestart, type WatchEvent, type WatchResult } from '../operator/watch.js';
-import { startThrowawayPg, ThrowawayPgError, type ThrowawayPg } from '../throwaway-pg.js';
+import { TestbedError } from '../testbed/wait.js';
+import { ThrowawayPgError, type ThrowawayPg } from '../throwaway-pg.js';
 
 export type { ControllersDemoOptions } from './fleet-plan.js';
 
@@ -93,7 +94,7 @@ export async function runControllersDemo(o: ControllersDemoOptions): Promise<num
     await run.sup.stopAll(() =>
       run.nodes.flatMap((n) => [readPid(path.join(n.dir, 'service.pid')), n.servicePid, n.containerPid]),
     );
-    await run.pg?.stop();
+    await run.sup.bed.stop();
     if (run.ownDir) fs.rmSync(run.root, { recursive: true, force: true });
   };
   let interrupted = false;
@@ -133,7 +134,10 @@ export async function runControllersDemo(o: ControllersDemoOptions): Promise<num
   } catch (err) {
     if (interrupted) return new Promise<number>(() => undefined);
     const msg =
-      err instanceof DemoFailure || err instanceof HeraldError || err instanceof ThrowawayPgError
+      err instanceof DemoFailure ||
+      err instanceof HeraldError ||
+      err instanceof ThrowawayPgError ||
+      err instanceof TestbedError
         ? err.message
         : err instanceof Error
           ? (err.stack ?? err.message)
@@ -147,8 +151,8 @@ export async function runControllersDemo(o: ControllersDemoOptions): Promise<num
       return 1;
     }
     const killed = run.killed ? `controller-${run.killed.name}` : undefined;
-    for (const c of run.sup.children.filter((c) => c.exited && c.name !== killed))
-      process.stderr.write(`  ${c.name} exited; its log:\n${tail(c.log)}\n`);
+    for (const c of run.sup.children.filter((c) => c.hasExited() && c.name !== killed))
+      process.stderr.write(`  ${c.name} exited; its log:\n${tail(c.logFile)}\n`);
     await stop();
     return 1;
   } finally {
@@ -170,7 +174,6 @@ function release(run: FleetRun): void {
   for (const c of run.ctls) c.api.close();
   run.sup.release();
   for (const n of run.nodes) n.container.unref();
-  run.pg?.child.unref();
 }
 
 /** The database, PKI, controllers, agents (spread over the controllers) and a created cluster; returns its id. */
@@ -181,12 +184,11 @@ async function setUp(run: FleetRun): Promise<string> {
   );
   let db = run.plan.db;
   if (db === undefined) {
-    run.pg = await startThrowawayPg(run.plan.pgBin!, run.sup.env);
-    db = await run.pg.createDatabase(DEMO_DATABASE);
+    db = await run.sup.bed.startPg(run.plan.pgBin!, DEMO_DATABASE);
+    const pg = run.sup.bed.pg!;
+    run.pg = pg;
     run.db = db;
-    run.step(
-      `PostgreSQL: a throwaway server on 127.0.0.1:${run.pg.port} (data in ${run.pg.dir}), database ${DEMO_DATABASE}`,
-    );
+    run.step(`PostgreSQL: a throwaway server on 127.0.0.1:${pg.port} (data in ${pg.dir}), database ${DEMO_DATABASE}`);
   } else {
     run.db = db;
     run.step(`PostgreSQL: ${redact(db)}`);
@@ -208,7 +210,7 @@ async function setUp(run: FleetRun): Promise<string> {
     nodes: run.nodes,
     controllerUrls: run.ctls.map((c) => c.url),
   });
-  const watch = [...run.ctls.map((c) => c.child), ...agents];
+  const watch = [...run.ctls.map((c) => c.proc), ...agents];
   const view = await waitSpread(run.sup, run.ctls, {
     live: names.length,
     nodeCount: ids.length,

@@ -7,9 +7,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { initPki, issueCert } from '../../certs/pki.js';
 import type { ClusterView, ConfigView, ListEnvelope, NodeView } from '../../protocol/rest.js';
 import { clientFromOptions, type ApiClient } from '../operator/client.js';
+import { makePki as makeTestbedPki } from '../testbed/pki.js';
 import { HEALTH_SCRIPT, INSTALL_SCRIPT, UNINSTALL_SCRIPT } from './scripts.js';
 import { DemoFailure, isAlive, type Child, type DemoSupervisor } from './supervisor.js';
 
@@ -52,52 +52,26 @@ export function readPid(file: string): number | undefined {
   }
 }
 
-/** The CA, controller and operator (`initPki`), and one agent certificate per node. */
+/** The CA, controller and operator, and one agent certificate per node. */
 export async function makePki(pkiDir: string, ids: string[]): Promise<void> {
-  await initPki({ dir: pkiDir });
-  await Promise.all(
-    ids.map((id) => issueCert({ dir: pkiDir, role: 'agent', name: id, dns: ['localhost'], ip: ['127.0.0.1'] })),
-  );
+  await makeTestbedPki(pkiDir, { agents: ids });
 }
 
 export interface DemoController {
   url: string;
-  child: Child;
+  proc: Child;
   api: ApiClient;
 }
 
-/** The controller on the embedded SQLite, once it answers the API. */
+/** The controller on the embedded SQLite, once it listens (port 0: the kernel picks, the controller logs it). */
 export async function startController(
   sup: DemoSupervisor,
   root: string,
   pkiDir: string,
   timeoutMs: number,
 ): Promise<DemoController> {
-  // port 0: the kernel picks a free port and the controller logs it (no race for a port chosen first)
-  const child = sup.startHerald('controller', [
-    'controller',
-    '--listen',
-    '127.0.0.1:0',
-    '--pki',
-    pkiDir,
-    '--db',
-    path.join(root, 'controller.db'),
-    // the port is read from its info line (a HERALD_CONTROLLER_LOG_LEVEL of the user's must not hide it)
-    '--log-level',
-    'info',
-  ]);
-  const url = `https://127.0.0.1:${await sup.boundPort(child, timeoutMs)}`;
-  const api = clientFromOptions({ controller: url, pki: pkiDir }, sup.env);
-  await sup.waitFor(
-    'the controller to answer',
-    timeoutMs,
-    async () => {
-      await api.get('/v1/nodes');
-      return true;
-    },
-    [child],
-  );
-  return { url, child, api };
+  const c = await sup.bed.startController({ pki: pkiDir, db: path.join(root, 'controller.db'), timeoutMs });
+  return { url: c.url, proc: c.proc, api: clientFromOptions({ controller: c.url, pki: pkiDir }, sup.env) };
 }
 
 /** A node's volume (files the restart must not touch) and application container (a sleep). */
@@ -147,25 +121,17 @@ export async function startNodes(
   for (const id of o.ids) {
     const node = makeNode(sup, o.nodesDir, id);
     o.nodes.push(node);
-    agents.push(
-      sup.startHerald(`agent-${id}`, [
-        'agent',
-        '--node',
-        id,
-        '--controller',
-        (o.controllerUrls ?? [ctl.url]).join(','),
-        ...(o.controllerUrls ? ['--controller-id', '*'] : []),
-        // port 0: the agent announces the port it was given
-        '--listen',
-        '127.0.0.1:0',
-        '--pki',
-        o.pkiDir,
-        '--state-dir',
-        path.join(node.dir, 'agent-state'),
-        '--poll-interval',
-        '30s',
-      ]),
-    );
+    const agent = sup.bed.startAgent({
+      node: id,
+      pki: o.pkiDir,
+      // several controllers: every agent knows all of them (and accepts any)
+      controllers: o.controllerUrls ?? [ctl.url],
+      controllerId: o.controllerUrls ? '*' : undefined,
+      // port 0 (the default): the agent announces the port it was given
+      stateDir: path.join(node.dir, 'agent-state'),
+      pollInterval: '30s',
+    });
+    agents.push(agent.proc);
   }
   await sup.waitFor(
     'every agent to announce its endpoint',
@@ -175,7 +141,7 @@ export async function startNodes(
       const ready = new Set(body.items.filter((n) => n.endpoint).map((n) => n.id));
       return o.ids.every((id) => ready.has(id)) ? true : undefined;
     },
-    [ctl.child, ...agents],
+    [ctl.proc, ...agents],
   );
   return agents;
 }

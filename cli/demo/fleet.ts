@@ -5,12 +5,12 @@
  * owns the most nodes, and the watch of its nodes being taken over and pinged by their new
  * owners. The processes go through the demo's supervisor like every other.
  */
-import { initPki, issueCert } from '../../certs/pki.js';
 import { ownerOf } from '../../controller/fleet/rendezvous.js';
 import type { ControllerView, ListEnvelope, NodeView } from '../../protocol/rest.js';
 import type { DemoController } from './fixtures.js';
 import { DemoFailure, sleep, type Child, type DemoSupervisor } from './supervisor.js';
 import { clientFromOptions } from '../operator/client.js';
+import { makePki } from '../testbed/pki.js';
 
 /** How often the takeover watch asks the survivors. */
 const TAKEOVER_POLL_MS = 100;
@@ -24,57 +24,28 @@ export interface FleetController extends DemoController {
   name: string;
 }
 
-/** The CA and operator (`initPki`), a certificate and signing key per controller, one certificate per node. */
+/** The CA and operator, a certificate and signing key per controller, one certificate per node. */
 export async function makeFleetPki(pkiDir: string, controllers: string[], ids: string[]): Promise<void> {
-  await initPki({ dir: pkiDir });
-  const local = { dns: ['localhost'], ip: ['127.0.0.1'] };
-  await Promise.all([
-    ...controllers.map((name) => issueCert({ dir: pkiDir, role: 'controller', name, ...local })),
-    ...ids.map((name) => issueCert({ dir: pkiDir, role: 'agent', name, ...local })),
-  ]);
+  await makePki(pkiDir, { controllers, agents: ids });
 }
 
-/** Starts one controller per name on `db`, all at once; resolves when every one answers its API. */
+/**
+ * Starts one controller per name on `db`, all at once (each on port 0: the kernel picks, the
+ * controller logs it); resolves when every one listens.
+ */
 export async function startControllers(
   sup: DemoSupervisor,
   o: { pkiDir: string; db: string; names: string[]; timeoutMs: number },
 ): Promise<FleetController[]> {
-  const started: FleetController[] = [];
-  const children = o.names.map((name) =>
-    // port 0: the kernel picks a free port and the controller logs it (no race for a port chosen first)
-    sup.startHerald(`controller-${name}`, [
-      'controller',
-      '--name',
-      name,
-      '--listen',
-      '127.0.0.1:0',
-      '--pki',
-      o.pkiDir,
-      '--db',
-      o.db,
-      // the port is read from its info line (a HERALD_CONTROLLER_LOG_LEVEL of the user's must not hide it)
-      '--log-level',
-      'info',
-    ]),
+  const started = await Promise.all(
+    o.names.map((name) => sup.bed.startController({ name, pki: o.pkiDir, db: o.db, timeoutMs: o.timeoutMs })),
   );
-  for (const [i, name] of o.names.entries()) {
-    const child = children[i]!;
-    const url = `https://127.0.0.1:${await sup.boundPort(child, o.timeoutMs)}`;
-    const api = clientFromOptions({ controller: url, pki: o.pkiDir, controllerId: name }, sup.env);
-    started.push({ name, url, child, api });
-  }
-  const all = started.map((c) => c.child);
-  for (const c of started)
-    await sup.waitFor(
-      `controller ${c.name} to answer`,
-      o.timeoutMs,
-      async () => {
-        await c.api.get('/v1/nodes');
-        return true;
-      },
-      all,
-    );
-  return started;
+  return started.map((c) => ({
+    name: c.name,
+    url: c.url,
+    proc: c.proc,
+    api: clientFromOptions({ controller: c.url, pki: o.pkiDir, controllerId: c.name }, sup.env),
+  }));
 }
 
 /** `GET /v1/controllers` from the first of `ctls` that answers. */
@@ -157,13 +128,11 @@ export interface Takeover {
 
 /** SIGKILLs `victim`'s process group: `kill -9` of the controller and whatever it started. */
 export function kill9(victim: FleetController): number {
-  const pid = victim.child.proc.pid;
+  const pid = victim.proc.child.pid;
   if (pid === undefined) throw new DemoFailure(`controller ${victim.name} has no pid`);
-  try {
-    process.kill(-pid, 'SIGKILL');
-  } catch {
+  if (victim.proc.hasExited())
     throw new DemoFailure(`controller ${victim.name} (pid ${pid}) was not running when it was to be killed`);
-  }
+  victim.proc.signal('SIGKILL');
   return pid;
 }
 

@@ -83,7 +83,7 @@ export function writeStopScript(
   extra: { groups?: number[]; dirs?: string[] } = {},
 ): string {
   const file = path.join(root, 'stop.sh');
-  const groups = [...children.map((c) => c.proc.pid).filter((p): p is number => !!p), ...(extra.groups ?? [])];
+  const groups = [...children.map((c) => c.child.pid).filter((p): p is number => !!p), ...(extra.groups ?? [])];
   const lines = [
     '#!/bin/sh',
     '# stops what `herald demo --keep` left running',

@@ -26,6 +26,7 @@ import {
 import { keepRunning, timelineLines, wakeTable, writeStopScript } from './report.js';
 import { DemoFailure, DemoSupervisor, tail } from './supervisor.js';
 import { formatMs, parseDuration, parsePositiveInt, table } from '../operator/format.js';
+import { TestbedError } from '../testbed/wait.js';
 import { watchRestart, type WatchEvent } from '../operator/watch.js';
 
 export { timelineLines } from './report.js';
@@ -156,7 +157,7 @@ async function setUp(run: Run): Promise<string> {
     nodesDir: run.nodesDir,
     nodes: run.nodes,
     timeoutMs: run.stepTimeoutMs,
-    watch: [ctl.child, ...agents],
+    watch: [ctl.proc, ...agents],
   });
   run.step(
     `cluster ${clusterId} CREATE_COMPLETE in ${formatMs(Date.now() - createStart)}: the service runs on every node`,
@@ -235,7 +236,7 @@ function release(run: Run): void {
 /** One line for the failure; then either `--keep`'s stop script or the logs of what died, and a stop. */
 async function reportFailure(run: Run, err: unknown, keep: boolean, stop: () => Promise<void>): Promise<void> {
   const msg =
-    err instanceof DemoFailure || err instanceof HeraldError
+    err instanceof DemoFailure || err instanceof HeraldError || err instanceof TestbedError
       ? err.message
       : err instanceof Error
         ? (err.stack ?? err.message)
@@ -249,8 +250,8 @@ async function reportFailure(run: Run, err: unknown, keep: boolean, stop: () => 
     release(run);
     return;
   }
-  for (const c of run.sup.children.filter((c) => c.exited))
-    process.stderr.write(`  ${c.name} exited; its log:\n${tail(c.log)}\n`);
+  for (const c of run.sup.children.filter((c) => c.hasExited()))
+    process.stderr.write(`  ${c.name} exited; its log:\n${tail(c.logFile)}\n`);
   await stop();
 }
 

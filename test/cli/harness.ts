@@ -1,18 +1,22 @@
 /**
- * Real processes for the CLI tests: a PKI made by certs/, `bin/herald controller` and
- * `bin/herald agent` children on 127.0.0.1, and the CLI run as a child process. Needs `npm run
- * build` (bin/herald runs dist/).
+ * Real processes for the CLI tests, through the testbed (cli/testbed/): a PKI made by certs/,
+ * `bin/herald controller` and `bin/herald agent` children on 127.0.0.1, and the CLI run as a
+ * child process. Needs `npm run build` (bin/herald runs dist/).
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { initPki, issueCert } from '../../certs/pki.js';
 import { clientFromOptions, type ApiClient } from '../../cli/operator/client.js';
+import { startAgent as startTestbedAgent } from '../../cli/testbed/agent.js';
+import { startController as startTestbedController } from '../../cli/testbed/controller.js';
+import { makePki as makeTestbedPki } from '../../cli/testbed/pki.js';
+import { freePort } from '../../cli/testbed/ports.js';
+import { heraldBin, type HeraldProcess } from '../../cli/testbed/process.js';
 
-export const HERALD_BIN = fileURLToPath(new URL('../../bin/herald', import.meta.url));
+export { freePort };
+
+export const HERALD_BIN = heraldBin();
 
 export const TEST_ENV = { ...process.env, HERALD_NO_CA_WARNING: '1', NO_COLOR: '1' };
 
@@ -20,24 +24,8 @@ export function tempDir(prefix: string): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      s.close(() => (a && typeof a === 'object' ? resolve(a.port) : reject(new Error('no port'))));
-    });
-  });
-}
-
 export async function makePki(dir: string, agents: string[] = []): Promise<string> {
-  const pki = path.join(dir, 'pki');
-  await initPki({ dir: pki });
-  await Promise.all(
-    agents.map((name) => issueCert({ dir: pki, role: 'agent', name, dns: ['localhost'], ip: ['127.0.0.1'] })),
-  );
-  return pki;
+  return (await makeTestbedPki(path.join(dir, 'pki'), { agents })).dir;
 }
 
 export interface Proc {
@@ -46,37 +34,13 @@ export interface Proc {
   stop(): Promise<void>;
 }
 
-function startHerald(name: string, dir: string, args: string[]): Proc {
-  const log = path.join(dir, `${name}.log`);
-  const fd = fs.openSync(log, 'a');
-  const proc = spawn(process.execPath, [HERALD_BIN, ...args], {
-    stdio: ['ignore', fd, fd],
-    env: TEST_ENV,
-    detached: true,
-  });
-  fs.closeSync(fd);
-  let exited = false;
-  proc.on('exit', () => (exited = true));
+/** SIGTERM to its group, SIGKILL after 3 s. */
+function procOf(p: HeraldProcess): Proc {
   return {
-    proc,
-    log,
+    proc: p.child,
+    log: p.logFile,
     async stop() {
-      if (exited || proc.pid === undefined) return;
-      const gone = new Promise<void>((r) => proc.once('exit', () => r()));
-      try {
-        process.kill(-proc.pid, 'SIGTERM');
-      } catch {
-        return;
-      }
-      const t = setTimeout(() => {
-        try {
-          process.kill(-proc.pid!, 'SIGKILL');
-        } catch {
-          // gone
-        }
-      }, 3_000);
-      await gone;
-      clearTimeout(t);
+      await p.stop('SIGTERM', 3_000);
     },
   };
 }
@@ -87,35 +51,18 @@ export interface Controller extends Proc {
 }
 
 export async function startController(dir: string, pki: string): Promise<Controller> {
-  const port = await freePort();
-  const url = `https://127.0.0.1:${port}`;
-  const p = startHerald('controller', dir, [
-    'controller',
-    '--listen',
-    `127.0.0.1:${port}`,
-    '--pki',
+  const c = await startTestbedController({
     pki,
-    '--db',
-    path.join(dir, 'controller.db'),
-  ]);
-  const client = clientFromOptions({ controller: url, pki }, TEST_ENV);
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    try {
-      await client.get('/v1/nodes');
-      break;
-    } catch (err) {
-      if (p.proc.exitCode !== null || Date.now() > deadline) {
-        client.close();
-        await p.stop();
-        throw new Error(`controller did not start: ${(err as Error).message}\n${fs.readFileSync(p.log, 'utf8')}`);
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
+    db: path.join(dir, 'controller.db'),
+    logFile: path.join(dir, 'controller.log'),
+    env: TEST_ENV,
+    timeoutMs: 20_000,
+  });
+  const client = clientFromOptions({ controller: c.url, pki }, TEST_ENV);
+  const p = procOf(c.proc);
   return {
     ...p,
-    url,
+    url: c.url,
     client,
     async stop() {
       client.close();
@@ -125,22 +72,17 @@ export async function startController(dir: string, pki: string): Promise<Control
 }
 
 export async function startAgent(dir: string, pki: string, node: string, controllerUrl: string): Promise<Proc> {
-  const port = await freePort();
-  return startHerald(`agent-${node}`, dir, [
-    'agent',
-    '--node',
+  const a = startTestbedAgent({
     node,
-    '--controller',
-    controllerUrl,
-    '--listen',
-    `127.0.0.1:${port}`,
-    '--pki',
     pki,
-    '--state-dir',
-    path.join(dir, 'state', node),
-    '--poll-interval',
-    '30s',
-  ]);
+    controllers: [controllerUrl],
+    listen: `127.0.0.1:${await freePort()}`,
+    stateDir: path.join(dir, 'state', node),
+    pollInterval: '30s',
+    logFile: path.join(dir, `agent-${node}.log`),
+    env: TEST_ENV,
+  });
+  return procOf(a.proc);
 }
 
 /** Waits until every node has announced an endpoint. */

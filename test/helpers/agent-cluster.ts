@@ -1,23 +1,11 @@
 /**
  * A controller and agents as separate `bin/herald` processes on 127.0.0.1, with a PKI made by
- * `bin/herald certs`, for the end-to-end suites.
+ * certs/, for the end-to-end suites: a testbed (cli/testbed/) whose processes `killAll()` stops.
  */
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import {
-  api,
-  credOf,
-  freePort,
-  hasExited,
-  heraldSync,
-  startHerald,
-  stopProc,
-  waitFor,
-  type ApiResponse,
-  type Cred,
-  type Proc,
-} from './procs.js';
+import { Testbed } from '../../cli/testbed/testbed.js';
+import { api, freePort, REPO, stopProc, track, waitFor, type ApiResponse, type Cred, type Proc } from './procs.js';
 
 export interface Cluster {
   work: string;
@@ -49,45 +37,23 @@ export interface AgentProc {
   cred: Cred;
 }
 
-function assertAlive(p: Proc): true {
-  if (hasExited(p))
-    throw new Error(
-      `${p.name} exited early (${p.child.exitCode ?? p.child.signalCode}):\n${p.log().split('\n').slice(-20).join('\n')}`,
-    );
-  return true;
-}
-
 /** `controllerArgs`: more `herald controller` options (`--push-workers 0`, ...). */
 export async function makeCluster(nodes: string[], o: { controllerArgs?: string[] } = {}): Promise<Cluster> {
-  const work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-e2e-'));
-  const pki = path.join(work, 'pki');
-  const init = heraldSync(['certs', 'init', '--dir', pki]);
-  if (init.code !== 0) throw new Error(`certs init: ${init.err}`);
-  for (const n of nodes) {
-    const r = heraldSync(['certs', 'issue', 'agent', n, '--dir', pki, '--ip', '127.0.0.1', '--dns', 'localhost']);
-    if (r.code !== 0) throw new Error(`certs issue ${n}: ${r.err}`);
-  }
-  const op = credOf(pki, 'operator', 'admin');
+  const bed = new Testbed({ prefix: 'herald-e2e-', cwd: REPO, keep: true, onSpawn: track });
+  const work = bed.dir;
+  const pki = await bed.makePki({ agents: nodes });
+  const op = pki.operator();
   const db = path.join(work, 'herald.db');
   let port = 0;
   let n = 0;
 
   const startController = async (): Promise<ControllerProc> => {
+    // a port of its own, kept across restarts (the agents know it)
     if (port === 0) port = await freePort();
-    const proc = startHerald(
-      `controller-${n++}`,
-      ['controller', '--listen', `127.0.0.1:${port}`, '--pki', pki, '--db', db, ...(o.controllerArgs ?? [])],
-      work,
-    );
-    await waitFor(
-      'controller /healthz',
-      async () => assertAlive(proc) && (await api(port, op, 'GET', '/healthz')).status === 200,
-      20_000,
-      50,
-    );
-    const c = { port, proc, db };
-    cluster.ctl = c;
-    return c;
+    const c = await bed.startController({ label: `controller-${n++}`, port, db, args: o.controllerArgs });
+    const ctl = { port, proc: c.proc, db };
+    cluster.ctl = ctl;
+    return ctl;
   };
 
   const startAgent = async (
@@ -96,53 +62,38 @@ export async function makeCluster(nodes: string[], o: { controllerArgs?: string[
     o: { stateDir?: string; port?: number; name?: string } = {},
   ): Promise<AgentProc> => {
     const aport = o.port ?? (await freePort());
-    const state = o.stateDir ?? path.join(work, `state-${node}`);
-    const hooks = path.join(work, `hooks-${node}`);
-    fs.mkdirSync(hooks, { recursive: true, mode: 0o755 });
-    const args = [
-      'agent',
-      '--node',
+    const a = bed.startAgent({
       node,
-      '--controller',
-      `https://127.0.0.1:${cluster.ctl.port}`,
-      '--listen',
-      `127.0.0.1:${aport}`,
-      '--pki',
-      pki,
-      '--state-dir',
-      state,
-      '--hooks-dir',
-      hooks,
-      ...extra,
-    ];
-    const proc = startHerald(o.name ?? `agent-${node}-${n++}`, args, work);
-    await waitFor(
-      `agent ${node} to announce its endpoint`,
-      async () => {
-        assertAlive(proc);
-        const r = await api(cluster.ctl.port, op, 'GET', `/v1/nodes/${node}`);
-        // and the agent says its announcement is over: a retried announcement landing later
-        // would undo an endpoint a test sets next
-        return (
-          r.status === 200 &&
-          JSON.stringify(r.json ?? {}).includes(`:${aport}/`) &&
-          proc.log().includes('"endpoint announced"')
-        );
-      },
-      20_000,
-      50,
-    );
-    return { node, port: aport, proc, state, hooks, args, cred: credOf(pki, 'agent', node) };
+      label: o.name ?? `agent-${node}-${n++}`,
+      controllers: [`https://127.0.0.1:${cluster.ctl.port}`],
+      listen: `127.0.0.1:${aport}`,
+      stateDir: o.stateDir ?? path.join(work, `state-${node}`),
+      hooksDir: path.join(work, `hooks-${node}`),
+      args: extra,
+    });
+    // the agent says its announcement is over: a retried announcement landing later would undo
+    // an endpoint a test sets next
+    await a.announced(20_000);
+    return {
+      node,
+      port: aport,
+      proc: a.proc,
+      state: a.stateDir,
+      hooks: a.hooksDir!,
+      args: [...a.args],
+      cred: pki.cred('agent', node),
+    };
   };
 
   const cluster: Cluster = {
     work,
-    pki,
+    pki: pki.dir,
     op,
     ctl: undefined as unknown as ControllerProc,
     startController,
     startAgent,
     cleanup: () => {
+      // the processes are killAll()'s; a test keeps the directory with KEEP=1
       if (!process.env.KEEP) fs.rmSync(work, { recursive: true, force: true });
     },
   };

@@ -1,5 +1,6 @@
 /**
- * A real PKI in a temp dir for the agent's listener and fetcher tests: the CA, the signing key,
+ * A real PKI in a temp dir for the agent's listener and fetcher tests (made by
+ * cli/testbed/pki.ts): the CA, the signing key,
  * `controller/controller`, `operator/admin`, agents `n1` and `n2`, two more controllers, and a
  * certificate from a foreign CA. Made once per test file (RSA keys take a while); one key pair
  * is reused for the extra certificates.
@@ -8,8 +9,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pino, type Logger } from 'pino';
-import { initPki, issueCert, makeCa, makeCertificate, newRsaKeyPem, type Pem } from '../../certs/pki.js';
-import { materialPaths, pkiPaths } from '../../certs/paths.js';
+import { makeCa, makeCertificate, newRsaKeyPem, type Pem } from '../../certs/pki.js';
+import { materialPaths } from '../../certs/paths.js';
+import { makePki } from '../../cli/testbed/pki.js';
 import { PkiMaterial } from '../../certs/tls.js';
 import { spiffeIdOf } from '../../protocol/identity.js';
 import { Signer, type Ed25519PrivateJwk } from '../../protocol/jws.js';
@@ -38,13 +40,8 @@ export interface AgentTestPki {
 
 export async function makeAgentTestPki(): Promise<AgentTestPki> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-agent-pki-'));
-  await initPki({ dir });
   const keyPem = newRsaKeyPem();
-  for (const n of ['n1', 'n2'])
-    await issueCert({ dir, role: 'agent', name: n, ip: ['127.0.0.1'], dns: ['localhost'], keyPem });
-  for (const n of ['c2', 'c3'])
-    await issueCert({ dir, role: 'controller', name: n, ip: ['127.0.0.1'], dns: ['localhost'], keyPem });
-  const p = pkiPaths(dir);
+  const p = (await makePki(dir, { agents: ['n1', 'n2'], controllers: ['c2', 'c3'], keyPem })).paths;
   const ca = fs.readFileSync(p.caCrt);
   const caPem: Pem = { cert: ca.toString(), key: fs.readFileSync(p.caKey, 'utf8') };
   const foreignCa = makeCa({ keyPem });

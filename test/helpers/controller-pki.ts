@@ -1,5 +1,5 @@
 /**
- * A real PKI in a temp dir for the controller's tests: the CA, signing key, `controller/controller`,
+ * A real PKI in a temp dir for the controller's tests (made by cli/testbed/pki.ts): the CA, signing key, `controller/controller`,
  * `operator/admin`, agents n1 and n2 (SANs 127.0.0.1 and localhost), n3 (DNS n3.example only),
  * plus an operator certificate from a foreign CA and a self-signed one that forges the operator
  * URI. One RSA key is reused for the extra certificates (key generation is the slow part).
@@ -7,8 +7,8 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { initPki, issueCert, makeCa, makeCertificate, newRsaKeyPem } from '../../certs/pki.js';
-import { pkiPaths } from '../../certs/paths.js';
+import { makeCa, makeCertificate, newRsaKeyPem } from '../../certs/pki.js';
+import { makePki } from '../../cli/testbed/pki.js';
 import { spiffeIdOf } from '../../protocol/identity.js';
 import { KeySet, type Ed25519PrivateJwk } from '../../protocol/jws.js';
 
@@ -40,12 +40,10 @@ export interface ControllerTestPki {
 
 export async function makeControllerTestPki(): Promise<ControllerTestPki> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-ctl-pki-'));
-  await initPki({ dir });
   const keyPem = newRsaKeyPem();
-  for (const n of ['n1', 'n2'])
-    await issueCert({ dir, role: 'agent', name: n, ip: ['127.0.0.1'], dns: ['localhost'], keyPem });
-  await issueCert({ dir, role: 'agent', name: 'n3', dns: ['n3.example'], keyPem });
-  const p = pkiPaths(dir);
+  const made = await makePki(dir, { agents: ['n1', 'n2'], keyPem });
+  await made.issue('agent', 'n3', { dns: ['n3.example'], ip: [] });
+  const p = made.paths;
   const ca = fs.readFileSync(p.caCrt);
   const foreignCa = makeCa({ keyPem });
   const foreign = makeCertificate({
@@ -77,13 +75,9 @@ export async function makeControllerTestPki(): Promise<ControllerTestPki> {
     forgedOperator: { ca, cert: Buffer.from(forged.cert), key: Buffer.from(forged.key) },
     spiffe: (role, name) => spiffeIdOf(TD, role, name),
     issueAgent: async (name, sans) => {
-      await issueCert({
-        dir,
-        role: 'agent',
-        name,
-        ip: sans?.ip ?? ['127.0.0.1'],
-        dns: sans?.dns ?? ['localhost'],
-        keyPem,
+      await made.issue('agent', name, {
+        ...(sans?.ip ? { ip: sans.ip } : {}),
+        ...(sans?.dns ? { dns: sans.dns } : {}),
       });
       return cred('agent', name);
     },

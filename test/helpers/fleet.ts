@@ -1,25 +1,15 @@
 /**
  * Several controllers on one throwaway PostgreSQL, and agents that know all of them, as
- * separate `bin/herald` processes on 127.0.0.1 (docs/several-controllers.md): the PKI made by `bin/herald certs`
- * (each controller with its own certificate and signing key), each controller optionally
+ * separate `bin/herald` processes on 127.0.0.1 (docs/several-controllers.md), through the testbed
+ * (cli/testbed/): the PKI made by certs/ (each controller with its own certificate and signing
+ * key), each controller optionally
  * reaching the database through a TCP proxy the test can stop ("cut from the database").
  */
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
+import { Testbed } from '../../cli/testbed/testbed.js';
 import { startPg, type PgServer } from './pg.js';
-import {
-  api,
-  credOf,
-  freePort,
-  hasExited,
-  heraldSync,
-  startHerald,
-  stopProc,
-  waitFor,
-  type Cred,
-  type Proc,
-} from './procs.js';
+import { api, freePort, hasExited, REPO, stopProc, track, waitFor, type Cred, type Proc } from './procs.js';
 import { TcpProxy } from './tcp-proxy.js';
 
 export interface FleetController {
@@ -61,22 +51,16 @@ export const nodeNames = (n: number): string[] =>
 
 /** A PKI with `controllers` and `nodes`, a fresh database on a new PostgreSQL; nothing started yet. */
 export async function makeFleet(controllers: string[], nodes: string[]): Promise<TestFleet> {
-  const work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-fleet-'));
-  const pki = path.join(work, 'pki');
-  const must = (args: string[]) => {
-    const r = heraldSync(args);
-    if (r.code !== 0) throw new Error(`herald ${args.join(' ')}: ${r.err}`);
-  };
-  must(['certs', 'init', '--dir', pki]);
-  for (const c of controllers)
-    must(['certs', 'issue', 'controller', c, '--dir', pki, '--ip', '127.0.0.1', '--dns', 'localhost']);
-  for (const n of nodes) must(['certs', 'issue', 'agent', n, '--dir', pki, '--ip', '127.0.0.1', '--dns', 'localhost']);
-  const op = credOf(pki, 'operator', 'admin');
+  const bed = new Testbed({ prefix: 'herald-fleet-', cwd: REPO, keep: true, onSpawn: track });
+  const work = bed.dir;
+  const made = await bed.makePki({ controllers, agents: nodes });
+  const pki = made.dir;
+  const op = made.operator();
   const pg = await startPg();
   const db = await pg.createDatabase();
   const ports = new Map<string, number>();
   for (const c of controllers) ports.set(c, await freePort());
-  const urls = () => controllers.map((c) => `https://127.0.0.1:${ports.get(c)}`).join(',');
+  const urls = () => controllers.map((c) => `https://127.0.0.1:${ports.get(c)}`);
   let n = 0;
 
   const fleet: TestFleet = {
@@ -97,20 +81,7 @@ export async function makeFleet(controllers: string[], nodes: string[]): Promise
         u.port = String(proxy.port);
         url = u.toString();
       }
-      const proc = startHerald(
-        `${name}-${n++}`,
-        ['controller', '--name', name, '--listen', `127.0.0.1:${port}`, '--pki', pki, '--db', url],
-        work,
-      );
-      await waitFor(
-        `controller ${name} /healthz`,
-        async () => {
-          if (hasExited(proc)) throw new Error(`${name} exited: ${proc.log().split('\n').slice(-15).join('\n')}`);
-          return (await api(port, op, 'GET', '/healthz')).status === 200;
-        },
-        20_000,
-        50,
-      );
+      const { proc } = await bed.startController({ label: `${name}-${n++}`, name, port, db: url, timeoutMs: 20_000 });
       const c = { name, port, proc, proxy, url: `https://127.0.0.1:${port}` };
       fleet.controllers.set(name, c);
       return c;
@@ -119,28 +90,15 @@ export async function makeFleet(controllers: string[], nodes: string[]): Promise
       const spawnAgent = async (node: string): Promise<FleetAgent> => {
         const port = await freePort();
         const hooks = path.join(work, `hooks-${node}`);
-        fs.mkdirSync(hooks, { recursive: true, mode: 0o755 });
-        const proc = startHerald(
-          `agent-${node}-${n++}`,
-          [
-            'agent',
-            '--node',
-            node,
-            '--controller',
-            urls(),
-            '--controller-id',
-            '*',
-            '--listen',
-            `127.0.0.1:${port}`,
-            '--pki',
-            pki,
-            '--state-dir',
-            path.join(work, `state-${node}`),
-            '--hooks-dir',
-            hooks,
-          ],
-          work,
-        );
+        const { proc } = bed.startAgent({
+          node,
+          label: `agent-${node}-${n++}`,
+          controllers: urls(),
+          controllerId: '*',
+          listen: `127.0.0.1:${port}`,
+          stateDir: path.join(work, `state-${node}`),
+          hooksDir: hooks,
+        });
         const a = { node, port, proc, hooks };
         fleet.agents.set(node, a);
         return a;

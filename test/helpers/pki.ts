@@ -1,5 +1,6 @@
 /**
- * A real PKI in a temporary directory for tests, made by calling certs/ directly, plus the bad
+ * A real PKI in a temporary directory for tests, made by the testbed (cli/testbed/pki.ts, which
+ * calls certs/), plus the bad
  * certificates Herald must refuse: expired, not yet valid, from a foreign CA, self-signed with a
  * forged SPIFFE id, revoked, and of a role whose EKUs do not fit.
  *
@@ -11,9 +12,9 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { initPki, issueCert, makeCa, makeCertificate, newRsaKeyPem, revoke, type Pem } from '../../certs/pki.js';
-import { readTrustDomain } from '../../certs/trust-domain.js';
-import { pkiPaths, materialPaths, type PkiPaths } from '../../certs/paths.js';
+import { makeCa, makeCertificate, newRsaKeyPem, revoke, type Pem } from '../../certs/pki.js';
+import { materialPaths, type PkiPaths } from '../../certs/paths.js';
+import { makePki, openPki } from '../../cli/testbed/pki.js';
 import { PkiMaterial, type Logger, type PkiMaterialOptions } from '../../certs/tls.js';
 import { spiffeIdOf, type Role } from '../../protocol/identity.js';
 
@@ -65,11 +66,10 @@ export async function makeTestPki(
   opts: { agents?: string[]; trustDomain?: string; dir?: string; existing?: boolean } = {},
 ): Promise<TestPki> {
   const dir = opts.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pki-'));
-  const trustDomain = opts.existing ? readTrustDomain(dir) : (opts.trustDomain ?? 'herald.local');
-  if (!opts.existing) await initPki({ dir, trustDomain });
-  const paths = pkiPaths(dir);
-  for (const n of opts.agents ?? [])
-    await issueCert({ dir, role: 'agent', name: n, ip: ['127.0.0.1'], dns: ['localhost'] });
+  const layout = opts.existing ? openPki(dir) : await makePki(dir, { trustDomain: opts.trustDomain ?? 'herald.local' });
+  const trustDomain = layout.trustDomain;
+  const paths = layout.paths;
+  for (const n of opts.agents ?? []) await layout.issue('agent', n);
   const ca: Pem = { cert: fs.readFileSync(paths.caCrt, 'utf8'), key: fs.readFileSync(paths.caKey, 'utf8') };
   const caBuf = Buffer.from(ca.cert);
   const materials: PkiMaterial[] = [];
@@ -92,18 +92,14 @@ export async function makeTestPki(
     trustDomain,
     paths,
     ca,
-    cred: (role, name) => ({
-      ca: caBuf,
-      cert: fs.readFileSync(paths.cert(role, name)),
-      key: fs.readFileSync(paths.key(role, name)),
-    }),
+    cred: (role, name) => layout.cred(role, name),
     async issue(role, name, o = {}) {
-      const r = await issueCert({ dir, role, name, ip: ['127.0.0.1'], dns: ['localhost'], ...o });
+      const r = await layout.issue(role, name, o);
       return files(r.certPath, r.keyPath, r.serial);
     },
     async bad(kind, role, name) {
       if (kind === 'revoked') {
-        const r = await issueCert({ dir, role, name, ip: ['127.0.0.1'], dns: ['localhost'] });
+        const r = await layout.issue(role, name);
         await revoke({ dir, target: `${role}/${name}` });
         return files(r.certPath, r.keyPath, r.serial);
       }

@@ -1,70 +1,65 @@
 /**
- * Real processes for integration tests: `bin/herald` started detached (its own process group,
- * so a kill reaches everything it started in that group), logs in a work dir, a small HTTPS
- * client with a certificate, and waiting for conditions instead of sleeping.
+ * Real processes for integration tests, through the testbed (cli/testbed/): `bin/herald` started
+ * detached (its own process group, so a kill reaches everything it started in that group), logs
+ * in a work dir, a small HTTPS client with a certificate, and waiting for conditions instead of
+ * sleeping. Every process started through here (or a testbed given `onSpawn: track`) is
+ * SIGKILLed by `killAll()`.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import https from 'node:https';
-import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '../../cli/testbed/ports.js';
+import { heraldBin, spawnHerald, type HeraldProcess } from '../../cli/testbed/process.js';
+import { waitFor as waitUntil } from '../../cli/testbed/wait.js';
 import { isLiveState, parseProcStat, type ProcStat } from '../../protocol/proc-stat.js';
-import { HERALD_NODE_FLAGS } from '../../protocol/node-flags.js';
+
+export { freePort };
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-export const HERALD = path.join(REPO, 'bin', 'herald');
+export const HERALD = heraldBin();
 
 /** Is the CLI built (dist/cli/main.js)? Integration suites need `npm run build` first. */
 export function isBuilt(): boolean {
   return fs.existsSync(path.join(REPO, 'dist', 'cli', 'main.js'));
 }
 
-export interface Proc {
-  name: string;
-  child: ChildProcess;
-  logFile: string;
-  /** Resolves when the process has exited. */
-  exited: Promise<void>;
-  log(): string;
-}
+/** A process started through the testbed; `log()` is its whole log file (earlier starts under the same name included). */
+export type Proc = HeraldProcess;
 
 const live = new Set<Proc>();
+// a test file that ends without killAll() leaves no process running
+process.once('exit', () => {
+  for (const p of live) p.signal('SIGKILL');
+});
+
+/** Registers `p` for `killAll()` (a testbed's `onSpawn`). */
+export function track(p: Proc): void {
+  live.add(p);
+  void p.exited.then(() => live.delete(p));
+}
+
+/** A testbed process as a Proc (its whole log file), registered for `killAll()`. */
+export function asProc(h: HeraldProcess): Proc {
+  const p: Proc = { ...h, log: () => fs.readFileSync(h.logFile, 'utf8') };
+  track(p);
+  return p;
+}
 
 /** Starts `bin/herald <args>` detached, stdout and stderr appended to `<workDir>/<name>.log`. */
 export function startHerald(name: string, args: string[], workDir: string, env: NodeJS.ProcessEnv = {}): Proc {
   const logFile = path.join(workDir, `${name}.log`);
-  const fd = fs.openSync(logFile, 'a');
-  const child = spawn(process.execPath, [...HERALD_NODE_FLAGS, HERALD, ...args], {
-    cwd: REPO,
-    detached: true,
-    stdio: ['ignore', fd, fd],
-    env: { ...process.env, ...env },
-  });
-  fs.closeSync(fd);
-  const exited = new Promise<void>((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve();
-    else child.once('exit', () => resolve());
-  });
-  const p: Proc = { name, child, logFile, exited, log: () => fs.readFileSync(logFile, 'utf8') };
-  live.add(p);
-  void exited.then(() => live.delete(p));
-  return p;
+  return asProc(spawnHerald({ name, args, logFile, cwd: REPO, env: { ...process.env, ...env } }));
 }
 
 export function hasExited(p: Proc): boolean {
-  return p.child.exitCode !== null || p.child.signalCode !== null;
+  return p.hasExited();
 }
 
 /** Signals the process group and waits for the process to exit. */
 export async function stopProc(p: Proc, sig: NodeJS.Signals = 'SIGTERM'): Promise<void> {
-  if (!hasExited(p) && p.child.pid !== undefined) {
-    try {
-      process.kill(-p.child.pid, sig);
-    } catch {
-      // gone already
-    }
-  }
+  p.signal(sig);
   await p.exited;
 }
 
@@ -77,18 +72,6 @@ export async function killAll(): Promise<void> {
 export function heraldSync(args: string[]): { code: number | null; out: string; err: string } {
   const r = spawnSync(process.execPath, [HERALD, ...args], { cwd: REPO, encoding: 'utf8', timeout: 60_000 });
   return { code: r.status, out: r.stdout ?? '', err: r.stderr ?? '' };
-}
-
-/** A port free right now on 127.0.0.1 (racy by nature; a collision shows as an early exit). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 export interface Cred {
@@ -165,27 +148,8 @@ export function api(
  * Polls `fn` until it returns a truthy value (and returns it), or throws after `ms` naming
  * `what` and the last error. Polling a condition is the event here: the processes are separate.
  */
-export async function waitFor<T>(
-  what: string,
-  fn: () => Promise<T> | T,
-  ms = 15_000,
-  everyMs = 20,
-): Promise<NonNullable<T>> {
-  const t0 = Date.now();
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v as NonNullable<T>;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() - t0 > ms)
-      throw new Error(
-        `timed out after ${ms} ms waiting for ${what}${last ? ` (last error: ${(last as Error).message ?? String(last)})` : ''}`,
-      );
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
+export function waitFor<T>(what: string, fn: () => Promise<T> | T, ms = 15_000, everyMs = 20): Promise<NonNullable<T>> {
+  return waitUntil(what, fn, { timeoutMs: ms, everyMs });
 }
 
 /** `/proc/<pid>/stat` of `pid`, parsed; undefined when the process is gone (or no /proc). */

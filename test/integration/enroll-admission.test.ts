@@ -10,7 +10,6 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -22,28 +21,15 @@ import {
   API_UNAUTHENTICATED_MAX_CONNECTIONS,
   API_UNAUTHENTICATED_NETWORK_MAX_CONNECTIONS,
 } from '../../protocol/limits.js';
-import {
-  api,
-  credOf,
-  freePort,
-  hasExited,
-  heraldSync,
-  isBuilt,
-  killAll,
-  startHerald,
-  stopProc,
-  waitFor,
-  type Cred,
-  type Proc,
-} from '../helpers/procs.js';
+import { makeEnrolBed, type EnrolBed } from '../helpers/enrollment.js';
+import { api, isBuilt, startHerald, stopProc, waitFor, type Cred, type Proc } from '../helpers/procs.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 
 const built = isBuilt();
+let e: EnrolBed;
 let work: string;
-let pki: string;
 let op: Cred;
 let ca: Buffer;
-let fingerprint: string;
 let port: number;
 let ctl: Proc;
 let runs = 0;
@@ -169,24 +155,7 @@ function enrollFrom(from: string, token: string, node: string): Promise<{ status
 
 /** `herald agent enroll` run to its end (not blocking this process: a proxy may run here). */
 async function enrollCli(node: string, token: string, url: string): Promise<{ code: number | null; out: string }> {
-  const p = startHerald(
-    `enroll-${runs++}`,
-    [
-      'agent',
-      'enroll',
-      '--controller',
-      url,
-      '--ca-sha256',
-      fingerprint,
-      '--token',
-      token,
-      '--node',
-      node,
-      '--pki',
-      path.join(work, `node-${node}`),
-    ],
-    work,
-  );
+  const p = startHerald(`enroll-${runs++}`, e.enrollArgs(node, token, path.join(work, `node-${node}`), { url }), work);
   await p.exited;
   return { code: p.child.exitCode, out: p.log() };
 }
@@ -202,46 +171,16 @@ function logEvents(event: string, node: string): Array<Record<string, unknown>> 
 
 describe.skipIf(!built)('enrolment admission and lost answers with real processes', { timeout: 120_000 }, () => {
   beforeAll(async () => {
-    work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-enroll-admission-'));
-    pki = path.join(work, 'pki');
-    expect(heraldSync(['certs', 'init', '--dir', pki]).code).toBe(0);
-    expect(heraldSync(['certs', 'issue', 'issuer', 'i1', '--dir', pki]).code).toBe(0);
-    op = credOf(pki, 'operator', 'admin');
-    ca = fs.readFileSync(path.join(pki, 'ca.crt'));
-    fingerprint = crypto.createHash('sha256').update(new crypto.X509Certificate(ca).raw).digest('hex');
-    port = await freePort();
-    ctl = startHerald(
-      'controller',
-      [
-        'controller',
-        '--listen',
-        `127.0.0.1:${port}`,
-        '--pki',
-        pki,
-        '--db',
-        path.join(work, 'herald.db'),
-        '--push-workers',
-        '0',
-        '--issuer',
-        'i1',
-      ],
-      work,
-    );
-    await waitFor(
-      'controller /healthz',
-      async () => {
-        if (hasExited(ctl)) throw new Error(`controller exited: ${ctl.log()}`);
-        return (await api(port, op, 'GET', '/healthz').catch(() => ({ status: 0 }))).status === 200;
-      },
-      20_000,
-      50,
-    );
+    e = await makeEnrolBed({
+      prefix: 'herald-enroll-admission-',
+      controllerArgs: ['--push-workers', '0', '--issuer', 'i1'],
+    });
+    ({ work, op, ca, port, ctl } = e);
   });
 
   afterAll(async () => {
     await stopProc(ctl).catch(() => {});
-    await killAll();
-    if (work) fs.rmSync(work, { recursive: true, force: true });
+    await e?.close();
   });
 
   it('one address holds at most API_UNAUTHENTICATED_HOST_MAX_CONNECTIONS (8) connections: 64 from one address do not block herald agent enroll from another', async () => {

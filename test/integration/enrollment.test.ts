@@ -9,21 +9,18 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
-import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { identityOf } from '../../certs/identity.js';
 import { issueWithIssuer } from '../../certs/pki.js';
 import { ENROLL_RATE_BURST } from '../../protocol/limits.js';
+import { makeEnrolBed, type CliRun, type EnrolBed } from '../helpers/enrollment.js';
 import {
   api,
-  credOf,
   freePort,
   hasExited,
   heraldSync,
   isBuilt,
-  killAll,
-  startHerald,
   stopProc,
   waitFor,
   type Cred,
@@ -32,50 +29,22 @@ import {
 
 const built = isBuilt();
 const LIFETIME_S = 15;
+let e: EnrolBed;
 let work: string;
 let pki: string;
 let op: Cred;
 let fingerprint: string;
 let port: number;
 let ctl: Proc;
-let ctlN = 0;
 /** The agent of the renewal test, still running for the issuer's revocation at the end. */
 let rnAgent: { proc: Proc; dir: string } | undefined;
 
-function startController(extra: string[] = [], p = port, db = path.join(work, 'herald.db')): Proc {
-  return startHerald(
-    `controller-${ctlN++}`,
-    ['controller', '--listen', `127.0.0.1:${p}`, '--pki', pki, '--db', db, '--push-workers', '0', ...extra],
-    work,
-  );
-}
-
-async function healthy(proc: Proc, p = port): Promise<void> {
-  await waitFor(
-    'controller /healthz',
-    async () => {
-      if (hasExited(proc)) throw new Error(`controller exited: ${proc.log()}`);
-      return (await api(p, op, 'GET', '/healthz').catch(() => ({ status: 0 }))).status === 200;
-    },
-    20_000,
-    50,
-  );
+function startController(extra: string[] = [], p = port, db = path.join(work, 'herald.db')): Promise<Proc> {
+  return e.startController(['--push-workers', '0', ...extra], p, db);
 }
 
 function token(node: string, extra: string[] = [], p = port): string {
-  const r = heraldSync([
-    'enroll',
-    'token',
-    '--node',
-    node,
-    '--controller',
-    `https://127.0.0.1:${p}`,
-    '--pki',
-    pki,
-    ...extra,
-  ]);
-  expect(r.code, r.err).toBe(0);
-  return r.out.trim();
+  return e.token(node, extra, p);
 }
 
 /** A join token as the API's JSON (`--json`). */
@@ -96,27 +65,8 @@ function tokenJson(node: string, extra: string[], p: number): { id: string; toke
   return JSON.parse(r.out) as { id: string; token: string; expires_at: string };
 }
 
-function enrollCli(
-  node: string,
-  tok: string,
-  dir: string,
-  fp = fingerprint,
-  p = port,
-): { code: number | null; out: string; err: string } {
-  return heraldSync([
-    'agent',
-    'enroll',
-    '--controller',
-    `https://127.0.0.1:${p}`,
-    '--ca-sha256',
-    fp,
-    '--token',
-    tok,
-    '--node',
-    node,
-    '--pki',
-    dir,
-  ]);
+function enrollCli(node: string, tok: string, dir: string, fp = fingerprint, p = port): CliRun {
+  return e.enroll(node, tok, dir, { fingerprint: fp, url: `https://127.0.0.1:${p}` });
 }
 
 /** The controller's `enroll.refused` reasons so far. */
@@ -130,29 +80,23 @@ function refusedReasons(proc: Proc = ctl): string[] {
 
 describe.skipIf(!built)('enrolment and renewal with real processes', { timeout: 120_000 }, () => {
   beforeAll(async () => {
-    work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-enroll-'));
-    pki = path.join(work, 'pki');
-    expect(heraldSync(['certs', 'init', '--dir', pki]).code).toBe(0);
-    expect(heraldSync(['certs', 'issue', 'issuer', 'i1', '--dir', pki]).code).toBe(0);
-    op = credOf(pki, 'operator', 'admin');
+    e = await makeEnrolBed({
+      prefix: 'herald-enroll-',
+      controllerArgs: ['--push-workers', '0', '--issuer', 'i1', '--agent-cert-lifetime', `${LIFETIME_S}s`],
+    });
+    ({ work, pki, op, port, ctl } = e);
     // as `openssl x509 -noout -fingerprint -sha256` prints it
-    const der = new crypto.X509Certificate(fs.readFileSync(path.join(pki, 'ca.crt'))).raw;
-    fingerprint = crypto.createHash('sha256').update(der).digest('hex').toUpperCase().match(/../g)!.join(':');
-    port = await freePort();
-    ctl = startController(['--issuer', 'i1', '--agent-cert-lifetime', `${LIFETIME_S}s`]);
-    await healthy(ctl);
+    fingerprint = e.fingerprint.toUpperCase().match(/../g)!.join(':');
   });
 
   afterAll(async () => {
-    await killAll();
-    if (work) fs.rmSync(work, { recursive: true, force: true });
+    await e?.close();
   });
 
   it('refuses a reused, expired, revoked or wrong-node token with one answer, and logs the real reason', async () => {
     // a controller of its own: these five attempts are the per-address burst
     const p3 = await freePort();
-    const own = startController(['--issuer', 'i1'], p3, path.join(work, 'refusals.db'));
-    await healthy(own, p3);
+    const own = await startController(['--issuer', 'i1'], p3, path.join(work, 'refusals.db'));
     const cases: Array<{ why: RegExp; run: () => Promise<{ code: number | null; err: string }> }> = [];
     const used = token('u1', [], p3);
     expect(enrollCli('u1', used, path.join(work, 'node-u1'), fingerprint, p3).code).toBe(0);
@@ -216,24 +160,7 @@ describe.skipIf(!built)('enrolment and renewal with real processes', { timeout: 
     const certFile = path.join(dir, 'agent', 'rn1.crt');
     const keyFile = path.join(dir, 'agent', 'rn1.key');
     const first = identityOf(fs.readFileSync(certFile), 'herald.local');
-    const agentPort = await freePort();
-    const agent = startHerald(
-      'agent-rn1',
-      [
-        'agent',
-        '--node',
-        'rn1',
-        '--controller',
-        `https://127.0.0.1:${port}`,
-        '--listen',
-        `127.0.0.1:${agentPort}`,
-        '--pki',
-        dir,
-        '--state-dir',
-        path.join(work, 'state-rn1'),
-      ],
-      work,
-    );
+    const agent = await e.startAgent('rn1', dir);
     const serials = new Set<string>([first.serial]);
     const keys = new Set<string>([fs.readFileSync(keyFile, 'utf8')]);
     await waitFor(
@@ -296,8 +223,7 @@ describe.skipIf(!built)('enrolment and renewal with real processes', { timeout: 
       200,
     );
     await stopProc(ctl);
-    ctl = startController(['--issuer', 'i1', '--agent-cert-lifetime', `${LIFETIME_S}s`]);
-    await healthy(ctl);
+    ctl = await startController(['--issuer', 'i1', '--agent-cert-lifetime', `${LIFETIME_S}s`]);
     await waitFor(
       'the push connection again',
       async () => (await api(port, op, 'GET', '/v1/nodes/rn1')).json.push.connected === true,
@@ -311,8 +237,7 @@ describe.skipIf(!built)('enrolment and renewal with real processes', { timeout: 
 
   it('limits enrolment attempts per source address (429 rate_limited with Retry-After)', async () => {
     const p4 = await freePort();
-    const own = startController(['--issuer', 'i1'], p4, path.join(work, 'limit.db'));
-    await healthy(own, p4);
+    const own = await startController(['--issuer', 'i1'], p4, path.join(work, 'limit.db'));
     const statuses: number[] = [];
     let retryAfter: string | undefined;
     for (let i = 0; i < ENROLL_RATE_BURST + 3 && !statuses.includes(429); i++) {
@@ -366,8 +291,7 @@ describe.skipIf(!built)('enrolment and renewal with real processes', { timeout: 
   it('an agent whose renewal keeps failing warns from 90 % on and shows it in GET /v1/nodes/{id}', async () => {
     // a controller that cannot issue (no --issuer) and an agent certificate the issuer made for 12 s
     const p2 = await freePort();
-    const plain = startController([], p2, path.join(work, 'plain.db'));
-    await healthy(plain, p2);
+    const plain = await startController([], p2, path.join(work, 'plain.db'));
     const dir = path.join(work, 'node-rf1');
     fs.mkdirSync(path.join(dir, 'agent'), { recursive: true });
     for (const f of ['ca.crt', 'wake-signing.jwks', 'revoked.json'])
@@ -386,23 +310,7 @@ describe.skipIf(!built)('enrolment and renewal with real processes', { timeout: 
     });
     fs.writeFileSync(path.join(dir, 'agent', 'rf1.key'), made.key, { mode: 0o600 });
     fs.writeFileSync(path.join(dir, 'agent', 'rf1.crt'), made.chain);
-    const agent = startHerald(
-      'agent-rf1',
-      [
-        'agent',
-        '--node',
-        'rf1',
-        '--controller',
-        `https://127.0.0.1:${p2}`,
-        '--listen',
-        `127.0.0.1:${await freePort()}`,
-        '--pki',
-        dir,
-        '--state-dir',
-        path.join(work, 'state-rf1'),
-      ],
-      work,
-    );
+    const agent = await e.startAgent('rf1', dir, { controllerPort: p2 });
     // the agent's own schedule: X.509 keeps whole seconds
     const x = new crypto.X509Certificate(made.cert);
     const from = Date.parse(x.validFrom);

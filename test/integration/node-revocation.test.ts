@@ -9,65 +9,25 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
-import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCsr } from '../../certs/csr.js';
 import { RENEWAL_MIN_INTERVAL_FRACTION } from '../../protocol/limits.js';
-import {
-  api,
-  credOf,
-  freePort,
-  hasExited,
-  heraldSync,
-  isBuilt,
-  killAll,
-  startHerald,
-  waitFor,
-  type Cred,
-  type Proc,
-} from '../helpers/procs.js';
+import { makeEnrolBed, type EnrolBed } from '../helpers/enrollment.js';
+import { api, credOf, heraldSync, isBuilt, waitFor, type Cred } from '../helpers/procs.js';
 
 const built = isBuilt();
 const LIFETIME_S = 20;
+let e: EnrolBed;
 let work: string;
 let pki: string;
 let op: Cred;
-let fingerprint: string;
 let port: number;
-let ctl: Proc;
-
-async function healthy(proc: Proc): Promise<void> {
-  await waitFor(
-    'controller /healthz',
-    async () => {
-      if (hasExited(proc)) throw new Error(`controller exited: ${proc.log()}`);
-      return (await api(port, op, 'GET', '/healthz').catch(() => ({ status: 0 }))).status === 200;
-    },
-    20_000,
-    50,
-  );
-}
 
 /** A node enrolled with a join token, as `herald agent enroll` writes it; its credentials. */
 function enroll(node: string, dirName = `node-${node}`): Cred {
-  const t = heraldSync(['enroll', 'token', '--node', node, '--controller', `https://127.0.0.1:${port}`, '--pki', pki]);
-  expect(t.code, t.err).toBe(0);
   const dir = path.join(work, dirName);
-  const r = heraldSync([
-    'agent',
-    'enroll',
-    '--controller',
-    `https://127.0.0.1:${port}`,
-    '--ca-sha256',
-    fingerprint,
-    '--token',
-    t.out.trim(),
-    '--node',
-    node,
-    '--pki',
-    dir,
-  ]);
+  const r = e.enroll(node, e.token(node), dir);
   expect(r.code, r.err).toBe(0);
   return credOf(dir, 'agent', node);
 }
@@ -96,39 +56,15 @@ function renewableAt(): number {
 
 describe.skipIf(!built)('the lifecycle of an agent identity with real processes', { timeout: 120_000 }, () => {
   beforeAll(async () => {
-    work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-revoke-'));
-    pki = path.join(work, 'pki');
-    expect(heraldSync(['certs', 'init', '--dir', pki]).code).toBe(0);
-    expect(heraldSync(['certs', 'issue', 'issuer', 'i1', '--dir', pki]).code).toBe(0);
-    op = credOf(pki, 'operator', 'admin');
-    const der = new crypto.X509Certificate(fs.readFileSync(path.join(pki, 'ca.crt'))).raw;
-    fingerprint = crypto.createHash('sha256').update(der).digest('hex');
-    port = await freePort();
-    ctl = startHerald(
-      'controller',
-      [
-        'controller',
-        '--listen',
-        `127.0.0.1:${port}`,
-        '--pki',
-        pki,
-        '--db',
-        path.join(work, 'herald.db'),
-        '--push-workers',
-        '0',
-        '--issuer',
-        'i1',
-        '--agent-cert-lifetime',
-        `${LIFETIME_S}s`,
-      ],
-      work,
-    );
-    await healthy(ctl);
+    e = await makeEnrolBed({
+      prefix: 'herald-revoke-',
+      controllerArgs: ['--push-workers', '0', '--issuer', 'i1', '--agent-cert-lifetime', `${LIFETIME_S}s`],
+    });
+    ({ work, pki, op, port } = e);
   });
 
   afterAll(async () => {
-    await killAll();
-    if (work) fs.rmSync(work, { recursive: true, force: true });
+    await e?.close();
   });
 
   it('refuses the renewal of a node that was never created, or was deleted', async () => {

@@ -10,19 +10,10 @@ import { builtinModules } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { handleOf } from '../../cli/testbed/process.js';
+import { makeEnrolBed, type EnrolBed } from '../helpers/enrollment.js';
 import { makeCluster, mkConfig, mkDeployment, waitDeployment, type Cluster } from '../helpers/agent-cluster.js';
-import {
-  api,
-  freePort,
-  hasExited,
-  heraldSync,
-  isBuilt,
-  REPO,
-  startHerald,
-  stopProc,
-  waitFor,
-  type Proc,
-} from '../helpers/procs.js';
+import { api, freePort, hasExited, heraldSync, isBuilt, REPO, stopProc, waitFor, type Proc } from '../helpers/procs.js';
 
 const built = isBuilt();
 /** Modules an old bundle looked up outside itself (ws's optional native accelerators). */
@@ -121,8 +112,7 @@ describe.skipIf(!built)('the agent package (npm run package)', { timeout: 90_000
       env,
     });
     fs.closeSync(fd);
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    const proc: Proc = { name: `package-${node}`, child, logFile, exited, log: () => fs.readFileSync(logFile, 'utf8') };
+    const proc: Proc = handleOf(`package-${node}`, child, logFile);
     agents.push(proc);
     await waitFor(
       `the packaged agent ${node} to announce its endpoint`,
@@ -192,6 +182,7 @@ describe.skipIf(!built)('the agent package (npm run package)', { timeout: 90_000
  * deployment; a wrong fingerprint is refused before anything is sent.
  */
 describe.skipIf(!built)('enrolling a node that has only the package file', { timeout: 90_000 }, () => {
+  let e: EnrolBed;
   let work: string;
   let pki: string;
   let node: string;
@@ -206,26 +197,12 @@ describe.skipIf(!built)('enrolling a node that has only the package file', { tim
   });
 
   beforeAll(async () => {
-    work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pkg-enroll-'));
-    pki = path.join(work, 'pki');
-    expect(heraldSync(['certs', 'init', '--dir', pki]).code).toBe(0);
-    expect(heraldSync(['certs', 'issue', 'issuer', 'i1', '--dir', pki]).code).toBe(0);
+    e = await makeEnrolBed({ prefix: 'herald-pkg-enroll-', controllerArgs: ['--issuer', 'i1'] });
+    ({ work, pki, port, ctl } = e);
     const fp = spawnSync('openssl', ['x509', '-in', path.join(pki, 'ca.crt'), '-noout', '-fingerprint', '-sha256'], {
       encoding: 'utf8',
     });
     fingerprint = fp.stdout.trim().split('=')[1]!;
-    port = await freePort();
-    ctl = startHerald(
-      'controller-enroll',
-      ['controller', '--listen', `127.0.0.1:${port}`, '--pki', pki, '--db', path.join(work, 'h.db'), '--issuer', 'i1'],
-      work,
-    );
-    await waitFor(
-      'the controller',
-      async () => (await api(port, op(), 'GET', '/healthz').catch(() => ({ status: 0 }))).status === 200,
-      20_000,
-      50,
-    );
     node = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-bare-node-'));
     fs.copyFileSync(path.join(PACKAGE, 'herald-agent.mjs'), path.join(node, 'herald-agent.mjs'));
   });
@@ -233,7 +210,8 @@ describe.skipIf(!built)('enrolling a node that has only the package file', { tim
   afterAll(async () => {
     if (agent) await stopProc(agent);
     if (ctl) await stopProc(ctl);
-    for (const d of [work, node]) if (d) fs.rmSync(d, { recursive: true, force: true });
+    await e?.close();
+    if (node) fs.rmSync(node, { recursive: true, force: true });
   });
 
   /** `node herald-agent.mjs <args>` in the node's directory, with no NODE_PATH. */
@@ -250,20 +228,7 @@ describe.skipIf(!built)('enrolling a node that has only the package file', { tim
   }
 
   it('enrols with a token and the fingerprint, announces itself and completes a deployment', async () => {
-    const t = heraldSync([
-      'enroll',
-      'token',
-      '--node',
-      'pe1',
-      '--ip',
-      '127.0.0.1',
-      '--controller',
-      `https://127.0.0.1:${port}`,
-      '--pki',
-      pki,
-    ]);
-    expect(t.code, t.err).toBe(0);
-    const token = t.out.trim();
+    const token = e.token('pe1', ['--ip', '127.0.0.1']);
     const enrol = (fp: string): { code: number | null; out: string; err: string } =>
       packaged([
         'agent',
@@ -319,8 +284,7 @@ describe.skipIf(!built)('enrolling a node that has only the package file', { tim
       { cwd: node, detached: true, stdio: ['ignore', fd, fd], env },
     );
     fs.closeSync(fd);
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    agent = { name: 'package-pe1', child, logFile, exited, log: () => fs.readFileSync(logFile, 'utf8') };
+    agent = handleOf('package-pe1', child, logFile);
     const a = agent;
     await waitFor(
       'the enrolled agent to announce itself',

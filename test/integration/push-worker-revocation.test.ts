@@ -6,29 +6,14 @@
  * the redials (`revoked`). Real processes: a controller with one push worker and an enrolled
  * agent whose listener the worker dials (docs/certificates-over-time.md, "Revoking a node").
  */
-import crypto from 'node:crypto';
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { IDENTITY_FLOOR_REFRESH_MS } from '../../protocol/limits.js';
-import {
-  api,
-  credOf,
-  freePort,
-  hasExited,
-  heraldSync,
-  isBuilt,
-  killAll,
-  startHerald,
-  waitFor,
-  type Cred,
-  type Proc,
-} from '../helpers/procs.js';
+import { makeEnrolBed, type EnrolBed } from '../helpers/enrollment.js';
+import { api, hasExited, isBuilt, waitFor, type Cred, type Proc } from '../helpers/procs.js';
 
 const built = isBuilt();
-let work: string;
-let pki: string;
+let e: EnrolBed;
 let op: Cred;
 let port: number;
 let ctl: Proc;
@@ -49,95 +34,20 @@ async function pushOf(node: string): Promise<PushView> {
 /** Enrols `node` (a join token for 127.0.0.1) and starts its agent, listening for push. */
 async function startAgent(node: string): Promise<Proc> {
   expect((await api(port, op, 'POST', '/v1/nodes', { id: node })).status).toBe(201);
-  const t = heraldSync([
-    'enroll',
-    'token',
-    '--node',
-    node,
-    '--ip',
-    '127.0.0.1',
-    '--controller',
-    `https://127.0.0.1:${port}`,
-    '--pki',
-    pki,
-  ]);
-  expect(t.code, t.err).toBe(0);
-  const der = new crypto.X509Certificate(fs.readFileSync(path.join(pki, 'ca.crt'))).raw;
-  const fingerprint = crypto.createHash('sha256').update(der).digest('hex');
-  const dir = path.join(work, `node-${node}`);
-  const e = heraldSync([
-    'agent',
-    'enroll',
-    '--controller',
-    `https://127.0.0.1:${port}`,
-    '--ca-sha256',
-    fingerprint,
-    '--token',
-    t.out.trim(),
-    '--node',
-    node,
-    '--pki',
-    dir,
-  ]);
-  expect(e.code, e.err).toBe(0);
-  return startHerald(
-    `agent-${node}`,
-    [
-      'agent',
-      '--node',
-      node,
-      '--controller',
-      `https://127.0.0.1:${port}`,
-      '--listen',
-      `127.0.0.1:${await freePort()}`,
-      '--pki',
-      dir,
-      '--state-dir',
-      path.join(work, `state-${node}`),
-    ],
-    work,
-  );
+  const dir = path.join(e.work, `node-${node}`);
+  const r = e.enroll(node, e.token(node, ['--ip', '127.0.0.1']), dir);
+  expect(r.code, r.err).toBe(0);
+  return e.startAgent(node, dir);
 }
 
 describe.skipIf(!built)('node revocation reaches the push worker processes', { timeout: 90_000 }, () => {
   beforeAll(async () => {
-    work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-pw-revoke-'));
-    pki = path.join(work, 'pki');
-    expect(heraldSync(['certs', 'init', '--dir', pki]).code).toBe(0);
-    expect(heraldSync(['certs', 'issue', 'issuer', 'i1', '--dir', pki]).code).toBe(0);
-    op = credOf(pki, 'operator', 'admin');
-    port = await freePort();
-    ctl = startHerald(
-      'controller',
-      [
-        'controller',
-        '--listen',
-        `127.0.0.1:${port}`,
-        '--pki',
-        pki,
-        '--db',
-        path.join(work, 'herald.db'),
-        '--push-workers',
-        '1',
-        '--issuer',
-        'i1',
-      ],
-      work,
-    );
-    await waitFor(
-      'controller /healthz',
-      async () => {
-        if (hasExited(ctl)) throw new Error(`controller exited: ${ctl.log()}`);
-        return (await api(port, op, 'GET', '/healthz').catch(() => ({ status: 0 }))).status === 200;
-      },
-      20_000,
-      50,
-    );
+    e = await makeEnrolBed({ prefix: 'herald-pw-revoke-', controllerArgs: ['--push-workers', '1', '--issuer', 'i1'] });
+    ({ op, port, ctl } = e);
   });
 
   afterAll(async () => {
-    await killAll();
-    if (work) fs.rmSync(work, { recursive: true, force: true });
+    await e?.close();
   });
 
   it('closes the live push connection of a node revoked by POST /v1/nodes/{id}/revoke, and refuses its redials (revoked)', async () => {

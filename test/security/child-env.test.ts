@@ -11,18 +11,9 @@ import { pgBinDir, startThrowawayPg } from '../../cli/throwaway-pg.js';
 import { DemoSupervisor } from '../../cli/demo/supervisor.js';
 import { parseProcStat } from '../../protocol/proc-stat.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
-import {
-  api,
-  credOf,
-  freePort,
-  hasExited,
-  heraldSync,
-  isBuilt,
-  startHerald,
-  stopProc,
-  waitFor,
-  type Proc,
-} from '../helpers/procs.js';
+import { startController } from '../../cli/testbed/controller.js';
+import { makePki } from '../../cli/testbed/pki.js';
+import { asProc, isBuilt, REPO, stopProc, waitFor, type Proc } from '../helpers/procs.js';
 
 const SECRET = 'pw-not-for-children';
 const hasProc = fs.existsSync('/proc/self/environ');
@@ -69,29 +60,22 @@ describe.skipIf(!hasProc)("Herald's children inherit only the allow-listed envir
   });
 
   it('a push worker of a controller started with the database password in HERALD_DB gets neither the URL nor any HERALD_* setting', async () => {
-    const pki = path.join(work, 'pki');
-    const init = heraldSync(['certs', 'init', '--dir', pki]);
-    expect(init.code, init.err).toBe(0);
+    const pki = (await makePki(path.join(work, 'pki'))).dir;
     const db = new URL(await pg.createDatabase());
     db.password = SECRET; // the throwaway server trusts every local connection: any password will do
-    const port = await freePort();
-    controller = startHerald(
-      'controller',
-      ['controller', '--name', 'controller', '--pki', pki, '--listen', `127.0.0.1:${port}`, '--push-workers', '1'],
-      work,
-      { HERALD_DB: db.toString(), HERALD_UNRELATED_TOKEN: SECRET },
-    );
-    const op = credOf(pki, 'operator', 'admin');
-    const c = controller;
-    await waitFor(
-      'the controller to start',
-      async () => {
-        if (hasExited(c)) throw new Error(`controller exited: ${c.log().slice(-2000)}`);
-        return (await api(port, op, 'GET', '/healthz')).status === 200;
+    // the database only in the environment: no --db
+    await startController({
+      name: 'controller',
+      pki,
+      pushWorkers: 1,
+      logFile: path.join(work, 'controller.log'),
+      cwd: REPO,
+      env: { ...process.env, HERALD_DB: db.toString(), HERALD_UNRELATED_TOKEN: SECRET },
+      onStart: (p) => {
+        controller = asProc(p);
       },
-      30_000,
-      50,
-    );
+    });
+    const c = controller!;
     // the controller itself was given the secret (the test would prove nothing otherwise)
     expect(environOf(c.child.pid!).some((l) => l.includes(SECRET))).toBe(true);
     const workers = await waitFor('the push worker', () => childrenOf(c.child.pid!).filter(Boolean), 10_000, 50);

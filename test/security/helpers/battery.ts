@@ -1,6 +1,7 @@
 /**
  * The security battery's harness: a PKI made by `certs/` in a temporary directory, a real
- * `bin/herald controller` and real `bin/herald agent` processes on 127.0.0.1, and the outside
+ * `bin/herald controller` and real `bin/herald agent` processes on 127.0.0.1 (through the
+ * testbed, cli/testbed/), and the outside
  * oracle every attack is judged by:
  *
  * - the controller's metadata request counter (`herald_api_requests_total` of the metadata
@@ -25,7 +26,10 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { initPki, issueCert, newRsaKeyPem, revoke, type Pem } from '../../../certs/pki.js';
+import { issueCert, newRsaKeyPem, revoke, type Pem } from '../../../certs/pki.js';
+import { startAgent as startTestbedAgent } from '../../../cli/testbed/agent.js';
+import { startController as startTestbedController } from '../../../cli/testbed/controller.js';
+import { makePki } from '../../../cli/testbed/pki.js';
 import { pkiPaths } from '../../../certs/paths.js';
 import { spiffeIdOf, type Role } from '../../../protocol/identity.js';
 import { Signer, type Ed25519PrivateJwk } from '../../../protocol/jws.js';
@@ -33,10 +37,11 @@ import { startAgent as startAgentHere, type RunningAgent } from '../../../agent/
 import type { AgentDeps } from '../../../agent/assemble.js';
 import {
   api,
+  asProc,
   freePort,
   hasExited,
   isBuilt,
-  startHerald,
+  REPO,
   stopProc,
   waitFor,
   type ApiResponse,
@@ -135,7 +140,7 @@ export class Battery {
   /** A new PKI (CA, signing key, controller/controller, operator/admin) in a new temp dir. */
   static async create(): Promise<Battery> {
     const work = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-sec-'));
-    await initPki({ dir: path.join(work, 'pki'), trustDomain: TD });
+    await makePki(path.join(work, 'pki'), { trustDomain: TD });
     return new Battery(work);
   }
 
@@ -196,33 +201,23 @@ export class Battery {
   async startController(extra: string[] = []): Promise<ControllerProc> {
     const port = await freePort();
     this.#ports.push(port);
-    const proc = startHerald(
-      'controller',
-      [
-        'controller',
-        '--listen',
-        `127.0.0.1:${port}`,
-        '--pki',
-        this.pkiDir,
-        '--db',
-        path.join(this.work, 'herald.db'),
-        '--push-workers',
-        '0',
-        ...extra,
-      ],
-      this.work,
-    );
-    this.#procs.push(proc);
-    await waitFor(
-      'the controller to answer /healthz',
-      async () => {
-        if (hasExited(proc)) throw new Error(`the controller exited:\n${proc.log().slice(-2000)}`);
-        return (await api(port, this.op, 'GET', '/healthz')).status === 200;
+    let proc: Proc | undefined;
+    await startTestbedController({
+      label: 'controller',
+      pki: this.pkiDir,
+      db: path.join(this.work, 'herald.db'),
+      port,
+      pushWorkers: 0,
+      args: extra,
+      logFile: path.join(this.work, 'controller.log'),
+      cwd: REPO,
+      timeoutMs: 30_000,
+      onStart: (p) => {
+        proc = asProc(p);
+        this.#procs.push(proc);
       },
-      30_000,
-      50,
-    );
-    this.ctl = { port, proc };
+    });
+    this.ctl = { port, proc: proc! };
     return this.ctl;
   }
 
@@ -233,31 +228,21 @@ export class Battery {
     this.#ports.push(port);
     const state = path.join(this.work, `state-${node}`);
     const hooks = o.hooksDir ?? path.join(this.work, `hooks-${node}`);
-    fs.mkdirSync(hooks, { recursive: true, mode: 0o755 });
     const controllerUrl = o.controllerUrl ?? `https://127.0.0.1:${this.ctl.port}`;
-    const proc = startHerald(
-      `agent-${node}`,
-      [
-        'agent',
-        '--node',
+    const proc = asProc(
+      startTestbedAgent({
         node,
-        '--controller',
-        controllerUrl,
-        '--listen',
-        `127.0.0.1:${port}`,
-        '--pki',
-        this.pkiDir,
-        '--state-dir',
-        state,
-        '--hooks-dir',
-        hooks,
-        '--controller-id',
-        BATTERY_CONTROLLER_IDS,
-        ...QUIET_POLL,
-        ...(o.extra ?? []),
-      ],
-      this.work,
-      o.env ?? {},
+        controllers: [controllerUrl],
+        listen: `127.0.0.1:${port}`,
+        pki: this.pkiDir,
+        stateDir: state,
+        hooksDir: hooks,
+        controllerId: BATTERY_CONTROLLER_IDS,
+        args: [...QUIET_POLL, ...(o.extra ?? [])],
+        logFile: path.join(this.work, `agent-${node}.log`),
+        cwd: REPO,
+        env: { ...process.env, ...o.env },
+      }).proc,
     );
     this.#procs.push(proc);
     const a: AgentProc = { node, port, proc, state, hooks, lines: () => jsonLines(proc.log()) };

@@ -1,13 +1,14 @@
 /**
- * The demo starts its controllers on port 0 and reads the port the kernel gave from the
- * controller's "controller listening" line (a port chosen first could be taken by another
- * process before the controller bound it). `listenedPort` reads that line from a log.
+ * The testbed (cli/testbed/: the demo's, the tests' and the benchmark's) starts controllers on
+ * port 0 and reads the port the kernel gave from the controller's "controller listening" line (a
+ * port chosen first could be taken by another process before the controller bound it).
+ * `listenedPort` reads that line from a log.
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { listenedPort } from '../../cli/demo/supervisor.js';
+import { listenedPort } from '../../cli/testbed/controller.js';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-demo-sup-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
