@@ -2,7 +2,8 @@
  * Every error code's HTTP status: the one mapping, for both ways an agent's request can come. The
  * HTTPS API (controller/api/server.ts) writes it on the status line; an answer to a frame on a
  * push connection (controller/service/agent-answers.ts) carries it in the frame, as the route
- * would have answered (docs/errors.md, docs/protocol.md).
+ * would have answered (docs/errors.md, docs/protocol.md). Heat's object store
+ * (controller/heat/server.ts) answers with the same statuses, Swift's where they differ.
  */
 import type { ErrorCode } from '../protocol/errors.js';
 
@@ -54,6 +55,18 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   rate_limited: 429,
   renewal_too_soon: 429,
   too_many_connections: 429,
+  // Heat's object store: as Swift answers
+  tempurl_invalid: 401,
+  tempurl_expired: 401,
+  tempurl_sha1_refused: 401,
+  token_missing: 401,
+  token_invalid: 401,
+  token_wrong_project: 403,
+  token_role_missing: 403,
+  token_unverifiable: 503,
+  container_not_empty: 409,
+  object_too_large: 413,
+  object_store_full: 413,
   internal: 500,
   store_unavailable: 503,
   controller_revoked: 503,

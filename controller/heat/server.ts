@@ -33,6 +33,7 @@ import {
 } from '../../protocol/limits.js';
 import { RefusalSummary } from '../../protocol/refusal-summary.js';
 import { ConnectionAdmission } from '../admission.js';
+import { statusOf } from '../error-status.js';
 import type { HeatObjects } from '../service/heat.js';
 import type { ObjectHead, ObjectKey } from '../store/objects.js';
 import { checkTempUrl } from './tempurl.js';
@@ -48,28 +49,6 @@ export interface ObjectStoreOptions {
   /** Refused before the handler: the controller cannot change anything now (its certificate is revoked, say). */
   refusal?: () => HeraldError | undefined;
 }
-
-const STATUS: Partial<Record<ErrorCode, number>> = {
-  tempurl_invalid: 401,
-  tempurl_expired: 401,
-  tempurl_sha1_refused: 401,
-  token_missing: 401,
-  token_invalid: 401,
-  token_wrong_project: 403,
-  token_role_missing: 403,
-  token_unverifiable: 503,
-  not_found: 404,
-  method_not_allowed: 405,
-  container_not_empty: 409,
-  object_too_large: 413,
-  object_store_full: 413,
-  heat_metadata_invalid: 400,
-  invalid_request: 400,
-  too_many_connections: 429,
-  store_unavailable: 503,
-  controller_revoked: 503,
-  controller_expired: 503,
-};
 
 const METHODS = {
   account: ['HEAD', 'GET', 'POST'],
@@ -370,7 +349,7 @@ export class ObjectStoreServer {
       message = e.message;
       field = e.field;
     } else this.#log.error({ err: e, method, path: req.url?.split('?')[0] }, 'object store request failed');
-    const status = STATUS[code] ?? 500;
+    const status = statusOf(code);
     const fields = {
       status,
       peer: req.socket.remoteAddress,
