@@ -52,6 +52,10 @@ export function registerControllerCommand(program: Command): void {
       "also serve Heat's object store there (the Swift subset Heat and os-collect-config speak; docs/heat.md); off by default",
     )
     .option(
+      '--heat-project <id,...>',
+      "the projects (accounts) whose Heat may make deployments on Herald's nodes; other accounts are a plain object store (required with --object-store-listen)",
+    )
+    .option(
       '--object-store-tokens <file>',
       'who may call the object store with a token, for standalone Heat: lines of "<sha256 of the token> [project|*] [name]"',
     )
@@ -95,6 +99,7 @@ SIGTERM or SIGINT: stop accepting, finish requests in flight, close agent connec
         agentCertLifetime: 'agent-cert-lifetime',
         objectStoreListen: 'object-store-listen',
         objectStoreTokens: 'object-store-tokens',
+        heatProject: 'heat-project',
         keystoneCredentials: 'keystone-credentials',
         keystoneCa: 'keystone-ca',
         keystoneRoles: 'keystone-roles',

@@ -530,7 +530,11 @@ async function startObjectStore(
         ...(o.keystoneRoles ? { roles: o.keystoneRoles } : {}),
         logger: d.logger,
       });
-  const heat = new HeatObjects({ store: d.store, committed: (c) => d.service.committed(c) });
+  const heat = new HeatObjects({
+    store: d.store,
+    committed: (c) => d.service.committed(c),
+    heatProjects: o.heatProjects ?? [],
+  });
   const server = new ObjectStoreServer({
     heat,
     tokens,

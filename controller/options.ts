@@ -54,6 +54,8 @@ export interface ControllerOptions {
   agentCertLifetimeS?: number | undefined;
   /** Serve Heat's object store here (docs/heat.md); null: off. */
   objectStoreListen?: HostPort | null | undefined;
+  /** The accounts (projects) whose metadata writes may make deployments on Herald nodes. */
+  heatProjects?: string[] | undefined;
   /** Who may call it with a token: a file of token digests (standalone Heat)... */
   objectStoreTokens?: string | undefined;
   /** ...or Keystone, through the credentials in this file (a cloud). */
@@ -83,6 +85,7 @@ const KEYS = {
   'agent-cert-lifetime': 'agentCertLifetimeS',
   'object-store-listen': 'objectStoreListen',
   'object-store-tokens': 'objectStoreTokens',
+  'heat-project': 'heatProjects',
   'keystone-credentials': 'keystoneCredentials',
   'keystone-ca': 'keystoneCa',
   'keystone-roles': 'keystoneRoles',
@@ -233,6 +236,19 @@ export function resolveOptions(
       '--object-store-listen needs exactly one of --object-store-tokens <file> (standalone Heat) and --keystone-credentials <file> (a cloud): docs/heat.md',
       { field: objectStoreTokens === undefined ? 'object-store-tokens' : 'keystone-credentials' },
     );
+  const hp = str('heat-project');
+  const heatProjects =
+    hp === undefined
+      ? undefined
+      : hp
+          .split(',')
+          .map((p) => p.trim())
+          .filter((p) => p !== '');
+  if (objectStoreListen && (heatProjects === undefined || heatProjects.length === 0))
+    throw new ConfigError(
+      "--object-store-listen needs --heat-project <project,...>: the projects whose Heat may make deployments on Herald's nodes (any other account is a plain object store): docs/heat.md",
+      { field: 'heat-project' },
+    );
   const roles = str('keystone-roles');
   const keystoneRoles =
     roles === undefined
@@ -265,6 +281,7 @@ export function resolveOptions(
     agentCertLifetimeS,
     objectStoreListen,
     objectStoreTokens,
+    heatProjects,
     keystoneCredentials,
     keystoneCa: str('keystone-ca'),
     keystoneRoles,

@@ -160,6 +160,12 @@ export interface HeatObjectsOptions {
   store: Store;
   /** After a commit: wake-ups and events (the service's, through the change feed when there is one). */
   committed(c: ChangeSet): Promise<void>;
+  /**
+   * The accounts whose metadata may drive Herald's nodes: a container named after a node is that
+   * node's metadata only in these; in any other account it is a plain object. Herald's nodes are
+   * not a tenant's, so without this any project could name a container after any node.
+   */
+  heatProjects: readonly string[];
   now?: () => number;
 }
 
@@ -168,9 +174,11 @@ export class HeatObjects {
   readonly #store: Store;
   readonly #committed: (c: ChangeSet) => Promise<void>;
   readonly #now: () => number;
+  readonly #heatProjects: ReadonlySet<string>;
 
   constructor(o: HeatObjectsOptions) {
     this.#store = o.store;
+    this.#heatProjects = new Set(o.heatProjects);
     this.#committed = o.committed;
     this.#now = o.now ?? Date.now;
   }
@@ -211,7 +219,7 @@ export class HeatObjects {
       const before = await o.get(key);
       const etag = md5(body);
       await o.put({ ...key, body, contentType, etag, modifiedMs: nowMs });
-      const node = await tx.node(key.container);
+      const node = await this.#nodeOf(tx, key);
       let items: HeatItem[] = [];
       if (node) {
         let doc: unknown;
@@ -239,10 +247,15 @@ export class HeatObjects {
   delete(key: ObjectKey): Promise<boolean> {
     return this.#write(async (tx) => {
       const gone = await tx.objects.delete(key);
-      const node = gone ? await tx.node(key.container) : undefined;
+      const node = gone ? await this.#nodeOf(tx, key) : undefined;
       if (node) await reconcile(tx, node.id, sourceOf(key), [], 'heat');
       return gone;
     });
+  }
+
+  /** The Herald node whose metadata `key` is: its container's name, in an account whose Heat drives nodes. */
+  async #nodeOf(tx: StoreTx, key: ObjectKey) {
+    return this.#heatProjects.has(key.project) ? await tx.node(key.container) : undefined;
   }
 
   head(key: ObjectKey): Promise<ObjectHead | undefined> {

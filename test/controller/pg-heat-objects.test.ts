@@ -28,7 +28,7 @@ async function two(): Promise<[HeatObjects, HeatObjects, PgStore]> {
   const url = await pg.createDatabase();
   const [a, b] = await Promise.all([PgStore.open(url, { controller: 'c1' }), PgStore.open(url, { controller: 'c2' })]);
   open.push(a, b);
-  const objects = (s: PgStore) => new HeatObjects({ store: s, committed: async () => {} });
+  const objects = (s: PgStore) => new HeatObjects({ store: s, committed: async () => {}, heatProjects: ['admin'] });
   return [objects(a), objects(b), a];
 }
 

@@ -49,7 +49,14 @@ beforeAll(async () => {
     mode: 0o600,
   });
   c = await makeCluster(['hnode1', 'hnode2', 'hnode3'], {
-    controllerArgs: ['--object-store-listen', `127.0.0.1:${osPort}`, '--object-store-tokens', tokens],
+    controllerArgs: [
+      '--object-store-listen',
+      `127.0.0.1:${osPort}`,
+      '--object-store-tokens',
+      tokens,
+      '--heat-project',
+      'admin',
+    ],
   });
   for (const n of ['hnode1', 'hnode2', 'hnode3']) agents.set(n, await c.startAgent(n));
   heat = await startHeat({
