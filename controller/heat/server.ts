@@ -29,6 +29,7 @@ import {
   OBJECT_STORE_MAX_HOST_CONNECTIONS,
   OBJECT_STORE_MAX_NETWORK_CONNECTIONS,
   OBJECT_STORE_OBJECT_MAX_BYTES,
+  OBJECT_STORE_REFUSED_BODY_LINGER_MS,
   OBJECT_STORE_REQUEST_TIMEOUT_MS,
 } from '../../protocol/limits.js';
 import { RefusalSummary } from '../../protocol/refusal-summary.js';
@@ -385,7 +386,6 @@ export class ObjectStoreServer {
     else if (status !== 500) this.#log.info({ event: 'refused', code, ...fields }, message);
     const headers: Record<string, string> = { 'X-Trans-Id': trans };
     if (status === 503) headers['Retry-After'] = '5';
-    if (req.complete === false) headers.Connection = 'close';
     const errBody =
       method === 'HEAD'
         ? undefined
@@ -394,12 +394,19 @@ export class ObjectStoreServer {
       res.destroy();
       return;
     }
-    send(
-      res,
-      status,
-      { ...headers, ...(errBody ? { 'Content-Type': 'application/json; charset=utf-8' } : {}) },
-      errBody,
-    );
+    const answer = (): void =>
+      send(
+        res,
+        status,
+        { ...headers, ...(errBody ? { 'Content-Type': 'application/json; charset=utf-8' } : {}) },
+        errBody,
+      );
+    if (req.complete) {
+      answer();
+      return;
+    }
+    headers.Connection = 'close';
+    afterBody(req, answer);
   }
 }
 
@@ -470,7 +477,11 @@ function send(
   res.end(res.req.method === 'HEAD' ? undefined : body);
 }
 
-/** The request's body, refused past the object limit (from Content-Length first, then as it arrives). */
+/**
+ * The request's body, refused past the object limit (from Content-Length first, then as it
+ * arrives). What comes after a refusal is left to flow and be discarded: the refusal's answer
+ * waits for it (afterBody), so the client reads a coded 413, not a reset.
+ */
 function readBody(req: http.IncomingMessage): Promise<Buffer> {
   const declared = Number(req.headers['content-length'] ?? 0);
   if (declared > OBJECT_STORE_OBJECT_MAX_BYTES)
@@ -480,16 +491,43 @@ function readBody(req: http.IncomingMessage): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let n = 0;
+    let over = false;
     req.on('data', (c: Buffer) => {
+      if (over) return;
       n += c.length;
       if (n > OBJECT_STORE_OBJECT_MAX_BYTES) {
+        over = true;
+        chunks.length = 0;
         reject(new Refused('object_too_large', `an object is at most ${OBJECT_STORE_OBJECT_MAX_BYTES} bytes`));
-        req.destroy();
         return;
       }
       chunks.push(c);
     });
-    req.once('end', () => resolve(Buffer.concat(chunks)));
+    req.once('end', () => {
+      if (!over) resolve(Buffer.concat(chunks));
+    });
     req.once('error', reject);
   });
+}
+
+/**
+ * Sends a refusal's `Connection: close` answer once the request's body is in (read and
+ * discarded), or after OBJECT_STORE_REFUSED_BODY_LINGER_MS. Node closes such a connection as
+ * soon as the answer is written; request bytes still unread then make the kernel send a TCP
+ * reset, and the client (python-requests sending Heat's metadata, a node's result) sees a
+ * broken connection instead of the code. The API does the same (controller/api/server.ts).
+ */
+function afterBody(req: http.IncomingMessage, answer: () => void): void {
+  let sent = false;
+  const once = (): void => {
+    if (sent) return;
+    sent = true;
+    clearTimeout(timer);
+    answer();
+  };
+  const timer = setTimeout(once, OBJECT_STORE_REFUSED_BODY_LINGER_MS);
+  timer.unref();
+  req.once('end', once);
+  req.once('close', once);
+  req.resume();
 }
