@@ -32,8 +32,8 @@ import {
   OBJECT_STORE_REFUSED_BODY_LINGER_MS,
   OBJECT_STORE_REQUEST_TIMEOUT_MS,
 } from '../../protocol/limits.js';
-import { RefusalSummary } from '../../protocol/refusal-summary.js';
 import { ConnectionAdmission } from '../admission.js';
+import { RefusalLog } from '../refusal-log.js';
 import type { HeatObjects } from '../service/heat.js';
 import type { ObjectHead, ObjectKey } from '../store/objects.js';
 import { checkTempUrl } from './tempurl.js';
@@ -118,7 +118,7 @@ export class ObjectStoreServer {
   readonly #o: ObjectStoreOptions;
   readonly #now: () => number;
   readonly #log: Logger;
-  readonly #summary: RefusalSummary;
+  readonly #refusals: RefusalLog;
   readonly #admission = new ConnectionAdmission({
     total: OBJECT_STORE_MAX_CONNECTIONS,
     perHost: OBJECT_STORE_MAX_HOST_CONNECTIONS,
@@ -131,14 +131,7 @@ export class ObjectStoreServer {
     this.#o = o;
     this.#now = o.now ?? Date.now;
     this.#log = o.logger.child({ component: 'object-store' });
-    this.#summary = new RefusalSummary(
-      (l) =>
-        this.#log.warn(
-          { event: 'refused', code: l.code, count: l.count, ...l.fields },
-          ERROR_CODES[l.code as ErrorCode],
-        ),
-      this.#now,
-    );
+    this.#refusals = new RefusalLog(this.#log, this.#now);
     this.server = https.createServer(
       { ...this.#tlsOptions(), handshakeTimeout: OBJECT_STORE_HEADERS_TIMEOUT_MS },
       (req, res) => {
@@ -163,7 +156,7 @@ export class ObjectStoreServer {
   #admit(s: tls.TLSSocket): void {
     const a = this.#admission.admit(s.remoteAddress ?? '');
     if (!a.ok) {
-      this.#summary.record('too_many_connections', { peer: s.remoteAddress, scope: a.scope });
+      this.#refusals.record('too_many_connections', { peer: s.remoteAddress, scope: a.scope });
       s.destroy();
       return;
     }
@@ -182,7 +175,7 @@ export class ObjectStoreServer {
 
   async close(): Promise<void> {
     this.#o.material.off('tls-change', this.#onTls);
-    this.#summary.flush(true);
+    this.#refusals.close();
     await new Promise<void>((r) => {
       this.server.close(() => r());
       this.server.closeAllConnections();
@@ -193,6 +186,7 @@ export class ObjectStoreServer {
     const method = req.method ?? 'GET';
     const trans = `tx${(++this.#trans).toString(16)}-${crypto.randomBytes(4).toString('hex')}`;
     let target: Target | undefined;
+    let who: string | undefined;
     try {
       const u = new URL(req.url ?? '/', 'https://object-store');
       let path: string;
@@ -208,11 +202,11 @@ export class ObjectStoreServer {
         throw new Refused('method_not_allowed', `${method} is not served on an ${target.level}`);
       const refusal = this.#o.refusal?.();
       if (refusal) throw refusal;
-      const who = await this.#authorize(req, u, path, method, target);
+      who = await this.#authorize(req, u, path, method, target);
       const body = method === 'PUT' || method === 'POST' ? await readBody(req) : Buffer.alloc(0);
       await this.#route(req, res, u, method, target, body, who, trans);
     } catch (e) {
-      this.#fail(req, res, e, method, target, trans);
+      this.#fail(req, res, e, method, target, who, trans);
     }
   }
 
@@ -361,6 +355,7 @@ export class ObjectStoreServer {
     e: unknown,
     method: string,
     t: Target | undefined,
+    who: string | undefined,
     trans: string,
   ): void {
     let code: ErrorCode = 'internal';
@@ -380,9 +375,12 @@ export class ObjectStoreServer {
       container: t?.container,
       object: t?.object,
       field,
+      who,
     };
-    // a peer can repeat these in bulk without a key or token: summarised per code
-    if (status === 401 || status === 429 || status === 413) this.#summary.record(code, fields);
+    // anyone can repeat a refusal made before the request was authorised (a 401, a 404 or 405 of
+    // routing, a 503 of a revoked controller), and a 413, 429 or 503 in bulk: summarised per code,
+    // so no peer can fill the disk; an authorised caller's other refusals are one line each
+    if (who === undefined || status === 413 || status === 429 || status === 503) this.#refusals.record(code, fields);
     else if (status !== 500) this.#log.info({ event: 'refused', code, ...fields }, message);
     const headers: Record<string, string> = { 'X-Trans-Id': trans };
     if (status === 503) headers['Retry-After'] = '5';
