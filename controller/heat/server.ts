@@ -188,7 +188,11 @@ export class ObjectStoreServer {
     let target: Target | undefined;
     let who: string | undefined;
     try {
-      const u = new URL(req.url ?? '/', 'https://object-store');
+      const u = URL.canParse(req.url ?? '/', 'https://object-store')
+        ? new URL(req.url ?? '/', 'https://object-store')
+        : undefined;
+      // an absolute-form target (`GET http://[x/...`) that is no URL is a client's mistake, not a 500
+      if (!u) throw new Refused('not_found', 'the request target is not a URL');
       let path: string;
       try {
         path = decodeURIComponent(u.pathname);
