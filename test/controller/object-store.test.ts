@@ -12,11 +12,12 @@ import fs from 'node:fs';
 import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
+import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { lastModified } from '../../controller/heat/server.js';
 import { tokenDigest } from '../../controller/heat/tokens.js';
-import { OBJECT_STORE_OBJECT_MAX_BYTES } from '../../protocol/limits.js';
-import { startTestController, type TestController } from '../helpers/controller-harness.js';
+import { OBJECT_STORE_MAX_HOST_CONNECTIONS, OBJECT_STORE_OBJECT_MAX_BYTES } from '../../protocol/limits.js';
+import { startTestController, type TestController, waitFor } from '../helpers/controller-harness.js';
 import { makeControllerTestPki, type ControllerTestPki, type Cred } from '../helpers/controller-pki.js';
 
 /** Heat's "never": `2^31 - 1 - 60`, the expiry of every TempURL it mints (docs/heat-object-store.md). */
@@ -405,7 +406,7 @@ describe('object store: tokens', () => {
     expect(head.headers['x-account-meta-temp-url-key']).toBeUndefined();
   });
 
-  it('a line with `*` may act on any account', async () => {
+  it('a line scoped to any project (*) may act on any account', async () => {
     expect((await storeReq(t, 'GET', '/v1/AUTH_other/theirs/secret', { token: ANY_TOKEN })).status).toBe(200);
     expect((await storeReq(t, 'HEAD', ACCOUNT, { token: ANY_TOKEN })).status).toBe(204);
   });
@@ -555,6 +556,44 @@ describe('object store: limits', () => {
     // a well-formed one is served by its path, whatever its host
     expect((await storeReq(t, 'HEAD', `http://elsewhere${ACCOUNT}/c`, { token: TOKEN })).status).toBe(204);
     expect(t.logLines().filter((l) => l.level === 50)).toEqual([]);
+  });
+
+  it('one host holds at most OBJECT_STORE_MAX_HOST_CONNECTIONS connections: the next is closed at its handshake, unread', async () => {
+    const open = (): Promise<tls.TLSSocket> =>
+      new Promise((resolve, reject) => {
+        const s = tls.connect({
+          host: '127.0.0.1',
+          port: t.ctl.objectStoreAddress!.port,
+          ca: pki.ca,
+          servername: 'localhost',
+        });
+        s.once('secureConnect', () => resolve(s));
+        s.once('error', reject);
+      });
+    const held: tls.TLSSocket[] = [];
+    try {
+      for (let i = 0; i < OBJECT_STORE_MAX_HOST_CONNECTIONS; i++) held.push(await open());
+      // all held: a request on one more connection gets no answer, its connection is closed
+      await expect(storeReq(t, 'HEAD', ACCOUNT, { token: TOKEN })).rejects.toThrow();
+      expect(t.logLines().some((l) => l.event === 'refused' && l.code === 'too_many_connections')).toBe(true);
+      // the held ones still work
+      const answer = await new Promise<string>((resolve) => {
+        held[0]!.once('data', (d: Buffer) => resolve(d.toString('latin1').split('\r\n')[0]!));
+        held[0]!.write(`HEAD ${ACCOUNT} HTTP/1.1\r\nHost: x\r\nX-Auth-Token: ${TOKEN}\r\n\r\n`);
+      });
+      expect(answer).toBe('HTTP/1.1 204 No Content');
+      // one closed: a new connection is served again (once the store has seen the close)
+      held.pop()!.destroy();
+      await waitFor('a free place', async () => {
+        try {
+          return (await storeReq(t, 'HEAD', ACCOUNT, { token: TOKEN })).status === 204;
+        } catch {
+          return false;
+        }
+      });
+    } finally {
+      for (const s of held) s.destroy();
+    }
   });
 
   it('methods not served are 405 method_not_allowed, before any token is asked for', async () => {
