@@ -732,6 +732,15 @@ describe("object store: a node's metadata from Heat", () => {
     expect([got.status, got.raw.toString()]).toEqual([200, metadata()]);
   });
 
+  it("the node's Herald agent is given no TempURL: its signed metadata carries neither the metadata's nor the signal's", async () => {
+    const r = await t.req(pki.cred('agent', 'n1'), 'GET', '/v1/nodes/n1/metadata');
+    expect(r.status).toBe(200);
+    expect(r.json.deployments).toHaveLength(1);
+    expect(r.text).toContain('mars');
+    expect(r.text).not.toContain('temp_url_sig');
+    expect(r.text).not.toContain(`${STACK}/`);
+  });
+
   it('a malformed one after it stores nothing: the object and the deployment stay as they were', async () => {
     const before = await deployments('n1');
     expect(refusal(await putMeta(metadata({ transport: 'HEAT_SIGNAL', itemId: 'x2' })))).toEqual([
