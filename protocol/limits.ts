@@ -608,3 +608,5 @@ export const OBJECT_STORE_HEADERS_TIMEOUT_MS = 10_000;
 export const OBJECT_STORE_REQUEST_TIMEOUT_MS = 30_000;
 /** Idle keep-alive: longer than Heat's once-a-second signal HEADs, shorter than an idle poller's gap. */
 export const OBJECT_STORE_KEEP_ALIVE_TIMEOUT_MS = 60_000;
+/** How long a refused request's body is read and discarded before its answer goes out anyway (then the connection is closed). */
+export const OBJECT_STORE_REFUSED_BODY_LINGER_MS = 2_000;

@@ -29,11 +29,12 @@ import {
   OBJECT_STORE_MAX_HOST_CONNECTIONS,
   OBJECT_STORE_MAX_NETWORK_CONNECTIONS,
   OBJECT_STORE_OBJECT_MAX_BYTES,
+  OBJECT_STORE_REFUSED_BODY_LINGER_MS,
   OBJECT_STORE_REQUEST_TIMEOUT_MS,
 } from '../../protocol/limits.js';
-import { RefusalSummary } from '../../protocol/refusal-summary.js';
 import { ConnectionAdmission } from '../admission.js';
 import { statusOf } from '../error-status.js';
+import { RefusalLog } from '../refusal-log.js';
 import type { HeatObjects } from '../service/heat.js';
 import type { ObjectHead, ObjectKey } from '../store/objects.js';
 import { checkTempUrl } from './tempurl.js';
@@ -96,7 +97,7 @@ export class ObjectStoreServer {
   readonly #o: ObjectStoreOptions;
   readonly #now: () => number;
   readonly #log: Logger;
-  readonly #summary: RefusalSummary;
+  readonly #refusals: RefusalLog;
   readonly #admission = new ConnectionAdmission({
     total: OBJECT_STORE_MAX_CONNECTIONS,
     perHost: OBJECT_STORE_MAX_HOST_CONNECTIONS,
@@ -109,14 +110,7 @@ export class ObjectStoreServer {
     this.#o = o;
     this.#now = o.now ?? Date.now;
     this.#log = o.logger.child({ component: 'object-store' });
-    this.#summary = new RefusalSummary(
-      (l) =>
-        this.#log.warn(
-          { event: 'refused', code: l.code, count: l.count, ...l.fields },
-          ERROR_CODES[l.code as ErrorCode],
-        ),
-      this.#now,
-    );
+    this.#refusals = new RefusalLog(this.#log, this.#now);
     this.server = https.createServer(
       { ...this.#tlsOptions(), handshakeTimeout: OBJECT_STORE_HEADERS_TIMEOUT_MS },
       (req, res) => {
@@ -141,7 +135,7 @@ export class ObjectStoreServer {
   #admit(s: tls.TLSSocket): void {
     const a = this.#admission.admit(s.remoteAddress ?? '');
     if (!a.ok) {
-      this.#summary.record('too_many_connections', { peer: s.remoteAddress, scope: a.scope });
+      this.#refusals.record('too_many_connections', { peer: s.remoteAddress, scope: a.scope });
       s.destroy();
       return;
     }
@@ -160,7 +154,7 @@ export class ObjectStoreServer {
 
   async close(): Promise<void> {
     this.#o.material.off('tls-change', this.#onTls);
-    this.#summary.flush(true);
+    this.#refusals.close();
     await new Promise<void>((r) => {
       this.server.close(() => r());
       this.server.closeAllConnections();
@@ -171,8 +165,13 @@ export class ObjectStoreServer {
     const method = req.method ?? 'GET';
     const trans = `tx${(++this.#trans).toString(16)}-${crypto.randomBytes(4).toString('hex')}`;
     let target: Target | undefined;
+    let who: string | undefined;
     try {
-      const u = new URL(req.url ?? '/', 'https://object-store');
+      const u = URL.canParse(req.url ?? '/', 'https://object-store')
+        ? new URL(req.url ?? '/', 'https://object-store')
+        : undefined;
+      // an absolute-form target (`GET http://[x/...`) that is no URL is a client's mistake, not a 500
+      if (!u) throw new Refused('not_found', 'the request target is not a URL');
       let path: string;
       try {
         path = decodeURIComponent(u.pathname);
@@ -186,11 +185,11 @@ export class ObjectStoreServer {
         throw new Refused('method_not_allowed', `${method} is not served on an ${target.level}`);
       const refusal = this.#o.refusal?.();
       if (refusal) throw refusal;
-      const who = await this.#authorize(req, u, path, method, target);
+      who = await this.#authorize(req, u, path, method, target);
       const body = method === 'PUT' || method === 'POST' ? await readBody(req) : Buffer.alloc(0);
       await this.#route(req, res, u, method, target, body, who, trans);
     } catch (e) {
-      this.#fail(req, res, e, method, target, trans);
+      this.#fail(req, res, e, method, target, who, trans);
     }
   }
 
@@ -339,6 +338,7 @@ export class ObjectStoreServer {
     e: unknown,
     method: string,
     t: Target | undefined,
+    who: string | undefined,
     trans: string,
   ): void {
     let code: ErrorCode = 'internal';
@@ -358,13 +358,15 @@ export class ObjectStoreServer {
       container: t?.container,
       object: t?.object,
       field,
+      who,
     };
-    // a peer can repeat these in bulk without a key or token: summarised per code
-    if (status === 401 || status === 429 || status === 413) this.#summary.record(code, fields);
+    // anyone can repeat a refusal made before the request was authorised (a 401, a 404 or 405 of
+    // routing, a 503 of a revoked controller), and a 413, 429 or 503 in bulk: summarised per code,
+    // so no peer can fill the disk; an authorised caller's other refusals are one line each
+    if (who === undefined || status === 413 || status === 429 || status === 503) this.#refusals.record(code, fields);
     else if (status !== 500) this.#log.info({ event: 'refused', code, ...fields }, message);
     const headers: Record<string, string> = { 'X-Trans-Id': trans };
     if (status === 503) headers['Retry-After'] = '5';
-    if (req.complete === false) headers.Connection = 'close';
     const errBody =
       method === 'HEAD'
         ? undefined
@@ -373,12 +375,19 @@ export class ObjectStoreServer {
       res.destroy();
       return;
     }
-    send(
-      res,
-      status,
-      { ...headers, ...(errBody ? { 'Content-Type': 'application/json; charset=utf-8' } : {}) },
-      errBody,
-    );
+    const answer = (): void =>
+      send(
+        res,
+        status,
+        { ...headers, ...(errBody ? { 'Content-Type': 'application/json; charset=utf-8' } : {}) },
+        errBody,
+      );
+    if (req.complete) {
+      answer();
+      return;
+    }
+    headers.Connection = 'close';
+    afterBody(req, answer);
   }
 }
 
@@ -449,7 +458,11 @@ function send(
   res.end(res.req.method === 'HEAD' ? undefined : body);
 }
 
-/** The request's body, refused past the object limit (from Content-Length first, then as it arrives). */
+/**
+ * The request's body, refused past the object limit (from Content-Length first, then as it
+ * arrives). What comes after a refusal is left to flow and be discarded: the refusal's answer
+ * waits for it (afterBody), so the client reads a coded 413, not a reset.
+ */
 function readBody(req: http.IncomingMessage): Promise<Buffer> {
   const declared = Number(req.headers['content-length'] ?? 0);
   if (declared > OBJECT_STORE_OBJECT_MAX_BYTES)
@@ -459,16 +472,43 @@ function readBody(req: http.IncomingMessage): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let n = 0;
+    let over = false;
     req.on('data', (c: Buffer) => {
+      if (over) return;
       n += c.length;
       if (n > OBJECT_STORE_OBJECT_MAX_BYTES) {
+        over = true;
+        chunks.length = 0;
         reject(new Refused('object_too_large', `an object is at most ${OBJECT_STORE_OBJECT_MAX_BYTES} bytes`));
-        req.destroy();
         return;
       }
       chunks.push(c);
     });
-    req.once('end', () => resolve(Buffer.concat(chunks)));
+    req.once('end', () => {
+      if (!over) resolve(Buffer.concat(chunks));
+    });
     req.once('error', reject);
   });
+}
+
+/**
+ * Sends a refusal's `Connection: close` answer once the request's body is in (read and
+ * discarded), or after OBJECT_STORE_REFUSED_BODY_LINGER_MS. Node closes such a connection as
+ * soon as the answer is written; request bytes still unread then make the kernel send a TCP
+ * reset, and the client (python-requests sending Heat's metadata, a node's result) sees a
+ * broken connection instead of the code. The API does the same (controller/api/server.ts).
+ */
+function afterBody(req: http.IncomingMessage, answer: () => void): void {
+  let sent = false;
+  const once = (): void => {
+    if (sent) return;
+    sent = true;
+    clearTimeout(timer);
+    answer();
+  };
+  const timer = setTimeout(once, OBJECT_STORE_REFUSED_BODY_LINGER_MS);
+  timer.unref();
+  req.once('end', once);
+  req.once('close', once);
+  req.resume();
 }

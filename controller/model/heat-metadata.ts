@@ -6,6 +6,8 @@
  */
 import { DEPLOY_ACTIONS, type DeployAction, INPUT_TYPES, type InputType } from '../../protocol/heat.js';
 import { HeraldError } from '../../protocol/errors.js';
+import { withinJsonDepth } from '../../protocol/json-depth.js';
+import { MAX_JSON_DEPTH_LEVELS } from '../../protocol/limits.js';
 
 /** How a deployment's result reaches Heat: written to a signal object of this store, or not at all. */
 export const HEAT_SIGNAL_TRANSPORTS = ['TEMP_URL_SIGNAL', 'NO_SIGNAL'] as const;
@@ -111,7 +113,10 @@ function readItem(raw: unknown, at: string): HeatItem {
     if (typeof inp.description === 'string' && inp.description !== '') decl.description = inp.description;
     if (inp.default !== undefined && inp.default !== null && inp.default !== '') decl.default = inp.default;
     inputs.push(decl);
-    if (Object.hasOwn(inp, 'value')) values[name] = inp.value;
+    if (!Object.hasOwn(inp, 'value')) continue;
+    // as the API's input values: a deeper one would overflow the stack of whatever serialises it
+    if (!withinJsonDepth(inp.value)) throw bad(`${f}.value`, `is nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels`);
+    values[name] = inp.value;
   }
   const outList = o.outputs ?? [];
   if (!Array.isArray(outList)) throw bad(`${at}.outputs`, 'must be a list');

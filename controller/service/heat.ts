@@ -72,15 +72,46 @@ function itemIdsOf(body: Buffer | undefined): Map<string, string> {
 }
 
 /**
+ * The signal object an item names, when it is in `project`'s account. Herald writes to it (empties
+ * it, and writes the node's results there), so one in another account is never taken: whoever
+ * may write one account's metadata would otherwise empty or overwrite another account's objects.
+ */
+function signalKeyOf(it: HeatItem, project: string): ObjectKey | undefined {
+  const k = it.signalUrl ? objectKeyOfUrl(it.signalUrl) : undefined;
+  return k?.project === project ? k : undefined;
+}
+
+/** @throws HeraldError heat_metadata_invalid when an item's signal object is in another account than `project` */
+function checkSignalAccounts(items: HeatItem[], project: string): void {
+  for (const [i, it] of items.entries()) {
+    const k = it.signalUrl ? objectKeyOfUrl(it.signalUrl) : undefined;
+    if (!k || k.project === project) continue;
+    const field = `deployments.${i}.inputs.deploy_signal_id`;
+    throw new HeraldError(
+      'heat_metadata_invalid',
+      `${field}: names an object of account AUTH_${k.project}, not of this metadata's AUTH_${project}`,
+      { field },
+    );
+  }
+}
+
+/**
  * Empties the signal objects of the items that are new or changed since `before`, so a result
  * of an earlier update is never read as this one's: Heat reads a signal object whose
  * Last-Modified (rounded up to the second) is newer than the deployment's update, and an update
- * can start within the second of the last result (docs/heat.md).
+ * can start within the second of the last result (docs/heat.md). Only in the written object's
+ * own account (signalKeyOf).
  */
-async function clearSignals(o: ObjectRows, items: HeatItem[], before: Map<string, string>, nowMs: number) {
+async function clearSignals(
+  o: ObjectRows,
+  items: HeatItem[],
+  before: Map<string, string>,
+  project: string,
+  nowMs: number,
+) {
   for (const it of items) {
-    if (before.get(it.key) === it.id || !it.signalUrl) continue;
-    const k = objectKeyOfUrl(it.signalUrl);
+    if (before.get(it.key) === it.id) continue;
+    const k = signalKeyOf(it, project);
     if (!k || !(await o.head(k))) continue;
     const body = Buffer.alloc(0);
     await o.put({ ...k, body, contentType: 'application/octet-stream', etag: md5(body), modifiedMs: nowMs });
@@ -117,9 +148,15 @@ const sameConfig = (a: NewConfig, b: NewConfig): boolean =>
  * config changed); a deployment whose item is gone is removed without running. Heat's own
  * `deploy_server_id`, `deploy_stack_id` and `deploy_resource_name` stay the item's.
  */
-async function reconcile(tx: StoreTx, node: string, source: string, items: HeatItem[], who: string): Promise<number> {
+async function reconcile(
+  tx: StoreTx,
+  node: string,
+  source: ObjectKey,
+  items: HeatItem[],
+  who: string,
+): Promise<number> {
   const o = tx.objects;
-  const links = new Map((await o.heatLinks(node, source)).map((l) => [l.heatKey, l]));
+  const links = new Map((await o.heatLinks(node, sourceOf(source))).map((l) => [l.heatKey, l]));
   let changed = 0;
   for (const [i, it] of items.entries()) {
     const link = links.get(it.key);
@@ -145,8 +182,15 @@ async function reconcile(tx: StoreTx, node: string, source: string, items: HeatI
         who,
       );
     }
-    const signal = it.signalUrl ? (objectKeyOfUrl(it.signalUrl) ?? null) : null;
-    const next: HeatLink = { deploymentId: d.id, node, source, heatKey: it.key, heatItemId: it.id, signal };
+    const signal = signalKeyOf(it, source.project) ?? null;
+    const next: HeatLink = {
+      deploymentId: d.id,
+      node,
+      source: sourceOf(source),
+      heatKey: it.key,
+      heatItemId: it.id,
+      signal,
+    };
     await o.putHeatLink(next);
   }
   for (const gone of links.values()) {
@@ -229,6 +273,7 @@ export class HeatObjects {
           throw new HeraldError('heat_metadata_invalid', `the metadata of node ${node.id} is not JSON`);
         }
         items = readHeatMetadata(doc);
+        checkSignalAccounts(items, key.project);
       } else if (body[0] === 0x7b) {
         try {
           items = readHeatMetadata(JSON.parse(body.toString('utf8')));
@@ -236,9 +281,9 @@ export class HeatObjects {
           // a plain object
         }
       }
-      await clearSignals(o, items, itemIdsOf(before?.body), nowMs);
+      await clearSignals(o, items, itemIdsOf(before?.body), key.project, nowMs);
       if (!node) return { etag, deployments: null, changed: 0 };
-      const changed = await reconcile(tx, node.id, sourceOf(key), items, who);
+      const changed = await reconcile(tx, node.id, key, items, who);
       return { etag, deployments: items.length, changed };
     });
   }
@@ -248,7 +293,7 @@ export class HeatObjects {
     return this.#write(async (tx) => {
       const gone = await tx.objects.delete(key);
       const node = gone ? await this.#nodeOf(tx, key) : undefined;
-      if (node) await reconcile(tx, node.id, sourceOf(key), [], 'heat');
+      if (node) await reconcile(tx, node.id, key, [], 'heat');
       return gone;
     });
   }
