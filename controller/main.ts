@@ -542,9 +542,8 @@ async function startObjectStore(
     logger: d.logger,
     refusal: () => d.service.standingRefusal(),
   });
-  let port: number;
   try {
-    port = await server.listen(listen.port, listen.host);
+    await server.listen(listen.port, listen.host);
   } catch (err) {
     tokens.close();
     await server.close();

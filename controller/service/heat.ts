@@ -62,7 +62,7 @@ export interface PutResult {
 /** The items of a stored metadata object, by Heat key; an object that is not Heat's metadata has none. */
 function itemIdsOf(body: Buffer | undefined): Map<string, string> {
   const out = new Map<string, string>();
-  if (!body || body[0] !== 0x7b) return out;
+  if (body?.[0] !== 0x7b) return out;
   try {
     for (const it of readHeatMetadata(JSON.parse(body.toString('utf8')))) out.set(it.key, it.id);
   } catch {
