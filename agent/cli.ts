@@ -86,7 +86,7 @@ export function registerAgentCommand(program: Command): void {
   program
     .command('agent')
     .description(
-      'run a node agent: listen for signed wake-ups, fetch signed metadata, apply deployments, signal results',
+      'run a node agent: listen for signed wake-ups (or dial out for them), fetch signed metadata, apply deployments, signal results',
     )
     .requiredOption('--node <id>', "this node's id; the certificate must be agent/<id>")
     .requiredOption(
@@ -110,7 +110,7 @@ export function registerAgentCommand(program: Command): void {
     .option('--hooks-dir <dir>', 'hooks for groups other than script and component (<dir>/<group>)')
     .option(
       '--controller-id <name,...|*>',
-      'the controllers accepted (API server and wake-up peer): controller/<name> for each name, or * for every controller of the trust domain',
+      'the controllers accepted (API server, wake-up peer, --dial-out server): controller/<name> for each name, or * for every controller of the trust domain',
       'controller',
     )
     .option('--poll-interval <duration>', 'fallback poll interval, e.g. 120s, 2m (jittered ±10 %)', '120s')

@@ -208,16 +208,16 @@ describe('the dialled connection carries the push connection', () => {
   });
 
   it.each([
-    ['a signature that does not verify', (s: ConnectStandIn) => `${s.wake(2).slice(0, -4)}AAAA`, 'bad_signature'],
-    ['a wake-up for another node', () => token({ aud: pki.spiffe('agent', 'n2') }), 'wrong_audience'],
+    ['a signature that does not verify', 'bad_signature', (s: ConnectStandIn) => `${s.wake(2).slice(0, -4)}AAAA`],
+    ['a wake-up for another node', 'wrong_audience', () => token({ aud: pki.spiffe('agent', 'n2') })],
     [
       'a wake-up naming another controller as issuer',
-      () => token({ iss: pki.spiffe('controller', 'c2') }),
       'wrong_issuer',
+      () => token({ iss: pki.spiffe('controller', 'c2') }),
     ],
-    ['a generation that is not a non-negative integer', () => token({ gen: -1 }), 'bad_gen'],
-    ['an expired wake-up', () => token({ iat: nowS() - 200, exp: nowS() - 100 }), 'expired'],
-  ])('nacks %s as the listener does (%s)', async (_name, make, code) => {
+    ['a generation that is not a non-negative integer', 'bad_gen', () => token({ gen: -1 })],
+    ['an expired wake-up', 'expired', () => token({ iat: nowS() - 200, exp: nowS() - 100 })],
+  ] as const)('nacks %s with %s, as the listener does', async (_name, code, make) => {
     const s = await standIn({ pingGen: null });
     const d = dial(s.url);
     const c = await s.connection();
