@@ -450,12 +450,13 @@ export class Dialer extends EventEmitter {
     const label = url.host;
     this.#conn = this.#push.add({ ws, sock, identity: peer.identity, cert: peer.cert, peer: label, offers });
     this.stats.connected++;
+    const via = proxyFor(url, this.#proxy);
     this.#log.info(
       {
         url: url.href,
         identity: peer.identity.spiffeId,
         offers: Object.keys(offers).filter((k) => offers[k as keyof typeof offers]),
-        ...(proxyFor(url, this.#proxy) ? { proxy: proxyFor(url, this.#proxy)!.host } : {}),
+        ...(via ? { proxy: via.host } : {}),
       },
       'dialled a controller: push connection up',
     );

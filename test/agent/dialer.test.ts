@@ -9,8 +9,11 @@
  * HTTPS_PROXY / NO_PROXY through a small CONNECT proxy; the start URL FNV-1a(node) mod n.
  */
 import { once } from 'node:events';
+import fs from 'node:fs';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { revoke } from '../../certs/pki.js';
+import { pkiPaths } from '../../certs/paths.js';
 import type { PkiMaterial } from '../../certs/tls.js';
 import { FetchCoalescer } from '../../agent/coalescer.js';
 import { parseDialProxy, proxyEnvOf, proxyFor } from '../../agent/dial-proxy.js';
@@ -19,7 +22,7 @@ import { Fetcher, keySetOf } from '../../agent/fetcher.js';
 import { encodeMetadataFrame, encodeSignalled } from '../../protocol/frames.js';
 import { fnv1a32 } from '../../protocol/fnv.js';
 import { parseControllerIds } from '../../protocol/identity.js';
-import { WAKE_TYP } from '../../protocol/jws.js';
+import { Signer, WAKE_TYP, type Ed25519PrivateJwk } from '../../protocol/jws.js';
 import {
   AGENT_DIAL_PING_INTERVAL_MS,
   AGENT_DIAL_PONG_TIMEOUT_MS,
@@ -279,6 +282,33 @@ describe('whom the agent dials', () => {
       expect(d.lines.some((l) => l.code === 'wrong_peer' && l.url === bad.url)).toBe(true);
     },
   );
+
+  it('closes the dialled connection of a controller revoked meanwhile (1008 revoked), and refuses it at the next dial', async () => {
+    const own = await makeAgentTestPki();
+    open.push({ close: () => own.cleanup() });
+    const m = own.material('agent', 'n1');
+    const c2 = (): Signer =>
+      new Signer(JSON.parse(fs.readFileSync(pkiPaths(own.dir).controllerJwk('c2'), 'utf8')) as Ed25519PrivateJwk);
+    const s = await standIn({
+      material: own.material('controller', 'c2'),
+      signer: c2(),
+      issuer: own.spiffe('controller', 'c2'),
+      audience: own.spiffe('agent', 'n1'),
+    });
+    const d = dial(s.url, {
+      material: m,
+      controllers: '*',
+      verifier: new WakeVerifier({ audience: N1(), keys: keySetOf(m), startedAtS: nowS() - 5 }),
+      random: () => 0,
+    });
+    const c = await s.connection();
+    expect(await c.nextAnswer()).toMatchObject({ type: 'ack' });
+    await revoke({ dir: own.dir, target: 'controller/c2' });
+    m.reload();
+    expect(await c.closed).toEqual([1008, 'revoked']);
+    expect(await d.nextDown()).toMatchObject({ code: 'revoked', wasOpen: true });
+    expect(await d.nextDown()).toMatchObject({ code: 'revoked', wasOpen: false });
+  });
 
   it("keeps the controller's refusal code from its 403 before the upgrade, else upgrade_refused", async () => {
     const coded = await standIn({ refuse: { status: 403, code: 'revoked' } });
