@@ -1,6 +1,7 @@
 /**
  * The agent's one wiring (docs/architecture.md): the PKI material, the state dir, the fetcher, the
- * outbox, the live output sender, the apply loop, the wake-up listener, the poller and the
+ * outbox, the live output sender, the apply loop, the wake-up listener and the dialer (either or
+ * both, docs/dial-out.md), the poller and the
  * pipeline that carries a wake-up or a poll through a fetch to the apply loop (agent/pipeline.ts),
  * assembled from explicit dependencies (logger, clock, random, hook runner, file system owner
  * checks). This file only makes the parts and hands them to one another; what the agent does with
@@ -10,7 +11,8 @@
  *
  * `assembleAgent()` checks and opens everything that can be refused at start-up (the identity,
  * the JWKS, a wildcard listen address without an advertised one, a PKI file, state or hooks dir
- * another user could write when running as root); `start()` recovers, listens, announces and polls.
+ * another user could write when running as root); `start()` recovers, listens, announces, dials
+ * out and polls.
  */
 import { readTrustDomain } from '../certs/trust-domain.js';
 import fs from 'node:fs';
@@ -26,7 +28,7 @@ import {
   POLL_INTERVAL_HEALTHY_MS,
   POLL_INTERVAL_MS,
 } from '../protocol/limits.js';
-import { WakeVerifier } from '../protocol/wake.js';
+import { WakeVerifier, type WakeClaims } from '../protocol/wake.js';
 import { materialPaths, pkiPaths } from '../certs/paths.js';
 import { PkiMaterial, type Logger } from '../certs/tls.js';
 import { ApplyLoop, type ApplyLoopOptions } from './apply.js';
@@ -36,7 +38,10 @@ import type { FetchCoalescer } from './coalescer.js';
 import { parseControllerUrls } from './controller-endpoints.js';
 import { Fetcher, keySetOf } from './fetcher.js';
 import type { RunItem } from './hooks/types.js';
-import { WakeListener, type PushFetchAnswer } from './listener.js';
+import { parseDialProxy, type ProxyEnv } from './dial-proxy.js';
+import { Dialer, parseDialOutUrls } from './dialer.js';
+import { WakeListener } from './listener.js';
+import type { PushFetchAnswer } from './push-connections.js';
 import { OutboxSender } from './outbox.js';
 import { OutboxStore } from './outbox-store.js';
 import { OutputSender } from './output-sender.js';
@@ -55,8 +60,16 @@ export interface AgentConfig {
   node: string;
   /** `https://host:port`, or several separated by commas: the agent moves to the next when one fails. */
   controller: string;
-  listen: HostPort;
+  /** The wake-up listener's address; none: the agent listens on nothing and announces no endpoint (then `dialOut` is needed). */
+  listen?: HostPort | undefined;
   advertise?: HostPort | undefined;
+  /**
+   * The controllers' connect URLs, `wss://host:port/v1/connect`, separated by commas: the agent
+   * dials out and keeps one push connection (docs/dial-out.md). With `listen` too, both serve.
+   */
+  dialOut?: string | undefined;
+  /** The proxy settings of the environment (`HTTPS_PROXY`, `NO_PROXY`), for dialling out. */
+  proxyEnv?: ProxyEnv | undefined;
   pki: string;
   stateDir: string;
   hooksDir?: string | undefined;
@@ -146,7 +159,10 @@ export interface AgentParts {
   pipeline: AgentPipeline;
   /** The pipeline's own (`pipeline.coalescer`). */
   coalescer: FetchCoalescer;
-  listener: WakeListener;
+  /** The wake-up listener; null without `listen`. */
+  listener: WakeListener | null;
+  /** The connection dialled out; null without `dialOut`. */
+  dialer: Dialer | null;
   poller: Poller;
   renewer: CertificateRenewer;
 }
@@ -157,8 +173,8 @@ export interface AssembledAgent {
   readonly parts: AgentParts;
   /**
    * Recovers interrupted items (and what a killed agent left), drains the outbox, listens,
-   * announces the endpoint, and starts polling once the announcement is through (bounded).
-   * Resolves with the bound port.
+   * announces the endpoint, dials out, and starts polling once the announcement is through
+   * (bounded). Resolves with the bound port (0 without a listener).
    * @throws ConfigError `listen` when the address cannot be bound (everything is closed then)
    */
   start(): Promise<number>;
@@ -180,6 +196,14 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
   // ---- identity and PKI --------------------------------------------------------------------
   const controllerIds: ControllerIds = parseControllerIds(cfg.controllerId);
   parseControllerUrls(cfg.controller); // refused here, before anything is opened
+  const dialOut = parseDialOutOption(cfg.dialOut);
+  const proxy = parseDialProxy(cfg.proxyEnv ?? {});
+  if (cfg.listen === undefined && dialOut === undefined)
+    throw new ConfigError('give --listen <host:port>, --dial-out <url,...>, or both: the agent needs a push path', {
+      field: 'listen',
+    });
+  if (cfg.listen === undefined && cfg.advertise !== undefined)
+    throw new ConfigError('--advertise names the address of the listener: it needs --listen', { field: 'advertise' });
   const paths = materialPaths(cfg.pki, 'agent', cfg.node);
   const uid = 'uid' in deps ? deps.uid : process.getuid?.();
   // as root: a PKI file someone else could write would let them choose whom the agent obeys;
@@ -235,7 +259,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
       }),
     );
   }
-  if (cfg.advertise === undefined && WILDCARD_HOSTS.has(cfg.listen.host)) {
+  if (cfg.listen !== undefined && cfg.advertise === undefined && WILDCARD_HOSTS.has(cfg.listen.host)) {
     refuse(
       new ConfigError(
         `--listen ${formatHostPort(cfg.listen)} binds every address: give --advertise host:port, the address the controller dials`,
@@ -284,12 +308,17 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     material,
     controllerSpiffeId: { controllers: controllerIds },
     lastAppliedGen: () => state.lastAppliedGeneration,
-    // over the push connection whose controller offers it; the listener is made below
+    // over a push connection whose controller offers it (the dialled one first: a controller that
+    // has it pushes there); the listener and the dialer are made below
     pushFetch: (nonce, ifNoneMatch, timeoutMs): Promise<PushFetchAnswer> | null =>
-      listener.fetchOverPush(nonce, ifNoneMatch, timeoutMs),
+      dialer?.fetchOverPush(nonce, ifNoneMatch, timeoutMs) ??
+      listener?.fetchOverPush(nonce, ifNoneMatch, timeoutMs) ??
+      null,
     pushSignal: (nonce, deploymentId, revision, body, timeoutMs): Promise<SignalledFrame> | null =>
-      listener.signalOverPush(nonce, deploymentId, revision, body, timeoutMs),
-    pushHealthy: (): boolean => listener.isPushHealthy(),
+      dialer?.signalOverPush(nonce, deploymentId, revision, body, timeoutMs) ??
+      listener?.signalOverPush(nonce, deploymentId, revision, body, timeoutMs) ??
+      null,
+    pushHealthy: (): boolean => isPushHealthy(),
     log,
   });
   const renewer = new CertificateRenewer({
@@ -336,8 +365,10 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
   });
 
   // ---- the pipeline: wake-ups and polls in, fetches, documents to the apply loop -----------
-  // the listener and the poller hand their wake-ups and polls to the pipeline (agent/pipeline.ts),
-  // made last from the parts; neither calls it before start()
+  // the listener, the dialer and the poller hand their wake-ups and polls to the pipeline
+  // (agent/pipeline.ts), made last from the parts; none calls it before start(). The listener and
+  // the dialer share the verifier, so a wake-up that comes both ways is taken once (its replay
+  // cache), and the pipeline's coalescer fetches a generation once whichever way it was announced.
   const nowS = (): number => now() / 1000;
   const verifier = new WakeVerifier({
     audience: me.spiffeId,
@@ -345,19 +376,41 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     startedAtS: Math.floor(nowS()),
     nowS,
   });
-  const listener = new WakeListener({
-    material,
-    verifier,
-    acceptController: (name) => acceptsController(controllerIds, name),
-    onWake: (claims): FetchState => pipeline.onWake(claims),
-    lastFetchedGen: (): number => pipeline.lastFetchedGen,
-    log,
-    now,
-  });
+  const onWake = (claims: WakeClaims): FetchState => pipeline.onWake(claims);
+  const lastFetchedGen = (): number => pipeline.lastFetchedGen;
+  const listener =
+    cfg.listen === undefined
+      ? null
+      : new WakeListener({
+          material,
+          verifier,
+          acceptController: (name) => acceptsController(controllerIds, name),
+          onWake,
+          lastFetchedGen,
+          log,
+          now,
+        });
+  const dialer =
+    dialOut === undefined
+      ? null
+      : new Dialer({
+          urls: dialOut,
+          node: cfg.node,
+          material,
+          controllers: controllerIds,
+          verifier,
+          onWake,
+          lastFetchedGen,
+          log,
+          proxy,
+          timers: { ...realTimers, now },
+          ...(deps.random ? { random: deps.random } : {}),
+        });
+  const isPushHealthy = (): boolean => (dialer?.isPushHealthy() ?? false) || (listener?.isPushHealthy() ?? false);
   const poller = new Poller({
     intervalMs: cfg.pollIntervalMs,
     healthyIntervalMs: cfg.pollIntervalHealthyMs,
-    isPushHealthy: () => listener.isPushHealthy(),
+    isPushHealthy,
     poll: (): Promise<boolean> => pipeline.onPoll(),
     timers: { ...realTimers, now },
     ...(deps.random ? { random: deps.random } : {}),
@@ -372,11 +425,13 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     log,
     observe,
   });
-  listener.on('push-change', () => {
+  const onPushChange = (): void => {
     poller.pushChanged();
     // fetches go over the push connection now: an idle API connection would only be a second one
-    if (listener.isPushHealthy()) fetcher.closeIdleApiConnections();
-  });
+    if (isPushHealthy()) fetcher.closeIdleApiConnections();
+  };
+  listener?.on('push-change', onPushChange);
+  dialer?.on('push-change', onPushChange);
 
   // ---- start and stop ----------------------------------------------------------------------
   const announceAbort = new AbortController();
@@ -387,30 +442,40 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
     started = true;
     await apply.recover();
     outbox.kick();
-    let port: number;
-    try {
-      port = await listener.listen(cfg.listen.host, cfg.listen.port);
-    } catch (err) {
-      await listener.close();
-      await outbox.stop();
-      fetcher.close();
-      material.close();
-      throw new ConfigError(`--listen ${formatHostPort(cfg.listen)}: ${(err as Error).message}`, {
-        field: 'listen',
-        cause: err,
-      });
+    let port = 0;
+    if (listener !== null && cfg.listen !== undefined) {
+      const listen = cfg.listen;
+      try {
+        port = await listener.listen(listen.host, listen.port);
+      } catch (err) {
+        await listener.close();
+        await outbox.stop();
+        fetcher.close();
+        material.close();
+        throw new ConfigError(`--listen ${formatHostPort(listen)}: ${(err as Error).message}`, {
+          field: 'listen',
+          cause: err,
+        });
+      }
+      const adv = cfg.advertise ?? listen;
+      const url = `wss://${formatHost(adv.host)}:${adv.port === 0 || cfg.advertise === undefined ? port : adv.port}/v1/wake`;
+      log.info(
+        { listen: `${formatHost(listen.host)}:${port}`, url, controller: cfg.controller, identity: me.spiffeId },
+        'agent started',
+      );
+      if (cfg.announce ?? true) {
+        announcing = fetcher.announce(url, announceAbort.signal).catch((err: unknown) => {
+          log.error({ err }, 'endpoint announcement stopped');
+          return false;
+        });
+      }
     }
-    const adv = cfg.advertise ?? cfg.listen;
-    const url = `wss://${formatHost(adv.host)}:${adv.port === 0 || cfg.advertise === undefined ? port : adv.port}/v1/wake`;
-    log.info(
-      { listen: `${formatHost(cfg.listen.host)}:${port}`, url, controller: cfg.controller, identity: me.spiffeId },
-      'agent started',
-    );
-    if (cfg.announce ?? true) {
-      announcing = fetcher.announce(url, announceAbort.signal).catch((err: unknown) => {
-        log.error({ err }, 'endpoint announcement stopped');
-        return false;
-      });
+    if (dialer !== null) {
+      // without a listener there is no endpoint to announce: the controller reaches this agent
+      // only on the connection it dials out (docs/dial-out.md)
+      if (listener === null)
+        log.info({ dialOut: cfg.dialOut, controller: cfg.controller, identity: me.spiffeId }, 'agent started');
+      dialer.start();
     }
     poller.startAfter(announcing, AGENT_FIRST_POLL_WAIT_MS);
     if (cfg.renew ?? true) renewer.start();
@@ -425,7 +490,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
       await renewer.stop();
       announceAbort.abort();
       pipeline.close();
-      await listener.close();
+      await Promise.all([listener?.close(), dialer?.close()]);
       await apply.stop(cfg.shutdownGraceMs ?? AGENT_SHUTDOWN_GRACE_MS);
       launcher?.close();
       await announcing;
@@ -454,6 +519,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
       pipeline,
       coalescer: pipeline.coalescer,
       listener,
+      dialer,
       poller,
       renewer,
     },
@@ -471,4 +537,14 @@ function formatHost(h: string): string {
 
 export function formatHostPort(hp: HostPort): string {
   return `${formatHost(hp.host)}:${hp.port}`;
+}
+
+/** `--dial-out`, parsed; undefined when not given. @throws ConfigError naming `dial-out` */
+function parseDialOutOption(value: string | undefined): URL[] | undefined {
+  if (value === undefined) return undefined;
+  try {
+    return parseDialOutUrls(value);
+  } catch (err) {
+    throw new ConfigError((err as Error).message, { field: 'dial-out', cause: err });
+  }
 }

@@ -7,6 +7,8 @@ import { ConfigError } from '../protocol/errors.js';
 import { isValidName, parseControllerIds } from '../protocol/identity.js';
 import { DEFAULT_AGENT_PORT } from '../protocol/limits.js';
 import { parseControllerUrls } from './controller-endpoints.js';
+import { parseDialProxy, proxyEnvOf } from './dial-proxy.js';
+import { parseDialOutUrls } from './dialer.js';
 
 const UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
 
@@ -63,7 +65,8 @@ export function parseHostPort(value: string, option: string, defaultPort?: numbe
 interface AgentCliOptions {
   node: string;
   controller: string;
-  listen: string;
+  listen?: string;
+  dialOut?: string;
   advertise?: string;
   pki?: string;
   stateDir: string;
@@ -83,16 +86,20 @@ export function registerAgentCommand(program: Command): void {
   program
     .command('agent')
     .description(
-      'run a node agent: listen for signed wake-ups, fetch signed metadata, apply deployments, signal results',
+      'run a node agent: listen for signed wake-ups (or dial out for them), fetch signed metadata, apply deployments, signal results',
     )
     .requiredOption('--node <id>', "this node's id; the certificate must be agent/<id>")
     .requiredOption(
       '--controller <url,...>',
       'controller API, https://host:port; several separated by commas: the agent uses one and moves to the next when it fails',
     )
-    .requiredOption(
+    .option(
       '--listen <host:port>',
-      `wake-up listener address (a bare host listens on port ${DEFAULT_AGENT_PORT}; port 0 picks a free one)`,
+      `wake-up listener address (a bare host listens on port ${DEFAULT_AGENT_PORT}; port 0 picks a free one); needed unless --dial-out is given`,
+    )
+    .option(
+      '--dial-out <url,...>',
+      'dial the controllers instead of (or besides) listening: their connect URLs, wss://host:port/v1/connect, separated by commas; the agent keeps one push connection, to one of them (docs/dial-out.md). Without --listen it listens on nothing and announces no endpoint. HTTPS_PROXY and NO_PROXY apply to these dials',
     )
     .option(
       '--advertise <host:port>',
@@ -103,7 +110,7 @@ export function registerAgentCommand(program: Command): void {
     .option('--hooks-dir <dir>', 'hooks for groups other than script and component (<dir>/<group>)')
     .option(
       '--controller-id <name,...|*>',
-      'the controllers accepted (API server and wake-up peer): controller/<name> for each name, or * for every controller of the trust domain',
+      'the controllers accepted (API server, wake-up peer, --dial-out server): controller/<name> for each name, or * for every controller of the trust domain',
       'controller',
     )
     .option('--poll-interval <duration>', 'fallback poll interval, e.g. 120s, 2m (jittered ±10 %)', '120s')
@@ -123,9 +130,17 @@ export function registerAgentCommand(program: Command): void {
     .addHelpText(
       'after',
       `
-Example:
+Examples:
   herald agent --node n1 --controller https://ctl.example:8443 --listen 10.0.0.5:7443 \\
-    --pki /etc/herald/pki --state-dir /var/lib/herald --hooks-dir /etc/herald/hooks`,
+    --pki /etc/herald/pki --state-dir /var/lib/herald --hooks-dir /etc/herald/hooks
+
+  # behind NAT: no inbound port; the agent dials the controller's connect listener
+  herald agent --node n1 --controller https://ctl.example:8443 \\
+    --dial-out wss://ctl.example:9443/v1/connect --pki /etc/herald/pki --state-dir /var/lib/herald
+
+Environment (with --dial-out):
+  HTTPS_PROXY, https_proxy   http://[user:password@]host[:port]: dial the controllers through this HTTP CONNECT proxy
+  NO_PROXY, no_proxy         hosts dialled directly: names and their suffixes, or *; ports are ignored`,
     )
     .action(async (o: AgentCliOptions) => {
       if (!isValidName(o.node))
@@ -141,8 +156,29 @@ Example:
       if (o.pki === undefined && (o.ca === undefined || o.cert === undefined || o.key === undefined)) {
         throw new ConfigError('--pki <dir> is required (or all of --ca, --cert and --key)', { field: 'pki' });
       }
-      const listen = parseHostPort(o.listen, '--listen', DEFAULT_AGENT_PORT);
-      const advertise = o.advertise !== undefined ? parseHostPort(o.advertise, '--advertise', listen.port) : undefined;
+      if (o.listen === undefined && o.dialOut === undefined)
+        throw new ConfigError('give --listen <host:port>, --dial-out <url,...>, or both: the agent needs a push path', {
+          field: 'listen',
+        });
+      const listen = o.listen !== undefined ? parseHostPort(o.listen, '--listen', DEFAULT_AGENT_PORT) : undefined;
+      if (listen === undefined && o.advertise !== undefined)
+        throw new ConfigError('--advertise names the address of the listener: it needs --listen', {
+          field: 'advertise',
+        });
+      const advertise =
+        o.advertise !== undefined && listen !== undefined
+          ? parseHostPort(o.advertise, '--advertise', listen.port)
+          : undefined;
+      if (o.dialOut !== undefined) {
+        try {
+          parseDialOutUrls(o.dialOut);
+        } catch (err) {
+          throw new ConfigError((err as Error).message, { field: 'dial-out' });
+        }
+      }
+      // the environment is read here, at the edge; the agent's parts are handed what it says
+      const proxyEnv = proxyEnvOf(process.env);
+      if (o.dialOut !== undefined) parseDialProxy(proxyEnv);
       const pollIntervalMs = parseDuration(o.pollInterval, '--poll-interval');
       const pollIntervalHealthyMs = parseDuration(o.pollIntervalHealthy, '--poll-interval-healthy');
       const { startAgent } = await import('./main.js');
@@ -154,6 +190,8 @@ Example:
           .join(','),
         listen,
         advertise,
+        dialOut: o.dialOut,
+        proxyEnv,
         pki: o.pki ?? '.',
         stateDir: o.stateDir,
         hooksDir: o.hooksDir,

@@ -371,7 +371,7 @@ export class Fetcher {
 
   /**
    * Posts one live output chunk (docs/api.md), over HTTPS only: a chunk is result data, and the push
-   * connection's peer may be anyone holding a controller TLS key (agent/listener.ts). Resolves
+   * connection's peer may be anyone holding a controller TLS key (agent/push-connections.ts). Resolves
    * with the HTTP status and a 429's Retry-After.
    * @throws a network or TLS error
    */

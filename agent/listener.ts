@@ -7,23 +7,11 @@
  * is ever read from it. After the upgrade every frame is answered at once (ack or nack), and the
  * only effect a valid wake-up can have is a coalesced fetch.
  *
- * A controller that offers it (`Herald-Features: fetch` on its upgrade) also answers the agent's
- * fetches on the connection (`fetchOverPush`): a `metadata` frame is taken only as the answer to
- * the fetch this agent sent on that connection, with its nonce, and checked by the fetcher exactly
- * as an HTTPS answer (signature, nonce, audience, issuer = this connection's controller, digest).
- * One that offers `signal` takes the agent's signals there too (`signalOverPush`), answered by a
- * `signalled` frame with the route's status, taken likewise only for the signal it answers.
- *
- * A controller TLS certificate alone proves little: whoever holds that key (without the Ed25519
- * signing key) can connect here and be the connection heard from last. So a request that carries
- * data (a signal: results, stdout, outputs) goes only on a connection that has *proven* it
- * reaches the signing key's holder, by delivering a wake-up that verified (signed for this agent by
- * a trusted key of the connection's own controller, fresh, its `jti` never seen before). That
- * proof lasts only while its key is trusted: when revoked.json or the JWKS drops it, the
- * connection is proven no more until a wake-up signed by a key still trusted verifies on it. The
- * answer the agent acts on is itself signed for that one request (protocol/signal-answer.ts).
- * Without such a connection, or when the answer does not verify, the caller goes over HTTPS to its
- * configured controller, whose URI SAN it checks. Live output never uses the push connection.
+ * Once a WebSocket exists, everything that happens on it (frames, wake-up verification, acks,
+ * fetches and signals over the connection, the proof a signal needs, close handling) is
+ * agent/push-connections.ts's, the same for the connection the agent dials out itself
+ * (agent/dialer.ts). The listener hands each accepted connection over with what the controller
+ * offered on its upgrade request (`Herald-Features: fetch, signal`).
  */
 import { EventEmitter } from 'node:events';
 import https from 'node:https';
@@ -34,22 +22,13 @@ import type tls from 'node:tls';
 import { randomBytes, type X509Certificate } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { WebSocket, WebSocketServer as WebSocketServerType } from 'ws';
-import { codeOf, ERROR_CODES, RefusalError, type ErrorCode } from '../protocol/errors.js';
+import { ERROR_CODES, type ErrorCode } from '../protocol/errors.js';
 import {
-  decodeControllerAnswer,
-  encodeAck,
-  encodeFetch,
-  encodeNack,
-  encodeSignal,
   FEATURE_FETCH,
   FEATURE_SIGNAL,
   FEATURES_HEADER,
-  isNackCode,
   offersFeature,
-  type ControllerAnswer,
   type FetchState,
-  type MetadataFrame,
-  type NackCode,
   type SignalledFrame,
 } from '../protocol/frames.js';
 import {
@@ -58,11 +37,8 @@ import {
   LISTENER_HTTP_CHECK_INTERVAL_MS,
   MAX_AUTHENTICATED_CONNECTIONS,
   MAX_BAD_FRAMES,
-  MAX_LATE_FETCH_ENTRIES,
   MAX_PENDING_CONNECTIONS,
   MAX_PUSH_METADATA_FRAME_BYTES,
-  MAX_PUSH_SIGNAL_FRAME_BYTES,
-  MAX_WAKE_FRAME_BYTES,
   MAX_WS_PAYLOAD_BYTES,
   PUSH_HEALTHY_WINDOW_MS,
   REFUSAL_LOG_INTERVAL_MS,
@@ -70,12 +46,9 @@ import {
   TLS_TICKET_KEY_BYTES,
 } from '../protocol/limits.js';
 import { RefusalSummary, type RefusalLine } from '../protocol/refusal-summary.js';
-import { verifySignalled } from '../protocol/signal-answer.js';
-import { checkKeyIssuer, type KeySet } from '../protocol/jws.js';
-import { peekJti, verifiedKid, type WakeClaims, type WakeVerifier } from '../protocol/wake.js';
+import type { WakeClaims, WakeVerifier } from '../protocol/wake.js';
 import type { CertIdentity } from '../certs/identity.js';
 import {
-  authorizeCertificate,
   authorizePeer,
   refusalCodeOf,
   tlsServerOptions,
@@ -83,6 +56,22 @@ import {
   type Logger,
   type PkiMaterial,
 } from '../certs/tls.js';
+import {
+  CLOSE_GOING_AWAY,
+  PushConnections,
+  type PushConnection,
+  type PushConnectionStats,
+  type PushFetchAnswer,
+  type PushPeer,
+} from './push-connections.js';
+
+export {
+  CLOSE_GOING_AWAY,
+  CLOSE_NORMAL,
+  CLOSE_POLICY,
+  CLOSE_REPLACED,
+  type PushFetchAnswer,
+} from './push-connections.js';
 
 // `ws` is CommonJS: require() it rather than import it. An ESM import of a CommonJS package
 // runs Node's export lexer over it and keeps a module wrapper; measured here, that is ~3 MB of
@@ -90,19 +79,6 @@ import {
 const { WebSocketServer } = createRequire(import.meta.url)('ws') as typeof import('ws');
 
 export const WAKE_PATH = '/v1/wake';
-
-/** WebSocket close codes the listener uses. */
-export const CLOSE_NORMAL = 1000;
-export const CLOSE_GOING_AWAY = 1001;
-export const CLOSE_POLICY = 1008;
-/** A newer connection from the same controller identity took this one's place. */
-export const CLOSE_REPLACED = 4000;
-
-/** `{`: the first byte of a metadata frame; a wake-up (compact JWS) never starts with it. */
-const OPEN_BRACE = 0x7b;
-
-/** How long a closing WebSocket may take its close handshake before it is cut. */
-const CLOSE_HANDSHAKE_MS = 1_000;
 
 export interface WakeListenerOptions {
   material: PkiMaterial;
@@ -141,67 +117,12 @@ interface Pending {
   peer: string;
 }
 
-interface Conn {
-  ws: WebSocket;
-  /** The TLS socket under `ws`: corked while a wake-up is answered (see #onFrame). */
-  sock: tls.TLSSocket;
-  identity: CertIdentity;
-  cert: X509Certificate;
-  peer: string;
-  badFrames: number;
-  lastHeard: number;
-  idleTimer: NodeJS.Timeout | undefined;
-  closing: boolean;
-  /** What the controller answers on this connection (`Herald-Features: fetch, signal`). */
-  offers: Record<PushRequestKind, boolean>;
-  /** The fetch and the signal sent on this connection and not answered yet (at most one of each). */
-  pending: Record<PushRequestKind, PendingRequest | null>;
-  /** Nonces of this connection's requests given up on (timed out): their late answers are dropped. */
-  lateNonces: string[];
-  /**
-   * The `kid` of the last wake-up that verified on this connection: its peer reaches that signing
-   * key (see the module's comment). Null until one verified, and again once that key is no longer
-   * trusted (revoked.json or the JWKS changed: #recheckAll); a later wake-up signed by a key still
-   * trusted proves it anew.
-   */
-  provenBy: string | null;
-}
-
-/** What an agent may ask on a push connection. */
-type PushRequestKind = 'fetch' | 'signal';
-
-/**
- * Whether a request of this kind may go only on a proven connection. A fetch carries a nonce and
- * an ETag, and its answer is verified end to end (signature, nonce, digest); a signal carries the
- * result itself. Every new kind must say which it is.
- */
-const NEEDS_PROOF: Record<PushRequestKind, boolean> = { fetch: false, signal: true };
-
-interface PendingRequest {
-  nonce: string;
-  timer: NodeJS.Timeout;
-  resolve: (a: ControllerAnswer) => void;
-  reject: (err: Error) => void;
-}
-
-/** The code a request over the push connection fails with when it gets no answer there. */
-const FAILED: Record<PushRequestKind, ErrorCode> = { fetch: 'push_fetch_failed', signal: 'push_signal_failed' };
-
-/** A metadata frame that answered this agent's fetch, and the controller whose connection carried it. */
-export interface PushFetchAnswer extends MetadataFrame {
-  /** The SPIFFE id of the controller (this connection's verified peer): the metadata's `iss`. */
-  issuer: string;
-}
-
 /** Counters, for tests and metrics. */
-export interface ListenerStats {
+export interface ListenerStats extends PushConnectionStats {
   pending: number;
-  authenticated: number;
   /** Authenticated connections accepted so far, and how many of them resumed a TLS session (no certificate exchange). */
   accepted: number;
   resumed: number;
-  /** Every refusal, before and after authentication. */
-  refused: number;
   /**
    * Refusals before authentication (a TCP connect over the pending cap, a handshake timeout, a
    * failed TLS handshake, a 403): anyone can cause these, so they are counted here and logged as
@@ -210,15 +131,6 @@ export interface ListenerStats {
   refusedBeforeAuth: number;
   /** The same, by code. */
   refusedBeforeAuthByCode: Record<string, number>;
-  frames: number;
-  acks: number;
-  nacks: number;
-  /** Fetches sent over push connections, and how many of them got their answer there. */
-  pushFetches: number;
-  pushFetchesAnswered: number;
-  /** Signals sent over push connections, and how many of them got their answer there. */
-  pushSignals: number;
-  pushSignalsAnswered: number;
 }
 
 /**
@@ -226,7 +138,8 @@ export interface ListenerStats {
  * `'connected'` ({ identity, peer, resumed }) when a controller's WebSocket is accepted;
  * `'disconnected'` ({ identity, peer, code }) when one closed, with the close code it saw;
  * `'refused'` ({ code, peer, resumed? }) for every refusal, also logged (`resumed`: a refused
- *   upgrade's TLS session was resumed).
+ *   upgrade's TLS session was resumed). The events of accepted connections are their
+ *   `PushConnections`' (agent/push-connections.ts), passed on.
  */
 export class WakeListener extends EventEmitter {
   readonly #o: Required<
@@ -234,9 +147,6 @@ export class WakeListener extends EventEmitter {
   >;
   readonly #acceptController: (name: string) => boolean;
   readonly #material: PkiMaterial;
-  readonly #verifier: WakeVerifier;
-  readonly #onWake: (claims: WakeClaims) => FetchState;
-  readonly #lastFetchedGen: () => number;
   readonly #log: Logger;
   readonly #server: https.Server;
   /** Replaces the session-ticket key (see the constructor). */
@@ -247,11 +157,9 @@ export class WakeListener extends EventEmitter {
   readonly #pending = new Map<string, Pending>();
   /** Raw sockets this listener destroyed before authentication (already counted as refused). */
   readonly #cut = new WeakSet<net.Socket>();
-  /** Authenticated connections by controller SPIFFE id. */
-  readonly #conns = new Map<string, Conn>();
+  /** Authenticated connections, one per controller identity: what happens on them is theirs. */
+  readonly #push: PushConnections;
   readonly #stopWatching: () => void;
-  /** Trust changed (CA, certificate, revoked.json, JWKS): every live connection is checked again. */
-  readonly #onTrustChange = (): void => this.#recheckAll();
   #closed = false;
   #closing: Promise<void> | null = null;
   readonly #summary: RefusalSummary;
@@ -300,10 +208,21 @@ export class WakeListener extends EventEmitter {
     };
     this.#material = opts.material;
     this.#acceptController = opts.acceptController ?? (() => true);
-    this.#verifier = opts.verifier;
-    this.#onWake = opts.onWake;
-    this.#lastFetchedGen = opts.lastFetchedGen;
     this.#log = opts.log;
+    this.#push = new PushConnections({
+      material: this.#material,
+      verifier: opts.verifier,
+      onWake: opts.onWake,
+      lastFetchedGen: opts.lastFetchedGen,
+      log: opts.log,
+      stats: this.stats,
+      idleCloseMs: this.#o.idleCloseMs,
+      maxBadFrames: this.#o.maxBadFrames,
+      healthyWindowMs: this.#o.healthyWindowMs,
+      now: this.#o.now,
+    });
+    for (const event of ['push-change', 'disconnected', 'refused'])
+      this.#push.on(event, (...args: unknown[]) => this.emit(event, ...args));
     this.#summary = new RefusalSummary((line) => this.#logSummary(line), this.#o.now, this.#o.refusalLogIntervalMs);
 
     // Session tickets the controller resumes its push connections with, after its restart too
@@ -344,9 +263,6 @@ export class WakeListener extends EventEmitter {
       clientTracking: false,
     });
     this.#stopWatching = watchServer(this.#server, this.#material, () => sessions);
-    this.#material.on('revoked-change', this.#onTrustChange);
-    this.#material.on('tls-change', this.#onTrustChange);
-    this.#material.on('jwks-change', this.#onTrustChange);
 
     this.#server.on('connection', (raw: net.Socket) => this.#onTcp(raw));
     this.#server.on('tlsClientError', (err: Error, sock: tls.TLSSocket) => {
@@ -384,7 +300,7 @@ export class WakeListener extends EventEmitter {
 
   /** Authenticated WebSocket connections open now. */
   get connections(): number {
-    return this.#conns.size;
+    return this.#push.size;
   }
 
   /** Sockets counted as pending authentication now. */
@@ -394,39 +310,15 @@ export class WakeListener extends EventEmitter {
 
   /** Push is healthy: a connection is open and a ping or frame came within the window. */
   isPushHealthy(): boolean {
-    const now = this.#o.now();
-    for (const c of this.#conns.values()) if (!c.closing && now - c.lastHeard < this.#o.healthyWindowMs) return true;
-    return false;
+    return this.#push.isPushHealthy();
   }
 
-  /**
-   * Sends a fetch on the push connection heard from last whose controller answers fetches, and
-   * resolves with the metadata frame that answers it. Null when there is no such connection, or
-   * it has a fetch in flight already (the caller fetches over HTTPS). Rejects with RefusalError
-   * `push_fetch_failed` when the connection closes or no answer comes within `timeoutMs`, and
-   * `malformed` for an answer that is not a metadata frame.
-   */
+  /** `PushConnections.fetchOverPush` on this listener's connections. */
   fetchOverPush(nonce: string, ifNoneMatch: string | undefined, timeoutMs: number): Promise<PushFetchAnswer> | null {
-    const c = this.#pick('fetch');
-    if (c === null) return null;
-    this.stats.pushFetches++;
-    return this.#ask(c, 'fetch', nonce, encodeFetch(nonce, ifNoneMatch), timeoutMs).then((a) => {
-      if (a.type !== 'metadata') throw new RefusalError('malformed', 'a signalled frame answered a fetch');
-      this.stats.pushFetchesAnswered++;
-      return { head: a.head, body: a.body, issuer: c.identity.spiffeId };
-    });
+    return this.#push.fetchOverPush(nonce, ifNoneMatch, timeoutMs);
   }
 
-  /**
-   * Sends a signal (the signal route's JSON body, as bytes, for `deployment` at `revision`) on the
-   * proven push connection heard from last whose controller takes signals, and resolves with the
-   * `signalled` frame that answers it once its signature verified: the status the HTTPS route
-   * would have answered. Null when there is no such connection, it has a signal in flight already,
-   * or the frame would be over MAX_PUSH_SIGNAL_FRAME_BYTES (the caller signals over HTTPS).
-   * Rejects with RefusalError `push_signal_failed` when the connection closes or no answer comes
-   * within `timeoutMs`, `malformed` for an answer that is not a signalled frame, and the code of
-   * protocol/signal-answer.ts's `verifySignalled` for one that is not signed for this request.
-   */
+  /** `PushConnections.signalOverPush` on this listener's connections. */
   signalOverPush(
     nonce: string,
     deployment: string,
@@ -434,70 +326,7 @@ export class WakeListener extends EventEmitter {
     body: Uint8Array,
     timeoutMs: number,
   ): Promise<SignalledFrame> | null {
-    const frame = encodeSignal(nonce, deployment, body);
-    if (frame.length > MAX_PUSH_SIGNAL_FRAME_BYTES) return null;
-    const c = this.#pick('signal');
-    if (c === null) return null;
-    this.stats.pushSignals++;
-    return this.#ask(c, 'signal', nonce, frame, timeoutMs).then((a) => {
-      if (a.type !== 'signalled') throw new RefusalError('malformed', 'a metadata frame answered a signal');
-      try {
-        verifySignalled({
-          signature: a.signature,
-          status: a.status,
-          error: a.error,
-          retryAfterS: a.retry_after_s,
-          nonce,
-          deployment,
-          revision,
-          body,
-          audience: this.#verifier.audience,
-          issuer: c.identity.spiffeId,
-          keys: this.#verifier.keys(),
-        });
-      } catch (err) {
-        this.#refusedLog(codeOf(err) ?? 'bad_response', c.peer, (err as Error).message, c.identity.spiffeId);
-        throw err;
-      }
-      this.stats.pushSignalsAnswered++;
-      return a;
-    });
-  }
-
-  /**
-   * The healthy connection heard from last whose controller answers `kind` (and, for a kind that
-   * needs it, has proven to reach the signing key), if it has none in flight.
-   */
-  #pick(kind: PushRequestKind): Conn | null {
-    const now = this.#o.now();
-    let best: Conn | null = null;
-    for (const c of this.#conns.values()) {
-      if (NEEDS_PROOF[kind] && c.provenBy === null) continue;
-      if (!c.offers[kind] || c.closing || now - c.lastHeard >= this.#o.healthyWindowMs) continue;
-      if (best === null || c.lastHeard > best.lastHeard) best = c;
-    }
-    return best === null || best.pending[kind] !== null ? null : best;
-  }
-
-  #ask(
-    c: Conn,
-    kind: PushRequestKind,
-    nonce: string,
-    frame: string | Buffer,
-    timeoutMs: number,
-  ): Promise<ControllerAnswer> {
-    return new Promise<ControllerAnswer>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        if (c.pending[kind]?.nonce !== nonce) return;
-        c.pending[kind] = null;
-        this.#noteLate(c, nonce);
-        reject(new RefusalError(FAILED[kind], `no answer on the push connection within ${timeoutMs} ms`));
-      }, timeoutMs);
-      timer.unref();
-      c.pending[kind] = { nonce, timer, resolve, reject };
-      // a text frame, Buffer or not (ws sends a Buffer as binary unless told)
-      c.ws.send(frame, { binary: false });
-    });
+    return this.#push.signalOverPush(nonce, deployment, revision, body, timeoutMs);
   }
 
   /** Closes every connection (1001) and stops listening. Idempotent. */
@@ -509,15 +338,12 @@ export class WakeListener extends EventEmitter {
     this.#summary.flush(true);
     this.#stopWatching();
     clearInterval(this.#ticketTimer);
-    this.#material.off('revoked-change', this.#onTrustChange);
-    this.#material.off('tls-change', this.#onTrustChange);
-    this.#material.off('jwks-change', this.#onTrustChange);
     for (const p of this.#pending.values()) {
       clearTimeout(p.timer);
       p.raw.destroy();
     }
     this.#pending.clear();
-    for (const c of [...this.#conns.values()]) this.#closeConn(c, CLOSE_GOING_AWAY, 'shutting_down');
+    this.#push.closeAll();
     this.#closing = new Promise<void>((resolve) => {
       this.#server.close(() => resolve());
       this.#server.closeAllConnections?.();
@@ -620,8 +446,8 @@ export class WakeListener extends EventEmitter {
       return;
     }
     const id = auth.identity;
-    if (!this.#conns.has(id.spiffeId) && this.#conns.size >= this.#o.maxAuthenticated) {
-      const message = `${this.#conns.size} controller connections are open`;
+    if (!this.#push.has(id.spiffeId) && this.#push.size >= this.#o.maxAuthenticated) {
+      const message = `${this.#push.size} controller connections are open`;
       this.#refusedLog('too_many_connections', peer, message, id.spiffeId);
       abortHandshake(sock, 503, 'too_many_connections', message);
       return;
@@ -631,7 +457,7 @@ export class WakeListener extends EventEmitter {
       abortHandshake(sock, 403, 'no_client_certificate', ERROR_CODES.no_client_certificate);
       return;
     }
-    const offers: Conn['offers'] = {
+    const offers: PushPeer['offers'] = {
       fetch: offersFeature(req.headers[FEATURES_HEADER], FEATURE_FETCH),
       signal: offersFeature(req.headers[FEATURES_HEADER], FEATURE_SIGNAL),
     };
@@ -665,274 +491,20 @@ export class WakeListener extends EventEmitter {
     identity: CertIdentity,
     cert: X509Certificate,
     peer: string,
-    offers: Conn['offers'],
+    offers: PushPeer['offers'],
     resumed: boolean,
-  ): void {
-    const old = this.#conns.get(identity.spiffeId);
-    if (old) {
-      this.#log.info(
-        { code: 'connection_replaced', peer: old.peer, identity: identity.spiffeId },
-        'a newer connection from the same controller replaces this one',
-      );
-      this.#closeConn(old, CLOSE_REPLACED, 'connection_replaced');
-    }
-    const c: Conn = {
-      ws,
-      sock,
-      identity,
-      cert,
-      peer,
-      badFrames: 0,
-      lastHeard: this.#o.now(),
-      idleTimer: undefined,
-      closing: false,
-      offers,
-      pending: { fetch: null, signal: null },
-      lateNonces: [],
-      provenBy: null,
-    };
-    this.#conns.set(identity.spiffeId, c);
-    this.stats.authenticated = this.#conns.size;
+  ): PushConnection {
+    const c = this.#push.add({ ws, sock, identity, cert, peer, offers });
     this.stats.accepted++;
     if (resumed) this.stats.resumed++;
     this.#log.info({ peer, identity: identity.spiffeId, resumed }, 'controller connected');
     this.emit('connected', { identity: identity.spiffeId, peer, resumed });
-    this.#armIdle(c, this.#o.idleCloseMs);
-
-    ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) =>
-      this.#onFrame(c, toBuffer(data), isBinary),
-    );
-    ws.on('ping', () => {
-      c.lastHeard = this.#o.now();
-    });
-    ws.on('error', (err: Error) => {
-      // ws closes the connection itself (1009 over the payload limit, 1007 bad UTF-8, ...)
-      this.#log.info(
-        { peer, identity: identity.spiffeId, err: err.message, code: (err as { code?: string }).code },
-        'wake-up connection error',
-      );
-    });
-    ws.on('close', (code: number, reason: Buffer) => {
-      clearTimeout(c.idleTimer);
-      this.#failRequests(c, `the push connection closed (${code})`);
-      if (this.#conns.get(identity.spiffeId) === c) {
-        this.#conns.delete(identity.spiffeId);
-        this.stats.authenticated = this.#conns.size;
-      }
-      this.#log.info(
-        { peer, identity: identity.spiffeId, close: code, reason: reason.toString().slice(0, 123) },
-        'controller disconnected',
-      );
-      this.emit('disconnected', { identity: identity.spiffeId, peer, code });
-      this.emit('push-change');
-    });
-    this.emit('push-change');
-  }
-
-  #onFrame(c: Conn, buf: Buffer, isBinary: boolean): void {
-    if (c.closing) return;
-    c.lastHeard = this.#o.now();
-    this.stats.frames++;
-    if (isBinary) {
-      this.#nack(c, null, 'binary_frame');
-      return;
-    }
-    // a wake-up is a compact JWS ("ey..."); a JSON object can only answer a fetch or a signal
-    if ((c.offers.fetch || c.offers.signal) && buf[0] === OPEN_BRACE) {
-      this.#onAnswerFrame(c, buf);
-      return;
-    }
-    if (buf.length > MAX_WAKE_FRAME_BYTES) {
-      this.#nack(c, null, 'too_large');
-      return;
-    }
-    // the answer and the fetch this wake-up starts (sent from onWake, on this connection) leave
-    // together: one TLS record and one write, not two, for the agent and the controller alike
-    c.sock.cork();
-    try {
-      this.#onWakeFrame(c, buf);
-    } finally {
-      c.sock.uncork();
-    }
-  }
-
-  #onWakeFrame(c: Conn, buf: Buffer): void {
-    const text = buf.toString('utf8');
-    let claims: WakeClaims;
-    try {
-      claims = this.#verifier.verify(text, c.identity.spiffeId);
-    } catch (err) {
-      const code = codeOf(err);
-      if (code === undefined) this.#log.error({ err, peer: c.peer }, 'unexpected error verifying a wake-up');
-      this.#nack(c, peekJti(text), isNackCode(code) ? code : 'malformed');
-      return;
-    }
-    c.provenBy = verifiedKid(text);
-    let fetch: FetchState;
-    try {
-      fetch = this.#onWake(claims);
-    } catch (err) {
-      this.#log.error({ err }, 'wake-up handler failed');
-      fetch = 'queued';
-    }
-    this.stats.acks++;
-    c.ws.send(encodeAck(claims.jti, this.#lastFetchedGen(), fetch));
-    this.#log.info({ peer: c.peer, jti: claims.jti, gen: claims.gen, reason: claims.reason, fetch }, 'wake-up');
-  }
-
-  /**
-   * The answer to this connection's fetch or signal. The late answer of a request given up on is
-   * dropped. Anything else (nothing asked, another nonce) is refused `unexpected_frame` and closes
-   * the connection (1008) at once: a metadata frame may be 16 MiB, so none is taken twice for
-   * nothing. It is not nacked, since a nack answers a wake-up. A frame that does not decode fails
-   * whatever this connection has in flight (`malformed`; the caller asks HTTPS).
-   */
-  #onAnswerFrame(c: Conn, buf: Buffer): void {
-    let a: ControllerAnswer;
-    try {
-      a = decodeControllerAnswer(buf);
-    } catch (err) {
-      this.#badFrame(c, 'malformed', (err as Error).message);
-      // which request it meant to answer is unknown: both fail, and their real answers are late ones
-      for (const kind of ['fetch', 'signal'] as const)
-        this.#settle(c, kind, (p) => {
-          this.#noteLate(c, p.nonce);
-          p.reject(err as Error);
-        });
-      return;
-    }
-    const nonce = a.type === 'metadata' ? a.head.nonce : a.nonce;
-    const kind: PushRequestKind = a.type === 'metadata' ? 'fetch' : 'signal';
-    const p = c.pending[kind];
-    if (p === null || p.nonce !== nonce) {
-      const late = c.lateNonces.indexOf(nonce);
-      if (late >= 0) {
-        c.lateNonces.splice(late, 1);
-        this.#log.info(
-          { peer: c.peer, identity: c.identity.spiffeId, kind },
-          'a late answer to a request given up on: dropped',
-        );
-        return;
-      }
-      this.#refusedLog(
-        'unexpected_frame',
-        c.peer,
-        `a ${a.type} frame that answers no ${kind} asked on this connection`,
-        c.identity.spiffeId,
-      );
-      this.#closeConn(c, CLOSE_POLICY, 'unexpected_frame');
-      return;
-    }
-    this.#settle(c, kind, (q) => q.resolve(a));
-  }
-
-  /** A request given up on: its answer, should it come, is dropped (the newest MAX_LATE_FETCH_ENTRIES). */
-  #noteLate(c: Conn, nonce: string): void {
-    c.lateNonces.push(nonce);
-    if (c.lateNonces.length > MAX_LATE_FETCH_ENTRIES) c.lateNonces.shift();
-  }
-
-  /** Ends this connection's `kind` request in flight, if any, with `how`. */
-  #settle(c: Conn, kind: PushRequestKind, how: (p: PendingRequest) => void): void {
-    const p = c.pending[kind];
-    if (p === null) return;
-    c.pending[kind] = null;
-    clearTimeout(p.timer);
-    how(p);
-  }
-
-  #failRequests(c: Conn, why: string): void {
-    for (const kind of ['fetch', 'signal'] as const)
-      this.#settle(c, kind, (p) => p.reject(new RefusalError(FAILED[kind], why)));
-  }
-
-  #nack(c: Conn, jti: string | null, code: NackCode): void {
-    this.stats.nacks++;
-    c.ws.send(encodeNack(jti, code));
-    this.#badFrame(c, code, 'refused wake-up');
-  }
-
-  /** A bad frame: logged, counted, and the connection closed with 1008 at MAX_BAD_FRAMES. */
-  #badFrame(c: Conn, code: ErrorCode, what: string): void {
-    c.badFrames++;
-    this.#refusedLog(code, c.peer, `${what}: bad frame ${c.badFrames} of ${this.#o.maxBadFrames}`, c.identity.spiffeId);
-    if (c.badFrames >= this.#o.maxBadFrames) {
-      this.#refusedLog('too_many_bad_frames', c.peer, `${c.badFrames} bad frames`, c.identity.spiffeId);
-      this.#closeConn(c, CLOSE_POLICY, 'too_many_bad_frames');
-    }
-  }
-
-  #armIdle(c: Conn, ms: number): void {
-    c.idleTimer = setTimeout(
-      () => {
-        if (c.closing) return;
-        const quiet = this.#o.now() - c.lastHeard;
-        if (quiet >= this.#o.idleCloseMs) {
-          this.#log.info(
-            { code: 'idle_timeout', peer: c.peer, identity: c.identity.spiffeId },
-            'closing an idle wake-up connection',
-          );
-          this.#closeConn(c, CLOSE_NORMAL, 'idle_timeout');
-        } else {
-          this.#armIdle(c, this.#o.idleCloseMs - quiet);
-        }
-      },
-      Math.max(1, ms),
-    );
-    c.idleTimer.unref();
-  }
-
-  /**
-   * Re-checks every live connection: its certificate against the current CA and revocation list
-   * (closed 1008 when it fails), and the key that proved it against the signing keys trusted now
-   * (revoked.json's kids, the JWKS). A connection whose proving key is no longer trusted is proven
-   * no more: its signal in flight fails (the caller asks HTTPS) and no later signal goes there
-   * until a wake-up signed by a key still trusted verifies on it.
-   */
-  #recheckAll(): void {
-    const keys = this.#verifier.keys();
-    for (const c of [...this.#conns.values()]) {
-      const r = authorizeCertificate(c.cert, 'controller', this.#material);
-      if (!r.ok) {
-        this.#refusedLog(r.code, c.peer, r.message, c.identity.spiffeId);
-        this.#closeConn(c, CLOSE_POLICY, r.code);
-        continue;
-      }
-      const kid = c.provenBy;
-      if (kid === null || keyTrustedFor(keys, kid, c.identity.spiffeId)) continue;
-      c.provenBy = null;
-      this.#log.warn(
-        { code: 'unknown_kid', kid, peer: c.peer, identity: c.identity.spiffeId },
-        'the key that proved this push connection is no longer trusted: no signal goes there until a wake-up signed by a trusted key',
-      );
-      this.#settle(c, 'signal', (p) => {
-        this.#noteLate(c, p.nonce);
-        p.reject(
-          new RefusalError('push_signal_failed', `the key ${kid} that proved the push connection is no longer trusted`),
-        );
-      });
-    }
-  }
-
-  #closeConn(c: Conn, code: number, reason: string): void {
-    if (c.closing) return;
-    c.closing = true;
-    clearTimeout(c.idleTimer);
-    this.#failRequests(c, `the push connection was closed (${reason})`);
-    if (this.#conns.get(c.identity.spiffeId) === c) {
-      this.#conns.delete(c.identity.spiffeId);
-      this.stats.authenticated = this.#conns.size;
-      this.emit('push-change');
-    }
-    c.ws.close(code, reason);
-    setTimeout(() => c.ws.terminate(), CLOSE_HANDSHAKE_MS).unref();
+    return c;
   }
 
   /** A refusal of an authenticated controller: one log line each (it has an identity to name). */
   #refusedLog(code: ErrorCode | string, peer: string, message: string, identity?: string): void {
-    this.stats.refused++;
-    this.#log.warn({ code, peer, ...(identity ? { identity } : {}) }, `refused: ${message}`);
-    this.emit('refused', { code, peer });
+    this.#push.refused(code, peer, message, identity);
   }
 
   /** A refusal anyone could cause: counted, and logged only as a summary (docs/api.md). */
@@ -990,16 +562,6 @@ function abortHandshake(sock: Duplex, status: number, code: string, message: str
   }
 }
 
-/** Whether `kid` is a signing key trusted now, and the key of controller `spiffeId`. */
-function keyTrustedFor(keys: KeySet, kid: string, spiffeId: string): boolean {
-  try {
-    checkKeyIssuer(keys, kid, spiffeId);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 function pathOf(url: string | undefined): string {
   const u = url ?? '';
   const q = u.indexOf('?');
@@ -1013,12 +575,6 @@ function peerOf(sock: net.Socket | undefined): string {
 /** One key per TCP connection, the same for the raw socket and the TLS socket over it. */
 function socketKey(s: net.Socket): string {
   return `${s.remoteAddress ?? ''}|${s.remotePort ?? ''}|${s.localPort ?? ''}`;
-}
-
-function toBuffer(data: Buffer | ArrayBuffer | Buffer[]): Buffer {
-  if (Buffer.isBuffer(data)) return data;
-  if (Array.isArray(data)) return Buffer.concat(data);
-  return Buffer.from(data);
 }
 
 function stripUndefined<T extends object>(o: T): Partial<T> {

@@ -21,7 +21,7 @@ export { DEFAULT_AGENT_CONFIG, formatHostPort, type AgentConfig, type HostPort }
 const { pino } = createRequire(import.meta.url)('pino') as typeof import('pino');
 
 export interface RunningAgent {
-  /** The bound listener port. */
+  /** The bound listener port (0 without a listener: `--dial-out` alone). */
   port: number;
   log: PinoLogger;
   /** Stops everything; resolves when done. Idempotent. */

@@ -210,19 +210,19 @@ export class SimAgent {
   counters(): SimCounters {
     const p = this.#agent?.parts;
     return {
-      connected: p?.listener.connections ?? 0,
+      connected: p?.listener?.connections ?? 0,
       wakesVerified: this.#wakesVerified,
-      acks: p?.listener.stats.acks ?? 0,
-      nacks: p?.listener.stats.nacks ?? 0,
+      acks: p?.listener?.stats.acks ?? 0,
+      nacks: p?.listener?.stats.nacks ?? 0,
       fetch200: this.#fetch200,
       fetch304: this.#fetch304,
       fetchErrors: this.#fetchErrors,
       polls: p?.poller.polls ?? 0,
       runs: p?.apply.runs ?? 0,
       signalsDelivered: p?.outbox.delivered ?? 0,
-      refused: p?.listener.stats.refused ?? 0,
-      accepted: p?.listener.stats.accepted ?? 0,
-      resumed: p?.listener.stats.resumed ?? 0,
+      refused: p?.listener?.stats.refused ?? 0,
+      accepted: p?.listener?.stats.accepted ?? 0,
+      resumed: p?.listener?.stats.resumed ?? 0,
     };
   }
 

@@ -151,16 +151,23 @@ export const ERROR_CODES = {
   unsafe_pki:
     'the agent runs as root and a PKI file it trusts (CA, its certificate or key, JWKS, revoked.json, pki.json), the PKI dir or a directory on the way is not root-owned or is writable by group/others: it refuses to start, or a running agent keeps the last good content',
 
-  // push dialer (controller → agent listener): a node's `last_error` and dial-failure metric
-  connection_refused: "nothing listens at the node's endpoint (TCP connection refused)",
-  connection_reset: 'the agent or the network reset the connection',
-  connection_closed: 'the agent closed an established push connection',
+  // push dialer (controller → agent listener): a node's `last_error` and dial-failure metric; an
+  // agent dialling out (agent → controller, docs/dial-out.md) logs the same codes for its dials
+  connection_refused:
+    "nothing listens at the address dialled (the node's endpoint, or a controller's connect URL) (TCP connection refused)",
+  connection_reset: 'the peer (agent or controller) or the network reset the connection',
+  connection_closed: 'the peer (agent or controller) closed an established push connection',
   dial_timeout: 'TCP, TLS and the WebSocket upgrade did not finish within the dial timeout',
-  unreachable: "the endpoint's host or network is unreachable, or its name does not resolve",
-  tls_error: "the TLS handshake failed for another reason than the agent's certificate",
-  upgrade_refused: 'the agent answered the WebSocket upgrade with an unexpected HTTP status',
-  half_open: 'the agent did not answer a wake-up (or a ping) in time: the connection was dropped',
+  unreachable: 'the host or network dialled is unreachable, or its name does not resolve',
+  tls_error: "the TLS handshake failed for another reason than the peer's certificate",
+  upgrade_refused: 'the peer answered the WebSocket upgrade with an unexpected HTTP status',
+  half_open:
+    'the peer did not answer a wake-up (or a ping) in time: the connection was dropped (an agent dialling out: no pong within 10 s)',
   protocol_error: 'the agent sent something that is not a valid answer frame',
+
+  // the agent dialling out (docs/dial-out.md); it also reuses the dial codes above for its own dials
+  proxy_refused:
+    'the HTTP CONNECT proxy (HTTPS_PROXY) answered the agent with a status other than 2xx, or with no usable answer: the agent cannot reach the controller through it',
 
   // enrolment and renewal (docs/adding-nodes.md)
   enrollment_refused:

@@ -11,7 +11,7 @@
  *   the controller answers with a `signalled` frame carrying the status that route would have
  *   answered, signed. Offered with `Herald-Features: signal`. The connection has proven the agent
  *   to be `agent/<node>`, so the node is the connection's, never the frame's. The agent sends a
- *   signal only on a connection that has proven to hold the signing key (agent/listener.ts).
+ *   signal only on a connection that has proven to hold the signing key (agent/push-connections.ts).
  */
 import { RefusalError, type ErrorCode } from './errors.js';
 import { MAX_WAKE_FRAME_BYTES } from './limits.js';

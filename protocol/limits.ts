@@ -317,6 +317,26 @@ export const MAX_DIALS_IN_FLIGHT = 128;
 /** Time a push connection gets to finish its closing handshake (1001) before it is destroyed. */
 export const PUSH_CLOSE_GRACE_MS = 1_000;
 
+// ---- dialling out (agent, docs/dial-out.md) ------------------------------------------------------
+/** An agent dialling out pings its connection this often... */
+export const AGENT_DIAL_PING_INTERVAL_MS = 30_000;
+/** ...and closes it (half-open) when no pong came within this: a dropped NAT mapping shows within 40 s. */
+export const AGENT_DIAL_PONG_TIMEOUT_MS = 10_000;
+/** Redial backoff of an agent dialling out: first ceiling and cap (full jitter below the ceiling). */
+export const AGENT_DIAL_BACKOFF_BASE_MS = 250;
+export const AGENT_DIAL_BACKOFF_MAX_MS = 30_000;
+/** A dialled connection that lived this long resets the redial backoff when it ends. */
+export const AGENT_DIAL_STABLE_MS = 60_000;
+/** TCP (and a proxy's CONNECT), TLS and the WebSocket upgrade of an agent's dial must finish within this. */
+export const AGENT_DIAL_TIMEOUT_MS = 10_000;
+/**
+ * A controller that closes the dialled connection with 1012 (it is restarting, and drains its
+ * connections) is redialled at the next URL after a random delay below this.
+ */
+export const AGENT_DIAL_RESTART_DELAY_MAX_MS = 1_000;
+/** The longest answer head (status line and headers) an agent reads from an HTTP CONNECT proxy. */
+export const MAX_PROXY_ANSWER_HEAD_BYTES = 16 * 1024;
+
 // ---- signal outbox (agent) ------------------------------------------------------------------
 export const OUTBOX_BACKOFF_BASE_MS = 500;
 export const OUTBOX_BACKOFF_MAX_MS = 60_000;

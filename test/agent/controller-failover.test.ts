@@ -97,7 +97,7 @@ describe('agent --controller with a dead first URL', () => {
     expect(await a.agent.announced()).toBe(true);
     const node = await c2.req(op(), 'GET', '/v1/nodes/n1');
     expect(node.status).toBe(200);
-    expect(JSON.stringify(node.json)).toContain(`:${a.agent.parts.listener.port}/v1/wake`);
+    expect(JSON.stringify(node.json)).toContain(`:${a.agent.parts.listener!.port}/v1/wake`);
 
     const id = await deploy(c2, 'n1', '#!/bin/sh\necho ran through c2\n');
     await waitFor('the deployment to complete on c2', async () => (await statusOf(c2, id)) === 'COMPLETE');

@@ -56,7 +56,7 @@ describe('agent polling after a wake-up', () => {
     const { poller, listener } = a.parts;
     await waitFor(
       'the start-up poll and a healthy push connection',
-      () => poller.polls === 1 && listener.isPushHealthy(),
+      () => poller.polls === 1 && listener!.isPushHealthy(),
     );
     await waitFor('the start-up poll to end', () => poller.nextDueAt !== null);
     const planned = poller.nextDueAt!;

@@ -3,7 +3,8 @@
  * closed and every connection through it destroyed) and start again on the same port. TLS passes
  * through untouched, so the client still checks the real server's identity end to end: the proxy
  * only stands for "this URL's controller went away". It can also lose one answer on the way
- * (`loseNextAnswer`): the request reaches the server, its answer never reaches the client.
+ * (`loseNextAnswer`): the request reaches the server, its answer never reaches the client; or
+ * stop passing anything on while keeping its connections open (`blackhole`).
  */
 import { once } from 'node:events';
 import net from 'node:net';
@@ -96,6 +97,20 @@ export class TcpProxy {
 
   get url(): string {
     return `https://127.0.0.1:${this.port}`;
+  }
+
+  /**
+   * From now on nothing passes either way on the connections open now, and none is closed: what a
+   * silently dropped NAT mapping looks like to both ends (for connections piped through, not one
+   * whose answer `loseNextAnswer` holds).
+   */
+  blackhole(): void {
+    for (const s of this.#sockets) {
+      s.unpipe();
+      s.removeAllListeners('data');
+      s.removeAllListeners('end');
+      s.on('data', () => undefined);
+    }
   }
 
   /** Stops listening and cuts every connection through it. Idempotent. */
