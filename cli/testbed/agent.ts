@@ -21,8 +21,11 @@ export interface AgentOptions extends Omit<SpawnOptions, 'args' | 'name'> {
   controllers: readonly string[];
   /** `--controller-id` (default: none given, `controller`); `*` accepts any controller of the trust domain. */
   controllerId?: string | undefined;
-  /** `--listen` (default `127.0.0.1:0`: the kernel picks, and the agent announces what it picked). */
-  listen?: string | undefined;
+  /**
+   * `--listen` (default `127.0.0.1:0`: the kernel picks, and the agent announces what it picked);
+   * null: none (an agent that only dials out, `--dial-out` in `args`).
+   */
+  listen?: string | null | undefined;
   /** `--advertise`. */
   advertise?: string | undefined;
   /** `--state-dir`. */
@@ -64,8 +67,7 @@ export function startAgent(o: AgentOptions): TestbedAgent {
     '--controller',
     o.controllers.join(','),
     ...(o.controllerId !== undefined ? ['--controller-id', o.controllerId] : []),
-    '--listen',
-    o.listen ?? '127.0.0.1:0',
+    ...(o.listen === null ? [] : ['--listen', o.listen ?? '127.0.0.1:0']),
     ...(o.advertise !== undefined ? ['--advertise', o.advertise] : []),
     ...(o.pki !== undefined ? ['--pki', o.pki] : []),
     '--state-dir',
