@@ -212,7 +212,7 @@ process.on('message', (m) => {
     fs.appendFileSync(${JSON.stringify(starts)}, 'started\\n');
     process.send({ t: 'ready' });
   } else if (m.t === 'batch' && m.words.some((w) => w?.t === 'start')) {
-    process.send({ t: 'batch', events: [0, 'n1', 'connected', 1, null, null, null, null, 'stray'], metrics: null });
+    process.send({ t: 'batch', events: [0, 'n1', 'connected', 'dialled', 1, null, null, null, null, 'stray'], metrics: null });
   } else if (m.t === 'close') {
     process.send({ t: 'closed' });
     process.disconnect();

@@ -1,0 +1,309 @@
+/**
+ * Dialled-in connections at the controller (docs/protocol.md, "Dialled-in connections"): an agent
+ * that cannot be dialled opens its push connection to `--connect-listen` (`wss://…/v1/connect`),
+ * and the controller treats it as that node's push connection: the ping with the node's
+ * generation on connect, a wake-up per change, acks recorded, fetch and signal frames answered,
+ * a newer connection replacing an older one, silence read as half-open, and a stop that closes
+ * them with 1012 spread over the drain window. The controller is real (API, SQLite, its own push
+ * service in this process or in one or two worker processes); the agent is a bare `ws` client
+ * with an agent certificate made by certs/ (test/helpers/connect-agent.ts), over TLS 1.3 on
+ * 127.0.0.1.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { makeCertificate } from '../../certs/pki.js';
+import { pkiPaths } from '../../certs/paths.js';
+import { revoke } from '../../certs/pki.js';
+import { decodeControllerAnswer, FEATURE_FETCH, FEATURE_SIGNAL } from '../../protocol/frames.js';
+import { spiffeIdOf } from '../../protocol/identity.js';
+import { newNonce, verifyMetadataResponse } from '../../protocol/metadata.js';
+import { verifySignalled } from '../../protocol/signal-answer.js';
+import type { NodeView } from '../../protocol/rest.js';
+import { dialIn, refusalOf, type DialledInAgent, type DialInOptions } from '../helpers/connect-agent.js';
+import { startTestController, type TestController, waitFor } from '../helpers/controller-harness.js';
+import { makeControllerTestPki, type ControllerTestPki } from '../helpers/controller-pki.js';
+
+let pki: ControllerTestPki;
+const running: Array<{ close(): Promise<void> }> = [];
+
+beforeAll(async () => {
+  pki = await makeControllerTestPki();
+}, 60_000);
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((x) => x.close()));
+});
+afterAll(() => pki?.cleanup());
+
+const CONTROLLER = spiffeIdOf('herald.local', 'controller', 'controller');
+
+async function controller(
+  workers: number,
+  o: { silenceMs?: number; drainMs?: number } = {},
+): Promise<TestController & { connectPort: number }> {
+  const t = await startTestController(
+    pki,
+    {
+      pushWorkers: workers,
+      connectListen: { host: '127.0.0.1', port: 0 },
+      ...(o.drainMs === undefined ? {} : { connectDrainMs: o.drainMs }),
+    },
+    { realPush: true, ...(o.silenceMs === undefined ? {} : { pushTuning: { connectSilenceMaxMs: o.silenceMs } }) },
+  );
+  running.push(t);
+  return { ...t, connectPort: t.ctl.connectAddress!.port };
+}
+
+function agentOf(node: string, cred = pki.cred('agent', node)): DialInOptions {
+  return { node, cred, keys: pki.keys, controller: CONTROLLER };
+}
+
+async function dial(port: number, node: string): Promise<DialledInAgent> {
+  const a = await dialIn(port, agentOf(node));
+  running.push(a);
+  return a;
+}
+
+const op = (): ReturnType<ControllerTestPki['cred']> => pki.cred('operator', 'admin');
+
+async function nodeView(t: TestController, node: string): Promise<NodeView> {
+  const r = await t.req(op(), 'GET', `/v1/nodes/${node}`);
+  expect(r.status, r.text).toBe(200);
+  return r.json as NodeView;
+}
+
+/** A deployment of a one-line script on `node`: a change that gives its agent work. */
+async function deploy(t: TestController, node: string): Promise<{ id: string; revision: number }> {
+  const cfg = await t.req(op(), 'POST', '/v1/configs', {
+    name: `c-${crypto.randomUUID()}`,
+    group: 'script',
+    config: 'true',
+  });
+  expect(cfg.status, cfg.text).toBe(201);
+  const dep = await t.req(op(), 'POST', '/v1/deployments', { node, config_id: cfg.json.id, action: 'CREATE' });
+  expect(dep.status, dep.text).toBe(201);
+  return { id: dep.json.id as string, revision: dep.json.revision as number };
+}
+
+describe.each([
+  ['in the main process (--push-workers 0)', 0],
+  ['in one push worker', 1],
+  ['in two push workers', 2],
+])('dialled-in connections, held %s', (_where, workers) => {
+  it('an agent that dials in gets a ping with its generation, a wake-up per change, and its ack is recorded', async () => {
+    const t = await controller(workers);
+    expect((await t.req(op(), 'POST', '/v1/nodes', { id: 'n1' })).status).toBe(201);
+    await deploy(t, 'n1');
+    const generation = (await nodeView(t, 'n1')).generation;
+
+    const a = await dial(t.connectPort, 'n1');
+    // the upgrade offers what a dialling controller offers in its request
+    expect(a.features?.split(',').map((f) => f.trim())).toEqual([FEATURE_FETCH, FEATURE_SIGNAL]);
+    const ping = await a.nextWake();
+    expect(ping).toMatchObject({ reason: 'ping', gen: generation, aud: spiffeIdOf('herald.local', 'agent', 'n1') });
+    a.ack(ping, generation, 'started');
+    const acked = await waitFor('the ack in the node view', async () => {
+      const v = await nodeView(t, 'n1');
+      return v.push.generation_acked === generation && v.push.connected ? v : undefined;
+    });
+    expect(acked.push).toMatchObject({ state: 'connected', via: 'dialled-in', generation_pushed: generation });
+    expect(acked.endpoint).toBeNull(); // it announced none: nothing is ever dialled
+
+    // a change wakes it on this connection, with the newest generation
+    await deploy(t, 'n1');
+    const next = (await nodeView(t, 'n1')).generation;
+    expect(next).toBeGreaterThan(generation);
+    const wake = await a.nextWake();
+    expect(wake).toMatchObject({ reason: 'deployment', gen: next });
+    a.ack(wake, next, 'started');
+    await waitFor('the second ack', async () => (await nodeView(t, 'n1')).push.generation_acked === next);
+
+    const m = (await t.req(op(), 'GET', '/metrics')).text;
+    expect(m).toMatch(/^herald_push_dialled_in_agents 1$/m);
+    expect(m).toMatch(/^herald_push_connected_agents 1$/m);
+  });
+
+  it('answers a fetch frame with the signed metadata frame and a signal frame with a signed signalled frame', async () => {
+    const t = await controller(workers);
+    expect((await t.req(op(), 'POST', '/v1/nodes', { id: 'n2' })).status).toBe(201);
+    const dep = await deploy(t, 'n2');
+    const a = await dial(t.connectPort, 'n2');
+    const ping = await a.nextWake();
+    a.ack(ping, 0, 'started');
+
+    const nonce = newNonce();
+    a.fetch(nonce);
+    const frame = decodeControllerAnswer(await a.nextAnswer());
+    if (frame.type !== 'metadata') throw new Error(`a ${frame.type} frame answered a fetch`);
+    expect(frame.head).toMatchObject({ nonce, status: 200 });
+    const v = verifyMetadataResponse({
+      status: 200,
+      signature: frame.head.signature,
+      body: Buffer.from(frame.body!),
+      nonce,
+      audience: spiffeIdOf('herald.local', 'agent', 'n2'),
+      issuer: CONTROLLER,
+      keys: pki.keys,
+    });
+    expect(v.gen).toBe(ping.gen);
+    expect(v.document?.deployments.map((d) => d.deployment_id)).toEqual([dep.id]);
+
+    const body = Buffer.from(
+      JSON.stringify({ revision: dep.revision, deploy_status_code: 0, deploy_stdout: 'ok', deploy_stderr: '' }),
+    );
+    const sNonce = newNonce();
+    a.signal(sNonce, dep.id, body);
+    const answer = decodeControllerAnswer(await a.nextAnswer());
+    if (answer.type !== 'signalled') throw new Error(`a ${answer.type} frame answered a signal`);
+    expect(answer).toMatchObject({ nonce: sNonce, status: 200 });
+    verifySignalled({
+      signature: answer.signature,
+      status: answer.status,
+      error: answer.error,
+      retryAfterS: answer.retry_after_s,
+      nonce: sNonce,
+      deployment: dep.id,
+      revision: dep.revision,
+      body,
+      audience: spiffeIdOf('herald.local', 'agent', 'n2'),
+      issuer: CONTROLLER,
+      keys: pki.keys,
+    });
+    const d = await t.req(op(), 'GET', `/v1/deployments/${dep.id}`);
+    expect(d.json).toMatchObject({ status: 'COMPLETE', signalled: true });
+  });
+
+  it('a newer connection of the same node replaces the older one (close 4000 connection_replaced)', async () => {
+    const t = await controller(workers);
+    expect((await t.req(op(), 'POST', '/v1/nodes', { id: 'n1' })).status).toBe(201);
+    const first = await dial(t.connectPort, 'n1');
+    first.ack(await first.nextWake(), 0);
+    // with two workers the second lands on the other one (they take sockets in turn)
+    const second = await dial(t.connectPort, 'n1');
+    expect(await first.closed).toEqual({ code: 4000, reason: 'connection_replaced' });
+    const ping = await second.nextWake();
+    expect(ping.reason).toBe('ping');
+    second.ack(ping, 0);
+    // the node's wake-ups go to the newer connection alone
+    await deploy(t, 'n1');
+    const wake = await second.nextWake();
+    expect(wake.reason).toBe('deployment');
+    second.ack(wake, wake.gen);
+    const v = await waitFor('the node held by the newer connection', async () => {
+      const n = await nodeView(t, 'n1');
+      return n.push.generation_acked === wake.gen && n.push.connected ? n : undefined;
+    });
+    expect(v.push.via).toBe('dialled-in');
+    expect((await t.req(op(), 'GET', '/metrics')).text).toMatch(/^herald_push_dialled_in_agents 1$/m);
+  });
+
+  it('a connection silent for the silence limit is half-open: destroyed, the node reads half_open, and no ping came from the controller', async () => {
+    const t = await controller(workers, { silenceMs: 400 });
+    expect((await t.req(op(), 'GET', '/v1/nodes')).status).toBe(200);
+    expect((await t.req(op(), 'POST', '/v1/nodes', { id: 'n1' })).status).toBe(201);
+    const a = await dial(t.connectPort, 'n1');
+    let pings = 0;
+    a.ws.on('ping', () => pings++);
+    a.ack(await a.nextWake(), 0);
+    // from now on the agent says nothing: no ping, no frame
+    const closed = await a.closed;
+    expect(closed.code).toBe(1006); // destroyed, not closed
+    const v = await waitFor('the half-open state', async () => {
+      const n = await nodeView(t, 'n1');
+      return n.push.state === 'half_open' ? n : undefined;
+    });
+    expect(v.push).toMatchObject({ connected: false, via: null, last_error: 'half_open' });
+    expect(pings).toBe(0);
+  });
+
+  it('a stop closes the dialled-in connections with 1012, spread over the drain window', async () => {
+    const drainMs = 600;
+    const t = await controller(workers, { drainMs });
+    const nodes = ['n1', 'n2', 'n3'];
+    const agents: DialledInAgent[] = [];
+    for (const n of nodes) {
+      expect((await t.req(op(), 'POST', '/v1/nodes', { id: n })).status).toBe(201);
+      const a = await dial(t.connectPort, n);
+      a.ack(await a.nextWake(), 0);
+      agents.push(a);
+    }
+    const at: number[] = [];
+    const closes = agents.map((a) =>
+      a.closed.then((c) => {
+        at.push(performance.now());
+        return c;
+      }),
+    );
+    const t0 = performance.now();
+    running.splice(running.indexOf(t), 1);
+    await t.close();
+    for (const c of await Promise.all(closes)) expect(c).toEqual({ code: 1012, reason: 'shutting_down' });
+    at.sort((x, y) => x - y);
+    // the i-th of n is closed at i/n of the window: timers never fire early, so the last one
+    // came no sooner than 2/3 of the window after the stop began
+    expect(at[2]! - t0).toBeGreaterThanOrEqual((drainMs * 2) / 3 - 5);
+    // and the listener took no new connection meanwhile: the port is closed
+    await expect(dialIn(t.connectPort, agentOf('n1'))).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+  });
+});
+
+describe.each([
+  ['in the main process (--push-workers 0)', 0],
+  ['in a push worker', 1],
+])('dialled-in connections refused before the upgrade, %s', (_where, workers) => {
+  let t: TestController & { connectPort: number };
+  beforeAll(async () => {
+    // a revoked agent, revoked before the controller starts
+    const rv = await pki.issueAgent(`rv${workers}`);
+    await revoke({ dir: pki.dir, target: `agent/rv${workers}` });
+    expect(rv.cert).toBeDefined();
+    t = await startTestController(
+      pki,
+      { pushWorkers: workers, connectListen: { host: '127.0.0.1', port: 0 } },
+      { realPush: true },
+    ).then((c) => ({ ...c, connectPort: c.ctl.connectAddress!.port }));
+  }, 30_000);
+  afterAll(async () => {
+    await t?.close();
+  });
+
+  const ca = (): { cert: string; key: string } => {
+    const p = pkiPaths(pki.dir);
+    return { cert: fs.readFileSync(p.caCrt, 'utf8'), key: fs.readFileSync(p.caKey, 'utf8') };
+  };
+
+  it.each([
+    ['no client certificate', () => ({ ca: pki.ca }), 'no_client_certificate'],
+    ["a controller's certificate (controller/controller)", () => pki.cred('controller', 'controller'), 'wrong_role'],
+    ["an operator's certificate (operator/admin)", () => pki.cred('operator', 'admin'), 'wrong_role'],
+    ['a revoked agent certificate', () => pki.cred('agent', `rv${workers}`), 'revoked'],
+    [
+      'an agent certificate of another trust domain, from the cluster CA',
+      () => {
+        const m = makeCertificate({
+          issuer: ca(),
+          uris: ['spiffe://evil.example/agent/n1'],
+          ip: ['127.0.0.1'],
+          eku: { serverAuth: true, clientAuth: true },
+        });
+        return { ca: pki.ca, cert: Buffer.from(m.cert), key: Buffer.from(m.key) };
+      },
+      'wrong_trust_domain',
+    ],
+    ['an agent certificate from a foreign CA', () => pki.foreignOperator, 'untrusted_certificate'],
+  ])('%s is 403 with its code, and counted', async (_what, cred, code) => {
+    expect(await refusalOf(t.connectPort, agentOf('n1', cred()))).toEqual({ status: 403, code });
+    const m = await waitFor('the refusal counted', async () => {
+      const text = (await t.req(op(), 'GET', '/metrics')).text;
+      return new RegExp(`herald_push_connect_refusals_total\\{code="${code}"\\} [1-9]`).test(text) ? text : undefined;
+    });
+    expect(m).toMatch(/^herald_push_dialled_in_agents 0$/m);
+  });
+
+  it('another path is 404 not_found for a valid agent', async () => {
+    expect(await refusalOf(t.connectPort, { ...agentOf('n1'), path: '/v1/wake' })).toEqual({
+      status: 404,
+      code: 'not_found',
+    });
+  });
+});
