@@ -766,7 +766,12 @@ export class PushPool implements PushService {
         if (!s.queue.empty) this.#post(s, { t: 'batch', words: s.queue.take() });
         this.#post(s, { t: 'close' });
       } else {
-        child.kill('SIGTERM');
+        // not started yet: it exits once its channel is gone (it ignores SIGTERM, see worker.ts)
+        try {
+          child.disconnect();
+        } catch {
+          child.kill('SIGKILL');
+        }
       }
     });
   }

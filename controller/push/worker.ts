@@ -207,3 +207,9 @@ process.on('message', (m: ToWorker, handle?: unknown) => {
 
 // the parent went away: nothing will drive this dialer any more
 process.on('disconnect', () => process.exit(0));
+
+// a signal to the whole process group (systemd's control-group stop, Ctrl-C in a terminal)
+// reaches this process too: the main process drives the stop (its connections drained over the
+// window, then `close`), and this process exits once told to or once its parent is gone
+process.on('SIGTERM', () => undefined);
+process.on('SIGINT', () => undefined);

@@ -22,6 +22,7 @@ import { verifySignalled } from '../../protocol/signal-answer.js';
 import type { NodeView } from '../../protocol/rest.js';
 import { dialIn, refusalOf, type DialledInAgent, type DialInOptions } from '../helpers/connect-agent.js';
 import { startTestController, type TestController, waitFor } from '../helpers/controller-harness.js';
+import { TestWakeListener } from '../helpers/wake-listener.js';
 import { makeControllerTestPki, type ControllerTestPki } from '../helpers/controller-pki.js';
 
 let pki: ControllerTestPki;
@@ -214,6 +215,38 @@ describe.each([
     });
     expect(v.push).toMatchObject({ connected: false, via: null, last_error: 'half_open' });
     expect(pings).toBe(0);
+  });
+
+  // n2: with two workers its shard is worker 1, and the first socket goes to worker 0
+  it('an agent with an announced endpoint too: dialled until it dials in, then pushed to there alone, and dialled again once that connection ends', async () => {
+    const t = await controller(workers);
+    const listener = await TestWakeListener.start({ pkiDir: pki.dir, node: 'n2' });
+    running.push(listener);
+    const dialled = new Promise<void>((resolve) => listener.once('wake', () => resolve()));
+    const put = await t.req(pki.cred('agent', 'n2'), 'PUT', '/v1/nodes/n2/endpoint', { url: listener.url });
+    expect(put.status, put.text).toBe(200);
+    await dialled;
+    const firstClosed = new Promise<number>((resolve) => listener.once('close', resolve));
+    const a = await dial(t.connectPort, 'n2');
+    a.ack(await a.nextWake(), 0);
+    // the dialled connection goes (1001): one push connection per node
+    expect(await firstClosed).toBe(1001);
+    await deploy(t, 'n2');
+    const wake = await a.nextWake();
+    expect(wake.reason).toBe('deployment');
+    a.ack(wake, wake.gen);
+    expect((await nodeView(t, 'n2')).push.via).toBe('dialled-in');
+    expect(listener.connections).toBe(1);
+    // the agent's dialled-in connection ends: the controller dials its listener again
+    const redialled = new Promise<void>((resolve) => listener.once('connection', () => resolve()));
+    await a.close();
+    await redialled;
+    const v = await waitFor('the node dialled again', async () => {
+      const n = await nodeView(t, 'n2');
+      return n.push.connected && n.push.via === 'dialled' ? n : undefined;
+    });
+    expect(v.push.state).toBe('connected');
+    expect(listener.connections).toBe(2);
   });
 
   it('a stop closes the dialled-in connections with 1012, spread over the drain window', async () => {
