@@ -264,7 +264,10 @@ export type ControllerView = {
   lease_until: string;
   /** Nodes whose ownership names it. */
   nodes_owned: number;
-  /** Of those, the ones whose push connection is up (as it last reported). */
+  /**
+   * The push connections it holds (as it last reported): of its own nodes, and of other
+   * controllers' nodes whose agents dialled in to it (docs/several-controllers.md).
+   */
   nodes_held: number;
 };
 

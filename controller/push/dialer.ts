@@ -130,9 +130,9 @@ export type DialLookup = (
 const systemLookup: DialLookup = (hostname, options, callback) => dns.lookup(hostname, options, callback);
 
 type Resolved = Required<
-  Omit<PushDialerOptions, 'metrics' | 'metricsSink' | 'sessionFile' | 'connectHandshakeTimeoutMs'>
+  Omit<PushDialerOptions, 'metrics' | 'metricsSink' | 'sessionFile' | 'connectHandshakeTimeoutMs' | 'connectMaxPending'>
 > &
-  Pick<PushDialerOptions, 'connectHandshakeTimeoutMs'>;
+  Pick<PushDialerOptions, 'connectHandshakeTimeoutMs' | 'connectMaxPending'>;
 
 interface InFlight {
   jti: string;
@@ -454,6 +454,7 @@ export class PushDialer implements PushService {
       ...(this.#o.connectHandshakeTimeoutMs === undefined
         ? {}
         : { handshakeTimeoutMs: this.#o.connectHandshakeTimeoutMs }),
+      ...(this.#o.connectMaxPending === undefined ? {} : { maxPending: this.#o.connectMaxPending }),
     });
     return this.#connect;
   }

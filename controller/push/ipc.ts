@@ -24,6 +24,8 @@ export interface PushTuning {
   connectSilenceMaxMs?: number;
   /** TLS plus upgrade of a dialled-in connection (default CONNECT_HANDSHAKE_TIMEOUT_MS). */
   connectHandshakeTimeoutMs?: number;
+  /** Dialled-in connections pending authentication (default MAX_CONNECT_PENDING_CONNECTIONS). */
+  connectMaxPending?: number;
 }
 
 export interface WorkerInit {
