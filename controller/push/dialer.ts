@@ -214,6 +214,8 @@ const SERVICE_RESTART = 1012;
 const REPLACED = 4000;
 /** How often, within CONNECT_SILENCE_MAX_MS, each dialled-in connection's silence is checked. */
 const SILENCE_CHECKS = 5;
+/** Buckets of the silence wheel (see the constructor). */
+const SILENCE_WHEEL_SLOTS = 15;
 
 /** The masking key of every frame the dialer sends: zero, so none is masked (see the dial's options). */
 function zeroMask(mask: Buffer): void {
@@ -306,7 +308,12 @@ export class PushDialer implements PushService {
     this.#log = o.logger.child({ component: 'push' });
     this.#metrics = opts.metricsSink ?? promPushMetrics(opts.metrics);
     this.#wheel = new PingWheel<NodeEntry>(o.pingIntervalMs, (e) => this.#ping(e));
-    this.#silence = new PingWheel<NodeEntry>(o.connectSilenceMaxMs / SILENCE_CHECKS, (e) => this.#checkSilence(e));
+    // 15 buckets: at the default limit one tick a second, as the ping wheel's
+    this.#silence = new PingWheel<NodeEntry>(
+      o.connectSilenceMaxMs / SILENCE_CHECKS,
+      (e) => this.#checkSilence(e),
+      SILENCE_WHEEL_SLOTS,
+    );
     this.#answersDue = new OldestFirstTimer(
       o.answerTimeoutMs,
       () => this.#inFlight.values().next().value?.inflight?.at,
