@@ -51,6 +51,7 @@ function child(): void {
           const s: PushState = {
             state: 'connected',
             connected: true,
+            via: 'dialled',
             generation_pushed: 5,
             generation_acked: 4,
             last_ack_at: new Date().toISOString(),
@@ -121,6 +122,8 @@ async function main(): Promise<void> {
           request: (id) =>
             // the built body as the API hands it over (a Buffer, cloned by the channel)
             cmds.answer(id, 'fetch', { status: 200, etag: '"5"', signature: 's'.repeat(300), body }),
+          attach: () => undefined,
+          detach: () => undefined,
         });
         const out: ToWorker = { t: 'batch', words: cmds.take() };
         c.send(out);

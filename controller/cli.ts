@@ -30,6 +30,14 @@ export function registerControllerCommand(program: Command): void {
       '--push-workers <n>',
       'push dialer worker processes, 0 to 64; 0 dials from the API process (default: the cores less one, 1 to 4)',
     )
+    .option(
+      '--connect-listen <host:port>',
+      'also take push connections agents dial in (wss://host:port/v1/connect, for agents behind NAT: docs/protocol.md); off by default',
+    )
+    .option(
+      '--connect-drain-ms <ms>',
+      'on SIGTERM, close the dialled-in connections (1012) spread over this many ms, 0 to 20000 (default 10000)',
+    )
     .option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent (default info)')
     .option('--config <file>', 'JSON file of options (keys: the long option names); command line and environment win')
     .option('--ca <file>', 'override <pki>/ca.crt')
@@ -74,7 +82,9 @@ export function registerControllerCommand(program: Command): void {
 Every option can also come from the environment as HERALD_CONTROLLER_<OPTION> (e.g.
 HERALD_CONTROLLER_DB, HERALD_CONTROLLER_AUTO_REGISTER=false) or from --config; the command
 line wins over the environment, which wins over the file. Logs are JSON lines on stderr.
-SIGTERM or SIGINT: stop accepting, finish requests in flight, close agent connections, exit 0.`,
+SIGTERM or SIGINT: stop accepting, finish requests in flight, close the dialled-in connections
+spread over --connect-drain-ms (1012: their agents move to another controller), close the other
+agent connections, exit 0.`,
     )
     .action(async (flags: Record<string, unknown>, cmd: Command) => {
       const { resolveOptions } = await import('./options.js');
@@ -89,6 +99,8 @@ SIGTERM or SIGINT: stop accepting, finish requests in flight, close agent connec
         healthListen: 'health-listen',
         publicUrl: 'public-url',
         pushWorkers: 'push-workers',
+        connectListen: 'connect-listen',
+        connectDrainMs: 'connect-drain-ms',
         logLevel: 'log-level',
         config: 'config',
         ca: 'ca',

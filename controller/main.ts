@@ -1,8 +1,9 @@
 /**
  * The controller process: wires the store, the service, the HTTPS API, the push dialer (in this
- * process or in worker processes) and the optional plain health listener, and shuts them down in
- * order on SIGTERM/SIGINT: stop accepting, finish in-flight requests, close agent connections
- * (1001), write what is pending, close the database.
+ * process or in worker processes), the optional listener for agents that dial in, and the
+ * optional plain health listener, and shuts them down in order on SIGTERM/SIGINT: stop accepting,
+ * finish in-flight requests while the dialled-in connections are closed over the drain window
+ * (1012), close the other agent connections (1001), write what is pending, close the database.
  */
 import { readTrustDomain } from '../certs/trust-domain.js';
 import fs from 'node:fs';
@@ -18,6 +19,7 @@ import { PkiMaterial } from '../certs/tls.js';
 import { ConfigError, HeraldError } from '../protocol/errors.js';
 import {
   AGENT_CERT_LIFETIME_S,
+  CONNECT_DRAIN_WINDOW_MS,
   DEFAULT_TRUST_DOMAIN,
   IDLE_GC_CHECK_MS,
   IDLE_GC_MAX_BUSY_FRACTION,
@@ -37,6 +39,7 @@ import { EventBus } from './service/events.js';
 import { ControllerMetrics } from './metrics.js';
 import type { ControllerOptions } from './options.js';
 import type { PushService } from './push/types.js';
+import type { PushTuning } from './push/ipc.js';
 import { ControllerService } from './service/service.js';
 import { Standing } from './fleet/standing.js';
 import { looseDatabaseFiles, SqliteStore } from './store/sqlite/store.js';
@@ -58,6 +61,8 @@ export interface StartDeps {
   bodyLimits?: { requestBytes?: number; signalBytes?: number };
   /** Override of API_UNAUTHENTICATED_HEADERS_DEADLINE_MS; tests shorten it. */
   unauthenticatedHeadersDeadlineMs?: number;
+  /** Timeouts of the real push dialer, in this process or its workers (default protocol/limits.ts); tests shorten them. */
+  pushTuning?: PushTuning;
 }
 
 export interface PushContext {
@@ -72,12 +77,15 @@ export interface PushContext {
   workers: number;
   /** The file push dialer `worker` (0 in process) keeps its TLS sessions in (certs/session-file.ts). */
   sessionFile: (worker: number) => string;
+  tuning: PushTuning;
 }
 
 export interface RunningController {
   /** The bound API address (port 0 resolved). */
   address: AddressInfo;
   healthAddress: AddressInfo | null;
+  /** Where agents dial in (`--connect-listen`), or null. */
+  connectAddress: AddressInfo | null;
   /** Heat's object store (`--object-store-listen`), or null. */
   objectStoreAddress: AddressInfo | null;
   /** `spiffe://<td>/controller/<name>` */
@@ -142,6 +150,7 @@ async function defaultPush(ctx: PushContext): Promise<PushService> {
   if (ctx.workers === 0) {
     const { PushDialer } = await import('./push/dialer.js');
     return new PushDialer({
+      ...ctx.tuning,
       signer: ctx.signer,
       issuer: ctx.issuer,
       trustDomain: ctx.trustDomain,
@@ -161,6 +170,7 @@ async function defaultPush(ctx: PushContext): Promise<PushService> {
     logger: ctx.logger,
     metrics: ctx.metrics.registry,
     sessionFile: ctx.sessionFile,
+    tuning: ctx.tuning,
   });
 }
 
@@ -270,6 +280,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       metrics,
       workers: o.pushWorkers,
       sessionFile,
+      tuning: deps.pushTuning ?? {},
     });
     // several controllers (docs/several-controllers.md): the fleet decides which nodes this one pushes to
     let publicUrl = o.publicUrl ?? defaultPublicUrl(o.listen.host, o.listen.port);
@@ -388,6 +399,15 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       service.setPublicUrl(publicUrl);
     }
     await service.start();
+    // after the service's start: an agent dialling in is answered with its ping at once
+    let connectAddress: AddressInfo | null = null;
+    if (o.connectListen) {
+      if (!push.serveConnect)
+        throw new ConfigError('--connect-listen: this push service takes no dialled-in connections', {
+          field: 'connect-listen',
+        });
+      connectAddress = await push.serveConnect(o.connectListen);
+    }
     const objectStore = o.objectStoreListen ? await startObjectStore(o, { store, service, material, logger }) : null;
     if (objectStore) cleanup.push(() => objectStore.close());
 
@@ -437,6 +457,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         event: 'controller.start',
         listen: `${address.address}:${address.port}`,
         health: healthAddress ? `${healthAddress.address}:${healthAddress.port}` : null,
+        connect: connectAddress ? `${connectAddress.address}:${connectAddress.port}` : null,
         objectStore: objectStore ? `${objectStore.address.address}:${objectStore.address.port}` : null,
         spiffeId: me.spiffeId,
         trustDomain,
@@ -459,6 +480,9 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
           api.close(),
           h ? new Promise<void>((r) => h.close(() => r())) : Promise.resolve(),
           objectStore?.close(),
+          // their agents move to another controller over the window, not all at once; wake-ups
+          // still go on those not yet closed
+          connectAddress ? push.drainConnect?.(o.connectDrainMs ?? CONNECT_DRAIN_WINDOW_MS) : undefined,
         ]);
         await service.close();
         await push.close();
@@ -474,6 +498,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
     return {
       address,
       healthAddress,
+      connectAddress,
       objectStoreAddress: objectStore?.address ?? null,
       spiffeId: me.spiffeId,
       service,

@@ -11,6 +11,8 @@ import { ConfigError } from '../protocol/errors.js';
 import { isValidName, TRUST_DOMAIN_RE } from '../protocol/identity.js';
 import {
   AGENT_CERT_LIFETIME_S,
+  CONNECT_DRAIN_WINDOW_MAX_MS,
+  CONNECT_DRAIN_WINDOW_MS,
   DEFAULT_CONTROLLER_PORT,
   MAX_DEFAULT_PUSH_WORKER_PROCESSES,
   MAX_JOIN_TOKEN_TTL_S,
@@ -40,6 +42,10 @@ export interface ControllerOptions {
   publicUrl: string | null;
   /** Push worker processes; 0 runs the dialer in the API process. */
   pushWorkers: number;
+  /** Where agents dial in (`wss://<here>/v1/connect`, docs/protocol.md "Dialled-in connections"); null or absent: off. */
+  connectListen?: HostPort | null | undefined;
+  /** The window a stop closes the dialled-in connections over (default CONNECT_DRAIN_WINDOW_MS). */
+  connectDrainMs?: number | undefined;
   logLevel: LogLevel;
   /** Overrides of the PKI layout's files. */
   ca: string | undefined;
@@ -76,6 +82,8 @@ const KEYS = {
   'auto-register': 'autoRegister',
   'public-url': 'publicUrl',
   'push-workers': 'pushWorkers',
+  'connect-listen': 'connectListen',
+  'connect-drain-ms': 'connectDrainMs',
   'log-level': 'logLevel',
   ca: 'ca',
   cert: 'cert',
@@ -220,6 +228,14 @@ export function resolveOptions(
       { field: 'push-workers' },
     );
   }
+  const cl = str('connect-listen');
+  const connectListen = cl === undefined ? null : parseHostPort(cl, 'connect-listen');
+  const cd = pick('connect-drain-ms') ?? CONNECT_DRAIN_WINDOW_MS;
+  const connectDrainMs = typeof cd === 'number' ? cd : Number(cd);
+  if (!Number.isInteger(connectDrainMs) || connectDrainMs < 0 || connectDrainMs > CONNECT_DRAIN_WINDOW_MAX_MS)
+    throw new ConfigError(`--connect-drain-ms must be a whole number of ms from 0 to ${CONNECT_DRAIN_WINDOW_MAX_MS}`, {
+      field: 'connect-drain-ms',
+    });
   const issuer = str('issuer');
   if (issuer !== undefined && !isValidName(issuer))
     throw new ConfigError(`--issuer ${JSON.stringify(issuer)} must match ^[a-z0-9][a-z0-9._-]{0,62}$`, {
@@ -272,6 +288,8 @@ export function resolveOptions(
     autoRegister,
     publicUrl,
     pushWorkers,
+    connectListen,
+    connectDrainMs,
     logLevel,
     ca: str('ca'),
     cert: str('cert'),

@@ -58,7 +58,8 @@ export const ERROR_CODES = {
   tls_version: 'the peer did not negotiate TLS 1.3',
 
   // agent listener: connection-level refusals and WebSocket close reasons (docs/protocol.md)
-  upgrade_required: 'a plain HTTP request to /v1/wake; only a WebSocket upgrade is served there',
+  upgrade_required:
+    "a plain HTTP request to /v1/wake (or to the controller's /v1/connect); only a WebSocket upgrade is served there",
   too_many_connections:
     'the listener holds its limit of pending (16) or authenticated (4) connections; at the API (429), the agent identity already holds 8 connections; a connection without a valid certificate past 64 in all, 8 from its host (an IPv4 address, an IPv6 /64) or 16 from its network (IPv4 /24, IPv6 /48) is destroyed before its request is read',
   handshake_timeout: 'TLS handshake plus WebSocket upgrade did not finish within 5 s; the socket was destroyed',
@@ -69,9 +70,13 @@ export const ERROR_CODES = {
   pipelined_request:
     'at the API, a connection without a valid certificate sent a second request; it runs one, so the second was not run and the connection was closed after the first answer',
   client_gone: 'the client closed its connection before its request ran, so the request was not run',
-  connection_replaced: 'a newer connection from the same controller identity replaced this one (WebSocket close 4000)',
+  connection_replaced:
+    'a newer connection from the same identity replaced this one (WebSocket close 4000): at the agent listener, of the same controller; at the controller, of the same node (dialled in)',
+  connect_unavailable:
+    'at the controller, no push worker could take a dialled-in connection (all were being restarted): its socket was closed',
   too_many_bad_frames: 'ten bad frames on one connection (WebSocket close 1008)',
-  shutting_down: 'the agent is stopping (WebSocket close 1001)',
+  shutting_down:
+    'the agent is stopping (WebSocket close 1001), or the controller is: it closes its dialled-in connections (1012) and refuses new ones (503)',
 
   // controller API (docs/api.md)
   wrong_node: 'an agent asked about another node than its own',

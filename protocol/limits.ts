@@ -337,6 +337,41 @@ export const AGENT_DIAL_RESTART_DELAY_MAX_MS = 1_000;
 /** The longest answer head (status line and headers) an agent reads from an HTTP CONNECT proxy. */
 export const MAX_PROXY_ANSWER_HEAD_BYTES = 16 * 1024;
 
+// ---- dialled-in push connections (controller, `--connect-listen`; docs/protocol.md) --------------
+/**
+ * A dialled-in connection from which nothing arrived (no WebSocket ping, no frame) for this long
+ * is half-open: destroyed, `half_open`. The agent pings every 30 s, so this is two pings missed
+ * and a margin; the controller itself never pings these (an idle agent costs no traffic).
+ */
+export const CONNECT_SILENCE_MAX_MS = 75_000;
+/**
+ * A controller stopping on purpose closes its dialled-in connections (1012) spread evenly over
+ * this window, so its agents reconnect to the other controllers over 10 s and not all at once.
+ */
+export const CONNECT_DRAIN_WINDOW_MS = 10_000;
+/** The longest drain window `--connect-drain-ms` may set: a stop stays well inside the forced exit. */
+export const CONNECT_DRAIN_WINDOW_MAX_MS = 20_000;
+/** TLS handshake plus WebSocket upgrade of a dialled-in connection must finish within this. */
+export const CONNECT_HANDSHAKE_TIMEOUT_MS = 5_000;
+/**
+ * Dialled-in connections pending authentication, per process that serves them (each push
+ * worker, or the main process with `--push-workers 0`); more are destroyed at accept
+ * (`too_many_connections`). Higher than the agent listener's 16: a restart brings thousands of
+ * agents back at once, and ~350 full handshakes a second fit on two cores.
+ */
+export const MAX_CONNECT_PENDING_CONNECTIONS = 1_024;
+/**
+ * Authenticated dialled-in connections one process holds at most (503 `too_many_connections`
+ * before the upgrade): inside the 20,000 descriptors of a process, with room for its other sockets.
+ */
+export const MAX_CONNECT_CONNECTIONS = 15_000;
+/**
+ * Store reads of a dialled-in node's generation (its first wake-up, the ping) at once; the rest
+ * wait in arrival order. A restart brings thousands of agents back within seconds, and the
+ * PostgreSQL pool refuses callers past PG_POOL_QUEUE_ENTRIES.
+ */
+export const MAX_ATTACH_PING_READS_IN_FLIGHT = 4;
+
 // ---- signal outbox (agent) ------------------------------------------------------------------
 export const OUTBOX_BACKOFF_BASE_MS = 500;
 export const OUTBOX_BACKOFF_MAX_MS = 60_000;

@@ -25,10 +25,19 @@ export type ErrorBody = { error: { code: string; message: string; field?: string
 
 export type PushConnectionState = 'idle' | 'connecting' | 'connected' | 'disconnected' | 'half_open';
 
+/**
+ * How a node's open push connection was made: `dialled`, the controller dialled the agent's
+ * listener (its announced endpoint); `dialled-in`, the agent dialled the controller's
+ * `--connect-listen` (docs/protocol.md, "Dialled-in connections").
+ */
+export type PushVia = 'dialled' | 'dialled-in';
+
 /** A node's push state as `GET /v1/nodes/{id}` shows it (the dialer's state plus the fetches). */
 export type PushStateView = {
   state: PushConnectionState;
   connected: boolean;
+  /** How the open connection was made; null while none is open. */
+  via: PushVia | null;
   /** Highest generation sent in a wake-up. */
   generation_pushed: number | null;
   /** Highest generation the agent acknowledged or fetched. */
@@ -255,7 +264,10 @@ export type ControllerView = {
   lease_until: string;
   /** Nodes whose ownership names it. */
   nodes_owned: number;
-  /** Of those, the ones whose push connection is up (as it last reported). */
+  /**
+   * The push connections it holds (as it last reported): of its own nodes, and of other
+   * controllers' nodes whose agents dialled in to it (docs/several-controllers.md).
+   */
   nodes_held: number;
 };
 

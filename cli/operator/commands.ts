@@ -152,7 +152,8 @@ function registerNode(program: Command): void {
         const rows = body.items.map(({ id, endpoint, generation, push: p }) => [
           id,
           endpoint,
-          p.state,
+          // an agent that dialled in (docs/protocol.md, "Dialled-in connections") says so
+          p.via === 'dialled-in' ? `${p.state} (dialled in)` : p.state,
           generation,
           p.generation_acked,
           p.last_ack_at,

@@ -12,11 +12,16 @@
  *   missing or dead (one statement checks that at the claim, so two controllers never both
  *   win), and releases the nodes that belong to another live controller. A claimed node is
  *   adopted: the dialer connects to it and sends a ping wake-up with the current generation.
- * - Fencing: only the owner pushes (`notify` and `setEndpoint` pass through only for owned
- *   nodes), and only while its own lease holds: a controller that cannot renew stops pushing
- *   when the lease it last got ends (its monotonic clock, started before the renewal was sent,
- *   so it stops no later than the others think it dead). Acknowledged generations are written
- *   with the epoch held (controller/store/pg/store.ts), so a fenced-out owner's acks are ignored.
+ * - Fencing: only the owner dials and pushes (`notify` and `setEndpoint` pass through only for
+ *   owned nodes), and only while its own lease holds: a controller that cannot renew stops
+ *   pushing when the lease it last got ends (its monotonic clock, started before the renewal was
+ *   sent, so it stops no later than the others think it dead). Acknowledged generations are
+ *   written with the epoch held (controller/store/pg/store.ts), so a fenced-out owner's acks are ignored.
+ * - Dialled-in connections: push follows the connection. A controller that holds a node's
+ *   dialled-in connection (its agent chose it: docs/protocol.md) passes that node's wake-ups on,
+ *   owner or not, while in standing; the change feed brings every change to every controller.
+ *   The owner dials only an announced endpoint, so a node that announced none is pushed to by
+ *   its holder alone.
  * - Standing: a lease counts only while its holder's certificate does. Each controller writes
  *   its certificate's serial and end to its membership row; a row whose serial is in the
  *   reader's revoked.json, or whose certificate has ended (database time), is dead to every
@@ -40,7 +45,9 @@ import type { Ed25519PrivateJwk } from '../../protocol/jws.js';
 import type { ControllerView } from '../../protocol/rest.js';
 import type { WakeReason } from '../../protocol/wake.js';
 import type { PgStore } from '../store/pg/store.js';
+import type { AddressInfo } from 'node:net';
 import {
+  type ConnectListen,
   IDLE_PUSH_STATE,
   type PushEvents,
   type PushRequestHandler,
@@ -118,6 +125,8 @@ export class Fleet implements PushService {
   readonly #owned = new Map<string, number>();
   /** Owned node → the endpoint given to the dialer. */
   readonly #endpoints = new Map<string, string | null>();
+  /** Nodes whose dialled-in connection this controller holds, owned or not. */
+  readonly #held = new Set<string>();
   /** Monotonic ms until which this controller may push (its lease as it last renewed it). */
   #leaseUntil = 0;
   #live: string[] = [];
@@ -172,7 +181,7 @@ export class Fleet implements PushService {
       owned: new Gauge({ name: 'herald_fleet_nodes_owned', help: 'nodes this controller owns', registers: [r] }),
       held: new Gauge({
         name: 'herald_fleet_nodes_held',
-        help: 'owned nodes whose push connection is up',
+        help: 'push connections held: owned nodes connected, and nodes of others whose agents dialled in here',
         registers: [r],
       }),
       takeovers: new Counter({
@@ -198,6 +207,13 @@ export class Fleet implements PushService {
       }),
     };
     o.store.setAckFence((node) => (this.#pushing() ? this.#owned.get(node) : undefined));
+    // before any other listener: the service's answer to an attach (the ping) must pass `notify`
+    this.#inner.on('attach', (node) => this.#held.add(node));
+    this.#inner.on('detach', (node) => {
+      this.#held.delete(node);
+      // held for its agent only: the owner dials it, if anyone
+      if (!this.#owned.has(node)) this.#inner.remove(node);
+    });
   }
 
   get name(): string {
@@ -211,6 +227,11 @@ export class Fleet implements PushService {
 
   owns(node: string): boolean {
     return this.#owned.has(node) && this.#pushing();
+  }
+
+  /** Whether it holds the node's dialled-in connection, and so pushes to it (while in standing), owner or not. */
+  holds(node: string): boolean {
+    return this.#held.has(node) && !this.#steppedDown;
   }
 
   /** Whether the change feed should tell it of a change to `node`: its own, or one its last scan did not see. */
@@ -259,7 +280,7 @@ export class Fleet implements PushService {
   }
 
   notify(node: string, generation: number, reason: WakeReason): void {
-    if (this.owns(node)) this.#inner.notify(node, generation, reason);
+    if (this.owns(node) || this.holds(node)) this.#inner.notify(node, generation, reason);
     else this.#noteNode(node);
   }
 
@@ -286,7 +307,16 @@ export class Fleet implements PushService {
   }
 
   state(node: string): PushState {
-    return this.#owned.has(node) ? this.#inner.state(node) : { ...IDLE_PUSH_STATE };
+    return this.#owned.has(node) || this.#held.has(node) ? this.#inner.state(node) : { ...IDLE_PUSH_STATE };
+  }
+
+  serveConnect(listen: ConnectListen): Promise<AddressInfo> {
+    if (!this.#inner.serveConnect) throw new Error('this push service takes no dialled-in connections');
+    return this.#inner.serveConnect(listen);
+  }
+
+  drainConnect(windowMs: number): Promise<void> {
+    return this.#inner.drainConnect?.(windowMs) ?? Promise.resolve();
   }
 
   setSigningKey(jwk: Ed25519PrivateJwk): void {
@@ -367,8 +397,7 @@ export class Fleet implements PushService {
     }
     const t0 = this.#o.clock();
     const cert = this.#o.standing.certificate();
-    let held = 0;
-    for (const node of this.#owned.keys()) if (this.#inner.state(node).connected) held++;
+    const held = this.#heldNow();
     this.#m.held.set(held);
     try {
       const r = await this.#o.store.controlSql.unsafe(
@@ -695,9 +724,11 @@ export class Fleet implements PushService {
     }));
   }
 
+  /** The push connections it holds: of its own nodes, and the dialled-in ones of others'. */
   #heldNow(): number {
     let held = 0;
     for (const node of this.#owned.keys()) if (this.#inner.state(node).connected) held++;
+    for (const node of this.#held) if (!this.#owned.has(node) && this.#inner.state(node).connected) held++;
     return held;
   }
 }

@@ -4,6 +4,12 @@
  * (re)connect, WebSocket pings from one shared timer wheel, reconnects with exponential backoff
  * and full jitter, and half-open detection when an answer does not come within 1 s.
  *
+ * An agent that dialled in (`--connect-listen`, controller/push/connect-listener.ts) is held the
+ * same way once `attach`ed: the same wake-ups, answers and requests on its connection, which is
+ * never redialled and never pinged (the agent pings; silence for CONNECT_SILENCE_MAX_MS is
+ * half-open). While a node has one, the dialer does not dial it; when it ends, the dialer dials
+ * the node's announced endpoint if it has one (docs/protocol.md, "Dialled-in connections").
+ *
  * This is the only module of the controller that dials agents (`ws`, `node:tls`). It runs in the
  * controller process for small setups and tests, or inside push worker processes
  * (controller/push/worker.ts) behind the PushPool facade: see docs/architecture-push.md.
@@ -43,6 +49,7 @@ import { spiffeIdOf } from '../../protocol/identity.js';
 import { Signer, type Ed25519PrivateJwk } from '../../protocol/jws.js';
 import { fastEd25519 } from '../ed25519.js';
 import {
+  CONNECT_SILENCE_MAX_MS,
   DIAL_TIMEOUT_MS,
   FRAME_ANSWER_TIMEOUT_MS,
   MAX_DIALS_IN_FLIGHT,
@@ -61,12 +68,16 @@ import {
 } from '../../protocol/limits.js';
 import { signSignalled } from '../../protocol/signal-answer.js';
 import { newJti, signWake, type WakeReason } from '../../protocol/wake.js';
+import type { AddressInfo } from 'node:net';
+import { ConnectListener } from './connect-listener.js';
 import { OldestFirstTimer } from './oldest-first-timer.js';
 import { pushCodeOf, type PushErrorCode } from './errors.js';
 import { promPushMetrics, type PushMetricsSink } from './metrics.js';
 import { PingWheel, type WheelMember } from './ping-wheel.js';
 import {
   type AckEvent,
+  type ConnectListen,
+  type DialledIn,
   IDLE_PUSH_STATE,
   type PushEvents,
   type PushRequest,
@@ -118,7 +129,10 @@ export type DialLookup = (
 
 const systemLookup: DialLookup = (hostname, options, callback) => dns.lookup(hostname, options, callback);
 
-type Resolved = Required<Omit<PushDialerOptions, 'metrics' | 'metricsSink' | 'sessionFile'>>;
+type Resolved = Required<
+  Omit<PushDialerOptions, 'metrics' | 'metricsSink' | 'sessionFile' | 'connectHandshakeTimeoutMs' | 'connectMaxPending'>
+> &
+  Pick<PushDialerOptions, 'connectHandshakeTimeoutMs' | 'connectMaxPending'>;
 
 interface InFlight {
   jti: string;
@@ -139,6 +153,10 @@ class NodeEntry implements WheelMember {
   generation: number;
   readonly ps: PushState;
   ws: WebSocket | null = null;
+  /** `ws` is a connection the agent dialled in (never redialled, never pinged: see `attach`). */
+  inbound = false;
+  /** performance.now() when anything (a frame, a ping) last came on the dialled-in connection. */
+  heardAt = 0;
   /** A connection to this node is to be kept (it was needed once). */
   active = false;
   attempt = 0;
@@ -172,6 +190,7 @@ class NodeEntry implements WheelMember {
     this.ps = {
       state: 'idle',
       connected: false,
+      via: null,
       generation_pushed: null,
       generation_acked: acked,
       last_ack_at: null,
@@ -189,6 +208,14 @@ function mergeReason(a: WakeReason | null, b: WakeReason): WakeReason {
 
 const GOING_AWAY = 1001;
 const POLICY_VIOLATION = 1008;
+/** The controller is restarting: its drain closes the dialled-in connections with it (RFC 6455 "Service Restart"). */
+const SERVICE_RESTART = 1012;
+/** A newer connection of the same node took this one's place. */
+const REPLACED = 4000;
+/** How often, within CONNECT_SILENCE_MAX_MS, each dialled-in connection's silence is checked. */
+const SILENCE_CHECKS = 5;
+/** Buckets of the silence wheel (see the constructor). */
+const SILENCE_WHEEL_SLOTS = 15;
 
 /** The masking key of every frame the dialer sends: zero, so none is masked (see the dial's options). */
 function zeroMask(mask: Buffer): void {
@@ -204,6 +231,13 @@ export class PushDialer implements PushService {
   readonly #events = new EventEmitter();
   readonly #nodes = new Map<string, NodeEntry>();
   readonly #wheel: PingWheel<NodeEntry>;
+  /** The dialled-in connections, each visited SILENCE_CHECKS times per silence limit (never pinged). */
+  readonly #silence: PingWheel<NodeEntry>;
+  /** Dialled-in connections held now. */
+  #dialledIn = 0;
+  #connect: ConnectListener | null = null;
+  /** A drain has begun: dialled-in connections are being closed, none is taken, a lost one is not replaced by a dial. */
+  #draining = false;
   /** Nodes waiting for a wake-up slot, in arrival order (fair). */
   readonly #waiting = new Set<NodeEntry>();
   readonly #dialWaiting = new Set<NodeEntry>();
@@ -246,6 +280,7 @@ export class PushDialer implements PushService {
       maxWakesInFlight: MAX_WAKES_IN_FLIGHT,
       maxDialsInFlight: MAX_DIALS_IN_FLIGHT,
       closeGraceMs: PUSH_CLOSE_GRACE_MS,
+      connectSilenceMaxMs: CONNECT_SILENCE_MAX_MS,
       ...stripUndefined(opts),
     } as Resolved;
     if (!o.signer) throw new ConfigError('signer is required');
@@ -263,6 +298,7 @@ export class PushDialer implements PushService {
       'maxWakesInFlight',
       'maxDialsInFlight',
       'closeGraceMs',
+      'connectSilenceMaxMs',
     ] as const) {
       if (!Number.isFinite(o[k]) || o[k] <= 0) throw new ConfigError(`${k} must be a positive number`, { field: k });
     }
@@ -272,6 +308,12 @@ export class PushDialer implements PushService {
     this.#log = o.logger.child({ component: 'push' });
     this.#metrics = opts.metricsSink ?? promPushMetrics(opts.metrics);
     this.#wheel = new PingWheel<NodeEntry>(o.pingIntervalMs, (e) => this.#ping(e));
+    // 15 buckets: at the default limit one tick a second, as the ping wheel's
+    this.#silence = new PingWheel<NodeEntry>(
+      o.connectSilenceMaxMs / SILENCE_CHECKS,
+      (e) => this.#checkSilence(e),
+      SILENCE_WHEEL_SLOTS,
+    );
     this.#answersDue = new OldestFirstTimer(
       o.answerTimeoutMs,
       () => this.#inFlight.values().next().value?.inflight?.at,
@@ -302,6 +344,11 @@ export class PushDialer implements PushService {
     return this.#connected;
   }
 
+  /** Dialled-in connections held now. */
+  get dialledInCount(): number {
+    return this.#dialledIn;
+  }
+
   async start(targets: PushTarget[]): Promise<void> {
     if (this.#closed) throw new ConfigError('the push dialer is closed');
     if (this.#started) throw new ConfigError('the push dialer was started already');
@@ -321,9 +368,9 @@ export class PushDialer implements PushService {
     if (this.#closed) return;
     const e = this.#entry(node, null, generation, null);
     if (generation > e.generation) e.generation = generation;
-    if (e.url === null) return;
+    // a dialled-in connection has no URL; a dialled one is open only where there is one
     if (e.ws !== null && e.ws.readyState === WebSocket.OPEN) this.#requestWake(e, reason);
-    else this.#activate(e); // the wake-up on connect carries the newest generation
+    else if (e.url !== null) this.#activate(e); // the wake-up on connect carries the newest generation
   }
 
   setSigningKey(jwk: Ed25519PrivateJwk): void {
@@ -338,6 +385,11 @@ export class PushDialer implements PushService {
     if (this.#closed) return;
     const e = this.#entry(node, null, generation, null);
     if (generation > e.generation) e.generation = generation;
+    if (e.inbound) {
+      // it dialled in: the endpoint is dialled only once that connection ends
+      e.url = url;
+      return;
+    }
     if (e.url === url && e.ps.state !== 'idle') return;
     if (e.url === url && url === null) return;
     const wasActive = e.active;
@@ -350,11 +402,186 @@ export class PushDialer implements PushService {
     if (wasActive || acked === null || acked < e.generation) this.#activate(e);
   }
 
+  /**
+   * Forgets the node: its dialled connection is closed (1001) and not redialled. A connection it
+   * dialled in stays, with nothing to dial after it: the agent holds it by its certificate
+   * (revocation closes it), and closing it would only make it dial again.
+   */
   remove(node: string): void {
     const e = this.#nodes.get(node);
     if (!e) return;
+    if (e.inbound) {
+      this.#stopDialling(e);
+      e.url = null;
+      return;
+    }
     this.#retire(e, GOING_AWAY, 'node removed');
     this.#nodes.delete(node);
+  }
+
+  /**
+   * Another dialer holds the node's connection now (its agent dialled in at another push worker:
+   * controller/push/pool.ts): this one closes its own, a dialled-in one with 4000
+   * `connection_replaced`, a dialled one with 1001, and forgets the node.
+   */
+  heldElsewhere(node: string): void {
+    const e = this.#nodes.get(node);
+    if (!e) return;
+    if (e.inbound) this.#retire(e, REPLACED, 'connection_replaced');
+    else this.#retire(e, GOING_AWAY, 'agent dialled in elsewhere');
+    this.#nodes.delete(node);
+  }
+
+  // ---- dialled-in connections ----------------------------------------------------------------
+
+  /**
+   * Serves the agents' dialled-in connections on `listen` from this process (no push workers).
+   * @throws ConfigError `bad_option` (field `connect-listen`) when it cannot listen there
+   */
+  async serveConnect(listen: ConnectListen): Promise<AddressInfo> {
+    const l = this.connectListener();
+    try {
+      return await l.listen(listen.host, listen.port);
+    } catch (err) {
+      throw new ConfigError(`--connect-listen ${listen.host}:${listen.port}: ${(err as Error).message}`, {
+        cause: err,
+        field: 'connect-listen',
+      });
+    }
+  }
+
+  /** The listener whose connections this dialer holds (made on first use: a push worker hands it sockets). */
+  connectListener(): ConnectListener {
+    this.#connect ??= new ConnectListener({
+      material: this.#o.material,
+      logger: this.#log,
+      metrics: this.#metrics,
+      onConnection: (c) => this.attach(c),
+      held: () => this.#dialledIn,
+      ...(this.#o.connectHandshakeTimeoutMs === undefined
+        ? {}
+        : { handshakeTimeoutMs: this.#o.connectHandshakeTimeoutMs }),
+      ...(this.#o.connectMaxPending === undefined ? {} : { maxPending: this.#o.connectMaxPending }),
+    });
+    return this.#connect;
+  }
+
+  /**
+   * Holds an agent's dialled-in connection as its node's push connection: a dialled one of that
+   * node is closed (1001) and not redialled while this lasts, an older dialled-in one is replaced
+   * (4000 `connection_replaced`). No wake-up goes on it before the node's next `notify` (the
+   * service answers the `attach` event with the node's ping and current generation).
+   */
+  attach(c: DialledIn): void {
+    const ws = c.ws;
+    if (this.#closed || this.#draining) {
+      void closeSocket(ws, SERVICE_RESTART, 'shutting_down', this.#o.closeGraceMs);
+      return;
+    }
+    const e = this.#entry(c.node, null, 0, null);
+    this.#stopDialling(e);
+    if (e.ws !== null) {
+      const old = this.#detach(e);
+      if (e.ps.via === 'dialled-in') {
+        this.#log.info({ node: e.node, peer: c.peer }, "a newer dialled-in connection replaces the node's older one");
+        if (old) void closeSocket(old, REPLACED, 'connection_replaced', this.#o.closeGraceMs);
+      } else if (old) void closeSocket(old, GOING_AWAY, 'agent dialled in', this.#o.closeGraceMs);
+    }
+    e.ws = ws;
+    e.inbound = true;
+    e.active = true; // once it ends, the announced endpoint (if any) is dialled
+    e.attempt = 0;
+    e.failCode = null;
+    e.peerSerial = c.serials[0] ?? null;
+    e.peerIssuerSerial = c.serials[1] ?? null;
+    e.peerNotBeforeMs = c.notBeforeMs;
+    e.peerNotAfterMs = c.notAfterMs;
+    e.heardAt = performance.now();
+    this.#connected++;
+    this.#dialledIn++;
+    this.#metrics.connected(this.#connected);
+    this.#metrics.dialledIn(this.#dialledIn);
+    this.#silence.add(e);
+    e.ps.via = 'dialled-in';
+    e.wantReason = null;
+    ws.on('message', (data, isBinary) => {
+      if (e.ws !== ws) return;
+      e.heardAt = performance.now();
+      this.#onMessage(e, data as Buffer, isBinary);
+    });
+    ws.on('ping', () => {
+      e.heardAt = performance.now();
+    });
+    ws.on('pong', () => {
+      e.heardAt = performance.now();
+    });
+    ws.on('error', (err) => {
+      if (e.ws !== ws) return;
+      if (e.failCode === null) e.failCode = pushCodeOf(err);
+      this.#log.debug({ node: e.node, code: e.failCode, err: err.message }, 'dialled-in connection error');
+    });
+    ws.on('close', (closeCode, reason) => {
+      if (e.ws !== ws) return;
+      let code = e.failCode;
+      if (code === null) {
+        const r = reason.toString('utf8');
+        code = isErrorCode(r) ? r : 'connection_closed';
+      }
+      this.#log.info({ node: e.node, code, closeCode }, 'dialled-in connection lost');
+      this.#down(e, code);
+    });
+    // the pool learns where the node is held before its state says connected
+    this.#events.emit('attach', e.node);
+    this.#setState(e, 'connected');
+    this.#log.debug({ node: e.node, peer: c.peer }, 'agent dialled in');
+  }
+
+  /**
+   * The controller's stop: takes no dialled-in connection from now on and closes those held
+   * (1012 `shutting_down`), spread evenly over `windowMs`, so their agents reconnect to other
+   * controllers over the window and not all at once: the i-th of n at i/n of the window, or at
+   * `slotsMs[i]` when given (the pool spreads all its workers' connections over one window: each
+   * worker closes its own at the moments it was given), any beyond those at the window's end.
+   * Resolves once all are closed. Idempotent in effect (a second call finds none).
+   */
+  async drainConnect(windowMs: number, slotsMs?: readonly number[]): Promise<void> {
+    this.#draining = true;
+    this.#connect?.stopAccepting();
+    const held = [...this.#nodes.values()].filter((e) => e.inbound && e.ws !== null);
+    if (held.length === 0) return;
+    this.#log.info({ connections: held.length, windowMs }, 'closing the dialled-in connections');
+    const at = (i: number): number => (slotsMs === undefined ? (i * windowMs) / held.length : (slotsMs[i] ?? windowMs));
+    const closing: Promise<void>[] = [];
+    const start = performance.now();
+    await new Promise<void>((resolve) => {
+      let next = 0;
+      const due = (): void => {
+        // every connection whose moment has come
+        const elapsed = performance.now() - start;
+        while (next < held.length && at(next) <= elapsed) {
+          const e = held[next++]!;
+          if (!e.inbound || e.ws === null) continue; // gone meanwhile
+          const p = this.#retire(e, SERVICE_RESTART, 'shutting_down');
+          if (p) closing.push(p);
+        }
+        if (next >= held.length) {
+          resolve();
+          return;
+        }
+        const t = setTimeout(due, Math.max(1, at(next) - (performance.now() - start)));
+        t.unref();
+      };
+      due();
+    });
+    await Promise.all(closing);
+  }
+
+  /** The silence wheel's visit: nothing from a dialled-in connection for the silence limit is half-open. */
+  #checkSilence(e: NodeEntry): void {
+    if (!e.inbound || e.ws === null) return;
+    if (performance.now() - e.heardAt < this.#o.connectSilenceMaxMs) return;
+    this.#log.warn({ node: e.node }, 'nothing from the dialled-in connection: it is half-open');
+    this.#halfOpen(e);
   }
 
   state(node: string): PushState {
@@ -377,6 +604,8 @@ export class PushDialer implements PushService {
     this.#o.material.off('tls-change', this.#onTlsChange);
     this.#o.material.off('revoked-change', this.#onRevokedChange);
     this.#wheel.clear();
+    this.#silence.clear();
+    void this.#connect?.close();
     this.#answersDue.stop();
     this.#waiting.clear();
     this.#dialWaiting.clear();
@@ -406,6 +635,7 @@ export class PushDialer implements PushService {
   #setState(e: NodeEntry, state: PushState['state']): void {
     e.ps.state = state;
     e.ps.connected = state === 'connected';
+    if (!e.ps.connected) e.ps.via = null;
     this.#emitState(e);
   }
 
@@ -624,6 +854,7 @@ export class PushDialer implements PushService {
     this.#metrics.connected(this.#connected);
     e.awaitingPong = false;
     this.#wheel.add(e);
+    e.ps.via = 'dialled';
     this.#setState(e, 'connected');
     this.#log.debug({ node: e.node }, 'push connection open');
     // nothing is missed while the connection was down: the first wake-up carries the newest gen
@@ -631,13 +862,18 @@ export class PushDialer implements PushService {
     this.#requestWake(e, 'ping');
   }
 
-  /** The connection is gone (or given up): clean up, record why, and reconnect with backoff. */
+  /**
+   * The connection is gone (or given up): clean up, record why, and reconnect with backoff (a
+   * dialled-in one is not redialled: the node's announced endpoint is, if it has one).
+   */
   #down(e: NodeEntry, code: PushErrorCode): void {
+    const inbound = e.inbound;
     this.#detach(e);
     this.#fail(e, code);
     this.#metrics.dialFailed(code);
     this.#setState(e, code === 'half_open' ? 'half_open' : 'disconnected');
-    if (!e.active || this.#closed || e.url === null) return;
+    if (inbound) this.#events.emit('detach', e.node);
+    if (!e.active || this.#closed || e.url === null || (inbound && this.#draining)) return;
     const delay = fullJitterMs(e.attempt++, this.#o.backoffBaseMs, this.#o.backoffMaxMs, this.#o.random);
     e.retryTimer = setTimeout(() => {
       e.retryTimer = null;
@@ -647,7 +883,11 @@ export class PushDialer implements PushService {
     e.retryTimer.unref();
   }
 
-  /** Forgets the socket and everything tied to it; the socket itself is the caller's business. */
+  /**
+   * Forgets the socket and everything tied to it; the socket itself is the caller's business, and
+   * so is the `detach` event of a dialled-in one (after its state is set: the pool reads the
+   * node's state from the worker that held it until then).
+   */
   #detach(e: NodeEntry): WebSocket | null {
     const ws = e.ws;
     e.ws = null;
@@ -657,7 +897,12 @@ export class PushDialer implements PushService {
       this.#connected--;
       this.#metrics.connected(this.#connected);
     }
-    this.#wheel.delete(e);
+    if (e.inbound) {
+      e.inbound = false;
+      this.#dialledIn--;
+      this.#metrics.dialledIn(this.#dialledIn);
+      this.#silence.delete(e);
+    } else this.#wheel.delete(e);
     if (e.queued) {
       this.#waiting.delete(e);
       e.queued = false;
@@ -673,17 +918,24 @@ export class PushDialer implements PushService {
    */
   #retire(e: NodeEntry, code: number, reason: string): Promise<void> | null {
     e.active = false;
+    this.#stopDialling(e);
+    const wasConnected = e.ps.connected;
+    const inbound = e.inbound;
+    const ws = this.#detach(e);
+    if (wasConnected) this.#setState(e, 'idle');
+    if (inbound) this.#events.emit('detach', e.node);
+    if (ws === null) return null;
+    return closeSocket(ws, code, reason, this.#o.closeGraceMs);
+  }
+
+  /** No redial, no queued dial: the node's connection is to be something else, or none. */
+  #stopDialling(e: NodeEntry): void {
     if (e.retryTimer) clearTimeout(e.retryTimer);
     e.retryTimer = null;
     if (e.dialQueued) {
       this.#dialWaiting.delete(e);
       e.dialQueued = false;
     }
-    const wasConnected = e.ps.connected;
-    const ws = this.#detach(e);
-    if (wasConnected) this.#setState(e, 'idle');
-    if (ws === null) return null;
-    return closeSocket(ws, code, reason, this.#o.closeGraceMs);
   }
 
   // ---- wake-ups ------------------------------------------------------------------------------

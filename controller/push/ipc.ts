@@ -20,6 +20,12 @@ export interface PushTuning {
   maxWakesInFlight?: number;
   maxDialsInFlight?: number;
   closeGraceMs?: number;
+  /** A dialled-in connection silent this long is half-open (default CONNECT_SILENCE_MAX_MS). */
+  connectSilenceMaxMs?: number;
+  /** TLS plus upgrade of a dialled-in connection (default CONNECT_HANDSHAKE_TIMEOUT_MS). */
+  connectHandshakeTimeoutMs?: number;
+  /** Dialled-in connections pending authentication (default MAX_CONNECT_PENDING_CONNECTIONS). */
+  connectMaxPending?: number;
 }
 
 export interface WorkerInit {
@@ -36,6 +42,14 @@ export interface WorkerInit {
   requestAnswerTimeoutMs: number;
   /** Where this worker keeps its TLS sessions with the agents (certs/session-file.ts). */
   sessionFile?: string;
+}
+
+/**
+ * A TCP connection to `--connect-listen` the main process accepted and did not read: sent with
+ * the socket as the message's handle, one a message (a handle cannot ride in a batch).
+ */
+export interface ConnectionHandoff {
+  t: 'connection';
 }
 
 /** A batch with a word out of place: only a bug on one side of the channel writes one. */
@@ -78,6 +92,13 @@ export type ToWorkerCommand =
   | { t: 'start'; targets: PushTarget[]; reconnect: string[] }
   | { t: 'endpoint'; node: string; url: string | null; gen: number }
   | { t: 'remove'; node: string }
+  /** Another worker holds the node's connection now (its agent dialled in there): close ours and forget the node. */
+  | { t: 'held-elsewhere'; node: string }
+  /**
+   * The controller stops: close the dialled-in connections (1012), the i-th at `slotsMs[i]` ms
+   * into the window (any beyond at its end), then answer `drained`.
+   */
+  | { t: 'drain'; windowMs: number; slotsMs: number[] }
   | { t: 'signing-key'; jwk: Ed25519PrivateJwk }
   /**
    * The revoked identities the main process keeps beyond revoked.json (its database: node
@@ -96,7 +117,7 @@ export type ToWorkerCommand =
  */
 export type CommandWord = EventWord | ToWorkerCommand;
 
-export type ToWorker = WorkerInit | { t: 'batch'; words: CommandWord[] } | { t: 'close' };
+export type ToWorker = WorkerInit | { t: 'batch'; words: CommandWord[] } | ConnectionHandoff | { t: 'close' };
 
 /** What a worker does with each command of a batch, in the order they were written. */
 export interface WorkerCommandHandlers {
@@ -190,6 +211,10 @@ export interface WorkerEventHandlers {
   nack(e: { node: string; jti: string | null; code: string }): void;
   /** An agent's fetch or signal on its push connection, for the main process to answer (`answer`). */
   request(id: number, r: PushRequest): void;
+  /** The node's agent dialled in to this worker, which holds its connection now. */
+  attach(node: string): void;
+  /** The node's dialled-in connection at this worker is gone. */
+  detach(node: string): void;
 }
 
 /** The tags, each followed by a fixed number of fields (see the writers below). */
@@ -198,8 +223,10 @@ const ACK = 1;
 const NACK = 2;
 const FETCH = 3;
 const SIGNAL = 4;
+const ATTACH = 5;
+const DETACH = 6;
 /** Words an event takes, its tag included, by tag. */
-const EVENT_WORDS = [8, 6, 4, 5, 5];
+const EVENT_WORDS = [9, 6, 4, 5, 5, 2, 2];
 
 /** A worker's events since its last batch, written flat (EventWord). */
 export class WorkerEvents extends FlatWords<EventWord> {
@@ -216,6 +243,7 @@ export class WorkerEvents extends FlatWords<EventWord> {
       STATE,
       node,
       s.state,
+      s.via,
       s.generation_pushed,
       s.generation_acked,
       s.last_ack_at,
@@ -240,6 +268,16 @@ export class WorkerEvents extends FlatWords<EventWord> {
     else this.words.push(SIGNAL, id, r.node, r.deploymentId, r.body);
     this.#onWrite();
   }
+
+  attach(node: string): void {
+    this.words.push(ATTACH, node);
+    this.#onWrite();
+  }
+
+  detach(node: string): void {
+    this.words.push(DETACH, node);
+    this.#onWrite();
+  }
 }
 
 /**
@@ -257,11 +295,12 @@ export function readWorkerEvents(w: readonly EventWord[], h: WorkerEventHandlers
         h.state(w[i + 1] as string, {
           state,
           connected: state === 'connected',
-          generation_pushed: w[i + 3] as number | null,
-          generation_acked: w[i + 4] as number | null,
-          last_ack_at: w[i + 5] as string | null,
-          last_error: w[i + 6] as string | null,
-          last_error_at: w[i + 7] as string | null,
+          via: w[i + 3] as PushState['via'],
+          generation_pushed: w[i + 4] as number | null,
+          generation_acked: w[i + 5] as number | null,
+          last_ack_at: w[i + 6] as string | null,
+          last_error: w[i + 7] as string | null,
+          last_error_at: w[i + 8] as string | null,
         });
         break;
       }
@@ -293,6 +332,12 @@ export function readWorkerEvents(w: readonly EventWord[], h: WorkerEventHandlers
           body: w[i + 4] as Uint8Array,
         });
         break;
+      case ATTACH:
+        h.attach(w[i + 1] as string);
+        break;
+      case DETACH:
+        h.detach(w[i + 1] as string);
+        break;
     }
     i += words;
   }
@@ -301,4 +346,6 @@ export function readWorkerEvents(w: readonly EventWord[], h: WorkerEventHandlers
 export type FromWorker =
   | { t: 'ready' }
   | { t: 'batch'; events: EventWord[]; metrics: PushMetricsDelta | null }
+  /** The `drain` command is done: every dialled-in connection of the worker is closed. */
+  | { t: 'drained' }
   | { t: 'closed' };

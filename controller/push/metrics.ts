@@ -13,6 +13,10 @@ export interface PushMetricsSink {
   acked(latencyS: number): void;
   nacked(code: string, n?: number): void;
   dialFailed(code: string, n?: number): void;
+  /** Of the agents with an open push connection, those that dialled in (docs/protocol.md). */
+  dialledIn(n: number): void;
+  /** A dialled-in connection refused before or at its upgrade, by code. */
+  connectRefused(code: string, n?: number): void;
 }
 
 /** Ack latency buckets, seconds: loopback answers take ~0.2 ms, the half-open limit is 1 s. */
@@ -22,7 +26,8 @@ export const ACK_LATENCY_BUCKETS_S = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
  * Registers the push metrics into `registry` (a private one when none is given):
  * herald_push_connected_agents, herald_wakeups_sent_total, herald_wakeups_acked_total,
  * herald_wakeups_nacked_total{code}, herald_wake_ack_latency_seconds,
- * herald_push_dial_failures_total{code}.
+ * herald_push_dial_failures_total{code}, herald_push_dialled_in_agents,
+ * herald_push_connect_refusals_total{code}.
  */
 export function promPushMetrics(registry: Registry = new Registry()): PushMetricsSink {
   const registers = [registry];
@@ -51,8 +56,21 @@ export function promPushMetrics(registry: Registry = new Registry()): PushMetric
     labelNames: ['code'] as const,
     registers,
   });
+  const dialledIn = new Gauge({
+    name: 'herald_push_dialled_in_agents',
+    help: 'Agents whose open push connection they dialled in themselves (--connect-listen)',
+    registers,
+  });
+  const connectRefusals = new Counter({
+    name: 'herald_push_connect_refusals_total',
+    help: 'Dialled-in connections refused before or at their upgrade, by code',
+    labelNames: ['code'] as const,
+    registers,
+  });
   return {
     connected: (n) => connected.set(n),
+    dialledIn: (n) => dialledIn.set(n),
+    connectRefused: (code, n = 1) => connectRefusals.inc({ code }, n),
     sent: (n = 1) => sent.inc(n),
     acked: (s) => {
       acked.inc();
@@ -66,16 +84,31 @@ export function promPushMetrics(registry: Registry = new Registry()): PushMetric
 /** What a push worker reports per batch (acks and nacks travel as events, with their latency). */
 export interface PushMetricsDelta {
   connected: number;
+  dialledIn: number;
   sent: number;
   dialFailures: Record<string, number>;
+  connectRefusals: Record<string, number>;
 }
 
 /** Counts into deltas that `take()` hands over and resets (push worker side). */
 export class DeltaPushMetrics implements PushMetricsSink {
   #connected = 0;
+  #dialledIn = 0;
   #sent = 0;
   #dialFailures: Record<string, number> = {};
+  #connectRefusals: Record<string, number> = {};
   #dirty = false;
+  readonly #onChange: () => void;
+
+  /** @param onChange called at each change (the worker schedules its next batch: a refusal comes with no event) */
+  constructor(onChange: () => void = () => undefined) {
+    this.#onChange = onChange;
+  }
+
+  #changed(): void {
+    this.#dirty = true;
+    this.#onChange();
+  }
 
   get dirty(): boolean {
     return this.#dirty;
@@ -83,12 +116,12 @@ export class DeltaPushMetrics implements PushMetricsSink {
 
   connected(n: number): void {
     this.#connected = n;
-    this.#dirty = true;
+    this.#changed();
   }
 
   sent(n = 1): void {
     this.#sent += n;
-    this.#dirty = true;
+    this.#changed();
   }
 
   acked(): void {}
@@ -97,13 +130,30 @@ export class DeltaPushMetrics implements PushMetricsSink {
 
   dialFailed(code: string, n = 1): void {
     this.#dialFailures[code] = (this.#dialFailures[code] ?? 0) + n;
-    this.#dirty = true;
+    this.#changed();
+  }
+
+  dialledIn(n: number): void {
+    this.#dialledIn = n;
+    this.#changed();
+  }
+
+  connectRefused(code: string, n = 1): void {
+    this.#connectRefusals[code] = (this.#connectRefusals[code] ?? 0) + n;
+    this.#changed();
   }
 
   take(): PushMetricsDelta {
-    const d = { connected: this.#connected, sent: this.#sent, dialFailures: this.#dialFailures };
+    const d = {
+      connected: this.#connected,
+      dialledIn: this.#dialledIn,
+      sent: this.#sent,
+      dialFailures: this.#dialFailures,
+      connectRefusals: this.#connectRefusals,
+    };
     this.#sent = 0;
     this.#dialFailures = {};
+    this.#connectRefusals = {};
     this.#dirty = false;
     return d;
   }

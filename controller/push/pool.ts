@@ -8,11 +8,19 @@
  * wake-ups as soon as it is applied) and events come back batched (see #schedule). The facade
  * mirrors each node's push state and target, so `state()` is synchronous and a worker that dies
  * is restarted with its shard's targets.
+ *
+ * Dialled-in connections (`--connect-listen`): this process accepts each TCP connection, reads
+ * nothing, and hands the socket to a worker in turn, which does the TLS and holds the
+ * connection; the node's agent cannot be told from the first bytes, so it is held wherever it
+ * landed. Each worker says which nodes it holds (`attach`, `detach`): a node's wake-ups go to the
+ * worker holding its dialled-in connection, else to its shard's, whose dialled connection to the
+ * node (if any) is closed meanwhile and dialled again once the dialled-in one ends.
  */
 import { childEnv } from '../../protocol/child-env.js';
 import { fork, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
+import net, { type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
@@ -22,6 +30,7 @@ import { ConfigError } from '../../protocol/errors.js';
 import type { Ed25519PrivateJwk } from '../../protocol/jws.js';
 import {
   IPC_BATCH_MAX_DELAY_MS,
+  PUSH_CLOSE_GRACE_MS,
   MAX_TIMER_DELAY_MS,
   MAX_PUSH_REQUESTS_IN_FLIGHT,
   MAX_PUSH_WORKER_PROCESSES,
@@ -43,6 +52,7 @@ import { OldestFirstTimer } from './oldest-first-timer.js';
 import { promPushMetrics, type PushMetricsSink } from './metrics.js';
 import { TurnFlusher } from './turn-flusher.js';
 import {
+  type ConnectListen,
   IDLE_PUSH_STATE,
   type PushEvents,
   type PushRequest,
@@ -92,7 +102,11 @@ interface Shard {
   flushSoon: boolean;
   restarts: number;
   connected: number;
+  /** Of `connected`, the dialled-in connections. */
+  dialledIn: number;
   closedWaiter: (() => void) | null;
+  /** Called when the worker answers `drained` (or exits). */
+  drainedWaiter: (() => void) | null;
 }
 
 /** Taken requests at the head of the queue past which it is copied down (see #pumpRequests). */
@@ -142,6 +156,13 @@ export class PushPool implements PushService {
   readonly #shards: Shard[];
   readonly #targets = new Map<string, PushTarget>();
   readonly #states = new Map<string, PushState>();
+  /** Nodes whose dialled-in connection a worker holds, and which one. */
+  readonly #held = new Map<string, Shard>();
+  /** `--connect-listen`: accepts, and hands each socket to a worker (#handOff). */
+  #connectServer: net.Server | null = null;
+  /** The worker the next dialled-in socket goes to (round robin). */
+  #nextHandOff = 0;
+  #draining = false;
   /** The database's identity floors as last given (`setIdentityFloors`), for every worker started. */
   #floors: [string, number][] = [];
   #requestHandler: PushRequestHandler | null = null;
@@ -200,7 +221,9 @@ export class PushPool implements PushService {
         flushSoon: false,
         restarts: 0,
         connected: 0,
+        dialledIn: 0,
         closedWaiter: null,
+        drainedWaiter: null,
       };
       return s;
     });
@@ -219,7 +242,7 @@ export class PushPool implements PushService {
     if (this.#closed) return;
     const t = this.#target(node);
     if (generation > t.generation) t.generation = generation;
-    const s = this.#shardOf(node);
+    const s = this.#holderOf(node);
     s.queue.notify(node, generation, reason);
     this.#schedule(s, true);
   }
@@ -229,6 +252,9 @@ export class PushPool implements PushService {
     const t = this.#target(node);
     t.url = url;
     if (generation > t.generation) t.generation = generation;
+    const held = this.#held.get(node);
+    // held by another worker: its shard's worker is told once that connection ends (#detached)
+    if (held !== undefined && held !== this.#shardOf(node)) return;
     this.#send(node, { t: 'endpoint', node, url, gen: generation });
   }
 
@@ -265,8 +291,69 @@ export class PushPool implements PushService {
   remove(node: string): void {
     if (this.#closed) return;
     this.#targets.delete(node);
-    this.#states.delete(node);
-    this.#send(node, { t: 'remove', node });
+    // a dialled-in connection stays (PushDialer.remove), and so does its state
+    if (!this.#held.has(node)) this.#states.delete(node);
+    const s = this.#holderOf(node);
+    s.queue.other({ t: 'remove', node });
+    this.#schedule(s);
+  }
+
+  /**
+   * Accepts the agents' dialled-in connections on `listen` here and hands each socket, unread, to
+   * the workers in turn (controller/push/connect-listener.ts serves it there).
+   * @throws ConfigError `bad_option` (field `connect-listen`) when it cannot listen there
+   */
+  async serveConnect(listen: ConnectListen): Promise<AddressInfo> {
+    if (this.#connectServer !== null) throw new ConfigError('the push pool serves --connect-listen already');
+    // paused: this process reads nothing of it, the worker's TLS server does
+    const server = net.createServer({ pauseOnConnect: true }, (socket) => this.#handOff(socket));
+    try {
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(listen.port, listen.host, () => {
+          server.off('error', reject);
+          resolve();
+        });
+      });
+    } catch (err) {
+      throw new ConfigError(`--connect-listen ${listen.host}:${listen.port}: ${(err as Error).message}`, {
+        cause: err,
+        field: 'connect-listen',
+      });
+    }
+    server.on('error', (err) => this.#log.error({ err }, 'connect listener error'));
+    this.#connectServer = server;
+    return server.address() as AddressInfo;
+  }
+
+  /**
+   * Stops accepting dialled-in connections and has every worker close those it holds (1012),
+   * spread over `windowMs` all together; resolves when all have, or a worker has not within the
+   * window and PUSH_CLOSE_GRACE_MS more (its connections go with its `close`).
+   */
+  async drainConnect(windowMs: number): Promise<void> {
+    this.#draining = true;
+    const server = this.#connectServer;
+    this.#connectServer = null;
+    server?.close();
+    const slots = this.#drainSlots(windowMs);
+    await Promise.all(
+      this.#shards.map(
+        (s) =>
+          new Promise<void>((resolve) => {
+            if (!s.ready || s.child === null) return resolve();
+            const timer = setTimeout(resolve, windowMs + PUSH_CLOSE_GRACE_MS + IPC_BATCH_MAX_DELAY_MS);
+            timer.unref();
+            s.drainedWaiter = () => {
+              clearTimeout(timer);
+              s.drainedWaiter = null;
+              resolve();
+            };
+            s.queue.other({ t: 'drain', windowMs, slotsMs: slots[s.index]! });
+            s.batches.flushNow();
+          }),
+      ),
+    );
   }
 
   state(node: string): PushState {
@@ -300,6 +387,8 @@ export class PushPool implements PushService {
   close(): Promise<void> {
     if (this.#closing) return this.#closing;
     this.#closed = true;
+    this.#connectServer?.close();
+    this.#connectServer = null;
     // requests still waiting are not started: their connections close with the workers (1001),
     // and the agents ask again over HTTPS or after their redial
     this.#requests = [];
@@ -325,6 +414,93 @@ export class PushPool implements PushService {
 
   #shardOf(node: string): Shard {
     return this.#shards[shardOf(node, this.#shards.length)]!;
+  }
+
+  /** The worker holding the node's dialled-in connection, else its shard's. */
+  #holderOf(node: string): Shard {
+    return this.#held.get(node) ?? this.#shardOf(node);
+  }
+
+  /** A socket of `--connect-listen`, to the next ready worker; none ready (all restarting): destroyed. */
+  #handOff(socket: net.Socket): void {
+    const n = this.#shards.length;
+    for (let k = 0; k < n; k++) {
+      const s = this.#shards[(this.#nextHandOff + k) % n]!;
+      if (!s.ready || s.child === null || this.#draining || this.#closed) continue;
+      this.#nextHandOff = (s.index + 1) % n;
+      try {
+        // the handle travels with its own message; the socket is closed here once sent
+        s.child.send({ t: 'connection' }, socket, {}, (err) => {
+          if (err) socket.destroy();
+        });
+      } catch {
+        socket.destroy();
+      }
+      return;
+    }
+    socket.destroy();
+    this.#metrics.connectRefused(this.#draining || this.#closed ? 'shutting_down' : 'connect_unavailable');
+  }
+
+  /** A worker holds the node's dialled-in connection now: the node's wake-ups go there, and no other worker keeps one. */
+  #attached(s: Shard, node: string): void {
+    const prev = this.#held.get(node);
+    this.#held.set(node, s);
+    // an older dialled-in connection at another worker is replaced (4000), as within one worker
+    if (prev !== undefined && prev !== s) this.#tell(prev, { t: 'held-elsewhere', node });
+    // the shard's worker closes a dialled connection it has, and dials no more while this lasts
+    const shard = this.#shardOf(node);
+    if (shard !== s && shard !== prev) this.#tell(shard, { t: 'held-elsewhere', node });
+    this.#events.emit('attach', node);
+  }
+
+  /**
+   * The node's dialled-in connection at worker `s` is gone. If `s` was holding it for another
+   * shard, that worker forgets the node and its shard's worker dials the announced endpoint, if
+   * there is one (within one worker, its dialer does both itself).
+   */
+  #detached(s: Shard, node: string): void {
+    if (this.#held.get(node) !== s) return; // replaced at another worker meanwhile
+    this.#held.delete(node);
+    this.#events.emit('detach', node);
+    const shard = this.#shardOf(node);
+    if (shard === s) return;
+    this.#tell(s, { t: 'remove', node });
+    const t = this.#targets.get(node);
+    if (t === undefined) {
+      this.#states.delete(node); // removed while held
+      return;
+    }
+    if (t.url === null || this.#closed || this.#draining) return;
+    this.#tell(shard, { t: 'endpoint', node, url: t.url, gen: t.generation });
+    shard.queue.notify(node, t.generation, 'ping');
+    this.#schedule(shard, true);
+  }
+
+  /**
+   * The moments (ms into the window) at which each worker closes its dialled-in connections: the
+   * i-th of all n at i/n of the window, dealt to the workers in turn, so the closes of all of them
+   * together are spread evenly (each worker spreading its own share alone would close one of
+   * each at the window's start).
+   */
+  #drainSlots(windowMs: number): number[][] {
+    const left = this.#shards.map(() => 0);
+    for (const s of this.#held.values()) left[s.index]!++;
+    const slots: number[][] = this.#shards.map(() => []);
+    const n = this.#held.size;
+    let i = 0;
+    while (i < n)
+      for (const s of this.#shards) {
+        if (left[s.index]! === 0) continue;
+        left[s.index]!--;
+        slots[s.index]!.push((i++ * windowMs) / n);
+      }
+    return slots;
+  }
+
+  #tell(s: Shard, cmd: ToWorkerCommand): void {
+    s.queue.other(cmd);
+    this.#schedule(s);
   }
 
   #send(node: string, cmd: ToWorkerCommand): void {
@@ -380,8 +556,9 @@ export class PushPool implements PushService {
       child.on('message', (m: FromWorker) => {
         if (m.t === 'ready') {
           s.ready = true;
+          // not the nodes another worker holds a dialled-in connection of: dialled when it ends
           const shardTargets = [...this.#targets.values()].filter(
-            (t) => shardOf(t.node, this.#shards.length) === s.index,
+            (t) => shardOf(t.node, this.#shards.length) === s.index && (this.#held.get(t.node) ?? s) === s,
           );
           // a restarted worker takes up the connections its predecessor held, not only the
           // nodes that are behind: their agents count on push being there
@@ -408,6 +585,8 @@ export class PushPool implements PushService {
             this.#log.error({ worker: s.index, err }, 'push worker sent a batch that cannot be read: restarting it');
             child.kill('SIGKILL');
           }
+        } else if (m.t === 'drained') {
+          if (s.child === child) s.drainedWaiter?.();
         } else if (m.t === 'closed') {
           s.closedWaiter?.();
         }
@@ -418,6 +597,7 @@ export class PushPool implements PushService {
         s.child = null;
         s.ready = false;
         s.closedWaiter?.();
+        s.drainedWaiter?.();
         resolve();
         if (this.#closed) return;
         this.#onWorkerLost(s, code, signal);
@@ -445,20 +625,24 @@ export class PushPool implements PushService {
     // every node the worker was connected or dialling to: a dial in flight died with it too, and
     // a node left 'connecting' would show no error until the new worker's dial ends
     for (const [node, st] of this.#states) {
-      if (shardOf(node, this.#shards.length) !== s.index || st.state === 'idle' || st.state === 'disconnected')
-        continue;
+      if (this.#holderOf(node) !== s || st.state === 'idle' || st.state === 'disconnected') continue;
       const next: PushState = {
         ...st,
         state: 'disconnected',
         connected: false,
+        via: null,
         last_error: 'connection_reset',
         last_error_at: now,
       };
       this.#states.set(node, next);
       this.#events.emit('state', node, { ...next });
     }
+    // its dialled-in connections died with it: other shards' nodes are dialled by their own workers
+    for (const [node, holder] of [...this.#held]) if (holder === s) this.#detached(s, node);
     s.connected = 0;
+    s.dialledIn = 0;
     this.#metrics.connected(this.#shards.reduce((n, x) => n + x.connected, 0));
+    this.#metrics.dialledIn(this.#shards.reduce((n, x) => n + x.dialledIn, 0));
     setTimeout(() => {
       if (!this.#closed) void this.#spawn(s);
     }, delay).unref();
@@ -468,13 +652,19 @@ export class PushPool implements PushService {
     // the counters first: they stand even when the events that follow cannot be read
     if (m.metrics) {
       s.connected = m.metrics.connected;
+      s.dialledIn = m.metrics.dialledIn;
       this.#metrics.connected(this.#shards.reduce((n, x) => n + x.connected, 0));
+      this.#metrics.dialledIn(this.#shards.reduce((n, x) => n + x.dialledIn, 0));
       if (m.metrics.sent) this.#metrics.sent(m.metrics.sent);
       for (const [code, n] of Object.entries(m.metrics.dialFailures)) this.#metrics.dialFailed(code, n);
+      for (const [code, n] of Object.entries(m.metrics.connectRefusals)) this.#metrics.connectRefused(code, n);
     }
     readWorkerEvents(m.events, {
       state: (node, st) => {
-        if (!this.#targets.has(node)) return; // removed meanwhile
+        // the node's state is the worker's that holds it: not its shard's while another holds
+        // its dialled-in connection, nor a former holder's once it let go
+        if (this.#holderOf(node) !== s) return;
+        if (!this.#targets.has(node) && !this.#held.has(node)) return; // removed meanwhile
         this.#states.set(node, st);
         this.#events.emit('state', node, { ...st });
       },
@@ -490,6 +680,8 @@ export class PushPool implements PushService {
         this.#events.emit('nack', e);
       },
       request: (id, r) => this.#answerRequest(s, id, r),
+      attach: (node) => this.#attached(s, node),
+      detach: (node) => this.#detached(s, node),
     });
   }
 
@@ -574,7 +766,12 @@ export class PushPool implements PushService {
         if (!s.queue.empty) this.#post(s, { t: 'batch', words: s.queue.take() });
         this.#post(s, { t: 'close' });
       } else {
-        child.kill('SIGTERM');
+        // not started yet: it exits once its channel is gone (it ignores SIGTERM, see worker.ts)
+        try {
+          child.disconnect();
+        } catch {
+          child.kill('SIGKILL');
+        }
       }
     });
   }

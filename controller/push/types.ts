@@ -7,13 +7,17 @@ import type { ErrorCode } from '../../protocol/errors.js';
 import type { Ed25519PrivateJwk } from '../../protocol/jws.js';
 import type { WakeReason } from '../../protocol/wake.js';
 
-export type { PushConnectionState } from '../../protocol/rest.js';
-import type { PushConnectionState } from '../../protocol/rest.js';
+import type { AddressInfo } from 'node:net';
+import type WebSocket from 'ws';
+export type { PushConnectionState, PushVia } from '../../protocol/rest.js';
+import type { PushConnectionState, PushVia } from '../../protocol/rest.js';
 
 /** Per-node push state, shown in `GET /v1/nodes/{id}` and metrics. */
 export interface PushState {
   state: PushConnectionState;
   connected: boolean;
+  /** How the open connection was made (`dialled`, `dialled-in`); null while none is open. */
+  via: PushVia | null;
   /** Highest generation sent in a wake-up. */
   generation_pushed: number | null;
   /** Highest generation the agent acknowledged (its `gen`: last fetched). */
@@ -29,6 +33,7 @@ export interface PushState {
 export const IDLE_PUSH_STATE: Readonly<PushState> = Object.freeze({
   state: 'idle',
   connected: false,
+  via: null,
   generation_pushed: null,
   generation_acked: null,
   last_ack_at: null,
@@ -107,6 +112,33 @@ export interface PushEvents {
   ack: (e: AckEvent) => void;
   nack: (e: { node: string; jti: string | null; code: string }) => void;
   state: (node: string, s: PushState) => void;
+  /**
+   * The node's agent dialled in (docs/protocol.md, "Dialled-in connections") and its connection
+   * is held here now; no wake-up goes on it until a `notify` for the node (its ping, with the
+   * generation the caller reads: controller/service/service.ts).
+   */
+  attach: (node: string) => void;
+  /** The node's dialled-in connection held here is gone (closed, lost, replaced on another worker). */
+  detach: (node: string) => void;
+}
+
+/** An agent's connection to `--connect-listen`, authorized and upgraded (controller/push/connect-listener.ts). */
+export interface DialledIn {
+  /** The node its certificate names (`agent/<node>`). */
+  node: string;
+  ws: WebSocket;
+  /** `address:port`, for the logs. */
+  peer: string;
+  /** The serials of its certificate and, when one issued it, of its Herald issuer (revocation closes the connection). */
+  serials: string[];
+  notBeforeMs: number;
+  notAfterMs: number;
+}
+
+/** Where the agents dial in (`--connect-listen`). */
+export interface ConnectListen {
+  host: string;
+  port: number;
 }
 
 export interface PushService {
@@ -134,6 +166,18 @@ export interface PushService {
    */
   serveRequests(handler: PushRequestHandler): void;
   on<E extends keyof PushEvents>(event: E, fn: PushEvents[E]): void;
+  /**
+   * Serves the agents' dialled-in connections on `listen` (docs/protocol.md, "Dialled-in
+   * connections"), each held as its node's push connection. Resolves with the bound address.
+   * @throws ConfigError `bad_option` (field `connect-listen`) when it cannot listen there
+   */
+  serveConnect?(listen: ConnectListen): Promise<AddressInfo>;
+  /**
+   * Stops taking dialled-in connections and closes those held, 1012, spread evenly over
+   * `windowMs` (the controller's stop: its agents move to another controller over the window, not
+   * all at once). Resolves once all are closed. Dialled connections are left to `close()`.
+   */
+  drainConnect?(windowMs: number): Promise<void>;
   /** Closes every agent connection with 1001 and stops. Idempotent. */
   close(): Promise<void>;
 }

@@ -1,10 +1,13 @@
 /**
  * A push worker process: runs one PushDialer for its shard of the nodes, driven by the PushPool
- * facade in the controller's main process over IPC (controller/push/ipc.ts). It loads the TLS
+ * facade in the controller's main process over IPC (controller/push/ipc.ts), and holds the
+ * dialled-in connections of the sockets the main process hands it (`--connect-listen`: TLS,
+ * authorization and upgrade happen here, controller/push/connect-listener.ts). It loads the TLS
  * material itself (and watches it, so a renewed certificate or revoked.json applies here too);
  * the signing key and the database's identity floors (revoked nodes) come over the IPC pipe. Started by `child_process.fork` of the compiled
  * `dist/controller/push/worker.js`; it exits when its parent does.
  */
+import type net from 'node:net';
 import pino from 'pino';
 import { PkiMaterial } from '../../certs/tls.js';
 import { IPC_BATCH_MAX_DELAY_MS } from '../../protocol/limits.js';
@@ -35,7 +38,7 @@ function send(m: FromWorker): void {
 class Worker {
   readonly #dialer: PushDialer;
   readonly #material: PkiMaterial;
-  readonly #metrics = new DeltaPushMetrics();
+  readonly #metrics = new DeltaPushMetrics(() => this.#batches.queued());
   /** Events since the last batch; each one written schedules the next batch. */
   readonly #events = new WorkerEvents(() => this.#batches.queued());
   /** Posts the batch at the end of the turn, or IPC_BATCH_MAX_DELAY_MS into a long one. */
@@ -73,6 +76,8 @@ class Worker {
     this.#dialer.on('state', (node, s) => this.#events.state(node, s));
     this.#dialer.on('ack', (e) => this.#events.ack(e));
     this.#dialer.on('nack', (e) => this.#events.nack(e));
+    this.#dialer.on('attach', (node) => this.#events.attach(node));
+    this.#dialer.on('detach', (node) => this.#events.detach(node));
     this.#dialer.serveRequests(
       (r) =>
         new Promise((resolve) => {
@@ -96,6 +101,11 @@ class Worker {
       this.#requests.delete(id);
       p.resolve(unavailableReply(p.kind));
     }
+  }
+
+  /** A socket of `--connect-listen` the main process accepted: served here from its first byte. */
+  accept(socket: net.Socket): void {
+    this.#dialer.connectListener().accept(socket);
   }
 
   /** The commands of one batch from the main process, in order. */
@@ -133,6 +143,16 @@ class Worker {
       case 'remove':
         this.#dialer.remove(cmd.node);
         break;
+      case 'held-elsewhere':
+        this.#dialer.heldElsewhere(cmd.node);
+        break;
+      case 'drain':
+        void this.#dialer.drainConnect(cmd.windowMs, cmd.slotsMs).then(() => {
+          // the states of the closed connections first, then the word that they are all closed
+          this.#batches.flushNow();
+          send({ t: 'drained' });
+        });
+        break;
       case 'signing-key':
         this.#dialer.setSigningKey(cmd.jwk);
         break;
@@ -161,9 +181,13 @@ class Worker {
 
 let worker: Worker | null = null;
 
-process.on('message', (m: ToWorker) => {
+process.on('message', (m: ToWorker, handle?: unknown) => {
   try {
-    if (m.t === 'init') {
+    if (m.t === 'connection') {
+      const socket = handle as net.Socket | undefined;
+      if (worker === null) socket?.destroy();
+      else if (socket) worker.accept(socket);
+    } else if (m.t === 'init') {
       worker = new Worker(m);
       send({ t: 'ready' });
     } else if (m.t === 'batch') {
@@ -183,3 +207,9 @@ process.on('message', (m: ToWorker) => {
 
 // the parent went away: nothing will drive this dialer any more
 process.on('disconnect', () => process.exit(0));
+
+// a signal to the whole process group (systemd's control-group stop, Ctrl-C in a terminal)
+// reaches this process too: the main process drives the stop (its connections drained over the
+// window, then `close`), and this process exits once told to or once its parent is gone
+process.on('SIGTERM', () => undefined);
+process.on('SIGINT', () => undefined);

@@ -12,6 +12,7 @@ import { DEFAULT_ACTIONS, type DeployAction } from '../../protocol/heat.js';
 import { ACK_FLUSH_INTERVAL_MS, CLUSTER_TICK_INTERVAL_MS, WAKE_FETCH_EXEMPT_MS } from '../../protocol/limits.js';
 import type { CertIdentity } from '../../certs/identity.js';
 import { ClusterEngine, type RestartOptions } from '../clusters/engine.js';
+import { AttachPings } from './attach-pings.js';
 import { hostInSans, parseEndpoint } from './endpoint.js';
 import { GroupCommitter } from './group-commit.js';
 import { LiveOutputService } from './live-output.js';
@@ -129,6 +130,7 @@ export class ControllerService {
   readonly #pushCares: ((node: string) => boolean) | undefined;
   readonly #standing: () => HeraldError | undefined;
   readonly #startedAt = new Date().toISOString();
+  readonly #attachPings: AttachPings;
 
   constructor(o: ControllerServiceOptions) {
     this.store = o.store;
@@ -149,6 +151,7 @@ export class ControllerService {
     this.#owners = o.owners;
     this.#pushCares = o.pushCares;
     this.#standing = o.standing ?? (() => undefined);
+    this.#attachPings = new AttachPings({ store: this.store, push: this.push, logger: this.#log });
   }
 
   /**
@@ -187,6 +190,8 @@ export class ControllerService {
   /** Subscribes to the dialer, starts it with every node, and starts the timers. */
   async start(): Promise<void> {
     this.push.on('ack', (e) => this.#noteFetched(e.node, e.gen, false));
+    // a dialled-in agent's first wake-up carries the generation the database holds
+    this.push.on('attach', (node) => this.#attachPings.attached(node));
     this.push.on('state', (node, s) => {
       if (this.events.subscribers > 0) this.events.publish('push', { node, ...s });
     });
@@ -249,6 +254,7 @@ export class ControllerService {
     this.#closed = true;
     clearInterval(this.#tickTimer);
     clearInterval(this.#ackTimer);
+    this.#attachPings.close();
     await this.#ticking;
     try {
       await this.flushAcks();

@@ -276,3 +276,106 @@ describe("a controller's certificate and its lease", () => {
     }
   });
 });
+
+/** A dialer that records what the fleet passes on, and whose events a test fires (an agent dialling in). */
+function hookedDialer() {
+  const handlers = new Map<string, Array<(...a: unknown[]) => void>>();
+  const notified: Array<[string, number]> = [];
+  const removed: string[] = [];
+  const endpoints = new Map<string, string | null>();
+  const attached = new Set<string>();
+  const d: PushService & {
+    notified: typeof notified;
+    removed: typeof removed;
+    endpoints: typeof endpoints;
+    fire(event: 'attach' | 'detach', node: string): void;
+  } = {
+    ...recordingDialer(),
+    notified,
+    removed,
+    endpoints,
+    notify: (node, gen) => void notified.push([node, gen]),
+    setEndpoint: (node, url) => void endpoints.set(node, url),
+    remove: (node) => void removed.push(node),
+    state: (node) =>
+      attached.has(node)
+        ? { ...IDLE_PUSH_STATE, state: 'connected', connected: true, via: 'dialled-in' }
+        : { ...IDLE_PUSH_STATE },
+    on: (event, fn) => void handlers.set(event, [...(handlers.get(event) ?? []), fn as (...a: unknown[]) => void]),
+    fire: (event, node) => {
+      if (event === 'attach') attached.add(node);
+      else attached.delete(node);
+      for (const h of handlers.get(event) ?? []) h(node);
+    },
+  };
+  return d;
+}
+
+describe('dialled-in connections among several controllers', () => {
+  it("the controller holding a node's dialled-in connection passes its wake-ups on though another owns it; the owner dials nothing for a node without an endpoint", async () => {
+    const db = await pg.createDatabase();
+    const made = await Promise.all(
+      ['c1', 'c2'].map(async (name) => {
+        const store = await PgStore.open(db, { controller: name });
+        const dialer = hookedDialer();
+        const fleet = new Fleet({
+          store,
+          name,
+          apiUrl: () => 'https://127.0.0.1:1',
+          push: dialer,
+          logger: pino({ level: 'silent' }),
+          registry: new Registry(),
+          heartbeatMs: 100,
+          leaseMs: 600,
+          reconcileMs: 100,
+          settleMs: 300,
+        });
+        return { store, dialer, fleet };
+      }),
+    );
+    const [c1, c2] = made as [(typeof made)[number], (typeof made)[number]];
+    try {
+      // nodes of agents that only dial out: no endpoint announced
+      const nodes = Array.from({ length: 12 }, (_, i) => `d${i}`);
+      for (const n of nodes) await c1.store.createNode(n, null, WHO);
+      await c1.fleet.start([]);
+      await c2.fleet.start([]);
+      await waitFor(
+        'both own nodes',
+        async () => nodes.some((n) => c2.fleet.owns(n)) && nodes.some((n) => c1.fleet.owns(n)),
+        10_000,
+        50,
+      );
+      const x = nodes.find((n) => c2.fleet.owns(n))!;
+      // the owner never dials a node that announced no endpoint
+      expect(c2.dialer.endpoints.has(x)).toBe(false);
+
+      // x's agent dials in at c1, which does not own it
+      c1.dialer.fire('attach', x);
+      expect(c1.fleet.owns(x)).toBe(false);
+      expect(c1.fleet.holds(x)).toBe(true);
+      c1.fleet.notify(x, 9, 'deployment');
+      expect(c1.dialer.notified).toContainEqual([x, 9]);
+      expect(c1.fleet.state(x)).toMatchObject({ connected: true, via: 'dialled-in' });
+      expect((await c1.fleet.members()).find((m) => m.name === 'c1')!.nodes_held).toBeGreaterThanOrEqual(1);
+      // a node of c1's that is not held passes only as c1's own
+      const other = nodes.find((n) => c2.fleet.owns(n) && n !== x);
+      if (other !== undefined) {
+        c1.fleet.notify(other, 9, 'deployment');
+        expect(c1.dialer.notified.some(([n]) => n === other)).toBe(false);
+      }
+
+      // the connection ends: c1 forgets the node (its owner dials it, if anyone) and passes nothing more
+      c1.dialer.fire('detach', x);
+      expect(c1.dialer.removed).toContain(x);
+      c1.fleet.notify(x, 10, 'deployment');
+      expect(c1.dialer.notified).not.toContainEqual([x, 10]);
+      expect(c1.fleet.state(x).connected).toBe(false);
+    } finally {
+      for (const c of [c2, c1]) {
+        await c.fleet.close();
+        await c.store.close();
+      }
+    }
+  });
+});

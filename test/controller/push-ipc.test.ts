@@ -21,7 +21,9 @@ type Seen =
   | ['state', string, PushState]
   | ['ack', AckEvent]
   | ['nack', { node: string; jti: string | null; code: string }]
-  | ['request', number, PushRequest];
+  | ['request', number, PushRequest]
+  | ['attach', string]
+  | ['detach', string];
 
 function readAll(words: readonly EventWord[]): Seen[] {
   const seen: Seen[] = [];
@@ -30,6 +32,8 @@ function readAll(words: readonly EventWord[]): Seen[] {
     ack: (e) => seen.push(['ack', e]),
     nack: (e) => seen.push(['nack', e]),
     request: (id, r) => seen.push(['request', id, r]),
+    attach: (node) => seen.push(['attach', node]),
+    detach: (node) => seen.push(['detach', node]),
   });
   return seen;
 }
@@ -39,6 +43,7 @@ describe('worker events on the IPC channel', () => {
     const connected: PushState = {
       state: 'connected',
       connected: true,
+      via: 'dialled-in',
       generation_pushed: 7,
       generation_acked: 6,
       last_ack_at: '2026-12-05T19:00:00.000Z',
@@ -48,6 +53,7 @@ describe('worker events on the IPC channel', () => {
     const failed: PushState = {
       state: 'disconnected',
       connected: false,
+      via: null,
       generation_pushed: null,
       generation_acked: null,
       last_ack_at: null,
@@ -62,6 +68,7 @@ describe('worker events on the IPC channel', () => {
 
     const w = new WorkerEvents();
     expect(w.empty).toBe(true);
+    w.attach('n1');
     w.state('n1', connected);
     w.ack(ack);
     w.request(1, fetch);
@@ -69,17 +76,19 @@ describe('worker events on the IPC channel', () => {
     w.state('n2', failed);
     w.request(2, signal);
     w.request(3, fetch2);
+    w.detach('n1');
     expect(w.empty).toBe(false);
     const words = w.take();
     expect(w.empty).toBe(true);
 
     const seen = readAll(v8.deserialize(v8.serialize(words)) as EventWord[]);
     // the body comes back as the clone makes it: a Uint8Array with the same bytes
-    const [, , signalBack] = seen[5] as ['request', number, PushRequest & { kind: 'signal' }];
+    const [, , signalBack] = seen[6] as ['request', number, PushRequest & { kind: 'signal' }];
     expect(Buffer.from(signalBack.body).toString()).toBe('{"a":1}\n');
     expect(
       seen.map((x) => (x[0] === 'request' && x[2].kind === 'signal' ? ['request', x[1], { ...x[2], body: null }] : x)),
     ).toEqual([
+      ['attach', 'n1'],
       ['state', 'n1', connected],
       ['ack', ack],
       ['request', 1, fetch],
@@ -87,6 +96,7 @@ describe('worker events on the IPC channel', () => {
       ['state', 'n2', failed],
       ['request', 2, { ...signal, body: null }],
       ['request', 3, fetch2],
+      ['detach', 'n1'],
     ]);
   });
 
@@ -105,6 +115,8 @@ describe('worker events on the IPC channel', () => {
         ack: () => seen.push('ack'),
         nack: () => seen.push('nack'),
         request: () => seen.push('request'),
+        attach: () => seen.push('attach'),
+        detach: () => seen.push('detach'),
       }),
     ).toThrow(/the event at word 6 is cut short/);
     expect(seen).toEqual(['ack']); // the whole one before it was

@@ -18,7 +18,9 @@ import {
 } from '../../controller/push/pool.js';
 import { PUSH_WORKER_MMAP_THRESHOLD_BYTES } from '../../protocol/limits.js';
 import type { AckEvent, PushState } from '../../controller/push/types.js';
-import { materialPaths } from '../../certs/paths.js';
+import { materialPaths, pkiPaths } from '../../certs/paths.js';
+import { KeySet } from '../../protocol/jws.js';
+import { dialIn } from '../helpers/connect-agent.js';
 import {
   CONTROLLER_ID,
   makePushPki,
@@ -212,7 +214,7 @@ process.on('message', (m) => {
     fs.appendFileSync(${JSON.stringify(starts)}, 'started\\n');
     process.send({ t: 'ready' });
   } else if (m.t === 'batch' && m.words.some((w) => w?.t === 'start')) {
-    process.send({ t: 'batch', events: [0, 'n1', 'connected', 1, null, null, null, null, 'stray'], metrics: null });
+    process.send({ t: 'batch', events: [0, 'n1', 'connected', 'dialled', 1, null, null, null, null, 'stray'], metrics: null });
   } else if (m.t === 'close') {
     process.send({ t: 'closed' });
     process.disconnect();
@@ -232,5 +234,45 @@ process.on('disconnect', () => process.exit(0));
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe.skipIf(!fs.existsSync(defaultWorkerScript()))('push pool: dialled-in connections', () => {
+  it('a worker that dies with dialled-in connections: its nodes read disconnected, and the agent dialling in again is pushed to where it lands', async () => {
+    const { p, ev } = pool();
+    // the service's part: a node's agent dialled in, its ping follows
+    p.on('attach', (node) => p.notify(node, 7, 'ping'));
+    await p.start([]);
+    const port = (await p.serveConnect({ host: '127.0.0.1', port: 0 })).port;
+    const keys = new KeySet(JSON.parse(fs.readFileSync(pkiPaths(pki.dir).jwks, 'utf8')));
+    const cred = {
+      ca: fs.readFileSync(pkiPaths(pki.dir).caCrt),
+      cert: fs.readFileSync(pkiPaths(pki.dir).cert('agent', 'n1')),
+      key: fs.readFileSync(pkiPaths(pki.dir).key('agent', 'n1')),
+    };
+    const first = await dialIn(port, { node: 'n1', cred, keys, controller: CONTROLLER_ID });
+    open.push(first);
+    const ping = await first.nextWake();
+    expect(ping).toMatchObject({ reason: 'ping', gen: 7 });
+    first.ack(ping, 7);
+    await waitFor('n1 connected', () => p.state('n1').connected);
+    // the first socket went to worker 0
+    const lost = waitForEvent<{ node: string; s: PushState }>(
+      ev,
+      'state',
+      (e) => e.node === 'n1' && e.s.state === 'disconnected',
+      10_000,
+    );
+    process.kill(p.workerPids[0]!, 'SIGKILL');
+    expect((await first.closed).code).toBe(1006);
+    expect((await lost).s).toMatchObject({ connected: false, via: null, last_error: 'connection_reset' });
+    const second = await dialIn(port, { node: 'n1', cred, keys, controller: CONTROLLER_ID });
+    open.push(second);
+    second.ack(await second.nextWake(), 7);
+    p.notify('n1', 8, 'deployment');
+    const wake = await second.nextWake();
+    expect(wake).toMatchObject({ reason: 'deployment', gen: 8 });
+    second.ack(wake, 8);
+    await waitFor('n1 held again', () => p.state('n1').via === 'dialled-in' && p.state('n1').generation_acked === 8);
   });
 });

@@ -104,7 +104,13 @@ export class PushStub implements PushService {
   /** When set, start() waits for it: the controller's start-up is held there. */
   startGate: Promise<void> | null = null;
   closed = false;
-  readonly #handlers: { [E in keyof PushEvents]: Array<PushEvents[E]> } = { ack: [], nack: [], state: [] };
+  readonly #handlers: { [E in keyof PushEvents]: Array<PushEvents[E]> } = {
+    ack: [],
+    nack: [],
+    state: [],
+    attach: [],
+    detach: [],
+  };
 
   async start(targets: PushTarget[]): Promise<void> {
     await this.startGate;

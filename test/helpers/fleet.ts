@@ -36,8 +36,8 @@ export interface TestFleet {
   db: string;
   controllers: Map<string, FleetController>;
   agents: Map<string, FleetAgent>;
-  /** Starts (or starts again, on the same port) controller `name`. */
-  startController(name: string, o?: { viaProxy?: boolean }): Promise<FleetController>;
+  /** Starts (or starts again, on the same port) controller `name`; `args`: more `herald controller` options. */
+  startController(name: string, o?: { viaProxy?: boolean; args?: string[] }): Promise<FleetController>;
   /** Starts the agents, all at once; each knows every controller (`--controller-id *`). */
   startAgents(nodes: string[]): Promise<void>;
   /** A live controller's port (the first in name order that is running). */
@@ -81,7 +81,14 @@ export async function makeFleet(controllers: string[], nodes: string[]): Promise
         u.port = String(proxy.port);
         url = u.toString();
       }
-      const { proc } = await bed.startController({ label: `${name}-${n++}`, name, port, db: url, timeoutMs: 20_000 });
+      const { proc } = await bed.startController({
+        label: `${name}-${n++}`,
+        name,
+        port,
+        db: url,
+        timeoutMs: 20_000,
+        ...(o.args ? { args: o.args } : {}),
+      });
       const c = { name, port, proc, proxy, url: `https://127.0.0.1:${port}` };
       fleet.controllers.set(name, c);
       return c;
