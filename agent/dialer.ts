@@ -85,6 +85,9 @@ import {
 // CommonJS, so require()d: see the note in listener.ts (idle RSS)
 const { WebSocket } = createRequire(import.meta.url)('ws') as typeof import('ws');
 
+/** The period of the handle that keeps a dialling agent's process alive: any long one does. */
+const KEEP_ALIVE_TICK_MS = 2 ** 30;
+
 /** The path of a controller's connect listener. */
 export const CONNECT_PATH = '/v1/connect';
 
@@ -180,6 +183,8 @@ export class Dialer extends EventEmitter {
   readonly #push: PushConnections;
   readonly #summary: RefusalSummary;
   #summaryTimer: NodeJS.Timeout | null = null;
+  /** Holds the process while the dialer runs (start() to close()). */
+  #keepAlive: NodeJS.Timeout | null = null;
   /** The URL dialled now, or next. */
   #index: number;
   /** Failed dials and short-lived connections since the last stable one: the backoff's exponent. */
@@ -262,6 +267,10 @@ export class Dialer extends EventEmitter {
   start(): void {
     if (this.#started || this.#closed) return;
     this.#started = true;
+    // The agent's timers are unref'd (they never hold a stopping process). An agent that only
+    // dials out holds no listener: between a lost connection and the redial nothing else keeps
+    // the process, which would then end quietly with code 0. This handle keeps it until close().
+    this.#keepAlive = setInterval(() => {}, KEEP_ALIVE_TICK_MS);
     this.#dial();
   }
 
@@ -290,6 +299,8 @@ export class Dialer extends EventEmitter {
   close(): Promise<void> {
     if (this.#closing) return this.#closing;
     this.#closed = true;
+    if (this.#keepAlive !== null) clearInterval(this.#keepAlive);
+    this.#keepAlive = null;
     const t = this.#o.timers;
     for (const timer of [this.#retryTimer, this.#dialTimer, this.#pingTimer, this.#pongTimer])
       if (timer !== null) t.clearTimeout(timer);

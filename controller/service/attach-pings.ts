@@ -19,6 +19,12 @@ export interface AttachPingsOptions {
   store: Pick<Store, 'getNode'>;
   push: Pick<PushService, 'notify' | 'state'>;
   logger: Logger;
+  /**
+   * A node not in the database whose agent dialled in: registers it (as an announcement does with
+   * auto-registration on) and resolves with its generation, or undefined when it may not be
+   * registered (auto-registration off, or the node was deleted).
+   */
+  register?: (node: string) => Promise<number | undefined>;
   /** Default MAX_ATTACH_PING_READS_IN_FLIGHT. */
   readsInFlight?: number;
   /** Default STORE_UNAVAILABLE_RETRY_AFTER_S in ms. */
@@ -37,6 +43,7 @@ export class AttachPings {
 
   constructor(o: AttachPingsOptions) {
     this.#o = {
+      register: async () => undefined,
       readsInFlight: MAX_ATTACH_PING_READS_IN_FLIGHT,
       retryMs: STORE_UNAVAILABLE_RETRY_AFTER_S * 1000,
       ...o,
@@ -75,12 +82,14 @@ export class AttachPings {
       const n = await this.#o.store.getNode(node);
       this.#failing = false;
       if (this.#closed) return;
-      // not (or no longer) a node here: its first change wakes it
-      if (n === undefined) {
+      // not (or no longer) a node here: registered as an announcement would be, else no ping
+      const generation = n?.generation ?? (await this.#o.register(node));
+      if (this.#closed) return;
+      if (generation === undefined) {
         this.#o.logger.debug({ node }, 'a dialled-in agent of a node not in the database: no ping');
         return;
       }
-      this.#o.push.notify(node, n.generation, 'ping');
+      this.#o.push.notify(node, generation, 'ping');
     } catch (err) {
       if (!this.#failing)
         this.#o.logger.warn(

@@ -151,7 +151,12 @@ export class ControllerService {
     this.#owners = o.owners;
     this.#pushCares = o.pushCares;
     this.#standing = o.standing ?? (() => undefined);
-    this.#attachPings = new AttachPings({ store: this.store, push: this.push, logger: this.#log });
+    this.#attachPings = new AttachPings({
+      store: this.store,
+      push: this.push,
+      logger: this.#log,
+      register: (node) => this.#registerDialledIn(node),
+    });
   }
 
   /**
@@ -273,6 +278,24 @@ export class ControllerService {
     if (url !== null) this.push.setEndpoint(node.id, url, node.generation);
     await this.#apply(changes);
     return this.#nodeView(node);
+  }
+
+  /**
+   * A node whose agent dialled in and is not in the database: with auto-registration on, it is
+   * registered (without an endpoint), as its announcement would register it; a deleted node is
+   * not. Its generation, or undefined.
+   */
+  async #registerDialledIn(node: string): Promise<number | undefined> {
+    if (!this.#autoRegister || (await this.store.isTombstoned(node))) return undefined;
+    try {
+      const { node: n, changes } = await this.store.createNode(node, null, `agent/${node}`);
+      this.#log.info({ event: 'node.register', node, via: 'dialled-in' }, 'node registered by its agent');
+      await this.#apply(changes);
+      return n.generation;
+    } catch (err) {
+      if (codeOf(err) !== 'node_exists') throw err;
+      return (await this.store.getNode(node))?.generation;
+    }
   }
 
   /**
