@@ -2,22 +2,23 @@
  * The tables of Heat's object store (docs/heat.md), in each store's dialect: the accounts' temp-url
  * keys, containers, objects, and the link from a deployment Heat put in a node's metadata to that
  * metadata object and to the signal object Heat reads its result from. A removed deployment's link
- * goes with it (a trigger), whichever code path removes the row.
+ * goes with it (a trigger), whichever code path removes the row. Harmless run again over its own
+ * result, as every migration is.
  */
 
 const TABLES = (blob: string, bigint: string, strict: string) => `
-  CREATE TABLE object_accounts (
+  CREATE TABLE IF NOT EXISTS object_accounts (
     project TEXT PRIMARY KEY,
     temp_url_key TEXT,
     updated_at TEXT NOT NULL
   )${strict};
-  CREATE TABLE object_containers (
+  CREATE TABLE IF NOT EXISTS object_containers (
     project TEXT NOT NULL,
     name TEXT NOT NULL,
     created_at TEXT NOT NULL,
     PRIMARY KEY (project, name)
   )${strict};
-  CREATE TABLE objects (
+  CREATE TABLE IF NOT EXISTS objects (
     project TEXT NOT NULL,
     container TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -27,7 +28,7 @@ const TABLES = (blob: string, bigint: string, strict: string) => `
     modified_ms ${bigint} NOT NULL,
     PRIMARY KEY (project, container, name)
   )${strict};
-  CREATE TABLE heat_links (
+  CREATE TABLE IF NOT EXISTS heat_links (
     deployment_id TEXT PRIMARY KEY,
     node TEXT NOT NULL,
     source TEXT NOT NULL,
@@ -37,17 +38,17 @@ const TABLES = (blob: string, bigint: string, strict: string) => `
     signal_container TEXT,
     signal_object TEXT
   )${strict};
-  CREATE UNIQUE INDEX heat_links_by_key ON heat_links (node, source, heat_key);
+  CREATE UNIQUE INDEX IF NOT EXISTS heat_links_by_key ON heat_links (node, source, heat_key);
 `;
 
 export const SQLITE_OBJECTS_MIGRATION_SQL = `${TABLES('BLOB', 'INTEGER', ' STRICT')}
-  CREATE TRIGGER heat_link_removed AFTER DELETE ON deployments BEGIN
+  CREATE TRIGGER IF NOT EXISTS heat_link_removed AFTER DELETE ON deployments BEGIN
     DELETE FROM heat_links WHERE deployment_id = OLD.id;
   END;
 `;
 
 export const PG_OBJECTS_MIGRATION_SQL = `${TABLES('BYTEA', 'BIGINT', '')}
-  CREATE FUNCTION heat_link_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+  CREATE OR REPLACE FUNCTION heat_link_removed() RETURNS trigger LANGUAGE plpgsql AS $$
   BEGIN
     DELETE FROM heat_links WHERE deployment_id = OLD.id;
     RETURN OLD;
