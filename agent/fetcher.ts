@@ -17,6 +17,7 @@
  */
 import { AGENT_API_IDLE_CLOSE_MS, API_REQUEST_TIMEOUT_MS } from '../protocol/limits.js';
 import https from 'node:https';
+import net from 'node:net';
 import type http from 'node:http';
 import { HeraldError, RefusalError } from '../protocol/errors.js';
 import { fullJitterMs } from '../protocol/backoff.js';
@@ -32,11 +33,13 @@ import {
   refusalCodeOf,
   forgetResumedSession,
   serverIdentityOf,
+  type ConnectVia,
   type ExpectedServer,
   type Logger,
   type PkiMaterial,
 } from '../certs/tls.js';
 import { ControllerEndpoints, parseControllerUrls } from './controller-endpoints.js';
+import { openTunnel, proxyFor, type DialProxy } from './dial-proxy.js';
 import type { SignalledFrame } from '../protocol/frames.js';
 import type { PushFetchAnswer } from './listener.js';
 import type { SignalAnswer } from './outbox.js';
@@ -85,6 +88,11 @@ export interface FetcherOptions {
   pushHealthy?: () => boolean;
   /** Default AGENT_API_IDLE_CLOSE_MS. */
   apiIdleCloseMs?: number;
+  /**
+   * The HTTP CONNECT proxy of `HTTPS_PROXY` and `NO_PROXY` (docs/dial-out.md): a controller URL it
+   * covers is reached through its tunnel. Absent: every connection is direct.
+   */
+  proxy?: DialProxy | undefined;
 }
 
 interface RawResponse {
@@ -181,6 +189,9 @@ export class Fetcher {
       // a restarted controller resumes its agents' sessions instead of a full handshake each
       //; a resumed socket keeps the identity its full handshake checked (certs/tls.ts)
       resumeSessions: true,
+      ...(opts.proxy !== undefined
+        ? { via: tunnelVia(opts.proxy, opts.requestTimeoutMs ?? API_REQUEST_TIMEOUT_MS) }
+        : {}),
     });
     this.#keys = keySetOf(opts.material);
     this.#timeoutMs = opts.requestTimeoutMs ?? API_REQUEST_TIMEOUT_MS;
@@ -513,6 +524,29 @@ export class Fetcher {
       req.end(o.body);
     });
   }
+}
+
+/**
+ * Opens a connection's tunnel through `proxy` when it covers the host (`proxyFor`), giving up after
+ * `timeoutMs` (a request's own timeout starts once it has its socket).
+ */
+function tunnelVia(proxy: DialProxy, timeoutMs: number): ConnectVia {
+  return (host, port) => {
+    const target = new URL(`https://${net.isIPv6(host) ? `[${host}]` : host}:${port}`);
+    const via = proxyFor(target, proxy);
+    if (via === undefined) return undefined;
+    const tunnel = openTunnel(via, host, port);
+    const timer = setTimeout(
+      () =>
+        tunnel.socket.destroy(
+          Object.assign(new Error(`the proxy's tunnel to ${host}:${port} was not open after ${timeoutMs} ms`), {
+            code: 'ETIMEDOUT',
+          }),
+        ),
+      timeoutMs,
+    );
+    return tunnel.ready.finally(() => clearTimeout(timer));
+  };
 }
 
 function retryAfterMs(h: string | undefined): number | undefined {
