@@ -17,7 +17,6 @@
  */
 import { AGENT_API_IDLE_CLOSE_MS, API_REQUEST_TIMEOUT_MS } from '../protocol/limits.js';
 import https from 'node:https';
-import net from 'node:net';
 import type http from 'node:http';
 import { HeraldError, RefusalError } from '../protocol/errors.js';
 import { fullJitterMs } from '../protocol/backoff.js';
@@ -33,13 +32,12 @@ import {
   refusalCodeOf,
   forgetResumedSession,
   serverIdentityOf,
-  type ConnectVia,
   type ExpectedServer,
   type Logger,
   type PkiMaterial,
 } from '../certs/tls.js';
 import { ControllerEndpoints, parseControllerUrls } from './controller-endpoints.js';
-import { openTunnel, proxyFor, type DialProxy } from './dial-proxy.js';
+import { tunnelVia, type DialProxy } from './dial-proxy.js';
 import type { SignalledFrame } from '../protocol/frames.js';
 import type { PushFetchAnswer } from './listener.js';
 import type { SignalAnswer } from './outbox.js';
@@ -524,29 +522,6 @@ export class Fetcher {
       req.end(o.body);
     });
   }
-}
-
-/**
- * Opens a connection's tunnel through `proxy` when it covers the host (`proxyFor`), giving up after
- * `timeoutMs` (a request's own timeout starts once it has its socket).
- */
-function tunnelVia(proxy: DialProxy, timeoutMs: number): ConnectVia {
-  return (host, port) => {
-    const target = new URL(`https://${net.isIPv6(host) ? `[${host}]` : host}:${port}`);
-    const via = proxyFor(target, proxy);
-    if (via === undefined) return undefined;
-    const tunnel = openTunnel(via, host, port);
-    const timer = setTimeout(
-      () =>
-        tunnel.socket.destroy(
-          Object.assign(new Error(`the proxy's tunnel to ${host}:${port} was not open after ${timeoutMs} ms`), {
-            code: 'ETIMEDOUT',
-          }),
-        ),
-      timeoutMs,
-    );
-    return tunnel.ready.finally(() => clearTimeout(timer));
-  };
 }
 
 function retryAfterMs(h: string | undefined): number | undefined {

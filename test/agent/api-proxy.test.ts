@@ -4,16 +4,22 @@
  * API with certificates made by certs/, a tiny CONNECT proxy that records what it is asked for.
  * Through the proxy the controller is still checked end to end (a signed fetch verifies, a server
  * of another identity is refused); a host `NO_PROXY` names is reached directly; a proxy refusing
- * the CONNECT fails the request with `proxy_refused`.
+ * the CONNECT fails the request with `proxy_refused`. `herald agent enroll` (agent/enroll.ts) takes
+ * the proxy for both its connections alike.
  */
+import crypto from 'node:crypto';
 import { once } from 'node:events';
+import fs from 'node:fs';
 import https from 'node:https';
 import type http from 'node:http';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import type tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { tlsServerOptions, type PkiMaterial } from '../../certs/tls.js';
 import { parseDialProxy, proxyEnvOf } from '../../agent/dial-proxy.js';
+import { enroll } from '../../agent/enroll.js';
 import { Fetcher } from '../../agent/fetcher.js';
 import { codeOf } from '../../protocol/errors.js';
 import { NONCE_HEADER, sha256b64url, signMetadata } from '../../protocol/metadata.js';
@@ -194,5 +200,68 @@ describe("the agent's API requests and HTTPS_PROXY", () => {
     expect(await refused(f.signal(SIGNAL_PATH, signalBody as never, 'd1'))).toBe('proxy_refused');
     expect(p.asked).toEqual([`127.0.0.1:${ctl.port}`, `127.0.0.1:${ctl.port}`]);
     expect(ctl.requests).toEqual([]);
+  });
+});
+
+describe('herald agent enroll and HTTPS_PROXY', () => {
+  /** An enrolment stand-in that refuses every token: enough to see where both connections went. */
+  async function enrolment(): Promise<{ port: number; posts: string[] }> {
+    const posts: string[] = [];
+    const s = https.createServer(tlsServerOptions(pki.material('controller', 'controller')), (req, res) => {
+      req.resume();
+      req.on('end', () => {
+        posts.push(`${req.method} ${req.url}`);
+        res.writeHead(403, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { code: 'enrollment_refused', message: 'the token is not known' } }));
+      });
+    });
+    s.listen(0, '127.0.0.1');
+    await once(s, 'listening');
+    closers.push(
+      () =>
+        new Promise<void>((r) => {
+          s.closeAllConnections();
+          s.close(() => r());
+        }),
+    );
+    return { port: (s.address() as net.AddressInfo).port, posts };
+  }
+
+  function enrollVia(port: number, env: Record<string, string>): Promise<unknown> {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-enroll-proxy-'));
+    closers.push(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const caSha256 = crypto.createHash('sha256').update(new crypto.X509Certificate(pki.cred('agent', 'n1').ca).raw);
+    return enroll({
+      controller: `https://127.0.0.1:${port}`,
+      caSha256: caSha256.digest('hex'),
+      token: 'hj1.x',
+      node: 'n9',
+      pki: dir,
+      retryBudgetMs: 0,
+      proxy: parseDialProxy(proxyEnvOf(env)),
+    });
+  }
+
+  it('pins the CA and posts the enrolment through the proxy', async () => {
+    const ctl = await enrolment();
+    const p = await connectProxy();
+    expect(await refused(enrollVia(ctl.port, { HTTPS_PROXY: `http://127.0.0.1:${p.port}` }))).toBe(
+      'enrollment_refused',
+    );
+    // one tunnel for the CA's pinning, one for the request
+    expect(p.asked).toEqual([`127.0.0.1:${ctl.port}`, `127.0.0.1:${ctl.port}`]);
+    expect(ctl.posts).toEqual(['POST /v1/enroll']);
+  });
+
+  it('goes directly to a host NO_PROXY names, and fails with proxy_refused on a 403 from the proxy', async () => {
+    const ctl = await enrolment();
+    const p = await connectProxy(403);
+    expect(
+      await refused(enrollVia(ctl.port, { HTTPS_PROXY: `http://127.0.0.1:${p.port}`, NO_PROXY: '127.0.0.1' })),
+    ).toBe('enrollment_refused');
+    expect(p.asked).toEqual([]);
+    expect(await refused(enrollVia(ctl.port, { HTTPS_PROXY: `http://127.0.0.1:${p.port}` }))).toBe('proxy_refused');
+    expect(p.asked).toEqual([`127.0.0.1:${ctl.port}`]);
+    expect(ctl.posts).toEqual(['POST /v1/enroll']);
   });
 });
