@@ -319,6 +319,8 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
       listener?.signalOverPush(nonce, deploymentId, revision, body, timeoutMs) ??
       null,
     pushHealthy: (): boolean => isPushHealthy(),
+    // the API requests go through the dialled connection's proxy too (docs/dial-out.md)
+    proxy,
     log,
   });
   const renewer = new CertificateRenewer({

@@ -138,8 +138,8 @@ Examples:
   herald agent --node n1 --controller https://ctl.example:8443 \\
     --dial-out wss://ctl.example:9443/v1/connect --pki /etc/herald/pki --state-dir /var/lib/herald
 
-Environment (with --dial-out):
-  HTTPS_PROXY, https_proxy   http://[user:password@]host[:port]: dial the controllers through this HTTP CONNECT proxy
+Environment:
+  HTTPS_PROXY, https_proxy   http://[user:password@]host[:port]: reach the controllers (push and API) through this HTTP CONNECT proxy
   NO_PROXY, no_proxy         hosts dialled directly: names and their suffixes, or *; ports are ignored`,
     )
     .action(async (o: AgentCliOptions) => {
@@ -178,7 +178,7 @@ Environment (with --dial-out):
       }
       // the environment is read here, at the edge; the agent's parts are handed what it says
       const proxyEnv = proxyEnvOf(process.env);
-      if (o.dialOut !== undefined) parseDialProxy(proxyEnv);
+      parseDialProxy(proxyEnv);
       const pollIntervalMs = parseDuration(o.pollInterval, '--poll-interval');
       const pollIntervalHealthyMs = parseDuration(o.pollIntervalHealthy, '--poll-interval-healthy');
       const { startAgent } = await import('./main.js');

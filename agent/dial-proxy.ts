@@ -155,6 +155,33 @@ export function openTunnel(proxy: URL, host: string, port: number): Tunnel {
   return { socket, ready };
 }
 
+/**
+ * Opens a connection's tunnel through `proxy` when it covers the host (`proxyFor`), giving up after
+ * `timeoutMs` (an `ETIMEDOUT` error: a request's own timeout starts only once it has its socket).
+ * The connect function of certs/tls.ts's `httpsAgentFor` (`via`) and of enrolment.
+ */
+export function tunnelVia(
+  proxy: DialProxy,
+  timeoutMs: number,
+): (host: string, port: number) => Promise<net.Socket> | undefined {
+  return (host, port) => {
+    const target = new URL(`https://${net.isIPv6(host) ? `[${host}]` : host}:${port}`);
+    const via = proxyFor(target, proxy);
+    if (via === undefined) return undefined;
+    const tunnel = openTunnel(via, host, port);
+    const timer = setTimeout(
+      () =>
+        tunnel.socket.destroy(
+          Object.assign(new Error(`the proxy's tunnel to ${host}:${port} was not open after ${timeoutMs} ms`), {
+            code: 'ETIMEDOUT',
+          }),
+        ),
+      timeoutMs,
+    );
+    return tunnel.ready.finally(() => clearTimeout(timer));
+  };
+}
+
 /** The refusal of a proxy that answered `status`; the status is in its message and `status`. */
 function proxyRefused(status: number): RefusalError & { status: number } {
   const why = status === 407 ? ' (proxy authentication required: give user:password in HTTPS_PROXY)' : '';

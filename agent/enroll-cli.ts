@@ -45,7 +45,8 @@ export function registerAgentEnrollCommand(program: Command): void {
     .addHelpText(
       'after',
       `
-Also takes --controller <url>, --node <id>, --pki <dir> and --controller-id <name> as herald agent does.
+Also takes --controller <url>, --node <id>, --pki <dir> and --controller-id <name> as herald agent does,
+and goes through the HTTP CONNECT proxy of HTTPS_PROXY (NO_PROXY: hosts reached directly) as it does.
 
 Exit codes: 0 enrolled; ${ENROLL_TRY_AGAIN_EXIT_CODE} a failure that may pass (connection error, 429, 503 after its own
 tries): run it again later; 1 a definite refusal (spent or wrong token, CA fingerprint, options).
@@ -75,8 +76,12 @@ Example:
         }
       }
       if (!token) throw new ConfigError('--token <token> or --token-file <file> is required', { field: 'token' });
+      // the environment is read here, at the edge, as `herald agent` reads it
+      const { parseDialProxy, proxyEnvOf } = await import('./dial-proxy.js');
+      const proxy = parseDialProxy(proxyEnvOf(process.env));
       const { enroll, mayPass } = await import('./enroll.js');
       const r = await enroll({
+        proxy,
         controller: o.controller.replace(/\/$/, ''),
         caSha256: o.caSha256,
         token,

@@ -13,8 +13,10 @@
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import type http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { makeCsr } from '../certs/csr.js';
 import { ensureDir, PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, writeFileAtomic } from '../certs/files.js';
@@ -35,6 +37,7 @@ import {
   RSA_KEY_BITS,
 } from '../protocol/limits.js';
 import { netCodeOf } from '../protocol/net-codes.js';
+import { tunnelVia, type DialProxy } from './dial-proxy.js';
 
 export interface EnrollOptions {
   /** `https://host:port` of the controller API. */
@@ -51,6 +54,11 @@ export interface EnrollOptions {
   force?: boolean;
   /** Default API_REQUEST_TIMEOUT_MS, for each of the two connections. */
   timeoutMs?: number;
+  /**
+   * The HTTP CONNECT proxy of `HTTPS_PROXY` and `NO_PROXY` (docs/dial-out.md): both connections go
+   * through its tunnel when it covers the controller's host. Absent: they are direct.
+   */
+  proxy?: DialProxy | undefined;
   /**
    * How long after the first try another may start, on a connection error, a 429 or a 503
    * (default ENROLL_CLIENT_RETRY_BUDGET_MS).
@@ -135,10 +143,11 @@ export async function enroll(o: EnrollOptions): Promise<EnrollResult> {
       `${paths.cert('agent', o.node)} exists already: this node is enrolled (--force replaces it)`,
     );
   const timeoutMs = o.timeoutMs ?? API_REQUEST_TIMEOUT_MS;
+  const via = o.proxy !== undefined ? tunnelVia(o.proxy, timeoutMs) : undefined;
   const retry = retryPolicy(o);
   const ca = await retry(async () => {
     try {
-      return { ok: true, value: await pinnedCa(url, fingerprint, timeoutMs) };
+      return { ok: true, value: await pinnedCa(url, fingerprint, timeoutMs, via) };
     } catch (err) {
       return failedTry(url, err);
     }
@@ -164,6 +173,7 @@ export async function enroll(o: EnrollOptions): Promise<EnrollResult> {
         expected: controllerSpiffeId,
         trustDomain,
         timeoutMs,
+        via,
       });
     } catch (err) {
       return failedTry(url, err);
@@ -246,12 +256,22 @@ function hostOf(u: URL): string {
  * certificate chains to. Sends nothing; the connection is closed at once.
  * @throws RefusalError `ca_fingerprint_mismatch`
  */
-function pinnedCa(u: URL, fingerprint: string, timeoutMs: number): Promise<Buffer> {
+function pinnedCa(u: URL, fingerprint: string, timeoutMs: number, via?: Via): Promise<Buffer> {
+  const host = hostOf(u);
+  const port = Number(u.port || 443);
+  const tunnel = via?.(host, port);
+  if (tunnel === undefined) return pinnedCaOver(u, fingerprint, timeoutMs, undefined);
+  return tunnel.then((socket) => pinnedCaOver(u, fingerprint, timeoutMs, socket));
+}
+
+/** `pinnedCa` over `socket` (a proxy's tunnel), or over a direct connection. */
+function pinnedCaOver(u: URL, fingerprint: string, timeoutMs: number, socket: net.Socket | undefined): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const host = hostOf(u);
     const s = tls.connect({
       host,
       port: Number(u.port || 443),
+      ...(socket !== undefined ? { socket } : {}),
       ...(net.isIP(host) === 0 ? { servername: host } : {}),
       rejectUnauthorized: false,
       minVersion: 'TLSv1.3',
@@ -384,17 +404,47 @@ export function postJson(
   u: URL,
   path: string,
   body: unknown,
-  o: { ca: string; expected: string; trustDomain: string; timeoutMs: number; cert?: string; key?: string },
+  o: {
+    ca: string;
+    expected: string;
+    trustDomain: string;
+    timeoutMs: number;
+    cert?: string;
+    key?: string;
+    /** A proxy's tunnel to the controller (`tunnelVia`); absent: a direct connection. */
+    via?: Via | undefined;
+  },
 ): Promise<JsonAnswer> {
   const data = Buffer.from(JSON.stringify(body));
+  const host = hostOf(u);
+  const port = Number(u.port || 443);
+  const via = o.via;
   return new Promise((resolve, reject) => {
     const req = https.request(
       {
-        host: hostOf(u),
-        port: Number(u.port || 443),
+        host,
+        port,
         method: 'POST',
         path,
-        agent: false,
+        ...(via === undefined
+          ? { agent: false }
+          : {
+              // no agent: the request's own connection, TLS (with the options below) over the tunnel
+              ...(net.isIP(host) === 0 ? { servername: host } : {}),
+              createConnection: (
+                args: http.ClientRequestArgs,
+                cb: (err: Error | null, socket: Duplex) => void,
+              ): tls.TLSSocket | undefined => {
+                const opts = args as tls.ConnectionOptions;
+                const tunnel = via(host, port);
+                if (tunnel === undefined) return tls.connect(opts);
+                tunnel.then(
+                  (socket) => cb(null, tls.connect({ ...opts, socket })),
+                  (err: Error) => cb(err, undefined as never),
+                );
+                return undefined;
+              },
+            }),
         ca: o.ca,
         ...(o.cert !== undefined ? { cert: o.cert, key: o.key } : {}),
         minVersion: 'TLSv1.3',
@@ -446,6 +496,9 @@ export function postJson(
     req.end(data);
   });
 }
+
+/** Opens a proxy's tunnel to host:port, or undefined for a direct connection (`tunnelVia`). */
+type Via = ReturnType<typeof tunnelVia>;
 
 /** The controller's coded refusal as a HeraldError (`bad_response` when it sent no code). */
 export function answerError(res: JsonAnswer): HeraldError {

@@ -37,6 +37,7 @@ import {
   type PkiMaterial,
 } from '../certs/tls.js';
 import { ControllerEndpoints, parseControllerUrls } from './controller-endpoints.js';
+import { tunnelVia, type DialProxy } from './dial-proxy.js';
 import type { SignalledFrame } from '../protocol/frames.js';
 import type { PushFetchAnswer } from './listener.js';
 import type { SignalAnswer } from './outbox.js';
@@ -85,6 +86,11 @@ export interface FetcherOptions {
   pushHealthy?: () => boolean;
   /** Default AGENT_API_IDLE_CLOSE_MS. */
   apiIdleCloseMs?: number;
+  /**
+   * The HTTP CONNECT proxy of `HTTPS_PROXY` and `NO_PROXY` (docs/dial-out.md): a controller URL it
+   * covers is reached through its tunnel. Absent: every connection is direct.
+   */
+  proxy?: DialProxy | undefined;
 }
 
 interface RawResponse {
@@ -181,6 +187,9 @@ export class Fetcher {
       // a restarted controller resumes its agents' sessions instead of a full handshake each
       //; a resumed socket keeps the identity its full handshake checked (certs/tls.ts)
       resumeSessions: true,
+      ...(opts.proxy !== undefined
+        ? { via: tunnelVia(opts.proxy, opts.requestTimeoutMs ?? API_REQUEST_TIMEOUT_MS) }
+        : {}),
     });
     this.#keys = keySetOf(opts.material);
     this.#timeoutMs = opts.requestTimeoutMs ?? API_REQUEST_TIMEOUT_MS;

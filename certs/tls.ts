@@ -12,6 +12,7 @@ import crypto from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
 import https from 'node:https';
+import type net from 'node:net';
 import path from 'node:path';
 import tls from 'node:tls';
 import { codeOf, ConfigError, HeraldError, RefusalError, type ErrorCode } from '../protocol/errors.js';
@@ -701,7 +702,10 @@ export function connectResumingX509(
     onPeer(p);
     for (const t of early.splice(0)) sessions.save(key, p, t, epoch);
   };
-  const socket = connectCheckingX509(options, (cert) => {
+  // a socket handed in that is already through to the server (a proxy's tunnel): tls.connect
+  // sends its hello at once, so the session goes in its options, not onto the socket after
+  const through = options.socket !== undefined && !(options.socket as net.Socket).connecting;
+  const socket = connectCheckingX509(through && stored ? { ...options, session: stored.session } : options, (cert) => {
     const err = check(cert);
     if (err !== undefined || cert === undefined) return err;
     const p = sessionPeerOfX509(cert, material);
@@ -710,7 +714,7 @@ export function connectResumingX509(
     return undefined;
   });
   let secured = false;
-  if (stored) offerSession(socket, stored.session);
+  if (stored && !through) offerSession(socket, stored.session);
   socket.on('session', (t: Buffer) => {
     if (forgotten.has(socket)) return;
     if (peer) sessions.save(key, peer, t, epoch);
@@ -749,7 +753,7 @@ export function connectResumingX509(
   // as does one that completed and failed later (a reset); one whose upgrade the server refused is
   // forgotten by the dialer (`forgetResumedSession`)
   if (offered) {
-    let reached = false;
+    let reached = through;
     socket.once('connect', () => {
       reached = true;
     });
@@ -975,7 +979,19 @@ export interface HttpsAgentOptions {
    * ever resumed.
    */
   sessions?: TlsSessionStore | undefined;
+  /**
+   * The byte stream a new connection to host:port goes over (an HTTP CONNECT proxy's tunnel, once
+   * it is open), or undefined to connect directly. TLS then runs over it with the same checks and
+   * session resumption as on a direct connection: the tunnel sees none of it.
+   */
+  via?: ConnectVia | undefined;
 }
+
+/**
+ * Opens what a connection to `host:port` goes over: a promise of a connected socket (rejected with
+ * why it could not be opened), or undefined to connect directly.
+ */
+export type ConnectVia = (host: string, port: number) => Promise<net.Socket> | undefined;
 
 /**
  * An https.Agent that dials only `expectedSpiffeId` (tlsClientOptions), with keep-alive. Node's
@@ -1025,9 +1041,37 @@ export function httpsAgentFor(
     };
   }
   const sessions = opts.sessions;
-  if (sessions !== undefined) {
-    agent.createConnection = (options) =>
-      resumingConnection(options as tls.ConnectionOptions, sessions, material, expectedSpiffeId);
+  const connect = (options: tls.ConnectionOptions): tls.TLSSocket =>
+    sessions !== undefined ? resumingConnection(options, sessions, material, expectedSpiffeId) : tls.connect(options);
+  const via = opts.via;
+  if (via !== undefined) {
+    // http.Agent's asynchronous form: return nothing and call back with the socket once it exists
+    agent.createConnection = ((
+      options: tls.ConnectionOptions & { keepAlive?: boolean },
+      cb: (err: Error | null, socket?: tls.TLSSocket) => void,
+    ): tls.TLSSocket | undefined => {
+      const tunnel = via(options.host ?? 'localhost', Number(options.port ?? 443));
+      if (tunnel === undefined) return connect(options);
+      tunnel.then(
+        (socket) => {
+          // what net.connect does for a direct connection of a keep-alive agent
+          if (options.keepAlive) socket.setKeepAlive(true, API_KEEP_ALIVE_TIMEOUT_MS);
+          let s: tls.TLSSocket;
+          try {
+            s = connect({ ...options, socket });
+          } catch (err) {
+            socket.destroy();
+            cb(err as Error);
+            return;
+          }
+          cb(null, s);
+        },
+        (err: unknown) => cb(err instanceof Error ? err : new Error(String(err))),
+      );
+      return undefined;
+    }) as unknown as https.Agent['createConnection'];
+  } else if (sessions !== undefined) {
+    agent.createConnection = (options) => connect(options as tls.ConnectionOptions);
   }
   return agent;
 }

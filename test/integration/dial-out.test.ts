@@ -168,6 +168,8 @@ describe.skipIf(!here)('an agent nothing can connect to', { timeout: 240_000 }, 
       startNsAgent('dn2', [], { HTTPS_PROXY: `http://${ns.hostIp}:${pport}` });
       await waitFor('dn2 dialled in', () => agents.get('dn2')!.proc.log().includes('push connection up'), 30_000);
       expect(seen).toContain(`${ns.hostIp}:${connectPort}`);
+      // its start-up announcement and fetch went through the proxy too
+      expect(seen).toContain(`${ns.hostIp}:${apiPort}`);
       const id = await deploy('dn2', 'proxied');
       await complete(id, 30_000);
     } finally {
