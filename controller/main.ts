@@ -388,7 +388,9 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       service.setPublicUrl(publicUrl);
     }
     await service.start();
-    const objectStore = o.objectStoreListen ? await startObjectStore(o, { store, service, material, logger }) : null;
+    const objectStore = o.objectStoreListen
+      ? await startObjectStore(o, { store, service, material, logger, metrics })
+      : null;
     if (objectStore) cleanup.push(() => objectStore.close());
 
     // what a burst (a fleet connecting, a change to every node) left in V8's heap, collected once
@@ -519,7 +521,7 @@ export function defaultPublicUrl(host: string, port: number): string {
  */
 async function startObjectStore(
   o: ControllerOptions,
-  d: { store: Store; service: ControllerService; material: PkiMaterial; logger: Logger },
+  d: { store: Store; service: ControllerService; material: PkiMaterial; logger: Logger; metrics: ControllerMetrics },
 ): Promise<{ address: AddressInfo; close(): Promise<void> }> {
   const listen = o.objectStoreListen!;
   const tokens = o.objectStoreTokens
@@ -537,6 +539,7 @@ async function startObjectStore(
     material: d.material,
     logger: d.logger,
     refusal: () => d.service.standingRefusal(),
+    requests: d.metrics.objectStoreRequests,
   });
   let port: number;
   try {
