@@ -1,7 +1,7 @@
 /**
  * `npm run bench [-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000]`
  * `npm run bench -- --soak [minutes]`, `npm run bench -- --controllers [store,fanout,failover]`,
- * `npm run bench -- --pre-auth`
+ * `npm run bench -- --pre-auth`, `npm run bench -- --heat`
  *
  * Herald's benchmark suite: push against polling, fan-out to 10,000 agents, idle
  * traffic and footprint, a cluster restart. Writes BENCHMARKS.md (tables) and BENCHMARKS.json
@@ -31,6 +31,8 @@ import { freeLowPort, killAll, track } from './procs.js';
 import { replaceKeptSection, writeReport } from './report.js';
 import { severalMain } from './several-main.js';
 import { restartPhase, type RestartResult } from './restart.js';
+import { heatPhase } from './heat.js';
+import { HEAT_SECTION_MARKER, heatMarkdown } from './heat-report.js';
 import { preAuthMarkdown, preAuthPhase } from './pre-auth.js';
 import { levelGrowth, soakMarkdown, soakPhase } from './soak.js';
 import { loadAvg, NO_HOOK_LAUNCHER_ENV, say } from './util.js';
@@ -58,6 +60,8 @@ export interface BenchArgs {
   soakMinutes: number | null;
   /** --pre-auth: requests before authentication beside an operator's, alone; its section in BENCHMARKS.md. */
   preAuth: boolean;
+  /** --heat: unmodified OpenStack Heat driving Herald and a stock node, alone; its section in BENCHMARKS.md. */
+  heat: boolean;
   /** --controllers [store,fanout,failover]: several controllers on PostgreSQL alone, their section in BENCHMARKS.md. */
   controllers: Set<string> | null;
   /** --controller-ns: the fan-out N with 1, 2 and 3 controllers (default 1000,5000). */
@@ -94,6 +98,7 @@ function parseArgs(argv: string[]): BenchArgs {
     render: null,
     soakMinutes: null,
     preAuth: false,
+    heat: false,
     controllers: null,
     controllerNs: [1_000, 5_000],
     failoverNs: [300, 3_000],
@@ -122,6 +127,7 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--profile') a.profile = path.resolve(next());
     else if (v === '--soak-gc') process.env.HERALD_BENCH_MEM_GC = '1';
     else if (v === '--pre-auth') a.preAuth = true;
+    else if (v === '--heat') a.heat = true;
     else if (v === '--soak') {
       const m = argv[i + 1];
       a.soakMinutes = m !== undefined && /^\d+(\.\d+)?$/.test(m) ? Number(argv[++i]) : 9;
@@ -142,7 +148,7 @@ function parseArgs(argv: string[]): BenchArgs {
       const options = [
         '[-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000] [--runs 3]',
         '[--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json]',
-        '[--soak [minutes]] [--soak-gc] [--pre-auth] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000]',
+        '[--soak [minutes]] [--soak-gc] [--pre-auth] [--heat] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000]',
         '[--failover-ns 300,3000] [--peer | --no-peer] [--no-hook-launcher]',
       ];
       process.stdout.write(`usage: npm run bench ${options.join(' ')}\n`);
@@ -163,6 +169,7 @@ function parseArgs(argv: string[]): BenchArgs {
     a.only === null &&
     a.soakMinutes === null &&
     !a.preAuth &&
+    !a.heat &&
     a.controllers === null
   )
     a.peer = process.env.HERALD_BENCH_PEER !== '0';
@@ -325,6 +332,7 @@ async function main(): Promise<number> {
       port: inNs ? 18443 : await freeLowPort(),
       command: `npm run bench -- ${process.argv.slice(2).join(' ')}`,
     });
+  if (args.heat) return heatMain(args);
   const started = new Date();
   const t0 = Date.now();
   const want = (p: string): boolean => args.only === null || args.only.has(p);
@@ -619,6 +627,31 @@ async function preAuthMain(
     `pre-auth: /healthz p50/p99 ${r.idle.p50}/${r.idle.p99} ms idle, ${r.during.p50}/${r.during.p99} ms beside ${r.extremeCsrs} extreme CSRs (all answered in ${r.allAnsweredMs} ms)`,
   );
   return 0;
+}
+
+/** `--heat`: real Heat alone (bench/heat.ts); its result replaces its section of BENCHMARKS.md and BENCHMARKS-heat.json. */
+async function heatMain(args: BenchArgs): Promise<number> {
+  const runDir = path.join(ROOT, 'tmp', 'bench-run');
+  fs.mkdirSync(runDir, { recursive: true });
+  const machine = `${os.cpus().length} cores (${os.cpus()[0]?.model.split(' ').slice(0, 2).join(' ')}), Node ${process.version}, load average at the start ${loadAvg().join(' ')}`;
+  say(
+    `heat: ${args.quick ? 'quick: ' : ''}stack updates through a Herald agent and a stock node, then Heat's signal polls`,
+  );
+  const r = await heatPhase({
+    runDir,
+    quick: args.quick,
+    heatAgentsDir: path.join(ROOT, 'test', 'fixtures', 'heat-agents'),
+    machine,
+    ownNetwork: process.env.HERALD_BENCH_NS === '1',
+  });
+  fs.mkdirSync(args.out, { recursive: true });
+  fs.writeFileSync(path.join(args.out, 'BENCHMARKS-heat.json'), `${JSON.stringify(r, null, 2)}\n`);
+  const md = path.join(args.out, 'BENCHMARKS.md');
+  const old = fs.existsSync(md) ? fs.readFileSync(md, 'utf8') : '';
+  fs.writeFileSync(md, replaceKeptSection(old, HEAT_SECTION_MARKER, heatMarkdown(r)));
+  for (const p of r.problems) say(`FAILED: heat: ${p}`);
+  say(`heat: ${r.updates.length} updates measured; BENCHMARKS.md's Heat section written`);
+  return r.problems.length === 0 ? 0 : 1;
 }
 
 /** `--soak`: the soak alone; its result replaces the soak section of BENCHMARKS.md. */

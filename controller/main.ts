@@ -408,7 +408,9 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         });
       connectAddress = await push.serveConnect(o.connectListen);
     }
-    const objectStore = o.objectStoreListen ? await startObjectStore(o, { store, service, material, logger }) : null;
+    const objectStore = o.objectStoreListen
+      ? await startObjectStore(o, { store, service, material, logger, metrics })
+      : null;
     if (objectStore) cleanup.push(() => objectStore.close());
 
     // what a burst (a fleet connecting, a change to every node) left in V8's heap, collected once
@@ -544,7 +546,7 @@ export function defaultPublicUrl(host: string, port: number): string {
  */
 async function startObjectStore(
   o: ControllerOptions,
-  d: { store: Store; service: ControllerService; material: PkiMaterial; logger: Logger },
+  d: { store: Store; service: ControllerService; material: PkiMaterial; logger: Logger; metrics: ControllerMetrics },
 ): Promise<{ address: AddressInfo; close(): Promise<void> }> {
   const listen = o.objectStoreListen!;
   const tokens = o.objectStoreTokens
@@ -566,6 +568,7 @@ async function startObjectStore(
     material: d.material,
     logger: d.logger,
     refusal: () => d.service.standingRefusal(),
+    requests: d.metrics.objectStoreRequests,
   });
   try {
     await server.listen(listen.port, listen.host);

@@ -16,6 +16,7 @@ export class ControllerMetrics {
   readonly fetches: Counter<'status' | 'channel'>;
   readonly signals: Counter<'outcome' | 'status'>;
   readonly eventClients: Gauge;
+  readonly objectStoreRequests: Counter<'method' | 'code'>;
 
   constructor(registry = new Registry()) {
     this.registry = registry;
@@ -47,6 +48,12 @@ export class ControllerMetrics {
     this.eventClients = new Gauge({
       name: 'herald_event_stream_clients',
       help: 'Clients connected to GET /v1/events',
+      registers,
+    });
+    this.objectStoreRequests = new Counter({
+      name: 'herald_object_store_requests_total',
+      help: "Requests answered by Heat's object store (--object-store-listen), by method and HTTP status code",
+      labelNames: ['method', 'code'],
       registers,
     });
     const memory = (name: string, help: string, read: () => number): void => {

@@ -653,15 +653,23 @@ export const OBJECT_STORE_CONTAINER_OBJECTS_MAX_ENTRIES = 10_000;
 export const OBJECT_STORE_ACCOUNT_CONTAINERS_MAX_ENTRIES = 10_000;
 /** Most names one container or account listing returns (Swift's default). */
 export const OBJECT_STORE_LISTING_MAX_ENTRIES = 10_000;
-/** Connections to the object store listener at once, all peers together, and from one host or network. */
-export const OBJECT_STORE_MAX_CONNECTIONS = 1_024;
-export const OBJECT_STORE_MAX_HOST_CONNECTIONS = 64;
-export const OBJECT_STORE_MAX_NETWORK_CONNECTIONS = 256;
+/**
+ * Connections to the object store listener at once, all peers together, and from one host or
+ * network. Heat opens a new connection for each look at a signal object (about one a second per
+ * deployment in progress) and leaves it open: with the short keep-alive below each lingers a
+ * couple of seconds, so one Heat host holds a few per deployment in progress, and 512 fit ~150.
+ */
+export const OBJECT_STORE_MAX_CONNECTIONS = 2_048;
+export const OBJECT_STORE_MAX_HOST_CONNECTIONS = 512;
+export const OBJECT_STORE_MAX_NETWORK_CONNECTIONS = 1_024;
 /** Request headers within this after a connection's handshake (or its previous request). */
 export const OBJECT_STORE_HEADERS_TIMEOUT_MS = 10_000;
 /** A whole request, body included. */
 export const OBJECT_STORE_REQUEST_TIMEOUT_MS = 30_000;
-/** Idle keep-alive: longer than Heat's once-a-second signal HEADs, shorter than an idle poller's gap. */
-export const OBJECT_STORE_KEEP_ALIVE_TIMEOUT_MS = 60_000;
+/**
+ * Idle keep-alive: long enough for a HEAD's GET on the same connection, short because neither Heat
+ * nor os-collect-config reuses a connection later: an idle one only holds a descriptor and a slot.
+ */
+export const OBJECT_STORE_KEEP_ALIVE_TIMEOUT_MS = 2_000;
 /** How long a refused request's body is read and discarded before its answer goes out anyway (then the connection is closed). */
 export const OBJECT_STORE_REFUSED_BODY_LINGER_MS = 2_000;

@@ -7,6 +7,8 @@ import { HeraldError } from '../../protocol/errors.js';
 
 /** Nodes of the one-controller demo when `--nodes` is not given. */
 const DEFAULT_DEMO_NODES = '5';
+/** A step's limit when `--timeout` is not given (`--heat`: its own, cli/demo/heat.ts). */
+const DEFAULT_DEMO_TIMEOUT = '45s';
 
 export function registerDemoCommand(program: Command): void {
   program
@@ -17,10 +19,14 @@ export function registerDemoCommand(program: Command): void {
     .option('--nodes <n>', 'how many agents (nodes) (default 5; with --controllers, 3 per controller)')
     .option('--keep', 'leave everything running and print how to use it with the CLI and curl')
     .option('--dir <dir>', 'work in this directory (kept afterwards) instead of a new temporary one')
-    .option('--timeout <duration>', 'give up on any step after this long', '45s')
+    .option('--timeout <duration>', 'give up on any step after this long (default 45s; with --heat 4m)')
     .option(
       '--controllers <n>',
       'several controllers (2 to 5) on one PostgreSQL: kill -9 the one owning the most nodes mid restart',
+    )
+    .option(
+      '--heat',
+      'unmodified OpenStack Heat drives Herald: a 3-node stack restarted with openstack stack update (needs Debian python3-heat)',
     )
     .option(
       '--db <url>',
@@ -34,6 +40,16 @@ each node gets a "volume" directory and an "application container" process the s
 touch. Creates a cluster whose install script starts a small service (a pid file) and whose
 uninstall script stops it, restarts the cluster, prints the timeline and checks that the
 containers and volumes survived while the service pids changed. Exit 0 when all checks hold.
+
+With --heat (docs/heat.md): the controller also serves Heat's object store, and standalone
+OpenStack Heat from Debian (python3-heat, python3-heatclient, python3-openstackclient; without
+them the demo says so and exits 1) runs in the directory with Herald's CA and a token Herald
+knows. A stack of three DeployedServers, each with an install (actions CREATE, UPDATE) and an
+uninstall (UPDATE) SoftwareDeployment, is created, then restarted with
+openstack stack update --existing --parameter restart_trigger=1. The timeline: the command, Heat's
+API receiving the PATCH, each metadata PUT reaching Herald, each hook's start, Heat's
+UPDATE_COMPLETE; beside it what os-collect-config's 30 s polling would have added (computed).
+Heat takes 10-30 s to start.
 
 With --controllers N (docs/several-controllers.md): N controllers (c1..cN) share one PostgreSQL database: the one
 --db names (it must be empty: the demo refuses one holding nodes or configs), or else a
@@ -52,6 +68,7 @@ stop.sh.
 Examples:
   $ npm run demo
   $ herald demo --nodes 3 --keep
+  $ herald demo --heat
   $ herald demo --controllers 3
   $ herald demo --controllers 3 --keep
   $ herald demo --controllers 3 --nodes 12 --db postgres://herald@db.example:5432/herald_demo
@@ -62,10 +79,22 @@ Examples:
         nodes?: string;
         keep?: boolean;
         dir?: string;
-        timeout: string;
+        timeout?: string;
         controllers?: string;
         db?: string;
+        heat?: boolean;
       }) => {
+        if (opts.heat === true) {
+          if (opts.controllers !== undefined || opts.db !== undefined || opts.nodes !== undefined)
+            throw new HeraldError(
+              'bad_option',
+              '--heat runs its own three nodes on one controller: it takes no --nodes, --controllers or --db',
+            );
+          const { runHeatDemo } = await import('./heat.js');
+          process.exitCode = await runHeatDemo({ keep: opts.keep === true, dir: opts.dir, timeout: opts.timeout });
+          return;
+        }
+        const timeout = opts.timeout ?? DEFAULT_DEMO_TIMEOUT;
         if (opts.controllers !== undefined) {
           const { runControllersDemo } = await import('./controllers.js');
           process.exitCode = await runControllersDemo({
@@ -74,7 +103,7 @@ Examples:
             nodes: opts.nodes,
             dir: opts.dir,
             keep: opts.keep === true,
-            timeout: opts.timeout,
+            timeout,
           });
           return;
         }
@@ -88,7 +117,7 @@ Examples:
           nodes: opts.nodes ?? DEFAULT_DEMO_NODES,
           keep: opts.keep === true,
           dir: opts.dir,
-          timeout: opts.timeout,
+          timeout,
         });
       },
     );

@@ -47,6 +47,8 @@ export interface TestbedController {
   readonly port: number;
   /** `https://<host>:<port>`. */
   readonly url: string;
+  /** The port of its object store (`--object-store-listen`, docs/heat.md) as it logged it; undefined without one. */
+  readonly objectStorePort: number | undefined;
   /** `--db` as given (undefined when `args` or the environment gave it). */
   readonly db: string | undefined;
   readonly proc: HeraldProcess;
@@ -89,7 +91,15 @@ export async function startController(o: ControllerOptions): Promise<TestbedCont
     await proc.kill9();
     throw err;
   }
-  return { name, host, port, url: `https://${host.includes(':') ? `[${host}]` : host}:${port}`, db: o.db, proc };
+  return {
+    name,
+    host,
+    port,
+    url: `https://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    objectStorePort: loggedPort(proc.log(), 'controller listening', 'objectStore'),
+    db: o.db,
+    proc,
+  };
 }
 
 /** The port in the last "controller listening" line (pino JSON) of `text`, if it holds one. */

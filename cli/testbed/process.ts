@@ -187,17 +187,19 @@ export function tail(file: string, lines = 15): string {
 }
 
 /**
- * The port in the `listen` field (`host:port`) of the last pino JSON line of `text` whose message
- * is `msg`, if there is one: where a Herald process started on port 0 says it listens.
+ * The port in the `field` field (`host:port`, default `listen`) of the last pino JSON line of
+ * `text` whose message is `msg`, if there is one: where a Herald process started on port 0 says
+ * it listens.
  */
-export function loggedPort(text: string, msg: string): number | undefined {
+export function loggedPort(text: string, msg: string, field = 'listen'): number | undefined {
   let port: number | undefined;
   for (const line of text.split('\n')) {
     if (!line.includes(`"${msg}"`)) continue;
     try {
-      const o = JSON.parse(line) as { msg?: unknown; listen?: unknown };
-      if (o.msg !== msg || typeof o.listen !== 'string') continue;
-      const p = Number(o.listen.slice(o.listen.lastIndexOf(':') + 1));
+      const o = JSON.parse(line) as Record<string, unknown>;
+      const at = o[field];
+      if (o.msg !== msg || typeof at !== 'string') continue;
+      const p = Number(at.slice(at.lastIndexOf(':') + 1));
       if (Number.isInteger(p) && p > 0) port = p; // the last such line: a log written to before holds older ones
     } catch {
       // a line cut off mid-write: read again at the next poll

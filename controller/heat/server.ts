@@ -17,6 +17,7 @@ import https from 'node:https';
 import type net from 'node:net';
 import type tls from 'node:tls';
 import type { Logger } from 'pino';
+import type { Counter } from 'prom-client';
 import type { PkiMaterial } from '../../certs/tls.js';
 import { ERROR_CODES, type ErrorCode, HeraldError } from '../../protocol/errors.js';
 import {
@@ -49,6 +50,8 @@ export interface ObjectStoreOptions {
   now?: () => number;
   /** Refused before the handler: the controller cannot change anything now (its certificate is revoked, say). */
   refusal?: () => HeraldError | undefined;
+  /** Counts every answer, by method and status (`herald_object_store_requests_total`, docs/api.md). */
+  requests?: Counter<'method' | 'code'>;
 }
 
 const METHODS = {
@@ -163,6 +166,8 @@ export class ObjectStoreServer {
 
   async #handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const method = req.method ?? 'GET';
+    // on close, not finish: an answer cut short is counted too; `none` when the client left before one
+    res.once('close', () => this.#o.requests?.inc({ method, code: res.headersSent ? String(res.statusCode) : 'none' }));
     const trans = `tx${(++this.#trans).toString(16)}-${crypto.randomBytes(4).toString('hex')}`;
     let target: Target | undefined;
     let who: string | undefined;

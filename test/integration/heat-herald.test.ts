@@ -96,15 +96,25 @@ async function heraldDeployments(node: string): Promise<Array<Record<string, unk
   return r.json.items as Array<Record<string, unknown>>;
 }
 
-/** An object as Herald's object store serves it to a token holder. */
-function getObject(p: string): Promise<{ status: number; body: string }> {
+/** `herald_object_store_requests_total{method,code}` as the controller's /metrics shows it. */
+async function objectStoreRequests(method: string, code: string): Promise<number> {
+  const r = await api(c.ctl.port, c.op, 'GET', '/metrics');
+  expect(r.status).toBe(200);
+  const m = new RegExp(`^herald_object_store_requests_total\\{method="${method}",code="${code}"\\} (\\d+)$`, 'm').exec(
+    r.raw,
+  );
+  return m ? Number(m[1]) : 0;
+}
+
+/** An object as Herald's object store serves it to a token holder (or to anyone, with `token` null). */
+function getObject(p: string, token: string | null = TOKEN): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = https.request(
       {
         host: '127.0.0.1',
         port: osPort,
         path: `/v1/AUTH_admin/${p}`,
-        headers: { 'x-auth-token': TOKEN },
+        headers: token === null ? {} : { 'x-auth-token': token },
         ca: fs.readFileSync(path.join(c.pki, 'ca.crt')),
         agent: false,
       },
@@ -146,6 +156,14 @@ describe.skipIf(!ready)('real Heat drives Herald', { timeout: STEP_TIMEOUT_MS * 
     expect(after).toMatchObject({ status: 'COMPLETE', action: 'UPDATE', revision: 2 });
     const id = String(await output('h1', 'deployment_id'));
     expect(await cli(['software', 'deployment', 'output', 'show', id, 'result'])).toContain('installed for world at 1');
+  });
+
+  it("the controller counts the object store's answers: Heat's metadata PUTs, its HEADs of the signal object, a refusal", async () => {
+    expect(await objectStoreRequests('PUT', '201')).toBeGreaterThanOrEqual(2);
+    expect(await objectStoreRequests('HEAD', '200')).toBeGreaterThanOrEqual(2);
+    const refused = await objectStoreRequests('GET', '401');
+    expect((await getObject('hnode1', null)).status).toBe(401);
+    expect(await objectStoreRequests('GET', '401')).toBe(refused + 1);
   });
 
   it('a failing hook makes the stack FAILED, with its stderr in the deployment output', async () => {
