@@ -29,6 +29,10 @@ export function registerDemoCommand(program: Command): void {
       'unmodified OpenStack Heat drives Herald: a 3-node stack restarted with openstack stack update (needs Debian python3-heat)',
     )
     .option(
+      '--dial-out',
+      'the agents listen on nothing and dial out to the controller, as nodes behind NAT do (docs/dial-out.md)',
+    )
+    .option(
       '--db <url>',
       'with --controllers: an empty PostgreSQL database, postgres://user[:password]@host:port/db (default: a throwaway server)',
     )
@@ -40,6 +44,10 @@ each node gets a "volume" directory and an "application container" process the s
 touch. Creates a cluster whose install script starts a small service (a pid file) and whose
 uninstall script stops it, restarts the cluster, prints the timeline and checks that the
 containers and volumes survived while the service pids changed. Exit 0 when all checks hold.
+
+With --dial-out (docs/dial-out.md): the controller also takes dialled-in connections
+(--connect-listen) and every agent runs with --dial-out and no --listen: nothing can connect to
+the nodes, and the restart still reaches them by push, over the connections they opened.
 
 With --heat (docs/heat.md): the controller also serves Heat's object store, and standalone
 OpenStack Heat from Debian (python3-heat, python3-heatclient, python3-openstackclient; without
@@ -69,6 +77,7 @@ Examples:
   $ npm run demo
   $ herald demo --nodes 3 --keep
   $ herald demo --heat
+  $ herald demo --dial-out
   $ herald demo --controllers 3
   $ herald demo --controllers 3 --keep
   $ herald demo --controllers 3 --nodes 12 --db postgres://herald@db.example:5432/herald_demo
@@ -83,7 +92,13 @@ Examples:
         controllers?: string;
         db?: string;
         heat?: boolean;
+        dialOut?: boolean;
       }) => {
+        if (opts.dialOut === true && (opts.heat === true || opts.controllers !== undefined || opts.db !== undefined))
+          throw new HeraldError(
+            'bad_option',
+            '--dial-out runs the one-controller demo: it takes no --heat, --controllers or --db',
+          );
         if (opts.heat === true) {
           if (opts.controllers !== undefined || opts.db !== undefined || opts.nodes !== undefined)
             throw new HeraldError(
@@ -114,6 +129,7 @@ Examples:
           );
         const { runDemo } = await import('./run.js');
         process.exitCode = await runDemo({
+          dialOut: opts.dialOut === true,
           nodes: opts.nodes ?? DEFAULT_DEMO_NODES,
           keep: opts.keep === true,
           dir: opts.dir,

@@ -69,8 +69,15 @@ export async function startController(
   root: string,
   pkiDir: string,
   timeoutMs: number,
+  /** Also take dialled-in connections on 127.0.0.1:<connectPort> (docs/dial-out.md). */
+  connectPort?: number,
 ): Promise<DemoController> {
-  const c = await sup.bed.startController({ pki: pkiDir, db: path.join(root, 'controller.db'), timeoutMs });
+  const c = await sup.bed.startController({
+    pki: pkiDir,
+    db: path.join(root, 'controller.db'),
+    timeoutMs,
+    ...(connectPort !== undefined ? { args: ['--connect-listen', `127.0.0.1:${connectPort}`] } : {}),
+  });
   return { url: c.url, proc: c.proc, api: clientFromOptions({ controller: c.url, pki: pkiDir }, sup.env) };
 }
 
@@ -114,6 +121,8 @@ export async function startNodes(
     nodes: DemoNode[];
     /** Several controllers: every agent knows all of them (and accepts any, `--controller-id *`). */
     controllerUrls?: string[];
+    /** The agents listen on nothing and dial out to this connect URL (docs/dial-out.md). */
+    dialOut?: string;
   },
 ): Promise<Child[]> {
   fs.mkdirSync(o.nodesDir, { recursive: true });
@@ -130,15 +139,18 @@ export async function startNodes(
       // port 0 (the default): the agent announces the port it was given
       stateDir: path.join(node.dir, 'agent-state'),
       pollInterval: '30s',
+      ...(o.dialOut ? { listen: null, args: ['--dial-out', o.dialOut] } : {}),
     });
     agents.push(agent.proc);
   }
   await sup.waitFor(
-    'every agent to announce its endpoint',
+    o.dialOut ? 'every agent to dial in' : 'every agent to announce its endpoint',
     o.timeoutMs,
     async () => {
       const body = await ctl.api.get<ListEnvelope<NodeView>>('/v1/nodes');
-      const ready = new Set(body.items.filter((n) => n.endpoint).map((n) => n.id));
+      const ready = new Set(
+        body.items.filter((n) => (o.dialOut ? n.push?.via === 'dialled-in' : n.endpoint)).map((n) => n.id),
+      );
       return o.ids.every((id) => ready.has(id)) ? true : undefined;
     },
     [ctl.proc, ...agents],

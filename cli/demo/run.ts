@@ -27,6 +27,7 @@ import { keepRunning, timelineLines, wakeTable, writeStopScript } from './report
 import { DemoFailure, DemoSupervisor, tail } from './supervisor.js';
 import { formatMs, parseDuration, parsePositiveInt, table } from '../operator/format.js';
 import { TestbedError } from '../testbed/wait.js';
+import { freePort } from '../testbed/ports.js';
 import { watchRestart, type WatchEvent } from '../operator/watch.js';
 
 export { timelineLines } from './report.js';
@@ -39,6 +40,8 @@ export interface DemoOptions {
   keep: boolean;
   dir?: string | undefined;
   timeout: string;
+  /** The agents listen on nothing and dial out to the controller (docs/dial-out.md). */
+  dialOut?: boolean;
   /** Where the demo talks (default stdout). */
   out?: NodeJS.WritableStream;
 }
@@ -55,6 +58,7 @@ interface Run {
   t0: number;
   sup: DemoSupervisor;
   nodes: DemoNode[];
+  dialOut: boolean;
   ctl?: DemoController;
   say(s: string): void;
   step(s: string): void;
@@ -130,6 +134,7 @@ function prepare(o: DemoOptions): Run {
     // the hooks get demo_root as an input: a service a hook started carries it in its environment
     sup: new DemoSupervisor(root, [`demo_root=${nodesDir}`]),
     nodes: [],
+    dialOut: o.dialOut === true,
     say,
     step: (s) => say(`[${((Date.now() - t0) / 1000).toFixed(1).padStart(5)} s] ${s}`),
   };
@@ -141,17 +146,25 @@ async function setUp(run: Run): Promise<string> {
   run.say(`Herald demo: a ${n}-node cluster restart on 127.0.0.1, in ${run.root}`);
   await makePki(run.pkiDir, run.ids);
   run.step(`PKI made: CA, controller, operator admin, ${n} agents`);
-  const ctl = await startController(run.sup, run.root, run.pkiDir, run.stepTimeoutMs);
+  const connect = run.dialOut ? await freePort() : undefined;
+  const ctl = await startController(run.sup, run.root, run.pkiDir, run.stepTimeoutMs, connect);
   run.ctl = ctl;
-  run.step(`controller listening on ${ctl.url} (log: logs/controller.log)`);
+  run.step(
+    `controller listening on ${ctl.url}${connect ? `, dialled-in connections on 127.0.0.1:${connect}` : ''} (log: logs/controller.log)`,
+  );
   const agents = await startNodes(run.sup, ctl, {
     pkiDir: run.pkiDir,
     nodesDir: run.nodesDir,
     ids: run.ids,
     timeoutMs: run.stepTimeoutMs,
     nodes: run.nodes,
+    ...(connect ? { dialOut: `wss://127.0.0.1:${connect}/v1/connect` } : {}),
   });
-  run.step(`${n} agents registered; each node has a volume and an application container (a sleep process)`);
+  run.step(
+    run.dialOut
+      ? `${n} agents dialled in (they listen on nothing); each node has a volume and an application container (a sleep process)`
+      : `${n} agents registered; each node has a volume and an application container (a sleep process)`,
+  );
   const createStart = Date.now();
   const clusterId = await createCluster(run.sup, ctl.api, {
     nodesDir: run.nodesDir,

@@ -23,4 +23,20 @@ describe('herald demo', () => {
     const fs = await import('node:fs');
     expect(fs.existsSync(root!)).toBe(false);
   }, 100_000);
+
+  it('--dial-out: agents that listen on nothing dial in, and the restart reaches them by push', async () => {
+    const r = await runCli(['demo', '--dial-out', '--nodes', '3'], { timeoutMs: 90_000 });
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/3 agents dialled in \(they listen on nothing\)/);
+    expect(r.stdout).toMatch(/RESTART_COMPLETE/);
+    const rows = r.stdout.split('\n').filter((l) => /^n\d+\s/.test(l) && l.includes('changed ✓'));
+    expect(rows).toHaveLength(3);
+  }, 100_000);
+
+  it('--dial-out with --heat, --controllers or --db is bad_option', async () => {
+    const r = await runCli(['demo', '--dial-out', '--controllers', '3'], { timeoutMs: 30_000 });
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toContain('bad_option');
+  });
 });

@@ -90,7 +90,7 @@ beforeAll(async () => {
   if (!here) return;
   ns = makeNetns();
   bed = new Testbed({ prefix: 'herald-dial-out-', keep: process.env.KEEP !== undefined });
-  await bed.makePki({ agents: ['dn1', 'dn2'] });
+  await bed.makePki({ agents: ['dn1', 'dn2', 'dn4'] });
   // dn3 also listens, and announces its namespace's address: its certificate must name it
   await bed.pki!.issue('agent', 'dn3', { ip: [ns.nsIp, '127.0.0.1'] });
   apiPort = await freePort();
@@ -188,5 +188,21 @@ describe.skipIf(!here)('an agent nothing can connect to', { timeout: 240_000 }, 
       .split('\n')
       .filter((l) => l.includes('both-modes') && l.includes('"hook')).length;
     expect(runs).toBeLessThanOrEqual(1);
+  });
+
+  it('listening and dialling out at once, with the dialled path cut: the listener carries the change', async () => {
+    const nothing = await freePort(); // nothing listens there: every dial is refused
+    const a = bed.startAgent({
+      node: 'dn4',
+      controllers: [`https://127.0.0.1:${apiPort}`],
+      pollInterval: POLL,
+      hooksDir: path.join(bed.dir, 'hooks-dn4'),
+      args: ['--dial-out', `wss://127.0.0.1:${nothing}/v1/connect`],
+    });
+    await a.announced();
+    const id = await deploy('dn4', 'via-listener');
+    await complete(id, 30_000);
+    expect(a.proc.log()).not.toContain('push connection up');
+    expect(a.proc.log()).toMatch(/"reason":"deployment","fetch":"started","msg":"wake-up"/);
   });
 });
