@@ -360,7 +360,7 @@ export async function heatPhase(o: {
       mode: 0o600,
     });
     const ctl = await bed.startController({
-      args: ['--object-store-listen', '127.0.0.1:0', '--object-store-tokens', tokens],
+      args: ['--object-store-listen', '127.0.0.1:0', '--object-store-tokens', tokens, '--heat-project', PROJECT],
     });
     const osPort = ctl.objectStorePort!;
     op = new OperatorClient(pki.operator(), '127.0.0.1', ctl.port);

@@ -179,7 +179,7 @@ async function setUp(run: HeatRun): Promise<void> {
     pki: run.pkiDir,
     db: path.join(run.root, 'controller.db'),
     timeoutMs: run.stepTimeoutMs,
-    args: ['--object-store-listen', '127.0.0.1:0', '--object-store-tokens', tokens],
+    args: ['--object-store-listen', '127.0.0.1:0', '--object-store-tokens', tokens, '--heat-project', PROJECT],
   });
   run.ctl = ctl;
   if (ctl.objectStorePort === undefined)
