@@ -138,8 +138,12 @@ describe.skipIf(!built)('the lifecycle of an agent identity with real processes'
     expect(await codeOf('sp1', sp1)).toBe('ok');
     const byAgent = await api(port, sp1, 'POST', '/v1/nodes/sp1/revoke', {});
     expect([byAgent.status, byAgent.json.error.code]).toEqual([403, 'wrong_role']);
-    // enrolled again after the revocation, the node is let in
+    // enrolled again after the revocation, the node is let in: its certificate starts no earlier
+    // than the revocation, whole seconds in X.509, so within the revocation's second it is not
+    // valid yet (certificate_expired) until that second has passed
     const again = enroll('st1', 'node-st1-again');
+    const from = Date.parse(new crypto.X509Certificate(again.cert).validFrom);
+    await waitFor('the new certificate to be valid', () => Date.now() >= from, 5_000);
     expect(await codeOf('st1', again)).toBe('ok');
   });
 
