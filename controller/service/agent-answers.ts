@@ -218,7 +218,7 @@ export function etagOf(generation: number): string {
   return `"${generation}"`;
 }
 
-/** `If-None-Match` with lists, weak tags and `*` (RFC 9110 §13.1.2). */
+/** `If-None-Match` with lists, weak tags and `*` (RFC 9110, section 13.1.2). */
 export function matchesEtag(header: string | string[] | undefined, etag: string): boolean {
   if (header === undefined) return false;
   const value = Array.isArray(header) ? header.join(',') : header;
