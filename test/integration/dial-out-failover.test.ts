@@ -3,8 +3,10 @@
  * in"; docs/dial-out.md): two controllers on one PostgreSQL, six agents that listen on nothing and
  * dial one of the two (each starts at FNV-1a of its node, so they spread). The controller a group
  * of them uses is killed with -9; every agent of that group dials the survivor and runs a change
- * made right after the kill, within 10 s. Real `bin/herald` processes.
+ * made right after the kill, within 10 s; and a controller killed mid cluster restart leaves the
+ * restart to the survivor, each node's uninstall and install run once. Real `bin/herald` processes.
  */
+import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestbedAgent } from '../../cli/testbed/agent.js';
@@ -141,5 +143,67 @@ describe.skipIf(!here)('dialled-in agents when their controller dies', { timeout
           .split('\n')
           .filter((l) => l.includes('deployment item started')),
       ).toHaveLength(1);
+  });
+
+  it('kill -9 of the controller the dialled-in agents use mid cluster restart: the survivor finishes it, each step run once', async () => {
+    // the controller killed above comes back on its connect port; every agent is on c2 now
+    ctl.set(
+      'c1',
+      await bed.startController({
+        name: 'c1',
+        db: ctl.get('c2')!.db,
+        pushWorkers: 1,
+        args: ['--connect-listen', `127.0.0.1:${connectPort.get('c1')}`],
+      }),
+    );
+    for (const n of NODES) expect(usedBy(n)).toBe('c2');
+    const c1 = ctl.get('c1')!;
+    const log = path.join(bed.dir, 'steps.log');
+    fs.writeFileSync(log, '');
+    const mk = async (name: string, body: string) => {
+      const r = await api(c1.port, op(), 'POST', '/v1/configs', { name, group: 'script', config: body });
+      expect(r.status).toBe(201);
+      return r.json.id as string;
+    };
+    // each install takes a moment, so the kill lands with nodes done, in flight and pending
+    const install = await mk('install', `#!/bin/sh\nsleep 0.5\necho "install $deploy_server_id $deploy_action" >> ${log}\n`);
+    const uninstall = await mk('uninstall', `#!/bin/sh\necho "uninstall $deploy_server_id $deploy_action" >> ${log}\n`);
+    const created = await api(c1.port, op(), 'POST', '/v1/clusters', {
+      name: 'behind-nat',
+      nodes: NODES,
+      install_config_id: install,
+      uninstall_config_id: uninstall,
+    });
+    expect(created.status).toBe(201);
+    const id = created.json.id as string;
+    const cluster = async () => (await api(c1.port, op(), 'GET', `/v1/clusters/${id}`)).json;
+    await waitFor('CREATE_COMPLETE', async () => (await cluster()).status === 'CREATE_COMPLETE', 60_000, 100);
+    fs.writeFileSync(log, '');
+    expect((await api(c1.port, op(), 'PATCH', `/v1/clusters/${id}/actions/restart`, { max_unavailable: 2 })).status).toBe(
+      204,
+    );
+    await waitFor(
+      'some nodes restarted, some still to go',
+      async () => {
+        const phases = ((await cluster()).nodes as Array<{ phase: string }>).map((n) => n.phase);
+        return phases.includes('complete') && phases.includes('pending');
+      },
+      30_000,
+      20,
+    );
+    await ctl.get('c2')!.proc.kill9();
+    const done = await waitFor(
+      'the restart to end',
+      async () => {
+        const c = await cluster();
+        return /_(COMPLETE|FAILED)$/.test(c.status) ? c : null;
+      },
+      90_000,
+      100,
+    );
+    expect(done.status).toBe('RESTART_COMPLETE');
+    for (const n of NODES) expect(usedBy(n)).toBe('c1');
+    const lines = fs.readFileSync(log, 'utf8').trim().split('\n').sort();
+    expect(lines).toEqual(NODES.flatMap((n) => [`install ${n} RESTART`, `uninstall ${n} RESTART`]).sort());
   });
 });
