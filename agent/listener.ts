@@ -14,12 +14,12 @@
  * offered on its upgrade request (`Herald-Features: fetch, signal`).
  */
 import { EventEmitter } from 'node:events';
-import https from 'node:https';
+import type https from 'node:https';
 import type http from 'node:http';
 import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type tls from 'node:tls';
-import { randomBytes, type X509Certificate } from 'node:crypto';
+import type { X509Certificate } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { WebSocket, WebSocketServer as WebSocketServerType } from 'ws';
 import { ERROR_CODES, type ErrorCode } from '../protocol/errors.js';
@@ -34,7 +34,6 @@ import {
 import {
   AGENT_IDLE_CLOSE_MS,
   LISTENER_HANDSHAKE_TIMEOUT_MS,
-  LISTENER_HTTP_CHECK_INTERVAL_MS,
   MAX_AUTHENTICATED_CONNECTIONS,
   MAX_BAD_FRAMES,
   MAX_PENDING_CONNECTIONS,
@@ -42,20 +41,12 @@ import {
   MAX_WS_PAYLOAD_BYTES,
   PUSH_HEALTHY_WINDOW_MS,
   REFUSAL_LOG_INTERVAL_MS,
-  PUSH_TLS_SESSION_LIFETIME_S,
-  TLS_TICKET_KEY_BYTES,
 } from '../protocol/limits.js';
 import { RefusalSummary, type RefusalLine } from '../protocol/refusal-summary.js';
 import type { WakeClaims, WakeVerifier } from '../protocol/wake.js';
 import type { CertIdentity } from '../certs/identity.js';
-import {
-  authorizePeer,
-  refusalCodeOf,
-  tlsServerOptions,
-  watchServer,
-  type Logger,
-  type PkiMaterial,
-} from '../certs/tls.js';
+import { authorizePeer, refusalCodeOf, type Logger, type PkiMaterial } from '../certs/tls.js';
+import { abortHandshake, pathOf, peerOf, PendingSockets, refuseRequest, upgradeServer } from '../certs/upgrade-gate.js';
 import {
   CLOSE_GOING_AWAY,
   PushConnections,
@@ -111,12 +102,6 @@ export interface WakeListenerOptions {
   now?: () => number;
 }
 
-interface Pending {
-  raw: net.Socket;
-  timer: NodeJS.Timeout;
-  peer: string;
-}
-
 /** Counters, for tests and metrics. */
 export interface ListenerStats extends PushConnectionStats {
   pending: number;
@@ -149,17 +134,14 @@ export class WakeListener extends EventEmitter {
   readonly #material: PkiMaterial;
   readonly #log: Logger;
   readonly #server: https.Server;
-  /** Replaces the session-ticket key (see the constructor). */
-  readonly #ticketTimer: NodeJS.Timeout;
+  /** Stops the server's ticket-key timer and its following of the certificate. */
+  readonly #releaseServer: () => void;
   readonly #wss: WebSocketServerType;
   /** For connections whose controller answers fetches: the message limit fits a metadata frame. */
   readonly #wssFetch: WebSocketServerType;
-  readonly #pending = new Map<string, Pending>();
-  /** Raw sockets this listener destroyed before authentication (already counted as refused). */
-  readonly #cut = new WeakSet<net.Socket>();
+  readonly #pending: PendingSockets;
   /** Authenticated connections, one per controller identity: what happens on them is theirs. */
   readonly #push: PushConnections;
-  readonly #stopWatching: () => void;
   #closed = false;
   #closing: Promise<void> | null = null;
   readonly #summary: RefusalSummary;
@@ -226,30 +208,20 @@ export class WakeListener extends EventEmitter {
     this.#summary = new RefusalSummary((line) => this.#logSummary(line), this.#o.now, this.#o.refusalLogIntervalMs);
 
     // Session tickets the controller resumes its push connections with, after its restart too
-    // (certs/session-file.ts): they live PUSH_TLS_SESSION_LIFETIME_S, and their key is this
-    // process's, kept across a renewal of our certificate (a new context would make a new one)
-    // and replaced every PUSH_TLS_SESSION_LIFETIME_S: each resumption brings a new ticket, so
-    // without it a stolen session would chain for as long as this process lives.
+    // (certs/session-file.ts), under this process's key, kept across a renewal of our
+    // certificate and replaced every PUSH_TLS_SESSION_LIFETIME_S (certs/upgrade-gate.ts).
     // A resumed connection is authorized as a full one (#authorize: CA, dates, revocation).
-    const sessions = { sessionTimeout: PUSH_TLS_SESSION_LIFETIME_S, ticketKeys: randomBytes(TLS_TICKET_KEY_BYTES) };
-    this.#ticketTimer = setInterval(() => {
-      sessions.ticketKeys = randomBytes(TLS_TICKET_KEY_BYTES);
-      this.#server.setTicketKeys(sessions.ticketKeys);
-    }, PUSH_TLS_SESSION_LIFETIME_S * 1000);
-    this.#ticketTimer.unref();
-    this.#server = https.createServer({
-      ...tlsServerOptions(this.#material),
-      ...sessions,
-      // our own timer (TLS plus upgrade) destroys the socket first; this only bounds Node's wait
-      handshakeTimeout: this.#o.handshakeTimeoutMs + 1_000,
-      // Node's check of headersTimeout and requestTimeout: a backstop behind that timer, which
-      // would otherwise wake an idle agent every 30 s
-      connectionsCheckingInterval: LISTENER_HTTP_CHECK_INTERVAL_MS,
+    const made = upgradeServer(this.#material, this.#o.handshakeTimeoutMs);
+    this.#server = made.server;
+    this.#releaseServer = made.release;
+    this.#pending = new PendingSockets({
+      maxPending: this.#o.maxPending,
+      handshakeTimeoutMs: this.#o.handshakeTimeoutMs,
+      onCut: (code, peer, message) => this.#refusedBeforeAuth(code, peer, message),
+      onSize: (size) => {
+        this.stats.pending = size;
+      },
     });
-    // keep-alive would let a peer hold a pending slot between requests; nothing here wants it
-    this.#server.keepAliveTimeout = 1;
-    this.#server.headersTimeout = this.#o.handshakeTimeoutMs;
-    this.#server.requestTimeout = this.#o.handshakeTimeoutMs;
     this.#wss = new WebSocketServer({
       noServer: true,
       perMessageDeflate: false,
@@ -262,15 +234,12 @@ export class WakeListener extends EventEmitter {
       maxPayload: MAX_PUSH_METADATA_FRAME_BYTES,
       clientTracking: false,
     });
-    this.#stopWatching = watchServer(this.#server, this.#material, () => sessions);
 
     this.#server.on('connection', (raw: net.Socket) => this.#onTcp(raw));
     this.#server.on('tlsClientError', (err: Error, sock: tls.TLSSocket) => {
       // a socket this listener cut itself (over the pending cap, handshake timeout) was refused
-      // and counted already; its TLS layer reports the cut as a hang-up (`_parent` is the raw
-      // socket under Node's TLSSocket)
-      const raw = (sock as unknown as { _parent?: net.Socket })._parent;
-      if (raw !== undefined && this.#cut.has(raw)) return;
+      // and counted already; its TLS layer reports the cut as a hang-up
+      if (this.#pending.wasCut(sock)) return;
       this.#refusedBeforeAuth(refusalCodeOf(err) ?? 'tls_handshake_failed', peerOf(sock), err.message);
     });
     this.#server.on('clientError', (_err: Error, sock: Duplex) => sock.destroy());
@@ -336,13 +305,8 @@ export class WakeListener extends EventEmitter {
     if (this.#summaryTimer !== null) clearInterval(this.#summaryTimer);
     this.#summaryTimer = null;
     this.#summary.flush(true);
-    this.#stopWatching();
-    clearInterval(this.#ticketTimer);
-    for (const p of this.#pending.values()) {
-      clearTimeout(p.timer);
-      p.raw.destroy();
-    }
-    this.#pending.clear();
+    this.#releaseServer();
+    this.#pending.dropAll();
     this.#push.closeAll();
     this.#closing = new Promise<void>((resolve) => {
       this.#server.close(() => resolve());
@@ -357,47 +321,8 @@ export class WakeListener extends EventEmitter {
   // ---- before authentication ---------------------------------------------------------------
 
   #onTcp(raw: net.Socket): void {
-    const peer = `${raw.remoteAddress ?? '?'}:${raw.remotePort ?? '?'}`;
-    if (this.#closed) {
-      raw.destroy();
-      return;
-    }
-    if (this.#pending.size >= this.#o.maxPending) {
-      this.#cut.add(raw);
-      raw.destroy();
-      this.#refusedBeforeAuth(
-        'too_many_connections',
-        peer,
-        `${this.#pending.size} connections already pending authentication`,
-      );
-      return;
-    }
-    const key = socketKey(raw);
-    const timer = setTimeout(() => {
-      if (this.#pending.get(key)?.raw !== raw) return;
-      this.#pending.delete(key);
-      this.stats.pending = this.#pending.size;
-      this.#cut.add(raw);
-      raw.destroy();
-      this.#refusedBeforeAuth(
-        'handshake_timeout',
-        peer,
-        `no WebSocket upgrade within ${this.#o.handshakeTimeoutMs} ms`,
-      );
-    }, this.#o.handshakeTimeoutMs);
-    timer.unref();
-    this.#pending.set(key, { raw, timer, peer });
-    this.stats.pending = this.#pending.size;
-    raw.once('close', () => this.#unpend(key, raw));
-  }
-
-  /** The socket left the pending set: upgraded (no `raw` given) or gone. */
-  #unpend(key: string, raw?: net.Socket): void {
-    const p = this.#pending.get(key);
-    if (p === undefined || (raw !== undefined && p.raw !== raw)) return;
-    clearTimeout(p.timer);
-    this.#pending.delete(key);
-    this.stats.pending = this.#pending.size;
+    if (this.#closed) raw.destroy();
+    else this.#pending.admit(raw);
   }
 
   #onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
@@ -416,16 +341,7 @@ export class WakeListener extends EventEmitter {
     }
     if (auth.ok) this.#refusedLog(code, peer, message, auth.identity.spiffeId);
     else this.#refusedBeforeAuth(code, peer, message);
-    const body = JSON.stringify({ error: { code, message } });
-    res.shouldKeepAlive = false;
-    res.writeHead(status, {
-      'content-type': 'application/json',
-      'content-length': Buffer.byteLength(body),
-      'cache-control': 'no-store',
-      connection: 'close',
-      ...(status === 426 ? { upgrade: 'websocket' } : {}),
-    });
-    res.end(body);
+    refuseRequest(res, status, code, message);
   }
 
   #onUpgrade(req: http.IncomingMessage, sock: tls.TLSSocket, head: Buffer): void {
@@ -462,7 +378,7 @@ export class WakeListener extends EventEmitter {
       signal: offersFeature(req.headers[FEATURES_HEADER], FEATURE_SIGNAL),
     };
     (offers.fetch ? this.#wssFetch : this.#wss).handleUpgrade(req, sock, head, (ws: WebSocket) => {
-      this.#unpend(socketKey(sock));
+      this.#pending.upgraded(sock);
       if (this.#closed) {
         ws.close(CLOSE_GOING_AWAY, 'shutting_down');
         return;
@@ -544,37 +460,6 @@ export class WakeListener extends EventEmitter {
         : `refused: ${line.count} times since the last line (first: ${peer ?? '?'}: ${message ?? line.code})`,
     );
   }
-}
-
-/** Writes an HTTP error and closes the socket: the peer reads the code, nothing of it is read. */
-function abortHandshake(sock: Duplex, status: number, code: string, message: string): void {
-  const body = JSON.stringify({ error: { code, message } });
-  const reason =
-    status === 403 ? 'Forbidden' : status === 404 ? 'Not Found' : status === 503 ? 'Service Unavailable' : 'Error';
-  if (sock.writable) {
-    sock.once('finish', () => sock.destroy());
-    sock.end(
-      `HTTP/1.1 ${status} ${reason}\r\nConnection: close\r\nContent-Type: application/json\r\n` +
-        `Cache-Control: no-store\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-    );
-  } else {
-    sock.destroy();
-  }
-}
-
-function pathOf(url: string | undefined): string {
-  const u = url ?? '';
-  const q = u.indexOf('?');
-  return q < 0 ? u : u.slice(0, q);
-}
-
-function peerOf(sock: net.Socket | undefined): string {
-  return `${sock?.remoteAddress ?? '?'}:${sock?.remotePort ?? '?'}`;
-}
-
-/** One key per TCP connection, the same for the raw socket and the TLS socket over it. */
-function socketKey(s: net.Socket): string {
-  return `${s.remoteAddress ?? ''}|${s.remotePort ?? ''}|${s.localPort ?? ''}`;
 }
 
 function stripUndefined<T extends object>(o: T): Partial<T> {

@@ -17,8 +17,7 @@
  * reading it and hands the socket over (`accept`, controller/push/pool.ts); with no workers it
  * listens itself (`listen`). Either way the TLS, and so the connection, lives where it is served.
  */
-import { randomBytes } from 'node:crypto';
-import https from 'node:https';
+import type https from 'node:https';
 import type http from 'node:http';
 import type net from 'node:net';
 import type { AddressInfo } from 'node:net';
@@ -26,18 +25,23 @@ import type { Duplex } from 'node:stream';
 import type tls from 'node:tls';
 import type { Logger } from 'pino';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { authorizePeer, chainSerialsOf, refusalCodeOf, tlsServerOptions, watchServer } from '../../certs/tls.js';
+import { authorizePeer, chainSerialsOf, refusalCodeOf } from '../../certs/tls.js';
 import type { PkiMaterial } from '../../certs/tls.js';
+import {
+  abortHandshake,
+  pathOf,
+  peerOf,
+  PendingSockets,
+  refuseRequest,
+  upgradeServer,
+} from '../../certs/upgrade-gate.js';
 import { ERROR_CODES, type ErrorCode } from '../../protocol/errors.js';
 import { FEATURE_FETCH, FEATURE_SIGNAL, FEATURES_HEADER } from '../../protocol/frames.js';
 import {
   CONNECT_HANDSHAKE_TIMEOUT_MS,
-  LISTENER_HTTP_CHECK_INTERVAL_MS,
   MAX_CONNECT_CONNECTIONS,
   MAX_CONNECT_PENDING_CONNECTIONS,
   MAX_WS_PAYLOAD_BYTES,
-  PUSH_TLS_SESSION_LIFETIME_S,
-  TLS_TICKET_KEY_BYTES,
 } from '../../protocol/limits.js';
 import { RefusalLog } from '../refusal-log.js';
 import type { PushMetricsSink } from './metrics.js';
@@ -64,11 +68,6 @@ export interface ConnectListenerOptions {
   maxConnections?: number;
 }
 
-interface Pending {
-  raw: net.Socket;
-  timer: NodeJS.Timeout;
-}
-
 /** The Herald-Features header of the upgrade's response: what the controller answers on this connection. */
 const FEATURES_LINE = `${FEATURES_HEADER}: ${FEATURE_FETCH}, ${FEATURE_SIGNAL}`;
 
@@ -82,11 +81,9 @@ export class ConnectListener {
   readonly #server: https.Server;
   readonly #wss: WebSocketServer;
   readonly #refusals: RefusalLog;
-  readonly #pending = new Map<string, Pending>();
-  /** Raw sockets this listener destroyed before authentication (counted as refused already). */
-  readonly #cut = new WeakSet<net.Socket>();
-  readonly #ticketTimer: NodeJS.Timeout;
-  readonly #stopWatching: () => void;
+  readonly #pending: PendingSockets;
+  /** Stops the server's ticket-key timer and its following of the certificate. */
+  readonly #releaseServer: () => void;
   /** No new connection is taken (a drain, or closed). */
   #stopped = false;
   #closing: Promise<void> | null = null;
@@ -103,25 +100,15 @@ export class ConnectListener {
     this.#onConnection = opts.onConnection;
     this.#held = opts.held;
     this.#refusals = new RefusalLog(this.#log);
-    // sessions resume with this process (the agent's client keeps them): their key is this
-    // process's own, replaced every PUSH_TLS_SESSION_LIFETIME_S so a stolen session cannot chain
-    // for as long as the process lives; a resumed connection is authorized as a full one
-    const sessions = { sessionTimeout: PUSH_TLS_SESSION_LIFETIME_S, ticketKeys: randomBytes(TLS_TICKET_KEY_BYTES) };
-    this.#ticketTimer = setInterval(() => {
-      sessions.ticketKeys = randomBytes(TLS_TICKET_KEY_BYTES);
-      this.#server.setTicketKeys(sessions.ticketKeys);
-    }, PUSH_TLS_SESSION_LIFETIME_S * 1000);
-    this.#ticketTimer.unref();
-    this.#server = https.createServer({
-      ...tlsServerOptions(this.#material),
-      ...sessions,
-      // our own timer (TLS plus upgrade) destroys the socket first; this only bounds Node's wait
-      handshakeTimeout: this.#o.handshakeTimeoutMs + 1_000,
-      connectionsCheckingInterval: LISTENER_HTTP_CHECK_INTERVAL_MS,
+    // sessions resume with this process (the agent's client keeps them), under a key of its own
+    const made = upgradeServer(this.#material, this.#o.handshakeTimeoutMs);
+    this.#server = made.server;
+    this.#releaseServer = made.release;
+    this.#pending = new PendingSockets({
+      maxPending: this.#o.maxPending,
+      handshakeTimeoutMs: this.#o.handshakeTimeoutMs,
+      onCut: (code, peer) => this.#refusedBeforeAuth(code, peer),
     });
-    this.#server.keepAliveTimeout = 1;
-    this.#server.headersTimeout = this.#o.handshakeTimeoutMs;
-    this.#server.requestTimeout = this.#o.handshakeTimeoutMs;
     // the same WebSocket settings as the dialer's: no compression, its message limit
     this.#wss = new WebSocketServer({
       noServer: true,
@@ -130,12 +117,10 @@ export class ConnectListener {
       clientTracking: false,
     });
     this.#wss.on('headers', (headers: string[]) => headers.push(FEATURES_LINE));
-    this.#stopWatching = watchServer(this.#server, this.#material, () => sessions);
 
     this.#server.on('connection', (raw: net.Socket) => this.#onTcp(raw));
     this.#server.on('tlsClientError', (err: Error, sock: tls.TLSSocket) => {
-      const raw = (sock as unknown as { _parent?: net.Socket })._parent;
-      if (raw !== undefined && this.#cut.has(raw)) return;
+      if (this.#pending.wasCut(sock)) return;
       this.#refusedBeforeAuth(refusalCodeOf(err) ?? 'tls_handshake_failed', peerOf(sock));
     });
     this.#server.on('clientError', (_err: Error, sock: Duplex) => sock.destroy());
@@ -176,12 +161,7 @@ export class ConnectListener {
   stopAccepting(): void {
     if (this.#stopped) return;
     this.#stopped = true;
-    for (const p of this.#pending.values()) {
-      clearTimeout(p.timer);
-      this.#cut.add(p.raw);
-      p.raw.destroy();
-    }
-    this.#pending.clear();
+    this.#pending.dropAll();
     if (this.#server.listening) this.#server.close();
   }
 
@@ -189,8 +169,7 @@ export class ConnectListener {
   close(): Promise<void> {
     if (this.#closing) return this.#closing;
     this.stopAccepting();
-    clearInterval(this.#ticketTimer);
-    this.#stopWatching();
+    this.#releaseServer();
     this.#refusals.close();
     this.#closing = new Promise<void>((resolve) => {
       this.#wss.close(() => resolve());
@@ -201,38 +180,12 @@ export class ConnectListener {
   // ---- before authentication ---------------------------------------------------------------
 
   #onTcp(raw: net.Socket): void {
-    const peer = peerOf(raw);
-    if (this.#stopped) {
-      this.#cut.add(raw);
-      raw.destroy();
-      this.#refusedBeforeAuth('shutting_down', peer);
+    if (!this.#stopped) {
+      this.#pending.admit(raw);
       return;
     }
-    if (this.#pending.size >= this.#o.maxPending) {
-      this.#cut.add(raw);
-      raw.destroy();
-      this.#refusedBeforeAuth('too_many_connections', peer);
-      return;
-    }
-    const key = socketKey(raw);
-    const timer = setTimeout(() => {
-      if (this.#pending.get(key)?.raw !== raw) return;
-      this.#pending.delete(key);
-      this.#cut.add(raw);
-      raw.destroy();
-      this.#refusedBeforeAuth('handshake_timeout', peer);
-    }, this.#o.handshakeTimeoutMs);
-    timer.unref();
-    this.#pending.set(key, { raw, timer });
-    raw.once('close', () => this.#unpend(key, raw));
-  }
-
-  /** The socket left the pending set: upgraded (no `raw` given) or gone. */
-  #unpend(key: string, raw?: net.Socket): void {
-    const p = this.#pending.get(key);
-    if (p === undefined || (raw !== undefined && p.raw !== raw)) return;
-    clearTimeout(p.timer);
-    this.#pending.delete(key);
+    this.#pending.drop(raw);
+    this.#refusedBeforeAuth('shutting_down', peerOf(raw));
   }
 
   /** A request without an upgrade: 403 to whoever is not an agent, else 426 on the route and 404 elsewhere. */
@@ -247,16 +200,7 @@ export class ConnectListener {
       [status, code, message] = [426, 'upgrade_required', ERROR_CODES.upgrade_required];
     else [status, code, message] = [404, 'not_found', `the only route is GET ${CONNECT_PATH} with a WebSocket upgrade`];
     this.#refused(code, status, peerOf(sock), message, auth.ok ? auth.identity.spiffeId : undefined);
-    const body = JSON.stringify({ error: { code, message } });
-    res.shouldKeepAlive = false;
-    res.writeHead(status, {
-      'content-type': 'application/json',
-      'content-length': Buffer.byteLength(body),
-      'cache-control': 'no-store',
-      connection: 'close',
-      ...(status === 426 ? { upgrade: 'websocket' } : {}),
-    });
-    res.end(body);
+    refuseRequest(res, status, code, message);
   }
 
   #onUpgrade(req: http.IncomingMessage, sock: tls.TLSSocket, head: Buffer): void {
@@ -293,7 +237,7 @@ export class ConnectListener {
     }
     const serials = chainSerialsOf(cert, this.#material);
     this.#wss.handleUpgrade(req, sock, head, (ws: WebSocket) => {
-      this.#unpend(socketKey(sock));
+      this.#pending.upgraded(sock);
       if (this.#stopped) {
         ws.close(1012, 'shutting_down');
         return;
@@ -320,35 +264,4 @@ export class ConnectListener {
     this.#metrics.connectRefused(code);
     this.#refusals.refused(code, message, { status, peer, method: 'GET', route: CONNECT_PATH }, spiffeId);
   }
-}
-
-/** Answers an upgrade request with `status` and `{"error":{code,message}}`, then closes. */
-function abortHandshake(sock: Duplex, status: number, code: string, message: string): void {
-  const body = JSON.stringify({ error: { code, message } });
-  const reason =
-    status === 403 ? 'Forbidden' : status === 404 ? 'Not Found' : status === 503 ? 'Service Unavailable' : 'Error';
-  if (sock.writable) {
-    sock.once('finish', () => sock.destroy());
-    sock.end(
-      `HTTP/1.1 ${status} ${reason}\r\nConnection: close\r\nContent-Type: application/json\r\n` +
-        `Cache-Control: no-store\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-    );
-  } else {
-    sock.destroy();
-  }
-}
-
-function pathOf(url: string | undefined): string {
-  const u = url ?? '';
-  const q = u.indexOf('?');
-  return q < 0 ? u : u.slice(0, q);
-}
-
-function peerOf(sock: net.Socket | undefined): string {
-  return `${sock?.remoteAddress ?? '?'}:${sock?.remotePort ?? '?'}`;
-}
-
-/** One key per TCP connection, the same for the raw socket and the TLS socket over it. */
-function socketKey(s: net.Socket): string {
-  return `${s.remoteAddress ?? ''}|${s.remotePort ?? ''}|${s.localPort ?? ''}`;
 }
