@@ -193,8 +193,15 @@ describe.skipIf(!ready)('real Heat drives Herald', { timeout: STEP_TIMEOUT_MS * 
       '--wait',
       'h1',
     ]);
-    // Heat's PUT is committed: the node has work nobody ran
-    await waitFor('Heat wrote the change', async () => (await running()).length === 1, STEP_TIMEOUT_MS);
+    // Heat's PUT is committed (the node has work nobody ran) and Heat has its answer: Heat sends
+    // that PUT once, without a retry, so a kill before its 201 reaches Heat fails the update as
+    // any object store's death would; Heat's first HEAD of the signal object comes after the 201
+    const heads = await objectStoreRequests('HEAD', '200');
+    await waitFor(
+      'Heat wrote the change and polls for its result',
+      async () => (await running()).length === 1 && (await objectStoreRequests('HEAD', '200')) > heads,
+      STEP_TIMEOUT_MS,
+    );
     await stopProc(c.ctl.proc, 'SIGKILL');
     await c.startController();
     // Heat may not read the result yet: the controller is killed again once the node signalled
@@ -208,8 +215,9 @@ describe.skipIf(!ready)('real Heat drives Herald', { timeout: STEP_TIMEOUT_MS * 
       process.kill(-heat.pid, 'SIGCONT');
     }
     const r = await update;
-    expect(r.code, r.stderr).toBe(0);
-    expect((await stackStatus('h1')).status).toBe('UPDATE_COMPLETE');
+    const s = await stackStatus('h1');
+    expect(r.code, `${r.stderr}\n${s.reason}\n${heat.logTail(60)}`).toBe(0);
+    expect(s.status).toBe('UPDATE_COMPLETE');
     expect(await output('h1', 'result')).toBe('installed for world at 2');
   });
 
