@@ -229,6 +229,11 @@ export class ApiServer {
     this.#routes();
   }
 
+  /** Every route with its rule (docs/api.md; test/controller/access-routes.test.ts reads them). */
+  routes(): readonly RouteSpec[] {
+    return this.#router.routes();
+  }
+
   /** Listens on host:port (0: any free port) and resolves with the bound address. */
   listen(port: number, host: string): Promise<AddressInfo> {
     return new Promise((resolve, reject) => {
@@ -742,7 +747,7 @@ export class ApiServer {
     add(
       'POST',
       '/v1/enrollment-tokens',
-      op('admin', (c) => bodyNodes(c.body, 'node')),
+      op('admin', (c) => bodyNode(c.body, 'node')),
       async (c) => {
         const enrollment = this.#o.enrollment;
         if (!enrollment) throw new HeraldError('enrollment_disabled', ERROR_CODES.enrollment_disabled);
@@ -763,7 +768,7 @@ export class ApiServer {
     add(
       'POST',
       '/v1/nodes',
-      op('admin', (c) => bodyNodes(c.body, 'id').map((t) => ({ newNode: t.node, labels: bodyLabels(c.body) }))),
+      op('admin', (c) => bodyNode(c.body, 'id').map((t) => ({ newNode: t.node, labels: bodyLabels(c.body) }))),
       async (c) => {
         const n = await s.createNode(c.body, who(c));
         return created(n, `/v1/nodes/${encodeURIComponent(String(n.id))}`);
@@ -808,7 +813,7 @@ export class ApiServer {
     add(
       'POST',
       '/v1/deployments',
-      op('deploy', (c) => bodyNodes(c.body, 'node')),
+      op('deploy', (c) => bodyNode(c.body, 'node')),
       async (c) => {
         const d = await s.createDeployment(c.body, who(c));
         return created(d, `/v1/deployments/${String(d.id)}`);
@@ -848,8 +853,8 @@ export class ApiServer {
       '/v1/clusters',
       // each member as it is now: a selector naming this cluster does not reach nodes before they join it
       op('deploy', (c) => [
-        ...bodyNodes(c.body, 'nodes'),
-        ...asList(field(c.body, 'nodegroups')).flatMap((g) => bodyNodes(g, 'nodes')),
+        ...bodyNodeList(c.body, 'nodes'),
+        ...asList(field(c.body, 'nodegroups')).flatMap((g) => bodyNodeList(g, 'nodes')),
       ]),
       async (c) => {
         const minimal = prefersMinimal(c.req);
@@ -881,7 +886,7 @@ export class ApiServer {
       'POST',
       '/v1/clusters/:id/nodegroups',
       // the cluster, and the group's nodes as they are now (they join it with this request)
-      op('deploy', (c) => [{ cluster: c.params.id! }, ...bodyNodes(c.body, 'nodes')]),
+      op('deploy', (c) => [{ cluster: c.params.id! }, ...bodyNodeList(c.body, 'nodes')]),
       async (c) => {
         const g = await s.addNodegroup(c.params.id!, c.body, who(c));
         return created(g, `/v1/clusters/${c.params.id!}/nodegroups/${String(g.name)}`);
@@ -1039,11 +1044,17 @@ function asList(v: unknown): unknown[] {
   return Array.isArray(v) ? v : [];
 }
 
-/** The node (a string) or nodes (a list of strings) a body names at `key`. */
-function bodyNodes(body: unknown, key: string): Array<{ node: string }> {
+/** The node a body names at `key` (a string). */
+function bodyNode(body: unknown, key: string): Array<{ node: string }> {
   const v = field(body, key);
-  const names = typeof v === 'string' ? [v] : asList(v).filter((x): x is string => typeof x === 'string');
-  return names.map((node) => ({ node }));
+  return typeof v === 'string' ? [{ node: v }] : [];
+}
+
+/** The nodes a body lists at `key` (a list of strings). */
+function bodyNodeList(body: unknown, key: string): Array<{ node: string }> {
+  return asList(field(body, key))
+    .filter((x): x is string => typeof x === 'string')
+    .map((node) => ({ node }));
 }
 
 /** The body's `labels` (string values; with `patch`, null values too). */
