@@ -19,8 +19,6 @@ import { readEvents, type EventReader } from '../helpers/event-stream.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
 import type { Cred as FullCred } from '../helpers/procs.js';
 
-type Kind = 'sqlite' | 'postgres';
-
 let pki: ControllerTestPki;
 let pg: PgServer;
 const OPERATORS = ['oncall', 'webdev', 'shopdev', 'workersdev', 'webadmin', 'labeladmin', 'streamdev', 'nobody'];
@@ -48,7 +46,7 @@ function passed(r: Res, status: number): void {
   expect(r.status, r.text).toBe(status);
 }
 
-describe.each<Kind>(['sqlite', 'postgres'])('scopes (%s)', (kind) => {
+describe.each(['sqlite', 'postgres'] as const)('scopes (%s)', (kind) => {
   let t: TestController;
   const admin = (): Cred => pki.cred('operator', 'admin');
   const grantIds: Record<string, string> = {};
@@ -283,6 +281,24 @@ describe.each<Kind>(['sqlite', 'postgres'])('scopes (%s)', (kind) => {
     );
     refused(await req(op.oncall!, 'GET', '/v1/audit'), 'forbidden');
     passed(await req(admin(), 'GET', '/v1/audit'), 200);
+    // the bootstrap admin is the controller's option: not revocable through the API, so no one locks the fleet out
+    const boot = await req(admin(), 'DELETE', '/v1/access/grants/bootstrap:admin');
+    expect({ status: boot.status, code: boot.json.error.code }).toEqual({ status: 400, code: 'invalid_request' });
+    const grants = (await req(admin(), 'GET', '/v1/access/grants')).json.items as Array<{ id: string; source: string }>;
+    expect(grants[0]).toMatchObject({ id: 'bootstrap:admin', source: 'bootstrap' });
+    // a grant changes what an operator may do, and is in the audit trail with who made it
+    const audit = (await req(admin(), 'GET', '/v1/audit?limit=1000')).json.items as Array<{
+      action: string;
+      target: string;
+      who: string;
+    }>;
+    expect(audit).toContainEqual(
+      expect.objectContaining({
+        action: 'access.grant',
+        target: grantIds.webdev,
+        who: pki.spiffe('operator', 'admin'),
+      }),
+    );
   });
 
   it('shows hidden outputs only to who may deploy to the node', async () => {

@@ -36,7 +36,7 @@ async function openKind(kind: Kind): Promise<Store> {
   return s;
 }
 
-describe.each<Kind>(['sqlite', 'postgres'])('the access store (%s)', (kind) => {
+describe.each(['sqlite', 'postgres'] as const)('the access store (%s)', (kind) => {
   it('makes, lists and revokes grants, each change audited', async () => {
     const s = await openKind(kind);
     const a = await s.createAccessGrant({ id: 'g1', subject: 'alice', role: 'viewer', scope: ['*'] }, WHO);
