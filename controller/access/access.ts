@@ -111,6 +111,8 @@ export class RequestAccess {
   readonly grants: readonly Grant[];
   readonly #store: Store;
   readonly #views = new Map<Verb, Promise<Visibility>>();
+  /** Every node's facts, read once per request whatever the verbs that need them. */
+  #facts: Promise<Map<string, NodeFacts>> | undefined;
 
   constructor(identity: CertIdentity, grants: readonly Grant[], store: Store) {
     this.identity = identity;
@@ -137,7 +139,7 @@ export class RequestAccess {
       v =
         scope.all || !scope.held
           ? Promise.resolve(new Visibility(scope, new Map()))
-          : this.#store.nodeFacts(null).then((facts) => new Visibility(scope, facts));
+          : (this.#facts ??= this.#store.nodeFacts(null)).then((facts) => new Visibility(scope, facts));
       this.#views.set(verb, v);
     }
     return v;
