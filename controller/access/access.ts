@@ -139,10 +139,15 @@ export class RequestAccess {
       v =
         scope.all || !scope.held
           ? Promise.resolve(new Visibility(scope, new Map()))
-          : (this.#facts ??= this.#store.nodeFacts(null)).then((facts) => new Visibility(scope, facts));
+          : this.#allFacts().then((facts) => new Visibility(scope, facts));
       this.#views.set(verb, v);
     }
     return v;
+  }
+
+  #allFacts(): Promise<Map<string, NodeFacts>> {
+    this.#facts ??= this.#store.nodeFacts(null);
+    return this.#facts;
   }
 }
 
