@@ -76,6 +76,10 @@ export function registerControllerCommand(program: Command): void {
       "CA bundle for Keystone's certificate (default the file's cafile, else the system's)",
     )
     .option('--keystone-roles <a,b>', "roles a token must hold on the account's project (default admin,swiftoperator)")
+    .option(
+      '--bootstrap-admin <names>',
+      'operators (the <name> of operator/<name>) who hold admin over the whole fleet whatever the grants say, comma-separated, or none (default admin: the certificate herald certs init makes; docs/access.md)',
+    )
     .addHelpText(
       'after',
       `
@@ -115,6 +119,7 @@ agent connections, exit 0.`,
         keystoneCredentials: 'keystone-credentials',
         keystoneCa: 'keystone-ca',
         keystoneRoles: 'keystone-roles',
+        bootstrapAdmin: 'bootstrap-admin',
       };
       for (const [k, opt] of Object.entries(map)) if (flags[k] !== undefined) raw[opt] = flags[k];
       // commander sets autoRegister=true by default for --no-auto-register: only the flag counts

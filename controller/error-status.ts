@@ -34,6 +34,8 @@ export const STATUS_OF: Partial<Record<ErrorCode, number>> = {
   wrong_eku: 403,
   tls_version: 403,
   wrong_node: 403,
+  forbidden: 403,
+  out_of_scope: 403,
   endpoint_not_in_san: 403,
   node_deleted: 403,
   not_found: 404,

@@ -30,6 +30,7 @@ import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import { ed25519Engine, fastEd25519 } from './ed25519.js';
 import { IdleCollector, v8Probe } from './idle-collector.js';
 import { ApiServer, createHealthServer } from './api/server.js';
+import { AccessControl } from './access/access.js';
 import { apiRateLimiters, type RateOverrides } from './api/rate-limit.js';
 import { ClusterEngine } from './clusters/engine.js';
 import { AgentAnswers } from './service/agent-answers.js';
@@ -37,7 +38,7 @@ import { Enrollment } from './service/enrollment.js';
 import { IdentityFloors } from './service/identity-floors.js';
 import { EventBus } from './service/events.js';
 import { ControllerMetrics } from './metrics.js';
-import type { ControllerOptions } from './options.js';
+import { DEFAULT_BOOTSTRAP_ADMIN, type ControllerOptions } from './options.js';
 import type { PushService } from './push/types.js';
 import type { PushTuning } from './push/ipc.js';
 import { ControllerService } from './service/service.js';
@@ -367,8 +368,10 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       ...(deps.bodyLimits?.signalBytes !== undefined ? { signalBodyBytes: deps.bodyLimits.signalBytes } : {}),
     });
     cleanup.push(() => answers.close());
+    const access = new AccessControl({ store, bootstrapAdmins: o.bootstrapAdmins ?? [DEFAULT_BOOTSTRAP_ADMIN] });
     const api = new ApiServer({
       service,
+      access,
       answers,
       material,
       logger,

@@ -69,6 +69,11 @@ export interface ControllerOptions {
   keystoneCa?: string | undefined;
   /** The roles a Keystone token must hold on the account's project. */
   keystoneRoles?: string[] | undefined;
+  /**
+   * Operators (names) who hold admin over the whole fleet whatever the database's grants say
+   * (docs/access.md); default `['admin']`, the operator `herald certs init` makes.
+   */
+  bootstrapAdmins?: string[] | undefined;
 }
 
 /** Option name (long, kebab-case) → key of ControllerOptions. */
@@ -97,6 +102,7 @@ const KEYS = {
   'keystone-credentials': 'keystoneCredentials',
   'keystone-ca': 'keystoneCa',
   'keystone-roles': 'keystoneRoles',
+  'bootstrap-admin': 'bootstrapAdmins',
 } as const;
 type OptionName = keyof typeof KEYS;
 
@@ -275,6 +281,7 @@ export function resolveOptions(
           .filter((r) => r !== '');
   if (keystoneRoles !== undefined && keystoneRoles.length === 0)
     throw new ConfigError('--keystone-roles must name at least one role', { field: 'keystone-roles' });
+  const bootstrapAdmins = parseBootstrapAdmins(str('bootstrap-admin') ?? DEFAULT_BOOTSTRAP_ADMIN);
   const logLevel = (str('log-level') ?? 'info') as LogLevel;
   if (!LOG_LEVELS.includes(logLevel))
     throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`, { field: 'log-level' });
@@ -303,7 +310,27 @@ export function resolveOptions(
     keystoneCredentials,
     keystoneCa: str('keystone-ca'),
     keystoneRoles,
+    bootstrapAdmins,
   };
+}
+
+/** The operator `herald certs init` makes, and so the default of --bootstrap-admin. */
+export const DEFAULT_BOOTSTRAP_ADMIN = 'admin';
+
+/**
+ * `--bootstrap-admin`: operator names, comma-separated, or `none`.
+ * @throws ConfigError naming the option
+ */
+export function parseBootstrapAdmins(s: string): string[] {
+  if (s.trim() === 'none') return [];
+  const names = s.split(',').map((n) => n.trim());
+  for (const n of names)
+    if (!isValidName(n))
+      throw new ConfigError(
+        `--bootstrap-admin ${JSON.stringify(s.slice(0, 200))}: ${JSON.stringify(n.slice(0, 80))} is not an operator name (^[a-z0-9][a-z0-9._-]{0,62}$); give names separated by commas, or none`,
+        { field: 'bootstrap-admin' },
+      );
+  return [...new Set(names)];
 }
 
 const LIFETIME_UNITS_S: Record<string, number> = { s: 1, m: 60, h: 3_600, d: 86_400 };

@@ -80,6 +80,10 @@ export const ERROR_CODES = {
 
   // controller API (docs/api.md)
   wrong_node: 'an agent asked about another node than its own',
+  forbidden:
+    "the operator holds no grant whose role allows this (docs/access.md): reading needs viewer, running existing configs deployer, creating configs author, nodes, join tokens, certificates and grants admin; the controller's log line and `herald can-i` name the rule",
+  out_of_scope:
+    "the operator's role allows this, but not on this target: a node, cluster or node group the request names is outside the scope of their grants, or the route needs the role over the whole fleet (`*`) (docs/access.md)",
   not_found: 'no such resource or route',
   method_not_allowed: 'the route exists but not with this method',
   invalid_request: 'the body or a parameter failed validation (see `field`)',

@@ -179,6 +179,26 @@ export const METADATA_CACHE_ENTRIES = 2_000;
 export const SSE_HEARTBEAT_INTERVAL_MS = 15_000;
 /** Server-Sent Events: a client that lets this much pile up unread is dropped. */
 export const MAX_SSE_BUFFERED_BYTES = 4 * 1024 * 1024;
+/**
+ * An operator's event stream re-reads its grants (and the nodes' labels and clusters) this often,
+ * so a policy change made through another controller reaches it (docs/access.md); one made through
+ * the stream's own controller reaches it at once.
+ */
+export const ACCESS_STREAM_REFRESH_MS = 5_000;
+/**
+ * Cluster ids a scoped operator's event stream remembers having shown, so it can show their
+ * removal (whose event names no node); the oldest are forgotten past this.
+ */
+export const ACCESS_STREAM_SEEN_ENTRIES = 10_000;
+/** Labels one node may carry (docs/access.md). */
+export const MAX_NODE_LABEL_ENTRIES = 32;
+/** Selectors one grant's scope may list (docs/access.md). */
+export const MAX_GRANT_SELECTOR_ENTRIES = 32;
+/**
+ * An access check of at most this many nodes reads those nodes' labels and clusters one by one;
+ * more (a large cluster's create), and it reads every node's in one query.
+ */
+export const ACCESS_FACTS_BY_KEY_ENTRIES = 64;
 /** Acknowledged generations from the push dialer and fetches are written in batches this often. */
 export const ACK_FLUSH_INTERVAL_MS = 500;
 /** Cluster operations are checked for step deadlines and window slots this often. */

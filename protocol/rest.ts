@@ -58,6 +58,8 @@ export type NodeView = {
   generation: number;
   created_at: string;
   updated_at: string;
+  /** What grants may select the node by (docs/access.md); on operator routes and events (not in an agent's announcement answer). */
+  labels?: Record<string, string>;
   push: PushStateView;
   /**
    * Several controllers (docs/several-controllers.md): the controller that owns the node and pushes to it (null
@@ -88,6 +90,8 @@ export type ConfigOutputView = {
   type: InputType;
   error_output: boolean;
   description?: string;
+  /** Its value shows as `"***"` to an operator who may not deploy to the node (docs/access.md). */
+  hidden?: boolean;
 };
 
 /** `GET /v1/configs/{id}`, an item of `GET /v1/configs`, the answer of `POST /v1/configs`. */
@@ -282,7 +286,7 @@ export type DeletedView = { id: string; deleted: true };
  */
 export type EventData = { at: string } & (
   | ({ type: 'node' } & (NodeView | DeletedView))
-  | ({ type: 'deployment' } & (DeploymentView | (DeletedView & { deployment_id: string })))
+  | ({ type: 'deployment' } & (DeploymentView | (DeletedView & { deployment_id: string; node?: string })))
   | ({ type: 'cluster' } & (ClusterView | DeletedView))
   | ({ type: 'push'; node: string } & Omit<PushStateView, 'generation_fetched' | 'last_fetch_at'>)
 );

@@ -218,8 +218,20 @@ const FOLDER_RULES = [
     why: 'the cluster engine runs on its narrow transaction interface',
   },
   {
+    from: 'controller/access/',
+    deny: [
+      'controller/api/',
+      'controller/service/',
+      'controller/push/',
+      'controller/fleet/',
+      'controller/clusters/',
+      'controller/heat/',
+    ],
+    why: 'the access policy decides on what the store holds; the edge asks it, it calls no operation',
+  },
+  {
     from: 'controller/service/',
-    deny: ['controller/api/', 'controller/heat/'],
+    deny: ['controller/api/', 'controller/heat/', 'controller/access/'],
     why: 'the HTTPS edges call the operations, not the reverse',
   },
   {

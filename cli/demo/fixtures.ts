@@ -11,6 +11,7 @@ import type { ClusterView, ConfigView, ListEnvelope, NodeView } from '../../prot
 import { clientFromOptions, type ApiClient } from '../operator/client.js';
 import { makePki as makeTestbedPki } from '../testbed/pki.js';
 import { HEALTH_SCRIPT, INSTALL_SCRIPT, UNINSTALL_SCRIPT } from './scripts.js';
+import { DEMO_VIEWER } from './viewer.js';
 import { DemoFailure, isAlive, type Child, type DemoSupervisor } from './supervisor.js';
 
 /** One node of the demo: its directory, what the restart must leave alone, and its service. */
@@ -52,9 +53,10 @@ export function readPid(file: string): number | undefined {
   }
 }
 
-/** The CA, controller and operator, and one agent certificate per node. */
+/** The CA, controller and operator `admin`, the viewer the demo shows (viewer.ts), and one agent certificate per node. */
 export async function makePki(pkiDir: string, ids: string[]): Promise<void> {
-  await makeTestbedPki(pkiDir, { agents: ids });
+  const pki = await makeTestbedPki(pkiDir, { agents: ids });
+  await pki.issue('operator', DEMO_VIEWER);
 }
 
 export interface DemoController {

@@ -24,6 +24,7 @@ import {
   type DemoNode,
 } from './fixtures.js';
 import { keepRunning, timelineLines, wakeTable, writeStopScript } from './report.js';
+import { DEMO_VIEWER, showViewer } from './viewer.js';
 import { DemoFailure, DemoSupervisor, tail } from './supervisor.js';
 import { formatMs, parseDuration, parsePositiveInt, table } from '../operator/format.js';
 import { TestbedError } from '../testbed/wait.js';
@@ -145,7 +146,7 @@ async function setUp(run: Run): Promise<string> {
   const n = run.ids.length;
   run.say(`Herald demo: a ${n}-node cluster restart on 127.0.0.1, in ${run.root}`);
   await makePki(run.pkiDir, run.ids);
-  run.step(`PKI made: CA, controller, operator admin, ${n} agents`);
+  run.step(`PKI made: CA, controller, operators admin and ${DEMO_VIEWER}, ${n} agents`);
   const connect = run.dialOut ? await freePort() : undefined;
   const ctl = await startController(run.sup, run.root, run.pkiDir, run.stepTimeoutMs, connect);
   run.ctl = ctl;
@@ -237,6 +238,14 @@ async function restartAndCheck(run: Run, clusterId: string): Promise<void> {
   run.say(
     `✓ all ${run.ids.length} nodes re-provisioned: new service pids, same containers, same volumes (${((Date.now() - run.t0) / 1000).toFixed(1)} s in all)`,
   );
+  run.say('');
+  const viewer = await showViewer(api, {
+    url: run.ctl!.url,
+    pkiDir: run.pkiDir,
+    env: run.sup.env,
+    clusterId,
+  });
+  for (const line of viewer) run.say(line);
 }
 
 /** `--keep`: lets the demo exit with everything still running. */

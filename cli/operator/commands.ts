@@ -22,6 +22,7 @@ import { collect, formatMs, keyValues, parseDuration, parsePositiveInt, splitLis
 import { jsonText, visible } from '../terminal-text.js';
 import { gatherInputs, hiddenOnArgvWarning, INPUT_FILE_HELP, warnHiddenOnArgv } from './inputs.js';
 import { clusterMembers, formatPlan, RESTART_HELP, restartBody, type RestartFlags } from './rollout.js';
+import { registerAccess } from './access.js';
 
 interface CommonOptions extends ClientOptions {
   json?: boolean;
@@ -149,7 +150,7 @@ function registerNode(program: Command): void {
       await withClient(cmd, async (client, o) => {
         const body = await client.get<ListEnvelope<NodeView>>('/v1/nodes');
         if (o.json) return printJson(o, body);
-        const rows = body.items.map(({ id, endpoint, generation, push: p }) => [
+        const rows = body.items.map(({ id, endpoint, generation, push: p, labels }) => [
           id,
           endpoint,
           // an agent that dialled in (docs/protocol.md, "Dialled-in connections") says so
@@ -158,8 +159,9 @@ function registerNode(program: Command): void {
           p.generation_acked,
           p.last_ack_at,
           p.last_error,
+          labelsText(labels),
         ]);
-        out(o, table(['ID', 'ENDPOINT', 'PUSH', 'GEN', 'ACKED', 'LAST ACK', 'LAST ERROR'], rows));
+        out(o, table(['ID', 'ENDPOINT', 'PUSH', 'GEN', 'ACKED', 'LAST ACK', 'LAST ERROR', 'LABELS'], rows));
       });
     },
   );
@@ -174,17 +176,36 @@ function registerNode(program: Command): void {
   leaf(node, 'add <id>', 'add a node (agents also register themselves when they announce their endpoint)', [
     'herald node add n1',
     'herald node add n1 --endpoint wss://10.0.0.5:7443/v1/wake',
+    'herald node add web-1 --label team=web --label tier=front',
   ])
     .option('--endpoint <url>', 'the agent listener, wss://host:port/v1/wake')
-    .action(async (id: string, opts: { endpoint?: string }, cmd: Command) => {
+    .option('--label <key=value>', 'a label grants may select the node by (repeatable; docs/access.md)', collect)
+    .action(async (id: string, opts: { endpoint?: string; label?: string[] }, cmd: Command) => {
+      const { parseLabelArgs } = await import('./access.js');
+      const labels = parseLabelArgs(opts.label ?? [], false);
       await withClient(cmd, async (client, o) => {
         const req: Obj = { id };
         if (opts.endpoint) req.endpoint = opts.endpoint;
+        if (Object.keys(labels).length > 0) req.labels = labels;
         const body = await client.post<NodeView>('/v1/nodes', req);
         if (o.json) return printJson(o, body);
         out(o, `node ${body.id} added\n`);
       });
     });
+  leaf(
+    node,
+    'label <id> <changes...>',
+    'set (key=value) or remove (key-) labels of a node: what grants may select it by (docs/access.md)',
+    ['herald node label web-1 team=web tier=front', 'herald node label web-1 tier-'],
+  ).action(async (id: string, changes: string[], _o, cmd: Command) => {
+    const { parseLabelArgs } = await import('./access.js');
+    const labels = parseLabelArgs(changes, true);
+    await withClient(cmd, async (client, o) => {
+      const body = await client.patch<NodeView>(`/v1/nodes/${seg(id)}`, { labels });
+      if (o.json) return printJson(o, body);
+      out(o, `node ${body.id} labels: ${labelsText(body.labels) || '(none)'}\n`);
+    });
+  });
   leaf(node, 'rm <id>', 'delete a node; its id stays refused to agents until an operator adds it again', [
     'herald node rm n1',
   ]).action(async (id: string, _o, cmd: Command) => {
@@ -245,6 +266,11 @@ function registerConfig(program: Command): void {
       'declare an output whose presence fails the deployment (repeatable)',
       collect,
     )
+    .option(
+      '--hidden-output <name[:Type]>',
+      'declare an output whose value only operators who may deploy to the node see (repeatable; docs/access.md)',
+      collect,
+    )
     .option('--hook-timeout <duration>', 'options.timeout: kill the run after this long (e.g. 90s, 10m; default 600s)')
     .action(
       async (
@@ -256,6 +282,7 @@ function registerConfig(program: Command): void {
           hiddenInput?: string[];
           output?: string[];
           errorOutput?: string[];
+          hiddenOutput?: string[];
           hookTimeout?: string;
         },
         cmd: Command,
@@ -718,6 +745,14 @@ function registerControllers(program: Command): void {
   });
 }
 
+/** `team=web,tier=front`, keys in order. */
+function labelsText(labels: Record<string, string> | undefined): string {
+  return Object.keys(labels ?? {})
+    .sort()
+    .map((k) => `${k}=${labels![k]!}`)
+    .join(',');
+}
+
 /** Registers `herald node`, `config`, `deploy` and `cluster`. */
 // ---- enroll -------------------------------------------------------------------------------------
 
@@ -770,6 +805,7 @@ function registerEnroll(program: Command): void {
 }
 
 export function registerOperatorCommands(program: Command): void {
+  registerAccess(program, { withConnectionOptions, withClient, leaf, out, printJson });
   registerEnroll(program);
   registerNode(program);
   registerConfig(program);

@@ -180,13 +180,15 @@ export interface OutputDecl {
   name: string;
   type: InputType;
   error_output?: boolean;
+  hidden?: boolean;
 }
 
-/** Parses an output declaration `name[:Type]`. */
-export function parseOutputDecl(spec: string, option: string, errorOutput = false): OutputDecl {
+/** Parses an output declaration `name[:Type]`; `hidden`: its value is masked to who may not deploy (docs/access.md). */
+export function parseOutputDecl(spec: string, option: string, errorOutput = false, hidden = false): OutputDecl {
   const d = parseInputDecl(spec, option);
   const out: OutputDecl = { name: d.name, type: d.type };
   if (errorOutput) out.error_output = true;
+  if (hidden) out.hidden = true;
   return out;
 }
 

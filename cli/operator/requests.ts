@@ -43,6 +43,7 @@ export interface ConfigCreateOptions {
   hiddenInput?: string[];
   output?: string[];
   errorOutput?: string[];
+  hiddenOutput?: string[];
   hookTimeout?: string;
 }
 
@@ -70,6 +71,7 @@ export function buildConfigRequest(o: ConfigCreateOptions): Record<string, unkno
   const outputs = [
     ...(o.output ?? []).map((s) => parseOutputDecl(s, '--output')),
     ...(o.errorOutput ?? []).map((s) => parseOutputDecl(s, '--error-output', true)),
+    ...(o.hiddenOutput ?? []).map((s) => parseOutputDecl(s, '--hidden-output', false, true)),
   ];
   const req: Record<string, unknown> = { name: o.name, group: o.group, config };
   if (inputs.length) req.inputs = inputs;

@@ -206,7 +206,7 @@ function touches(d: EventData, clusterId: string, members: ReadonlySet<string>):
     case 'cluster':
       return d.id === clusterId;
     case 'deployment':
-      return 'node' in d ? d.cluster_id === clusterId || members.has(d.node) : false;
+      return 'deleted' in d ? false : d.cluster_id === clusterId || members.has(d.node);
     case 'node':
       return members.has(d.id);
     case 'push':

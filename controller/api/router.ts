@@ -1,11 +1,33 @@
 /**
  * A small method + path router for the API: templates like `/v1/nodes/:node/metadata`, each
- * with who may call it (checked after the one certificate check), its rate class and body limit.
+ * with its rule (who may call it: checked after the one certificate check, and for operators by
+ * the access policy, docs/access.md), its rate class and body limit. A route is declared with its
+ * rule in one place, its spec: a route without one does not compile, and the route-table test
+ * (test/controller/access-routes.test.ts) fails for a route it has no row for.
  */
 import type { CertIdentity } from '../../certs/identity.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Verb } from '../../protocol/access.js';
+import type { RequestAccess, TargetRef, TargetSpec } from '../access/access.js';
 
-export type RouteAuth = 'any' | 'agent' | 'operator';
+/** What a rule may read to find a request's targets: its path parameters, query and (unchecked) body. */
+export interface RuleInput {
+  params: Record<string, string>;
+  query: URLSearchParams;
+  body: unknown;
+}
+
+/**
+ * Who may call a route: `any` valid identity; the `agent` of the node in the path; any
+ * `operator` (`verb: null`, no grant needed: whoami, can-i); or an operator whose grants hold
+ * `verb` over the route's targets (protocol/access.ts, controller/access/access.ts TargetSpec).
+ */
+export type RouteRule =
+  | { caller: 'any' }
+  | { caller: 'agent' }
+  | { caller: 'operator'; verb: null }
+  | { caller: 'operator'; verb: Verb; targets: TargetSpec | ((c: RuleInput) => TargetRef[]) };
+
 /** `enroll`: `POST /v1/enroll`, limited per source address (it has no identity). */
 export type RateClass = 'announce' | 'fetch' | 'signal' | 'output' | 'enroll' | 'other';
 
@@ -17,6 +39,8 @@ export interface RouteContext {
   identity: CertIdentity;
   /** The parsed JSON body, or undefined when there was none. */
   body: unknown;
+  /** An operator route's access (its grants, what it may see); undefined on agent and `any` routes. */
+  access: RequestAccess | undefined;
 }
 
 /** A JSON reply; a handler that wrote the response itself returns `undefined`. */
@@ -31,7 +55,7 @@ export interface Reply {
 export interface RouteSpec {
   method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
   path: string;
-  auth: RouteAuth;
+  rule: RouteRule;
   rate: RateClass;
   /** Largest body accepted; 0 for routes that take none. */
   bodyLimitBytes: number;
@@ -67,6 +91,11 @@ export class Router {
     );
     this.#routes.push({ ...spec, re, keys });
     return this;
+  }
+
+  /** Every route, in the order added. */
+  routes(): readonly RouteSpec[] {
+    return this.#routes;
   }
 
   match(method: string, path: string): RouteMatch {

@@ -4,7 +4,8 @@
  * certificate (`authorizePeer`: chain, dates, revocation, a Herald identity), routing, the
  * route's role check (agent routes only for the node in the path, operator routes only for
  * operators), the identity's rate limit, the body (size counted while reading, JSON only),
- * then the handler. Errors become a status and `{"error":{code,message,field?}}` at one edge;
+ * for an operator the access policy (the route's rule: its verb over what the request targets,
+ * docs/access.md; the grants read on every request), then the handler. Errors become a status and `{"error":{code,message,field?}}` at one edge;
  * anything unexpected is logged with its stack and answered 500 `internal` without detail. The
  * answers to an agent's fetch and signal are the service's (controller/service/agent-answers.ts,
  * which answers the same requests arriving on a push connection); this module writes them in HTTP.
@@ -26,6 +27,7 @@ import {
 import type { CertIdentity } from '../../certs/identity.js';
 import type { TicketKey } from '../../certs/ticket-key.js';
 import { ERROR_CODES, HeraldError, type ErrorCode } from '../../protocol/errors.js';
+import type { Verb } from '../../protocol/access.js';
 import { ROLES } from '../../protocol/identity.js';
 import {
   API_HEADERS_TIMEOUT_MS,
@@ -47,6 +49,7 @@ import {
   MAX_SSE_BUFFERED_BYTES,
   SSE_HEARTBEAT_INTERVAL_MS,
   TLS_SESSION_LIFETIME_S,
+  ACCESS_STREAM_REFRESH_MS,
 } from '../../protocol/limits.js';
 import { peerNetworks } from '../../protocol/address.js';
 import { isValidNonce, NONCE_HEADER, SIGNATURE_HEADER } from '../../protocol/metadata.js';
@@ -60,11 +63,24 @@ import type { IdentityFloors } from '../service/identity-floors.js';
 import type { ControllerEvent } from '../service/events.js';
 import type { ControllerMetrics } from '../metrics.js';
 import { apiRateLimiters, type ApiRateLimiters } from './rate-limit.js';
-import { Router, type RateClass, type Reply, type RouteContext, type RouteSpec } from './router.js';
+import {
+  Router,
+  type RateClass,
+  type Reply,
+  type RouteContext,
+  type RouteRule,
+  type RouteSpec,
+  type RuleInput,
+} from './router.js';
+import { AccessRefused, type AccessControl, type RequestAccess, type TargetRef } from '../access/access.js';
+import { filterMetricsText, StreamScope } from '../access/stream.js';
 import type { ControllerService } from '../service/service.js';
+import type { ClusterView } from '../../protocol/rest.js';
 
 export interface ApiServerOptions {
   service: ControllerService;
+  /** Who may do what (docs/access.md): every operator route asks it. */
+  access: AccessControl;
   /** The answers to an agent's fetch and signal, shared with its push connection. */
   answers: AgentAnswers;
   material: PkiMaterial;
@@ -213,6 +229,11 @@ export class ApiServer {
     this.#routes();
   }
 
+  /** Every route with its rule (docs/api.md; test/controller/access-routes.test.ts reads them). */
+  routes(): readonly RouteSpec[] {
+    return this.#router.routes();
+  }
+
   /** Listens on host:port (0: any free port) and resolves with the bound address. */
   listen(port: number, host: string): Promise<AddressInfo> {
     return new Promise((resolve, reject) => {
@@ -305,8 +326,9 @@ export class ApiServer {
       const body =
         spec.bodyLimitBytes > 0 ? await this.#readJson(req, spec.bodyLimitBytes) : await this.#drainEmpty(req);
       this.#rateLimited.delete(req.socket as tls.TLSSocket);
+      const access = await this.#access(spec.rule, identity, { params: m.params, query: url.searchParams, body });
       if (abandoned(req, route, this.#log)) return;
-      const reply = await spec.handler({ req, res, params: m.params, query: url.searchParams, identity, body });
+      const reply = await spec.handler({ req, res, params: m.params, query: url.searchParams, identity, body, access });
       if (reply?.raw) {
         const data = Buffer.from(reply.raw.data);
         res.writeHead(reply.status, {
@@ -460,9 +482,21 @@ export class ApiServer {
     return false;
   }
 
+  /**
+   * An operator route's access policy (docs/access.md): its verb over what the request targets,
+   * decided on the grants read now, so a change made through any controller holds from this
+   * request on. @throws AccessRefused `forbidden` | `out_of_scope`
+   */
+  async #access(rule: RouteRule, identity: CertIdentity, input: RuleInput): Promise<RequestAccess | undefined> {
+    if (rule.caller !== 'operator') return undefined;
+    if (rule.verb === null) return this.#o.access.anyOperator(identity);
+    const targets = typeof rule.targets === 'function' ? rule.targets(input) : rule.targets;
+    return this.#o.access.authorize(identity, rule.verb, targets);
+  }
+
   #checkRole(spec: RouteSpec, params: Record<string, string>, id: CertIdentity): void {
-    if (spec.auth === 'any') return;
-    if (spec.auth === 'operator') {
+    if (spec.rule.caller === 'any') return;
+    if (spec.rule.caller === 'operator') {
       if (id.role !== 'operator')
         throw new ApiError('wrong_role', `an operator certificate is required, not a ${id.role} one`);
       return;
@@ -560,8 +594,9 @@ export class ApiServer {
       this.#o.metrics.refusals.inc({ code });
       const status = statusOf(code);
       const socket = req.socket as tls.TLSSocket;
-      // a 403 closes its connection; so do repeated 429s (one does not: the retry reuses it)
-      if (status === 403) headers.Connection = 'close';
+      // a 403 closes its connection (the policy's do not: the identity is sound, and a grant may
+      // come while the connection lives); so do repeated 429s (one does not: the retry reuses it)
+      if (status === 403 && !(err instanceof AccessRefused)) headers.Connection = 'close';
       if (code === 'store_unavailable') {
         // the database's own words stay in the log
         message = ERROR_CODES.store_unavailable;
@@ -577,13 +612,19 @@ export class ApiServer {
         message,
         { status, peer, method: req.method ?? '', route, field },
         identity?.spiffeId,
-        // an enrolment's real reason, summarised per kind of reason (never per peer)
+        // an enrolment's real reason, summarised per kind of reason (never per peer); the policy's
+        // rule, per identity, route and rule
         err instanceof EnrollmentRefused
           ? {
               key: `${code} ${err.kind}`,
               fields: { event: 'enroll.refused', reason: err.reason, kind: err.kind, ...err.fields },
             }
-          : undefined,
+          : err instanceof AccessRefused
+            ? {
+                key: `${code} ${identity?.spiffeId ?? ''} ${req.method ?? ''} ${route} ${err.rule}`,
+                fields: { event: 'access.refused', rule: err.rule, verb: err.verb },
+              }
+            : undefined,
       );
     } else {
       this.#log.error({ err, peer, method: req.method, route }, 'request failed unexpectedly');
@@ -603,6 +644,7 @@ export class ApiServer {
 
   #routes(): void {
     const s = this.#o.service;
+    const access = this.#o.access;
     const reqLimit = this.#o.bodyLimits?.requestBytes ?? MAX_REQUEST_BODY_BYTES;
     const sigLimit = this.#o.bodyLimits?.signalBytes ?? MAX_SIGNAL_BODY_BYTES;
     const who = (c: RouteContext): string => c.identity.spiffeId;
@@ -616,7 +658,7 @@ export class ApiServer {
     const add = (
       method: RouteSpec['method'],
       path: string,
-      auth: RouteSpec['auth'],
+      rule: RouteRule,
       handler: RouteSpec['handler'],
       extra: Partial<RouteSpec> = {},
     ): void => {
@@ -624,25 +666,40 @@ export class ApiServer {
       this.#router.add({
         method,
         path,
-        auth,
+        rule,
         rate: 'other',
         bodyLimitBytes: needsBody ? reqLimit : 0,
         handler,
         ...extra,
       });
     };
+    // the rules (docs/access.md): who may call, and for an operator the verb and its targets
+    const ANY: RouteRule = { caller: 'any' };
+    const AGENT: RouteRule = { caller: 'agent' };
+    const ANY_OPERATOR: RouteRule = { caller: 'operator', verb: null };
+    const op = (verb: Verb, targets: Extract<RouteRule, { verb: Verb }>['targets']): RouteRule => ({
+      caller: 'operator',
+      verb,
+      targets,
+    });
+    const param =
+      (kind: 'node' | 'deployment' | 'cluster' | 'token', name = 'id') =>
+      (c: RuleInput): TargetRef[] => [{ [kind]: c.params[name]! } as TargetRef];
+    const nodegroup = (c: RuleInput): TargetRef[] => [{ nodegroup: { cluster: c.params.id!, name: c.params.name! } }];
+    /** The request's access: set on every operator route (RouteRule). */
+    const accessOf = (c: RouteContext): RequestAccess => c.access!;
+    /** Hidden outputs show to a reader who may deploy to the node. */
+    const reveal = (c: RouteContext) => (node: string) => accessOf(c).reveals(node);
 
-    // the API listens before the service starts (its URL, with port 0, is known only then): until
-    // the controller has its nodes (and has joined the fleet) a probe must not count it in
     // the API listens before the service starts (its URL, with port 0, is known only then): a
     // probe must not count the controller in before it has its nodes and has joined the fleet
-    add('GET', '/healthz', 'any', () => healthReply(s.phase));
+    add('GET', '/healthz', ANY, () => healthReply(s.phase));
 
     // agent routes
     add(
       'PUT',
       '/v1/nodes/:node/endpoint',
-      'agent',
+      AGENT,
       async (c) => {
         const node = await s.announce(c.params.node!, c.body, c.identity);
         // the certificate's dates, for the node's renewal state (GET /v1/nodes/{id})
@@ -656,7 +713,7 @@ export class ApiServer {
     add(
       'POST',
       '/v1/nodes/:node/certificate',
-      'agent',
+      AGENT,
       async (c) => {
         const enrollment = this.#o.enrollment;
         if (!enrollment) throw new HeraldError('enrollment_disabled', ERROR_CODES.enrollment_disabled);
@@ -667,11 +724,11 @@ export class ApiServer {
       },
       { bodyLimitBytes: MAX_ENROLL_BODY_BYTES },
     );
-    add('GET', '/v1/nodes/:node/metadata', 'agent', (c) => this.#metadata(c), { rate: 'fetch' });
+    add('GET', '/v1/nodes/:node/metadata', AGENT, (c) => this.#metadata(c), { rate: 'fetch' });
     add(
       'POST',
       SIGNAL_ROUTE,
-      'agent',
+      AGENT,
       async (c) => ok(await this.#o.answers.signal(c.params.node!, c.params.deployment!, c.body, who(c))),
       {
         bodyLimitBytes: sigLimit,
@@ -681,79 +738,139 @@ export class ApiServer {
     add(
       'POST',
       '/v1/nodes/:node/deployments/:deployment/output',
-      'agent',
+      AGENT,
       async (c) => ok(await s.output.post(c.params.node!, c.params.deployment!, c.body)),
       { rate: 'output' },
     );
 
-    // operator routes
-    add('POST', '/v1/enrollment-tokens', 'operator', async (c) => {
-      const enrollment = this.#o.enrollment;
-      if (!enrollment) throw new HeraldError('enrollment_disabled', ERROR_CODES.enrollment_disabled);
-      const t = await enrollment.createToken(c.body, who(c));
-      return created({ ...t }, `/v1/enrollment-tokens/${t.id}`);
+    // operator routes: join tokens and nodes (admin, over the nodes they name)
+    add(
+      'POST',
+      '/v1/enrollment-tokens',
+      op('admin', (c) => bodyNode(c.body, 'node')),
+      async (c) => {
+        const enrollment = this.#o.enrollment;
+        if (!enrollment) throw new HeraldError('enrollment_disabled', ERROR_CODES.enrollment_disabled);
+        const t = await enrollment.createToken(c.body, who(c));
+        return created({ ...t }, `/v1/enrollment-tokens/${t.id}`);
+      },
+    );
+    add('GET', '/v1/enrollment-tokens', op('admin', 'filtered'), async (c) => {
+      const seen = await accessOf(c).visibility('admin');
+      const list = (await this.#o.enrollment?.listTokens()) ?? [];
+      return items(list.filter((t) => seen.node(t.node)));
     });
-    add('GET', '/v1/enrollment-tokens', 'operator', async () => items((await this.#o.enrollment?.listTokens()) ?? []));
-    add('DELETE', '/v1/enrollment-tokens/:id', 'operator', async (c) => {
+    add('DELETE', '/v1/enrollment-tokens/:id', op('admin', param('token')), async (c) => {
       const enrollment = this.#o.enrollment;
       if (!enrollment) throw new HeraldError('not_found', `no enrollment token ${c.params.id!}`);
       return ok(await enrollment.revokeToken(c.params.id!, who(c)));
     });
-    add('POST', '/v1/nodes', 'operator', async (c) => {
-      const n = await s.createNode(c.body, who(c));
-      return created(n, `/v1/nodes/${encodeURIComponent(String(n.id))}`);
+    add(
+      'POST',
+      '/v1/nodes',
+      op('admin', (c) => bodyNode(c.body, 'id').map((t) => ({ newNode: t.node, labels: bodyLabels(c.body) }))),
+      async (c) => {
+        const n = await s.createNode(c.body, who(c));
+        return created(n, `/v1/nodes/${encodeURIComponent(String(n.id))}`);
+      },
+    );
+    add('GET', '/v1/nodes', op('read', 'filtered'), async (c) => {
+      const seen = await accessOf(c).visibility('read');
+      return items((await s.listNodes()).filter((n) => seen.node(String(n.id))));
     });
-    add('GET', '/v1/nodes', 'operator', async () => items(await s.listNodes()));
-    add('GET', '/v1/controllers', 'operator', async () => items(await s.listControllers()));
-    add('GET', '/v1/nodes/:id', 'operator', async (c) => {
+    add('GET', '/v1/controllers', op('read', 'unscoped'), async () => items(await s.listControllers()));
+    add('GET', '/v1/nodes/:id', op('read', param('node')), async (c) => {
       const node = await s.getNode(c.params.id!);
       const certificate = (await this.#o.enrollment?.nodeCertificate(c.params.id!)) ?? null;
       return ok({ ...node, certificate });
     });
-    add('POST', '/v1/nodes/:id/revoke', 'operator', async (c) => {
+    add(
+      'PATCH',
+      '/v1/nodes/:id',
+      // the node as it is and as it will be: labels cannot move a node into (or out of) a scope one does not hold
+      op('admin', (c) => [{ node: c.params.id!, relabel: bodyLabels(c.body, true) }]),
+      async (c) => ok(await s.updateNode(c.params.id!, c.body, who(c))),
+    );
+    add('POST', '/v1/nodes/:id/revoke', op('admin', param('node')), async (c) => {
       const floors = this.#o.floors;
       if (!floors) throw new HeraldError('not_found', 'this controller does not revoke node identities');
       return ok(await floors.revoke(c.params.id!, who(c)));
     });
-    add('DELETE', '/v1/nodes/:id', 'operator', async (c) => {
+    add('DELETE', '/v1/nodes/:id', op('admin', param('node')), async (c) => {
       await s.deleteNode(c.params.id!, who(c));
       return { status: 204 };
     });
-    add('POST', '/v1/configs', 'operator', async (c) => {
+
+    // configs: new code is an author's; reading them a viewer's (they name no node)
+    add('POST', '/v1/configs', op('author', 'unscoped'), async (c) => {
       const cfg = await s.createConfig(c.body, who(c));
       return created(cfg, `/v1/configs/${String(cfg.id)}`);
     });
-    add('GET', '/v1/configs', 'operator', async () => items(await s.listConfigs()));
-    add('GET', '/v1/configs/:id', 'operator', async (c) => ok(await s.getConfig(c.params.id!)));
-    add('POST', '/v1/deployments', 'operator', async (c) => {
-      const d = await s.createDeployment(c.body, who(c));
-      return created(d, `/v1/deployments/${String(d.id)}`);
-    });
-    add('GET', '/v1/deployments', 'operator', async (c) =>
-      items(await s.listDeployments(c.query.get('node') ?? undefined)),
+    add('GET', '/v1/configs', op('read', 'unscoped'), async () => items(await s.listConfigs()));
+    add('GET', '/v1/configs/:id', op('read', 'unscoped'), async (c) => ok(await s.getConfig(c.params.id!)));
+
+    // deployments: running existing configs is a deployer's, over the deployment's node
+    add(
+      'POST',
+      '/v1/deployments',
+      op('deploy', (c) => bodyNode(c.body, 'node')),
+      async (c) => {
+        const d = await s.createDeployment(c.body, who(c));
+        return created(d, `/v1/deployments/${String(d.id)}`);
+      },
     );
-    add('GET', '/v1/deployments/:id', 'operator', async (c) => ok(await s.getDeployment(c.params.id!)));
-    add('GET', '/v1/deployments/:id/revisions', 'operator', async (c) => items(await s.listRevisions(c.params.id!)));
-    add('GET', '/v1/deployments/:id/output', 'operator', async (c) =>
+    add('GET', '/v1/deployments', op('read', 'filtered'), async (c) => {
+      const seen = await accessOf(c).visibility('read');
+      const deploy = await accessOf(c).visibility('deploy');
+      return items(
+        await s.listDeployments(
+          c.query.get('node') ?? undefined,
+          (node) => deploy.node(node),
+          (node) => seen.node(node),
+        ),
+      );
+    });
+    add('GET', '/v1/deployments/:id', op('read', param('deployment')), async (c) =>
+      ok(await s.getDeployment(c.params.id!, reveal(c))),
+    );
+    add('GET', '/v1/deployments/:id/revisions', op('read', param('deployment')), async (c) =>
+      items(await s.listRevisions(c.params.id!, reveal(c))),
+    );
+    add('GET', '/v1/deployments/:id/output', op('read', param('deployment')), async (c) =>
       ok(await s.output.get(c.params.id!, c.query.get('revision'))),
     );
-    add('PATCH', '/v1/deployments/:id', 'operator', async (c) =>
+    add('PATCH', '/v1/deployments/:id', op('deploy', param('deployment')), async (c) =>
       ok(await s.updateDeployment(c.params.id!, c.body, who(c))),
     );
-    add('DELETE', '/v1/deployments/:id', 'operator', async (c) => {
+    add('DELETE', '/v1/deployments/:id', op('deploy', param('deployment')), async (c) => {
       const d = await s.deleteDeployment(c.params.id!, who(c));
       return d === null ? { status: 204 } : { status: 202, body: d };
     });
-    add('POST', '/v1/clusters', 'operator', async (c) => {
-      const minimal = prefersMinimal(c.req);
-      const cl = await s.createCluster(c.body, who(c), minimal ? 'minimal' : 'full');
-      const reply = created(cl, `/v1/clusters/${String(cl.id)}`);
-      if (minimal) reply.headers = { ...reply.headers, 'Preference-Applied': 'return=minimal' };
-      return reply;
+
+    // clusters: their operations are a deployer's, over every member (or the cluster or group named)
+    add(
+      'POST',
+      '/v1/clusters',
+      // each member as it is now: a selector naming this cluster does not reach nodes before they join it
+      op('deploy', (c) => [
+        ...bodyNodeList(c.body, 'nodes'),
+        ...asList(field(c.body, 'nodegroups')).flatMap((g) => bodyNodeList(g, 'nodes')),
+      ]),
+      async (c) => {
+        const minimal = prefersMinimal(c.req);
+        const cl = await s.createCluster(c.body, who(c), minimal ? 'minimal' : 'full');
+        const reply = created(cl, `/v1/clusters/${String(cl.id)}`);
+        if (minimal) reply.headers = { ...reply.headers, 'Preference-Applied': 'return=minimal' };
+        return reply;
+      },
+    );
+    add('GET', '/v1/clusters', op('read', 'filtered'), async (c) => {
+      const seen = await accessOf(c).visibility('read');
+      const list = (await s.listClusters()) as unknown as ClusterView[];
+      return items(list.filter((cl) => seen.cluster(cl)));
     });
-    add('GET', '/v1/clusters', 'operator', async () => items(await s.listClusters()));
-    add('GET', '/v1/clusters/:id', 'operator', async (c) => ok(await s.getCluster(c.params.id!)));
-    add('DELETE', '/v1/clusters/:id', 'operator', async (c) => {
+    add('GET', '/v1/clusters/:id', op('read', param('cluster')), async (c) => ok(await s.getCluster(c.params.id!)));
+    add('DELETE', '/v1/clusters/:id', op('deploy', param('cluster')), async (c) => {
       await s.deleteCluster(c.params.id!, who(c));
       try {
         return { status: 202, body: await s.getCluster(c.params.id!) };
@@ -761,33 +878,66 @@ export class ApiServer {
         return { status: 204 }; // nothing to uninstall: removed at once
       }
     });
-    add('PATCH', '/v1/clusters/:id/actions/restart', 'operator', async (c) => {
+    add('PATCH', '/v1/clusters/:id/actions/restart', op('deploy', param('cluster')), async (c) => {
       const plan = await s.restartCluster(c.params.id!, c.body, who(c));
       return plan === null ? { status: 204 } : ok(plan); // a dry run answers its plan
     });
-    add('POST', '/v1/clusters/:id/nodegroups', 'operator', async (c) => {
-      const g = await s.addNodegroup(c.params.id!, c.body, who(c));
-      return created(g, `/v1/clusters/${c.params.id!}/nodegroups/${String(g.name)}`);
-    });
-    add('GET', '/v1/clusters/:id/nodegroups/:name', 'operator', async (c) =>
+    add(
+      'POST',
+      '/v1/clusters/:id/nodegroups',
+      // the cluster, and the group's nodes as they are now (they join it with this request)
+      op('deploy', (c) => [{ cluster: c.params.id! }, ...bodyNodeList(c.body, 'nodes')]),
+      async (c) => {
+        const g = await s.addNodegroup(c.params.id!, c.body, who(c));
+        return created(g, `/v1/clusters/${c.params.id!}/nodegroups/${String(g.name)}`);
+      },
+    );
+    add('GET', '/v1/clusters/:id/nodegroups/:name', op('read', nodegroup), async (c) =>
       ok(await s.getNodegroup(c.params.id!, c.params.name!)),
     );
-    add('DELETE', '/v1/clusters/:id/nodegroups/:name', 'operator', async (c) => {
+    add('DELETE', '/v1/clusters/:id/nodegroups/:name', op('deploy', nodegroup), async (c) => {
       await s.deleteNodegroup(c.params.id!, c.params.name!, who(c));
       return { status: 202, body: await s.getCluster(c.params.id!) };
     });
-    add('PATCH', '/v1/clusters/:id/nodegroups/:name/actions/restart', 'operator', async (c) => {
+    add('PATCH', '/v1/clusters/:id/nodegroups/:name/actions/restart', op('deploy', nodegroup), async (c) => {
       const plan = await s.restartCluster(c.params.id!, c.body, who(c), c.params.name!);
       return plan === null ? { status: 204 } : ok(plan);
     });
-    add('GET', '/v1/audit', 'operator', async (c) => {
+
+    // the trail and the live views
+    add('GET', '/v1/audit', op('admin', 'fleet'), async (c) => {
       const limit = Math.min(1000, Math.max(1, Number(c.query.get('limit') ?? 100) || 100));
       return items(await s.store.listAudit(limit));
     });
-    add('GET', '/v1/events', 'operator', (c) => this.#events(c));
-    add('GET', '/metrics', 'operator', async () => {
+    add('GET', '/v1/events', op('read', 'filtered'), (c) => this.#events(c));
+    add('GET', '/metrics', op('read', 'filtered'), async (c) => {
       const m = await this.#o.metrics.text();
-      return { status: 200, raw: { contentType: m.contentType, data: m.body } };
+      const seen = await accessOf(c).visibility('read');
+      const data = seen.all ? m.body : filterMetricsText(m.body, (node) => seen.node(node));
+      return { status: 200, raw: { contentType: m.contentType, data } };
+    });
+
+    // who may do what (docs/access.md): anyone may ask about themselves; grants are the whole fleet's admin's
+    add('GET', '/v1/access/whoami', ANY_OPERATOR, async (c) => ok(await access.whoami(c.identity)));
+    add('GET', '/v1/access/can-i', ANY_OPERATOR, async (c) =>
+      ok(await access.canI(c.identity, c.query.get('verb') ?? '', c.query.get('target') ?? '')),
+    );
+    add('GET', '/v1/access/grants', op('admin', 'fleet'), async () => items(await access.listGrants()));
+    add('POST', '/v1/access/grants', op('admin', 'fleet'), async (c) => {
+      const g = await access.createGrant(c.body, who(c));
+      this.#log.info(
+        { event: 'access.grant', grant: g.id, subject: g.subject, role: g.role, scope: g.scope, who: who(c) },
+        'grant made',
+      );
+      return created(g, `/v1/access/grants/${encodeURIComponent(g.id)}`);
+    });
+    add('DELETE', '/v1/access/grants/:id', op('admin', 'fleet'), async (c) => {
+      const g = await access.deleteGrant(c.params.id!, who(c));
+      this.#log.info(
+        { event: 'access.revoke', grant: g.id, subject: g.subject, role: g.role, who: who(c) },
+        'grant revoked',
+      );
+      return ok(g);
     });
   }
 
@@ -822,13 +972,34 @@ export class ApiServer {
     return undefined;
   }
 
-  #events(c: RouteContext): undefined {
+  /**
+   * The event stream (docs/api.md), showing an operator only what they may read (docs/access.md):
+   * its scope is read before the stream opens, again every ACCESS_STREAM_REFRESH_MS and at once
+   * when a grant changes here; a stream whose operator no longer holds read is ended.
+   */
+  async #events(c: RouteContext): Promise<undefined> {
     const { req, res } = c;
+    let ended = false;
+    const scope = new StreamScope({
+      access: this.#o.access,
+      store: this.#o.service.store,
+      operator: c.identity.name,
+      onLost: () => {
+        this.#log.info(
+          { event: 'access.stream_ended', peer: c.identity.spiffeId },
+          'event stream ended: its operator no longer holds read',
+        );
+        res.end();
+      },
+    });
+    await scope.refresh();
+    if (res.destroyed || res.writableEnded) return undefined;
     res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8', Connection: 'keep-alive' });
     res.write(': herald events\nretry: 2000\n\n');
     this.#streams.add(res);
     this.#o.metrics.eventClients.inc();
     const send = (e: ControllerEvent): void => {
+      if (ended || !scope.allows(e)) return;
       if (res.writableLength > MAX_SSE_BUFFERED_BYTES) {
         this.#log.warn({ event: 'sse.dropped', peer: c.identity.spiffeId }, 'event stream client too slow; dropped');
         res.destroy();
@@ -839,9 +1010,16 @@ export class ApiServer {
     const unsubscribe = this.#o.service.events.subscribe(send);
     const heartbeat = setInterval(() => res.write(': keep-alive\n\n'), SSE_HEARTBEAT_INTERVAL_MS);
     heartbeat.unref();
+    const refresh = (): void => void scope.refresh();
+    const refreshTimer = setInterval(refresh, ACCESS_STREAM_REFRESH_MS);
+    refreshTimer.unref();
+    this.#o.access.on('change', refresh);
     const done = (): void => {
       if (!this.#streams.delete(res)) return;
+      ended = true;
       clearInterval(heartbeat);
+      clearInterval(refreshTimer);
+      this.#o.access.off('change', refresh);
       unsubscribe();
       this.#o.metrics.eventClients.dec();
     };
@@ -849,6 +1027,45 @@ export class ApiServer {
     req.once('close', done);
     return undefined;
   }
+}
+
+// ---- what a rule reads of a request body ---------------------------------------------------------
+// The body is not checked yet when the policy runs: a field that is absent or of another type
+// names no target, and the route's own validation refuses that body (400) before anything is done.
+
+/** A field of an unchecked JSON object. */
+function field(body: unknown, key: string): unknown {
+  return typeof body === 'object' && body !== null && !Array.isArray(body)
+    ? (body as Record<string, unknown>)[key]
+    : undefined;
+}
+
+function asList(v: unknown): unknown[] {
+  return Array.isArray(v) ? v : [];
+}
+
+/** The node a body names at `key` (a string). */
+function bodyNode(body: unknown, key: string): Array<{ node: string }> {
+  const v = field(body, key);
+  return typeof v === 'string' ? [{ node: v }] : [];
+}
+
+/** The nodes a body lists at `key` (a list of strings). */
+function bodyNodeList(body: unknown, key: string): Array<{ node: string }> {
+  return asList(field(body, key))
+    .filter((x): x is string => typeof x === 'string')
+    .map((node) => ({ node }));
+}
+
+/** The body's `labels` (string values; with `patch`, null values too). */
+function bodyLabels(body: unknown, patch: true): Record<string, string | null>;
+function bodyLabels(body: unknown): Record<string, string>;
+function bodyLabels(body: unknown, patch = false): Record<string, string | null> {
+  const v = field(body, 'labels');
+  const out: Record<string, string | null> = {};
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return out;
+  for (const [k, x] of Object.entries(v)) if (typeof x === 'string' || (patch && x === null)) out[k] = x;
+  return out;
 }
 
 /** How long a refused request's body is read (and discarded) before the answer goes out anyway. */

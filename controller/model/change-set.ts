@@ -32,6 +32,8 @@ export class ChangeSetBuilder {
   readonly #removedNodes = new Set<string>();
   readonly #deployments = new Set<string>();
   readonly #removedDeployments = new Set<string>();
+  /** The node of each removed deployment, when known: the event stream shows a removal only to those who may see that node. */
+  readonly #removedDeploymentNodes = new Map<string, string>();
   readonly #clusters = new Set<string>();
   readonly #removedClusters = new Set<string>();
 
@@ -57,9 +59,10 @@ export class ChangeSetBuilder {
     if (!this.#removedDeployments.has(id)) this.#deployments.add(id);
   }
 
-  deploymentRemoved(id: string): void {
+  deploymentRemoved(id: string, node?: string): void {
     this.#deployments.delete(id);
     this.#removedDeployments.add(id);
+    if (node !== undefined) this.#removedDeploymentNodes.set(id, node);
   }
 
   clusterChanged(id: string): void {
@@ -114,6 +117,8 @@ export class ChangeSetBuilder {
     c.removedNodes = [...this.#removedNodes];
     c.deployments = [...this.#deployments];
     c.removedDeployments = [...this.#removedDeployments];
+    if (this.#removedDeploymentNodes.size > 0)
+      c.removedDeploymentNodes = Object.fromEntries(this.#removedDeploymentNodes);
     c.clusters = [...this.#clusters];
     c.removedClusters = [...this.#removedClusters];
     return c;

@@ -41,6 +41,8 @@ export interface ConfigOutput {
   type: InputType;
   error_output: boolean;
   description?: string;
+  /** Masked to operators who may not deploy to the node (docs/access.md). */
+  hidden?: boolean;
 }
 
 export interface ConfigRecord {
@@ -248,8 +250,30 @@ export interface ChangeSet {
   removedNodes: string[];
   deployments: string[];
   removedDeployments: string[];
+  /** The node of each removed deployment, where the transaction knew it. */
+  removedDeploymentNodes?: Record<string, string>;
   clusters: string[];
   removedClusters: string[];
+}
+
+/** A grant (docs/access.md): `subject`, an operator's name, holds `role` over the nodes `scope` selects. */
+export interface AccessGrantRecord {
+  id: string;
+  subject: string;
+  role: string;
+  /** Selectors as written (protocol/access.ts): `*`, `node:web-*`, `label:team=web`, ... */
+  scope: string[];
+  createdAt: string;
+  createdBy: string;
+}
+
+export type NewAccessGrant = Omit<AccessGrantRecord, 'createdAt' | 'createdBy'>;
+
+/** What a scope check knows of a node (docs/access.md): its labels, and its cluster and group there. */
+export interface NodeFacts {
+  id: string;
+  labels: Readonly<Record<string, string>>;
+  cluster: { id: string; name: string; nodegroup: string } | null;
 }
 
 export interface AuditRecord {

@@ -37,17 +37,20 @@ import {
   mergeInputValues,
   nodeCreateSchema,
   nodegroupSchema,
+  nodePatchSchema,
   parseBody,
   restartSchema,
   signalSchema,
 } from './validation.js';
 import type { NodegroupBody } from './validation.js';
+import { checkLabels, patchLabels } from '../../protocol/access.js';
 import {
   clusterSummaryView,
   clusterView,
   configView,
   deploymentView,
   hiddenNames,
+  hiddenOutputNames,
   nodeView,
   restartPlanView,
   revisionView,
@@ -82,6 +85,12 @@ export interface ControllerServiceOptions {
 }
 
 type View = Record<string, unknown>;
+
+/**
+ * Whether the reader may see the hidden outputs of a deployment on `node` (docs/access.md: an
+ * operator who may deploy to it); absent: never (the event stream).
+ */
+export type RevealOutputs = (node: string) => boolean | Promise<boolean>;
 
 /** A node's generation, and its metadata body unless the asker holds that generation already. */
 export interface MetadataAnswer {
@@ -273,11 +282,37 @@ export class ControllerService {
   async createNode(body: unknown, who: string): Promise<View> {
     const b = parseBody(nodeCreateSchema, body);
     const url = b.endpoint == null ? null : parseEndpoint(b.endpoint, 'endpoint').url;
-    const { node, changes } = await this.store.createNode(b.id, url, who);
+    const labels = b.labels === undefined ? {} : patchLabels({}, checkLabels(b.labels));
+    const { changes } = await this.store.transaction(async (tx) => {
+      await tx.createNode(b.id, url, who);
+      if (Object.keys(labels).length > 0) await tx.setNodeLabels(b.id, labels, who);
+    });
+    const node = (await this.store.getNode(b.id))!;
     this.#log.info({ event: 'node.create', node: node.id, who }, 'node created');
     if (url !== null) this.push.setEndpoint(node.id, url, node.generation);
     await this.#apply(changes);
-    return this.#nodeView(node);
+    return this.#nodeView(node, labels);
+  }
+
+  /**
+   * `PATCH /v1/nodes/{id}` `{"labels":{"team":"web","old":null}}`: sets labels, `null` removes
+   * one (docs/access.md). Read and write are one transaction.
+   * @throws HeraldError invalid_request | not_found
+   */
+  async updateNode(id: string, body: unknown, who: string): Promise<View> {
+    const b = parseBody(nodePatchSchema, body);
+    const patch = checkLabels(b.labels, 'labels', true);
+    const { result: labels, changes } = await this.store.transaction(async (tx) => {
+      const had = (await tx.nodeLabels([id])).get(id) ?? {};
+      const next = patchLabels(had, patch);
+      await tx.setNodeLabels(id, next, who);
+      return next;
+    });
+    this.#log.info({ event: 'node.labels', node: id, labels, who }, 'node labels set');
+    await this.#apply(changes);
+    const n = await this.store.getNode(id);
+    if (!n) throw new HeraldError('not_found', `no node ${id}`);
+    return (await this.#withOwners([this.#nodeView(n, labels)]))[0]!;
   }
 
   /**
@@ -328,14 +363,17 @@ export class ControllerService {
   }
 
   async listNodes(): Promise<View[]> {
-    const views = (await this.store.listNodes()).map((n) => this.#nodeView(n));
+    const nodes = await this.store.listNodes();
+    const labels = await this.store.nodeLabels(null);
+    const views = nodes.map((n) => this.#nodeView(n, labels.get(n.id) ?? {}));
     return this.#withOwners(views);
   }
 
   async getNode(id: string): Promise<View> {
     const n = await this.store.getNode(id);
     if (!n) throw new HeraldError('not_found', `no node ${id}`);
-    return (await this.#withOwners([this.#nodeView(n)]))[0]!;
+    const labels = (await this.store.nodeLabels([id])).get(id) ?? {};
+    return (await this.#withOwners([this.#nodeView(n, labels)]))[0]!;
   }
 
   /** Several controllers: each node's owner (its `push` state is this controller's, so it is the owner's only when `owner` is this one). */
@@ -355,8 +393,8 @@ export class ControllerService {
     await this.#apply(changes);
   }
 
-  #nodeView(n: NodeRecord): View {
-    return nodeView(n, this.push.state(n.id), fetchStateOf(this.#fetches.get(n.id)));
+  #nodeView(n: NodeRecord, labels?: Readonly<Record<string, string>>): View {
+    return nodeView(n, this.push.state(n.id), fetchStateOf(this.#fetches.get(n.id)), labels);
   }
 
   // ---- configs -----------------------------------------------------------------------------
@@ -396,7 +434,8 @@ export class ControllerService {
       'deployment created',
     );
     await this.#apply(changes);
-    return deploymentView(deployment, config, await this.hiddenInputsOf(deployment));
+    // the caller may deploy to this node: it sees what the deployment's outputs hold
+    return deploymentView(deployment, config, await this.hiddenInputsOf(deployment), null);
   }
 
   /**
@@ -439,7 +478,7 @@ export class ControllerService {
       'deployment updated',
     );
     await this.#apply(changes);
-    return deploymentView(deployment, config, await this.hiddenInputsOf(deployment));
+    return deploymentView(deployment, config, await this.hiddenInputsOf(deployment), null);
   }
 
   /** Resolves with the deployment while its DELETE revision runs, or null when it was removed at once. */
@@ -450,27 +489,33 @@ export class ControllerService {
       deployment ? 'deployment DELETE revision made' : 'deployment removed',
     );
     await this.#apply(changes);
-    return deployment && this.#deploymentView(deployment);
+    return deployment && this.#deploymentView(deployment, () => true);
   }
 
-  async getDeployment(id: string): Promise<View> {
+  async getDeployment(id: string, reveal?: RevealOutputs): Promise<View> {
     const d = await this.store.getDeployment(id);
     if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
-    return this.#deploymentView(d);
+    return this.#deploymentView(d, reveal);
   }
 
-  async listDeployments(node?: string): Promise<View[]> {
+  /** `visible`: which nodes' deployments the reader may see (default all). */
+  async listDeployments(
+    node?: string,
+    reveal?: RevealOutputs,
+    visible: (node: string) => boolean = () => true,
+  ): Promise<View[]> {
     const list = await this.store.listDeployments({ node });
     const views: View[] = [];
-    for (const d of list) views.push(await this.#deploymentView(d));
+    for (const d of list) if (visible(d.node)) views.push(await this.#deploymentView(d, reveal));
     return views;
   }
 
-  async listRevisions(id: string): Promise<View[]> {
+  async listRevisions(id: string, reveal?: RevealOutputs): Promise<View[]> {
     const d = await this.store.getDeployment(id);
     if (!d) throw new HeraldError('not_found', `no deployment ${id}`);
     const hidden = await this.hiddenInputsOf(d);
-    return (await this.store.listRevisions(id)).map((r) => revisionView(r, hidden));
+    const outputs = (await reveal?.(d.node)) ? null : hiddenOutputNames(await this.store.getConfig(d.configId));
+    return (await this.store.listRevisions(id)).map((r) => revisionView(r, hidden, outputs));
   }
 
   /**
@@ -550,8 +595,10 @@ export class ControllerService {
     }
   }
 
-  async #deploymentView(d: DeploymentRecord): Promise<View> {
-    return deploymentView(d, await this.store.getConfig(d.configId), await this.hiddenInputsOf(d));
+  async #deploymentView(d: DeploymentRecord, reveal?: RevealOutputs): Promise<View> {
+    const config = await this.store.getConfig(d.configId);
+    const outputs = (await reveal?.(d.node)) ? null : hiddenOutputNames(config);
+    return deploymentView(d, config, await this.hiddenInputsOf(d), outputs);
   }
 
   /**
@@ -988,14 +1035,22 @@ export class ControllerService {
         const d = await this.store.getDeployment(id);
         if (d) this.events.publish('deployment', await this.#deploymentView(d));
       }
-    for (const id of c.removedDeployments) this.events.publish('deployment', { id, deployment_id: id, deleted: true });
+    for (const id of c.removedDeployments) {
+      const node = c.removedDeploymentNodes?.[id];
+      this.events.publish('deployment', {
+        id,
+        deployment_id: id,
+        ...(node !== undefined ? { node } : {}),
+        deleted: true,
+      });
+    }
     for (const id of c.nodes) {
       const forPush = this.#feed !== undefined && (this.#pushCares?.(id) ?? true);
       if (!listening && !forPush) continue;
       const n = await this.store.getNode(id);
       if (!n) continue;
       if (forPush) this.push.setEndpoint(n.id, n.endpoint, n.generation);
-      if (listening) this.events.publish('node', this.#nodeView(n));
+      if (listening) this.events.publish('node', this.#nodeView(n, (await this.store.nodeLabels([id])).get(id) ?? {}));
     }
     for (const id of c.removedNodes) {
       this.#credits.forget(id);

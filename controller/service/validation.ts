@@ -48,7 +48,12 @@ const action = z.enum(DEPLOY_ACTIONS);
 export const nodeCreateSchema = z.strictObject({
   id: nodeId,
   endpoint: z.string().max(MAX_URL_CHARS).nullable().optional(),
+  /** Checked by protocol/access.ts checkLabels. */
+  labels: z.unknown().optional(),
 });
+
+/** `PATCH /v1/nodes/{id}`: labels to set (a value) or remove (null), checked by protocol/access.ts checkLabels. */
+export const nodePatchSchema = z.strictObject({ labels: z.unknown() });
 
 export const endpointSchema = z.strictObject({ url: z.string().max(MAX_URL_CHARS) });
 
@@ -65,6 +70,7 @@ const outputSchema = z.object({
   type: z.enum(INPUT_TYPES).default('String'),
   error_output: z.boolean().default(false),
   description: z.string().max(MAX_DESCRIPTION_CHARS).optional(),
+  hidden: z.boolean().optional(),
 });
 
 export const configCreateSchema = z.strictObject({
@@ -201,6 +207,7 @@ export function checkConfig(c: z.output<typeof configCreateSchema>): NewConfig {
     seenOut.add(o.name);
     const out: ConfigOutput = { name: o.name, type: o.type, error_output: o.error_output };
     if (o.description !== undefined) out.description = o.description;
+    if (o.hidden === true) out.hidden = true;
     outputs.push(out);
   }
   const options = c.options ?? {};

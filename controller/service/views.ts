@@ -1,7 +1,8 @@
 /**
  * What the API (and the event stream) shows of stored records. Hidden inputs (`hidden: true`)
  * are replaced by "***" here, the only way out of the controller for them besides the agent's
- * own metadata.
+ * own metadata; so are hidden outputs, for every reader but an operator who may deploy to the
+ * node (docs/access.md).
  */
 import type {
   ClusterNodeView,
@@ -26,13 +27,20 @@ export interface FetchState {
   last_fetch_at: string | null;
 }
 
-export function nodeView(n: NodeRecord, push: PushState, fetch: FetchState): NodeView {
+/** `labels`: for operators and events (docs/access.md); left out of the answer to an agent's announcement. */
+export function nodeView(
+  n: NodeRecord,
+  push: PushState,
+  fetch: FetchState,
+  labels?: Readonly<Record<string, string>>,
+): NodeView {
   return {
     id: n.id,
     endpoint: n.endpoint,
     generation: n.generation,
     created_at: n.createdAt,
     updated_at: n.updatedAt,
+    ...(labels !== undefined ? { labels: { ...labels } } : {}),
     push: {
       ...push,
       generation_acked: maxOf(push.generation_acked, n.ackedGeneration),
@@ -52,6 +60,21 @@ export function hiddenNames(...configs: Array<ConfigRecord | undefined>): Set<st
   const s = new Set<string>();
   for (const c of configs) for (const i of c?.inputs ?? []) if (i.hidden) s.add(i.name);
   return s;
+}
+
+/** The names of the outputs `config` declares hidden (docs/access.md). */
+export function hiddenOutputNames(config: ConfigRecord | undefined): Set<string> {
+  const s = new Set<string>();
+  for (const o of config?.outputs ?? []) if (o.hidden) s.add(o.name);
+  return s;
+}
+
+/** Output values with the hidden ones masked; `hidden` null: shown as they are. */
+function outputValues(
+  values: Record<string, unknown> | null,
+  hidden: ReadonlySet<string> | null,
+): Record<string, unknown> | null {
+  return values === null || hidden === null || hidden.size === 0 ? values : maskValues(values, hidden);
 }
 
 export function maskValues(values: Record<string, unknown>, hidden: ReadonlySet<string>): Record<string, unknown> {
@@ -76,11 +99,13 @@ export function configView(c: ConfigRecord): ConfigView {
 /**
  * @param hidden names hidden by any config that feeds the deployment (Service.hiddenInputsOf):
  *   for a cluster's deployment that is every config of the cluster, not only its own
+ * @param hiddenOutputs output names to mask (hiddenOutputNames); null: the reader may see them
  */
 export function deploymentView(
   d: DeploymentRecord,
   config: ConfigRecord | undefined,
   hidden: ReadonlySet<string>,
+  hiddenOutputs: ReadonlySet<string> | null = hiddenOutputNames(config),
 ): DeploymentView {
   const r = d.current;
   return {
@@ -98,7 +123,7 @@ export function deploymentView(
     status_reason: r.statusReason,
     signalled: r.signalled,
     input_values: maskValues(r.inputValues, hidden),
-    output_values: r.outputValues,
+    output_values: outputValues(r.outputValues, hiddenOutputs),
     cluster_id: d.clusterId,
     creation_time: d.createdAt,
     updated_time: r.updatedAt,
@@ -106,7 +131,11 @@ export function deploymentView(
   };
 }
 
-export function revisionView(r: RevisionRecord, hidden: ReadonlySet<string>): RevisionView {
+export function revisionView(
+  r: RevisionRecord,
+  hidden: ReadonlySet<string>,
+  hiddenOutputs: ReadonlySet<string> | null,
+): RevisionView {
   return {
     revision: r.revision,
     item_id: r.itemId,
@@ -115,7 +144,7 @@ export function revisionView(r: RevisionRecord, hidden: ReadonlySet<string>): Re
     status_reason: r.statusReason,
     signalled: r.signalled,
     input_values: maskValues(r.inputValues, hidden),
-    output_values: r.outputValues,
+    output_values: outputValues(r.outputValues, hiddenOutputs),
     creation_time: r.createdAt,
     updated_time: r.updatedAt,
     signalled_time: r.signalledAt,

@@ -6,6 +6,7 @@
  * (one StoreTx call in its own transaction, the record read after the commit).
  */
 import type {
+  AccessGrantRecord,
   AnnounceResult,
   AuditRecord,
   ChangeSet,
@@ -15,8 +16,10 @@ import type {
   DeploymentPatch,
   DeploymentRecord,
   MetadataRead,
+  NewAccessGrant,
   NewConfig,
   NewDeployment,
+  NodeFacts,
   NodeRecord,
   RevisionRecord,
 } from '../model/records.js';
@@ -122,6 +125,18 @@ export abstract class SqlStoreBase {
     return this.read((_, o) => o.lastChunks(deploymentIds));
   }
 
+  listAccessGrants(subject?: string): Promise<AccessGrantRecord[]> {
+    return this.read((r) => r.accessGrants(subject));
+  }
+
+  nodeLabels(nodes: readonly string[] | null): Promise<Map<string, Record<string, string>>> {
+    return this.read((r) => r.nodeLabels(nodes));
+  }
+
+  nodeFacts(nodes: readonly string[] | null): Promise<Map<string, NodeFacts>> {
+    return this.read((r) => r.nodeFacts(nodes));
+  }
+
   readObjects<T>(fn: (o: ObjectRows) => Promise<T>): Promise<T> {
     return this.read((r) => fn(new ObjectRows(r.s, r.now)));
   }
@@ -140,6 +155,14 @@ export abstract class SqlStoreBase {
   async announceEndpoint(id: string, url: string, who: string, autoRegister: boolean): Promise<AnnounceResult> {
     const { result, changes } = await this.transaction((tx) => tx.announceEndpoint(id, url, who, autoRegister));
     return { node: (await this.getNode(id))!, ...result, changes };
+  }
+
+  async createAccessGrant(g: NewAccessGrant, who: string): Promise<AccessGrantRecord> {
+    return (await this.transaction((tx) => tx.createAccessGrant(g, who))).result;
+  }
+
+  async deleteAccessGrant(id: string, who: string): Promise<AccessGrantRecord> {
+    return (await this.transaction((tx) => tx.deleteAccessGrant(id, who))).result;
   }
 
   async deleteNode(id: string, who: string): Promise<ChangeSet> {

@@ -23,6 +23,11 @@ const DEPLOYMENT_COLUMNS = `d.id, d.node, d.config_id, d.name, d.actions, d.clus
 const DEPLOYMENT_FROM = 'deployments d JOIN revisions r ON r.deployment_id = d.id AND r.revision = d.revision';
 const DEPLOYMENT_SELECT = `SELECT ${DEPLOYMENT_COLUMNS} FROM ${DEPLOYMENT_FROM}`;
 
+/** A node's labels and cluster membership, what a scope check reads (controller/store/access-rows.ts). */
+const FACTS_SELECT = `SELECT n.id, l.labels, c.id AS cluster_id, c.name AS cluster_name, cn.nodegroup
+  FROM nodes n LEFT JOIN node_labels l ON l.node = n.id LEFT JOIN cluster_nodes cn ON cn.node = n.id
+  LEFT JOIN clusters c ON c.id = cn.cluster_id`;
+
 /** A column a many-row insert writes, with the PostgreSQL type of the array it is bound as. */
 type Column = readonly [name: string, pgType: 'text' | 'integer' | 'bigint'];
 
@@ -225,6 +230,17 @@ export const SQL = {
   // the newest chunk of the deployment's current revision (an index seek per deployment)
   outLast: `SELECT o.text FROM deployment_output o JOIN deployments d ON d.id = o.deployment_id AND d.revision = o.revision
        WHERE o.deployment_id = ? ORDER BY o.seq DESC LIMIT 1`,
+  // who may do what (docs/access.md; controller/store/access-rows.ts)
+  grantInsert: 'INSERT INTO access_grants (id, subject, role, scope, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?)',
+  grantGet: 'SELECT * FROM access_grants WHERE id = ?',
+  grantDelete: 'DELETE FROM access_grants WHERE id = ?',
+  grantList: 'SELECT * FROM access_grants ORDER BY created_at, id',
+  grantsOf: 'SELECT * FROM access_grants WHERE subject = ? ORDER BY created_at, id',
+  labelsSet:
+    'INSERT INTO node_labels (node, labels) VALUES (?, ?) ON CONFLICT (node) DO UPDATE SET labels = excluded.labels',
+  labelsDelete: 'DELETE FROM node_labels WHERE node = ?',
+  labelsAll: 'SELECT node, labels FROM node_labels',
+  factsAll: FACTS_SELECT,
   // Heat's object store (docs/heat.md; controller/store/objects.ts)
   objAccountGet: 'SELECT temp_url_key FROM object_accounts WHERE project = ?',
   // the first key set stays (docs/heat.md "The temp-url key"): a second server's POST cannot orphan the first's TempURLs
@@ -346,6 +362,15 @@ export const SELECT_MANY = {
   cnByNodes: {
     one: 'SELECT node, cluster_id FROM cluster_nodes WHERE node = ?',
     many: 'SELECT node, cluster_id FROM cluster_nodes WHERE node = ANY(?::text[])',
+  },
+  // a few nodes' labels and clusters, for a scope check (controller/store/access-rows.ts)
+  factsByNodes: {
+    one: `${FACTS_SELECT} WHERE n.id = ?`,
+    many: `${FACTS_SELECT} WHERE n.id = ANY(?::text[])`,
+  },
+  labelsByNodes: {
+    one: 'SELECT node, labels FROM node_labels WHERE node = ?',
+    many: 'SELECT node, labels FROM node_labels WHERE node = ANY(?::text[])',
   },
 } as const;
 

@@ -25,6 +25,7 @@ import type {
   SeenCertificate,
 } from './enrollment-records.js';
 import type {
+  AccessGrantRecord,
   AnnounceResult,
   AuditRecord,
   ChangeSet,
@@ -34,8 +35,10 @@ import type {
   DeploymentPatch,
   DeploymentRecord,
   MetadataRead,
+  NewAccessGrant,
   NewConfig,
   NewDeployment,
+  NodeFacts,
   NodeRecord,
   RevisionRecord,
 } from '../model/records.js';
@@ -92,6 +95,12 @@ export interface StoreReads {
   readOutput(deploymentId: string, revision: number): Promise<KeptOutput>;
   /** The text of the newest live output chunk of each deployment's current revision (none: absent). */
   lastOutput(deploymentIds: readonly string[]): Promise<Map<string, string>>;
+  /** Every grant (docs/access.md), or `subject`'s, oldest first. */
+  listAccessGrants(subject?: string): Promise<AccessGrantRecord[]>;
+  /** The labels of `nodes` (null: of every node); a node without labels is absent. */
+  nodeLabels(nodes: readonly string[] | null): Promise<Map<string, Record<string, string>>>;
+  /** What a scope check knows of `nodes` (null: of every node): labels and cluster; a node that does not exist is absent. */
+  nodeFacts(nodes: readonly string[] | null): Promise<Map<string, NodeFacts>>;
   /** Reads of Heat's object store (docs/heat.md), outside any transaction. */
   readObjects<T>(fn: (o: ObjectRows) => Promise<T>): Promise<T>;
 }
@@ -189,6 +198,10 @@ export interface Store extends StoreReads {
   retireSupersededCertificates(node: string, serial: string): Promise<boolean>;
   /** Raises nodes' acknowledged generations (never lowers them); one transaction for the batch, no generation. */
   recordAcked(acks: ReadonlyMap<string, number>): Promise<void>;
+  // ---- who may do what (docs/access.md): each change one transaction with its audit row ----
+  createAccessGrant(g: NewAccessGrant, who: string): Promise<AccessGrantRecord>;
+  /** @throws HeraldError not_found */
+  deleteAccessGrant(id: string, who: string): Promise<AccessGrantRecord>;
   /** Waits for the open transaction, then closes; later calls reject `internal`. Idempotent. */
   close(): Promise<void>;
 }
@@ -231,4 +244,12 @@ export interface StoreTx extends ClusterTx {
   deleteDeployment(id: string, who: string): Promise<DeploymentRecord | null>;
   /** Removes the deployment and its revisions (touching its node); nothing when it is gone already. */
   removeDeployment(id: string): Promise<void>;
+  /** The labels of `ids` as this transaction sees them (a node without labels is absent). */
+  nodeLabels(ids: readonly string[]): Promise<Map<string, Record<string, string>>>;
+  /** Replaces the node's labels (none: removes them); audit `node.labels`. @throws HeraldError not_found */
+  setNodeLabels(id: string, labels: Readonly<Record<string, string>>, who: string): Promise<void>;
+  /** Audit `access.grant`. */
+  createAccessGrant(g: NewAccessGrant, who: string): Promise<AccessGrantRecord>;
+  /** Audit `access.revoke`. @throws HeraldError not_found */
+  deleteAccessGrant(id: string, who: string): Promise<AccessGrantRecord>;
 }

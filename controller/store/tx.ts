@@ -12,11 +12,13 @@ import { CLUSTER_INSERT_BATCH_ENTRIES } from '../../protocol/limits.js';
 import type { WakeReason } from '../../protocol/wake.js';
 import type { ChangeSetBuilder } from '../model/change-set.js';
 import { newId } from './ids.js';
+import { grantOf, readGrants, readNodeFacts, readNodeLabels, type GrantRow } from './access-rows.js';
 import { ObjectRows } from './objects.js';
 import { inDocument } from '../model/document.js';
 import { coerceInputValues } from '../model/inputs.js';
 import type { ClusterGlance, ClusterHead, ClusterRows, NodeStepChange, StepResult } from '../clusters/tx.js';
 import type {
+  AccessGrantRecord,
   AuditRecord,
   ClusterNodeRecord,
   ClusterOperation,
@@ -31,7 +33,9 @@ import type {
   MetadataSource,
   NewConfig,
   NewDeployment,
+  NewAccessGrant,
   NewNodegroup,
+  NodeFacts,
   NodegroupRecord,
   NodeRecord,
   RevisionRecord,
@@ -128,6 +132,19 @@ export class SqlRows {
 
   async nodes(): Promise<NodeRecord[]> {
     return ((await this.s.nodeList.all()) as NodeRow[]).map(nodeOf);
+  }
+
+  /** Every grant, or `subject`'s (docs/access.md). */
+  accessGrants(subject?: string): Promise<AccessGrantRecord[]> {
+    return readGrants(this.s, subject);
+  }
+
+  nodeLabels(nodes: readonly string[] | null): Promise<Map<string, Record<string, string>>> {
+    return readNodeLabels(this.s, nodes);
+  }
+
+  nodeFacts(nodes: readonly string[] | null): Promise<Map<string, NodeFacts>> {
+    return readNodeFacts(this.s, nodes);
   }
 
   async config(id: string): Promise<ConfigRecord | undefined> {
@@ -407,9 +424,50 @@ export class SqlTx implements StoreTx {
     for (const { id: dep } of (await this.#s.depIdsByNode.all(id)) as Array<{ id: string }>)
       await this.#removeDeployment(dep);
     await this.#s.nodeDelete.run(id);
+    await this.#s.labelsDelete.run(id);
     await this.#s.tombInsert.run(id, this.#r.iso(), who);
     this.changes.nodeRemoved(id);
     await this.audit(who, 'node.delete', id);
+  }
+
+  /** The labels of `ids` as this transaction sees them (a node without labels is absent). */
+  async nodeLabels(ids: readonly string[]): Promise<Map<string, Record<string, string>>> {
+    this.#live();
+    return await this.#r.nodeLabels(ids);
+  }
+
+  /**
+   * Replaces the node's labels (docs/access.md); none removes them. No generation: labels are not
+   * in the node's metadata. @throws HeraldError not_found
+   */
+  async setNodeLabels(id: string, labels: Readonly<Record<string, string>>, who: string): Promise<void> {
+    this.#live();
+    if (!(await this.#s.nodeKeyLock.get(id))) throw new HeraldError('not_found', `no node ${id}`);
+    if (Object.keys(labels).length === 0) await this.#s.labelsDelete.run(id);
+    else await this.#s.labelsSet.run(id, JSON.stringify(labels));
+    this.changes.nodeChanged(id);
+    await this.audit(who, 'node.labels', id, { labels });
+  }
+
+  // ---- who may do what (docs/access.md) ----------------------------------------------------
+
+  async createAccessGrant(g: NewAccessGrant, who: string): Promise<AccessGrantRecord> {
+    this.#live();
+    const at = this.#r.iso();
+    await this.#s.grantInsert.run(g.id, g.subject, g.role, JSON.stringify(g.scope), at, who);
+    await this.audit(who, 'access.grant', g.id, { subject: g.subject, role: g.role, scope: g.scope });
+    return { ...g, createdAt: at, createdBy: who };
+  }
+
+  /** @throws HeraldError not_found */
+  async deleteAccessGrant(id: string, who: string): Promise<AccessGrantRecord> {
+    this.#live();
+    const row = (await this.#s.grantGet.get(id)) as GrantRow | undefined;
+    if (!row) throw new HeraldError('not_found', `no grant ${id}`);
+    const g = grantOf(row);
+    await this.#s.grantDelete.run(id);
+    await this.audit(who, 'access.revoke', id, { subject: g.subject, role: g.role, scope: g.scope });
+    return g;
   }
 
   // ---- configs -----------------------------------------------------------------------------
@@ -633,7 +691,7 @@ export class SqlTx implements StoreTx {
     await this.#s.revDelete.run(id);
     await this.#s.depDelete.run(id);
     this.changes.touch(d.node);
-    this.changes.deploymentRemoved(id);
+    this.changes.deploymentRemoved(id, d.node);
   }
 
   // ---- clusters ----------------------------------------------------------------------------

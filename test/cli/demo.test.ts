@@ -17,6 +17,11 @@ describe('herald demo', () => {
       expect(m![3]).not.toBe(m![4]);
     }
     expect(r.stdout).toMatch(/RESTART_COMPLETE/);
+    // one admin certificate runs it all; the viewer it grants reads and is refused a restart
+    expect(r.stdout).toMatch(/^ {2}oncall: GET \/v1\/clusters\/\S+ → 200, RESTART_COMPLETE$/m);
+    expect(r.stdout).toMatch(
+      /^ {2}oncall: PATCH \/v1\/clusters\/\S+\/actions\/restart → 403 forbidden: deploy needs the role deployer/m,
+    );
     expect(r.stdout).toMatch(/Stopped everything and removed the directory/);
     const root = /in (\S+herald-demo-\S+)$/m.exec(r.stdout)?.[1];
     expect(root).toBeDefined();

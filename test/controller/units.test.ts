@@ -166,6 +166,17 @@ describe('options', () => {
     expect(resolveOptions(base, { HERALD_CONTROLLER_PUSH_WORKERS: '7' }, 2).pushWorkers).toBe(7);
     expect(() => resolveOptions({ ...base, 'push-workers': '65' }, {}, 2)).toThrow(/--push-workers/);
   });
+
+  it('--bootstrap-admin: admin unless told, a list of operator names, or none', () => {
+    const base = { pki: '/p', db: '/d' };
+    expect(resolveOptions(base, {}, 2).bootstrapAdmins).toEqual(['admin']);
+    expect(resolveOptions({ ...base, 'bootstrap-admin': 'alice, bob,alice' }, {}, 2).bootstrapAdmins).toEqual([
+      'alice',
+      'bob',
+    ]);
+    expect(resolveOptions(base, { HERALD_CONTROLLER_BOOTSTRAP_ADMIN: 'none' }, 2).bootstrapAdmins).toEqual([]);
+    expect(() => resolveOptions({ ...base, 'bootstrap-admin': 'Root' }, {}, 2)).toThrow(/--bootstrap-admin/);
+  });
 });
 
 describe('cluster planner', () => {

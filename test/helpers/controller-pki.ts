@@ -35,6 +35,8 @@ export interface ControllerTestPki {
   spiffe(role: 'controller' | 'agent' | 'operator', name: string): string;
   /** Issues another agent certificate (SANs 127.0.0.1, localhost unless given). */
   issueAgent(name: string, sans?: { dns?: string[]; ip?: string[] }): Promise<Cred>;
+  /** Issues another operator certificate, `operator/<name>`. */
+  issueOperator(name: string): Promise<Cred>;
   cleanup(): void;
 }
 
@@ -80,6 +82,10 @@ export async function makeControllerTestPki(): Promise<ControllerTestPki> {
         ...(sans?.dns ? { dns: sans.dns } : {}),
       });
       return cred('agent', name);
+    },
+    issueOperator: async (name) => {
+      await made.issue('operator', name);
+      return cred('operator', name);
     },
     cleanup: () => fs.rmSync(dir, { recursive: true, force: true }),
   };

@@ -17,6 +17,8 @@ export interface EventReader {
   events: ReceivedEvent[];
   /** Resolves once the stream is open (the server sent its first bytes). */
   opened: Promise<void>;
+  /** Resolves when the server ends the stream (or the connection closes). */
+  ended: Promise<void>;
   close(): void;
 }
 
@@ -25,6 +27,10 @@ export function readEvents(port: number, c: Cred): EventReader {
   let open: () => void = () => undefined;
   const opened = new Promise<void>((r) => {
     open = r;
+  });
+  let end: () => void = () => undefined;
+  const ended = new Promise<void>((r) => {
+    end = r;
   });
   const req = https.request(
     {
@@ -65,9 +71,11 @@ export function readEvents(port: number, c: Cred): EventReader {
         }
       });
       res.on('error', () => undefined);
+      res.on('end', () => end());
+      res.on('close', () => end());
     },
   );
-  req.on('error', () => undefined);
+  req.on('error', () => end());
   req.end();
-  return { events, opened, close: () => req.destroy() };
+  return { events, opened, ended, close: () => req.destroy() };
 }

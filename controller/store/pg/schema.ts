@@ -7,6 +7,7 @@
  */
 import { PG_ENROLLMENT_MIGRATION_SQL, PG_IDENTITY_FLOOR_MIGRATION_SQL } from './enrollment.js';
 import { PG_OBJECTS_MIGRATION_SQL } from '../objects-schema.js';
+import { PG_ACCESS_MIGRATION_SQL } from '../access-schema.js';
 import {
   INSERT_MANY,
   insertUnnestSql,
@@ -230,6 +231,12 @@ export const PG_MIGRATIONS: PgMigration[] = [
     name: 'heat_object_store',
     // SQLite's migration 8: Heat's object store (controller/store/objects-schema.ts)
     sql: PG_OBJECTS_MIGRATION_SQL,
+  },
+  {
+    version: 7,
+    name: 'access',
+    // SQLite's migration 9: grants and node labels (controller/store/access-schema.ts)
+    sql: PG_ACCESS_MIGRATION_SQL,
   },
 ];
 

@@ -6,6 +6,7 @@ import type Database from 'better-sqlite3';
 import { OUTPUT_MIGRATION_SQL } from './output.js';
 import { ENROLLMENT_MIGRATION_SQL, IDENTITY_FLOOR_MIGRATION_SQL } from './enrollment.js';
 import { SQLITE_OBJECTS_MIGRATION_SQL } from '../objects-schema.js';
+import { SQLITE_ACCESS_MIGRATION_SQL } from '../access-schema.js';
 import {
   INSERT_MANY,
   insertOneSql,
@@ -239,6 +240,13 @@ export const MIGRATIONS: Migration[] = [
     // Heat's object store (docs/heat.md): temp-url keys, containers, objects, and the deployments
     // Heat's metadata made, linked to the objects they came from and answer to (controller/store/objects.ts)
     sql: SQLITE_OBJECTS_MIGRATION_SQL,
+  },
+  {
+    version: 9,
+    name: 'access',
+    // docs/access.md: who may do what (grants of roles over scopes) and the labels grants select
+    // nodes by (controller/store/access-schema.ts)
+    sql: SQLITE_ACCESS_MIGRATION_SQL,
   },
 ];
 
