@@ -531,7 +531,7 @@ async function openStore(db: string, name: string): Promise<{ store: Store; file
     return { store: pg, file: null, pg };
   }
   const file = db.startsWith('sqlite:') ? db.slice('sqlite:'.length) : db;
-  return { store: new SqliteStore(file), file, pg: null };
+  return { store: new SqliteStore(file, { controller: name }), file, pg: null };
 }
 
 /** The URL agents reach the API at, for `deploy_signal_id`. */

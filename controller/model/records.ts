@@ -259,6 +259,13 @@ export interface AuditRecord {
   action: string;
   target: string;
   detail: Record<string, unknown> | null;
+  /** `ok`, or the code the change was refused with. */
+  outcome: string;
+  /** The controller that wrote the row (null: written before the chain was). */
+  controller: string | null;
+  /** Its place in the hash chain (docs/access.md "Audit trail"). */
+  prevHash: string;
+  hash: string;
 }
 
 /**

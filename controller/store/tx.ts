@@ -12,6 +12,8 @@ import { CLUSTER_INSERT_BATCH_ENTRIES } from '../../protocol/limits.js';
 import type { WakeReason } from '../../protocol/wake.js';
 import type { ChangeSetBuilder } from '../model/change-set.js';
 import { newId } from './ids.js';
+import { chainRowOf, type AuditEntry, type AuditWriter, type ChainHead } from './audit-chain.js';
+import { AUDIT_GENESIS_HASH, type AuditChainRow } from '../../protocol/audit-chain.js';
 import { ObjectRows } from './objects.js';
 import { inDocument } from '../model/document.js';
 import { coerceInputValues } from '../model/inputs.js';
@@ -287,24 +289,37 @@ export class SqlRows {
     return ((await this.s.clusterActive.all()) as Array<{ id: string }>).map((r) => r.id);
   }
 
-  async audit(limit: number): Promise<AuditRecord[]> {
-    return (
-      (await this.s.auditList.all(limit)) as Array<{
-        seq: number;
-        at: string;
-        who: string;
-        action: string;
-        target: string;
-        detail: string | null;
-      }>
-    ).map((r) => ({
-      seq: r.seq,
-      at: r.at,
-      who: r.who,
-      action: r.action,
-      target: r.target,
-      detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
-    }));
+  /** The newest rows, newest first; `beforeSeq`: only rows before that seq (paging back). */
+  async audit(limit: number, beforeSeq?: number): Promise<AuditRecord[]> {
+    const rows = (
+      beforeSeq === undefined ? await this.s.auditList.all(limit) : await this.s.auditListBefore.all(beforeSeq, limit)
+    ) as Array<Record<string, unknown>>;
+    return rows.map((raw) => {
+      const r = chainRowOf(raw);
+      return {
+        seq: r.seq,
+        at: r.at,
+        who: r.who,
+        action: r.action,
+        target: r.target,
+        detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
+        outcome: r.outcome,
+        controller: r.controller,
+        prevHash: r.prev_hash,
+        hash: r.hash,
+      };
+    });
+  }
+
+  /** Up to `limit` rows after `afterSeq`, oldest first, as the chain hashes them. */
+  async auditPage(afterSeq: number, limit: number): Promise<AuditChainRow[]> {
+    return ((await this.s.auditPage.all(afterSeq, limit)) as Array<Record<string, unknown>>).map(chainRowOf);
+  }
+
+  /** The chain head the last append recorded. */
+  async auditHead(): Promise<ChainHead> {
+    const r = (await this.s.auditHeadGet.get()) as { seq: number; hash: string } | undefined;
+    return r === undefined ? { seq: 0, hash: AUDIT_GENESIS_HASH } : { seq: Number(r.seq), hash: r.hash };
   }
 }
 
@@ -313,6 +328,9 @@ export class SqlTx implements StoreTx {
   readonly changes: ChangeSetBuilder;
   readonly #r: SqlRows;
   readonly #s: Statements;
+  readonly #chain: AuditWriter;
+  /** The audit rows of this unit's changes, written when its work is done (`flushAudit`). */
+  readonly #audits: AuditEntry[] = [];
   #ended = false;
   /**
    * The configs this transaction has read, by id: the store's cache is filled only outside a
@@ -321,10 +339,26 @@ export class SqlTx implements StoreTx {
    */
   readonly #configs = new Map<string, ConfigRecord>();
 
-  constructor(rows: SqlRows, changes: ChangeSetBuilder) {
+  constructor(rows: SqlRows, changes: ChangeSetBuilder, chain: AuditWriter) {
     this.#r = rows;
     this.#s = rows.s;
     this.changes = changes;
+    this.#chain = chain;
+  }
+
+  /** The audit chain in this transaction: rows appended at once, the head locked at its first use. */
+  get auditChain(): AuditWriter {
+    this.#live();
+    return this.#chain;
+  }
+
+  /**
+   * Appends the audit rows this unit's changes recorded: the store calls it once the unit's work
+   * is done, so the chain head's lock is taken late and held shortly (controller/store/audit-chain.ts).
+   */
+  async flushAudit(): Promise<void> {
+    this.#live();
+    if (this.#audits.length > 0) await this.#chain.append(this.#audits.splice(0));
   }
 
   /** Heat's object store, in this transaction. */
@@ -349,7 +383,7 @@ export class SqlTx implements StoreTx {
     detail: Record<string, unknown> | null = null,
   ): Promise<void> {
     this.#live();
-    await this.#s.auditInsert.run(this.#r.iso(), who, action, target, detail === null ? null : JSON.stringify(detail));
+    this.#audits.push({ at: this.#r.iso(), who, action, target, detail });
   }
 
   // ---- nodes -------------------------------------------------------------------------------
