@@ -108,6 +108,11 @@ export class AuditWriter {
     return (await this.#s.auditDeleteThrough.run(seq)).changes;
   }
 
+  /** Up to `limit` rows after `afterSeq`, oldest first, as this transaction sees them. */
+  async page(afterSeq: number, limit: number): Promise<AuditChainRow[]> {
+    return ((await this.#s.auditPage.all(afterSeq, limit)) as Array<Record<string, unknown>>).map(chainRowOf);
+  }
+
   /** The first row after `seq`, if any. */
   async firstAfter(seq: number): Promise<AuditChainRow | undefined> {
     const [r] = (await this.#s.auditPage.all(seq, 1)) as Array<Record<string, unknown>>;
