@@ -417,6 +417,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
         const m = material.current();
         return new KeySet(m.jwks ?? { keys: [] }, m.revokedKids);
       },
+      ...(o.auditCheckpointIntervalMs !== undefined ? { everyMs: o.auditCheckpointIntervalMs } : {}),
       ...deps.audit,
     });
     auditCheckpoints.start();
