@@ -38,7 +38,8 @@ async function openSqlite(file: string): Promise<AuditSource> {
   const { default: Database } = await import('better-sqlite3');
   let db: import('better-sqlite3').Database;
   try {
-    db = new Database(file, { readonly: true, fileMustExist: true });
+    // no wait: a running controller holds its file for good
+    db = new Database(file, { readonly: true, fileMustExist: true, timeout: 0 });
   } catch (err) {
     throw new ConfigError(`--db ${file}: cannot open the database: ${(err as Error).message}`, {
       cause: err,
