@@ -130,7 +130,7 @@ async function verify(o: VerifyOptions): Promise<void> {
     const signed =
       report.anchoredThrough === null
         ? 'no trusted checkpoint'
-        : `signed through seq ${report.anchoredThrough}${report.unanchoredRows > 0 ? ` (${report.unanchoredRows} rows after it not yet)` : ''}`;
+        : `signed through seq ${report.anchoredThrough}${report.unanchoredRows > 0 ? ` (${report.unanchoredRows} row${report.unanchoredRows === 1 ? '' : 's'} after it not yet)` : ''}`;
     out(
       o,
       `audit trail: ${span}; checkpoints: ${c.trusted} trusted, ${c.untrusted} by other keys, ${c.invalid} invalid; ${signed}\n`,
