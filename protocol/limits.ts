@@ -455,8 +455,14 @@ export const AUDIT_RETENTION_DAYS = 400;
 export const AUDIT_KEPT_MAX_ENTRIES = 2_000_000;
 /** One pruning removes at most this many rows; the next checkpoint's turn goes on. */
 export const AUDIT_PRUNE_BATCH_ENTRIES = 50_000;
-/** Audit rows read per query when the trail is exported, verified or checked before a checkpoint or a pruning. */
-export const AUDIT_PAGE_ENTRIES = 1_000;
+/**
+ * Audit rows read per query when the trail is exported, verified or checked before a checkpoint or
+ * a pruning: a row holds a whole request (a body of up to MAX_REQUEST_BODY_BYTES), so a page is
+ * kept small.
+ */
+export const AUDIT_PAGE_ENTRIES = 100;
+/** `GET /v1/audit` (the list) leaves out a row's detail longer than this, naming its length; the export keeps it. */
+export const AUDIT_LIST_DETAIL_MAX_BYTES = 64 * 1024;
 
 // ---- PKI ------------------------------------------------------------------------------------
 export const DEFAULT_TRUST_DOMAIN = 'herald.local';

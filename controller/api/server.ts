@@ -947,6 +947,7 @@ function auditView(a: AuditRecord): Record<string, unknown> {
     action: a.action,
     target: a.target,
     detail: a.detail,
+    ...(a.detailBytes !== undefined ? { detail_bytes: a.detailBytes } : {}),
     outcome: a.outcome,
     controller: a.controller,
     prev_hash: a.prevHash,

@@ -116,7 +116,7 @@ export class AuditCheckpoints {
     if (head.seq === 0) return null;
     const [top] = await store.auditPage(head.seq - 1, 1);
     if (top?.seq === head.seq && top.action === AUDIT_CHECKPOINT_ACTION) return null;
-    const start = await this.#newestCheckpoint(head.seq);
+    const start = await this.#newestCheckpoint();
     if (start === undefined) return null;
     const checked = await this.#check({ seq: start.seq - 1, hash: start.prev_hash }, head.seq);
     if (checked === null) return null;
@@ -242,17 +242,11 @@ export class AuditCheckpoints {
     ]);
   }
 
-  /** The newest checkpoint row before `seq`, else the first row (a trail never checkpointed). */
-  async #newestCheckpoint(seq: number): Promise<AuditChainRow | undefined> {
+  /** The newest checkpoint row, else the first row (a trail never checkpointed). */
+  async #newestCheckpoint(): Promise<AuditChainRow | undefined> {
     const store = this.#o.store;
-    for (let before = seq + 1; ; ) {
-      const page = await store.listAudit(AUDIT_PAGE_ENTRIES, before);
-      if (page.length === 0) break;
-      const cp = page.find((r) => r.action === AUDIT_CHECKPOINT_ACTION);
-      if (cp !== undefined) return (await store.auditPage(cp.seq - 1, 1))[0];
-      before = page[page.length - 1]!.seq;
-    }
-    return (await store.auditPage(0, 1))[0];
+    const seq = await store.auditNewestOf(AUDIT_CHECKPOINT_ACTION);
+    return (await store.auditPage(seq === undefined ? 0 : seq - 1, 1))[0];
   }
 
   /** Checks the rows after `after` through `through`; the last row read, when they hold. */

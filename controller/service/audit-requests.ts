@@ -14,7 +14,6 @@
  */
 import type { Logger } from 'pino';
 import { AUDIT_OK } from '../../protocol/audit-chain.js';
-import { withinJsonDepth } from '../../protocol/json-depth.js';
 import { MAX_JSON_DEPTH_LEVELS } from '../../protocol/limits.js';
 import type { DeploymentRecord, Store } from '../store/store.js';
 import { hiddenNames, HIDDEN_VALUE } from './views.js';
@@ -68,21 +67,16 @@ export class AuditRequests {
    */
   async record(r: AuditedRequest, outcome: RequestOutcome): Promise<void> {
     try {
-      // a body too deep to walk was refused for it (protocol/json-depth.ts): its shape is not kept
-      const body =
-        r.body === undefined
-          ? null
-          : withinJsonDepth(r.body)
-            ? mask(r.body, await this.#hidden(r))
-            : { omitted: `nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels` };
-      const request: Record<string, unknown> = { method: r.method, path: r.path, body };
-      if (r.query !== '') request.query = r.query;
+      const body = await this.#bodyJson(r);
+      const query = r.query === '' ? '' : `,"query":${JSON.stringify(r.query)}`;
+      // the request's JSON text made here: a body of a megabyte is not copied to be masked
+      const detail = `{"request":{"method":${JSON.stringify(r.method)},"path":${JSON.stringify(r.path)}${query},"body":${body}},"status":${outcome.status}}`;
       const entry = {
         at: new Date(this.#now()).toISOString(),
         who: r.who,
         action: `${r.method} ${r.route}`,
         target: outcome.location ?? r.path,
-        detail: { request, status: outcome.status },
+        detail,
         outcome: outcome.code ?? AUDIT_OK,
       };
       await this.#o.store.transaction((tx) => tx.auditChain.append([entry]).then(() => undefined));
@@ -94,11 +88,22 @@ export class AuditRequests {
     }
   }
 
+  /**
+   * The body as the row keeps it: as it came when nothing in it can be hidden or secret (a
+   * megabyte of script is written, not walked again), else masked; a body too deep to walk was
+   * refused for it (protocol/json-depth.ts), and its shape is not kept.
+   */
+  async #bodyJson(r: AuditedRequest): Promise<string> {
+    if (r.body === undefined) return 'null';
+    const s = survey(r.body);
+    if (s.tooDeep) return JSON.stringify({ omitted: `nested deeper than ${MAX_JSON_DEPTH_LEVELS} levels` });
+    if (!s.masks) return JSON.stringify(r.body);
+    return maskedJson(r.body, await this.#hidden(r, s.configIds));
+  }
+
   /** The input names hidden for this request, or 'all' when that cannot be known. */
-  async #hidden(r: AuditedRequest): Promise<ReadonlySet<string> | 'all'> {
+  async #hidden(r: AuditedRequest, configIds: Set<string>): Promise<ReadonlySet<string> | 'all'> {
     try {
-      const configIds = new Set<string>();
-      collectConfigIds(r.body, configIds, 0);
       const names = new Set<string>();
       const [, v1, kind, id] = r.path.split('/');
       if (v1 === 'v1' && id !== undefined) {
@@ -120,39 +125,65 @@ export class AuditRequests {
   }
 }
 
-/** Config ids the body names (`config_id`, `install_config_id`, ...), at any depth. */
-function collectConfigIds(v: unknown, out: Set<string>, depth: number): void {
-  if (v === null || typeof v !== 'object' || depth > 16) return;
-  if (Array.isArray(v)) {
-    for (const x of v) collectConfigIds(x, out, depth + 1);
-    return;
+/**
+ * One walk of a body, iterative: whether it is nested deeper than MAX_JSON_DEPTH_LEVELS, whether
+ * anything in it may need masking (`input_values`, `inputs`, a secret's name), and the config ids
+ * it names (`config_id`, `install_config_id`, ...).
+ */
+function survey(body: unknown): { tooDeep: boolean; masks: boolean; configIds: Set<string> } {
+  const configIds = new Set<string>();
+  let masks = false;
+  // two stacks, not a pair per value: a body may hold tens of thousands of objects
+  const values: unknown[] = [body];
+  const depths: number[] = [0];
+  while (values.length > 0) {
+    const v = values.pop();
+    const depth = depths.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (depth >= MAX_JSON_DEPTH_LEVELS) return { tooDeep: true, masks, configIds };
+    if (Array.isArray(v)) {
+      for (const x of v)
+        if (x !== null && typeof x === 'object') {
+          values.push(x);
+          depths.push(depth + 1);
+        }
+      continue;
+    }
+    const o = v as Record<string, unknown>;
+    for (const k in o) {
+      const x = o[k];
+      if (!masks && (k === 'input_values' || k === 'inputs' || SECRET_FIELDS.has(k.toLowerCase()))) masks = true;
+      if (typeof x === 'string') {
+        if (k === 'config_id' || k.endsWith('_config_id')) configIds.add(x);
+      } else if (x !== null && typeof x === 'object') {
+        values.push(x);
+        depths.push(depth + 1);
+      }
+    }
   }
-  for (const [k, x] of Object.entries(v)) {
-    if (typeof x === 'string' && (k === 'config_id' || k.endsWith('_config_id'))) out.add(x);
-    else collectConfigIds(x, out, depth + 1);
-  }
+  return { tooDeep: false, masks, configIds };
 }
 
-/** A copy of `v` with hidden values and secret fields replaced by `***` (views.ts HIDDEN_VALUE). */
-export function mask(v: unknown, hidden: ReadonlySet<string> | 'all'): unknown {
-  if (v === null || typeof v !== 'object') return v;
-  if (Array.isArray(v)) return v.map((x) => mask(x, hidden));
-  const out: Record<string, unknown> = {};
-  for (const [k, x] of Object.entries(v)) {
-    if (SECRET_FIELDS.has(k.toLowerCase())) out[k] = HIDDEN_VALUE;
-    else if (k === 'input_values' && x !== null && typeof x === 'object' && !Array.isArray(x)) {
-      const values: Record<string, unknown> = {};
-      for (const [name, value] of Object.entries(x))
-        values[name] = hidden === 'all' || hidden.has(name) ? HIDDEN_VALUE : mask(value, hidden);
-      out[k] = values;
-    } else if (k === 'inputs' && Array.isArray(x)) {
-      out[k] = x.map((input) => {
-        const i = mask(input, hidden) as Record<string, unknown> | unknown;
+/**
+ * `v` as JSON text, with hidden values and secret fields written `***` (views.ts HIDDEN_VALUE):
+ * masked while JSON.stringify writes it, so nothing is copied but what is masked.
+ */
+export function maskedJson(v: unknown, hidden: ReadonlySet<string> | 'all'): string {
+  return JSON.stringify(v, (key: string, value: unknown) => {
+    if (key === '') return value;
+    if (SECRET_FIELDS.has(key.toLowerCase())) return HIDDEN_VALUE;
+    if (key === 'input_values' && value !== null && typeof value === 'object' && !Array.isArray(value)) {
+      const out: Record<string, unknown> = {};
+      for (const [name, x] of Object.entries(value))
+        out[name] = hidden === 'all' || hidden.has(name) ? HIDDEN_VALUE : x;
+      return out;
+    }
+    if (key === 'inputs' && Array.isArray(value))
+      return value.map((i: unknown) => {
         if (i === null || typeof i !== 'object' || Array.isArray(i) || !('default' in i)) return i;
         const d = i as Record<string, unknown>;
         return hidden === 'all' || d.hidden === true ? { ...d, default: HIDDEN_VALUE } : d;
       });
-    } else out[k] = mask(x, hidden);
-  }
-  return out;
+    return value;
+  });
 }

@@ -8,13 +8,7 @@
  * more than an unchained insert (the head's update), and two locks are always taken in one
  * order. The hashing is protocol/audit-chain.ts's.
  */
-import {
-  AUDIT_GENESIS_HASH,
-  AUDIT_OK,
-  canonicalJson,
-  nextAuditRow,
-  type AuditChainRow,
-} from '../../protocol/audit-chain.js';
+import { AUDIT_GENESIS_HASH, AUDIT_OK, nextAuditRow, type AuditChainRow } from '../../protocol/audit-chain.js';
 import type { Statements } from './statements.js';
 
 /** A change to record; `who` is a SPIFFE id. */
@@ -23,7 +17,8 @@ export interface AuditEntry {
   who: string;
   action: string;
   target: string;
-  detail: Record<string, unknown> | null;
+  /** An object, or its JSON text already made (a request's, masked as it was written). */
+  detail: Record<string, unknown> | string | null;
   /** `ok` (the default), or the code the change was refused with. */
   outcome?: string;
 }
@@ -34,9 +29,9 @@ export interface ChainHead {
   hash: string;
 }
 
-/** The detail as the chain stores and hashes it: canonical JSON, so an exported line re-hashes byte for byte. */
-export function detailText(detail: Record<string, unknown> | null): string | null {
-  return detail === null ? null : canonicalJson(detail);
+/** The detail as the chain stores it; it is hashed as this very text, so any JSON text will do. */
+export function detailText(detail: Record<string, unknown> | string | null): string | null {
+  return detail === null ? null : typeof detail === 'string' ? detail : JSON.stringify(detail);
 }
 
 /**

@@ -120,6 +120,10 @@ export abstract class SqlStoreBase {
     return this.read((r) => r.auditPage(afterSeq, limit));
   }
 
+  auditNewestOf(action: string): Promise<number | undefined> {
+    return this.read((r) => r.auditNewestOf(action));
+  }
+
   auditHead(): Promise<ChainHead> {
     return this.read((r) => r.auditHead());
   }

@@ -221,6 +221,8 @@ export const SQL = {
   auditPage: `SELECT ${AUDIT_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?`,
   auditRow: `SELECT ${AUDIT_COLUMNS} FROM audit WHERE seq = ?`,
   auditDeleteThrough: 'DELETE FROM audit WHERE seq <= ?',
+  // the newest row of an action (the checkpoints are frequent: a short walk back on the key)
+  auditNewestOf: 'SELECT seq FROM audit WHERE action = ? ORDER BY seq DESC LIMIT 1',
   // live output (docs/api.md; controller/store/output.ts)
   // the revision's row read with a lock a signal's update waits for (controller/store/output.ts append)
   outRevisionSignalled: 'SELECT signalled FROM revisions WHERE deployment_id = ? AND revision = ? FOR SHARE',

@@ -92,6 +92,8 @@ export interface StoreReads {
   listAudit(limit?: number, beforeSeq?: number): Promise<AuditRecord[]>;
   /** Up to `limit` audit rows after `afterSeq`, oldest first, as the hash chain holds them (docs/access.md). */
   auditPage(afterSeq: number, limit: number): Promise<AuditChainRow[]>;
+  /** The seq of the newest audit row of `action` (`audit.checkpoint`), if any. */
+  auditNewestOf(action: string): Promise<number | undefined>;
   /** The audit chain's head as the last append recorded it (seq 0 and the genesis hash before any row). */
   auditHead(): Promise<ChainHead>;
   /** A revision's kept live output chunks (docs/api.md), oldest first, and the bytes cut per stream. */

@@ -8,7 +8,7 @@
  */
 import { HeraldError } from '../../protocol/errors.js';
 import type { DeployAction } from '../../protocol/heat.js';
-import { CLUSTER_INSERT_BATCH_ENTRIES } from '../../protocol/limits.js';
+import { AUDIT_LIST_DETAIL_MAX_BYTES, CLUSTER_INSERT_BATCH_ENTRIES } from '../../protocol/limits.js';
 import type { WakeReason } from '../../protocol/wake.js';
 import type { ChangeSetBuilder } from '../model/change-set.js';
 import { newId } from './ids.js';
@@ -296,13 +296,17 @@ export class SqlRows {
     ) as Array<Record<string, unknown>>;
     return rows.map((raw) => {
       const r = chainRowOf(raw);
+      // (a request's whole body may be a megabyte: the list names its length, the export has it)
+      const bytes = r.detail === null ? 0 : Buffer.byteLength(r.detail);
+      const omit = bytes > AUDIT_LIST_DETAIL_MAX_BYTES;
       return {
         seq: r.seq,
         at: r.at,
         who: r.who,
         action: r.action,
         target: r.target,
-        detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
+        detail: r.detail === null || omit ? null : (JSON.parse(r.detail) as Record<string, unknown>),
+        ...(omit ? { detailBytes: bytes } : {}),
         outcome: r.outcome,
         controller: r.controller,
         prevHash: r.prev_hash,
@@ -314,6 +318,12 @@ export class SqlRows {
   /** Up to `limit` rows after `afterSeq`, oldest first, as the chain hashes them. */
   async auditPage(afterSeq: number, limit: number): Promise<AuditChainRow[]> {
     return ((await this.s.auditPage.all(afterSeq, limit)) as Array<Record<string, unknown>>).map(chainRowOf);
+  }
+
+  /** The seq of the newest row of `action`, if any. */
+  async auditNewestOf(action: string): Promise<number | undefined> {
+    const r = (await this.s.auditNewestOf.get(action)) as { seq: number } | undefined;
+    return r === undefined ? undefined : Number(r.seq);
   }
 
   /** The chain head the last append recorded. */

@@ -189,6 +189,21 @@ describe('the audit trail of a controller on SQLite', () => {
     expect(badBody.target).toBe('/v1/deployments');
   });
 
+  it('the list leaves out a detail over AUDIT_LIST_DETAIL_MAX_BYTES, naming its length; the export keeps it whole', async () => {
+    const script = `#!/bin/sh\n# ${'x'.repeat(100_000)}\n`;
+    const c = await t.req(op, 'POST', '/v1/configs', { name: 'big', group: 'script', config: script });
+    expect(c.status).toBe(201);
+    const row = (await rows(t)).find(
+      (r) => r.action === 'POST /v1/configs' && r.target === `/v1/configs/${c.json.id}`,
+    )!;
+    expect(row.detail).toBeNull();
+    expect((row as unknown as { detail_bytes: number }).detail_bytes).toBeGreaterThan(100_000);
+    const line = (await t.req(op, 'GET', '/v1/audit?format=jsonl')).text
+      .split('\n')
+      .find((l) => l.includes(`"target":"/v1/configs/${c.json.id}"`) && l.includes('POST /v1/configs'))!;
+    expect(JSON.parse(JSON.parse(line).detail).request.body.config).toBe(script);
+  });
+
   it('herald audit verify refuses to read the file while the controller holds it (db_in_use)', () => {
     const r = verify(db);
     expect(r.code).toBe(1);
