@@ -81,8 +81,11 @@ export class AuditRequests {
       };
       await this.#o.store.transaction((tx) => tx.auditChain.append([entry]).then(() => undefined));
     } catch (err) {
-      this.#o.logger.error(
-        { event: 'audit.unwritten', code: (err as { code?: string }).code ?? 'internal', who: r.who, route: r.route },
+      const code = (err as { code?: string }).code ?? 'internal';
+      // a controller that lost its standing writes nothing: its refusal of the request is the record
+      const level = code === 'controller_revoked' || code === 'controller_expired' ? 'debug' : 'error';
+      this.#o.logger[level](
+        { event: 'audit.unwritten', code, who: r.who, route: r.route },
         `the audit row of ${r.method} ${r.path} could not be written`,
       );
     }
