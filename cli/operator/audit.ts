@@ -123,8 +123,10 @@ async function verify(o: VerifyOptions): Promise<void> {
   } finally {
     await source.close();
   }
-  if (o.json) printJson(o, report);
-  else {
+  if (o.json) {
+    const { anchoredThrough, unanchoredRows, ...rest } = report;
+    printJson(o, { ...rest, anchored_through: anchoredThrough, unanchored_rows: unanchoredRows });
+  } else {
     const c = report.checkpoints;
     const span = report.first === null ? 'no rows' : `${report.rows} rows, seq ${report.first}..${report.last}`;
     const signed =
