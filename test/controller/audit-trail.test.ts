@@ -10,12 +10,13 @@ import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AUDIT_GENESIS_HASH, type AuditChainRow } from '../../protocol/audit-chain.js';
+import { AUDIT_GENESIS_HASH, AuditVerifier, type AuditChainRow } from '../../protocol/audit-chain.js';
 import { Signer } from '../../protocol/jws.js';
 import { AuditCheckpoints } from '../../controller/service/audit-checkpoints.js';
 import { MIGRATIONS } from '../../controller/store/sqlite/schema.js';
 import { PG_MIGRATIONS } from '../../controller/store/pg/schema.js';
 import { PgStore } from '../../controller/store/pg/store.js';
+import { SqliteStore } from '../../controller/store/sqlite/store.js';
 import { makeControllerTestPki, type ControllerTestPki, type Cred } from '../helpers/controller-pki.js';
 import { memoryLogger, startTestController, type TestController } from '../helpers/controller-harness.js';
 import { heraldSync, isBuilt } from '../helpers/procs.js';
@@ -396,4 +397,60 @@ describe('the migration chains the rows written before the chain', () => {
       expect(verify(url).code).toBe(0);
     }, 60_000);
   });
+});
+
+describe('group commits and the chain', () => {
+  let pg: PgServer;
+  beforeAll(async () => {
+    pg = await startPg();
+  }, 60_000);
+  afterAll(async () => {
+    await pg?.close();
+  });
+
+  it.each(['SQLite', 'PostgreSQL'])(
+    'on %s, a unit rolled back after it appended leaves the chain as it was: the next unit follows the last row kept',
+    async (kind) => {
+      const store =
+        kind === 'SQLite'
+          ? new SqliteStore(path.join(work, 'group.db'), { controller: 'g' })
+          : await PgStore.open(await pg.createDatabase(), { controller: 'g' });
+      const who = pki.spiffe('operator', 'admin');
+      const entry = (target: string) => ({
+        at: new Date().toISOString(),
+        who,
+        action: 'test.row',
+        target,
+        detail: null,
+      });
+      try {
+        const out = await store.group<void>([
+          (tx) => tx.createNode('g1', null, who),
+          async (tx) => {
+            await tx.auditChain.append([entry('undone')]);
+            throw new Error('this unit fails after its row was appended');
+          },
+          (tx) => tx.createNode('g2', null, who),
+          async (tx) => {
+            await tx.auditChain.append([entry('kept')]);
+          },
+        ]);
+        expect(out.map((o) => o.ok)).toEqual([true, false, true, true]);
+        const rows = await store.auditPage(0, 100);
+        expect(rows.map((r) => [r.seq, r.action, r.target])).toEqual([
+          [1, 'node.create', 'g1'],
+          [2, 'node.create', 'g2'],
+          [3, 'test.row', 'kept'],
+        ]);
+        expect(await store.auditHead()).toEqual({ seq: 3, hash: rows[2]!.hash });
+        const v = new AuditVerifier({ keys: pki.keys, head: await store.auditHead() });
+        for (const r of rows) v.add(r);
+        // (no checkpoint in this store: the chain itself holds)
+        expect(v.finish().problems.map((p) => p.code)).toEqual(['audit_unanchored']);
+      } finally {
+        await store.close();
+      }
+    },
+    60_000,
+  );
 });
