@@ -868,11 +868,16 @@ export class ApiServer {
       open = false;
     });
     const write = async (lines: string): Promise<void> => {
-      if (!res.write(lines))
-        await new Promise<void>((resolve) => {
-          res.once('drain', resolve);
-          res.once('close', resolve);
-        });
+      if (res.write(lines)) return;
+      await new Promise<void>((resolve) => {
+        const done = (): void => {
+          res.off('drain', done);
+          res.off('close', done);
+          resolve();
+        };
+        res.on('drain', done);
+        res.on('close', done);
+      });
     };
     await write(`${JSON.stringify({ kind: 'head', seq: head.seq, hash: head.hash })}\n`);
     for (let at = 0; open && at < head.seq; ) {
