@@ -30,17 +30,20 @@ export async function buildProgram(only?: 'agent'): Promise<Command> {
     { registerControllerCommand },
     { registerOperatorCommands },
     { registerDemoCommand },
+    { registerAuditCommands },
   ] = await Promise.all([
     import('../certs/cli.js'),
     import('../controller/cli.js'),
     import('./operator/commands.js'),
     import('./demo/command.js'),
+    import('./operator/audit.js'),
   ]);
   registerCertsCommands(program);
   registerAgentCommand(program);
   registerAgentEnrollCommand(program);
   registerControllerCommand(program);
   registerOperatorCommands(program);
+  registerAuditCommands(program);
   registerDemoCommand(program);
   return program;
 }

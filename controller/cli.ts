@@ -56,6 +56,10 @@ export function registerControllerCommand(program: Command): void {
       'lifetime of the agent certificates enrolment and renewal issue, e.g. 7d, 12h, 90s (default 7d)',
     )
     .option(
+      '--audit-checkpoint-interval <duration>',
+      "how often this controller signs the audit trail's head, e.g. 60s, 5m (default 60s; docs/access.md)",
+    )
+    .option(
       '--object-store-listen <host:port>',
       "also serve Heat's object store there (the Swift subset Heat and os-collect-config speak; docs/heat.md); off by default",
     )
@@ -113,6 +117,7 @@ agent connections, exit 0.`,
         signingKey: 'signing-key',
         issuer: 'issuer',
         agentCertLifetime: 'agent-cert-lifetime',
+        auditCheckpointInterval: 'audit-checkpoint-interval',
         objectStoreListen: 'object-store-listen',
         objectStoreTokens: 'object-store-tokens',
         heatProject: 'heat-project',

@@ -26,7 +26,7 @@ import {
   IDLE_GC_MIN_GARBAGE_BYTES,
   RESTART_STEP_MARGIN_S,
 } from '../protocol/limits.js';
-import { Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
+import { KeySet, Signer, type Ed25519PrivateJwk } from '../protocol/jws.js';
 import { ed25519Engine, fastEd25519 } from './ed25519.js';
 import { IdleCollector, v8Probe } from './idle-collector.js';
 import { ApiServer, createHealthServer } from './api/server.js';
@@ -49,6 +49,8 @@ import type { Store } from './store/store.js';
 import { ObjectStoreServer } from './heat/server.js';
 import { keystoneValidator, staticTokenValidator } from './heat/tokens.js';
 import { HeatObjects } from './service/heat.js';
+import { AuditRequests } from './service/audit-requests.js';
+import { AuditCheckpoints } from './service/audit-checkpoints.js';
 
 export interface StartDeps {
   /** Default: pino JSON lines to stderr at `options.logLevel`. */
@@ -64,6 +66,8 @@ export interface StartDeps {
   unauthenticatedHeadersDeadlineMs?: number;
   /** Timeouts of the real push dialer, in this process or its workers (default protocol/limits.ts); tests shorten them. */
   pushTuning?: PushTuning;
+  /** The audit trail's checkpoint interval and retention (default protocol/limits.ts); tests shorten them. */
+  audit?: { everyMs?: number; retentionDays?: number; keptMaxEntries?: number; pruneBatchEntries?: number };
 }
 
 export interface PushContext {
@@ -104,6 +108,8 @@ export interface RunningController {
   logger: Logger;
   /** The API's TLS session-ticket key (`<pki>/controller/<name>.tls-ticket-key`), rotated on its timer. */
   ticketKey: TicketKey;
+  /** The audit trail's signed checkpoints and its pruning (docs/access.md). */
+  auditCheckpoints: AuditCheckpoints;
   /** Graceful shutdown; idempotent. */
   close(): Promise<void>;
 }
@@ -380,6 +386,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       floors,
       ticketKey,
       limiters,
+      audit: new AuditRequests({ store, hiddenOf: (d) => service.hiddenInputsOf(d), logger }),
       ...(deps.bodyLimits ? { bodyLimits: deps.bodyLimits } : {}),
       ...(deps.unauthenticatedHeadersDeadlineMs !== undefined
         ? { unauthenticatedHeadersDeadlineMs: deps.unauthenticatedHeadersDeadlineMs }
@@ -402,6 +409,22 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       service.setPublicUrl(publicUrl);
     }
     await service.start();
+    // the audit trail's checkpoints, signed with this controller's key, checked with every
+    // controller's public key (docs/access.md "Audit trail")
+    const auditCheckpoints = new AuditCheckpoints({
+      store,
+      logger,
+      spiffeId: me.spiffeId,
+      signer: () => signer,
+      keys: () => {
+        const m = material.current();
+        return new KeySet(m.jwks ?? { keys: [] }, m.revokedKids);
+      },
+      ...(o.auditCheckpointIntervalMs !== undefined ? { everyMs: o.auditCheckpointIntervalMs } : {}),
+      ...deps.audit,
+    });
+    auditCheckpoints.start();
+    cleanup.push(() => auditCheckpoints.close());
     // after the service's start: an agent dialling in is answered with its ping at once
     let connectAddress: AddressInfo | null = null;
     if (o.connectListen) {
@@ -490,6 +513,8 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
           connectAddress ? push.drainConnect?.(o.connectDrainMs ?? CONNECT_DRAIN_WINDOW_MS) : undefined,
         ]);
         await service.close();
+        // after the last change: its rows are under the last checkpoint
+        await auditCheckpoints.close();
         await push.close();
         answers.close();
         await store.close();
@@ -515,6 +540,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       issuer,
       enrollment,
       ticketKey,
+      auditCheckpoints,
       close,
     };
   } catch (err) {
@@ -534,7 +560,7 @@ async function openStore(db: string, name: string): Promise<{ store: Store; file
     return { store: pg, file: null, pg };
   }
   const file = db.startsWith('sqlite:') ? db.slice('sqlite:'.length) : db;
-  return { store: new SqliteStore(file), file, pg: null };
+  return { store: new SqliteStore(file, { controller: name }), file, pg: null };
 }
 
 /** The URL agents reach the API at, for `deploy_signal_id`. */

@@ -11,6 +11,7 @@ import { ConfigError } from '../protocol/errors.js';
 import { isValidName, TRUST_DOMAIN_RE } from '../protocol/identity.js';
 import {
   AGENT_CERT_LIFETIME_S,
+  AUDIT_CHECKPOINT_INTERVAL_MS,
   CONNECT_DRAIN_WINDOW_MAX_MS,
   CONNECT_DRAIN_WINDOW_MS,
   DEFAULT_CONTROLLER_PORT,
@@ -58,6 +59,8 @@ export interface ControllerOptions {
   issuer?: string | undefined;
   /** Lifetime of the agent certificates enrolment and renewal issue (`--agent-cert-lifetime`). */
   agentCertLifetimeS?: number | undefined;
+  /** How often the audit chain's head is signed (`--audit-checkpoint-interval`, default AUDIT_CHECKPOINT_INTERVAL_MS). */
+  auditCheckpointIntervalMs?: number | undefined;
   /** Serve Heat's object store here (docs/heat.md); null: off. */
   objectStoreListen?: HostPort | null | undefined;
   /** The accounts (projects) whose metadata writes may make deployments on Herald nodes. */
@@ -96,6 +99,7 @@ const KEYS = {
   'signing-key': 'signingKey',
   issuer: 'issuer',
   'agent-cert-lifetime': 'agentCertLifetimeS',
+  'audit-checkpoint-interval': 'auditCheckpointIntervalMs',
   'object-store-listen': 'objectStoreListen',
   'object-store-tokens': 'objectStoreTokens',
   'heat-project': 'heatProjects',
@@ -249,6 +253,9 @@ export function resolveOptions(
     });
   const lifetime = str('agent-cert-lifetime');
   const agentCertLifetimeS = lifetime === undefined ? AGENT_CERT_LIFETIME_S : parseLifetimeS(lifetime);
+  const checkpoints = str('audit-checkpoint-interval');
+  const auditCheckpointIntervalMs =
+    checkpoints === undefined ? AUDIT_CHECKPOINT_INTERVAL_MS : parseCheckpointIntervalMs(checkpoints);
   const osl = str('object-store-listen');
   const objectStoreListen = osl === undefined ? null : parseHostPort(osl, 'object-store-listen');
   const objectStoreTokens = str('object-store-tokens');
@@ -304,6 +311,7 @@ export function resolveOptions(
     signingKey: str('signing-key'),
     issuer,
     agentCertLifetimeS,
+    auditCheckpointIntervalMs,
     objectStoreListen,
     objectStoreTokens,
     heatProjects,
@@ -350,6 +358,21 @@ export function parseLifetimeS(s: string): number {
       { field: 'agent-cert-lifetime' },
     );
   return v;
+}
+
+/**
+ * `--audit-checkpoint-interval`: a duration like `60s`, `5m` or `1h`, from 1 s to 1 day (docs/access.md).
+ * @throws ConfigError naming the option
+ */
+export function parseCheckpointIntervalMs(s: string): number {
+  const m = /^(\d+)([smh])$/.exec(s.trim());
+  const v = m ? Number(m[1]) * LIFETIME_UNITS_S[m[2]!]! : Number.NaN;
+  if (!Number.isSafeInteger(v) || v < 1 || v > 86_400)
+    throw new ConfigError(
+      `--audit-checkpoint-interval ${JSON.stringify(s)} must be a duration like 60s, 5m or 1h, from 1s to 24h`,
+      { field: 'audit-checkpoint-interval' },
+    );
+  return v * 1000;
 }
 
 /**

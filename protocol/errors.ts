@@ -209,6 +209,19 @@ export const ERROR_CODES = {
   temp_url_key_kept:
     "a log code, not a refusal: an account POST tried to replace the account's temp-url key; the first key stays in force (answered 204)",
 
+  // the audit trail (docs/access.md "Audit trail"): what `herald audit verify` finds, each at a row's seq
+  audit_row_edited:
+    "an audit row's content does not match its hash, or its hash was recomputed too and the row after it is chained to another; or rows were added after the chain head outside the controller",
+  audit_row_deleted:
+    'audit rows are missing: a gap in seq where the chain breaks, rows after the last one (the chain head names a later seq), or rows before the first one without the pruning that would explain it',
+  audit_row_reordered: "an audit row hashes right only under another row's seq: rows were moved",
+  audit_checkpoint_invalid:
+    "a checkpoint of the audit trail names a key of the JWKS but its signature, issuer or claims do not verify (a forged or damaged checkpoint); the controller's own check before it signs or prunes reports it too",
+  audit_chain_rewritten:
+    'a checkpoint of the audit trail verifies but signed another hash than the row before it now has: the rows before it were rewritten, hashes and all',
+  audit_unanchored:
+    'no checkpoint signed by a key of the JWKS given covers the audit trail (a new trail gets its first within a minute; a trail whose checkpoints were removed looks the same)',
+
   // configuration (start-up) and the CLI
   bad_option: 'a command-line option or configuration value is invalid',
   pki_exists: 'the PKI directory already holds a CA (use --force to replace it)',

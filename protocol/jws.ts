@@ -11,7 +11,9 @@ export const WAKE_TYP = 'herald-wake+jwt';
 export const METADATA_TYP = 'herald-metadata+jwt';
 /** The controller's answer to a signal over the push connection (protocol/signal-answer.ts). */
 export const SIGNALLED_TYP = 'herald-signalled+jwt';
-export type TokenType = typeof WAKE_TYP | typeof METADATA_TYP | typeof SIGNALLED_TYP;
+/** A checkpoint of the audit trail's hash chain (protocol/audit-chain.ts). */
+export const AUDIT_CHECKPOINT_TYP = 'herald-audit-checkpoint+jwt';
+export type TokenType = typeof WAKE_TYP | typeof METADATA_TYP | typeof SIGNALLED_TYP | typeof AUDIT_CHECKPOINT_TYP;
 
 export interface Ed25519PublicJwk {
   kty: 'OKP';

@@ -466,6 +466,24 @@ export const PG_INSERT_MANY_MAX_ROWS = 10_000;
 /** A transaction that lost a deadlock, a serialization check or a unique-key race with another controller runs again this many times. */
 export const PG_TX_RETRY_ATTEMPTS = 3;
 
+// ---- the audit trail (docs/access.md "Audit trail") ---------------------------------------------
+/** Each controller signs a checkpoint over the audit chain's head this often, when rows came since the last one (and at start and stop). */
+export const AUDIT_CHECKPOINT_INTERVAL_MS = 60_000;
+/** Audit rows older than this are pruned (the `audit.prune` row and a checkpoint after it anchor what is kept). */
+export const AUDIT_RETENTION_DAYS = 400;
+/** At most this many audit rows are kept (by seq): older ones are pruned, however young. */
+export const AUDIT_KEPT_MAX_ENTRIES = 2_000_000;
+/** One pruning removes at most this many rows; the next checkpoint's turn goes on. */
+export const AUDIT_PRUNE_BATCH_ENTRIES = 50_000;
+/**
+ * Audit rows read per query when the trail is exported, verified or checked before a checkpoint or
+ * a pruning: a row holds a whole request (a body of up to MAX_REQUEST_BODY_BYTES), so a page is
+ * kept small.
+ */
+export const AUDIT_PAGE_ENTRIES = 100;
+/** `GET /v1/audit` (the list) leaves out a row's detail longer than this, naming its length; the export keeps it. */
+export const AUDIT_LIST_DETAIL_MAX_BYTES = 64 * 1024;
+
 // ---- PKI ------------------------------------------------------------------------------------
 export const DEFAULT_TRUST_DOMAIN = 'herald.local';
 export const DEFAULT_CERT_DAYS = 90;

@@ -290,6 +290,34 @@ export class ApiClient {
     return { status: res.status, headers: res.headers, body: parsed as T };
   }
 
+  /**
+   * GETs `path` and writes its body to `sink` as it comes, without a size limit (an export of
+   * the audit trail); an error answer throws as `request` does.
+   * @throws ApiError with the API's code (or `api_error`)
+   */
+  async download(path: string, sink: NodeJS.WritableStream): Promise<void> {
+    await new Promise<void>((resolve, reject) => {
+      const req = https.request(this.requestOptions('GET', path, {}), (r) => {
+        if ((r.statusCode ?? 0) >= 400) {
+          const chunks: Buffer[] = [];
+          r.on('data', (c: Buffer) => chunks.push(c));
+          r.on('end', () =>
+            reject(errorFromBody(r.statusCode ?? 0, Buffer.concat(chunks).toString('utf8'), r.headers)),
+          );
+          return;
+        }
+        r.on('error', reject);
+        r.on('end', resolve);
+        r.pipe(sink, { end: false });
+      });
+      req.setTimeout(API_REQUEST_TIMEOUT_MS, () =>
+        req.destroy(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' })),
+      );
+      req.on('error', (err) => reject(connectionError(this.baseUrl, err)));
+      req.end();
+    });
+  }
+
   async get<T = unknown>(path: string): Promise<T> {
     return (await this.request<T>('GET', path)).body;
   }

@@ -24,7 +24,7 @@ import { gatherInputs, hiddenOnArgvWarning, INPUT_FILE_HELP, warnHiddenOnArgv } 
 import { clusterMembers, formatPlan, RESTART_HELP, restartBody, type RestartFlags } from './rollout.js';
 import { registerAccess } from './access.js';
 
-interface CommonOptions extends ClientOptions {
+export interface CommonOptions extends ClientOptions {
   json?: boolean;
   raw?: boolean;
 }
@@ -47,7 +47,7 @@ Connection (on every operator command, before or after the subcommand):
                           characters (ESC, CR, C1, ...) are shown as \\u001b etc. (docs/cli.md)`;
 
 /** Adds the connection options to a command group. */
-function withConnectionOptions(cmd: Command): Command {
+export function withConnectionOptions(cmd: Command): Command {
   return cmd
     .option('--controller <url>', 'controller API URL (env HERALD_CONTROLLER)')
     .option('--pki <dir>', 'PKI directory (env HERALD_PKI)')
@@ -62,7 +62,7 @@ function withConnectionOptions(cmd: Command): Command {
 }
 
 /** Runs `fn` with an API client made from the command's (and its parents') options. */
-async function withClient<T>(cmd: Command, fn: (client: ApiClient, o: CommonOptions) => Promise<T>): Promise<T> {
+export async function withClient<T>(cmd: Command, fn: (client: ApiClient, o: CommonOptions) => Promise<T>): Promise<T> {
   const o = cmd.optsWithGlobals<CommonOptions>();
   const { clientFromOptions } = await import('./client.js');
   const client = clientFromOptions(o);
@@ -77,12 +77,12 @@ async function withClient<T>(cmd: Command, fn: (client: ApiClient, o: CommonOpti
  * Prints text for people: what the controller sent (a node's output, reasons, names) goes through
  * `visible()` so a node's terminal control bytes are shown, not obeyed, unless `--raw`.
  */
-function out(o: CommonOptions, s: string): void {
+export function out(o: CommonOptions, s: string): void {
   process.stdout.write(o.raw === true ? s : visible(s));
 }
 
 /** Prints the API's JSON (lossless: `jsonText` escapes C1 controls as `\u0080`-`\u009f` unless `--raw`). */
-function printJson(o: CommonOptions, v: unknown): void {
+export function printJson(o: CommonOptions, v: unknown): void {
   process.stdout.write(`${jsonText(v, o.raw === true)}\n`);
 }
 
@@ -130,7 +130,7 @@ function waitExitCode(stillBusy: boolean, failed: boolean): number | undefined {
 }
 
 /** A leaf subcommand with the examples shown under its help. */
-function leaf(parent: Command, nameAndArgs: string, description: string, examples: string[]): Command {
+export function leaf(parent: Command, nameAndArgs: string, description: string, examples: string[]): Command {
   const c = parent.command(nameAndArgs).description(description);
   // operators come from the openstack CLI (`list`) and from Unix (`ls`): a lister answers to both
   const verb = nameAndArgs.split(' ')[0];

@@ -47,6 +47,7 @@ import {
   MAX_REQUEST_BODY_BYTES,
   MAX_SIGNAL_BODY_BYTES,
   MAX_SSE_BUFFERED_BYTES,
+  AUDIT_PAGE_ENTRIES,
   SSE_HEARTBEAT_INTERVAL_MS,
   TLS_SESSION_LIFETIME_S,
   ACCESS_STREAM_REFRESH_MS,
@@ -62,6 +63,7 @@ import { EnrollmentRefused, RenewalTooSoon, type Enrollment } from '../service/e
 import type { IdentityFloors } from '../service/identity-floors.js';
 import type { ControllerEvent } from '../service/events.js';
 import type { ControllerMetrics } from '../metrics.js';
+import type { AuditRecord } from '../model/records.js';
 import { apiRateLimiters, type ApiRateLimiters } from './rate-limit.js';
 import {
   Router,
@@ -76,6 +78,7 @@ import { AccessRefused, type AccessControl, type RequestAccess, type TargetRef }
 import { filterMetricsText, StreamScope } from '../access/stream.js';
 import type { ControllerService } from '../service/service.js';
 import type { ClusterView } from '../../protocol/rest.js';
+import type { AuditedRequest, AuditRequests, RequestOutcome } from '../service/audit-requests.js';
 
 export interface ApiServerOptions {
   service: ControllerService;
@@ -105,6 +108,8 @@ export interface ApiServerOptions {
   ticketKey?: TicketKey | undefined;
   /** Override of API_UNAUTHENTICATED_HEADERS_DEADLINE_MS (tests). */
   unauthenticatedHeadersDeadlineMs?: number;
+  /** The audit row of every request that asks for a change (docs/access.md "Audit trail"); absent: none. */
+  audit?: AuditRequests | undefined;
 }
 
 /** The one route served without a client certificate (docs/adding-nodes.md). */
@@ -278,6 +283,8 @@ export class ApiServer {
     const method = req.method ?? 'GET';
     let route = 'unmatched';
     let identity: CertIdentity | undefined;
+    /** A request asking for a change, once routed: its audit row is written before the answer, whatever it is. */
+    let audited: AuditedRequest | undefined;
     res.once('finish', () => this.#o.metrics.apiRequests.inc({ route, method, status: String(res.statusCode) }));
     const socket = req.socket as tls.TLSSocket;
     const preAuth = this.#preAuthSockets.get(socket);
@@ -316,6 +323,17 @@ export class ApiServer {
             'Retry-After': String(decision.retryAfterS),
           });
       }
+      // every change asked of a route people call is recorded with its outcome, refusals included
+      // (a rate-limited request is not: the limit bounds what anyone can have written)
+      if (this.#o.audit && spec.rule.caller !== 'agent' && method !== 'GET' && method !== 'HEAD')
+        audited = {
+          who: identity.spiffeId,
+          method,
+          route: spec.path,
+          path: url.pathname,
+          query: url.search.slice(1),
+          body: undefined,
+        };
       this.#checkRole(spec, m.params, identity);
       // a controller whose own certificate is revoked or expired changes nothing (standing.ts):
       // every request that could write is refused here, before its body is read
@@ -325,10 +343,16 @@ export class ApiServer {
       }
       const body =
         spec.bodyLimitBytes > 0 ? await this.#readJson(req, spec.bodyLimitBytes) : await this.#drainEmpty(req);
+      if (audited) audited.body = body;
       this.#rateLimited.delete(req.socket as tls.TLSSocket);
       const access = await this.#access(spec.rule, identity, { params: m.params, query: url.searchParams, body });
       if (abandoned(req, route, this.#log)) return;
       const reply = await spec.handler({ req, res, params: m.params, query: url.searchParams, identity, body, access });
+      if (audited)
+        await this.#o.audit?.record(audited, {
+          status: reply?.status ?? res.statusCode,
+          location: reply?.headers?.Location,
+        });
       if (reply?.raw) {
         const data = Buffer.from(reply.raw.data);
         res.writeHead(reply.status, {
@@ -341,6 +365,7 @@ export class ApiServer {
         this.#send(res, reply.status, reply.body, reply.headers);
       }
     } catch (err) {
+      if (audited) await this.#o.audit?.record(audited, refusalOf(err));
       this.#fail(req, res, err, route, identity);
     }
   }
@@ -906,8 +931,13 @@ export class ApiServer {
 
     // the trail and the live views
     add('GET', '/v1/audit', op('admin', 'fleet'), async (c) => {
+      if (c.query.get('format') === 'jsonl') return this.#auditExport(c);
       const limit = Math.min(1000, Math.max(1, Number(c.query.get('limit') ?? 100) || 100));
-      return items(await s.store.listAudit(limit));
+      const before = c.query.get('before');
+      const beforeSeq = before === null ? undefined : Number(before);
+      if (beforeSeq !== undefined && !(Number.isSafeInteger(beforeSeq) && beforeSeq > 0))
+        throw new HeraldError('invalid_request', 'before must be a positive seq', { field: 'before' });
+      return items((await s.store.listAudit(limit, beforeSeq)).map(auditView));
     });
     add('GET', '/v1/events', op('read', 'filtered'), (c) => this.#events(c));
     add('GET', '/metrics', op('read', 'filtered'), async (c) => {
@@ -969,6 +999,44 @@ export class ApiServer {
       'Content-Length': String(a.body.length),
     });
     res.end(a.body);
+    return undefined;
+  }
+
+  /**
+   * `GET /v1/audit?format=jsonl` (docs/api.md): the whole trail as JSON lines, for `herald audit
+   * verify --file` or any tool: a `head` line (the chain head when the export began), then
+   * every row through it, oldest first, with its hashes. Streamed a page at a time, waiting
+   * for the client to take each.
+   */
+  async #auditExport(c: RouteContext): Promise<undefined> {
+    const { res } = c;
+    const store = this.#o.service.store;
+    const head = await store.auditHead();
+    res.writeHead(200, { 'Content-Type': 'application/jsonl; charset=utf-8' });
+    let open = true;
+    res.once('close', () => {
+      open = false;
+    });
+    const write = async (lines: string): Promise<void> => {
+      if (res.write(lines)) return;
+      await new Promise<void>((resolve) => {
+        const done = (): void => {
+          res.off('drain', done);
+          res.off('close', done);
+          resolve();
+        };
+        res.on('drain', done);
+        res.on('close', done);
+      });
+    };
+    await write(`${JSON.stringify({ kind: 'head', seq: head.seq, hash: head.hash })}\n`);
+    for (let at = 0; open && at < head.seq; ) {
+      const page = (await store.auditPage(at, AUDIT_PAGE_ENTRIES)).filter((r) => r.seq <= head.seq);
+      if (page.length === 0) break;
+      await write(page.map((r) => `${JSON.stringify({ kind: 'row', ...r })}\n`).join(''));
+      at = page[page.length - 1]!.seq;
+    }
+    res.end();
     return undefined;
   }
 
@@ -1090,6 +1158,29 @@ function afterBody(req: http.IncomingMessage, send: () => void): void {
   req.once('end', once);
   req.once('close', once);
   req.resume();
+}
+
+/** An audit row as `GET /v1/audit` shows it (docs/api.md). */
+function auditView(a: AuditRecord): Record<string, unknown> {
+  return {
+    seq: a.seq,
+    at: a.at,
+    who: a.who,
+    action: a.action,
+    target: a.target,
+    detail: a.detail,
+    ...(a.detailBytes !== undefined ? { detail_bytes: a.detailBytes } : {}),
+    outcome: a.outcome,
+    controller: a.controller,
+    prev_hash: a.prevHash,
+    hash: a.hash,
+  };
+}
+
+/** A refused request's outcome as the error edge (`#fail`) answers it. */
+function refusalOf(err: unknown): RequestOutcome {
+  const code: ErrorCode = err instanceof HeraldError ? err.code : 'internal';
+  return { status: code === 'internal' ? 500 : statusOf(code), code };
 }
 
 function codeOfErr(err: unknown): string {

@@ -283,6 +283,15 @@ export interface AuditRecord {
   action: string;
   target: string;
   detail: Record<string, unknown> | null;
+  /** The detail's length when the list leaves it out (over AUDIT_LIST_DETAIL_MAX_BYTES). */
+  detailBytes?: number;
+  /** `ok`, or the code the change was refused with. */
+  outcome: string;
+  /** The controller that wrote the row (null: written before the chain was). */
+  controller: string | null;
+  /** Its place in the hash chain (docs/access.md "Audit trail"). */
+  prevHash: string;
+  hash: string;
 }
 
 /**

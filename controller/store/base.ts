@@ -24,6 +24,8 @@ import type {
   RevisionRecord,
 } from '../model/records.js';
 import type { KeptOutput } from './output.js';
+import type { AuditChainRow } from '../../protocol/audit-chain.js';
+import type { ChainHead } from './audit-chain.js';
 import { ObjectRows } from './objects.js';
 import type { SqlOutputRows } from './output.js';
 import type { SqlRows } from './tx.js';
@@ -113,8 +115,20 @@ export abstract class SqlStoreBase {
     return this.read((r) => r.activeClusterIds());
   }
 
-  listAudit(limit = 100): Promise<AuditRecord[]> {
-    return this.read((r) => r.audit(limit));
+  listAudit(limit = 100, beforeSeq?: number): Promise<AuditRecord[]> {
+    return this.read((r) => r.audit(limit, beforeSeq));
+  }
+
+  auditPage(afterSeq: number, limit: number): Promise<AuditChainRow[]> {
+    return this.read((r) => r.auditPage(afterSeq, limit));
+  }
+
+  auditNewestOf(action: string): Promise<number | undefined> {
+    return this.read((r) => r.auditNewestOf(action));
+  }
+
+  auditHead(): Promise<ChainHead> {
+    return this.read((r) => r.auditHead());
   }
 
   readOutput(deploymentId: string, revision: number): Promise<KeptOutput> {

@@ -22,6 +22,8 @@ const DEPLOYMENT_COLUMNS = `d.id, d.node, d.config_id, d.name, d.actions, d.clus
          r.signalled, r.created_at AS r_created_at, r.updated_at AS r_updated_at, r.signalled_at`;
 const DEPLOYMENT_FROM = 'deployments d JOIN revisions r ON r.deployment_id = d.id AND r.revision = d.revision';
 const DEPLOYMENT_SELECT = `SELECT ${DEPLOYMENT_COLUMNS} FROM ${DEPLOYMENT_FROM}`;
+/** An audit row's columns, in the order the chain hashes them (protocol/audit-chain.ts AuditChainRow). */
+const AUDIT_COLUMNS = 'seq, at, who, action, target, detail, outcome, controller, prev_hash, hash';
 
 /** A node's labels and cluster membership, what a scope check reads (controller/store/access-rows.ts). */
 const FACTS_SELECT = `SELECT n.id, l.labels, c.id AS cluster_id, c.name AS cluster_name, cn.nodegroup
@@ -211,8 +213,21 @@ export const SQL = {
   cnFailUninstall: `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, uninstall_finished_at = ?, reason = ?, ended_at_ms = ? WHERE cluster_id = ? AND node = ?`,
   cnFailInstall: `UPDATE cluster_nodes SET phase = 'failed', step_deadline_ms = NULL, install_finished_at = ?, reason = ?, ended_at_ms = ? WHERE cluster_id = ? AND node = ?`,
   cnDelete: 'DELETE FROM cluster_nodes WHERE cluster_id = ?',
-  auditInsert: 'INSERT INTO audit (at, who, action, target, detail) VALUES (?, ?, ?, ?, ?)',
-  auditList: 'SELECT * FROM audit ORDER BY seq DESC LIMIT ?',
+  // the audit trail's hash chain (controller/store/audit-chain.ts, docs/access.md): every append
+  // locks the head row first, so rows are numbered and chained in commit order by any controller
+  auditHeadLock: 'SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE',
+  auditHeadGet: 'SELECT seq, hash FROM audit_head WHERE id = 1',
+  auditHeadSet: 'UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1',
+  // (PostgreSQL's seq is an identity column of the first schema: the chain numbers rows itself)
+  auditAppend: `INSERT INTO audit (seq, at, who, action, target, detail, outcome, controller, prev_hash, hash) OVERRIDING SYSTEM VALUE
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  auditList: `SELECT ${AUDIT_COLUMNS} FROM audit ORDER BY seq DESC LIMIT ?`,
+  auditListBefore: `SELECT ${AUDIT_COLUMNS} FROM audit WHERE seq < ? ORDER BY seq DESC LIMIT ?`,
+  auditPage: `SELECT ${AUDIT_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?`,
+  auditRow: `SELECT ${AUDIT_COLUMNS} FROM audit WHERE seq = ?`,
+  auditDeleteThrough: 'DELETE FROM audit WHERE seq <= ?',
+  // the newest row of an action (the checkpoints are frequent: a short walk back on the key)
+  auditNewestOf: 'SELECT seq FROM audit WHERE action = ? ORDER BY seq DESC LIMIT 1',
   // live output (docs/api.md; controller/store/output.ts)
   // the revision's row read with a lock a signal's update waits for (controller/store/output.ts append)
   outRevisionSignalled: 'SELECT signalled FROM revisions WHERE deployment_id = ? AND revision = ? FOR SHARE',

@@ -13,6 +13,8 @@
  * data (existence, revisions, states).
  */
 import type { ClusterTx } from '../clusters/tx.js';
+import type { AuditChainRow } from '../../protocol/audit-chain.js';
+import type { AuditWriter, ChainHead } from './audit-chain.js';
 import type { KeptOutput, OutputChunkRecord } from './output.js';
 import type { ObjectRows } from './objects.js';
 import type {
@@ -89,8 +91,14 @@ export interface StoreReads {
   listClusters(): Promise<ClusterRecord[]>;
   /** Cluster ids with an operation in flight (the timer opens a transaction only when there are some). */
   activeClusterIds(): Promise<string[]>;
-  /** The newest `limit` (default 100) audit rows, newest first. */
-  listAudit(limit?: number): Promise<AuditRecord[]>;
+  /** The newest `limit` (default 100) audit rows, newest first; with `beforeSeq`, those before it. */
+  listAudit(limit?: number, beforeSeq?: number): Promise<AuditRecord[]>;
+  /** Up to `limit` audit rows after `afterSeq`, oldest first, as the hash chain holds them (docs/access.md). */
+  auditPage(afterSeq: number, limit: number): Promise<AuditChainRow[]>;
+  /** The seq of the newest audit row of `action` (`audit.checkpoint`), if any. */
+  auditNewestOf(action: string): Promise<number | undefined>;
+  /** The audit chain's head as the last append recorded it (seq 0 and the genesis hash before any row). */
+  auditHead(): Promise<ChainHead>;
   /** A revision's kept live output chunks (docs/api.md), oldest first, and the bytes cut per stream. */
   readOutput(deploymentId: string, revision: number): Promise<KeptOutput>;
   /** The text of the newest live output chunk of each deployment's current revision (none: absent). */
@@ -215,6 +223,11 @@ export interface Store extends StoreReads {
 export interface StoreTx extends ClusterTx {
   /** Heat's object store (docs/heat.md), its writes in this transaction. */
   readonly objects: ObjectRows;
+  /**
+   * The audit trail's hash chain in this transaction (docs/access.md): rows appended at once, the
+   * head locked at its first use (a change's own rows, `audit()`, are appended at its end).
+   */
+  readonly auditChain: AuditWriter;
   node(id: string): Promise<NodeRecord | undefined>;
   /** @throws HeraldError node_exists (field `id`) */
   createNode(id: string, endpoint: string | null, who: string): Promise<void>;

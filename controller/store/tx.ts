@@ -8,11 +8,13 @@
  */
 import { HeraldError } from '../../protocol/errors.js';
 import type { DeployAction } from '../../protocol/heat.js';
-import { CLUSTER_INSERT_BATCH_ENTRIES } from '../../protocol/limits.js';
+import { AUDIT_LIST_DETAIL_MAX_BYTES, CLUSTER_INSERT_BATCH_ENTRIES } from '../../protocol/limits.js';
 import type { WakeReason } from '../../protocol/wake.js';
 import type { ChangeSetBuilder } from '../model/change-set.js';
 import { newId } from './ids.js';
 import { grantOf, readGrants, readNodeFacts, readNodeLabels, type GrantRow } from './access-rows.js';
+import { chainRowOf, type AuditEntry, type AuditWriter, type ChainHead } from './audit-chain.js';
+import { AUDIT_GENESIS_HASH, type AuditChainRow } from '../../protocol/audit-chain.js';
 import { ObjectRows } from './objects.js';
 import { inDocument } from '../model/document.js';
 import { coerceInputValues } from '../model/inputs.js';
@@ -304,24 +306,47 @@ export class SqlRows {
     return ((await this.s.clusterActive.all()) as Array<{ id: string }>).map((r) => r.id);
   }
 
-  async audit(limit: number): Promise<AuditRecord[]> {
-    return (
-      (await this.s.auditList.all(limit)) as Array<{
-        seq: number;
-        at: string;
-        who: string;
-        action: string;
-        target: string;
-        detail: string | null;
-      }>
-    ).map((r) => ({
-      seq: r.seq,
-      at: r.at,
-      who: r.who,
-      action: r.action,
-      target: r.target,
-      detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
-    }));
+  /** The newest rows, newest first; `beforeSeq`: only rows before that seq (paging back). */
+  async audit(limit: number, beforeSeq?: number): Promise<AuditRecord[]> {
+    const rows = (
+      beforeSeq === undefined ? await this.s.auditList.all(limit) : await this.s.auditListBefore.all(beforeSeq, limit)
+    ) as Array<Record<string, unknown>>;
+    return rows.map((raw) => {
+      const r = chainRowOf(raw);
+      // (a request's whole body may be a megabyte: the list names its length, the export has it)
+      const bytes = r.detail === null ? 0 : Buffer.byteLength(r.detail);
+      const omit = bytes > AUDIT_LIST_DETAIL_MAX_BYTES;
+      return {
+        seq: r.seq,
+        at: r.at,
+        who: r.who,
+        action: r.action,
+        target: r.target,
+        detail: r.detail === null || omit ? null : (JSON.parse(r.detail) as Record<string, unknown>),
+        ...(omit ? { detailBytes: bytes } : {}),
+        outcome: r.outcome,
+        controller: r.controller,
+        prevHash: r.prev_hash,
+        hash: r.hash,
+      };
+    });
+  }
+
+  /** Up to `limit` rows after `afterSeq`, oldest first, as the chain hashes them. */
+  async auditPage(afterSeq: number, limit: number): Promise<AuditChainRow[]> {
+    return ((await this.s.auditPage.all(afterSeq, limit)) as Array<Record<string, unknown>>).map(chainRowOf);
+  }
+
+  /** The seq of the newest row of `action`, if any. */
+  async auditNewestOf(action: string): Promise<number | undefined> {
+    const r = (await this.s.auditNewestOf.get(action)) as { seq: number } | undefined;
+    return r === undefined ? undefined : Number(r.seq);
+  }
+
+  /** The chain head the last append recorded. */
+  async auditHead(): Promise<ChainHead> {
+    const r = (await this.s.auditHeadGet.get()) as { seq: number; hash: string } | undefined;
+    return r === undefined ? { seq: 0, hash: AUDIT_GENESIS_HASH } : { seq: Number(r.seq), hash: r.hash };
   }
 }
 
@@ -330,6 +355,9 @@ export class SqlTx implements StoreTx {
   readonly changes: ChangeSetBuilder;
   readonly #r: SqlRows;
   readonly #s: Statements;
+  readonly #chain: AuditWriter;
+  /** The audit rows of this unit's changes, written when its work is done (`flushAudit`). */
+  readonly #audits: AuditEntry[] = [];
   #ended = false;
   /**
    * The configs this transaction has read, by id: the store's cache is filled only outside a
@@ -338,10 +366,26 @@ export class SqlTx implements StoreTx {
    */
   readonly #configs = new Map<string, ConfigRecord>();
 
-  constructor(rows: SqlRows, changes: ChangeSetBuilder) {
+  constructor(rows: SqlRows, changes: ChangeSetBuilder, chain: AuditWriter) {
     this.#r = rows;
     this.#s = rows.s;
     this.changes = changes;
+    this.#chain = chain;
+  }
+
+  /** The audit chain in this transaction: rows appended at once, the head locked at its first use. */
+  get auditChain(): AuditWriter {
+    this.#live();
+    return this.#chain;
+  }
+
+  /**
+   * Appends the audit rows this unit's changes recorded: the store calls it once the unit's work
+   * is done, so the chain head's lock is taken late and held shortly (controller/store/audit-chain.ts).
+   */
+  async flushAudit(): Promise<void> {
+    this.#live();
+    if (this.#audits.length > 0) await this.#chain.append(this.#audits.splice(0));
   }
 
   /** Heat's object store, in this transaction. */
@@ -366,7 +410,7 @@ export class SqlTx implements StoreTx {
     detail: Record<string, unknown> | null = null,
   ): Promise<void> {
     this.#live();
-    await this.#s.auditInsert.run(this.#r.iso(), who, action, target, detail === null ? null : JSON.stringify(detail));
+    this.#audits.push({ at: this.#r.iso(), who, action, target, detail });
   }
 
   // ---- nodes -------------------------------------------------------------------------------

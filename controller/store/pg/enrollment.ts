@@ -5,6 +5,7 @@
  * checks it is still usable, so two controllers enrolling with one token cannot both win.
  */
 import type postgres from 'postgres';
+import type { AuditEntry } from '../audit-chain.js';
 import {
   certRecord,
   floorRecord,
@@ -68,7 +69,8 @@ export const PG_IDENTITY_FLOOR_MIGRATION_SQL = `
   );
 `;
 
-const AUDIT = 'INSERT INTO audit (at, who, action, target, detail) VALUES ($1, $2, $3, $4, $5)';
+/** Appends to the audit chain in the transaction given (controller/store/audit-chain.ts). */
+export type AppendAudit = (e: AuditEntry) => Promise<void>;
 const TOKEN_COLUMNS = 'id, node, dns, ips, created_at, created_by, expires_at, used_at, used_by, revoked_at';
 
 async function q<T>(sql: Sql, text: string, params: unknown[] = []): Promise<T[]> {
@@ -77,20 +79,26 @@ async function q<T>(sql: Sql, text: string, params: unknown[] = []): Promise<T[]
 
 /** Each function runs in the transaction (or on the pool) it is given. */
 export const pgEnrollment = {
-  async create(tx: Sql, t: NewEnrollmentToken, who: string, at: string): Promise<EnrollmentTokenRecord> {
+  async create(
+    tx: Sql,
+    audit: AppendAudit,
+    t: NewEnrollmentToken,
+    who: string,
+    at: string,
+  ): Promise<EnrollmentTokenRecord> {
     await q(
       tx,
       `INSERT INTO enrollment_tokens (id, token_hash, node, dns, ips, created_at, created_by, expires_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
       [t.id, t.tokenHash, t.node, JSON.stringify(t.dns), JSON.stringify(t.ips), at, who, t.expiresAt],
     );
-    await q(tx, AUDIT, [
+    await audit({
       at,
       who,
-      'enrollment_token.create',
-      t.id,
-      JSON.stringify({ node: t.node, dns: t.dns, ips: t.ips, expires_at: t.expiresAt }),
-    ]);
+      action: 'enrollment_token.create',
+      target: t.id,
+      detail: { node: t.node, dns: t.dns, ips: t.ips, expires_at: t.expiresAt },
+    });
     const [row] = await q<TokenRow>(tx, `SELECT ${TOKEN_COLUMNS} FROM enrollment_tokens WHERE id = $1`, [t.id]);
     return tokenRecord(row!);
   },
@@ -101,20 +109,33 @@ export const pgEnrollment = {
     );
   },
 
-  async revoke(tx: Sql, id: string, who: string, at: string): Promise<EnrollmentTokenRecord | undefined> {
+  async revoke(
+    tx: Sql,
+    audit: AppendAudit,
+    id: string,
+    who: string,
+    at: string,
+  ): Promise<EnrollmentTokenRecord | undefined> {
     const [row] = await q<TokenRow>(tx, `SELECT ${TOKEN_COLUMNS} FROM enrollment_tokens WHERE id = $1 FOR UPDATE`, [
       id,
     ]);
     if (!row) return undefined;
     if (row.revoked_at === null) {
       await q(tx, 'UPDATE enrollment_tokens SET revoked_at = $1 WHERE id = $2', [at, id]);
-      await q(tx, AUDIT, [at, who, 'enrollment_token.revoke', id, JSON.stringify({ node: row.node })]);
+      await audit({ at, who, action: 'enrollment_token.revoke', target: id, detail: { node: row.node } });
       row.revoked_at = at;
     }
     return tokenRecord(row);
   },
 
-  async consume(tx: Sql, tokenHash: string, node: string, usedBy: string, at: string): Promise<ConsumeResult> {
+  async consume(
+    tx: Sql,
+    audit: AppendAudit,
+    tokenHash: string,
+    node: string,
+    usedBy: string,
+    at: string,
+  ): Promise<ConsumeResult> {
     const used = await q<TokenRow>(
       tx,
       `UPDATE enrollment_tokens SET used_at = $1, used_by = $2
@@ -123,7 +144,7 @@ export const pgEnrollment = {
       [at, usedBy, tokenHash, node],
     );
     if (used.length === 1) {
-      await q(tx, AUDIT, [at, usedBy, 'enrollment_token.use', used[0]!.id, JSON.stringify({ node })]);
+      await audit({ at, who: usedBy, action: 'enrollment_token.use', target: used[0]!.id, detail: { node } });
       return { ok: true, token: tokenRecord(used[0]!) };
     }
     const [row] = await q<TokenRow>(tx, `SELECT ${TOKEN_COLUMNS} FROM enrollment_tokens WHERE token_hash = $1`, [
@@ -141,7 +162,14 @@ export const pgEnrollment = {
     return r ? certRecord(r) : undefined;
   },
 
-  async noteCertificate(tx: Sql, node: string, c: SeenCertificate, who: string, at: string): Promise<void> {
+  async noteCertificate(
+    tx: Sql,
+    audit: AppendAudit,
+    node: string,
+    c: SeenCertificate,
+    who: string,
+    at: string,
+  ): Promise<void> {
     if (c.issued) {
       await q(
         tx,
@@ -152,13 +180,13 @@ export const pgEnrollment = {
            last_renewal_error = NULL, last_renewal_attempt_at = excluded.last_renewal_attempt_at`,
         [node, c.serial, c.notBefore, c.notAfter, at],
       );
-      await q(tx, AUDIT, [
+      await audit({
         at,
         who,
-        'certificate.issue',
-        node,
-        JSON.stringify({ serial: c.serial, not_after: c.notAfter }),
-      ]);
+        action: 'certificate.issue',
+        target: node,
+        detail: { serial: c.serial, not_after: c.notAfter },
+      });
       return;
     }
     // a certificate seen on a request: its dates, keeping what is known of its renewal
@@ -182,6 +210,7 @@ export const pgEnrollment = {
 
   async raiseFloor(
     tx: Sql,
+    audit: AppendAudit,
     node: string,
     notBefore: string,
     renewed: { serial: string; notBefore: string } | null,
@@ -200,7 +229,7 @@ export const pgEnrollment = {
       [node, notBefore, renewed?.serial ?? null, renewed?.notBefore ?? null, at],
     );
     if (reason === 'revoke')
-      await q(tx, AUDIT, [at, who, 'node.revoke', node, JSON.stringify({ revoked_before: notBefore })]);
+      await audit({ at, who, action: 'node.revoke', target: node, detail: { revoked_before: notBefore } });
   },
 
   async retireSuperseded(sql: Sql, node: string, serial: string, at: string): Promise<boolean> {

@@ -8,6 +8,15 @@
 import { PG_ENROLLMENT_MIGRATION_SQL, PG_IDENTITY_FLOOR_MIGRATION_SQL } from './enrollment.js';
 import { PG_OBJECTS_MIGRATION_SQL } from '../objects-schema.js';
 import { PG_ACCESS_MIGRATION_SQL } from '../access-schema.js';
+import { AUDIT_GENESIS_HASH } from '../../../protocol/audit-chain.js';
+import { AUDIT_PAGE_ENTRIES } from '../../../protocol/limits.js';
+import {
+  AUDIT_HEAD_INSERT_SQL,
+  AUDIT_LAST_HASHED_SQL,
+  AUDIT_UNHASHED_SQL,
+  chainExisting,
+  type ChainHead,
+} from '../audit-chain.js';
 import {
   INSERT_MANY,
   insertUnnestSql,
@@ -24,6 +33,13 @@ export interface PgMigration {
   version: number;
   name: string;
   sql: string;
+  /** A step in code after `sql`, in the same transaction. */
+  run?: (tx: MigrationSql) => Promise<void>;
+}
+
+/** What a migration's step runs its statements on (the migrating transaction). */
+export interface MigrationSql {
+  unsafe(query: string, params?: unknown[]): Promise<ArrayLike<unknown> & Iterable<unknown>>;
 }
 
 /** Applied in order, each in its own transaction; never edit one that has shipped. */
@@ -238,7 +254,56 @@ export const PG_MIGRATIONS: PgMigration[] = [
     // SQLite's migration 9: grants and node labels (controller/store/access-schema.ts)
     sql: PG_ACCESS_MIGRATION_SQL,
   },
+  {
+    version: 8,
+    name: 'audit_chain',
+    // SQLite's migration 10 (docs/access.md "Audit trail"): outcome, controller and the hash chain;
+    // the head row every append locks (FOR UPDATE), so appends of several controllers form one
+    // line; the rows written before are chained here, in seq order
+    sql: `
+      ALTER TABLE audit ADD COLUMN IF NOT EXISTS outcome TEXT, ADD COLUMN IF NOT EXISTS controller TEXT,
+        ADD COLUMN IF NOT EXISTS prev_hash TEXT, ADD COLUMN IF NOT EXISTS hash TEXT;
+      CREATE TABLE IF NOT EXISTS audit_head (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        seq BIGINT NOT NULL,
+        hash TEXT NOT NULL
+      );
+      ${AUDIT_HEAD_INSERT_SQL};
+    `,
+    run: chainPgAudit,
+  },
 ];
+
+/** Migration 8's step: the rows written before the chain, chained a page at a time (controller/store/audit-chain.ts). */
+async function chainPgAudit(tx: MigrationSql): Promise<void> {
+  const [last] = [...(await tx.unsafe(AUDIT_LAST_HASHED_SQL))] as ChainHead[];
+  let head: ChainHead = last ? { seq: Number(last.seq), hash: last.hash } : { seq: 0, hash: AUDIT_GENESIS_HASH };
+  const page = numbered(AUDIT_UNHASHED_SQL);
+  for (;;) {
+    const raws = [...(await tx.unsafe(page, [head.seq, AUDIT_PAGE_ENTRIES]))] as Array<Record<string, unknown>>;
+    if (raws.length === 0) break;
+    const out = chainExisting(head, raws);
+    // one statement a page: each column an array
+    await tx.unsafe(
+      `UPDATE audit a SET outcome = v.outcome, prev_hash = v.prev_hash, hash = v.hash
+       FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS v(seq, outcome, prev_hash, hash) WHERE a.seq = v.seq`,
+      [
+        out.rows.map((r) => r.seq),
+        out.rows.map((r) => r.outcome),
+        out.rows.map((r) => r.prev_hash),
+        out.rows.map((r) => r.hash),
+      ],
+    );
+    head = out.head;
+  }
+  await tx.unsafe('UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1', [head.seq, head.hash]);
+}
+
+/** `?` placeholders numbered `$1, $2, ...`. */
+function numbered(sql: string): string {
+  let n = 0;
+  return sql.replace(/\?/g, () => `$${++n}`);
+}
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS[PG_MIGRATIONS.length - 1]!.version;
 
@@ -256,9 +321,6 @@ export function pgStatementTexts(): Record<PgStatementName, string> {
       ([n, { many }]): [PgStatementName, string] => [n, many],
     ),
   ];
-  for (const [name, sql] of texts) {
-    let n = 0;
-    out[name] = sql.replace(/\?/g, () => `$${++n}`);
-  }
+  for (const [name, sql] of texts) out[name] = numbered(sql);
   return out;
 }

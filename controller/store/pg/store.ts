@@ -53,7 +53,8 @@ import type {
   NodeCertificateRecord,
   SeenCertificate,
 } from '../enrollment-records.js';
-import { pgEnrollment } from './enrollment.js';
+import { pgEnrollment, type AppendAudit } from './enrollment.js';
+import { AuditWriter } from '../audit-chain.js';
 import { PG_MIGRATIONS, PG_SCHEMA_VERSION, pgStatementTexts, type PgStatementName } from './schema.js';
 import type { ChangeSet } from '../../model/records.js';
 import { PoolGate } from './pool-gate.js';
@@ -321,6 +322,7 @@ export class PgStore extends SqlStoreBase implements Store {
       for (const m of PG_MIGRATIONS) {
         if (m.version <= current) continue;
         await tx.unsafe(m.sql);
+        await m.run?.(tx as never);
         await tx.unsafe('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [
           m.version,
           m.name,
@@ -366,7 +368,7 @@ export class PgStore extends SqlStoreBase implements Store {
       () =>
         this.#sql.begin(async (tx) => {
           const s = bind(tx, this.#texts);
-          const out = await this.#unit(tx, s, fn);
+          const out = await this.#unit(tx, s, fn, new AuditWriter(s, this.#controller));
           if (out.seq !== null) await tx.unsafe('SELECT pg_notify($1, $2)', [CHANGE_CHANNEL, String(out.seq)]);
           return out.committed;
         }) as Promise<Committed<T>>,
@@ -379,16 +381,20 @@ export class PgStore extends SqlStoreBase implements Store {
         this.#sql.begin(async (tx) => {
           const s = bind(tx, this.#texts);
           const outcomes: Array<UnitOutcome<T>> = [];
+          // one chain for the group: its head is locked once, then kept from unit to unit
+          const chain = new AuditWriter(s, this.#controller);
           let last: number | null = null;
           for (const fn of units) {
+            const mark = chain.mark();
             try {
-              const out = (await tx.savepoint(() => this.#unit(tx, s, fn))) as {
+              const out = (await tx.savepoint(() => this.#unit(tx, s, fn, chain))) as {
                 committed: Committed<T>;
                 seq: number | null;
               };
               if (out.seq !== null) last = out.seq;
               outcomes.push({ ok: true, value: out.committed });
             } catch (error) {
+              chain.reset(mark);
               // a unit's own error undoes that unit; a lost connection or a deadlock ends them all
               if (isUnavailable(error) || RETRYABLE.has((error as { code?: string }).code ?? '')) throw error;
               outcomes.push({ ok: false, error });
@@ -427,12 +433,19 @@ export class PgStore extends SqlStoreBase implements Store {
    * Runs one unit of work; then, when it changed anything, takes the next numbers (and the
    * sequence row's lock, to the commit), stamps the touched nodes and logs the change set.
    */
-  async #unit<T>(tx: TxSql, s: Statements, fn: TxFn<T>): Promise<{ committed: Committed<T>; seq: number | null }> {
+  async #unit<T>(
+    tx: TxSql,
+    s: Statements,
+    fn: TxFn<T>,
+    chain: AuditWriter,
+  ): Promise<{ committed: Committed<T>; seq: number | null }> {
     const changes = new ChangeSetBuilder();
-    const unit = new SqlTx(new SqlRows(s, this.#now, this.#rows.configCache, { inTransaction: true }), changes);
+    const unit = new SqlTx(new SqlRows(s, this.#now, this.#rows.configCache, { inTransaction: true }), changes, chain);
     let result: T;
     try {
       result = await fn(unit);
+      // the chain head's lock, then the sequence row's: always in this order
+      await unit.flushAudit();
     } finally {
       unit.end();
     }
@@ -502,12 +515,21 @@ export class PgStore extends SqlStoreBase implements Store {
     return new Date(this.#now()).toISOString();
   }
 
-  #tx<T>(fn: (tx: TxSql) => Promise<T>): Promise<T> {
-    return this.#retrying(() => this.#sql.begin((tx) => fn(tx)) as Promise<T>);
+  /** An enrolment change in one transaction, with its audit rows appended to the chain in it. */
+  #tx<T>(fn: (tx: TxSql, audit: AppendAudit) => Promise<T>): Promise<T> {
+    return this.#retrying(
+      () =>
+        this.#sql.begin((tx) => {
+          const chain = new AuditWriter(bind(tx, this.#texts), this.#controller);
+          return fn(tx, async (e) => {
+            await chain.append([e]);
+          });
+        }) as Promise<T>,
+    );
   }
 
   createEnrollmentToken(t: NewEnrollmentToken, who: string): Promise<EnrollmentTokenRecord> {
-    return this.#tx((tx) => pgEnrollment.create(tx, t, who, this.#iso()));
+    return this.#tx((tx, audit) => pgEnrollment.create(tx, audit, t, who, this.#iso()));
   }
 
   listEnrollmentTokens(): Promise<EnrollmentTokenRecord[]> {
@@ -515,15 +537,15 @@ export class PgStore extends SqlStoreBase implements Store {
   }
 
   revokeEnrollmentToken(id: string, who: string): Promise<EnrollmentTokenRecord> {
-    return this.#tx(async (tx) => {
-      const r = await pgEnrollment.revoke(tx, id, who, this.#iso());
+    return this.#tx(async (tx, audit) => {
+      const r = await pgEnrollment.revoke(tx, audit, id, who, this.#iso());
       if (!r) throw new HeraldError('not_found', `no enrollment token ${id}`);
       return r;
     });
   }
 
   consumeEnrollmentToken(tokenHash: string, node: string, usedBy: string): Promise<ConsumeResult> {
-    return this.#tx((tx) => pgEnrollment.consume(tx, tokenHash, node, usedBy, this.#iso()));
+    return this.#tx((tx, audit) => pgEnrollment.consume(tx, audit, tokenHash, node, usedBy, this.#iso()));
   }
 
   getNodeCertificate(node: string): Promise<NodeCertificateRecord | undefined> {
@@ -531,7 +553,7 @@ export class PgStore extends SqlStoreBase implements Store {
   }
 
   noteNodeCertificate(node: string, c: SeenCertificate, who: string): Promise<void> {
-    return this.#tx((tx) => pgEnrollment.noteCertificate(tx, node, c, who, this.#iso()));
+    return this.#tx((tx, audit) => pgEnrollment.noteCertificate(tx, audit, node, c, who, this.#iso()));
   }
 
   async noteRenewalFailure(node: string, code: string, reported: number): Promise<void> {
@@ -550,7 +572,9 @@ export class PgStore extends SqlStoreBase implements Store {
     reason: FloorReason,
     who: string,
   ): Promise<void> {
-    return this.#tx((tx) => pgEnrollment.raiseFloor(tx, node, notBefore, renewed, reason, who, this.#iso()));
+    return this.#tx((tx, audit) =>
+      pgEnrollment.raiseFloor(tx, audit, node, notBefore, renewed, reason, who, this.#iso()),
+    );
   }
 
   retireSupersededCertificates(node: string, serial: string): Promise<boolean> {

@@ -7,6 +7,7 @@
  * with one token cannot both win.
  */
 import type Database from 'better-sqlite3';
+import type { AuditEntry } from '../audit-chain.js';
 import {
   certRecord,
   floorRecord,
@@ -73,7 +74,8 @@ export const IDENTITY_FLOOR_MIGRATION_SQL = `
 
 export class SqliteEnrollmentRows {
   readonly #db: Database.Database;
-  readonly #audit: Database.Statement;
+  /** Appends to the audit chain in the transaction open on `db` (controller/store/audit-chain.ts). */
+  readonly #audit: (e: AuditEntry) => void;
   readonly #insert: Database.Statement;
   readonly #list: Database.Statement;
   readonly #byId: Database.Statement;
@@ -88,10 +90,10 @@ export class SqliteEnrollmentRows {
   readonly #floorRaise: Database.Statement;
   readonly #floorRetire: Database.Statement;
 
-  constructor(db: Database.Database) {
+  constructor(db: Database.Database, audit: (e: AuditEntry) => void) {
     this.#db = db;
     const p = (sql: string): Database.Statement => db.prepare(sql);
-    this.#audit = p('INSERT INTO audit (at, who, action, target, detail) VALUES (?, ?, ?, ?, ?)');
+    this.#audit = audit;
     this.#insert = p(
       `INSERT INTO enrollment_tokens (id, token_hash, node, dns, ips, created_at, created_by, expires_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -153,7 +155,7 @@ export class SqliteEnrollmentRows {
     this.#db.transaction(() => {
       this.#floorRaise.run(node, notBefore, renewed?.serial ?? null, renewed?.notBefore ?? null, at);
       if (reason === 'revoke')
-        this.#audit.run(at, who, 'node.revoke', node, JSON.stringify({ revoked_before: notBefore }));
+        this.#audit({ at, who, action: 'node.revoke', target: node, detail: { revoked_before: notBefore } });
     })();
   }
 
@@ -165,13 +167,13 @@ export class SqliteEnrollmentRows {
   create(t: NewEnrollmentToken, who: string, at: string): EnrollmentTokenRecord {
     return this.#db.transaction(() => {
       this.#insert.run(t.id, t.tokenHash, t.node, JSON.stringify(t.dns), JSON.stringify(t.ips), at, who, t.expiresAt);
-      this.#audit.run(
+      this.#audit({
         at,
         who,
-        'enrollment_token.create',
-        t.id,
-        JSON.stringify({ node: t.node, dns: t.dns, ips: t.ips, expires_at: t.expiresAt }),
-      );
+        action: 'enrollment_token.create',
+        target: t.id,
+        detail: { node: t.node, dns: t.dns, ips: t.ips, expires_at: t.expiresAt },
+      });
       return tokenRecord(this.#byId.get(t.id) as TokenRow);
     })();
   }
@@ -186,7 +188,7 @@ export class SqliteEnrollmentRows {
       const row = this.#byId.get(id) as TokenRow | undefined;
       if (!row) return undefined;
       if (this.#revoke.run(at, id).changes === 1)
-        this.#audit.run(at, who, 'enrollment_token.revoke', id, JSON.stringify({ node: row.node }));
+        this.#audit({ at, who, action: 'enrollment_token.revoke', target: id, detail: { node: row.node } });
       return tokenRecord(this.#byId.get(id) as TokenRow);
     })();
   }
@@ -201,7 +203,7 @@ export class SqliteEnrollmentRows {
         if (row.expires_at <= at) return { ok: false, reason: 'expired' };
         return { ok: false, reason: 'wrong_node' };
       }
-      this.#audit.run(at, usedBy, 'enrollment_token.use', row.id, JSON.stringify({ node }));
+      this.#audit({ at, who: usedBy, action: 'enrollment_token.use', target: row.id, detail: { node } });
       return { ok: true, token: tokenRecord(this.#byHash.get(tokenHash) as TokenRow) };
     })();
   }
@@ -216,13 +218,13 @@ export class SqliteEnrollmentRows {
     this.#db.transaction(() => {
       if (c.issued) {
         this.#certIssued.run(node, c.serial, c.notBefore, c.notAfter, at, at);
-        this.#audit.run(
+        this.#audit({
           at,
           who,
-          'certificate.issue',
-          node,
-          JSON.stringify({ serial: c.serial, not_after: c.notAfter }),
-        );
+          action: 'certificate.issue',
+          target: node,
+          detail: { serial: c.serial, not_after: c.notAfter },
+        });
       } else {
         const have = this.#certGet.get(node) as CertRow | undefined;
         if (have?.serial === c.serial) return;

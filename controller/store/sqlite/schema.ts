@@ -8,6 +8,16 @@ import { ENROLLMENT_MIGRATION_SQL, IDENTITY_FLOOR_MIGRATION_SQL } from './enroll
 import { SQLITE_OBJECTS_MIGRATION_SQL } from '../objects-schema.js';
 import { SQLITE_ACCESS_MIGRATION_SQL } from '../access-schema.js';
 import {
+  AUDIT_CHAINED_SQL,
+  AUDIT_HEAD_INSERT_SQL,
+  AUDIT_LAST_HASHED_SQL,
+  AUDIT_UNHASHED_SQL,
+  chainExisting,
+  type ChainHead,
+} from '../audit-chain.js';
+import { AUDIT_PAGE_ENTRIES } from '../../../protocol/limits.js';
+import { AUDIT_GENESIS_HASH } from '../../../protocol/audit-chain.js';
+import {
   INSERT_MANY,
   insertOneSql,
   SELECT_MANY,
@@ -29,6 +39,8 @@ interface Migration {
    * and a migration must stay harmless when it runs again over its own result.
    */
   columns?: Array<{ table: string; column: string; decl: string }>;
+  /** A step in code after `sql` and `columns`, in the same transaction (harmless run again, too). */
+  run?: (db: Database.Database) => void;
 }
 
 /** cluster_nodes' columns after migration 3, which migration 6 copies. */
@@ -248,14 +260,56 @@ export const MIGRATIONS: Migration[] = [
     // nodes by (controller/store/access-schema.ts)
     sql: SQLITE_ACCESS_MIGRATION_SQL,
   },
+  {
+    version: 10,
+    name: 'audit_chain',
+    // docs/access.md "Audit trail": each row carries its outcome, the controller that wrote it and
+    // its place in the hash chain; the head row is the lock every append takes. The rows written
+    // before are chained here, in seq order (controller/store/audit-chain.ts)
+    sql: `
+      CREATE TABLE IF NOT EXISTS audit_head (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        seq INTEGER NOT NULL,
+        hash TEXT NOT NULL
+      ) STRICT;
+      ${AUDIT_HEAD_INSERT_SQL};
+    `,
+    columns: [
+      { table: 'audit', column: 'outcome', decl: 'TEXT' },
+      { table: 'audit', column: 'controller', decl: 'TEXT' },
+      { table: 'audit', column: 'prev_hash', decl: 'TEXT' },
+      { table: 'audit', column: 'hash', decl: 'TEXT' },
+    ],
+    run: chainSqliteAudit,
+  },
 ];
+
+/** Migration 10's step: the rows written before the chain, chained (controller/store/audit-chain.ts). */
+function chainSqliteAudit(db: Database.Database): void {
+  const last = db.prepare(AUDIT_LAST_HASHED_SQL).get() as ChainHead | undefined;
+  const page = db.prepare(AUDIT_UNHASHED_SQL);
+  const write = db.prepare(AUDIT_CHAINED_SQL);
+  let head: ChainHead = last ?? { seq: 0, hash: AUDIT_GENESIS_HASH };
+  for (;;) {
+    const raws = page.all(head.seq, AUDIT_PAGE_ENTRIES) as Array<Record<string, unknown>>;
+    if (raws.length === 0) break;
+    const out = chainExisting(head, raws);
+    for (const r of out.rows) write.run(r.outcome, r.prev_hash, r.hash, r.seq);
+    head = out.head;
+  }
+  db.prepare('UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1').run(head.seq, head.hash);
+}
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
 
 /** Every statement, prepared once on `db`; SQLite's one writer is the lock, so row locks are left out. */
 export function prepareStatements(db: Database.Database): Statements {
   const prepare = (sql: string) =>
-    db.prepare(sql.replace(/ FOR (UPDATE|NO KEY UPDATE|SHARE|KEY SHARE)( OF \w+)?( SKIP LOCKED)?/g, ''));
+    db.prepare(
+      sql
+        .replace(/ FOR (UPDATE|NO KEY UPDATE|SHARE|KEY SHARE)( OF \w+)?( SKIP LOCKED)?/g, '')
+        .replace(/ OVERRIDING SYSTEM VALUE/g, ''),
+    );
   const out: Partial<Statements> = {};
   for (const [name, sql] of Object.entries(SQL) as Array<[StatementName, string]>) out[name] = prepare(sql);
   for (const name of Object.keys(INSERT_MANY) as InsertManyName[]) {

@@ -19,6 +19,7 @@ import { MIGRATIONS, prepareStatements, SCHEMA_VERSION } from './schema.js';
 import { SqlOutputRows, type OutputChunkRecord } from '../output.js';
 import type { Statements } from '../statements.js';
 import { SqlRows, SqlTx } from '../tx.js';
+import { AuditWriter } from '../audit-chain.js';
 import { SqliteEnrollmentRows } from './enrollment.js';
 import type {
   ConsumeResult,
@@ -36,6 +37,8 @@ export { SCHEMA_VERSION } from './schema.js';
 export interface SqliteStoreOptions {
   /** Clock for timestamps (epoch ms). Default Date.now. */
   now?: () => number;
+  /** This controller's name, written with each audit row (default `controller`). */
+  controller?: string;
 }
 
 export class SqliteStore extends SqlStoreBase implements Store {
@@ -47,6 +50,7 @@ export class SqliteStore extends SqlStoreBase implements Store {
   readonly #output: SqlOutputRows;
   readonly #enrollment: SqliteEnrollmentRows;
   readonly #now: () => number;
+  readonly #controller: string;
   /** A transaction (or a read waiting behind one) holds the connection. */
   #busy = false;
   readonly #waiting: Array<() => void> = [];
@@ -59,8 +63,9 @@ export class SqliteStore extends SqlStoreBase implements Store {
    */
   constructor(path: string, opts: SqliteStoreOptions = {}) {
     super();
-    const o = { now: Date.now, ...opts };
+    const o = { now: Date.now, controller: 'controller', ...opts };
     this.#now = o.now;
+    this.#controller = o.controller;
     try {
       if (path !== ':memory:' && path !== '') createPrivateFile(path);
       this.#db = new Database(path);
@@ -81,7 +86,8 @@ export class SqliteStore extends SqlStoreBase implements Store {
       this.#rows = new SqlRows(this.#s, o.now);
       this.#txRows = new SqlRows(this.#s, o.now, this.#rows.configCache, { inTransaction: true });
       this.#output = new SqlOutputRows(this.#s);
-      this.#enrollment = new SqliteEnrollmentRows(this.#db);
+      const s = this.#s;
+      this.#enrollment = new SqliteEnrollmentRows(this.#db, (e) => new AuditWriter(s, o.controller).appendNow(e));
     } catch (err) {
       this.#db.close();
       throw err;
@@ -131,6 +137,7 @@ export class SqliteStore extends SqlStoreBase implements Store {
           if (!have.some((x) => x.name === c.column))
             this.#db.exec(`ALTER TABLE ${c.table} ADD COLUMN ${c.column} ${c.decl}`);
         }
+        m.run?.(this.#db);
         this.#db
           .prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)')
           .run(m.version, m.name, new Date(now()).toISOString());
@@ -173,7 +180,7 @@ export class SqliteStore extends SqlStoreBase implements Store {
       this.#assertOpen();
       this.#db.exec('BEGIN IMMEDIATE');
       try {
-        const out = await this.#unit(fn);
+        const out = await this.#unit(fn, new AuditWriter(this.#s, this.#controller));
         this.#db.exec('COMMIT');
         return out;
       } catch (err) {
@@ -187,17 +194,20 @@ export class SqliteStore extends SqlStoreBase implements Store {
     return this.#exclusive(async () => {
       this.#assertOpen();
       const outcomes: Array<UnitOutcome<T>> = [];
+      const chain = new AuditWriter(this.#s, this.#controller);
       this.#db.exec('BEGIN IMMEDIATE');
       try {
         for (const fn of units) {
+          const mark = chain.mark();
           this.#db.exec('SAVEPOINT unit');
           try {
-            const value = await this.#unit(fn);
+            const value = await this.#unit(fn, chain);
             this.#db.exec('RELEASE unit');
             outcomes.push({ ok: true, value });
           } catch (error) {
             this.#db.exec('ROLLBACK TO unit');
             this.#db.exec('RELEASE unit');
+            chain.reset(mark);
             outcomes.push({ ok: false, error });
           }
         }
@@ -211,12 +221,13 @@ export class SqliteStore extends SqlStoreBase implements Store {
   }
 
   /** Runs one unit of work, then gives the nodes it touched one new generation. */
-  async #unit<T>(fn: TxFn<T>): Promise<Committed<T>> {
+  async #unit<T>(fn: TxFn<T>, chain: AuditWriter): Promise<Committed<T>> {
     const changes = new ChangeSetBuilder();
-    const tx = new SqlTx(this.#txRows, changes);
+    const tx = new SqlTx(this.#txRows, changes, chain);
     let result: T;
     try {
       result = await fn(tx);
+      await tx.flushAudit();
     } finally {
       tx.end();
     }
