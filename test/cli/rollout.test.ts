@@ -90,10 +90,17 @@ describe('rollout options, parsed', () => {
     const text = formatPlan({
       cluster: 'c',
       dry_run: true,
-      nodegroups: [{ name: 'masters', role: 'master', nodes: ['m1', 'm2'], max_unavailable: 1 }],
+      nodegroups: [{ name: 'masters', role: 'master', nodes: ['m1', 'm2'], max_unavailable: 1, canary: 0 }],
       pause_s: 10,
       max_failures: 1,
       health_config_id: 'h1',
+      canaries: [],
+      auto_promote_s: null,
+      on_failure: 'abort',
+      node_deadline_s: null,
+      progress_deadline_s: null,
+      gate: null,
+      force: false,
     });
     expect(text).toMatch(/ORDER\s+NODEGROUP\s+ROLE\s+MAX_UNAVAILABLE\s+NODES/);
     expect(text).toMatch(/1\s+masters\s+master\s+1\s+m1,m2/);

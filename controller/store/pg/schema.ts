@@ -231,6 +231,28 @@ export const PG_MIGRATIONS: PgMigration[] = [
     // SQLite's migration 8: Heat's object store (controller/store/objects-schema.ts)
     sql: PG_OBJECTS_MIGRATION_SQL,
   },
+  {
+    version: 7,
+    name: 'cluster_revisions',
+    // SQLite's migration 9: cluster revisions, the cluster's and each node's (docs/api.md "Revisions")
+    sql: `
+      CREATE TABLE IF NOT EXISTS cluster_revisions (
+        cluster_id TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        install_config_id TEXT NOT NULL,
+        uninstall_config_id TEXT NOT NULL,
+        input_values TEXT NOT NULL,
+        nodegroups TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        created_by TEXT NOT NULL,
+        stable_at TEXT,
+        source_revision INTEGER,
+        PRIMARY KEY (cluster_id, revision)
+      );
+      ALTER TABLE clusters ADD COLUMN IF NOT EXISTS revision INTEGER NOT NULL DEFAULT 1;
+      ALTER TABLE cluster_nodes ADD COLUMN IF NOT EXISTS revision INTEGER NOT NULL DEFAULT 1;
+    `,
+  },
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS[PG_MIGRATIONS.length - 1]!.version;
