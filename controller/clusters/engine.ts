@@ -43,6 +43,7 @@ import {
   lastStableBefore,
   nextRevision,
   sameConfigs,
+  sameSource,
   undoRevision,
   type ConfigChange,
 } from './revisions.js';
@@ -151,7 +152,7 @@ export function canaryCount(spec: number | string | null | undefined, changed: n
 
 /** How the nodes of a rollout fared (docs/api.md `counters`), from its nodes and what its state kept. */
 export function rolloutCounters(r: Rollout | null, nodes: readonly ClusterNodeRecord[]): RolloutCounters {
-  const scope = r && r.change === undefined ? new Set(r.groups.map((g) => g.name)) : null;
+  const scope = r ? new Set(r.groups.map((g) => g.name)) : null;
   const mine = scope ? nodes.filter((n) => scope.has(n.nodegroup)) : nodes;
   // a node an upgrade left alone is complete with no step run
   const ran = (n: ClusterNodeRecord) => n.endedAtMs !== null || n.uninstallStartedAt !== null || n.phase !== 'complete';
@@ -855,7 +856,7 @@ export class ClusterEngine {
       const [now, to] = await Promise.all([tx.clusterRevision(c.id, n.revision), tx.clusterRevision(c.id, target)]);
       if (!now || !to) throw new HeraldError('internal', `cluster ${c.id} lost revision ${n.revision} or ${target}`);
       const into = configsOf(to, n.nodegroup);
-      if (n.uninstallDeploymentId !== null && !sameConfigs(now, to, n.nodegroup))
+      if (n.uninstallDeploymentId !== null && !sameSource(configsOf(now, n.nodegroup).uninstall, into.uninstall))
         await tx.dropUninstallDeployment(c.id, n.node);
       await tx.reviseDeployment(current, into.install, action, reason);
       if (n.revision !== target) await tx.setNodeRevision(c.id, n.node, target);
