@@ -36,9 +36,7 @@ export interface UpgradeBed {
   lineCount(): number;
   /** The runs in the log from its line `from` on, in the order they started. */
   runs(from?: number): Run[];
-  // biome-ignore lint/suspicious/noExplicitAny: the API's JSON
   cluster(): Promise<any>;
-  // biome-ignore lint/suspicious/noExplicitAny: the API's JSON
   send(method: string, route: string, body?: unknown): Promise<{ status: number; json: any; raw: string }>;
   /** Waits until the cluster's status is one of `statuses`; resolves with it. */
   ended(statuses?: string[], ms?: number): Promise<string>;

@@ -44,7 +44,6 @@ const started = (from: number, name: string, node: string) =>
     20_000,
     20,
   );
-// biome-ignore lint/suspicious/noExplicitAny: the API's JSON
 const phase = async (): Promise<any> => (await b.cluster()).rollout?.state;
 
 beforeAll(async () => {
