@@ -675,7 +675,9 @@ export class ClusterEngine {
     if (!inProgress(head)) return;
     const r = fullRollout(head);
     if (!r?.gate || !r.state || r.state.gateWantedAtMs === null) return;
-    const next: Rollout = { ...r, state: { ...r.state, gate: { ...v, used: false }, gateWantedAtMs: null } };
+    // a stop leaves the rollout waiting (asked again GATE_RETRY_INTERVAL_MS later); a go ends the wait
+    const wanted = v.verdict === 'go' ? null : r.state.gateWantedAtMs;
+    const next: Rollout = { ...r, state: { ...r.state, gate: { ...v, used: false }, gateWantedAtMs: wanted } };
     await tx.setRollout(id, next);
     await this.#advance(tx, id, nowMs, { ...head, rollout: next });
   }
@@ -1073,9 +1075,9 @@ export class ClusterEngine {
         st.progressAtMs = nowMs;
         break;
       case 'gate':
-        if (st.gateWantedAtMs === null) st.gateWantedAtMs = nowMs;
-        else if (!gates) return; // (already waiting: nothing to write)
         gates?.push({ clusterId: c.id, gate: r.gate! });
+        if (st.gateWantedAtMs !== null) return; // (already waiting: nothing to write)
+        st.gateWantedAtMs = nowMs;
         break;
       case 'revert': {
         const scope = new Set(r.groups.map((g) => g.name));
