@@ -556,16 +556,23 @@ function registerCluster(program: Command): void {
       const head: Obj = {};
       for (const [k, v] of Object.entries(body))
         if (!Array.isArray(v) && (v === null || typeof v !== 'object')) head[k] = v;
+      if (body.counters)
+        head.counters = Object.entries(body.counters)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ');
+      const state = body.rollout?.state;
+      if (state) head.rollout = state.phase + (state.revert ? ` (revert to revision ${state.revert.revision})` : '');
       out(o, keyValues(head));
       const dur = (a?: number, b?: number): string => (a !== undefined && b !== undefined ? formatMs(b - a) : '-');
       out(
         o,
         `\n${table(
-          ['NODE', 'PHASE', 'NODEGROUP', 'UNINSTALL', 'INSTALL', 'REASON'],
+          ['NODE', 'PHASE', 'NODEGROUP', 'REVISION', 'UNINSTALL', 'INSTALL', 'REASON'],
           c.nodes.map((n, i) => [
             n.node,
             n.phase,
             body.nodes[i]?.nodegroup ?? '-',
+            body.nodes[i]?.revision ?? '-',
             dur(n.uninstallStartedMs, n.uninstallDoneMs),
             dur(n.installStartedMs, n.installDoneMs),
             n.reason,
