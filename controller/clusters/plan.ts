@@ -231,7 +231,13 @@ export function planRollout(r: Rollout, nodes: readonly PlanNode[], nowMs: numbe
   const canaries = new Set(r.canaries ?? []);
   const canaryPhase = !revert && canaries.size > 0 && !st?.promoted;
   const canaryNodes = canaryPhase ? mine.filter((n) => canaries.has(n.node)) : [];
-  const awaitingPromotion = canaryPhase && canaryNodes.every((n) => n.phase === 'complete');
+  const budget = canaryPhase ? 0 : r.maxFailures;
+  const overBudget = !revert && failed.length - (st?.forgiven ?? 0) > budget;
+  // every canary ended and none failed beyond what a resume forgave: an operator's promotion (or
+  // auto_promote_s, when all are healthy) is awaited
+  const awaitingPromotion =
+    canaryPhase && !overBudget && canaryNodes.every((n) => n.phase === 'complete' || n.phase === 'failed');
+  const healthy = awaitingPromotion && canaryNodes.every((n) => n.phase === 'complete');
   const operatorHolds = (st?.paused && !st.paused.failure) || awaitingPromotion;
 
   if (
@@ -243,8 +249,6 @@ export function planRollout(r: Rollout, nodes: readonly PlanNode[], nowMs: numbe
   )
     return [{ type: 'expire', reason: `no progress within the progress ${TIMEOUT_WORD} (${r.progressDeadlineS} s)` }];
 
-  const budget = canaryPhase ? 0 : r.maxFailures;
-  const overBudget = !revert && failed.length - (st?.forgiven ?? 0) > budget;
   const stopped = overBudget || Boolean(st?.aborted || st?.expired || st?.paused);
   let blocked: string | null = null;
   if (!stopped) {
@@ -262,7 +266,8 @@ export function planRollout(r: Rollout, nodes: readonly PlanNode[], nowMs: numbe
     }
     if (awaitingPromotion) {
       const last = Math.max(...canaryNodes.map((n) => n.endedAtMs ?? 0));
-      if (typeof r.autoPromoteS === 'number' && nowMs >= last + r.autoPromoteS * 1000) return [{ type: 'promote' }];
+      if (healthy && typeof r.autoPromoteS === 'number' && nowMs >= last + r.autoPromoteS * 1000)
+        return [{ type: 'promote' }];
       return [];
     }
     if (g.waiting) return [];

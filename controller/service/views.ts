@@ -215,8 +215,9 @@ export function rolloutPhase(c: ClusterRecord, r: Rollout): RolloutPhase {
   if (st.paused) return 'paused';
   if (st.gateWantedAtMs !== null) return 'waiting_for_gate';
   const canaries = new Set(r.canaries ?? []);
+  // (a canary failed beyond what a resume forgave stops the rollout: it is not awaiting promotion then)
   if (canaries.size > 0 && !st.promoted)
-    return c.nodes.filter((n) => canaries.has(n.node)).every((n) => n.phase === 'complete')
+    return c.nodes.filter((n) => canaries.has(n.node)).every((n) => n.phase === 'complete' || n.phase === 'failed')
       ? 'awaiting_promotion'
       : 'canary';
   return 'rolling';

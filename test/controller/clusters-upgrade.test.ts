@@ -280,6 +280,29 @@ describe('canaries and promotion', () => {
     expect(['w1', 'w2'].map((n) => w.node(n).phase)).toEqual(['pending', 'pending']);
   });
 
+  it('a failed canary paused by on_failure never stalls past its progress deadline; resumed, it waits for a promote', async () => {
+    const w = await world([{ name: 'w', role: 'worker', n: 3 }]);
+    const t = T0 + 10_000;
+    await w.upgrade({ installConfigId: w.install2 }, { canary: 1, onFailure: 'pause', progressDeadlineS: 100 }, t);
+    await w.result('w0', false, t + 1_000);
+    expect(w.rollout().state?.paused?.failure).toBe(true);
+    await w.tick(t + 99_999);
+    expect(w.status()).toBe('UPDATE_IN_PROGRESS');
+    await w.tick(t + 100_000);
+    expect(w.status()).toBe('UPDATE_FAILED');
+
+    const v = await world([{ name: 'w', role: 'worker', n: 3 }]);
+    await v.upgrade({ installConfigId: v.install2 }, { canary: 1, onFailure: 'pause', autoPromoteS: 0 }, t);
+    await v.result('w0', false, t + 1_000);
+    await v.control('resume', t + 2_000);
+    // the failure forgiven, the canaries' outcome is the operator's to judge: no automatic promotion
+    await v.tick(t + 3_000);
+    expect(v.status()).toBe('UPDATE_IN_PROGRESS');
+    expect(v.busy()).toEqual([]);
+    await v.control('promote', t + 4_000);
+    expect(v.busy()).toEqual(['w1', 'w2']);
+  });
+
   it('counts canaries per group: a count, or a percentage of the nodes changed, at least 1', () => {
     expect(canaryCount(1, 5)).toBe(1);
     expect(canaryCount(9, 5)).toBe(5);
