@@ -28,14 +28,20 @@ import { latencyPhase, type LatencyResult } from './latency.js';
 import { ensurePeerInstalled, peerPhase, type PeerResult } from './peer.js';
 import { benchPki, slot, type AgentSlot } from './pki-cache.js';
 import { freeLowPort, killAll, track } from './procs.js';
-import { replaceKeptSection, writeReport } from './report.js';
+import {
+  replaceKeptSection,
+  ROLLOUTS_SECTION_MARKER,
+  rolloutsMarkdown,
+  type RolloutsResult,
+  writeReport,
+} from './report.js';
 import { severalMain } from './several-main.js';
 import { restartPhase, type RestartResult } from './restart.js';
 import { heatPhase } from './heat.js';
 import { HEAT_SECTION_MARKER, heatMarkdown } from './heat-report.js';
 import { preAuthMarkdown, preAuthPhase } from './pre-auth.js';
 import { levelGrowth, soakMarkdown, soakPhase } from './soak.js';
-import { loadAvg, NO_HOOK_LAUNCHER_ENV, say } from './util.js';
+import { loadAvg, NO_HOOK_LAUNCHER_ENV, round, say } from './util.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** The checkout: dist/bench/main.js → two levels up. */
@@ -62,6 +68,8 @@ export interface BenchArgs {
   preAuth: boolean;
   /** --heat: unmodified OpenStack Heat driving Herald and a stock node, alone; its section in BENCHMARKS.md. */
   heat: boolean;
+  /** --rollouts: a 100-node restart and upgrade of one cluster, alone; its section in BENCHMARKS.md. */
+  rollouts: boolean;
   /** --controllers [store,fanout,failover]: several controllers on PostgreSQL alone, their section in BENCHMARKS.md. */
   controllers: Set<string> | null;
   /** --controller-ns: the fan-out N with 1, 2 and 3 controllers (default 1000,5000). */
@@ -99,6 +107,7 @@ function parseArgs(argv: string[]): BenchArgs {
     soakMinutes: null,
     preAuth: false,
     heat: false,
+    rollouts: false,
     controllers: null,
     controllerNs: [1_000, 5_000],
     failoverNs: [300, 3_000],
@@ -127,6 +136,7 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--profile') a.profile = path.resolve(next());
     else if (v === '--soak-gc') process.env.HERALD_BENCH_MEM_GC = '1';
     else if (v === '--pre-auth') a.preAuth = true;
+    else if (v === '--rollouts') a.rollouts = true;
     else if (v === '--heat') a.heat = true;
     else if (v === '--soak') {
       const m = argv[i + 1];
@@ -148,7 +158,7 @@ function parseArgs(argv: string[]): BenchArgs {
       const options = [
         '[-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000] [--runs 3]',
         '[--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json]',
-        '[--soak [minutes]] [--soak-gc] [--pre-auth] [--heat] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000]',
+        '[--soak [minutes]] [--soak-gc] [--pre-auth] [--heat] [--rollouts] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000]',
         '[--failover-ns 300,3000] [--peer | --no-peer] [--no-hook-launcher]',
       ];
       process.stdout.write(`usage: npm run bench ${options.join(' ')}\n`);
@@ -343,24 +353,27 @@ async function main(): Promise<number> {
   fs.mkdirSync(runDir, { recursive: true });
 
   say(
-    `Herald benchmark (${args.soakMinutes !== null ? 'soak' : args.preAuth ? 'pre-auth' : args.quick ? 'quick' : 'full'})${inNs ? ' in its own network and PID namespaces' : ''}; load average ${loadAvg().join(' ')}`,
+    `Herald benchmark (${args.soakMinutes !== null ? 'soak' : args.preAuth ? 'pre-auth' : args.rollouts ? 'rollouts' : args.quick ? 'quick' : 'full'})${inNs ? ' in its own network and PID namespaces' : ''}; load average ${loadAvg().join(' ')}`,
   );
   const maxN = Math.max(...ns, 100);
   // --pre-auth starts no agent: its certificates would take minutes to issue for nothing
   const slots: AgentSlot[] = args.preAuth
     ? []
-    : [
-        ...Array.from({ length: maxN }, (_, i) => slot('b', i)),
-        ...Array.from({ length: 64 }, (_, i) => slot('l', i)),
-        // the idle phase's push-off agents use names past the others
-        ...Array.from({ length: 400 }, (_, i) => slot('b', i)),
-      ];
+    : args.rollouts
+      ? Array.from({ length: 100 }, (_, i) => slot('b', i))
+      : [
+          ...Array.from({ length: maxN }, (_, i) => slot('b', i)),
+          ...Array.from({ length: 64 }, (_, i) => slot('l', i)),
+          // the idle phase's push-off agents use names past the others
+          ...Array.from({ length: 400 }, (_, i) => slot('b', i)),
+        ];
   const { pki, issued, issueMs } = await benchPki(path.join(tmp, 'bench-pki'), slots);
   say(`PKI ready (${issued} certificates issued in ${issueMs} ms)`);
 
   const port = inNs ? 18443 : await freeLowPort();
   if (args.soakMinutes !== null) return soakMain(args, pki, runDir, port, args.soakMinutes);
   if (args.preAuth) return preAuthMain(args, pki, runDir, port);
+  if (args.rollouts) return rolloutsMain(args, pki, runDir, port);
   // --profile: every process started gets the preload; SIGUSR2 brackets the measured windows
   const profArgs = args.profile ? ['--import', new URL('./prof-preload.js', import.meta.url).href] : [];
   if (args.profile) process.env.HERALD_BENCH_PROFILE_DIR = args.profile;
@@ -498,20 +511,20 @@ async function main(): Promise<number> {
     // the real hooks' runs once in a quick run: each spawns 200 hook processes
     const restart = async (
       label: string,
-      o: Pick<Parameters<typeof restartPhase>[0], 'runner' | 'agents' | 'runs'>,
+      o: Pick<Parameters<typeof restartPhase>[0], 'runner' | 'agents' | 'runs' | 'upgradeRuns'>,
     ): Promise<RestartResult> => {
       const x = await restartPhase({ pki, runDir, port: port + 2, pushWorkers: args.pushWorkers, profArgs, ...o });
       failures.push(...x.problems.map((p) => `${label}: ${p}`));
       return x;
     };
     const realRuns = args.quick ? 1 : runs;
-    results.restart = await restart('restart', { runner: 'real', runs: realRuns });
+    results.restart = await restart('restart', { runner: 'real', runs: realRuns, upgradeRuns: realRuns });
     results.restartProcs = await restart('restart (herald agent processes)', {
       runner: 'real',
       agents: 'processes',
       runs: realRuns,
     });
-    results.restartFast = await restart('restart (no-op hooks)', { runner: 'noop', runs });
+    results.restartFast = await restart('restart (no-op hooks)', { runner: 'noop', runs, upgradeRuns: runs });
   }
   if (want('idle')) {
     const parts = inNs
@@ -608,6 +621,45 @@ main().then(
     process.exit(2);
   },
 );
+
+/**
+ * `--rollouts`: a 100-node restart and a 100-node upgrade of one cluster in the same run, real
+ * hooks then no-op ones (bench/restart.ts); the result replaces its section of BENCHMARKS.md and
+ * BENCHMARKS-rollouts.json.
+ */
+async function rolloutsMain(
+  args: BenchArgs,
+  pki: Awaited<ReturnType<typeof benchPki>>['pki'],
+  runDir: string,
+  port: number,
+): Promise<number> {
+  const runs = args.runs ?? (args.quick ? 2 : 3);
+  const results: RestartResult[] = [];
+  const load0 = loadAvg();
+  for (const runner of ['real', 'noop'] as const)
+    results.push(
+      await restartPhase({ pki, runDir, port, pushWorkers: args.pushWorkers, runner, runs, upgradeRuns: runs }),
+    );
+  const cpu = os.cpus();
+  const r: RolloutsResult = {
+    date: new Date().toISOString(),
+    machine: `${cpu.length} cores (${cpu[0]?.model.trim()}), Node ${process.version}, load average at the end ${loadAvg().join(' ')}`,
+    command: `npm run bench -- ${process.argv.slice(2).join(' ')}`,
+    busy: Math.max(load0[0] ?? 0, ...loadAvg()) > cpu.length,
+    results,
+  };
+  fs.mkdirSync(args.out, { recursive: true });
+  fs.writeFileSync(path.join(args.out, 'BENCHMARKS-rollouts.json'), `${JSON.stringify(r, null, 2)}\n`);
+  const md = path.join(args.out, 'BENCHMARKS.md');
+  const old = fs.existsSync(md) ? fs.readFileSync(md, 'utf8') : '';
+  fs.writeFileSync(md, replaceKeptSection(old, ROLLOUTS_SECTION_MARKER, rolloutsMarkdown(r)));
+  const problems = results.flatMap((x) => x.problems);
+  for (const p of problems) say(`FAILED: rollouts: ${p}`);
+  say(
+    `rollouts: restart median ${results.map((x) => `${x.runner} ${round(x.medianMs, 0)} ms`).join(', ')}; upgrade median ${results.map((x) => `${x.runner} ${round(x.upgrades?.medianMs ?? NaN, 0)} ms`).join(', ')}; BENCHMARKS.md's section written`,
+  );
+  return problems.length === 0 ? 0 : 1;
+}
 
 /** `--pre-auth`: that phase alone; its result replaces its section of BENCHMARKS.md. */
 async function preAuthMain(

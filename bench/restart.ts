@@ -1,7 +1,8 @@
 /**
  * Restart: a 100-node cluster restart with trivial scripts, `PATCH
  * /v1/clusters/{id}/actions/restart` → the cluster reads `RESTART_COMPLETE` (polled every
- * 10 ms). The agents are either harness agents (the agent's own modules, ten per harness
+ * 10 ms); with `upgradeRuns`, then upgrades of the same cluster in the same run, `PATCH
+ * /v1/clusters/{id}` with another install config → `UPDATE_COMPLETE`. The agents are either harness agents (the agent's own modules, ten per harness
  * process) or 100 real `herald agent` processes as `bin/herald` starts them, one per node. With
  * the real hook runner (`agent/hooks/run-item.ts`) every step spawns a real `/bin/sh` script, 200
  * per restart; with the no-op runner (harness agents only) the result comes back at once, so the
@@ -48,6 +49,16 @@ export interface RestartResult {
   runs: Array<{ ms: number; controllerCpuS: number; agentsCpuS?: number; status: string }>;
   restartMs: Dist;
   medianMs: number;
+  /**
+   * Upgrades of the same cluster after its restarts (docs/api.md "Upgrades"), each to a new
+   * revision whose install config differs: on each node the uninstall, then the install of the
+   * new config (deploy_action UPDATE), as many hook runs as a restart. Absent before 2026-12-08.
+   */
+  upgrades?: {
+    runs: Array<{ ms: number; controllerCpuS: number; agentsCpuS?: number; status: string }>;
+    ms: Dist;
+    medianMs: number;
+  };
   problems: string[];
 }
 
@@ -62,6 +73,8 @@ export interface RestartOptions {
   runner: 'real' | 'noop';
   /** `harness` (default) or `processes`: one `herald agent` process per node (real hooks only). */
   agents?: 'processes' | 'harness';
+  /** Upgrades after the restarts, in the same run (default none). */
+  upgradeRuns?: number;
 }
 
 export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
@@ -139,6 +152,12 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
       group: 'script',
       config: script,
     });
+    // an upgrade alternates between the install config and this one: a new revision each time
+    const install2 = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/configs', {
+      name: 'install-next',
+      group: 'script',
+      config: script,
+    });
     let t0 = nowMs();
     const cl = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/clusters', {
       name: 'bench',
@@ -181,6 +200,33 @@ export async function restartPhase(o: RestartOptions): Promise<RestartResult> {
     result.restartMs = dist(ok);
     result.medianMs = round(dist(ok).p50, 1);
     if (ok.length !== o.runs) problems.push(`${o.runs - ok.length} restart(s) did not complete`);
+    if (o.upgradeRuns) {
+      const counted = [...agentPids, ...launchersOf(agentPids)];
+      const runs: NonNullable<RestartResult['upgrades']>['runs'] = [];
+      for (let u = 1; u <= o.upgradeRuns; u++) {
+        await sleep(500);
+        const cpu0 = treeSample(ctl.pid).cpuS;
+        const agentsCpu0 = agentsCpu(counted);
+        t0 = nowMs();
+        const res = await ctl.op.request('PATCH', `/v1/clusters/${cl.id}`, {
+          install_config_id: u % 2 === 1 ? install2.id : install.id,
+        });
+        if (res.status !== 202) throw new Error(`upgrade → ${res.status} ${res.raw.slice(0, 200)}`);
+        const status = await waitStatus(ctl.op, cl.id, 'UPDATE_COMPLETE', 60_000).catch((err: Error) => {
+          problems.push(err.message);
+          return 'TIMEOUT';
+        });
+        const ms = nowMs() - t0;
+        const agentsCpuS = round(agentsCpu(counted) - agentsCpu0, 2);
+        runs.push({ ms: round(ms, 1), controllerCpuS: round(treeSample(ctl.pid).cpuS - cpu0, 2), agentsCpuS, status });
+        say(
+          `upgrade ${n} nodes (${o.runner} hooks, ${agents}) run ${u}: ${round(ms, 0)} ms (${status}); CPU: controller ${runs.at(-1)!.controllerCpuS} s, agents ${agentsCpuS} s`,
+        );
+      }
+      const done = runs.filter((r) => r.status === 'UPDATE_COMPLETE').map((r) => r.ms);
+      result.upgrades = { runs, ms: dist(done), medianMs: round(dist(done).p50, 1) };
+      if (done.length !== o.upgradeRuns) problems.push(`${o.upgradeRuns - done.length} upgrade(s) did not complete`);
+    }
   } catch (err) {
     problems.push((err as Error).message);
   } finally {

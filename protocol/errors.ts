@@ -106,7 +106,15 @@ export const ERROR_CODES = {
   empty_chunk: 'a live output chunk with no text (it would be kept without counting against the per-revision limit)',
   output_closed: "a live output chunk for a revision whose result is in: that revision's output is final",
   deployment_busy: 'the deployment belongs to a cluster operation and cannot be changed by hand',
-  restart_in_progress: 'the cluster is already being restarted, created or deleted',
+  restart_in_progress: 'the cluster is already being restarted, upgraded, created or deleted',
+  no_operation:
+    'pause, resume, abort and promote need a running restart or upgrade; the cluster runs none (or a create, a delete, a node group change)',
+  not_promotable:
+    'the rollout has no canaries waiting for promotion (none were asked for, they are promoted already, or it reverts)',
+  no_change: "the upgrade changes no node's configs or input values (every node has them already)",
+  no_stable_revision:
+    'the cluster has no stable revision to go back to: `on_failure: revert` and an undo need one (a revision a rollout completed on every node)',
+  unknown_cluster_revision: 'the undo names a revision the cluster does not have (see `field`)',
   cluster_busy: 'the node already belongs to another cluster',
   node_in_cluster: 'the node belongs to a cluster; delete the cluster (or remove the node from it) first',
   deployment_deleting: 'the deployment is being deleted (its DELETE revision runs); it can no longer be changed',

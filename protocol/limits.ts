@@ -400,6 +400,21 @@ export const OUTBOX_BACKOFF_MAX_MS = 60_000;
 /** A restart step's deadline is the hook timeout plus this margin. */
 export const RESTART_STEP_MARGIN_S = 60;
 
+// ---- rollouts: restarts and upgrades (docs/api.md "Rollouts") -------------------------------
+/**
+ * A rollout with no `progress_deadline_s` fails once this long passes without progress (a node
+ * completed, a resume, a promotion), or its steps' deadlines end to end if longer: never a hang.
+ */
+export const ROLLOUT_PROGRESS_DEADLINE_S = 3_600;
+/** The longest `progress_deadline_s`, `node_deadline_s` and `auto_promote_s` a rollout accepts (seconds): a week. */
+export const MAX_ROLLOUT_DEADLINE_S = 604_800;
+/** A rollout's external gate (`gate`) must answer within this; a gate that does not cannot be read. */
+export const GATE_TIMEOUT_MS = 5_000;
+/** A gate that said stop (or could not be read) is asked again this long after. */
+export const GATE_RETRY_INTERVAL_MS = 2_000;
+/** The most of a gate's answer the controller reads (a Prometheus result); a longer one cannot be read. */
+export const MAX_GATE_ANSWER_BYTES = 1024 * 1024;
+
 // ---- several controllers on PostgreSQL (docs/several-controllers.md) -------------------------------------------
 /** A controller writes its heartbeat (and renews its lease) this often. */
 export const CONTROLLER_HEARTBEAT_INTERVAL_MS = 2_000;

@@ -197,6 +197,8 @@ export type ClusterNodeView = {
   check_started_at: string | null;
   /** When the node's step of the current operation ended (its `pause_s` counts from here), else null. */
   ended_at: string | null;
+  /** The cluster revision whose configs and values its install deployment has (docs/api.md "Revisions"). */
+  revision: number;
 };
 
 /** A node group of a cluster (docs/api.md), with its nodes in the cluster's order. */
@@ -212,16 +214,104 @@ export type NodegroupView = {
   nodes: ClusterNodeView[];
 };
 
-/** The limits of a restart (docs/api.md): the groups in the order they restart, each with its window. */
+/** A rollout's external gate (docs/api.md `gate`), as given. */
+export type GateView = { url?: string; prometheus?: string; query?: string; fail_open: boolean };
+
+/** Where a running rollout is (docs/api.md "Rollouts"); `done` once its operation ended. */
+export type RolloutPhase =
+  | 'rolling'
+  | 'canary'
+  | 'awaiting_promotion'
+  | 'waiting_for_gate'
+  | 'paused'
+  | 'aborting'
+  | 'reverting'
+  | 'done';
+
+/** How a rollout's nodes fared (docs/api.md `counters`). */
+export type CountersView = {
+  targeted: number;
+  completed: number;
+  failed: number;
+  timed_out: number;
+  in_flight: number;
+  reverted: number;
+};
+
+/** The limits of a restart or an upgrade (docs/api.md): the groups in the order they go, each with its window. */
 export type RolloutView = {
-  nodegroups: Array<{ name: string; role: NodegroupRole; nodes: string[]; max_unavailable: number }>;
+  nodegroups: Array<{
+    name: string;
+    role: NodegroupRole;
+    /** The nodes it changes (an upgrade leaves alone those that have its configs already). */
+    nodes: string[];
+    /** The window used: at most `quorum_max_unavailable` in a master group unless `force`. */
+    max_unavailable: number;
+    /** In a master group: at most this many of its nodes down at once, max(1, ⌊(n−1)/2⌋). */
+    quorum_max_unavailable?: number;
+    canary: number;
+  }>;
   pause_s: number;
   max_failures: number;
   health_config_id: string | null;
+  /** The canary nodes, in the order they go. */
+  canaries: string[];
+  auto_promote_s: number | null;
+  on_failure: 'pause' | 'abort' | 'revert';
+  node_deadline_s: number | null;
+  progress_deadline_s: number | null;
+  gate: GateView | null;
+  force: boolean;
+  /** An upgrade's: the revision its nodes go to, the cluster's before, and the stable one a revert goes back to. */
+  revision?: number;
+  from_revision?: number;
+  stable_revision?: number | null;
+  /** An undo's: the earlier revision it copies. */
+  undo_of?: number;
 };
 
-/** The answer of a restart with `"dry_run": true`: what would run; nothing did. */
+/** What a running (or the last) rollout met (docs/api.md "Rollouts"). */
+export type RolloutStateView = {
+  phase: RolloutPhase;
+  /** Its start, or the last node that completed, resume or promotion: the progress deadline counts from here. */
+  progress_at: string | null;
+  paused: { by: string; at: string; reason: string } | null;
+  aborted: { by: string; at: string } | null;
+  /** A deadline ended it. */
+  expired: { at: string; reason: string } | null;
+  promoted: { by: string; at: string } | null;
+  gate: { verdict: 'go' | 'stop'; at: string; detail: string; error: boolean } | null;
+  waiting_for_gate_since: string | null;
+  revert: { revision: number; at: string; nodes: string[]; reason: string } | null;
+};
+
+/** The answer of a restart (or an upgrade, an undo) with `"dry_run": true`: what would run; nothing did. */
 export type RestartPlanView = RolloutView & { cluster: string; dry_run: true };
+
+/** An upgrade's dry run (docs/api.md "Upgrades"): whether it makes a new revision, and the plan. */
+export type UpgradePlanView = RestartPlanView & { new_revision: boolean };
+
+/** `GET /v1/clusters/{id}/revisions` (docs/api.md "Revisions"): one revision, hidden values as `"***"`. */
+export type ClusterRevisionView = {
+  revision: number;
+  install_config_id: string;
+  uninstall_config_id: string;
+  input_values: Record<string, unknown>;
+  nodegroups: Array<{
+    name: string;
+    install_config_id: string | null;
+    uninstall_config_id: string | null;
+    input_values: Record<string, unknown> | null;
+  }>;
+  created_at: string;
+  created_by: string | null;
+  stable: boolean;
+  stable_at: string | null;
+  /** An undo's: the earlier revision it copies. */
+  source_revision: number | null;
+  /** The cluster has this revision now. */
+  current: boolean;
+};
 
 /** `GET /v1/clusters/{id}`, an item of `GET /v1/clusters`, the answer of `POST /v1/clusters`. */
 export type ClusterView = {
@@ -241,8 +331,12 @@ export type ClusterView = {
   updated_time: string;
   nodes: ClusterNodeView[];
   nodegroups: NodegroupView[];
-  /** The limits of the current (or last) restart, else null. */
-  rollout: RolloutView | null;
+  /** The limits of the current (or last) restart or upgrade, with what it met, else null. */
+  rollout: (RolloutView & { state: RolloutStateView | null }) | null;
+  /** The cluster's revision: the configs and input values it has now (docs/api.md "Revisions"). */
+  revision: number;
+  /** How the nodes of the current (or last) operation fared. */
+  counters: CountersView;
 };
 
 /**

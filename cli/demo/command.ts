@@ -33,6 +33,10 @@ export function registerDemoCommand(program: Command): void {
       'the agents listen on nothing and dial out to the controller, as nodes behind NAT do (docs/dial-out.md)',
     )
     .option(
+      '--upgrade',
+      'two upgrades instead of the restart: a new service version with canaries promoted once healthy, then a broken one the canary catches and the rollout reverts (docs/api.md "Upgrades")',
+    )
+    .option(
       '--db <url>',
       'with --controllers: an empty PostgreSQL database, postgres://user[:password]@host:port/db (default: a throwaway server)',
     )
@@ -44,6 +48,13 @@ each node gets a "volume" directory and an "application container" process the s
 touch. Creates a cluster whose install script starts a small service (a pid file) and whose
 uninstall script stops it, restarts the cluster, prints the timeline and checks that the
 containers and volumes survived while the service pids changed. Exit 0 when all checks hold.
+
+With --upgrade (docs/api.md "Upgrades"): instead of the restart, PATCH /v1/clusters/{id} rolls
+service version 2 (a new input value: a new revision) with one canary per group, promoted 1 s
+after it is healthy; then a broken release (its service dies at start) with a canary and
+on_failure revert: the canary's health check fails and the nodes it changed go back to revision
+2 at once. The demo prints both timelines, the counters, and checks that every node runs
+version 2 with its container and volume untouched.
 
 With --dial-out (docs/dial-out.md): the controller also takes dialled-in connections
 (--connect-listen) and every agent runs with --dial-out and no --listen: nothing can connect to
@@ -93,7 +104,13 @@ Examples:
         db?: string;
         heat?: boolean;
         dialOut?: boolean;
+        upgrade?: boolean;
       }) => {
+        if (opts.upgrade === true && (opts.heat === true || opts.controllers !== undefined || opts.db !== undefined))
+          throw new HeraldError(
+            'bad_option',
+            '--upgrade runs the one-controller demo: it takes no --heat, --controllers or --db',
+          );
         if (opts.dialOut === true && (opts.heat === true || opts.controllers !== undefined || opts.db !== undefined))
           throw new HeraldError(
             'bad_option',
@@ -130,6 +147,7 @@ Examples:
         const { runDemo } = await import('./run.js');
         process.exitCode = await runDemo({
           dialOut: opts.dialOut === true,
+          upgrade: opts.upgrade === true,
           nodes: opts.nodes ?? DEFAULT_DEMO_NODES,
           keep: opts.keep === true,
           dir: opts.dir,

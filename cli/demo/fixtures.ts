@@ -192,7 +192,7 @@ export async function createCluster(
     name: 'demo-install',
     group: 'script',
     config: INSTALL_SCRIPT,
-    inputs: input,
+    inputs: [...input, { name: 'service_version', type: 'String', default: '1' }],
     outputs: [{ name: 'service_pid', type: 'String' }],
   });
   const uninstall = await api.post<ConfigView>('/v1/configs', {

@@ -14,6 +14,7 @@ function labelOf(e: WatchEvent): string {
   if (e.kind === 'woken') return 'woken';
   if (e.kind === 'output') return `| ${e.line}`;
   if (e.kind === 'status') return `cluster ${e.status}`;
+  if (e.kind === 'rollout') return `rollout: ${e.detail}`;
   if (e.phase === 'installing') return 'uninstall done, installing';
   if (e.phase === 'complete') return 'install done';
   if (e.phase === 'failed') return `FAILED: ${e.reason ?? '?'}`;
@@ -24,12 +25,12 @@ function labelOf(e: WatchEvent): string {
  * The restart's events in time order, one line per step, nodes that did the same thing within
  * a few milliseconds on one line: `+2 ms  n1, n2, n3 uninstalling`.
  */
-export function timelineLines(events: WatchEvent[], startedAt: Date, mergeWithinMs = 5): string[] {
+export function timelineLines(events: WatchEvent[], startedAt: Date, mergeWithinMs = 5, what = 'restart'): string[] {
   // the timeline shows steps; live output lines are the progress view's
   const sorted = events
     .filter((e) => e.kind !== 'output' && (e.kind !== 'status' || !e.status.endsWith('_IN_PROGRESS')))
     .sort((a, b) => a.at.getTime() - b.at.getTime());
-  const lines: string[] = [`${'+0 ms'.padStart(19)}  restart accepted`];
+  const lines: string[] = [`${'+0 ms'.padStart(19)}  ${what} accepted`];
   for (let i = 0; i < sorted.length; ) {
     const first = sorted[i]!;
     const label = labelOf(first);
@@ -41,7 +42,7 @@ export function timelineLines(events: WatchEvent[], startedAt: Date, mergeWithin
       sorted[j]!.at.getTime() - first.at.getTime() <= mergeWithinMs
     ) {
       const e = sorted[j]!;
-      if (e.kind !== 'status') nodes.push(e.node);
+      if (e.kind !== 'status' && e.kind !== 'rollout') nodes.push(e.node);
       j++;
     }
     const t = `+${formatMs(first.at.getTime() - startedAt.getTime())}`;
@@ -55,7 +56,7 @@ export function timelineLines(events: WatchEvent[], startedAt: Date, mergeWithin
 export function wakeTable(events: WatchEvent[], ids: string[], startedAt: Date): string {
   const nth = (node: string, pred: (e: WatchEvent) => boolean, n = 0): string => {
     const e = events
-      .filter((x) => x.kind !== 'status' && x.node === node && pred(x))
+      .filter((x) => x.kind !== 'status' && x.kind !== 'rollout' && x.node === node && pred(x))
       .sort((a, b) => a.at.getTime() - b.at.getTime())[n];
     return e ? `+${formatMs(e.at.getTime() - startedAt.getTime())}` : '-';
   };

@@ -43,6 +43,8 @@ export interface DemoOptions {
   timeout: string;
   /** The agents listen on nothing and dial out to the controller (docs/dial-out.md). */
   dialOut?: boolean;
+  /** Two upgrades instead of the restart: one promoted canary, one reverted (cli/demo/upgrade.ts). */
+  upgrade?: boolean;
   /** Where the demo talks (default stdout). */
   out?: NodeJS.WritableStream;
 }
@@ -85,7 +87,19 @@ export async function runDemo(o: DemoOptions): Promise<number> {
   process.once('SIGTERM', onSignal);
   try {
     const clusterId = await setUp(run);
-    await restartAndCheck(run, clusterId);
+    if (o.upgrade) {
+      const { upgradeAndCheck } = await import('./upgrade.js');
+      await upgradeAndCheck({
+        api: run.ctl!.api,
+        clusterId,
+        healthId: await createHealthConfig(run.ctl!.api, run.nodesDir),
+        nodesDir: run.nodesDir,
+        nodes: run.nodes,
+        stepTimeoutMs: run.stepTimeoutMs,
+        say: run.say,
+        step: run.step,
+      });
+    } else await restartAndCheck(run, clusterId);
     if (o.keep) {
       keepRunning(run.say, {
         root: run.root,

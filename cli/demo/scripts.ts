@@ -21,6 +21,8 @@ dir="\${demo_root:?}/\${deploy_server_id:?}"
 mkdir -p "$dir"
 echo "install \${deploy_action:-?}" >> "$dir/runs.log"
 pidfile="$dir/service.pid"
+# the version the service runs (herald demo --upgrade rolls a new one: docs/api.md "Upgrades")
+echo "\${service_version:-1}" > "$dir/version"
 ${ALIVE_FN}
 # a few lines while it works, so the operator sees progress live (docs/api.md)
 echo "install on \${deploy_server_id}: checking the node"
@@ -70,6 +72,20 @@ dir="\${demo_root:?}/\${deploy_server_id:?}"
 ${ALIVE_FN}
 pid=$(cat "$dir/service.pid" 2>/dev/null || true)
 if [ -n "$pid" ] && alive "$pid"; then echo "healthy: service pid $pid"; else echo "unhealthy: no service" >&2; exit 1; fi
+`;
+
+/**
+ * A release whose service dies at start (`herald demo --upgrade`): the install itself succeeds,
+ * so only the health check after it catches the bad version.
+ */
+export const BROKEN_INSTALL_SCRIPT = `#!/bin/sh
+set -eu
+dir="\${demo_root:?}/\${deploy_server_id:?}"
+mkdir -p "$dir"
+echo "install \${deploy_action:-?}" >> "$dir/runs.log"
+echo "\${service_version:-?}" > "$dir/version"
+echo "install on \${deploy_server_id}: service version \${service_version:-?} installed"
+echo "the service exited at start: bad configuration (version \${service_version:-?})"
 `;
 
 /** A failing install, for tests: exits 3 with a reason on stderr. */

@@ -7,6 +7,7 @@
  */
 import { type Command, Option } from 'commander';
 import type {
+  ClusterRevisionView,
   ClusterView,
   ConfigView,
   ControllerView,
@@ -21,7 +22,16 @@ import { CONTROLLERS_HELP, controllersTable } from './controllers.js';
 import { collect, formatMs, keyValues, parseDuration, parsePositiveInt, splitList, table } from './format.js';
 import { jsonText, visible } from '../terminal-text.js';
 import { gatherInputs, hiddenOnArgvWarning, INPUT_FILE_HELP, warnHiddenOnArgv } from './inputs.js';
-import { clusterMembers, formatPlan, RESTART_HELP, restartBody, type RestartFlags } from './rollout.js';
+import {
+  clusterMembers,
+  formatPlan,
+  RESTART_HELP,
+  restartBody,
+  rolloutBody,
+  UPGRADE_HELP,
+  type RestartFlags,
+  type RolloutFlags,
+} from './rollout.js';
 import { registerAccess } from './access.js';
 
 export interface CommonOptions extends ClientOptions {
@@ -573,16 +583,23 @@ function registerCluster(program: Command): void {
       const head: Obj = {};
       for (const [k, v] of Object.entries(body))
         if (!Array.isArray(v) && (v === null || typeof v !== 'object')) head[k] = v;
+      if (body.counters)
+        head.counters = Object.entries(body.counters)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ');
+      const state = body.rollout?.state;
+      if (state) head.rollout = state.phase + (state.revert ? ` (revert to revision ${state.revert.revision})` : '');
       out(o, keyValues(head));
       const dur = (a?: number, b?: number): string => (a !== undefined && b !== undefined ? formatMs(b - a) : '-');
       out(
         o,
         `\n${table(
-          ['NODE', 'PHASE', 'NODEGROUP', 'UNINSTALL', 'INSTALL', 'REASON'],
+          ['NODE', 'PHASE', 'NODEGROUP', 'REVISION', 'UNINSTALL', 'INSTALL', 'REASON'],
           c.nodes.map((n, i) => [
             n.node,
             n.phase,
             body.nodes[i]?.nodegroup ?? '-',
+            body.nodes[i]?.revision ?? '-',
             dur(n.uninstallStartedMs, n.uninstallDoneMs),
             dur(n.installStartedMs, n.installDoneMs),
             n.reason,
@@ -591,33 +608,18 @@ function registerCluster(program: Command): void {
       );
     });
   });
-  leaf(
+  const restart = leaf(
     cluster,
     'restart <id>',
     'restart the cluster: on each node the uninstall config, then the install config (deploy_action RESTART), group by group, masters first',
     [
       'herald cluster restart 7c0d... --wait',
       'herald cluster restart 7c0d... --max-unavailable 2 --wait --timeout 30m',
+      'herald cluster restart 7c0d... --canary 1 --auto-promote 1m --on-failure pause --wait',
     ],
-  )
-    .option('--nodegroup <name>', 'restart only this node group (repeatable; default: all)', collect)
-    .option(
-      '--max-unavailable <n|p%>',
-      "per group, at most this many nodes restarting at once, or a percentage of the group's nodes (default: 1 in a master group, all in the others)",
-    )
-    .option('--pause <duration>', "keep a node's slot taken this long after it ended, e.g. 10s (default 0)")
-    .option('--max-failures <n>', 'failed nodes tolerated before no other node starts (default 0)')
-    .option(
-      '--health-config <config>',
-      'run this config on each node after its install (deploy_action CHECK); the node ends when it succeeded',
-    )
-    .option('--dry-run', 'print the plan (groups in order, their nodes and limits) and run nothing')
-    .option('--wait', 'follow the restart live; exit 0 on RESTART_COMPLETE, 1 on RESTART_FAILED, 2 on --timeout')
-    .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
-    .addOption(
-      new Option('--progress <mode>', 'with --wait: bar (default on a terminal) or lines').choices(['bar', 'lines']),
-    )
-    .addOption(new Option('--no-events', 'with --wait: only poll the cluster, do not follow /v1/events').hideHelp())
+  );
+  restart.option('--nodegroup <name>', 'restart only this node group (repeatable; default: all)', collect);
+  withRolloutOptions(restart, 'restart', 'RESTART')
     .addHelpText('after', RESTART_HELP)
     .addHelpText(
       'after',
@@ -657,6 +659,7 @@ function registerCluster(program: Command): void {
         });
       },
     );
+  registerUpgrade(cluster);
   leaf(
     cluster,
     'nodegroup-add <id> <group>',
@@ -724,6 +727,216 @@ function registerCluster(program: Command): void {
       const body = await client.delete(`/v1/clusters/${seg(id)}`);
       if (o.json) return printJson(o, body ?? { deleted: id });
       out(o, `cluster ${id} is being deleted (uninstall on every node, then removal)\n`);
+    });
+  });
+}
+
+/**
+ * The options every rollout takes (docs/api.md "Rollouts"): windows, pauses, health check,
+ * failure budget, canaries, deadlines, the gate, `--force`, a dry run, and `--wait`.
+ */
+function withRolloutOptions(c: Command, what: string, OP: string): Command {
+  return c
+    .option(
+      '--max-unavailable <n|p%>',
+      `per group, at most this many nodes in their ${what} at once, or a percentage of the group's nodes (default: 1 in a master group, all in the others; a master group keeps its quorum, max(1, (n-1)/2), unless --force)`,
+    )
+    .option('--pause <duration>', "keep a node's slot taken this long after it ended, e.g. 10s (default 0)")
+    .option('--max-failures <n>', 'failed nodes tolerated before no other node starts (default 0)')
+    .option(
+      '--health-config <config>',
+      'run this config on each node after its install (deploy_action CHECK); the node ends when it succeeded',
+    )
+    .option(
+      '--canary <n|p%>',
+      'per group, this many nodes (or a percentage of those it changes) go first, then it waits for a promotion',
+    )
+    .option(
+      '--auto-promote <duration>',
+      'promote the canaries this long after they completed (default: wait for herald cluster rollout promote)',
+    )
+    .option(
+      '--on-failure <pause|abort|revert>',
+      'once the failure budget is spent: wait for an operator, stop (default), or revert the nodes changed (an upgrade)',
+    )
+    .option('--node-deadline <duration>', "a node's whole pass must end within this, else it fails timed out")
+    .option(
+      '--progress-deadline <duration>',
+      'the rollout fails once this long passes without progress (default 1h, or its steps end to end)',
+    )
+    .option('--gate-url <url>', 'an HTTPS URL asked before each new node starts: 2xx goes, anything else stops')
+    .option('--gate-prometheus <url>', 'a Prometheus server asked before each new node starts (with --gate-query)')
+    .option(
+      '--gate-query <promql>',
+      'with --gate-prometheus: an instant query whose non-empty result stops the rollout',
+    )
+    .option('--gate-fail-open', 'a gate that cannot be read lets the rollout go (default: it stops)')
+    .option('--force', 'lift the quorum rule of master groups')
+    .option('--dry-run', 'print the plan (groups in order, their nodes and limits) and run nothing')
+    .option('--wait', `follow it live; exit 0 on ${OP}_COMPLETE, 1 on ${OP}_FAILED, 2 on --timeout`)
+    .option('--timeout <duration>', 'with --wait: give up after this long', '10m')
+    .addOption(
+      new Option('--progress <mode>', 'with --wait: bar (default on a terminal) or lines').choices(['bar', 'lines']),
+    )
+    .addOption(new Option('--no-events', 'with --wait: only poll the cluster, do not follow /v1/events').hideHelp());
+}
+
+type FollowFlags = { wait?: boolean; timeout: string; progress?: 'bar' | 'lines'; events: boolean; dryRun?: boolean };
+
+/** Sends an upgrade (or undo) and prints its plan, its acceptance, or (`--wait`) its course. */
+async function sendRollout(
+  cmd: Command,
+  id: string,
+  path: string,
+  body: Obj,
+  opts: FollowFlags,
+  what: 'upgrade' | 'undo',
+): Promise<void> {
+  const timeoutMs = parseDuration(opts.timeout, '--timeout');
+  await withClient(cmd, async (client, o) => {
+    const startedAt = new Date();
+    const answer = await client.patch<Obj>(path, body);
+    if (opts.dryRun) {
+      if (o.json) printJson(o, answer);
+      else out(o, formatPlan(answer as unknown as RestartPlanView & { new_revision?: boolean }));
+      return;
+    }
+    const c = answer as unknown as ClusterView;
+    if (!opts.wait) {
+      if (o.json) printJson(o, c);
+      else
+        out(
+          o,
+          `${what} of cluster ${id} to revision ${c.revision} accepted (${c.counters.targeted} node(s)); follow it with: herald cluster show ${id}\n`,
+        );
+      return;
+    }
+    if (!o.json)
+      out(o, `${what} of cluster ${id} to revision ${c.revision}: ${c.counters.targeted} node(s) to change\n`);
+    const { followRestart } = await import('./restart.js');
+    process.exitCode = await followRestart(client, {
+      clusterId: id,
+      startedAt,
+      timeoutMs,
+      json: o.json === true,
+      raw: o.raw === true,
+      progress: opts.progress,
+      useEvents: opts.events,
+      what,
+    });
+  });
+}
+
+/** `herald cluster upgrade`, `herald cluster rollout pause|resume|abort|promote|undo`, `herald cluster revisions`. */
+function registerUpgrade(cluster: Command): void {
+  const upgrade = leaf(
+    cluster,
+    'upgrade <id>',
+    'roll new configs or input values over the cluster (a new revision): on each node the uninstall of the old, the install of the new (deploy_action UPDATE)',
+    [
+      'herald cluster upgrade 7c0d... --install-config 9a1b... --canary 1 --on-failure revert --wait',
+      'herald cluster upgrade 7c0d... --nodegroup workers --input version=1.30 --dry-run',
+    ],
+  )
+    .option('--nodegroup <name>', "change this group's own configs and values, and roll them over its nodes alone")
+    .option('--install-config <config>', 'the new install config')
+    .option('--uninstall-config <config>', 'the new uninstall config')
+    .option('--input <key=value>', 'a new input value, over the current ones (repeatable)', collect)
+    .option('--remove-input <key>', 'remove an input value (repeatable)', collect)
+    .option('--input-file <file>', INPUT_FILE_HELP);
+  withRolloutOptions(upgrade, 'upgrade', 'UPDATE')
+    .addHelpText('after', UPGRADE_HELP)
+    .action(
+      async (
+        id: string,
+        opts: RolloutFlags &
+          FollowFlags & {
+            nodegroup?: string;
+            installConfig?: string;
+            uninstallConfig?: string;
+            input?: string[];
+            inputFile?: string;
+            removeInput?: string[];
+          },
+        cmd: Command,
+      ) => {
+        const body: Obj = rolloutBody(opts);
+        if (opts.installConfig) body.install_config_id = opts.installConfig;
+        if (opts.uninstallConfig) body.uninstall_config_id = opts.uninstallConfig;
+        const inputs = await gatherInputs(opts);
+        const removed = Object.fromEntries((opts.removeInput ?? []).map((k) => [k, null]));
+        if (inputs.values || opts.removeInput?.length) body.input_values = { ...inputs.values, ...removed };
+        const path =
+          opts.nodegroup === undefined
+            ? `/v1/clusters/${seg(id)}`
+            : `/v1/clusters/${seg(id)}/nodegroups/${seg(opts.nodegroup)}`;
+        await sendRollout(cmd, id, path, body, opts, 'upgrade');
+      },
+    );
+
+  const rollout = cluster
+    .command('rollout')
+    .description("control a cluster's running restart or upgrade, or undo its last change (docs/api.md)");
+  const controls: Array<['pause' | 'resume' | 'abort' | 'promote', string]> = [
+    ['pause', 'no node starts any more; those in flight finish (herald cluster rollout resume goes on)'],
+    ['resume', 'go on after a pause (after a pause of --on-failure pause, the failures so far are forgiven)'],
+    ['abort', 'no node starts any more; the operation ends failed once none is in flight'],
+    ['promote', 'the canaries are good: the rest of the rollout goes'],
+  ];
+  for (const [what, description] of controls)
+    leaf(rollout, `${what} <id>`, description, [`herald cluster rollout ${what} 7c0d...`]).action(
+      async (id: string, _o, cmd: Command) => {
+        await withClient(cmd, async (client, o) => {
+          const c = await client.patch<ClusterView>(`/v1/clusters/${seg(id)}/actions/${what}`);
+          if (o.json) return printJson(o, c);
+          const phase = c.rollout?.state?.phase ?? 'done';
+          out(o, `cluster ${id} ${c.status}, rollout ${phase} (${what} recorded in the audit)\n`);
+        });
+      },
+    );
+  const undo = leaf(
+    rollout,
+    'undo <id>',
+    'roll an earlier revision again, as a new one (default: the last stable revision before the current one)',
+    ['herald cluster rollout undo 7c0d... --wait', 'herald cluster rollout undo 7c0d... --revision 3 --dry-run'],
+  ).option('--revision <n>', 'the revision whose configs and values come back');
+  withRolloutOptions(undo, 'undo', 'UPDATE').action(
+    async (id: string, opts: RolloutFlags & FollowFlags & { revision?: string }, cmd: Command) => {
+      const body: Obj = rolloutBody(opts);
+      if (opts.revision !== undefined) body.revision = parsePositiveInt(opts.revision, '--revision');
+      await sendRollout(cmd, id, `/v1/clusters/${seg(id)}/actions/undo`, body, opts, 'undo');
+    },
+  );
+
+  leaf(
+    cluster,
+    'revisions <id>',
+    "list a cluster's revisions: its configs and values after each change, and which are stable",
+    ['herald cluster revisions 7c0d...'],
+  ).action(async (id: string, _o, cmd: Command) => {
+    await withClient(cmd, async (client, o) => {
+      const body = await client.get<ListEnvelope<ClusterRevisionView>>(`/v1/clusters/${seg(id)}/revisions`);
+      if (o.json) return printJson(o, body);
+      out(
+        o,
+        table(
+          ['REVISION', 'CURRENT', 'STABLE', 'INSTALL', 'UNINSTALL', 'GROUPS OWN', 'MADE', 'BY', 'UNDO OF'],
+          body.items.map((r) => [
+            r.revision,
+            r.current ? '*' : '',
+            r.stable ? 'yes' : 'no',
+            r.install_config_id,
+            r.uninstall_config_id,
+            r.nodegroups
+              .filter((g) => g.install_config_id || g.uninstall_config_id || g.input_values)
+              .map((g) => g.name)
+              .join(',') || '-',
+            r.created_at,
+            r.created_by ?? '-',
+            r.source_revision ?? '',
+          ]),
+        ),
+      );
     });
   });
 }

@@ -66,6 +66,8 @@ export function lineOf(e: WatchEvent): string {
       return `${t} ${e.node} | ${shortLine(e.line)}`;
     case 'status':
       return `${t} cluster ${e.status}${e.reason ? `: ${e.reason}` : ''}`;
+    case 'rollout':
+      return `${t} rollout: ${e.detail}`;
   }
 }
 
@@ -163,6 +165,8 @@ export async function ttyView(out: NodeJS.WriteStream): Promise<ProgressView> {
         if (e.phase === 'failed') multi.log(`${lineOf(e)}\n`);
       } else if (e.kind === 'status') {
         overall?.update(progressOf(), { phase: `${summary()}  ${e.status}` });
+      } else if (e.kind === 'rollout') {
+        multi.log(`${lineOf(e)}\n`);
       }
     },
     stop() {

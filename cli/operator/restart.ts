@@ -1,5 +1,5 @@
 /**
- * `herald cluster restart --wait`: follows the restart to its end (each node's phase, its time
+ * `herald cluster restart --wait` (and `upgrade`, `rollout undo`): follows the rollout to its end (each node's phase, its time
  * against its step's deadline and its last live output line, docs/api.md), prints a summary per node
  * and turns the result into an exit status, with the failing node and reason named on stderr.
  */
@@ -37,10 +37,13 @@ export interface FollowOptions {
   /** Default: a bar on a TTY, lines otherwise. */
   progress?: 'bar' | 'lines' | undefined;
   useEvents?: boolean;
+  /** What is followed (default restart): an upgrade or an undo ends UPDATE_COMPLETE or UPDATE_FAILED. */
+  what?: 'restart' | 'upgrade' | 'undo';
 }
 
 /** Follows the restart; returns the exit status (0 complete, 1 failed, 2 timed out). */
 export async function followRestart(client: ApiClient, o: FollowOptions): Promise<number> {
+  const what = o.what ?? 'restart';
   const events: WatchEvent[] = [];
   /** Each node's last live output line. */
   const lastLines = new Map<string, string>();
@@ -53,7 +56,7 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
   const stopView = (): void => view?.stop();
   process.once('SIGINT', () => {
     stopView();
-    process.stderr.write(`herald: stopped following; the restart goes on (herald cluster show ${o.clusterId})\n`);
+    process.stderr.write(`herald: stopped following; the ${what} goes on (herald cluster show ${o.clusterId})\n`);
     process.exit(130);
   });
   let result: WatchResult;
@@ -84,12 +87,17 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
     );
   }
   if (result.ok) {
-    if (!o.json) process.stdout.write(`cluster ${o.clusterId} restarted: RESTART_COMPLETE in ${took}\n`);
+    if (!o.json)
+      process.stdout.write(
+        what === 'restart'
+          ? `cluster ${o.clusterId} restarted: RESTART_COMPLETE in ${took}\n`
+          : `cluster ${o.clusterId} at revision ${result.cluster?.revision ?? '?'} on every node: ${result.cluster?.status ?? 'UPDATE_COMPLETE'} in ${took}\n`,
+      );
     return 0;
   }
   if (result.timedOut) {
     process.stderr.write(
-      `herald: timeout: cluster ${o.clusterId} did not finish its restart within ${formatMs(o.timeoutMs)} (status ${result.cluster?.status ?? 'unknown'}); it goes on: herald cluster show ${o.clusterId}\n`,
+      `herald: timeout: cluster ${o.clusterId} did not finish its ${what} within ${formatMs(o.timeoutMs)} (status ${result.cluster?.status ?? 'unknown'}); it goes on: herald cluster show ${o.clusterId}\n`,
     );
     return 2;
   }
@@ -97,7 +105,9 @@ export async function followRestart(client: ApiClient, o: FollowOptions): Promis
   const nodes = result.failed.length
     ? result.failed.map((f) => `node ${f.node}: ${f.reason}`).join('; ')
     : (result.cluster?.statusReason ?? 'no node reported a reason');
-  const line = `herald: restart failed: cluster ${o.clusterId} ${status}: ${nodes}\n`;
+  // a revert's reason names every node it brought back, and those whose revert failed
+  const why = result.cluster?.rollout?.revert ? (result.cluster.statusReason ?? nodes) : nodes;
+  const line = `herald: ${what} failed: cluster ${o.clusterId} ${status}: ${why}\n`;
   process.stderr.write(o.raw === true ? line : visible(line)); // the reasons are the nodes'
   return 1;
 }

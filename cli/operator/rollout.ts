@@ -87,14 +87,33 @@ export async function clusterMembers(o: {
   return { nodegroups: await readNodegroupsFile(o.nodegroupsFile!) };
 }
 
-/** The options of `herald cluster restart` that shape the rollout, as commander gives them. */
-export interface RestartFlags {
-  nodegroup?: string[];
+/** The options of `herald cluster restart|upgrade` and `rollout undo` that shape the rollout, as commander gives them. */
+export interface RolloutFlags {
   maxUnavailable?: string;
   pause?: string;
   maxFailures?: string;
   healthConfig?: string;
+  canary?: string;
+  autoPromote?: string;
+  onFailure?: string;
+  nodeDeadline?: string;
+  progressDeadline?: string;
+  gateUrl?: string;
+  gatePrometheus?: string;
+  gateQuery?: string;
+  gateFailOpen?: boolean;
+  force?: boolean;
   dryRun?: boolean;
+}
+
+/** The options of `herald cluster restart`. */
+export interface RestartFlags extends RolloutFlags {
+  nodegroup?: string[];
+}
+
+/** Seconds from a duration option (`0` is 0). @throws HeraldError `bad_option` */
+function seconds(v: string, option: string): number {
+  return v.trim() === '0' ? 0 : Math.max(1, Math.round(parseDuration(v, option) / 1000));
 }
 
 /**
@@ -102,8 +121,17 @@ export interface RestartFlags {
  * @throws HeraldError `bad_option` naming the option
  */
 export function restartBody(f: RestartFlags): Record<string, unknown> | undefined {
-  const body: Record<string, unknown> = {};
+  const body: Record<string, unknown> = rolloutBody(f);
   if (f.nodegroup?.length) body.nodegroups = f.nodegroup.flatMap((g) => splitList(g));
+  return Object.keys(body).length === 0 ? undefined : body;
+}
+
+/**
+ * A rollout's options from the flags (docs/api.md "Rollouts"), only those given.
+ * @throws HeraldError `bad_option` naming the option
+ */
+export function rolloutBody(f: RolloutFlags): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
   if (f.maxUnavailable !== undefined) {
     const m = /^(\d+)(%?)$/.exec(f.maxUnavailable.trim());
     const n = m ? Number(m[1]) : Number.NaN;
@@ -124,21 +152,79 @@ export function restartBody(f: RestartFlags): Record<string, unknown> | undefine
     body.max_failures = Number(f.maxFailures);
   }
   if (f.healthConfig !== undefined) body.health_config_id = f.healthConfig;
+  if (f.canary !== undefined) {
+    const m = /^(\d+)(%?)$/.exec(f.canary.trim());
+    const n = m ? Number(m[1]) : Number.NaN;
+    if (!m || (m[2] === '%' && (n < 1 || n > 100)))
+      throw new HeraldError(
+        'bad_option',
+        `--canary must be a count of nodes per group or a percentage from 1% to 100%, not ${JSON.stringify(f.canary)}`,
+      );
+    body.canary = m[2] === '%' ? `${n}%` : n;
+  }
+  if (f.autoPromote !== undefined) body.auto_promote_s = seconds(f.autoPromote, '--auto-promote');
+  if (f.onFailure !== undefined) {
+    if (!['pause', 'abort', 'revert'].includes(f.onFailure))
+      throw new HeraldError(
+        'bad_option',
+        `--on-failure must be pause, abort or revert, not ${JSON.stringify(f.onFailure)}`,
+      );
+    body.on_failure = f.onFailure;
+  }
+  if (f.nodeDeadline !== undefined) body.node_deadline_s = seconds(f.nodeDeadline, '--node-deadline');
+  if (f.progressDeadline !== undefined) body.progress_deadline_s = seconds(f.progressDeadline, '--progress-deadline');
+  if (f.gateUrl !== undefined && f.gatePrometheus !== undefined)
+    throw new HeraldError('bad_option', 'give one of --gate-url and --gate-prometheus');
+  if ((f.gatePrometheus !== undefined) !== (f.gateQuery !== undefined))
+    throw new HeraldError('bad_option', '--gate-prometheus and --gate-query go together');
+  if (f.gateFailOpen && f.gateUrl === undefined && f.gatePrometheus === undefined)
+    throw new HeraldError('bad_option', '--gate-fail-open needs --gate-url or --gate-prometheus');
+  const failOpen = f.gateFailOpen ? { fail_open: true } : {};
+  if (f.gateUrl !== undefined) body.gate = { url: f.gateUrl, ...failOpen };
+  if (f.gatePrometheus !== undefined) body.gate = { prometheus: f.gatePrometheus, query: f.gateQuery, ...failOpen };
+  if (f.force) body.force = true;
   if (f.dryRun) body.dry_run = true;
-  return Object.keys(body).length === 0 ? undefined : body;
+  return body;
 }
 
-/** A dry run's plan as text: the groups in the order they restart, each with its window and nodes. */
-export function formatPlan(p: RestartPlanView): string {
+/** A dry run's plan as text: the groups in the order they go, each with its window and nodes. */
+export function formatPlan(p: RestartPlanView & { new_revision?: boolean }): string {
   const limits = [
     `pause ${p.pause_s} s after each node`,
     `stop after ${p.max_failures + 1} failed node(s)`,
     p.health_config_id ? `health check ${p.health_config_id} (deploy_action CHECK)` : 'no health check',
   ];
-  return `${table(
-    ['ORDER', 'NODEGROUP', 'ROLE', 'MAX_UNAVAILABLE', 'NODES'],
-    p.nodegroups.map((g, i) => [i + 1, g.name, g.role, g.max_unavailable, g.nodes.join(',')]),
-  )}\n${limits.join('; ')}\ndry run: nothing was restarted\n`;
+  if (p.canaries?.length)
+    limits.push(
+      `canaries ${p.canaries.join(',')} first, then ${p.auto_promote_s === null ? 'wait for a promote' : `promoted ${p.auto_promote_s} s after they completed`}`,
+    );
+  if (p.on_failure && p.on_failure !== 'abort')
+    limits.push(
+      `on failure ${p.on_failure}${p.on_failure === 'revert' ? ` to revision ${p.stable_revision ?? '?'}` : ''}`,
+    );
+  if (p.node_deadline_s) limits.push(`node deadline ${p.node_deadline_s} s`);
+  if (p.progress_deadline_s) limits.push(`progress deadline ${p.progress_deadline_s} s`);
+  if (p.gate)
+    limits.push(
+      `gate ${p.gate.url ?? `${p.gate.prometheus} ${JSON.stringify(p.gate.query)}`}${p.gate.fail_open ? ' (fail open)' : ''}`,
+    );
+  const quorum = p.nodegroups.some((g) => g.quorum_max_unavailable !== undefined);
+  const head = ['ORDER', 'NODEGROUP', 'ROLE', 'MAX_UNAVAILABLE', ...(quorum ? ['QUORUM'] : []), 'NODES'];
+  const revision =
+    p.revision === undefined
+      ? ''
+      : `revision ${p.from_revision} -> ${p.revision}${p.new_revision === false ? ' (the same configs, rolled again)' : ''}\n`;
+  return `${revision}${table(
+    head,
+    p.nodegroups.map((g, i) => [
+      i + 1,
+      g.name,
+      g.role,
+      g.max_unavailable,
+      ...(quorum ? [g.quorum_max_unavailable ?? '-'] : []),
+      g.nodes.join(','),
+    ]),
+  )}\n${limits.join('; ')}\ndry run: ${p.revision === undefined ? 'nothing was restarted' : 'nothing ran'}\n`;
 }
 
 /** The text of `herald cluster restart --help` that explains the rollout. */
@@ -155,4 +241,21 @@ RESTART_FAILED when the nodes in flight finish. --dry-run prints the plan and ru
   herald cluster restart 7c0d... --dry-run
   herald cluster restart 7c0d... --nodegroup workers --max-unavailable 25% --pause 10s
   herald cluster restart 7c0d... --health-config 3f1e... --max-failures 1 --wait
+`;
+
+/** The text of `herald cluster upgrade --help` that explains the rollout of new configs. */
+export const UPGRADE_HELP = `
+Upgrade (docs/api.md "Upgrades"): the new configs and input values are a new cluster revision,
+rolled over the nodes they change as a restart rolls (groups in order, masters first, windows,
+pauses, health check, failure budget); on each node the uninstall of its old configs, then the
+install of the new ones (deploy_action UPDATE). A master group never has more than
+max(1, (n-1)/2) nodes down at once unless --force. With --canary the canaries of each group go
+first, then the rollout waits for a promotion (--auto-promote, or herald cluster rollout promote).
+--on-failure revert brings every node it changed back to the last stable revision at once.
+--wait shows the canary phase, the promotion and a revert as they happen.
+
+  herald cluster upgrade 7c0d... --install-config 9a1b... --input version=1.30 --dry-run
+  herald cluster upgrade 7c0d... --install-config 9a1b... --canary 1 --on-failure revert --wait
+  herald cluster upgrade 7c0d... --nodegroup workers --input version=1.30 --max-unavailable 25% --wait
+  herald cluster rollout promote 7c0d...
 `;

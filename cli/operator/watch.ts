@@ -1,5 +1,5 @@
 /**
- * Follows a cluster restart to its end: `GET /v1/events` for speed (events are best-effort),
+ * Follows a cluster restart (or upgrade) to its end: `GET /v1/events` for speed (events are best-effort),
  * and `GET /v1/clusters/{id}` every second as the authority. Emits one `WatchEvent` per node
  * phase change (filling in phases that happened between two looks, so every node shows
  * uninstalling → installing → complete in order), one per wake-up the events report, and one
@@ -8,7 +8,7 @@
  * that a node supplied (its reason, its output line) has its terminal control characters made
  * visible here, before any renderer draws it (terminal-text.ts), unless `raw`.
  */
-import type { ClusterNodePhase, ClusterStatus, ClusterView, EventData } from '../../protocol/rest.js';
+import type { ClusterNodePhase, ClusterStatus, ClusterView, EventData, RolloutPhase } from '../../protocol/rest.js';
 import { lastLineOf, type OutputEventView } from '../../protocol/output.js';
 import type { ApiClient, SseEvent } from './client.js';
 import { visibleDeep } from '../terminal-text.js';
@@ -31,12 +31,27 @@ export interface NodeState {
   stepDeadlineMs: number | undefined;
 }
 
+/** What a rollout (a restart or an upgrade, docs/api.md "Rollouts") met, as the watcher reports it. */
+export interface RolloutState {
+  phase: RolloutPhase;
+  canaries: string[];
+  autoPromoteS: number | null;
+  promotedBy: string | undefined;
+  pausedReason: string | undefined;
+  /** The gate's last answer: `stop (HTTP 503)`. */
+  gate: string | undefined;
+  revert: { revision: number; nodes: string[]; reason: string } | undefined;
+}
+
 export interface ClusterState {
   id: string;
   name: string;
   status: ClusterStatus;
   statusReason: string | undefined;
   nodes: NodeState[];
+  /** The running (or last) rollout's state, when it has one. */
+  rollout?: RolloutState | undefined;
+  revision?: number | undefined;
 }
 
 export type WatchEvent =
@@ -51,7 +66,9 @@ export type WatchEvent =
     }
   | { kind: 'woken'; at: Date; node: string; detail: string }
   | { kind: 'output'; at: Date; node: string; line: string }
-  | { kind: 'status'; at: Date; status: ClusterStatus; reason?: string };
+  | { kind: 'status'; at: Date; status: ClusterStatus; reason?: string }
+  /** The rollout moved on: its canaries, a promotion, a pause, the gate, a revert (`detail` says what). */
+  | { kind: 'rollout'; at: Date; phase: RolloutPhase | 'promoted' | 'gate'; detail: string };
 
 export interface WatchResult {
   ok: boolean;
@@ -85,6 +102,23 @@ export function clusterStateOf(c: ClusterView): ClusterState {
       checkStartedMs: msOf(n.check_started_at ?? null),
       stepDeadlineMs: msOf(n.step_deadline_at),
     })),
+    rollout: rolloutStateOf(c),
+    revision: c.revision,
+  };
+}
+
+function rolloutStateOf(c: ClusterView): RolloutState | undefined {
+  const r = c.rollout;
+  const st = r?.state;
+  if (!r || !st) return undefined;
+  return {
+    phase: st.phase,
+    canaries: r.canaries ?? [],
+    autoPromoteS: r.auto_promote_s ?? null,
+    promotedBy: st.promoted?.by,
+    pausedReason: st.paused?.reason,
+    gate: st.gate ? `${st.gate.verdict} (${st.gate.detail})` : undefined,
+    revert: st.revert ? { revision: st.revert.revision, nodes: st.revert.nodes, reason: st.revert.reason } : undefined,
   };
 }
 
@@ -113,10 +147,12 @@ interface Seen {
 export class PhaseTracker {
   readonly #seen = new Map<string, Seen>();
   #lastStatus = '';
+  #rollout: { phase?: string; promoted?: string; gate?: string; reverting: boolean } = { reverting: false };
 
   /** The events between the previous look and `c`, seen at `now` (epoch ms). */
   next(c: ClusterState, now: number): WatchEvent[] {
     const out: WatchEvent[] = [];
+    out.push(...this.#rolloutEvents(c, now));
     for (const n of c.nodes) out.push(...this.#nodeEvents(n, now));
     if (c.status !== this.#lastStatus) {
       this.#lastStatus = c.status;
@@ -124,6 +160,45 @@ export class PhaseTracker {
       if (c.statusReason) ev.reason = c.statusReason;
       out.push(ev);
     }
+    return out;
+  }
+
+  /** The rollout's moves since the last look: canaries, promotion, a pause, the gate, a revert. */
+  #rolloutEvents(c: ClusterState, now: number): WatchEvent[] {
+    const r = c.rollout;
+    if (!r) return [];
+    const out: WatchEvent[] = [];
+    const at = new Date(now);
+    const was = this.#rollout;
+    if (r.promotedBy !== undefined && was.promoted === undefined && was.phase !== undefined)
+      out.push({
+        kind: 'rollout',
+        at,
+        phase: 'promoted',
+        detail: `canaries promoted ${r.promotedBy === 'auto' ? `automatically (auto_promote_s ${r.autoPromoteS})` : `by ${r.promotedBy}`}`,
+      });
+    if (r.gate !== undefined && r.gate !== was.gate && r.phase !== 'done')
+      out.push({ kind: 'rollout', at, phase: 'gate', detail: `gate says ${r.gate}` });
+    if (r.phase !== was.phase && r.phase !== 'done' && !(was.phase === undefined && r.phase === 'rolling')) {
+      const detail: Record<string, string> = {
+        rolling: 'rolling on',
+        canary: `canary phase: ${r.canaries.join(', ')} first`,
+        awaiting_promotion:
+          r.autoPromoteS === null
+            ? `canaries healthy; waiting for promotion (herald cluster rollout promote ${c.id})`
+            : `canaries healthy; promoted in ${r.autoPromoteS} s`,
+        waiting_for_gate: 'waiting for the gate',
+        paused: `paused: ${r.pausedReason ?? ''} (herald cluster rollout resume ${c.id})`,
+        aborting: 'stopping: no node starts any more; the nodes in flight finish',
+        reverting: r.revert
+          ? `reverting ${r.revert.nodes.join(', ')} to revision ${r.revert.revision}: ${r.revert.reason}`
+          : 'reverting',
+      };
+      out.push({ kind: 'rollout', at, phase: r.phase, detail: detail[r.phase] ?? r.phase });
+    }
+    // a revert runs its nodes again: their phases start over
+    if (r.revert && !was.reverting) for (const n of r.revert.nodes) this.#seen.delete(n);
+    this.#rollout = { phase: r.phase, promoted: r.promotedBy, gate: r.gate, reverting: r.revert !== undefined };
     return out;
   }
 
@@ -176,8 +251,14 @@ export function outcomeOf(c: ClusterState): WatchResult | undefined {
   const failed = c.nodes
     .filter((n) => n.phase === 'failed')
     .map((n) => ({ node: n.node, reason: n.reason ?? 'no reason given' }));
-  if (c.status === 'RESTART_COMPLETE') return { ok: true, timedOut: false, cluster: c, failed };
-  if (c.status === 'RESTART_FAILED' || c.status === 'CREATE_FAILED' || c.status === 'DELETE_FAILED')
+  if (c.status === 'RESTART_COMPLETE' || c.status === 'UPDATE_COMPLETE')
+    return { ok: true, timedOut: false, cluster: c, failed };
+  if (
+    c.status === 'RESTART_FAILED' ||
+    c.status === 'UPDATE_FAILED' ||
+    c.status === 'CREATE_FAILED' ||
+    c.status === 'DELETE_FAILED'
+  )
     return { ok: false, timedOut: false, cluster: c, failed };
   return undefined;
 }

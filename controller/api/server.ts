@@ -928,6 +928,24 @@ export class ApiServer {
       const plan = await s.restartCluster(c.params.id!, c.body, who(c), c.params.name!);
       return plan === null ? { status: 204 } : ok(plan);
     });
+    // rollouts: upgrades, undo, revisions, and the controls of a running restart or upgrade (docs/api.md)
+    const rolled = (v: Record<string, unknown>) => (v.dry_run === true ? ok(v) : { status: 202, body: v });
+    add('PATCH', '/v1/clusters/:id', op('deploy', param('cluster')), async (c) =>
+      rolled(await s.upgradeCluster(c.params.id!, c.body, who(c))),
+    );
+    add('PATCH', '/v1/clusters/:id/nodegroups/:name', op('deploy', nodegroup), async (c) =>
+      rolled(await s.upgradeCluster(c.params.id!, c.body, who(c), c.params.name!)),
+    );
+    add('PATCH', '/v1/clusters/:id/actions/undo', op('deploy', param('cluster')), async (c) =>
+      rolled(await s.undoCluster(c.params.id!, c.body, who(c))),
+    );
+    for (const what of ['pause', 'resume', 'abort', 'promote'] as const)
+      add('PATCH', `/v1/clusters/:id/actions/${what}`, op('deploy', param('cluster')), async (c) =>
+        ok(await s.controlRollout(c.params.id!, what, who(c))),
+      );
+    add('GET', '/v1/clusters/:id/revisions', op('read', param('cluster')), async (c) =>
+      items(await s.listClusterRevisions(c.params.id!)),
+    );
 
     // the trail and the live views
     add('GET', '/v1/audit', op('admin', 'fleet'), async (c) => {

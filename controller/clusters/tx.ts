@@ -20,20 +20,31 @@ import type {
   ClusterNodeRecord,
   ClusterOperation,
   ClusterRecord,
+  ClusterRevisionRecord,
   ClusterStatus,
   ConfigRecord,
   DeploymentRecord,
   NewCluster,
+  NewClusterRevision,
   NewNodegroup,
   NodegroupRecord,
   Rollout,
 } from '../model/records.js';
 
 /** A cluster's own row, without its nodes. */
-export type ClusterHead = Pick<ClusterRecord, 'id' | 'status' | 'operation' | 'maxUnavailable' | 'updatedAt'> & {
+export type ClusterHead = Pick<
+  ClusterRecord,
+  'id' | 'status' | 'operation' | 'maxUnavailable' | 'updatedAt' | 'revision'
+> & {
   /** The restart's limits (docs/api.md); null for other operations and for restarts before node groups. */
   rollout?: Rollout | null;
 };
+
+/** What a node's deployment is made of: a config and the input values given (coerced by the store). */
+export interface DeploymentSource {
+  configId: string;
+  inputValues: Record<string, unknown>;
+}
 
 /** What the cluster's node phases say at a glance (each answer an index seek, not a scan). */
 export interface ClusterGlance {
@@ -74,6 +85,8 @@ export interface ClusterRows extends NewCluster {
   installActions: DeployAction[];
   /** When every node's install must have its result (epoch ms). */
   stepDeadlineMs: number;
+  /** Who creates it: the author of its first revision (docs/api.md "Revisions"). */
+  createdBy: string;
 }
 
 export interface ClusterTx {
@@ -157,10 +170,11 @@ export interface ClusterTx {
   newHealthDeployment(clusterId: string, node: string, configId: string, replaces: string | null): Promise<string>;
   /**
    * Makes the uninstall deployment of `node`, a member of the cluster with none yet (role
-   * `uninstall`, named `<cluster>-uninstall`, with `actions`): its group's uninstall config and
-   * input values, resolved as the cluster's creation resolved its install's (the group's over the
-   * cluster's), and a first revision with `action`, waking the node with `reason` when `action`
-   * is among `actions`. The step's start (setNodeStep) names it on the node's row.
+   * `uninstall`, named `<cluster>-uninstall`, with `actions`): `source` when given (the node's
+   * revision's, when the cluster's revision moved on: clusters/revisions.ts), else its group's
+   * uninstall config and input values, resolved as the cluster's creation resolved its install's
+   * (the group's over the cluster's), and a first revision with `action`, waking the node with
+   * `reason` when `action` is among `actions`. The step's start (setNodeStep) names it on the node's row.
    * @returns the new deployment's id and config
    */
   newUninstallDeployment(
@@ -169,7 +183,45 @@ export interface ClusterTx {
     actions: DeployAction[],
     action: DeployAction,
     reason: WakeReason,
+    source?: DeploymentSource,
   ): Promise<{ id: string; configId: string }>;
+  /**
+   * Adds revision `d.current.revision + 1` of cluster deployment `d` with `action`, its config now
+   * `to.configId` and its input values `to.inputValues` (coerced to that config's inputs), and
+   * makes it current: Heat's update of a deployment whose config changed. Wakes `d.node` with
+   * `reason` when `action` is among its actions.
+   */
+  reviseDeployment(d: DeploymentRecord, to: DeploymentSource, action: DeployAction, reason: WakeReason): Promise<void>;
+  /**
+   * Removes the node's uninstall deployment (its last revision has its result), so the node's
+   * next uninstall makes one of its revision's configs; its row names none until then.
+   */
+  dropUninstallDeployment(clusterId: string, node: string): Promise<void>;
+
+  // ---- revisions and rollouts (docs/api.md "Revisions", "Rollouts") ----------------------------
+  /**
+   * Revision `revision` of the cluster; a cluster made before revisions has its first one read
+   * from its rows (written by addClusterRevision before the next is).
+   */
+  clusterRevision(clusterId: string, revision: number): Promise<ClusterRevisionRecord | undefined>;
+  /** Every revision of the cluster, oldest first. */
+  clusterRevisions(clusterId: string): Promise<ClusterRevisionRecord[]>;
+  /**
+   * Records `r` as the cluster's next revision (made by `who`), and makes its configs and input
+   * values the cluster's own and its groups' (the rows views and new node groups read).
+   * @returns its number
+   */
+  addClusterRevision(clusterId: string, r: NewClusterRevision, who: string, nowMs: number): Promise<number>;
+  /** Marks the revision stable, once (a rollout to it completed on every node). */
+  markRevisionStable(clusterId: string, revision: number, nowMs: number): Promise<void>;
+  /** Replaces the running operation's rollout (its state moved on); nothing else of the cluster. */
+  setRollout(clusterId: string, rollout: Rollout): Promise<void>;
+  /** The node's install deployment has revision `revision`'s configs now (bookkeeping: nothing runs). */
+  setNodeRevision(clusterId: string, node: string, revision: number): Promise<void>;
+  /** The nodes are made pending, their marks cleared (a revert's nodes, before they go back). */
+  resetNodes(clusterId: string, nodes: readonly string[]): Promise<void>;
+  /** The node has nothing to do in this operation: phase complete, its marks cleared, no end time. */
+  settleNode(clusterId: string, node: string): Promise<void>;
   /** Ends the operation in `status` with `reason`. */
   finishCluster(clusterId: string, status: ClusterStatus, reason: string, nowMs: number): Promise<void>;
   /** Removes the cluster, its node rows and every deployment it made (touching their nodes). */

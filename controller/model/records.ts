@@ -145,6 +145,8 @@ export interface ClusterNodeRecord {
   checkStartedAt: string | null;
   /** When the node's step of the current operation ended, complete or failed (epoch ms), else null. */
   endedAtMs: number | null;
+  /** The cluster revision whose configs the node's install deployment has (docs/api.md "Revisions"). */
+  revision: number;
 }
 
 /** A node group of a cluster (docs/api.md). */
@@ -166,9 +168,80 @@ export interface RolloutGroup {
   role: NodegroupRole;
   /** At most this many of the group's nodes between the start of their uninstall and their end. */
   window: number;
+  /** A master group's quorum rule (unless `force`): at most this many of its nodes down at once, max(1, ⌊(n−1)/2⌋). */
+  quorum?: number;
+  /** How many of the group's nodes are canaries (its first ones the rollout changes), 0 for none. */
+  canary?: number;
 }
 
-/** The limits of a restart (docs/api.md), kept on the cluster's row while it runs. */
+/** What a rollout does once more than `maxFailures` nodes failed (docs/api.md, `on_failure`). */
+export type OnFailure = 'pause' | 'abort' | 'revert';
+
+/**
+ * A rollout's external gate (docs/api.md, `gate`): read before each new node starts. `url`: an
+ * HTTPS URL whose 2xx answer means go; `prometheus`: an instant query whose non-empty result
+ * means stop. One that cannot be read stops the rollout unless `failOpen`.
+ */
+export interface RolloutGate {
+  kind: 'url' | 'prometheus';
+  url: string;
+  /** The Prometheus query (`prometheus` only). */
+  query?: string;
+  failOpen: boolean;
+}
+
+/** A gate's last answer, kept with the rollout so a controller started again does not lose it. */
+export interface GateVerdict {
+  /** Already read with `failOpen`: an unreadable gate is `go` only then. */
+  verdict: 'go' | 'stop';
+  atMs: number;
+  /** What was read (a status, a count of series), or why it could not be read. */
+  detail: string;
+  /** It could not be read. */
+  error: boolean;
+  /** A `go` admits the starts of one plan, then a new answer is needed. */
+  used: boolean;
+}
+
+/** How a rollout's nodes fared (docs/api.md, `counters`); frozen here when a revert begins. */
+export interface RolloutCounts {
+  completed: number;
+  failed: number;
+  timedOut: number;
+}
+
+/** What changed while a rollout ran: kept on the cluster's row with its limits (docs/api.md). */
+export interface RolloutState {
+  /** Its start, the last node that completed, a resume or a promotion (epoch ms): `progressDeadlineS` counts from here. */
+  progressAtMs: number;
+  /** Paused by an operator (`failure` false) or by `on_failure: pause`. */
+  paused: { by: string; atMs: number; reason: string; failure: boolean } | null;
+  /** Failed nodes a resume forgave: the budget counts those beyond them. */
+  forgiven: number;
+  aborted: { by: string; atMs: number } | null;
+  /** A deadline ended it: no node starts any more. */
+  expired: { atMs: number; reason: string } | null;
+  /** The canaries were promoted (`by` an operator, or `auto`). */
+  promoted: { by: string; atMs: number } | null;
+  /** The gate's last answer; `wantedAtMs` since when a start waits for a new one. */
+  gate: GateVerdict | null;
+  gateWantedAtMs: number | null;
+  /** A revert: the changed nodes go back to `revision`; `before` the counts it froze. */
+  revert: { revision: number; atMs: number; nodes: string[]; before: RolloutCounts; why: string } | null;
+}
+
+/** An upgrade (docs/api.md): the cluster revision its nodes go to, and the stable one a revert goes back to. */
+export interface RolloutUpgrade {
+  revision: number;
+  /** The cluster's revision before this one. */
+  from: number;
+  /** The last stable revision before `revision`, else null (no revert possible). */
+  stable: number | null;
+  /** An undo: the earlier revision whose configs `revision` copies. */
+  undoOf?: number;
+}
+
+/** The limits of a restart or an upgrade (docs/api.md), kept on the cluster's row while it runs. */
 export interface Rollout {
   groups: RolloutGroup[];
   pauseS: number;
@@ -176,12 +249,65 @@ export interface Rollout {
   healthConfigId: string | null;
   /** For an `update`: the group added (its nodes install) or removed (its nodes uninstall, then go). */
   change?: { type: 'add' | 'remove'; nodegroup: string };
+  /** For an `update` that rolls new configs (or an undo): where its nodes go. */
+  upgrade?: RolloutUpgrade;
   /**
-   * One group holding every node of the cluster, no pause, no failure budget, no health check:
-   * the same rules as a restart before node groups, so the engine takes its fast path.
+   * One group holding every node of the cluster, no pause, no failure budget, no health check
+   * (nor any of the options below): the same rules as a restart before node groups, so the
+   * engine takes its fast path. A control (pause, abort) makes it false.
    */
   plain: boolean;
+  /** Default `abort`: no node starts any more and the operation ends failed once none is in flight. */
+  onFailure?: OnFailure;
+  /** A node's whole pass (from its uninstall's start to its end) must end within this, else it fails timed out. */
+  nodeDeadlineS?: number | null;
+  /** The rollout fails once this long passes without progress (docs/api.md). */
+  progressDeadlineS?: number | null;
+  /** The canaries are promoted this long after the last of them completed; null: an operator promotes. */
+  autoPromoteS?: number | null;
+  /** The canary nodes, in the order they go. */
+  canaries?: string[];
+  gate?: RolloutGate | null;
+  /** The quorum rule of master groups was lifted (`force`). */
+  force?: boolean;
+  /** How many nodes the rollout changes (an upgrade leaves alone those already at its configs). */
+  targeted?: number;
+  state?: RolloutState;
 }
+
+/** A group's own configs and input values in a cluster revision (null: the cluster's). */
+export interface RevisionGroup {
+  name: string;
+  installConfigId: string | null;
+  uninstallConfigId: string | null;
+  inputValues: Record<string, unknown> | null;
+}
+
+/**
+ * A numbered cluster revision (docs/api.md "Revisions"): the cluster's configs and input values,
+ * and each group's own, as a change (or the creation) left them. Stable once a rollout to it
+ * completed on every node.
+ */
+export interface ClusterRevisionRecord {
+  revision: number;
+  installConfigId: string;
+  uninstallConfigId: string;
+  /** As given (merged into the revision before it), hidden ones included: views mask them. */
+  inputValues: Record<string, unknown>;
+  nodegroups: RevisionGroup[];
+  createdAt: string;
+  /** The SPIFFE id of who made it (the cluster's creator for revision 1). */
+  createdBy: string;
+  stableAt: string | null;
+  /** An undo copies this earlier revision, else null. */
+  sourceRevision: number | null;
+}
+
+/** A new revision's content (its number and times are the store's). */
+export type NewClusterRevision = Pick<
+  ClusterRevisionRecord,
+  'installConfigId' | 'uninstallConfigId' | 'inputValues' | 'nodegroups' | 'sourceRevision'
+>;
 
 export interface ClusterRecord {
   id: string;
@@ -201,6 +327,8 @@ export interface ClusterRecord {
   nodegroups: NodegroupRecord[];
   /** The current (or last) restart's limits, else null. */
   rollout: Rollout | null;
+  /** The cluster's revision: the configs and input values it has now (docs/api.md "Revisions"). */
+  revision: number;
 }
 
 /** A group of a new cluster; configs and input values already resolved (the group's over the cluster's). */

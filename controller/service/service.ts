@@ -11,7 +11,9 @@ import { codeOf, HeraldError } from '../../protocol/errors.js';
 import { DEFAULT_ACTIONS, type DeployAction } from '../../protocol/heat.js';
 import { ACK_FLUSH_INTERVAL_MS, CLUSTER_TICK_INTERVAL_MS, WAKE_FETCH_EXEMPT_MS } from '../../protocol/limits.js';
 import type { CertIdentity } from '../../certs/identity.js';
-import { ClusterEngine, type RestartOptions } from '../clusters/engine.js';
+import { ClusterEngine, type GateRequest, type RestartOptions, type RolloutControl } from '../clusters/engine.js';
+import type { ConfigChange } from '../clusters/revisions.js';
+import { readGate } from './rollout-gate.js';
 import { AttachPings } from './attach-pings.js';
 import { hostInSans, parseEndpoint } from './endpoint.js';
 import { GroupCommitter } from './group-commit.js';
@@ -23,7 +25,7 @@ import type { PushService } from '../push/types.js';
 import { recordSignal } from './signal.js';
 import { WakeCredits, type WakeCreditKind } from './wake-credits.js';
 import type { ClusterView, ControllerView } from '../../protocol/rest.js';
-import type { ClusterRecord, ConfigRecord, MetadataSource, NewNodegroup } from '../model/records.js';
+import type { ClusterRecord, ConfigRecord, MetadataSource, NewNodegroup, RolloutGate } from '../model/records.js';
 import type { ChangeSet, DeploymentRecord, NodeRecord, Store } from '../store/store.js';
 import {
   checkConfig,
@@ -41,8 +43,10 @@ import {
   parseBody,
   restartSchema,
   signalSchema,
+  undoSchema,
+  upgradeSchema,
 } from './validation.js';
-import type { NodegroupBody } from './validation.js';
+import type { GateBody, NodegroupBody, RolloutBody } from './validation.js';
 import { checkLabels, patchLabels } from '../../protocol/access.js';
 import {
   clusterSummaryView,
@@ -52,8 +56,10 @@ import {
   hiddenNames,
   hiddenOutputNames,
   nodeView,
+  clusterRevisionView,
   restartPlanView,
   revisionView,
+  upgradePlanView,
   type FetchState,
 } from './views.js';
 
@@ -123,6 +129,8 @@ export class ControllerService {
   #tickTimer: NodeJS.Timeout | undefined;
   /** The tick in progress, if any: a slow one is not run twice at once. */
   #ticking: Promise<void> | undefined;
+  /** Gates being read, by cluster (one read at a time per rollout: docs/api.md `gate`). */
+  readonly #gateReads = new Map<string, Promise<void>>();
   #flushing: Promise<void> | undefined;
   #ackTimer: NodeJS.Timeout | undefined;
   readonly #tickMs: number;
@@ -270,6 +278,7 @@ export class ControllerService {
     clearInterval(this.#ackTimer);
     this.#attachPings.close();
     await this.#ticking;
+    await Promise.all(this.#gateReads.values());
     try {
       await this.flushAcks();
     } catch (err) {
@@ -892,13 +901,7 @@ export class ControllerService {
         });
       groups = [nodegroup];
     }
-    const opts: RestartOptions = {
-      maxUnavailable: b.max_unavailable ?? null,
-      nodegroups: groups,
-      pauseS: b.pause_s ?? 0,
-      maxFailures: b.max_failures ?? 0,
-      healthConfigId: b.health_config_id ?? null,
-    };
+    const opts: RestartOptions = { ...rolloutOptions(b), nodegroups: groups };
     try {
       if (b.dry_run) {
         const { result } = await this.store.transaction((tx) => this.clusters.planRestart(tx, id, opts));
@@ -923,6 +926,88 @@ export class ControllerService {
         throw new HeraldError('not_found', `cluster ${id} has no node group ${nodegroup}`);
       throw err;
     }
+  }
+
+  /**
+   * Starts an upgrade (docs/api.md "Upgrades"): new configs or input values for the cluster, or
+   * for its group `nodegroup`, rolled over the nodes they change; a dry run changes nothing and
+   * returns the plan.
+   * @returns the plan of a dry run, else the cluster
+   * @throws HeraldError invalid_request | not_found | restart_in_progress | unknown_config |
+   *   bad_input_value | no_change | no_stable_revision
+   */
+  async upgradeCluster(id: string, body: unknown, who: string, nodegroup?: string): Promise<View> {
+    const b = parseBody(upgradeSchema, body ?? {});
+    const change: ConfigChange = {};
+    if (nodegroup !== undefined) change.nodegroup = nodegroup;
+    if (b.install_config_id !== undefined) change.installConfigId = b.install_config_id;
+    if (b.uninstall_config_id !== undefined) change.uninstallConfigId = b.uninstall_config_id;
+    if (b.input_values !== undefined) change.inputValues = b.input_values;
+    return this.#upgrade(id, change, rolloutOptions(b), b.dry_run === true, who);
+  }
+
+  /**
+   * Starts an undo (docs/api.md "Revisions"): an upgrade to the configs and values of an earlier
+   * revision (default: the last stable one before the cluster's), recorded as a new revision.
+   * @throws HeraldError as upgradeCluster, and unknown_cluster_revision
+   */
+  async undoCluster(id: string, body: unknown, who: string): Promise<View> {
+    const b = parseBody(undoSchema, body ?? {});
+    const { result: undoTo } = await this.store.transaction((tx) => this.clusters.undoTarget(tx, id, b.revision));
+    return this.#upgrade(id, { undoTo }, rolloutOptions(b), b.dry_run === true, who);
+  }
+
+  async #upgrade(
+    id: string,
+    change: ConfigChange & { undoTo?: number },
+    opts: RestartOptions,
+    dryRun: boolean,
+    who: string,
+  ): Promise<View> {
+    if (dryRun) {
+      const { result } = await this.store.transaction((tx) => this.clusters.planUpgrade(tx, id, change, opts));
+      return upgradePlanView(id, result.rollout, result.nodes, result.newRevision);
+    }
+    const { result: revision, changes } = await this.store.transaction((tx) =>
+      this.clusters.upgrade(tx, id, change, opts, who, this.#now()),
+    );
+    this.#log.info(
+      {
+        event: change.undoTo !== undefined ? 'cluster.undo' : 'cluster.upgrade',
+        cluster: id,
+        revision,
+        nodegroup: change.nodegroup,
+        who,
+      },
+      change.undoTo !== undefined ? 'cluster undo started' : 'cluster upgrade started',
+    );
+    await this.#apply(changes);
+    return this.getCluster(id);
+  }
+
+  /**
+   * Pauses, resumes, aborts or promotes the cluster's running restart or upgrade (docs/api.md
+   * "Rollouts"), recorded in the audit with `who`.
+   * @returns the cluster
+   * @throws HeraldError not_found | no_operation | not_promotable
+   */
+  async controlRollout(id: string, what: RolloutControl, who: string): Promise<View> {
+    const { changes } = await this.store.transaction((tx) => this.clusters.control(tx, id, what, who, this.#now()));
+    this.#log.info({ event: `cluster.${what}`, cluster: id, who }, `cluster rollout ${what}`);
+    await this.#apply(changes);
+    return this.getCluster(id);
+  }
+
+  /** A cluster's revisions, oldest first, hidden values masked (docs/api.md "Revisions"). @throws HeraldError not_found */
+  async listClusterRevisions(id: string): Promise<View[]> {
+    const revs = await this.store.listClusterRevisions(id);
+    const c = await this.store.getCluster(id);
+    if (!revs || !c) throw new HeraldError('not_found', `no cluster ${id}`);
+    const configs = await Promise.all(
+      ((await this.store.clusterConfigIds(id)) ?? []).map((x) => this.store.getConfig(x)),
+    );
+    const hidden = hiddenNames(...configs);
+    return revs.map((r) => clusterRevisionView(r, c.revision, hidden) as unknown as View);
   }
 
   async deleteCluster(id: string, who: string): Promise<void> {
@@ -976,8 +1061,9 @@ export class ControllerService {
     if (this.#standing() !== undefined) return;
     try {
       if ((await this.store.activeClusterIds()).length === 0) return;
-      const { changes } = await this.store.transaction((tx) => this.clusters.tick(tx, this.#now()));
+      const { result: gates, changes } = await this.store.transaction((tx) => this.clusters.tick(tx, this.#now()));
       await this.#apply(changes);
+      for (const g of gates) this.#readGate(g);
       this.#tickFailing = false;
     } catch (err) {
       if (this.#standing() !== undefined) return; // lost meanwhile: the standing's own line says so
@@ -987,6 +1073,33 @@ export class ControllerService {
         this.#log.warn({ code: 'store_unavailable' }, 'cluster tick failed: the database is unreachable; retrying');
       this.#tickFailing = codeOf(err) === 'store_unavailable';
     }
+  }
+
+  /**
+   * Reads a rollout's gate (docs/api.md `gate`) outside any transaction, then records its answer
+   * in one (the rollout advances there); one read at a time per cluster. Never rejects.
+   */
+  #readGate(req: GateRequest): void {
+    if (this.#closed || this.#gateReads.has(req.clusterId)) return;
+    const run = (async () => {
+      try {
+        const v = await readGate(req.gate);
+        this.#log.info(
+          { event: 'cluster.gate', cluster: req.clusterId, verdict: v.verdict, detail: v.detail, error: v.error },
+          `rollout gate says ${v.verdict}`,
+        );
+        if (this.#closed) return;
+        const { changes } = await this.store.transaction((tx) =>
+          this.clusters.recordGate(tx, req.clusterId, v, this.#now()),
+        );
+        await this.#apply(changes);
+      } catch (err) {
+        this.#log.warn({ err, cluster: req.clusterId }, 'could not record a rollout gate answer; asking again');
+      } finally {
+        this.#gateReads.delete(req.clusterId);
+      }
+    })();
+    this.#gateReads.set(req.clusterId, run);
   }
 
   // ---- after each transaction --------------------------------------------------------------
@@ -1105,4 +1218,41 @@ function fetchStateOf(f: { gen: number; atMs: number } | undefined): FetchState 
   return f === undefined
     ? { generation_fetched: null, last_fetch_at: null }
     : { generation_fetched: f.gen, last_fetch_at: new Date(f.atMs).toISOString() };
+}
+
+/**
+ * A rollout's options from a request body (docs/api.md "Rollouts"), each absent one left to the
+ * engine's default.
+ * @throws HeraldError invalid_request (field `gate...`)
+ */
+function rolloutOptions(b: RolloutBody): RestartOptions {
+  const o: RestartOptions = {
+    maxUnavailable: b.max_unavailable ?? null,
+    pauseS: b.pause_s ?? 0,
+    maxFailures: b.max_failures ?? 0,
+    healthConfigId: b.health_config_id ?? null,
+  };
+  if (b.canary !== undefined) o.canary = b.canary;
+  if (b.auto_promote_s !== undefined) o.autoPromoteS = b.auto_promote_s;
+  if (b.on_failure !== undefined) o.onFailure = b.on_failure;
+  if (b.node_deadline_s !== undefined) o.nodeDeadlineS = b.node_deadline_s;
+  if (b.progress_deadline_s !== undefined) o.progressDeadlineS = b.progress_deadline_s;
+  if (b.gate !== undefined) o.gate = gateOf(b.gate);
+  if (b.force === true) o.force = true;
+  return o;
+}
+
+/** `gate`: a `url`, or a `prometheus` server with its `query`. @throws HeraldError invalid_request */
+function gateOf(g: GateBody): RolloutGate {
+  const failOpen = g.fail_open === true;
+  if ((g.url === undefined) === (g.prometheus === undefined))
+    throw new HeraldError('invalid_request', 'gate: give either url or prometheus', { field: 'gate' });
+  if (g.url !== undefined) {
+    if (g.query !== undefined)
+      throw new HeraldError('invalid_request', 'gate.query: a query goes with prometheus', { field: 'gate.query' });
+    return { kind: 'url', url: g.url, failOpen };
+  }
+  if (g.query === undefined)
+    throw new HeraldError('invalid_request', 'gate.query: prometheus needs a query', { field: 'gate.query' });
+  return { kind: 'prometheus', url: g.prometheus!, query: g.query, failOpen };
 }

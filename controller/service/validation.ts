@@ -18,7 +18,7 @@ import {
 } from '../../protocol/heat.js';
 import { NAME_RE } from '../../protocol/identity.js';
 import { withinJsonDepth } from '../../protocol/json-depth.js';
-import { MAX_JSON_DEPTH_LEVELS, MAX_RESTART_PAUSE_S } from '../../protocol/limits.js';
+import { MAX_JSON_DEPTH_LEVELS, MAX_RESTART_PAUSE_S, MAX_ROLLOUT_DEADLINE_S } from '../../protocol/limits.js';
 import type { ConfigInput, ConfigOutput, NewConfig } from '../store/store.js';
 import { coerceValue } from '../model/inputs.js';
 export { coerceInputValues, coerceValue, mergeInputValues } from '../model/inputs.js';
@@ -146,14 +146,76 @@ const maxUnavailable = z.union([
     .refine((p) => Number(p.slice(0, -1)) >= 1 && Number(p.slice(0, -1)) <= 100, 'must be between 1% and 100%'),
 ]);
 
-/** `PATCH /v1/clusters/{id}/actions/restart` (docs/api.md); every key optional. */
-export const restartSchema = z.strictObject({
+/** `canary`: a count of nodes per group, or a percentage of the nodes the rollout changes in each (1% to 100%). */
+const canary = z.union([
+  z.number().int().min(0),
+  z
+    .string()
+    .regex(/^[0-9]{1,3}%$/, 'must be a count or a percentage such as "10%"')
+    .refine((p) => Number(p.slice(0, -1)) >= 1 && Number(p.slice(0, -1)) <= 100, 'must be between 1% and 100%'),
+]);
+
+/** An HTTPS URL without credentials (a gate's: docs/api.md `gate`); credentials would be kept and shown. */
+const gateUrl = z
+  .string()
+  .max(MAX_URL_CHARS)
+  .refine((u) => {
+    try {
+      const x = new URL(u);
+      return x.protocol === 'https:' && x.username === '' && x.password === '';
+    } catch {
+      return false;
+    }
+  }, 'must be an https:// URL without credentials');
+
+/** `gate` (docs/api.md): `url`, or `prometheus` with `query` (service.ts checks which). */
+const gateSchema = z.strictObject({
+  url: gateUrl.optional(),
+  prometheus: gateUrl.optional(),
+  query: z.string().min(1).max(MAX_DESCRIPTION_CHARS).optional(),
+  fail_open: z.boolean().optional(),
+});
+
+export type GateBody = z.output<typeof gateSchema>;
+
+const deadlineS = z.number().int().min(1).max(MAX_ROLLOUT_DEADLINE_S);
+
+/** A rollout's options (docs/api.md "Rollouts"): a restart's and an upgrade's; every key optional. */
+const rolloutFields = {
   max_unavailable: maxUnavailable.optional(),
-  nodegroups: z.array(nodegroupName).min(1).max(1_000).optional(),
   pause_s: z.number().min(0).max(MAX_RESTART_PAUSE_S).optional(),
   max_failures: z.number().int().min(0).optional(),
   health_config_id: resourceId.optional(),
+  canary: canary.optional(),
+  auto_promote_s: z.number().int().min(0).max(MAX_ROLLOUT_DEADLINE_S).optional(),
+  on_failure: z.enum(['pause', 'abort', 'revert']).optional(),
+  node_deadline_s: deadlineS.optional(),
+  progress_deadline_s: deadlineS.optional(),
+  gate: gateSchema.optional(),
+  force: z.boolean().optional(),
   dry_run: z.boolean().optional(),
+};
+
+export type RolloutBody = { [K in keyof typeof rolloutFields]?: z.output<(typeof rolloutFields)[K]> };
+
+/** `PATCH /v1/clusters/{id}/actions/restart` (docs/api.md); every key optional. */
+export const restartSchema = z.strictObject({
+  ...rolloutFields,
+  nodegroups: z.array(nodegroupName).min(1).max(1_000).optional(),
+});
+
+/** `PATCH /v1/clusters/{id}` and `PATCH /v1/clusters/{id}/nodegroups/{name}` (docs/api.md "Upgrades"). */
+export const upgradeSchema = z.strictObject({
+  ...rolloutFields,
+  install_config_id: resourceId.optional(),
+  uninstall_config_id: resourceId.optional(),
+  input_values: valuesRecord.optional(),
+});
+
+/** `PATCH /v1/clusters/{id}/actions/undo` (docs/api.md): `revision` default the last stable one before the cluster's. */
+export const undoSchema = z.strictObject({
+  ...rolloutFields,
+  revision: z.number().int().min(1).optional(),
 });
 
 /**

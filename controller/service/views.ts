@@ -6,18 +6,25 @@
  */
 import type {
   ClusterNodeView,
+  ClusterRevisionView,
   ClusterSummaryView,
   ClusterView,
   ConfigView,
+  CountersView,
   DeploymentView,
+  GateView,
   NodegroupView,
   NodeView,
   RestartPlanView,
   RevisionView,
+  RolloutPhase,
+  RolloutStateView,
   RolloutView,
+  UpgradePlanView,
 } from '../../protocol/rest.js';
 import type { PushState } from '../push/types.js';
-import type { ClusterNodeRecord, Rollout } from '../model/records.js';
+import { rolloutCounters } from '../clusters/engine.js';
+import type { ClusterNodeRecord, ClusterRevisionRecord, Rollout, RolloutGate } from '../model/records.js';
 import type { ClusterRecord, ConfigRecord, DeploymentRecord, NodeRecord, RevisionRecord } from '../store/store.js';
 
 export const HIDDEN_VALUE = '***';
@@ -167,27 +174,147 @@ function clusterNodeView(n: ClusterNodeRecord): ClusterNodeView {
     health_deployment_id: n.healthDeploymentId,
     check_started_at: n.checkStartedAt,
     ended_at: n.endedAtMs === null ? null : new Date(n.endedAtMs).toISOString(),
+    revision: n.revision,
   };
 }
 
-/** A restart's limits with each group's nodes (`nodes`: group name → node ids in order). */
+const isoOf = (ms: number): string => new Date(ms).toISOString();
+
+function gateView(g: RolloutGate): GateView {
+  return g.kind === 'url'
+    ? { url: g.url, fail_open: g.failOpen }
+    : { prometheus: g.url, query: g.query ?? '', fail_open: g.failOpen };
+}
+
+/** A rollout's limits with each group's nodes (`nodes`: group name → node ids in order). */
 export function rolloutView(r: Rollout, nodes: ReadonlyMap<string, string[]>): RolloutView {
-  return {
-    nodegroups: r.groups.map((g) => ({
-      name: g.name,
-      role: g.role,
-      nodes: nodes.get(g.name) ?? [],
-      max_unavailable: g.window,
-    })),
+  const v: RolloutView = {
+    nodegroups: r.groups.map((g) => {
+      return {
+        name: g.name,
+        role: g.role,
+        nodes: nodes.get(g.name) ?? [],
+        max_unavailable: g.window,
+        ...(g.quorum !== undefined ? { quorum_max_unavailable: g.quorum } : {}),
+        canary: g.canary ?? 0,
+      };
+    }),
     pause_s: r.pauseS,
     max_failures: r.maxFailures,
     health_config_id: r.healthConfigId,
+    canaries: r.canaries ?? [],
+    auto_promote_s: r.autoPromoteS ?? null,
+    on_failure: r.onFailure ?? 'abort',
+    node_deadline_s: r.nodeDeadlineS ?? null,
+    progress_deadline_s: r.progressDeadlineS ?? null,
+    gate: r.gate ? gateView(r.gate) : null,
+    force: r.force === true,
   };
+  if (r.upgrade) {
+    v.revision = r.upgrade.revision;
+    v.from_revision = r.upgrade.from;
+    v.stable_revision = r.upgrade.stable;
+    if (r.upgrade.undoOf !== undefined) v.undo_of = r.upgrade.undoOf;
+  }
+  return v;
 }
 
 /** The answer of a dry-run restart: what would run, in order. */
 export function restartPlanView(clusterId: string, r: Rollout, nodes: ReadonlyMap<string, string[]>): RestartPlanView {
   return { cluster: clusterId, dry_run: true, ...rolloutView(r, nodes) };
+}
+
+/** The answer of a dry-run upgrade (or undo): the revision it would make, and the plan. */
+export function upgradePlanView(
+  clusterId: string,
+  r: Rollout,
+  nodes: ReadonlyMap<string, string[]>,
+  newRevision: boolean,
+): UpgradePlanView {
+  return { ...restartPlanView(clusterId, r, nodes), new_revision: newRevision };
+}
+
+/** Where a rollout is (docs/api.md "Rollouts"). */
+export function rolloutPhase(c: ClusterRecord, r: Rollout): RolloutPhase {
+  if (!c.status.endsWith('_IN_PROGRESS')) return 'done';
+  const st = r.state;
+  if (!st) return 'rolling';
+  if (st.revert) return 'reverting';
+  if (st.aborted || st.expired) return 'aborting';
+  if (st.paused) return 'paused';
+  if (st.gateWantedAtMs !== null) return 'waiting_for_gate';
+  const canaries = new Set(r.canaries ?? []);
+  // (a canary failed beyond what a resume forgave stops the rollout: it is not awaiting promotion then)
+  if (canaries.size > 0 && !st.promoted)
+    return c.nodes.filter((n) => canaries.has(n.node)).every((n) => n.phase === 'complete' || n.phase === 'failed')
+      ? 'awaiting_promotion'
+      : 'canary';
+  return 'rolling';
+}
+
+function rolloutStateView(c: ClusterRecord, r: Rollout): RolloutStateView | null {
+  const st = r.state;
+  if (!st) return null;
+  return {
+    phase: rolloutPhase(c, r),
+    progress_at: st.progressAtMs ? isoOf(st.progressAtMs) : null,
+    paused: st.paused && { by: st.paused.by, at: isoOf(st.paused.atMs), reason: st.paused.reason },
+    aborted: st.aborted && { by: st.aborted.by, at: isoOf(st.aborted.atMs) },
+    expired: st.expired && { at: isoOf(st.expired.atMs), reason: st.expired.reason },
+    promoted: st.promoted && { by: st.promoted.by, at: isoOf(st.promoted.atMs) },
+    gate: st.gate && {
+      verdict: st.gate.verdict,
+      at: isoOf(st.gate.atMs),
+      detail: st.gate.detail,
+      error: st.gate.error,
+    },
+    waiting_for_gate_since: st.gateWantedAtMs === null ? null : isoOf(st.gateWantedAtMs),
+    revert: st.revert && {
+      revision: st.revert.revision,
+      at: isoOf(st.revert.atMs),
+      nodes: st.revert.nodes,
+      reason: st.revert.why,
+    },
+  };
+}
+
+/** How the nodes of the cluster's current (or last) operation fared (docs/api.md `counters`). */
+export function countersView(c: ClusterRecord): CountersView {
+  const k = rolloutCounters(c.rollout, c.nodes);
+  return {
+    targeted: k.targeted,
+    completed: k.completed,
+    failed: k.failed,
+    timed_out: k.timedOut,
+    in_flight: k.inFlight,
+    reverted: k.reverted,
+  };
+}
+
+/** A cluster revision as `GET /v1/clusters/{id}/revisions` shows it, hidden values masked. */
+export function clusterRevisionView(
+  r: ClusterRevisionRecord,
+  current: number,
+  hidden: ReadonlySet<string>,
+): ClusterRevisionView {
+  return {
+    revision: r.revision,
+    install_config_id: r.installConfigId,
+    uninstall_config_id: r.uninstallConfigId,
+    input_values: maskValues(r.inputValues, hidden),
+    nodegroups: r.nodegroups.map((g) => ({
+      name: g.name,
+      install_config_id: g.installConfigId,
+      uninstall_config_id: g.uninstallConfigId,
+      input_values: g.inputValues === null ? null : maskValues(g.inputValues, hidden),
+    })),
+    created_at: r.createdAt,
+    created_by: r.createdBy === '' ? null : r.createdBy,
+    stable: r.stableAt !== null,
+    stable_at: r.stableAt,
+    source_revision: r.sourceRevision,
+    current: r.revision === current,
+  };
 }
 
 /**
@@ -209,6 +336,8 @@ export function clusterView(
       nodes: c.nodes.filter((n) => n.nodegroup === g.name).map(clusterNodeView),
     })),
     rollout: clusterRolloutView(c),
+    revision: c.revision,
+    counters: countersView(c),
   };
 }
 
@@ -227,10 +356,15 @@ export function clusterSummaryView(
     node_count: c.nodes.length,
     nodegroups: c.nodegroups.map((g) => ({ ...nodegroupHead(c, g, hidden), node_count: counts.get(g.name) ?? 0 })),
     rollout: clusterRolloutView(c),
+    revision: c.revision,
+    counters: countersView(c),
   };
 }
 
-function clusterHead(c: ClusterRecord, hidden: Set<string>): Omit<ClusterView, 'nodes' | 'nodegroups' | 'rollout'> {
+function clusterHead(
+  c: ClusterRecord,
+  hidden: Set<string>,
+): Omit<ClusterView, 'nodes' | 'nodegroups' | 'rollout' | 'revision' | 'counters'> {
   return {
     id: c.id,
     name: c.name,
@@ -263,13 +397,18 @@ function nodegroupHead(
   };
 }
 
-function clusterRolloutView(c: ClusterRecord): RolloutView | null {
+function clusterRolloutView(c: ClusterRecord): ClusterView['rollout'] {
   if (c.rollout === null || c.rollout.change !== undefined) return null;
   const members = new Map<string, string[]>();
   for (const n of c.nodes) {
+    // an upgrade's group lists the nodes it changes: not those it left alone (complete, nothing run)
+    if (n.phase === 'complete' && n.endedAtMs === null && n.uninstallStartedAt === null && c.rollout.upgrade) continue;
     const m = members.get(n.nodegroup);
     if (m) m.push(n.node);
     else members.set(n.nodegroup, [n.node]);
   }
-  return rolloutView(c.rollout, new Map(c.rollout.groups.map((g) => [g.name, members.get(g.name) ?? []])));
+  return {
+    ...rolloutView(c.rollout, new Map(c.rollout.groups.map((g) => [g.name, members.get(g.name) ?? []]))),
+    state: rolloutStateView(c, c.rollout),
+  };
 }

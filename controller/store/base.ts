@@ -11,6 +11,7 @@ import type {
   AuditRecord,
   ChangeSet,
   ClusterRecord,
+  ClusterRevisionRecord,
   ClusterStatus,
   ConfigRecord,
   DeploymentPatch,
@@ -109,6 +110,10 @@ export abstract class SqlStoreBase {
 
   listClusters(): Promise<ClusterRecord[]> {
     return this.read((r) => r.clusters(), true);
+  }
+
+  listClusterRevisions(id: string): Promise<ClusterRevisionRecord[] | undefined> {
+    return this.read(async (r) => ((await r.clusterStatus(id)) ? await r.clusterRevisions(id) : undefined), true);
   }
 
   activeClusterIds(): Promise<string[]> {

@@ -9,6 +9,7 @@ import type {
   ClusterNodeRecord,
   ClusterOperation,
   ClusterRecord,
+  ClusterRevisionRecord,
   ClusterRole,
   ClusterStatus,
   ConfigRecord,
@@ -17,6 +18,7 @@ import type {
   MetadataDeployment,
   NodegroupRecord,
   NodegroupRole,
+  RevisionGroup,
   NodeRecord,
   RevisionRecord,
   Rollout,
@@ -82,6 +84,20 @@ export interface ClusterRow {
   created_at: string;
   updated_at: string;
   rollout: string | null;
+  /** Null in a row read before migration 9 ran (never after: its default is 1). */
+  revision?: number | null;
+}
+export interface ClusterRevisionRow {
+  cluster_id: string;
+  revision: number;
+  install_config_id: string;
+  uninstall_config_id: string;
+  input_values: string;
+  nodegroups: string;
+  created_at: string;
+  created_by: string;
+  stable_at: string | null;
+  source_revision: number | null;
 }
 export interface NodegroupRow {
   cluster_id: string;
@@ -110,6 +126,7 @@ export interface ClusterNodeRow {
   health_deployment_id: string | null;
   check_started_at: string | null;
   ended_at_ms: number | null;
+  revision?: number | null;
 }
 
 // ---- row mapping ----------------------------------------------------------------------------
@@ -221,6 +238,7 @@ export function clusterNodeOf(n: ClusterNodeRow): ClusterNodeRecord {
     healthDeploymentId: n.health_deployment_id,
     checkStartedAt: n.check_started_at,
     endedAtMs: n.ended_at_ms,
+    revision: Number(n.revision ?? 1),
   };
 }
 
@@ -254,5 +272,20 @@ export function clusterOf(r: ClusterRow, nodes: ClusterNodeRow[], groups: Nodegr
     nodes: nodes.map(clusterNodeOf),
     nodegroups: groups.map(nodegroupOf),
     rollout: r.rollout === null ? null : (JSON.parse(r.rollout) as Rollout),
+    revision: Number(r.revision ?? 1),
+  };
+}
+
+export function clusterRevisionOf(r: ClusterRevisionRow): ClusterRevisionRecord {
+  return {
+    revision: Number(r.revision),
+    installConfigId: r.install_config_id,
+    uninstallConfigId: r.uninstall_config_id,
+    inputValues: JSON.parse(r.input_values) as Record<string, unknown>,
+    nodegroups: JSON.parse(r.nodegroups) as RevisionGroup[],
+    createdAt: r.created_at,
+    createdBy: r.created_by,
+    stableAt: r.stable_at,
+    sourceRevision: r.source_revision === null ? null : Number(r.source_revision),
   };
 }

@@ -86,6 +86,7 @@ export const INSERT_MANY = {
       ['step_deadline_ms', 'bigint'],
       ['install_started_at', 'text'],
       ['nodegroup', 'text'],
+      ['revision', 'integer'],
     ],
   },
 } as const satisfies Record<string, { table: string; columns: readonly Column[] }>;
@@ -228,6 +229,29 @@ export const SQL = {
   auditDeleteThrough: 'DELETE FROM audit WHERE seq <= ?',
   // the newest row of an action (the checkpoints are frequent: a short walk back on the key)
   auditNewestOf: 'SELECT seq FROM audit WHERE action = ? ORDER BY seq DESC LIMIT 1',
+  // cluster revisions and upgrades (docs/api.md "Revisions"; controller/store/tx.ts)
+  crInsert: `INSERT INTO cluster_revisions (cluster_id, revision, install_config_id, uninstall_config_id, input_values, nodegroups,
+       created_at, created_by, stable_at, source_revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  crGet: 'SELECT * FROM cluster_revisions WHERE cluster_id = ? AND revision = ?',
+  crList: 'SELECT * FROM cluster_revisions WHERE cluster_id = ? ORDER BY revision',
+  crCount: 'SELECT COUNT(*) AS n FROM cluster_revisions WHERE cluster_id = ?',
+  crSetStable: 'UPDATE cluster_revisions SET stable_at = ? WHERE cluster_id = ? AND revision = ? AND stable_at IS NULL',
+  crSetGroups: 'UPDATE cluster_revisions SET nodegroups = ? WHERE cluster_id = ? AND revision = ?',
+  crDelete: 'DELETE FROM cluster_revisions WHERE cluster_id = ?',
+  clusterSetConfigs:
+    'UPDATE clusters SET install_config_id = ?, uninstall_config_id = ?, input_values = ?, revision = ?, updated_at = ? WHERE id = ?',
+  ngSetOwn:
+    'UPDATE cluster_nodegroups SET install_config_id = ?, uninstall_config_id = ?, input_values = ? WHERE cluster_id = ? AND name = ?',
+  cnSetRevision: 'UPDATE cluster_nodes SET revision = ? WHERE cluster_id = ? AND node = ?',
+  cnSetGroupRevision: 'UPDATE cluster_nodes SET revision = ? WHERE cluster_id = ? AND nodegroup = ?',
+  cnResetOne: `UPDATE cluster_nodes SET phase = 'pending', step_deadline_ms = NULL, uninstall_started_at = NULL, uninstall_finished_at = NULL,
+                install_started_at = NULL, install_finished_at = NULL, reason = NULL, check_started_at = NULL, ended_at_ms = NULL
+                WHERE cluster_id = ? AND node = ?`,
+  cnSettle: `UPDATE cluster_nodes SET phase = 'complete', step_deadline_ms = NULL, uninstall_started_at = NULL, uninstall_finished_at = NULL,
+                install_started_at = NULL, install_finished_at = NULL, reason = NULL, check_started_at = NULL, ended_at_ms = NULL
+                WHERE cluster_id = ? AND node = ?`,
+  cnDropUninstall: 'UPDATE cluster_nodes SET uninstall_deployment_id = NULL WHERE cluster_id = ? AND node = ?',
+  depSetConfig: 'UPDATE deployments SET config_id = ? WHERE id = ?',
   // live output (docs/api.md; controller/store/output.ts)
   // the revision's row read with a lock a signal's update waits for (controller/store/output.ts append)
   outRevisionSignalled: 'SELECT signalled FROM revisions WHERE deployment_id = ? AND revision = ? FOR SHARE',

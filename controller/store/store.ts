@@ -32,6 +32,7 @@ import type {
   AuditRecord,
   ChangeSet,
   ClusterRecord,
+  ClusterRevisionRecord,
   ClusterStatus,
   ConfigRecord,
   DeploymentPatch,
@@ -89,6 +90,8 @@ export interface StoreReads {
   /** Every config that feeds the cluster's deployments (their hidden inputs are hidden in all of them). */
   clusterConfigIds(id: string): Promise<string[] | undefined>;
   listClusters(): Promise<ClusterRecord[]>;
+  /** A cluster's revisions, oldest first (docs/api.md "Revisions"); undefined: no such cluster. */
+  listClusterRevisions(id: string): Promise<ClusterRevisionRecord[] | undefined>;
   /** Cluster ids with an operation in flight (the timer opens a transaction only when there are some). */
   activeClusterIds(): Promise<string[]>;
   /** The newest `limit` (default 100) audit rows, newest first; with `beforeSeq`, those before it. */

@@ -18,13 +18,21 @@ import { AUDIT_GENESIS_HASH, type AuditChainRow } from '../../protocol/audit-cha
 import { ObjectRows } from './objects.js';
 import { inDocument } from '../model/document.js';
 import { coerceInputValues } from '../model/inputs.js';
-import type { ClusterGlance, ClusterHead, ClusterRows, NodeStepChange, StepResult } from '../clusters/tx.js';
+import type {
+  ClusterGlance,
+  ClusterHead,
+  ClusterRows,
+  DeploymentSource,
+  NodeStepChange,
+  StepResult,
+} from '../clusters/tx.js';
 import type {
   AccessGrantRecord,
   AuditRecord,
   ClusterNodeRecord,
   ClusterOperation,
   ClusterRecord,
+  ClusterRevisionRecord,
   ClusterStatus,
   ConfigRecord,
   DeploymentPatch,
@@ -34,12 +42,14 @@ import type {
   MetadataRead,
   MetadataSource,
   NewConfig,
+  NewClusterRevision,
   NewDeployment,
   NewAccessGrant,
   NewNodegroup,
   NodeFacts,
   NodegroupRecord,
   NodeRecord,
+  RevisionGroup,
   RevisionRecord,
   Rollout,
 } from '../model/records.js';
@@ -53,6 +63,8 @@ import {
   revisionOf,
   type ClusterNodeRow,
   type NodegroupRow,
+  type ClusterRevisionRow,
+  clusterRevisionOf,
   type ClusterRow,
   type ConfigRow,
   type DeploymentRow,
@@ -255,8 +267,50 @@ export class SqlRows {
         maxUnavailable: r.max_unavailable,
         updatedAt: r.updated_at,
         rollout: r.rollout === null ? null : (JSON.parse(r.rollout) as Rollout),
+        revision: Number(r.revision ?? 1),
       }
     );
+  }
+
+  /**
+   * Revision `revision` of the cluster. A cluster made before revisions has none written: its
+   * revision 1 is then its rows as they are (stable unless its create failed or runs).
+   */
+  async clusterRevision(id: string, revision: number): Promise<ClusterRevisionRecord | undefined> {
+    const r = (await this.s.crGet.get(id, revision)) as ClusterRevisionRow | undefined;
+    if (r) return clusterRevisionOf(r);
+    if (revision !== 1 || Number(((await this.s.crCount.get(id)) as { n: number }).n) !== 0) return undefined;
+    return await this.#firstRevision(id);
+  }
+
+  /** Every revision of the cluster, oldest first (see clusterRevision). */
+  async clusterRevisions(id: string): Promise<ClusterRevisionRecord[]> {
+    const rows = ((await this.s.crList.all(id)) as ClusterRevisionRow[]).map(clusterRevisionOf);
+    if (rows.length > 0) return rows;
+    const first = await this.#firstRevision(id);
+    return first ? [first] : [];
+  }
+
+  /** The revision 1 of a cluster made before revisions: its rows. */
+  async #firstRevision(id: string): Promise<ClusterRevisionRecord | undefined> {
+    const c = (await this.s.clusterGet.get(id)) as ClusterRow | undefined;
+    if (!c) return undefined;
+    return {
+      revision: 1,
+      installConfigId: c.install_config_id,
+      uninstallConfigId: c.uninstall_config_id,
+      inputValues: JSON.parse(c.input_values) as Record<string, unknown>,
+      nodegroups: (await this.nodegroups(id)).map((g) => ({
+        name: g.name,
+        installConfigId: g.installConfigId,
+        uninstallConfigId: g.uninstallConfigId,
+        inputValues: g.inputValues,
+      })),
+      createdAt: c.created_at,
+      createdBy: '',
+      stableAt: c.status === 'CREATE_IN_PROGRESS' || c.status === 'CREATE_FAILED' ? null : c.created_at,
+      sourceRevision: null,
+    };
   }
 
   async nodegroups(clusterId: string): Promise<NodegroupRecord[]> {
@@ -285,6 +339,15 @@ export class SqlRows {
     for (const g of await this.nodegroups(id)) {
       if (g.installConfigId !== null) ids.add(g.installConfigId);
       if (g.uninstallConfigId !== null) ids.add(g.uninstallConfigId);
+    }
+    // and every earlier revision's: a node may still have them, and values they hide stay hidden
+    for (const rev of (await this.s.crList.all(id)) as ClusterRevisionRow[]) {
+      ids.add(rev.install_config_id);
+      ids.add(rev.uninstall_config_id);
+      for (const g of JSON.parse(rev.nodegroups) as RevisionGroup[]) {
+        if (g.installConfigId !== null) ids.add(g.installConfigId);
+        if (g.uninstallConfigId !== null) ids.add(g.uninstallConfigId);
+      }
     }
     return [...ids];
   }
@@ -789,6 +852,7 @@ export class SqlTx implements StoreTx {
       created_at: now,
       updated_at: now,
       rollout: null,
+      revision: 1,
     };
     await this.#s.clusterInsert.run(
       id,
@@ -812,6 +876,26 @@ export class SqlTx implements StoreTx {
       for (const node of g.nodes) await this.#addMember(members, id, c.name, g, node, position++, c, now);
     }
     await this.#insertMembers(members);
+    // its revision 1 (docs/api.md "Revisions"): stable once the create completed
+    await this.#insertRevision(
+      id,
+      1,
+      {
+        installConfigId: c.installConfigId,
+        uninstallConfigId: c.uninstallConfigId,
+        inputValues: c.inputValues,
+        nodegroups: c.nodegroups.map((g) => ({
+          name: g.name,
+          installConfigId: g.ownInstallConfigId,
+          uninstallConfigId: g.ownUninstallConfigId,
+          inputValues: g.ownInputValues,
+        })),
+        sourceRevision: null,
+      },
+      c.createdBy,
+      now,
+      null,
+    );
     this.changes.clusterChanged(id);
     // the rows just written, mapped as a read maps them: the answer needs no read after the commit
     return clusterOf(row, members.nodes, groups);
@@ -870,6 +954,7 @@ export class SqlTx implements StoreTx {
     position: number,
     rows: Pick<ClusterRows, 'installActions' | 'stepDeadlineMs'>,
     now: string,
+    revision = 1,
   ): Promise<void> {
     const id = newId();
     const { installConfigId: configId, installInputValues: inputValues } = g;
@@ -894,6 +979,7 @@ export class SqlTx implements StoreTx {
       health_deployment_id: null,
       check_started_at: null,
       ended_at_ms: null,
+      revision,
     });
     if (out.pending >= CLUSTER_INSERT_BATCH_ENTRIES) await this.#insertMembers(out);
   }
@@ -921,14 +1007,29 @@ export class SqlTx implements StoreTx {
     this.#live();
     await this.#assertFreeNodes(g.nodes);
     await this.#assertGroupConfigs(g, '');
-    const name = ((await this.#s.clusterName.get(clusterId)) as { name: string } | undefined)?.name;
-    if (name === undefined) throw new HeraldError('not_found', `no cluster ${clusterId}`);
+    const head = (await this.#s.clusterGet.get(clusterId)) as ClusterRow | undefined;
+    if (head === undefined) throw new HeraldError('not_found', `no cluster ${clusterId}`);
+    const { name } = head;
+    const revision = Number(head.revision ?? 1);
     const now = this.#r.iso(nowMs);
     await this.#insertGroupRow(clusterId, g, ((await this.#s.ngNextPosition.get(clusterId)) as { p: number }).p, now);
     let position = ((await this.#s.cnNextPosition.get(clusterId)) as { p: number }).p;
     const members = new MemberRows();
-    for (const node of g.nodes) await this.#addMember(members, clusterId, name, g, node, position++, rows, now);
+    for (const node of g.nodes)
+      await this.#addMember(members, clusterId, name, g, node, position++, rows, now, revision);
     await this.#insertMembers(members);
+    // the group's own configs and values join the cluster's revision: no node of it had others
+    const cur = (await this.#s.crGet.get(clusterId, revision)) as ClusterRevisionRow | undefined;
+    if (cur) {
+      const groups = (JSON.parse(cur.nodegroups) as RevisionGroup[]).filter((x) => x.name !== g.name);
+      groups.push({
+        name: g.name,
+        installConfigId: g.ownInstallConfigId,
+        uninstallConfigId: g.ownUninstallConfigId,
+        inputValues: g.ownInputValues,
+      });
+      await this.#s.crSetGroups.run(JSON.stringify(groups), clusterId, revision);
+    }
     this.changes.clusterChanged(clusterId);
   }
 
@@ -1083,17 +1184,18 @@ export class SqlTx implements StoreTx {
     actions: DeployAction[],
     action: DeployAction,
     reason: WakeReason,
+    source?: DeploymentSource,
   ): Promise<{ id: string; configId: string }> {
     this.#live();
     const src = (await this.#s.cnUninstallSource.get(clusterId, node)) as UninstallSourceRow | undefined;
     if (!src) throw new HeraldError('not_found', `cluster ${clusterId} has no node ${node}`);
     if (src.uninstall_deployment_id !== null)
       throw new HeraldError('internal', `node ${node} of cluster ${clusterId} has an uninstall deployment`);
-    const configId = src.group_uninstall_config_id ?? src.uninstall_config_id;
+    const configId = source?.configId ?? src.group_uninstall_config_id ?? src.uninstall_config_id;
     const config = await this.#config(configId);
     if (!config) throw new HeraldError('internal', `cluster ${clusterId} has no config ${configId}`);
     // as the cluster's creation resolved them (service.ts): the group's values over the cluster's
-    const values = {
+    const values = source?.inputValues ?? {
       ...JSON.parse(src.input_values),
       ...(src.group_input_values ? JSON.parse(src.group_input_values) : {}),
     };
@@ -1112,6 +1214,124 @@ export class SqlTx implements StoreTx {
     return { id, configId };
   }
 
+  async reviseDeployment(
+    d: DeploymentRecord,
+    to: DeploymentSource,
+    action: DeployAction,
+    reason: WakeReason,
+  ): Promise<void> {
+    this.#live();
+    const config = await this.#config(to.configId);
+    if (!config) throw new HeraldError('internal', `deployment ${d.id}: no config ${to.configId}`);
+    const values = coerceInputValues(config, to.inputValues);
+    if (config.id !== d.configId) await this.#s.depSetConfig.run(config.id, d.id);
+    await this.#newRevision(d.id, d.node, d.actions, d.current.revision, action, values, reason);
+  }
+
+  async dropUninstallDeployment(clusterId: string, node: string): Promise<void> {
+    this.#live();
+    const n = (await this.#s.cnGet.get(clusterId, node)) as ClusterNodeRow | undefined;
+    if (!n || n.uninstall_deployment_id === null) return;
+    await this.#s.cnDropUninstall.run(clusterId, node);
+    await this.#removeDeployment(n.uninstall_deployment_id);
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async clusterRevision(clusterId: string, revision: number): Promise<ClusterRevisionRecord | undefined> {
+    this.#live();
+    return await this.#r.clusterRevision(clusterId, revision);
+  }
+
+  async clusterRevisions(clusterId: string): Promise<ClusterRevisionRecord[]> {
+    this.#live();
+    return await this.#r.clusterRevisions(clusterId);
+  }
+
+  async #insertRevision(
+    clusterId: string,
+    revision: number,
+    r: NewClusterRevision,
+    who: string,
+    at: string,
+    stableAt: string | null,
+  ): Promise<void> {
+    await this.#s.crInsert.run(
+      clusterId,
+      revision,
+      r.installConfigId,
+      r.uninstallConfigId,
+      JSON.stringify(r.inputValues),
+      JSON.stringify(r.nodegroups),
+      at,
+      who,
+      stableAt,
+      r.sourceRevision,
+    );
+  }
+
+  async addClusterRevision(clusterId: string, r: NewClusterRevision, who: string, nowMs: number): Promise<number> {
+    this.#live();
+    const head = (await this.#s.clusterGet.get(clusterId)) as ClusterRow | undefined;
+    if (!head) throw new HeraldError('not_found', `no cluster ${clusterId}`);
+    const cur = Number(head.revision ?? 1);
+    if (Number(((await this.#s.crCount.get(clusterId)) as { n: number }).n) === 0) {
+      // a cluster made before revisions: its revision 1, as its rows are, written first
+      const first = await this.#r.clusterRevision(clusterId, 1);
+      if (first) await this.#insertRevision(clusterId, 1, first, first.createdBy, first.createdAt, first.stableAt);
+    }
+    const at = this.#r.iso(nowMs);
+    const revision = cur + 1;
+    await this.#insertRevision(clusterId, revision, r, who, at, null);
+    await this.#s.clusterSetConfigs.run(
+      r.installConfigId,
+      r.uninstallConfigId,
+      JSON.stringify(r.inputValues),
+      revision,
+      at,
+      clusterId,
+    );
+    for (const g of r.nodegroups)
+      await this.#s.ngSetOwn.run(
+        g.installConfigId,
+        g.uninstallConfigId,
+        g.inputValues === null ? null : JSON.stringify(g.inputValues),
+        clusterId,
+        g.name,
+      );
+    this.changes.clusterChanged(clusterId);
+    return revision;
+  }
+
+  async markRevisionStable(clusterId: string, revision: number, nowMs: number): Promise<void> {
+    this.#live();
+    if (Number(((await this.#s.crCount.get(clusterId)) as { n: number }).n) === 0) return; // (revision 1 read from the rows is)
+    await this.#s.crSetStable.run(this.#r.iso(nowMs), clusterId, revision);
+  }
+
+  async setRollout(clusterId: string, rollout: Rollout): Promise<void> {
+    this.#live();
+    await this.#s.clusterSetRollout.run(JSON.stringify(rollout), clusterId);
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async setNodeRevision(clusterId: string, node: string, revision: number): Promise<void> {
+    this.#live();
+    await this.#s.cnSetRevision.run(revision, clusterId, node);
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async resetNodes(clusterId: string, nodes: readonly string[]): Promise<void> {
+    this.#live();
+    for (const n of nodes) await this.#s.cnResetOne.run(clusterId, n);
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async settleNode(clusterId: string, node: string): Promise<void> {
+    this.#live();
+    await this.#s.cnSettle.run(clusterId, node);
+    this.changes.clusterChanged(clusterId);
+  }
+
   async finishCluster(clusterId: string, status: ClusterStatus, reason: string, nowMs: number): Promise<void> {
     this.#live();
     const at = this.#r.iso(nowMs);
@@ -1125,6 +1345,7 @@ export class SqlTx implements StoreTx {
       await this.#removeDeployment(id);
     await this.#s.cnDelete.run(clusterId);
     await this.#s.ngDelete.run(clusterId);
+    await this.#s.crDelete.run(clusterId);
     await this.#s.clusterDelete.run(clusterId);
     this.changes.clusterRemoved(clusterId);
   }

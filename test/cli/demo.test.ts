@@ -39,6 +39,24 @@ describe('herald demo', () => {
     expect(rows).toHaveLength(3);
   }, 100_000);
 
+  it('--upgrade: a new version with canaries promoted once healthy, then a broken one the canary catches and the rollout reverts', async () => {
+    const r = await runCli(['demo', '--upgrade', '--nodes', '4'], { timeoutMs: 90_000 });
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const out = r.stdout;
+    expect(out).toMatch(/ rollout: canary phase: n1, n3 first$/m);
+    expect(out).toMatch(/ rollout: canaries promoted automatically \(auto_promote_s 1\)$/m);
+    expect(out).toMatch(/ cluster UPDATE_COMPLETE$/m);
+    expect(out).toMatch(/ rollout: reverting n1 to revision 2: update failed on n1: check: /m);
+    expect(out).toMatch(/^ {2}UPDATE_FAILED: update failed on n1: check: .*; reverted to revision 2: n1$/m);
+    expect(out).toMatch(/counters: targeted 4, completed 0, failed 1, timed_out 0, in_flight 0, reverted 1/);
+    const rows = out.split('\n').filter((l) => /^n\d+\s/.test(l) && l.includes(' v2 pid '));
+    expect(rows).toHaveLength(4);
+    for (const row of rows) expect(row, row).toMatch(/same ✓\s+same ✓\s+v2 pid \d+ ✓\s+2\s+(reverted|untouched)$/);
+    expect(out).toMatch(/^3 \(current\)\s+no\s/m);
+    expect(out).toMatch(/✓ every node runs service version 2/);
+  }, 100_000);
+
   it('--dial-out with --heat, --controllers or --db is bad_option', async () => {
     const r = await runCli(['demo', '--dial-out', '--controllers', '3'], { timeoutMs: 30_000 });
     expect(r.code).not.toBe(0);

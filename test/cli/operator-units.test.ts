@@ -100,6 +100,7 @@ describe('watchRestart', () => {
     health_deployment_id: null,
     check_started_at: null,
     ended_at: null,
+    revision: 1,
     ...extra,
   });
   const cluster = (id: string, status: ClusterStatus, nodes: ClusterNodeView[]): ClusterView => ({
@@ -119,6 +120,8 @@ describe('watchRestart', () => {
     nodes,
     nodegroups: [],
     rollout: null,
+    revision: 1,
+    counters: { targeted: nodes.length, completed: 0, failed: 0, timed_out: 0, in_flight: 0, reverted: 0 },
   });
 
   function fakeClient(states: ClusterView[]): ApiClient {

@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { codeOf } from '../../protocol/errors.js';
-import { formatPlan, parseNodegroupSpec, restartBody } from '../../cli/operator/rollout.js';
+import { formatPlan, parseNodegroupSpec, restartBody, rolloutBody } from '../../cli/operator/rollout.js';
 import {
   makePki,
   runCli,
@@ -86,14 +86,66 @@ describe('rollout options, parsed', () => {
     }
   });
 
+  it('builds the rollout options: canaries, promotion, on_failure, deadlines, the gate, force; refuses what makes no sense', () => {
+    expect(
+      rolloutBody({
+        canary: '10%',
+        autoPromote: '1m',
+        onFailure: 'revert',
+        nodeDeadline: '10m',
+        progressDeadline: '1h',
+        gatePrometheus: 'https://prom:9090',
+        gateQuery: 'ALERTS',
+        gateFailOpen: true,
+        force: true,
+      }),
+    ).toEqual({
+      canary: '10%',
+      auto_promote_s: 60,
+      on_failure: 'revert',
+      node_deadline_s: 600,
+      progress_deadline_s: 3600,
+      gate: { prometheus: 'https://prom:9090', query: 'ALERTS', fail_open: true },
+      force: true,
+    });
+    expect(rolloutBody({ canary: '1', gateUrl: 'https://gate/ok' })).toEqual({
+      canary: 1,
+      gate: { url: 'https://gate/ok' },
+    });
+    for (const f of [
+      { canary: 'one' },
+      { canary: '0%' },
+      { onFailure: 'retry' },
+      { gateUrl: 'https://a', gatePrometheus: 'https://b', gateQuery: 'q' },
+      { gatePrometheus: 'https://b' },
+      { gateFailOpen: true },
+      { nodeDeadline: 'soon' },
+    ]) {
+      let code: string | undefined;
+      try {
+        rolloutBody(f);
+      } catch (err) {
+        code = codeOf(err);
+      }
+      expect(code, JSON.stringify(f)).toBe('bad_option');
+    }
+  });
+
   it('prints a plan in order with its limits', () => {
     const text = formatPlan({
       cluster: 'c',
       dry_run: true,
-      nodegroups: [{ name: 'masters', role: 'master', nodes: ['m1', 'm2'], max_unavailable: 1 }],
+      nodegroups: [{ name: 'masters', role: 'master', nodes: ['m1', 'm2'], max_unavailable: 1, canary: 0 }],
       pause_s: 10,
       max_failures: 1,
       health_config_id: 'h1',
+      canaries: [],
+      auto_promote_s: null,
+      on_failure: 'abort',
+      node_deadline_s: null,
+      progress_deadline_s: null,
+      gate: null,
+      force: false,
     });
     expect(text).toMatch(/ORDER\s+NODEGROUP\s+ROLE\s+MAX_UNAVAILABLE\s+NODES/);
     expect(text).toMatch(/1\s+masters\s+master\s+1\s+m1,m2/);
@@ -159,8 +211,10 @@ describe('herald cluster with node groups', { timeout: 120_000 }, () => {
     const r = await runCli(['cluster', 'restart', clusterId, '--dry-run', '--pause', '2s', ...conn]);
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.trim().split('\n');
-    expect(lines[1]).toMatch(/^1\s+masters\s+master\s+1\s+m1$/);
-    expect(lines[2]).toMatch(/^2\s+workers\s+worker\s+1\s+w1$/);
+    // a master group's window is held to its quorum (QUORUM), max(1, (n-1)/2)
+    expect(lines[0]).toMatch(/^ORDER\s+NODEGROUP\s+ROLE\s+MAX_UNAVAILABLE\s+QUORUM\s+NODES$/);
+    expect(lines[1]).toMatch(/^1\s+masters\s+master\s+1\s+1\s+m1$/);
+    expect(lines[2]).toMatch(/^2\s+workers\s+worker\s+1\s+-\s+w1$/);
     expect(r.stdout).toContain('pause 2 s after each node');
     expect(r.stdout).toContain('dry run: nothing was restarted');
     await new Promise((res) => setTimeout(res, 1000));

@@ -8,11 +8,13 @@ import { HeraldError } from '../../protocol/errors.js';
 import type { DeployAction } from '../../protocol/heat.js';
 import type { WakeReason } from '../../protocol/wake.js';
 import { ChangeSetBuilder } from '../../controller/model/change-set.js';
+import { configsOf } from '../../controller/clusters/revisions.js';
 import type {
   ClusterGlance,
   ClusterHead,
   ClusterRows,
   ClusterTx,
+  DeploymentSource,
   NodeStepChange,
   StepResult,
 } from '../../controller/clusters/tx.js';
@@ -20,10 +22,12 @@ import type {
   ChangeSet,
   ClusterNodeRecord,
   ClusterRecord,
+  ClusterRevisionRecord,
   ClusterOperation,
   ClusterStatus,
   ConfigRecord,
   DeploymentRecord,
+  NewClusterRevision,
   NewNodegroup,
   NodegroupRecord,
   RevisionRecord,
@@ -34,11 +38,26 @@ interface FakeCluster {
   head: ClusterHead & { name: string; statusReason: string };
   nodes: ClusterNodeRecord[];
   nodegroups: NodegroupRecord[];
+  /** Its revisions, oldest first (docs/api.md "Revisions"). */
+  revisions: ClusterRevisionRecord[];
   /** Each node's uninstall config (its group's, resolved), for its uninstall deployment when it is made. */
   uninstallConfigs: Map<string, string>;
 }
 
 const iso = (ms: number): string => new Date(ms).toISOString();
+
+/** A node's row with its marks cleared, pending (a new operation's). */
+const FRESH = {
+  phase: 'pending',
+  stepDeadlineMs: null,
+  uninstallStartedAt: null,
+  uninstallFinishedAt: null,
+  installStartedAt: null,
+  installFinishedAt: null,
+  reason: null,
+  checkStartedAt: null,
+  endedAtMs: null,
+} as const;
 
 /** The data every fake transaction works on. */
 export class FakeClusterData {
@@ -117,7 +136,7 @@ export class FakeClusterTx implements ClusterTx {
     return this.#revise(d.id, action, reason);
   }
 
-  #revise(id: string, action: DeployAction, reason: WakeReason): boolean {
+  #revise(id: string, action: DeployAction, reason: WakeReason, values?: Record<string, unknown>): boolean {
     const e = this.#w.deployments.get(id)!;
     const prev = e.revisions[e.revisions.length - 1];
     const triggered = e.d.actions.includes(action);
@@ -125,7 +144,7 @@ export class FakeClusterTx implements ClusterTx {
       revision: (prev?.revision ?? 0) + 1,
       itemId: this.#w.id('item'),
       action,
-      inputValues: prev?.inputValues ?? {},
+      inputValues: values ?? prev?.inputValues ?? {},
       status: triggered ? 'IN_PROGRESS' : 'COMPLETE',
       statusReason: triggered ? 'Deploy data available' : 'not triggered',
       outputValues: null,
@@ -193,6 +212,7 @@ export class FakeClusterTx implements ClusterTx {
         healthDeploymentId: null,
         checkStartedAt: null,
         endedAtMs: null,
+        revision: 1,
       };
     });
     const made: FakeCluster = {
@@ -205,9 +225,28 @@ export class FakeClusterTx implements ClusterTx {
         maxUnavailable: c.nodes.length,
         updatedAt: at,
         rollout: null,
+        revision: 1,
       },
       nodes,
       uninstallConfigs,
+      revisions: [
+        {
+          revision: 1,
+          installConfigId: c.installConfigId,
+          uninstallConfigId: c.uninstallConfigId,
+          inputValues: c.inputValues,
+          nodegroups: c.nodegroups.map((g) => ({
+            name: g.name,
+            installConfigId: g.ownInstallConfigId,
+            uninstallConfigId: g.ownUninstallConfigId,
+            inputValues: g.ownInputValues,
+          })),
+          createdAt: at,
+          createdBy: c.createdBy,
+          stableAt: null,
+          sourceRevision: null,
+        },
+      ],
       nodegroups: c.nodegroups.map((g, position) => ({
         name: g.name,
         role: g.role,
@@ -237,6 +276,7 @@ export class FakeClusterTx implements ClusterTx {
       nodes: made.nodes,
       nodegroups: made.nodegroups,
       rollout: null,
+      revision: 1,
     };
   }
 
@@ -278,14 +318,90 @@ export class FakeClusterTx implements ClusterTx {
     actions: DeployAction[],
     action: DeployAction,
     reason: WakeReason,
+    source?: DeploymentSource,
   ): Promise<{ id: string; configId: string }> {
     const c = this.#cluster(clusterId);
     const n = c.nodes.find((x) => x.node === node);
     if (!n) throw new HeraldError('not_found', `cluster ${clusterId} has no node ${node}`);
     if (n.uninstallDeploymentId !== null) throw new Error(`the fake's node ${node} has an uninstall deployment`);
-    const configId = c.uninstallConfigs.get(node)!;
+    // as the store resolves it: the cluster's current revision's, for the node's group
+    const cur = c.revisions.find((r) => r.revision === c.head.revision)!;
+    const configId = source?.configId ?? configsOf(cur, n.nodegroup).uninstall.configId;
     const id = this.#mkDeployment(clusterId, c.head.name, node, 'uninstall', configId, actions, action, reason, iso(0));
+    if (source) this.#w.deployments.get(id)!.revisions[0]!.inputValues = source.inputValues;
     return { id, configId };
+  }
+
+  async reviseDeployment(
+    d: DeploymentRecord,
+    to: DeploymentSource,
+    action: DeployAction,
+    reason: WakeReason,
+  ): Promise<void> {
+    const e = this.#w.deployments.get(d.id)!;
+    e.d.configId = to.configId;
+    this.#revise(d.id, action, reason, to.inputValues);
+  }
+
+  async dropUninstallDeployment(clusterId: string, node: string): Promise<void> {
+    const n = this.#cluster(clusterId).nodes.find((x) => x.node === node)!;
+    if (n.uninstallDeploymentId === null) return;
+    this.#w.deployments.delete(n.uninstallDeploymentId);
+    this.changes.deploymentRemoved(n.uninstallDeploymentId);
+    n.uninstallDeploymentId = null;
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async clusterRevision(clusterId: string, revision: number): Promise<ClusterRevisionRecord | undefined> {
+    const r = this.#cluster(clusterId).revisions.find((x) => x.revision === revision);
+    return r && structuredClone(r);
+  }
+
+  async clusterRevisions(clusterId: string): Promise<ClusterRevisionRecord[]> {
+    return structuredClone(this.#cluster(clusterId).revisions);
+  }
+
+  async addClusterRevision(clusterId: string, r: NewClusterRevision, who: string, nowMs: number): Promise<number> {
+    const c = this.#cluster(clusterId);
+    const revision = c.head.revision + 1;
+    c.revisions.push({ ...structuredClone(r), revision, createdAt: iso(nowMs), createdBy: who, stableAt: null });
+    c.head.revision = revision;
+    for (const g of r.nodegroups) {
+      const own = c.nodegroups.find((x) => x.name === g.name);
+      if (own)
+        Object.assign(own, {
+          installConfigId: g.installConfigId,
+          uninstallConfigId: g.uninstallConfigId,
+          inputValues: g.inputValues,
+        });
+    }
+    this.changes.clusterChanged(clusterId);
+    return revision;
+  }
+
+  async markRevisionStable(clusterId: string, revision: number, nowMs: number): Promise<void> {
+    const r = this.#cluster(clusterId).revisions.find((x) => x.revision === revision);
+    if (r && r.stableAt === null) r.stableAt = iso(nowMs);
+  }
+
+  async setRollout(clusterId: string, rollout: Rollout): Promise<void> {
+    this.#cluster(clusterId).head.rollout = structuredClone(rollout);
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async setNodeRevision(clusterId: string, node: string, revision: number): Promise<void> {
+    this.#cluster(clusterId).nodes.find((x) => x.node === node)!.revision = revision;
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async resetNodes(clusterId: string, nodes: readonly string[]): Promise<void> {
+    for (const n of this.#cluster(clusterId).nodes) if (nodes.includes(n.node)) Object.assign(n, FRESH);
+    this.changes.clusterChanged(clusterId);
+  }
+
+  async settleNode(clusterId: string, node: string): Promise<void> {
+    Object.assign(this.#cluster(clusterId).nodes.find((x) => x.node === node)!, { ...FRESH, phase: 'complete' });
+    this.changes.clusterChanged(clusterId);
   }
 
   #cluster(id: string): FakeCluster {
@@ -304,7 +420,8 @@ export class FakeClusterTx implements ClusterTx {
         operation: c.head.operation,
         maxUnavailable: c.head.maxUnavailable,
         updatedAt: c.head.updatedAt,
-        rollout: c.head.rollout ?? null,
+        rollout: c.head.rollout ? structuredClone(c.head.rollout) : null,
+        revision: c.head.revision,
       }
     );
   }
@@ -358,8 +475,16 @@ export class FakeClusterTx implements ClusterTx {
         healthDeploymentId: null,
         checkStartedAt: null,
         endedAtMs: null,
+        revision: c.head.revision,
       });
     }
+    const cur = c.revisions.find((r) => r.revision === c.head.revision);
+    cur?.nodegroups.push({
+      name: g.name,
+      installConfigId: g.ownInstallConfigId,
+      uninstallConfigId: g.ownUninstallConfigId,
+      inputValues: g.ownInputValues,
+    });
     this.changes.clusterChanged(clusterId);
   }
 
@@ -520,22 +645,12 @@ export class FakeClusterTx implements ClusterTx {
       operation: op,
       maxUnavailable,
       updatedAt: iso(nowMs),
-      rollout,
+      rollout: rollout ? structuredClone(rollout) : null,
     });
     const inScope = rollout === null ? null : new Set(rollout.groups.map((g) => g.name));
     for (const n of c.nodes) {
       if (inScope && !inScope.has(n.nodegroup)) continue;
-      Object.assign(n, {
-        phase: 'pending',
-        stepDeadlineMs: null,
-        uninstallStartedAt: null,
-        uninstallFinishedAt: null,
-        installStartedAt: null,
-        installFinishedAt: null,
-        reason: null,
-        checkStartedAt: null,
-        endedAtMs: null,
-      });
+      Object.assign(n, FRESH);
     }
     this.changes.clusterChanged(clusterId);
   }

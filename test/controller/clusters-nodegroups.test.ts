@@ -179,15 +179,33 @@ describe('node groups through the API', () => {
       cluster: id,
       dry_run: true,
       nodegroups: [
-        { name: 'masters', role: 'master', nodes: ['g1', 'g2'], max_unavailable: 1 },
-        { name: 'workers', role: 'worker', nodes: ['g3', 'g4'], max_unavailable: 1 },
+        // a master group of two keeps its quorum: one down at a time, max(1, (2-1)/2)
+        {
+          name: 'masters',
+          role: 'master',
+          nodes: ['g1', 'g2'],
+          max_unavailable: 1,
+          quorum_max_unavailable: 1,
+          canary: 0,
+        },
+        { name: 'workers', role: 'worker', nodes: ['g3', 'g4'], max_unavailable: 1, canary: 0 },
       ],
       pause_s: 2,
       max_failures: 1,
       health_config_id: null,
+      canaries: [],
+      auto_promote_s: null,
+      on_failure: 'abort',
+      node_deadline_s: null,
+      progress_deadline_s: 3600,
+      gate: null,
+      force: false,
     });
     const one = await t.req(op, 'PATCH', `/v1/clusters/${id}/nodegroups/workers/actions/restart`, { dry_run: true });
-    expect(one.json.nodegroups).toEqual([{ name: 'workers', role: 'worker', nodes: ['g3', 'g4'], max_unavailable: 2 }]);
+    expect(one.json.nodegroups).toEqual([
+      { name: 'workers', role: 'worker', nodes: ['g3', 'g4'], max_unavailable: 2, canary: 0 },
+    ]);
+    expect(one.json.progress_deadline_s).toBe(3600);
     expect((await t.req(op, 'GET', `/v1/clusters/${id}`)).json).toMatchObject({
       status: 'CREATE_COMPLETE',
       rollout: null,

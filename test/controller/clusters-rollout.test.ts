@@ -259,7 +259,7 @@ describe('rollout: one group, and the plan', () => {
       w.engine.planRestart(tx, w.id, { maxUnavailable: '50%', pauseS: 3 }),
     );
     expect(plan.rollout.groups).toEqual([
-      { name: 'm', role: 'master', window: 1 },
+      { name: 'm', role: 'master', window: 1, quorum: 1 },
       { name: 'w', role: 'worker', window: 2 },
     ]);
     expect(plan.nodes.get('w')).toEqual(['w0', 'w1', 'w2', 'w3']);

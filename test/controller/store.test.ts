@@ -986,6 +986,67 @@ describe('the database file', () => {
     }
   });
 
+  it('migrates a version 8 database: its clusters and nodes at revision 1, read from their rows until an upgrade writes the next', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-store-'));
+    const file = path.join(dir, 'h.db');
+    try {
+      const s1 = new SqliteStore(file);
+      for (const n of ['a', 'b']) await s1.createNode(n, null, WHO);
+      const cfg = (await s1.createConfig(CONFIG, WHO)).id;
+      const cfg2 = (await s1.createConfig({ ...CONFIG, name: 'next' }, WHO)).id;
+      const { result: c } = await s1.transaction((tx) =>
+        new ClusterEngine().create(
+          tx,
+          newCluster({ nodes: ['a', 'b'], installConfigId: cfg, uninstallConfigId: cfg, inputValues: { v: '1' } }),
+          WHO,
+          Date.now(),
+        ),
+      );
+      await s1.close();
+      // as version 8 left it: no revisions table, no revision columns, a cluster created and complete
+      const db = new Database(file);
+      const strip = (t: string) => {
+        const cols = (db.prepare(`PRAGMA table_info(${t})`).all() as Array<{ name: string }>)
+          .map((x) => x.name)
+          .filter((x) => x !== 'revision');
+        db.exec(
+          `CREATE TABLE ${t}_old AS SELECT ${cols.join(', ')} FROM ${t}; DROP TABLE ${t}; ALTER TABLE ${t}_old RENAME TO ${t};`,
+        );
+      };
+      strip('clusters');
+      strip('cluster_nodes');
+      db.exec(
+        `DROP TABLE cluster_revisions; UPDATE clusters SET status = 'CREATE_COMPLETE'; DELETE FROM schema_migrations WHERE version > 8;`,
+      );
+      db.close();
+      const s2 = openFile(file);
+      const got = (await s2.getCluster(c.id))!;
+      expect(got.revision).toBe(1);
+      expect(got.nodes.map((n) => n.revision)).toEqual([1, 1]);
+      expect(await s2.listClusterRevisions(c.id)).toMatchObject([
+        { revision: 1, installConfigId: cfg, inputValues: { v: '1' }, stableAt: got.createdAt },
+      ]);
+      await s2.transaction((tx) =>
+        new ClusterEngine().upgrade(tx, c.id, { installConfigId: cfg2 }, {}, WHO, Date.now()),
+      );
+      const revs = (await s2.listClusterRevisions(c.id))!;
+      expect(revs.map((r) => [r.revision, r.installConfigId, r.stableAt !== null])).toEqual([
+        [1, cfg, true],
+        [2, cfg2, false],
+      ]);
+      await s2.close();
+      // migration 9 run again over its own result changes nothing
+      const again = new Database(file);
+      again.exec('DELETE FROM schema_migrations WHERE version = 9');
+      again.close();
+      const s3 = openFile(file);
+      expect((await s3.listClusterRevisions(c.id))!.length).toBe(2);
+      await s3.close();
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('refuses a second store on the same file at once (db_in_use), and lets it open once the first closed', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-store-'));
     try {

@@ -37,20 +37,39 @@ export interface AgentProc {
   cred: Cred;
 }
 
-/** `controllerArgs`: more `herald controller` options (`--push-workers 0`, ...). */
-export async function makeCluster(nodes: string[], o: { controllerArgs?: string[] } = {}): Promise<Cluster> {
+/**
+ * `controllerArgs`: more `herald controller` options (`--push-workers 0`, ...); `db`: a
+ * `postgres://` URL (default SQLite in the bed); `controllerEnv`: more environment for the
+ * controller (NODE_EXTRA_CA_CERTS, ...), or what makes it from the PKI's directory.
+ */
+export async function makeCluster(
+  nodes: string[],
+  o: {
+    controllerArgs?: string[];
+    db?: string;
+    controllerEnv?: NodeJS.ProcessEnv | ((pki: string) => NodeJS.ProcessEnv);
+  } = {},
+): Promise<Cluster> {
   const bed = new Testbed({ prefix: 'herald-e2e-', cwd: REPO, keep: true, onSpawn: track });
   const work = bed.dir;
   const pki = await bed.makePki({ agents: nodes });
   const op = pki.operator();
-  const db = path.join(work, 'herald.db');
+  const db = o.db ?? path.join(work, 'herald.db');
   let port = 0;
   let n = 0;
 
   const startController = async (): Promise<ControllerProc> => {
     // a port of its own, kept across restarts (the agents know it)
     if (port === 0) port = await freePort();
-    const c = await bed.startController({ label: `controller-${n++}`, port, db, args: o.controllerArgs });
+    const c = await bed.startController({
+      label: `controller-${n++}`,
+      port,
+      db,
+      args: o.controllerArgs,
+      ...(o.controllerEnv
+        ? { env: typeof o.controllerEnv === 'function' ? o.controllerEnv(pki.dir) : o.controllerEnv }
+        : {}),
+    });
     const ctl = { port, proc: c.proc, db };
     cluster.ctl = ctl;
     return ctl;

@@ -334,6 +334,27 @@ const targets: Target[] = [
     path: () => `/v1/clusters/${clusterId}/actions/restart`,
     body: maybe(shaped({ max_unavailable: or(fc.integer({ min: -1, max: 5 })) })),
   },
+  {
+    // a dry run: the same checks as an upgrade, and nothing starts (the cluster stays idle for the others)
+    name: 'PATCH /v1/clusters/{id}',
+    who: op,
+    method: 'PATCH',
+    path: () => `/v1/clusters/${clusterId}`,
+    body: shaped({
+      install_config_id: or(fc.constantFrom('__CFG__', 'nope')),
+      input_values: or(fc.dictionary(name, anyJson, { maxKeys: 3 })),
+      canary: or(fc.oneof(fc.integer({ min: -1, max: 5 }), fc.constantFrom('10%', '0%', '200%'))),
+      on_failure: or(fc.constantFrom('pause', 'abort', 'revert', 'retry')),
+      gate: or(
+        fc.record({
+          url: or(fc.oneof(fc.webUrl(), fc.constantFrom('https://u:p@gate.example/'))),
+          prometheus: or(fc.webUrl()),
+          query: or(fc.string()),
+        }),
+      ),
+      progress_deadline_s: or(fc.integer({ min: -1, max: 700_000 })),
+    }).map((o) => ({ ...o, dry_run: true })),
+  },
 ];
 
 /** A value made extreme in one way, written as JSON text (a deep one is too deep to stringify). */
@@ -480,6 +501,21 @@ const extremeTargets: ExtremeTarget[] = [
     method: 'PATCH',
     path: () => `/v1/clusters/${clusterId}/actions/restart`,
     body: async (v) => place({ max_unavailable: '__V__' }, v),
+  },
+  {
+    name: 'PATCH /v1/clusters/{id}',
+    who: op,
+    method: 'PATCH',
+    path: () => `/v1/clusters/${clusterId}`,
+    body: async (v) =>
+      place(
+        pick(v, [
+          { install_config_id: '__CFG__', input_values: { j: '__V__' }, dry_run: true },
+          { install_config_id: '__CFG__', gate: { url: '__V__' }, dry_run: true },
+          { install_config_id: '__CFG__', canary: '__V__', dry_run: true },
+        ]),
+        v,
+      ),
   },
 ];
 

@@ -272,6 +272,28 @@ export const PG_MIGRATIONS: PgMigration[] = [
     `,
     run: chainPgAudit,
   },
+  {
+    version: 9,
+    name: 'cluster_revisions',
+    // SQLite's migration 11: cluster revisions, the cluster's and each node's (docs/api.md "Revisions")
+    sql: `
+      CREATE TABLE IF NOT EXISTS cluster_revisions (
+        cluster_id TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        install_config_id TEXT NOT NULL,
+        uninstall_config_id TEXT NOT NULL,
+        input_values TEXT NOT NULL,
+        nodegroups TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        created_by TEXT NOT NULL,
+        stable_at TEXT,
+        source_revision INTEGER,
+        PRIMARY KEY (cluster_id, revision)
+      );
+      ALTER TABLE clusters ADD COLUMN IF NOT EXISTS revision INTEGER NOT NULL DEFAULT 1;
+      ALTER TABLE cluster_nodes ADD COLUMN IF NOT EXISTS revision INTEGER NOT NULL DEFAULT 1;
+    `,
+  },
 ];
 
 /** Migration 8's step: the rows written before the chain, chained a page at a time (controller/store/audit-chain.ts). */

@@ -282,6 +282,34 @@ export const MIGRATIONS: Migration[] = [
     ],
     run: chainSqliteAudit,
   },
+  {
+    version: 11,
+    name: 'cluster_revisions',
+    // docs/api.md "Revisions": every change of a cluster's configs or input values is a numbered
+    // revision (its groups' own configs and values with it), stable once a rollout to it
+    // completed on every node; the cluster's revision, and each node's (the configs its install
+    // deployment has). A cluster made before has revision 1, read from its rows until its next
+    // revision writes it (controller/store/tx.ts).
+    sql: `
+      CREATE TABLE IF NOT EXISTS cluster_revisions (
+        cluster_id TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        install_config_id TEXT NOT NULL,
+        uninstall_config_id TEXT NOT NULL,
+        input_values TEXT NOT NULL,
+        nodegroups TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        created_by TEXT NOT NULL,
+        stable_at TEXT,
+        source_revision INTEGER,
+        PRIMARY KEY (cluster_id, revision)
+      ) STRICT;
+    `,
+    columns: [
+      { table: 'clusters', column: 'revision', decl: 'INTEGER NOT NULL DEFAULT 1' },
+      { table: 'cluster_nodes', column: 'revision', decl: 'INTEGER NOT NULL DEFAULT 1' },
+    ],
+  },
 ];
 
 /** Migration 10's step: the rows written before the chain, chained (controller/store/audit-chain.ts). */
