@@ -82,7 +82,7 @@ export async function fetchStatementsPhase(pgUrl: string): Promise<FetchStatemen
     const a = await statementCounts(stats);
     for (const n of nodes.slice(1)) held.set(n, (await service.metadata(n)).generation);
     const b = await statementCounts(stats);
-    for (const n of nodes.slice(1)) await service.metadata(n, (gen) => gen === held.get(n));
+    for (const n of nodes.slice(1)) await service.metadata(n, [held.get(n)!]);
     const c = await statementCounts(stats);
     const k = nodes.length - 1;
     const sum = (m: Map<string, number>) => [...m.values()].reduce((x, y) => x + y, 0);

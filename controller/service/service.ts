@@ -23,7 +23,8 @@ import type { PushService } from '../push/types.js';
 import { recordSignal } from './signal.js';
 import { WakeCredits, type WakeCreditKind } from './wake-credits.js';
 import type { ClusterView, ControllerView } from '../../protocol/rest.js';
-import type { ClusterRecord, ConfigRecord, MetadataSource, NewNodegroup } from '../model/records.js';
+import type { ClusterRecord, ConfigRecord, KnownGenerations, MetadataSource, NewNodegroup } from '../model/records.js';
+import { knows } from '../model/document.js';
 import type { ChangeSet, DeploymentRecord, NodeRecord, Store } from '../store/store.js';
 import {
   checkConfig,
@@ -571,28 +572,28 @@ export class ControllerService {
   // ---- metadata ----------------------------------------------------------------------------
 
   /**
-   * The node's metadata at its current generation: the body only when `unchanged(generation)` is
-   * false (a 304 needs the generation alone, so a poll that finds nothing new builds nothing and
-   * the cache holds only what was asked for lately, not a body per node). A body is built once per
-   * generation while cached; a cached one costs one read (the node's row).
+   * The node's metadata at its current generation: the body only when the asker does not hold
+   * that generation (`held`: the generations its `If-None-Match` names; a 304 needs the
+   * generation alone, so a poll that finds nothing new builds nothing and the cache holds only
+   * what was asked for lately, not a body per node). A body is built once per generation while
+   * cached. One store read either way (on PostgreSQL one statement): it is told the generations
+   * whose document is not needed (the asker's, and the one cached), and returns the deployments
+   * only for another.
    * @throws HeraldError node_deleted | not_found
    */
-  async metadata(node: string, unchanged: (generation: number) => boolean = () => false): Promise<MetadataAnswer> {
-    // one read: the node's generation decides, inside it, whether its deployments are read too
-    // (not for a 304, nor for a generation whose document is built already)
-    const cached: { hit?: BuiltMetadata } = {};
-    const read = await this.store.metadataSource(node, (n) => {
-      if (unchanged(n.generation)) return false;
-      cached.hit = this.#cache.peek(node, n.generation);
-      return cached.hit === undefined;
-    });
+  async metadata(node: string, held: KnownGenerations = []): Promise<MetadataAnswer> {
+    const kept = this.#cache.newest(node);
+    const known = kept === undefined || held === 'all' ? held : [...held, kept.generation];
+    const read = await this.store.metadataSource(node, known);
     if (!read) {
       if (await this.store.isTombstoned(node)) throw new HeraldError('node_deleted', `node ${node} was deleted`);
       throw new HeraldError('not_found', `no node ${node}`);
     }
     const generation = read.node.generation;
-    if (read.source === null) return { generation, built: cached.hit ?? null };
-    return { generation, built: this.#build(read.source) };
+    if (read.source !== null) return { generation, built: this.#build(read.source) };
+    if (knows(held, generation)) return { generation, built: null };
+    // the generation cached (a build of a newer one meanwhile may have replaced it there)
+    return { generation, built: this.#cache.peek(node, generation) ?? kept! };
   }
 
   /** The node's document, built from one snapshot of its rows, and cached. */

@@ -55,11 +55,14 @@ import type {
 } from '../enrollment-records.js';
 import { pgEnrollment } from './enrollment.js';
 import { PG_MIGRATIONS, PG_SCHEMA_VERSION, pgStatementTexts, type PgStatementName } from './schema.js';
-import type { ChangeSet } from '../../model/records.js';
+import type { ChangeSet, KnownGenerations, MetadataRead } from '../../model/records.js';
 import { PoolGate } from './pool-gate.js';
 import { SqlOutputRows, type OutputChunkRecord } from '../output.js';
 import {
   INSERT_MANY,
+  METADATA_GROUP_CONFIGS_AT,
+  NODE_AT,
+  PG_METADATA_SQL,
   SELECT_MANY,
   SQL,
   type InsertMany,
@@ -73,16 +76,23 @@ import {
   type ValuesName,
   type ValuesStmt,
 } from '../statements.js';
-import { SqlRows, SqlTx } from '../tx.js';
+import { type GroupConfigs, SqlRows, SqlTx } from '../tx.js';
+import { nodeOfValues } from '../rows.js';
 import type { Committed, Store, TxFn, UnitOutcome } from '../store.js';
 
 export const CHANGE_CHANNEL = 'herald_changes';
 /** The advisory lock the migrating controller holds (any fixed number; "herald" in base 36, truncated). */
 const MIGRATION_LOCK_KEY = 1_095_189_117;
 
-/** Statements of PostgreSQL alone: the sequence row with the change counter, and the log. */
-const HEADS_SQL = `UPDATE sequence SET value = value + $1, changes = changes + 1 WHERE name = 'generation' RETURNING value, changes`;
-const LOG_SQL = 'INSERT INTO change_log (seq, origin, generation, body) VALUES ($1, $2, $3, $4)';
+/**
+ * Statements of PostgreSQL alone: the sequence row with the change counter (`$1` generations and
+ * `$2` change sets taken at once), the touched nodes' new generations and the change sets' log
+ * rows, each written for a whole transaction (all the units of a group commit) in one statement.
+ */
+const HEADS_SQL = `UPDATE sequence SET value = value + $1, changes = changes + $2 WHERE name = 'generation' RETURNING value, changes`;
+const STAMP_SQL = `UPDATE nodes n SET generation = v.g FROM unnest($1::text[], $2::bigint[]) AS v(id, g) WHERE n.id = v.id`;
+const LOG_SQL = `INSERT INTO change_log (seq, origin, generation, body)
+  SELECT v.seq, $4, v.g, v.body FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS v(seq, g, body)`;
 
 /** One committed change set as the log keeps it. */
 export interface LoggedChange {
@@ -105,6 +115,13 @@ export interface PgStoreOptions {
 }
 
 type Sql = postgres.Sql<Record<string, never>>;
+/** Where PG_METADATA_SQL's row has the deployments: after the node's columns. */
+const METADATA_DEPLOYMENTS_AT = Object.keys(NODE_AT).length;
+/** A unit of work that ran: its result and what it changed, not yet numbered. */
+interface Ran<T> {
+  result: T;
+  changes: ChangeSetBuilder;
+}
 type TxSql = postgres.TransactionSql<Record<string, never>>;
 
 const RETRYABLE = new Set(['40001', '40P01', '23505']);
@@ -365,10 +382,10 @@ export class PgStore extends SqlStoreBase implements Store {
     return this.#retrying(
       () =>
         this.#sql.begin(async (tx) => {
-          const s = bind(tx, this.#texts);
-          const out = await this.#unit(tx, s, fn);
-          if (out.seq !== null) await tx.unsafe('SELECT pg_notify($1, $2)', [CHANGE_CHANNEL, String(out.seq)]);
-          return out.committed;
+          const ran = await this.#unit(bind(tx, this.#texts), fn);
+          const { committed, last } = await this.#seal(tx, [ran]);
+          if (last !== null) await tx.unsafe('SELECT pg_notify($1, $2)', [CHANGE_CHANNEL, String(last)]);
+          return committed[0]!;
         }) as Promise<Committed<T>>,
     );
   }
@@ -378,24 +395,24 @@ export class PgStore extends SqlStoreBase implements Store {
       () =>
         this.#sql.begin(async (tx) => {
           const s = bind(tx, this.#texts);
-          const outcomes: Array<UnitOutcome<T>> = [];
-          let last: number | null = null;
+          const ran: Array<Ran<T> | { error: unknown }> = [];
           for (const fn of units) {
             try {
-              const out = (await tx.savepoint(() => this.#unit(tx, s, fn))) as {
-                committed: Committed<T>;
-                seq: number | null;
-              };
-              if (out.seq !== null) last = out.seq;
-              outcomes.push({ ok: true, value: out.committed });
+              ran.push((await tx.savepoint(() => this.#unit(s, fn))) as Ran<T>);
             } catch (error) {
               // a unit's own error undoes that unit; a lost connection or a deadlock ends them all
               if (isUnavailable(error) || RETRYABLE.has((error as { code?: string }).code ?? '')) throw error;
-              outcomes.push({ ok: false, error });
+              ran.push({ error });
             }
           }
+          const done = ran.filter((r): r is Ran<T> => !('error' in r));
+          const { committed, last } = await this.#seal(tx, done);
           if (last !== null) await tx.unsafe('SELECT pg_notify($1, $2)', [CHANGE_CHANNEL, String(last)]);
-          return outcomes;
+          let i = 0;
+          return ran.map(
+            (r): UnitOutcome<T> =>
+              'error' in r ? { ok: false, error: r.error } : { ok: true, value: committed[i++]! },
+          );
         }) as Promise<Array<UnitOutcome<T>>>,
     );
   }
@@ -423,32 +440,56 @@ export class PgStore extends SqlStoreBase implements Store {
     }
   }
 
-  /**
-   * Runs one unit of work; then, when it changed anything, takes the next numbers (and the
-   * sequence row's lock, to the commit), stamps the touched nodes and logs the change set.
-   */
-  async #unit<T>(tx: TxSql, s: Statements, fn: TxFn<T>): Promise<{ committed: Committed<T>; seq: number | null }> {
+  /** Runs one unit of work, gathering what it changed (numbered and logged by #seal). */
+  async #unit<T>(s: Statements, fn: TxFn<T>): Promise<Ran<T>> {
     const changes = new ChangeSetBuilder();
     const unit = new SqlTx(new SqlRows(s, this.#now, this.#rows.configCache, { inTransaction: true }), changes);
-    let result: T;
     try {
-      result = await fn(unit);
+      return { result: await fn(unit), changes };
     } finally {
       unit.end();
     }
-    if (changes.isEmpty) return { committed: { result, changes: changes.build(null) }, seq: null };
-    const bump = changes.needsGeneration ? 1 : 0;
-    const [head] = (await tx.unsafe(HEADS_SQL, [bump], { prepare: true })) as unknown as Array<{
+  }
+
+  /**
+   * The end of a transaction whose units have run: the numbers for all of them at once (and the
+   * sequence row's lock, to the commit), a generation for each unit that touched a node and a
+   * log number for each that changed anything, in the units' order; then every touched node
+   * stamped and every change set logged, one statement each, as SQLite stamps in process: a
+   * cluster of 5,000 nodes is one UPDATE, not 5,000 round trips. `last` is the last log
+   * number, null when nothing changed.
+   */
+  async #seal<T>(
+    tx: TxSql,
+    ran: ReadonlyArray<Ran<T>>,
+  ): Promise<{ committed: Array<Committed<T>>; last: number | null }> {
+    const logged = ran.filter((r) => !r.changes.isEmpty);
+    if (logged.length === 0)
+      return { committed: ran.map((r) => ({ result: r.result, changes: r.changes.build(null) })), last: null };
+    const bumps = logged.filter((r) => r.changes.needsGeneration).length;
+    const [head] = (await tx.unsafe(HEADS_SQL, [bumps, logged.length], { prepare: true })) as unknown as Array<{
       value: number;
       changes: number;
     }>;
-    const gen = bump === 1 ? head!.value : null;
-    if (gen !== null) for (const node of changes.nodesToStamp()) await s.nodeSetGen.run(gen, node);
-    const built = changes.build(gen);
-    await tx.unsafe(LOG_SQL, [head!.changes, this.#controller, gen, JSON.stringify(built)] as never[], {
-      prepare: true,
+    let gen = head!.value - bumps;
+    let seq = head!.changes - logged.length;
+    /** Node → its new generation (a later unit's, when two touched it: the higher). */
+    const stamps = new Map<string, number>();
+    const log: { seqs: number[]; gens: Array<number | null>; bodies: string[] } = { seqs: [], gens: [], bodies: [] };
+    const committed = ran.map((r): Committed<T> => {
+      if (r.changes.isEmpty) return { result: r.result, changes: r.changes.build(null) };
+      const g = r.changes.needsGeneration ? ++gen : null;
+      if (g !== null) for (const node of r.changes.nodesToStamp()) stamps.set(node, g);
+      const built = r.changes.build(g);
+      log.seqs.push(++seq);
+      log.gens.push(g);
+      log.bodies.push(JSON.stringify(built));
+      return { result: r.result, changes: built };
     });
-    return { committed: { result, changes: built }, seq: head!.changes };
+    if (stamps.size > 0)
+      await tx.unsafe(STAMP_SQL, [[...stamps.keys()], [...stamps.values()]] as never[], { prepare: true });
+    await tx.unsafe(LOG_SQL, [log.seqs, log.gens, log.bodies, this.#controller] as never[], { prepare: true });
+    return { committed, last: seq };
   }
 
   /** Only the nodes this controller owns now, at the epoch it holds; others' owners record theirs. */
@@ -598,7 +639,34 @@ export class PgStore extends SqlStoreBase implements Store {
     return { unlisten: () => r.unlisten() };
   }
 
-  protected override readonly snapshotCostsMore = true;
+  /**
+   * A fetch's read in one statement (PG_METADATA_SQL): the node's row and, unless `known` has
+   * its generation, its deployments with their clusters' node groups' configs as JSON, in one
+   * snapshot; configs come from the cache (they never change: a config is read once per
+   * controller). Without it a fetch was a node read then a read-only transaction of four more
+   * statements, each a round trip (BENCHMARKS.md, "Several controllers").
+   */
+  override metadataSource(node: string, known: KnownGenerations = []): Promise<MetadataRead | undefined> {
+    return this.#db(async () => {
+      const [row] = (await this.#sql
+        .unsafe(PG_METADATA_SQL, [node, known === 'all', known === 'all' ? [] : [...known]] as never[], {
+          prepare: true,
+        })
+        .values()) as unknown as unknown[][];
+      if (row === undefined) return undefined;
+      const n = nodeOfValues(row);
+      const deployments = row[METADATA_DEPLOYMENTS_AT] as unknown[][] | null;
+      if (deployments === null) return { node: n, source: null };
+      return {
+        node: n,
+        source: await this.#rows.metadataOf(
+          n,
+          deployments,
+          (_, v) => (v[METADATA_GROUP_CONFIGS_AT] ?? []) as GroupConfigs,
+        ),
+      };
+    });
+  }
 
   protected read<T>(fn: (rows: SqlRows, output: SqlOutputRows) => Promise<T>, snapshot = false): Promise<T> {
     if (!snapshot) return this.#db(() => fn(this.#rows, this.#output));
