@@ -166,7 +166,10 @@ describe.skipIf(!here)('dialled-in agents when their controller dies', { timeout
       return r.json.id as string;
     };
     // each install takes a moment, so the kill lands with nodes done, in flight and pending
-    const install = await mk('install', `#!/bin/sh\nsleep 0.5\necho "install $deploy_server_id $deploy_action" >> ${log}\n`);
+    const install = await mk(
+      'install',
+      `#!/bin/sh\nsleep 0.5\necho "install $deploy_server_id $deploy_action" >> ${log}\n`,
+    );
     const uninstall = await mk('uninstall', `#!/bin/sh\necho "uninstall $deploy_server_id $deploy_action" >> ${log}\n`);
     const created = await api(c1.port, op(), 'POST', '/v1/clusters', {
       name: 'behind-nat',
@@ -179,9 +182,9 @@ describe.skipIf(!here)('dialled-in agents when their controller dies', { timeout
     const cluster = async () => (await api(c1.port, op(), 'GET', `/v1/clusters/${id}`)).json;
     await waitFor('CREATE_COMPLETE', async () => (await cluster()).status === 'CREATE_COMPLETE', 60_000, 100);
     fs.writeFileSync(log, '');
-    expect((await api(c1.port, op(), 'PATCH', `/v1/clusters/${id}/actions/restart`, { max_unavailable: 2 })).status).toBe(
-      204,
-    );
+    expect(
+      (await api(c1.port, op(), 'PATCH', `/v1/clusters/${id}/actions/restart`, { max_unavailable: 2 })).status,
+    ).toBe(204);
     await waitFor(
       'some nodes restarted, some still to go',
       async () => {
