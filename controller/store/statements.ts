@@ -6,6 +6,8 @@
  *
  * The dialect is the common part of the two: no `INSERT OR ...`, no named parameters, booleans
  * as 0/1 (`CASE WHEN EXISTS ...`), a sub-query in FROM with an alias, upserts with `ON CONFLICT`.
+ * One read is PostgreSQL's alone, made of the same select lists (`PG_METADATA_SQL`: a fetch in
+ * one statement, with JSON aggregates SQLite spells otherwise).
  */
 
 /** A prepared statement: SQLite's answer at once, PostgreSQL's as a promise; callers `await` both. */

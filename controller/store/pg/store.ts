@@ -8,7 +8,10 @@
  * - The generation is global and never goes backwards for any reader: a transaction that
  *   touched nodes takes its number last, from the `sequence` row, whose lock it then holds to
  *   its commit, so transactions commit in the order of their numbers (a bare PostgreSQL
- *   sequence hands numbers out in call order, not commit order).
+ *   sequence hands numbers out in call order, not commit order). A group commit takes the
+ *   numbers of all its units at once, after the last has run, and stamps and logs them in one
+ *   statement each (`#seal`).
+ * - A fetch's read is one statement (`metadataSource`, `PG_METADATA_SQL`).
  * - Every change set is written to `change_log` under the same lock (so the log is in commit
  *   order too) and one `NOTIFY herald_changes` per transaction says "look": every controller
  *   reads the log from where it stopped (controller/fleet/change-feed.ts), which is also how it recovers
@@ -115,14 +118,16 @@ export interface PgStoreOptions {
 }
 
 type Sql = postgres.Sql<Record<string, never>>;
-/** Where PG_METADATA_SQL's row has the deployments: after the node's columns. */
-const METADATA_DEPLOYMENTS_AT = Object.keys(NODE_AT).length;
+type TxSql = postgres.TransactionSql<Record<string, never>>;
+
 /** A unit of work that ran: its result and what it changed, not yet numbered. */
 interface Ran<T> {
   result: T;
   changes: ChangeSetBuilder;
 }
-type TxSql = postgres.TransactionSql<Record<string, never>>;
+
+/** Where PG_METADATA_SQL's row has the deployments: after the node's columns. */
+const METADATA_DEPLOYMENTS_AT = Object.keys(NODE_AT).length;
 
 const RETRYABLE = new Set(['40001', '40P01', '23505']);
 /** Class 08 (connection exception), 57P (operator intervention: shutdown), 53 (resources). */
