@@ -41,11 +41,10 @@ export async function enableStatements(sql: postgres.Sql): Promise<boolean> {
 
 /** Every statement's calls so far in this database (the benchmark's own reads of the statistics left out). */
 export async function statementCounts(sql: postgres.Sql): Promise<StatementCounts> {
+  const here = 'dbid = (SELECT oid FROM pg_database WHERE datname = current_database())';
+  const notOurs = `query NOT LIKE '%pg_stat_%' AND query NOT LIKE '%pg_current_snapshot%'`;
   const rows = (await sql.unsafe(
-    `SELECT query, SUM(calls)::bigint AS calls FROM pg_stat_statements
-     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-       AND query NOT LIKE '%pg_stat_%' AND query NOT LIKE '%pg_current_snapshot%'
-     GROUP BY query`,
+    `SELECT query, SUM(calls)::bigint AS calls FROM pg_stat_statements WHERE ${here} AND ${notOurs} GROUP BY query`,
   )) as unknown as Array<{ query: string; calls: number | string }>;
   const out: StatementCounts = new Map();
   let begun = 0;

@@ -125,7 +125,7 @@ export function severalMarkdown(r: SeveralReport): string {
     const st = sev.fanout.filter((f) => f.db.statements !== undefined);
     if (st.length > 0) {
       p(
-        `Statements per node changed (\`pg_stat_statements\`, BEGIN and COMMIT included, less the background; last run of each): ${st
+        `Statements per node changed (\`bench/pg-statements.ts\`, last run of each): ${st
           .filter((f, i) => st.findLastIndex((g) => g.n === f.n && g.controllers === f.controllers) === i)
           .map(
             (f) =>
@@ -208,11 +208,12 @@ export function severalMarkdown(r: SeveralReport): string {
     }
     p();
     const fs = r.fetchStatements;
-    if (fs)
+    if (fs) {
       p(
-        `Statements per metadata fetch on PostgreSQL (\`bench/fetch-statements.ts\`: the controller's fetch path over ${n(fs.nodes)} nodes of a cluster, \`pg_stat_statements\`, BEGIN and COMMIT included): **${fs.per200}** for a 200 with nothing cached, **${fs.per304}** for a 304.`,
+        `Statements per fetch (\`bench/fetch-statements.ts\`, ${n(fs.nodes)} nodes): **${fs.per200}** (200, nothing cached), **${fs.per304}** (304).`,
       );
-    if (fs) p();
+      p();
+    }
     const [ca, cb] = [a?.cluster, b?.cluster];
     const c = ca ?? cb;
     if (c) {

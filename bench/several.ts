@@ -246,8 +246,9 @@ async function fanoutRun(bed: SeveralBed, n: number, run: number, problems: stri
   if (r.acked !== n) problems.push(`fan-out N=${n}, ${k} controllers, run ${run}: acked ${r.acked}/${n}`);
   if (r.fetched !== n) problems.push(`fan-out N=${n}, ${k} controllers, run ${run}: fetched ${r.fetched}/${n}`);
   say(
-    `several controllers: fan-out N=${n} with ${k}: answered ${r.commitMs} ms, all acked ${r.allAckedMs} ms, all fetched ${r.allFetchedMs} ms; controllers' CPU ${r.controllerCpuS} s (${r.cpuPerAgentUs} µs/agent); commits/node ${r.db.commitsPerNode}, write tx/node ${r.db.writeTxPerNode}, statements/node ${r.db.statements?.perNode ?? 'n/a'}`,
+    `several controllers: fan-out N=${n} with ${k}: answered ${r.commitMs} ms, all acked ${r.allAckedMs} ms, all fetched ${r.allFetchedMs} ms; controllers' CPU ${r.controllerCpuS} s (${r.cpuPerAgentUs} µs/agent); commits/node ${r.db.commitsPerNode}, write tx/node ${r.db.writeTxPerNode}`,
   );
+  say(`several controllers: fan-out N=${n} with ${k}: statements/node ${r.db.statements?.perNode ?? 'n/a'}`);
   return r;
 }
 
