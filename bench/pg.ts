@@ -4,6 +4,8 @@
  * port the run gives it, with `fsync` on: the store's commit latency is one of the figures, and
  * a commit that does not reach the disk is not the one a deployment pays.
  */
+import fs from 'node:fs';
+import path from 'node:path';
 import postgres from 'postgres';
 import { pgBinDir, startThrowawayPg } from '../cli/throwaway-pg.js';
 import { track } from './procs.js';
@@ -16,6 +18,11 @@ export interface BenchPg {
   readonly url: string;
   readonly port: number;
   readonly version: string;
+  /**
+   * Whether `pg_stat_statements` is loaded (its library was found beside the server's): each
+   * database then counts its statements (bench/pg-statements.ts).
+   */
+  readonly statements: boolean;
   /** A new empty database; resolves to its URL. */
   createDatabase(name: string): Promise<string>;
   close(): Promise<void>;
@@ -25,11 +32,15 @@ export interface BenchPg {
 export async function startBenchPg(port: number): Promise<BenchPg> {
   const bin = pgBinDir();
   if (!bin) throw new Error('no PostgreSQL server binaries (initdb, postgres): install Debian package postgresql');
+  const statements = hasStatementsLibrary(bin);
   const pg = await startThrowawayPg(bin, process.env, {
     port,
     fsync: true,
     maxConnections: MAX_CONNECTIONS,
     sharedBuffers: '128MB',
+    ...(statements
+      ? { settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.max': '5000' } }
+      : {}),
   });
   track(pg.child);
   const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
@@ -43,7 +54,16 @@ export async function startBenchPg(port: number): Promise<BenchPg> {
     url: pg.url,
     port: pg.port,
     version,
+    statements,
     createDatabase: (name) => pg.createDatabase(name),
     close: () => pg.stop(),
   };
+}
+
+/** `pg_stat_statements` beside the server's binaries: Debian's `lib/` or the npm package's `lib/postgresql/`. */
+function hasStatementsLibrary(bin: string): boolean {
+  const root = path.dirname(bin);
+  return ['lib', path.join('lib', 'postgresql')].some((d) =>
+    fs.existsSync(path.join(root, d, 'pg_stat_statements.so')),
+  );
 }

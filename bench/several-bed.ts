@@ -20,6 +20,7 @@ import { Fleet } from './fleet.js';
 import { slot, type BenchPki } from './pki-cache.js';
 import { exited, startController, stopController, type ControllerProc } from './procs.js';
 import type { BenchPg } from './pg.js';
+import { enableStatements, statementCounts, type StatementCounts } from './pg-statements.js';
 import { childrenOf, say, treeSample, waitFor } from './util.js';
 
 /**
@@ -61,6 +62,8 @@ export class SeveralBed {
   readonly stateRoot: string;
   readonly #sql: postgres.Sql;
   #starts = 0;
+  /** pg_stat_statements readable in this bed's database (see start()). */
+  #statements = false;
 
   constructor(
     readonly o: {
@@ -158,6 +161,7 @@ export class SeveralBed {
   }
 
   async start(): Promise<void> {
+    this.#statements = this.o.pg.statements && (await enableStatements(this.#sql));
     for (const n of this.o.names) await this.startController(n);
     const cfg = await this.op.must<{ id: string }>(201, 'POST', '/v1/configs', {
       name: 'several',
@@ -263,6 +267,11 @@ export class SeveralBed {
     const commits = '(SELECT xact_commit FROM pg_stat_database WHERE datname = current_database())';
     const [r] = await this.#sql.unsafe(`SELECT ${xid} AS xid, ${commits} AS commits`);
     return { t: Date.now(), commits: Number(r!.commits), xid: Number(r!.xid) };
+  }
+
+  /** Every statement's calls so far in this bed's database, or null without pg_stat_statements. */
+  async statementCounts(): Promise<StatementCounts | null> {
+    return this.#statements ? statementCounts(this.#sql) : null;
   }
 
   /**

@@ -17,6 +17,7 @@ import { CONTROLLER_NAMES, ensureControllerCerts, SeveralBed } from './several-b
 import { type PartMeta, SEVERAL_MARKER, severalMarkdown, type SeveralReport } from './several-report.js';
 import { severalPhase, type SeveralResult } from './several.js';
 import { storeLatencyPhase, type StoreLatency } from './store-latency.js';
+import { fetchStatementsPhase, type FetchStatements } from './fetch-statements.js';
 import { loadAvg, say } from './util.js';
 
 /** Single-change transactions timed per store. */
@@ -58,6 +59,7 @@ export async function severalMain(o: SeveralMainOptions): Promise<number> {
   const pg = await startBenchPg(o.port + 10);
   say(`PostgreSQL ${pg.version} on 127.0.0.1:${pg.port}`);
   let store: StoreLatency[] | null = null;
+  let fetchStatements: FetchStatements | null = null;
   let several: SeveralResult | null = null;
   const problems: string[] = [];
   const write = (final: boolean): SeveralReport => {
@@ -75,6 +77,7 @@ export async function severalMain(o: SeveralMainOptions): Promise<number> {
       commit: gitCommit(o.root),
       several,
       store,
+      fetchStatements,
       problems: [...problems, ...(several?.problems ?? [])],
       ...(final ? {} : { partial: true }),
     };
@@ -99,6 +102,13 @@ export async function severalMain(o: SeveralMainOptions): Promise<number> {
         say(
           `store latency ${x.store}: createDeployment p50 ${x.ops.createDeployment.p50} ms, p99 ${x.ops.createDeployment.p99} ms; signal p50 ${x.ops.signal.p50} ms; a cluster of ${x.cluster?.n} created in ${x.cluster?.createMs} ms, its installs signalled in ${x.cluster?.signalsMs} ms (${x.cluster?.status})`,
         );
+      if (pg.statements) {
+        fetchStatements = await fetchStatementsPhase(await pg.createDatabase('herald_fetch'));
+        if (fetchStatements)
+          say(
+            `statements per fetch on PostgreSQL: ${fetchStatements.per200} (200, nothing cached), ${fetchStatements.per304} (304)`,
+          );
+      }
     }
     if (fanoutNs.length + failoverNs.length > 0) {
       several = await severalPhase({
@@ -157,6 +167,7 @@ function carryOver(report: SeveralReport, jsonPath: string): void {
   }
   if (report.store === null && old.store) {
     report.store = old.store;
+    report.fetchStatements = old.fetchStatements ?? null;
     report.carried.store = meta(old.carried?.store);
   }
 }

@@ -4,6 +4,7 @@
  * two stores' commit latency. The section replaces its own kept block of BENCHMARKS.md and
  * leaves every other section as it was (see replaceKeptSection in report.ts).
  */
+import type { FetchStatements } from './fetch-statements.js';
 import type { SeveralFanoutRun, SeveralResult } from './several.js';
 import type { StoreLatency } from './store-latency.js';
 import { median, pushWorkersPhrase, round } from './util.js';
@@ -33,6 +34,8 @@ export interface SeveralReport {
   commit: string;
   several: SeveralResult | null;
   store: StoreLatency[] | null;
+  /** Statements per fetch on PostgreSQL (pg_stat_statements; absent without it, or in runs before 2026-12-08). */
+  fetchStatements?: FetchStatements | null;
   problems: string[];
   /** Written while the run was still going (after each finished run, so a stopped run keeps them). */
   partial?: boolean;
@@ -119,6 +122,22 @@ export function severalMarkdown(r: SeveralReport): string {
     p('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
     for (const line of fanoutRows(sev.fanout)) p(line);
     p();
+    const st = sev.fanout.filter((f) => f.db.statements !== undefined);
+    if (st.length > 0) {
+      p(
+        `Statements per node changed (\`bench/pg-statements.ts\`, last run of each): ${st
+          .filter((f, i) => st.findLastIndex((g) => g.n === f.n && g.controllers === f.controllers) === i)
+          .map(
+            (f) =>
+              `${n(f.n)} × ${f.controllers}: ${f.db.statements!.perNode} (${f.db
+                .statements!.top.slice(0, 4)
+                .map((x) => `\`${x.query.slice(0, 48)}\` ${x.perNode}`)
+                .join(', ')})`,
+          )
+          .join('; ')}.`,
+      );
+      p();
+    }
     const bg = sev.fanout.map(
       (f) => `${n(f.n)} × ${f.controllers}: ${f.db.bgCommitsPerS}/s (${f.db.bgWriteTxPerS} write/s)`,
     );
@@ -188,6 +207,13 @@ export function severalMarkdown(r: SeveralReport): string {
       );
     }
     p();
+    const fs = r.fetchStatements;
+    if (fs) {
+      p(
+        `Statements per fetch (\`bench/fetch-statements.ts\`, ${n(fs.nodes)} nodes): **${fs.per200}** (200, nothing cached), **${fs.per304}** (304).`,
+      );
+      p();
+    }
     const [ca, cb] = [a?.cluster, b?.cluster];
     const c = ca ?? cb;
     if (c) {

@@ -21,6 +21,7 @@
  */
 import { metricSum } from './api-client.js';
 import type { FirstWake } from './harness.js';
+import { statementDelta, statementFigures, type StatementCounts, type StatementFigures } from './pg-statements.js';
 import { CONTROLLER_NAMES, type DbCounters, type SeveralBed } from './several-bed.js';
 import { childrenOf, dist, nowMs, round, roundDist, say, sleep, type Dist } from './util.js';
 
@@ -69,6 +70,8 @@ export interface SeveralFanoutRun {
     /** net / N. */
     commitsPerNode: number;
     writeTxPerNode: number;
+    /** Statements (pg_stat_statements, BEGIN and COMMIT included) per node changed, less the background; absent without the extension. */
+    statements?: StatementFigures;
   };
   timedOut: boolean;
 }
@@ -120,13 +123,34 @@ export interface SeveralOptions {
 
 const sum = (m: Map<string, number>): number => [...m.values()].reduce((a, b) => a + b, 0);
 
-/** The database's commits per second over an idle window (nothing changing, hooks held). */
-async function background(bed: SeveralBed): Promise<{ commitsPerS: number; writeTxPerS: number }> {
+interface Background {
+  commitsPerS: number;
+  writeTxPerS: number;
+  /** Each statement's calls in the window (null without pg_stat_statements), and the window. */
+  statements: StatementCounts | null;
+  ms: number;
+}
+
+/** The database's commits per second over an idle window (nothing changing, hooks held), and its statements. */
+async function background(bed: SeveralBed): Promise<Background> {
+  const sa = await bed.statementCounts();
   const a = await bed.dbCounters();
   await sleep(BACKGROUND_WINDOW_MS);
   const b = await bed.dbCounters();
+  const sb = await bed.statementCounts();
   const s = (b.t - a.t) / 1000;
-  return { commitsPerS: (b.commits - a.commits) / s, writeTxPerS: (b.xid - a.xid) / s };
+  return {
+    commitsPerS: (b.commits - a.commits) / s,
+    writeTxPerS: (b.xid - a.xid) / s,
+    statements: sa && sb && statementDelta(sa, sb),
+    ms: b.t - a.t,
+  };
+}
+
+/** The idle window of the two with fewer statements in all (per second). */
+function quieter(x: Background, y: Background): Background {
+  const rate = (b: Background) => [...(b.statements?.values() ?? [])].reduce((a, c) => a + c, 0) / b.ms;
+  return rate(x) <= rate(y) ? x : y;
 }
 
 async function fanoutRun(bed: SeveralBed, n: number, run: number, problems: string[]): Promise<SeveralFanoutRun> {
@@ -141,6 +165,7 @@ async function fanoutRun(bed: SeveralBed, n: number, run: number, problems: stri
   for (const c of bed.live()) m0.set(bed.nameOf(c), await c.op.metrics());
   const name = `sev${k}n${n}r${run}`;
   await fleet.arm(`${name}-install`);
+  const st0 = await bed.statementCounts();
   const db0: DbCounters = await bed.dbCounters();
   const cpu0 = bed.cpu();
   const t0 = nowMs();
@@ -159,6 +184,7 @@ async function fanoutRun(bed: SeveralBed, n: number, run: number, problems: stri
   const cpu1 = bed.cpu();
   await sleep(STATS_FLUSH_WAIT_MS);
   const db1 = await bed.dbCounters();
+  const st1 = await bed.statementCounts();
   // the window before can carry the tail of the last settle (its deletes' acks and fetches); the
   // one after (hooks still held) is quiet: the lower of the two is the background
   const bgAfter = await background(bed);
@@ -213,6 +239,7 @@ async function fanoutRun(bed: SeveralBed, n: number, run: number, problems: stri
       netWriteTx: Math.round(writeTx - (bg.writeTxPerS * windowMs) / 1000),
       commitsPerNode: round((commits - (bg.commitsPerS * windowMs) / 1000) / n, 2),
       writeTxPerNode: round((writeTx - (bg.writeTxPerS * windowMs) / 1000) / n, 2),
+      ...statementsOf(st0, st1, windowMs, quieter(bgBefore, bgAfter), n),
     },
     timedOut: w.timedOut,
   };
@@ -221,7 +248,19 @@ async function fanoutRun(bed: SeveralBed, n: number, run: number, problems: stri
   say(
     `several controllers: fan-out N=${n} with ${k}: answered ${r.commitMs} ms, all acked ${r.allAckedMs} ms, all fetched ${r.allFetchedMs} ms; controllers' CPU ${r.controllerCpuS} s (${r.cpuPerAgentUs} µs/agent); commits/node ${r.db.commitsPerNode}, write tx/node ${r.db.writeTxPerNode}`,
   );
+  say(`several controllers: fan-out N=${n} with ${k}: statements/node ${r.db.statements?.perNode ?? 'n/a'}`);
   return r;
+}
+
+function statementsOf(
+  a: StatementCounts | null,
+  b: StatementCounts | null,
+  windowMs: number,
+  bg: Background,
+  n: number,
+): { statements?: StatementFigures } {
+  if (a === null || b === null || bg.statements === null) return {};
+  return { statements: statementFigures(statementDelta(a, b), windowMs, bg.statements, bg.ms, n) };
 }
 
 async function failoverRun(bed: SeveralBed, n: number, problems: string[]): Promise<FailoverRun> {

@@ -119,6 +119,8 @@ export interface ThrowawayPgOptions {
   runAs?: string;
   /** Where its directory is made. Default: the system's temporary directory. */
   tmpDir?: string;
+  /** More server settings (`-c name=value`), e.g. `shared_preload_libraries` for a benchmark's statistics. */
+  settings?: Record<string, string>;
 }
 
 export async function startThrowawayPg(
@@ -173,6 +175,7 @@ export async function startThrowawayPg(
           `max_connections=${opts.maxConnections ?? 200}`,
           '-c',
           `shared_buffers=${opts.sharedBuffers ?? '32MB'}`,
+          ...Object.entries(opts.settings ?? {}).flatMap(([k, v]) => ['-c', `${k}=${v}`]),
         ]);
         const child = spawn(cmd, args, { detached: true, stdio: ['ignore', logFd, logFd], env });
         fs.closeSync(logFd);

@@ -331,7 +331,7 @@ export async function startController(o: ControllerOptions, deps: StartDeps = {}
       const { ChangeFeed } = await import('./fleet/change-feed.js');
       const feed = new ChangeFeed({
         store: pg,
-        apply: (c) => service.applyChanges(c.changes),
+        apply: (c) => service.applyChanges(c.changes, c.origin),
         // notifications missed while cut off: every owned node whose agent is behind gets a ping
         resync: async () => {
           for (const n of await pg.listNodes())

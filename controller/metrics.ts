@@ -17,6 +17,7 @@ export class ControllerMetrics {
   readonly signals: Counter<'outcome' | 'status'>;
   readonly eventClients: Gauge;
   readonly objectStoreRequests: Counter<'method' | 'code'>;
+  readonly changeReads: Counter<'for'>;
 
   constructor(registry = new Registry()) {
     this.registry = registry;
@@ -54,6 +55,12 @@ export class ControllerMetrics {
       name: 'herald_object_store_requests_total',
       help: "Requests answered by Heat's object store (--object-store-listen), by method and HTTP status code",
       labelNames: ['method', 'code'],
+      registers,
+    });
+    this.changeReads = new Counter({
+      name: 'herald_change_reads_total',
+      help: 'Records read back from the store to act on a committed change, by what for (push: a node the push service must learn of; events: the event stream; cluster: an operation that may have ended)',
+      labelNames: ['for'],
       registers,
     });
     const memory = (name: string, help: string, read: () => number): void => {

@@ -11,6 +11,7 @@ export function emptyChanges(): ChangeSet {
     generation: null,
     touchedNodes: [],
     wakes: [],
+    endpoints: [],
     nodes: [],
     removedNodes: [],
     deployments: [],
@@ -29,6 +30,8 @@ export class ChangeSetBuilder {
   /** Node → the wake reason when it got work, null when only its metadata changed. */
   readonly #touched = new Map<string, WakeReason | null>();
   readonly #nodes = new Set<string>();
+  /** Node → its endpoint now, for nodes created or whose endpoint changed. */
+  readonly #endpoints = new Map<string, string | null>();
   readonly #removedNodes = new Set<string>();
   readonly #deployments = new Set<string>();
   readonly #removedDeployments = new Set<string>();
@@ -48,10 +51,16 @@ export class ChangeSetBuilder {
     if (!this.#removedNodes.has(id)) this.#nodes.add(id);
   }
 
+  /** The node was created, or its endpoint changed: `url` is its endpoint now (null: none). */
+  endpointSet(id: string, url: string | null): void {
+    this.#endpoints.set(id, url);
+  }
+
   /** The node was deleted: touched (its generation moves on in the sequence), never woken. */
   nodeRemoved(id: string): void {
     this.touch(id);
     this.#nodes.delete(id);
+    this.#endpoints.delete(id);
     this.#removedNodes.add(id);
   }
 
@@ -79,6 +88,7 @@ export class ChangeSetBuilder {
     return (
       this.#touched.size === 0 &&
       this.#nodes.size === 0 &&
+      this.#endpoints.size === 0 &&
       this.#removedNodes.size === 0 &&
       this.#deployments.size === 0 &&
       this.#removedDeployments.size === 0 &&
@@ -113,6 +123,7 @@ export class ChangeSetBuilder {
         nodes.add(node);
       }
     }
+    c.endpoints = [...this.#endpoints];
     c.nodes = [...nodes];
     c.removedNodes = [...this.#removedNodes];
     c.deployments = [...this.#deployments];

@@ -16,3 +16,14 @@
 export function inDocument(revision: number, action: string, actionsJson: string): boolean {
   return revision > 1 || (JSON.parse(actionsJson) as string[]).includes(action);
 }
+
+/**
+ * Generations whose document a metadata read need not return: the asker holds it, or the
+ * controller has built it already; `all`: none is needed (an `If-None-Match: *`).
+ */
+export type KnownGenerations = readonly number[] | 'all';
+
+/** Whether `generation` is among `known`. */
+export function knows(known: KnownGenerations, generation: number): boolean {
+  return known === 'all' || known.includes(generation);
+}

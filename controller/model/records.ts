@@ -374,6 +374,12 @@ export interface ChangeSet {
   touchedNodes: string[];
   /** Nodes that have work: wake them with their new generation. */
   wakes: Wake[];
+  /**
+   * Nodes created or whose endpoint changed, each with its endpoint now (null: none announced),
+   * so the push service learns it without reading the node back. Absent from change sets an
+   * older Herald logged.
+   */
+  endpoints?: Array<[node: string, url: string | null]>;
   nodes: string[];
   removedNodes: string[];
   deployments: string[];
@@ -422,9 +428,11 @@ export interface AuditRecord {
   hash: string;
 }
 
+export type { KnownGenerations } from './document.js';
+
 /**
- * A metadata read: the node, and its deployments (`source`) when the read's `wanted` asked for
- * them (null: the generation alone answers the fetch, a 304 or a document already built).
+ * A metadata read: the node, and its deployments (`source`) unless its generation was one the
+ * reader knew (null: the generation alone answers the fetch, a 304 or a document already built).
  */
 export interface MetadataRead {
   node: NodeRecord;

@@ -21,6 +21,7 @@ import { statusOf } from '../error-status.js';
 import type { ControllerMetrics } from '../metrics.js';
 import type { PushFetchRequest, PushReply, PushRequest, PushSignalRequest } from '../push/types.js';
 import { RefusalLog } from '../refusal-log.js';
+import type { KnownGenerations } from '../model/records.js';
 import type { ControllerService } from './service.js';
 
 /** The signal route; a signal over the push connection stands for it (in logs too). */
@@ -95,7 +96,7 @@ export class AgentAnswers {
     channel: FetchChannel,
   ): Promise<MetadataReply> {
     const { service } = this.#o;
-    const { generation, built } = await service.metadata(node, (gen) => matchesEtag(ifNoneMatch, etagOf(gen)));
+    const { generation, built } = await service.metadata(node, heldGenerations(ifNoneMatch));
     const signature = signMetadata(this.#o.signer(), {
       iss: this.#o.issuer,
       aud: audience,
@@ -216,6 +217,27 @@ export class AgentAnswers {
 /** A metadata document's ETag: its generation, quoted. */
 export function etagOf(generation: number): string {
   return `"${generation}"`;
+}
+
+/**
+ * The generations an `If-None-Match` names (lists, weak tags), or `all` for `*`: a generation is
+ * among them exactly when `matchesEtag(header, etagOf(generation))`. A tag that is no
+ * generation's ETag (not a decimal number without leading zeros) names none.
+ */
+export function heldGenerations(header: string | string[] | undefined): KnownGenerations {
+  if (header === undefined) return [];
+  const value = Array.isArray(header) ? header.join(',') : header;
+  const out: number[] = [];
+  for (const raw of value.split(',')) {
+    const t = raw.trim();
+    if (t === '*') return 'all';
+    const strong = t.startsWith('W/') ? t.slice(2) : t;
+    const m = /^"(0|[1-9][0-9]*)"$/.exec(strong);
+    if (m === null) continue;
+    const gen = Number(m[1]);
+    if (Number.isSafeInteger(gen)) out.push(gen);
+  }
+  return out;
 }
 
 /** `If-None-Match` with lists, weak tags and `*` (RFC 9110, section 13.1.2). */

@@ -197,6 +197,11 @@ export class MetadataCache {
     return hit;
   }
 
+  /** The body kept for the node, whatever its generation (its order of use unchanged). */
+  newest(node: string): BuiltMetadata | undefined {
+    return this.#entries.get(node);
+  }
+
   /** Keeps `json`, the document of (node, generation), with its digest unless a newer generation is kept already, and returns it. */
   put(node: string, generation: number, json: string): BuiltMetadata {
     const body = Buffer.from(json, 'utf8');

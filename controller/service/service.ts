@@ -25,7 +25,15 @@ import type { PushService } from '../push/types.js';
 import { recordSignal } from './signal.js';
 import { WakeCredits, type WakeCreditKind } from './wake-credits.js';
 import type { ClusterView, ControllerView } from '../../protocol/rest.js';
-import type { ClusterRecord, ConfigRecord, MetadataSource, NewNodegroup, RolloutGate } from '../model/records.js';
+import type {
+  ClusterRecord,
+  ConfigRecord,
+  KnownGenerations,
+  MetadataSource,
+  NewNodegroup,
+  RolloutGate,
+} from '../model/records.js';
+import { knows } from '../model/document.js';
 import type { ChangeSet, DeploymentRecord, NodeRecord, Store } from '../store/store.js';
 import {
   checkConfig,
@@ -627,28 +635,28 @@ export class ControllerService {
   // ---- metadata ----------------------------------------------------------------------------
 
   /**
-   * The node's metadata at its current generation: the body only when `unchanged(generation)` is
-   * false (a 304 needs the generation alone, so a poll that finds nothing new builds nothing and
-   * the cache holds only what was asked for lately, not a body per node). A body is built once per
-   * generation while cached; a cached one costs one read (the node's row).
+   * The node's metadata at its current generation: the body only when the asker does not hold
+   * that generation (`held`: the generations its `If-None-Match` names; a 304 needs the
+   * generation alone, so a poll that finds nothing new builds nothing and the cache holds only
+   * what was asked for lately, not a body per node). A body is built once per generation while
+   * cached. One store read either way (on PostgreSQL one statement): it is told the generations
+   * whose document is not needed (the asker's, and the one cached), and returns the deployments
+   * only for another.
    * @throws HeraldError node_deleted | not_found
    */
-  async metadata(node: string, unchanged: (generation: number) => boolean = () => false): Promise<MetadataAnswer> {
-    // one read: the node's generation decides, inside it, whether its deployments are read too
-    // (not for a 304, nor for a generation whose document is built already)
-    const cached: { hit?: BuiltMetadata } = {};
-    const read = await this.store.metadataSource(node, (n) => {
-      if (unchanged(n.generation)) return false;
-      cached.hit = this.#cache.peek(node, n.generation);
-      return cached.hit === undefined;
-    });
+  async metadata(node: string, held: KnownGenerations = []): Promise<MetadataAnswer> {
+    const kept = this.#cache.newest(node);
+    const known = kept === undefined || held === 'all' ? held : [...held, kept.generation];
+    const read = await this.store.metadataSource(node, known);
     if (!read) {
       if (await this.store.isTombstoned(node)) throw new HeraldError('node_deleted', `node ${node} was deleted`);
       throw new HeraldError('not_found', `no node ${node}`);
     }
     const generation = read.node.generation;
-    if (read.source === null) return { generation, built: cached.hit ?? null };
-    return { generation, built: this.#build(read.source) };
+    if (read.source !== null) return { generation, built: this.#build(read.source) };
+    if (knows(held, generation)) return { generation, built: null };
+    // the generation cached (a build of a newer one meanwhile may have replaced it there)
+    return { generation, built: this.#cache.peek(node, generation) ?? kept! };
   }
 
   /** The node's document, built from one snapshot of its rows, and cached. */
@@ -1125,27 +1133,34 @@ export class ControllerService {
 
   /**
    * Wakes the nodes that got work (at once), then announces what changed. With a change feed
-   * the change may be another controller's: the push service (the fleet) also learns of new
-   * endpoints and removed nodes here, and passes on only what concerns the nodes it owns.
+   * the change may be another controller's (`origin`: the controller whose transaction it was):
+   * the push service (the fleet) also learns of new endpoints and removed nodes here, and passes
+   * on only what concerns the nodes it owns or holds. What is read back from the store is only
+   * what this controller acts on: a node's record for the push service only when its endpoint
+   * changed without a new generation and the push service cares for it, the views for the event
+   * stream only while someone listens, and a cluster's status (to log an operation's end) only
+   * for its own change. A change to N nodes that another controller made and this one pushes
+   * none of costs it no read at all.
    */
-  async applyChanges(c: ChangeSet): Promise<void> {
+  async applyChanges(c: ChangeSet, origin?: string): Promise<void> {
+    const own = origin === undefined || origin === this.#name;
     if (c.wakes.length > 0) {
       const now = this.#now();
       for (const w of c.wakes) {
         this.push.notify(w.node, w.generation, w.reason);
+        // kept by every controller: the agent's fetch and signals may come to any of them
         this.#wokeAt.delete(w.node); // re-inserted last: the map stays in wake order
         this.#wokeAt.set(w.node, now);
         this.#credits.grant(w.node);
       }
       this.#forgetOldWakes(now);
     }
-    // records are read back only for someone listening to the event stream, or (several
-    // controllers) for the push service's own nodes and nodes it has not seen: a change to N
-    // nodes must not cost every controller N reads for nodes other controllers push to
+    const reads = this.#metrics?.changeReads;
     const listening = this.events.subscribers > 0;
     if (listening)
       for (const id of c.deployments) {
         const d = await this.store.getDeployment(id);
+        reads?.inc({ for: 'events' });
         if (d) this.events.publish('deployment', await this.#deploymentView(d));
       }
     for (const id of c.removedDeployments) {
@@ -1157,14 +1172,13 @@ export class ControllerService {
         deleted: true,
       });
     }
-    for (const id of c.nodes) {
-      const forPush = this.#feed !== undefined && (this.#pushCares?.(id) ?? true);
-      if (!listening && !forPush) continue;
-      const n = await this.store.getNode(id);
-      if (!n) continue;
-      if (forPush) this.push.setEndpoint(n.id, n.endpoint, n.generation);
-      if (listening) this.events.publish('node', this.#nodeView(n, (await this.store.nodeLabels([id])).get(id) ?? {}));
-    }
+    if (this.#feed !== undefined) await this.#tellPush(c);
+    if (listening)
+      for (const id of c.nodes) {
+        const n = await this.store.getNode(id);
+        reads?.inc({ for: 'events' });
+        if (n) this.events.publish('node', this.#nodeView(n, (await this.store.nodeLabels([id])).get(id) ?? {}));
+      }
     for (const id of c.removedNodes) {
       this.#credits.forget(id);
       if (this.#feed) this.push.remove(id);
@@ -1173,8 +1187,9 @@ export class ControllerService {
     for (const id of c.clusters) {
       // every signal of a cluster step lands here: the whole view (all N nodes) is built only
       // for someone listening to the event stream, the status alone otherwise
-      if (this.events.subscribers > 0) {
+      if (listening) {
         const cl = await this.store.getCluster(id);
+        reads?.inc({ for: 'events' });
         if (cl)
           this.events.publish(
             'cluster',
@@ -1186,7 +1201,10 @@ export class ControllerService {
             ),
           );
       }
+      // an operation's end is logged by the controller whose transaction ended it
+      if (!own) continue;
       const st = await this.store.getClusterStatus(id);
+      reads?.inc({ for: 'cluster' });
       if (st && !st.status.endsWith('_IN_PROGRESS'))
         this.#log.info(
           { event: 'cluster.status', cluster: id, status: st.status, reason: st.statusReason },
@@ -1196,6 +1214,39 @@ export class ControllerService {
     for (const id of c.removedClusters) {
       this.events.publish('cluster', { id, deleted: true });
       this.#log.info({ event: 'cluster.removed', cluster: id }, 'cluster removed');
+    }
+  }
+
+  /**
+   * Several controllers: the push service learns of each node created or whose endpoint changed,
+   * when it cares (its own node, or one it has not seen). The change set carries the endpoint;
+   * the generation is the change set's when the node was touched, else (an endpoint moved alone)
+   * the node is read for it. A change set an older Herald logged carries no endpoints: each of
+   * its nodes the push service cares for is read, as that Herald did.
+   */
+  async #tellPush(c: ChangeSet): Promise<void> {
+    const cares = (id: string): boolean => this.#pushCares?.(id) ?? true;
+    const reads = this.#metrics?.changeReads;
+    if (c.endpoints === undefined) {
+      for (const id of c.nodes) {
+        if (!cares(id)) continue;
+        const n = await this.store.getNode(id);
+        reads?.inc({ for: 'push' });
+        if (n) this.push.setEndpoint(n.id, n.endpoint, n.generation);
+      }
+      return;
+    }
+    if (c.endpoints.length === 0) return;
+    const touched = c.generation === null ? null : new Set(c.touchedNodes);
+    for (const [id, url] of c.endpoints) {
+      if (!cares(id)) continue;
+      let gen = touched?.has(id) ? c.generation : null;
+      if (gen === null) {
+        gen = (await this.store.getNode(id))?.generation ?? null;
+        reads?.inc({ for: 'push' });
+        if (gen === null) continue; // deleted since
+      }
+      this.push.setEndpoint(id, url, gen);
     }
   }
 }

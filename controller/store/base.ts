@@ -16,6 +16,7 @@ import type {
   ConfigRecord,
   DeploymentPatch,
   DeploymentRecord,
+  KnownGenerations,
   MetadataRead,
   NewAccessGrant,
   NewConfig,
@@ -40,11 +41,6 @@ export abstract class SqlStoreBase {
    * are in turn with its transactions anyway).
    */
   protected abstract read<T>(fn: (rows: SqlRows, output: SqlOutputRows) => Promise<T>, snapshot?: boolean): Promise<T>;
-  /**
-   * Whether a snapshot read costs more than a plain one (PostgreSQL: yes, a transaction of its
-   * own, BEGIN and COMMIT around it; SQLite: no, every read is in turn with its transactions).
-   */
-  protected readonly snapshotCostsMore: boolean = false;
 
   // ---- reads -------------------------------------------------------------------------------
 
@@ -85,15 +81,8 @@ export abstract class SqlStoreBase {
   }
 
   /** The node's generation and its deployments agree: the generation an agent acknowledges is never newer than what it was given. */
-  async metadataSource(node: string, wanted?: (n: NodeRecord) => boolean): Promise<MetadataRead | undefined> {
-    if (wanted === undefined || !this.snapshotCostsMore) return this.read((r) => r.metadataSource(node, wanted), true);
-    // a 304 or a generation already built is answered from the node's row alone, with no snapshot
-    // opened for it; else the deployments are read in one snapshot with the node again (which may
-    // have moved on meanwhile: the document is of the generation read with them)
-    const n = await this.getNode(node);
-    if (!n) return undefined;
-    if (!wanted(n)) return { node: n, source: null };
-    return this.read((r) => r.metadataSource(node), true);
+  metadataSource(node: string, known?: KnownGenerations): Promise<MetadataRead | undefined> {
+    return this.read((r) => r.metadataSource(node, known), true);
   }
 
   getCluster(id: string): Promise<ClusterRecord | undefined> {

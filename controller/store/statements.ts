@@ -6,6 +6,8 @@
  *
  * The dialect is the common part of the two: no `INSERT OR ...`, no named parameters, booleans
  * as 0/1 (`CASE WHEN EXISTS ...`), a sub-query in FROM with an alias, upserts with `ON CONFLICT`.
+ * One read is PostgreSQL's alone, made of the same select lists (`PG_METADATA_SQL`: a fetch in
+ * one statement, with JSON aggregates SQLite spells otherwise).
  */
 
 /** A prepared statement: SQLite's answer at once, PostgreSQL's as a promise; callers `await` both. */
@@ -341,7 +343,7 @@ export const NODE_AT = NODE_LIST.at;
 // of each deployment only what its document carries (no results, status or bookkeeping: a node's
 // earlier outputs are never parsed to answer a fetch), with its cluster's name and configs; its
 // actions say whether it has an item at all (metadata-builder.ts inDocument)
-const METADATA_DEPLOYMENT_LIST = selectList({
+const METADATA_DEPLOYMENT_LIST_COLUMNS = {
   id: 'd.id',
   node: 'd.node',
   config_id: 'd.config_id',
@@ -357,9 +359,31 @@ const METADATA_DEPLOYMENT_LIST = selectList({
   cluster_name: 'c.name',
   cluster_install_config_id: 'c.install_config_id',
   cluster_uninstall_config_id: 'c.uninstall_config_id',
-});
+};
+const METADATA_DEPLOYMENT_LIST = selectList(METADATA_DEPLOYMENT_LIST_COLUMNS);
 /** Where each column of `VALUES_SQL.depForMetadata` is in its row. */
 export const METADATA_DEPLOYMENT_AT = METADATA_DEPLOYMENT_LIST.at;
+
+/**
+ * A fetch's read on PostgreSQL, one statement (controller/store/pg/store.ts `metadataSource`): the
+ * node's row as `VALUES_SQL.nodeValues` reads it and, unless its generation is one the caller
+ * knows already (`$2`: any; `$3`: these), its deployments as `VALUES_SQL.depForMetadata` reads them,
+ * as one JSON array of rows (each row's values at METADATA_DEPLOYMENT_AT, JSON's types for SQL's:
+ * TEXT a string, INTEGER a number) whose last element (at METADATA_GROUP_CONFIGS_AT) is the
+ * deployment's cluster's node groups' configs, `[install, uninstall]` pairs in SQL.ngConfigsOfCluster's
+ * order (null for a deployment of no cluster, or of a cluster without groups). One statement is
+ * one snapshot; PostgreSQL's own syntax, so SQLite reads the same with those two statements.
+ */
+export const PG_METADATA_SQL = `SELECT ${NODE_LIST.sql},
+    CASE WHEN $2::boolean OR n.generation = ANY($3::bigint[]) THEN NULL ELSE (
+      SELECT COALESCE(json_agg(json_build_array(${Object.values<string>(METADATA_DEPLOYMENT_LIST_COLUMNS).join(', ')},
+        (SELECT json_agg(json_build_array(g.install_config_id, g.uninstall_config_id) ORDER BY g.position)
+         FROM cluster_nodegroups g WHERE g.cluster_id = d.cluster_id)) ORDER BY d.id), '[]'::json)
+      FROM ${DEPLOYMENT_FROM} LEFT JOIN clusters c ON c.id = d.cluster_id
+      WHERE d.node = n.id) END AS deployments
+  FROM nodes n WHERE n.id = $1`;
+/** Where a PG_METADATA_SQL deployment row has its cluster's node groups' configs. */
+export const METADATA_GROUP_CONFIGS_AT = Object.keys(METADATA_DEPLOYMENT_AT).length;
 
 /**
  * Reads whose rows come back as arrays of the columns' values, in their select list's order

@@ -37,6 +37,7 @@ import type {
   ConfigRecord,
   DeploymentPatch,
   DeploymentRecord,
+  KnownGenerations,
   MetadataRead,
   NewAccessGrant,
   NewConfig,
@@ -78,12 +79,12 @@ export interface StoreReads {
   /** Revisions of a deployment, oldest first. */
   listRevisions(id: string): Promise<RevisionRecord[]>;
   /**
-   * The node and, when `wanted(node)` (default yes) asks for them, every deployment's current
-   * revision and config, in one snapshot: on SQLite a fetch reads the node once; on PostgreSQL a
-   * fetch its node's row answers (a 304) opens no snapshot. `wanted` must be synchronous and must
-   * not call the store (SQLite runs it holding the connection).
+   * The node and, unless its generation is among `known` (the asker holds it, or its document is
+   * built already; default none), every deployment's current revision and config, in one
+   * snapshot: on PostgreSQL one statement, whichever (a fetch is one round trip to the database);
+   * on SQLite the node's read, then its deployments' when wanted.
    */
-  metadataSource(node: string, wanted?: (n: NodeRecord) => boolean): Promise<MetadataRead | undefined>;
+  metadataSource(node: string, known?: KnownGenerations): Promise<MetadataRead | undefined>;
   getCluster(id: string): Promise<ClusterRecord | undefined>;
   /** A cluster's status alone (no nodes): O(1), for the path of every signal. */
   getClusterStatus(id: string): Promise<{ status: ClusterStatus; statusReason: string } | undefined>;

@@ -16,7 +16,7 @@ import { grantOf, readGrants, readNodeFacts, readNodeLabels, type GrantRow } fro
 import { chainRowOf, type AuditEntry, type AuditWriter, type ChainHead } from './audit-chain.js';
 import { AUDIT_GENESIS_HASH, type AuditChainRow } from '../../protocol/audit-chain.js';
 import { ObjectRows } from './objects.js';
-import { inDocument } from '../model/document.js';
+import { inDocument, knows } from '../model/document.js';
 import { coerceInputValues } from '../model/inputs.js';
 import type {
   ClusterGlance,
@@ -38,6 +38,7 @@ import type {
   DeploymentPatch,
   DeploymentRecord,
   DeploymentStatus,
+  KnownGenerations,
   MetadataCluster,
   MetadataRead,
   MetadataSource,
@@ -77,6 +78,9 @@ import { INSERT_MANY, METADATA_DEPLOYMENT_AT, type Statements } from './statemen
 import type { StoreTx } from './store.js';
 
 const IN_PROGRESS_REASON = 'Deploy data available';
+
+/** A cluster's node groups' configs, `[install, uninstall]` each, in the groups' order. */
+export type GroupConfigs = ReadonlyArray<readonly [string | null, string | null]>;
 
 /** What a node's uninstall deployment is made of (`cnUninstallSource`). */
 interface UninstallSourceRow {
@@ -198,17 +202,32 @@ export class SqlRows {
    * until a later revision of it), each with its config and its cluster's name and configs (the
    * cluster's own and its nodegroups'): two reads, their rows as arrays (VALUES_SQL), and one
    * more for each cluster among them (a node is a member of one cluster at a time); configs come
-   * from the cache (they never change).
+   * from the cache (they never change). The deployments are not read when the node's generation
+   * is one of `known` (the asker holds it, or its document is built already).
    */
-  async metadataSource(node: string, wanted?: (n: NodeRecord) => boolean): Promise<MetadataRead | undefined> {
+  async metadataSource(node: string, known: KnownGenerations = []): Promise<MetadataRead | undefined> {
     const nodeRow = (await this.s.nodeValues.all(node))[0];
     if (nodeRow === undefined) return undefined;
     const n = nodeOfValues(nodeRow);
-    if (wanted !== undefined && !wanted(n)) return { node: n, source: null };
+    if (knows(known, n.generation)) return { node: n, source: null };
+    const rows = await this.s.depForMetadata.all(node);
+    return { node: n, source: await this.metadataOf(n, rows, (id) => this.#groupConfigs(id)) };
+  }
+
+  /**
+   * `n`'s document's source from its deployments' rows (VALUES_SQL.depForMetadata's columns, at
+   * METADATA_DEPLOYMENT_AT); `groupConfigs(clusterId, row)` gives a cluster's node groups' configs
+   * (SQL.ngConfigsOfCluster's rows, in its order), asked once per cluster.
+   */
+  async metadataOf(
+    n: NodeRecord,
+    rows: Iterable<readonly unknown[]>,
+    groupConfigs: (clusterId: string, row: readonly unknown[]) => GroupConfigs | Promise<GroupConfigs>,
+  ): Promise<MetadataSource> {
     const at = METADATA_DEPLOYMENT_AT;
     const clusters = new Map<string, MetadataCluster>();
     const entries: MetadataSource['entries'] = [];
-    for (const v of await this.s.depForMetadata.all(node)) {
+    for (const v of rows) {
       if (!inDocument(v[at.revision] as number, v[at.action] as string, v[at.actions] as string)) continue;
       let cluster: MetadataCluster | null = null;
       const clusterId = v[at.cluster_id] as string | null;
@@ -216,9 +235,9 @@ export class SqlRows {
         cluster = clusters.get(clusterId) ?? null;
         if (!cluster) {
           const configs = await this.#clusterConfigs(
-            clusterId,
             v[at.cluster_install_config_id] as string | null,
             v[at.cluster_uninstall_config_id] as string | null,
+            () => groupConfigs(clusterId, v),
           );
           cluster = { id: clusterId, name: (v[at.cluster_name] as string | null) ?? '', configs };
           clusters.set(clusterId, cluster);
@@ -227,25 +246,31 @@ export class SqlRows {
       const config = (await this.config(v[at.config_id] as string))!;
       entries.push({ deployment: metadataDeploymentOf(v), config, cluster });
     }
-    return { node: n, source: { node: n, entries } };
+    return { node: n, entries };
+  }
+
+  async #groupConfigs(clusterId: string): Promise<GroupConfigs> {
+    return (
+      (await this.s.ngConfigsOfCluster.all(clusterId)) as Array<{
+        install_config_id: string | null;
+        uninstall_config_id: string | null;
+      }>
+    ).map((g) => [g.install_config_id, g.uninstall_config_id]);
   }
 
   /** A cluster's configs in clusterConfigIds' order: its own two, then its nodegroups' by position; each once. */
   async #clusterConfigs(
-    clusterId: string,
     installConfigId: string | null,
     uninstallConfigId: string | null,
+    groupConfigs: () => GroupConfigs | Promise<GroupConfigs>,
   ): Promise<ConfigRecord[]> {
     const ids = new Set<string>();
     if (installConfigId !== null) {
       ids.add(installConfigId);
       ids.add(uninstallConfigId!);
-      for (const g of (await this.s.ngConfigsOfCluster.all(clusterId)) as Array<{
-        install_config_id: string | null;
-        uninstall_config_id: string | null;
-      }>) {
-        if (g.install_config_id !== null) ids.add(g.install_config_id);
-        if (g.uninstall_config_id !== null) ids.add(g.uninstall_config_id);
+      for (const [install, uninstall] of await groupConfigs()) {
+        if (install !== null) ids.add(install);
+        if (uninstall !== null) ids.add(uninstall);
       }
     }
     const configs: ConfigRecord[] = [];
@@ -491,6 +516,7 @@ export class SqlTx implements StoreTx {
     await this.#s.tombDelete.run(id);
     await this.#s.nodeInsert.run(id, endpoint, now, now);
     this.changes.touch(id);
+    this.changes.endpointSet(id, endpoint);
     await this.audit(who, 'node.create', id, endpoint === null ? null : { endpoint });
   }
 
@@ -513,12 +539,14 @@ export class SqlTx implements StoreTx {
         );
       await this.#s.nodeInsert.run(id, url, now, now);
       this.changes.touch(id);
+      this.changes.endpointSet(id, url);
       await this.audit(who, 'node.register', id, { endpoint: url });
       return { created: true, changed: true };
     }
     if (row.endpoint === url) return { created: false, changed: false };
     await this.#s.nodeSetEndpoint.run(url, now, id);
     this.changes.nodeChanged(id);
+    this.changes.endpointSet(id, url);
     await this.audit(who, 'node.endpoint', id, { endpoint: url });
     return { created: false, changed: true };
   }

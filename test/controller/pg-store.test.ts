@@ -12,6 +12,7 @@ import { PG_INSERT_MANY_MAX_ROWS } from '../../protocol/limits.js';
 import type { NewConfig } from '../../controller/store/store.js';
 import { rejectedCode } from '../helpers/controller-codes.js';
 import { startPg, type PgServer } from '../helpers/pg.js';
+import { waitFor } from '../helpers/procs.js';
 
 const WHO = 'spiffe://herald.local/operator/admin';
 const CONFIG: NewConfig = { name: 'c', group: 'script', config: 'x', inputs: [], outputs: [], options: {} };
@@ -188,6 +189,50 @@ describe('several stores on one database', () => {
     const entries = await b.changesAfter(0, 10);
     expect(entries.map((e) => String(e.seq))).toContain(payloads[0]);
     expect(entries[0]).toMatchObject({ origin: 'c1', changes: { touchedNodes: ['m'] } });
+  });
+
+  it('a group commit numbers, stamps and logs every unit at its end: each unit its own generation and log entry, in order, one notification', async () => {
+    const { list } = await stores(2);
+    const [a, b] = list as [PgStore, PgStore];
+    for (const n of ['p', 'q', 'r']) await a.createNode(n, null, WHO);
+    const cfg = await a.createConfig(CONFIG, WHO);
+    const head = (await b.changeHead()).last;
+    const payloads: string[] = [];
+    const l = await b.listen(
+      (p) => void payloads.push(p),
+      () => {},
+    );
+    const dep = (node: string) => async (tx: Parameters<Parameters<PgStore['transaction']>[0]>[0]) =>
+      tx.createDeployment(
+        { node, configId: cfg.id, name: null, actions: ['CREATE'], action: 'CREATE', inputValues: {} },
+        WHO,
+      );
+    const out = await a.group<unknown>([
+      dep('p'),
+      async () => {
+        throw new Error('this unit fails alone');
+      },
+      dep('q'),
+      async () => 'changes nothing',
+      dep('p'),
+      dep('r'),
+    ]);
+    expect(out.map((o) => o.ok)).toEqual([true, false, true, true, true, true]);
+    const changed = out.filter((o) => o.ok && o.value.changes.generation !== null);
+    const gens = changed.map((o) => (o.ok ? o.value.changes.generation! : 0));
+    expect(gens).toEqual([gens[0], gens[0]! + 1, gens[0]! + 2, gens[0]! + 3]);
+    // p touched twice: the later unit's generation
+    expect((await b.getNode('p'))!.generation).toBe(gens[2]);
+    expect((await b.getNode('q'))!.generation).toBe(gens[1]);
+    expect((await b.getNode('r'))!.generation).toBe(gens[3]);
+    const log = await b.changesAfter(head, 100);
+    expect(log.map((e) => e.seq)).toEqual([head + 1, head + 2, head + 3, head + 4]);
+    expect(log.map((e) => e.changes.generation)).toEqual(gens);
+    expect(log.map((e) => e.changes.wakes.map((w) => w.node))).toEqual([['p'], ['q'], ['p'], ['r']]);
+    expect(log.every((e) => e.origin === 'c1')).toBe(true);
+    await waitFor('the notification', async () => payloads.length > 0, 5_000, 20);
+    await l.unlisten();
+    expect(payloads).toEqual([String(head + 4)]);
   });
 
   it('writes acknowledged generations only for nodes it owns at the epoch it holds', async () => {

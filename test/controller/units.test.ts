@@ -7,7 +7,7 @@ import { codeOf } from '../../protocol/errors.js';
 import { hostInSans, isLinkLocal, parseEndpoint } from '../../controller/service/endpoint.js';
 import { RateLimiter } from '../../controller/api/rate-limit.js';
 import { statusOf } from '../../controller/error-status.js';
-import { matchesEtag } from '../../controller/service/agent-answers.js';
+import { etagOf, heldGenerations, matchesEtag } from '../../controller/service/agent-answers.js';
 import { coerceValue, mergeInputValues } from '../../controller/service/validation.js';
 import { defaultPushWorkers, parseHostPort, resolveOptions } from '../../controller/options.js';
 import { planCluster } from '../../controller/clusters/plan.js';
@@ -101,6 +101,33 @@ describe('If-None-Match', () => {
     expect(matchesEtag('*', '"5"')).toBe(true);
     expect(matchesEtag('"55"', '"5"')).toBe(false);
     expect(matchesEtag(undefined, '"5"')).toBe(false);
+  });
+
+  it('names the generations it matches: a fetch tells the store which documents it need not read', () => {
+    const headers: Array<string | string[] | undefined> = [
+      undefined,
+      '"5"',
+      'W/"5"',
+      '"1", "5"',
+      ['"1"', 'W/"5"'],
+      '*',
+      '"0"',
+      '"05"',
+      '"55"',
+      '"5',
+      '5',
+      '"-5"',
+      '"5.0"',
+      '"abc", W/"7" ,"9007199254740993"',
+      '',
+    ];
+    for (const h of headers) {
+      const held = heldGenerations(h);
+      for (let gen = 0; gen <= 60; gen++)
+        expect(held === 'all' || held.includes(gen), `${JSON.stringify(h)} ${gen}`).toBe(matchesEtag(h, etagOf(gen)));
+    }
+    expect(heldGenerations('*')).toBe('all');
+    expect(heldGenerations('"abc", W/"7" ,"9007199254740993"')).toEqual([7]);
   });
 
   it('maps codes to statuses at one place', () => {

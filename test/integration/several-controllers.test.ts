@@ -129,6 +129,70 @@ describe('three controllers on one PostgreSQL', { timeout: 150_000 }, () => {
     expect(owned).toBe((await controllers()).find((c) => c.name === 'c1')!.nodes_owned);
   });
 
+  it("a change made through one controller is applied by its node's owner alone: only the owner wakes it, and no controller reads it back", async () => {
+    /** The sum of metric `name`'s samples on controller `c` (those whose labels include `label`). */
+    const metric = async (c: string, name: string, label = ''): Promise<number> => {
+      const raw = (await api(f.controllers.get(c)!.port, f.op, 'GET', '/metrics')).raw;
+      let sum = 0;
+      for (const line of raw.split('\n')) {
+        const [series, value] = line.split(' ');
+        if (series === undefined || value === undefined || series.startsWith('#')) continue;
+        if ((series === name || series.startsWith(`${name}{`)) && series.includes(label)) sum += Number(value);
+      }
+      return sum;
+    };
+    const snapshot = async () =>
+      Object.fromEntries(
+        await Promise.all(
+          CONTROLLERS.map(
+            async (c) =>
+              [
+                c,
+                {
+                  woke: await metric(c, 'herald_wakeups_sent_total'),
+                  pushReads: await metric(c, 'herald_change_reads_total', 'for="push"'),
+                  applied: await metric(c, 'herald_fleet_changes_applied_total'),
+                },
+              ] as const,
+          ),
+        ),
+      );
+    const nodes = (await api(f.controllers.get('c1')!.port, f.op, 'GET', '/v1/nodes')).json.items as Array<{
+      id: string;
+      owner: string;
+    }>;
+    const x = nodes.find((n) => n.owner === 'c2')!;
+    const c1 = f.controllers.get('c1')!;
+    const cfg = await api(c1.port, f.op, 'POST', '/v1/configs', {
+      name: 'own',
+      group: 'script',
+      config: '#!/bin/sh\n',
+    });
+    const before = await snapshot();
+    const d = await api(c1.port, f.op, 'POST', '/v1/deployments', { node: x.id, config_id: cfg.json.id });
+    expect(d.status).toBe(201);
+    await waitFor(
+      'the deployment to complete',
+      async () => (await api(c1.port, f.op, 'GET', `/v1/deployments/${d.json.id}`)).json.status === 'COMPLETE',
+      20_000,
+      50,
+    );
+    // the deployment and its signal: two change sets, applied by every controller
+    const after = await waitFor(
+      'every controller to apply both changes',
+      async () => {
+        const s = await snapshot();
+        return CONTROLLERS.every((c) => s[c]!.applied >= before[c]!.applied + 2) ? s : null;
+      },
+      20_000,
+      50,
+    );
+    expect(after.c2!.woke - before.c2!.woke).toBe(1);
+    expect(after.c1!.woke - before.c1!.woke).toBe(0);
+    expect(after.c3!.woke - before.c3!.woke).toBe(0);
+    for (const c of CONTROLLERS) expect(after[c]!.pushReads - before[c]!.pushReads, c).toBe(0);
+  });
+
   it('a kill -9 of a controller mid rolling restart: its nodes are taken over and pinged within 10 s, the restart completes, every step ran once', async () => {
     const log = path.join(f.work, 'steps.log');
     fs.writeFileSync(log, '');

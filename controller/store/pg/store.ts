@@ -8,7 +8,10 @@
  * - The generation is global and never goes backwards for any reader: a transaction that
  *   touched nodes takes its number last, from the `sequence` row, whose lock it then holds to
  *   its commit, so transactions commit in the order of their numbers (a bare PostgreSQL
- *   sequence hands numbers out in call order, not commit order).
+ *   sequence hands numbers out in call order, not commit order). A group commit takes the
+ *   numbers of all its units at once, after the last has run, and stamps and logs them in one
+ *   statement each (`#seal`).
+ * - A fetch's read is one statement (`metadataSource`, `PG_METADATA_SQL`).
  * - Every change set is written to `change_log` under the same lock (so the log is in commit
  *   order too) and one `NOTIFY herald_changes` per transaction says "look": every controller
  *   reads the log from where it stopped (controller/fleet/change-feed.ts), which is also how it recovers
@@ -56,11 +59,14 @@ import type {
 import { pgEnrollment, type AppendAudit } from './enrollment.js';
 import { AuditWriter } from '../audit-chain.js';
 import { PG_MIGRATIONS, PG_SCHEMA_VERSION, pgStatementTexts, type PgStatementName } from './schema.js';
-import type { ChangeSet } from '../../model/records.js';
+import type { ChangeSet, KnownGenerations, MetadataRead } from '../../model/records.js';
 import { PoolGate } from './pool-gate.js';
 import { SqlOutputRows, type OutputChunkRecord } from '../output.js';
 import {
   INSERT_MANY,
+  METADATA_GROUP_CONFIGS_AT,
+  NODE_AT,
+  PG_METADATA_SQL,
   SELECT_MANY,
   SQL,
   type InsertMany,
@@ -74,16 +80,23 @@ import {
   type ValuesName,
   type ValuesStmt,
 } from '../statements.js';
-import { SqlRows, SqlTx } from '../tx.js';
+import { type GroupConfigs, SqlRows, SqlTx } from '../tx.js';
+import { nodeOfValues } from '../rows.js';
 import type { Committed, Store, TxFn, UnitOutcome } from '../store.js';
 
 export const CHANGE_CHANNEL = 'herald_changes';
 /** The advisory lock the migrating controller holds (any fixed number; "herald" in base 36, truncated). */
 const MIGRATION_LOCK_KEY = 1_095_189_117;
 
-/** Statements of PostgreSQL alone: the sequence row with the change counter, and the log. */
-const HEADS_SQL = `UPDATE sequence SET value = value + $1, changes = changes + 1 WHERE name = 'generation' RETURNING value, changes`;
-const LOG_SQL = 'INSERT INTO change_log (seq, origin, generation, body) VALUES ($1, $2, $3, $4)';
+/**
+ * Statements of PostgreSQL alone: the sequence row with the change counter (`$1` generations and
+ * `$2` change sets taken at once), the touched nodes' new generations and the change sets' log
+ * rows, each written for a whole transaction (all the units of a group commit) in one statement.
+ */
+const HEADS_SQL = `UPDATE sequence SET value = value + $1, changes = changes + $2 WHERE name = 'generation' RETURNING value, changes`;
+const STAMP_SQL = `UPDATE nodes n SET generation = v.g FROM unnest($1::text[], $2::bigint[]) AS v(id, g) WHERE n.id = v.id`;
+const LOG_SQL = `INSERT INTO change_log (seq, origin, generation, body)
+  SELECT v.seq, $4, v.g, v.body FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS v(seq, g, body)`;
 
 /** One committed change set as the log keeps it. */
 export interface LoggedChange {
@@ -107,6 +120,15 @@ export interface PgStoreOptions {
 
 type Sql = postgres.Sql<Record<string, never>>;
 type TxSql = postgres.TransactionSql<Record<string, never>>;
+
+/** A unit of work that ran: its result and what it changed, not yet numbered. */
+interface Ran<T> {
+  result: T;
+  changes: ChangeSetBuilder;
+}
+
+/** Where PG_METADATA_SQL's row has the deployments: after the node's columns. */
+const METADATA_DEPLOYMENTS_AT = Object.keys(NODE_AT).length;
 
 const RETRYABLE = new Set(['40001', '40P01', '23505']);
 /** Class 08 (connection exception), 57P (operator intervention: shutdown), 53 (resources). */
@@ -368,9 +390,10 @@ export class PgStore extends SqlStoreBase implements Store {
       () =>
         this.#sql.begin(async (tx) => {
           const s = bind(tx, this.#texts);
-          const out = await this.#unit(tx, s, fn, new AuditWriter(s, this.#controller));
-          if (out.seq !== null) await tx.unsafe('SELECT pg_notify($1, $2)', [CHANGE_CHANNEL, String(out.seq)]);
-          return out.committed;
+          const ran = await this.#unit(s, fn, new AuditWriter(s, this.#controller));
+          const { committed, last } = await this.#seal(tx, [ran]);
+          if (last !== null) await tx.unsafe('SELECT pg_notify($1, $2)', [CHANGE_CHANNEL, String(last)]);
+          return committed[0]!;
         }) as Promise<Committed<T>>,
     );
   }
@@ -380,28 +403,28 @@ export class PgStore extends SqlStoreBase implements Store {
       () =>
         this.#sql.begin(async (tx) => {
           const s = bind(tx, this.#texts);
-          const outcomes: Array<UnitOutcome<T>> = [];
           // one chain for the group: its head is locked once, then kept from unit to unit
           const chain = new AuditWriter(s, this.#controller);
-          let last: number | null = null;
+          const ran: Array<Ran<T> | { error: unknown }> = [];
           for (const fn of units) {
             const mark = chain.mark();
             try {
-              const out = (await tx.savepoint(() => this.#unit(tx, s, fn, chain))) as {
-                committed: Committed<T>;
-                seq: number | null;
-              };
-              if (out.seq !== null) last = out.seq;
-              outcomes.push({ ok: true, value: out.committed });
+              ran.push((await tx.savepoint(() => this.#unit(s, fn, chain))) as Ran<T>);
             } catch (error) {
               chain.reset(mark);
               // a unit's own error undoes that unit; a lost connection or a deadlock ends them all
               if (isUnavailable(error) || RETRYABLE.has((error as { code?: string }).code ?? '')) throw error;
-              outcomes.push({ ok: false, error });
+              ran.push({ error });
             }
           }
+          const done = ran.filter((r): r is Ran<T> => !('error' in r));
+          const { committed, last } = await this.#seal(tx, done);
           if (last !== null) await tx.unsafe('SELECT pg_notify($1, $2)', [CHANGE_CHANNEL, String(last)]);
-          return outcomes;
+          let i = 0;
+          return ran.map(
+            (r): UnitOutcome<T> =>
+              'error' in r ? { ok: false, error: r.error } : { ok: true, value: committed[i++]! },
+          );
         }) as Promise<Array<UnitOutcome<T>>>,
     );
   }
@@ -430,38 +453,61 @@ export class PgStore extends SqlStoreBase implements Store {
   }
 
   /**
-   * Runs one unit of work; then, when it changed anything, takes the next numbers (and the
-   * sequence row's lock, to the commit), stamps the touched nodes and logs the change set.
+   * Runs one unit of work, gathering what it changed (numbered and logged by #seal), and appends
+   * its audit rows to the chain: the chain head's lock comes here, the sequence row's in #seal,
+   * always in this order.
    */
-  async #unit<T>(
-    tx: TxSql,
-    s: Statements,
-    fn: TxFn<T>,
-    chain: AuditWriter,
-  ): Promise<{ committed: Committed<T>; seq: number | null }> {
+  async #unit<T>(s: Statements, fn: TxFn<T>, chain: AuditWriter): Promise<Ran<T>> {
     const changes = new ChangeSetBuilder();
     const unit = new SqlTx(new SqlRows(s, this.#now, this.#rows.configCache, { inTransaction: true }), changes, chain);
-    let result: T;
     try {
-      result = await fn(unit);
-      // the chain head's lock, then the sequence row's: always in this order
+      const result = await fn(unit);
       await unit.flushAudit();
+      return { result, changes };
     } finally {
       unit.end();
     }
-    if (changes.isEmpty) return { committed: { result, changes: changes.build(null) }, seq: null };
-    const bump = changes.needsGeneration ? 1 : 0;
-    const [head] = (await tx.unsafe(HEADS_SQL, [bump], { prepare: true })) as unknown as Array<{
+  }
+
+  /**
+   * The end of a transaction whose units have run: the numbers for all of them at once (and the
+   * sequence row's lock, to the commit), a generation for each unit that touched a node and a
+   * log number for each that changed anything, in the units' order; then every touched node
+   * stamped and every change set logged, one statement each, as SQLite stamps in process: a
+   * cluster of 5,000 nodes is one UPDATE, not 5,000 round trips. `last` is the last log
+   * number, null when nothing changed.
+   */
+  async #seal<T>(
+    tx: TxSql,
+    ran: ReadonlyArray<Ran<T>>,
+  ): Promise<{ committed: Array<Committed<T>>; last: number | null }> {
+    const logged = ran.filter((r) => !r.changes.isEmpty);
+    if (logged.length === 0)
+      return { committed: ran.map((r) => ({ result: r.result, changes: r.changes.build(null) })), last: null };
+    const bumps = logged.filter((r) => r.changes.needsGeneration).length;
+    const [head] = (await tx.unsafe(HEADS_SQL, [bumps, logged.length], { prepare: true })) as unknown as Array<{
       value: number;
       changes: number;
     }>;
-    const gen = bump === 1 ? head!.value : null;
-    if (gen !== null) for (const node of changes.nodesToStamp()) await s.nodeSetGen.run(gen, node);
-    const built = changes.build(gen);
-    await tx.unsafe(LOG_SQL, [head!.changes, this.#controller, gen, JSON.stringify(built)] as never[], {
-      prepare: true,
+    let gen = head!.value - bumps;
+    let seq = head!.changes - logged.length;
+    /** Node → its new generation (a later unit's, when two touched it: the higher). */
+    const stamps = new Map<string, number>();
+    const log: { seqs: number[]; gens: Array<number | null>; bodies: string[] } = { seqs: [], gens: [], bodies: [] };
+    const committed = ran.map((r): Committed<T> => {
+      if (r.changes.isEmpty) return { result: r.result, changes: r.changes.build(null) };
+      const g = r.changes.needsGeneration ? ++gen : null;
+      if (g !== null) for (const node of r.changes.nodesToStamp()) stamps.set(node, g);
+      const built = r.changes.build(g);
+      log.seqs.push(++seq);
+      log.gens.push(g);
+      log.bodies.push(JSON.stringify(built));
+      return { result: r.result, changes: built };
     });
-    return { committed: { result, changes: built }, seq: head!.changes };
+    if (stamps.size > 0)
+      await tx.unsafe(STAMP_SQL, [[...stamps.keys()], [...stamps.values()]] as never[], { prepare: true });
+    await tx.unsafe(LOG_SQL, [log.seqs, log.gens, log.bodies, this.#controller] as never[], { prepare: true });
+    return { committed, last: seq };
   }
 
   /** Only the nodes this controller owns now, at the epoch it holds; others' owners record theirs. */
@@ -622,7 +668,34 @@ export class PgStore extends SqlStoreBase implements Store {
     return { unlisten: () => r.unlisten() };
   }
 
-  protected override readonly snapshotCostsMore = true;
+  /**
+   * A fetch's read in one statement (PG_METADATA_SQL): the node's row and, unless `known` has
+   * its generation, its deployments with their clusters' node groups' configs as JSON, in one
+   * snapshot; configs come from the cache (they never change: a config is read once per
+   * controller). Without it a fetch was a node read then a read-only transaction of four more
+   * statements, each a round trip (BENCHMARKS.md, "Several controllers").
+   */
+  override metadataSource(node: string, known: KnownGenerations = []): Promise<MetadataRead | undefined> {
+    return this.#db(async () => {
+      const [row] = (await this.#sql
+        .unsafe(PG_METADATA_SQL, [node, known === 'all', known === 'all' ? [] : [...known]] as never[], {
+          prepare: true,
+        })
+        .values()) as unknown as unknown[][];
+      if (row === undefined) return undefined;
+      const n = nodeOfValues(row);
+      const deployments = row[METADATA_DEPLOYMENTS_AT] as unknown[][] | null;
+      if (deployments === null) return { node: n, source: null };
+      return {
+        node: n,
+        source: await this.#rows.metadataOf(
+          n,
+          deployments,
+          (_, v) => (v[METADATA_GROUP_CONFIGS_AT] ?? []) as GroupConfigs,
+        ),
+      };
+    });
+  }
 
   protected read<T>(fn: (rows: SqlRows, output: SqlOutputRows) => Promise<T>, snapshot = false): Promise<T> {
     if (!snapshot) return this.#db(() => fn(this.#rows, this.#output));
