@@ -128,6 +128,13 @@ export interface DialerOptions {
   dialTimeoutMs?: number;
   /** Default AGENT_DIAL_RESTART_DELAY_MAX_MS. */
   restartDelayMaxMs?: number;
+  /**
+   * Every dial runs through this (default: runs it at once): `dial` starts it and resolves once it
+   * is over, the connection up or the dial failed. The benchmark's simulated agents, thousands to
+   * a process, pass a gate that bounds how many of them handshake at once (a real agent has its
+   * machine to itself). The dial's timeout starts when `dial` is called.
+   */
+  runDial?: (dial: () => Promise<void>) => Promise<void>;
 }
 
 /** Counters, for tests and metrics. */
@@ -199,6 +206,9 @@ export class Dialer extends EventEmitter {
   #failMessage = '';
   #retryTimer: unknown = null;
   #dialTimer: unknown = null;
+  /** Resolves the promise of the dial in progress (`runDial`): it is over. */
+  #dialOver: (() => void) | null = null;
+  readonly #runDial: DialerOptions['runDial'];
   #pingTimer: unknown = null;
   #pongTimer: unknown = null;
   #started = false;
@@ -227,6 +237,7 @@ export class Dialer extends EventEmitter {
     this.#controllers = o.controllers;
     this.#proxy = o.proxy;
     this.#log = o.log;
+    this.#runDial = o.runDial;
     this.#push = new PushConnections({
       material: o.material,
       verifier: o.verifier,
@@ -306,6 +317,7 @@ export class Dialer extends EventEmitter {
       if (timer !== null) t.clearTimeout(timer);
     if (this.#summaryTimer !== null) clearInterval(this.#summaryTimer);
     this.#summary.flush(true);
+    this.#endDial();
     const ws = this.#ws;
     this.#tunnel?.destroy();
     this.#push.closeAll();
@@ -321,6 +333,29 @@ export class Dialer extends EventEmitter {
 
   #dial(): void {
     if (this.#closed) return;
+    const run = this.#runDial;
+    if (run === undefined) {
+      this.#dialNow();
+      return;
+    }
+    void run(
+      () =>
+        new Promise<void>((resolve) => {
+          if (this.#closed) return resolve();
+          this.#dialOver = resolve;
+          this.#dialNow();
+        }),
+    );
+  }
+
+  /** The dial in progress is over (up, failed, or given up): `runDial` may start another. */
+  #endDial(): void {
+    const over = this.#dialOver;
+    this.#dialOver = null;
+    over?.();
+  }
+
+  #dialNow(): void {
     const url = this.url;
     this.stats.dials++;
     this.#failCode = null;
@@ -458,6 +493,7 @@ export class Dialer extends EventEmitter {
     this.#dialTimer = null;
     this.#tunnel = null;
     this.#openedAt = t.now();
+    this.#endDial();
     const label = url.host;
     this.#conn = this.#push.add({ ws, sock, identity: peer.identity, cert: peer.cert, peer: label, offers });
     this.stats.connected++;
@@ -515,6 +551,7 @@ export class Dialer extends EventEmitter {
     this.#conn = null;
     this.#tunnel?.destroy();
     this.#tunnel = null;
+    this.#endDial();
     if (this.#closed) return;
     let code: ErrorCode;
     if (this.#failCode !== null) code = this.#failCode;

@@ -332,6 +332,33 @@ describe('whom the agent dials', () => {
   });
 });
 
+describe('runDial', () => {
+  it('runs every dial through runDial: nothing is dialled before it starts one, and its promise ends when the dial failed or the connection is up', async () => {
+    const s = await standIn({ pingGen: 1 });
+    const refused = `wss://127.0.0.1:${await deadPort()}/v1/connect`;
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const ends: string[] = [];
+    let d: Setup | undefined;
+    d = dial(startingAt(refused, s.url), {
+      random: () => 0,
+      runDial: async (go) => {
+        await held;
+        await go();
+        // connections up / dials failed, when this dial was over
+        ends.push(`${d!.dialer.stats.connected}/${d!.dialer.stats.dialFailures}`);
+      },
+    });
+    expect(d.dialer.stats.dials).toBe(0);
+    release();
+    await s.connection();
+    await vi.waitFor(() => expect(ends).toEqual(['0/1', '1/1']));
+    expect(d.dialer.stats.dials).toBe(2);
+  });
+});
+
 describe('liveness and reconnects', () => {
   it('pings; a pong in time keeps the connection, none within the pong timeout drops it half_open and dials the next URL', async () => {
     const a = await standIn();
