@@ -12,7 +12,7 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { revoke } from '../../certs/pki.js';
+import { issueCert, revoke } from '../../certs/pki.js';
 import { pkiPaths } from '../../certs/paths.js';
 import type { PkiMaterial } from '../../certs/tls.js';
 import { FetchCoalescer } from '../../agent/coalescer.js';
@@ -308,6 +308,36 @@ describe('whom the agent dials', () => {
     expect(await c.closed).toEqual([1008, 'revoked']);
     expect(await d.nextDown()).toMatchObject({ code: 'revoked', wasOpen: true });
     expect(await d.nextDown()).toMatchObject({ code: 'revoked', wasOpen: false });
+  });
+
+  it('presents a renewed certificate at the next dial (its TLS context is made again when the PKI changes)', async () => {
+    const own = await makeAgentTestPki();
+    open.push({ close: () => own.cleanup() });
+    const m = own.material('agent', 'n1');
+    const s = await standIn({ material: own.material('controller', 'controller'), signer: own.signer });
+    const d = dial(s.url, {
+      material: m,
+      verifier: new WakeVerifier({ audience: N1(), keys: keySetOf(m), startedAtS: nowS() - 5 }),
+      random: () => 0,
+    });
+    const first = await s.connection(0);
+    const before = first.identity.serial;
+    const renewed = await issueCert({
+      dir: own.dir,
+      role: 'agent',
+      name: 'n1',
+      keyPem: fs.readFileSync(pkiPaths(own.dir).key('agent', 'n1'), 'utf8'),
+    });
+    m.reload();
+    first.ws.close(1011, 'internal_error');
+    await d.nextDown();
+    const second = await s.connection(1);
+    expect(second.identity.serial).toBe(renewed.serial);
+    expect(second.identity.serial).not.toBe(before);
+    // and the dial after that keeps presenting it
+    second.ws.close(1011, 'internal_error');
+    await d.nextDown();
+    expect((await s.connection(2)).identity.serial).toBe(renewed.serial);
   });
 
   it("keeps the controller's refusal code from its 403 before the upgrade, else upgrade_refused", async () => {
