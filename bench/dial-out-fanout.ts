@@ -47,6 +47,8 @@ export interface FanoutPairOptions {
   probeEveryMs: number;
   /** Called after each N (the caller writes what it has so far). */
   onStep?: (pairs: FanoutPair[]) => void;
+  /** `--profile`: node flags for every process (the preload), and its windows bracketed (bench/prof-preload.ts). */
+  profArgs?: string[];
 }
 
 /** Every N in turn on the two beds; the fleets grow from one N to the next. */
@@ -59,6 +61,7 @@ export async function fanoutPairs(o: FanoutPairOptions): Promise<FanoutPair[]> {
     runsFor: o.runsFor,
     crashFor: o.crashFor,
     pushWorkers: o.pushWorkers,
+    ...(o.profArgs?.length ? { harnessExecArgv: o.profArgs, controllerNodeArgs: o.profArgs, profile: true } : {}),
   };
   const beds: Record<FanoutMode, FanoutBed> = {
     listener: new FanoutBed({ ...common, port: o.port, label: 'fanout-listener' }),

@@ -46,6 +46,8 @@ export interface DialOutMainOptions {
    * beside the fan-out; null: in this process, after the fan-out (its loopback is then shared).
    */
   idleChild: ((mode: FanoutMode) => Promise<IdlePart>) | null;
+  /** `--profile`: the fan-out's processes get these node flags (bench/prof-preload.ts). */
+  profArgs?: string[];
 }
 
 export async function dialOutMain(o: DialOutMainOptions): Promise<number> {
@@ -120,6 +122,7 @@ export async function dialOutMain(o: DialOutMainOptions): Promise<number> {
       crashFor: () => true,
       pushWorkers: o.pushWorkers,
       probeEveryMs: PROBE_EVERY_MS,
+      ...(o.profArgs ? { profArgs: o.profArgs } : {}),
       onStep: (pairs) => {
         fanout = pairs;
         write(false);

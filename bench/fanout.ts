@@ -35,6 +35,7 @@ import {
   heapNote,
   median,
   nowMs,
+  profileFromStart,
   round,
   residentByKind,
   residentText,
@@ -762,7 +763,8 @@ export async function crashRun(
   const o = bed.o;
   // --profile: the new controller and its push workers profile from their first line (they start
   // dialling at once), the harness processes from the moment it answers; all stop at the window's end
-  if (o.profile) process.env.HERALD_BENCH_PROFILE_FROM_START = `${path.sep}dist${path.sep}`;
+  const fromStart = `${path.sep}dist${path.sep}`;
+  if (o.profile) process.env.HERALD_BENCH_PROFILE_FROM_START = fromStart;
   const ctl = await startController({
     pki: o.pki,
     dir: bed.dir,
@@ -770,7 +772,8 @@ export async function crashRun(
     pushWorkers: o.pushWorkers,
     db: bed.ctl.db,
     extra: o.controllerExtra,
-    nodeArgs: o.controllerNodeArgs,
+    // its push workers inherit its node flags, not its environment
+    nodeArgs: o.profile ? profileFromStart(o.controllerNodeArgs ?? [], fromStart) : o.controllerNodeArgs,
     label: `controller-after-crash-${n}`,
   });
   delete process.env.HERALD_BENCH_PROFILE_FROM_START;

@@ -16,17 +16,18 @@ import type {
   WakeAsk,
 } from './harness.js';
 import { MAX_DIALS_IN_FLIGHT } from '../protocol/limits.js';
-import { FLOOR_AGENT_PROCS } from './floor.js';
 import type { AgentSlot, BenchPki } from './pki-cache.js';
 import { exited, track } from './procs.js';
 import { nowMs, say, sleep } from './util.js';
 
 /**
- * Dials out in flight at once in one harness process: the controller's own bound on its dials in
- * listener mode (MAX_DIALS_IN_FLIGHT) shared by the processes a fleet of 10,000 runs in
- * (FLOOR_AGENT_PROCS), so that both modes hold as many handshakes in flight (sim-agent.ts).
+ * Dials out in flight at once in each of `procs` harness processes started together: the
+ * controller's own bound on its dials in listener mode (MAX_DIALS_IN_FLIGHT) shared among them,
+ * so that both modes hold as many handshakes in flight (sim-agent.ts).
  */
-export const DIAL_CONCURRENCY = Math.ceil(MAX_DIALS_IN_FLIGHT / FLOOR_AGENT_PROCS);
+export function dialConcurrencyFor(procs: number): number {
+  return Math.ceil(MAX_DIALS_IN_FLIGHT / Math.max(1, procs));
+}
 
 const HARNESS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'harness.js');
 
@@ -47,7 +48,7 @@ export interface FleetOptions {
   announce?: boolean;
   startConcurrency?: number;
   fetchConcurrency?: number;
-  /** Dials out in flight at once per harness process (default DIAL_CONCURRENCY). */
+  /** Dials out in flight at once per harness process (default dialConcurrencyFor(procs)). */
   dialConcurrency?: number;
   /** Extra node flags for the harness processes (e.g. --cpu-prof). */
   execArgv?: string[];
@@ -131,7 +132,7 @@ export class Fleet {
         announce: o.announce ?? true,
         startConcurrency: o.startConcurrency ?? 32,
         fetchConcurrency: o.fetchConcurrency ?? 64,
-        dialConcurrency: o.dialConcurrency ?? DIAL_CONCURRENCY,
+        dialConcurrency: o.dialConcurrency ?? dialConcurrencyFor(procs),
       };
       child.send(start);
       const m = { child, pending, started };

@@ -36,7 +36,7 @@ import { heatPhase } from './heat.js';
 import { HEAT_SECTION_MARKER, heatMarkdown } from './heat-report.js';
 import { preAuthMarkdown, preAuthPhase } from './pre-auth.js';
 import { levelGrowth, soakMarkdown, soakPhase } from './soak.js';
-import { loadAvg, NO_HOOK_LAUNCHER_ENV, say } from './util.js';
+import { loadAvg, NO_HOOK_LAUNCHER_ENV, profilePreloadArgs, say } from './util.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** The checkout: dist/bench/main.js → two levels up. */
@@ -352,7 +352,9 @@ async function main(): Promise<number> {
   if (args.dialOut) {
     const runDir = path.join(ROOT, 'tmp', 'bench-run');
     const failed = (why: string): IdlePart => ({ exact: false, agents: 0, problems: [why] });
+    if (args.profile) process.env.HERALD_BENCH_PROFILE_DIR = args.profile;
     return dialOutMain({
+      ...(args.profile ? { profArgs: profilePreloadArgs(args.profile) } : {}),
       ns: args.ns,
       runs: args.runs,
       quick: args.quick,
@@ -396,7 +398,7 @@ async function main(): Promise<number> {
   if (args.soakMinutes !== null) return soakMain(args, pki, runDir, port, args.soakMinutes);
   if (args.preAuth) return preAuthMain(args, pki, runDir, port);
   // --profile: every process started gets the preload; SIGUSR2 brackets the measured windows
-  const profArgs = args.profile ? ['--import', new URL('./prof-preload.js', import.meta.url).href] : [];
+  const profArgs = args.profile ? profilePreloadArgs(args.profile) : [];
   if (args.profile) process.env.HERALD_BENCH_PROFILE_DIR = args.profile;
   const results: {
     latency?: LatencyResult;

@@ -58,7 +58,7 @@ export function setFetchConcurrency(n: number): void {
  * otherwise hold its event loop past the controller's 1 s answer limit, and its agents' acks would
  * miss it (N = 200 on the shared host, 2026-12-08: 125 of 200 connections dropped half-open, the
  * harness's loop late by up to 1.3 s). In listener mode the controller bounds its own dials the
- * same way (MAX_DIALS_IN_FLIGHT over the harness processes).
+ * same way (MAX_DIALS_IN_FLIGHT; fleet.ts dialConcurrencyFor shares it among the processes).
  */
 let dialGate: Gate | null = null;
 export function setDialConcurrency(n: number): void {
