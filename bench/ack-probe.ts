@@ -11,29 +11,24 @@
  * A probe node not connected when its turn comes is skipped (counted): its change would reach it
  * with its attach ping, which times the reconnection, not the ack. The probe deployments are made
  * (and their first runs signalled) before the crash, with a config of their own.
+ *
+ * The probe agents are agents of the same kind as the fleet's (listening or dialling out), cut off
+ * by the same kill, but in a harness process of their own (FanoutOptions.probeAgents): an agent of
+ * the fleet shares its event loop with thousands of others handshaking at once, and its ack would
+ * time that process, not the controller.
  */
 import type { Fleet } from './fleet.js';
-import { slot } from './pki-cache.js';
 import type { ControllerProc } from './procs.js';
 import { dist, type Dist, nowMs, round, roundDist, sleep, waitFor } from './util.js';
 
-/** The probe nodes (a few, spread over the harness processes) and the pause between two probes. */
+/** The probe agents' nodes and the pause between two probes. */
 export interface AckProbeSpec {
   nodes: string[];
   everyMs: number;
 }
 
-/** Probe nodes of a crash run: a few, so that each gets a change only every few seconds. */
-export const PROBE_NODES = 16;
-
-/**
- * `count` nodes spread evenly over the fan-out's first `n` (`b00000`, ...): the fleet deals its
- * agents out to the harness processes in turn, so these land in every one of them.
- */
-export function probeNodes(n: number, count: number): string[] {
-  const k = Math.max(0, Math.min(n, count));
-  return Array.from({ length: k }, (_, i) => slot('b', Math.floor((i * n) / k)).node);
-}
+/** Probe agents of a crash run (FanoutOptions.probeAgents): a few, so that each gets a change only every few seconds. */
+export const PROBE_AGENTS = 16;
 
 /** What a prepared probe needs: the deployment of each probe node. */
 export interface AckProbes {
@@ -93,6 +88,16 @@ export async function prepareAckProbe(bed: Bed, spec: AckProbeSpec): Promise<Ack
       100,
     );
   return { deployments, everyMs: spec.everyMs };
+}
+
+/**
+ * A change to every probe node, made just before the crash (its push workers stopped: no wake-up
+ * leaves): the restarted controller finds them behind, as the fleet's nodes, and dials them in
+ * listener mode (a node up to date is dialled only at its next change).
+ */
+export async function pendAckProbes(ctl: ControllerProc, p: AckProbes): Promise<void> {
+  for (const d of p.deployments)
+    await ctl.op.must(200, 'PATCH', `/v1/deployments/${d.id}`, { input_values: { probe: 'pending' } });
 }
 
 /** How long, after the window, an unanswered probe may still be acked. */

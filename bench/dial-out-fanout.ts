@@ -9,9 +9,10 @@
  * Per N: both fleets grown (one after the other: each growth's figures are its own), a warm-up
  * change each, the runs in turns, then each bed's crash run (SIGKILL with a change pending,
  * started again on the same database) with changes to single nodes made while its fleet
- * reconnects, their acks timed (bench/ack-probe.ts).
+ * reconnects, their acks timed (bench/ack-probe.ts: PROBE_AGENTS agents of each bed's kind beside
+ * its fleet, in a harness process of their own).
  */
-import { PROBE_NODES, probeNodes, type AckProbeSpec } from './ack-probe.js';
+import { PROBE_AGENTS, type AckProbeSpec } from './ack-probe.js';
 import {
   CRASH_WINDOW_MS,
   crashRun,
@@ -61,6 +62,7 @@ export async function fanoutPairs(o: FanoutPairOptions): Promise<FanoutPair[]> {
     runsFor: o.runsFor,
     crashFor: o.crashFor,
     pushWorkers: o.pushWorkers,
+    probeAgents: PROBE_AGENTS,
     ...(o.profArgs?.length ? { harnessExecArgv: o.profArgs, controllerNodeArgs: o.profArgs, profile: true } : {}),
   };
   const beds: Record<FanoutMode, FanoutBed> = {
@@ -102,8 +104,8 @@ export async function fanoutPairs(o: FanoutPairOptions): Promise<FanoutPair[]> {
         for (const m of order) pair[m].runs.push(await measuredRun(beds[m], nodes, r, grown[m], pair[m].problems));
       }
       if (o.crashFor(n)) {
-        const probe: AckProbeSpec = { nodes: probeNodes(n, PROBE_NODES), everyMs: o.probeEveryMs };
         for (const m of modes) {
+          const probe: AckProbeSpec = { nodes: beds[m].probeSlots.map((x) => x.node), everyMs: o.probeEveryMs };
           pair[m].crash = await crashRun(beds[m], n, nodes, CRASH_WINDOW_MS(n), pair[m].problems, probe);
           sayCrash(beds[m], n, pair[m].crash!);
         }

@@ -14,6 +14,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { PROBE_AGENTS } from './ack-probe.js';
 import { dialOutLatencyPhase, type DialOutLatency } from './dial-out-latency.js';
 import { fanoutPairs, type FanoutMode, type FanoutPair } from './dial-out-fanout.js';
 import { DIAL_OUT_MARKER, dialOutMarkdown, type DialOutReport } from './dial-out-report.js';
@@ -60,7 +61,12 @@ export async function dialOutMain(o: DialOutMainOptions): Promise<number> {
   const ns = o.ns.length > 0 ? o.ns : o.quick ? [1_000] : [10_000];
   const maxN = Math.max(...ns, IDLE_SLOTS);
   say(`dial-out beside listener mode: fan-out N ${ns.join(', ')}; load average ${loadStart.join(' ')}`);
-  const slots = [...Array.from({ length: maxN }, (_, i) => slot('b', i)), slot('l', 1), slot('l', 2)];
+  const slots = [
+    ...Array.from({ length: maxN }, (_, i) => slot('b', i)),
+    ...Array.from({ length: PROBE_AGENTS }, (_, i) => slot('a', i)),
+    slot('l', 1),
+    slot('l', 2),
+  ];
   const { pki, issued, issueMs } = await benchPki(path.join(tmp, 'bench-pki'), slots);
   say(`PKI ready (${issued} agent certificates issued in ${issueMs} ms)`);
 

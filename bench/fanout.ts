@@ -20,12 +20,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { AGENT_API_IDLE_CLOSE_MS } from '../protocol/limits.js';
-import { type AckProbeResult, type AckProbeSpec, prepareAckProbe, startAckProbe } from './ack-probe.js';
+import { type AckProbeResult, type AckProbeSpec, pendAckProbes, prepareAckProbe, startAckProbe } from './ack-probe.js';
 import { histogramShares, metricSum, type HistogramShares } from './api-client.js';
 import { Fleet } from './fleet.js';
 import { FLOOR_AGENT_PROCS } from './floor.js';
 import type { AgentRunReport } from './harness.js';
-import { slot, type BenchPki } from './pki-cache.js';
+import { slot, type AgentSlot, type BenchPki } from './pki-cache.js';
 import { exited, startController, stopController, type ControllerProc } from './procs.js';
 import {
   addResident,
@@ -208,6 +208,12 @@ export interface FanoutOptions {
    * `controllerExtra` must give the controller the `--connect-listen` it names.
    */
   dialOut?: string;
+  /**
+   * Agents besides the fan-out's, in a harness process of their own (`a00000`, ...), for the crash
+   * run's ack probes (bench/ack-probe.ts): their acks are not held up by thousands of other
+   * simulated agents in their event loop. Not counted in the fan-out's figures.
+   */
+  probeAgents?: number;
 }
 
 /**
@@ -386,12 +392,21 @@ export class FanoutBed {
   readonly says: string;
   /** The probe deployments' config, made at the first crash run that probes (bench/ack-probe.ts). */
   probeConfigId = '';
+  /** The probe agents (`probeAgents`), or null. */
+  probeFleet: Fleet | null = null;
+  readonly probeSlots: AgentSlot[];
   #harnessCpuS = 0;
   constructor(readonly o: FanoutOptions) {
     const label = o.label ?? 'fanout';
     this.dir = path.join(o.runDir, label);
     this.stateRoot = agentStateRoot(o.runDir, label);
     this.says = o.label === undefined ? 'fan-out' : `fan-out (${o.label})`;
+    this.probeSlots = Array.from({ length: o.probeAgents ?? 0 }, (_, i) => slot('a', i));
+  }
+
+  /** Push connections the controller holds besides the fan-out's agents (the probe agents'). */
+  get extra(): number {
+    return this.probeSlots.length;
   }
 
   async start(): Promise<void> {
@@ -415,6 +430,27 @@ export class FanoutBed {
       config: '#!/bin/sh\ntrue\n',
     });
     this.configId = cfg.id;
+    if (this.probeSlots.length > 0) {
+      const r = await Fleet.start({
+        pki: o.pki,
+        slots: this.probeSlots,
+        controllerUrl: this.ctl.url,
+        stateRoot: path.join(this.stateRoot, 'probes'),
+        hook: 'noop',
+        procs: 1,
+        ...(o.dialOut !== undefined ? { dialOut: o.dialOut } : {}),
+      });
+      this.probeFleet = r.fleet;
+      if (r.failed.length > 0) throw new Error(`probe agents failed to start: ${r.failed.slice(0, 3).join('; ')}`);
+      const ctl = this.ctl;
+      const k = this.probeSlots.length;
+      await waitFor(
+        `${k} probe agents connected`,
+        async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= k,
+        60_000,
+        200,
+      );
+    }
   }
 
   /** Adds agents up to `n`, all connected and past their start-up fetch. */
@@ -453,7 +489,7 @@ export class FanoutBed {
     const ctl = this.ctl;
     await waitFor(
       `${n} agents connected`,
-      async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n,
+      async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n + this.extra,
       60_000 + (n - have) * 30,
       200,
     ).catch((err: Error) => problems.push(`growing to ${n}: ${err.message}`));
@@ -500,7 +536,7 @@ export class FanoutBed {
         externalKb: Math.round(metricSum(m0, 'nodejs_external_memory_bytes') / 1024),
       };
     say(
-      `${this.says}: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s)`,
+      `${this.says}: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents') - this.extra}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s)`,
     );
     say(
       `${this.says}: controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); main process ${round(mainKb / 1024, 1)} MB (${mainParts ? residentText(mainParts, heapNote(rss.mainHeap)) : 'gone'}), ${workerPids.length} push worker(s) ${round((rss.workersKb ?? 0) / 1024, 1)} MB (${workersParts ? residentText(workersParts) : 'none'})`,
@@ -512,7 +548,7 @@ export class FanoutBed {
       cpuConnectS: round(now.cpuS - cpu0, 2),
       rss,
       agentsConnected: c0.agentsConnected,
-      metricsConnected: metricSum(m0, 'herald_push_connected_agents'),
+      metricsConnected: metricSum(m0, 'herald_push_connected_agents') - this.extra,
     };
   }
 
@@ -540,6 +576,7 @@ export class FanoutBed {
     await stopController(this.ctl, 'SIGKILL');
     for (const p of childrenOf(this.ctl.pid)) killQuietly(p);
     await this.fleet?.stop();
+    await this.probeFleet?.stop();
     fs.rmSync(this.stateRoot, { recursive: true, force: true });
   }
 }
@@ -748,10 +785,14 @@ export async function crashRun(
   // the run's signals all answered before the crash: a signal whose answer the kill cut off would
   // be sent again in the window, and the window measures the pending change alone
   await fleet.settle(60_000).catch((err: Error) => problems.push(`crash: ${err.message}`));
+  await bed.probeFleet?.settle(60_000).catch((err: Error) => problems.push(`crash: probe agents: ${err.message}`));
   await fleet.hold(true);
   const before = await fleet.counters();
   const workers = childrenOf(bed.ctl.pid);
   for (const p of workers) killQuietly(p, 'SIGSTOP');
+  // the probe nodes behind too, so that the restarted controller dials them as it does the fleet
+  if (probes)
+    await pendAckProbes(bed.ctl, probes).catch((err: Error) => problems.push(`crash: probes: ${err.message}`));
   // (its first revision: a node's uninstall deployment is made by its first uninstall)
   await fleet.arm(`${cluster.name}-uninstall`, 1);
   await bed.ctl.op.must(204, 'PATCH', `/v1/clusters/${cluster.id}/actions/restart`, undefined, 120_000);
@@ -788,13 +829,13 @@ export async function crashRun(
   const sampler = setInterval(() => {
     ctl.op
       .metrics()
-      .then((mm) => connectedEvery5s.push(metricSum(mm, 'herald_push_connected_agents')))
+      .then((mm) => connectedEvery5s.push(metricSum(mm, 'herald_push_connected_agents') - bed.extra))
       .catch(() => undefined);
   }, 5_000);
   // not a check: how many were connected when the window closed is reported (metricsConnected)
   const connected = waitFor(
     'all agents connected again',
-    async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n,
+    async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n + bed.extra,
     timeoutMs,
     50,
   )
@@ -802,7 +843,7 @@ export async function crashRun(
       tConnected = nowMs();
     })
     .catch(() => undefined);
-  const prober = probes ? startAckProbe(ctl, fleet, probes) : null;
+  const prober = probes && bed.probeFleet ? startAckProbe(ctl, bed.probeFleet, probes) : null;
   const w = await fleet.waitRun(n, timeoutMs);
   const ackProbe = await prober?.stop();
   await connected;
@@ -834,7 +875,7 @@ export async function crashRun(
     acked: acks.length,
     fetched: fetches.length,
     fetchedByPoll: ours.filter((r) => r.fetchWasPoll).length,
-    metricsConnected: metricSum(m, 'herald_push_connected_agents'),
+    metricsConnected: metricSum(m, 'herald_push_connected_agents') - bed.extra,
     controllerCpuS: round(cpu1 - cpu0, 2),
     harnessCpuS: round(harnessCpu1 - harnessCpu0, 2),
     dialFailures: dialFailuresOf(m),

@@ -2,7 +2,6 @@ import { Histogram, Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { AGENT_DIAL_PING_INTERVAL_MS, PING_INTERVAL_MS } from '../../protocol/limits.js';
 import type { AckProbeResult } from '../../bench/ack-probe.js';
-import { probeNodes } from '../../bench/ack-probe.js';
 import { countAbove, histogramShares, parseProm } from '../../bench/api-client.js';
 import { ackStorm, idleBytesPerHour, pairedRatio } from '../../bench/dial-out-goals.js';
 import type { FanoutPair } from '../../bench/dial-out-fanout.js';
@@ -100,12 +99,6 @@ describe('dial-out beside listener mode: the figures its goals read', () => {
     expect(idleBytesPerHour(part, 'dialOut')).toBe(pushHealthyBytesPerHour(ping, 0, AGENT_DIAL_PING_INTERVAL_MS));
     expect(idleBytesPerHour({ ...part, ping: { ...part.ping!, pushPoll: undefined } }, 'dialOut')).toBeNaN();
     expect(idleBytesPerHour(null, 'dialOut')).toBeNaN();
-  });
-
-  it('spreads the probe nodes evenly over the fan-out, each once', () => {
-    expect(probeNodes(10_000, 4)).toEqual(['b00000', 'b02500', 'b05000', 'b07500']);
-    expect(new Set(probeNodes(1_000, 16)).size).toBe(16);
-    expect(probeNodes(3, 16)).toEqual(['b00000', 'b00001', 'b00002']);
   });
 
   it('gives each goal its verdict from the two modes measured in the run', () => {
