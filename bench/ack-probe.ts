@@ -110,6 +110,7 @@ export function startAckProbe(ctl: ControllerProc, fleet: Fleet, p: AckProbes): 
   const commits: number[] = [];
   const problems: string[] = [];
   let skipped = 0;
+  const started = nowMs();
   const loop = (async (): Promise<void> => {
     for (let k = 0; !stopped; k++) {
       const d = p.deployments[k % p.deployments.length]!;
@@ -155,6 +156,12 @@ export function startAckProbe(ctl: ControllerProc, fleet: Fleet, p: AckProbes): 
         ts = await read();
       }
       const samples = sent.flatMap((x, i) => (ts[i] === null ? [] : [ts[i]! - x.t0]));
+      sent.forEach((x, i) => {
+        if (ts[i] === null)
+          problems.push(
+            `probe on ${x.node} (generation ${x.gen}, made ${round(x.t0 - started)} ms into the window) not acked`,
+          );
+      });
       return {
         sent: sent.length,
         acked: samples.length,

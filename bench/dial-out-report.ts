@@ -85,7 +85,7 @@ export function dialOutGoals(
     const acked = (f: FanoutResult): number => median(f.runs.map((x) => x.allAckedMs));
     const fetched = (f: FanoutResult): number => median(f.runs.map((x) => x.allFetchedMs));
     out.push({
-      figure: `one change to ${N} agents: all acked / all fetched (medians of ${d.runs.length} runs)`,
+      figure: `one change to ${N} agents: all acked / all fetched (${d.runs.length === 1 ? 'one run' : `medians of ${d.runs.length} runs`})`,
       floor: '',
       listener: `${s(acked(l))} / ${s(fetched(l))}`,
       goal: 'beside listener mode',
@@ -211,6 +211,12 @@ function fanoutRows(pairs: FanoutPair[], p: (x?: string) => void): void {
     }
 }
 
+/** ` (main x s, workers y s)`, or nothing for a result without the split. */
+function split(c: CrashRun): string {
+  const x = c.controllerSplit;
+  return x ? ` (${fmt(x.mainS)} s, ${fmt(x.childrenS)} s)` : '';
+}
+
 function crashRows(pairs: FanoutPair[], p: (x?: string) => void): void {
   p(
     "| N | mode | SIGKILL → answering | → all connected | → all acked | → all fetched | fetched by a poll | push connections made (resumed) | controller CPU | agents' CPU | dial failures | connect refusals |",
@@ -227,7 +233,7 @@ function crashRows(pairs: FanoutPair[], p: (x?: string) => void): void {
               .join(', ')
           : 'none';
       p(
-        `| ${n(pair.n)} | ${NAME[m]} | ${s(c.restartMs, 1)} | ${s(c.connectAllMs, 1)} | ${s(c.allAckedMs, 1)} | ${s(c.allFetchedMs, 1)}${c.noneLost ? '' : ` (${n(c.fetched)} of ${n(pair.n)})`} | ${n(c.fetchedByPoll)} | ${n(c.reconnections ?? 0)} (${n(c.resumed ?? 0)}) | ${fmt(c.controllerCpuS)} s | ${fmt(c.harnessCpuS)} s | ${codes(c.dialFailures)} | ${codes(c.connectRefusals)} |`,
+        `| ${n(pair.n)} | ${NAME[m]} | ${s(c.restartMs, 1)} | ${s(c.connectAllMs, 1)} | ${s(c.allAckedMs, 1)} | ${s(c.allFetchedMs, 1)}${c.noneLost ? '' : ` (${n(c.fetched)} of ${n(pair.n)})`} | ${n(c.fetchedByPoll)} | ${n(c.reconnections ?? 0)} (${n(c.resumed ?? 0)}) | ${fmt(c.controllerCpuS)} s${split(c)} | ${ms((1000 * c.controllerCpuS) / Math.max(1, c.reconnections ?? pair.n), 2)} | ${fmt(c.harnessCpuS)} s (${ms(c.harnessLoopDelayMaxMs ?? Number.NaN, 0)}) | ${codes(c.dialFailures)} | ${codes(c.connectRefusals)} |`,
       );
     }
   p();

@@ -122,6 +122,8 @@ export interface CrashRun {
   controllerCpuS: number;
   /** CPU of the simulated agents' processes over the same window (they share the two cores). */
   harnessCpuS?: number;
+  /** controllerCpuS by process: the main process and its push workers (absent in older results). */
+  controllerSplit?: ProcessSplit;
   /** Failed dials and lost push connections of the restarted controller, by code. */
   dialFailures?: Record<string, number>;
   /** Agents connected (controller gauge) every 5 s after the restarted controller answered. */
@@ -821,7 +823,8 @@ export async function crashRun(
   bed.ctl = ctl;
   const tUp = nowMs();
   if (o.profile) for (const p of fleet.pids()) killQuietly(p, 'SIGUSR2');
-  const cpu0 = treeSample(ctl.pid).cpuS;
+  const tree0 = treeSample(ctl.pid);
+  const cpu0 = tree0.cpuS;
   const harnessCpu = (): number => fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
   const harnessCpu0 = harnessCpu();
   let tConnected = NaN;
@@ -852,7 +855,8 @@ export async function crashRun(
     for (const p of [ctl.pid, ...childrenOf(ctl.pid), ...fleet.pids()]) killQuietly(p, 'SIGUSR2');
     await sleep(2_000);
   }
-  const cpu1 = treeSample(ctl.pid).cpuS;
+  const tree1 = treeSample(ctl.pid);
+  const cpu1 = tree1.cpuS;
   const harnessCpu1 = harnessCpu();
   const reports = (await fleet.report()).slice(0, fleet.size);
   const after = await fleet.counters();
@@ -877,6 +881,7 @@ export async function crashRun(
     fetchedByPoll: ours.filter((r) => r.fetchWasPoll).length,
     metricsConnected: metricSum(m, 'herald_push_connected_agents') - bed.extra,
     controllerCpuS: round(cpu1 - cpu0, 2),
+    controllerSplit: roundSplit(splitByProcess(tree0, tree1, ctl.pid)),
     harnessCpuS: round(harnessCpu1 - harnessCpu0, 2),
     dialFailures: dialFailuresOf(m),
     connectedEvery5s,
