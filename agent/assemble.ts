@@ -139,6 +139,11 @@ export interface AgentDeps {
    * one harness process's simulated agents fetch at once.
    */
   runFetch?: <T>(fetch: () => Promise<T>) => Promise<T>;
+  /**
+   * Every dial out runs through this (agent/dialer.ts `runDial`; default: runs it). The benchmark
+   * bounds how many of one harness process's simulated agents handshake at once.
+   */
+  runDial?: (dial: () => Promise<void>) => Promise<void>;
   /** Watch the PKI files for rotation and revocation (default true). */
   watchPki?: boolean;
   /** The effective uid the root-ownership checks (state, hooks, PKI) go by (default process.getuid()). */
@@ -407,6 +412,7 @@ export async function assembleAgent(cfg: AgentConfig, deps: AgentDeps): Promise<
           proxy,
           timers: { ...realTimers, now },
           ...(deps.random ? { random: deps.random } : {}),
+          ...(deps.runDial ? { runDial: deps.runDial } : {}),
         });
   const isPushHealthy = (): boolean => (dialer?.isPushHealthy() ?? false) || (listener?.isPushHealthy() ?? false);
   const poller = new Poller({

@@ -119,3 +119,36 @@ export function metricSum(m: Map<string, number>, name: string, labelHas?: strin
   }
   return s;
 }
+
+/** A histogram's counts (Prometheus: cumulative, by upper bound), from one scrape. */
+export interface HistogramShares {
+  count: number;
+  /** Sum of the observations, seconds (or the histogram's unit). */
+  sum: number;
+  /** Observations at or below each bound, ascending; `+Inf` left out (it is `count`). */
+  atMost: Array<{ le: number; count: number }>;
+}
+
+/** Histogram `name` of a parsed scrape (its `_bucket`, `_count` and `_sum` series, summed over other labels). */
+export function histogramShares(m: Map<string, number>, name: string): HistogramShares {
+  const byLe = new Map<number, number>();
+  for (const [k, v] of m) {
+    if (!k.startsWith(`${name}_bucket{`)) continue;
+    const le = /le="([^"]+)"/.exec(k)?.[1];
+    if (le === undefined || le === '+Inf') continue;
+    const bound = Number(le);
+    byLe.set(bound, (byLe.get(bound) ?? 0) + v);
+  }
+  return {
+    count: metricSum(m, `${name}_count`),
+    sum: metricSum(m, `${name}_sum`),
+    atMost: [...byLe.entries()].sort((a, b) => a[0] - b[0]).map(([le, count]) => ({ le, count })),
+  };
+}
+
+/** Of a histogram's observations, how many exceeded `bound` (the nearest bucket bound at or below it counts). */
+export function countAbove(h: HistogramShares, bound: number): number {
+  let at = 0;
+  for (const b of h.atMost) if (b.le <= bound) at = b.count;
+  return h.count - at;
+}

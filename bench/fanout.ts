@@ -20,11 +20,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { AGENT_API_IDLE_CLOSE_MS } from '../protocol/limits.js';
-import { metricSum } from './api-client.js';
+import { type AckProbeResult, type AckProbeSpec, pendAckProbes, prepareAckProbe, startAckProbe } from './ack-probe.js';
+import { histogramShares, metricSum, type HistogramShares } from './api-client.js';
 import { Fleet } from './fleet.js';
 import { FLOOR_AGENT_PROCS } from './floor.js';
 import type { AgentRunReport } from './harness.js';
-import { slot, type BenchPki } from './pki-cache.js';
+import { slot, type AgentSlot, type BenchPki } from './pki-cache.js';
 import { exited, startController, stopController, type ControllerProc } from './procs.js';
 import {
   addResident,
@@ -34,6 +35,7 @@ import {
   heapNote,
   median,
   nowMs,
+  profileFromStart,
   round,
   residentByKind,
   residentText,
@@ -120,6 +122,8 @@ export interface CrashRun {
   controllerCpuS: number;
   /** CPU of the simulated agents' processes over the same window (they share the two cores). */
   harnessCpuS?: number;
+  /** controllerCpuS by process: the main process and its push workers (absent in older results). */
+  controllerSplit?: ProcessSplit;
   /** Failed dials and lost push connections of the restarted controller, by code. */
   dialFailures?: Record<string, number>;
   /** Agents connected (controller gauge) every 5 s after the restarted controller answered. */
@@ -142,6 +146,17 @@ export interface CrashRun {
   /** Every agent got the change committed before the crash: nothing lost. */
   noneLost: boolean;
   timedOut: boolean;
+  /**
+   * The restarted controller's wake-up → ack latency over the window, every ack counted
+   * (herald_wake_ack_latency_seconds; absent in results before the dial-out benchmark).
+   */
+  ackLatency?: HistogramShares;
+  /** Dialled-in connections the restarted controller refused at or before their upgrade, by code. */
+  connectRefusals?: Record<string, number>;
+  /** Changes made to single nodes while the fleet reconnected, and how fast their agents acked (bench/ack-probe.ts). */
+  ackProbe?: AckProbeResult;
+  /** The longest any harness process's event loop was late in the window (ms): the simulated agents' own delay. */
+  harnessLoopDelayMaxMs?: number;
 }
 
 /**
@@ -188,6 +203,19 @@ export interface FanoutOptions {
   beforeRun?: (n: number, run: number) => Promise<void>;
   /** Called after the measured runs at N, before its crash run (the floor stops there). */
   afterRuns?: (n: number) => Promise<void>;
+  /** The bed's name: its run directory and what its lines say (default `fanout`). */
+  label?: string;
+  /**
+   * Dial-out mode (docs/dial-out.md): every agent dials this connect URL and listens on nothing;
+   * `controllerExtra` must give the controller the `--connect-listen` it names.
+   */
+  dialOut?: string;
+  /**
+   * Agents besides the fan-out's, in a harness process of their own (`a00000`, ...), for the crash
+   * run's ack probes (bench/ack-probe.ts): their acks are not held up by thousands of other
+   * simulated agents in their event loop. Not counted in the fan-out's figures.
+   */
+  probeAgents?: number;
 }
 
 /**
@@ -195,7 +223,7 @@ export interface FanoutOptions {
  * small N to finish many times over; at 10,000 it bounds the run (the goal is 30 s) and the
  * report says how many agents had the change when the window closed.
  */
-const CRASH_WINDOW_MS = (n: number): number => Math.min(90_000, 60_000 + n * 10);
+export const CRASH_WINDOW_MS = (n: number): number => Math.min(90_000, 60_000 + n * 10);
 
 /**
  * How often a bench waits on a cluster's status: every poll is a `GET /v1/clusters/{id}`, which
@@ -281,7 +309,8 @@ export function agentStateRoot(runDir: string, label: string): string {
   }
 }
 
-interface Grown {
+/** What growing the fleet to N took (`FanoutBed.grow`). */
+export interface Grown {
   connectAllMs: number;
   agentsAdded: number;
   cpuConnectS: number;
@@ -351,7 +380,8 @@ export function rssPerAgent(baselineKb: number, samplesKb: readonly number[], n:
   };
 }
 
-class Bed {
+/** One controller and the fleet it serves, grown from one N to the next (`fanoutAll`, bench/dial-out.ts). */
+export class FanoutBed {
   ctl!: ControllerProc;
   fleet: Fleet | null = null;
   baselineRssKb = 0;
@@ -360,10 +390,25 @@ class Bed {
   cluster: { id: string; name: string } | null = null;
   readonly dir: string;
   readonly stateRoot: string;
+  /** What its lines start with: `fan-out`, or `fan-out (<label>)`. */
+  readonly says: string;
+  /** The probe deployments' config, made at the first crash run that probes (bench/ack-probe.ts). */
+  probeConfigId = '';
+  /** The probe agents (`probeAgents`), or null. */
+  probeFleet: Fleet | null = null;
+  readonly probeSlots: AgentSlot[];
   #harnessCpuS = 0;
   constructor(readonly o: FanoutOptions) {
-    this.dir = path.join(o.runDir, 'fanout');
-    this.stateRoot = agentStateRoot(o.runDir, 'fanout');
+    const label = o.label ?? 'fanout';
+    this.dir = path.join(o.runDir, label);
+    this.stateRoot = agentStateRoot(o.runDir, label);
+    this.says = o.label === undefined ? 'fan-out' : `fan-out (${o.label})`;
+    this.probeSlots = Array.from({ length: o.probeAgents ?? 0 }, (_, i) => slot('a', i));
+  }
+
+  /** Push connections the controller holds besides the fan-out's agents (the probe agents'). */
+  get extra(): number {
+    return this.probeSlots.length;
   }
 
   async start(): Promise<void> {
@@ -387,6 +432,27 @@ class Bed {
       config: '#!/bin/sh\ntrue\n',
     });
     this.configId = cfg.id;
+    if (this.probeSlots.length > 0) {
+      const r = await Fleet.start({
+        pki: o.pki,
+        slots: this.probeSlots,
+        controllerUrl: this.ctl.url,
+        stateRoot: path.join(this.stateRoot, 'probes'),
+        hook: 'noop',
+        procs: 1,
+        ...(o.dialOut !== undefined ? { dialOut: o.dialOut } : {}),
+      });
+      this.probeFleet = r.fleet;
+      if (r.failed.length > 0) throw new Error(`probe agents failed to start: ${r.failed.slice(0, 3).join('; ')}`);
+      const ctl = this.ctl;
+      const k = this.probeSlots.length;
+      await waitFor(
+        `${k} probe agents connected`,
+        async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= k,
+        60_000,
+        200,
+      );
+    }
   }
 
   /** Adds agents up to `n`, all connected and past their start-up fetch. */
@@ -407,6 +473,7 @@ class Bed {
       procs: harnessProcsFor(slots.length),
       execArgv: o.harnessExecArgv,
       startConcurrency: 8,
+      ...(o.dialOut !== undefined ? { dialOut: o.dialOut } : {}),
     };
     let failed: string[];
     let startMs: number;
@@ -418,13 +485,13 @@ class Bed {
     } else {
       ({ failed, startMs } = await this.fleet.grow(fo));
     }
-    say(`fan-out: ${slots.length} agents started in ${startMs} ms`);
+    say(`${this.says}: ${slots.length} agents started in ${startMs} ms`);
     if (failed.length > 0)
       problems.push(`growing to ${n}: ${failed.length} agents failed to start: ${failed.slice(0, 3).join('; ')}`);
     const ctl = this.ctl;
     await waitFor(
       `${n} agents connected`,
-      async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n,
+      async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n + this.extra,
       60_000 + (n - have) * 30,
       200,
     ).catch((err: Error) => problems.push(`growing to ${n}: ${err.message}`));
@@ -471,10 +538,10 @@ class Bed {
         externalKb: Math.round(metricSum(m0, 'nodejs_external_memory_bytes') / 1024),
       };
     say(
-      `fan-out: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents')}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s)`,
+      `${this.says}: grown to ${n} agents (+${n - have}); ${c0.agentsConnected} connected (controller: ${metricSum(m0, 'herald_push_connected_agents') - this.extra}) in ${connectAllMs} ms (CPU: controller ${round(now.cpuS - cpu0, 1)} s, harness processes ${round(harnessCpuS - this.#harnessCpuS, 1)} s)`,
     );
     say(
-      `fan-out: controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); main process ${round(mainKb / 1024, 1)} MB (${mainParts ? residentText(mainParts, heapNote(rss.mainHeap)) : 'gone'}), ${workerPids.length} push worker(s) ${round((rss.workersKb ?? 0) / 1024, 1)} MB (${workersParts ? residentText(workersParts) : 'none'})`,
+      `${this.says}: controller RSS over ${rssKb.length} samples: median ${round(rss.connected / 1024, 1)} MB, max ${round((rss.connectedMax ?? 0) / 1024, 1)} MB (${rssKb.map((k) => round(k / 1024)).join(' ')}); main process ${round(mainKb / 1024, 1)} MB (${mainParts ? residentText(mainParts, heapNote(rss.mainHeap)) : 'gone'}), ${workerPids.length} push worker(s) ${round((rss.workersKb ?? 0) / 1024, 1)} MB (${workersParts ? residentText(workersParts) : 'none'})`,
     );
     this.#harnessCpuS = harnessCpuS;
     return {
@@ -483,7 +550,7 @@ class Bed {
       cpuConnectS: round(now.cpuS - cpu0, 2),
       rss,
       agentsConnected: c0.agentsConnected,
-      metricsConnected: metricSum(m0, 'herald_push_connected_agents'),
+      metricsConnected: metricSum(m0, 'herald_push_connected_agents') - this.extra,
     };
   }
 
@@ -511,6 +578,7 @@ class Bed {
     await stopController(this.ctl, 'SIGKILL');
     for (const p of childrenOf(this.ctl.pid)) killQuietly(p);
     await this.fleet?.stop();
+    await this.probeFleet?.stop();
     fs.rmSync(this.stateRoot, { recursive: true, force: true });
   }
 }
@@ -525,7 +593,7 @@ function killQuietly(pid: number, sig: NodeJS.Signals = 'SIGKILL'): void {
 
 /** Every N in turn on one controller and one growing fleet. */
 export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
-  const bed = new Bed(o);
+  const bed = new FanoutBed(o);
   const results: FanoutResult[] = [];
   await bed.start();
   try {
@@ -545,55 +613,15 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
       const g = await bed.grow(n, problems);
       result.harnessProcs = bed.fleet!.members.length;
       await o.afterGrow?.(n);
-      const nodes = Array.from({ length: n }, (_, k) => slot('b', k).node);
-      const runTimeout = 60_000 + n * 10;
-      if (g.agentsAdded > 0) {
-        // the agents just added run the wake-up's code for the first time: a change first, as the
-        // floor warms its code up, so the runs compare with it; its figures are kept apart
-        await bed.fleet!.hold(true);
-        const w = await oneRun(bed, nodes, `fan${n}warm`, 0, runTimeout);
-        const { allAckedMs, allFetchedMs, controllerCpuS, harnessCpuS } = w;
-        result.warmup = { allAckedMs, allFetchedMs, controllerCpuS, harnessCpuS };
-        say(
-          `fan-out N=${n} warm-up (first change after growing, not counted): all acked ${round(w.allAckedMs)} ms, all fetched ${round(w.allFetchedMs)} ms, controller CPU ${w.controllerCpuS} s`,
-        );
-        await bed.settle(n, problems);
-      }
-      for (let r = 1; r <= o.runsFor(n); r++) {
-        if (r > 1) await bed.settle(n, problems);
-        await bed.fleet!.hold(true);
-        await o.beforeRun?.(n, r);
-        const fleet = bed.fleet!;
-        const profiled = o.profile ? [bed.ctl.pid, ...childrenOf(bed.ctl.pid), ...fleet.pids()] : [];
-        for (const p of profiled) killQuietly(p, 'SIGUSR2');
-        const name = `fan${n}r${r}`;
-        const run = await oneRun(bed, nodes, name, r, runTimeout);
-        for (const p of profiled) killQuietly(p, 'SIGUSR2');
-        if (profiled.length) await sleep(2_000);
-        const c = await fleet.counters();
-        result.runs.push({
-          ...run,
-          connectAllMs: g.connectAllMs,
-          agentsAdded: g.agentsAdded,
-          controllerCpuConnectS: g.cpuConnectS,
-          controllerRssKb: g.rss,
-          agentsConnected: g.agentsConnected,
-          metricsConnected: g.metricsConnected,
-          harnessWarns: c.warns,
-          harnessLast: c.lastLog.slice(-4),
-        });
-        say(
-          `fan-out N=${n} run ${r}: commit ${round(run.commitMs)} ms, all acked ${round(run.allAckedMs)} ms, all fetched ${round(run.allFetchedMs)} ms${run.timedOut ? ' (TIMED OUT)' : ''}`,
-        );
-      }
+      const nodes = fanoutNodes(n);
+      if (g.agentsAdded > 0) await warmupRun(bed, nodes, result);
+      for (let r = 1; r <= o.runsFor(n); r++) result.runs.push(await measuredRun(bed, nodes, r, g, result.problems));
       await o.afterRuns?.(n);
       if (o.crashFor(n)) {
         result.crash = await crashRun(bed, n, nodes, CRASH_WINDOW_MS(n), problems);
-        say(
-          `fan-out N=${n} crash: restarted in ${result.crash.restartMs} ms, all connected ${round(result.crash.connectAllMs)} ms, all fetched ${round(result.crash.allFetchedMs)} ms after; dial failures ${JSON.stringify(result.crash.dialFailures)}; connected every 5 s ${result.crash.connectedEvery5s?.join(',')}; ${result.crash.resumed} of ${result.crash.reconnections} push connections resumed; agents: ${JSON.stringify(result.crash.agentActivity)}`,
-        );
+        sayCrash(bed, n, result.crash);
       }
-      result.problems.push(...checks(result));
+      result.problems.push(...fanoutChecks(result));
       result.checksOk = result.problems.length === 0;
       o.onStep?.(i);
     }
@@ -603,8 +631,92 @@ export async function fanoutAll(o: FanoutOptions): Promise<FanoutResult[]> {
   return results;
 }
 
+/** The nodes of a fan-out at N: the first N agents of the fleet. */
+export function fanoutNodes(n: number): string[] {
+  return Array.from({ length: n }, (_, k) => slot('b', k).node);
+}
+
+/** A run's time limit at N. */
+function runTimeoutMs(n: number): number {
+  return 60_000 + n * 10;
+}
+
+/**
+ * The first change after the fleet grew (not counted): the agents just added run the wake-up's
+ * code for the first time, as the floor warms its code up, so the runs compare with it; its
+ * figures are kept apart, in `result.warmup`.
+ */
+export async function warmupRun(bed: FanoutBed, nodes: string[], result: FanoutResult): Promise<void> {
+  const n = nodes.length;
+  await bed.fleet!.hold(true);
+  const w = await oneRun(bed, nodes, `fan${n}warm`, 0, runTimeoutMs(n));
+  const { allAckedMs, allFetchedMs, controllerCpuS, harnessCpuS } = w;
+  result.warmup = { allAckedMs, allFetchedMs, controllerCpuS, harnessCpuS };
+  say(
+    `${bed.says} N=${n} warm-up (first change after growing, not counted): all acked ${round(w.allAckedMs)} ms, all fetched ${round(w.allFetchedMs)} ms, controller CPU ${w.controllerCpuS} s`,
+  );
+  await bed.settle(n, result.problems);
+}
+
+/**
+ * Measured run `r` at N (from 1): the last run's cluster settled first (when there was one), then
+ * one change to every node; `g` is the fleet's growth to N, reported beside each run.
+ */
+export async function measuredRun(
+  bed: FanoutBed,
+  nodes: string[],
+  r: number,
+  g: Grown,
+  problems: string[],
+): Promise<FanoutRun> {
+  const n = nodes.length;
+  const o = bed.o;
+  await bed.settle(n, problems);
+  await bed.fleet!.hold(true);
+  await o.beforeRun?.(n, r);
+  const fleet = bed.fleet!;
+  const profiled = o.profile ? [bed.ctl.pid, ...childrenOf(bed.ctl.pid), ...fleet.pids()] : [];
+  for (const p of profiled) killQuietly(p, 'SIGUSR2');
+  const run = await oneRun(bed, nodes, `fan${n}r${r}`, r, runTimeoutMs(n));
+  for (const p of profiled) killQuietly(p, 'SIGUSR2');
+  if (profiled.length) await sleep(2_000);
+  const c = await fleet.counters();
+  say(
+    `${bed.says} N=${n} run ${r}: commit ${round(run.commitMs)} ms, all acked ${round(run.allAckedMs)} ms, all fetched ${round(run.allFetchedMs)} ms${run.timedOut ? ' (TIMED OUT)' : ''}`,
+  );
+  return {
+    ...run,
+    connectAllMs: g.connectAllMs,
+    agentsAdded: g.agentsAdded,
+    controllerCpuConnectS: g.cpuConnectS,
+    controllerRssKb: g.rss,
+    agentsConnected: g.agentsConnected,
+    metricsConnected: g.metricsConnected,
+    harnessWarns: c.warns,
+    harnessLast: c.lastLog.slice(-4),
+  };
+}
+
+/** The crash run's line. */
+export function sayCrash(bed: FanoutBed, n: number, c: CrashRun): void {
+  const probe = c.ackProbe;
+  const parts = [
+    `restarted in ${c.restartMs} ms, all connected ${round(c.connectAllMs)} ms, all fetched ${round(c.allFetchedMs)} ms after`,
+    `dial failures ${JSON.stringify(c.dialFailures)}`,
+    `connect refusals ${JSON.stringify(c.connectRefusals ?? {})}`,
+    `connected every 5 s ${c.connectedEvery5s?.join(',')}`,
+    `${c.resumed} of ${c.reconnections} push connections resumed`,
+    `harness event loop late at most ${c.harnessLoopDelayMaxMs} ms`,
+    `agents: ${JSON.stringify(c.agentActivity)}`,
+    ...(probe
+      ? [`probes acked ${probe.acked}/${probe.sent}, p50 ${probe.ackMs.p50} ms, max ${probe.ackMs.max} ms`]
+      : []),
+  ];
+  say(`${bed.says} N=${n} crash: ${parts.join('; ')}`);
+}
+
 /** The checks a run must pass: for this N, all connected, all verified, all fetched (200, checked). */
-function checks(result: FanoutResult): string[] {
+export function fanoutChecks(result: FanoutResult): string[] {
   const n = result.n;
   const bad: string[] = [];
   for (const r of result.runs) {
@@ -628,14 +740,16 @@ function checks(result: FanoutResult): string[] {
  * (its push workers are stopped with SIGSTOP first, then everything gets SIGKILL). Started again
  * on the same database, it must reconnect every agent and deliver the change to each. The
  * change: a restart of the last run's cluster (every node's uninstall deployment is made, its
- * first revision the restart's).
+ * first revision the restart's). With `probe`, changes to single nodes are made while the fleet
+ * reconnects, and their acks timed (bench/ack-probe.ts).
  */
-async function crashRun(
-  bed: Bed,
+export async function crashRun(
+  bed: FanoutBed,
   n: number,
   nodes: string[],
   timeoutMs: number,
   problems: string[],
+  probe?: AckProbeSpec,
 ): Promise<CrashRun> {
   const fleet = bed.fleet!;
   // the last run's cluster must be complete for a restart; keep it (not deleted)
@@ -663,13 +777,24 @@ async function crashRun(
       problems.push(`crash: ${err.message}`),
     );
   }
+  // the probes' deployments made and signalled before the crash, their hooks not held
+  const probes = probe
+    ? await prepareAckProbe(bed, probe).catch((err: Error) => {
+        problems.push(`crash: probes: ${err.message}`);
+        return null;
+      })
+    : null;
   // the run's signals all answered before the crash: a signal whose answer the kill cut off would
   // be sent again in the window, and the window measures the pending change alone
   await fleet.settle(60_000).catch((err: Error) => problems.push(`crash: ${err.message}`));
+  await bed.probeFleet?.settle(60_000).catch((err: Error) => problems.push(`crash: probe agents: ${err.message}`));
   await fleet.hold(true);
   const before = await fleet.counters();
   const workers = childrenOf(bed.ctl.pid);
   for (const p of workers) killQuietly(p, 'SIGSTOP');
+  // the probe nodes behind too, so that the restarted controller dials them as it does the fleet
+  if (probes)
+    await pendAckProbes(bed.ctl, probes).catch((err: Error) => problems.push(`crash: probes: ${err.message}`));
   // (its first revision: a node's uninstall deployment is made by its first uninstall)
   await fleet.arm(`${cluster.name}-uninstall`, 1);
   await bed.ctl.op.must(204, 'PATCH', `/v1/clusters/${cluster.id}/actions/restart`, undefined, 120_000);
@@ -681,7 +806,8 @@ async function crashRun(
   const o = bed.o;
   // --profile: the new controller and its push workers profile from their first line (they start
   // dialling at once), the harness processes from the moment it answers; all stop at the window's end
-  if (o.profile) process.env.HERALD_BENCH_PROFILE_FROM_START = `${path.sep}dist${path.sep}`;
+  const fromStart = `${path.sep}dist${path.sep}`;
+  if (o.profile) process.env.HERALD_BENCH_PROFILE_FROM_START = fromStart;
   const ctl = await startController({
     pki: o.pki,
     dir: bed.dir,
@@ -689,14 +815,16 @@ async function crashRun(
     pushWorkers: o.pushWorkers,
     db: bed.ctl.db,
     extra: o.controllerExtra,
-    nodeArgs: o.controllerNodeArgs,
+    // its push workers inherit its node flags, not its environment
+    nodeArgs: o.profile ? profileFromStart(o.controllerNodeArgs ?? [], fromStart) : o.controllerNodeArgs,
     label: `controller-after-crash-${n}`,
   });
   delete process.env.HERALD_BENCH_PROFILE_FROM_START;
   bed.ctl = ctl;
   const tUp = nowMs();
   if (o.profile) for (const p of fleet.pids()) killQuietly(p, 'SIGUSR2');
-  const cpu0 = treeSample(ctl.pid).cpuS;
+  const tree0 = treeSample(ctl.pid);
+  const cpu0 = tree0.cpuS;
   const harnessCpu = (): number => fleet.pids().reduce((a, pid) => a + treeSample(pid).cpuS, 0);
   const harnessCpu0 = harnessCpu();
   let tConnected = NaN;
@@ -704,13 +832,13 @@ async function crashRun(
   const sampler = setInterval(() => {
     ctl.op
       .metrics()
-      .then((mm) => connectedEvery5s.push(metricSum(mm, 'herald_push_connected_agents')))
+      .then((mm) => connectedEvery5s.push(metricSum(mm, 'herald_push_connected_agents') - bed.extra))
       .catch(() => undefined);
   }, 5_000);
   // not a check: how many were connected when the window closed is reported (metricsConnected)
   const connected = waitFor(
     'all agents connected again',
-    async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n,
+    async () => metricSum(await ctl.op.metrics(), 'herald_push_connected_agents') >= n + bed.extra,
     timeoutMs,
     50,
   )
@@ -718,14 +846,17 @@ async function crashRun(
       tConnected = nowMs();
     })
     .catch(() => undefined);
+  const prober = probes && bed.probeFleet ? startAckProbe(ctl, bed.probeFleet, probes) : null;
   const w = await fleet.waitRun(n, timeoutMs);
+  const ackProbe = await prober?.stop();
   await connected;
   clearInterval(sampler);
   if (o.profile) {
     for (const p of [ctl.pid, ...childrenOf(ctl.pid), ...fleet.pids()]) killQuietly(p, 'SIGUSR2');
     await sleep(2_000);
   }
-  const cpu1 = treeSample(ctl.pid).cpuS;
+  const tree1 = treeSample(ctl.pid);
+  const cpu1 = tree1.cpuS;
   const harnessCpu1 = harnessCpu();
   const reports = (await fleet.report()).slice(0, fleet.size);
   const after = await fleet.counters();
@@ -748,8 +879,9 @@ async function crashRun(
     acked: acks.length,
     fetched: fetches.length,
     fetchedByPoll: ours.filter((r) => r.fetchWasPoll).length,
-    metricsConnected: metricSum(m, 'herald_push_connected_agents'),
+    metricsConnected: metricSum(m, 'herald_push_connected_agents') - bed.extra,
     controllerCpuS: round(cpu1 - cpu0, 2),
+    controllerSplit: roundSplit(splitByProcess(tree0, tree1, ctl.pid)),
     harnessCpuS: round(harnessCpu1 - harnessCpu0, 2),
     dialFailures: dialFailuresOf(m),
     connectedEvery5s,
@@ -765,6 +897,10 @@ async function crashRun(
     },
     noneLost: fetches.length === n,
     timedOut: w.timedOut,
+    ackLatency: histogramShares(m, 'herald_wake_ack_latency_seconds'),
+    connectRefusals: countersByCode(m, 'herald_push_connect_refusals_total'),
+    ...(ackProbe ? { ackProbe } : {}),
+    harnessLoopDelayMaxMs: after.loopDelayMaxMs,
   };
 }
 
@@ -779,9 +915,15 @@ function roundSplit(x: ProcessSplit): ProcessSplit {
 
 /** herald_push_dial_failures_total by its code label. */
 function dialFailuresOf(m: Map<string, number>): Record<string, number> {
+  return countersByCode(m, 'herald_push_dial_failures_total');
+}
+
+/** A counter's series by their `code` label (those above zero). */
+function countersByCode(m: Map<string, number>, name: string): Record<string, number> {
   const out: Record<string, number> = {};
   for (const [k, v] of m) {
-    const code = /^herald_push_dial_failures_total\{.*code="([^"]+)"/.exec(k)?.[1];
+    if (!k.startsWith(`${name}{`)) continue;
+    const code = /code="([^"]+)"/.exec(k)?.[1];
     if (code !== undefined && v > 0) out[code] = (out[code] ?? 0) + v;
   }
   return out;
@@ -799,7 +941,7 @@ type RunCore = Omit<
   | 'harnessLast'
 >;
 
-async function oneRun(bed: Bed, nodes: string[], name: string, run: number, timeoutMs: number): Promise<RunCore> {
+async function oneRun(bed: FanoutBed, nodes: string[], name: string, run: number, timeoutMs: number): Promise<RunCore> {
   const n = nodes.length;
   const ctl = bed.ctl;
   const fleet = bed.fleet!;

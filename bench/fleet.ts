@@ -13,10 +13,21 @@ import type {
   HarnessStart,
   HookMode,
   ToHarness,
+  WakeAsk,
 } from './harness.js';
+import { MAX_DIALS_IN_FLIGHT } from '../protocol/limits.js';
 import type { AgentSlot, BenchPki } from './pki-cache.js';
 import { exited, track } from './procs.js';
 import { nowMs, say, sleep } from './util.js';
+
+/**
+ * Dials out in flight at once in each of `procs` harness processes started together: the
+ * controller's own bound on its dials in listener mode (MAX_DIALS_IN_FLIGHT) shared among them,
+ * so that both modes hold as many handshakes in flight (sim-agent.ts).
+ */
+export function dialConcurrencyFor(procs: number): number {
+  return Math.ceil(MAX_DIALS_IN_FLIGHT / Math.max(1, procs));
+}
 
 const HARNESS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'harness.js');
 
@@ -27,6 +38,8 @@ export interface FleetOptions {
   /** Several controllers: every agent knows them all (see HarnessStart.controllerUrls). */
   controllerUrls?: string[];
   controllerId?: string;
+  /** Every agent dials this connect URL (`--dial-out`) and listens on nothing. */
+  dialOut?: string;
   stateRoot: string;
   hook: HookMode;
   procs: number;
@@ -35,6 +48,8 @@ export interface FleetOptions {
   announce?: boolean;
   startConcurrency?: number;
   fetchConcurrency?: number;
+  /** Dials out in flight at once per harness process (default dialConcurrencyFor(procs)). */
+  dialConcurrency?: number;
   /** Extra node flags for the harness processes (e.g. --cpu-prof). */
   execArgv?: string[];
 }
@@ -109,6 +124,7 @@ export class Fleet {
         controllerUrl: o.controllerUrl,
         ...(o.controllerUrls ? { controllerUrls: o.controllerUrls } : {}),
         ...(o.controllerId !== undefined ? { controllerId: o.controllerId } : {}),
+        ...(o.dialOut !== undefined ? { dialOut: o.dialOut } : {}),
         stateRoot: o.stateRoot,
         hook: o.hook,
         pollIntervalMs: o.pollIntervalMs ?? 120_000,
@@ -116,6 +132,7 @@ export class Fleet {
         announce: o.announce ?? true,
         startConcurrency: o.startConcurrency ?? 32,
         fetchConcurrency: o.fetchConcurrency ?? 64,
+        dialConcurrency: o.dialConcurrency ?? dialConcurrencyFor(procs),
       };
       child.send(start);
       const m = { child, pending, started };
@@ -152,7 +169,8 @@ export class Fleet {
     sum.lastLog = [];
     for (const p of parts.slice(1)) {
       for (const k of Object.keys(p) as Array<keyof HarnessCounters>) {
-        if (typeof p[k] === 'number') (sum[k] as number) += p[k] as number;
+        if (k === 'loopDelayMaxMs') sum[k] = Math.max(sum[k], p[k]);
+        else if (typeof p[k] === 'number') (sum[k] as number) += p[k] as number;
       }
     }
     for (const p of parts) sum.lastLog.push(...p.lastLog);
@@ -177,6 +195,12 @@ export class Fleet {
   /** Each agent's first wake-up at or after `since` (epoch ms) signed by a controller other than `notFrom`. */
   async wakesSince(since: number, notFrom: string): Promise<FirstWake[]> {
     return (await this.all<FirstWake[]>({ t: 'wakesSince', since, notFrom } as never, 120_000)).flat();
+  }
+
+  /** For each ask, the agent's first wake-up at or after `since` announcing `gen` or later (epoch ms), or null. */
+  async wakesAtLeast(asks: WakeAsk[]): Promise<Array<number | null>> {
+    const parts = await this.all<Array<number | null>>({ t: 'wakesAtLeast', asks } as never, 120_000);
+    return asks.map((_, i) => parts.map((p) => p[i] ?? null).find((t) => t !== null) ?? null);
   }
 
   async report(): Promise<AgentRunReport[]> {

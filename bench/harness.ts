@@ -5,9 +5,10 @@
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { RunItem, RunResult } from '../agent/hooks/types.js';
 import type { AgentSlot } from './pki-cache.js';
-import { setFetchConcurrency, SimAgent, type SimCounters, type SimPkiPaths } from './sim-agent.js';
+import { setDialConcurrency, setFetchConcurrency, SimAgent, type SimCounters, type SimPkiPaths } from './sim-agent.js';
 import { CountingLogger, nowMs } from './util.js';
 
 export type HookMode = 'noop' | 'hold' | 'real';
@@ -25,6 +26,8 @@ export interface HarnessStart {
   controllerUrls?: string[];
   /** `--controller-id` of every agent (default `controller`). */
   controllerId?: string;
+  /** `--dial-out` of every agent: it dials this connect URL and listens on nothing. */
+  dialOut?: string;
   stateRoot: string;
   hook: HookMode;
   pollIntervalMs: number;
@@ -34,6 +37,8 @@ export interface HarnessStart {
   startConcurrency: number;
   /** Metadata fetches in flight at once in this process (0: no limit); see sim-agent.ts. */
   fetchConcurrency: number;
+  /** Dials out in flight at once in this process (0: no limit); see sim-agent.ts. */
+  dialConcurrency: number;
 }
 
 export type ToHarness =
@@ -43,6 +48,7 @@ export type ToHarness =
   | { t: 'hold'; id: number; on: boolean }
   | { t: 'progress'; id: number }
   | { t: 'wakesSince'; id: number; since: number; notFrom: string }
+  | { t: 'wakesAtLeast'; id: number; asks: WakeAsk[] }
   | { t: 'report'; id: number }
   | { t: 'release'; id: number }
   | { t: 'settle'; id: number }
@@ -68,6 +74,11 @@ export interface HarnessCounters extends SimCounters {
   lastLog: string[];
   rssKb: number;
   pings: number;
+  /**
+   * The longest this process's event loop was late since the last `arm` (ms; perf_hooks): how long
+   * an agent of it may have waited to read a frame. Summed over the fleet as the largest.
+   */
+  loopDelayMaxMs: number;
 }
 
 /** An agent's first wake-up after a moment, from a controller other than a given one. */
@@ -77,6 +88,13 @@ export interface FirstWake {
   t: number | null;
   iss: string | null;
   reason: string | null;
+}
+
+/** A node's first wake-up at or after `since` (epoch ms) announcing generation `gen` or later. */
+export interface WakeAsk {
+  node: string;
+  since: number;
+  gen: number;
 }
 
 export type FromHarness = { t: 'started'; ms: number; failed: string[] } | { t: 'reply'; id: number; data: unknown };
@@ -96,6 +114,8 @@ let pings = 0;
     return emit.call(this, ev, ...rest);
   };
 }
+const loopDelay = monitorEventLoopDelay({ resolution: 10 });
+loopDelay.enable();
 const agents: SimAgent[] = [];
 let releaseHeld: (() => void) | null = null;
 /** Hooks started while this is false end at once (between measuring windows). */
@@ -134,6 +154,7 @@ async function start(m: HarnessStart): Promise<void> {
   const t0 = Date.now();
   const runItem = await hookOf(m.hook);
   setFetchConcurrency(m.fetchConcurrency);
+  setDialConcurrency(m.dialConcurrency);
   const failed: string[] = [];
   fs.mkdirSync(m.stateRoot, { recursive: true });
   let next = 0;
@@ -145,6 +166,7 @@ async function start(m: HarnessStart): Promise<void> {
         pki: { ...m.pki, certPath: path.join(m.pki.dir, 'agent', `${s.node}.crt`) },
         controllerUrl: urlsOf(m, s),
         ...(m.controllerId !== undefined ? { controllerId: m.controllerId } : {}),
+        ...(m.dialOut !== undefined ? { dialOut: m.dialOut } : {}),
         stateDir: path.join(m.stateRoot, s.node),
         runItem,
         pollIntervalMs: m.pollIntervalMs,
@@ -189,11 +211,14 @@ function counters(): HarnessCounters {
     refused: 0,
     accepted: 0,
     resumed: 0,
+    pongs: 0,
+    dialFailures: 0,
     warns: log.warns,
     errors: log.errors,
     lastLog: log.last.slice(-5),
     rssKb: Math.round(process.memoryUsage.rss() / 1024),
     pings,
+    loopDelayMaxMs: Math.round(loopDelay.max / 1e6),
   };
   for (const a of agents) {
     const c = a.counters();
@@ -237,6 +262,7 @@ process.on('message', (m: ToHarness) => {
       case 'arm':
         // the log ring shows the run's own warnings from now on, not the start-up's
         log.last.length = 0;
+        loopDelay.reset();
         progressDone.clear();
         for (const a of agents) a.mark(m.target, m.minRevision);
         send({ t: 'reply', id: m.id, data: nowMs() });
@@ -261,6 +287,16 @@ process.on('message', (m: ToHarness) => {
         const out: FirstWake[] = agents.map((a) => {
           const w = a.wakes.find((x) => x.t >= m.since && !x.iss.endsWith(notFrom));
           return { node: a.slot.node, t: w?.t ?? null, iss: w?.iss ?? null, reason: w?.reason ?? null };
+        });
+        send({ t: 'reply', id: m.id, data: out });
+        return;
+      }
+      case 'wakesAtLeast': {
+        // null for a node this process does not run, or that had no such wake-up
+        const byNode = new Map(agents.map((a) => [a.slot.node, a]));
+        const out = m.asks.map((q) => {
+          const a = byNode.get(q.node);
+          return a?.wakes.find((w) => w.t >= q.since && w.gen >= q.gen)?.t ?? null;
         });
         send({ t: 'reply', id: m.id, data: out });
         return;

@@ -36,6 +36,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import { PING_INTERVAL_MS, POLL_INTERVAL_HEALTHY_MS } from '../protocol/limits.js';
 import { metricSum } from './api-client.js';
 import { Fleet } from './fleet.js';
 import { slot, type BenchPki } from './pki-cache.js';
@@ -132,6 +133,22 @@ export interface IdlePart {
   problems: string[];
 }
 
+/**
+ * Bytes an hour of one idle agent whose push connection is healthy: a ping exchange every
+ * `pingIntervalMs` (PING_INTERVAL_MS, the controller's; AGENT_DIAL_PING_INTERVAL_MS dialling out)
+ * and a poll every POLL_INTERVAL_HEALTHY_MS, over the push connection when window 1b measured it,
+ * else at `pollFallbackBytes` (an HTTPS poll).
+ */
+export function pushHealthyBytesPerHour(
+  ping: Pick<TrafficResult['ping'], 'bytesPerPing' | 'pushPoll'>,
+  pollFallbackBytes: number,
+  pingIntervalMs: number,
+): number {
+  const hourMs = 3_600_000;
+  const poll = ping.pushPoll?.bytesPerPoll ?? pollFallbackBytes;
+  return Math.round((hourMs / pingIntervalMs) * ping.bytesPerPing + (hourMs / POLL_INTERVAL_HEALTHY_MS) * poll);
+}
+
 export function combineIdle(parts: IdlePart[]): IdleResult {
   const ping = parts.find((x) => x.ping)?.ping;
   const poll = parts.find((x) => x.poll)?.poll;
@@ -146,7 +163,7 @@ export function combineIdle(parts: IdlePart[]): IdleResult {
       poll,
       perAgentHourBytes: {
         // the healthy interval's polls go over the push connection (window 1b)
-        pushHealthy: Math.round(120 * ping.bytesPerPing + 6 * (ping.pushPoll?.bytesPerPoll ?? poll.bytesPerPoll)),
+        pushHealthy: pushHealthyBytesPerHour(ping, poll.bytesPerPoll, PING_INTERVAL_MS),
         pushOff30s: Math.round(120 * poll.bytesPerPoll),
         pushOff120s: Math.round(30 * poll.bytesPerPoll),
       },
@@ -162,12 +179,17 @@ export interface IdleOptions {
   port: number;
   quick: boolean;
   exactLo: boolean;
+  /**
+   * `push` only: the agents dial out to the controller's connect listener at this port (docs/dial-out.md),
+   * so the pings are theirs and the controller's pongs answer them; counted as pongs.
+   */
+  dialOutPort?: number;
   /** `push`: window 1; `poll`: window 2; `footprint`: the idle agent alone. Each in a namespace of its own. */
   part: 'push' | 'poll' | 'footprint';
 }
 
 export async function idlePhase(o: IdleOptions): Promise<IdlePart> {
-  const dir = path.join(o.runDir, `idle-${o.part}`);
+  const dir = path.join(o.runDir, `idle-${o.part}${o.dialOutPort === undefined ? '' : '-dial-out'}`);
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(dir, { recursive: true });
   const problems: string[] = [];
@@ -177,7 +199,12 @@ export async function idlePhase(o: IdleOptions): Promise<IdlePart> {
   const w1 = 30;
   const w2 = o.quick ? 8 : 16;
   const out: IdlePart = { exact: o.exactLo, agents: m, problems };
-  const ctl = await startController({ pki: o.pki, dir, port: o.port });
+  const ctl = await startController({
+    pki: o.pki,
+    dir,
+    port: o.port,
+    ...(o.dialOutPort === undefined ? {} : { extra: ['--connect-listen', `127.0.0.1:${o.dialOutPort}`] }),
+  });
   try {
     if (o.part === 'footprint') await footprintWindow(o, ctl, dir, out);
     else if (!loCounters()) throw new Error('no loopback counters in /proc/net/dev');
@@ -192,7 +219,11 @@ export async function idlePhase(o: IdleOptions): Promise<IdlePart> {
   return out;
 }
 
-/** Window 1: push healthy, pings only. */
+/**
+ * Window 1: push healthy, pings only. Dialling out, the agents ping (every
+ * AGENT_DIAL_PING_INTERVAL_MS, first that long after their connection opened, as the controller
+ * pings a connection it dialled) and the controller only answers: the pongs are counted.
+ */
 async function pushWindow(
   o: IdleOptions,
   ctl: ControllerProc,
@@ -203,6 +234,8 @@ async function pushWindow(
 ): Promise<void> {
   const problems = out.problems;
   const slots = Array.from({ length: m }, (_, i) => slot('b', i));
+  const dialOut = o.dialOutPort === undefined ? {} : { dialOut: `wss://127.0.0.1:${o.dialOutPort}/v1/connect` };
+  const pingsOf = (c: { pings: number; pongs: number }): number => (o.dialOutPort === undefined ? c.pings : c.pongs);
   const a = await Fleet.start({
     pki: o.pki,
     slots,
@@ -210,6 +243,7 @@ async function pushWindow(
     stateRoot: path.join(dir, 'agents'),
     hook: 'noop',
     procs: 1,
+    ...dialOut,
   });
   await waitFor(
     `${m} agents connected`,
@@ -224,7 +258,7 @@ async function pushWindow(
   const l1 = loCounters()!;
   const c1 = await a.fleet.counters();
   await a.fleet.stop();
-  const pings = c1.pings - c0.pings;
+  const pings = pingsOf(c1) - pingsOf(c0);
   const polls1 = c1.polls - c0.polls;
   if (polls1 !== 0) problems.push(`${polls1} polls fell into the ping window`);
   if (pings === 0) problems.push('no ping in the ping window');
@@ -251,6 +285,7 @@ async function pushWindow(
     procs: 1,
     pollIntervalMs: 8_000,
     pollIntervalHealthyMs: 8_000,
+    ...dialOut,
   });
   await waitFor(
     `${m} polling agents connected`,
@@ -279,7 +314,7 @@ async function pushWindow(
   const p1 = answered(m1, 'push');
   const allAnswered = answered(m1) - answered(m0);
   const polls = e1.fetch304 + e1.fetch200 - e0.fetch304 - e0.fetch200;
-  const pingBytes = (e1.pings - e0.pings) * out.ping.bytesPerPing;
+  const pingBytes = (pingsOf(e1) - pingsOf(e0)) * out.ping.bytesPerPing;
   out.ping.pushPoll = {
     windowS: w1b,
     bytes: j1.bytes - j0.bytes,

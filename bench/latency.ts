@@ -103,7 +103,7 @@ export interface LatencyOptions {
   part: 'push' | 'poll';
 }
 
-const HOOK = '#!/bin/sh\n: > "$mark_dir/$mark"\n';
+export const HOOK = '#!/bin/sh\n: > "$mark_dir/$mark"\n';
 /** How often the bench looks for COMPLETE: with each change's PATCH, under the operator's rate limit. */
 const COMPLETE_POLL_MS = 15;
 
@@ -122,29 +122,7 @@ export async function latencyPhase(
     pushWorkers: o.pushWorkers,
     nodeArgs: o.profArgs,
   });
-  const marks = new Map<string, number>();
-  const waiters = new Map<string, (t: number) => void>();
-  const watcher = fs.watch(markDir, (_ev, f) => {
-    const t = nowMs();
-    if (!f || marks.has(f)) return;
-    marks.set(f, t);
-    waiters.get(f)?.(t);
-  });
-  const waitMark = (name: string, ms: number): Promise<number> => {
-    const have = marks.get(name);
-    if (have !== undefined) return Promise.resolve(have);
-    return new Promise((resolve, reject) => {
-      const t = setTimeout(() => {
-        waiters.delete(name);
-        reject(new Error(`hook ${name} did not start within ${ms} ms`));
-      }, ms);
-      waiters.set(name, (x) => {
-        clearTimeout(t);
-        waiters.delete(name);
-        resolve(x);
-      });
-    });
-  };
+  const { waitMark, close: closeMarks } = watchMarks(markDir);
   const procs: ChildProcess[] = [];
   const cfg = await ctl.op.must<{ id: string }>(201, 'POST', '/v1/configs', {
     name: 'latency',
@@ -402,17 +380,51 @@ export async function latencyPhase(
   // its hook launcher, beside it for HOOK_LAUNCHER_IDLE_CLOSE_MS after the last hook
   const launcher = agentPid ? launchersOf([agentPid])[0] : undefined;
   const launcherRss = launcher === undefined ? null : procSample(launcher);
-  watcher.close();
+  closeMarks();
   for (const p of procs) await stopProc(p, 'SIGTERM', 5_000);
   await stopController(ctl);
   return { result, afterHooksRssKb: afterHooks?.rssKb ?? NaN, launcherRssKb: launcherRss?.rssKb ?? NaN };
 }
 
 /**
+ * Watches `markDir` for the hooks' marker files: `waitMark(name, ms)` resolves with the moment
+ * (epoch ms) file `name` appeared (the inotify event's), at once when it has already.
+ */
+export function watchMarks(markDir: string): {
+  waitMark: (name: string, ms: number) => Promise<number>;
+  close: () => void;
+} {
+  const marks = new Map<string, number>();
+  const waiters = new Map<string, (t: number) => void>();
+  const watcher = fs.watch(markDir, (_ev, f) => {
+    const t = nowMs();
+    if (!f || marks.has(f)) return;
+    marks.set(f, t);
+    waiters.get(f)?.(t);
+  });
+  const waitMark = (name: string, ms: number): Promise<number> => {
+    const have = marks.get(name);
+    if (have !== undefined) return Promise.resolve(have);
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => {
+        waiters.delete(name);
+        reject(new Error(`hook ${name} did not start within ${ms} ms`));
+      }, ms);
+      waiters.set(name, (x) => {
+        clearTimeout(t);
+        waiters.delete(name);
+        resolve(x);
+      });
+    });
+  };
+  return { waitMark, close: () => watcher.close() };
+}
+
+/**
  * Where the time of each change went, from the agents' own log lines (pino, ms): the wake-up,
  * the fetch, the item's start (after its state write) before the hook's first line.
  */
-function breakdown(
+export function breakdown(
   changes: Array<{ agent: number; revision: number; t0: number; hook: number }>,
   logs: string[],
 ): LatencyResult['push']['breakdown'] {

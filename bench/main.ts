@@ -1,7 +1,7 @@
 /**
  * `npm run bench [-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000]`
  * `npm run bench -- --soak [minutes]`, `npm run bench -- --controllers [store,fanout,failover]`,
- * `npm run bench -- --pre-auth`, `npm run bench -- --heat`
+ * `npm run bench -- --pre-auth`, `npm run bench -- --heat`, `npm run bench -- --dial-out [--n 10000]`
  *
  * Herald's benchmark suite: push against polling, fan-out to 10,000 agents, idle
  * traffic and footprint, a cluster restart. Writes BENCHMARKS.md (tables) and BENCHMARKS.json
@@ -20,6 +20,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { dialOutMain } from './dial-out.js';
 import { fanoutAll, type FanoutResult } from './fanout.js';
 import { type FloorBed, type FloorResult, floorPhase, startFloor } from './floor.js';
 import { combineIdle, idlePhase, type IdlePart, type IdleResult } from './idle.js';
@@ -41,7 +42,7 @@ import { heatPhase } from './heat.js';
 import { HEAT_SECTION_MARKER, heatMarkdown } from './heat-report.js';
 import { preAuthMarkdown, preAuthPhase } from './pre-auth.js';
 import { levelGrowth, soakMarkdown, soakPhase } from './soak.js';
-import { loadAvg, NO_HOOK_LAUNCHER_ENV, round, say } from './util.js';
+import { loadAvg, NO_HOOK_LAUNCHER_ENV, profilePreloadArgs, round, say } from './util.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** The checkout: dist/bench/main.js → two levels up. */
@@ -70,6 +71,8 @@ export interface BenchArgs {
   heat: boolean;
   /** --rollouts: a 100-node restart and upgrade of one cluster, alone; its section in BENCHMARKS.md. */
   rollouts: boolean;
+  /** --dial-out: agents that dial out beside listener mode, alone (bench/dial-out.ts); its section in BENCHMARKS.md. */
+  dialOut: boolean;
   /** --controllers [store,fanout,failover]: several controllers on PostgreSQL alone, their section in BENCHMARKS.md. */
   controllers: Set<string> | null;
   /** --controller-ns: the fan-out N with 1, 2 and 3 controllers (default 1000,5000). */
@@ -108,6 +111,7 @@ function parseArgs(argv: string[]): BenchArgs {
     preAuth: false,
     heat: false,
     rollouts: false,
+    dialOut: false,
     controllers: null,
     controllerNs: [1_000, 5_000],
     failoverNs: [300, 3_000],
@@ -138,6 +142,7 @@ function parseArgs(argv: string[]): BenchArgs {
     else if (v === '--pre-auth') a.preAuth = true;
     else if (v === '--rollouts') a.rollouts = true;
     else if (v === '--heat') a.heat = true;
+    else if (v === '--dial-out') a.dialOut = true;
     else if (v === '--soak') {
       const m = argv[i + 1];
       a.soakMinutes = m !== undefined && /^\d+(\.\d+)?$/.test(m) ? Number(argv[++i]) : 9;
@@ -158,7 +163,7 @@ function parseArgs(argv: string[]): BenchArgs {
       const options = [
         '[-- --quick] [--only latency,fanout,floor,restart,idle,peer] [--n 100,1000] [--runs 3]',
         '[--push-workers N] [--no-crash] [--no-namespace] [--profile dir] [--out dir] [--render BENCHMARKS.json]',
-        '[--soak [minutes]] [--soak-gc] [--pre-auth] [--heat] [--rollouts] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000]',
+        '[--soak [minutes]] [--soak-gc] [--pre-auth] [--heat] [--rollouts] [--dial-out] [--controllers [store,fanout,failover]] [--controller-ns 1000,5000]',
         '[--failover-ns 300,3000] [--peer | --no-peer] [--no-hook-launcher]',
       ];
       process.stdout.write(`usage: npm run bench ${options.join(' ')}\n`);
@@ -180,6 +185,7 @@ function parseArgs(argv: string[]): BenchArgs {
     a.soakMinutes === null &&
     !a.preAuth &&
     !a.heat &&
+    !a.dialOut &&
     a.controllers === null
   )
     a.peer = process.env.HERALD_BENCH_PEER !== '0';
@@ -268,6 +274,16 @@ async function childMain(args: BenchArgs): Promise<number> {
       exactLo: true,
       part: args.child === 'idle-push' ? 'push' : args.child === 'idle-poll' ? 'poll' : 'footprint',
     });
+  } else if (args.child === 'idle-push-dial-out') {
+    r = await idlePhase({
+      pki,
+      runDir,
+      port: 18443,
+      quick: args.quick,
+      exactLo: true,
+      part: 'push',
+      dialOutPort: 18444,
+    });
   } else if (args.child === 'peer') {
     r = await peerPhase({ runDir, quick: args.quick, exactLo: true });
   } else if (args.child === 'latency-poll') {
@@ -343,6 +359,26 @@ async function main(): Promise<number> {
       command: `npm run bench -- ${process.argv.slice(2).join(' ')}`,
     });
   if (args.heat) return heatMain(args);
+  if (args.dialOut) {
+    const runDir = path.join(ROOT, 'tmp', 'bench-run');
+    const failed = (why: string): IdlePart => ({ exact: false, agents: 0, problems: [why] });
+    if (args.profile) process.env.HERALD_BENCH_PROFILE_DIR = args.profile;
+    return dialOutMain({
+      ...(args.profile ? { profArgs: profilePreloadArgs(args.profile) } : {}),
+      ns: args.ns,
+      runs: args.runs,
+      quick: args.quick,
+      pushWorkers: args.pushWorkers,
+      out: args.out,
+      root: ROOT,
+      inNs,
+      port: inNs ? 18443 : await freeLowPort(),
+      command: `npm run bench -- ${process.argv.slice(2).join(' ')}`,
+      idleChild: inNs
+        ? (mode) => runChild(args, runDir, mode === 'listener' ? 'idle-push' : 'idle-push-dial-out', failed)
+        : null,
+    });
+  }
   const started = new Date();
   const t0 = Date.now();
   const want = (p: string): boolean => args.only === null || args.only.has(p);
@@ -375,7 +411,7 @@ async function main(): Promise<number> {
   if (args.preAuth) return preAuthMain(args, pki, runDir, port);
   if (args.rollouts) return rolloutsMain(args, pki, runDir, port);
   // --profile: every process started gets the preload; SIGUSR2 brackets the measured windows
-  const profArgs = args.profile ? ['--import', new URL('./prof-preload.js', import.meta.url).href] : [];
+  const profArgs = args.profile ? profilePreloadArgs(args.profile) : [];
   if (args.profile) process.env.HERALD_BENCH_PROFILE_DIR = args.profile;
   const results: {
     latency?: LatencyResult;

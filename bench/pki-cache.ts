@@ -29,9 +29,12 @@ export interface AgentSlot {
   port: number;
 }
 
-/** Agent `i` of a group: `b00042` at 127.20.0.43, `r00001` at 127.21.0.2, ... */
-export function slot(group: 'b' | 'r' | 'l', i: number): AgentSlot {
-  const second = group === 'b' ? 20 : group === 'r' ? 21 : 22;
+/**
+ * Agent `i` of a group: `b00042` at 127.20.0.43, `r00001` at 127.21.0.2, ... (`a`: the crash
+ * run's probe agents, named to sort before the fleet's: a restarted controller dials in that order).
+ */
+export function slot(group: 'a' | 'b' | 'r' | 'l', i: number): AgentSlot {
+  const second = group === 'b' ? 20 : group === 'r' ? 21 : group === 'l' ? 22 : 23;
   return {
     node: `${group}${String(i).padStart(5, '0')}`,
     ip: `127.${second}.${Math.floor(i / 250)}.${(i % 250) + 1}`,

@@ -140,8 +140,11 @@ export interface AgentProcArgs {
   pki: BenchPki;
   node: string;
   controllerUrl: string;
-  listen: string;
+  /** `--listen`; null: none (then `dialOut`). */
+  listen: string | null;
   advertise?: string;
+  /** `--dial-out`: the connect URL(s) it dials (docs/dial-out.md). */
+  dialOut?: string;
   stateDir: string;
   logFile: string;
   extra?: string[];
@@ -158,7 +161,11 @@ export function startAgentProc(a: AgentProcArgs): ChildProcess {
     listen: a.listen,
     advertise: a.advertise,
     stateDir: a.stateDir,
-    args: [...(a.extra ?? []), ...(process.env[NO_HOOK_LAUNCHER_ENV] === '1' ? ['--no-hook-launcher'] : [])],
+    args: [
+      ...(a.dialOut !== undefined ? ['--dial-out', a.dialOut] : []),
+      ...(a.extra ?? []),
+      ...(process.env[NO_HOOK_LAUNCHER_ENV] === '1' ? ['--no-hook-launcher'] : []),
+    ],
     logFile: a.logFile,
     nodeArgs: a.nodeArgs,
     group: false,

@@ -6,12 +6,17 @@
  * `HERALD_BENCH_PROFILE_HEAP=1` the same window also samples allocations, the collected ones
  * included (what the collector had to deal with, not only what survived), into
  * `<title>-<pid>-<k>.heapprofile` (`node dist/bench/prof-top.js --alloc <file>`). Loads nothing else.
+ *
+ * The directory may also come as the import's `?dir=` (util.ts profilePreloadArgs), and the start-up
+ * profiling as `&from=`: a controller's push workers inherit its node flags but not its
+ * environment (protocol/child-env.ts), and a worker without the preload dies of the SIGUSR2.
  */
 import fs from 'node:fs';
 import { Session } from 'node:inspector';
 import path from 'node:path';
 
-const dir = process.env.HERALD_BENCH_PROFILE_DIR;
+const query = new URL(import.meta.url).searchParams;
+const dir = process.env.HERALD_BENCH_PROFILE_DIR ?? query.get('dir') ?? undefined;
 const heap = process.env.HERALD_BENCH_PROFILE_HEAP === '1';
 /** Mean bytes between two sampled allocations (V8's default is 32 KiB; finer for a short window). */
 const HEAP_SAMPLING_INTERVAL_BYTES = 4_096;
@@ -58,6 +63,6 @@ if (dir) {
   process.on('SIGUSR2', toggle);
   // HERALD_BENCH_PROFILE_FROM_START=<name>: processes whose script name contains it profile
   // from their first line (a harness's start-up, before anyone could signal it)
-  const from = process.env.HERALD_BENCH_PROFILE_FROM_START;
+  const from = process.env.HERALD_BENCH_PROFILE_FROM_START ?? query.get('from') ?? undefined;
   if (from && (process.argv[1] ?? '').includes(from)) toggle();
 }

@@ -136,14 +136,16 @@ export function machine(): Record<string, unknown> {
   };
 }
 
-const fmt = (x: number | null | undefined, d = 1): string =>
+/** A figure for the tables: rounded to `d` decimals, with thousands separators; `n/a` when missing. */
+export const fmt = (x: number | null | undefined, d = 1): string =>
   x === null || x === undefined || !Number.isFinite(x) ? 'n/a' : round(x, d).toLocaleString('en-US');
 const ms = (x: number | null | undefined, d = 1): string => `${fmt(x, d)} ms`;
 const s = (xMs: number | null | undefined, d = 2): string =>
   xMs === null || xMs === undefined || !Number.isFinite(xMs) ? 'n/a' : `${fmt(xMs / 1000, d)} s`;
 const kb = (bytes: number): string => `${fmt(bytes / 1000, 1)} kB`;
 
-function ratio(got: number, goal: number): string {
+/** `met (x % of the limit)` or `missed by … (n×)`: a figure against its upper bound. */
+export function ratio(got: number, goal: number): string {
   if (!Number.isFinite(got)) return 'not measured';
   return got <= goal
     ? `met (${fmt((got / goal) * 100, 0)} % of the limit)`

@@ -176,12 +176,13 @@ function carryOver(report: SeveralReport, jsonPath: string): void {
  * The JSON lies in the checkout, where `biome format .` (part of every commit's checks) would
  * refuse JSON.stringify's layout: it is written in the formatter's when the formatter is there.
  */
-function formatLikeTheTree(file: string): void {
+export function formatLikeTheTree(file: string): void {
   const biome = path.join(path.dirname(file), 'node_modules', '.bin', 'biome');
   if (fs.existsSync(biome)) spawnSync(biome, ['format', '--write', file], { stdio: 'ignore' });
 }
 
-function gitCommit(root: string): string {
+/** The checkout's commit, short (`unknown` outside git). */
+export function gitCommit(root: string): string {
   try {
     return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
   } catch {

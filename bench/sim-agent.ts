@@ -9,7 +9,10 @@
  * - the PKI files are not watched (ten thousand watchers would test inotify, not Herald), and
  *   every agent uses the same key file (its certificate is its own);
  * - every metadata fetch passes one gate per harness process (see below);
- * - with push off, the endpoint is not announced.
+ * - with push off, the endpoint is not announced;
+ * - dialling out (`dialOut`), it listens on nothing: its push connection is the one its own
+ *   Dialer opens to the controller's connect listener (agent/dialer.ts), as `herald agent
+ *   --dial-out` without `--listen` does.
  * Counters and timestamps are taken by the assembly's observer and the parts' counters.
  */
 import type { MetadataItem } from '../protocol/heat.js';
@@ -49,6 +52,19 @@ export function setFetchConcurrency(n: number): void {
   gate = n > 0 ? new Gate(n) : null;
 }
 
+/**
+ * Dialling out, at most this many agents of one harness process handshake at once (agent/dialer.ts
+ * `runDial`), for the reason of the fetch gate above: a storm of reconnects in one process would
+ * otherwise hold its event loop past the controller's 1 s answer limit, and its agents' acks would
+ * miss it (N = 200 on the shared host, 2026-12-08: 125 of 200 connections dropped half-open, the
+ * harness's loop late by up to 1.3 s). In listener mode the controller bounds its own dials the
+ * same way (MAX_DIALS_IN_FLIGHT; fleet.ts dialConcurrencyFor shares it among the processes).
+ */
+let dialGate: Gate | null = null;
+export function setDialConcurrency(n: number): void {
+  dialGate = n > 0 ? new Gate(n) : null;
+}
+
 export interface SimPkiPaths {
   dir: string;
   caPath: string;
@@ -72,6 +88,8 @@ export interface SimAgentOptions {
   log: Logger;
   /** The controllers accepted (`--controller-id`; default `controller`, the one-controller benchmarks' name). */
   controllerId?: string;
+  /** `--dial-out`: the connect URL(s); the agent then listens on nothing (docs/dial-out.md). */
+  dialOut?: string;
 }
 
 export interface WakeRecord {
@@ -109,6 +127,10 @@ export interface SimCounters {
   /** Push connections accepted so far, and how many of them on a resumed TLS session. */
   accepted: number;
   resumed: number;
+  /** Dialling out: pongs the controller answered to the agent's pings (its idle traffic). */
+  pongs: number;
+  /** Dialling out: dials that failed before the upgrade (refused, timed out, ...). */
+  dialFailures: number;
 }
 
 export class SimAgent {
@@ -140,7 +162,7 @@ export class SimAgent {
       {
         node: o.slot.node,
         controller: o.controllerUrl,
-        listen: { host: o.slot.ip, port: o.slot.port },
+        ...(o.dialOut === undefined ? { listen: { host: o.slot.ip, port: o.slot.port } } : { dialOut: o.dialOut }),
         pki: o.pki.dir,
         ca: o.pki.caPath,
         cert: o.pki.certPath,
@@ -159,6 +181,7 @@ export class SimAgent {
         runItem: o.runItem,
         watchPki: false,
         ...(gate ? { runFetch: (f) => gate!.run(f) } : {}),
+        ...(dialGate ? { runDial: (d) => dialGate!.run(d) } : {}),
         observe: {
           wake: (claims, fetch) => {
             this.#wakesVerified++;
@@ -209,20 +232,24 @@ export class SimAgent {
 
   counters(): SimCounters {
     const p = this.#agent?.parts;
+    const d = p?.dialer;
     return {
-      connected: p?.listener?.connections ?? 0,
+      connected: (p?.listener?.connections ?? 0) + (d?.connected ? 1 : 0),
       wakesVerified: this.#wakesVerified,
-      acks: p?.listener?.stats.acks ?? 0,
-      nacks: p?.listener?.stats.nacks ?? 0,
+      acks: (p?.listener?.stats.acks ?? 0) + (d?.stats.acks ?? 0),
+      nacks: (p?.listener?.stats.nacks ?? 0) + (d?.stats.nacks ?? 0),
       fetch200: this.#fetch200,
       fetch304: this.#fetch304,
       fetchErrors: this.#fetchErrors,
       polls: p?.poller.polls ?? 0,
       runs: p?.apply.runs ?? 0,
       signalsDelivered: p?.outbox.delivered ?? 0,
-      refused: p?.listener?.stats.refused ?? 0,
-      accepted: p?.listener?.stats.accepted ?? 0,
+      refused: (p?.listener?.stats.refused ?? 0) + (d?.stats.refused ?? 0),
+      // a dialled connection established counts as one accepted (never resumed: agent/dialer.ts)
+      accepted: (p?.listener?.stats.accepted ?? 0) + (d?.stats.connected ?? 0),
       resumed: p?.listener?.stats.resumed ?? 0,
+      pongs: d?.stats.pongs ?? 0,
+      dialFailures: d?.stats.dialFailures ?? 0,
     };
   }
 

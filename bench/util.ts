@@ -10,6 +10,28 @@ export function nowMs(): number {
   return performance.timeOrigin + performance.now();
 }
 
+/**
+ * The node flags that preload bench/prof-preload.ts into a process, with the profiles' directory
+ * (and `from`: profile from its first line a process whose script path contains it) in the
+ * import's URL, which a controller's push workers inherit with its node flags.
+ */
+export function profilePreloadArgs(dir: string, from?: string): string[] {
+  const url = new URL('./prof-preload.js', import.meta.url);
+  url.searchParams.set('dir', dir);
+  if (from !== undefined) url.searchParams.set('from', from);
+  return ['--import', url.href];
+}
+
+/** `args` with the preload's URL (profilePreloadArgs) asking to profile from their first line the processes whose script path contains `from`. */
+export function profileFromStart(args: readonly string[], from: string): string[] {
+  return args.map((a) => {
+    if (!a.startsWith('file:') || !a.includes('prof-preload.js')) return a;
+    const url = new URL(a);
+    url.searchParams.set('from', from);
+    return url.href;
+  });
+}
+
 /** Set to '1' by `--no-hook-launcher`: the run's agents spawn their hooks themselves. */
 export const NO_HOOK_LAUNCHER_ENV = 'HERALD_BENCH_NO_HOOK_LAUNCHER';
 

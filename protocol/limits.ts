@@ -375,9 +375,10 @@ export const CONNECT_DRAIN_WINDOW_MAX_MS = 20_000;
 export const CONNECT_HANDSHAKE_TIMEOUT_MS = 5_000;
 /**
  * Dialled-in connections pending authentication, per process that serves them (each push
- * worker, or the main process with `--push-workers 0`); more are destroyed at accept
- * (`too_many_connections`). Higher than the agent listener's 16: a restart brings thousands of
- * agents back at once, and ~350 full handshakes a second fit on two cores.
+ * worker, or the main process with `--push-workers 0`), and, with push workers, sockets the main
+ * process accepted and holds for each worker until it takes them (one at a time); more are
+ * destroyed at accept (`too_many_connections`). Higher than the agent listener's 16: a restart
+ * brings thousands of agents back at once, and ~350 full handshakes a second fit on two cores.
  */
 export const MAX_CONNECT_PENDING_CONNECTIONS = 1_024;
 /**

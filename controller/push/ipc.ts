@@ -348,4 +348,6 @@ export type FromWorker =
   | { t: 'batch'; events: EventWord[]; metrics: PushMetricsDelta | null }
   /** The `drain` command is done: every dialled-in connection of the worker is closed. */
   | { t: 'drained' }
+  /** The worker has the socket last handed to it (ConnectionHandoff): the next may come. */
+  | { t: 'took' }
   | { t: 'closed' };

@@ -30,6 +30,7 @@ import { ConfigError } from '../../protocol/errors.js';
 import type { Ed25519PrivateJwk } from '../../protocol/jws.js';
 import {
   IPC_BATCH_MAX_DELAY_MS,
+  MAX_CONNECT_PENDING_CONNECTIONS,
   PUSH_CLOSE_GRACE_MS,
   MAX_TIMER_DELAY_MS,
   MAX_PUSH_REQUESTS_IN_FLIGHT,
@@ -88,6 +89,8 @@ export interface PushPoolOptions {
   requestsInFlight?: number;
   /** How long a worker waits for a request's answer (default PUSH_REQUEST_ANSWER_TIMEOUT_MS; shorter in tests). */
   requestAnswerTimeoutMs?: number;
+  /** Sockets of `--connect-listen` waiting here for each worker (default MAX_CONNECT_PENDING_CONNECTIONS). */
+  connectMaxWaiting?: number;
 }
 
 interface Shard {
@@ -107,6 +110,10 @@ interface Shard {
   closedWaiter: (() => void) | null;
   /** Called when the worker answers `drained` (or exits). */
   drainedWaiter: (() => void) | null;
+  /** Sockets of `--connect-listen` waiting to be handed to this worker, oldest first (see #handOff). */
+  handoffs: net.Socket[];
+  /** A socket was sent and the worker has not said `took` yet. */
+  handingOff: boolean;
 }
 
 /** Taken requests at the head of the queue past which it is copied down (see #pumpRequests). */
@@ -149,6 +156,7 @@ export class PushPool implements PushService {
     tuning: PushTuning;
     requestsInFlight: number;
     requestAnswerTimeoutMs: number;
+    connectMaxWaiting: number;
   };
   readonly #log: Logger;
   readonly #metrics: PushMetricsSink;
@@ -185,6 +193,7 @@ export class PushPool implements PushService {
       tuning: {},
       requestsInFlight: MAX_PUSH_REQUESTS_IN_FLIGHT,
       requestAnswerTimeoutMs: PUSH_REQUEST_ANSWER_TIMEOUT_MS,
+      connectMaxWaiting: MAX_CONNECT_PENDING_CONNECTIONS,
       ...opts,
     };
     if (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_PUSH_WORKER_PROCESSES) {
@@ -224,6 +233,8 @@ export class PushPool implements PushService {
         dialledIn: 0,
         closedWaiter: null,
         drainedWaiter: null,
+        handoffs: [],
+        handingOff: false,
       };
       return s;
     });
@@ -336,6 +347,7 @@ export class PushPool implements PushService {
     const server = this.#connectServer;
     this.#connectServer = null;
     server?.close();
+    for (const s of this.#shards) this.#dropSockets(s, 'shutting_down');
     const slots = this.#drainSlots(windowMs);
     await Promise.all(
       this.#shards.map(
@@ -374,6 +386,11 @@ export class PushPool implements PushService {
     return this.#requests.length - this.#requestsHead;
   }
 
+  /** Sockets of `--connect-listen` accepted and waiting to be handed to a worker, for tests and diagnostics. */
+  get connectHandoffsWaiting(): number {
+    return this.#shards.reduce((n, s) => n + s.handoffs.length, 0);
+  }
+
   /** Workers' requests being answered now (each holding one of the `requestsInFlight` places). */
   get requestsAnswering(): number {
     return this.#answering.size;
@@ -389,6 +406,7 @@ export class PushPool implements PushService {
     this.#closed = true;
     this.#connectServer?.close();
     this.#connectServer = null;
+    for (const s of this.#shards) this.#dropSockets(s, 'shutting_down');
     // requests still waiting are not started: their connections close with the workers (1001),
     // and the agents ask again over HTTPS or after their redial
     this.#requests = [];
@@ -421,25 +439,64 @@ export class PushPool implements PushService {
     return this.#held.get(node) ?? this.#shardOf(node);
   }
 
-  /** A socket of `--connect-listen`, to the next ready worker; none ready (all restarting): destroyed. */
+  /**
+   * A socket of `--connect-listen`, to the next ready worker; none ready (all restarting): destroyed.
+   * Each worker has at most one socket on its way: Node's channel holds every message sent after a
+   * handle until the child acknowledges it, so sockets sent as they come would queue the wake-ups,
+   * answers and commands behind them, one worker turn each (a reconnect storm held a wake-up for
+   * ~2 s: `npm run bench -- --dial-out`). The others wait here, unread, at most
+   * MAX_CONNECT_PENDING_CONNECTIONS a worker (more are cut, `too_many_connections`), and go one at
+   * a time as the worker says it took the last (`took`).
+   */
   #handOff(socket: net.Socket): void {
     const n = this.#shards.length;
     for (let k = 0; k < n; k++) {
       const s = this.#shards[(this.#nextHandOff + k) % n]!;
       if (!s.ready || s.child === null || this.#draining || this.#closed) continue;
       this.#nextHandOff = (s.index + 1) % n;
-      try {
-        // the handle travels with its own message; the socket is closed here once sent
-        s.child.send({ t: 'connection' }, socket, {}, (err) => {
-          if (err) socket.destroy();
-        });
-      } catch {
+      if (s.handoffs.length >= this.#o.connectMaxWaiting) {
         socket.destroy();
+        this.#metrics.connectRefused('too_many_connections');
+        return;
       }
+      s.handoffs.push(socket);
+      this.#nextSocket(s);
       return;
     }
     socket.destroy();
     this.#metrics.connectRefused(this.#draining || this.#closed ? 'shutting_down' : 'connect_unavailable');
+  }
+
+  /** Sends worker `s` its next waiting socket, unless one is on its way (or none waits). */
+  #nextSocket(s: Shard): void {
+    while (!s.handingOff && s.handoffs.length > 0) {
+      const socket = s.handoffs.shift()!;
+      // gone while it waited (the agent gave up): nothing to hand over
+      if (socket.destroyed) continue;
+      const child = s.child;
+      if (!s.ready || child === null) {
+        socket.destroy();
+        continue;
+      }
+      s.handingOff = true;
+      try {
+        // the handle travels with its own message; the socket is closed here once sent
+        child.send({ t: 'connection' }, socket, {}, (err) => {
+          if (err) socket.destroy();
+        });
+      } catch {
+        socket.destroy();
+        s.handingOff = false;
+      }
+    }
+  }
+
+  /** The sockets waiting for worker `s` are cut (it died, or the pool drains or closes), counted as `code`. */
+  #dropSockets(s: Shard, code: 'connect_unavailable' | 'shutting_down'): void {
+    const waiting = s.handoffs.splice(0);
+    s.handingOff = false;
+    for (const socket of waiting) socket.destroy();
+    if (waiting.length > 0) this.#metrics.connectRefused(code, waiting.length);
   }
 
   /** A worker holds the node's dialled-in connection now: the node's wake-ups go there, and no other worker keeps one. */
@@ -585,6 +642,10 @@ export class PushPool implements PushService {
             this.#log.error({ worker: s.index, err }, 'push worker sent a batch that cannot be read: restarting it');
             child.kill('SIGKILL');
           }
+        } else if (m.t === 'took') {
+          if (s.child !== child) return;
+          s.handingOff = false;
+          this.#nextSocket(s);
         } else if (m.t === 'drained') {
           if (s.child === child) s.drainedWaiter?.();
         } else if (m.t === 'closed') {
@@ -596,6 +657,7 @@ export class PushPool implements PushService {
         if (s.child !== child) return;
         s.child = null;
         s.ready = false;
+        this.#dropSockets(s, this.#closed || this.#draining ? 'shutting_down' : 'connect_unavailable');
         s.closedWaiter?.();
         s.drainedWaiter?.();
         resolve();

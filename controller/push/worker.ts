@@ -187,6 +187,8 @@ process.on('message', (m: ToWorker, handle?: unknown) => {
       const socket = handle as net.Socket | undefined;
       if (worker === null) socket?.destroy();
       else if (socket) worker.accept(socket);
+      // at once, not in a batch: the main process hands over the next socket on this word
+      send({ t: 'took' });
     } else if (m.t === 'init') {
       worker = new Worker(m);
       send({ t: 'ready' });

@@ -12,7 +12,7 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { revoke } from '../../certs/pki.js';
+import { issueCert, revoke } from '../../certs/pki.js';
 import { pkiPaths } from '../../certs/paths.js';
 import type { PkiMaterial } from '../../certs/tls.js';
 import { FetchCoalescer } from '../../agent/coalescer.js';
@@ -310,6 +310,36 @@ describe('whom the agent dials', () => {
     expect(await d.nextDown()).toMatchObject({ code: 'revoked', wasOpen: false });
   });
 
+  it('presents a renewed certificate at the next dial (its TLS context is made again when the PKI changes)', async () => {
+    const own = await makeAgentTestPki();
+    open.push({ close: () => own.cleanup() });
+    const m = own.material('agent', 'n1');
+    const s = await standIn({ material: own.material('controller', 'controller'), signer: own.signer });
+    const d = dial(s.url, {
+      material: m,
+      verifier: new WakeVerifier({ audience: N1(), keys: keySetOf(m), startedAtS: nowS() - 5 }),
+      random: () => 0,
+    });
+    const first = await s.connection(0);
+    const before = first.identity.serial;
+    const renewed = await issueCert({
+      dir: own.dir,
+      role: 'agent',
+      name: 'n1',
+      keyPem: fs.readFileSync(pkiPaths(own.dir).key('agent', 'n1'), 'utf8'),
+    });
+    m.reload();
+    first.ws.close(1011, 'internal_error');
+    await d.nextDown();
+    const second = await s.connection(1);
+    expect(second.identity.serial).toBe(renewed.serial);
+    expect(second.identity.serial).not.toBe(before);
+    // and the dial after that keeps presenting it
+    second.ws.close(1011, 'internal_error');
+    await d.nextDown();
+    expect((await s.connection(2)).identity.serial).toBe(renewed.serial);
+  });
+
   it("keeps the controller's refusal code from its 403 before the upgrade, else upgrade_refused", async () => {
     const coded = await standIn({ refuse: { status: 403, code: 'revoked' } });
     expect((await dial(coded.url).nextDown()).code).toBe('revoked');
@@ -329,6 +359,33 @@ describe('whom the agent dials', () => {
     const t = dial(`wss://127.0.0.1:${(mute.address() as net.AddressInfo).port}/v1/connect`, { timers: clock });
     await clock.advance(AGENT_DIAL_TIMEOUT_MS);
     expect((await t.nextDown()).code).toBe('dial_timeout');
+  });
+});
+
+describe('runDial', () => {
+  it('runs every dial through runDial: nothing is dialled before it starts one, and its promise ends when the dial failed or the connection is up', async () => {
+    const s = await standIn({ pingGen: 1 });
+    const refused = `wss://127.0.0.1:${await deadPort()}/v1/connect`;
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const ends: string[] = [];
+    let d: Setup | undefined;
+    d = dial(startingAt(refused, s.url), {
+      random: () => 0,
+      runDial: async (go) => {
+        await held;
+        await go();
+        // connections up / dials failed, when this dial was over
+        ends.push(`${d!.dialer.stats.connected}/${d!.dialer.stats.dialFailures}`);
+      },
+    });
+    expect(d.dialer.stats.dials).toBe(0);
+    release();
+    await s.connection();
+    await vi.waitFor(() => expect(ends).toEqual(['0/1', '1/1']));
+    expect(d.dialer.stats.dials).toBe(2);
   });
 });
 

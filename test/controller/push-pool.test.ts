@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import {
@@ -43,6 +44,15 @@ afterEach(async () => {
 });
 
 afterAll(() => pki?.cleanup());
+
+/** Agent `node`'s TLS files from the test PKI. */
+function agentCred(node: string): { ca: Buffer; cert: Buffer; key: Buffer } {
+  return {
+    ca: fs.readFileSync(pkiPaths(pki.dir).caCrt),
+    cert: fs.readFileSync(pkiPaths(pki.dir).cert('agent', node)),
+    key: fs.readFileSync(pkiPaths(pki.dir).key('agent', node)),
+  };
+}
 
 /** The pool's events re-emitted on an EventEmitter, so tests can wait for them with a bound. */
 function pool(over: Partial<PushPoolOptions> = {}): { p: PushPool; ev: EventEmitter } {
@@ -238,6 +248,71 @@ process.on('disconnect', () => process.exit(0));
 });
 
 describe.skipIf(!fs.existsSync(defaultWorkerScript()))('push pool: dialled-in connections', () => {
+  it('hands a worker one socket at a time: a wake-up to a dialled-in agent does not wait behind the sockets still to be handed over', async () => {
+    const { p } = pool({ workers: 1 });
+    p.on('attach', (node) => p.notify(node, 7, 'ping'));
+    await p.start([]);
+    const port = (await p.serveConnect({ host: '127.0.0.1', port: 0 })).port;
+    const keys = new KeySet(JSON.parse(fs.readFileSync(pkiPaths(pki.dir).jwks, 'utf8')));
+    const a = await dialIn(port, { node: 'n1', cred: agentCred('n1'), keys, controller: CONTROLLER_ID });
+    open.push(a);
+    a.ack(await a.nextWake(), 7);
+    await waitFor('n1 connected', () => p.state('n1').connected);
+    const worker = p.workerPids[0]!;
+    process.kill(worker, 'SIGSTOP');
+    const K = 40;
+    let secured = 0;
+    // TLS clients that go no further: each one's handshake completes once the worker has its socket
+    const clients = Array.from({ length: K }, () => {
+      const c = tls.connect({ host: '127.0.0.1', port, rejectUnauthorized: false });
+      c.on('error', () => undefined);
+      c.once('secureConnect', () => secured++);
+      return c;
+    });
+    try {
+      // one on its way to the stopped worker, the others waiting here
+      await waitFor('the sockets to wait', () => p.connectHandoffsWaiting === K - 1);
+      p.notify('n1', 8, 'deployment');
+      process.kill(worker, 'SIGCONT');
+      expect(await a.nextWake()).toMatchObject({ reason: 'deployment', gen: 8 });
+      expect(secured).toBeLessThan(K / 2);
+      // and every waiting socket reaches the worker after it
+      await waitFor('every handshake', () => secured === K);
+      expect(p.connectHandoffsWaiting).toBe(0);
+    } finally {
+      process.kill(worker, 'SIGCONT');
+      for (const c of clients) c.destroy();
+    }
+  });
+
+  it('cuts the sockets past the cap waiting for a worker (too_many_connections) and hands the rest over as it takes them', async () => {
+    const metrics = new Registry();
+    const { p } = pool({ workers: 1, connectMaxWaiting: 3, metrics });
+    await p.start([]);
+    const port = (await p.serveConnect({ host: '127.0.0.1', port: 0 })).port;
+    const worker = p.workerPids[0]!;
+    process.kill(worker, 'SIGSTOP');
+    let closed = 0;
+    const sockets = Array.from({ length: 6 }, () => {
+      const c = net.connect(port, '127.0.0.1');
+      c.on('error', () => undefined);
+      c.once('close', () => closed++);
+      return c;
+    });
+    try {
+      // one on its way, three waiting, two cut
+      await waitFor('the cap to cut two', () => closed === 2);
+      expect(p.connectHandoffsWaiting).toBe(3);
+      expect(await metrics.metrics()).toMatch(/^herald_push_connect_refusals_total\{code="too_many_connections"\} 2$/m);
+      process.kill(worker, 'SIGCONT');
+      await waitFor('the worker to take the rest', () => p.connectHandoffsWaiting === 0);
+      expect(closed).toBe(2);
+    } finally {
+      process.kill(worker, 'SIGCONT');
+      for (const c of sockets) c.destroy();
+    }
+  });
+
   it('a worker that dies with dialled-in connections: its nodes read disconnected, and the agent dialling in again is pushed to where it lands', async () => {
     const { p, ev } = pool();
     // the service's part: a node's agent dialled in, its ping follows

@@ -15,6 +15,7 @@ import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type tls from 'node:tls';
 import { WebSocketServer, type WebSocket } from 'ws';
+import type { CertIdentity } from '../../certs/identity.js';
 import { authorizePeer, tlsServerOptions, type PkiMaterial } from '../../certs/tls.js';
 import {
   decodeAgentFrame,
@@ -46,15 +47,18 @@ export interface ConnectStandInOptions {
 /** One agent connection: what the agent sent on it, in order. */
 export class StandInConnection extends EventEmitter {
   readonly ws: WebSocket;
+  /** The agent's certificate as authorized at the upgrade. */
+  readonly identity: CertIdentity;
   readonly answers: AnswerFrame[] = [];
   readonly fetches: FetchFrame[] = [];
   readonly signals: SignalFrame[] = [];
   readonly closed: Promise<[number, string]>;
   #taken = { answers: 0, fetches: 0 };
 
-  constructor(ws: WebSocket) {
+  constructor(ws: WebSocket, identity: CertIdentity) {
     super();
     this.ws = ws;
+    this.identity = identity;
     this.closed = once(ws, 'close').then(([code, reason]) => [code as number, String(reason)]);
     ws.on('error', () => undefined);
     ws.on('message', (d: Buffer) => {
@@ -172,7 +176,7 @@ export class ConnectStandIn extends EventEmitter {
       return;
     }
     this.#wss.handleUpgrade(req, sock, head, (ws) => {
-      const c = new StandInConnection(ws);
+      const c = new StandInConnection(ws, (auth as Extract<typeof auth, { ok: true }>).identity);
       this.connections.push(c);
       const gen = this.#o.pingGen === undefined ? 1 : this.#o.pingGen;
       if (gen !== null) c.send(this.wake(gen, 'ping'));
